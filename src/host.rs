@@ -1,0 +1,221 @@
+//! The daemon: builds the parts, serves until a signal, and shuts down in order.
+//!
+//! [`Host`] is the cheap-clone handle every RPC handler gets; it owns the live config, the
+//! registry, the session store and the calls in flight.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use arc_swap::ArcSwap;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::{self, Config};
+use crate::invoke::CallTable;
+use crate::protocol::{ConfigStatusResult, HealthResult, McpCounts};
+use crate::registry::{Change, Registry, SourceKey};
+use crate::session::Sessions;
+
+/// How long in-flight calls get to finish after SIGTERM before they are cancelled.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// What `toolhost serve` was asked for on the command line.
+#[derive(Debug, Clone, Default)]
+pub struct ServeOptions {
+    pub config: Option<PathBuf>,
+    pub socket: Option<PathBuf>,
+    pub workspace: Option<PathBuf>,
+    pub data_dir: Option<PathBuf>,
+}
+
+#[derive(Clone)]
+pub struct Host(Arc<Inner>);
+
+struct Inner {
+    config_path: PathBuf,
+    config: ArcSwap<Config>,
+    config_state: Mutex<ConfigState>,
+    /// Root of built-in tool paths for calls without a session.
+    workspace: PathBuf,
+    /// Sessions and spilled outputs; fixed for the daemon's life.
+    data_dir: PathBuf,
+    registry: Registry,
+    sessions: Sessions,
+    calls: Arc<CallTable>,
+    started: Instant,
+    /// Cancelled at shutdown; every call's token is a child of it.
+    shutdown: CancellationToken,
+    /// Every task the host spawns, so shutdown can wait for them.
+    tracker: TaskTracker,
+}
+
+/// What `config.status` reports.
+#[derive(Debug, Clone, Default)]
+struct ConfigState {
+    loaded_at: u64,
+    revision: u64,
+    last_error: Option<String>,
+    warnings: Vec<String>,
+}
+
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+impl Host {
+    /// Loads the config and opens the store; nothing is served yet.
+    pub fn new(opts: &ServeOptions) -> anyhow::Result<Host> {
+        let config_path = opts.config.clone().unwrap_or_else(config::default_path);
+        let loaded = config::load(&config_path)
+            .with_context(|| format!("invalid config {}", config_path.display()))?;
+        for w in &loaded.warnings {
+            tracing::warn!("config: {w}");
+        }
+        let cfg = loaded.config;
+        let workspace = match opts.workspace.clone().or_else(|| cfg.workspace.clone()) {
+            Some(w) => w,
+            None => std::env::current_dir().context("cannot read the current directory")?,
+        };
+        let workspace = workspace
+            .canonicalize()
+            .with_context(|| format!("workspace {} is not accessible", workspace.display()))?;
+        let data_dir = opts
+            .data_dir
+            .clone()
+            .or_else(|| cfg.data_dir.clone())
+            .or_else(|| std::env::var_os("STATE_DIRECTORY").map(PathBuf::from))
+            .unwrap_or_else(|| config::xdg_dir("XDG_STATE_HOME", ".local/state").join("toolhost"));
+        std::fs::create_dir_all(&data_dir)
+            .with_context(|| format!("cannot create data dir {}", data_dir.display()))?;
+        let sessions = Sessions::open(&data_dir.join("sessions"))?;
+        let host = Host(Arc::new(Inner {
+            config_path,
+            config: ArcSwap::from_pointee(cfg.clone()),
+            config_state: Mutex::new(ConfigState {
+                loaded_at: now_ms(),
+                revision: 1,
+                last_error: None,
+                warnings: loaded.warnings,
+            }),
+            workspace,
+            data_dir,
+            registry: Registry::new(),
+            sessions,
+            calls: Arc::default(),
+            started: Instant::now(),
+            shutdown: CancellationToken::new(),
+            tracker: TaskTracker::new(),
+        }));
+        host.registry().apply(Change {
+            sources: vec![(SourceKey::Builtin, Some(crate::tools::builtins(&host.outputs_dir())))],
+            approval_overrides: Some(cfg.approval.tools.clone()),
+        });
+        Ok(host)
+    }
+
+    pub fn config(&self) -> Arc<Config> {
+        self.0.config.load_full()
+    }
+    pub fn config_path(&self) -> &Path {
+        &self.0.config_path
+    }
+    pub fn workspace(&self) -> &Path {
+        &self.0.workspace
+    }
+    pub fn data_dir(&self) -> &Path {
+        &self.0.data_dir
+    }
+    /// Where oversized outputs are saved (readable by `read_file`).
+    pub fn outputs_dir(&self) -> PathBuf {
+        self.0.data_dir.join("outputs")
+    }
+    pub fn registry(&self) -> &Registry {
+        &self.0.registry
+    }
+    pub fn sessions(&self) -> &Sessions {
+        &self.0.sessions
+    }
+    pub fn calls(&self) -> &Arc<CallTable> {
+        &self.0.calls
+    }
+    pub fn shutdown_token(&self) -> &CancellationToken {
+        &self.0.shutdown
+    }
+    pub fn tracker(&self) -> &TaskTracker {
+        &self.0.tracker
+    }
+
+    pub fn health(&self) -> HealthResult {
+        let snapshot = self.registry().snapshot();
+        let config_error = self.config_state().last_error;
+        let collisions: Vec<String> = snapshot.collisions().iter().map(|c| c.name.clone()).collect();
+        let degraded = config_error.is_some() || !collisions.is_empty();
+        HealthResult {
+            status: if degraded { "degraded" } else { "ok" },
+            version: env!("CARGO_PKG_VERSION"),
+            uptime_s: self.0.started.elapsed().as_secs(),
+            tools: snapshot.len(),
+            sessions: self.sessions().count(),
+            mcp: McpCounts { ready: 0, failed: 0, connecting: 0 },
+            config_error,
+            collisions,
+        }
+    }
+
+    fn config_state(&self) -> ConfigState {
+        self.0.config_state.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn config_status(&self) -> ConfigStatusResult {
+        let s = self.config_state();
+        ConfigStatusResult {
+            path: self.0.config_path.display().to_string(),
+            loaded_at: s.loaded_at,
+            revision: s.revision,
+            last_error: s.last_error,
+            warnings: s.warnings,
+        }
+    }
+}
+
+/// Runs the daemon until SIGTERM/SIGINT: the entry point of `toolhost serve`.
+pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
+    let host = Host::new(&opts)?;
+    let listeners = crate::rpc::Listeners::bind(&opts, &host.config()).await?;
+    tracing::info!(socket = %listeners.describe(), workspace = %host.workspace().display(), data_dir = %host.data_dir().display(), "toolhost serving");
+    let server = crate::rpc::start(host.clone(), listeners)?;
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+
+    wait_for_signal().await?;
+    tracing::info!("shutting down");
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    server.stop_accepting();
+    // In-flight calls get a grace to finish; then their tokens are cancelled.
+    if tokio::time::timeout(SHUTDOWN_GRACE, wait_idle(&host)).await.is_err() {
+        tracing::warn!(calls = host.calls().in_flight(), "cancelling calls still running");
+    }
+    host.shutdown_token().cancel();
+    server.stopped(SHUTDOWN_GRACE).await;
+    host.tracker().close();
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, host.tracker().wait()).await;
+    Ok(())
+}
+
+async fn wait_idle(host: &Host) {
+    while host.calls().in_flight() > 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    Ok(())
+}

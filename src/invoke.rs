@@ -1,0 +1,269 @@
+//! The call pipeline every tool call goes through, whatever the tool's source:
+//! lookup → session → argument validation → approval → run under timeout and cancel →
+//! result normalisation (control fields, output cap with spill file).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::approval::{self, ApprovalMode, Decision};
+use crate::error::Result;
+use crate::host::Host;
+use crate::protocol::{ErrorKind, InvokeParams, InvokeResult};
+use crate::registry::{CallContext, ToolError, ToolResult, UpdateSink};
+
+/// Calls in flight by `call_id`, so `cancel` works from any connection.
+#[derive(Default)]
+pub struct CallTable {
+    calls: Mutex<HashMap<String, CancellationToken>>,
+}
+
+impl CallTable {
+    /// Registers a call; the returned guard unregisters it when the call ends.
+    fn register(self: &Arc<Self>, call_id: &str, token: CancellationToken) -> CallGuard {
+        lock(&self.calls).insert(call_id.to_owned(), token);
+        CallGuard { table: self.clone(), call_id: call_id.to_owned() }
+    }
+
+    /// Cancels the call `call_id`; false when no such call is running.
+    pub fn cancel(&self, call_id: &str) -> bool {
+        match lock(&self.calls).get(call_id) {
+            Some(t) => {
+                t.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn in_flight(&self) -> usize {
+        lock(&self.calls).len()
+    }
+}
+
+struct CallGuard {
+    table: Arc<CallTable>,
+    call_id: String,
+}
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        lock(&self.table.calls).remove(&self.call_id);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A fresh call id for calls whose caller gave none.
+pub fn new_call_id() -> String {
+    format!("call_{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Runs one call. Tool failures come back as `ok:false` results; only protocol-level
+/// problems (an unknown session) are errors.
+pub async fn invoke(host: &Host, params: InvokeParams, updates: UpdateSink) -> Result<InvokeResult> {
+    let started = Instant::now();
+    let call_id = params.call_id.clone().unwrap_or_else(new_call_id);
+    let config = host.config();
+
+    let (workspace, mode, session_meta) = match &params.session_id {
+        Some(id) => {
+            let s = host.sessions().get(id).await?;
+            (PathBuf::from(&s.workspace), s.approval, Value::Object(s.meta))
+        }
+        None => (host.workspace().to_path_buf(), config.approval.mode, Value::Object(Map::new())),
+    };
+
+    let token = host.shutdown_token().child_token();
+    let _guard = host.calls().register(&call_id, token.clone());
+    let outcome = run_checked(host, &params, mode, CallContext {
+        call_id: call_id.clone(),
+        workspace,
+        session_id: params.session_id.clone(),
+        session_meta,
+        timeout_ms: params.timeout_ms,
+        cancel: token,
+        updates,
+    })
+    .await;
+
+    let (result, control) = normalise(outcome, config.limits.max_output_bytes, &host.outputs_dir(), &call_id);
+    Ok(InvokeResult {
+        call_id,
+        tool: params.name,
+        result,
+        control,
+        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        revision: host.registry().snapshot().revision(),
+    })
+}
+
+async fn run_checked(host: &Host, params: &InvokeParams, mode: ApprovalMode, ctx: CallContext) -> ToolResult {
+    let snapshot = host.registry().snapshot();
+    let Some(entry) = snapshot.get(&params.name) else {
+        return Err(ToolError::new(ErrorKind::UnknownTool, format!("Unknown tool: {}", params.name)));
+    };
+    let args = params.arguments.clone().unwrap_or_default();
+    let validator = entry.validator().map_err(ToolError::failed)?;
+    let args_value = Value::Object(args);
+    if let Some(err) = validator.iter_errors(&args_value).next() {
+        let path = err.instance_path.to_string();
+        let field = if path.is_empty() { "arguments".to_owned() } else { format!("arguments{}", path.replace('/', ".")) };
+        return Err(ToolError::invalid(format!("Invalid arguments for {}: {field}: {err}", params.name)));
+    }
+    let Value::Object(args) = args_value else { return Err(ToolError::invalid("arguments must be an object")) };
+
+    match approval::decide(mode, entry.approval, params.approved, &params.name) {
+        Decision::Allow => {}
+        Decision::NeedsApproval => {
+            return Err(ToolError::new(
+                ErrorKind::ApprovalRequired,
+                format!("Tool '{}' needs approval in strict mode; repeat the call with \"approved\": true once the user agrees.", params.name),
+            )
+            .with_field("approval", approval_summary(&params.name, entry.approval, &args)));
+        }
+        Decision::Deny(msg) => return Err(ToolError::new(ErrorKind::Denied, msg)),
+    }
+
+    let timeout = Duration::from_millis(params.timeout_ms.unwrap_or(host.config().limits.default_timeout_ms));
+    let cancel = ctx.cancel.clone();
+    let tool = entry.tool.clone();
+    drop(snapshot);
+    tokio::select! {
+        r = tool.call(args, ctx) => r,
+        _ = tokio::time::sleep(timeout) => {
+            cancel.cancel();
+            Err(ToolError::new(ErrorKind::Timeout, format!("Tool '{}' timed out after {} ms", params.name, timeout.as_millis())))
+        }
+        _ = cancel.cancelled() => Err(ToolError::new(ErrorKind::Cancelled, format!("Call to '{}' was cancelled", params.name))),
+    }
+}
+
+/// A readable line saying what a call would do, shown to the user before approving.
+fn approval_summary(name: &str, class: Option<approval::ApprovalClass>, args: &Map<String, Value>) -> String {
+    let class = class.map_or("unclassified", |c| c.as_str());
+    let detail = ["command", "path"]
+        .iter()
+        .find_map(|k| args.get(*k).and_then(Value::as_str).map(|v| format!(" {k}={v:?}")))
+        .unwrap_or_default();
+    format!("{name} ({class}){detail}")
+}
+
+/// Turns a tool outcome into the `result` object (always with `ok`) and the control fields.
+pub fn normalise(outcome: ToolResult, max_output: usize, outputs_dir: &Path, call_id: &str) -> (Map<String, Value>, Option<Map<String, Value>>) {
+    let mut result = Map::new();
+    match outcome {
+        Ok(fields) => {
+            result.insert("ok".into(), Value::Bool(true));
+            result.extend(fields);
+        }
+        Err(e) => {
+            result.insert("ok".into(), Value::Bool(false));
+            result.extend(e.fields);
+            result.insert("error".into(), Value::String(e.message));
+            result.insert("error_kind".into(), serde_json::to_value(e.kind).unwrap_or(Value::Null));
+        }
+    }
+    let control_keys: Vec<String> = result.keys().filter(|k| k.starts_with('_')).cloned().collect();
+    let control = if control_keys.is_empty() {
+        None
+    } else {
+        Some(control_keys.into_iter().filter_map(|k| result.remove_entry(&k)).collect())
+    };
+    cap_output(&mut result, max_output, outputs_dir, call_id);
+    (result, control)
+}
+
+/// Keeps the result under `max` bytes: the longest string fields are cut with a visible
+/// marker and the whole text is saved to a file the model can page through with `read_file`.
+fn cap_output(result: &mut Map<String, Value>, max: usize, outputs_dir: &Path, call_id: &str) {
+    let size = serde_json::to_string(result).map(|s| s.len()).unwrap_or(0);
+    if size <= max {
+        return;
+    }
+    let mut fields: Vec<(String, usize)> = result
+        .iter()
+        .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.len())))
+        .filter(|(_, len)| *len > 256)
+        .collect();
+    fields.sort_by_key(|(_, len)| std::cmp::Reverse(*len));
+    if fields.is_empty() {
+        return;
+    }
+    let path = outputs_dir.join(format!("{}.txt", sanitize_file_name(call_id)));
+    let mut full = String::new();
+    for (k, _) in &fields {
+        if let Some(s) = result.get(k).and_then(Value::as_str) {
+            if fields.len() > 1 {
+                full.push_str(&format!("===== {k} =====\n"));
+            }
+            full.push_str(s);
+            if !s.ends_with('\n') {
+                full.push('\n');
+            }
+        }
+    }
+    let saved = std::fs::create_dir_all(outputs_dir).and_then(|()| std::fs::write(&path, &full)).is_ok();
+    // Share the budget between the long fields, keeping headroom for the other fields.
+    let others = size - fields.iter().map(|(_, l)| l).sum::<usize>();
+    let budget = max.saturating_sub(others + 512) / fields.len();
+    for (k, len) in &fields {
+        if let Some(Value::String(s)) = result.get_mut(k) {
+            let keep = floor_char_boundary(s, budget.min(*len));
+            let dropped = s.len() - keep;
+            s.truncate(keep);
+            s.push_str(&format!("\n…[truncated {dropped} bytes; the full output is in full_output_path]"));
+        }
+    }
+    result.insert("truncated".into(), Value::Bool(true));
+    if saved {
+        result.insert("full_output_path".into(), Value::String(path.display().to_string()));
+    } else {
+        tracing::warn!(path = %path.display(), "could not save the full output");
+    }
+}
+
+fn floor_char_boundary(s: &str, mut i: usize) -> usize {
+    while i > 0 && !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+fn sanitize_file_name(s: &str) -> String {
+    s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).take(100).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn control_fields_are_split_out() {
+        let mut ok = Map::new();
+        ok.insert("text".into(), json!("hi"));
+        ok.insert("_multimodal".into(), json!(true));
+        let (r, c) = normalise(Ok(ok), 1 << 20, Path::new("/nonexistent"), "c1");
+        assert_eq!(Value::Object(r), json!({"ok": true, "text": "hi"}));
+        assert_eq!(c.map(Value::Object), Some(json!({"_multimodal": true})));
+    }
+
+    #[test]
+    fn big_output_is_truncated_and_spilled() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ok = Map::new();
+        ok.insert("output".into(), json!("x".repeat(10_000)));
+        let (r, _) = normalise(Ok(ok), 2_000, dir.path(), "c/2");
+        assert_eq!(r["truncated"], json!(true));
+        assert!(serde_json::to_string(&r).unwrap().len() <= 2_000);
+        let path = r["full_output_path"].as_str().unwrap();
+        assert_eq!(std::fs::read_to_string(path).unwrap().trim_end().len(), 10_000);
+    }
+}

@@ -1,0 +1,264 @@
+//! An immutable view of the registry at one revision, with its serialised lists cached.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, OnceLock};
+
+use indexmap::IndexMap;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use super::{SourceKey, Tool, ToolSource};
+use crate::approval::ApprovalClass;
+use crate::protocol::{ListToolsResult, ToolFormat, ToolMeta};
+
+/// A registered tool with what the host derives from it once per registration.
+pub struct Entry {
+    pub tool: Arc<dyn Tool>,
+    /// The class in force: the config's override, else the tool's own.
+    pub approval: Option<ApprovalClass>,
+    openai: Value,
+    mcp: Value,
+    meta: ToolMeta,
+    /// Compiled lazily on the first call and kept while the tool is unchanged.
+    validator: OnceLock<Result<jsonschema::Validator, String>>,
+}
+
+impl Entry {
+    fn new(tool: Arc<dyn Tool>, approval: Option<ApprovalClass>) -> Self {
+        let spec = tool.spec();
+        let openai = json!({
+            "type": "function",
+            "function": {
+                "name": spec.name,
+                "description": spec.description,
+                "parameters": spec.parameters,
+            }
+        });
+        let mut mcp = json!({
+            "name": spec.name,
+            "description": spec.description,
+            "inputSchema": spec.parameters,
+        });
+        if let (Some(ann), Some(obj)) = (&spec.annotations, mcp.as_object_mut()) {
+            obj.insert("annotations".into(), ann.clone());
+        }
+        let (source, server) = match &spec.source {
+            ToolSource::Builtin => ("builtin", None),
+            ToolSource::Custom { .. } => ("custom", None),
+            ToolSource::Mcp { server, .. } => ("mcp", Some(server.clone())),
+        };
+        let meta = ToolMeta {
+            source,
+            server,
+            approval,
+            hidden: spec.hidden,
+            deferrable: spec.deferrable,
+            annotations: spec.annotations.clone(),
+        };
+        Entry { tool, approval, openai, mcp, meta, validator: OnceLock::new() }
+    }
+
+    /// The tool in `openai` format (`{"type":"function","function":{...}}`).
+    pub fn openai(&self) -> &Value {
+        &self.openai
+    }
+
+    pub fn hidden(&self) -> bool {
+        self.meta.hidden
+    }
+
+    /// The compiled argument validator (an invalid schema is reported as a call failure).
+    pub fn validator(&self) -> Result<&jsonschema::Validator, &str> {
+        self.validator
+            .get_or_init(|| {
+                jsonschema::validator_for(&self.tool.spec().parameters)
+                    .map_err(|e| format!("the tool's parameter schema is invalid: {e}"))
+            })
+            .as_ref()
+            .map_err(String::as_str)
+    }
+
+    fn same_as(&self, other: &Entry) -> bool {
+        self.openai == other.openai && self.mcp == other.mcp && self.approval == other.approval
+            && self.meta.hidden == other.meta.hidden
+            && self.meta.deferrable == other.meta.deferrable
+            && self.meta.server == other.meta.server
+    }
+}
+
+/// A name claimed by more than one source.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Collision {
+    pub name: String,
+    pub kept: SourceKey,
+    pub dropped: SourceKey,
+}
+
+#[derive(Default)]
+pub struct Diff {
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+    pub changed: Vec<String>,
+}
+
+impl Diff {
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+    }
+}
+
+pub struct Snapshot {
+    revision: u64,
+    tools: IndexMap<String, Arc<Entry>>,
+    collisions: Vec<Collision>,
+    etag: String,
+    /// `list_tools` answers, serialised once per revision: [format][include_hidden].
+    lists: [[OnceLock<Box<RawValue>>; 2]; 2],
+}
+
+impl Snapshot {
+    pub fn empty() -> Self {
+        Self::from_tools(IndexMap::new(), Vec::new())
+    }
+
+    fn from_tools(tools: IndexMap<String, Arc<Entry>>, collisions: Vec<Collision>) -> Self {
+        let etag = etag_of(tools.values().filter(|e| !e.hidden()).map(|e| &e.openai));
+        Snapshot { revision: 0, tools, collisions, etag, lists: Default::default() }
+    }
+
+    /// Builds the next snapshot, reusing entries (and their compiled validators) of `old`
+    /// whose tool object and approval are unchanged.
+    pub(super) fn build(
+        old: &Snapshot,
+        sources: &BTreeMap<SourceKey, Vec<Arc<dyn Tool>>>,
+        overrides: &HashMap<String, ApprovalClass>,
+    ) -> Snapshot {
+        let mut tools: IndexMap<String, Arc<Entry>> = IndexMap::new();
+        let mut owner: HashMap<String, SourceKey> = HashMap::new();
+        let mut collisions = Vec::new();
+        for (key, list) in sources {
+            for tool in list {
+                let name = tool.spec().name.clone();
+                if let Some(kept) = owner.get(&name) {
+                    tracing::warn!(tool = %name, kept = ?kept, dropped = ?key, "tool name collision; the earlier source keeps the name");
+                    collisions.push(Collision { name, kept: kept.clone(), dropped: key.clone() });
+                    continue;
+                }
+                let approval = overrides.get(&name).copied().or(tool.spec().approval);
+                let entry = match old.tools.get(&name) {
+                    Some(e) if Arc::ptr_eq(&e.tool, tool) && e.approval == approval => e.clone(),
+                    _ => Arc::new(Entry::new(tool.clone(), approval)),
+                };
+                owner.insert(name.clone(), key.clone());
+                tools.insert(name, entry);
+            }
+        }
+        Snapshot::from_tools(tools, collisions)
+    }
+
+    pub(super) fn with_revision(mut self, revision: u64) -> Self {
+        self.revision = revision;
+        self
+    }
+
+    pub(super) fn diff(&self, next: &Snapshot) -> Diff {
+        let mut d = Diff::default();
+        for (name, e) in &next.tools {
+            match self.tools.get(name) {
+                None => d.added.push(name.clone()),
+                Some(old) if !Arc::ptr_eq(old, e) && !old.same_as(e) => d.changed.push(name.clone()),
+                Some(_) => {}
+            }
+        }
+        d.removed = self.tools.keys().filter(|n| !next.tools.contains_key(*n)).cloned().collect();
+        d
+    }
+
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// Content hash of the visible tool list in `openai` format.
+    pub fn etag(&self) -> &str {
+        &self.etag
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<Entry>> {
+        self.tools.get(name)
+    }
+
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tools.keys().map(String::as_str)
+    }
+
+    /// Names of visible (not hidden) tools, in listing order.
+    pub fn visible_names(&self) -> Vec<String> {
+        self.tools.iter().filter(|(_, e)| !e.hidden()).map(|(n, _)| n.clone()).collect()
+    }
+
+    pub fn collisions(&self) -> &[Collision] {
+        &self.collisions
+    }
+
+    /// The whole `list_tools` answer for the live registry, serialised once per revision.
+    pub fn list_json(&self, format: ToolFormat, include_hidden: bool) -> &RawValue {
+        let slot = &self.lists[usize::from(format == ToolFormat::Mcp)][usize::from(include_hidden)];
+        slot.get_or_init(|| {
+            let names: Vec<&str> = self
+                .tools
+                .iter()
+                .filter(|(_, e)| include_hidden || !e.hidden())
+                .map(|(n, _)| n.as_str())
+                .collect();
+            let result = self.list(&names, format);
+            serde_json::value::to_raw_value(&result).unwrap_or_else(|e| {
+                tracing::error!(%e, "serialising list_tools failed");
+                RawValue::NULL.to_owned()
+            })
+        })
+    }
+
+    /// A `list_tools` answer restricted to `names` (those not live are skipped).
+    pub fn list(&self, names: &[&str], format: ToolFormat) -> ListToolsResult {
+        let mut tools = Vec::with_capacity(names.len());
+        let mut meta = BTreeMap::new();
+        for name in names {
+            if let Some(e) = self.tools.get(*name) {
+                tools.push(match format {
+                    ToolFormat::Openai => e.openai.clone(),
+                    ToolFormat::Mcp => e.mcp.clone(),
+                });
+                meta.insert((*name).to_owned(), e.meta.clone());
+            }
+        }
+        ListToolsResult { revision: self.revision, etag: etag_of(tools.iter()), tools, meta }
+    }
+
+    /// The `openai`-format tools of a session view (`names` ∩ live) and their etag.
+    pub fn view(&self, names: &[String]) -> (Vec<Value>, String) {
+        let tools: Vec<Value> =
+            names.iter().filter_map(|n| self.tools.get(n)).map(|e| e.openai.clone()).collect();
+        let etag = etag_of(tools.iter());
+        (tools, etag)
+    }
+}
+
+/// Content hash of a list of tools: equal lists give equal etags.
+pub fn etag_of<'a>(tools: impl Iterator<Item = &'a Value>) -> String {
+    let mut h = Sha256::new();
+    for t in tools {
+        h.update(t.to_string().as_bytes());
+        h.update(b"\n");
+    }
+    let digest = h.finalize();
+    hex::encode(&digest[..12])
+}

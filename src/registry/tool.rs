@@ -1,0 +1,145 @@
+//! The `Tool` abstraction every source (built-in, custom program, MCP server) implements.
+
+use std::path::PathBuf;
+
+use futures::future::BoxFuture;
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::approval::ApprovalClass;
+use crate::protocol::ErrorKind;
+
+/// Where a tool comes from; shown in `list_tools.meta` and used to order name clashes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolSource {
+    Builtin,
+    /// A custom tool program living in `dir`.
+    Custom { dir: PathBuf },
+    /// A tool of the MCP server `server`; `remote_name` is its name on that server.
+    Mcp { server: String, remote_name: String },
+}
+
+/// Everything the host needs to list a tool and to check a call before it runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    /// The public name (`^[a-zA-Z0-9_-]{1,64}$`).
+    pub name: String,
+    /// LLM-facing description: lines starting with "- " saying when to use it and what it returns.
+    pub description: String,
+    /// JSON Schema of the arguments; always an object schema.
+    pub parameters: Value,
+    /// Approval class; `None` means unclassified (refused in strict mode).
+    pub approval: Option<ApprovalClass>,
+    pub source: ToolSource,
+    /// Hidden tools are callable but left out of `list_tools` unless `include_hidden`.
+    pub hidden: bool,
+    /// A hint to frontends that the tool may be loaded lazily.
+    pub deferrable: bool,
+    /// MCP tool annotations, passed through to `meta` and the `mcp` list format.
+    pub annotations: Option<Value>,
+}
+
+impl ToolSpec {
+    /// A visible, non-deferrable built-in tool.
+    pub fn builtin(
+        name: &str,
+        description: &str,
+        parameters: Value,
+        approval: ApprovalClass,
+    ) -> Self {
+        ToolSpec {
+            name: name.to_owned(),
+            description: description.to_owned(),
+            parameters,
+            approval: Some(approval),
+            source: ToolSource::Builtin,
+            hidden: false,
+            deferrable: false,
+            annotations: None,
+        }
+    }
+}
+
+/// A partial result, forwarded to streaming callers as an `invoke_event` update.
+#[derive(Debug, Clone)]
+pub struct ToolUpdate {
+    pub content: Vec<Value>,
+    pub details: Option<Value>,
+}
+
+/// Where a running tool sends partial results. Sending never blocks: when the caller does not
+/// stream, or reads too slowly, updates are dropped (the final result is what counts).
+#[derive(Debug, Clone, Default)]
+pub struct UpdateSink(Option<mpsc::Sender<ToolUpdate>>);
+
+impl UpdateSink {
+    pub fn new(tx: mpsc::Sender<ToolUpdate>) -> Self {
+        UpdateSink(Some(tx))
+    }
+    /// Whether anybody listens; tools may skip building updates when nobody does.
+    pub fn is_active(&self) -> bool {
+        self.0.as_ref().is_some_and(|tx| !tx.is_closed())
+    }
+    pub fn send(&self, update: ToolUpdate) {
+        if let Some(tx) = &self.0 {
+            let _ = tx.try_send(update);
+        }
+    }
+}
+
+/// What a tool knows about the call it serves.
+#[derive(Debug, Clone)]
+pub struct CallContext {
+    pub call_id: String,
+    /// The session's workspace, or the host's; every path argument resolves inside it.
+    pub workspace: PathBuf,
+    pub session_id: Option<String>,
+    /// The session's `meta`, read at the moment of the call (never a copy taken earlier).
+    pub session_meta: Value,
+    /// The call's own `timeout_ms`, when the caller gave one (tools with their own timeout
+    /// argument, like `bash`, take the smaller).
+    pub timeout_ms: Option<u64>,
+    /// Fired on cancel, timeout and shutdown; tools that do not poll it are simply dropped.
+    pub cancel: CancellationToken,
+    pub updates: UpdateSink,
+}
+
+/// Success fields of a tool result (`ok: true` is added by the pipeline).
+pub type ToolOk = Map<String, Value>;
+
+/// A tool failure: becomes `{ok:false, error, error_kind, ...fields}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolError {
+    pub kind: ErrorKind,
+    pub message: String,
+    /// Extra fields kept in the result (e.g. `exit_code`, partial `stdout`).
+    pub fields: Map<String, Value>,
+}
+
+impl ToolError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        ToolError { kind, message: message.into(), fields: Map::new() }
+    }
+    /// The common case: the tool ran and could not do what was asked.
+    pub fn failed(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Failed, message)
+    }
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidArguments, message)
+    }
+    pub fn with_field(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.fields.insert(key.to_owned(), value.into());
+        self
+    }
+}
+
+pub type ToolResult = Result<ToolOk, ToolError>;
+
+/// A callable tool. Implementations must stop their work (and kill any process they
+/// started) when the returned future is dropped: that is how timeout and cancel reach them.
+pub trait Tool: Send + Sync + 'static {
+    fn spec(&self) -> &ToolSpec;
+    /// Runs one call with arguments already validated against `spec().parameters`.
+    fn call(&self, args: Map<String, Value>, ctx: CallContext) -> BoxFuture<'_, ToolResult>;
+}

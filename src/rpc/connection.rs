@@ -1,0 +1,226 @@
+//! One connection: sniff the framing from its first byte, then serve it.
+//!
+//! HTTP (POST, WebSocket upgrade, `GET /health`) goes straight to jsonrpsee's tower service.
+//! Newline-delimited JSON is bridged onto an in-process WebSocket of that same service, so
+//! every framing shares one JSON-RPC engine: batches, limits, subscriptions and
+//! unsubscribe-on-close behave identically everywhere.
+
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::{FutureExt, SinkExt, StreamExt};
+use hyper::body::Incoming;
+use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::UnixStream;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
+
+use super::Shared;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Serves a Unix-socket connection in whichever framing its first byte announces.
+pub async fn serve_unix(stream: UnixStream, shared: Arc<Shared>) {
+    match first_byte(&stream).await {
+        None => {}
+        Some(b'{' | b'[' | b' ' | b'\t' | b'\r' | b'\n') => serve_newline(stream, shared).await,
+        Some(_) => serve_http(stream, shared, None).await,
+    }
+}
+
+/// Peeks (without consuming) the first byte the client sends; `None` on EOF or error.
+async fn first_byte(stream: &UnixStream) -> Option<u8> {
+    let mut buf = [0u8; 1];
+    loop {
+        stream.readable().await.ok()?;
+        let peeked = stream.try_io(tokio::io::Interest::READABLE, || {
+            nix::sys::socket::recv(stream.as_raw_fd(), &mut buf, nix::sys::socket::MsgFlags::MSG_PEEK)
+                .map_err(std::io::Error::from)
+        });
+        match peeked {
+            Ok(0) => return None,
+            Ok(_) => return Some(buf[0]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(_) => return None,
+        }
+    }
+}
+
+/// Serves HTTP/1.1 (and WebSocket upgrades) on `io`. `token` demands a bearer token (TCP).
+pub async fn serve_http<I>(io: I, shared: Arc<Shared>, token: Option<Arc<str>>)
+where
+    I: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let stop = shared.stop.clone();
+    let conn = hyper::server::conn::http1::Builder::new()
+        .serve_connection(hyper_util::rt::TokioIo::new(io), HttpService { shared, token })
+        .with_upgrades();
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        _ = stop.shutdown() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(%e, "http connection ended with an error");
+    }
+}
+
+/// Per-connection HTTP service: auth (TCP), `GET /health`, then jsonrpsee.
+struct HttpService {
+    shared: Arc<Shared>,
+    token: Option<Arc<str>>,
+}
+
+impl hyper::service::Service<HttpRequest<Incoming>> for HttpService {
+    type Response = HttpResponse;
+    type Error = BoxError;
+    type Future = BoxFuture<'static, Result<HttpResponse, BoxError>>;
+
+    fn call(&self, req: HttpRequest<Incoming>) -> Self::Future {
+        if let Some(token) = &self.token {
+            if !bearer_matches(&req, token) {
+                return ready(plain(401, "missing or wrong Authorization: Bearer token\n"));
+            }
+        }
+        if req.method() == hyper::Method::GET && req.uri().path() == "/health" {
+            let body = serde_json::to_string(&self.shared.host.health()).unwrap_or_default();
+            return ready(json(200, body));
+        }
+        let mut svc = self.shared.service.clone().build(self.shared.methods.clone(), self.shared.stop.clone());
+        tower::Service::call(&mut svc, req).boxed()
+    }
+}
+
+fn ready(r: HttpResponse) -> BoxFuture<'static, Result<HttpResponse, BoxError>> {
+    futures::future::ready(Ok(r)).boxed()
+}
+
+fn plain(status: u16, body: &'static str) -> HttpResponse {
+    let mut r = HttpResponse::new(HttpBody::from(body));
+    *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+    r
+}
+
+fn json(status: u16, body: String) -> HttpResponse {
+    let mut r = HttpResponse::new(HttpBody::from(body));
+    *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+    r
+}
+
+/// Constant-time check of `Authorization: Bearer <token>`.
+fn bearer_matches<B>(req: &HttpRequest<B>, token: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    let Some(value) = req.headers().get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let Some(given) = value.strip_prefix("Bearer ") else { return false };
+    given.as_bytes().ct_eq(token.as_bytes()).into()
+}
+
+/// Bridges newline-delimited JSON-RPC onto an in-process WebSocket of the same service.
+async fn serve_newline(stream: UnixStream, shared: Arc<Shared>) {
+    let max = shared.max_request_bytes;
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(serve_http(server_io, shared.clone(), None));
+    let ws_config = WebSocketConfig::default().max_message_size(Some(usize::MAX)).max_frame_size(Some(usize::MAX));
+    let ws = match tokio_tungstenite::client_async_with_config("ws://localhost/", client_io, Some(ws_config)).await {
+        Ok((ws, _)) => ws,
+        Err(e) => {
+            tracing::warn!(%e, "newline bridge handshake failed");
+            return;
+        }
+    };
+    let (mut ws_tx, mut ws_rx) = ws.split();
+    let (rd, mut wr) = stream.into_split();
+    let mut lines = FramedRead::new(rd, AnyDelimiterCodec::new_with_max_length(b"\n".to_vec(), Vec::new(), max));
+    // Replies we still owe: lets a client half-close after its last request and still get
+    // every answer (`printf ... | socat - UNIX:...`).
+    let owed = Arc::new(AtomicI64::new(0));
+    let (local_tx, mut local_rx) = tokio::sync::mpsc::channel::<String>(16);
+
+    let owed_in = owed.clone();
+    let reader = async move {
+        while let Some(item) = lines.next().await {
+            let line = match item {
+                Ok(bytes) => bytes,
+                Err(AnyDelimiterCodecError::MaxChunkLengthExceeded) => {
+                    let _ = local_tx.send(error_line(-32007, &format!("Request is too big: the limit is {max} bytes (limits.max_request_bytes)"))).await;
+                    continue;
+                }
+                Err(AnyDelimiterCodecError::Io(_)) => break,
+            };
+            let line = match std::str::from_utf8(line.trim_ascii()) {
+                Ok("") => continue,
+                Ok(s) => s.to_owned(),
+                Err(_) => {
+                    let _ = local_tx.send(error_line(-32700, "Parse error: the line is not valid UTF-8")).await;
+                    continue;
+                }
+            };
+            if expects_reply(&line) {
+                owed_in.fetch_add(1, Ordering::SeqCst);
+            }
+            if ws_tx.send(Message::text(line)).await.is_err() {
+                break;
+            }
+        }
+        ws_tx
+    };
+    let writer = async {
+        loop {
+            let text = tokio::select! {
+                m = ws_rx.next() => match m {
+                    Some(Ok(Message::Text(t))) => {
+                        if !t.as_str().starts_with(r#"{"jsonrpc":"2.0","method""#) {
+                            owed.fetch_sub(1, Ordering::SeqCst);
+                        }
+                        t.as_str().to_owned()
+                    }
+                    Some(Ok(_)) => continue,
+                    _ => break,
+                },
+                Some(l) = local_rx.recv() => l,
+            };
+            if wr.write_all(text.as_bytes()).await.is_err() || wr.write_all(b"\n").await.is_err() {
+                break;
+            }
+        }
+    };
+    tokio::pin!(reader, writer);
+    tokio::select! {
+        mut ws_tx = &mut reader => {
+            // Input closed: keep answering until every reply owed has been written.
+            let drain = async { while owed.load(Ordering::SeqCst) > 0 { tokio::time::sleep(std::time::Duration::from_millis(5)).await } };
+            tokio::select! { _ = &mut writer => {}, _ = drain => {} }
+            let _ = ws_tx.close().await;
+        }
+        _ = &mut writer => {}
+    }
+}
+
+/// Whether a request line will produce a reply (everything but a well-formed notification).
+fn expects_reply(line: &str) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Probe<'a> {
+        #[serde(borrow, default)]
+        id: Option<&'a serde_json::value::RawValue>,
+        #[serde(default)]
+        method: Option<serde::de::IgnoredAny>,
+    }
+    match serde_json::from_str::<Probe>(line) {
+        Ok(p) => p.id.is_some() || p.method.is_none(),
+        Err(_) => true,
+    }
+}
+
+fn error_line(code: i32, message: &str) -> String {
+    serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}}).to_string()
+}

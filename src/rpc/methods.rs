@@ -1,0 +1,228 @@
+//! Every JSON-RPC method, registered through [`Api`], which records each method's params
+//! and result schema as it registers it: `rpc.discover` is generated from the very table
+//! the server serves, so the two cannot drift apart.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use jsonrpsee::types::{ErrorObject, ErrorObjectOwned, Params};
+use jsonrpsee::{PendingSubscriptionSink, RpcModule, SubscriptionMessage};
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+use tokio::sync::{broadcast, mpsc};
+
+use super::openrpc::{self, MethodDoc};
+use crate::error::Error;
+use crate::host::Host;
+use crate::protocol::*;
+use crate::registry::UpdateSink;
+
+/// Maps a protocol-level failure to its JSON-RPC error (the one place that does).
+fn rpc_error(e: Error) -> ErrorObjectOwned {
+    let code = match &e {
+        Error::SessionNotFound(_) => codes::SESSION_NOT_FOUND,
+        Error::InvalidParams(_) => codes::INVALID_PARAMS,
+        Error::Server(_) => codes::SERVER_ERROR,
+    };
+    ErrorObject::owned(code, e.to_string(), None::<()>)
+}
+
+/// Params are by name; absent params mean `{}`.
+fn parse<P: DeserializeOwned>(params: &Params) -> Result<P, ErrorObjectOwned> {
+    let raw = params.as_str().map(str::trim).unwrap_or("{}");
+    if raw.starts_with('[') {
+        return Err(ErrorObject::owned(codes::INVALID_PARAMS, "Invalid params: params must be an object (by name), not an array", None::<()>));
+    }
+    serde_json::from_str(raw).map_err(|e| ErrorObject::owned(codes::INVALID_PARAMS, format!("Invalid params: {e}"), None::<()>))
+}
+
+struct Api {
+    module: RpcModule<Host>,
+    docs: Vec<MethodDoc>,
+}
+
+impl Api {
+    /// Registers `name` with params `P` and result `R` (also what the OpenRPC doc says).
+    fn method<P, R, F, Fut>(&mut self, name: &'static str, summary: &'static str, f: F) -> anyhow::Result<()>
+    where
+        P: DeserializeOwned + JsonSchema + Send + 'static,
+        R: Serialize + JsonSchema + Clone + Send + 'static,
+        F: Fn(Host, P) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, Error>> + Send + 'static,
+    {
+        self.method_as::<P, R, R, F, Fut>(name, summary, f)
+    }
+
+    /// Like [`Api::method`], for handlers answering with a pre-serialised `O` documented as `R`.
+    fn method_as<P, R, O, F, Fut>(&mut self, name: &'static str, summary: &'static str, f: F) -> anyhow::Result<()>
+    where
+        P: DeserializeOwned + JsonSchema + Send + 'static,
+        R: JsonSchema,
+        O: Serialize + Clone + Send + 'static,
+        F: Fn(Host, P) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, Error>> + Send + 'static,
+    {
+        self.docs.push(openrpc::method::<P, R>(name, summary));
+        self.module.register_async_method(name, move |params, host: Arc<Host>, _| {
+            let f = f.clone();
+            async move {
+                let p: P = parse(&params)?;
+                f((*host).clone(), p).await.map_err(rpc_error)
+            }
+        })?;
+        Ok(())
+    }
+}
+
+pub fn module(host: Host) -> anyhow::Result<RpcModule<Host>> {
+    let mut api = Api { module: RpcModule::new(host), docs: Vec::new() };
+
+    api.method_as::<ListToolsParams, ListToolsResult, _, _, _>(
+        "list_tools",
+        "The live tool list (or a session's view) in openai or mcp format, with revision, etag and meta.",
+        |host, p: ListToolsParams| async move { list_tools(&host, p).await },
+    )?;
+    api.method("invoke", "Runs one tool call and returns its envelope; tool failures are ok:false results.", |host, p: InvokeParams| async move {
+        crate::invoke::invoke(&host, p, UpdateSink::default()).await
+    })?;
+    api.method("cancel", "Cancels a call in flight (from any connection).", |host, p: CancelParams| async move {
+        Ok(CancelResult { cancelled: host.calls().cancel(&p.call_id) })
+    })?;
+    api.method("host.health", "Liveness and a summary of the host's state.", |host, _: EmptyParams| async move { Ok(host.health()) })?;
+    api.method("config.status", "Which config file is live, when it was applied, and the last error.", |host, _: EmptyParams| async move {
+        Ok(host.config_status())
+    })?;
+    session_methods(&mut api)?;
+
+    subscribe_invoke(&mut api)?;
+    subscribe_tools_changed(&mut api)?;
+
+    // rpc.discover documents itself too, then serves the finished document.
+    api.docs.push(openrpc::method::<EmptyParams, Value>("rpc.discover", "This OpenRPC document."));
+    let doc = Arc::new(openrpc::document(&api.docs));
+    api.module.register_method("rpc.discover", move |_, _, _| Value::clone(&doc))?;
+    Ok(api.module)
+}
+
+async fn list_tools(host: &Host, p: ListToolsParams) -> Result<Box<RawValue>, Error> {
+    let snapshot = host.registry().snapshot();
+    match &p.session_id {
+        None => Ok(snapshot.list_json(p.format, p.include_hidden).to_owned()),
+        Some(id) => {
+            let session = host.sessions().get(id).await?;
+            let names: Vec<&str> = session
+                .tool_names
+                .iter()
+                .map(String::as_str)
+                .filter(|n| p.include_hidden || snapshot.get(n).is_some_and(|e| !e.hidden()))
+                .collect();
+            serde_json::value::to_raw_value(&snapshot.list(&names, p.format)).map_err(Error::server)
+        }
+    }
+}
+
+fn session_methods(api: &mut Api) -> anyhow::Result<()> {
+    api.method("session.create", "Creates a session; records the tools visible now as its view.", |host, p: SessionCreateParams| async move {
+        crate::session::create(&host, p).await
+    })?;
+    api.method("session.get", "One session by id.", |host, p: SessionIdParams| async move { host.sessions().get(&p.id).await })?;
+    api.method("session.list", "Sessions, newest first, paged with `after` = the previous page's `next`.", |host, p: SessionListParams| async move {
+        let limit = p.limit.unwrap_or(50).clamp(1, 1000);
+        let (sessions, next) = host.sessions().list(limit, p.after.as_deref()).await?;
+        Ok(SessionListResult { sessions, next })
+    })?;
+    api.method("session.update", "Merges meta key by key (null deletes), sets approval or workspace.", |host, p: SessionUpdateParams| async move {
+        crate::session::update(&host, p).await
+    })?;
+    api.method("session.delete", "Deletes a session.", |host, p: SessionIdParams| async move {
+        Ok(DeletedResult { deleted: host.sessions().delete(&p.id).await? })
+    })?;
+    api.method("session.tools", "The session's stable tool view (openai format); `unchanged` when `if_etag` matches.", |host, p: SessionToolsParams| async move {
+        crate::session::tools(&host, p).await
+    })?;
+    api.method("session.resume", "Merges the persisted tool names with the live tools and persists the result.", |host, p: SessionIdParams| async move {
+        crate::session::resume(&host, &p.id).await
+    })?;
+    api.method("session.refresh_tools", "Moves the session's view to the live registry.", |host, p: SessionIdParams| async move {
+        crate::session::refresh_tools(&host, &p.id).await
+    })?;
+    Ok(())
+}
+
+fn to_message<T: Serialize>(item: &T) -> Option<SubscriptionMessage> {
+    serde_json::value::to_raw_value(item).ok().map(SubscriptionMessage::from)
+}
+
+fn subscribe_invoke(api: &mut Api) -> anyhow::Result<()> {
+    api.docs.push(openrpc::subscription::<InvokeParams, InvokeEvent>(
+        "subscribe_invoke",
+        "invoke_event",
+        "unsubscribe_invoke",
+        "Runs a call and streams its partial results, then exactly one `result` event. Unsubscribing or closing the connection cancels the call. WebSocket and newline framing only.",
+    ));
+    api.module.register_subscription("subscribe_invoke", "invoke_event", "unsubscribe_invoke", |params, pending: PendingSubscriptionSink, host: Arc<Host>, _| async move {
+        let mut p: InvokeParams = match parse(&params) {
+            Ok(p) => p,
+            Err(e) => {
+                pending.reject(e).await;
+                return Ok(());
+            }
+        };
+        let mut sink = pending.accept().await?;
+        let call_id = p.call_id.get_or_insert_with(crate::invoke::new_call_id).clone();
+        let (tx, mut rx) = mpsc::channel(256);
+        let call = crate::invoke::invoke(&host, p, UpdateSink::new(tx));
+        tokio::pin!(call);
+        let forward = |u: crate::registry::ToolUpdate, call_id: &str| {
+            to_message(&InvokeEvent::Update { call_id: call_id.to_owned(), content: u.content, details: u.details })
+        };
+        loop {
+            tokio::select! {
+                r = &mut call => {
+                    let envelope = match r {
+                        Ok(env) => env,
+                        Err(e) => return Err(rpc_error(e).message().to_owned().into()),
+                    };
+                    while let Ok(u) = rx.try_recv() {
+                        if let Some(m) = forward(u, &envelope.call_id) { sink.send(m).await?; }
+                    }
+                    if let Some(m) = to_message(&InvokeEvent::Result(envelope)) { sink.send(m).await?; }
+                    return Ok(());
+                }
+                Some(u) = rx.recv() => {
+                    // A slow reader loses updates, never the call or the connection.
+                    if let Some(m) = forward(u, &call_id) { let _ = sink.try_send(m); }
+                }
+                _ = sink.closed() => return Ok(()),
+            }
+        }
+    })?;
+    Ok(())
+}
+
+fn subscribe_tools_changed(api: &mut Api) -> anyhow::Result<()> {
+    api.docs.push(openrpc::subscription::<EmptyParams, ToolsChanged>(
+        "subscribe_tools_changed",
+        "tools_changed",
+        "unsubscribe_tools_changed",
+        "A notification whenever the live registry changes. WebSocket and newline framing only.",
+    ));
+    api.module.register_subscription("subscribe_tools_changed", "tools_changed", "unsubscribe_tools_changed", |_, pending: PendingSubscriptionSink, host: Arc<Host>, _| async move {
+        let mut rx = host.registry().subscribe();
+        let sink = pending.accept().await?;
+        loop {
+            tokio::select! {
+                r = rx.recv() => match r {
+                    Ok(note) => { if let Some(m) = to_message(&note) { sink.send(m).await?; } }
+                    Err(broadcast::error::RecvError::Lagged(n)) => tracing::warn!(n, "tools_changed subscriber lagged"),
+                    Err(broadcast::error::RecvError::Closed) => return Ok(()),
+                },
+                _ = sink.closed() => return Ok(()),
+            }
+        }
+    })?;
+    Ok(())
+}

@@ -1,0 +1,10 @@
+//! Sessions persisted across daemon restarts (protocol.md "Sessions").
+//!
+//! `store` keeps records durably; `views` holds the protocol semantics that tie a session
+//! to the registry (the stable tool view, resume, refresh).
+
+mod store;
+mod views;
+
+pub use store::Sessions;
+pub use views::{create, refresh_tools, resume, tools, update};

@@ -1,0 +1,134 @@
+//! Session semantics that involve the live registry: a session's stable tool view.
+//!
+//! A session records `tool_names` when created, so a frontend's prompt (and its cache)
+//! stays stable while the host's live list changes; `resume` and `refresh_tools` move the
+//! view forward explicitly.
+
+use std::collections::HashSet;
+
+use crate::error::{Error, Result};
+use crate::host::{now_ms, Host};
+use crate::protocol::{
+    Session, SessionCreateParams, SessionRefreshResult, SessionResumeResult, SessionToolsParams,
+    SessionToolsResult, SessionUpdateParams,
+};
+
+/// Resolves a session workspace: relative paths are taken from the host's workspace.
+fn workspace_of(host: &Host, requested: Option<String>) -> Result<String> {
+    let Some(w) = requested else { return Ok(host.workspace().display().to_string()) };
+    let path = host.workspace().join(&w);
+    let path = path
+        .canonicalize()
+        .map_err(|e| Error::InvalidParams(format!("workspace {w:?} is not an accessible directory: {e}")))?;
+    if !path.is_dir() {
+        return Err(Error::InvalidParams(format!("workspace {w:?} is not a directory")));
+    }
+    Ok(path.display().to_string())
+}
+
+pub async fn create(host: &Host, p: SessionCreateParams) -> Result<Session> {
+    if let Some(id) = &p.id {
+        if id.is_empty() || id.len() > 128 || id.chars().any(|c| c.is_control()) {
+            return Err(Error::InvalidParams("id must be 1-128 printable characters".into()));
+        }
+    }
+    let snapshot = host.registry().snapshot();
+    let now = now_ms();
+    let session = Session {
+        id: p.id.unwrap_or_else(|| format!("s_{}", uuid::Uuid::new_v4().simple())),
+        created_at: now,
+        updated_at: now,
+        workspace: workspace_of(host, p.workspace)?,
+        approval: p.approval.unwrap_or(host.config().approval.mode),
+        meta: p.meta.unwrap_or_default().into_iter().filter(|(_, v)| !v.is_null()).collect(),
+        tool_names: snapshot.visible_names(),
+        tools_etag: snapshot.etag().to_owned(),
+    };
+    host.sessions().create(session).await
+}
+
+pub async fn update(host: &Host, p: SessionUpdateParams) -> Result<Session> {
+    let workspace = match p.workspace {
+        Some(w) => Some(workspace_of(host, Some(w))?),
+        None => None,
+    };
+    let now = now_ms();
+    host.sessions()
+        .update(&p.id, move |s| {
+            if let Some(meta) = &p.meta {
+                for (k, v) in meta {
+                    if v.is_null() {
+                        s.meta.remove(k);
+                    } else {
+                        s.meta.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            if let Some(a) = p.approval {
+                s.approval = a;
+            }
+            if let Some(w) = &workspace {
+                s.workspace = w.clone();
+            }
+            s.updated_at = now.max(s.updated_at);
+        })
+        .await
+}
+
+pub async fn tools(host: &Host, p: SessionToolsParams) -> Result<SessionToolsResult> {
+    let session = host.sessions().get(&p.id).await?;
+    let (tools, etag) = host.registry().snapshot().view(&session.tool_names);
+    if p.if_etag.as_deref() == Some(etag.as_str()) {
+        return Ok(SessionToolsResult { etag, unchanged: true, tools: None });
+    }
+    Ok(SessionToolsResult { etag, unchanged: false, tools: Some(tools) })
+}
+
+pub async fn resume(host: &Host, id: &str) -> Result<SessionResumeResult> {
+    let snapshot = host.registry().snapshot();
+    let live = snapshot.visible_names();
+    let live_set: HashSet<&str> = live.iter().map(String::as_str).collect();
+    let before = host.sessions().get(id).await?;
+    let known: HashSet<&str> = before.tool_names.iter().map(String::as_str).collect();
+    let added: Vec<String> = live.iter().filter(|n| !known.contains(n.as_str())).cloned().collect();
+    let missing: Vec<String> = before.tool_names.iter().filter(|n| !live_set.contains(n.as_str())).cloned().collect();
+    let (_, etag) = snapshot.view(&merged(&before.tool_names, &added));
+    let add = added.clone();
+    let session = host
+        .sessions()
+        .update(id, move |s| {
+            s.tool_names = merged(&s.tool_names, &add);
+            s.tools_etag = etag.clone();
+            s.updated_at = now_ms().max(s.updated_at);
+        })
+        .await?;
+    let (tools, _) = snapshot.view(&session.tool_names);
+    Ok(SessionResumeResult { session, tools, added, missing })
+}
+
+fn merged(names: &[String], added: &[String]) -> Vec<String> {
+    let mut out = names.to_vec();
+    let have: HashSet<String> = out.iter().cloned().collect();
+    out.extend(added.iter().filter(|n| !have.contains(*n)).cloned());
+    out
+}
+
+pub async fn refresh_tools(host: &Host, id: &str) -> Result<SessionRefreshResult> {
+    let snapshot = host.registry().snapshot();
+    let live = snapshot.visible_names();
+    let etag = snapshot.etag().to_owned();
+    let before = host.sessions().get(id).await?;
+    let old: HashSet<&str> = before.tool_names.iter().map(String::as_str).collect();
+    let new: HashSet<&str> = live.iter().map(String::as_str).collect();
+    let added = live.iter().filter(|n| !old.contains(n.as_str())).cloned().collect();
+    let removed = before.tool_names.iter().filter(|n| !new.contains(n.as_str())).cloned().collect();
+    let tag = etag.clone();
+    host.sessions()
+        .update(id, move |s| {
+            s.tool_names = live.clone();
+            s.tools_etag = tag.clone();
+            s.updated_at = now_ms().max(s.updated_at);
+        })
+        .await?;
+    Ok(SessionRefreshResult { etag, added, removed })
+}
