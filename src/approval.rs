@@ -91,11 +91,26 @@ mod tests {
         use ApprovalClass::*;
         use ApprovalMode as M;
         assert_eq!(decide(M::Auto, None, false, "t"), Decision::Allow);
-        assert_eq!(decide(M::Strict, Some(ReadOnly), false, "t"), Decision::Allow);
-        assert_eq!(decide(M::Strict, Some(Write), false, "t"), Decision::NeedsApproval);
+        assert_eq!(
+            decide(M::Strict, Some(ReadOnly), false, "t"),
+            Decision::Allow
+        );
+        assert_eq!(
+            decide(M::Strict, Some(Write), false, "t"),
+            Decision::NeedsApproval
+        );
         assert_eq!(decide(M::Strict, Some(Command), true, "t"), Decision::Allow);
-        assert!(matches!(decide(M::Strict, None, true, "t"), Decision::Deny(_)));
-        assert!(matches!(decide(M::ReadOnly, Some(Write), true, "t"), Decision::Deny(_)));
-        assert_eq!(decide(M::ReadOnly, Some(ReadOnly), false, "t"), Decision::Allow);
+        assert!(matches!(
+            decide(M::Strict, None, true, "t"),
+            Decision::Deny(_)
+        ));
+        assert!(matches!(
+            decide(M::ReadOnly, Some(Write), true, "t"),
+            Decision::Deny(_)
+        ));
+        assert_eq!(
+            decide(M::ReadOnly, Some(ReadOnly), false, "t"),
+            Decision::Allow
+        );
     }
 }

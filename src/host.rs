@@ -14,7 +14,8 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::{self, Config};
 use crate::invoke::CallTable;
-use crate::protocol::{ConfigStatusResult, HealthResult, McpCounts};
+use crate::mcp::McpManager;
+use crate::protocol::{ConfigReloadResult, ConfigStatusResult, HealthResult};
 use crate::registry::{Change, Registry, SourceKey};
 use crate::session::Sessions;
 
@@ -42,6 +43,9 @@ struct Inner {
     /// Sessions and spilled outputs; fixed for the daemon's life.
     data_dir: PathBuf,
     registry: Registry,
+    mcp: McpManager,
+    /// One reload at a time (an async lock: held across the wait for servers to connect).
+    reload_lock: tokio::sync::Mutex<()>,
     sessions: Sessions,
     calls: Arc<CallTable>,
     started: Instant,
@@ -61,7 +65,10 @@ struct ConfigState {
 }
 
 pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 impl Host {
@@ -90,6 +97,8 @@ impl Host {
         std::fs::create_dir_all(&data_dir)
             .with_context(|| format!("cannot create data dir {}", data_dir.display()))?;
         let sessions = Sessions::open(&data_dir.join("sessions"))?;
+        let registry = Registry::new();
+        let tracker = TaskTracker::new();
         let host = Host(Arc::new(Inner {
             config_path,
             config: ArcSwap::from_pointee(cfg.clone()),
@@ -101,15 +110,20 @@ impl Host {
             }),
             workspace,
             data_dir,
-            registry: Registry::new(),
+            mcp: McpManager::new(registry.clone(), tracker.clone()),
+            reload_lock: tokio::sync::Mutex::new(()),
+            registry,
             sessions,
             calls: Arc::default(),
             started: Instant::now(),
             shutdown: CancellationToken::new(),
-            tracker: TaskTracker::new(),
+            tracker,
         }));
         host.registry().apply(Change {
-            sources: vec![(SourceKey::Builtin, Some(crate::tools::builtins(&host.outputs_dir())))],
+            sources: vec![(
+                SourceKey::Builtin,
+                Some(crate::tools::builtins(&host.outputs_dir())),
+            )],
             approval_overrides: Some(cfg.approval.tools.clone()),
         });
         Ok(host)
@@ -134,6 +148,9 @@ impl Host {
     pub fn registry(&self) -> &Registry {
         &self.0.registry
     }
+    pub fn mcp(&self) -> &McpManager {
+        &self.0.mcp
+    }
     pub fn sessions(&self) -> &Sessions {
         &self.0.sessions
     }
@@ -150,7 +167,11 @@ impl Host {
     pub fn health(&self) -> HealthResult {
         let snapshot = self.registry().snapshot();
         let config_error = self.config_state().last_error;
-        let collisions: Vec<String> = snapshot.collisions().iter().map(|c| c.name.clone()).collect();
+        let collisions: Vec<String> = snapshot
+            .collisions()
+            .iter()
+            .map(|c| c.name.clone())
+            .collect();
         let degraded = config_error.is_some() || !collisions.is_empty();
         HealthResult {
             status: if degraded { "degraded" } else { "ok" },
@@ -158,14 +179,18 @@ impl Host {
             uptime_s: self.0.started.elapsed().as_secs(),
             tools: snapshot.len(),
             sessions: self.sessions().count(),
-            mcp: McpCounts { ready: 0, failed: 0, connecting: 0 },
+            mcp: self.mcp().counts(),
             config_error,
             collisions,
         }
     }
 
     fn config_state(&self) -> ConfigState {
-        self.0.config_state.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.0
+            .config_state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     pub fn config_status(&self) -> ConfigStatusResult {
@@ -180,12 +205,122 @@ impl Host {
     }
 }
 
+impl Host {
+    /// Starts every configured MCP server; their tools arrive as each connects.
+    fn start_servers(&self) {
+        for (name, cfg) in &self.config().mcp_servers {
+            self.mcp().start(name, cfg.clone(), true);
+        }
+    }
+
+    fn set_config_error(&self, error: String) {
+        tracing::error!("config not applied: {error}");
+        let mut s = self
+            .0
+            .config_state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        s.last_error = Some(error);
+    }
+
+    /// Reads config.json and applies it as a diff: the single reload path behind the file
+    /// watcher, SIGHUP and `config.reload`. A bad file leaves the live config in place.
+    pub async fn reload(&self) -> ConfigReloadResult {
+        let _one_at_a_time = self.0.reload_lock.lock().await;
+        let loaded = match config::load(self.config_path()) {
+            Ok(l) => l,
+            Err(e) => {
+                let error = format!("{e:#}");
+                self.set_config_error(error.clone());
+                return ConfigReloadResult {
+                    applied: false,
+                    error: Some(error),
+                    status: self.config_status(),
+                };
+            }
+        };
+        let old = self.config();
+        let new = loaded.config;
+        let mut warnings = loaded.warnings;
+        warnings.extend(restart_needed(&old, &new));
+
+        let mut sources = Vec::new();
+        let mut started = Vec::new();
+        for (name, cfg) in &new.mcp_servers {
+            match old.mcp_servers.get(name) {
+                Some(prev) if prev == cfg => {}
+                Some(prev) if !prev.needs_restart(cfg) => {
+                    if let Some(server) = self.mcp().get(name) {
+                        server.update_config(cfg.clone());
+                        sources.push((SourceKey::Mcp(name.clone()), Some(server.tools())));
+                    }
+                }
+                _ => started.push(self.mcp().start(name, cfg.clone(), false)),
+            }
+        }
+        for name in old
+            .mcp_servers
+            .keys()
+            .filter(|n| !new.mcp_servers.contains_key(*n))
+        {
+            self.mcp().remove(name);
+            sources.push((SourceKey::Mcp(name.clone()), None));
+        }
+        sources.extend(McpManager::collect_tools(&started).await);
+        self.0.config.store(Arc::new(new.clone()));
+        let note = self.registry().apply(Change {
+            sources,
+            approval_overrides: Some(new.approval.tools.clone()),
+        });
+        for s in &started {
+            s.start_publishing();
+        }
+        {
+            let mut s = self
+                .0
+                .config_state
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            s.loaded_at = now_ms();
+            s.revision += 1;
+            s.last_error = None;
+            s.warnings = warnings;
+        }
+        tracing::info!(changed = note.is_some(), "config applied");
+        ConfigReloadResult {
+            applied: true,
+            error: None,
+            status: self.config_status(),
+        }
+    }
+}
+
+/// Settings that only take effect at start, reported when a reload changes them.
+fn restart_needed(old: &Config, new: &Config) -> Vec<String> {
+    let mut out = Vec::new();
+    if old.listen != new.listen {
+        out.push("listen.* changed; restart the daemon to apply it".to_owned());
+    }
+    if old.data_dir != new.data_dir {
+        out.push("data_dir changed; restart the daemon to apply it".to_owned());
+    }
+    if old.workspace != new.workspace {
+        out.push("workspace changed; restart the daemon to apply it".to_owned());
+    }
+    if old.limits.max_request_bytes != new.limits.max_request_bytes {
+        out.push("limits.max_request_bytes changed; restart the daemon to apply it".to_owned());
+    }
+    out
+}
+
 /// Runs the daemon until SIGTERM/SIGINT: the entry point of `toolhost serve`.
 pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     let host = Host::new(&opts)?;
     let listeners = crate::rpc::Listeners::bind(&opts, &host.config()).await?;
     tracing::info!(socket = %listeners.describe(), workspace = %host.workspace().display(), data_dir = %host.data_dir().display(), "toolhost serving");
     let server = crate::rpc::start(host.clone(), listeners)?;
+    host.start_servers();
+    host.tracker().spawn(reload_on_sighup(host.clone()));
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
 
     wait_for_signal().await?;
@@ -193,14 +328,34 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     server.stop_accepting();
     // In-flight calls get a grace to finish; then their tokens are cancelled.
-    if tokio::time::timeout(SHUTDOWN_GRACE, wait_idle(&host)).await.is_err() {
-        tracing::warn!(calls = host.calls().in_flight(), "cancelling calls still running");
+    if tokio::time::timeout(SHUTDOWN_GRACE, wait_idle(&host))
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            calls = host.calls().in_flight(),
+            "cancelling calls still running"
+        );
     }
     host.shutdown_token().cancel();
+    host.mcp().stop_all();
     server.stopped(SHUTDOWN_GRACE).await;
     host.tracker().close();
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, host.tracker().wait()).await;
     Ok(())
+}
+
+async fn reload_on_sighup(host: Host) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = hup.recv() => { host.reload().await; }
+            _ = host.shutdown_token().cancelled() => return,
+        }
+    }
 }
 
 async fn wait_idle(host: &Host) {

@@ -26,7 +26,10 @@ impl CallTable {
     /// Registers a call; the returned guard unregisters it when the call ends.
     fn register(self: &Arc<Self>, call_id: &str, token: CancellationToken) -> CallGuard {
         lock(&self.calls).insert(call_id.to_owned(), token);
-        CallGuard { table: self.clone(), call_id: call_id.to_owned() }
+        CallGuard {
+            table: self.clone(),
+            call_id: call_id.to_owned(),
+        }
     }
 
     /// Cancels the call `call_id`; false when no such call is running.
@@ -67,7 +70,11 @@ pub fn new_call_id() -> String {
 
 /// Runs one call. Tool failures come back as `ok:false` results; only protocol-level
 /// problems (an unknown session) are errors.
-pub async fn invoke(host: &Host, params: InvokeParams, updates: UpdateSink) -> Result<InvokeResult> {
+pub async fn invoke(
+    host: &Host,
+    params: InvokeParams,
+    updates: UpdateSink,
+) -> Result<InvokeResult> {
     let started = Instant::now();
     let call_id = params.call_id.clone().unwrap_or_else(new_call_id);
     let config = host.config();
@@ -75,25 +82,43 @@ pub async fn invoke(host: &Host, params: InvokeParams, updates: UpdateSink) -> R
     let (workspace, mode, session_meta) = match &params.session_id {
         Some(id) => {
             let s = host.sessions().get(id).await?;
-            (PathBuf::from(&s.workspace), s.approval, Value::Object(s.meta))
+            (
+                PathBuf::from(&s.workspace),
+                s.approval,
+                Value::Object(s.meta),
+            )
         }
-        None => (host.workspace().to_path_buf(), config.approval.mode, Value::Object(Map::new())),
+        None => (
+            host.workspace().to_path_buf(),
+            config.approval.mode,
+            Value::Object(Map::new()),
+        ),
     };
 
     let token = host.shutdown_token().child_token();
     let _guard = host.calls().register(&call_id, token.clone());
-    let outcome = run_checked(host, &params, mode, CallContext {
-        call_id: call_id.clone(),
-        workspace,
-        session_id: params.session_id.clone(),
-        session_meta,
-        timeout_ms: params.timeout_ms,
-        cancel: token,
-        updates,
-    })
+    let outcome = run_checked(
+        host,
+        &params,
+        mode,
+        CallContext {
+            call_id: call_id.clone(),
+            workspace,
+            session_id: params.session_id.clone(),
+            session_meta,
+            timeout_ms: params.timeout_ms,
+            cancel: token,
+            updates,
+        },
+    )
     .await;
 
-    let (result, control) = normalise(outcome, config.limits.max_output_bytes, &host.outputs_dir(), &call_id);
+    let (result, control) = normalise(
+        outcome,
+        config.limits.max_output_bytes,
+        &host.outputs_dir(),
+        &call_id,
+    );
     Ok(InvokeResult {
         call_id,
         tool: params.name,
@@ -104,20 +129,37 @@ pub async fn invoke(host: &Host, params: InvokeParams, updates: UpdateSink) -> R
     })
 }
 
-async fn run_checked(host: &Host, params: &InvokeParams, mode: ApprovalMode, ctx: CallContext) -> ToolResult {
+async fn run_checked(
+    host: &Host,
+    params: &InvokeParams,
+    mode: ApprovalMode,
+    ctx: CallContext,
+) -> ToolResult {
     let snapshot = host.registry().snapshot();
     let Some(entry) = snapshot.get(&params.name) else {
-        return Err(ToolError::new(ErrorKind::UnknownTool, format!("Unknown tool: {}", params.name)));
+        return Err(ToolError::new(
+            ErrorKind::UnknownTool,
+            format!("Unknown tool: {}", params.name),
+        ));
     };
     let args = params.arguments.clone().unwrap_or_default();
     let validator = entry.validator().map_err(ToolError::failed)?;
     let args_value = Value::Object(args);
     if let Some(err) = validator.iter_errors(&args_value).next() {
         let path = err.instance_path.to_string();
-        let field = if path.is_empty() { "arguments".to_owned() } else { format!("arguments{}", path.replace('/', ".")) };
-        return Err(ToolError::invalid(format!("Invalid arguments for {}: {field}: {err}", params.name)));
+        let field = if path.is_empty() {
+            "arguments".to_owned()
+        } else {
+            format!("arguments{}", path.replace('/', "."))
+        };
+        return Err(ToolError::invalid(format!(
+            "Invalid arguments for {}: {field}: {err}",
+            params.name
+        )));
     }
-    let Value::Object(args) = args_value else { return Err(ToolError::invalid("arguments must be an object")) };
+    let Value::Object(args) = args_value else {
+        return Err(ToolError::invalid("arguments must be an object"));
+    };
 
     match approval::decide(mode, entry.approval, params.approved, &params.name) {
         Decision::Allow => {}
@@ -131,7 +173,11 @@ async fn run_checked(host: &Host, params: &InvokeParams, mode: ApprovalMode, ctx
         Decision::Deny(msg) => return Err(ToolError::new(ErrorKind::Denied, msg)),
     }
 
-    let timeout = Duration::from_millis(params.timeout_ms.unwrap_or(host.config().limits.default_timeout_ms));
+    let timeout = Duration::from_millis(
+        params
+            .timeout_ms
+            .unwrap_or(host.config().limits.default_timeout_ms),
+    );
     let cancel = ctx.cancel.clone();
     let tool = entry.tool.clone();
     drop(snapshot);
@@ -146,17 +192,30 @@ async fn run_checked(host: &Host, params: &InvokeParams, mode: ApprovalMode, ctx
 }
 
 /// A readable line saying what a call would do, shown to the user before approving.
-fn approval_summary(name: &str, class: Option<approval::ApprovalClass>, args: &Map<String, Value>) -> String {
+fn approval_summary(
+    name: &str,
+    class: Option<approval::ApprovalClass>,
+    args: &Map<String, Value>,
+) -> String {
     let class = class.map_or("unclassified", |c| c.as_str());
     let detail = ["command", "path"]
         .iter()
-        .find_map(|k| args.get(*k).and_then(Value::as_str).map(|v| format!(" {k}={v:?}")))
+        .find_map(|k| {
+            args.get(*k)
+                .and_then(Value::as_str)
+                .map(|v| format!(" {k}={v:?}"))
+        })
         .unwrap_or_default();
     format!("{name} ({class}){detail}")
 }
 
 /// Turns a tool outcome into the `result` object (always with `ok`) and the control fields.
-pub fn normalise(outcome: ToolResult, max_output: usize, outputs_dir: &Path, call_id: &str) -> (Map<String, Value>, Option<Map<String, Value>>) {
+pub fn normalise(
+    outcome: ToolResult,
+    max_output: usize,
+    outputs_dir: &Path,
+    call_id: &str,
+) -> (Map<String, Value>, Option<Map<String, Value>>) {
     let mut result = Map::new();
     match outcome {
         Ok(fields) => {
@@ -167,14 +226,26 @@ pub fn normalise(outcome: ToolResult, max_output: usize, outputs_dir: &Path, cal
             result.insert("ok".into(), Value::Bool(false));
             result.extend(e.fields);
             result.insert("error".into(), Value::String(e.message));
-            result.insert("error_kind".into(), serde_json::to_value(e.kind).unwrap_or(Value::Null));
+            result.insert(
+                "error_kind".into(),
+                serde_json::to_value(e.kind).unwrap_or(Value::Null),
+            );
         }
     }
-    let control_keys: Vec<String> = result.keys().filter(|k| k.starts_with('_')).cloned().collect();
+    let control_keys: Vec<String> = result
+        .keys()
+        .filter(|k| k.starts_with('_'))
+        .cloned()
+        .collect();
     let control = if control_keys.is_empty() {
         None
     } else {
-        Some(control_keys.into_iter().filter_map(|k| result.remove_entry(&k)).collect())
+        Some(
+            control_keys
+                .into_iter()
+                .filter_map(|k| result.remove_entry(&k))
+                .collect(),
+        )
     };
     cap_output(&mut result, max_output, outputs_dir, call_id);
     (result, control)
@@ -209,7 +280,9 @@ fn cap_output(result: &mut Map<String, Value>, max: usize, outputs_dir: &Path, c
             }
         }
     }
-    let saved = std::fs::create_dir_all(outputs_dir).and_then(|()| std::fs::write(&path, &full)).is_ok();
+    let saved = std::fs::create_dir_all(outputs_dir)
+        .and_then(|()| std::fs::write(&path, &full))
+        .is_ok();
     // Share the budget between the long fields, keeping headroom for the other fields.
     let others = size - fields.iter().map(|(_, l)| l).sum::<usize>();
     let budget = max.saturating_sub(others + 512) / fields.len();
@@ -218,12 +291,17 @@ fn cap_output(result: &mut Map<String, Value>, max: usize, outputs_dir: &Path, c
             let keep = floor_char_boundary(s, budget.min(*len));
             let dropped = s.len() - keep;
             s.truncate(keep);
-            s.push_str(&format!("\n…[truncated {dropped} bytes; the full output is in full_output_path]"));
+            s.push_str(&format!(
+                "\n…[truncated {dropped} bytes; the full output is in full_output_path]"
+            ));
         }
     }
     result.insert("truncated".into(), Value::Bool(true));
     if saved {
-        result.insert("full_output_path".into(), Value::String(path.display().to_string()));
+        result.insert(
+            "full_output_path".into(),
+            Value::String(path.display().to_string()),
+        );
     } else {
         tracing::warn!(path = %path.display(), "could not save the full output");
     }
@@ -237,7 +315,16 @@ fn floor_char_boundary(s: &str, mut i: usize) -> usize {
 }
 
 fn sanitize_file_name(s: &str) -> String {
-    s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).take(100).collect()
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(100)
+        .collect()
 }
 
 #[cfg(test)]
@@ -264,6 +351,9 @@ mod tests {
         assert_eq!(r["truncated"], json!(true));
         assert!(serde_json::to_string(&r).unwrap().len() <= 2_000);
         let path = r["full_output_path"].as_str().unwrap();
-        assert_eq!(std::fs::read_to_string(path).unwrap().trim_end().len(), 10_000);
+        assert_eq!(
+            std::fs::read_to_string(path).unwrap().trim_end().len(),
+            10_000
+        );
     }
 }

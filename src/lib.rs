@@ -17,6 +17,7 @@ pub mod config;
 pub mod error;
 pub mod host;
 pub mod invoke;
+pub mod mcp;
 pub mod process;
 pub mod protocol;
 pub mod registry;

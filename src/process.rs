@@ -18,9 +18,26 @@ pub const KILL_GRACE: Duration = Duration::from_millis(2000);
 
 /// Environment variables a child inherits from the daemon; everything else is explicit.
 pub const ENV_ALLOW_LIST: &[&str] = &[
-    "PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER", "LOGNAME", "SHELL",
-    "TERM", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME",
-    "npm_config_cache", "NODE_PATH", "VIRTUAL_ENV", "PYTHONPATH", "SSL_CERT_FILE",
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "TERM",
+    "XDG_RUNTIME_DIR",
+    "XDG_CONFIG_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_DATA_HOME",
+    "npm_config_cache",
+    "NODE_PATH",
+    "VIRTUAL_ENV",
+    "PYTHONPATH",
+    "SSL_CERT_FILE",
 ];
 
 /// Clears the command's environment and passes only the allow-list (plus what the caller
@@ -53,7 +70,9 @@ pub struct GroupGuard {
 impl GroupGuard {
     /// Takes ownership of the group led by `pid` (the child was spawned with `process_group(0)`).
     pub fn new(pid: u32) -> Self {
-        GroupGuard { pgid: i32::try_from(pid).ok().map(Pid::from_raw) }
+        GroupGuard {
+            pgid: i32::try_from(pid).ok().map(Pid::from_raw),
+        }
     }
 
     pub fn pgid(&self) -> Option<i32> {
@@ -90,16 +109,18 @@ impl Drop for GroupGuard {
         }
         // Drop cannot wait; a short-lived thread delivers the KILL after the grace so the
         // runtime is never blocked and the kill still happens during runtime shutdown.
-        let _ = std::thread::Builder::new().name("killpg".into()).spawn(move || {
-            let deadline = std::time::Instant::now() + KILL_GRACE;
-            while std::time::Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-                if !group_alive(pgid) {
-                    return;
+        let _ = std::thread::Builder::new()
+            .name("killpg".into())
+            .spawn(move || {
+                let deadline = std::time::Instant::now() + KILL_GRACE;
+                while std::time::Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
+                    if !group_alive(pgid) {
+                        return;
+                    }
                 }
-            }
-            signal_group(pgid, Signal::SIGKILL);
-        });
+                signal_group(pgid, Signal::SIGKILL);
+            });
     }
 }
 

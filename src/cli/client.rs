@@ -12,7 +12,11 @@ pub enum ClientError {
     #[error("no toolhost daemon is answering on {path}: {reason}\nstart one with `toolhost serve` (or pass --socket / set TOOLHOST_SOCKET)")]
     NoDaemon { path: PathBuf, reason: String },
     #[error("JSON-RPC error {code}: {message}")]
-    Rpc { code: i64, message: String, data: Option<Value> },
+    Rpc {
+        code: i64,
+        message: String,
+        data: Option<Value>,
+    },
     #[error("connection to the daemon failed: {0}")]
     Io(String),
 }
@@ -27,9 +31,16 @@ impl Client {
     pub async fn connect(path: &Path) -> Result<Client, ClientError> {
         let stream = UnixStream::connect(path)
             .await
-            .map_err(|e| ClientError::NoDaemon { path: path.to_path_buf(), reason: e.to_string() })?;
+            .map_err(|e| ClientError::NoDaemon {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            })?;
         let (r, w) = stream.into_split();
-        Ok(Client { lines: BufReader::new(r).lines(), writer: w, next_id: 1 })
+        Ok(Client {
+            lines: BufReader::new(r).lines(),
+            writer: w,
+            next_id: 1,
+        })
     }
 
     /// Sends one request and waits for its response (skipping notifications).
@@ -50,7 +61,10 @@ impl Client {
     pub async fn send(&mut self, msg: &Value) -> Result<(), ClientError> {
         let mut line = msg.to_string();
         line.push('\n');
-        self.writer.write_all(line.as_bytes()).await.map_err(|e| ClientError::Io(e.to_string()))
+        self.writer
+            .write_all(line.as_bytes())
+            .await
+            .map_err(|e| ClientError::Io(e.to_string()))
     }
 
     pub async fn next_message(&mut self) -> Result<Value, ClientError> {
@@ -72,5 +86,8 @@ pub fn response_result(mut msg: Value) -> Result<Value, ClientError> {
             data: err.get("data").cloned(),
         });
     }
-    Ok(msg.get_mut("result").map(Value::take).unwrap_or(Value::Null))
+    Ok(msg
+        .get_mut("result")
+        .map(Value::take)
+        .unwrap_or(Value::Null))
 }

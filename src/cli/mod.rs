@@ -18,7 +18,11 @@ pub use client::{Client, ClientError};
 use crate::config;
 
 #[derive(Parser, Debug)]
-#[command(name = "toolhost", version, about = "One shared tool host for AI coding agents")]
+#[command(
+    name = "toolhost",
+    version,
+    about = "One shared tool host for AI coding agents"
+)]
 pub struct Cli {
     /// The daemon's Unix socket (default: TOOLHOST_SOCKET, config listen.socket, then
     /// $XDG_RUNTIME_DIR/toolhost/toolhost.sock or /tmp/toolhost-<uid>/toolhost.sock).
@@ -102,7 +106,10 @@ struct Output {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(matches!(cli.command, Command::Serve { .. }));
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("toolhost: cannot start the async runtime: {e}");
@@ -113,16 +120,31 @@ pub fn main() -> ExitCode {
 }
 
 fn init_tracing(daemon: bool) {
-    let default = if daemon { "info,rmcp=warn" } else { "warn,rmcp=warn" };
+    let default = if daemon {
+        "info,rmcp=warn"
+    } else {
+        "warn,rmcp=warn"
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }
 
 async fn run(cli: Cli) -> ExitCode {
     match cli.command {
-        Command::Serve { workspace, data_dir } => {
-            let opts = crate::ServeOptions { config: cli.config, socket: cli.socket, workspace, data_dir };
+        Command::Serve {
+            workspace,
+            data_dir,
+        } => {
+            let opts = crate::ServeOptions {
+                config: cli.config,
+                socket: cli.socket,
+                workspace,
+                data_dir,
+            };
             match crate::serve(opts).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -131,7 +153,9 @@ async fn run(cli: Cli) -> ExitCode {
                 }
             }
         }
-        Command::Config { command: ConfigCommand::Check } => config_check(cli.config),
+        Command::Config {
+            command: ConfigCommand::Check,
+        } => config_check(cli.config),
         command => {
             let path = socket_for(&cli.socket, &cli.config);
             match client_command(&path, command).await {
@@ -151,7 +175,9 @@ async fn run(cli: Cli) -> ExitCode {
 /// The socket a client should use: same resolution as the daemon's.
 fn socket_for(explicit: &Option<PathBuf>, config_path: &Option<PathBuf>) -> PathBuf {
     let cfg_path = config_path.clone().unwrap_or_else(config::default_path);
-    let cfg = config::load(&cfg_path).map(|l| l.config).unwrap_or_default();
+    let cfg = config::load(&cfg_path)
+        .map(|l| l.config)
+        .unwrap_or_default();
     crate::rpc::socket_path(explicit.as_deref(), &cfg)
 }
 
@@ -191,28 +217,50 @@ fn print_json(v: &Value) {
     println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
 }
 
-async fn client_command(socket: &std::path::Path, command: Command) -> Result<ExitCode, ClientError> {
+async fn client_command(
+    socket: &std::path::Path,
+    command: Command,
+) -> Result<ExitCode, ClientError> {
     let mut client = Client::connect(socket).await?;
     match command {
         Command::Tools { out, all } => {
-            let r = client.call("list_tools", json!({"include_hidden": all})).await?;
+            let r = client
+                .call("list_tools", json!({"include_hidden": all}))
+                .await?;
             if out.json {
                 print_json(&r);
             } else {
                 for t in r["tools"].as_array().into_iter().flatten() {
                     let name = t["function"]["name"].as_str().unwrap_or("");
                     let meta = &r["meta"][name];
-                    let first = t["function"]["description"].as_str().unwrap_or("").lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim().trim_start_matches("- ");
+                    let first = t["function"]["description"]
+                        .as_str()
+                        .unwrap_or("")
+                        .lines()
+                        .find(|l| !l.trim().is_empty())
+                        .unwrap_or("")
+                        .trim()
+                        .trim_start_matches("- ");
                     let source = match meta["server"].as_str() {
                         Some(s) => format!("mcp:{s}"),
                         None => meta["source"].as_str().unwrap_or("").to_owned(),
                     };
-                    println!("{name:<32} {source:<14} {:<10} {first}", meta["approval"].as_str().unwrap_or("-"));
+                    println!(
+                        "{name:<32} {source:<14} {:<10} {first}",
+                        meta["approval"].as_str().unwrap_or("-")
+                    );
                 }
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Invoke { name, args, session, timeout_ms, approved, out } => {
+        Command::Invoke {
+            name,
+            args,
+            session,
+            timeout_ms,
+            approved,
+            out,
+        } => {
             let args = match parse_json_object("--args", &args) {
                 Ok(a) => a,
                 Err(code) => return Ok(code),
@@ -242,9 +290,18 @@ async fn client_command(socket: &std::path::Path, command: Command) -> Result<Ex
                     _ => print_json(&fields),
                 }
             } else {
-                eprintln!("{} ({}): {}", name, r["result"]["error_kind"].as_str().unwrap_or("failed"), r["result"]["error"].as_str().unwrap_or(""));
+                eprintln!(
+                    "{} ({}): {}",
+                    name,
+                    r["result"]["error_kind"].as_str().unwrap_or("failed"),
+                    r["result"]["error"].as_str().unwrap_or("")
+                );
             }
-            Ok(if ok { ExitCode::SUCCESS } else { ExitCode::from(1) })
+            Ok(if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
         }
         Command::Health { out } => {
             let r = client.call("host.health", json!({})).await?;
@@ -261,10 +318,22 @@ async fn client_command(socket: &std::path::Path, command: Command) -> Result<Ex
                     println!("config error: {e}");
                 }
             }
-            Ok(if r["status"] == "ok" { ExitCode::SUCCESS } else { ExitCode::from(1) })
+            Ok(if r["status"] == "ok" {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
         }
-        Command::Call { method, params, out } => {
-            let params = match params.as_deref().map(|p| parse_json_object("PARAMS", p)).transpose() {
+        Command::Call {
+            method,
+            params,
+            out,
+        } => {
+            let params = match params
+                .as_deref()
+                .map(|p| parse_json_object("PARAMS", p))
+                .transpose()
+            {
                 Ok(p) => p.unwrap_or_else(|| json!({})),
                 Err(code) => return Ok(code),
             };

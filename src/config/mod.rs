@@ -12,7 +12,9 @@ pub fn default_path() -> PathBuf {
     if let Some(p) = std::env::var_os("TOOLHOST_CONFIG") {
         return PathBuf::from(p);
     }
-    xdg_dir("XDG_CONFIG_HOME", ".config").join("toolhost").join("config.json")
+    xdg_dir("XDG_CONFIG_HOME", ".config")
+        .join("toolhost")
+        .join("config.json")
 }
 
 /// `$VAR`, else `$HOME/<fallback>`, else a per-user directory under /tmp.
@@ -43,9 +45,14 @@ pub fn load(path: &Path) -> anyhow::Result<Loaded> {
     let config: Config = config::Config::builder()
         .add_source(config::File::from_str(&text, config::FileFormat::Json))
         .add_source(
-            config::Environment::with_prefix("TOOLHOST").prefix_separator("_").separator("__"),
+            config::Environment::with_prefix("TOOLHOST")
+                .prefix_separator("_")
+                .separator("__"),
         )
         .build()?
         .try_deserialize()?;
-    Ok(Loaded { config, warnings: Vec::new() })
+    Ok(Loaded {
+        config,
+        warnings: Vec::new(),
+    })
 }

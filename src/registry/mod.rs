@@ -20,8 +20,7 @@ use crate::protocol::ToolsChanged;
 
 pub use snapshot::{Entry, Snapshot};
 pub use tool::{
-    CallContext, Tool, ToolError, ToolOk, ToolResult, ToolSource, ToolSpec, ToolUpdate,
-    UpdateSink,
+    CallContext, Tool, ToolError, ToolOk, ToolResult, ToolSource, ToolSpec, ToolUpdate, UpdateSink,
 };
 
 /// A group of tools that changes together. The order of the variants is the precedence on a
@@ -43,7 +42,11 @@ pub struct Change {
 }
 
 /// The writer side is serialised by a mutex; readers take an `Arc<Snapshot>` and go.
-pub struct Registry {
+/// Cloning is cheap: clones share one registry (MCP supervisors publish through a clone).
+#[derive(Clone)]
+pub struct Registry(Arc<Inner>);
+
+struct Inner {
     sources: Mutex<Sources>,
     current: RwLock<Arc<Snapshot>>,
     changes: broadcast::Sender<ToolsChanged>,
@@ -64,29 +67,29 @@ impl Default for Registry {
 impl Registry {
     pub fn new() -> Self {
         let (changes, _) = broadcast::channel(256);
-        Registry {
+        Registry(Arc::new(Inner {
             sources: Mutex::new(Sources::default()),
             current: RwLock::new(Arc::new(Snapshot::empty())),
             changes,
-        }
+        }))
     }
 
     /// The live snapshot.
     pub fn snapshot(&self) -> Arc<Snapshot> {
-        match self.current.read() {
+        match self.0.current.read() {
             Ok(g) => g.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
         }
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<ToolsChanged> {
-        self.changes.subscribe()
+        self.0.changes.subscribe()
     }
 
     /// Applies a batch of changes in one swap; returns (and broadcasts) the notification,
     /// or `None` when the visible tool list did not change.
     pub fn apply(&self, change: Change) -> Option<ToolsChanged> {
-        let mut sources = match self.sources.lock() {
+        let mut sources = match self.0.sources.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
         };
@@ -117,12 +120,12 @@ impl Registry {
             removed: diff.removed,
             changed: diff.changed,
         };
-        match self.current.write() {
+        match self.0.current.write() {
             Ok(mut g) => *g = next,
             Err(poisoned) => *poisoned.into_inner() = next,
         }
         drop(sources);
-        let _ = self.changes.send(note.clone());
+        let _ = self.0.changes.send(note.clone());
         Some(note)
     }
 }

@@ -56,7 +56,14 @@ impl Entry {
             deferrable: spec.deferrable,
             annotations: spec.annotations.clone(),
         };
-        Entry { tool, approval, openai, mcp, meta, validator: OnceLock::new() }
+        Entry {
+            tool,
+            approval,
+            openai,
+            mcp,
+            meta,
+            validator: OnceLock::new(),
+        }
     }
 
     /// The tool in `openai` format (`{"type":"function","function":{...}}`).
@@ -80,7 +87,9 @@ impl Entry {
     }
 
     fn same_as(&self, other: &Entry) -> bool {
-        self.openai == other.openai && self.mcp == other.mcp && self.approval == other.approval
+        self.openai == other.openai
+            && self.mcp == other.mcp
+            && self.approval == other.approval
             && self.meta.hidden == other.meta.hidden
             && self.meta.deferrable == other.meta.deferrable
             && self.meta.server == other.meta.server
@@ -124,7 +133,13 @@ impl Snapshot {
 
     fn from_tools(tools: IndexMap<String, Arc<Entry>>, collisions: Vec<Collision>) -> Self {
         let etag = etag_of(tools.values().filter(|e| !e.hidden()).map(|e| &e.openai));
-        Snapshot { revision: 0, tools, collisions, etag, lists: Default::default() }
+        Snapshot {
+            revision: 0,
+            tools,
+            collisions,
+            etag,
+            lists: Default::default(),
+        }
     }
 
     /// Builds the next snapshot, reusing entries (and their compiled validators) of `old`
@@ -142,7 +157,11 @@ impl Snapshot {
                 let name = tool.spec().name.clone();
                 if let Some(kept) = owner.get(&name) {
                     tracing::warn!(tool = %name, kept = ?kept, dropped = ?key, "tool name collision; the earlier source keeps the name");
-                    collisions.push(Collision { name, kept: kept.clone(), dropped: key.clone() });
+                    collisions.push(Collision {
+                        name,
+                        kept: kept.clone(),
+                        dropped: key.clone(),
+                    });
                     continue;
                 }
                 let approval = overrides.get(&name).copied().or(tool.spec().approval);
@@ -167,11 +186,18 @@ impl Snapshot {
         for (name, e) in &next.tools {
             match self.tools.get(name) {
                 None => d.added.push(name.clone()),
-                Some(old) if !Arc::ptr_eq(old, e) && !old.same_as(e) => d.changed.push(name.clone()),
+                Some(old) if !Arc::ptr_eq(old, e) && !old.same_as(e) => {
+                    d.changed.push(name.clone())
+                }
                 Some(_) => {}
             }
         }
-        d.removed = self.tools.keys().filter(|n| !next.tools.contains_key(*n)).cloned().collect();
+        d.removed = self
+            .tools
+            .keys()
+            .filter(|n| !next.tools.contains_key(*n))
+            .cloned()
+            .collect();
         d
     }
 
@@ -202,7 +228,11 @@ impl Snapshot {
 
     /// Names of visible (not hidden) tools, in listing order.
     pub fn visible_names(&self) -> Vec<String> {
-        self.tools.iter().filter(|(_, e)| !e.hidden()).map(|(n, _)| n.clone()).collect()
+        self.tools
+            .iter()
+            .filter(|(_, e)| !e.hidden())
+            .map(|(n, _)| n.clone())
+            .collect()
     }
 
     pub fn collisions(&self) -> &[Collision] {
@@ -240,13 +270,21 @@ impl Snapshot {
                 meta.insert((*name).to_owned(), e.meta.clone());
             }
         }
-        ListToolsResult { revision: self.revision, etag: etag_of(tools.iter()), tools, meta }
+        ListToolsResult {
+            revision: self.revision,
+            etag: etag_of(tools.iter()),
+            tools,
+            meta,
+        }
     }
 
     /// The `openai`-format tools of a session view (`names` ∩ live) and their etag.
     pub fn view(&self, names: &[String]) -> (Vec<Value>, String) {
-        let tools: Vec<Value> =
-            names.iter().filter_map(|n| self.tools.get(n)).map(|e| e.openai.clone()).collect();
+        let tools: Vec<Value> = names
+            .iter()
+            .filter_map(|n| self.tools.get(n))
+            .map(|e| e.openai.clone())
+            .collect();
         let etag = etag_of(tools.iter());
         (tools, etag)
     }

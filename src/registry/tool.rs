@@ -15,9 +15,14 @@ use crate::protocol::ErrorKind;
 pub enum ToolSource {
     Builtin,
     /// A custom tool program living in `dir`.
-    Custom { dir: PathBuf },
+    Custom {
+        dir: PathBuf,
+    },
     /// A tool of the MCP server `server`; `remote_name` is its name on that server.
-    Mcp { server: String, remote_name: String },
+    Mcp {
+        server: String,
+        remote_name: String,
+    },
 }
 
 /// Everything the host needs to list a tool and to check a call before it runs.
@@ -119,7 +124,11 @@ pub struct ToolError {
 
 impl ToolError {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
-        ToolError { kind, message: message.into(), fields: Map::new() }
+        ToolError {
+            kind,
+            message: message.into(),
+            fields: Map::new(),
+        }
     }
     /// The common case: the tool ran and could not do what was asked.
     pub fn failed(message: impl Into<String>) -> Self {

@@ -38,8 +38,12 @@ async fn first_byte(stream: &UnixStream) -> Option<u8> {
     loop {
         stream.readable().await.ok()?;
         let peeked = stream.try_io(tokio::io::Interest::READABLE, || {
-            nix::sys::socket::recv(stream.as_raw_fd(), &mut buf, nix::sys::socket::MsgFlags::MSG_PEEK)
-                .map_err(std::io::Error::from)
+            nix::sys::socket::recv(
+                stream.as_raw_fd(),
+                &mut buf,
+                nix::sys::socket::MsgFlags::MSG_PEEK,
+            )
+            .map_err(std::io::Error::from)
         });
         match peeked {
             Ok(0) => return None,
@@ -57,7 +61,10 @@ where
 {
     let stop = shared.stop.clone();
     let conn = hyper::server::conn::http1::Builder::new()
-        .serve_connection(hyper_util::rt::TokioIo::new(io), HttpService { shared, token })
+        .serve_connection(
+            hyper_util::rt::TokioIo::new(io),
+            HttpService { shared, token },
+        )
         .with_upgrades();
     tokio::pin!(conn);
     let result = tokio::select! {
@@ -93,7 +100,11 @@ impl hyper::service::Service<HttpRequest<Incoming>> for HttpService {
             let body = serde_json::to_string(&self.shared.host.health()).unwrap_or_default();
             return ready(json(200, body));
         }
-        let mut svc = self.shared.service.clone().build(self.shared.methods.clone(), self.shared.stop.clone());
+        let mut svc = self
+            .shared
+            .service
+            .clone()
+            .build(self.shared.methods.clone(), self.shared.stop.clone());
         tower::Service::call(&mut svc, req).boxed()
     }
 }
@@ -104,24 +115,35 @@ fn ready(r: HttpResponse) -> BoxFuture<'static, Result<HttpResponse, BoxError>> 
 
 fn plain(status: u16, body: &'static str) -> HttpResponse {
     let mut r = HttpResponse::new(HttpBody::from(body));
-    *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+    *r.status_mut() =
+        hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
     r
 }
 
 fn json(status: u16, body: String) -> HttpResponse {
     let mut r = HttpResponse::new(HttpBody::from(body));
-    *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
-    r.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+    *r.status_mut() =
+        hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
     r
 }
 
 /// Constant-time check of `Authorization: Bearer <token>`.
 fn bearer_matches<B>(req: &HttpRequest<B>, token: &str) -> bool {
     use subtle::ConstantTimeEq;
-    let Some(value) = req.headers().get(hyper::header::AUTHORIZATION).and_then(|v| v.to_str().ok()) else {
+    let Some(value) = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    else {
         return false;
     };
-    let Some(given) = value.strip_prefix("Bearer ") else { return false };
+    let Some(given) = value.strip_prefix("Bearer ") else {
+        return false;
+    };
     given.as_bytes().ct_eq(token.as_bytes()).into()
 }
 
@@ -130,8 +152,16 @@ async fn serve_newline(stream: UnixStream, shared: Arc<Shared>) {
     let max = shared.max_request_bytes;
     let (client_io, server_io) = tokio::io::duplex(64 * 1024);
     tokio::spawn(serve_http(server_io, shared.clone(), None));
-    let ws_config = WebSocketConfig::default().max_message_size(Some(usize::MAX)).max_frame_size(Some(usize::MAX));
-    let ws = match tokio_tungstenite::client_async_with_config("ws://localhost/", client_io, Some(ws_config)).await {
+    let ws_config = WebSocketConfig::default()
+        .max_message_size(Some(usize::MAX))
+        .max_frame_size(Some(usize::MAX));
+    let ws = match tokio_tungstenite::client_async_with_config(
+        "ws://localhost/",
+        client_io,
+        Some(ws_config),
+    )
+    .await
+    {
         Ok((ws, _)) => ws,
         Err(e) => {
             tracing::warn!(%e, "newline bridge handshake failed");
@@ -140,7 +170,10 @@ async fn serve_newline(stream: UnixStream, shared: Arc<Shared>) {
     };
     let (mut ws_tx, mut ws_rx) = ws.split();
     let (rd, mut wr) = stream.into_split();
-    let mut lines = FramedRead::new(rd, AnyDelimiterCodec::new_with_max_length(b"\n".to_vec(), Vec::new(), max));
+    let mut lines = FramedRead::new(
+        rd,
+        AnyDelimiterCodec::new_with_max_length(b"\n".to_vec(), Vec::new(), max),
+    );
     // Replies we still owe: lets a client half-close after its last request and still get
     // every answer (`printf ... | socat - UNIX:...`).
     let owed = Arc::new(AtomicI64::new(0));
@@ -161,7 +194,12 @@ async fn serve_newline(stream: UnixStream, shared: Arc<Shared>) {
                 Ok("") => continue,
                 Ok(s) => s.to_owned(),
                 Err(_) => {
-                    let _ = local_tx.send(error_line(-32700, "Parse error: the line is not valid UTF-8")).await;
+                    let _ = local_tx
+                        .send(error_line(
+                            -32700,
+                            "Parse error: the line is not valid UTF-8",
+                        ))
+                        .await;
                     continue;
                 }
             };
@@ -222,5 +260,6 @@ fn expects_reply(line: &str) -> bool {
 }
 
 fn error_line(code: i32, message: &str) -> String {
-    serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}}).to_string()
+    serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}})
+        .to_string()
 }

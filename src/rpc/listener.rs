@@ -25,7 +25,9 @@ pub fn socket_path(explicit: Option<&Path>, cfg: &Config) -> PathBuf {
     }
     match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
         Some(dir) => PathBuf::from(dir).join("toolhost").join("toolhost.sock"),
-        None => PathBuf::from(format!("/tmp/toolhost-{}", nix::unistd::getuid())).join("toolhost.sock"),
+        None => {
+            PathBuf::from(format!("/tmp/toolhost-{}", nix::unistd::getuid())).join("toolhost.sock")
+        }
     }
 }
 
@@ -42,22 +44,36 @@ impl Listeners {
         let path = socket_path(opts.socket.as_deref(), cfg);
         let (unix, owned_path) = match systemd_socket()? {
             Some(l) => (l, None),
-            None => (bind_unix(&path, cfg.listen.socket_mode.as_deref()).await?, Some(path.clone())),
+            None => (
+                bind_unix(&path, cfg.listen.socket_mode.as_deref()).await?,
+                Some(path.clone()),
+            ),
         };
         let tcp = match &cfg.listen.tcp {
             None => None,
             Some(addr) => {
                 let token = read_token(cfg)?;
-                let l = TcpListener::bind(addr).await.with_context(|| format!("cannot listen on tcp {addr}"))?;
+                let l = TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("cannot listen on tcp {addr}"))?;
                 Some((l, token))
             }
         };
-        Ok(Listeners { unix, owned_path, path, tcp })
+        Ok(Listeners {
+            unix,
+            owned_path,
+            path,
+            tcp,
+        })
     }
 
     pub fn describe(&self) -> String {
         match &self.tcp {
-            Some((l, _)) => format!("{} + tcp {}", self.path.display(), l.local_addr().map(|a| a.to_string()).unwrap_or_default()),
+            Some((l, _)) => format!(
+                "{} + tcp {}",
+                self.path.display(),
+                l.local_addr().map(|a| a.to_string()).unwrap_or_default()
+            ),
             None => self.path.display().to_string(),
         }
     }
@@ -66,7 +82,9 @@ impl Listeners {
 /// The socket passed by systemd socket activation (`LISTEN_FDS`), if any.
 fn systemd_socket() -> anyhow::Result<Option<UnixListener>> {
     let fds = sd_notify::listen_fds().context("reading LISTEN_FDS")?;
-    let Some(fd) = fds.into_iter().next() else { return Ok(None) };
+    let Some(fd) = fds.into_iter().next() else {
+        return Ok(None);
+    };
     // SAFETY: systemd passed us this descriptor and nothing else in the process owns it.
     let std_listener = unsafe { std::os::unix::net::UnixListener::from_raw_fd(fd) };
     std_listener.set_nonblocking(true)?;
@@ -76,7 +94,8 @@ fn systemd_socket() -> anyhow::Result<Option<UnixListener>> {
 async fn bind_unix(path: &Path, mode: Option<&str>) -> anyhow::Result<UnixListener> {
     if let Some(dir) = path.parent() {
         if !dir.exists() {
-            std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
             let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
         }
     }
@@ -85,12 +104,15 @@ async fn bind_unix(path: &Path, mode: Option<&str>) -> anyhow::Result<UnixListen
         if tokio::net::UnixStream::connect(path).await.is_ok() {
             bail!("another toolhost daemon is already serving on {} (stop it first, or pass --socket)", path.display());
         }
-        std::fs::remove_file(path).with_context(|| format!("cannot remove stale socket {}", path.display()))?;
+        std::fs::remove_file(path)
+            .with_context(|| format!("cannot remove stale socket {}", path.display()))?;
     }
-    let listener = UnixListener::bind(path).with_context(|| format!("cannot bind {}", path.display()))?;
+    let listener =
+        UnixListener::bind(path).with_context(|| format!("cannot bind {}", path.display()))?;
     let mode = match mode {
-        Some(m) => u32::from_str_radix(m.trim_start_matches("0o"), 8)
-            .with_context(|| format!("listen.socket_mode {m:?} is not an octal mode like \"0660\""))?,
+        Some(m) => u32::from_str_radix(m.trim_start_matches("0o"), 8).with_context(|| {
+            format!("listen.socket_mode {m:?} is not an octal mode like \"0660\"")
+        })?,
         None => 0o600,
     };
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
@@ -109,4 +131,3 @@ fn read_token(cfg: &Config) -> anyhow::Result<String> {
     }
     Ok(token)
 }
-

@@ -34,9 +34,19 @@ fn rpc_error(e: Error) -> ErrorObjectOwned {
 fn parse<P: DeserializeOwned>(params: &Params) -> Result<P, ErrorObjectOwned> {
     let raw = params.as_str().map(str::trim).unwrap_or("{}");
     if raw.starts_with('[') {
-        return Err(ErrorObject::owned(codes::INVALID_PARAMS, "Invalid params: params must be an object (by name), not an array", None::<()>));
+        return Err(ErrorObject::owned(
+            codes::INVALID_PARAMS,
+            "Invalid params: params must be an object (by name), not an array",
+            None::<()>,
+        ));
     }
-    serde_json::from_str(raw).map_err(|e| ErrorObject::owned(codes::INVALID_PARAMS, format!("Invalid params: {e}"), None::<()>))
+    serde_json::from_str(raw).map_err(|e| {
+        ErrorObject::owned(
+            codes::INVALID_PARAMS,
+            format!("Invalid params: {e}"),
+            None::<()>,
+        )
+    })
 }
 
 struct Api {
@@ -46,7 +56,12 @@ struct Api {
 
 impl Api {
     /// Registers `name` with params `P` and result `R` (also what the OpenRPC doc says).
-    fn method<P, R, F, Fut>(&mut self, name: &'static str, summary: &'static str, f: F) -> anyhow::Result<()>
+    fn method<P, R, F, Fut>(
+        &mut self,
+        name: &'static str,
+        summary: &'static str,
+        f: F,
+    ) -> anyhow::Result<()>
     where
         P: DeserializeOwned + JsonSchema + Send + 'static,
         R: Serialize + JsonSchema + Clone + Send + 'static,
@@ -57,7 +72,12 @@ impl Api {
     }
 
     /// Like [`Api::method`], for handlers answering with a pre-serialised `O` documented as `R`.
-    fn method_as<P, R, O, F, Fut>(&mut self, name: &'static str, summary: &'static str, f: F) -> anyhow::Result<()>
+    fn method_as<P, R, O, F, Fut>(
+        &mut self,
+        name: &'static str,
+        summary: &'static str,
+        f: F,
+    ) -> anyhow::Result<()>
     where
         P: DeserializeOwned + JsonSchema + Send + 'static,
         R: JsonSchema,
@@ -66,44 +86,105 @@ impl Api {
         Fut: Future<Output = Result<O, Error>> + Send + 'static,
     {
         self.docs.push(openrpc::method::<P, R>(name, summary));
-        self.module.register_async_method(name, move |params, host: Arc<Host>, _| {
-            let f = f.clone();
-            async move {
-                let p: P = parse(&params)?;
-                f((*host).clone(), p).await.map_err(rpc_error)
-            }
-        })?;
+        self.module
+            .register_async_method(name, move |params, host: Arc<Host>, _| {
+                let f = f.clone();
+                async move {
+                    let p: P = parse(&params)?;
+                    f((*host).clone(), p).await.map_err(rpc_error)
+                }
+            })?;
         Ok(())
     }
 }
 
 pub fn module(host: Host) -> anyhow::Result<RpcModule<Host>> {
-    let mut api = Api { module: RpcModule::new(host), docs: Vec::new() };
+    let mut api = Api {
+        module: RpcModule::new(host),
+        docs: Vec::new(),
+    };
 
     api.method_as::<ListToolsParams, ListToolsResult, _, _, _>(
         "list_tools",
         "The live tool list (or a session's view) in openai or mcp format, with revision, etag and meta.",
         |host, p: ListToolsParams| async move { list_tools(&host, p).await },
     )?;
-    api.method("invoke", "Runs one tool call and returns its envelope; tool failures are ok:false results.", |host, p: InvokeParams| async move {
-        crate::invoke::invoke(&host, p, UpdateSink::default()).await
-    })?;
-    api.method("cancel", "Cancels a call in flight (from any connection).", |host, p: CancelParams| async move {
-        Ok(CancelResult { cancelled: host.calls().cancel(&p.call_id) })
-    })?;
-    api.method("host.health", "Liveness and a summary of the host's state.", |host, _: EmptyParams| async move { Ok(host.health()) })?;
-    api.method("config.status", "Which config file is live, when it was applied, and the last error.", |host, _: EmptyParams| async move {
-        Ok(host.config_status())
-    })?;
+    api.method(
+        "invoke",
+        "Runs one tool call and returns its envelope; tool failures are ok:false results.",
+        |host, p: InvokeParams| async move {
+            crate::invoke::invoke(&host, p, UpdateSink::default()).await
+        },
+    )?;
+    api.method(
+        "cancel",
+        "Cancels a call in flight (from any connection).",
+        |host, p: CancelParams| async move {
+            Ok(CancelResult {
+                cancelled: host.calls().cancel(&p.call_id),
+            })
+        },
+    )?;
+    api.method(
+        "host.health",
+        "Liveness and a summary of the host's state.",
+        |host, _: EmptyParams| async move { Ok(host.health()) },
+    )?;
+    api.method(
+        "config.status",
+        "Which config file is live, when it was applied, and the last error.",
+        |host, _: EmptyParams| async move { Ok(host.config_status()) },
+    )?;
+    api.method(
+        "config.reload",
+        "Reads config.json now and applies it (same path as the file watcher and SIGHUP).",
+        |host, _: EmptyParams| async move { Ok(host.reload().await) },
+    )?;
+    api.method(
+        "mcp.status",
+        "State of each MCP server (or one).",
+        |host, p: McpServerParams| async move {
+            if let Some(name) = &p.server {
+                if host.mcp().get(name).is_none() {
+                    return Err(Error::InvalidParams(format!(
+                        "no MCP server named '{name}'"
+                    )));
+                }
+            }
+            Ok(McpStatusResult {
+                servers: host.mcp().status(p.server.as_deref()),
+            })
+        },
+    )?;
+    api.method(
+        "mcp.reload",
+        "Reconnects one MCP server, or all.",
+        |host, p: McpServerParams| async move {
+            if host.mcp().reconnect(p.server.as_deref()) == 0 {
+                if let Some(name) = p.server {
+                    return Err(Error::InvalidParams(format!(
+                        "no MCP server named '{name}'"
+                    )));
+                }
+            }
+            Ok(McpStatusResult {
+                servers: host.mcp().status(None),
+            })
+        },
+    )?;
     session_methods(&mut api)?;
 
     subscribe_invoke(&mut api)?;
     subscribe_tools_changed(&mut api)?;
 
     // rpc.discover documents itself too, then serves the finished document.
-    api.docs.push(openrpc::method::<EmptyParams, Value>("rpc.discover", "This OpenRPC document."));
+    api.docs.push(openrpc::method::<EmptyParams, Value>(
+        "rpc.discover",
+        "This OpenRPC document.",
+    ));
     let doc = Arc::new(openrpc::document(&api.docs));
-    api.module.register_method("rpc.discover", move |_, _, _| Value::clone(&doc))?;
+    api.module
+        .register_method("rpc.discover", move |_, _, _| Value::clone(&doc))?;
     Ok(api.module)
 }
 
@@ -125,35 +206,61 @@ async fn list_tools(host: &Host, p: ListToolsParams) -> Result<Box<RawValue>, Er
 }
 
 fn session_methods(api: &mut Api) -> anyhow::Result<()> {
-    api.method("session.create", "Creates a session; records the tools visible now as its view.", |host, p: SessionCreateParams| async move {
-        crate::session::create(&host, p).await
-    })?;
-    api.method("session.get", "One session by id.", |host, p: SessionIdParams| async move { host.sessions().get(&p.id).await })?;
-    api.method("session.list", "Sessions, newest first, paged with `after` = the previous page's `next`.", |host, p: SessionListParams| async move {
-        let limit = p.limit.unwrap_or(50).clamp(1, 1000);
-        let (sessions, next) = host.sessions().list(limit, p.after.as_deref()).await?;
-        Ok(SessionListResult { sessions, next })
-    })?;
-    api.method("session.update", "Merges meta key by key (null deletes), sets approval or workspace.", |host, p: SessionUpdateParams| async move {
-        crate::session::update(&host, p).await
-    })?;
-    api.method("session.delete", "Deletes a session.", |host, p: SessionIdParams| async move {
-        Ok(DeletedResult { deleted: host.sessions().delete(&p.id).await? })
-    })?;
-    api.method("session.tools", "The session's stable tool view (openai format); `unchanged` when `if_etag` matches.", |host, p: SessionToolsParams| async move {
-        crate::session::tools(&host, p).await
-    })?;
-    api.method("session.resume", "Merges the persisted tool names with the live tools and persists the result.", |host, p: SessionIdParams| async move {
-        crate::session::resume(&host, &p.id).await
-    })?;
-    api.method("session.refresh_tools", "Moves the session's view to the live registry.", |host, p: SessionIdParams| async move {
-        crate::session::refresh_tools(&host, &p.id).await
-    })?;
+    api.method(
+        "session.create",
+        "Creates a session; records the tools visible now as its view.",
+        |host, p: SessionCreateParams| async move { crate::session::create(&host, p).await },
+    )?;
+    api.method(
+        "session.get",
+        "One session by id.",
+        |host, p: SessionIdParams| async move { host.sessions().get(&p.id).await },
+    )?;
+    api.method(
+        "session.list",
+        "Sessions, newest first, paged with `after` = the previous page's `next`.",
+        |host, p: SessionListParams| async move {
+            let limit = p.limit.unwrap_or(50).clamp(1, 1000);
+            let (sessions, next) = host.sessions().list(limit, p.after.as_deref()).await?;
+            Ok(SessionListResult { sessions, next })
+        },
+    )?;
+    api.method(
+        "session.update",
+        "Merges meta key by key (null deletes), sets approval or workspace.",
+        |host, p: SessionUpdateParams| async move { crate::session::update(&host, p).await },
+    )?;
+    api.method(
+        "session.delete",
+        "Deletes a session.",
+        |host, p: SessionIdParams| async move {
+            Ok(DeletedResult {
+                deleted: host.sessions().delete(&p.id).await?,
+            })
+        },
+    )?;
+    api.method(
+        "session.tools",
+        "The session's stable tool view (openai format); `unchanged` when `if_etag` matches.",
+        |host, p: SessionToolsParams| async move { crate::session::tools(&host, p).await },
+    )?;
+    api.method(
+        "session.resume",
+        "Merges the persisted tool names with the live tools and persists the result.",
+        |host, p: SessionIdParams| async move { crate::session::resume(&host, &p.id).await },
+    )?;
+    api.method(
+        "session.refresh_tools",
+        "Moves the session's view to the live registry.",
+        |host, p: SessionIdParams| async move { crate::session::refresh_tools(&host, &p.id).await },
+    )?;
     Ok(())
 }
 
 fn to_message<T: Serialize>(item: &T) -> Option<SubscriptionMessage> {
-    serde_json::value::to_raw_value(item).ok().map(SubscriptionMessage::from)
+    serde_json::value::to_raw_value(item)
+        .ok()
+        .map(SubscriptionMessage::from)
 }
 
 fn subscribe_invoke(api: &mut Api) -> anyhow::Result<()> {
@@ -204,7 +311,8 @@ fn subscribe_invoke(api: &mut Api) -> anyhow::Result<()> {
 }
 
 fn subscribe_tools_changed(api: &mut Api) -> anyhow::Result<()> {
-    api.docs.push(openrpc::subscription::<EmptyParams, ToolsChanged>(
+    api.docs
+        .push(openrpc::subscription::<EmptyParams, ToolsChanged>(
         "subscribe_tools_changed",
         "tools_changed",
         "unsubscribe_tools_changed",

@@ -21,7 +21,8 @@ use crate::host::Host;
 
 pub use listener::{socket_path, Listeners};
 
-type ServiceBuilder = TowerServiceBuilder<tower::layer::util::Identity, tower::layer::util::Identity>;
+type ServiceBuilder =
+    TowerServiceBuilder<tower::layer::util::Identity, tower::layer::util::Identity>;
 
 /// What every connection needs, shared.
 pub(crate) struct Shared {
@@ -51,7 +52,10 @@ impl RunningServer {
     /// Tells open connections to close and waits for them at most `grace`.
     pub async fn stopped(self, grace: Duration) {
         let _ = self.handle.stop();
-        if tokio::time::timeout(grace, self.handle.stopped()).await.is_err() {
+        if tokio::time::timeout(grace, self.handle.stopped())
+            .await
+            .is_err()
+        {
             tracing::warn!("connections still open after the shutdown grace; closing anyway");
         }
     }
@@ -68,13 +72,26 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
         .max_subscriptions_per_connection(1024)
         .set_batch_request_config(BatchRequestConfig::Limit(1000))
         .build();
-    let service = Server::builder().set_config(server_cfg).to_service_builder();
+    let service = Server::builder()
+        .set_config(server_cfg)
+        .to_service_builder();
     let methods: Methods = methods::module(host.clone())?.into();
     let (stop, handle) = stop_channel();
-    let shared = Arc::new(Shared { host: host.clone(), methods, service, stop, max_request_bytes: max_request });
+    let shared = Arc::new(Shared {
+        host: host.clone(),
+        methods,
+        service,
+        stop,
+        max_request_bytes: max_request,
+    });
     let accept = host.shutdown_token().child_token();
 
-    let Listeners { unix, owned_path, tcp, .. } = listeners;
+    let Listeners {
+        unix,
+        owned_path,
+        tcp,
+        ..
+    } = listeners;
     {
         let (shared, accept) = (shared.clone(), accept.clone());
         tokio::spawn(async move {
@@ -103,9 +120,17 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
                     _ = accept.cancelled() => break,
                 };
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(connection::serve_http(stream, shared.clone(), Some(token.clone())));
+                tokio::spawn(connection::serve_http(
+                    stream,
+                    shared.clone(),
+                    Some(token.clone()),
+                ));
             }
         });
     }
-    Ok(RunningServer { handle, accept, socket_to_remove: owned_path })
+    Ok(RunningServer {
+        handle,
+        accept,
+        socket_to_remove: owned_path,
+    })
 }

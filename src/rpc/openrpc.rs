@@ -11,7 +11,9 @@ pub struct MethodDoc {
 /// Splits a schemars root schema into (schema, `$defs`), pointing refs at `components`.
 fn schema_of<T: JsonSchema>() -> (Value, Map<String, Value>) {
     let schema = serde_json::to_value(schemars::schema_for!(T)).unwrap_or(Value::Null);
-    let text = schema.to_string().replace("#/$defs/", "#/components/schemas/");
+    let text = schema
+        .to_string()
+        .replace("#/$defs/", "#/components/schemas/");
     let mut schema: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
     let defs = match schema.as_object_mut() {
         Some(o) => {
@@ -28,7 +30,10 @@ fn schema_of<T: JsonSchema>() -> (Value, Map<String, Value>) {
 
 /// Content descriptors of a by-name params struct: one per property.
 fn params_of(schema: &Value) -> Vec<Value> {
-    let required: Vec<&str> = schema["required"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let required: Vec<&str> = schema["required"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
     schema["properties"]
         .as_object()
         .map(|props| {
@@ -64,12 +69,19 @@ pub fn method<P: JsonSchema, R: JsonSchema>(name: &str, summary: &str) -> Method
 
 /// A subscription: the method returns a subscription id; `x-notification` describes the
 /// notifications it sends and `x-unsubscribe` the method that ends it.
-pub fn subscription<P: JsonSchema, N: JsonSchema>(name: &str, notification: &str, unsubscribe: &str, summary: &str) -> MethodDoc {
+pub fn subscription<P: JsonSchema, N: JsonSchema>(
+    name: &str,
+    notification: &str,
+    unsubscribe: &str,
+    summary: &str,
+) -> MethodDoc {
     let mut doc = method::<P, String>(name, summary);
     let (n, ndefs) = schema_of::<N>();
     doc.defs.extend(ndefs);
-    doc.value["result"] = json!({"name": "subscription_id", "schema": {"type": ["string", "integer"]}});
-    doc.value["x-notification"] = json!({"method": notification, "params": {"subscription": "the id", "result": n}});
+    doc.value["result"] =
+        json!({"name": "subscription_id", "schema": {"type": ["string", "integer"]}});
+    doc.value["x-notification"] =
+        json!({"method": notification, "params": {"subscription": "the id", "result": n}});
     doc.value["x-unsubscribe"] = json!(unsubscribe);
     doc
 }

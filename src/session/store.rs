@@ -16,7 +16,9 @@ pub struct Sessions {
 
 impl Sessions {
     pub fn open(_dir: &Path) -> anyhow::Result<Sessions> {
-        Ok(Sessions { map: Mutex::new(BTreeMap::new()) })
+        Ok(Sessions {
+            map: Mutex::new(BTreeMap::new()),
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Session>> {
@@ -27,18 +29,28 @@ impl Sessions {
     pub async fn create(&self, session: Session) -> Result<Session> {
         let mut m = self.lock();
         if m.contains_key(&session.id) {
-            return Err(Error::InvalidParams(format!("session already exists: {}", session.id)));
+            return Err(Error::InvalidParams(format!(
+                "session already exists: {}",
+                session.id
+            )));
         }
         m.insert(session.id.clone(), session.clone());
         Ok(session)
     }
 
     pub async fn get(&self, id: &str) -> Result<Session> {
-        self.lock().get(id).cloned().ok_or_else(|| Error::SessionNotFound(id.to_owned()))
+        self.lock()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| Error::SessionNotFound(id.to_owned()))
     }
 
     /// Newest first; `after` is the `next` cursor of the previous page.
-    pub async fn list(&self, limit: usize, after: Option<&str>) -> Result<(Vec<Session>, Option<String>)> {
+    pub async fn list(
+        &self,
+        limit: usize,
+        after: Option<&str>,
+    ) -> Result<(Vec<Session>, Option<String>)> {
         let _ = (limit, after);
         Ok((self.lock().values().cloned().collect(), None))
     }
@@ -49,7 +61,9 @@ impl Sessions {
         F: Fn(&mut Session) + Send + 'static,
     {
         let mut m = self.lock();
-        let s = m.get_mut(id).ok_or_else(|| Error::SessionNotFound(id.to_owned()))?;
+        let s = m
+            .get_mut(id)
+            .ok_or_else(|| Error::SessionNotFound(id.to_owned()))?;
         f(s);
         Ok(s.clone())
     }

@@ -15,13 +15,19 @@ use crate::protocol::{
 
 /// Resolves a session workspace: relative paths are taken from the host's workspace.
 fn workspace_of(host: &Host, requested: Option<String>) -> Result<String> {
-    let Some(w) = requested else { return Ok(host.workspace().display().to_string()) };
+    let Some(w) = requested else {
+        return Ok(host.workspace().display().to_string());
+    };
     let path = host.workspace().join(&w);
-    let path = path
-        .canonicalize()
-        .map_err(|e| Error::InvalidParams(format!("workspace {w:?} is not an accessible directory: {e}")))?;
+    let path = path.canonicalize().map_err(|e| {
+        Error::InvalidParams(format!(
+            "workspace {w:?} is not an accessible directory: {e}"
+        ))
+    })?;
     if !path.is_dir() {
-        return Err(Error::InvalidParams(format!("workspace {w:?} is not a directory")));
+        return Err(Error::InvalidParams(format!(
+            "workspace {w:?} is not a directory"
+        )));
     }
     Ok(path.display().to_string())
 }
@@ -29,18 +35,27 @@ fn workspace_of(host: &Host, requested: Option<String>) -> Result<String> {
 pub async fn create(host: &Host, p: SessionCreateParams) -> Result<Session> {
     if let Some(id) = &p.id {
         if id.is_empty() || id.len() > 128 || id.chars().any(|c| c.is_control()) {
-            return Err(Error::InvalidParams("id must be 1-128 printable characters".into()));
+            return Err(Error::InvalidParams(
+                "id must be 1-128 printable characters".into(),
+            ));
         }
     }
     let snapshot = host.registry().snapshot();
     let now = now_ms();
     let session = Session {
-        id: p.id.unwrap_or_else(|| format!("s_{}", uuid::Uuid::new_v4().simple())),
+        id: p
+            .id
+            .unwrap_or_else(|| format!("s_{}", uuid::Uuid::new_v4().simple())),
         created_at: now,
         updated_at: now,
         workspace: workspace_of(host, p.workspace)?,
         approval: p.approval.unwrap_or(host.config().approval.mode),
-        meta: p.meta.unwrap_or_default().into_iter().filter(|(_, v)| !v.is_null()).collect(),
+        meta: p
+            .meta
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(_, v)| !v.is_null())
+            .collect(),
         tool_names: snapshot.visible_names(),
         tools_etag: snapshot.etag().to_owned(),
     };
@@ -79,9 +94,17 @@ pub async fn tools(host: &Host, p: SessionToolsParams) -> Result<SessionToolsRes
     let session = host.sessions().get(&p.id).await?;
     let (tools, etag) = host.registry().snapshot().view(&session.tool_names);
     if p.if_etag.as_deref() == Some(etag.as_str()) {
-        return Ok(SessionToolsResult { etag, unchanged: true, tools: None });
+        return Ok(SessionToolsResult {
+            etag,
+            unchanged: true,
+            tools: None,
+        });
     }
-    Ok(SessionToolsResult { etag, unchanged: false, tools: Some(tools) })
+    Ok(SessionToolsResult {
+        etag,
+        unchanged: false,
+        tools: Some(tools),
+    })
 }
 
 pub async fn resume(host: &Host, id: &str) -> Result<SessionResumeResult> {
@@ -90,8 +113,17 @@ pub async fn resume(host: &Host, id: &str) -> Result<SessionResumeResult> {
     let live_set: HashSet<&str> = live.iter().map(String::as_str).collect();
     let before = host.sessions().get(id).await?;
     let known: HashSet<&str> = before.tool_names.iter().map(String::as_str).collect();
-    let added: Vec<String> = live.iter().filter(|n| !known.contains(n.as_str())).cloned().collect();
-    let missing: Vec<String> = before.tool_names.iter().filter(|n| !live_set.contains(n.as_str())).cloned().collect();
+    let added: Vec<String> = live
+        .iter()
+        .filter(|n| !known.contains(n.as_str()))
+        .cloned()
+        .collect();
+    let missing: Vec<String> = before
+        .tool_names
+        .iter()
+        .filter(|n| !live_set.contains(n.as_str()))
+        .cloned()
+        .collect();
     let (_, etag) = snapshot.view(&merged(&before.tool_names, &added));
     let add = added.clone();
     let session = host
@@ -103,7 +135,12 @@ pub async fn resume(host: &Host, id: &str) -> Result<SessionResumeResult> {
         })
         .await?;
     let (tools, _) = snapshot.view(&session.tool_names);
-    Ok(SessionResumeResult { session, tools, added, missing })
+    Ok(SessionResumeResult {
+        session,
+        tools,
+        added,
+        missing,
+    })
 }
 
 fn merged(names: &[String], added: &[String]) -> Vec<String> {
@@ -120,8 +157,17 @@ pub async fn refresh_tools(host: &Host, id: &str) -> Result<SessionRefreshResult
     let before = host.sessions().get(id).await?;
     let old: HashSet<&str> = before.tool_names.iter().map(String::as_str).collect();
     let new: HashSet<&str> = live.iter().map(String::as_str).collect();
-    let added = live.iter().filter(|n| !old.contains(n.as_str())).cloned().collect();
-    let removed = before.tool_names.iter().filter(|n| !new.contains(n.as_str())).cloned().collect();
+    let added = live
+        .iter()
+        .filter(|n| !old.contains(n.as_str()))
+        .cloned()
+        .collect();
+    let removed = before
+        .tool_names
+        .iter()
+        .filter(|n| !new.contains(n.as_str()))
+        .cloned()
+        .collect();
     let tag = etag.clone();
     host.sessions()
         .update(id, move |s| {
@@ -130,5 +176,9 @@ pub async fn refresh_tools(host: &Host, id: &str) -> Result<SessionRefreshResult
             s.updated_at = now_ms().max(s.updated_at);
         })
         .await?;
-    Ok(SessionRefreshResult { etag, added, removed })
+    Ok(SessionRefreshResult {
+        etag,
+        added,
+        removed,
+    })
 }

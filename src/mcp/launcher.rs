@@ -1,0 +1,173 @@
+//! Opening a connection to one MCP server: a stdio child in its own process group, or a
+//! streamable HTTP endpoint.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context};
+use rmcp::service::RunningService;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{RoleClient, ServiceExt};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use super::client::Client;
+use crate::config::McpServer;
+use crate::process::{self, GroupGuard};
+
+/// A live connection; dropping it closes the session and kills a stdio server's group.
+pub struct Connection {
+    pub service: RunningService<RoleClient, Client>,
+    /// The stdio server's process group (none for HTTP).
+    pub group: Option<GroupGuard>,
+    pub pid: Option<u32>,
+}
+
+/// Most stderr lines kept per second from one server; the rest are counted and dropped.
+const STDERR_LINES_PER_SEC: u32 = 50;
+/// Longest stderr line logged (longer lines are cut).
+const STDERR_LINE_MAX: usize = 2048;
+
+pub async fn connect(name: &str, cfg: &McpServer, client: Client) -> anyhow::Result<Connection> {
+    let timeout = Duration::from_millis(cfg.startup_timeout_ms);
+    match (&cfg.command, &cfg.url) {
+        (Some(command), None) => {
+            tokio::time::timeout(timeout, connect_stdio(name, command, cfg, client))
+                .await
+                .map_err(|_| {
+                    anyhow!(
+                        "did not finish connecting within startup_timeout_ms ({} ms)",
+                        cfg.startup_timeout_ms
+                    )
+                })?
+        }
+        (None, Some(url)) => {
+            let service = tokio::time::timeout(timeout, client.serve(http_transport(url, cfg)?))
+                .await
+                .map_err(|_| {
+                    anyhow!(
+                        "did not finish connecting within startup_timeout_ms ({} ms)",
+                        cfg.startup_timeout_ms
+                    )
+                })?
+                .with_context(|| format!("cannot initialise MCP session with {url}"))?;
+            Ok(Connection {
+                service,
+                group: None,
+                pid: None,
+            })
+        }
+        _ => bail!("a server needs exactly one of command or url"),
+    }
+}
+
+async fn connect_stdio(
+    name: &str,
+    command: &str,
+    cfg: &McpServer,
+    client: Client,
+) -> anyhow::Result<Connection> {
+    let mut cmd = tokio::process::Command::new(command);
+    cmd.args(&cfg.args);
+    process::scrub_env(&mut cmd);
+    cmd.envs(&cfg.env);
+    if let Some(cwd) = &cfg.cwd {
+        cmd.current_dir(cwd);
+    }
+    cmd.process_group(0).kill_on_drop(true);
+    let (transport, stderr) = TokioChildProcess::builder(cmd)
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start `{command}`"))?;
+    let pid = transport.id();
+    let group = pid.map(GroupGuard::new);
+    if let Some(stderr) = stderr {
+        tokio::spawn(log_stderr(name.to_owned(), stderr));
+    }
+    // If initialisation fails, `group` is dropped here and the child's group is killed.
+    let service = client
+        .serve(transport)
+        .await
+        .context("MCP initialisation failed")?;
+    Ok(Connection {
+        service,
+        group,
+        pid,
+    })
+}
+
+fn http_transport(
+    url: &str,
+    cfg: &McpServer,
+) -> anyhow::Result<StreamableHttpClientTransport<reqwest::Client>> {
+    let mut headers = HashMap::new();
+    for (k, v) in &cfg.headers {
+        let name = http::HeaderName::from_bytes(k.as_bytes())
+            .with_context(|| format!("bad header name {k:?}"))?;
+        let value =
+            http::HeaderValue::from_str(v).with_context(|| format!("bad value for header {k}"))?;
+        headers.insert(name, value);
+    }
+    let config = StreamableHttpClientTransportConfig::with_uri(url.to_owned())
+        .custom_headers(headers)
+        .reinit_on_expired_session(true);
+    Ok(StreamableHttpClientTransport::from_config(config))
+}
+
+/// Forwards a server's stderr to our log, rate-limited and line-bounded, so a chatty or
+/// hostile server cannot make us buffer without bound.
+async fn log_stderr(name: String, stderr: tokio::process::ChildStderr) {
+    let mut reader = BufReader::new(stderr);
+    let mut buf = Vec::with_capacity(256);
+    let mut window = tokio::time::Instant::now();
+    let (mut logged, mut dropped) = (0u32, 0u64);
+    loop {
+        buf.clear();
+        // read_until grows `buf` only up to one line; cap what we keep of it.
+        match read_line_capped(&mut reader, &mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        if window.elapsed() >= Duration::from_secs(1) {
+            if dropped > 0 {
+                tracing::warn!(server = %name, dropped, "MCP server stderr lines dropped (rate limit)");
+            }
+            window = tokio::time::Instant::now();
+            logged = 0;
+            dropped = 0;
+        }
+        if logged >= STDERR_LINES_PER_SEC {
+            dropped += 1;
+            continue;
+        }
+        logged += 1;
+        let line = String::from_utf8_lossy(&buf);
+        tracing::info!(server = %name, "stderr: {}", line.trim_end());
+    }
+}
+
+/// Reads one line, keeping at most STDERR_LINE_MAX bytes of it (the rest is discarded).
+async fn read_line_capped<R: tokio::io::AsyncBufRead + Unpin>(
+    r: &mut R,
+    out: &mut Vec<u8>,
+) -> std::io::Result<usize> {
+    let mut total = 0;
+    loop {
+        let chunk = r.fill_buf().await?;
+        if chunk.is_empty() {
+            return Ok(total);
+        }
+        let (take, done) = match chunk.iter().position(|b| *b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        let room = STDERR_LINE_MAX.saturating_sub(out.len());
+        out.extend_from_slice(&chunk[..take.min(room)]);
+        r.consume(take);
+        total += take;
+        if done {
+            return Ok(total);
+        }
+    }
+}

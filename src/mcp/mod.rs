@@ -1,0 +1,144 @@
+//! MCP servers as tool sources — the only place that knows rmcp.
+//!
+//! [`McpManager`] owns one [`server::Server`] per configured server; each runs a supervisor
+//! task that connects (stdio child in its own process group, or streamable HTTP), lists
+//! tools, follows `tools/list_changed`, reconnects with backoff and opens a circuit after
+//! repeated failures. Tools are named `mcp_<server>_<tool>` ([`naming`]).
+
+mod client;
+mod launcher;
+pub mod naming;
+mod server;
+mod tool;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use indexmap::IndexMap;
+
+use crate::config::McpServer;
+use crate::protocol::{McpCounts, McpServerStatus};
+use crate::registry::{Registry, SourceKey, Tool};
+
+pub use server::{Server, State};
+pub use tool::map_result;
+
+/// The set of configured servers.
+pub struct McpManager {
+    servers: Mutex<IndexMap<String, Arc<Server>>>,
+    registry: Registry,
+    tracker: tokio_util::task::TaskTracker,
+}
+
+impl McpManager {
+    pub fn new(registry: Registry, tracker: tokio_util::task::TaskTracker) -> Self {
+        McpManager {
+            servers: Mutex::default(),
+            registry,
+            tracker,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, IndexMap<String, Arc<Server>>> {
+        self.servers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts a server. With `publish` its tools go to the registry as soon as it connects
+    /// (daemon start); without, the caller collects them for a single reload swap.
+    pub fn start(&self, name: &str, config: McpServer, publish: bool) -> Arc<Server> {
+        let server = Server::spawn(name, config, self.registry.clone(), publish, &self.tracker);
+        if let Some(old) = self.lock().insert(name.to_owned(), server.clone()) {
+            old.retire();
+        }
+        server
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<Server>> {
+        self.lock().get(name).cloned()
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.lock().keys().cloned().collect()
+    }
+
+    /// Stops and forgets a server (its process group is killed by its supervisor).
+    pub fn remove(&self, name: &str) -> Option<Arc<Server>> {
+        let s = self.lock().shift_remove(name);
+        if let Some(s) = &s {
+            s.retire();
+        }
+        s
+    }
+
+    /// Reconnects one server, or all.
+    pub fn reconnect(&self, name: Option<&str>) -> usize {
+        let servers: Vec<Arc<Server>> = match name {
+            Some(n) => self.get(n).into_iter().collect(),
+            None => self.lock().values().cloned().collect(),
+        };
+        for s in &servers {
+            s.reconnect();
+        }
+        servers.len()
+    }
+
+    pub fn status(&self, name: Option<&str>) -> Vec<McpServerStatus> {
+        let snapshot = self.registry.snapshot();
+        self.lock()
+            .values()
+            .filter(|s| name.is_none_or(|n| n == s.name()))
+            .map(|s| {
+                let key = SourceKey::Mcp(s.name().to_owned());
+                let collisions = snapshot
+                    .collisions()
+                    .iter()
+                    .filter(|c| c.dropped == key)
+                    .map(|c| c.name.clone())
+                    .collect();
+                s.status(collisions)
+            })
+            .collect()
+    }
+
+    pub fn counts(&self) -> McpCounts {
+        let mut c = McpCounts {
+            ready: 0,
+            failed: 0,
+            connecting: 0,
+        };
+        for s in self.lock().values() {
+            match s.state() {
+                State::Ready => c.ready += 1,
+                State::Failed | State::CircuitOpen => c.failed += 1,
+                State::Connecting => c.connecting += 1,
+                State::Disabled => {}
+            }
+        }
+        c
+    }
+
+    /// Stops every server; the caller waits for their supervisors through the task tracker.
+    pub fn stop_all(&self) {
+        for s in self.lock().values() {
+            s.retire();
+        }
+    }
+
+    /// Waits for the first connection attempt of `servers`, each bounded by its
+    /// `startup_timeout_ms`, and returns their tools for one registry swap.
+    pub async fn collect_tools(
+        servers: &[Arc<Server>],
+    ) -> Vec<(SourceKey, Option<Vec<Arc<dyn Tool>>>)> {
+        let waits = servers.iter().map(|s| {
+            let limit = Duration::from_millis(s.config().startup_timeout_ms.saturating_add(1000));
+            async move {
+                let _ = tokio::time::timeout(limit, s.first_attempt_done()).await;
+            }
+        });
+        futures::future::join_all(waits).await;
+        servers
+            .iter()
+            .map(|s| (SourceKey::Mcp(s.name().to_owned()), Some(s.tools())))
+            .collect()
+    }
+}

@@ -1,0 +1,229 @@
+//! One MCP server tool as a host [`Tool`]: forwards calls to the server's live connection
+//! and maps MCP results onto our result shape.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::StreamExt;
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam,
+    ClientRequest, RequestId, ServerResult,
+};
+use rmcp::service::{Peer, PeerRequestOptions, ServiceError};
+use rmcp::RoleClient;
+use serde_json::{json, Map, Value};
+
+use super::server::Server;
+use crate::protocol::ErrorKind;
+use crate::registry::{CallContext, Tool, ToolError, ToolResult, ToolSpec, ToolUpdate};
+
+pub struct McpTool {
+    pub spec: ToolSpec,
+    pub remote_name: String,
+    pub server: Arc<Server>,
+}
+
+impl Tool for McpTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn call(&self, args: Map<String, Value>, ctx: CallContext) -> BoxFuture<'_, ToolResult> {
+        Box::pin(self.forward(args, ctx))
+    }
+}
+
+impl McpTool {
+    async fn forward(&self, args: Map<String, Value>, ctx: CallContext) -> ToolResult {
+        let server = &self.server;
+        let peer = server.peer_for_call()?;
+        let _slot = server.acquire_slot().await?;
+        let idle = Duration::from_millis(server.config().timeout_ms);
+        let opts = PeerRequestOptions::with_timeout(idle).reset_timeout_on_progress();
+        let params = CallToolRequestParams::new(self.remote_name.clone()).with_arguments(args);
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let handle = peer
+            .send_request_with_option(request, opts)
+            .await
+            .map_err(|e| server.call_error(e))?;
+        // Until the answer arrives, dropping this future (timeout, cancel, a vanished
+        // caller) tells the server to stop.
+        let mut cancel_guard = CancelOnDrop {
+            peer: Some(peer.clone()),
+            id: handle.id.clone(),
+        };
+        let mut progress = server
+            .progress()
+            .subscribe(handle.progress_token.clone())
+            .await;
+        let response = handle.await_response();
+        tokio::pin!(response);
+        let outcome = loop {
+            tokio::select! {
+                r = &mut response => break r,
+                Some(p) = progress.next() => {
+                    let text = p.message.clone().unwrap_or_else(|| match p.total {
+                        Some(t) => format!("progress {}/{}", p.progress, t),
+                        None => format!("progress {}", p.progress),
+                    });
+                    ctx.updates.send(ToolUpdate {
+                        content: vec![json!({"type": "text", "text": text})],
+                        details: Some(json!({"progress": p.progress, "total": p.total})),
+                    });
+                }
+            }
+        };
+        cancel_guard.peer = None;
+        match outcome {
+            Ok(ServerResult::CallToolResult(r)) => {
+                map_result(serde_json::to_value(r).unwrap_or(Value::Null))
+            }
+            Ok(other) => Err(ToolError::failed(format!(
+                "MCP server '{}' answered tools/call with an unexpected {}",
+                server.name(),
+                variant_name(&other)
+            ))),
+            Err(ServiceError::Timeout { timeout }) => Err(ToolError::new(
+                ErrorKind::Timeout,
+                format!(
+                    "MCP server '{}' did not answer within {} ms (timeout_ms, reset by progress)",
+                    server.name(),
+                    timeout.as_millis()
+                ),
+            )),
+            Err(e) => Err(server.call_error(e)),
+        }
+    }
+}
+
+fn variant_name(r: &ServerResult) -> String {
+    serde_json::to_value(r)
+        .ok()
+        .and_then(|v| {
+            v.as_object()
+                .map(|o| o.keys().cloned().collect::<Vec<_>>().join(","))
+        })
+        .unwrap_or_default()
+}
+
+/// Sends `notifications/cancelled` for a request whose caller went away.
+struct CancelOnDrop {
+    peer: Option<Peer<RoleClient>>,
+    id: RequestId,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(peer) = self.peer.take() else { return };
+        let id = self.id.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let note = CancelledNotification::new(CancelledNotificationParam::new(
+                    Some(id),
+                    Some("cancelled by the caller".into()),
+                ));
+                let _ = peer.send_notification(note.into()).await;
+            });
+        }
+    }
+}
+
+/// Maps an MCP `CallToolResult` (as JSON) onto our result: text joined into `output`,
+/// `structuredContent` kept as `structured_content`, the first image as the control
+/// fields `_multimodal`/`_image_data_url`, `isError` as a `failed` result.
+pub fn map_result(r: Value) -> ToolResult {
+    let mut texts = Vec::new();
+    let mut image: Option<String> = None;
+    for block in r["content"].as_array().into_iter().flatten() {
+        match block["type"].as_str() {
+            Some("text") => texts.push(block["text"].as_str().unwrap_or("").to_owned()),
+            Some("image") => {
+                let mime = block["mimeType"]
+                    .as_str()
+                    .unwrap_or("application/octet-stream");
+                let data = block["data"].as_str().unwrap_or("");
+                texts.push(format!("[image: {mime}, {} bytes base64]", data.len()));
+                if image.is_none() {
+                    image = Some(format!("data:{mime};base64,{data}"));
+                }
+            }
+            Some("resource") => {
+                let res = &block["resource"];
+                match res["text"].as_str() {
+                    Some(t) => texts.push(t.to_owned()),
+                    None => texts.push(format!(
+                        "[resource: {}]",
+                        res["uri"].as_str().unwrap_or("?")
+                    )),
+                }
+            }
+            Some("resource_link") => texts.push(format!(
+                "[resource link: {}]",
+                block["uri"].as_str().unwrap_or("?")
+            )),
+            Some(other) => texts.push(format!("[{other} content]")),
+            None => {}
+        }
+    }
+    let output = texts.join("\n");
+    let mut fields = Map::new();
+    if let Some(s) = r.get("structuredContent").filter(|v| !v.is_null()) {
+        fields.insert("structured_content".into(), s.clone());
+    }
+    if r["isError"].as_bool() == Some(true) {
+        let message = if output.is_empty() {
+            "the MCP tool reported an error".to_owned()
+        } else {
+            output
+        };
+        let mut e = ToolError::failed(message);
+        e.fields = fields;
+        return Err(e);
+    }
+    fields.insert("output".into(), Value::String(output));
+    if let Some(url) = image {
+        fields.insert("_multimodal".into(), Value::Bool(true));
+        fields.insert("_image_data_url".into(), Value::String(url));
+    }
+    Ok(fields)
+}
+
+/// Counts a call in flight; released on drop.
+pub struct Slot {
+    pub(super) server: Arc<Server>,
+    pub(super) _permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.server.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_text_structured_image_and_errors() {
+        let ok = map_result(json!({"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}], "structuredContent": {"n": 1}})).unwrap();
+        assert_eq!(
+            Value::Object(ok),
+            json!({"structured_content": {"n": 1}, "output": "a\nb"})
+        );
+        let img = map_result(
+            json!({"content": [{"type": "image", "data": "AAAA", "mimeType": "image/png"}]}),
+        )
+        .unwrap();
+        assert_eq!(img["_image_data_url"], "data:image/png;base64,AAAA");
+        assert_eq!(img["_multimodal"], true);
+        assert_eq!(img["output"], "[image: image/png, 4 bytes base64]");
+        let err =
+            map_result(json!({"content": [{"type": "text", "text": "boom"}], "isError": true}))
+                .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Failed);
+        assert_eq!(err.message, "boom");
+    }
+}

@@ -1,0 +1,400 @@
+//! Test harness: starts the real `toolhost` binary on a temp socket and talks to it the way
+//! clients do (newline JSON, HTTP over the Unix socket, WebSocket).
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+use tokio::process::{Child, Command};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_toolhost");
+pub const FIXTURE: &str = env!("CARGO_BIN_EXE_toolhost-fixture-mcp");
+
+/// Waits for `cond` to hold, polling; panics with `what` after `secs`.
+pub async fn eventually<F, Fut>(secs: u64, what: &str, mut cond: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        if cond().await {
+            return;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out waiting for: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// A daemon on its own temp dir: `dir/toolhost.sock`, `dir/config.json`, `dir/data`,
+/// `dir/ws` (the workspace).
+pub struct Daemon {
+    pub dir: tempfile::TempDir,
+    pub child: Option<Child>,
+    pub stderr_lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Daemon {
+    pub fn socket(&self) -> PathBuf {
+        self.dir.path().join("toolhost.sock")
+    }
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("config.json")
+    }
+    pub fn workspace(&self) -> PathBuf {
+        self.dir.path().join("ws")
+    }
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// Starts a daemon with no config file.
+    pub async fn start() -> Daemon {
+        Self::start_with(None).await
+    }
+
+    /// Starts a daemon with `config` written to config.json (when given).
+    pub async fn start_with(config: Option<Value>) -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("ws")).unwrap();
+        if let Some(c) = config {
+            std::fs::write(
+                dir.path().join("config.json"),
+                serde_json::to_string_pretty(&c).unwrap(),
+            )
+            .unwrap();
+        }
+        let mut d = Daemon {
+            dir,
+            child: None,
+            stderr_lines: Default::default(),
+        };
+        d.spawn(&[]).await;
+        d
+    }
+
+    /// Starts the binary on this daemon's dir; waits until the socket answers.
+    pub async fn spawn(&mut self, extra_env: &[(&str, &str)]) {
+        let child = self.spawn_raw(extra_env);
+        self.child = Some(child);
+        self.wait_ready().await;
+    }
+
+    pub fn command(&self) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("--socket")
+            .arg(self.socket())
+            .arg("--config")
+            .arg(self.config_path());
+        cmd.arg("serve")
+            .arg("--workspace")
+            .arg(self.workspace())
+            .arg("--data-dir")
+            .arg(self.data_dir());
+        cmd.env("RUST_LOG", "info,rmcp=warn")
+            .env_remove("TOOLHOST_SOCKET")
+            .env_remove("TOOLHOST_CONFIG");
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        cmd
+    }
+
+    pub fn spawn_raw(&mut self, extra_env: &[(&str, &str)]) -> Child {
+        let mut cmd = self.command();
+        for (k, v) in extra_env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn toolhost");
+        let stderr = child.stderr.take().unwrap();
+        let lines = self.stderr_lines.clone();
+        tokio::spawn(async move {
+            let mut r = BufReader::new(stderr).lines();
+            while let Ok(Some(l)) = r.next_line().await {
+                if std::env::var_os("TOOLHOST_TEST_LOG").is_some() {
+                    eprintln!("[daemon] {l}");
+                }
+                lines.lock().unwrap().push(l);
+            }
+        });
+        child
+    }
+
+    pub async fn wait_ready(&self) {
+        let sock = self.socket();
+        let child_alive = || true;
+        let _ = child_alive;
+        eventually(20, "daemon socket to answer", || {
+            let sock = sock.clone();
+            async move {
+                match UnixStream::connect(&sock).await {
+                    Ok(mut s) => {
+                        let req = b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+                        if s.write_all(req).await.is_err() {
+                            return false;
+                        }
+                        let mut buf = Vec::new();
+                        s.read_to_end(&mut buf).await.is_ok() && buf.starts_with(b"HTTP/1.1 200")
+                    }
+                    Err(_) => false,
+                }
+            }
+        })
+        .await;
+    }
+
+    pub fn log(&self) -> String {
+        self.stderr_lines.lock().unwrap().join("\n")
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub async fn stop(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("daemon running");
+        let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        tokio::time::timeout(Duration::from_secs(20), child.wait())
+            .await
+            .expect("daemon exits after SIGTERM")
+            .unwrap()
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().unwrap().id().unwrap() as i32
+    }
+
+    pub async fn kill9(&mut self) {
+        let mut child = self.child.take().expect("daemon running");
+        child.start_kill().unwrap();
+        let _ = child.wait().await;
+    }
+
+    pub async fn client(&self) -> Client {
+        Client::connect(&self.socket()).await
+    }
+
+    /// One call on a fresh newline connection.
+    pub async fn call(&self, method: &str, params: Value) -> Value {
+        self.client().await.call(method, params).await
+    }
+
+    /// `invoke` and return the envelope's `result` field.
+    pub async fn invoke(&self, name: &str, args: Value) -> Value {
+        let r = self
+            .call("invoke", json!({"name": name, "arguments": args}))
+            .await;
+        r.get("result")
+            .and_then(|r| r.get("result"))
+            .cloned()
+            .unwrap_or_else(|| panic!("no result in {r}"))
+    }
+
+    pub async fn http(&self, method: &str, path: &str, body: &str) -> (u16, String) {
+        http_request(&self.socket(), method, path, body).await
+    }
+
+    pub async fn ws(&self) -> Ws {
+        Ws::connect(&self.socket()).await
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.start_kill();
+        }
+    }
+}
+
+/// Newline-framed JSON-RPC client.
+pub struct Client {
+    lines: tokio::io::Lines<BufReader<tokio::net::unix::OwnedReadHalf>>,
+    pub writer: tokio::net::unix::OwnedWriteHalf,
+    next_id: u64,
+}
+
+impl Client {
+    pub async fn connect(path: &Path) -> Client {
+        let s = UnixStream::connect(path).await.expect("connect");
+        let (r, w) = s.into_split();
+        Client {
+            lines: BufReader::new(r).lines(),
+            writer: w,
+            next_id: 1,
+        }
+    }
+
+    pub async fn send_line(&mut self, line: &str) {
+        self.writer.write_all(line.as_bytes()).await.unwrap();
+        self.writer.write_all(b"\n").await.unwrap();
+    }
+
+    /// Next message, or panic after 30 s.
+    pub async fn recv(&mut self) -> Value {
+        let line = tokio::time::timeout(Duration::from_secs(30), self.lines.next_line())
+            .await
+            .expect("a message within 30 s")
+            .unwrap()
+            .expect("connection open");
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad line {line}: {e}"))
+    }
+
+    /// Sends a request and returns the whole response object (result or error).
+    pub async fn call(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send_line(
+            &json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string(),
+        )
+        .await;
+        loop {
+            let m = self.recv().await;
+            if m.get("id") == Some(&json!(id)) {
+                return m;
+            }
+        }
+    }
+
+    /// Sends a request without waiting; returns its id.
+    pub async fn send(&mut self, method: &str, params: Value) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send_line(
+            &json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string(),
+        )
+        .await;
+        id
+    }
+}
+
+/// One HTTP/1.1 request over the Unix socket; returns (status, body).
+pub async fn http_request(sock: &Path, method: &str, path: &str, body: &str) -> (u16, String) {
+    http_request_with(sock, method, path, body, &[]).await
+}
+
+pub async fn http_request_with(
+    sock: &Path,
+    method: &str,
+    path: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
+    let mut s = UnixStream::connect(sock).await.expect("connect");
+    http_on(&mut s, method, path, body, headers).await
+}
+
+pub async fn http_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    s: &mut S,
+    method: &str,
+    path: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n", body.len());
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    s.write_all(body.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut buf))
+        .await
+        .expect("http response")
+        .unwrap();
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = match text.split_once("\r\n\r\n") {
+        Some((head, b))
+            if head
+                .to_ascii_lowercase()
+                .contains("transfer-encoding: chunked") =>
+        {
+            dechunk(b)
+        }
+        Some((_, b)) => b.to_owned(),
+        None => String::new(),
+    };
+    (status, body)
+}
+
+fn dechunk(mut b: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = b.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        b = &rest[n + 2..];
+    }
+    out
+}
+
+/// WebSocket client over the Unix socket.
+pub struct Ws {
+    ws: tokio_tungstenite::WebSocketStream<UnixStream>,
+    next_id: u64,
+}
+
+impl Ws {
+    pub async fn connect(sock: &Path) -> Ws {
+        let s = UnixStream::connect(sock).await.expect("connect");
+        let (ws, _) = tokio_tungstenite::client_async("ws://localhost/", s)
+            .await
+            .expect("ws handshake");
+        Ws { ws, next_id: 1 }
+    }
+
+    pub async fn send(&mut self, method: &str, params: Value) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let msg = json!({"jsonrpc":"2.0","id":id,"method":method,"params":params}).to_string();
+        self.ws
+            .send(tokio_tungstenite::tungstenite::Message::text(msg))
+            .await
+            .unwrap();
+        id
+    }
+
+    pub async fn recv(&mut self) -> Value {
+        loop {
+            let m = tokio::time::timeout(Duration::from_secs(30), self.ws.next())
+                .await
+                .expect("ws message within 30 s")
+                .expect("ws open")
+                .unwrap();
+            if let tokio_tungstenite::tungstenite::Message::Text(t) = m {
+                return serde_json::from_str(t.as_str()).unwrap();
+            }
+        }
+    }
+
+    pub async fn call(&mut self, method: &str, params: Value) -> Value {
+        let id = self.send(method, params).await;
+        loop {
+            let m = self.recv().await;
+            if m.get("id") == Some(&json!(id)) {
+                return m;
+            }
+        }
+    }
+}
+
+/// Writes `value` to `path` atomically (temp + rename), the way editors save.
+pub fn write_atomic(path: &Path, value: &Value) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::to_string_pretty(value).unwrap()).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
