@@ -1,0 +1,551 @@
+//! MCP servers as tool sources (issue 3), against real servers: our fixture
+//! (tests/fixtures/mcp_server.rs) and the npm package @modelcontextprotocol/server-everything.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+use serde_json::{json, Value};
+
+/// A stdio server block running our fixture, with its pid and events files in `dir`.
+fn fixture(dir: &Path, extra: Value) -> Value {
+    let mut env = json!({
+        "FIXTURE_PID_FILE": dir.join("fixture.pids"),
+        "FIXTURE_EVENTS_FILE": dir.join("fixture.events"),
+    });
+    if let Some(e) = extra.get("env").and_then(Value::as_object) {
+        for (k, v) in e {
+            env[k] = v.clone();
+        }
+    }
+    let mut block = json!({"command": FIXTURE, "env": env});
+    for (k, v) in extra.as_object().unwrap() {
+        if k != "env" {
+            block[k] = v.clone();
+        }
+    }
+    block
+}
+
+fn everything() -> Value {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    assert!(
+        dir.exists(),
+        "run `npm ci --prefix tests` (tests/run.sh does) to install server-everything"
+    );
+    json!({"command": "node", "args": [dir, "stdio"]})
+}
+
+/// Starts a daemon whose config has these servers, pre-creating its dir so fixture files land there.
+async fn daemon_with(servers: impl FnOnce(&Path) -> Value) -> Daemon {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("ws")).unwrap();
+    let cfg = json!({"mcp_servers": servers(dir.path())});
+    std::fs::write(dir.path().join("config.json"), cfg.to_string()).unwrap();
+    let mut d = Daemon {
+        dir,
+        child: None,
+        stderr_lines: Default::default(),
+    };
+    d.spawn(&[]).await;
+    d
+}
+
+async fn wait_state(d: &Daemon, server: &str, state: &str) -> Value {
+    let mut last = Value::Null;
+    for _ in 0..800 {
+        let r = d.call("mcp.status", json!({"server": server})).await;
+        last = r["result"]["servers"][0].clone();
+        if last["state"] == state {
+            return last;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("server {server} never reached {state}: {last}");
+}
+
+fn events(d: &Daemon) -> String {
+    std::fs::read_to_string(d.dir.path().join("fixture.events")).unwrap_or_default()
+}
+
+fn pids(d: &Daemon) -> Vec<i32> {
+    std::fs::read_to_string(d.dir.path().join("fixture.pids"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+fn alive(pid: i32) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| s.contains(") Z "))
+            .unwrap_or(true)
+}
+
+#[tokio::test]
+async fn tools_are_listed_named_and_described() {
+    let d = daemon_with(|dir| json!({"fx": fixture(dir, json!({}))})).await;
+    wait_state(&d, "fx", "ready").await;
+    let r = d.call("list_tools", json!({})).await["result"].clone();
+    let names: Vec<String> = r["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    for n in [
+        "mcp_fx_echo",
+        "mcp_fx_add",
+        "mcp_fx_sleep",
+        "mcp_fx_image",
+        "mcp_fx_annotated",
+    ] {
+        assert!(names.contains(&n.to_owned()), "{n} missing: {names:?}");
+    }
+    let long: Vec<&String> = names
+        .iter()
+        .filter(|n| n.starts_with("mcp_fx_a_tool_with"))
+        .collect();
+    assert_eq!(long.len(), 1);
+    assert_eq!(long[0].len(), 64);
+    assert!(names.iter().all(|n| n.len() <= 64
+        && n.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')));
+    assert_eq!(r["meta"]["mcp_fx_echo"]["source"], "mcp");
+    assert_eq!(r["meta"]["mcp_fx_echo"]["server"], "fx");
+    assert_eq!(
+        r["meta"]["mcp_fx_annotated"]["annotations"]["readOnlyHint"],
+        true
+    );
+    // Annotations do not classify tools unless the server is trusted.
+    assert_eq!(r["meta"]["mcp_fx_annotated"]["approval"], Value::Null);
+    let mcp = d.call("list_tools", json!({"format": "mcp"})).await["result"].clone();
+    let ann = mcp["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "mcp_fx_annotated")
+        .unwrap();
+    assert_eq!(ann["annotations"]["readOnlyHint"], true);
+    // The long-named tool is callable under its public name.
+    let res = d.invoke(long[0], json!({"text": "long"})).await;
+    assert_eq!(res["output"], "long");
+}
+
+#[tokio::test]
+async fn calls_map_results_and_validate_arguments_first() {
+    let d =
+        daemon_with(|dir| json!({"fx": fixture(dir, json!({"approval": {"echo": "read_only"}}))}))
+            .await;
+    wait_state(&d, "fx", "ready").await;
+    let r = d.invoke("mcp_fx_echo", json!({"text": "héllo"})).await;
+    assert_eq!(
+        r,
+        json!({"ok": true, "output": "héllo", "structured_content": {"text": "héllo"}})
+    );
+    let r = d.invoke("mcp_fx_add", json!({"a": 2, "b": 3})).await;
+    assert_eq!(r["output"], "5");
+    let r = d.invoke("mcp_fx_fail", json!({"message": "nope"})).await;
+    assert_eq!(
+        r,
+        json!({"ok": false, "error": "nope", "error_kind": "failed"})
+    );
+    let before = events(&d).matches("called add").count();
+    let r = d.invoke("mcp_fx_add", json!({"a": "two"})).await;
+    assert_eq!(r["error_kind"], "invalid_arguments");
+    let msg = r["error"].as_str().unwrap();
+    assert!(
+        msg.contains("arguments.a") || msg.contains("\"b\""),
+        "{msg}"
+    );
+    assert_eq!(
+        events(&d).matches("called add").count(),
+        before,
+        "an invalid call reached the server"
+    );
+    // Images become control fields with a text placeholder.
+    let env = d.call("invoke", json!({"name": "mcp_fx_image"})).await["result"].clone();
+    assert!(env["control"]["_image_data_url"]
+        .as_str()
+        .unwrap()
+        .starts_with("data:image/png;base64,"));
+    assert_eq!(env["control"]["_multimodal"], true);
+    assert!(env["result"]["output"]
+        .as_str()
+        .unwrap()
+        .contains("[image: image/png"));
+    assert!(env["result"].get("_image_data_url").is_none());
+    // Approval classes from the server block apply in strict sessions.
+    let s = d
+        .call("session.create", json!({"approval": "strict"}))
+        .await["result"]["id"]
+        .clone();
+    let r = d
+        .call(
+            "invoke",
+            json!({"name": "mcp_fx_echo", "arguments": {"text": "a"}, "session_id": s}),
+        )
+        .await;
+    assert_eq!(r["result"]["result"]["ok"], true);
+    let r = d
+        .call(
+            "invoke",
+            json!({"name": "mcp_fx_add", "arguments": {"a": 1, "b": 1}, "session_id": s}),
+        )
+        .await;
+    assert_eq!(r["result"]["result"]["error_kind"], "denied", "{r}");
+}
+
+#[tokio::test]
+async fn idle_timeout_cancels_upstream() {
+    let d = daemon_with(|dir| json!({"fx": fixture(dir, json!({"timeout_ms": 300}))})).await;
+    wait_state(&d, "fx", "ready").await;
+    let r = d.invoke("mcp_fx_sleep", json!({"ms": 20000})).await;
+    assert_eq!(r["error_kind"], "timeout", "{r}");
+    eventually(10, "the fixture to see notifications/cancelled", || async {
+        events(&d).contains("cancelled sleep")
+    })
+    .await;
+    // The server is still usable.
+    assert_eq!(
+        d.invoke("mcp_fx_echo", json!({"text": "ok"})).await["output"],
+        "ok"
+    );
+}
+
+#[tokio::test]
+async fn call_timeout_and_cancel_send_cancelled_upstream() {
+    let d = daemon_with(|dir| json!({"fx": fixture(dir, json!({}))})).await;
+    wait_state(&d, "fx", "ready").await;
+    let r = d
+        .call(
+            "invoke",
+            json!({"name": "mcp_fx_sleep", "arguments": {"ms": 20000}, "timeout_ms": 300}),
+        )
+        .await;
+    assert_eq!(r["result"]["result"]["error_kind"], "timeout");
+    eventually(10, "cancelled after the call timeout", || async {
+        events(&d).matches("cancelled sleep").count() == 1
+    })
+    .await;
+
+    let mut c = d.client().await;
+    c.send(
+        "invoke",
+        json!({"name": "mcp_fx_sleep", "arguments": {"ms": 20000}, "call_id": "zz"}),
+    )
+    .await;
+    eventually(10, "the call to be cancellable", || async {
+        d.call("cancel", json!({"call_id": "zz"})).await["result"]["cancelled"] == true
+    })
+    .await;
+    assert_eq!(
+        c.recv().await["result"]["result"]["error_kind"],
+        "cancelled"
+    );
+    eventually(10, "cancelled after cancel", || async {
+        events(&d).matches("cancelled sleep").count() == 2
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn progress_is_forwarded_to_streaming_callers() {
+    let d = daemon_with(|dir| json!({"fx": fixture(dir, json!({}))})).await;
+    wait_state(&d, "fx", "ready").await;
+    let mut ws = d.ws().await;
+    ws.call(
+        "subscribe_invoke",
+        json!({"name": "mcp_fx_sleep", "arguments": {"ms": 400, "progress": true}}),
+    )
+    .await;
+    let mut updates = Vec::new();
+    loop {
+        let ev = ws.recv().await["params"]["result"].clone();
+        if ev["kind"] == "result" {
+            assert_eq!(ev["result"]["ok"], true, "{ev}");
+            break;
+        }
+        updates.push(ev);
+    }
+    assert!(
+        updates.len() >= 2,
+        "expected several progress updates, got {updates:?}"
+    );
+    assert!(updates[0]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .contains("slept"));
+    assert!(updates[0]["details"]["progress"].is_number());
+}
+
+#[tokio::test]
+async fn list_changed_updates_the_registry_with_one_notification() {
+    let d = daemon_with(|dir| json!({"fx": fixture(dir, json!({}))})).await;
+    wait_state(&d, "fx", "ready").await;
+    let mut c = d.client().await;
+    c.call("subscribe_tools_changed", json!({})).await;
+    let rev = d.call("list_tools", json!({})).await["result"]["revision"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(
+        d.invoke("mcp_fx_add_tool", json!({"name": "fresh"})).await["ok"],
+        true
+    );
+    let n = c.recv().await;
+    assert_eq!(n["method"], "tools_changed");
+    let p = &n["params"]["result"];
+    assert_eq!(p["added"], json!(["mcp_fx_fresh"]));
+    assert_eq!(p["removed"], json!([]));
+    assert_eq!(p["revision"].as_u64().unwrap(), rev + 1);
+    assert_eq!(
+        d.invoke("mcp_fx_fresh", json!({"text": "new"})).await["output"],
+        "new"
+    );
+}
+
+#[tokio::test]
+async fn crash_then_unavailable_then_reconnect_and_work() {
+    let d = daemon_with(|dir| json!({"fx": fixture(dir, json!({}))})).await;
+    wait_state(&d, "fx", "ready").await;
+    let r = d.invoke("mcp_fx_crash", json!({})).await;
+    assert_eq!(r["error_kind"], "unavailable", "{r}");
+    assert_eq!(
+        r["error"],
+        "MCP server 'fx' is not connected (the connection closed during the call)"
+    );
+    eventually(20, "reconnect after the crash", || async {
+        d.invoke("mcp_fx_echo", json!({"text": "back"})).await["output"] == "back"
+    })
+    .await;
+    let st = wait_state(&d, "fx", "ready").await;
+    assert_eq!(st["restarts"], 1);
+    assert_eq!(pids(&d).len(), 2);
+    assert!(!alive(pids(&d)[0]));
+}
+
+#[tokio::test]
+async fn a_server_that_keeps_failing_opens_the_circuit() {
+    let d = daemon_with(|dir| {
+        json!({
+            "bad": fixture(dir, json!({"env": {"FIXTURE_FAIL_START": "1"}})),
+            "missing": {"command": "/nonexistent/toolhost-no-such-server"},
+        })
+    })
+    .await;
+    let st = wait_state(&d, "missing", "failed").await;
+    assert!(
+        st["last_error"].as_str().unwrap().contains("cannot start"),
+        "{st}"
+    );
+    // Each reload is an immediate attempt; after five failures the circuit opens.
+    let mut st = Value::Null;
+    for _ in 0..200 {
+        st = d.call("mcp.status", json!({"server": "bad"})).await["result"]["servers"][0].clone();
+        if st["state"] == "circuit_open" {
+            break;
+        }
+        d.call("mcp.reload", json!({"server": "bad"})).await;
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(st["state"], "circuit_open", "{st}");
+    assert!(st["consecutive_failures"].as_u64().unwrap() >= 5);
+    let h = d.call("host.health", json!({})).await["result"].clone();
+    assert_eq!(h["mcp"]["ready"], 0, "{h}");
+    assert!(h["mcp"]["failed"].as_u64().unwrap() >= 1, "{h}");
+    // The daemon keeps serving its other tools.
+    assert_eq!(
+        d.invoke("bash", json!({"command": "echo fine"})).await["stdout"],
+        "fine\n"
+    );
+}
+
+#[tokio::test]
+async fn circuit_open_calls_answer_unreachable_without_trying() {
+    // The server starts once; after the flag file exists every restart fails.
+    let d = daemon_with(|dir| {
+        let flag = dir.join("broken");
+        json!({"fx": {
+            "command": "sh",
+            "args": ["-c", format!("if [ -e {} ]; then exit 3; fi; exec {FIXTURE}", flag.display())],
+            "env": {"FIXTURE_EVENTS_FILE": dir.join("fixture.events")},
+        }})
+    })
+    .await;
+    wait_state(&d, "fx", "ready").await;
+    std::fs::write(d.dir.path().join("broken"), "").unwrap();
+    assert_eq!(
+        d.invoke("mcp_fx_crash", json!({})).await["error_kind"],
+        "unavailable"
+    );
+    let mut st = Value::Null;
+    for _ in 0..200 {
+        st = d.call("mcp.status", json!({"server": "fx"})).await["result"]["servers"][0].clone();
+        if st["state"] == "circuit_open" {
+            break;
+        }
+        d.call("mcp.reload", json!({"server": "fx"})).await;
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(st["state"], "circuit_open", "{st}");
+    let r = d.invoke("mcp_fx_echo", json!({"text": "x"})).await;
+    assert_eq!(r["error_kind"], "unavailable");
+    assert!(
+        r["error"]
+            .as_str()
+            .unwrap()
+            .contains("unreachable (circuit open"),
+        "{r}"
+    );
+    assert!(!events(&d).contains("called echo"));
+    // Fixing the server and reloading closes the circuit.
+    std::fs::remove_file(d.dir.path().join("broken")).unwrap();
+    d.call("mcp.reload", json!({"server": "fx"})).await;
+    wait_state(&d, "fx", "ready").await;
+    assert_eq!(
+        d.invoke("mcp_fx_echo", json!({"text": "x"})).await["output"],
+        "x"
+    );
+}
+
+#[tokio::test]
+async fn concurrency_is_bounded_per_server_with_a_visible_queue() {
+    let d = daemon_with(|dir| json!({"fx": fixture(dir, json!({"max_concurrency": 2}))})).await;
+    wait_state(&d, "fx", "ready").await;
+    let mut clients = Vec::new();
+    for _ in 0..6 {
+        let mut c = d.client().await;
+        c.send(
+            "invoke",
+            json!({"name": "mcp_fx_sleep", "arguments": {"ms": 300}}),
+        )
+        .await;
+        clients.push(c);
+    }
+    eventually(10, "a queue to form", || async {
+        let st =
+            d.call("mcp.status", json!({"server": "fx"})).await["result"]["servers"][0].clone();
+        st["in_flight"] == 2 && st["queued"].as_u64().unwrap() >= 1
+    })
+    .await;
+    for mut c in clients {
+        assert_eq!(c.recv().await["result"]["result"]["ok"], true);
+    }
+    let st = d.call("mcp.status", json!({"server": "fx"})).await["result"]["servers"][0].clone();
+    assert_eq!(
+        (st["in_flight"].as_u64(), st["queued"].as_u64()),
+        (Some(0), Some(0))
+    );
+}
+
+#[tokio::test]
+async fn include_exclude_and_collisions_are_applied_and_reported() {
+    let d = daemon_with(|dir| json!({
+        "f": fixture(dir, json!({"env": {"FIXTURE_TOOL_PREFIX": "x_"}, "include_tools": ["x_echo", "x_add"]})),
+        "f_x": fixture(dir, json!({"exclude_tools": ["crash"]})),
+    }))
+    .await;
+    wait_state(&d, "f", "ready").await;
+    wait_state(&d, "f_x", "ready").await;
+    let r = d.call("list_tools", json!({})).await["result"].clone();
+    let names: Vec<&str> = r["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    let f: Vec<&&str> = names
+        .iter()
+        .filter(|n| r["meta"][**n]["server"] == "f")
+        .collect();
+    assert_eq!(f.len(), 2, "{names:?}");
+    assert!(!names.contains(&"mcp_f_x_crash"));
+    // mcp_f_x_echo is claimed by both servers: the earlier source (f) keeps it.
+    assert_eq!(r["meta"]["mcp_f_x_echo"]["server"], "f");
+    let st = d.call("mcp.status", json!({"server": "f_x"})).await["result"]["servers"][0].clone();
+    assert_eq!(st["collisions"], json!(["mcp_f_x_echo", "mcp_f_x_add"]));
+    let h = d.call("host.health", json!({})).await["result"].clone();
+    assert_eq!(h["status"], "degraded");
+}
+
+#[tokio::test]
+async fn server_everything_from_npm_works_through_the_host() {
+    let d = daemon_with(|_| json!({"everything": everything()})).await;
+    wait_state(&d, "everything", "ready").await;
+    let r = d
+        .invoke("mcp_everything_echo", json!({"message": "hi"}))
+        .await;
+    assert_eq!(r["ok"], true, "{r}");
+    assert!(r["output"].as_str().unwrap().contains("hi"));
+    let r = d
+        .invoke("mcp_everything_get-sum", json!({"a": 2, "b": 40}))
+        .await;
+    assert!(r["output"].as_str().unwrap().contains("42"), "{r}");
+    let env = d
+        .call("invoke", json!({"name": "mcp_everything_get-tiny-image"}))
+        .await["result"]
+        .clone();
+    assert_eq!(env["result"]["ok"], true, "{env}");
+    assert!(
+        env["control"]["_image_data_url"]
+            .as_str()
+            .unwrap()
+            .starts_with("data:image/png;base64,"),
+        "{env}"
+    );
+    let r = d.invoke("mcp_everything_get-sum", json!({"a": "x"})).await;
+    assert_eq!(r["error_kind"], "invalid_arguments");
+}
+
+#[tokio::test]
+async fn streamable_http_servers_work() {
+    let mut fx = tokio::process::Command::new(FIXTURE)
+        .args(["--http", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(fx.stdout.take().unwrap()));
+    let first = lines.next_line().await.unwrap().unwrap();
+    let url = first.trim_start_matches("listening on ").to_owned();
+    let d = daemon_with(|_| json!({"web": {"url": url, "headers": {"X-Test": "${HOME}"}}})).await;
+    let st = wait_state(&d, "web", "ready").await;
+    assert_eq!(st["transport"], "http");
+    assert_eq!(
+        d.invoke("mcp_web_echo", json!({"text": "over http"})).await["output"],
+        "over http"
+    );
+    let _ = fx.kill().await;
+}
+
+#[tokio::test]
+async fn no_server_process_outlives_the_daemon() {
+    let mut d = daemon_with(|dir| {
+        json!({
+            "a": fixture(dir, json!({})),
+            // Like npx → node: the server is a grandchild (sh stays as its parent).
+            "b": {"command": "sh", "args": ["-c", format!("{FIXTURE}; echo exited")],
+                  "env": {"FIXTURE_PID_FILE": dir.join("fixture.pids")}},
+        })
+    })
+    .await;
+    wait_state(&d, "a", "ready").await;
+    wait_state(&d, "b", "ready").await;
+    let all = pids(&d);
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert!(all.iter().all(|p| alive(*p)));
+    assert!(d.stop().await.success());
+    for p in all {
+        eventually(
+            10,
+            "fixture processes to be gone",
+            || async move { !alive(p) },
+        )
+        .await;
+    }
+}
