@@ -88,6 +88,70 @@ enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Manage persisted sessions.
+    Session {
+        #[command(subcommand)]
+        command: SessionCommand,
+        #[command(flatten)]
+        out: Output,
+    },
+    /// Manage MCP servers (edits config.json; the daemon applies the change).
+    Mcp {
+        #[command(subcommand)]
+        command: McpCommand,
+        #[command(flatten)]
+        out: Output,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum SessionCommand {
+    /// Sessions, newest first.
+    List {
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// The cursor printed by the previous page.
+        #[arg(long)]
+        after: Option<String>,
+    },
+    /// One session.
+    Show { id: String },
+    /// Create a session.
+    Create {
+        #[arg(long)]
+        id: Option<String>,
+        /// Initial meta as a JSON object.
+        #[arg(long)]
+        meta: Option<String>,
+        #[arg(long)]
+        workspace: Option<String>,
+        /// auto, strict or read_only.
+        #[arg(long)]
+        approval: Option<String>,
+    },
+    /// Delete a session.
+    Delete { id: String },
+}
+
+#[derive(Subcommand, Debug)]
+enum McpCommand {
+    /// State of every server (or one).
+    Status { name: Option<String> },
+    /// Add a server: `toolhost mcp add NAME -- COMMAND ARGS…` or `toolhost mcp add NAME --url URL`.
+    Add {
+        name: String,
+        #[arg(long, conflicts_with = "command")]
+        url: Option<String>,
+        /// KEY=VALUE environment for a stdio server (repeatable).
+        #[arg(long = "env", value_name = "KEY=VALUE")]
+        env: Vec<String>,
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
+    /// Remove a server.
+    Remove { name: String },
+    /// Reconnect one server, or all.
+    Reload { name: Option<String> },
 }
 
 #[derive(Subcommand, Debug)]
@@ -345,6 +409,138 @@ async fn client_command(
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Session { command, out } => session_command(&mut client, command, out).await,
+        Command::Mcp { command, out } => mcp_command(&mut client, command, out).await,
         Command::Serve { .. } | Command::Config { .. } => Ok(ExitCode::from(2)),
     }
+}
+
+async fn session_command(
+    client: &mut Client,
+    command: SessionCommand,
+    out: Output,
+) -> Result<ExitCode, ClientError> {
+    let r = match command {
+        SessionCommand::List { limit, after } => {
+            let r = client
+                .call("session.list", json!({"limit": limit, "after": after}))
+                .await?;
+            if !out.json {
+                for s in r["sessions"].as_array().into_iter().flatten() {
+                    println!(
+                        "{:<40} {:<9} {:>3} tools  {}",
+                        s["id"].as_str().unwrap_or(""),
+                        s["approval"].as_str().unwrap_or(""),
+                        s["tool_names"].as_array().map_or(0, Vec::len),
+                        s["meta"]
+                    );
+                }
+                if let Some(next) = r["next"].as_str() {
+                    println!("(more: --after {next})");
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            r
+        }
+        SessionCommand::Show { id } => client.call("session.get", json!({"id": id})).await?,
+        SessionCommand::Create {
+            id,
+            meta,
+            workspace,
+            approval,
+        } => {
+            let meta = match meta
+                .as_deref()
+                .map(|m| parse_json_object("--meta", m))
+                .transpose()
+            {
+                Ok(m) => m,
+                Err(code) => return Ok(code),
+            };
+            client
+                .call(
+                    "session.create",
+                    json!({"id": id, "meta": meta, "workspace": workspace, "approval": approval}),
+                )
+                .await?
+        }
+        SessionCommand::Delete { id } => {
+            let r = client.call("session.delete", json!({"id": id})).await?;
+            if r["deleted"] != true {
+                eprintln!("toolhost: no session {id}");
+                return Ok(ExitCode::from(1));
+            }
+            r
+        }
+    };
+    if out.json {
+        println!("{r}");
+    } else {
+        print_json(&r);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn mcp_command(
+    client: &mut Client,
+    command: McpCommand,
+    out: Output,
+) -> Result<ExitCode, ClientError> {
+    let r = match command {
+        McpCommand::Status { name } => {
+            let r = client.call("mcp.status", json!({"server": name})).await?;
+            if !out.json {
+                for s in r["servers"].as_array().into_iter().flatten() {
+                    println!(
+                        "{:<20} {:<5} {:<12} tools {:<4} in-flight {:<3} queued {:<3} restarts {:<3}{}",
+                        s["name"].as_str().unwrap_or(""), s["transport"].as_str().unwrap_or(""), s["state"].as_str().unwrap_or(""),
+                        s["tools"], s["in_flight"], s["queued"], s["restarts"],
+                        s["last_error"].as_str().map(|e| format!(" error: {e}")).unwrap_or_default()
+                    );
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            r
+        }
+        McpCommand::Add {
+            name,
+            url,
+            env,
+            command,
+        } => {
+            let server = match (url, command.split_first()) {
+                (Some(url), None) => json!({"url": url}),
+                (None, Some((program, args))) => {
+                    let mut envs = serde_json::Map::new();
+                    for kv in env {
+                        match kv.split_once('=') {
+                            Some((k, v)) => {
+                                envs.insert(k.to_owned(), json!(v));
+                            }
+                            None => {
+                                eprintln!("toolhost: --env takes KEY=VALUE, got {kv:?}");
+                                return Ok(ExitCode::from(2));
+                            }
+                        }
+                    }
+                    json!({"command": program, "args": args, "env": envs})
+                }
+                _ => {
+                    eprintln!("toolhost: give either --url URL or -- COMMAND ARGS…");
+                    return Ok(ExitCode::from(2));
+                }
+            };
+            client
+                .call("mcp.add", json!({"name": name, "server": server}))
+                .await?
+        }
+        McpCommand::Remove { name } => client.call("mcp.remove", json!({"name": name})).await?,
+        McpCommand::Reload { name } => client.call("mcp.reload", json!({"server": name})).await?,
+    };
+    if out.json {
+        println!("{r}");
+    } else {
+        print_json(&r);
+    }
+    Ok(ExitCode::SUCCESS)
 }
