@@ -142,6 +142,9 @@ pub struct CustomTools {
 
 impl Default for CustomTools {
     fn default() -> Self {
-        CustomTools { paths: Vec::new(), discover: true }
+        CustomTools {
+            paths: Vec::new(),
+            discover: true,
+        }
     }
 }
