@@ -47,7 +47,7 @@ impl fmt::Display for Problem {
 }
 
 /// A config that cannot be used (or a write-back that was refused). `Display` prints one
-/// problem per line, each `path: what is wrong`.
+/// problem per line, each `path: what is wrong`, then any warnings as `warning: ...` lines.
 #[derive(Debug, Clone, thiserror::Error)]
 pub struct ConfigError {
     pub kind: ConfigErrorKind,
@@ -56,6 +56,9 @@ pub struct ConfigError {
     /// The hash of the bytes that were read, when the file could be read (`MISSING` for a
     /// missing file), so a watcher can remember the last file *read* even when it was bad.
     pub content_hash: Option<ContentHash>,
+    /// Warnings found on the way (unknown keys, ...); often the explanation of a problem
+    /// (`comand: unknown key` next to "needs command or url"), so `Display` shows them too.
+    pub warnings: Vec<String>,
 }
 
 impl ConfigError {
@@ -64,6 +67,7 @@ impl ConfigError {
             kind,
             problems,
             content_hash: None,
+            warnings: Vec::new(),
         }
     }
 
@@ -87,6 +91,9 @@ impl fmt::Display for ConfigError {
         }
         if self.problems.is_empty() {
             f.write_str("invalid config")?;
+        }
+        for w in &self.warnings {
+            write!(f, "\nwarning: {w}")?;
         }
         Ok(())
     }

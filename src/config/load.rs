@@ -172,12 +172,15 @@ pub(crate) fn evaluate(root: Value, env: &Env) -> Result<(Config, Vec<String>), 
     let mut problems = Vec::new();
     let mut warnings = Vec::new();
 
-    // 1. mcpServers → mcp_servers, in place (key order kept).
-    match servers_key(&root) {
+    // 1. mcpServers → mcp_servers, in place (key order kept). Messages use the file's key.
+    let aliased = match servers_key(&root) {
         Err(p) => return Err(ConfigError::new(ConfigErrorKind::Invalid, vec![p])),
-        Ok(Some(SERVERS_ALIAS)) => rename_key(&mut root, SERVERS_ALIAS, SERVERS_KEY),
-        Ok(_) => {}
-    }
+        Ok(Some(SERVERS_ALIAS)) => {
+            rename_key(&mut root, SERVERS_ALIAS, SERVERS_KEY);
+            true
+        }
+        Ok(_) => false,
+    };
     let mut root = Value::Object(root);
 
     // 2. ${NAME} in every string of the file (not in environment overrides).
@@ -206,8 +209,18 @@ pub(crate) fn evaluate(root: Value, env: &Env) -> Result<(Config, Vec<String>), 
     let checked = validate::check_root(&root, &origin);
     problems.extend(checked.problems);
     warnings.extend(checked.warnings);
+    if aliased {
+        for p in &mut problems {
+            p.path = unalias(&p.path);
+        }
+        for w in &mut warnings {
+            *w = unalias(w);
+        }
+    }
     if !problems.is_empty() {
-        return Err(ConfigError::new(ConfigErrorKind::Invalid, problems));
+        let mut e = ConfigError::new(ConfigErrorKind::Invalid, problems);
+        e.warnings = warnings;
+        return Err(e);
     }
     let config: Config = serde_json::from_value(checked.value).map_err(|e| {
         ConfigError::one(
@@ -217,6 +230,16 @@ pub(crate) fn evaluate(root: Value, env: &Env) -> Result<(Config, Vec<String>), 
         )
     })?;
     Ok((config, warnings))
+}
+
+/// `mcp_servers.x...` → `mcpServers.x...` (for files that use the alias).
+fn unalias(s: &str) -> String {
+    match s.strip_prefix(SERVERS_KEY) {
+        Some(rest) if rest.is_empty() || rest.starts_with(['.', '[', ':']) => {
+            format!("{SERVERS_ALIAS}{rest}")
+        }
+        _ => s.to_owned(),
+    }
 }
 
 fn rename_key(m: &mut Map<String, Value>, from: &str, to: &str) {
@@ -341,6 +364,9 @@ fn apply_override(
         let slot = m
             .entry((*seg).to_owned())
             .or_insert_with(|| Value::Object(Map::new()));
+        if slot.is_null() {
+            *slot = Value::Object(Map::new());
+        }
         if last {
             *slot = Value::String(value);
             origin.insert(path.to_string(), var);
@@ -409,6 +435,17 @@ mod tests {
         .unwrap();
         assert!(w.is_empty(), "{w:?}");
         assert_eq!(c.mcp_servers["fs"].command.as_deref(), Some("npx"));
+        let e = eval(
+            json!({"mcpServers": {"fs": {"comand": "x", "args": [1]}}}),
+            &env,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "mcpServers.fs.args[0]: expected a string, found 1\n\
+             mcpServers.fs: needs \"command\" (a stdio server) or \"url\" (a streamable HTTP server)\n\
+             warning: mcpServers.fs.comand: unknown key (did you mean \"command\"?)"
+        );
         let e = eval(json!({"mcpServers": {}, "mcp_servers": {}}), &env).unwrap_err();
         assert!(e
             .to_string()
@@ -453,7 +490,8 @@ mod tests {
         let e = eval(json!({"mcp_servers": {"GitHub": {"command": "x"}}}), &env).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "mcp_servers.github: needs \"command\" (a stdio server) or \"url\" (a streamable HTTP server)"
+            "mcp_servers.github: needs \"command\" (a stdio server) or \"url\" (a streamable HTTP server)\n\
+             warning: TOOLHOST_MCP_SERVERS__GITHUB__TIMEOUT_MS: environment keys are lowercased, so this sets \"github\", not \"GitHub\""
         );
     }
 
@@ -468,11 +506,12 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "workspace: TOOLHOST_WORKSPACE__X cannot be applied: workspace is not an object\n\
-             limits.max_output_bytes: expected a positive integer, found \"lots\" (from TOOLHOST_LIMITS__MAX_OUTPUT_BYTES)"
+             limits.max_output_bytes: expected a positive integer, found \"lots\" (from TOOLHOST_LIMITS__MAX_OUTPUT_BYTES)\n\
+             warning: nope: unknown key (from TOOLHOST_NOPE__X)"
         );
         let env = Env::fixed([("TOOLHOST_NOPE__X", "1")]);
         let (_, w) = eval(json!({}), &env).unwrap();
-        assert_eq!(w, vec!["nope: unknown key"]);
+        assert_eq!(w, vec!["nope: unknown key (from TOOLHOST_NOPE__X)"]);
     }
 
     #[test]

@@ -227,11 +227,27 @@ impl Checker<'_> {
 
     fn warn(&mut self, message: impl fmt::Display) {
         let path = self.path.to_string();
-        self.warnings.push(if path.is_empty() {
+        let mut line = if path.is_empty() {
             message.to_string()
         } else {
             format!("{path}: {message}")
-        });
+        };
+        // An unknown key that came from the environment: say which variable made it.
+        let mut vars: Vec<&String> = self
+            .env_origin
+            .iter()
+            .filter(|(k, _)| {
+                k.strip_prefix(path.as_str())
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+            })
+            .map(|(_, v)| v)
+            .collect();
+        if !path.is_empty() && !vars.is_empty() {
+            vars.sort();
+            let vars: Vec<&str> = vars.iter().map(|v| v.as_str()).collect();
+            line = format!("{line} (from {})", vars.join(", "));
+        }
+        self.warnings.push(line);
     }
 
     fn at<T>(&mut self, seg: Seg, f: impl FnOnce(&mut Self) -> T) -> T {
