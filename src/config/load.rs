@@ -1,0 +1,533 @@
+//! Loading: read → parse → `mcpServers` alias → `${NAME}` expansion → `TOOLHOST_*__*`
+//! environment overrides → validation → typed [`Config`].
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use super::error::{ConfigError, ConfigErrorKind, ContentHash, Problem};
+use super::validate::{self, JsonPath, Seg};
+use super::{Config, Loaded};
+
+/// The JSON key `mcpServers` is accepted as an alias of this one.
+pub(crate) const SERVERS_KEY: &str = "mcp_servers";
+pub(crate) const SERVERS_ALIAS: &str = "mcpServers";
+
+/// Where environment variables come from: the process, or a fixed map (tests).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Env {
+    vars: Option<HashMap<String, String>>,
+}
+
+impl Env {
+    pub fn process() -> Env {
+        Env { vars: None }
+    }
+
+    #[cfg(test)]
+    pub fn fixed<const N: usize>(vars: [(&str, &str); N]) -> Env {
+        Env {
+            vars: Some(
+                vars.iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            ),
+        }
+    }
+
+    /// `Ok(None)` if unset; `Err` if set but not UTF-8.
+    fn var(&self, name: &str) -> Result<Option<String>, String> {
+        match &self.vars {
+            Some(m) => Ok(m.get(name).cloned()),
+            None => match std::env::var(name) {
+                Ok(v) => Ok(Some(v)),
+                Err(std::env::VarError::NotPresent) => Ok(None),
+                Err(std::env::VarError::NotUnicode(_)) => {
+                    Err(format!("environment variable {name} is not valid UTF-8"))
+                }
+            },
+        }
+    }
+
+    /// The `TOOLHOST_<SECTION>__<KEY>` overrides as (dotted lowercase key, value), sorted by
+    /// key, read with the `config` crate's environment source. Variables without `__`
+    /// (`TOOLHOST_CONFIG`, `TOOLHOST_SOCKET`, `TOOLHOST_TOKEN`, ...) are not config keys and
+    /// are skipped; empty values count as unset.
+    fn overrides(&self) -> Result<Vec<(String, String)>, Problem> {
+        use config::Source;
+        let mut source = config::Environment::with_prefix("TOOLHOST")
+            .prefix_separator("_")
+            .separator("__")
+            .ignore_empty(true);
+        if let Some(m) = &self.vars {
+            source = source.source(Some(m.clone().into_iter().collect()));
+        }
+        let collected = source
+            .collect()
+            .map_err(|e| Problem::new("", format!("cannot read the environment: {e}")))?;
+        let mut out = Vec::new();
+        for (key, value) in collected {
+            if !key.contains('.') {
+                continue;
+            }
+            let value = value.into_string().map_err(|e| {
+                Problem::new("", format!("cannot read {}: {e}", env_var_name(&key)))
+            })?;
+            out.push((key, value));
+        }
+        out.sort();
+        Ok(out)
+    }
+}
+
+/// `limits.max_output_bytes` → `TOOLHOST_LIMITS__MAX_OUTPUT_BYTES` (the case of the original
+/// variable is lost; the config crate lowercases keys).
+fn env_var_name(key: &str) -> String {
+    format!("TOOLHOST_{}", key.replace('.', "__").to_uppercase())
+}
+
+/// Reads `path`: `Ok(None)` if it does not exist.
+pub(crate) fn read_file(path: &Path) -> Result<Option<Vec<u8>>, ConfigError> {
+    match std::fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(ConfigError::one(
+            ConfigErrorKind::Io,
+            "",
+            format!("cannot read {}: {e}", path.display()),
+        )),
+    }
+}
+
+/// Parses config bytes into a JSON object (a UTF-8 BOM is tolerated).
+pub(crate) fn parse(bytes: &[u8]) -> Result<Value, ConfigError> {
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(ConfigError::one(
+            ConfigErrorKind::Syntax,
+            "",
+            "the file is empty (write {} for all defaults)",
+        ));
+    }
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|e| ConfigError::one(ConfigErrorKind::Syntax, "", format!("invalid JSON: {e}")))?;
+    if !value.is_object() {
+        return Err(ConfigError::one(
+            ConfigErrorKind::Invalid,
+            "",
+            format!(
+                "expected a JSON object at the top level, found {}",
+                validate::describe(&value)
+            ),
+        ));
+    }
+    Ok(value)
+}
+
+/// Which key holds the servers: `mcp_servers`, `mcpServers`, or `None`; both is an error.
+pub(crate) fn servers_key(root: &Map<String, Value>) -> Result<Option<&'static str>, Problem> {
+    match (
+        root.contains_key(SERVERS_KEY),
+        root.contains_key(SERVERS_ALIAS),
+    ) {
+        (true, true) => Err(Problem::new(
+            "",
+            "both \"mcp_servers\" and \"mcpServers\" are present; use one of them \
+             (mcpServers is an alias of mcp_servers)",
+        )),
+        (true, false) => Ok(Some(SERVERS_KEY)),
+        (false, true) => Ok(Some(SERVERS_ALIAS)),
+        (false, false) => Ok(None),
+    }
+}
+
+/// Reads, parses and evaluates the file at `path` with the given environment.
+pub(crate) fn load_with(path: &Path, env: &Env) -> Result<Loaded, ConfigError> {
+    let (root, hash) = match read_file(path)? {
+        None => (Value::Object(Map::new()), ContentHash::MISSING),
+        Some(bytes) => {
+            let hash = ContentHash::of(&bytes);
+            (parse(&bytes).map_err(|e| e.with_hash(hash))?, hash)
+        }
+    };
+    let (config, warnings) = evaluate(root, env).map_err(|e| e.with_hash(hash))?;
+    Ok(Loaded {
+        config,
+        warnings,
+        content_hash: hash,
+    })
+}
+
+/// Everything after parsing: alias, expansion, environment overrides, validation.
+/// All problems found are reported together.
+pub(crate) fn evaluate(root: Value, env: &Env) -> Result<(Config, Vec<String>), ConfigError> {
+    let Value::Object(mut root) = root else {
+        return Err(ConfigError::one(
+            ConfigErrorKind::Invalid,
+            "",
+            "expected a JSON object at the top level",
+        ));
+    };
+    let mut problems = Vec::new();
+    let mut warnings = Vec::new();
+
+    // 1. mcpServers → mcp_servers, in place (key order kept). Messages use the file's key.
+    let aliased = match servers_key(&root) {
+        Err(p) => return Err(ConfigError::new(ConfigErrorKind::Invalid, vec![p])),
+        Ok(Some(SERVERS_ALIAS)) => {
+            rename_key(&mut root, SERVERS_ALIAS, SERVERS_KEY);
+            true
+        }
+        Ok(_) => false,
+    };
+    let mut root = Value::Object(root);
+
+    // 2. ${NAME} in every string of the file (not in environment overrides).
+    let mut path = JsonPath::default();
+    expand_all(&mut root, &mut path, env, &mut problems);
+
+    // 3. TOOLHOST_<SECTION>__<KEY> overrides.
+    let mut origin = HashMap::new();
+    match env.overrides() {
+        Ok(list) => {
+            for (key, value) in list {
+                apply_override(
+                    &mut root,
+                    &key,
+                    value,
+                    &mut origin,
+                    &mut problems,
+                    &mut warnings,
+                );
+            }
+        }
+        Err(p) => problems.push(p),
+    }
+
+    // 4. Types and values.
+    let checked = validate::check_root(&root, &origin);
+    problems.extend(checked.problems);
+    warnings.extend(checked.warnings);
+    if aliased {
+        for p in &mut problems {
+            p.path = unalias(&p.path);
+        }
+        for w in &mut warnings {
+            *w = unalias(w);
+        }
+    }
+    if !problems.is_empty() {
+        let mut e = ConfigError::new(ConfigErrorKind::Invalid, problems);
+        e.warnings = warnings;
+        return Err(e);
+    }
+    let config: Config = serde_json::from_value(checked.value).map_err(|e| {
+        ConfigError::one(
+            ConfigErrorKind::Invalid,
+            "",
+            format!("config does not fit the model: {e}"),
+        )
+    })?;
+    Ok((config, warnings))
+}
+
+/// `mcp_servers.x...` → `mcpServers.x...` (for files that use the alias).
+fn unalias(s: &str) -> String {
+    match s.strip_prefix(SERVERS_KEY) {
+        Some(rest) if rest.is_empty() || rest.starts_with(['.', '[', ':']) => {
+            format!("{SERVERS_ALIAS}{rest}")
+        }
+        _ => s.to_owned(),
+    }
+}
+
+fn rename_key(m: &mut Map<String, Value>, from: &str, to: &str) {
+    let old = std::mem::take(m);
+    for (k, v) in old {
+        if k == from {
+            m.insert(to.to_owned(), v);
+        } else {
+            m.insert(k, v);
+        }
+    }
+}
+
+fn expand_all(v: &mut Value, path: &mut JsonPath, env: &Env, problems: &mut Vec<Problem>) {
+    match v {
+        Value::String(s) if s.contains('$') => match expand(s, env) {
+            Ok(e) => *s = e,
+            Err(msg) => problems.push(Problem::new(path.to_string(), msg)),
+        },
+        Value::Array(items) => {
+            for (i, x) in items.iter_mut().enumerate() {
+                path.0.push(Seg::Index(i));
+                expand_all(x, path, env, problems);
+                path.0.pop();
+            }
+        }
+        Value::Object(m) => {
+            for (k, x) in m.iter_mut() {
+                path.0.push(Seg::Key(k.clone()));
+                expand_all(x, path, env, problems);
+                path.0.pop();
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Expands `${NAME}` (NAME = `[A-Za-z_][A-Za-z0-9_]*`); `$${` is a literal `${`; any other
+/// `$` is kept as is. An unset variable is an error naming it (all unset ones are listed).
+pub(crate) fn expand(s: &str, env: &Env) -> Result<String, String> {
+    let mut out = String::with_capacity(s.len());
+    let mut unset = Vec::new();
+    let mut rest = s;
+    while let Some(i) = rest.find('$') {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 1..];
+        if let Some(tail) = after.strip_prefix("${") {
+            out.push_str("${");
+            rest = tail;
+        } else if let Some(tail) = after.strip_prefix('{') {
+            let Some(end) = tail.find('}') else {
+                return Err("unterminated ${...} (write $${ for a literal ${)".to_owned());
+            };
+            let name = &tail[..end];
+            let valid = name
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                return Err(format!(
+                    "invalid variable reference ${{{name}}}: names are letters, digits and _ \
+                     (write $${{ for a literal ${{)"
+                ));
+            }
+            match env.var(name)? {
+                Some(value) => out.push_str(&value),
+                None => unset.push(name.to_owned()),
+            }
+            rest = &tail[end + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    match unset.len() {
+        0 => Ok(out),
+        1 => Err(format!("environment variable {} is not set", unset[0])),
+        _ => Err(format!(
+            "environment variables {} are not set",
+            unset.join(", ")
+        )),
+    }
+}
+
+/// Sets `key` (dotted, lowercase) to the string `value`, creating objects on the way.
+fn apply_override(
+    root: &mut Value,
+    key: &str,
+    value: String,
+    origin: &mut HashMap<String, String>,
+    problems: &mut Vec<Problem>,
+    warnings: &mut Vec<String>,
+) {
+    let var = env_var_name(key);
+    let segs: Vec<&str> = key.split('.').collect();
+    if segs.iter().any(|s| s.is_empty()) {
+        warnings.push(format!("{var}: ignored (empty key segment)"));
+        return;
+    }
+    let mut path = JsonPath::default();
+    let mut cur = root;
+    for (i, seg) in segs.iter().enumerate() {
+        let Value::Object(m) = cur else {
+            problems.push(Problem::new(
+                path.to_string(),
+                format!("{var} cannot be applied: {path} is not an object"),
+            ));
+            return;
+        };
+        if !m.contains_key(*seg) {
+            if let Some(existing) = m.keys().find(|k| k.eq_ignore_ascii_case(seg)) {
+                warnings.push(format!(
+                    "{var}: environment keys are lowercased, so this sets {:?}, not {existing:?}",
+                    seg
+                ));
+            }
+        }
+        path.0.push(Seg::Key((*seg).to_owned()));
+        let last = i + 1 == segs.len();
+        let slot = m
+            .entry((*seg).to_owned())
+            .or_insert_with(|| Value::Object(Map::new()));
+        if slot.is_null() {
+            *slot = Value::Object(Map::new());
+        }
+        if last {
+            *slot = Value::String(value);
+            origin.insert(path.to_string(), var);
+            return;
+        }
+        cur = slot;
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn eval(v: Value, env: &Env) -> Result<(Config, Vec<String>), ConfigError> {
+        evaluate(v, env)
+    }
+
+    #[test]
+    fn expansion() {
+        let env = Env::fixed([("A", "x"), ("B_2", "y")]);
+        assert_eq!(expand("${A}-${B_2}", &env).as_deref(), Ok("x-y"));
+        assert_eq!(expand("$A $ $$ $${A}", &env).as_deref(), Ok("$A $ $$ ${A}"));
+        assert_eq!(
+            expand("${NOPE}", &env),
+            Err("environment variable NOPE is not set".to_owned())
+        );
+        assert_eq!(
+            expand("${X1} ${A} ${X2}", &env),
+            Err("environment variables X1, X2 are not set".to_owned())
+        );
+        assert!(expand("${A", &env).is_err());
+        assert!(expand("${1A}", &env).is_err());
+    }
+
+    #[test]
+    fn unset_variable_names_variable_and_path() {
+        let env = Env::fixed([]);
+        let v = json!({"mcp_servers": {"remote": {
+            "url": "https://h/mcp",
+            "headers": {"Authorization": "Bearer ${REMOTE_TOKEN_T1}"}
+        }}});
+        let e = eval(v, &env).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "mcp_servers.remote.headers.Authorization: environment variable REMOTE_TOKEN_T1 is not set"
+        );
+    }
+
+    #[test]
+    fn expansion_fills_values() {
+        let env = Env::fixed([("TOK", "s3cret")]);
+        let v = json!({"providers": {"openai": {"api_key": "${TOK}"}}});
+        let (c, _) = eval(v, &env).unwrap();
+        assert_eq!(c.providers["openai"].api_key.as_deref(), Some("s3cret"));
+    }
+
+    #[test]
+    fn alias_and_both_keys() {
+        let env = Env::fixed([]);
+        let (c, w) = eval(
+            json!({"mcpServers": {"fs": {"command": "npx", "args": ["-y", "x"]}}}),
+            &env,
+        )
+        .unwrap();
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!(c.mcp_servers["fs"].command.as_deref(), Some("npx"));
+        let e = eval(
+            json!({"mcpServers": {"fs": {"comand": "x", "args": [1]}}}),
+            &env,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "mcpServers.fs.args[0]: expected a string, found 1\n\
+             mcpServers.fs: needs \"command\" (a stdio server) or \"url\" (a streamable HTTP server)\n\
+             warning: mcpServers.fs.comand: unknown key (did you mean \"command\"?)"
+        );
+        let e = eval(json!({"mcpServers": {}, "mcp_servers": {}}), &env).unwrap_err();
+        assert!(e
+            .to_string()
+            .contains("both \"mcp_servers\" and \"mcpServers\""));
+    }
+
+    #[test]
+    fn env_overrides_layer_on_top() {
+        let env = Env::fixed([
+            ("TOOLHOST_LIMITS__MAX_OUTPUT_BYTES", "123"),
+            ("TOOLHOST_MCP_SERVERS__FS__TIMEOUT_MS", "5000"),
+            ("TOOLHOST_MCP_SERVERS__FS__ENABLED", "false"),
+            ("TOOLHOST_LISTEN__SOCKET_MODE", "0660"),
+            // Not config keys: no "__".
+            ("TOOLHOST_CONFIG", "/x.json"),
+            ("TOOLHOST_SOCKET", "/x.sock"),
+            ("TOOLHOST_TOKEN", "007"),
+            ("OTHER__X", "1"),
+        ]);
+        let v = json!({
+            "limits": {"max_output_bytes": 9},
+            "mcp_servers": {"fs": {"command": "x"}}
+        });
+        let (c, w) = eval(v, &env).unwrap();
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!(c.limits.max_output_bytes, 123);
+        assert_eq!(c.mcp_servers["fs"].timeout_ms, 5000);
+        assert!(!c.mcp_servers["fs"].enabled);
+        assert_eq!(c.listen.socket_mode.as_deref(), Some("0660"));
+    }
+
+    #[test]
+    fn env_override_can_add_a_lowercase_server() {
+        let env = Env::fixed([("TOOLHOST_MCP_SERVERS__REMOTE__URL", "https://h/mcp")]);
+        let (c, _) = eval(json!({}), &env).unwrap();
+        assert_eq!(
+            c.mcp_servers["remote"].url.as_deref(),
+            Some("https://h/mcp")
+        );
+        // Upper-case names in the file cannot be reached: the key is lowercased.
+        let env = Env::fixed([("TOOLHOST_MCP_SERVERS__GITHUB__TIMEOUT_MS", "5")]);
+        let e = eval(json!({"mcp_servers": {"GitHub": {"command": "x"}}}), &env).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "mcp_servers.github: needs \"command\" (a stdio server) or \"url\" (a streamable HTTP server)\n\
+             warning: TOOLHOST_MCP_SERVERS__GITHUB__TIMEOUT_MS: environment keys are lowercased, so this sets \"github\", not \"GitHub\""
+        );
+    }
+
+    #[test]
+    fn env_override_errors_name_the_variable() {
+        let env = Env::fixed([
+            ("TOOLHOST_LIMITS__MAX_OUTPUT_BYTES", "lots"),
+            ("TOOLHOST_NOPE__X", "1"),
+            ("TOOLHOST_WORKSPACE__X", "1"),
+        ]);
+        let e = eval(json!({"workspace": "/w"}), &env).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "workspace: TOOLHOST_WORKSPACE__X cannot be applied: workspace is not an object\n\
+             limits.max_output_bytes: expected a positive integer, found \"lots\" (from TOOLHOST_LIMITS__MAX_OUTPUT_BYTES)\n\
+             warning: nope: unknown key (from TOOLHOST_NOPE__X)"
+        );
+        let env = Env::fixed([("TOOLHOST_NOPE__X", "1")]);
+        let (_, w) = eval(json!({}), &env).unwrap();
+        assert_eq!(w, vec!["nope: unknown key (from TOOLHOST_NOPE__X)"]);
+    }
+
+    #[test]
+    fn env_values_are_not_expanded_and_stay_strings() {
+        let env = Env::fixed([("TOOLHOST_PROVIDERS__P__API_KEY", "007${X}")]);
+        let (c, _) = eval(json!({}), &env).unwrap();
+        assert_eq!(c.providers["p"].api_key.as_deref(), Some("007${X}"));
+    }
+
+    #[test]
+    fn parse_errors() {
+        let e = parse(b"{\n  \"a\": 1,\n}").unwrap_err();
+        assert_eq!(e.kind, ConfigErrorKind::Syntax);
+        assert!(e.to_string().contains("line 3 column 1"), "{e}");
+        assert!(parse(b"  \n").unwrap_err().to_string().contains("empty"));
+        assert!(parse(b"[]").unwrap_err().to_string().contains("top level"));
+        assert!(parse(b"\xEF\xBB\xBF{}").is_ok());
+    }
+}

@@ -1,0 +1,201 @@
+//! Watching config.json for changes (crate-notes §3): the *parent directory* is watched,
+//! non-recursively, because editors save by writing a temp file and renaming it over the
+//! original (a watch on the file itself would follow the old inode and go deaf).
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use notify::{EventKind, RecursiveMode};
+use notify_debouncer_full::{new_debouncer, DebounceEventResult, Debouncer, RecommendedCache};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// Events closer together than this are coalesced into one signal.
+pub const DEBOUNCE: Duration = Duration::from_millis(300);
+
+/// Keeps the watch alive; dropping it stops the watching thread.
+pub struct ConfigWatcher {
+    _debouncer: Debouncer<notify::RecommendedWatcher, RecommendedCache>,
+    dir: PathBuf,
+    file: OsString,
+}
+
+impl ConfigWatcher {
+    /// The watched directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The file name whose events count.
+    pub fn file_name(&self) -> &std::ffi::OsStr {
+        &self.file
+    }
+}
+
+impl std::fmt::Debug for ConfigWatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConfigWatcher")
+            .field("dir", &self.dir)
+            .field("file", &self.file)
+            .finish()
+    }
+}
+
+/// Sends `()` on `tx` (at most once per [`DEBOUNCE`] window) when the file at `path` may have
+/// changed: any non-access event in its directory whose paths include its file name
+/// (create, write, rename onto it, delete, metadata). Watcher errors (e.g. an inotify queue
+/// overflow) also send `()`, since a change may have been missed.
+///
+/// The signal means "look again", not "it changed": the caller reloads with
+/// [`load`](super::load) and compares `content_hash` (from `Loaded`, or from `ConfigError`
+/// when the file is bad) with the hash of the *last file read* — not the last config
+/// applied — and skips only when they are equal (config.md, hot reload rules). Explicit
+/// reloads (`config.reload`, SIGHUP) should not skip, since the environment may have
+/// changed.
+///
+/// Errors if the directory does not exist (it is not created); the daemon logs that and
+/// serves on, reloading only on request. Limits: a symlinked config is watched at the link's
+/// directory (edits to the target elsewhere are not seen); Kubernetes-style `..data`
+/// symlink swaps are not seen either.
+pub fn watch(path: &Path, tx: UnboundedSender<()>) -> anyhow::Result<ConfigWatcher> {
+    watch_with(path, tx, DEBOUNCE)
+}
+
+pub(crate) fn watch_with(
+    path: &Path,
+    tx: UnboundedSender<()>,
+    debounce: Duration,
+) -> anyhow::Result<ConfigWatcher> {
+    let file = path
+        .file_name()
+        .with_context(|| format!("cannot watch {}: it has no file name", path.display()))?
+        .to_os_string();
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !dir.is_dir() {
+        anyhow::bail!(
+            "cannot watch {} for config changes: the directory does not exist (create it, \
+             then restart, or use config.reload / SIGHUP)",
+            dir.display()
+        );
+    }
+    let wanted = file.clone();
+    let handler = move |res: DebounceEventResult| {
+        let relevant = match res {
+            Ok(events) => events.iter().any(|ev| {
+                !matches!(ev.event.kind, EventKind::Access(_))
+                    && ev
+                        .event
+                        .paths
+                        .iter()
+                        .any(|p| p.file_name() == Some(wanted.as_os_str()))
+            }),
+            Err(errors) => {
+                for e in &errors {
+                    tracing::warn!("config watcher: {e}");
+                }
+                true
+            }
+        };
+        if relevant {
+            let _ = tx.send(());
+        }
+    };
+    let mut debouncer =
+        new_debouncer(debounce, None, handler).context("cannot start the config file watcher")?;
+    debouncer
+        .watch(&dir, RecursiveMode::NonRecursive)
+        .with_context(|| format!("cannot watch {} for config changes", dir.display()))?;
+    Ok(ConfigWatcher {
+        _debouncer: debouncer,
+        dir,
+        file,
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+    use tokio::time::timeout;
+
+    async fn expect_signal(rx: &mut UnboundedReceiver<()>, what: &str) {
+        match timeout(Duration::from_secs(10), rx.recv()).await {
+            Ok(Some(())) => {}
+            other => panic!("no watcher signal after {what}: {other:?}"),
+        }
+    }
+
+    /// Waits out the debounce window and drains whatever arrived.
+    async fn settle(rx: &mut UnboundedReceiver<()>) {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        while rx.try_recv().is_ok() {}
+    }
+
+    #[tokio::test]
+    async fn sees_rename_saves_and_in_place_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        std::fs::write(&path, "{}").unwrap();
+        let (tx, mut rx) = unbounded_channel();
+        let _w = watch(&path, tx).unwrap();
+
+        // An editor-style save: write a temp file, rename it over the config.
+        let tmp = dir.path().join(".config.json.swp");
+        std::fs::write(&tmp, "{\"workspace\": \"/a\"}").unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+        expect_signal(&mut rx, "an atomic rename").await;
+        settle(&mut rx).await;
+
+        // An in-place write.
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        f.write_all(b"{\"workspace\": \"/b\"}").unwrap();
+        drop(f);
+        expect_signal(&mut rx, "an in-place write").await;
+        settle(&mut rx).await;
+
+        // Our own write-back goes through a rename too.
+        let server = serde_json::json!({"command": "x"});
+        super::super::add_mcp_server(&path, "fs", server.as_object().unwrap()).unwrap();
+        expect_signal(&mut rx, "add_mcp_server").await;
+        settle(&mut rx).await;
+
+        // Deleting the file is a change (back to defaults).
+        std::fs::remove_file(&path).unwrap();
+        expect_signal(&mut rx, "a delete").await;
+    }
+
+    #[tokio::test]
+    async fn ignores_other_files_in_the_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        let (tx, mut rx) = unbounded_channel();
+        let _w = watch_with(&path, tx, Duration::from_millis(100)).unwrap();
+        std::fs::write(dir.path().join("other.json"), "{}").unwrap();
+        std::fs::write(dir.path().join("config.json.bak"), "{}").unwrap();
+        // Nothing may arrive within a few debounce windows...
+        assert!(timeout(Duration::from_millis(700), rx.recv())
+            .await
+            .is_err());
+        // ...but creating the config itself is seen.
+        std::fs::write(&path, "{}").unwrap();
+        expect_signal(&mut rx, "creating the file").await;
+    }
+
+    #[test]
+    fn missing_directory_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let (tx, _rx) = unbounded_channel();
+        let e = watch(&dir.path().join("nope/config.json"), tx).unwrap_err();
+        assert!(e.to_string().contains("does not exist"), "{e}");
+    }
+}
