@@ -392,3 +392,260 @@ async fn run(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant as StdInstant;
+
+    use serde_json::json;
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::process::group_exists;
+    use crate::tools::test_support::{args, ctx};
+
+    fn ws() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        (dir, root)
+    }
+
+    async fn bash(root: &std::path::Path, a: Value) -> ToolResult {
+        Bash::new().call(args(a), ctx(root)).await
+    }
+
+    /// Members of the group that are alive (not zombies), from /proc.
+    fn live_members(pgid: i32) -> Vec<String> {
+        let mut live = Vec::new();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            // pid (comm) state ppid pgrp ...; comm may contain spaces, so split after ')'.
+            let Some((_, rest)) = stat.rsplit_once(')') else {
+                continue;
+            };
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            if fields.get(2) == Some(&pgid.to_string().as_str()) && fields[0] != "Z" {
+                live.push(stat);
+            }
+        }
+        live
+    }
+
+    /// Waits until the group is gone. Its members die at once, but they are orphans reaped
+    /// by PID 1, which in some containers does so only every second or so; zombies are
+    /// dead, so a group of zombies counts as gone.
+    async fn wait_group_gone(pgid: i32) {
+        for _ in 0..150 {
+            if !group_exists(pgid) || live_members(pgid).is_empty() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("process group {pgid} survived: {:?}", live_members(pgid));
+    }
+
+    #[tokio::test]
+    async fn bash_returns_exit_code_stdout_and_stderr() {
+        let (_d, root) = ws();
+        let r = bash(&root, json!({"command": "echo out; echo err >&2; exit 3"}))
+            .await
+            .unwrap();
+        assert_eq!(
+            Value::Object(r),
+            json!({"exit_code": 3, "stdout": "out\n", "stderr": "err\n"})
+        );
+    }
+
+    #[tokio::test]
+    async fn bash_runs_in_workspace_or_cwd_with_call_env() {
+        let (_d, root) = ws();
+        std::fs::create_dir(root.join("sub")).unwrap();
+        let r = bash(
+            &root,
+            json!({"command": "pwd; echo $TOOLHOST_CALL_ID; echo $TOOLHOST_WORKSPACE"}),
+        )
+        .await
+        .unwrap();
+        let ws = root.display();
+        assert_eq!(r["stdout"], format!("{ws}\ncall_test\n{ws}\n"));
+        let r = bash(&root, json!({"command": "pwd", "cwd": "sub"}))
+            .await
+            .unwrap();
+        assert_eq!(r["stdout"], format!("{ws}/sub\n"));
+    }
+
+    #[tokio::test]
+    async fn bash_refuses_cwd_outside_the_workspace() {
+        let (_d, root) = ws();
+        for cwd in ["..", "/tmp"] {
+            let e = bash(&root, json!({"command": "pwd", "cwd": cwd}))
+                .await
+                .unwrap_err();
+            assert_eq!(e.kind, ErrorKind::InvalidArguments);
+            assert!(
+                e.message
+                    .starts_with(&format!("path escapes the workspace: {cwd} ")),
+                "{}",
+                e.message
+            );
+        }
+        let e = bash(&root, json!({"command": "pwd", "cwd": "missing"}))
+            .await
+            .unwrap_err();
+        assert_eq!(e.message, "cwd missing is not an existing directory");
+    }
+
+    #[tokio::test]
+    async fn bash_timeout_kills_the_whole_group_and_keeps_partial_output() {
+        let (_d, root) = ws();
+        let started = StdInstant::now();
+        let e = bash(
+            &root,
+            json!({"command": "echo $$; sleep 30 & sleep 30", "timeout_ms": 300}),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "took {:?}",
+            started.elapsed()
+        );
+        assert_eq!(e.kind, ErrorKind::Timeout);
+        assert!(
+            e.message.starts_with("command timed out after 300 ms"),
+            "{}",
+            e.message
+        );
+        assert_eq!(e.fields["timeout_ms"], 300);
+        let pgid: i32 = e.fields["stdout"].as_str().unwrap().trim().parse().unwrap();
+        wait_group_gone(pgid).await;
+    }
+
+    #[tokio::test]
+    async fn bash_takes_the_smaller_of_its_own_and_the_call_timeout() {
+        assert_eq!(effective_timeout(5_000, None), Duration::from_millis(5_000));
+        assert_eq!(
+            effective_timeout(5_000, Some(10_000)),
+            Duration::from_millis(5_000)
+        );
+        assert_eq!(
+            effective_timeout(120_000, Some(10_000)),
+            Duration::from_millis(9_750)
+        );
+        assert_eq!(
+            effective_timeout(120_000, Some(300)),
+            Duration::from_millis(270)
+        );
+        let (_d, root) = ws();
+        let mut c = ctx(&root);
+        c.timeout_ms = Some(300);
+        let started = StdInstant::now();
+        let e = Bash::new()
+            .call(args(json!({"command": "sleep 30"})), c)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Timeout);
+        assert!(started.elapsed() < Duration::from_secs(3));
+    }
+
+    #[tokio::test]
+    async fn bash_does_not_hang_on_background_children_holding_the_pipes() {
+        let (_d, root) = ws();
+        let started = StdInstant::now();
+        let r = bash(&root, json!({"command": "sleep 30 & echo $$; echo done"}))
+            .await
+            .unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "took {:?}",
+            started.elapsed()
+        );
+        assert_eq!(r["exit_code"], 0);
+        let stdout = r["stdout"].as_str().unwrap();
+        assert!(stdout.ends_with("\ndone\n"), "{stdout}");
+        assert!(r["note"].as_str().unwrap().contains("background processes"));
+        let pgid: i32 = stdout.lines().next().unwrap().parse().unwrap();
+        wait_group_gone(pgid).await;
+    }
+
+    #[tokio::test]
+    async fn bash_caps_output_keeping_head_and_tail() {
+        let (_d, root) = ws();
+        let tool = Bash {
+            output_cap: 1000,
+            ..Bash::new()
+        };
+        let cmd = "printf 'HEAD'; head -c 5000 /dev/zero | tr '\\0' x; printf 'TAIL'";
+        let r = tool
+            .call(args(json!({"command": cmd})), ctx(&root))
+            .await
+            .unwrap();
+        let out = r["stdout"].as_str().unwrap();
+        assert!(out.starts_with("HEADxxx"), "{out}");
+        assert!(out.ends_with("xxxTAIL"), "{out}");
+        assert!(out.contains("\n…[4008 bytes omitted]…\n"), "{out}");
+        assert_eq!(r["stdout_truncated"], true);
+        assert_eq!(r["stdout_omitted_bytes"], 4008);
+        assert!(r.get("stderr_truncated").is_none());
+    }
+
+    #[tokio::test]
+    async fn bash_cancel_kills_and_returns_quickly() {
+        let (_d, root) = ws();
+        let c = ctx(&root);
+        let cancel = c.cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            cancel.cancel();
+        });
+        let started = StdInstant::now();
+        let e = Bash::new()
+            .call(args(json!({"command": "echo $$; sleep 30"})), c)
+            .await
+            .unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(3));
+        assert_eq!(e.kind, ErrorKind::Cancelled);
+        let pgid: i32 = e.fields["stdout"].as_str().unwrap().trim().parse().unwrap();
+        wait_group_gone(pgid).await;
+    }
+
+    #[tokio::test]
+    async fn dropping_the_call_kills_the_group() {
+        let (_d, root) = ws();
+        let marker = root.join("pid");
+        let cmd = format!("echo $$ > {}; sleep 30", marker.display());
+        let tool = Bash::new();
+        let call = tool.call(args(json!({"command": cmd})), ctx(&root));
+        let _ = tokio::time::timeout(Duration::from_millis(300), call).await;
+        let pgid: i32 = std::fs::read_to_string(&marker)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        wait_group_gone(pgid).await;
+    }
+
+    #[tokio::test]
+    async fn bash_streams_output_lines_as_updates() {
+        let (_d, root) = ws();
+        let (tx, mut rx) = mpsc::channel(64);
+        let mut c = ctx(&root);
+        c.updates = UpdateSink::new(tx);
+        let r = Bash::new()
+            .call(
+                args(json!({"command": "echo first; sleep 0.3; echo second"})),
+                c,
+            )
+            .await
+            .unwrap();
+        assert_eq!(r["stdout"], "first\nsecond\n");
+        let mut texts = Vec::new();
+        while let Ok(u) = rx.try_recv() {
+            assert_eq!(u.details, Some(json!({"stream": "stdout"})));
+            texts.push(u.content[0]["text"].as_str().unwrap().to_owned());
+        }
+        assert_eq!(texts, ["first\n", "second\n"]);
+    }
+}
