@@ -115,8 +115,9 @@ impl ReadFile {
              - Use it before editing a file with patch_file, and to page through a long output saved at a `full_output_path`.\n\
              - Returns content, total_lines, start_line, end_line, and truncated; when truncated is true, call again with offset = next_offset.\n\
              - Reads at most {READ_DEFAULT_LIMIT} lines by default (limit up to {READ_MAX_LIMIT}) and about {} KiB per call; lines longer than {READ_MAX_LINE_BYTES} bytes are clipped and counted in clipped_lines.\n\
-             - Refuses binary files (a NUL byte in the first 8 KiB, or invalid UTF-8) and paths outside the workspace.",
-            READ_MAX_BYTES / 1024
+             - Refuses binary files (a NUL byte in the first {} KiB, or invalid UTF-8) and paths outside the workspace.",
+            READ_MAX_BYTES / 1024,
+            BINARY_SNIFF_BYTES / 1024
         );
         let parameters = object_schema(
             json!({
