@@ -1,0 +1,651 @@
+//! The `bash` tool: runs one shell command in the workspace, in its own process group.
+//!
+//! The command runs as `bash -c <command>` (or `sh -c` where bash is absent) with stdin
+//! closed and a scrubbed environment. Its stdout and stderr are read concurrently in this
+//! future, each kept within a memory cap (head and tail; the middle is counted and dropped).
+//! The process group is owned by a [`GroupGuard`]: it is killed on timeout, on cancel, when
+//! the future is dropped, and once the command has finished (background processes do not
+//! outlive their call — see the process module's invariant).
+
+use std::collections::VecDeque;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde_json::{json, Map, Value};
+use tokio::io::AsyncReadExt;
+use tokio::process::Command;
+use tokio::time::Instant;
+
+use super::paths::{resolve, shown, workspace_root};
+use super::{int_arg, object_schema, opt_str_arg, str_arg};
+use crate::approval::ApprovalClass;
+use crate::process::{scrub_env, spawn_group, GroupGuard};
+use crate::protocol::ErrorKind;
+use crate::registry::{
+    CallContext, Tool, ToolError, ToolOk, ToolResult, ToolSpec, ToolUpdate, UpdateSink,
+};
+
+/// `timeout_ms` when the call does not give one.
+pub const BASH_DEFAULT_TIMEOUT_MS: u64 = 120_000;
+/// The largest `timeout_ms` accepted (10 minutes).
+pub const BASH_MAX_TIMEOUT_MS: u64 = 600_000;
+/// How much of each of stdout and stderr is kept in memory (half head, half tail).
+pub const BASH_OUTPUT_CAP_BYTES: usize = 4 * 1024 * 1024;
+/// After the command exits, how long background processes may keep its pipes open before
+/// the group is killed.
+const EXIT_GRACE: Duration = Duration::from_millis(200);
+/// At most one streamed update per stream per this interval.
+const UPDATE_INTERVAL: Duration = Duration::from_millis(100);
+/// A partial line is streamed anyway once this much is pending.
+const UPDATE_MAX_PENDING: usize = 16 * 1024;
+/// When the call's own timeout is the binding one, finish this much earlier (at most a tenth
+/// of it) so our timeout error, with the partial output, wins the race against the
+/// pipeline's (which carries no output).
+const CALL_TIMEOUT_MARGIN_MS: u64 = 250;
+
+/// Runs shell commands.
+pub struct Bash {
+    spec: ToolSpec,
+    /// `bash` found on the daemon's PATH, else `sh`.
+    shell: PathBuf,
+    /// Per-stream memory cap; [`BASH_OUTPUT_CAP_BYTES`] except in tests.
+    output_cap: usize,
+}
+
+impl Default for Bash {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Bash {
+    pub fn new() -> Self {
+        let description = format!(
+            "- Runs a shell command with `bash -c` in the workspace (or in cwd, a directory inside it), stdin closed; use it to build, test, run git and other programs.\n\
+             - Returns exit_code, stdout and stderr. A non-zero exit_code is still ok: true (the command ran; read exit_code and stderr); ok: false means it could not start, timed out (error_kind \"timeout\", partial stdout/stderr included) or was cancelled.\n\
+             - Times out after timeout_ms (default {BASH_DEFAULT_TIMEOUT_MS}, at most {BASH_MAX_TIMEOUT_MS}); on timeout the whole process group is killed.\n\
+             - Background processes do not outlive the call: the process group is killed when the command exits. Do not start servers or watchers expecting them to keep running.\n\
+             - Output beyond {} MiB per stream keeps its beginning and end (stdout_truncated/stderr_truncated: true); prefer quiet flags and filters (| tail, | grep) for long outputs.",
+            BASH_OUTPUT_CAP_BYTES / (1024 * 1024)
+        );
+        let parameters = object_schema(
+            json!({
+                "command": {
+                    "type": "string",
+                    "description": "The command line, run as `bash -c <command>`.",
+                    "minLength": 1
+                },
+                "timeout_ms": {
+                    "type": "integer",
+                    "description": "Kill the command after this many milliseconds.",
+                    "minimum": 1,
+                    "maximum": BASH_MAX_TIMEOUT_MS,
+                    "default": BASH_DEFAULT_TIMEOUT_MS
+                },
+                "cwd": {
+                    "type": "string",
+                    "description": "Working directory, relative to the workspace or absolute inside it; default: the workspace."
+                }
+            }),
+            &["command"],
+        );
+        Bash {
+            spec: ToolSpec::builtin("bash", &description, parameters, ApprovalClass::Command),
+            shell: find_shell(),
+            output_cap: BASH_OUTPUT_CAP_BYTES,
+        }
+    }
+}
+
+/// `bash` from the daemon's PATH, or `sh` when there is none.
+fn find_shell() -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("bash"))
+        .find(|p| {
+            p.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+        .unwrap_or_else(|| PathBuf::from("sh"))
+}
+
+/// The timeout this call runs under: the smaller of its own and the call's.
+fn effective_timeout(own_ms: u64, call_ms: Option<u64>) -> Duration {
+    let ms = match call_ms {
+        Some(c) => own_ms.min(c.saturating_sub((c / 10).min(CALL_TIMEOUT_MARGIN_MS))),
+        None => own_ms,
+    };
+    Duration::from_millis(ms.max(1))
+}
+
+impl Tool for Bash {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn call(&self, args: Map<String, Value>, ctx: CallContext) -> BoxFuture<'_, ToolResult> {
+        Box::pin(async move {
+            let command = str_arg(&args, "command")?;
+            if command.trim().is_empty() {
+                return Err(ToolError::invalid("command must not be empty"));
+            }
+            let own = int_arg(
+                &args,
+                "timeout_ms",
+                BASH_DEFAULT_TIMEOUT_MS,
+                1,
+                BASH_MAX_TIMEOUT_MS,
+            )?;
+            let timeout = effective_timeout(own, ctx.timeout_ms);
+            let root = workspace_root(&ctx.workspace)?;
+            let cwd = match opt_str_arg(&args, "cwd")? {
+                None => root.clone(),
+                Some(raw) => {
+                    let p = resolve(&root, &[], raw)?;
+                    if !p.is_dir() {
+                        return Err(ToolError::failed(format!(
+                            "cwd {} is not an existing directory",
+                            shown(&root, &p)
+                        )));
+                    }
+                    p
+                }
+            };
+            let mut cmd = Command::new(&self.shell);
+            cmd.arg("-c")
+                .arg(command)
+                .current_dir(&cwd)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            scrub_env(&mut cmd);
+            cmd.env("TOOLHOST_CALL_ID", &ctx.call_id)
+                .env("TOOLHOST_WORKSPACE", &root);
+            let (child, guard) = spawn_group(&mut cmd).map_err(|e| {
+                ToolError::failed(format!("could not start {}: {e}", self.shell.display()))
+            })?;
+            run(child, guard, timeout, &ctx, self.output_cap).await
+        })
+    }
+}
+
+/// One output stream: a capped copy for the result, and what is waiting to be streamed.
+struct Capture {
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    /// Bytes kept at each end.
+    half: usize,
+    total: u64,
+    /// Not yet sent as an update (only filled while somebody listens).
+    pending: Vec<u8>,
+}
+
+impl Capture {
+    fn new(cap: usize) -> Self {
+        Capture {
+            head: Vec::new(),
+            tail: VecDeque::new(),
+            half: cap / 2,
+            total: 0,
+            pending: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, data: &[u8], streaming: bool) {
+        self.total += data.len() as u64;
+        let to_head = self.half.saturating_sub(self.head.len()).min(data.len());
+        self.head.extend_from_slice(&data[..to_head]);
+        self.tail.extend(&data[to_head..]);
+        if self.tail.len() > self.half {
+            let excess = self.tail.len() - self.half;
+            self.tail.drain(..excess);
+        }
+        if streaming {
+            self.pending.extend_from_slice(data);
+        }
+    }
+
+    fn dropped(&self) -> u64 {
+        self.total - (self.head.len() + self.tail.len()) as u64
+    }
+
+    fn text(&self) -> String {
+        let dropped = self.dropped();
+        if dropped == 0 {
+            let mut all = self.head.clone();
+            all.extend(self.tail.iter());
+            return String::from_utf8_lossy(&all).into_owned();
+        }
+        let tail: Vec<u8> = self.tail.iter().copied().collect();
+        format!(
+            "{}\n…[{dropped} bytes omitted]…\n{}",
+            String::from_utf8_lossy(&self.head),
+            String::from_utf8_lossy(&tail)
+        )
+    }
+
+    /// Sends the complete lines pending (or everything, once a lot is pending).
+    fn flush(&mut self, stream: &str, updates: &UpdateSink, all: bool) {
+        let cut = if all || self.pending.len() >= UPDATE_MAX_PENDING {
+            self.pending.len()
+        } else {
+            match self.pending.iter().rposition(|b| *b == b'\n') {
+                Some(i) => i + 1,
+                None => return,
+            }
+        };
+        if cut == 0 {
+            return;
+        }
+        let chunk: Vec<u8> = self.pending.drain(..cut).collect();
+        updates.send(ToolUpdate {
+            content: vec![json!({"type": "text", "text": String::from_utf8_lossy(&chunk)})],
+            details: Some(json!({"stream": stream})),
+        });
+    }
+
+    fn put(&self, out: &mut Map<String, Value>, stream: &str) {
+        out.insert(stream.into(), json!(self.text()));
+        if self.dropped() > 0 {
+            out.insert(format!("{stream}_truncated"), json!(true));
+            out.insert(format!("{stream}_omitted_bytes"), json!(self.dropped()));
+        }
+    }
+}
+
+/// How the wait for the command ended.
+enum End {
+    /// The command exited and its pipes closed.
+    Exited(ExitStatus),
+    /// The command exited but background processes held its pipes past the grace.
+    ExitedPipesHeld(ExitStatus),
+    TimedOut,
+    Cancelled,
+}
+
+async fn run(
+    mut child: tokio::process::Child,
+    guard: GroupGuard,
+    timeout: Duration,
+    ctx: &CallContext,
+    cap: usize,
+) -> ToolResult {
+    let (Some(mut stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
+        return Err(ToolError::failed("could not capture the command's output"));
+    };
+    let mut out = Capture::new(cap);
+    let mut err = Capture::new(cap);
+    let mut out_buf = vec![0u8; 64 * 1024];
+    let mut err_buf = vec![0u8; 64 * 1024];
+    let (mut out_open, mut err_open) = (true, true);
+    let mut status: Option<ExitStatus> = None;
+    let mut exited_at: Option<Instant> = None;
+    let deadline = Instant::now() + timeout;
+    let mut last_flush = Instant::now() - UPDATE_INTERVAL;
+
+    let end = loop {
+        if let Some(s) = status {
+            if !out_open && !err_open {
+                break End::Exited(s);
+            }
+        }
+        let streaming = ctx.updates.is_active();
+        let has_pending = !out.pending.is_empty() || !err.pending.is_empty();
+        let grace_end = exited_at.map(|t| t + EXIT_GRACE);
+        tokio::select! {
+            r = stdout.read(&mut out_buf), if out_open => match r {
+                Ok(0) | Err(_) => out_open = false,
+                Ok(n) => out.push(&out_buf[..n], streaming),
+            },
+            r = stderr.read(&mut err_buf), if err_open => match r {
+                Ok(0) | Err(_) => err_open = false,
+                Ok(n) => err.push(&err_buf[..n], streaming),
+            },
+            r = child.wait(), if status.is_none() => match r {
+                Ok(s) => {
+                    status = Some(s);
+                    exited_at = Some(Instant::now());
+                }
+                Err(e) => return Err(ToolError::failed(format!("could not wait for the command: {e}"))),
+            },
+            _ = tokio::time::sleep_until(grace_end.unwrap_or(deadline)), if grace_end.is_some() => {
+                if let Some(s) = status {
+                    break End::ExitedPipesHeld(s);
+                }
+            },
+            _ = tokio::time::sleep_until(last_flush + UPDATE_INTERVAL), if has_pending => {
+                out.flush("stdout", &ctx.updates, false);
+                err.flush("stderr", &ctx.updates, false);
+                last_flush = Instant::now();
+            },
+            _ = tokio::time::sleep_until(deadline) => break End::TimedOut,
+            _ = ctx.cancel.cancelled() => break End::Cancelled,
+        }
+    };
+
+    // Whatever happened, the group goes now: SIGTERM to every member at once (SIGKILL follows
+    // from the guard's thread for anything that ignores it).
+    drop(guard);
+    if status.is_none() {
+        // Reap the leader promptly so its group is really gone when we return.
+        let _ = child.start_kill();
+        let _ = tokio::time::timeout(Duration::from_millis(500), child.wait()).await;
+    }
+    if ctx.updates.is_active() {
+        out.flush("stdout", &ctx.updates, true);
+        err.flush("stderr", &ctx.updates, true);
+    }
+
+    let mut fields = Map::new();
+    out.put(&mut fields, "stdout");
+    err.put(&mut fields, "stderr");
+    match end {
+        End::Exited(s) | End::ExitedPipesHeld(s) => {
+            let mut ok = ToolOk::new();
+            let (code, signal) = match (s.code(), s.signal()) {
+                (Some(c), _) => (c, None),
+                (None, Some(sig)) => (128 + sig, Some(sig)),
+                (None, None) => (-1, None),
+            };
+            ok.insert("exit_code".into(), json!(code));
+            if let Some(sig) = signal {
+                ok.insert("signal".into(), json!(sig));
+            }
+            ok.extend(fields);
+            if matches!(end, End::ExitedPipesHeld(_)) {
+                ok.insert(
+                    "note".into(),
+                    json!(format!(
+                        "the command exited but background processes kept its output open; they were killed after {} ms",
+                        EXIT_GRACE.as_millis()
+                    )),
+                );
+            }
+            Ok(ok)
+        }
+        End::TimedOut => {
+            let mut e = ToolError::new(
+                ErrorKind::Timeout,
+                format!(
+                    "command timed out after {} ms; its process group was killed (partial output in stdout/stderr)",
+                    timeout.as_millis()
+                ),
+            );
+            e.fields = fields;
+            e.fields.insert(
+                "timeout_ms".into(),
+                json!(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
+            );
+            Err(e)
+        }
+        End::Cancelled => {
+            let mut e = ToolError::new(
+                ErrorKind::Cancelled,
+                "command cancelled; its process group was killed",
+            );
+            e.fields = fields;
+            Err(e)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant as StdInstant;
+
+    use serde_json::json;
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::process::group_exists;
+    use crate::tools::test_support::{args, ctx};
+
+    fn ws() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        (dir, root)
+    }
+
+    async fn bash(root: &std::path::Path, a: Value) -> ToolResult {
+        Bash::new().call(args(a), ctx(root)).await
+    }
+
+    /// Members of the group that are alive (not zombies), from /proc.
+    fn live_members(pgid: i32) -> Vec<String> {
+        let mut live = Vec::new();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            // pid (comm) state ppid pgrp ...; comm may contain spaces, so split after ')'.
+            let Some((_, rest)) = stat.rsplit_once(')') else {
+                continue;
+            };
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            if fields.get(2) == Some(&pgid.to_string().as_str()) && fields[0] != "Z" {
+                live.push(stat);
+            }
+        }
+        live
+    }
+
+    /// Waits until the group is gone. Its members die at once, but they are orphans reaped
+    /// by PID 1, which in some containers does so only every second or so; zombies are
+    /// dead, so a group of zombies counts as gone.
+    async fn wait_group_gone(pgid: i32) {
+        for _ in 0..150 {
+            if !group_exists(pgid) || live_members(pgid).is_empty() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("process group {pgid} survived: {:?}", live_members(pgid));
+    }
+
+    #[tokio::test]
+    async fn bash_returns_exit_code_stdout_and_stderr() {
+        let (_d, root) = ws();
+        let r = bash(&root, json!({"command": "echo out; echo err >&2; exit 3"}))
+            .await
+            .unwrap();
+        assert_eq!(
+            Value::Object(r),
+            json!({"exit_code": 3, "stdout": "out\n", "stderr": "err\n"})
+        );
+    }
+
+    #[tokio::test]
+    async fn bash_runs_in_workspace_or_cwd_with_call_env() {
+        let (_d, root) = ws();
+        std::fs::create_dir(root.join("sub")).unwrap();
+        let r = bash(
+            &root,
+            json!({"command": "pwd; echo $TOOLHOST_CALL_ID; echo $TOOLHOST_WORKSPACE"}),
+        )
+        .await
+        .unwrap();
+        let ws = root.display();
+        assert_eq!(r["stdout"], format!("{ws}\ncall_test\n{ws}\n"));
+        let r = bash(&root, json!({"command": "pwd", "cwd": "sub"}))
+            .await
+            .unwrap();
+        assert_eq!(r["stdout"], format!("{ws}/sub\n"));
+    }
+
+    #[tokio::test]
+    async fn bash_refuses_cwd_outside_the_workspace() {
+        let (_d, root) = ws();
+        for cwd in ["..", "/tmp"] {
+            let e = bash(&root, json!({"command": "pwd", "cwd": cwd}))
+                .await
+                .unwrap_err();
+            assert_eq!(e.kind, ErrorKind::InvalidArguments);
+            assert!(
+                e.message
+                    .starts_with(&format!("path escapes the workspace: {cwd} ")),
+                "{}",
+                e.message
+            );
+        }
+        let e = bash(&root, json!({"command": "pwd", "cwd": "missing"}))
+            .await
+            .unwrap_err();
+        assert_eq!(e.message, "cwd missing is not an existing directory");
+    }
+
+    #[tokio::test]
+    async fn bash_timeout_kills_the_whole_group_and_keeps_partial_output() {
+        let (_d, root) = ws();
+        let started = StdInstant::now();
+        let e = bash(
+            &root,
+            json!({"command": "echo $$; sleep 30 & sleep 30", "timeout_ms": 300}),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "took {:?}",
+            started.elapsed()
+        );
+        assert_eq!(e.kind, ErrorKind::Timeout);
+        assert!(
+            e.message.starts_with("command timed out after 300 ms"),
+            "{}",
+            e.message
+        );
+        assert_eq!(e.fields["timeout_ms"], 300);
+        let pgid: i32 = e.fields["stdout"].as_str().unwrap().trim().parse().unwrap();
+        wait_group_gone(pgid).await;
+    }
+
+    #[tokio::test]
+    async fn bash_takes_the_smaller_of_its_own_and_the_call_timeout() {
+        assert_eq!(effective_timeout(5_000, None), Duration::from_millis(5_000));
+        assert_eq!(
+            effective_timeout(5_000, Some(10_000)),
+            Duration::from_millis(5_000)
+        );
+        assert_eq!(
+            effective_timeout(120_000, Some(10_000)),
+            Duration::from_millis(9_750)
+        );
+        assert_eq!(
+            effective_timeout(120_000, Some(300)),
+            Duration::from_millis(270)
+        );
+        let (_d, root) = ws();
+        let mut c = ctx(&root);
+        c.timeout_ms = Some(300);
+        let started = StdInstant::now();
+        let e = Bash::new()
+            .call(args(json!({"command": "sleep 30"})), c)
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Timeout);
+        assert!(started.elapsed() < Duration::from_secs(3));
+    }
+
+    #[tokio::test]
+    async fn bash_does_not_hang_on_background_children_holding_the_pipes() {
+        let (_d, root) = ws();
+        let started = StdInstant::now();
+        let r = bash(&root, json!({"command": "sleep 30 & echo $$; echo done"}))
+            .await
+            .unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "took {:?}",
+            started.elapsed()
+        );
+        assert_eq!(r["exit_code"], 0);
+        let stdout = r["stdout"].as_str().unwrap();
+        assert!(stdout.ends_with("\ndone\n"), "{stdout}");
+        assert!(r["note"].as_str().unwrap().contains("background processes"));
+        let pgid: i32 = stdout.lines().next().unwrap().parse().unwrap();
+        wait_group_gone(pgid).await;
+    }
+
+    #[tokio::test]
+    async fn bash_caps_output_keeping_head_and_tail() {
+        let (_d, root) = ws();
+        let tool = Bash {
+            output_cap: 1000,
+            ..Bash::new()
+        };
+        let cmd = "printf 'HEAD'; head -c 5000 /dev/zero | tr '\\0' x; printf 'TAIL'";
+        let r = tool
+            .call(args(json!({"command": cmd})), ctx(&root))
+            .await
+            .unwrap();
+        let out = r["stdout"].as_str().unwrap();
+        assert!(out.starts_with("HEADxxx"), "{out}");
+        assert!(out.ends_with("xxxTAIL"), "{out}");
+        assert!(out.contains("\n…[4008 bytes omitted]…\n"), "{out}");
+        assert_eq!(r["stdout_truncated"], true);
+        assert_eq!(r["stdout_omitted_bytes"], 4008);
+        assert!(r.get("stderr_truncated").is_none());
+    }
+
+    #[tokio::test]
+    async fn bash_cancel_kills_and_returns_quickly() {
+        let (_d, root) = ws();
+        let c = ctx(&root);
+        let cancel = c.cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            cancel.cancel();
+        });
+        let started = StdInstant::now();
+        let e = Bash::new()
+            .call(args(json!({"command": "echo $$; sleep 30"})), c)
+            .await
+            .unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(3));
+        assert_eq!(e.kind, ErrorKind::Cancelled);
+        let pgid: i32 = e.fields["stdout"].as_str().unwrap().trim().parse().unwrap();
+        wait_group_gone(pgid).await;
+    }
+
+    #[tokio::test]
+    async fn dropping_the_call_kills_the_group() {
+        let (_d, root) = ws();
+        let marker = root.join("pid");
+        let cmd = format!("echo $$ > {}; sleep 30", marker.display());
+        let tool = Bash::new();
+        let call = tool.call(args(json!({"command": cmd})), ctx(&root));
+        let _ = tokio::time::timeout(Duration::from_millis(300), call).await;
+        let pgid: i32 = std::fs::read_to_string(&marker)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        wait_group_gone(pgid).await;
+    }
+
+    #[tokio::test]
+    async fn bash_streams_output_lines_as_updates() {
+        let (_d, root) = ws();
+        let (tx, mut rx) = mpsc::channel(64);
+        let mut c = ctx(&root);
+        c.updates = UpdateSink::new(tx);
+        let r = Bash::new()
+            .call(
+                args(json!({"command": "echo first; sleep 0.3; echo second"})),
+                c,
+            )
+            .await
+            .unwrap();
+        assert_eq!(r["stdout"], "first\nsecond\n");
+        let mut texts = Vec::new();
+        while let Ok(u) = rx.try_recv() {
+            assert_eq!(u.details, Some(json!({"stream": "stdout"})));
+            texts.push(u.content[0]["text"].as_str().unwrap().to_owned());
+        }
+        assert_eq!(texts, ["first\n", "second\n"]);
+    }
+}
