@@ -38,6 +38,9 @@ struct Inner {
     config_path: PathBuf,
     config: ArcSwap<Config>,
     config_state: Mutex<ConfigState>,
+    /// Hash of the config file as last read (good or bad): the watcher skips events that
+    /// leave the content unchanged, yet a good file after a bad one is always applied.
+    last_read: Mutex<config::ContentHash>,
     /// Root of built-in tool paths for calls without a session.
     workspace: PathBuf,
     /// Sessions and spilled outputs; fixed for the daemon's life.
@@ -64,6 +67,10 @@ struct ConfigState {
     warnings: Vec<String>,
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -80,7 +87,7 @@ impl Host {
         for w in &loaded.warnings {
             tracing::warn!("config: {w}");
         }
-        let cfg = loaded.config;
+        let cfg = loaded.config.clone();
         let workspace = match opts.workspace.clone().or_else(|| cfg.workspace.clone()) {
             Some(w) => w,
             None => std::env::current_dir().context("cannot read the current directory")?,
@@ -106,8 +113,9 @@ impl Host {
                 loaded_at: now_ms(),
                 revision: 1,
                 last_error: None,
-                warnings: loaded.warnings,
+                warnings: loaded.warnings.clone(),
             }),
+            last_read: Mutex::new(loaded.content_hash),
             workspace,
             data_dir,
             mcp: McpManager::new(registry.clone(), tracker.clone()),
@@ -213,6 +221,45 @@ impl Host {
         }
     }
 
+    /// Reloads when the watched file's content differs from the last file read.
+    async fn reload_if_changed(&self) {
+        let path = self.config_path().to_path_buf();
+        let hash = tokio::task::spawn_blocking(move || config::ContentHash::of_file(&path)).await;
+        match hash {
+            Ok(Ok(h)) if h == *lock(&self.0.last_read) => {}
+            _ => {
+                self.reload().await;
+            }
+        }
+    }
+
+    /// Adds (`Some`) or removes (`None`) an MCP server by editing config.json atomically,
+    /// then applies the file through the normal reload path (the watcher's own event for
+    /// the same content is then skipped), so file and daemon never disagree.
+    pub async fn edit_mcp_server(
+        &self,
+        name: String,
+        server: Option<serde_json::Map<String, serde_json::Value>>,
+    ) -> crate::error::Result<bool> {
+        use crate::error::Error;
+        let path = self.config_path().to_path_buf();
+        let edit = tokio::task::spawn_blocking(move || match server {
+            Some(block) => config::add_mcp_server(&path, &name, &block).map(|()| true),
+            None => config::remove_mcp_server(&path, &name),
+        })
+        .await
+        .map_err(Error::server)?;
+        let changed = edit.map_err(|e| match e.kind {
+            config::ConfigErrorKind::Io => Error::Server(e.to_string()),
+            _ => Error::InvalidParams(e.to_string()),
+        })?;
+        if changed {
+            let host = self.clone();
+            self.tracker().spawn(async move { host.reload().await });
+        }
+        Ok(changed)
+    }
+
     fn set_config_error(&self, error: String) {
         tracing::error!("config not applied: {error}");
         let mut s = self
@@ -230,7 +277,10 @@ impl Host {
         let loaded = match config::load(self.config_path()) {
             Ok(l) => l,
             Err(e) => {
-                let error = format!("{e:#}");
+                if let Some(hash) = e.content_hash {
+                    *lock(&self.0.last_read) = hash;
+                }
+                let error = e.to_string();
                 self.set_config_error(error.clone());
                 return ConfigReloadResult {
                     applied: false,
@@ -239,10 +289,11 @@ impl Host {
                 };
             }
         };
+        *lock(&self.0.last_read) = loaded.content_hash;
         let old = self.config();
         let new = loaded.config;
         let mut warnings = loaded.warnings;
-        warnings.extend(restart_needed(&old, &new));
+        warnings.extend(config::diff(&old, &new).needs_restart);
 
         let mut sources = Vec::new();
         let mut started = Vec::new();
@@ -295,24 +346,6 @@ impl Host {
     }
 }
 
-/// Settings that only take effect at start, reported when a reload changes them.
-fn restart_needed(old: &Config, new: &Config) -> Vec<String> {
-    let mut out = Vec::new();
-    if old.listen != new.listen {
-        out.push("listen.* changed; restart the daemon to apply it".to_owned());
-    }
-    if old.data_dir != new.data_dir {
-        out.push("data_dir changed; restart the daemon to apply it".to_owned());
-    }
-    if old.workspace != new.workspace {
-        out.push("workspace changed; restart the daemon to apply it".to_owned());
-    }
-    if old.limits.max_request_bytes != new.limits.max_request_bytes {
-        out.push("limits.max_request_bytes changed; restart the daemon to apply it".to_owned());
-    }
-    out
-}
-
 /// Runs the daemon until SIGTERM/SIGINT: the entry point of `toolhost serve`.
 pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     let host = Host::new(&opts)?;
@@ -321,6 +354,7 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     let server = crate::rpc::start(host.clone(), listeners)?;
     host.start_servers();
     host.tracker().spawn(reload_on_sighup(host.clone()));
+    let _watcher = watch_config(&host);
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
 
     wait_for_signal().await?;
@@ -343,6 +377,33 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     host.tracker().close();
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, host.tracker().wait()).await;
     Ok(())
+}
+
+/// Watches config.json; the returned guard keeps the watch alive. Without a watch (the
+/// directory is missing) the daemon still serves and SIGHUP / `config.reload` still work.
+fn watch_config(host: &Host) -> Option<config::ConfigWatcher> {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let watcher = match config::watch(host.config_path(), tx) {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::warn!(path = %host.config_path().display(), "not watching config.json: {e:#}");
+            return None;
+        }
+    };
+    let host = host.clone();
+    let h = host.clone();
+    host.tracker().spawn(async move {
+        loop {
+            tokio::select! {
+                Some(()) = rx.recv() => {
+                    while rx.try_recv().is_ok() {}
+                    h.reload_if_changed().await;
+                }
+                _ = h.shutdown_token().cancelled() => return,
+            }
+        }
+    });
+    Some(watcher)
 }
 
 async fn reload_on_sighup(host: Host) {

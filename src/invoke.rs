@@ -106,7 +106,11 @@ pub async fn invoke(
             workspace,
             session_id: params.session_id.clone(),
             session_meta,
-            timeout_ms: params.timeout_ms,
+            timeout_ms: Some(
+                params
+                    .timeout_ms
+                    .unwrap_or(config.limits.default_timeout_ms),
+            ),
             cancel: token,
             updates,
         },
@@ -174,8 +178,7 @@ async fn run_checked(
     }
 
     let timeout = Duration::from_millis(
-        params
-            .timeout_ms
+        ctx.timeout_ms
             .unwrap_or(host.config().limits.default_timeout_ms),
     );
     let cancel = ctx.cancel.clone();

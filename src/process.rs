@@ -80,19 +80,17 @@ impl GroupGuard {
     }
 
     /// Terminates the group and waits (asynchronously) until it is gone or has been killed.
+    /// If this future is dropped midway, the guard's `Drop` still delivers the KILL.
     pub async fn terminate(mut self, grace: Duration) {
-        let Some(pgid) = self.pgid.take() else { return };
-        if !signal_group(pgid, Signal::SIGTERM) {
-            return;
-        }
-        let deadline = tokio::time::Instant::now() + grace;
-        while tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            if !group_alive(pgid) {
-                return;
+        let Some(pgid) = self.pgid else { return };
+        if signal_group(pgid, Signal::SIGTERM) {
+            let deadline = tokio::time::Instant::now() + grace;
+            while group_alive(pgid) && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
             }
+            signal_group(pgid, Signal::SIGKILL);
         }
-        signal_group(pgid, Signal::SIGKILL);
+        self.pgid = None;
     }
 
     /// Forgets the group without killing it (used once the group is known to be gone).

@@ -30,20 +30,34 @@ async fn ready(d: &Daemon, server: &str) -> Value {
 }
 
 fn pids(d: &Daemon, name: &str) -> Vec<i32> {
-    std::fs::read_to_string(d.dir.path().join(format!("{name}.pids"))).unwrap_or_default().lines().filter_map(|l| l.trim().parse().ok()).collect()
+    std::fs::read_to_string(d.dir.path().join(format!("{name}.pids")))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
 }
 
 fn alive(pid: i32) -> bool {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| s.contains(") Z ")).unwrap_or(true)
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| s.contains(") Z "))
+            .unwrap_or(true)
 }
 
 /// A daemon whose config is `cfg(dir)`, with a newline client subscribed to tools_changed.
 async fn start(cfg: impl FnOnce(&Path) -> Value) -> (Daemon, Client) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("ws")).unwrap();
-    std::fs::write(dir.path().join("config.json"), serde_json::to_string_pretty(&cfg(dir.path())).unwrap()).unwrap();
-    let mut d = Daemon { dir, child: None, stderr_lines: Default::default() };
+    std::fs::write(
+        dir.path().join("config.json"),
+        serde_json::to_string_pretty(&cfg(dir.path())).unwrap(),
+    )
+    .unwrap();
+    let mut d = Daemon {
+        dir,
+        child: None,
+        stderr_lines: Default::default(),
+    };
     d.spawn(&[]).await;
     let mut sub = d.client().await;
     sub.call("subscribe_tools_changed", json!({})).await;
@@ -73,7 +87,10 @@ async fn file_edits_apply_as_a_diff_with_one_notification_each() {
     let dir = d.dir.path().to_path_buf();
 
     // Add b by atomic rename.
-    write_atomic(&d.config_path(), &json!({"mcp_servers": {"a": fixture(&dir, "a"), "b": fixture(&dir, "b")}}));
+    write_atomic(
+        &d.config_path(),
+        &json!({"mcp_servers": {"a": fixture(&dir, "a"), "b": fixture(&dir, "b")}}),
+    );
     let ch = next_change(&mut sub).await;
     assert_eq!(ch["added"], json!(["mcp_b_echo", "mcp_b_add"]));
     assert_eq!(ch["removed"], json!([]));
@@ -83,7 +100,11 @@ async fn file_edits_apply_as_a_diff_with_one_notification_each() {
     let b_pid = pids(&d, "b");
     let mut b = fixture(&dir, "b");
     b["include_tools"] = json!(["echo"]);
-    std::fs::write(d.config_path(), serde_json::to_string(&json!({"mcp_servers": {"a": fixture(&dir, "a"), "b": b}})).unwrap()).unwrap();
+    std::fs::write(
+        d.config_path(),
+        serde_json::to_string(&json!({"mcp_servers": {"a": fixture(&dir, "a"), "b": b}})).unwrap(),
+    )
+    .unwrap();
     let ch = next_change(&mut sub).await;
     assert_eq!(ch["removed"], json!(["mcp_b_add"]));
     assert_eq!(pids(&d, "b"), b_pid, "a filter change restarted b");
@@ -91,13 +112,19 @@ async fn file_edits_apply_as_a_diff_with_one_notification_each() {
     // Change b's command env: b restarts, a does not.
     let mut b2 = b.clone();
     b2["env"]["EXTRA"] = json!("1");
-    write_atomic(&d.config_path(), &json!({"mcp_servers": {"a": fixture(&dir, "a"), "b": b2}}));
+    write_atomic(
+        &d.config_path(),
+        &json!({"mcp_servers": {"a": fixture(&dir, "a"), "b": b2}}),
+    );
     eventually(20, "b to restart", || async { pids(&d, "b").len() == 2 }).await;
     ready(&d, "b").await;
     no_change_within(&mut sub, 700).await; // same tools after the restart: nothing to notify
 
     // Remove b: its process is gone and its tools leave in one notification.
-    write_atomic(&d.config_path(), &json!({"mcp_servers": {"a": fixture(&dir, "a")}}));
+    write_atomic(
+        &d.config_path(),
+        &json!({"mcp_servers": {"a": fixture(&dir, "a")}}),
+    );
     let ch = next_change(&mut sub).await;
     assert_eq!(ch["removed"], json!(["mcp_b_echo"]));
     for p in pids(&d, "b") {
@@ -129,7 +156,9 @@ async fn broken_configs_keep_the_old_one_and_recover() {
         let err = d.call("config.reload", json!({})).await["result"].clone();
         assert_eq!(err["applied"], false, "{what}: {err}");
         let st = d.call("config.status", json!({})).await["result"].clone();
-        let msg = st["last_error"].as_str().unwrap_or_else(|| panic!("{what}: no error in {st}"));
+        let msg = st["last_error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{what}: no error in {st}"));
         match what {
             "both" => assert!(msg.contains("mcp_servers.a"), "{msg}"),
             "type" => assert!(msg.contains("mcp_servers.a.args[1]"), "{msg}"),
@@ -140,15 +169,23 @@ async fn broken_configs_keep_the_old_one_and_recover() {
         assert_eq!(h["status"], "degraded");
         assert!(h["config_error"].is_string());
         // The old config is still live.
-        assert_eq!(d.invoke("mcp_a_echo", json!({"text": "alive"})).await["output"], "alive");
+        assert_eq!(
+            d.invoke("mcp_a_echo", json!({"text": "alive"})).await["output"],
+            "alive"
+        );
     }
     // Writing the same good config back clears the error (even though it equals the live one).
     write_atomic(&d.config_path(), &good);
     eventually(10, "the error to clear", || async {
-        d.call("config.status", json!({})).await["result"].get("last_error").is_none()
+        d.call("config.status", json!({})).await["result"]
+            .get("last_error")
+            .is_none()
     })
     .await;
-    assert_eq!(d.call("host.health", json!({})).await["result"]["status"], "ok");
+    assert_eq!(
+        d.call("host.health", json!({})).await["result"]["status"],
+        "ok"
+    );
     no_change_within(&mut sub, 500).await;
 }
 
@@ -157,12 +194,28 @@ async fn sighup_reloads_and_restart_only_settings_are_reported() {
     let (d, mut sub) = start(|_| json!({})).await;
     let dir = d.dir.path().to_path_buf();
     // Written without a rename while the watcher runs; SIGHUP must apply it too.
-    std::fs::write(d.config_path(), json!({"mcp_servers": {"h": fixture(&dir, "h")}, "listen": {"socket_mode": "0660"}}).to_string()).unwrap();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(d.pid()), nix::sys::signal::Signal::SIGHUP).unwrap();
+    std::fs::write(
+        d.config_path(),
+        json!({"mcp_servers": {"h": fixture(&dir, "h")}, "listen": {"socket_mode": "0660"}})
+            .to_string(),
+    )
+    .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(d.pid()),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
     let ch = next_change(&mut sub).await;
     assert_eq!(ch["added"], json!(["mcp_h_echo", "mcp_h_add"]));
     let st = d.call("config.status", json!({})).await["result"].clone();
-    assert!(st["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().contains("listen")), "{st}");
+    assert!(
+        st["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("listen")),
+        "{st}"
+    );
     assert!(st["revision"].as_u64().unwrap() >= 2);
 }
 
@@ -170,42 +223,78 @@ async fn sighup_reloads_and_restart_only_settings_are_reported() {
 async fn mcp_add_and_remove_edit_the_file_and_keep_other_keys() {
     let (d, mut sub) = start(|_| json!({"limits": {"default_timeout_ms": 60000}, "workspace": null, "approval": {"mode": "auto"}})).await;
     let dir = d.dir.path().to_path_buf();
-    let r = d.call("mcp.add", json!({"name": "x", "server": fixture(&dir, "x")})).await;
+    let r = d
+        .call(
+            "mcp.add",
+            json!({"name": "x", "server": fixture(&dir, "x")}),
+        )
+        .await;
     assert!(r.get("result").is_some(), "{r}");
     let ch = next_change(&mut sub).await;
     assert_eq!(ch["added"], json!(["mcp_x_echo", "mcp_x_add"]));
-    let file: Value = serde_json::from_str(&std::fs::read_to_string(d.config_path()).unwrap()).unwrap();
+    let file: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.config_path()).unwrap()).unwrap();
     let keys: Vec<&String> = file.as_object().unwrap().keys().collect();
     assert_eq!(keys, ["limits", "workspace", "approval", "mcp_servers"]);
     assert_eq!(file["limits"]["default_timeout_ms"], 60000);
 
     // Two concurrent adds both land.
     let (r1, r2) = tokio::join!(
-        d.call("mcp.add", json!({"name": "y", "server": fixture(&dir, "y")})),
-        d.call("mcp.add", json!({"name": "z", "server": fixture(&dir, "z")})),
+        d.call(
+            "mcp.add",
+            json!({"name": "y", "server": fixture(&dir, "y")})
+        ),
+        d.call(
+            "mcp.add",
+            json!({"name": "z", "server": fixture(&dir, "z")})
+        ),
     );
-    assert!(r1.get("result").is_some() && r2.get("result").is_some(), "{r1} {r2}");
+    assert!(
+        r1.get("result").is_some() && r2.get("result").is_some(),
+        "{r1} {r2}"
+    );
     eventually(20, "y and z to be live", || async {
         let m = d.call("list_tools", json!({})).await["result"]["meta"].clone();
         m.get("mcp_y_echo").is_some() && m.get("mcp_z_echo").is_some()
     })
     .await;
-    let file: Value = serde_json::from_str(&std::fs::read_to_string(d.config_path()).unwrap()).unwrap();
+    let file: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.config_path()).unwrap()).unwrap();
     assert_eq!(file["mcp_servers"].as_object().unwrap().len(), 3);
 
     // Bad blocks and duplicates are refused and the file is unchanged.
     let before = std::fs::read_to_string(d.config_path()).unwrap();
-    assert!(d.call("mcp.add", json!({"name": "x", "server": fixture(&dir, "x")})).await.get("error").is_some());
-    assert!(d.call("mcp.add", json!({"name": "w", "server": {"command": "a", "url": "http://b/"}})).await.get("error").is_some());
+    assert!(d
+        .call(
+            "mcp.add",
+            json!({"name": "x", "server": fixture(&dir, "x")})
+        )
+        .await
+        .get("error")
+        .is_some());
+    assert!(d
+        .call(
+            "mcp.add",
+            json!({"name": "w", "server": {"command": "a", "url": "http://b/"}})
+        )
+        .await
+        .get("error")
+        .is_some());
     assert_eq!(std::fs::read_to_string(d.config_path()).unwrap(), before);
 
     let r = d.call("mcp.remove", json!({"name": "x"})).await;
     assert!(r.get("result").is_some(), "{r}");
     eventually(20, "x to leave", || async {
-        d.call("list_tools", json!({})).await["result"]["meta"].get("mcp_x_echo").is_none()
+        d.call("list_tools", json!({})).await["result"]["meta"]
+            .get("mcp_x_echo")
+            .is_none()
     })
     .await;
-    assert!(d.call("mcp.remove", json!({"name": "x"})).await.get("error").is_some());
+    assert!(d
+        .call("mcp.remove", json!({"name": "x"}))
+        .await
+        .get("error")
+        .is_some());
 }
 
 #[tokio::test]
@@ -214,19 +303,32 @@ async fn mcp_servers_alias_env_overrides_and_cli() {
     std::fs::create_dir_all(dir.path().join("ws")).unwrap();
     let cfg = json!({"mcpServers": {"al": fixture(dir.path(), "al")}, "limits": {"max_output_bytes": 1000000}});
     std::fs::write(dir.path().join("config.json"), cfg.to_string()).unwrap();
-    let mut d = Daemon { dir, child: None, stderr_lines: Default::default() };
-    d.spawn(&[("TOOLHOST_LIMITS__MAX_OUTPUT_BYTES", "2000")]).await;
+    let mut d = Daemon {
+        dir,
+        child: None,
+        stderr_lines: Default::default(),
+    };
+    d.spawn(&[("TOOLHOST_LIMITS__MAX_OUTPUT_BYTES", "2000")])
+        .await;
     ready(&d, "al").await;
     let r = d.invoke("bash", json!({"command": "seq 1 3000"})).await;
     assert_eq!(r["truncated"], true, "env override not applied: {r}");
 
     let cli = |args: &[&str]| {
         let mut c = tokio::process::Command::new(BIN);
-        c.arg("--socket").arg(d.socket()).arg("--config").arg(d.config_path()).args(args);
+        c.arg("--socket")
+            .arg(d.socket())
+            .arg("--config")
+            .arg(d.config_path())
+            .args(args);
         c.output()
     };
     let out = cli(&["mcp", "add", "cl", "--", FIXTURE]).await.unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     ready(&d, "cl").await;
     let out = cli(&["mcp", "status"]).await.unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
@@ -236,15 +338,33 @@ async fn mcp_servers_alias_env_overrides_and_cli() {
     let out = cli(&["mcp", "remove", "cl"]).await.unwrap();
     assert!(out.status.success());
     let file = std::fs::read_to_string(d.config_path()).unwrap();
-    assert!(file.contains("mcpServers") && !file.contains("\"cl\""), "{file}");
+    assert!(
+        file.contains("mcpServers") && !file.contains("\"cl\""),
+        "{file}"
+    );
 
     // config check validates without starting anything.
     let bad = d.dir.path().join("bad.json");
     std::fs::write(&bad, r#"{"mcp_servers": {"q": {"args": "not-a-list"}}}"#).unwrap();
-    let out = tokio::process::Command::new(BIN).args(["config", "check", "--config"]).arg(&bad).output().await.unwrap();
+    let out = tokio::process::Command::new(BIN)
+        .args(["config", "check", "--config"])
+        .arg(&bad)
+        .output()
+        .await
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("mcp_servers.q"), "{text}");
-    let out = tokio::process::Command::new(BIN).args(["config", "check", "--config"]).arg(d.config_path()).output().await.unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stdout));
+    let out = tokio::process::Command::new(BIN)
+        .args(["config", "check", "--config"])
+        .arg(d.config_path())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 }

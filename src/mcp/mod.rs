@@ -18,7 +18,7 @@ use indexmap::IndexMap;
 
 use crate::config::McpServer;
 use crate::protocol::{McpCounts, McpServerStatus};
-use crate::registry::{Registry, SourceKey, Tool};
+use crate::registry::{Registry, SourceKey, SourceUpdate};
 
 pub use server::{Server, State};
 pub use tool::map_result;
@@ -126,9 +126,7 @@ impl McpManager {
 
     /// Waits for the first connection attempt of `servers`, each bounded by its
     /// `startup_timeout_ms`, and returns their tools for one registry swap.
-    pub async fn collect_tools(
-        servers: &[Arc<Server>],
-    ) -> Vec<(SourceKey, Option<Vec<Arc<dyn Tool>>>)> {
+    pub async fn collect_tools(servers: &[Arc<Server>]) -> Vec<SourceUpdate> {
         let waits = servers.iter().map(|s| {
             let limit = Duration::from_millis(s.config().startup_timeout_ms.saturating_add(1000));
             async move {

@@ -32,11 +32,17 @@ pub enum SourceKey {
     Mcp(String),
 }
 
+/// The tools of one source.
+pub type Tools = Vec<Arc<dyn Tool>>;
+
+/// A source replaced (`Some`) or removed (`None`).
+pub type SourceUpdate = (SourceKey, Option<Tools>);
+
 /// One batch of changes, applied as one swap.
 #[derive(Default)]
 pub struct Change {
     /// `Some(tools)` replaces the source, `None` removes it.
-    pub sources: Vec<(SourceKey, Option<Vec<Arc<dyn Tool>>>)>,
+    pub sources: Vec<SourceUpdate>,
     /// Replaces the config's approval overrides (`approval.tools`) when `Some`.
     pub approval_overrides: Option<HashMap<String, ApprovalClass>>,
 }

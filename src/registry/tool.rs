@@ -102,8 +102,8 @@ pub struct CallContext {
     pub session_id: Option<String>,
     /// The session's `meta`, read at the moment of the call (never a copy taken earlier).
     pub session_meta: Value,
-    /// The call's own `timeout_ms`, when the caller gave one (tools with their own timeout
-    /// argument, like `bash`, take the smaller).
+    /// The call's deadline: its `timeout_ms`, else `limits.default_timeout_ms` (tools with
+    /// their own timeout argument, like `bash`, take the smaller and report partial output).
     pub timeout_ms: Option<u64>,
     /// Fired on cancel, timeout and shutdown; tools that do not poll it are simply dropped.
     pub cancel: CancellationToken,

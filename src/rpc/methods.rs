@@ -172,6 +172,23 @@ pub fn module(host: Host) -> anyhow::Result<RpcModule<Host>> {
             })
         },
     )?;
+    api.method("mcp.add", "Adds an MCP server to config.json (atomic write, other keys kept); the reload that follows starts it.", |host, p: McpAddParams| async move {
+        host.edit_mcp_server(p.name, Some(p.server)).await?;
+        Ok(OkResult { ok: true })
+    })?;
+    api.method(
+        "mcp.remove",
+        "Removes an MCP server from config.json; the reload that follows stops it.",
+        |host, p: McpRemoveParams| async move {
+            if !host.edit_mcp_server(p.name.clone(), None).await? {
+                return Err(Error::InvalidParams(format!(
+                    "no MCP server named '{}' in config.json",
+                    p.name
+                )));
+            }
+            Ok(OkResult { ok: true })
+        },
+    )?;
     session_methods(&mut api)?;
 
     subscribe_invoke(&mut api)?;

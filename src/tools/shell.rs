@@ -164,7 +164,12 @@ impl Tool for Bash {
                 .stderr(Stdio::piped());
             scrub_env(&mut cmd);
             cmd.env("TOOLHOST_CALL_ID", &ctx.call_id)
-                .env("TOOLHOST_WORKSPACE", &root);
+                .env("TOOLHOST_WORKSPACE", &root)
+                .env(
+                    "TOOLHOST_SESSION_ID",
+                    ctx.session_id.as_deref().unwrap_or(""),
+                )
+                .env("TOOLHOST_SESSION_META", ctx.session_meta.to_string());
             let (child, guard) = spawn_group(&mut cmd).map_err(|e| {
                 ToolError::failed(format!("could not start {}: {e}", self.shell.display()))
             })?;

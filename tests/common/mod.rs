@@ -303,7 +303,8 @@ pub async fn http_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
     }
     req.push_str("\r\n");
     s.write_all(req.as_bytes()).await.unwrap();
-    s.write_all(body.as_bytes()).await.unwrap();
+    // The server may answer (e.g. 413) and close before reading a large body.
+    let _ = s.write_all(body.as_bytes()).await;
     let mut buf = Vec::new();
     tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut buf))
         .await
