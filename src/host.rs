@@ -348,16 +348,19 @@ impl Host {
 
 /// Runs the daemon until SIGTERM/SIGINT: the entry point of `toolhost serve`.
 pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
+    // Signal handlers first: a SIGTERM that arrives once the socket answers must be ours.
+    let stop_signal = stop_signal()?;
+    let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let host = Host::new(&opts)?;
     let listeners = crate::rpc::Listeners::bind(&opts, &host.config()).await?;
     tracing::info!(socket = %listeners.describe(), workspace = %host.workspace().display(), data_dir = %host.data_dir().display(), "toolhost serving");
     let server = crate::rpc::start(host.clone(), listeners)?;
     host.start_servers();
-    host.tracker().spawn(reload_on_sighup(host.clone()));
+    host.tracker().spawn(reload_on_sighup(host.clone(), hangup));
     let _watcher = watch_config(&host);
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
 
-    wait_for_signal().await?;
+    stop_signal.await;
     tracing::info!("shutting down");
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
     server.stop_accepting();
@@ -406,11 +409,7 @@ fn watch_config(host: &Host) -> Option<config::ConfigWatcher> {
     Some(watcher)
 }
 
-async fn reload_on_sighup(host: Host) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut hup) = signal(SignalKind::hangup()) else {
-        return;
-    };
+async fn reload_on_sighup(host: Host, mut hup: tokio::signal::unix::Signal) {
     loop {
         tokio::select! {
             _ = hup.recv() => { host.reload().await; }
@@ -425,13 +424,15 @@ async fn wait_idle(host: &Host) {
     }
 }
 
-async fn wait_for_signal() -> anyhow::Result<()> {
+/// Installs the SIGTERM/SIGINT handlers now; the future resolves on the first signal.
+fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     use tokio::signal::unix::{signal, SignalKind};
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
-    }
-    Ok(())
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
 }

@@ -12,6 +12,7 @@
 //! - [`cli`]: the thin client subcommands.
 
 pub mod approval;
+pub mod bounded_lines;
 pub mod cli;
 pub mod config;
 pub mod error;

@@ -10,7 +10,9 @@ use rmcp::service::RunningService;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{RoleClient, ServiceExt};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::BufReader;
+
+use crate::bounded_lines::read_line_bounded;
 
 use super::client::Client;
 use crate::config::McpServer;
@@ -123,9 +125,7 @@ async fn log_stderr(name: String, stderr: tokio::process::ChildStderr) {
     let mut window = tokio::time::Instant::now();
     let (mut logged, mut dropped) = (0u32, 0u64);
     loop {
-        buf.clear();
-        // read_until grows `buf` only up to one line; cap what we keep of it.
-        match read_line_capped(&mut reader, &mut buf).await {
+        match read_line_bounded(&mut reader, STDERR_LINE_MAX, &mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(_) => {}
         }
@@ -144,30 +144,5 @@ async fn log_stderr(name: String, stderr: tokio::process::ChildStderr) {
         logged += 1;
         let line = String::from_utf8_lossy(&buf);
         tracing::info!(server = %name, "stderr: {}", line.trim_end());
-    }
-}
-
-/// Reads one line, keeping at most STDERR_LINE_MAX bytes of it (the rest is discarded).
-async fn read_line_capped<R: tokio::io::AsyncBufRead + Unpin>(
-    r: &mut R,
-    out: &mut Vec<u8>,
-) -> std::io::Result<usize> {
-    let mut total = 0;
-    loop {
-        let chunk = r.fill_buf().await?;
-        if chunk.is_empty() {
-            return Ok(total);
-        }
-        let (take, done) = match chunk.iter().position(|b| *b == b'\n') {
-            Some(i) => (i + 1, true),
-            None => (chunk.len(), false),
-        };
-        let room = STDERR_LINE_MAX.saturating_sub(out.len());
-        out.extend_from_slice(&chunk[..take.min(room)]);
-        r.consume(take);
-        total += take;
-        if done {
-            return Ok(total);
-        }
     }
 }

@@ -9,6 +9,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
+use crate::bounded_lines::read_line_bounded;
 use futures::future::BoxFuture;
 use futures::{FutureExt, SinkExt, StreamExt};
 use hyper::body::Incoming;
@@ -17,7 +18,6 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::UnixStream;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_util::codec::{AnyDelimiterCodec, AnyDelimiterCodecError, FramedRead};
 
 use super::Shared;
 
@@ -170,10 +170,7 @@ async fn serve_newline(stream: UnixStream, shared: Arc<Shared>) {
     };
     let (mut ws_tx, mut ws_rx) = ws.split();
     let (rd, mut wr) = stream.into_split();
-    let mut lines = FramedRead::new(
-        rd,
-        AnyDelimiterCodec::new_with_max_length(b"\n".to_vec(), Vec::new(), max),
-    );
+    let mut rd = tokio::io::BufReader::with_capacity(64 * 1024, rd);
     // Replies we still owe: lets a client half-close after its last request and still get
     // every answer (`printf ... | socat - UNIX:...`).
     let owed = Arc::new(AtomicI64::new(0));
@@ -181,15 +178,16 @@ async fn serve_newline(stream: UnixStream, shared: Arc<Shared>) {
 
     let owed_in = owed.clone();
     let reader = async move {
-        while let Some(item) = lines.next().await {
-            let line = match item {
-                Ok(bytes) => bytes,
-                Err(AnyDelimiterCodecError::MaxChunkLengthExceeded) => {
-                    let _ = local_tx.send(error_line(-32007, &format!("Request is too big: the limit is {max} bytes (limits.max_request_bytes)"))).await;
-                    continue;
-                }
-                Err(AnyDelimiterCodecError::Io(_)) => break,
+        let mut line = Vec::new();
+        loop {
+            let len = match read_line_bounded(&mut rd, max + 1, &mut line).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
             };
+            if len > max + 1 || (len > max && line.last() != Some(&b'\n')) {
+                let _ = local_tx.send(error_line(-32007, &format!("Request is too big: the limit is {max} bytes (limits.max_request_bytes)"))).await;
+                continue;
+            }
             let line = match std::str::from_utf8(line.trim_ascii()) {
                 Ok("") => continue,
                 Ok(s) => s.to_owned(),
