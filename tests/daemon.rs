@@ -612,3 +612,88 @@ async fn sigterm_during_a_call_exits_zero_within_the_grace() {
     assert!(status.success(), "{status:?}");
     assert!(started.elapsed() < std::time::Duration::from_secs(15));
 }
+
+#[tokio::test]
+async fn tcp_listener_requires_a_bearer_token() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("ws")).unwrap();
+    std::fs::write(
+        dir.path().join("config.json"),
+        json!({"listen": {"tcp": "127.0.0.1:0", "socket_mode": "0660"}}).to_string(),
+    )
+    .unwrap();
+    let mut d = Daemon {
+        dir,
+        child: None,
+        stderr_lines: Default::default(),
+    };
+    // Without a token the daemon refuses to listen on TCP at all.
+    let out = d.command().output().await.unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("without a token"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    d.spawn(&[("TOOLHOST_TOKEN", "s3cret")]).await;
+    let mode = std::fs::metadata(d.socket()).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o660);
+    let log = d.log();
+    let addr = log
+        .split("tcp ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no tcp address in log: {log}"))
+        .to_owned();
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"host.health"}"#;
+    let post = |auth: Option<&'static str>| {
+        let addr = addr.clone();
+        async move {
+            let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            let headers: Vec<(&str, &str)> =
+                auth.map(|a| vec![("Authorization", a)]).unwrap_or_default();
+            http_on(&mut s, "POST", "/", body, &headers).await
+        }
+    };
+    assert_eq!(post(None).await.0, 401);
+    assert_eq!(post(Some("Bearer wrong")).await.0, 401);
+    let (status, body) = post(Some("Bearer s3cret")).await;
+    assert_eq!(status, 200);
+    assert!(body.contains(r#""status":"ok""#), "{body}");
+}
+
+#[tokio::test]
+async fn systemd_socket_activation_uses_the_passed_socket_and_leaves_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("activated.sock");
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(&ws).unwrap();
+    let mut child = tokio::process::Command::new("systemd-socket-activate")
+        .arg("-l")
+        .arg(&sock)
+        .arg(BIN)
+        .args(["serve", "--workspace"])
+        .arg(&ws)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .env("TOOLHOST_SOCKET", dir.path().join("unused.sock"))
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("systemd-socket-activate is installed on this machine kind");
+    eventually(10, "the activation socket to exist", || async {
+        sock.exists()
+    })
+    .await;
+    // The first connection starts the daemon on the passed descriptor.
+    let (status, body) = http_request(&sock, "GET", "/health", "").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        !dir.path().join("unused.sock").exists(),
+        "bound its own socket instead of the passed one"
+    );
+    let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(15), child.wait()).await;
+}
