@@ -278,3 +278,398 @@ impl Drop for Sessions {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use serde_json::{json, Map};
+
+    use super::super::sled_store::SledStore;
+    use super::*;
+    use crate::approval::ApprovalMode;
+
+    fn sess(id: &str, created_at: u64) -> Session {
+        Session {
+            id: id.to_owned(),
+            created_at,
+            updated_at: created_at,
+            workspace: "/w".into(),
+            approval: ApprovalMode::Auto,
+            meta: Map::new(),
+            tool_names: vec!["read_file".into(), "bash".into()],
+            tools_etag: "e1".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn create_get_duplicate_delete_unknown() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Sessions::open(&dir.path().join("sessions")).unwrap();
+        assert_eq!(s.count(), 0);
+        let a = s.create(sess("a", 10)).await.unwrap();
+        assert_eq!(s.get("a").await.unwrap(), a);
+        assert_eq!(s.count(), 1);
+        let dup = s.create(sess("a", 11)).await.unwrap_err();
+        assert_eq!(
+            dup,
+            Error::InvalidParams("session already exists: a".into())
+        );
+        assert_eq!(s.get("a").await.unwrap().created_at, 10);
+        assert_eq!(s.count(), 1);
+        assert_eq!(
+            s.get("nope").await.unwrap_err(),
+            Error::SessionNotFound("nope".into())
+        );
+        let e = s.update("nope", |_| {}).await.unwrap_err();
+        assert_eq!(e, Error::SessionNotFound("nope".into()));
+        assert!(s.delete("a").await.unwrap());
+        assert!(!s.delete("a").await.unwrap());
+        assert_eq!(s.count(), 0);
+        assert_eq!(
+            s.get("a").await.unwrap_err(),
+            Error::SessionNotFound("a".into())
+        );
+        assert_eq!(s.list(10, None).await.unwrap(), (vec![], None));
+        // The id is free again, and the old index entry is gone.
+        s.create(sess("a", 12)).await.unwrap();
+        let (page, next) = s.list(10, None).await.unwrap();
+        assert_eq!(
+            page.iter().map(|x| x.created_at).collect::<Vec<_>>(),
+            vec![12]
+        );
+        assert_eq!(next, None);
+    }
+
+    #[tokio::test]
+    async fn update_keeps_id_and_created_at() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Sessions::open(dir.path()).unwrap();
+        s.create(sess("a", 10)).await.unwrap();
+        let u = s
+            .update("a", |x| {
+                x.id = "b".into();
+                x.created_at = 99;
+                x.updated_at = 20;
+                x.approval = ApprovalMode::Strict;
+            })
+            .await
+            .unwrap();
+        assert_eq!((u.id.as_str(), u.created_at, u.updated_at), ("a", 10, 20));
+        assert_eq!(s.get("a").await.unwrap(), u);
+        assert_eq!(s.list(10, None).await.unwrap().0, vec![u]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_updates_lose_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Arc::new(Sessions::open(dir.path()).unwrap());
+        s.create(sess("a", 1)).await.unwrap();
+        let mut tasks = Vec::new();
+        for t in 0..16 {
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in 0..20 {
+                    let key = format!("k{t}_{i}");
+                    s.update("a", move |x| {
+                        x.meta.insert(key.clone(), json!(i));
+                    })
+                    .await
+                    .unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let got = s.get("a").await.unwrap();
+        assert_eq!(got.meta.len(), 16 * 20);
+        for t in 0..16 {
+            for i in 0..20 {
+                assert_eq!(got.meta[&format!("k{t}_{i}")], json!(i));
+            }
+        }
+    }
+
+    /// Pages through everything; checks each original session shows up exactly once.
+    async fn page_all(
+        s: &Sessions,
+        limit: usize,
+        mut between: impl FnMut(usize) -> Option<Session>,
+    ) -> Vec<Session> {
+        let mut out = Vec::new();
+        let mut after: Option<String> = None;
+        let mut n = 0;
+        loop {
+            let (page, next) = s.list(limit, after.as_deref()).await.unwrap();
+            assert!(page.len() <= limit);
+            out.extend(page);
+            if let Some(new) = between(n) {
+                s.create(new).await.unwrap();
+            }
+            n += 1;
+            match next {
+                Some(c) => after = Some(c),
+                None => break,
+            }
+        }
+        out
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn list_pages_newest_first_while_inserting() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Arc::new(Sessions::open(dir.path()).unwrap());
+        // 1,000 sessions, created concurrently; pairs share a timestamp (ties break by id).
+        let mut tasks = Vec::new();
+        for t in 0..8u64 {
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in (t..1000).step_by(8) {
+                    s.create(sess(&format!("s{i:04}"), 1_000 + i / 2))
+                        .await
+                        .unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(s.count(), 1000);
+        let mut expected: Vec<(u64, String)> = (0..1000u64)
+            .map(|i| (1_000 + i / 2, format!("s{i:04}")))
+            .collect();
+        expected.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+
+        let got = page_all(&s, 100, |_| None).await;
+        let got: Vec<(u64, String)> = got.into_iter().map(|x| (x.created_at, x.id)).collect();
+        assert_eq!(got, expected);
+
+        // New (newer) sessions created between pages never show up in later pages, and
+        // nothing is skipped or repeated.
+        let got = page_all(&s, 100, |n| {
+            Some(sess(&format!("new{n}"), 100_000 + n as u64))
+        })
+        .await;
+        let got: Vec<(u64, String)> = got.into_iter().map(|x| (x.created_at, x.id)).collect();
+        assert_eq!(got, expected);
+        assert_eq!(s.count(), 1010);
+
+        // limit larger than the rest; the exact end gives no `next`.
+        let (page, next) = s.list(1010, None).await.unwrap();
+        assert_eq!((page.len(), next), (1010, None));
+        let (page, next) = s.list(1009, None).await.unwrap();
+        assert_eq!(page.len(), 1009);
+        let (page, next) = s.list(5, next.as_deref()).await.unwrap();
+        assert_eq!((page.len(), next), (1, None));
+        assert!(matches!(
+            s.list(5, Some("zz")).await,
+            Err(Error::InvalidParams(_))
+        ));
+        assert!(matches!(
+            s.list(5, Some("00")).await,
+            Err(Error::InvalidParams(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn reopen_keeps_everything() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let s = Sessions::open(dir.path()).unwrap();
+            for i in 0..50 {
+                s.create(sess(&format!("s{i}"), i)).await.unwrap();
+            }
+            s.update("s3", |x| {
+                x.meta.insert("model".into(), json!("m"));
+            })
+            .await
+            .unwrap();
+            s.delete("s4").await.unwrap();
+        }
+        let s = Sessions::open(dir.path()).unwrap();
+        assert_eq!(s.count(), 49);
+        assert_eq!(s.get("s3").await.unwrap().meta["model"], json!("m"));
+        assert_eq!(
+            s.get("s4").await.unwrap_err(),
+            Error::SessionNotFound("s4".into())
+        );
+        let (all, next) = s.list(100, None).await.unwrap();
+        assert_eq!((all.len(), next), (49, None));
+        assert_eq!(all[0].id, "s49");
+    }
+
+    #[tokio::test]
+    async fn second_open_is_refused_as_locked() {
+        let dir = tempfile::tempdir().unwrap();
+        let _s = Sessions::open(dir.path()).unwrap();
+        let e = Sessions::open(dir.path()).err().unwrap().to_string();
+        assert!(
+            e.contains("locked") && e.contains(&dir.path().display().to_string()),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let st = SledStore::open(dir.path()).unwrap();
+            st.put_meta(b"schema_version", &2u32.to_be_bytes());
+        }
+        let e = SledStore::open(dir.path()).err().unwrap().to_string();
+        assert!(e.contains("schema version 2") && e.contains("newer"), "{e}");
+        {
+            let st = SledStore::open(tempfile::tempdir().unwrap().path()).unwrap();
+            assert_eq!(st.count(), 0);
+        }
+    }
+
+    #[tokio::test]
+    async fn corrupt_record_is_skipped_in_list_and_an_error_on_get() {
+        let dir = tempfile::tempdir().unwrap();
+        let st = Arc::new(SledStore::open(dir.path()).unwrap());
+        st.put_raw("bad", 5, b"{not json");
+        let s = Sessions::with_store(st).unwrap();
+        s.create(sess("good", 4)).await.unwrap();
+        s.create(sess("newer", 6)).await.unwrap();
+        assert!(matches!(s.get("bad").await, Err(Error::Server(m)) if m.contains("corrupt")));
+        assert!(matches!(
+            s.update("bad", |_| {}).await,
+            Err(Error::Server(_))
+        ));
+        let (page, _) = s.list(10, None).await.unwrap();
+        assert_eq!(
+            page.iter().map(|x| x.id.as_str()).collect::<Vec<_>>(),
+            vec!["newer", "good"]
+        );
+        // Paging over it: one per page.
+        let (p1, n1) = s.list(1, None).await.unwrap();
+        let (p2, n2) = s.list(1, n1.as_deref()).await.unwrap();
+        assert_eq!(
+            (p1[0].id.as_str(), p2[0].id.as_str(), n2),
+            ("newer", "good", None)
+        );
+        assert!(s.delete("bad").await.unwrap());
+        assert_eq!(s.list(10, None).await.unwrap().0.len(), 2);
+    }
+
+    fn pct(v: &mut [Duration], p: f64) -> Duration {
+        v.sort();
+        v[((v.len() as f64 * p) as usize).min(v.len() - 1)]
+    }
+
+    /// `cargo test --release --lib session::store::tests::bench -- --ignored --nocapture`
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore]
+    async fn bench() {
+        let n: u64 = std::env::var("BENCH_SESSIONS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(100_000);
+        let dir = tempfile::tempdir().unwrap();
+        let s = Arc::new(Sessions::open(dir.path()).unwrap());
+        let clients = 16u64;
+
+        let t = Instant::now();
+        let mut tasks = Vec::new();
+        for c in 0..clients {
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in (c..n).step_by(clients as usize) {
+                    s.create(sess(&format!("s_{i:08}"), 1_700_000_000_000 + i))
+                        .await
+                        .unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let el = t.elapsed();
+        println!(
+            "create: {n} durable creates by {clients} clients in {el:?} = {:.0}/s",
+            n as f64 / el.as_secs_f64()
+        );
+
+        let mut lat = Vec::new();
+        for k in 0..20_000u64 {
+            let id = format!("s_{:08}", fastrand::u64(0..n));
+            let t = Instant::now();
+            std::hint::black_box(s.get(&id).await.unwrap());
+            if k >= 1000 {
+                lat.push(t.elapsed());
+            }
+        }
+        println!(
+            "get (sequential): p50 {:?} p99 {:?}",
+            pct(&mut lat, 0.5),
+            pct(&mut lat, 0.99)
+        );
+
+        let per = 500u64;
+        let t = Instant::now();
+        let mut tasks = Vec::new();
+        for c in 0..clients {
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut lat = Vec::new();
+                for i in 0..per {
+                    let id = format!("s_{:08}", fastrand::u64(0..n));
+                    let t = Instant::now();
+                    s.update(&id, move |x| {
+                        x.meta.insert(format!("c{c}"), json!(i));
+                    })
+                    .await
+                    .unwrap();
+                    lat.push(t.elapsed());
+                }
+                lat
+            }));
+        }
+        let mut lat = Vec::new();
+        for t in tasks {
+            lat.extend(t.await.unwrap());
+        }
+        let el = t.elapsed();
+        println!(
+            "update: {} durable updates by {clients} clients in {el:?} = {:.0}/s; latency p50 {:?} p99 {:?}",
+            clients * per,
+            (clients * per) as f64 / el.as_secs_f64(),
+            pct(&mut lat, 0.5),
+            pct(&mut lat, 0.99)
+        );
+
+        let mut lat = Vec::new();
+        let mut after = None;
+        for _ in 0..200 {
+            let t = Instant::now();
+            let (page, next) = s.list(100, after.as_deref()).await.unwrap();
+            lat.push(t.elapsed());
+            assert_eq!(page.len(), 100);
+            after = next;
+        }
+        println!(
+            "list page of 100: p50 {:?} p99 {:?}",
+            pct(&mut lat, 0.5),
+            pct(&mut lat, 0.99)
+        );
+
+        let t = Instant::now();
+        drop(s);
+        let dropped = t.elapsed();
+        let t = Instant::now();
+        let s = Sessions::open(dir.path()).unwrap();
+        println!(
+            "close {dropped:?}, reopen {:?} (count {})",
+            t.elapsed(),
+            s.count()
+        );
+        let du = std::process::Command::new("du")
+            .arg("-sh")
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        println!("disk: {}", String::from_utf8_lossy(&du.stdout).trim());
+    }
+}
