@@ -554,6 +554,90 @@ mod tests {
         assert_eq!(s.list(10, None).await.unwrap().0.len(), 2);
     }
 
+    /// A store whose flush can be made to fail, counting flushes.
+    struct Flaky {
+        inner: SledStore,
+        fail: std::sync::atomic::AtomicBool,
+        flushes: std::sync::atomic::AtomicU64,
+    }
+
+    impl SessionStore for Flaky {
+        fn get(&self, id: &str) -> Result<Option<Session>> {
+            self.inner.get(id)
+        }
+        fn insert(&self, session: &Session) -> Result<bool> {
+            self.inner.insert(session)
+        }
+        fn update(&self, id: &str, f: &dyn Fn(&mut Session)) -> Result<Option<Session>> {
+            self.inner.update(id, f)
+        }
+        fn delete(&self, id: &str) -> Result<bool> {
+            self.inner.delete(id)
+        }
+        fn list(&self, limit: usize, after: Option<&str>) -> Result<Page> {
+            self.inner.list(limit, after)
+        }
+        fn count(&self) -> u64 {
+            self.inner.count()
+        }
+        fn flush(&self) -> Result<()> {
+            use std::sync::atomic::Ordering::SeqCst;
+            self.flushes.fetch_add(1, SeqCst);
+            if self.fail.load(SeqCst) {
+                return Err(Error::Server("disk on fire".into()));
+            }
+            self.inner.flush()
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn group_commit_groups_and_reports_flush_failures() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let dir = tempfile::tempdir().unwrap();
+        let flaky = Arc::new(Flaky {
+            inner: SledStore::open(dir.path()).unwrap(),
+            fail: false.into(),
+            flushes: 0.into(),
+        });
+        let s = Arc::new(Sessions::with_store(flaky.clone()).unwrap());
+        for i in 0..16 {
+            s.create(sess(&format!("s{i}"), i)).await.unwrap();
+        }
+        let before = flaky.flushes.load(SeqCst);
+        let mut tasks = Vec::new();
+        for t in 0..16 {
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in 0..50 {
+                    s.update(&format!("s{t}"), move |x| x.updated_at = i)
+                        .await
+                        .unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let flushes = flaky.flushes.load(SeqCst) - before;
+        assert!(
+            flushes < 16 * 50,
+            "{flushes} flushes for 800 writes: not grouped"
+        );
+
+        // Reads need no flush; a write whose flush fails is reported, not acknowledged.
+        flaky.fail.store(true, SeqCst);
+        assert_eq!(s.get("s1").await.unwrap().updated_at, 49);
+        let e = s.update("s1", |x| x.updated_at = 100).await.unwrap_err();
+        assert!(
+            matches!(&e, Error::Server(m) if m.contains("disk on fire")),
+            "{e:?}"
+        );
+        // Once flushing works again, writes are acknowledged again.
+        flaky.fail.store(false, SeqCst);
+        s.update("s1", |x| x.updated_at = 101).await.unwrap();
+        assert_eq!(s.get("s1").await.unwrap().updated_at, 101);
+    }
+
     fn pct(v: &mut [Duration], p: f64) -> Duration {
         v.sort();
         v[((v.len() as f64 * p) as usize).min(v.len() - 1)]
