@@ -13,9 +13,12 @@
 //! Nothing here waits for durability: writes become durable at the next [`SessionStore::flush`]
 //! (the group committer in `store.rs` calls it).
 
+use std::collections::HashSet;
+use std::ffi::OsString;
 use std::ops::Bound;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use anyhow::{bail, Context};
 use sled::transaction::{abort, ConflictableTransactionError, TransactionError};
@@ -39,6 +42,9 @@ pub struct SledStore {
     count: AtomicU64,
     /// sled's log file, for the `fdatasync` that `sled::Db::flush` leaves out (see `flush`).
     log_file: std::fs::File,
+    /// sled's `blobs/` dir (values too big for the log) and the blob files already synced.
+    blobs_dir: PathBuf,
+    synced_blobs: Mutex<HashSet<OsString>>,
 }
 
 fn time_key(created_at: u64, id: &str) -> Vec<u8> {
@@ -128,7 +134,40 @@ impl SledStore {
             by_time,
             count: AtomicU64::new(n),
             log_file,
+            blobs_dir: dir.join("blobs"),
+            synced_blobs: Mutex::new(HashSet::new()),
         })
+    }
+
+    /// sled writes a blob file (a log item over segment_size / 4 = 128 KiB, e.g. a leaf of
+    /// 16 sessions of ~8 KiB) and never `fsync`s it; do that for blobs not synced yet.
+    fn sync_new_blobs(&self) -> std::io::Result<()> {
+        let mut synced = self.synced_blobs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut present = HashSet::new();
+        let mut any = false;
+        let entries = match std::fs::read_dir(&self.blobs_dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            r => r?,
+        };
+        for entry in entries {
+            let entry = entry?;
+            let name = entry.file_name();
+            if !synced.contains(&name) {
+                match std::fs::File::open(entry.path()) {
+                    Ok(f) => f.sync_data()?,
+                    // Garbage-collected by sled meanwhile.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(e),
+                }
+                any = true;
+            }
+            present.insert(name);
+        }
+        if any {
+            std::fs::File::open(&self.blobs_dir)?.sync_all()?;
+        }
+        *synced = present;
+        Ok(())
     }
 
     /// The session a `by_time` entry points to, or `None` (with a log line) when the entry
@@ -285,11 +324,11 @@ impl SessionStore for SledStore {
     /// `sled::Db::flush` writes the log and, on Linux, waits with `sync_file_range`, which
     /// neither flushes the drive's write cache nor commits the file's new length (sled only
     /// `fsync`s from its background thread, every 500 ms). That survives a killed process
-    /// but not a power loss, so an `fdatasync` of the log file follows.
+    /// but not a power loss, so an `fdatasync` of new blob files and the log file follows.
     fn flush(&self) -> Result<()> {
         self.db.flush().map_err(storage)?;
-        self.log_file
-            .sync_data()
+        self.sync_new_blobs()
+            .and_then(|()| self.log_file.sync_data())
             .map_err(|e| Error::Server(format!("session store: fsync failed: {e}")))
     }
 }

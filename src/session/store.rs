@@ -638,6 +638,34 @@ mod tests {
         assert_eq!(s.get("s1").await.unwrap().updated_at, 101);
     }
 
+    #[tokio::test]
+    async fn large_records_spill_to_blobs_and_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = "x".repeat(200 * 1024);
+        {
+            let s = Sessions::open(dir.path()).unwrap();
+            for i in 0..20 {
+                let mut x = sess(&format!("big{i}"), i);
+                x.meta.insert("blob".into(), json!(big));
+                s.create(x).await.unwrap();
+            }
+            s.update("big3", |x| {
+                x.meta.insert("k".into(), json!(1));
+            })
+            .await
+            .unwrap();
+        }
+        assert!(std::fs::read_dir(dir.path().join("blobs")).unwrap().count() > 0);
+        let s = Sessions::open(dir.path()).unwrap();
+        assert_eq!(s.count(), 20);
+        let b = s.get("big3").await.unwrap();
+        assert_eq!(
+            (b.meta["blob"].as_str().map(str::len), &b.meta["k"]),
+            (Some(big.len()), &json!(1))
+        );
+        assert_eq!(s.list(100, None).await.unwrap().0.len(), 20);
+    }
+
     fn pct(v: &mut [Duration], p: f64) -> Duration {
         v.sort();
         v[((v.len() as f64 * p) as usize).min(v.len() - 1)]
