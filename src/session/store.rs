@@ -1,48 +1,230 @@
-//! The session store.
+//! The session store: a small synchronous [`SessionStore`] trait (implemented with sled in
+//! `sled_store.rs`) and [`Sessions`], the async service the host uses.
 //!
-//! TEMPORARY in-memory implementation of the API the host uses; replaced by the sled store.
+//! Durability: a write is acknowledged only once it is on disk. Writers don't flush
+//! themselves; they use GROUP COMMIT. Each write, once done in the store, takes the next
+//! write generation; one flusher thread loops "take the newest generation, flush, publish it
+//! as flushed", and each writer awaits `flushed >= its generation`. All writes done while a
+//! flush runs share the next flush, so the fsync rate is bounded by the disk, not the client
+//! count.
 
-use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
+use tokio::sync::watch;
+
+use super::sled_store::SledStore;
 use crate::error::{Error, Result};
 use crate::protocol::Session;
 
+/// One page of [`SessionStore::list`].
+#[derive(Debug, Default)]
+pub struct Page {
+    pub sessions: Vec<Session>,
+    /// Opaque cursor for the next page; `None` on the last page.
+    pub next: Option<String>,
+}
+
+/// Durable storage of session records. Synchronous (may block on disk: call it from a
+/// blocking thread); writes need not be durable until [`SessionStore::flush`] returns.
+pub trait SessionStore: Send + Sync {
+    /// A point lookup; `Error::Server` if the record is unreadable.
+    fn get(&self, id: &str) -> Result<Option<Session>>;
+    /// Stores a new session if its id is free; `false` when the id is taken.
+    fn insert(&self, session: &Session) -> Result<bool>;
+    /// Atomic read-modify-write (`f` may run more than once; `id` and `created_at` are kept).
+    /// `None` when there is no such session.
+    fn update(&self, id: &str, f: &dyn Fn(&mut Session)) -> Result<Option<Session>>;
+    /// Removes the session; whether it existed.
+    fn delete(&self, id: &str) -> Result<bool>;
+    /// Newest first, at most `limit`, strictly after the cursor `after` (a previous `next`).
+    /// Unreadable records are skipped (and logged). `Error::InvalidParams` for a bad cursor.
+    fn list(&self, limit: usize, after: Option<&str>) -> Result<Page>;
+    /// Number of sessions; cheap.
+    fn count(&self) -> u64;
+    /// Makes every write that returned before this call durable.
+    fn flush(&self) -> Result<()>;
+}
+
+/// What the flusher has published.
+#[derive(Debug, Clone, Default)]
+struct Flushed {
+    /// Every write generation `<=` this is on disk.
+    upto: u64,
+    /// The last failed flush: the generation it tried to cover, and why. Cleared on success.
+    failed: Option<(u64, String)>,
+}
+
+#[derive(Default)]
+struct Pending {
+    /// The newest write generation handed out.
+    written: u64,
+    shutdown: bool,
+}
+
+/// The group committer shared by writers and the flusher thread.
+struct Committer {
+    pending: Mutex<Pending>,
+    wake: Condvar,
+    flushed: watch::Sender<Flushed>,
+}
+
+impl Committer {
+    fn lock(&self) -> MutexGuard<'_, Pending> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Called after a write is done in the store: its generation, for [`Committer::durable`].
+    fn note_write(&self) -> u64 {
+        let mut p = self.lock();
+        p.written += 1;
+        self.wake.notify_one();
+        p.written
+    }
+
+    /// Waits until generation `g` is flushed; `Error::Server` if the flush covering it failed.
+    async fn durable(&self, g: u64) -> Result<()> {
+        let mut rx = self.flushed.subscribe();
+        let st = rx
+            .wait_for(|f| f.upto >= g || f.failed.as_ref().is_some_and(|(t, _)| *t >= g))
+            .await
+            .map_err(|_| Error::Server("session store flusher stopped".into()))?;
+        if st.upto >= g {
+            return Ok(());
+        }
+        let why = st
+            .failed
+            .as_ref()
+            .map(|(_, e)| e.as_str())
+            .unwrap_or("unknown");
+        Err(Error::Server(format!(
+            "session store: write not durable: {why}"
+        )))
+    }
+
+    /// The flusher thread's loop; returns at shutdown once everything written is flushed
+    /// (or the last flush attempt failed).
+    fn run(&self, store: &dyn SessionStore) {
+        let mut done = 0u64;
+        loop {
+            let (target, shutdown) = {
+                let mut p = self.lock();
+                while p.written <= done && !p.shutdown {
+                    p = self.wake.wait(p).unwrap_or_else(|e| e.into_inner());
+                }
+                (p.written, p.shutdown)
+            };
+            if target <= done {
+                return; // shutdown with nothing pending
+            }
+            match store.flush() {
+                Ok(()) => {
+                    done = target;
+                    self.flushed.send_modify(|f| {
+                        f.upto = target;
+                        f.failed = None;
+                    });
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "session store flush failed");
+                    self.flushed
+                        .send_modify(|f| f.failed = Some((target, e.to_string())));
+                    if shutdown {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+    }
+}
+
 /// The session service the RPC layer and the invoke pipeline use.
 pub struct Sessions {
-    map: Mutex<BTreeMap<String, Session>>,
+    store: Arc<dyn SessionStore>,
+    committer: Arc<Committer>,
+    flusher: Option<JoinHandle<()>>,
 }
 
 impl Sessions {
-    pub fn open(_dir: &Path) -> anyhow::Result<Sessions> {
+    /// Opens (creating if needed) the sled store in `dir`.
+    pub fn open(dir: &Path) -> anyhow::Result<Sessions> {
+        let store = SledStore::open(dir)?;
+        Sessions::with_store(Arc::new(store))
+    }
+
+    /// A service over any store (starts its flusher thread).
+    pub fn with_store(store: Arc<dyn SessionStore>) -> anyhow::Result<Sessions> {
+        let committer = Arc::new(Committer {
+            pending: Mutex::new(Pending::default()),
+            wake: Condvar::new(),
+            flushed: watch::Sender::new(Flushed::default()),
+        });
+        let (c, s) = (committer.clone(), store.clone());
+        let flusher = std::thread::Builder::new()
+            .name("session-flusher".into())
+            .spawn(move || c.run(s.as_ref()))
+            .map_err(|e| anyhow::anyhow!("cannot start the session flusher thread: {e}"))?;
         Ok(Sessions {
-            map: Mutex::new(BTreeMap::new()),
+            store,
+            committer,
+            flusher: Some(flusher),
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Session>> {
-        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    /// Runs `f` on a blocking thread.
+    async fn blocking<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn SessionStore) -> Result<T> + Send + 'static,
+    {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || f(store.as_ref()))
+            .await
+            .map_err(|e| Error::Server(format!("session store task failed: {e}")))?
+    }
+
+    /// Runs a write on a blocking thread, then waits until it is durable. `f` returns its
+    /// result and whether it wrote anything.
+    async fn write<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn SessionStore) -> Result<(T, bool)> + Send + 'static,
+    {
+        let committer = self.committer.clone();
+        let (out, generation) = self
+            .blocking(move |store| {
+                let (out, wrote) = f(store)?;
+                Ok((out, wrote.then(|| committer.note_write())))
+            })
+            .await?;
+        if let Some(g) = generation {
+            self.committer.durable(g).await?;
+        }
+        Ok(out)
     }
 
     /// Stores a new session; `InvalidParams` when the id is taken.
     pub async fn create(&self, session: Session) -> Result<Session> {
-        let mut m = self.lock();
-        if m.contains_key(&session.id) {
-            return Err(Error::InvalidParams(format!(
-                "session already exists: {}",
-                session.id
-            )));
-        }
-        m.insert(session.id.clone(), session.clone());
-        Ok(session)
+        self.write(move |store| {
+            let fresh = store.insert(&session)?;
+            if !fresh {
+                return Err(Error::InvalidParams(format!(
+                    "session already exists: {}",
+                    session.id
+                )));
+            }
+            Ok((session, true))
+        })
+        .await
     }
 
     pub async fn get(&self, id: &str) -> Result<Session> {
-        self.lock()
-            .get(id)
-            .cloned()
-            .ok_or_else(|| Error::SessionNotFound(id.to_owned()))
+        let id = id.to_owned();
+        self.blocking(move |store| store.get(&id)?.ok_or(Error::SessionNotFound(id)))
+            .await
     }
 
     /// Newest first; `after` is the `next` cursor of the previous page.
@@ -51,28 +233,555 @@ impl Sessions {
         limit: usize,
         after: Option<&str>,
     ) -> Result<(Vec<Session>, Option<String>)> {
-        let _ = (limit, after);
-        Ok((self.lock().values().cloned().collect(), None))
+        let after = after.map(str::to_owned);
+        let page = self
+            .blocking(move |store| store.list(limit, after.as_deref()))
+            .await?;
+        Ok((page.sessions, page.next))
     }
 
     /// Atomically applies `f` to the stored session and persists the result durably.
+    /// `f` may run more than once (when another writer got in between).
     pub async fn update<F>(&self, id: &str, f: F) -> Result<Session>
     where
         F: Fn(&mut Session) + Send + 'static,
     {
-        let mut m = self.lock();
-        let s = m
-            .get_mut(id)
-            .ok_or_else(|| Error::SessionNotFound(id.to_owned()))?;
-        f(s);
-        Ok(s.clone())
+        let id = id.to_owned();
+        self.write(move |store| match store.update(&id, &f)? {
+            Some(s) => Ok((s, true)),
+            None => Err(Error::SessionNotFound(id)),
+        })
+        .await
     }
 
     pub async fn delete(&self, id: &str) -> Result<bool> {
-        Ok(self.lock().remove(id).is_some())
+        let id = id.to_owned();
+        self.write(move |store| {
+            let existed = store.delete(&id)?;
+            Ok((existed, existed))
+        })
+        .await
     }
 
     pub fn count(&self) -> u64 {
-        self.lock().len() as u64
+        self.store.count()
+    }
+}
+
+impl Drop for Sessions {
+    /// Stops the flusher after a last flush of anything still pending.
+    fn drop(&mut self) {
+        self.committer.lock().shutdown = true;
+        self.committer.wake.notify_one();
+        if let Some(h) = self.flusher.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use serde_json::{json, Map};
+
+    use super::super::sled_store::SledStore;
+    use super::*;
+    use crate::approval::ApprovalMode;
+
+    fn sess(id: &str, created_at: u64) -> Session {
+        Session {
+            id: id.to_owned(),
+            created_at,
+            updated_at: created_at,
+            workspace: "/w".into(),
+            approval: ApprovalMode::Auto,
+            meta: Map::new(),
+            tool_names: vec!["read_file".into(), "bash".into()],
+            tools_etag: "e1".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn create_get_duplicate_delete_unknown() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Sessions::open(&dir.path().join("sessions")).unwrap();
+        assert_eq!(s.count(), 0);
+        let a = s.create(sess("a", 10)).await.unwrap();
+        assert_eq!(s.get("a").await.unwrap(), a);
+        assert_eq!(s.count(), 1);
+        let dup = s.create(sess("a", 11)).await.unwrap_err();
+        assert_eq!(
+            dup,
+            Error::InvalidParams("session already exists: a".into())
+        );
+        assert_eq!(s.get("a").await.unwrap().created_at, 10);
+        assert_eq!(s.count(), 1);
+        assert_eq!(
+            s.get("nope").await.unwrap_err(),
+            Error::SessionNotFound("nope".into())
+        );
+        let e = s.update("nope", |_| {}).await.unwrap_err();
+        assert_eq!(e, Error::SessionNotFound("nope".into()));
+        assert!(s.delete("a").await.unwrap());
+        assert!(!s.delete("a").await.unwrap());
+        assert_eq!(s.count(), 0);
+        assert_eq!(
+            s.get("a").await.unwrap_err(),
+            Error::SessionNotFound("a".into())
+        );
+        assert_eq!(s.list(10, None).await.unwrap(), (vec![], None));
+        // The id is free again, and the old index entry is gone.
+        s.create(sess("a", 12)).await.unwrap();
+        let (page, next) = s.list(10, None).await.unwrap();
+        assert_eq!(
+            page.iter().map(|x| x.created_at).collect::<Vec<_>>(),
+            vec![12]
+        );
+        assert_eq!(next, None);
+    }
+
+    #[tokio::test]
+    async fn update_keeps_id_and_created_at() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Sessions::open(dir.path()).unwrap();
+        s.create(sess("a", 10)).await.unwrap();
+        let u = s
+            .update("a", |x| {
+                x.id = "b".into();
+                x.created_at = 99;
+                x.updated_at = 20;
+                x.approval = ApprovalMode::Strict;
+            })
+            .await
+            .unwrap();
+        assert_eq!((u.id.as_str(), u.created_at, u.updated_at), ("a", 10, 20));
+        assert_eq!(s.get("a").await.unwrap(), u);
+        assert_eq!(s.list(10, None).await.unwrap().0, vec![u]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_updates_lose_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Arc::new(Sessions::open(dir.path()).unwrap());
+        s.create(sess("a", 1)).await.unwrap();
+        let mut tasks = Vec::new();
+        for t in 0..16 {
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in 0..20 {
+                    let key = format!("k{t}_{i}");
+                    s.update("a", move |x| {
+                        x.meta.insert(key.clone(), json!(i));
+                    })
+                    .await
+                    .unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let got = s.get("a").await.unwrap();
+        assert_eq!(got.meta.len(), 16 * 20);
+        for t in 0..16 {
+            for i in 0..20 {
+                assert_eq!(got.meta[&format!("k{t}_{i}")], json!(i));
+            }
+        }
+    }
+
+    /// Pages through everything; checks each original session shows up exactly once.
+    async fn page_all(
+        s: &Sessions,
+        limit: usize,
+        mut between: impl FnMut(usize) -> Option<Session>,
+    ) -> Vec<Session> {
+        let mut out = Vec::new();
+        let mut after: Option<String> = None;
+        let mut n = 0;
+        loop {
+            let (page, next) = s.list(limit, after.as_deref()).await.unwrap();
+            assert!(page.len() <= limit);
+            out.extend(page);
+            if let Some(new) = between(n) {
+                s.create(new).await.unwrap();
+            }
+            n += 1;
+            match next {
+                Some(c) => after = Some(c),
+                None => break,
+            }
+        }
+        out
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn list_pages_newest_first_while_inserting() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Arc::new(Sessions::open(dir.path()).unwrap());
+        // 1,000 sessions, created concurrently; pairs share a timestamp (ties break by id).
+        let mut tasks = Vec::new();
+        for t in 0..8u64 {
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in (t..1000).step_by(8) {
+                    s.create(sess(&format!("s{i:04}"), 1_000 + i / 2))
+                        .await
+                        .unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        assert_eq!(s.count(), 1000);
+        let mut expected: Vec<(u64, String)> = (0..1000u64)
+            .map(|i| (1_000 + i / 2, format!("s{i:04}")))
+            .collect();
+        expected.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+
+        let got = page_all(&s, 100, |_| None).await;
+        let got: Vec<(u64, String)> = got.into_iter().map(|x| (x.created_at, x.id)).collect();
+        assert_eq!(got, expected);
+
+        // New (newer) sessions created between pages never show up in later pages, and
+        // nothing is skipped or repeated.
+        let got = page_all(&s, 100, |n| {
+            Some(sess(&format!("new{n}"), 100_000 + n as u64))
+        })
+        .await;
+        let got: Vec<(u64, String)> = got.into_iter().map(|x| (x.created_at, x.id)).collect();
+        assert_eq!(got, expected);
+        assert_eq!(s.count(), 1010);
+
+        // limit larger than the rest; the exact end gives no `next`.
+        let (page, next) = s.list(1010, None).await.unwrap();
+        assert_eq!((page.len(), next), (1010, None));
+        let (page, next) = s.list(1009, None).await.unwrap();
+        assert_eq!(page.len(), 1009);
+        let (page, next) = s.list(5, next.as_deref()).await.unwrap();
+        assert_eq!((page.len(), next), (1, None));
+        assert!(matches!(
+            s.list(5, Some("zz")).await,
+            Err(Error::InvalidParams(_))
+        ));
+        assert!(matches!(
+            s.list(5, Some("00")).await,
+            Err(Error::InvalidParams(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn reopen_keeps_everything() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let s = Sessions::open(dir.path()).unwrap();
+            for i in 0..50 {
+                s.create(sess(&format!("s{i}"), i)).await.unwrap();
+            }
+            s.update("s3", |x| {
+                x.meta.insert("model".into(), json!("m"));
+            })
+            .await
+            .unwrap();
+            s.delete("s4").await.unwrap();
+        }
+        let s = Sessions::open(dir.path()).unwrap();
+        assert_eq!(s.count(), 49);
+        assert_eq!(s.get("s3").await.unwrap().meta["model"], json!("m"));
+        assert_eq!(
+            s.get("s4").await.unwrap_err(),
+            Error::SessionNotFound("s4".into())
+        );
+        let (all, next) = s.list(100, None).await.unwrap();
+        assert_eq!((all.len(), next), (49, None));
+        assert_eq!(all[0].id, "s49");
+    }
+
+    #[tokio::test]
+    async fn second_open_is_refused_as_locked() {
+        let dir = tempfile::tempdir().unwrap();
+        let _s = Sessions::open(dir.path()).unwrap();
+        let e = Sessions::open(dir.path()).err().unwrap().to_string();
+        assert!(
+            e.contains("locked") && e.contains(&dir.path().display().to_string()),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn newer_schema_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let st = SledStore::open(dir.path()).unwrap();
+            st.put_meta(b"schema_version", &2u32.to_be_bytes());
+        }
+        let e = SledStore::open(dir.path()).err().unwrap().to_string();
+        assert!(e.contains("schema version 2") && e.contains("newer"), "{e}");
+        {
+            let st = SledStore::open(tempfile::tempdir().unwrap().path()).unwrap();
+            assert_eq!(st.count(), 0);
+        }
+    }
+
+    #[tokio::test]
+    async fn corrupt_record_is_skipped_in_list_and_an_error_on_get() {
+        let dir = tempfile::tempdir().unwrap();
+        let st = Arc::new(SledStore::open(dir.path()).unwrap());
+        st.put_raw("bad", 5, b"{not json");
+        let s = Sessions::with_store(st).unwrap();
+        s.create(sess("good", 4)).await.unwrap();
+        s.create(sess("newer", 6)).await.unwrap();
+        assert!(matches!(s.get("bad").await, Err(Error::Server(m)) if m.contains("corrupt")));
+        assert!(matches!(
+            s.update("bad", |_| {}).await,
+            Err(Error::Server(_))
+        ));
+        let (page, _) = s.list(10, None).await.unwrap();
+        assert_eq!(
+            page.iter().map(|x| x.id.as_str()).collect::<Vec<_>>(),
+            vec!["newer", "good"]
+        );
+        // Paging over it: one per page.
+        let (p1, n1) = s.list(1, None).await.unwrap();
+        let (p2, n2) = s.list(1, n1.as_deref()).await.unwrap();
+        assert_eq!(
+            (p1[0].id.as_str(), p2[0].id.as_str(), n2),
+            ("newer", "good", None)
+        );
+        assert!(s.delete("bad").await.unwrap());
+        assert_eq!(s.list(10, None).await.unwrap().0.len(), 2);
+    }
+
+    /// A store whose flush can be made to fail, counting flushes.
+    struct Flaky {
+        inner: SledStore,
+        fail: std::sync::atomic::AtomicBool,
+        flushes: std::sync::atomic::AtomicU64,
+    }
+
+    impl SessionStore for Flaky {
+        fn get(&self, id: &str) -> Result<Option<Session>> {
+            self.inner.get(id)
+        }
+        fn insert(&self, session: &Session) -> Result<bool> {
+            self.inner.insert(session)
+        }
+        fn update(&self, id: &str, f: &dyn Fn(&mut Session)) -> Result<Option<Session>> {
+            self.inner.update(id, f)
+        }
+        fn delete(&self, id: &str) -> Result<bool> {
+            self.inner.delete(id)
+        }
+        fn list(&self, limit: usize, after: Option<&str>) -> Result<Page> {
+            self.inner.list(limit, after)
+        }
+        fn count(&self) -> u64 {
+            self.inner.count()
+        }
+        fn flush(&self) -> Result<()> {
+            use std::sync::atomic::Ordering::SeqCst;
+            self.flushes.fetch_add(1, SeqCst);
+            if self.fail.load(SeqCst) {
+                return Err(Error::Server("disk on fire".into()));
+            }
+            self.inner.flush()
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn group_commit_groups_and_reports_flush_failures() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let dir = tempfile::tempdir().unwrap();
+        let flaky = Arc::new(Flaky {
+            inner: SledStore::open(dir.path()).unwrap(),
+            fail: false.into(),
+            flushes: 0.into(),
+        });
+        let s = Arc::new(Sessions::with_store(flaky.clone()).unwrap());
+        for i in 0..16 {
+            s.create(sess(&format!("s{i}"), i)).await.unwrap();
+        }
+        let before = flaky.flushes.load(SeqCst);
+        let mut tasks = Vec::new();
+        for t in 0..16 {
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in 0..50 {
+                    s.update(&format!("s{t}"), move |x| x.updated_at = i)
+                        .await
+                        .unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let flushes = flaky.flushes.load(SeqCst) - before;
+        assert!(
+            flushes < 16 * 50,
+            "{flushes} flushes for 800 writes: not grouped"
+        );
+
+        // Reads need no flush; a write whose flush fails is reported, not acknowledged.
+        flaky.fail.store(true, SeqCst);
+        assert_eq!(s.get("s1").await.unwrap().updated_at, 49);
+        let e = s.update("s1", |x| x.updated_at = 100).await.unwrap_err();
+        assert!(
+            matches!(&e, Error::Server(m) if m.contains("disk on fire")),
+            "{e:?}"
+        );
+        // Once flushing works again, writes are acknowledged again.
+        flaky.fail.store(false, SeqCst);
+        s.update("s1", |x| x.updated_at = 101).await.unwrap();
+        assert_eq!(s.get("s1").await.unwrap().updated_at, 101);
+    }
+
+    #[tokio::test]
+    async fn large_records_spill_to_blobs_and_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = "x".repeat(200 * 1024);
+        {
+            let s = Sessions::open(dir.path()).unwrap();
+            for i in 0..20 {
+                let mut x = sess(&format!("big{i}"), i);
+                x.meta.insert("blob".into(), json!(big));
+                s.create(x).await.unwrap();
+            }
+            s.update("big3", |x| {
+                x.meta.insert("k".into(), json!(1));
+            })
+            .await
+            .unwrap();
+        }
+        assert!(std::fs::read_dir(dir.path().join("blobs")).unwrap().count() > 0);
+        let s = Sessions::open(dir.path()).unwrap();
+        assert_eq!(s.count(), 20);
+        let b = s.get("big3").await.unwrap();
+        assert_eq!(
+            (b.meta["blob"].as_str().map(str::len), &b.meta["k"]),
+            (Some(big.len()), &json!(1))
+        );
+        assert_eq!(s.list(100, None).await.unwrap().0.len(), 20);
+    }
+
+    fn pct(v: &mut [Duration], p: f64) -> Duration {
+        v.sort();
+        v[((v.len() as f64 * p) as usize).min(v.len() - 1)]
+    }
+
+    /// `cargo test --release --lib session::store::tests::bench -- --ignored --nocapture`
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore]
+    async fn bench() {
+        let n: u64 = std::env::var("BENCH_SESSIONS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(100_000);
+        let dir = tempfile::tempdir().unwrap();
+        let s = Arc::new(Sessions::open(dir.path()).unwrap());
+        let clients = 16u64;
+
+        let t = Instant::now();
+        let mut tasks = Vec::new();
+        for c in 0..clients {
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in (c..n).step_by(clients as usize) {
+                    s.create(sess(&format!("s_{i:08}"), 1_700_000_000_000 + i))
+                        .await
+                        .unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let el = t.elapsed();
+        println!(
+            "create: {n} durable creates by {clients} clients in {el:?} = {:.0}/s",
+            n as f64 / el.as_secs_f64()
+        );
+
+        let mut lat = Vec::new();
+        for k in 0..20_000u64 {
+            let id = format!("s_{:08}", fastrand::u64(0..n));
+            let t = Instant::now();
+            std::hint::black_box(s.get(&id).await.unwrap());
+            if k >= 1000 {
+                lat.push(t.elapsed());
+            }
+        }
+        println!(
+            "get (sequential): p50 {:?} p99 {:?}",
+            pct(&mut lat, 0.5),
+            pct(&mut lat, 0.99)
+        );
+
+        let per = 500u64;
+        let t = Instant::now();
+        let mut tasks = Vec::new();
+        for c in 0..clients {
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut lat = Vec::new();
+                for i in 0..per {
+                    let id = format!("s_{:08}", fastrand::u64(0..n));
+                    let t = Instant::now();
+                    s.update(&id, move |x| {
+                        x.meta.insert(format!("c{c}"), json!(i));
+                    })
+                    .await
+                    .unwrap();
+                    lat.push(t.elapsed());
+                }
+                lat
+            }));
+        }
+        let mut lat = Vec::new();
+        for t in tasks {
+            lat.extend(t.await.unwrap());
+        }
+        let el = t.elapsed();
+        println!(
+            "update: {} durable updates by {clients} clients in {el:?} = {:.0}/s; latency p50 {:?} p99 {:?}",
+            clients * per,
+            (clients * per) as f64 / el.as_secs_f64(),
+            pct(&mut lat, 0.5),
+            pct(&mut lat, 0.99)
+        );
+
+        let mut lat = Vec::new();
+        let mut after = None;
+        for _ in 0..200 {
+            let t = Instant::now();
+            let (page, next) = s.list(100, after.as_deref()).await.unwrap();
+            lat.push(t.elapsed());
+            assert_eq!(page.len(), 100);
+            after = next;
+        }
+        println!(
+            "list page of 100: p50 {:?} p99 {:?}",
+            pct(&mut lat, 0.5),
+            pct(&mut lat, 0.99)
+        );
+
+        let t = Instant::now();
+        drop(s);
+        let dropped = t.elapsed();
+        let t = Instant::now();
+        let s = Sessions::open(dir.path()).unwrap();
+        println!(
+            "close {dropped:?}, reopen {:?} (count {})",
+            t.elapsed(),
+            s.count()
+        );
+        let du = std::process::Command::new("du")
+            .arg("-sh")
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        println!("disk: {}", String::from_utf8_lossy(&du.stdout).trim());
     }
 }

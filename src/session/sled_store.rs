@@ -1,0 +1,354 @@
+//! The sled implementation of [`SessionStore`].
+//!
+//! Layout (one sled database in the session directory):
+//! - tree `sessions`: key = session id (UTF-8), value = the JSON-serialised [`Session`];
+//! - tree `by_time`: key = `(u64::MAX - created_at)` big-endian ++ id, value = id. Ascending
+//!   key order is newest first, ties broken by id; `list` pages through it;
+//! - tree `meta`: `schema_version` = [`SCHEMA_VERSION`] as a big-endian u32.
+//!
+//! `sessions` and `by_time` change together in one sled transaction (create, delete);
+//! `update` never changes `id` or `created_at`, so it touches only `sessions`, with a
+//! compare-and-swap loop. `list` still skips index entries without a matching record.
+//!
+//! Nothing here waits for durability: writes become durable at the next [`SessionStore::flush`]
+//! (the group committer in `store.rs` calls it).
+
+use std::collections::HashSet;
+use std::ffi::OsString;
+use std::ops::Bound;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use anyhow::{bail, Context};
+use sled::transaction::{abort, ConflictableTransactionError, TransactionError};
+use sled::Transactional;
+
+use super::store::{Page, SessionStore};
+use crate::error::{Error, Result};
+use crate::protocol::Session;
+
+/// The on-disk schema this build reads and writes.
+pub const SCHEMA_VERSION: u32 = 1;
+const SCHEMA_KEY: &[u8] = b"schema_version";
+const CACHE_BYTES: u64 = 64 << 20;
+
+/// Sessions in a sled database.
+pub struct SledStore {
+    db: sled::Db,
+    sessions: sled::Tree,
+    by_time: sled::Tree,
+    /// `sled::Tree::len` walks the whole tree, so the count is kept here (set at open).
+    count: AtomicU64,
+    /// sled's log file, for the `fdatasync` that `sled::Db::flush` leaves out (see `flush`).
+    log_file: std::fs::File,
+    /// sled's `blobs/` dir (values too big for the log) and the blob files already synced.
+    blobs_dir: PathBuf,
+    synced_blobs: Mutex<HashSet<OsString>>,
+}
+
+fn time_key(created_at: u64, id: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8 + id.len());
+    k.extend_from_slice(&(u64::MAX - created_at).to_be_bytes());
+    k.extend_from_slice(id.as_bytes());
+    k
+}
+
+fn storage(e: sled::Error) -> Error {
+    Error::Server(format!("session store: {e}"))
+}
+
+fn decode(id: &str, bytes: &[u8]) -> Result<Session> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| Error::Server(format!("session {id} is corrupt in the store: {e}")))
+}
+
+fn encode(s: &Session) -> Result<Vec<u8>> {
+    serde_json::to_vec(s).map_err(|e| Error::Server(format!("cannot encode session {}: {e}", s.id)))
+}
+
+impl SledStore {
+    /// Opens (creating if needed) the store in `dir`; refuses a newer schema or a database
+    /// another process holds.
+    pub fn open(dir: &Path) -> anyhow::Result<SledStore> {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create session dir {}", dir.display()))?;
+        let db = sled::Config::new()
+            .path(dir)
+            .cache_capacity(CACHE_BYTES)
+            .mode(sled::Mode::HighThroughput)
+            .open()
+            .map_err(|e| match e {
+                sled::Error::Io(io) if io.to_string().contains("could not acquire lock") => anyhow::anyhow!(
+                    "session store {} is locked by another process (is another toolhost running with this data dir?)",
+                    dir.display()
+                ),
+                e => anyhow::anyhow!("cannot open session store {}: {e}", dir.display()),
+            })?;
+        let ctx = || format!("session store {}", dir.display());
+        let meta = db.open_tree("meta").with_context(ctx)?;
+        match meta.get(SCHEMA_KEY).with_context(ctx)? {
+            None => {
+                meta.insert(SCHEMA_KEY, &SCHEMA_VERSION.to_be_bytes())
+                    .with_context(ctx)?;
+                db.flush().with_context(ctx)?;
+            }
+            Some(v) => {
+                let found = <[u8; 4]>::try_from(v.as_ref())
+                    .map(u32::from_be_bytes)
+                    .map_err(|_| {
+                        anyhow::anyhow!(
+                            "session store {}: unreadable schema_version {:?}",
+                            dir.display(),
+                            v.as_ref()
+                        )
+                    })?;
+                if found > SCHEMA_VERSION {
+                    bail!(
+                        "session store {} has schema version {found}, newer than the {SCHEMA_VERSION} this toolhost \
+                         supports; upgrade toolhost or use another data dir",
+                        dir.display()
+                    );
+                }
+                if found < SCHEMA_VERSION {
+                    bail!(
+                        "session store {} has unknown older schema version {found}",
+                        dir.display()
+                    );
+                }
+            }
+        }
+        let sessions = db.open_tree("sessions").with_context(ctx)?;
+        let by_time = db.open_tree("by_time").with_context(ctx)?;
+        let mut n = 0u64;
+        for k in sessions.iter().keys() {
+            k.with_context(ctx)?;
+            n += 1;
+        }
+        let log_path = dir.join("db");
+        let log_file = std::fs::File::open(&log_path)
+            .with_context(|| format!("cannot open {} for fsync", log_path.display()))?;
+        Ok(SledStore {
+            db,
+            sessions,
+            by_time,
+            count: AtomicU64::new(n),
+            log_file,
+            blobs_dir: dir.join("blobs"),
+            synced_blobs: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// sled writes a blob file (a log item over segment_size / 4 = 128 KiB, e.g. a leaf of
+    /// 16 sessions of ~8 KiB) and never `fsync`s it; do that for blobs not synced yet.
+    fn sync_new_blobs(&self) -> std::io::Result<()> {
+        let mut synced = self.synced_blobs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut present = HashSet::new();
+        let mut any = false;
+        let entries = match std::fs::read_dir(&self.blobs_dir) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            r => r?,
+        };
+        for entry in entries {
+            let entry = entry?;
+            let name = entry.file_name();
+            if !synced.contains(&name) {
+                match std::fs::File::open(entry.path()) {
+                    Ok(f) => f.sync_data()?,
+                    // Garbage-collected by sled meanwhile.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(e),
+                }
+                any = true;
+            }
+            present.insert(name);
+        }
+        if any {
+            std::fs::File::open(&self.blobs_dir)?.sync_all()?;
+        }
+        *synced = present;
+        Ok(())
+    }
+
+    /// The session a `by_time` entry points to, or `None` (with a log line) when the entry
+    /// is dangling, stale or its record is corrupt.
+    fn resolve(&self, key: &[u8], id: &[u8]) -> Result<Option<Session>> {
+        let Ok(id) = std::str::from_utf8(id) else {
+            tracing::warn!(key = %hex::encode(key), "session index entry with a non-UTF-8 id; skipped");
+            return Ok(None);
+        };
+        let Some(bytes) = self.sessions.get(id.as_bytes()).map_err(storage)? else {
+            // A deleted session whose index entry is left behind; never expected, harmless.
+            tracing::debug!(id, "session index entry without a record; skipped");
+            return Ok(None);
+        };
+        match decode(id, &bytes) {
+            Ok(s) if time_key(s.created_at, &s.id) == key => Ok(Some(s)),
+            Ok(_) => {
+                tracing::debug!(id, "stale session index entry; skipped");
+                Ok(None)
+            }
+            Err(e) => {
+                tracing::warn!(id, error = %e, "corrupt session record skipped in list");
+                Ok(None)
+            }
+        }
+    }
+}
+
+impl SessionStore for SledStore {
+    fn get(&self, id: &str) -> Result<Option<Session>> {
+        match self.sessions.get(id.as_bytes()).map_err(storage)? {
+            None => Ok(None),
+            Some(b) => decode(id, &b).map(Some),
+        }
+    }
+
+    fn insert(&self, session: &Session) -> Result<bool> {
+        let value = encode(session)?;
+        let tkey = time_key(session.created_at, &session.id);
+        let id = session.id.as_bytes();
+        let r = (&self.sessions, &self.by_time).transaction(|(s, t)| {
+            if s.get(id)?.is_some() {
+                return abort(());
+            }
+            s.insert(id, value.as_slice())?;
+            t.insert(tkey.as_slice(), id)?;
+            Ok(())
+        });
+        match r {
+            Ok(()) => {
+                self.count.fetch_add(1, Ordering::Relaxed);
+                Ok(true)
+            }
+            Err(TransactionError::Abort(())) => Ok(false),
+            Err(TransactionError::Storage(e)) => Err(storage(e)),
+        }
+    }
+
+    fn update(&self, id: &str, f: &dyn Fn(&mut Session)) -> Result<Option<Session>> {
+        loop {
+            let Some(old) = self.sessions.get(id.as_bytes()).map_err(storage)? else {
+                return Ok(None);
+            };
+            let mut s = decode(id, &old)?;
+            let (keep_id, keep_created) = (s.id.clone(), s.created_at);
+            f(&mut s);
+            // The index key depends on these two; they never change after create.
+            s.id = keep_id;
+            s.created_at = keep_created;
+            let new = encode(&s)?;
+            match self
+                .sessions
+                .compare_and_swap(id.as_bytes(), Some(&old), Some(new))
+                .map_err(storage)?
+            {
+                Ok(()) => return Ok(Some(s)),
+                Err(_) => continue, // someone else wrote in between: re-read and re-apply
+            }
+        }
+    }
+
+    fn delete(&self, id: &str) -> Result<bool> {
+        let key = id.as_bytes();
+        let r = (&self.sessions, &self.by_time).transaction(|(s, t)| {
+            let Some(old) = s.remove(key)? else {
+                return Ok(false);
+            };
+            match serde_json::from_slice::<Session>(&old) {
+                Ok(rec) => {
+                    t.remove(time_key(rec.created_at, &rec.id))?;
+                }
+                // The index entry can't be found; `list` skips it since the record is gone.
+                Err(e) => tracing::warn!(id, error = %e, "deleting a corrupt session record"),
+            }
+            Ok::<_, ConflictableTransactionError<()>>(true)
+        });
+        match r {
+            Ok(existed) => {
+                if existed {
+                    self.count.fetch_sub(1, Ordering::Relaxed);
+                }
+                Ok(existed)
+            }
+            Err(TransactionError::Abort(())) => Ok(false),
+            Err(TransactionError::Storage(e)) => Err(storage(e)),
+        }
+    }
+
+    fn list(&self, limit: usize, after: Option<&str>) -> Result<Page> {
+        let lo = match after {
+            None => Bound::Unbounded,
+            Some(c) => {
+                let k = hex::decode(c)
+                    .ok()
+                    .filter(|k| k.len() > 8)
+                    .ok_or_else(|| Error::InvalidParams(format!("invalid cursor: {c:?}")))?;
+                Bound::Excluded(k)
+            }
+        };
+        let mut iter = self.by_time.range::<Vec<u8>, _>((lo, Bound::Unbounded));
+        let mut sessions = Vec::with_capacity(limit.min(1024));
+        let mut last: Option<sled::IVec> = None;
+        if limit == 0 {
+            return Ok(Page {
+                sessions,
+                next: None,
+            });
+        }
+        for kv in iter.by_ref() {
+            let (k, id) = kv.map_err(storage)?;
+            if let Some(s) = self.resolve(&k, &id)? {
+                sessions.push(s);
+                last = Some(k);
+                if sessions.len() >= limit {
+                    break;
+                }
+            }
+        }
+        // A `next` only when the page is full and the index goes on (a trailing stale entry
+        // may still yield one last empty page).
+        let more = sessions.len() >= limit && iter.next().is_some();
+        let next = if more {
+            last.map(|k| hex::encode(&k))
+        } else {
+            None
+        };
+        Ok(Page { sessions, next })
+    }
+
+    fn count(&self) -> u64 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// `sled::Db::flush` writes the log and, on Linux, waits with `sync_file_range`, which
+    /// neither flushes the drive's write cache nor commits the file's new length (sled only
+    /// `fsync`s from its background thread, every 500 ms). That survives a killed process
+    /// but not a power loss, so an `fdatasync` of new blob files and the log file follows.
+    fn flush(&self) -> Result<()> {
+        self.db.flush().map_err(storage)?;
+        self.sync_new_blobs()
+            .and_then(|()| self.log_file.sync_data())
+            .map_err(|e| Error::Server(format!("session store: fsync failed: {e}")))
+    }
+}
+
+#[cfg(test)]
+impl SledStore {
+    /// Writes raw bytes as a record (and its index entry) to simulate corruption.
+    pub(crate) fn put_raw(&self, id: &str, created_at: u64, bytes: &[u8]) {
+        self.sessions.insert(id.as_bytes(), bytes).unwrap();
+        self.by_time
+            .insert(time_key(created_at, id), id.as_bytes())
+            .unwrap();
+    }
+
+    pub(crate) fn put_meta(&self, key: &[u8], value: &[u8]) {
+        self.db
+            .open_tree("meta")
+            .unwrap()
+            .insert(key, value)
+            .unwrap();
+        self.db.flush().unwrap();
+    }
+}
