@@ -147,9 +147,6 @@ impl Daemon {
     fn config_path(&self) -> PathBuf {
         self.dir.path().join("config.json")
     }
-    fn workspace(&self) -> PathBuf {
-        self.dir.path().join("ws")
-    }
 
     /// Starts the daemon on a fresh temp dir. `setup` may write files (config.json, the
     /// workspace) before it starts.

@@ -79,11 +79,15 @@ pub fn now_ms() -> u64 {
 }
 
 impl Host {
-    /// Loads the config and opens the store; nothing is served yet.
-    pub fn new(opts: &ServeOptions) -> anyhow::Result<Host> {
+    /// Loads config.json (all defaults when it does not exist).
+    pub fn load_config(opts: &ServeOptions) -> anyhow::Result<config::Loaded> {
+        let path = opts.config.clone().unwrap_or_else(config::default_path);
+        config::load(&path).with_context(|| format!("invalid config {}", path.display()))
+    }
+
+    /// Opens the store and builds the registry from a loaded config; nothing is served yet.
+    pub fn new(opts: &ServeOptions, loaded: config::Loaded) -> anyhow::Result<Host> {
         let config_path = opts.config.clone().unwrap_or_else(config::default_path);
-        let loaded = config::load(&config_path)
-            .with_context(|| format!("invalid config {}", config_path.display()))?;
         for w in &loaded.warnings {
             tracing::warn!("config: {w}");
         }
@@ -351,8 +355,18 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     // Signal handlers first: a SIGTERM that arrives once the socket answers must be ours.
     let stop_signal = stop_signal()?;
     let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
-    let host = Host::new(&opts)?;
-    let listeners = crate::rpc::Listeners::bind(&opts, &host.config()).await?;
+    let loaded = Host::load_config(&opts)?;
+    // The socket first: a second daemon must fail on the live socket, not on the store lock.
+    let listeners = crate::rpc::Listeners::bind(&opts, &loaded.config).await?;
+    let host = match Host::new(&opts, loaded) {
+        Ok(h) => h,
+        Err(e) => {
+            if let Some(p) = &listeners.owned_path {
+                let _ = std::fs::remove_file(p);
+            }
+            return Err(e);
+        }
+    };
     tracing::info!(socket = %listeners.describe(), workspace = %host.workspace().display(), data_dir = %host.data_dir().display(), "toolhost serving");
     let server = crate::rpc::start(host.clone(), listeners)?;
     host.start_servers();

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::approval::{self, ApprovalMode, Decision};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::host::Host;
 use crate::protocol::{ErrorKind, InvokeParams, InvokeResult};
 use crate::registry::{CallContext, ToolError, ToolResult, UpdateSink};
@@ -24,12 +24,17 @@ pub struct CallTable {
 
 impl CallTable {
     /// Registers a call; the returned guard unregisters it when the call ends.
-    fn register(self: &Arc<Self>, call_id: &str, token: CancellationToken) -> CallGuard {
-        lock(&self.calls).insert(call_id.to_owned(), token);
-        CallGuard {
+    /// `None` when a call with this id is already in flight.
+    fn register(self: &Arc<Self>, call_id: &str, token: CancellationToken) -> Option<CallGuard> {
+        let mut calls = lock(&self.calls);
+        if calls.contains_key(call_id) {
+            return None;
+        }
+        calls.insert(call_id.to_owned(), token);
+        Some(CallGuard {
             table: self.clone(),
             call_id: call_id.to_owned(),
-        }
+        })
     }
 
     /// Cancels the call `call_id`; false when no such call is running.
@@ -96,7 +101,14 @@ pub async fn invoke(
     };
 
     let token = host.shutdown_token().child_token();
-    let _guard = host.calls().register(&call_id, token.clone());
+    let _guard = host
+        .calls()
+        .register(&call_id, token.clone())
+        .ok_or_else(|| {
+            Error::InvalidParams(format!(
+                "call_id {call_id:?} is already in use by a call in flight"
+            ))
+        })?;
     let outcome = run_checked(
         host,
         &params,
@@ -150,15 +162,10 @@ async fn run_checked(
     let validator = entry.validator().map_err(ToolError::failed)?;
     let args_value = Value::Object(args);
     if let Some(err) = validator.iter_errors(&args_value).next() {
-        let path = err.instance_path.to_string();
-        let field = if path.is_empty() {
-            "arguments".to_owned()
-        } else {
-            format!("arguments{}", path.replace('/', "."))
-        };
         return Err(ToolError::invalid(format!(
-            "Invalid arguments for {}: {field}: {err}",
-            params.name
+            "Invalid arguments for {}: {}",
+            params.name,
+            describe_violation(&err)
         )));
     }
     let Value::Object(args) = args_value else {
@@ -191,6 +198,32 @@ async fn run_checked(
             Err(ToolError::new(ErrorKind::Timeout, format!("Tool '{}' timed out after {} ms", params.name, timeout.as_millis())))
         }
         _ = cancel.cancelled() => Err(ToolError::new(ErrorKind::Cancelled, format!("Call to '{}' was cancelled", params.name))),
+    }
+}
+
+/// Names the offending field as `arguments.<path>` — for a missing or unexpected property,
+/// the property itself rather than the object holding it.
+fn describe_violation(err: &jsonschema::ValidationError) -> String {
+    use jsonschema::error::ValidationErrorKind;
+    let base = format!(
+        "arguments{}",
+        err.instance_path.to_string().replace('/', ".")
+    );
+    match &err.kind {
+        ValidationErrorKind::Required { property } => {
+            format!(
+                "{base}.{}: missing required field",
+                property.as_str().unwrap_or("?")
+            )
+        }
+        ValidationErrorKind::AdditionalProperties { unexpected } => {
+            let fields: Vec<String> = unexpected.iter().map(|u| format!("{base}.{u}")).collect();
+            format!(
+                "{}: unexpected field (not in the tool's schema)",
+                fields.join(", ")
+            )
+        }
+        _ => format!("{base}: {err}"),
     }
 }
 
@@ -283,9 +316,7 @@ fn cap_output(result: &mut Map<String, Value>, max: usize, outputs_dir: &Path, c
             }
         }
     }
-    let saved = std::fs::create_dir_all(outputs_dir)
-        .and_then(|()| std::fs::write(&path, &full))
-        .is_ok();
+    let saved = write_private(outputs_dir, &path, full.as_bytes()).is_ok();
     // Share the budget between the long fields, keeping headroom for the other fields.
     let others = size - fields.iter().map(|(_, l)| l).sum::<usize>();
     let budget = max.saturating_sub(others + 512) / fields.len();
@@ -308,6 +339,20 @@ fn cap_output(result: &mut Map<String, Value>, max: usize, outputs_dir: &Path, c
     } else {
         tracing::warn!(path = %path.display(), "could not save the full output");
     }
+}
+
+/// Writes a spill file readable by the daemon's user only (outputs may hold secrets).
+fn write_private(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::create_dir_all(dir)?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?
+        .write_all(bytes)
 }
 
 fn floor_char_boundary(s: &str, mut i: usize) -> usize {

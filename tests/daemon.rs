@@ -82,6 +82,17 @@ async fn http_post_single_and_batch() {
     assert_eq!(v["id"], 7);
     assert_eq!(v["result"]["status"], "ok");
 
+    // What `curl -d` sends: a form content type. A JSON-RPC body is still understood.
+    let (status, body) = http_request_with(
+        &d.socket(),
+        "POST",
+        "/",
+        r#"{"jsonrpc":"2.0","id":8,"method":"host.health"}"#,
+        &[("Content-Type", "application/x-www-form-urlencoded")],
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+
     let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"host.health"},{"jsonrpc":"2.0","id":2,"method":"no.such"}]"#;
     let (status, body) = d.http("POST", "/", batch).await;
     assert_eq!(status, 200);
@@ -218,7 +229,23 @@ async fn arguments_are_validated_before_running_and_name_the_field() {
     assert!(r["error"].as_str().unwrap().contains("path"), "{r}");
     let r = d.invoke("write_file", json!({"content": "x"})).await;
     assert_eq!(r["error_kind"], "invalid_arguments");
-    assert!(r["error"].as_str().unwrap().contains("path"), "{r}");
+    assert!(
+        r["error"]
+            .as_str()
+            .unwrap()
+            .contains("arguments.path: missing required field"),
+        "{r}"
+    );
+    let r = d
+        .invoke("read_file", json!({"path": "a", "colour": 1}))
+        .await;
+    assert!(
+        r["error"]
+            .as_str()
+            .unwrap()
+            .contains("arguments.colour: unexpected field"),
+        "{r}"
+    );
     assert!(!d.workspace().join("x").exists());
 }
 

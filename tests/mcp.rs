@@ -224,7 +224,7 @@ async fn call_timeout_and_cancel_send_cancelled_upstream() {
     let r = d
         .call(
             "invoke",
-            json!({"name": "mcp_fx_sleep", "arguments": {"ms": 20000}, "timeout_ms": 300}),
+            json!({"name": "mcp_fx_sleep", "arguments": {"ms": 20000}, "timeout_ms": 1000}),
         )
         .await;
     assert_eq!(r["result"]["result"]["error_kind"], "timeout");

@@ -163,7 +163,7 @@ enum ConfigCommand {
 #[derive(Args, Debug, Clone, Copy)]
 struct Output {
     /// Print the raw JSON result.
-    #[arg(long)]
+    #[arg(long, global = true)]
     json: bool,
 }
 

@@ -478,7 +478,7 @@ async fn serve_connection(
         tokio::select! {
             quit = &mut waiting => break Ended::Closed(format!("the server closed the connection ({quit:?})")),
             c = control.recv() => match c {
-                Some(Control::Reconnect) => { server.restarts.fetch_add(1, Ordering::Relaxed); break Ended::Reconnect }
+                Some(Control::Reconnect) => break Ended::Reconnect,
                 Some(Control::Stop) | None => break Ended::Stop,
             },
             Some(Notice::ToolListChanged) = notices.recv() => {

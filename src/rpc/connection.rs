@@ -100,6 +100,21 @@ impl hyper::service::Service<HttpRequest<Incoming>> for HttpService {
             let body = serde_json::to_string(&self.shared.host.health()).unwrap_or_default();
             return ready(json(200, body));
         }
+        // `curl -d` sends a form content type; on a local socket a POST body is JSON-RPC.
+        let mut req = req;
+        if req.method() == hyper::Method::POST {
+            let is_json = req
+                .headers()
+                .get(hyper::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.starts_with("application/json"));
+            if !is_json {
+                req.headers_mut().insert(
+                    hyper::header::CONTENT_TYPE,
+                    hyper::header::HeaderValue::from_static("application/json"),
+                );
+            }
+        }
         let mut svc = self
             .shared
             .service

@@ -107,8 +107,12 @@ async fn bind_unix(path: &Path, mode: Option<&str>) -> anyhow::Result<UnixListen
         std::fs::remove_file(path)
             .with_context(|| format!("cannot remove stale socket {}", path.display()))?;
     }
-    let listener =
-        UnixListener::bind(path).with_context(|| format!("cannot bind {}", path.display()))?;
+    // Bind under a strict umask so the socket is never reachable with looser permissions,
+    // then set the configured mode.
+    let old_umask = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+    let bound = UnixListener::bind(path);
+    nix::sys::stat::umask(old_umask);
+    let listener = bound.with_context(|| format!("cannot bind {}", path.display()))?;
     let mode = match mode {
         Some(m) => u32::from_str_radix(m.trim_start_matches("0o"), 8).with_context(|| {
             format!("listen.socket_mode {m:?} is not an octal mode like \"0660\"")

@@ -295,6 +295,13 @@ fn subscribe_invoke(api: &mut Api) -> anyhow::Result<()> {
                 return Ok(());
             }
         };
+        // An unknown session is a protocol error, answered before the subscription exists.
+        if let Some(id) = &p.session_id {
+            if let Err(e) = host.sessions().get(id).await {
+                pending.reject(rpc_error(e)).await;
+                return Ok(());
+            }
+        }
         let mut sink = pending.accept().await?;
         let call_id = p.call_id.get_or_insert_with(crate::invoke::new_call_id).clone();
         let (tx, mut rx) = mpsc::channel(256);
