@@ -7,7 +7,7 @@ if [ ! -d tests/node_modules/@modelcontextprotocol/server-everything ]; then
   npm ci --prefix tests --no-audit --no-fund --loglevel=error
 fi
 if command -v cargo-nextest >/dev/null 2>&1; then
-  cargo nextest run --all-targets --no-fail-fast "$@"
+  cargo nextest run --lib --bins --tests --no-fail-fast "$@"
 else
-  cargo test --all-targets --no-fail-fast "$@"
+  cargo test --lib --bins --tests --no-fail-fast "$@"
 fi
