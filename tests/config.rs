@@ -37,28 +37,9 @@ fn pids(d: &Daemon, name: &str) -> Vec<i32> {
         .collect()
 }
 
-fn alive(pid: i32) -> bool {
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| s.contains(") Z "))
-            .unwrap_or(true)
-}
-
 /// A daemon whose config is `cfg(dir)`, with a newline client subscribed to tools_changed.
 async fn start(cfg: impl FnOnce(&Path) -> Value) -> (Daemon, Client) {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("ws")).unwrap();
-    std::fs::write(
-        dir.path().join("config.json"),
-        serde_json::to_string_pretty(&cfg(dir.path())).unwrap(),
-    )
-    .unwrap();
-    let mut d = Daemon {
-        dir,
-        child: None,
-        stderr_lines: Default::default(),
-    };
-    d.spawn(&[]).await;
+    let d = Daemon::start_in(cfg).await;
     let mut sub = d.client().await;
     sub.call("subscribe_tools_changed", json!({})).await;
     (d, sub)
@@ -299,15 +280,11 @@ async fn mcp_add_and_remove_edit_the_file_and_keep_other_keys() {
 
 #[tokio::test]
 async fn mcp_servers_alias_env_overrides_and_cli() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("ws")).unwrap();
-    let cfg = json!({"mcpServers": {"al": fixture(dir.path(), "al")}, "limits": {"max_output_bytes": 1000000}});
-    std::fs::write(dir.path().join("config.json"), cfg.to_string()).unwrap();
-    let mut d = Daemon {
-        dir,
-        child: None,
-        stderr_lines: Default::default(),
-    };
+    let mut d = Daemon::unstarted();
+    let dir = d.dir.path().to_path_buf();
+    let cfg =
+        json!({"mcpServers": {"al": fixture(&dir, "al")}, "limits": {"max_output_bytes": 1000000}});
+    std::fs::write(d.config_path(), cfg.to_string()).unwrap();
     d.spawn(&[("TOOLHOST_LIMITS__MAX_OUTPUT_BYTES", "2000")])
         .await;
     ready(&d, "al").await;

@@ -39,13 +39,7 @@ async fn second_daemon_on_a_live_socket_exits_with_a_clear_message() {
 
 #[tokio::test]
 async fn stale_socket_file_is_replaced() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut d = Daemon {
-        dir,
-        child: None,
-        stderr_lines: Default::default(),
-    };
-    std::fs::create_dir_all(d.workspace()).unwrap();
+    let mut d = Daemon::unstarted();
     // A socket file nobody listens on.
     drop(std::os::unix::net::UnixListener::bind(d.socket()).unwrap());
     assert!(d.socket().exists());
@@ -337,15 +331,9 @@ async fn bash_runs_in_the_workspace_and_times_out_killing_the_group() {
         .parse()
         .unwrap();
     eventually(10, "background sleep to be killed", || async move {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err() || is_zombie(pid)
+        !alive(pid)
     })
     .await;
-}
-
-fn is_zombie(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| s.contains(") Z "))
-        .unwrap_or(true)
 }
 
 #[tokio::test]
@@ -457,10 +445,7 @@ async fn closing_the_connection_cancels_a_streaming_call() {
         .parse()
         .unwrap();
     drop(c);
-    eventually(10, "the call's shell to die", || async move {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err() || is_zombie(pid)
-    })
-    .await;
+    eventually(10, "the call's shell to die", || async move { !alive(pid) }).await;
     assert_eq!(
         d.call("host.health", json!({})).await["result"]["status"],
         "ok"
@@ -642,18 +627,12 @@ async fn sigterm_during_a_call_exits_zero_within_the_grace() {
 
 #[tokio::test]
 async fn tcp_listener_requires_a_bearer_token() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("ws")).unwrap();
+    let mut d = Daemon::unstarted();
     std::fs::write(
-        dir.path().join("config.json"),
+        d.config_path(),
         json!({"listen": {"tcp": "127.0.0.1:0", "socket_mode": "0660"}}).to_string(),
     )
     .unwrap();
-    let mut d = Daemon {
-        dir,
-        child: None,
-        stderr_lines: Default::default(),
-    };
     // Without a token the daemon refuses to listen on TCP at all.
     let out = d.command().output().await.unwrap();
     assert!(!out.status.success());

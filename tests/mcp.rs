@@ -41,17 +41,7 @@ fn everything() -> Value {
 
 /// Starts a daemon whose config has these servers, pre-creating its dir so fixture files land there.
 async fn daemon_with(servers: impl FnOnce(&Path) -> Value) -> Daemon {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("ws")).unwrap();
-    let cfg = json!({"mcp_servers": servers(dir.path())});
-    std::fs::write(dir.path().join("config.json"), cfg.to_string()).unwrap();
-    let mut d = Daemon {
-        dir,
-        child: None,
-        stderr_lines: Default::default(),
-    };
-    d.spawn(&[]).await;
-    d
+    Daemon::start_in(|dir| json!({"mcp_servers": servers(dir)})).await
 }
 
 async fn wait_state(d: &Daemon, server: &str, state: &str) -> Value {
@@ -77,13 +67,6 @@ fn pids(d: &Daemon) -> Vec<i32> {
         .lines()
         .filter_map(|l| l.trim().parse().ok())
         .collect()
-}
-
-fn alive(pid: i32) -> bool {
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| s.contains(") Z "))
-            .unwrap_or(true)
 }
 
 #[tokio::test]

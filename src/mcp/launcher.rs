@@ -32,36 +32,32 @@ const STDERR_LINES_PER_SEC: u32 = 50;
 const STDERR_LINE_MAX: usize = 2048;
 
 pub async fn connect(name: &str, cfg: &McpServer, client: Client) -> anyhow::Result<Connection> {
-    let timeout = Duration::from_millis(cfg.startup_timeout_ms);
-    match (&cfg.command, &cfg.url) {
-        (Some(command), None) => {
-            tokio::time::timeout(timeout, connect_stdio(name, command, cfg, client))
-                .await
-                .map_err(|_| {
-                    anyhow!(
-                        "did not finish connecting within startup_timeout_ms ({} ms)",
-                        cfg.startup_timeout_ms
-                    )
-                })?
+    let connecting = async {
+        match (&cfg.command, &cfg.url) {
+            (Some(command), None) => connect_stdio(name, command, cfg, client).await,
+            (None, Some(url)) => {
+                let service = client
+                    .serve(http_transport(url, cfg)?)
+                    .await
+                    .with_context(|| format!("cannot initialise MCP session with {url}"))?;
+                Ok(Connection {
+                    service,
+                    group: None,
+                    pid: None,
+                })
+            }
+            _ => bail!("a server needs exactly one of command or url"),
         }
-        (None, Some(url)) => {
-            let service = tokio::time::timeout(timeout, client.serve(http_transport(url, cfg)?))
-                .await
-                .map_err(|_| {
-                    anyhow!(
-                        "did not finish connecting within startup_timeout_ms ({} ms)",
-                        cfg.startup_timeout_ms
-                    )
-                })?
-                .with_context(|| format!("cannot initialise MCP session with {url}"))?;
-            Ok(Connection {
-                service,
-                group: None,
-                pid: None,
-            })
-        }
-        _ => bail!("a server needs exactly one of command or url"),
-    }
+    };
+    // On timeout the half-made connection is dropped, killing a stdio server's group.
+    tokio::time::timeout(Duration::from_millis(cfg.startup_timeout_ms), connecting)
+        .await
+        .map_err(|_| {
+            anyhow!(
+                "did not finish connecting within startup_timeout_ms ({} ms)",
+                cfg.startup_timeout_ms
+            )
+        })?
 }
 
 async fn connect_stdio(

@@ -55,6 +55,27 @@ impl Daemon {
         self.dir.path().join("data")
     }
 
+    /// A daemon not started yet, on a fresh temp dir with its workspace created.
+    pub fn unstarted() -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("ws")).unwrap();
+        Daemon {
+            dir,
+            child: None,
+            stderr_lines: Default::default(),
+        }
+    }
+
+    /// Starts a daemon whose config.json is `cfg(dir)`; `dir` is the daemon's temp dir, so
+    /// servers can be told to write pid or event files there.
+    pub async fn start_in(cfg: impl FnOnce(&Path) -> Value) -> Daemon {
+        let mut d = Self::unstarted();
+        let text = serde_json::to_string_pretty(&cfg(d.dir.path())).unwrap();
+        std::fs::write(d.config_path(), text).unwrap();
+        d.spawn(&[]).await;
+        d
+    }
+
     /// Starts a daemon with no config file.
     pub async fn start() -> Daemon {
         Self::start_with(None).await
@@ -397,6 +418,14 @@ impl Ws {
             }
         }
     }
+}
+
+/// Whether `pid` is a live process (a zombie awaiting its reaper counts as gone).
+pub fn alive(pid: i32) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| s.contains(") Z "))
+            .unwrap_or(true)
 }
 
 /// Writes `value` to `path` atomically (temp + rename), the way editors save.
