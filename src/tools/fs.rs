@@ -153,6 +153,9 @@ impl ReadFile {
     }
 }
 
+/// Largest file `read_file` reads on the calling task instead of the blocking pool.
+const INLINE_READ_MAX: u64 = 64 * 1024;
+
 impl Tool for ReadFile {
     fn spec(&self) -> &ToolSpec {
         &self.spec
@@ -163,6 +166,13 @@ impl Tool for ReadFile {
             let path = str_arg(&args, "path")?.to_owned();
             let offset = int_arg(&args, "offset", 1, 1, u64::MAX)?;
             let limit = int_arg(&args, "limit", READ_DEFAULT_LIMIT, 1, READ_MAX_LIMIT)?;
+            // A small file is read inline: the hop to the blocking pool and back would cost
+            // more than the read itself. Big files (and odd paths) go to the pool.
+            let small = std::fs::metadata(ctx.workspace.join(&path))
+                .is_ok_and(|m| m.is_file() && m.len() <= INLINE_READ_MAX);
+            if small {
+                return read_file(&ctx.workspace, &self.outputs_dir, &path, offset, limit, &ctx.cancel);
+            }
             let outputs_dir = self.outputs_dir.clone();
             run_blocking(&ctx.cancel, move |stop| {
                 read_file(&ctx.workspace, &outputs_dir, &path, offset, limit, stop)
@@ -231,7 +241,7 @@ fn read_file(
         )));
     }
     file.rewind().map_err(|e| io_error("read", &name, &e))?;
-    let mut reader = BufReader::with_capacity(64 * 1024, file);
+    let mut reader = BufReader::with_capacity(16 * 1024, file);
 
     let last_wanted = offset.saturating_add(limit - 1);
     let mut content = String::new();
