@@ -101,6 +101,10 @@ pub async fn invoke(
     };
 
     let token = host.shutdown_token().child_token();
+    // However the call ends — result, timeout, cancel, or the caller dropping this future
+    // (a closed streaming connection) — the token fires, so tools that outlive this future
+    // (an MCP request in flight) learn it was abandoned.
+    let _abandon = token.clone().drop_guard();
     let _guard = host
         .calls()
         .register(&call_id, token.clone())

@@ -222,10 +222,13 @@ async fn call_timeout_and_cancel_send_cancelled_upstream() {
         json!({"name": "mcp_fx_sleep", "arguments": {"ms": 20000}, "call_id": "zz"}),
     )
     .await;
-    eventually(10, "the call to be cancellable", || async {
-        d.call("cancel", json!({"call_id": "zz"})).await["result"]["cancelled"] == true
+    // Cancel once the request has reached the server (a call cancelled earlier never
+    // leaves the host, which is right but not what this test is about).
+    eventually(10, "the second sleep to reach the server", || async {
+        events(&d).matches("called sleep").count() == 2
     })
     .await;
+    assert_eq!(d.call("cancel", json!({"call_id": "zz"})).await["result"]["cancelled"], true);
     assert_eq!(
         c.recv().await["result"]["result"]["error_kind"],
         "cancelled"

@@ -9,10 +9,9 @@ use futures::future::BoxFuture;
 use futures::StreamExt;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam,
-    ClientRequest, RequestId, ServerResult,
+    ClientRequest, ServerResult,
 };
-use rmcp::service::{Peer, PeerRequestOptions, ServiceError};
-use rmcp::RoleClient;
+use rmcp::service::{PeerRequestOptions, ServiceError};
 use serde_json::{json, Map, Value};
 
 use super::server::Server;
@@ -36,65 +35,85 @@ impl Tool for McpTool {
 }
 
 impl McpTool {
+    /// Runs the request in its own task: once sent, a request is always either answered or
+    /// cancelled upstream, even if the caller's future is dropped right after sending
+    /// (the pipeline fires `ctx.cancel` whenever it abandons a call).
     async fn forward(&self, args: Map<String, Value>, ctx: CallContext) -> ToolResult {
-        let server = &self.server;
-        let peer = server.peer_for_call()?;
-        let _slot = server.acquire_slot().await?;
-        let idle = Duration::from_millis(server.config().timeout_ms);
-        let opts = PeerRequestOptions::with_timeout(idle).reset_timeout_on_progress();
-        let params = CallToolRequestParams::new(self.remote_name.clone()).with_arguments(args);
-        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-        let handle = peer
-            .send_request_with_option(request, opts)
-            .await
-            .map_err(|e| server.call_error(e))?;
-        // Until the answer arrives, dropping this future (timeout, cancel, a vanished
-        // caller) tells the server to stop.
-        let mut cancel_guard = CancelOnDrop {
-            peer: Some(peer.clone()),
-            id: handle.id.clone(),
-        };
-        let mut progress = server
-            .progress()
-            .subscribe(handle.progress_token.clone())
-            .await;
-        let response = handle.await_response();
-        tokio::pin!(response);
-        let outcome = loop {
-            tokio::select! {
-                r = &mut response => break r,
-                Some(p) = progress.next() => {
-                    let text = p.message.clone().unwrap_or_else(|| match p.total {
-                        Some(t) => format!("progress {}/{}", p.progress, t),
-                        None => format!("progress {}", p.progress),
-                    });
-                    ctx.updates.send(ToolUpdate {
-                        content: vec![json!({"type": "text", "text": text})],
-                        details: Some(json!({"progress": p.progress, "total": p.total})),
-                    });
-                }
+        let server = self.server.clone();
+        let call = tokio::spawn(call_upstream(server, self.remote_name.clone(), args, ctx));
+        call.await.unwrap_or_else(|e| {
+            Err(ToolError::failed(format!(
+                "internal error in the MCP call: {e}"
+            )))
+        })
+    }
+}
+
+async fn call_upstream(
+    server: Arc<Server>,
+    remote_name: String,
+    args: Map<String, Value>,
+    ctx: CallContext,
+) -> ToolResult {
+    let cancelled = || ToolError::new(ErrorKind::Cancelled, "the call was cancelled");
+    let peer = server.peer_for_call()?;
+    let _slot = tokio::select! {
+        slot = server.acquire_slot() => slot?,
+        _ = ctx.cancel.cancelled() => return Err(cancelled()),
+    };
+    let idle = Duration::from_millis(server.config().timeout_ms);
+    let opts = PeerRequestOptions::with_timeout(idle).reset_timeout_on_progress();
+    let params = CallToolRequestParams::new(remote_name).with_arguments(args);
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    let handle = peer
+        .send_request_with_option(request, opts)
+        .await
+        .map_err(|e| server.call_error(e))?;
+    let id = handle.id.clone();
+    let mut progress = server
+        .progress()
+        .subscribe(handle.progress_token.clone())
+        .await;
+    let response = handle.await_response();
+    tokio::pin!(response);
+    let outcome = loop {
+        tokio::select! {
+            r = &mut response => break r,
+            Some(p) = progress.next() => {
+                let text = p.message.clone().unwrap_or_else(|| match p.total {
+                    Some(t) => format!("progress {}/{}", p.progress, t),
+                    None => format!("progress {}", p.progress),
+                });
+                ctx.updates.send(ToolUpdate {
+                    content: vec![json!({"type": "text", "text": text})],
+                    details: Some(json!({"progress": p.progress, "total": p.total})),
+                });
             }
-        };
-        cancel_guard.peer = None;
-        match outcome {
-            Ok(ServerResult::CallToolResult(r)) => {
-                map_result(serde_json::to_value(r).unwrap_or(Value::Null))
+            _ = ctx.cancel.cancelled() => {
+                let note = CancelledNotification::new(CancelledNotificationParam::new(Some(id), Some("cancelled by the caller".into())));
+                let _ = peer.send_notification(note.into()).await;
+                return Err(cancelled());
             }
-            Ok(other) => Err(ToolError::failed(format!(
-                "MCP server '{}' answered tools/call with an unexpected {}",
-                server.name(),
-                variant_name(&other)
-            ))),
-            Err(ServiceError::Timeout { timeout }) => Err(ToolError::new(
-                ErrorKind::Timeout,
-                format!(
-                    "MCP server '{}' did not answer within {} ms (timeout_ms, reset by progress)",
-                    server.name(),
-                    timeout.as_millis()
-                ),
-            )),
-            Err(e) => Err(server.call_error(e)),
         }
+    };
+    match outcome {
+        Ok(ServerResult::CallToolResult(r)) => {
+            map_result(serde_json::to_value(r).unwrap_or(Value::Null))
+        }
+        Ok(other) => Err(ToolError::failed(format!(
+            "MCP server '{}' answered tools/call with an unexpected {}",
+            server.name(),
+            variant_name(&other)
+        ))),
+        Err(ServiceError::Timeout { timeout }) => Err(ToolError::new(
+            ErrorKind::Timeout,
+            format!(
+                "MCP server '{}' did not answer within {} ms (timeout_ms, reset by progress)",
+                server.name(),
+                timeout.as_millis()
+            ),
+        )),
+        Err(e) => Err(server.call_error(e)),
     }
 }
 
@@ -106,28 +125,6 @@ fn variant_name(r: &ServerResult) -> String {
                 .map(|o| o.keys().cloned().collect::<Vec<_>>().join(","))
         })
         .unwrap_or_default()
-}
-
-/// Sends `notifications/cancelled` for a request whose caller went away.
-struct CancelOnDrop {
-    peer: Option<Peer<RoleClient>>,
-    id: RequestId,
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        let Some(peer) = self.peer.take() else { return };
-        let id = self.id.clone();
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let note = CancelledNotification::new(CancelledNotificationParam::new(
-                    Some(id),
-                    Some("cancelled by the caller".into()),
-                ));
-                let _ = peer.send_notification(note.into()).await;
-            });
-        }
-    }
 }
 
 /// Maps an MCP `CallToolResult` (as JSON) onto our result: text joined into `output`,

@@ -19,6 +19,8 @@ use tokio::net::UnixStream;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::Message;
 
+use jsonrpsee::server::{ConnectionId, MethodCallback, MethodResponse, Methods};
+
 use super::Shared;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -189,7 +191,10 @@ async fn serve_newline(stream: UnixStream, shared: Arc<Shared>) {
     // Replies we still owe: lets a client half-close after its last request and still get
     // every answer (`printf ... | socat - UNIX:...`).
     let owed = Arc::new(AtomicI64::new(0));
-    let (local_tx, mut local_rx) = tokio::sync::mpsc::channel::<String>(16);
+    // Lines the bridge does not produce: direct replies (`counted` toward `owed`) and
+    // errors about lines that never reached the engine.
+    let (local_tx, mut local_rx) = tokio::sync::mpsc::channel::<(String, bool)>(64);
+    let methods = shared.methods.clone();
 
     let owed_in = owed.clone();
     let reader = async move {
@@ -200,26 +205,35 @@ async fn serve_newline(stream: UnixStream, shared: Arc<Shared>) {
                 Ok(n) => n,
             };
             if len > max + 1 || (len > max && line.last() != Some(&b'\n')) {
-                let _ = local_tx.send(error_line(-32007, &format!("Request is too big: the limit is {max} bytes (limits.max_request_bytes)"))).await;
+                let _ = local_tx.send((error_line(-32007, &format!("Request is too big: the limit is {max} bytes (limits.max_request_bytes)")), false)).await;
                 continue;
             }
             let line = match std::str::from_utf8(line.trim_ascii()) {
                 Ok("") => continue,
-                Ok(s) => s.to_owned(),
+                Ok(s) => s,
                 Err(_) => {
                     let _ = local_tx
-                        .send(error_line(
-                            -32700,
-                            "Parse error: the line is not valid UTF-8",
+                        .send((
+                            error_line(-32700, "Parse error: the line is not valid UTF-8"),
+                            false,
                         ))
                         .await;
                     continue;
                 }
             };
+            if let Some(call) = direct_call(&methods, &line) {
+                owed_in.fetch_add(1, Ordering::SeqCst);
+                let tx = local_tx.clone();
+                tokio::spawn(async move {
+                    let reply = String::from(Box::<str>::from(call.await.into_json()));
+                    let _ = tx.send((reply, true)).await;
+                });
+                continue;
+            }
             if expects_reply(&line) {
                 owed_in.fetch_add(1, Ordering::SeqCst);
             }
-            if ws_tx.send(Message::text(line)).await.is_err() {
+            if ws_tx.send(Message::text(line.to_owned())).await.is_err() {
                 break;
             }
         }
@@ -238,7 +252,12 @@ async fn serve_newline(stream: UnixStream, shared: Arc<Shared>) {
                     Some(Ok(_)) => continue,
                     _ => break,
                 },
-                Some(l) = local_rx.recv() => l,
+                Some((line, counted)) = local_rx.recv() => {
+                    if counted {
+                        owed.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    line
+                }
             };
             if wr.write_all(text.as_bytes()).await.is_err() || wr.write_all(b"\n").await.is_err() {
                 break;
@@ -254,6 +273,35 @@ async fn serve_newline(stream: UnixStream, shared: Arc<Shared>) {
             let _ = ws_tx.close().await;
         }
         _ = &mut writer => {}
+    }
+}
+
+/// The fast path of newline framing: a single request (with an id) for a plain method is
+/// dispatched straight to its registered handler — the same callback the WebSocket path
+/// would run — skipping the in-process WebSocket hop. Everything else (batches,
+/// notifications, subscriptions, unknown methods, malformed lines) goes through the bridge,
+/// so its answers stay exactly jsonrpsee's.
+fn direct_call(methods: &Methods, line: &str) -> Option<BoxFuture<'static, MethodResponse>> {
+    if !line.starts_with('{') {
+        return None;
+    }
+    // A notification (no `id`) does not parse as a `Request`, so it takes the bridge.
+    let req: jsonrpsee::types::Request = serde_json::from_str(line).ok()?;
+    let (_, callback) = methods.method_with_name(&req.method)?;
+    let params = jsonrpsee::types::Params::new(req.params.as_ref().map(|p| p.get())).into_owned();
+    let id = req.id.into_owned();
+    match callback {
+        MethodCallback::Async(cb) => Some(cb(
+            id,
+            params,
+            ConnectionId(0),
+            usize::MAX,
+            Default::default(),
+        )),
+        MethodCallback::Sync(cb) => {
+            Some(futures::future::ready(cb(id, params, usize::MAX, Default::default())).boxed())
+        }
+        MethodCallback::Subscription(_) | MethodCallback::Unsubscription(_) => None,
     }
 }
 

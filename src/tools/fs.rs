@@ -171,7 +171,14 @@ impl Tool for ReadFile {
             let small = std::fs::metadata(ctx.workspace.join(&path))
                 .is_ok_and(|m| m.is_file() && m.len() <= INLINE_READ_MAX);
             if small {
-                return read_file(&ctx.workspace, &self.outputs_dir, &path, offset, limit, &ctx.cancel);
+                return read_file(
+                    &ctx.workspace,
+                    &self.outputs_dir,
+                    &path,
+                    offset,
+                    limit,
+                    &ctx.cancel,
+                );
             }
             let outputs_dir = self.outputs_dir.clone();
             run_blocking(&ctx.cancel, move |stop| {
