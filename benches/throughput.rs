@@ -514,6 +514,7 @@ struct Run {
 
 /// `clients` connections, each making `warmup` unmeasured calls and then `calls`
 /// measured ones (all clients start the measured part together).
+#[allow(clippy::too_many_arguments)]
 async fn load(
     sock: &Path,
     http: bool,

@@ -221,7 +221,7 @@ async fn serve_newline(stream: UnixStream, shared: Arc<Shared>) {
                     continue;
                 }
             };
-            if let Some(call) = direct_call(&methods, &line) {
+            if let Some(call) = direct_call(&methods, line) {
                 owed_in.fetch_add(1, Ordering::SeqCst);
                 let tx = local_tx.clone();
                 tokio::spawn(async move {
@@ -230,7 +230,7 @@ async fn serve_newline(stream: UnixStream, shared: Arc<Shared>) {
                 });
                 continue;
             }
-            if expects_reply(&line) {
+            if expects_reply(line) {
                 owed_in.fetch_add(1, Ordering::SeqCst);
             }
             if ws_tx.send(Message::text(line.to_owned())).await.is_err() {
