@@ -228,7 +228,10 @@ async fn call_timeout_and_cancel_send_cancelled_upstream() {
         events(&d).matches("called sleep").count() == 2
     })
     .await;
-    assert_eq!(d.call("cancel", json!({"call_id": "zz"})).await["result"]["cancelled"], true);
+    assert_eq!(
+        d.call("cancel", json!({"call_id": "zz"})).await["result"]["cancelled"],
+        true
+    );
     assert_eq!(
         c.recv().await["result"]["result"]["error_kind"],
         "cancelled"
