@@ -169,7 +169,10 @@ async fn serve_newline(stream: UnixStream, shared: Arc<Shared>) {
     let max = shared.max_request_bytes;
     let (client_io, server_io) = tokio::io::duplex(64 * 1024);
     tokio::spawn(serve_http(server_io, shared.clone(), None));
+    // A small read buffer: tungstenite zero-fills its whole read buffer on every read, and
+    // the default 128 KiB made that the largest cost of a call.
     let ws_config = WebSocketConfig::default()
+        .read_buffer_size(4096)
         .max_message_size(Some(usize::MAX))
         .max_frame_size(Some(usize::MAX));
     let ws = match tokio_tungstenite::client_async_with_config(
