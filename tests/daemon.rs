@@ -167,12 +167,7 @@ async fn unknown_tool_returns_exact_error() {
 async fn list_tools_formats_meta_and_etag() {
     let d = Daemon::start().await;
     let r = d.call("list_tools", json!({})).await["result"].clone();
-    let names: Vec<&str> = r["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["function"]["name"].as_str().unwrap())
-        .collect();
+    let names = tool_names(&r);
     assert_eq!(
         names,
         [

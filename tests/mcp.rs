@@ -441,12 +441,7 @@ async fn include_exclude_and_collisions_are_applied_and_reported() {
     wait_state(&d, "f", "ready").await;
     wait_state(&d, "f_x", "ready").await;
     let r = d.call("list_tools", json!({})).await["result"].clone();
-    let names: Vec<&str> = r["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["function"]["name"].as_str().unwrap())
-        .collect();
+    let names = tool_names(&r);
     let f: Vec<&&str> = names
         .iter()
         .filter(|n| r["meta"][**n]["server"] == "f")

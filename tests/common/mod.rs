@@ -420,6 +420,16 @@ impl Ws {
     }
 }
 
+/// The tool names of a `list_tools` result in `openai` format, in order.
+pub fn tool_names(list: &Value) -> Vec<&str> {
+    list["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect()
+}
+
 /// Whether `pid` is a live process (a zombie awaiting its reaper counts as gone).
 pub fn alive(pid: i32) -> bool {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
