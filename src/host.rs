@@ -403,7 +403,13 @@ fn watch_config(host: &Host) -> Option<config::ConfigWatcher> {
     let watcher = match config::watch(host.config_path(), tx) {
         Ok(w) => w,
         Err(e) => {
-            tracing::warn!(path = %host.config_path().display(), "not watching config.json: {e:#}");
+            // With no config directory at all the daemon runs on defaults: say so quietly.
+            let defaults = host.config_path().parent().is_some_and(|d| !d.exists());
+            if defaults {
+                tracing::info!(path = %host.config_path().display(), "no config directory; running on defaults, not watching: {e:#}");
+            } else {
+                tracing::warn!(path = %host.config_path().display(), "not watching config.json: {e:#}");
+            }
             return None;
         }
     };
