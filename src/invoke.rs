@@ -322,7 +322,7 @@ fn cap_output(result: &mut Map<String, Value>, max: usize, outputs_dir: &Path, c
     }
     let saved = write_private(outputs_dir, &path, full.as_bytes()).is_ok();
     // Share the budget between the long fields, keeping headroom for the other fields.
-    let others = size - fields.iter().map(|(_, l)| l).sum::<usize>();
+    let others = size.saturating_sub(fields.iter().map(|(_, l)| l).sum::<usize>());
     let budget = max.saturating_sub(others + 512) / fields.len();
     for (k, len) in &fields {
         if let Some(Value::String(s)) = result.get_mut(k) {

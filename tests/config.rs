@@ -100,6 +100,11 @@ async fn file_edits_apply_as_a_diff_with_one_notification_each() {
     eventually(20, "b to restart", || async { pids(&d, "b").len() == 2 }).await;
     ready(&d, "b").await;
     no_change_within(&mut sub, 700).await; // same tools after the restart: nothing to notify
+                                           // Calls reach the restarted server, not the retired one.
+    assert_eq!(
+        d.invoke("mcp_b_echo", json!({"text": "new b"})).await["output"],
+        "new b"
+    );
 
     // Remove b: its process is gone and its tools leave in one notification.
     write_atomic(

@@ -115,12 +115,14 @@ impl Registry {
         let old = self.snapshot();
         let next = Snapshot::build(&old, &sources.tools, &sources.overrides);
         let diff = old.diff(&next);
-        if diff.is_empty() && old.collisions() == next.collisions() {
-            return None;
-        }
-        let next = Arc::new(next.with_revision(old.revision() + 1));
+        let visible_change = !diff.is_empty() || old.collisions() != next.collisions();
+        // Even an invisible change is swapped in: the tool objects may be new (a restarted
+        // MCP server with the same tools) and calls must reach the new ones. Only a visible
+        // change bumps the revision and notifies.
+        let revision = old.revision() + u64::from(visible_change);
+        let next = Arc::new(next.with_revision(revision));
         let note = ToolsChanged {
-            revision: next.revision(),
+            revision,
             etag: next.etag().to_owned(),
             added: diff.added,
             removed: diff.removed,
@@ -131,6 +133,9 @@ impl Registry {
             Err(poisoned) => *poisoned.into_inner() = next,
         }
         drop(sources);
+        if !visible_change {
+            return None;
+        }
         let _ = self.0.changes.send(note.clone());
         Some(note)
     }
