@@ -9,9 +9,10 @@ use futures::future::BoxFuture;
 use futures::StreamExt;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam,
-    ClientRequest, ServerResult,
+    ClientRequest, RequestId, ServerResult,
 };
-use rmcp::service::{PeerRequestOptions, ServiceError};
+use rmcp::service::{Peer, PeerRequestOptions};
+use rmcp::RoleClient;
 use serde_json::{json, Map, Value};
 
 use super::server::Server;
@@ -61,8 +62,10 @@ async fn call_upstream(
         slot = server.acquire_slot() => slot?,
         _ = ctx.cancel.cancelled() => return Err(cancelled()),
     };
+    // The idle timeout (reset by progress) is kept here rather than in rmcp's request
+    // options: one timer in the loop below costs less than rmcp's per-request watchers.
     let idle = Duration::from_millis(server.config().timeout_ms);
-    let opts = PeerRequestOptions::with_timeout(idle).reset_timeout_on_progress();
+    let opts = PeerRequestOptions::no_options();
     let params = CallToolRequestParams::new(remote_name).with_arguments(args);
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
     let handle = peer
@@ -75,11 +78,13 @@ async fn call_upstream(
         .subscribe(handle.progress_token.clone())
         .await;
     let response = handle.await_response();
-    tokio::pin!(response);
+    let idle_timer = tokio::time::sleep(idle);
+    tokio::pin!(response, idle_timer);
     let outcome = loop {
         tokio::select! {
             r = &mut response => break r,
             Some(p) = progress.next() => {
+                idle_timer.as_mut().reset(tokio::time::Instant::now() + idle);
                 let text = p.message.clone().unwrap_or_else(|| match p.total {
                     Some(t) => format!("progress {}/{}", p.progress, t),
                     None => format!("progress {}", p.progress),
@@ -89,9 +94,15 @@ async fn call_upstream(
                     details: Some(json!({"progress": p.progress, "total": p.total})),
                 });
             }
+            _ = &mut idle_timer => {
+                cancel_upstream(&peer, id, "timeout").await;
+                return Err(ToolError::new(
+                    ErrorKind::Timeout,
+                    format!("MCP server '{}' did not answer within {} ms (timeout_ms, reset by progress)", server.name(), idle.as_millis()),
+                ));
+            }
             _ = ctx.cancel.cancelled() => {
-                let note = CancelledNotification::new(CancelledNotificationParam::new(Some(id), Some("cancelled by the caller".into())));
-                let _ = peer.send_notification(note.into()).await;
+                cancel_upstream(&peer, id, "cancelled by the caller").await;
                 return Err(cancelled());
             }
         }
@@ -105,16 +116,17 @@ async fn call_upstream(
             server.name(),
             variant_name(&other)
         ))),
-        Err(ServiceError::Timeout { timeout }) => Err(ToolError::new(
-            ErrorKind::Timeout,
-            format!(
-                "MCP server '{}' did not answer within {} ms (timeout_ms, reset by progress)",
-                server.name(),
-                timeout.as_millis()
-            ),
-        )),
         Err(e) => Err(server.call_error(e)),
     }
+}
+
+/// Tells the server to stop working on request `id` (`notifications/cancelled`).
+async fn cancel_upstream(peer: &Peer<RoleClient>, id: RequestId, reason: &str) {
+    let note = CancelledNotification::new(CancelledNotificationParam::new(
+        Some(id),
+        Some(reason.to_owned()),
+    ));
+    let _ = peer.send_notification(note.into()).await;
 }
 
 fn variant_name(r: &ServerResult) -> String {
