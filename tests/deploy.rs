@@ -45,7 +45,7 @@ async fn dockerfile_cmd_and_healthcheck_use_real_flags() {
     accepts(&json_after("CMD")).await;
     let health = json_after("HEALTHCHECK");
     assert_eq!(health[0], "toolhost");
-    accepts(&health[1..].to_vec()).await;
+    accepts(&health[1..]).await;
     // Everything the build stage copies exists in the repository.
     for line in docker
         .lines()

@@ -189,93 +189,137 @@ async fn serve_newline(stream: UnixStream, shared: Arc<Shared>) {
         }
     };
     let (mut ws_tx, mut ws_rx) = ws.split();
-    let (rd, mut wr) = stream.into_split();
+    let (rd, wr) = stream.into_split();
     let mut rd = tokio::io::BufReader::with_capacity(64 * 1024, rd);
-    // Replies we still owe: lets a client half-close after its last request and still get
-    // every answer (`printf ... | socat - UNIX:...`).
-    let owed = Arc::new(AtomicI64::new(0));
-    // Lines the bridge does not produce: direct replies (`counted` toward `owed`) and
-    // errors about lines that never reached the engine.
-    let (local_tx, mut local_rx) = tokio::sync::mpsc::channel::<(String, bool)>(64);
+    let out = LineWriter::new(wr);
     let methods = shared.methods.clone();
 
-    let owed_in = owed.clone();
-    let reader = async move {
-        let mut line = Vec::new();
-        loop {
-            let len = match read_line_bounded(&mut rd, max + 1, &mut line).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => n,
-            };
-            if len > max + 1 || (len > max && line.last() != Some(&b'\n')) {
-                let _ = local_tx.send((error_line(-32007, &format!("Request is too big: the limit is {max} bytes (limits.max_request_bytes)")), false)).await;
-                continue;
-            }
-            let line = match std::str::from_utf8(line.trim_ascii()) {
-                Ok("") => continue,
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = local_tx
-                        .send((
-                            error_line(-32700, "Parse error: the line is not valid UTF-8"),
-                            false,
-                        ))
-                        .await;
+    let reader = {
+        let out = out.clone();
+        async move {
+            let mut line = Vec::new();
+            loop {
+                let len = match read_line_bounded(&mut rd, max + 1, &mut line).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                if len > max + 1 || (len > max && line.last() != Some(&b'\n')) {
+                    let msg = format!(
+                        "Request is too big: the limit is {max} bytes (limits.max_request_bytes)"
+                    );
+                    out.write(error_line(-32007, &msg), false).await;
                     continue;
                 }
-            };
-            if let Some(call) = direct_call(&methods, line) {
-                owed_in.fetch_add(1, Ordering::SeqCst);
-                let tx = local_tx.clone();
-                tokio::spawn(async move {
-                    let reply = String::from(Box::<str>::from(call.await.into_json()));
-                    let _ = tx.send((reply, true)).await;
-                });
-                continue;
-            }
-            if expects_reply(line) {
-                owed_in.fetch_add(1, Ordering::SeqCst);
-            }
-            if ws_tx.send(Message::text(line.to_owned())).await.is_err() {
-                break;
-            }
-        }
-        ws_tx
-    };
-    let writer = async {
-        loop {
-            let text = tokio::select! {
-                m = ws_rx.next() => match m {
-                    Some(Ok(Message::Text(t))) => {
-                        if !t.as_str().starts_with(r#"{"jsonrpc":"2.0","method""#) {
-                            owed.fetch_sub(1, Ordering::SeqCst);
-                        }
-                        t.as_str().to_owned()
+                let line = match std::str::from_utf8(line.trim_ascii()) {
+                    Ok("") => continue,
+                    Ok(s) => s,
+                    Err(_) => {
+                        out.write(
+                            error_line(-32700, "Parse error: the line is not valid UTF-8"),
+                            false,
+                        )
+                        .await;
+                        continue;
                     }
-                    Some(Ok(_)) => continue,
-                    _ => break,
-                },
-                Some((line, counted)) = local_rx.recv() => {
-                    if counted {
-                        owed.fetch_sub(1, Ordering::SeqCst);
-                    }
-                    line
+                };
+                if let Some(call) = direct_call(&methods, line) {
+                    out.owe();
+                    let out = out.clone();
+                    tokio::spawn(async move {
+                        let reply = String::from(Box::<str>::from(call.await.into_json()));
+                        out.write(reply, true).await;
+                    });
+                    continue;
                 }
-            };
-            if wr.write_all(text.as_bytes()).await.is_err() || wr.write_all(b"\n").await.is_err() {
-                break;
+                if expects_reply(line) {
+                    out.owe();
+                }
+                if ws_tx.send(Message::text(line.to_owned())).await.is_err() {
+                    break;
+                }
+            }
+            ws_tx
+        }
+    };
+    // Forwards the bridge's answers and notifications; ends when the bridge or the client goes.
+    let forwarder = {
+        let out = out.clone();
+        async move {
+            while let Some(Ok(m)) = ws_rx.next().await {
+                if let Message::Text(t) = m {
+                    let reply = !t.as_str().starts_with(r#"{"jsonrpc":"2.0","method""#);
+                    if !out.write(t.as_str().to_owned(), reply).await {
+                        return;
+                    }
+                }
             }
         }
     };
-    tokio::pin!(reader, writer);
+    tokio::pin!(reader, forwarder);
     tokio::select! {
         mut ws_tx = &mut reader => {
             // Input closed: keep answering until every reply owed has been written.
-            let drain = async { while owed.load(Ordering::SeqCst) > 0 { tokio::time::sleep(std::time::Duration::from_millis(5)).await } };
-            tokio::select! { _ = &mut writer => {}, _ = drain => {} }
+            tokio::select! { _ = &mut forwarder => {}, _ = out.all_answered() => {} }
             let _ = ws_tx.close().await;
         }
-        _ = &mut writer => {}
+        _ = &mut forwarder => {}
+    }
+}
+
+/// The write side of a newline connection, shared by the bridge forwarder and the direct
+/// calls. It counts the replies still owed, so a client that half-closes after its last
+/// request (`printf … | socat - UNIX:…`) still gets every answer.
+#[derive(Clone)]
+struct LineWriter(Arc<LineWriterInner>);
+
+struct LineWriterInner {
+    /// An async lock: held across the write so lines never interleave.
+    wr: tokio::sync::Mutex<tokio::net::unix::OwnedWriteHalf>,
+    owed: AtomicI64,
+    answered: tokio::sync::Notify,
+}
+
+impl LineWriter {
+    fn new(wr: tokio::net::unix::OwnedWriteHalf) -> Self {
+        LineWriter(Arc::new(LineWriterInner {
+            wr: tokio::sync::Mutex::new(wr),
+            owed: AtomicI64::new(0),
+            answered: tokio::sync::Notify::new(),
+        }))
+    }
+
+    /// One more reply is owed to the client.
+    fn owe(&self) {
+        self.0.owed.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Writes `text` and a newline in one write; `reply` settles one owed reply.
+    /// False when the client is gone.
+    async fn write(&self, mut text: String, reply: bool) -> bool {
+        text.push('\n');
+        let ok = self
+            .0
+            .wr
+            .lock()
+            .await
+            .write_all(text.as_bytes())
+            .await
+            .is_ok();
+        if reply && self.0.owed.fetch_sub(1, Ordering::SeqCst) <= 1 {
+            self.0.answered.notify_waiters();
+        }
+        ok
+    }
+
+    /// Resolves once no reply is owed.
+    async fn all_answered(&self) {
+        loop {
+            let notified = self.0.answered.notified();
+            if self.0.owed.load(Ordering::SeqCst) <= 0 {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 
