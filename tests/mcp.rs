@@ -71,9 +71,21 @@ fn pids(d: &Daemon) -> Vec<i32> {
 
 #[tokio::test]
 async fn tools_are_listed_named_and_described() {
-    let d = daemon_with(|dir| json!({"fx": fixture(dir, json!({}))})).await;
+    // Pages of three: the listing must follow the server's cursors to the end.
+    let d =
+        daemon_with(|dir| json!({"fx": fixture(dir, json!({"env": {"FIXTURE_PAGE_SIZE": "3"}}))}))
+            .await;
     wait_state(&d, "fx", "ready").await;
     let r = d.call("list_tools", json!({})).await["result"].clone();
+    assert_eq!(
+        r["meta"]
+            .as_object()
+            .unwrap()
+            .values()
+            .filter(|m| m["server"] == "fx")
+            .count(),
+        10
+    );
     let names: Vec<String> = r["tools"]
         .as_array()
         .unwrap()
@@ -458,8 +470,27 @@ async fn include_exclude_and_collisions_are_applied_and_reported() {
 
 #[tokio::test]
 async fn server_everything_from_npm_works_through_the_host() {
-    let d = daemon_with(|_| json!({"everything": everything()})).await;
+    let mut d = Daemon::unstarted();
+    let mut server = everything();
+    server["env"] = json!({"FROM_CONFIG": "yes"});
+    std::fs::write(
+        d.config_path(),
+        json!({"mcp_servers": {"everything": server}}).to_string(),
+    )
+    .unwrap();
+    d.spawn(&[("TOOLHOST_TEST_SECRET", "must-not-leak")]).await;
     wait_state(&d, "everything", "ready").await;
+    // Servers get the config's env plus a small allow-list, never the daemon's secrets.
+    let env = d.invoke("mcp_everything_get-env", json!({})).await;
+    let text = env["output"].as_str().unwrap_or_else(|| panic!("{env}"));
+    assert!(
+        text.contains("FROM_CONFIG") && text.contains("PATH"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("TOOLHOST_TEST_SECRET") && !text.contains("must-not-leak"),
+        "{text}"
+    );
     let r = d
         .invoke("mcp_everything_echo", json!({"message": "hi"}))
         .await;
