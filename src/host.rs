@@ -14,6 +14,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::{self, Config};
 use crate::invoke::CallTable;
+use crate::lock;
 use crate::mcp::McpManager;
 use crate::protocol::{ConfigReloadResult, ConfigStatusResult, HealthResult};
 use crate::registry::{Change, Registry, SourceKey};
@@ -65,10 +66,6 @@ struct ConfigState {
     revision: u64,
     last_error: Option<String>,
     warnings: Vec<String>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 pub fn now_ms() -> u64 {
@@ -198,11 +195,7 @@ impl Host {
     }
 
     fn config_state(&self) -> ConfigState {
-        self.0
-            .config_state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        lock(&self.0.config_state).clone()
     }
 
     pub fn config_status(&self) -> ConfigStatusResult {
@@ -266,11 +259,7 @@ impl Host {
 
     fn set_config_error(&self, error: String) {
         tracing::error!("config not applied: {error}");
-        let mut s = self
-            .0
-            .config_state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut s = lock(&self.0.config_state);
         s.last_error = Some(error);
     }
 
@@ -331,11 +320,7 @@ impl Host {
             s.start_publishing();
         }
         {
-            let mut s = self
-                .0
-                .config_state
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut s = lock(&self.0.config_state);
             s.loaded_at = now_ms();
             s.revision += 1;
             s.last_error = None;

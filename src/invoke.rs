@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::approval::{self, ApprovalMode, Decision};
 use crate::error::{Error, Result};
 use crate::host::Host;
+use crate::lock;
 use crate::protocol::{ErrorKind, InvokeParams, InvokeResult};
 use crate::registry::{CallContext, ToolError, ToolResult, UpdateSink};
 
@@ -62,10 +63,6 @@ impl Drop for CallGuard {
     fn drop(&mut self) {
         lock(&self.table.calls).remove(&self.call_id);
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// A fresh call id for calls whose caller gave none.

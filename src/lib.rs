@@ -27,3 +27,9 @@ pub mod session;
 pub mod tools;
 
 pub use host::{serve, Host, ServeOptions};
+
+/// Locks a std mutex, ignoring poisoning: a panic in one task must not wedge every later
+/// caller of the daemon. (No std lock in this crate is held across an `.await`.)
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}

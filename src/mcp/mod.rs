@@ -40,7 +40,7 @@ impl McpManager {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, IndexMap<String, Arc<Server>>> {
-        self.servers.lock().unwrap_or_else(|p| p.into_inner())
+        crate::lock(&self.servers)
     }
 
     /// Starts a server. With `publish` its tools go to the registry as soon as it connects

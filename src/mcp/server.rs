@@ -19,6 +19,7 @@ use super::tool::{McpTool, Slot};
 use crate::approval::ApprovalClass;
 use crate::config::McpServer;
 use crate::host::now_ms;
+use crate::lock;
 use crate::process::KILL_GRACE;
 use crate::protocol::{ErrorKind, McpServerStatus};
 use crate::registry::{Change, Registry, SourceKey, Tool, ToolError, ToolSource, ToolSpec};
@@ -93,10 +94,6 @@ pub struct Server {
     publish: AtomicBool,
     /// Set once the server is removed or replaced.
     retired: AtomicBool,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl Server {

@@ -142,7 +142,7 @@ impl SledStore {
     /// sled writes a blob file (a log item over segment_size / 4 = 128 KiB, e.g. a leaf of
     /// 16 sessions of ~8 KiB) and never `fsync`s it; do that for blobs not synced yet.
     fn sync_new_blobs(&self) -> std::io::Result<()> {
-        let mut synced = self.synced_blobs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut synced = crate::lock(&self.synced_blobs);
         let mut present = HashSet::new();
         let mut any = false;
         let entries = match std::fs::read_dir(&self.blobs_dir) {

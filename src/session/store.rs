@@ -73,7 +73,7 @@ struct Committer {
 
 impl Committer {
     fn lock(&self) -> MutexGuard<'_, Pending> {
-        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+        crate::lock(&self.pending)
     }
 
     /// Called after a write is done in the store: its generation, for [`Committer::durable`].
