@@ -564,3 +564,25 @@ async fn no_server_process_outlives_the_daemon() {
         .await;
     }
 }
+
+#[tokio::test]
+async fn a_huge_mcp_result_is_capped_and_spilled() {
+    let d = daemon_with(|dir| json!({"fx": fixture(dir, json!({}))})).await;
+    wait_state(&d, "fx", "ready").await;
+    let r = d.invoke("mcp_fx_big", json!({"bytes": 3_000_000})).await;
+    assert_eq!(
+        r["ok"],
+        true,
+        "{}",
+        &r.to_string()[..300.min(r.to_string().len())]
+    );
+    assert_eq!(r["truncated"], true);
+    assert!(r.to_string().len() <= 1024 * 1024);
+    let full = std::fs::read_to_string(r["full_output_path"].as_str().unwrap()).unwrap();
+    assert_eq!(full.trim_end().len(), 3_000_000);
+    // The connection survived the big message.
+    assert_eq!(
+        d.invoke("mcp_fx_echo", json!({"text": "after"})).await["output"],
+        "after"
+    );
+}
