@@ -491,6 +491,13 @@ async fn server_everything_from_npm_works_through_the_host() {
         !text.contains("TOOLHOST_TEST_SECRET") && !text.contains("must-not-leak"),
         "{text}"
     );
+    // The server's stderr reaches our log, tagged with the server's name.
+    eventually(10, "server stderr in the daemon log", || async {
+        d.log()
+            .lines()
+            .any(|l| l.contains("stderr: Starting") && l.contains("server=everything"))
+    })
+    .await;
     let r = d
         .invoke("mcp_everything_echo", json!({"message": "hi"}))
         .await;
