@@ -358,3 +358,37 @@ async fn cli_session_commands() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("session not found"));
 }
+
+#[tokio::test]
+async fn session_meta_is_bounded_and_an_oversized_update_changes_nothing() {
+    let d = Daemon::start().await;
+    let big = "x".repeat(40 * 1024);
+    let r = d
+        .call("session.create", json!({"meta": {"a": big, "b": big}}))
+        .await;
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    create(&d, json!({"id": "m", "meta": {"a": big}})).await;
+    // Each update is small enough; the merged meta would not be.
+    let r = d
+        .call(
+            "session.update",
+            json!({"id": "m", "meta": {"b": big}, "approval": "strict"}),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    assert!(r["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("nothing was changed"));
+    let s = d.call("session.get", json!({"id": "m"})).await["result"].clone();
+    assert_eq!(s["meta"].as_object().unwrap().len(), 1);
+    assert_eq!(s["approval"], "auto");
+    // Replacing the big key stays within the limit.
+    let r = d
+        .call(
+            "session.update",
+            json!({"id": "m", "meta": {"a": null, "b": big}}),
+        )
+        .await;
+    assert!(r.get("result").is_some(), "{r}");
+}

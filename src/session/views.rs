@@ -32,6 +32,22 @@ fn workspace_of(host: &Host, requested: Option<String>) -> Result<String> {
     Ok(path.display().to_string())
 }
 
+/// Largest `meta` a session may carry, serialised: meta is runtime state for frontends
+/// (model, provider, flags), not a document store, and small records keep the store fast.
+pub const MAX_META_BYTES: usize = 64 * 1024;
+
+fn check_meta_size(meta: &serde_json::Map<String, serde_json::Value>) -> Result<()> {
+    let size = serde_json::to_string(meta)
+        .map(|s| s.len())
+        .unwrap_or(usize::MAX);
+    if size > MAX_META_BYTES {
+        return Err(Error::InvalidParams(format!(
+            "session meta would be {size} bytes; the limit is {MAX_META_BYTES}"
+        )));
+    }
+    Ok(())
+}
+
 pub async fn create(host: &Host, p: SessionCreateParams) -> Result<Session> {
     if let Some(id) = &p.id {
         if id.is_empty() || id.len() > 128 || id.chars().any(|c| c.is_control()) {
@@ -59,6 +75,7 @@ pub async fn create(host: &Host, p: SessionCreateParams) -> Result<Session> {
         tool_names: snapshot.visible_names(),
         tools_etag: snapshot.etag().to_owned(),
     };
+    check_meta_size(&session.meta)?;
     host.sessions().create(session).await
 }
 
@@ -68,17 +85,32 @@ pub async fn update(host: &Host, p: SessionUpdateParams) -> Result<Session> {
         None => None,
     };
     let now = now_ms();
-    host.sessions()
+    if let Some(meta) = &p.meta {
+        check_meta_size(meta)?;
+    }
+    // The merged meta is checked inside the atomic update; an oversized result leaves the
+    // session untouched and is reported after.
+    let too_big = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = too_big.clone();
+    let session = host
+        .sessions()
         .update(&p.id, move |s| {
-            if let Some(meta) = &p.meta {
-                for (k, v) in meta {
+            let mut meta = s.meta.clone();
+            if let Some(patch) = &p.meta {
+                for (k, v) in patch {
                     if v.is_null() {
-                        s.meta.remove(k);
+                        meta.remove(k);
                     } else {
-                        s.meta.insert(k.clone(), v.clone());
+                        meta.insert(k.clone(), v.clone());
                     }
                 }
             }
+            let oversized = check_meta_size(&meta).is_err();
+            flag.store(oversized, std::sync::atomic::Ordering::SeqCst);
+            if oversized {
+                return;
+            }
+            s.meta = meta;
             if let Some(a) = p.approval {
                 s.approval = a;
             }
@@ -87,7 +119,13 @@ pub async fn update(host: &Host, p: SessionUpdateParams) -> Result<Session> {
             }
             s.updated_at = now.max(s.updated_at);
         })
-        .await
+        .await?;
+    if too_big.load(std::sync::atomic::Ordering::SeqCst) {
+        return Err(Error::InvalidParams(format!(
+            "session meta would exceed {MAX_META_BYTES} bytes; nothing was changed"
+        )));
+    }
+    Ok(session)
 }
 
 pub async fn tools(host: &Host, p: SessionToolsParams) -> Result<SessionToolsResult> {
