@@ -478,7 +478,12 @@ async fn tools_changed_is_not_sent_without_a_change_and_subscription_works_over_
     let mut c = d.client().await;
     let r = c.call("subscribe_tools_changed", json!({})).await;
     assert!(r.get("result").is_some(), "{r}");
-    // HTTP cannot carry subscriptions: the answer is an error, not a hang.
+    // Calls that change nothing (and a config reload of an unchanged file) notify nobody.
+    d.invoke("read_file", json!({"path": "nope"})).await;
+    d.call("config.reload", json!({})).await;
+    let quiet = tokio::time::timeout(std::time::Duration::from_millis(300), c.recv()).await;
+    assert!(quiet.is_err(), "unexpected notification: {quiet:?}");
+    // HTTP cannot carry subscriptions: the answer is a clear error, not a hang.
     let (status, body) = d
         .http(
             "POST",
@@ -487,7 +492,15 @@ async fn tools_changed_is_not_sent_without_a_change_and_subscription_works_over_
         )
         .await;
     assert_eq!(status, 200);
-    assert!(body.contains("error"), "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["code"], -32601, "{body}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("WebSocket"),
+        "{body}"
+    );
 }
 
 #[tokio::test]

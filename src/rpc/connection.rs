@@ -117,12 +117,14 @@ impl hyper::service::Service<HttpRequest<Incoming>> for HttpService {
                 );
             }
         }
-        let mut svc = self
-            .shared
-            .service
-            .clone()
-            .build(self.shared.methods.clone(), self.shared.stop.clone());
-        tower::Service::call(&mut svc, req).boxed()
+        let (methods, stop) = (self.shared.methods.clone(), self.shared.stop.clone());
+        if jsonrpsee::server::ws::is_upgrade_request(&req) {
+            let mut svc = self.shared.service.clone().build(methods, stop);
+            tower::Service::call(&mut svc, req).boxed()
+        } else {
+            let mut svc = self.shared.post_service.clone().build(methods, stop);
+            tower::Service::call(&mut svc, req).boxed()
+        }
     }
 }
 
@@ -370,4 +372,74 @@ fn expects_reply(line: &str) -> bool {
 fn error_line(code: i32, message: &str) -> String {
     serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}})
         .to_string()
+}
+
+/// Subscriptions whose names a plain HTTP POST cannot serve (it has no way to deliver
+/// notifications); see `CallsOnly`.
+const SUBSCRIPTIONS: &[&str] = &["subscribe_invoke", "subscribe_tools_changed"];
+
+/// The rpc middleware of the HTTP POST path: a subscription gets a clear `-32601` naming the
+/// framings that carry notifications, instead of jsonrpsee's bare "Internal error".
+#[derive(Clone)]
+pub(crate) struct CallsOnlyLayer;
+
+impl<S> tower::Layer<S> for CallsOnlyLayer {
+    type Service = CallsOnly<S>;
+    fn layer(&self, inner: S) -> CallsOnly<S> {
+        CallsOnly(inner)
+    }
+}
+
+#[derive(Clone)]
+pub(crate) struct CallsOnly<S>(S);
+
+impl<S> jsonrpsee::server::middleware::rpc::RpcServiceT for CallsOnly<S>
+where
+    S: jsonrpsee::server::middleware::rpc::RpcServiceT<MethodResponse = MethodResponse>
+        + Clone
+        + Send
+        + Sync
+        + 'static,
+{
+    type MethodResponse = MethodResponse;
+    type NotificationResponse = S::NotificationResponse;
+    type BatchResponse = S::BatchResponse;
+
+    fn call<'a>(
+        &self,
+        req: jsonrpsee::types::Request<'a>,
+    ) -> impl std::future::Future<Output = MethodResponse> + Send + 'a {
+        let inner = self.0.clone();
+        async move {
+            if SUBSCRIPTIONS.contains(&req.method_name()) {
+                let msg = format!(
+                    "{} sends notifications, which HTTP POST cannot carry: use newline-delimited JSON or a WebSocket on the same socket",
+                    req.method_name()
+                );
+                return MethodResponse::error(
+                    req.id,
+                    jsonrpsee::types::ErrorObject::owned(
+                        crate::protocol::codes::METHOD_NOT_FOUND,
+                        msg,
+                        None::<()>,
+                    ),
+                );
+            }
+            inner.call(req).await
+        }
+    }
+
+    fn batch<'a>(
+        &self,
+        batch: jsonrpsee::server::middleware::rpc::Batch<'a>,
+    ) -> impl std::future::Future<Output = Self::BatchResponse> + Send + 'a {
+        self.0.batch(batch)
+    }
+
+    fn notification<'a>(
+        &self,
+        n: jsonrpsee::server::middleware::rpc::Notification<'a>,
+    ) -> impl std::future::Future<Output = Self::NotificationResponse> + Send + 'a {
+        self.0.notification(n)
+    }
 }

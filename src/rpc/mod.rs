@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use jsonrpsee::server::middleware::rpc::RpcServiceBuilder;
 use jsonrpsee::server::{
     stop_channel, BatchRequestConfig, Methods, Server, ServerConfig, ServerHandle, StopHandle,
     TowerServiceBuilder,
@@ -23,12 +24,18 @@ pub use listener::{socket_path, Listeners};
 
 type ServiceBuilder =
     TowerServiceBuilder<tower::layer::util::Identity, tower::layer::util::Identity>;
+/// The same service for plain HTTP POST, where subscriptions get a clear refusal.
+type PostServiceBuilder = TowerServiceBuilder<
+    tower::layer::util::Stack<connection::CallsOnlyLayer, tower::layer::util::Identity>,
+    tower::layer::util::Identity,
+>;
 
 /// What every connection needs, shared.
 pub(crate) struct Shared {
     host: Host,
     methods: Methods,
     service: ServiceBuilder,
+    post_service: PostServiceBuilder,
     stop: StopHandle,
     max_request_bytes: usize,
 }
@@ -73,7 +80,11 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
         .set_batch_request_config(BatchRequestConfig::Limit(1000))
         .build();
     let service = Server::builder()
+        .set_config(server_cfg.clone())
+        .to_service_builder();
+    let post_service = Server::builder()
         .set_config(server_cfg)
+        .set_rpc_middleware(RpcServiceBuilder::new().layer(connection::CallsOnlyLayer))
         .to_service_builder();
     let methods: Methods = methods::module(host.clone())?.into();
     let (stop, handle) = stop_channel();
@@ -81,6 +92,7 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
         host: host.clone(),
         methods,
         service,
+        post_service,
         stop,
         max_request_bytes: max_request,
     });
