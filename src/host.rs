@@ -32,6 +32,13 @@ pub struct ServeOptions {
     pub data_dir: Option<PathBuf>,
 }
 
+impl ServeOptions {
+    /// config.json: `--config`, else the default resolution of config.md.
+    pub fn config_path(&self) -> PathBuf {
+        self.config.clone().unwrap_or_else(config::default_path)
+    }
+}
+
 #[derive(Clone)]
 pub struct Host(Arc<Inner>);
 
@@ -78,13 +85,13 @@ pub fn now_ms() -> u64 {
 impl Host {
     /// Loads config.json (all defaults when it does not exist).
     pub fn load_config(opts: &ServeOptions) -> anyhow::Result<config::Loaded> {
-        let path = opts.config.clone().unwrap_or_else(config::default_path);
+        let path = opts.config_path();
         config::load(&path).with_context(|| format!("invalid config {}", path.display()))
     }
 
     /// Opens the store and builds the registry from a loaded config; nothing is served yet.
     pub fn new(opts: &ServeOptions, loaded: config::Loaded) -> anyhow::Result<Host> {
-        let config_path = opts.config.clone().unwrap_or_else(config::default_path);
+        let config_path = opts.config_path();
         for w in &loaded.warnings {
             tracing::warn!("config: {w}");
         }
@@ -286,27 +293,30 @@ impl Host {
         let old = self.config();
         let new = loaded.config;
         let mut warnings = loaded.warnings;
-        warnings.extend(config::diff(&old, &new).needs_restart);
+        let diff = config::diff(&old, &new);
+        warnings.extend(diff.needs_restart);
 
         let mut sources = Vec::new();
-        let mut started = Vec::new();
-        for (name, cfg) in &new.mcp_servers {
-            match old.mcp_servers.get(name) {
-                Some(prev) if prev == cfg => {}
-                Some(prev) if !prev.needs_restart(cfg) => {
-                    if let Some(server) = self.mcp().get(name) {
-                        server.update_config(cfg.clone());
-                        sources.push((SourceKey::Mcp(name.clone()), Some(server.tools())));
-                    }
-                }
-                _ => started.push(self.mcp().start(name, cfg.clone(), false)),
+        // Filters and approval classes apply to the live connection; unchanged servers are
+        // not touched at all.
+        for name in &diff.servers_updated {
+            if let (Some(server), Some(cfg)) = (self.mcp().get(name), new.mcp_servers.get(name)) {
+                server.update_config(cfg.clone());
+                sources.push((SourceKey::Mcp(name.clone()), Some(server.tools())));
             }
         }
-        for name in old
-            .mcp_servers
-            .keys()
-            .filter(|n| !new.mcp_servers.contains_key(*n))
-        {
+        let started: Vec<_> = diff
+            .servers_added
+            .iter()
+            .chain(&diff.servers_restart)
+            .filter_map(|name| {
+                Some(
+                    self.mcp()
+                        .start(name, new.mcp_servers.get(name)?.clone(), false),
+                )
+            })
+            .collect();
+        for name in &diff.servers_removed {
             self.mcp().remove(name);
             sources.push((SourceKey::Mcp(name.clone()), None));
         }

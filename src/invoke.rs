@@ -110,20 +110,20 @@ pub async fn invoke(
                 "call_id {call_id:?} is already in use by a call in flight"
             ))
         })?;
+    let timeout_ms = params
+        .timeout_ms
+        .unwrap_or(config.limits.default_timeout_ms);
     let outcome = run_checked(
         host,
         &params,
         mode,
+        Duration::from_millis(timeout_ms),
         CallContext {
             call_id: call_id.clone(),
             workspace,
             session_id: params.session_id.clone(),
             session_meta,
-            timeout_ms: Some(
-                params
-                    .timeout_ms
-                    .unwrap_or(config.limits.default_timeout_ms),
-            ),
+            timeout_ms: Some(timeout_ms),
             cancel: token,
             updates,
         },
@@ -150,6 +150,7 @@ async fn run_checked(
     host: &Host,
     params: &InvokeParams,
     mode: ApprovalMode,
+    timeout: Duration,
     ctx: CallContext,
 ) -> ToolResult {
     let snapshot = host.registry().snapshot();
@@ -185,10 +186,6 @@ async fn run_checked(
         Decision::Deny(msg) => return Err(ToolError::new(ErrorKind::Denied, msg)),
     }
 
-    let timeout = Duration::from_millis(
-        ctx.timeout_ms
-            .unwrap_or(host.config().limits.default_timeout_ms),
-    );
     let cancel = ctx.cancel.clone();
     let tool = entry.tool.clone();
     drop(snapshot);

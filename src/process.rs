@@ -92,11 +92,6 @@ impl GroupGuard {
         }
         self.pgid = None;
     }
-
-    /// Forgets the group without killing it (used once the group is known to be gone).
-    pub fn disarm(mut self) {
-        self.pgid = None;
-    }
 }
 
 impl Drop for GroupGuard {

@@ -23,7 +23,6 @@ pub struct Connection {
     pub service: RunningService<RoleClient, Client>,
     /// The stdio server's process group (none for HTTP).
     pub group: Option<GroupGuard>,
-    pub pid: Option<u32>,
 }
 
 /// Most stderr lines kept per second from one server; the rest are counted and dropped.
@@ -43,7 +42,6 @@ pub async fn connect(name: &str, cfg: &McpServer, client: Client) -> anyhow::Res
                 Ok(Connection {
                     service,
                     group: None,
-                    pid: None,
                 })
             }
             _ => bail!("a server needs exactly one of command or url"),
@@ -78,8 +76,7 @@ async fn connect_stdio(
         .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("cannot start `{command}`"))?;
-    let pid = transport.id();
-    let group = pid.map(GroupGuard::new);
+    let group = transport.id().map(GroupGuard::new);
     if let Some(stderr) = stderr {
         tokio::spawn(log_stderr(name.to_owned(), stderr));
     }
@@ -88,11 +85,7 @@ async fn connect_stdio(
         .serve(transport)
         .await
         .context("MCP initialisation failed")?;
-    Ok(Connection {
-        service,
-        group,
-        pid,
-    })
+    Ok(Connection { service, group })
 }
 
 fn http_transport(

@@ -57,10 +57,6 @@ impl McpManager {
         self.lock().get(name).cloned()
     }
 
-    pub fn names(&self) -> Vec<String> {
-        self.lock().keys().cloned().collect()
-    }
-
     /// Stops and forgets a server (its process group is killed by its supervisor).
     pub fn remove(&self, name: &str) -> Option<Arc<Server>> {
         let s = self.lock().shift_remove(name);

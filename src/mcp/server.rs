@@ -58,7 +58,6 @@ struct Status {
     last_error: Option<String>,
     connected_since: Option<u64>,
     tools: usize,
-    pid: Option<u32>,
 }
 
 /// Commands from the manager to a supervisor.
@@ -121,7 +120,6 @@ impl Server {
                 last_error: None,
                 connected_since: None,
                 tools: 0,
-                pid: None,
             }),
             peer: Mutex::new(None),
             progress: ProgressDispatcher::new(),
@@ -157,10 +155,6 @@ impl Server {
     pub fn state(&self) -> State {
         lock(&self.status).state
     }
-    pub fn pid(&self) -> Option<u32> {
-        lock(&self.status).pid
-    }
-
     /// Waits until the first connection attempt has finished (bounded by the caller).
     pub async fn first_attempt_done(&self) {
         let mut rx = self.first_attempt.subscribe();
@@ -446,7 +440,6 @@ async fn connect_and_list(server: &Arc<Server>, client: Client) -> anyhow::Resul
     {
         let mut s = lock(&server.status);
         s.connected_since = Some(now_ms());
-        s.pid = conn.pid;
         s.state = State::Ready;
         s.last_error = None;
     }

@@ -66,11 +66,6 @@ impl Entry {
         }
     }
 
-    /// The tool in `openai` format (`{"type":"function","function":{...}}`).
-    pub fn openai(&self) -> &Value {
-        &self.openai
-    }
-
     pub fn hidden(&self) -> bool {
         self.meta.hidden
     }
@@ -220,10 +215,6 @@ impl Snapshot {
 
     pub fn is_empty(&self) -> bool {
         self.tools.is_empty()
-    }
-
-    pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.tools.keys().map(String::as_str)
     }
 
     /// Names of visible (not hidden) tools, in listing order.
