@@ -2,68 +2,16 @@
 //! lookup → session → argument validation → approval → run under timeout and cancel →
 //! result normalisation (control fields, output cap with spill file).
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
-use tokio_util::sync::CancellationToken;
 
 use crate::approval::{self, ApprovalMode, Decision};
 use crate::error::{Error, Result};
 use crate::host::Host;
-use crate::lock;
-use crate::protocol::{ErrorKind, InvokeParams, InvokeResult};
+use crate::protocol::{CallOutcome, ErrorKind, InvokeParams, InvokeResult};
 use crate::registry::{CallContext, ToolError, ToolResult, UpdateSink};
-
-/// Calls in flight by `call_id`, so `cancel` works from any connection.
-#[derive(Default)]
-pub struct CallTable {
-    calls: Mutex<HashMap<String, CancellationToken>>,
-}
-
-impl CallTable {
-    /// Registers a call; the returned guard unregisters it when the call ends.
-    /// `None` when a call with this id is already in flight.
-    fn register(self: &Arc<Self>, call_id: &str, token: CancellationToken) -> Option<CallGuard> {
-        let mut calls = lock(&self.calls);
-        if calls.contains_key(call_id) {
-            return None;
-        }
-        calls.insert(call_id.to_owned(), token);
-        Some(CallGuard {
-            table: self.clone(),
-            call_id: call_id.to_owned(),
-        })
-    }
-
-    /// Cancels the call `call_id`; false when no such call is running.
-    pub fn cancel(&self, call_id: &str) -> bool {
-        match lock(&self.calls).get(call_id) {
-            Some(t) => {
-                t.cancel();
-                true
-            }
-            None => false,
-        }
-    }
-
-    pub fn in_flight(&self) -> usize {
-        lock(&self.calls).len()
-    }
-}
-
-struct CallGuard {
-    table: Arc<CallTable>,
-    call_id: String,
-}
-
-impl Drop for CallGuard {
-    fn drop(&mut self) {
-        lock(&self.table.calls).remove(&self.call_id);
-    }
-}
 
 /// A fresh call id for calls whose caller gave none.
 pub fn new_call_id() -> String {
@@ -139,7 +87,7 @@ pub async fn invoke(
     Ok(InvokeResult {
         call_id,
         tool: params.name,
-        result,
+        result: outcome_of(result),
         control,
         duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         revision: host.registry().snapshot().revision(),
@@ -285,6 +233,28 @@ pub fn normalise(
     (result, control)
 }
 
+/// The typed envelope of a normalised result map.
+fn outcome_of(mut fields: Map<String, Value>) -> CallOutcome {
+    let ok = fields
+        .remove("ok")
+        .and_then(|v| v.as_bool())
+        .unwrap_or(false);
+    let error = match fields.remove("error") {
+        Some(Value::String(s)) => Some(s),
+        Some(other) => Some(other.to_string()),
+        None => None,
+    };
+    let error_kind = fields
+        .remove("error_kind")
+        .and_then(|v| serde_json::from_value(v).ok());
+    CallOutcome {
+        ok,
+        error,
+        error_kind,
+        fields,
+    }
+}
+
 /// Keeps the result under `max` bytes: the longest string fields are cut with a visible
 /// marker and the whole text is saved to a file the model can page through with `read_file`.
 fn cap_output(result: &mut Map<String, Value>, max: usize, outputs_dir: &Path, call_id: &str) {
@@ -301,7 +271,13 @@ fn cap_output(result: &mut Map<String, Value>, max: usize, outputs_dir: &Path, c
     if fields.is_empty() {
         return;
     }
-    let path = outputs_dir.join(format!("{}.txt", sanitize_file_name(call_id)));
+    // Unique per call: ids that sanitise alike (`job.1`, `job/1`) never share a file.
+    let unique = uuid::Uuid::new_v4().simple().to_string();
+    let path = outputs_dir.join(format!(
+        "{}-{}.txt",
+        sanitize_file_name(call_id),
+        &unique[..12]
+    ));
     let mut full = String::new();
     for (k, _) in &fields {
         if let Some(s) = result.get(k).and_then(Value::as_str) {
@@ -344,10 +320,10 @@ fn write_private(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::create_dir_all(dir)?;
+    // create_new: never follows or overwrites whatever already sits at the path.
     std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
         .open(path)?
         .write_all(bytes)
@@ -401,5 +377,20 @@ mod tests {
             std::fs::read_to_string(path).unwrap().trim_end().len(),
             10_000
         );
+    }
+
+    #[test]
+    fn call_ids_that_sanitise_alike_spill_to_different_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let spill = |id: &str, text: &str| {
+            let mut ok = Map::new();
+            ok.insert("output".into(), json!(text.repeat(5_000)));
+            let (r, _) = normalise(Ok(ok), 2_000, dir.path(), id);
+            r["full_output_path"].as_str().unwrap().to_owned()
+        };
+        let (a, b) = (spill("job.1", "a"), spill("job/1", "b"));
+        assert_ne!(a, b);
+        assert!(std::fs::read_to_string(&a).unwrap().starts_with("aaaa"));
+        assert!(std::fs::read_to_string(&b).unwrap().starts_with("bbbb"));
     }
 }

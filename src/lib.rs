@@ -1,35 +1,52 @@
 //! toolhost: one shared tool host for AI coding agents.
 //!
 //! The parts, each with one home (see ARCHITECTURE.md):
-//! - [`host`]: the daemon — builds the parts, serves, shuts down in order;
-//! - [`rpc`]: the only place that knows jsonrpsee (listeners, framing, methods, OpenRPC);
-//! - [`protocol`]: the wire types; [`error`]: protocol-level errors;
-//! - [`registry`]: the `Tool` trait and the live registry (revision, etag, atomic swap);
-//! - [`invoke`]: the call pipeline (validation, approval, timeout, cancel, output cap);
-//! - [`tools`]: built-in tools; [`process`]: process groups and their kill guard;
-//! - [`session`]: persisted sessions; [`config`]: config.json;
-//! - [`approval`]: approval classes and the policy decision;
-//! - [`cli`]: the thin client subcommands.
+//! - [`daemon`]: `toolhost serve` — bind, serve, shut down in order; `run` is injectable;
+//! - `host`: the shared state handle; `reload`: the one config reload path;
+//!   `calls`: the calls in flight;
+//! - `rpc`: the only place that knows jsonrpsee (listeners, framing, methods, OpenRPC);
+//! - [`protocol`]: the wire types, both directions; [`client`]: the one Rust client;
+//! - `registry`: the `Tool` trait and the live registry (revision, etag, atomic swap);
+//! - `invoke`: the call pipeline (validation, approval, timeout, cancel, output cap);
+//! - `tools`: built-in tools; `process`: process groups and their kill guard;
+//! - `mcp`: MCP servers (the only place that knows rmcp);
+//! - `session`: persisted sessions; `config`: config.json; `approval`: the policy;
+//! - [`cli`]: the command line.
+//!
+//! Only the client side (protocol, client, CLI) and the daemon's entry points are public:
+//! nothing outside this crate links the daemon's internals.
 
-pub mod approval;
-pub mod bounded_lines;
+mod approval;
+mod bounded_lines;
+mod calls;
 pub mod cli;
-pub mod config;
-pub mod error;
-pub mod host;
-pub mod invoke;
-pub mod mcp;
-pub mod process;
+pub mod client;
+mod config;
+pub mod daemon;
+mod error;
+mod host;
+mod invoke;
+mod mcp;
+mod process;
 pub mod protocol;
-pub mod registry;
-pub mod rpc;
-pub mod session;
-pub mod tools;
+mod registry;
+mod reload;
+mod rpc;
+mod session;
+mod tools;
 
-pub use host::{serve, Host, ServeOptions};
+pub use approval::{ApprovalClass, ApprovalMode};
 
 /// Locks a std mutex, ignoring poisoning: a panic in one task must not wedge every later
 /// caller of the daemon. (No std lock in this crate is held across an `.await`.)
 pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Milliseconds since the Unix epoch (0 if the clock is before it).
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
 }

@@ -281,7 +281,7 @@ async fn progress_is_forwarded_to_streaming_callers() {
         .as_str()
         .unwrap()
         .contains("slept"));
-    assert!(updates[0]["details"]["progress"].is_number());
+    assert!(updates[0]["progress"]["progress"].is_number());
 }
 
 #[tokio::test]

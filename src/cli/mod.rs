@@ -205,13 +205,13 @@ async fn run(cli: Cli) -> ExitCode {
             workspace,
             data_dir,
         } => {
-            let opts = crate::ServeOptions {
+            let opts = crate::daemon::ServeOptions {
                 config: cli.config,
                 socket: cli.socket,
                 workspace,
                 data_dir,
             };
-            match crate::serve(opts).await {
+            match crate::daemon::serve(opts).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("toolhost: {e:#}");

@@ -21,7 +21,6 @@ use crate::protocol::{McpCounts, McpServerStatus};
 use crate::registry::{Registry, SourceKey, SourceUpdate};
 
 pub use server::{Server, State};
-pub use tool::map_result;
 
 /// The set of configured servers.
 pub struct McpManager {

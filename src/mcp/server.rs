@@ -18,10 +18,10 @@ use super::naming::public_name;
 use super::tool::{McpTool, Slot};
 use crate::approval::ApprovalClass;
 use crate::config::McpServer;
-use crate::host::now_ms;
 use crate::lock;
+use crate::now_ms;
 use crate::process::KILL_GRACE;
-use crate::protocol::{ErrorKind, McpServerStatus};
+use crate::protocol::{ErrorKind, McpServerStatus, McpTransport};
 use crate::registry::{Change, Registry, SourceKey, Tool, ToolError, ToolSource, ToolSpec};
 
 /// Consecutive failed connection attempts that open the circuit.
@@ -31,26 +31,8 @@ pub const BREAKER_COOLDOWN: Duration = Duration::from_secs(30);
 const BACKOFF_BASE: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
-    Connecting,
-    Ready,
-    Failed,
-    Disabled,
-    CircuitOpen,
-}
-
-impl State {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            State::Connecting => "connecting",
-            State::Ready => "ready",
-            State::Failed => "failed",
-            State::Disabled => "disabled",
-            State::CircuitOpen => "circuit_open",
-        }
-    }
-}
+/// Where a server's supervisor is (the wire enum is the state itself).
+pub use crate::protocol::McpServerState as State;
 
 #[derive(Debug, Clone)]
 struct Status {
@@ -186,8 +168,12 @@ impl Server {
         let s = lock(&self.status).clone();
         McpServerStatus {
             name: self.name.clone(),
-            transport: self.config().transport(),
-            state: s.state.as_str(),
+            transport: if self.config().url.is_some() {
+                McpTransport::Http
+            } else {
+                McpTransport::Stdio
+            },
+            state: s.state,
             tools: s.tools,
             last_error: s.last_error,
             connected_since: s.connected_since,

@@ -13,10 +13,10 @@ use rmcp::model::{
 };
 use rmcp::service::{Peer, PeerRequestOptions};
 use rmcp::RoleClient;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use super::server::Server;
-use crate::protocol::ErrorKind;
+use crate::protocol::{ContentBlock, ErrorKind, Progress};
 use crate::registry::{CallContext, Tool, ToolError, ToolResult, ToolSpec, ToolUpdate};
 
 pub struct McpTool {
@@ -90,8 +90,9 @@ async fn call_upstream(
                     None => format!("progress {}", p.progress),
                 });
                 ctx.updates.send(ToolUpdate {
-                    content: vec![json!({"type": "text", "text": text})],
-                    details: Some(json!({"progress": p.progress, "total": p.total})),
+                    content: vec![ContentBlock::text(text)],
+                    details: None,
+                    progress: Some(Progress { progress: p.progress, total: p.total, message: p.message.clone() }),
                 });
             }
             _ = &mut idle_timer => {
@@ -214,6 +215,7 @@ impl Drop for Slot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn maps_text_structured_image_and_errors() {

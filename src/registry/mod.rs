@@ -18,7 +18,7 @@ use tokio::sync::broadcast;
 use crate::approval::ApprovalClass;
 use crate::protocol::ToolsChanged;
 
-pub use snapshot::{Entry, Snapshot};
+pub use snapshot::Snapshot;
 pub use tool::{
     CallContext, Tool, ToolError, ToolOk, ToolResult, ToolSource, ToolSpec, ToolUpdate, UpdateSink,
 };

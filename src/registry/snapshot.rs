@@ -4,21 +4,24 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, OnceLock};
 
 use indexmap::IndexMap;
+use serde::Serialize;
 use serde_json::value::RawValue;
-use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use super::{SourceKey, Tool, ToolSource};
 use crate::approval::ApprovalClass;
-use crate::protocol::{ListToolsResult, ToolFormat, ToolMeta};
+use crate::protocol::{
+    ListToolsResult, McpTool, OpenAiFunction, OpenAiTool, OpenAiToolType, ToolEntry, ToolFormat,
+    ToolMeta, ToolSourceKind,
+};
 
 /// A registered tool with what the host derives from it once per registration.
 pub struct Entry {
     pub tool: Arc<dyn Tool>,
     /// The class in force: the config's override, else the tool's own.
     pub approval: Option<ApprovalClass>,
-    openai: Value,
-    mcp: Value,
+    openai: OpenAiTool,
+    mcp: McpTool,
     meta: ToolMeta,
     /// Compiled lazily on the first call and kept while the tool is unchanged.
     validator: OnceLock<Result<jsonschema::Validator, String>>,
@@ -27,26 +30,27 @@ pub struct Entry {
 impl Entry {
     fn new(tool: Arc<dyn Tool>, approval: Option<ApprovalClass>) -> Self {
         let spec = tool.spec();
-        let openai = json!({
-            "type": "function",
-            "function": {
-                "name": spec.name,
-                "description": spec.description,
-                "parameters": spec.parameters,
-            }
-        });
-        let mut mcp = json!({
-            "name": spec.name,
-            "description": spec.description,
-            "inputSchema": spec.parameters,
-        });
-        if let (Some(ann), Some(obj)) = (&spec.annotations, mcp.as_object_mut()) {
-            obj.insert("annotations".into(), ann.clone());
-        }
+        let openai = OpenAiTool {
+            kind: OpenAiToolType::Function,
+            function: OpenAiFunction {
+                name: spec.name.clone(),
+                description: spec.description.clone(),
+                parameters: spec.parameters.clone(),
+                strict: None,
+            },
+        };
+        let mcp = McpTool {
+            name: spec.name.clone(),
+            title: None,
+            description: spec.description.clone(),
+            input_schema: spec.parameters.clone(),
+            output_schema: None,
+            annotations: spec.annotations.clone(),
+        };
         let (source, server) = match &spec.source {
-            ToolSource::Builtin => ("builtin", None),
-            ToolSource::Custom { .. } => ("custom", None),
-            ToolSource::Mcp { server, .. } => ("mcp", Some(server.clone())),
+            ToolSource::Builtin => (ToolSourceKind::Builtin, None),
+            ToolSource::Custom { .. } => (ToolSourceKind::Custom, None),
+            ToolSource::Mcp { server, .. } => (ToolSourceKind::Mcp, Some(server.clone())),
         };
         let meta = ToolMeta {
             source,
@@ -255,8 +259,8 @@ impl Snapshot {
         for name in names {
             if let Some(e) = self.tools.get(*name) {
                 tools.push(match format {
-                    ToolFormat::Openai => e.openai.clone(),
-                    ToolFormat::Mcp => e.mcp.clone(),
+                    ToolFormat::Openai => ToolEntry::Openai(e.openai.clone()),
+                    ToolFormat::Mcp => ToolEntry::Mcp(e.mcp.clone()),
                 });
                 meta.insert((*name).to_owned(), e.meta.clone());
             }
@@ -270,8 +274,8 @@ impl Snapshot {
     }
 
     /// The `openai`-format tools of a session view (`names` ∩ live) and their etag.
-    pub fn view(&self, names: &[String]) -> (Vec<Value>, String) {
-        let tools: Vec<Value> = names
+    pub fn view(&self, names: &[String]) -> (Vec<OpenAiTool>, String) {
+        let tools: Vec<OpenAiTool> = names
             .iter()
             .filter_map(|n| self.tools.get(n))
             .map(|e| e.openai.clone())
@@ -282,10 +286,11 @@ impl Snapshot {
 }
 
 /// Content hash of a list of tools: equal lists give equal etags.
-pub fn etag_of<'a>(tools: impl Iterator<Item = &'a Value>) -> String {
+fn etag_of<T: Serialize>(tools: impl Iterator<Item = T>) -> String {
     let mut h = Sha256::new();
     for t in tools {
-        h.update(t.to_string().as_bytes());
+        // Serialising our own types cannot fail; an empty line would only weaken the etag.
+        h.update(serde_json::to_vec(&t).unwrap_or_default());
         h.update(b"\n");
     }
     let digest = h.finalize();

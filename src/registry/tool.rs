@@ -8,7 +8,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::approval::ApprovalClass;
-use crate::protocol::ErrorKind;
+use crate::protocol::{ContentBlock, ErrorKind, Progress};
 
 /// Where a tool comes from; shown in `list_tools.meta` and used to order name clashes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,8 +69,9 @@ impl ToolSpec {
 /// A partial result, forwarded to streaming callers as an `invoke_event` update.
 #[derive(Debug, Clone)]
 pub struct ToolUpdate {
-    pub content: Vec<Value>,
+    pub content: Vec<ContentBlock>,
     pub details: Option<Value>,
+    pub progress: Option<Progress>,
 }
 
 /// Where a running tool sends partial results. Sending never blocks: when the caller does not

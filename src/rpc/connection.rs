@@ -99,7 +99,8 @@ impl hyper::service::Service<HttpRequest<Incoming>> for HttpService {
             }
         }
         if req.method() == hyper::Method::GET && req.uri().path() == "/health" {
-            let body = serde_json::to_string(&self.shared.host.health()).unwrap_or_default();
+            let body = serde_json::to_string(&super::methods::health(&self.shared.host))
+                .unwrap_or_default();
             return ready(json(200, body));
         }
         // `curl -d` sends a form content type; on a local socket a POST body is JSON-RPC.

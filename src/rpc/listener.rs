@@ -9,7 +9,6 @@ use anyhow::{bail, Context};
 use tokio::net::{TcpListener, UnixListener};
 
 use crate::config::Config;
-use crate::host::ServeOptions;
 
 /// The socket path: `--socket`, else `TOOLHOST_SOCKET`, else config `listen.socket`, else
 /// `$XDG_RUNTIME_DIR/toolhost/toolhost.sock`, else `/tmp/toolhost-<uid>/toolhost.sock`.
@@ -40,8 +39,8 @@ pub struct Listeners {
 }
 
 impl Listeners {
-    pub async fn bind(opts: &ServeOptions, cfg: &Config) -> anyhow::Result<Listeners> {
-        let path = socket_path(opts.socket.as_deref(), cfg);
+    pub async fn bind(socket: Option<&Path>, cfg: &Config) -> anyhow::Result<Listeners> {
+        let path = socket_path(socket, cfg);
         let (unix, owned_path) = match systemd_socket()? {
             Some(l) => (l, None),
             None => (

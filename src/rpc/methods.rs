@@ -19,6 +19,7 @@ use crate::error::Error;
 use crate::host::Host;
 use crate::protocol::*;
 use crate::registry::UpdateSink;
+use crate::reload;
 
 /// Maps a protocol-level failure to its JSON-RPC error (the one place that does).
 fn rpc_error(e: Error) -> ErrorObjectOwned {
@@ -28,6 +29,32 @@ fn rpc_error(e: Error) -> ErrorObjectOwned {
         Error::Server(_) => codes::SERVER_ERROR,
     };
     ErrorObject::owned(code, e.to_string(), None::<()>)
+}
+
+/// `host.health`: liveness, and `degraded` while something needs the operator.
+pub(super) fn health(host: &Host) -> HealthResult {
+    let snapshot = host.registry().snapshot();
+    let config_error = host.config_state().last_error;
+    let collisions: Vec<String> = snapshot
+        .collisions()
+        .iter()
+        .map(|c| c.name.clone())
+        .collect();
+    let degraded = config_error.is_some() || !collisions.is_empty();
+    HealthResult {
+        status: if degraded {
+            HealthStatus::Degraded
+        } else {
+            HealthStatus::Ok
+        },
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        uptime_s: host.uptime().as_secs(),
+        tools: snapshot.len(),
+        sessions: host.sessions().count(),
+        mcp: host.mcp().counts(),
+        config_error,
+        collisions,
+    }
 }
 
 /// Params are by name; absent params mean `{}`.
@@ -128,17 +155,17 @@ pub fn module(host: Host) -> anyhow::Result<RpcModule<Host>> {
     api.method(
         "host.health",
         "Liveness and a summary of the host's state.",
-        |host, _: EmptyParams| async move { Ok(host.health()) },
+        |host, _: EmptyParams| async move { Ok(health(&host)) },
     )?;
     api.method(
         "config.status",
         "Which config file is live, when it was applied, and the last error.",
-        |host, _: EmptyParams| async move { Ok(host.config_status()) },
+        |host, _: EmptyParams| async move { Ok(reload::status(&host)) },
     )?;
     api.method(
         "config.reload",
         "Reads config.json now and applies it (same path as the file watcher and SIGHUP).",
-        |host, _: EmptyParams| async move { Ok(host.reload().await) },
+        |host, _: EmptyParams| async move { Ok(reload::reload(&host).await) },
     )?;
     api.method(
         "mcp.status",
@@ -173,14 +200,14 @@ pub fn module(host: Host) -> anyhow::Result<RpcModule<Host>> {
         },
     )?;
     api.method("mcp.add", "Adds an MCP server to config.json (atomic write, other keys kept); the reload that follows starts it.", |host, p: McpAddParams| async move {
-        host.edit_mcp_server(p.name, Some(p.server)).await?;
+        reload::edit_mcp_server(&host, p.name, Some(p.server)).await?;
         Ok(OkResult { ok: true })
     })?;
     api.method(
         "mcp.remove",
         "Removes an MCP server from config.json; the reload that follows stops it.",
         |host, p: McpRemoveParams| async move {
-            if !host.edit_mcp_server(p.name.clone(), None).await? {
+            if !reload::edit_mcp_server(&host, p.name.clone(), None).await? {
                 return Err(Error::InvalidParams(format!(
                     "no MCP server named '{}' in config.json",
                     p.name
@@ -226,7 +253,9 @@ fn session_methods(api: &mut Api) -> anyhow::Result<()> {
     api.method(
         "session.create",
         "Creates a session; records the tools visible now as its view.",
-        |host, p: SessionCreateParams| async move { crate::session::create(&host, p).await },
+        |host, p: SessionCreateParams| async move {
+            crate::session::create(&host.session_scope(), p).await
+        },
     )?;
     api.method(
         "session.get",
@@ -245,7 +274,9 @@ fn session_methods(api: &mut Api) -> anyhow::Result<()> {
     api.method(
         "session.update",
         "Merges meta key by key (null deletes), sets approval or workspace.",
-        |host, p: SessionUpdateParams| async move { crate::session::update(&host, p).await },
+        |host, p: SessionUpdateParams| async move {
+            crate::session::update(&host.session_scope(), p).await
+        },
     )?;
     api.method(
         "session.delete",
@@ -259,17 +290,23 @@ fn session_methods(api: &mut Api) -> anyhow::Result<()> {
     api.method(
         "session.tools",
         "The session's stable tool view (openai format); `unchanged` when `if_etag` matches.",
-        |host, p: SessionToolsParams| async move { crate::session::tools(&host, p).await },
+        |host, p: SessionToolsParams| async move {
+            crate::session::tools(&host.session_scope(), p).await
+        },
     )?;
     api.method(
         "session.resume",
         "Merges the persisted tool names with the live tools and persists the result.",
-        |host, p: SessionIdParams| async move { crate::session::resume(&host, &p.id).await },
+        |host, p: SessionIdParams| async move {
+            crate::session::resume(&host.session_scope(), &p.id).await
+        },
     )?;
     api.method(
         "session.refresh_tools",
         "Moves the session's view to the live registry.",
-        |host, p: SessionIdParams| async move { crate::session::refresh_tools(&host, &p.id).await },
+        |host, p: SessionIdParams| async move {
+            crate::session::refresh_tools(&host.session_scope(), &p.id).await
+        },
     )?;
     Ok(())
 }
@@ -308,7 +345,7 @@ fn subscribe_invoke(api: &mut Api) -> anyhow::Result<()> {
         let call = crate::invoke::invoke(&host, p, UpdateSink::new(tx));
         tokio::pin!(call);
         let forward = |u: crate::registry::ToolUpdate, call_id: &str| {
-            to_message(&InvokeEvent::Update { call_id: call_id.to_owned(), content: u.content, details: u.details })
+            to_message(&InvokeEvent::Update(InvokeUpdate { call_id: call_id.to_owned(), content: u.content, details: u.details, progress: u.progress }))
         };
         loop {
             tokio::select! {

@@ -8,4 +8,4 @@ mod store;
 mod views;
 
 pub use store::{Page, SessionStore, Sessions};
-pub use views::{create, refresh_tools, resume, tools, update};
+pub use views::{create, refresh_tools, resume, tools, update, Scope};

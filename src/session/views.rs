@@ -6,15 +6,41 @@
 
 use std::collections::HashSet;
 
+use std::path::Path;
+
+use crate::approval::ApprovalMode;
 use crate::error::{Error, Result};
-use crate::host::{now_ms, Host};
+use crate::now_ms;
 use crate::protocol::{
     Session, SessionCreateParams, SessionRefreshResult, SessionResumeResult, SessionToolsParams,
     SessionToolsResult, SessionUpdateParams,
 };
+use crate::registry::Registry;
+
+/// What the session operations need of the host: the store, the live registry and the
+/// defaults a new session starts from. (Borrowed, so `session` never depends on the host.)
+pub struct Scope<'a> {
+    pub sessions: &'a super::Sessions,
+    pub registry: &'a Registry,
+    /// The host's workspace: the default, and the base of relative session workspaces.
+    pub workspace: &'a Path,
+    pub default_approval: ApprovalMode,
+}
+
+impl Scope<'_> {
+    fn sessions(&self) -> &super::Sessions {
+        self.sessions
+    }
+    fn registry(&self) -> &Registry {
+        self.registry
+    }
+    fn workspace(&self) -> &Path {
+        self.workspace
+    }
+}
 
 /// Resolves a session workspace: relative paths are taken from the host's workspace.
-fn workspace_of(host: &Host, requested: Option<String>) -> Result<String> {
+fn workspace_of(host: &Scope<'_>, requested: Option<String>) -> Result<String> {
     let Some(w) = requested else {
         return Ok(host.workspace().display().to_string());
     };
@@ -48,7 +74,7 @@ fn check_meta_size(meta: &serde_json::Map<String, serde_json::Value>) -> Result<
     Ok(())
 }
 
-pub async fn create(host: &Host, p: SessionCreateParams) -> Result<Session> {
+pub async fn create(host: &Scope<'_>, p: SessionCreateParams) -> Result<Session> {
     if let Some(id) = &p.id {
         if id.is_empty() || id.len() > 128 || id.chars().any(|c| c.is_control()) {
             return Err(Error::InvalidParams(
@@ -65,7 +91,7 @@ pub async fn create(host: &Host, p: SessionCreateParams) -> Result<Session> {
         created_at: now,
         updated_at: now,
         workspace: workspace_of(host, p.workspace)?,
-        approval: p.approval.unwrap_or(host.config().approval.mode),
+        approval: p.approval.unwrap_or(host.default_approval),
         meta: p
             .meta
             .unwrap_or_default()
@@ -79,7 +105,7 @@ pub async fn create(host: &Host, p: SessionCreateParams) -> Result<Session> {
     host.sessions().create(session).await
 }
 
-pub async fn update(host: &Host, p: SessionUpdateParams) -> Result<Session> {
+pub async fn update(host: &Scope<'_>, p: SessionUpdateParams) -> Result<Session> {
     let workspace = match p.workspace {
         Some(w) => Some(workspace_of(host, Some(w))?),
         None => None,
@@ -128,7 +154,7 @@ pub async fn update(host: &Host, p: SessionUpdateParams) -> Result<Session> {
     Ok(session)
 }
 
-pub async fn tools(host: &Host, p: SessionToolsParams) -> Result<SessionToolsResult> {
+pub async fn tools(host: &Scope<'_>, p: SessionToolsParams) -> Result<SessionToolsResult> {
     let session = host.sessions().get(&p.id).await?;
     let (tools, etag) = host.registry().snapshot().view(&session.tool_names);
     if p.if_etag.as_deref() == Some(etag.as_str()) {
@@ -145,7 +171,7 @@ pub async fn tools(host: &Host, p: SessionToolsParams) -> Result<SessionToolsRes
     })
 }
 
-pub async fn resume(host: &Host, id: &str) -> Result<SessionResumeResult> {
+pub async fn resume(host: &Scope<'_>, id: &str) -> Result<SessionResumeResult> {
     let snapshot = host.registry().snapshot();
     let live = snapshot.visible_names();
     let live_set: HashSet<&str> = live.iter().map(String::as_str).collect();
@@ -188,7 +214,7 @@ fn merged(names: &[String], added: &[String]) -> Vec<String> {
     out
 }
 
-pub async fn refresh_tools(host: &Host, id: &str) -> Result<SessionRefreshResult> {
+pub async fn refresh_tools(host: &Scope<'_>, id: &str) -> Result<SessionRefreshResult> {
     let snapshot = host.registry().snapshot();
     let live = snapshot.visible_names();
     let etag = snapshot.etag().to_owned();

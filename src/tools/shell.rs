@@ -23,7 +23,7 @@ use super::paths::{resolve, shown, workspace_root};
 use super::{int_arg, object_schema, opt_str_arg, str_arg};
 use crate::approval::ApprovalClass;
 use crate::process::{scrub_env, spawn_group, GroupGuard};
-use crate::protocol::ErrorKind;
+use crate::protocol::{ContentBlock, ErrorKind};
 use crate::registry::{
     CallContext, Tool, ToolError, ToolOk, ToolResult, ToolSpec, ToolUpdate, UpdateSink,
 };
@@ -248,8 +248,9 @@ impl Capture {
         }
         let chunk: Vec<u8> = self.pending.drain(..cut).collect();
         updates.send(ToolUpdate {
-            content: vec![json!({"type": "text", "text": String::from_utf8_lossy(&chunk)})],
+            content: vec![ContentBlock::text(String::from_utf8_lossy(&chunk))],
             details: Some(json!({"stream": stream})),
+            progress: None,
         });
     }
 
@@ -649,7 +650,10 @@ mod tests {
         let mut texts = Vec::new();
         while let Ok(u) = rx.try_recv() {
             assert_eq!(u.details, Some(json!({"stream": "stdout"})));
-            texts.push(u.content[0]["text"].as_str().unwrap().to_owned());
+            match &u.content[0] {
+                ContentBlock::Text { text } => texts.push(text.clone()),
+                other => panic!("not text: {other:?}"),
+            }
         }
         assert_eq!(texts, ["first\n", "second\n"]);
     }

@@ -1,0 +1,1 @@
+//! The one Rust client of the daemon (placeholder while the typed client lands).

@@ -1,0 +1,171 @@
+//! `toolhost serve`: bind, build the host, serve until told to stop, shut down in order.
+//!
+//! [`serve`] owns everything process-wide (signals, the environment, systemd); [`run`]
+//! takes its listeners and its shutdown signal as parameters, so a test can drive a whole
+//! daemon in-process.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::config;
+use crate::host::{Dirs, Host};
+use crate::reload;
+use crate::rpc::{self, Listeners};
+
+/// How long in-flight calls get to finish after SIGTERM before they are cancelled.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// What `toolhost serve` was asked for on the command line.
+#[derive(Debug, Clone, Default)]
+pub struct ServeOptions {
+    pub config: Option<PathBuf>,
+    pub socket: Option<PathBuf>,
+    pub workspace: Option<PathBuf>,
+    pub data_dir: Option<PathBuf>,
+}
+
+impl ServeOptions {
+    /// config.json: `--config`, else the default resolution.
+    pub fn config_path(&self) -> PathBuf {
+        self.config.clone().unwrap_or_else(config::default_path)
+    }
+
+    /// The workspace and data directory: the command line, else the config, else the
+    /// current directory and the XDG state directory.
+    fn dirs(&self, cfg: &config::Config) -> anyhow::Result<Dirs> {
+        let workspace = match self.workspace.clone().or_else(|| cfg.workspace.clone()) {
+            Some(w) => w,
+            None => std::env::current_dir().context("cannot read the current directory")?,
+        };
+        let workspace = workspace
+            .canonicalize()
+            .with_context(|| format!("workspace {} is not accessible", workspace.display()))?;
+        let data_dir = self
+            .data_dir
+            .clone()
+            .or_else(|| cfg.data_dir.clone())
+            .or_else(|| std::env::var_os("STATE_DIRECTORY").map(PathBuf::from))
+            .unwrap_or_else(|| config::xdg_dir("XDG_STATE_HOME", ".local/state").join("toolhost"));
+        Ok(Dirs {
+            config_path: self.config_path(),
+            workspace,
+            data_dir,
+        })
+    }
+}
+
+/// Runs the daemon until SIGTERM/SIGINT: the entry point of `toolhost serve`.
+pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
+    // Signal handlers first: a SIGTERM that arrives once the socket answers must be ours.
+    let stop_signal = stop_signal()?;
+    let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    let path = opts.config_path();
+    let loaded =
+        config::load(&path).with_context(|| format!("invalid config {}", path.display()))?;
+    let dirs = opts.dirs(&loaded.config)?;
+    // The socket first: a second daemon must fail on the live socket, not on the store lock.
+    let listeners = Listeners::bind(opts.socket.as_deref(), &loaded.config).await?;
+    let host = match Host::new(dirs, loaded) {
+        Ok(h) => h,
+        Err(e) => {
+            if let Some(p) = &listeners.owned_path {
+                let _ = std::fs::remove_file(p);
+            }
+            return Err(e);
+        }
+    };
+    host.tracker().spawn(reload_on_sighup(host.clone(), hangup));
+    run(host, listeners, stop_signal).await
+}
+
+/// Serves `host` on `listeners` until `shutdown` resolves, then stops in order: stop
+/// accepting → a grace for calls in flight → cancel the rest → stop MCP servers → wait
+/// for connections and tasks.
+pub async fn run(
+    host: Host,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    tracing::info!(socket = %listeners.describe(), workspace = %host.workspace().display(), data_dir = %host.data_dir().display(), "toolhost serving");
+    let server = rpc::start(host.clone(), listeners)?;
+    reload::start_servers(&host);
+    let _watcher = watch_config(&host);
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
+
+    shutdown.await;
+    tracing::info!("shutting down");
+    let _ = sd_notify::notify(&[sd_notify::NotifyState::Stopping]);
+    server.stop_accepting();
+    if tokio::time::timeout(SHUTDOWN_GRACE, host.calls().idle())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            calls = host.calls().in_flight(),
+            "cancelling calls still running"
+        );
+    }
+    host.shutdown_token().cancel();
+    host.mcp().stop_all();
+    server.stopped(SHUTDOWN_GRACE).await;
+    host.tracker().close();
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, host.tracker().wait()).await;
+    Ok(())
+}
+
+/// Watches config.json; the returned guard keeps the watch alive. Without a watch (the
+/// directory is missing) the daemon still serves and SIGHUP / `config.reload` still work.
+fn watch_config(host: &Host) -> Option<config::ConfigWatcher> {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let watcher = match config::watch(host.config_path(), tx) {
+        Ok(w) => w,
+        Err(e) => {
+            // With no config directory at all the daemon runs on defaults: say so quietly.
+            let defaults = host.config_path().parent().is_some_and(|d| !d.exists());
+            if defaults {
+                tracing::info!(path = %host.config_path().display(), "no config directory; running on defaults, not watching: {e:#}");
+            } else {
+                tracing::warn!(path = %host.config_path().display(), "not watching config.json: {e:#}");
+            }
+            return None;
+        }
+    };
+    let h = host.clone();
+    host.tracker().spawn(async move {
+        loop {
+            tokio::select! {
+                Some(()) = rx.recv() => {
+                    while rx.try_recv().is_ok() {}
+                    reload::reload_if_changed(&h).await;
+                }
+                _ = h.shutdown_token().cancelled() => return,
+            }
+        }
+    });
+    Some(watcher)
+}
+
+async fn reload_on_sighup(host: Host, mut hup: tokio::signal::unix::Signal) {
+    loop {
+        tokio::select! {
+            _ = hup.recv() => { reload::reload(&host).await; }
+            _ = host.shutdown_token().cancelled() => return,
+        }
+    }
+}
+
+/// Installs the SIGTERM/SIGINT handlers now; the future resolves on the first signal.
+fn stop_signal() -> anyhow::Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    })
+}

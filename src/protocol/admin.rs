@@ -1,0 +1,123 @@
+//! `host.health`, `mcp.*` and `config.*`: what operators and scripts ask the host.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// `ok`, or `degraded` while something needs the operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum HealthStatus {
+    Ok,
+    Degraded,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct McpCounts {
+    pub ready: usize,
+    pub failed: usize,
+    pub connecting: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HealthResult {
+    /// `degraded` while a config error or a tool-name collision is outstanding.
+    pub status: HealthStatus,
+    pub version: String,
+    pub uptime_s: u64,
+    pub tools: usize,
+    pub sessions: u64,
+    pub mcp: McpCounts,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_error: Option<String>,
+    /// Tool names claimed by more than one source (the earlier source keeps the name).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub collisions: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerParams {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+}
+
+/// How the host talks to an MCP server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum McpTransport {
+    Stdio,
+    Http,
+}
+
+/// Where an MCP server's supervisor is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum McpServerState {
+    Connecting,
+    Ready,
+    Failed,
+    Disabled,
+    CircuitOpen,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct McpServerStatus {
+    pub name: String,
+    pub transport: McpTransport,
+    pub state: McpServerState,
+    pub tools: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// Milliseconds since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connected_since: Option<u64>,
+    pub consecutive_failures: u32,
+    pub restarts: u32,
+    pub in_flight: usize,
+    pub queued: usize,
+    /// Tool names this server could not get because an earlier source holds them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub collisions: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct McpStatusResult {
+    pub servers: Vec<McpServerStatus>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct McpAddParams {
+    pub name: String,
+    /// The server block, same shape as in config.json.
+    pub server: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct McpRemoveParams {
+    pub name: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ConfigStatusResult {
+    pub path: String,
+    /// Milliseconds since the Unix epoch of the last successful apply.
+    pub loaded_at: u64,
+    /// How many configs have been applied since start.
+    pub revision: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// Warnings of the last read (unknown keys, settings that need a restart).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ConfigReloadResult {
+    pub applied: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub status: ConfigStatusResult,
+}

@@ -1,0 +1,87 @@
+//! The wire contract: every shape that crosses the socket, typed in both directions.
+//!
+//! The daemon serialises these types and the client ([`crate::client`]) deserialises the
+//! same types, so neither side digs through `Value` by string. Every type derives
+//! `JsonSchema`: the OpenRPC document of `rpc.discover` is generated from them, enums
+//! included, and a test checks every answer of the daemon against it.
+//! Architecture Invariant: nothing else is serialised to clients.
+
+mod admin;
+mod invoke;
+mod session;
+mod tools;
+
+pub use admin::*;
+pub use invoke::*;
+pub use session::*;
+pub use tools::*;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// JSON-RPC error codes (proto-docs/errors.md).
+pub mod codes {
+    pub const PARSE_ERROR: i32 = -32700;
+    pub const INVALID_REQUEST: i32 = -32600;
+    pub const METHOD_NOT_FOUND: i32 = -32601;
+    pub const INVALID_PARAMS: i32 = -32602;
+    pub const INTERNAL_ERROR: i32 = -32603;
+    /// Unknown session id: `session not found: <id>`.
+    pub const SESSION_NOT_FOUND: i32 = -32001;
+    /// A server-side failure that is not the caller's fault (store I/O, config write).
+    pub const SERVER_ERROR: i32 = -32000;
+}
+
+/// Method and notification names: one spelling for the server, the client and the docs.
+pub mod method {
+    pub const LIST_TOOLS: &str = "list_tools";
+    pub const INVOKE: &str = "invoke";
+    pub const CANCEL: &str = "cancel";
+    pub const SUBSCRIBE_INVOKE: &str = "subscribe_invoke";
+    pub const UNSUBSCRIBE_INVOKE: &str = "unsubscribe_invoke";
+    pub const INVOKE_EVENT: &str = "invoke_event";
+    pub const SUBSCRIBE_TOOLS_CHANGED: &str = "subscribe_tools_changed";
+    pub const UNSUBSCRIBE_TOOLS_CHANGED: &str = "unsubscribe_tools_changed";
+    pub const TOOLS_CHANGED: &str = "tools_changed";
+    pub const HEALTH: &str = "host.health";
+    pub const CONFIG_STATUS: &str = "config.status";
+    pub const CONFIG_RELOAD: &str = "config.reload";
+    pub const MCP_STATUS: &str = "mcp.status";
+    pub const MCP_RELOAD: &str = "mcp.reload";
+    pub const MCP_ADD: &str = "mcp.add";
+    pub const MCP_REMOVE: &str = "mcp.remove";
+    pub const SESSION_CREATE: &str = "session.create";
+    pub const SESSION_GET: &str = "session.get";
+    pub const SESSION_LIST: &str = "session.list";
+    pub const SESSION_UPDATE: &str = "session.update";
+    pub const SESSION_DELETE: &str = "session.delete";
+    pub const SESSION_TOOLS: &str = "session.tools";
+    pub const SESSION_RESUME: &str = "session.resume";
+    pub const SESSION_REFRESH_TOOLS: &str = "session.refresh_tools";
+    pub const DISCOVER: &str = "rpc.discover";
+}
+
+/// Why a tool call failed; the `error_kind` of an `ok:false` result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    UnknownTool,
+    InvalidArguments,
+    ApprovalRequired,
+    Denied,
+    Timeout,
+    Cancelled,
+    Unavailable,
+    Failed,
+}
+
+/// Params of methods that take none (`{}` or absent).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EmptyParams {}
+
+/// `{"ok": true}`: the answer of methods whose effect is the whole point.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct OkResult {
+    pub ok: bool,
+}

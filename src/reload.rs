@@ -1,0 +1,164 @@
+//! The one reload path: the file watcher, SIGHUP, `config.reload` and `mcp.add/remove` all
+//! end in [`reload`], which reads config.json and applies it to the host as a diff.
+//!
+//! Architecture Invariant: an invalid config never replaces a valid one, a config file that
+//! disappears keeps the last good config, and unchanged MCP servers are never touched.
+
+use crate::config::{self, ConfigErrorKind};
+use crate::error::Error;
+use crate::host::Host;
+use crate::mcp::McpManager;
+use crate::now_ms;
+use crate::protocol::{ConfigReloadResult, ConfigStatusResult};
+use crate::registry::{Change, SourceKey};
+
+/// What `config.status` reports.
+pub fn status(host: &Host) -> ConfigStatusResult {
+    let s = host.config_state();
+    ConfigStatusResult {
+        path: host.config_path().display().to_string(),
+        loaded_at: s.loaded_at,
+        revision: s.revision,
+        last_error: s.last_error,
+        warnings: s.warnings,
+    }
+}
+
+/// Starts every configured MCP server; their tools arrive as each connects.
+pub fn start_servers(host: &Host) {
+    for (name, cfg) in &host.config().mcp_servers {
+        host.mcp().start(name, cfg.clone(), true);
+    }
+}
+
+/// Reloads when the watched file's content differs from the last file read.
+pub async fn reload_if_changed(host: &Host) {
+    let path = host.config_path().to_path_buf();
+    let hash = tokio::task::spawn_blocking(move || config::ContentHash::of_file(&path)).await;
+    let last = host.config_state().last_read;
+    match hash {
+        Ok(Ok(h)) if Some(h) == last => {}
+        _ => {
+            reload(host).await;
+        }
+    }
+}
+
+/// Adds (`Some`) or removes (`None`) an MCP server by editing config.json atomically, then
+/// applies the file through the normal reload path (the watcher's own event for the same
+/// content is then skipped), so file and daemon never disagree.
+pub async fn edit_mcp_server(
+    host: &Host,
+    name: String,
+    server: Option<serde_json::Map<String, serde_json::Value>>,
+) -> crate::error::Result<bool> {
+    let path = host.config_path().to_path_buf();
+    let edit = tokio::task::spawn_blocking(move || match server {
+        Some(block) => config::add_mcp_server(&path, &name, &block).map(|()| true),
+        None => config::remove_mcp_server(&path, &name),
+    })
+    .await
+    .map_err(Error::server)?;
+    let changed = edit.map_err(|e| match e.kind {
+        ConfigErrorKind::Io => Error::Server(e.to_string()),
+        _ => Error::InvalidParams(e.to_string()),
+    })?;
+    if changed {
+        let h = host.clone();
+        host.tracker().spawn(async move { reload(&h).await });
+    }
+    Ok(changed)
+}
+
+/// Records a config that was not applied; the next read applies whatever it finds.
+fn refuse(host: &Host, error: String) -> ConfigReloadResult {
+    tracing::error!("config not applied: {error}");
+    host.update_config_state(|s| {
+        s.last_error = Some(error.clone());
+        // After an error, the next good file must apply even when identical to the live one.
+        s.last_read = None;
+    });
+    ConfigReloadResult {
+        applied: false,
+        error: Some(error),
+        status: status(host),
+    }
+}
+
+/// Reads config.json and applies it as a diff. A bad or vanished file leaves the live
+/// config in place and is reported until the next good file.
+pub async fn reload(host: &Host) -> ConfigReloadResult {
+    let _one_at_a_time = host.reload_guard().await;
+    let path = host.config_path();
+    // A file that disappears (deleted, or a dangling symlink) is not "all defaults": that
+    // would stop every server. Keep the last good config — unless it never came from a file.
+    let present = std::fs::metadata(path).is_ok();
+    let dangling = !present && std::fs::symlink_metadata(path).is_ok();
+    if dangling || (!present && host.config_state().from_file) {
+        return refuse(
+            host,
+            format!(
+                "config file {} is gone (deleted or a dangling symlink); keeping the last good config",
+                path.display()
+            ),
+        );
+    }
+    let loaded = match config::load(path) {
+        Ok(l) => l,
+        Err(e) => return refuse(host, e.to_string()),
+    };
+    let old = host.config();
+    let new = loaded.config;
+    let mut warnings = loaded.warnings;
+    let diff = config::diff(&old, &new);
+    warnings.extend(diff.needs_restart);
+
+    let mut sources = Vec::new();
+    // Filters and approval classes apply to the live connection; unchanged servers are not
+    // touched at all.
+    for name in &diff.servers_updated {
+        if let (Some(server), Some(cfg)) = (host.mcp().get(name), new.mcp_servers.get(name)) {
+            server.update_config(cfg.clone());
+            sources.push((SourceKey::Mcp(name.clone()), Some(server.tools())));
+        }
+    }
+    let started: Vec<_> = diff
+        .servers_added
+        .iter()
+        .chain(&diff.servers_restart)
+        .filter_map(|name| {
+            Some(
+                host.mcp()
+                    .start(name, new.mcp_servers.get(name)?.clone(), false),
+            )
+        })
+        .collect();
+    for name in &diff.servers_removed {
+        host.mcp().remove(name);
+        sources.push((SourceKey::Mcp(name.clone()), None));
+    }
+    sources.extend(McpManager::collect_tools(&started).await);
+    let approval_overrides = new.approval.tools.clone();
+    host.set_config(new);
+    let note = host.registry().apply(Change {
+        sources,
+        approval_overrides: Some(approval_overrides),
+    });
+    for s in &started {
+        s.start_publishing();
+    }
+    host.update_config_state(|s| {
+        s.loaded_at = now_ms();
+        s.revision += 1;
+        s.last_error = None;
+        s.warnings = warnings;
+        s.last_read = Some(loaded.content_hash);
+        s.from_file = present;
+    });
+    tracing::info!(changed = note.is_some(), "config applied");
+    ConfigReloadResult {
+        applied: true,
+        error: None,
+        status: status(host),
+    }
+}
