@@ -1,1 +1,305 @@
-//! The one Rust client of the daemon (placeholder while the typed client lands).
+//! The one Rust client of the daemon: typed, multiplexed, with subscriptions.
+//!
+//! One newline-JSON connection carries any number of calls in flight at once: a reader
+//! task routes each response to its caller by id and each notification to its
+//! subscription. The CLI, the integration tests, the benchmark and the MCP facade all talk
+//! to the daemon through it, with the [`crate::protocol`] types.
+
+mod connection;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::protocol::{self, method, *};
+
+pub use connection::Connection;
+
+/// How long a call waits for its answer unless told otherwise. Tool calls carry their own
+/// deadline (`timeout_ms`), and the wait is extended to cover it.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(150);
+
+/// Why a call failed; scripts map each kind to an exit code.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ClientError {
+    #[error("no toolhost daemon is answering on {path}: {reason}\nstart one with `toolhost serve` (or pass --socket / set TOOLHOST_SOCKET)")]
+    NoDaemon { path: PathBuf, reason: String },
+    #[error("JSON-RPC error {code}: {message}")]
+    Rpc {
+        code: i64,
+        message: String,
+        data: Option<Value>,
+    },
+    #[error("no answer to {method} within {after:?}")]
+    Timeout { method: String, after: Duration },
+    #[error("connection to the daemon failed: {0}")]
+    Io(String),
+    #[error("the daemon's answer does not match the protocol: {0}")]
+    Decode(String),
+}
+
+impl ClientError {
+    /// The JSON-RPC error code, for errors the daemon answered with.
+    pub fn code(&self) -> Option<i64> {
+        match self {
+            ClientError::Rpc { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+/// The socket a client should use when none is given: `TOOLHOST_SOCKET`, else config
+/// `listen.socket` (read from `config` without evaluating the rest of the file), else the
+/// default location — the same resolution as the daemon's.
+pub fn default_socket(explicit: Option<&Path>, config: Option<&Path>) -> PathBuf {
+    if explicit.is_some() || std::env::var_os("TOOLHOST_SOCKET").is_some_and(|v| !v.is_empty()) {
+        return protocol::socket_path(explicit, None);
+    }
+    let config = config
+        .map(Path::to_path_buf)
+        .unwrap_or_else(crate::config::default_path);
+    let configured = configured_socket(&config);
+    protocol::socket_path(None, configured.as_deref())
+}
+
+/// `listen.socket` of a config file, ignoring everything else in it (a broken `${VAR}`
+/// elsewhere must not send the client to another socket than the daemon's).
+fn configured_socket(path: &Path) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let v: Value = serde_json::from_str(&text).ok()?;
+    v.get("listen")?.get("socket")?.as_str().map(PathBuf::from)
+}
+
+/// A typed, multiplexed connection to the daemon. Cheap to share: every method takes
+/// `&self`, so several calls can be in flight from several tasks.
+pub struct Client {
+    conn: Connection,
+    timeout: Duration,
+}
+
+impl Client {
+    /// Connects to the daemon on `socket`.
+    pub async fn connect(socket: &Path) -> Result<Client, ClientError> {
+        Ok(Client {
+            conn: Connection::open(socket).await?,
+            timeout: DEFAULT_TIMEOUT,
+        })
+    }
+
+    /// The same client with another default wait for answers.
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Any method, raw params in and raw result out (for `toolhost call`).
+    pub async fn call_raw(
+        &self,
+        method: &str,
+        params: &RawValue,
+    ) -> Result<Box<RawValue>, ClientError> {
+        self.conn.request(method, params, self.timeout).await
+    }
+
+    /// Any method with typed params and result.
+    pub async fn call<P: Serialize, R: DeserializeOwned>(
+        &self,
+        method: &str,
+        params: &P,
+    ) -> Result<R, ClientError> {
+        self.call_within(method, params, self.timeout).await
+    }
+
+    async fn call_within<P: Serialize, R: DeserializeOwned>(
+        &self,
+        method: &str,
+        params: &P,
+        timeout: Duration,
+    ) -> Result<R, ClientError> {
+        let params = to_raw(params)?;
+        let raw = self.conn.request(method, &params, timeout).await?;
+        serde_json::from_str(raw.get()).map_err(|e| ClientError::Decode(format!("{method}: {e}")))
+    }
+
+    /// Sends a notification (a request without an id): it runs, and nothing answers.
+    pub async fn notify<P: Serialize>(&self, method: &str, params: &P) -> Result<(), ClientError> {
+        self.conn.notify(method, &to_raw(params)?).await
+    }
+
+    pub async fn list_tools(
+        &self,
+        params: &ListToolsParams,
+    ) -> Result<ListToolsResult, ClientError> {
+        self.call(method::LIST_TOOLS, params).await
+    }
+
+    /// One tool call; waits at least as long as the call's own deadline.
+    pub async fn invoke(&self, params: &InvokeParams) -> Result<InvokeResult, ClientError> {
+        let wait = params
+            .timeout_ms
+            .map(|ms| Duration::from_millis(ms) + Duration::from_secs(5))
+            .map_or(self.timeout, |w| w.max(self.timeout));
+        self.call_within(method::INVOKE, params, wait).await
+    }
+
+    pub async fn cancel(&self, call_id: &str) -> Result<CancelResult, ClientError> {
+        let params = CancelParams {
+            call_id: call_id.to_owned(),
+        };
+        self.call(method::CANCEL, &params).await
+    }
+
+    pub async fn health(&self) -> Result<HealthResult, ClientError> {
+        self.call(method::HEALTH, &EmptyParams {}).await
+    }
+
+    pub async fn config_status(&self) -> Result<ConfigStatusResult, ClientError> {
+        self.call(method::CONFIG_STATUS, &EmptyParams {}).await
+    }
+
+    pub async fn config_reload(&self) -> Result<ConfigReloadResult, ClientError> {
+        self.call(method::CONFIG_RELOAD, &EmptyParams {}).await
+    }
+
+    pub async fn mcp_status(&self, server: Option<&str>) -> Result<McpStatusResult, ClientError> {
+        let params = McpServerParams {
+            server: server.map(str::to_owned),
+        };
+        self.call(method::MCP_STATUS, &params).await
+    }
+
+    pub async fn session_create(
+        &self,
+        params: &SessionCreateParams,
+    ) -> Result<Session, ClientError> {
+        self.call(method::SESSION_CREATE, params).await
+    }
+
+    pub async fn session_get(&self, id: &str) -> Result<Session, ClientError> {
+        self.call(method::SESSION_GET, &SessionIdParams { id: id.to_owned() })
+            .await
+    }
+
+    pub async fn session_list(
+        &self,
+        params: &SessionListParams,
+    ) -> Result<SessionListResult, ClientError> {
+        self.call(method::SESSION_LIST, params).await
+    }
+
+    pub async fn session_update(
+        &self,
+        params: &SessionUpdateParams,
+    ) -> Result<Session, ClientError> {
+        self.call(method::SESSION_UPDATE, params).await
+    }
+
+    pub async fn session_delete(&self, id: &str) -> Result<DeletedResult, ClientError> {
+        self.call(
+            method::SESSION_DELETE,
+            &SessionIdParams { id: id.to_owned() },
+        )
+        .await
+    }
+
+    /// Starts a call and streams its events: updates as they come, then one result.
+    pub async fn subscribe_invoke(
+        &self,
+        params: &InvokeParams,
+    ) -> Result<Subscription<InvokeEvent>, ClientError> {
+        self.subscribe(method::SUBSCRIBE_INVOKE, method::UNSUBSCRIBE_INVOKE, params)
+            .await
+    }
+
+    /// A `tools_changed` notification whenever the live registry changes.
+    pub async fn subscribe_tools_changed(&self) -> Result<Subscription<ToolsChanged>, ClientError> {
+        self.subscribe(
+            method::SUBSCRIBE_TOOLS_CHANGED,
+            method::UNSUBSCRIBE_TOOLS_CHANGED,
+            &EmptyParams {},
+        )
+        .await
+    }
+
+    async fn subscribe<P: Serialize, N: DeserializeOwned>(
+        &self,
+        subscribe: &str,
+        unsubscribe: &'static str,
+        params: &P,
+    ) -> Result<Subscription<N>, ClientError> {
+        let (id, rx) = self
+            .conn
+            .subscribe(subscribe, &to_raw(params)?, self.timeout)
+            .await?;
+        Ok(Subscription {
+            id,
+            rx,
+            conn: self.conn.clone(),
+            unsubscribe,
+            _item: std::marker::PhantomData,
+        })
+    }
+}
+
+/// The notifications of one subscription. Dropping it unsubscribes (which, for
+/// `subscribe_invoke`, cancels the call).
+pub struct Subscription<N> {
+    id: Box<RawValue>,
+    rx: mpsc::UnboundedReceiver<Box<RawValue>>,
+    conn: Connection,
+    unsubscribe: &'static str,
+    _item: std::marker::PhantomData<fn() -> N>,
+}
+
+impl<N: DeserializeOwned> Subscription<N> {
+    /// The next notification; `None` once the daemon ended the subscription or the
+    /// connection closed.
+    pub async fn next(&mut self) -> Option<Result<N, ClientError>> {
+        let raw = self.rx.recv().await?;
+        Some(serde_json::from_str(raw.get()).map_err(|e| ClientError::Decode(e.to_string())))
+    }
+
+    /// Ends the subscription now and waits for the daemon to confirm.
+    pub async fn unsubscribe(self) -> Result<bool, ClientError> {
+        // Unsubscribe takes the subscription id positionally: `[id]`.
+        let params = format!("[{}]", self.id.get());
+        let params =
+            RawValue::from_string(params).map_err(|e| ClientError::Decode(e.to_string()))?;
+        let raw = self
+            .conn
+            .request(self.unsubscribe, &params, DEFAULT_TIMEOUT)
+            .await?;
+        serde_json::from_str(raw.get()).map_err(|e| ClientError::Decode(e.to_string()))
+    }
+}
+
+impl Subscription<InvokeEvent> {
+    /// Collects the call's updates and waits for its one result.
+    pub async fn finish(mut self) -> Result<(Vec<InvokeUpdate>, InvokeResult), ClientError> {
+        let mut updates = Vec::new();
+        while let Some(event) = self.next().await {
+            match event? {
+                InvokeEvent::Update(u) => updates.push(u),
+                InvokeEvent::Result(r) => return Ok((updates, r)),
+            }
+        }
+        Err(ClientError::Io(
+            "the subscription ended without a result".into(),
+        ))
+    }
+}
+
+impl<N> Drop for Subscription<N> {
+    fn drop(&mut self) {
+        self.conn.forget(&self.id, self.unsubscribe);
+    }
+}
+
+fn to_raw<P: Serialize>(params: &P) -> Result<Box<RawValue>, ClientError> {
+    serde_json::value::to_raw_value(params).map_err(|e| ClientError::Decode(e.to_string()))
+}

@@ -9,11 +9,13 @@
 mod admin;
 mod invoke;
 mod session;
+mod socket;
 mod tools;
 
 pub use admin::*;
 pub use invoke::*;
 pub use session::*;
+pub use socket::socket_path;
 pub use tools::*;
 
 use schemars::JsonSchema;

@@ -10,24 +10,9 @@ use tokio::net::{TcpListener, UnixListener};
 
 use crate::config::Config;
 
-/// The socket path: `--socket`, else `TOOLHOST_SOCKET`, else config `listen.socket`, else
-/// `$XDG_RUNTIME_DIR/toolhost/toolhost.sock`, else `/tmp/toolhost-<uid>/toolhost.sock`.
+/// The socket path of protocol.md §1, with config `listen.socket` as the configured one.
 pub fn socket_path(explicit: Option<&Path>, cfg: &Config) -> PathBuf {
-    if let Some(p) = explicit {
-        return p.to_path_buf();
-    }
-    if let Some(p) = std::env::var_os("TOOLHOST_SOCKET").filter(|v| !v.is_empty()) {
-        return PathBuf::from(p);
-    }
-    if let Some(p) = &cfg.listen.socket {
-        return p.clone();
-    }
-    match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
-        Some(dir) => PathBuf::from(dir).join("toolhost").join("toolhost.sock"),
-        None => {
-            PathBuf::from(format!("/tmp/toolhost-{}", nix::unistd::getuid())).join("toolhost.sock")
-        }
-    }
+    crate::protocol::socket_path(explicit, cfg.listen.socket.as_deref())
 }
 
 pub struct Listeners {

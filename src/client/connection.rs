@@ -1,0 +1,295 @@
+//! One newline-JSON connection shared by many calls: requests are written whole under a
+//! lock, and a reader task routes every incoming line — a response to the caller waiting
+//! on its id, a notification to its subscription.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::Value;
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::UnixStream;
+use tokio::sync::{mpsc, oneshot};
+
+use super::ClientError;
+use crate::bounded_lines::read_line_bounded;
+use crate::lock;
+
+/// The longest line the client accepts from the daemon (a huge `list_tools` fits easily;
+/// anything longer means the stream is not what we think it is).
+const MAX_LINE: usize = 512 * 1024 * 1024;
+
+type Notifications = mpsc::UnboundedReceiver<Box<RawValue>>;
+
+/// A caller waiting for the response with its id.
+enum Waiter {
+    Call(oneshot::Sender<Result<Box<RawValue>, ClientError>>),
+    /// A subscribe call: the reader registers the subscription before it reads the next
+    /// line, so no notification can arrive before anyone listens.
+    Subscribe(oneshot::Sender<Result<(Box<RawValue>, Notifications), ClientError>>),
+}
+
+#[derive(Default)]
+struct Routes {
+    waiting: HashMap<u64, Waiter>,
+    /// Subscriptions by the raw text of their id.
+    subscriptions: HashMap<String, mpsc::UnboundedSender<Box<RawValue>>>,
+    /// Why the connection ended, once it has.
+    closed: Option<String>,
+}
+
+struct Inner {
+    writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    routes: Mutex<Routes>,
+    next_id: AtomicU64,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+/// A cheap-clone handle on one connection.
+#[derive(Clone)]
+pub struct Connection(Arc<Inner>);
+
+/// Any line the daemon sends: a response (`id` with `result` or `error`) or a notification
+/// (`method` with `params.subscription` and `params.result`).
+#[derive(Deserialize)]
+struct Incoming {
+    #[serde(default)]
+    id: Value,
+    result: Option<Box<RawValue>>,
+    error: Option<RpcError>,
+    params: Option<NotificationParams>,
+}
+
+#[derive(Deserialize)]
+struct RpcError {
+    code: i64,
+    #[serde(default)]
+    message: String,
+    data: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct NotificationParams {
+    subscription: Box<RawValue>,
+    result: Box<RawValue>,
+}
+
+impl Connection {
+    pub async fn open(socket: &Path) -> Result<Connection, ClientError> {
+        let stream = UnixStream::connect(socket)
+            .await
+            .map_err(|e| ClientError::NoDaemon {
+                path: socket.to_path_buf(),
+                reason: e.to_string(),
+            })?;
+        let (read, write) = stream.into_split();
+        let conn = Arc::new_cyclic(|weak: &std::sync::Weak<Inner>| {
+            let weak = weak.clone();
+            Inner {
+                writer: tokio::sync::Mutex::new(write),
+                routes: Mutex::new(Routes::default()),
+                next_id: AtomicU64::new(1),
+                reader: tokio::spawn(read_loop(read, weak)),
+            }
+        });
+        Ok(Connection(conn))
+    }
+
+    fn next_id(&self) -> u64 {
+        self.0.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    async fn write_line(&self, line: String) -> Result<(), ClientError> {
+        let mut w = self.0.writer.lock().await;
+        w.write_all(line.as_bytes())
+            .await
+            .map_err(|e| ClientError::Io(e.to_string()))
+    }
+
+    fn register(&self, id: u64, waiter: Waiter) -> Result<(), ClientError> {
+        let mut routes = lock(&self.0.routes);
+        if let Some(why) = &routes.closed {
+            return Err(ClientError::Io(why.clone()));
+        }
+        routes.waiting.insert(id, waiter);
+        Ok(())
+    }
+
+    /// Sends `method` and waits at most `timeout` for its result.
+    pub async fn request(
+        &self,
+        method: &str,
+        params: &RawValue,
+        timeout: Duration,
+    ) -> Result<Box<RawValue>, ClientError> {
+        let id = self.next_id();
+        let (tx, rx) = oneshot::channel();
+        self.register(id, Waiter::Call(tx))?;
+        self.send_and_wait(id, method, params, timeout, rx).await?
+    }
+
+    /// Sends a subscribe call; returns the subscription id and its notifications.
+    pub async fn subscribe(
+        &self,
+        method: &str,
+        params: &RawValue,
+        timeout: Duration,
+    ) -> Result<(Box<RawValue>, Notifications), ClientError> {
+        let id = self.next_id();
+        let (tx, rx) = oneshot::channel();
+        self.register(id, Waiter::Subscribe(tx))?;
+        self.send_and_wait(id, method, params, timeout, rx).await?
+    }
+
+    async fn send_and_wait<T>(
+        &self,
+        id: u64,
+        method: &str,
+        params: &RawValue,
+        timeout: Duration,
+        rx: oneshot::Receiver<T>,
+    ) -> Result<T, ClientError> {
+        let line = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":{},\"params\":{}}}\n",
+            Value::from(method),
+            params.get()
+        );
+        if let Err(e) = self.write_line(line).await {
+            lock(&self.0.routes).waiting.remove(&id);
+            return Err(e);
+        }
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(_)) => Err(ClientError::Io(self.closed_reason())),
+            Err(_) => {
+                lock(&self.0.routes).waiting.remove(&id);
+                Err(ClientError::Timeout {
+                    method: method.to_owned(),
+                    after: timeout,
+                })
+            }
+        }
+    }
+
+    /// A request without an id: it runs and nothing answers.
+    pub async fn notify(&self, method: &str, params: &RawValue) -> Result<(), ClientError> {
+        let line = format!(
+            "{{\"jsonrpc\":\"2.0\",\"method\":{},\"params\":{}}}\n",
+            Value::from(method),
+            params.get()
+        );
+        self.write_line(line).await
+    }
+
+    /// Stops routing a subscription and tells the daemon, without waiting for its answer
+    /// (for `Drop`, which cannot wait).
+    pub fn forget(&self, subscription: &RawValue, unsubscribe: &str) {
+        let was_live = lock(&self.0.routes)
+            .subscriptions
+            .remove(subscription.get())
+            .is_some();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if !was_live {
+            return;
+        }
+        let conn = self.clone();
+        let line = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":{},\"params\":[{}]}}\n",
+            self.next_id(),
+            Value::from(unsubscribe),
+            subscription.get()
+        );
+        runtime.spawn(async move {
+            let _ = conn.write_line(line).await;
+        });
+    }
+
+    fn closed_reason(&self) -> String {
+        lock(&self.0.routes)
+            .closed
+            .clone()
+            .unwrap_or_else(|| "the daemon closed the connection".into())
+    }
+}
+
+/// Routes every line until the daemon closes the connection, then fails whoever still
+/// waits and ends every subscription.
+async fn read_loop(read: OwnedReadHalf, conn: std::sync::Weak<Inner>) {
+    let mut reader = BufReader::new(read);
+    let mut line = Vec::new();
+    let why = loop {
+        match read_line_bounded(&mut reader, MAX_LINE, &mut line).await {
+            Ok(0) => break "the daemon closed the connection".to_owned(),
+            Ok(n) if n > MAX_LINE => break format!("the daemon sent a line of {n} bytes"),
+            Ok(_) => {}
+            Err(e) => break format!("reading from the daemon failed: {e}"),
+        }
+        let Some(inner) = conn.upgrade() else { return };
+        let Ok(msg) = serde_json::from_slice::<Incoming>(&line) else {
+            tracing::warn!("ignoring a line from the daemon that is not JSON-RPC");
+            continue;
+        };
+        route(&inner, msg);
+    };
+    if let Some(inner) = conn.upgrade() {
+        let mut routes = lock(&inner.routes);
+        routes.closed = Some(why.clone());
+        for (_, w) in routes.waiting.drain() {
+            match w {
+                Waiter::Call(tx) => drop(tx.send(Err(ClientError::Io(why.clone())))),
+                Waiter::Subscribe(tx) => drop(tx.send(Err(ClientError::Io(why.clone())))),
+            }
+        }
+        routes.subscriptions.clear();
+    }
+}
+
+fn route(inner: &Inner, msg: Incoming) {
+    let mut routes = lock(&inner.routes);
+    if let Some(p) = msg.params {
+        if let Some(tx) = routes.subscriptions.get(p.subscription.get()) {
+            let _ = tx.send(p.result);
+        }
+        return;
+    }
+    let Some(waiter) = msg.id.as_u64().and_then(|id| routes.waiting.remove(&id)) else {
+        return;
+    };
+    let outcome = match (msg.result, msg.error) {
+        (_, Some(e)) => Err(ClientError::Rpc {
+            code: e.code,
+            message: e.message,
+            data: e.data,
+        }),
+        (Some(r), None) => Ok(r),
+        (None, None) => Err(ClientError::Decode(
+            "a response with neither result nor error".into(),
+        )),
+    };
+    match waiter {
+        Waiter::Call(tx) => {
+            let _ = tx.send(outcome);
+        }
+        Waiter::Subscribe(tx) => {
+            let registered = outcome.map(|id| {
+                let (ntx, nrx) = mpsc::unbounded_channel();
+                routes.subscriptions.insert(id.get().to_owned(), ntx);
+                (id, nrx)
+            });
+            let _ = tx.send(registered);
+        }
+    }
+}
