@@ -132,19 +132,19 @@ pub fn module(host: Host) -> anyhow::Result<RpcModule<Host>> {
     };
 
     api.method_as::<ListToolsParams, ListToolsResult, _, _, _>(
-        "list_tools",
+        method::LIST_TOOLS,
         "The live tool list (or a session's view) in openai or mcp format, with revision, etag and meta.",
         |host, p: ListToolsParams| async move { list_tools(&host, p).await },
     )?;
     api.method(
-        "invoke",
+        method::INVOKE,
         "Runs one tool call and returns its envelope; tool failures are ok:false results.",
         |host, p: InvokeParams| async move {
             crate::invoke::invoke(&host, p, UpdateSink::default()).await
         },
     )?;
     api.method(
-        "cancel",
+        method::CANCEL,
         "Cancels a call in flight (from any connection).",
         |host, p: CancelParams| async move {
             Ok(CancelResult {
@@ -153,22 +153,22 @@ pub fn module(host: Host) -> anyhow::Result<RpcModule<Host>> {
         },
     )?;
     api.method(
-        "host.health",
+        method::HEALTH,
         "Liveness and a summary of the host's state.",
         |host, _: EmptyParams| async move { Ok(health(&host)) },
     )?;
     api.method(
-        "config.status",
+        method::CONFIG_STATUS,
         "Which config file is live, when it was applied, and the last error.",
         |host, _: EmptyParams| async move { Ok(reload::status(&host)) },
     )?;
     api.method(
-        "config.reload",
+        method::CONFIG_RELOAD,
         "Reads config.json now and applies it (same path as the file watcher and SIGHUP).",
         |host, _: EmptyParams| async move { Ok(reload::reload(&host).await) },
     )?;
     api.method(
-        "mcp.status",
+        method::MCP_STATUS,
         "State of each MCP server (or one).",
         |host, p: McpServerParams| async move {
             if let Some(name) = &p.server {
@@ -184,7 +184,7 @@ pub fn module(host: Host) -> anyhow::Result<RpcModule<Host>> {
         },
     )?;
     api.method(
-        "mcp.reload",
+        method::MCP_RELOAD,
         "Reconnects one MCP server, or all.",
         |host, p: McpServerParams| async move {
             if host.mcp().reconnect(p.server.as_deref()) == 0 {
@@ -199,12 +199,12 @@ pub fn module(host: Host) -> anyhow::Result<RpcModule<Host>> {
             })
         },
     )?;
-    api.method("mcp.add", "Adds an MCP server to config.json (atomic write, other keys kept); the reload that follows starts it.", |host, p: McpAddParams| async move {
+    api.method(method::MCP_ADD, "Adds an MCP server to config.json (atomic write, other keys kept); the reload that follows starts it.", |host, p: McpAddParams| async move {
         reload::edit_mcp_server(&host, p.name, Some(p.server)).await?;
         Ok(OkResult { ok: true })
     })?;
     api.method(
-        "mcp.remove",
+        method::MCP_REMOVE,
         "Removes an MCP server from config.json; the reload that follows stops it.",
         |host, p: McpRemoveParams| async move {
             if !reload::edit_mcp_server(&host, p.name.clone(), None).await? {
@@ -223,12 +223,12 @@ pub fn module(host: Host) -> anyhow::Result<RpcModule<Host>> {
 
     // rpc.discover documents itself too, then serves the finished document.
     api.docs.push(openrpc::method::<EmptyParams, Value>(
-        "rpc.discover",
+        method::DISCOVER,
         "This OpenRPC document.",
     ));
     let doc = Arc::new(openrpc::document(&api.docs));
     api.module
-        .register_method("rpc.discover", move |_, _, _| Value::clone(&doc))?;
+        .register_method(method::DISCOVER, move |_, _, _| Value::clone(&doc))?;
     Ok(api.module)
 }
 
@@ -251,19 +251,19 @@ async fn list_tools(host: &Host, p: ListToolsParams) -> Result<Box<RawValue>, Er
 
 fn session_methods(api: &mut Api) -> anyhow::Result<()> {
     api.method(
-        "session.create",
+        method::SESSION_CREATE,
         "Creates a session; records the tools visible now as its view.",
         |host, p: SessionCreateParams| async move {
             crate::session::create(&host.session_scope(), p).await
         },
     )?;
     api.method(
-        "session.get",
+        method::SESSION_GET,
         "One session by id.",
         |host, p: SessionIdParams| async move { host.sessions().get(&p.id).await },
     )?;
     api.method(
-        "session.list",
+        method::SESSION_LIST,
         "Sessions, newest first, paged with `after` = the previous page's `next`.",
         |host, p: SessionListParams| async move {
             let limit = p.limit.unwrap_or(50).clamp(1, 1000);
@@ -272,14 +272,14 @@ fn session_methods(api: &mut Api) -> anyhow::Result<()> {
         },
     )?;
     api.method(
-        "session.update",
+        method::SESSION_UPDATE,
         "Merges meta key by key (null deletes), sets approval or workspace.",
         |host, p: SessionUpdateParams| async move {
             crate::session::update(&host.session_scope(), p).await
         },
     )?;
     api.method(
-        "session.delete",
+        method::SESSION_DELETE,
         "Deletes a session.",
         |host, p: SessionIdParams| async move {
             Ok(DeletedResult {
@@ -288,21 +288,21 @@ fn session_methods(api: &mut Api) -> anyhow::Result<()> {
         },
     )?;
     api.method(
-        "session.tools",
+        method::SESSION_TOOLS,
         "The session's stable tool view (openai format); `unchanged` when `if_etag` matches.",
         |host, p: SessionToolsParams| async move {
             crate::session::tools(&host.session_scope(), p).await
         },
     )?;
     api.method(
-        "session.resume",
+        method::SESSION_RESUME,
         "Merges the persisted tool names with the live tools and persists the result.",
         |host, p: SessionIdParams| async move {
             crate::session::resume(&host.session_scope(), &p.id).await
         },
     )?;
     api.method(
-        "session.refresh_tools",
+        method::SESSION_REFRESH_TOOLS,
         "Moves the session's view to the live registry.",
         |host, p: SessionIdParams| async move {
             crate::session::refresh_tools(&host.session_scope(), &p.id).await
@@ -319,12 +319,16 @@ fn to_message<T: Serialize>(item: &T) -> Option<SubscriptionMessage> {
 
 fn subscribe_invoke(api: &mut Api) -> anyhow::Result<()> {
     api.docs.push(openrpc::subscription::<InvokeParams, InvokeEvent>(
-        "subscribe_invoke",
-        "invoke_event",
-        "unsubscribe_invoke",
+        method::SUBSCRIBE_INVOKE,
+        method::INVOKE_EVENT,
+        method::UNSUBSCRIBE_INVOKE,
         "Runs a call and streams its partial results, then exactly one `result` event. Unsubscribing or closing the connection cancels the call. WebSocket and newline framing only.",
     ));
-    api.module.register_subscription("subscribe_invoke", "invoke_event", "unsubscribe_invoke", |params, pending: PendingSubscriptionSink, host: Arc<Host>, _| async move {
+    api.docs.push(openrpc::unsubscribe(
+        method::UNSUBSCRIBE_INVOKE,
+        method::SUBSCRIBE_INVOKE,
+    ));
+    api.module.register_subscription(method::SUBSCRIBE_INVOKE, method::INVOKE_EVENT, method::UNSUBSCRIBE_INVOKE, |params, pending: PendingSubscriptionSink, host: Arc<Host>, _| async move {
         let mut p: InvokeParams = match parse(&params) {
             Ok(p) => p,
             Err(e) => {
@@ -374,12 +378,16 @@ fn subscribe_invoke(api: &mut Api) -> anyhow::Result<()> {
 fn subscribe_tools_changed(api: &mut Api) -> anyhow::Result<()> {
     api.docs
         .push(openrpc::subscription::<EmptyParams, ToolsChanged>(
-        "subscribe_tools_changed",
-        "tools_changed",
-        "unsubscribe_tools_changed",
+        method::SUBSCRIBE_TOOLS_CHANGED,
+        method::TOOLS_CHANGED,
+        method::UNSUBSCRIBE_TOOLS_CHANGED,
         "A notification whenever the live registry changes. WebSocket and newline framing only.",
     ));
-    api.module.register_subscription("subscribe_tools_changed", "tools_changed", "unsubscribe_tools_changed", |_, pending: PendingSubscriptionSink, host: Arc<Host>, _| async move {
+    api.docs.push(openrpc::unsubscribe(
+        method::UNSUBSCRIBE_TOOLS_CHANGED,
+        method::SUBSCRIBE_TOOLS_CHANGED,
+    ));
+    api.module.register_subscription(method::SUBSCRIBE_TOOLS_CHANGED, method::TOOLS_CHANGED, method::UNSUBSCRIBE_TOOLS_CHANGED, |_, pending: PendingSubscriptionSink, host: Arc<Host>, _| async move {
         let mut rx = host.registry().subscribe();
         let sink = pending.accept().await?;
         loop {

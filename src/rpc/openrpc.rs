@@ -86,6 +86,20 @@ pub fn subscription<P: JsonSchema, N: JsonSchema>(
     doc
 }
 
+/// The method that ends a subscription: its one positional param is the subscription id.
+pub fn unsubscribe(name: &str, subscribe: &str) -> MethodDoc {
+    MethodDoc {
+        value: json!({
+            "name": name,
+            "summary": format!("Ends a subscription made with `{subscribe}`; false when there was none."),
+            "paramStructure": "by-position",
+            "params": [{"name": "subscription", "required": true, "schema": {"type": ["string", "integer"]}}],
+            "result": {"name": format!("{name}_result"), "schema": {"type": "boolean"}},
+        }),
+        defs: Map::new(),
+    }
+}
+
 pub fn document(methods: &[MethodDoc]) -> Value {
     let mut schemas = Map::new();
     for m in methods {

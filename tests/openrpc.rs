@@ -1,0 +1,275 @@
+//! The OpenRPC document of `rpc.discover` is the contract: every method the daemon serves
+//! is in it, its enums list their values, and every answer the daemon sends (results and
+//! subscription notifications) validates against the document's own schemas.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::*;
+use serde_json::{json, Value};
+
+/// A validator for `schema`, resolving `#/components/schemas/…` against the document.
+fn validator(doc: &Value, schema: &Value) -> jsonschema::Validator {
+    let mut root = schema.clone();
+    if let Value::Object(o) = &mut root {
+        o.insert("components".into(), doc["components"].clone());
+    } else {
+        root = json!({"allOf": [schema], "components": doc["components"]});
+    }
+    jsonschema::validator_for(&root).unwrap_or_else(|e| panic!("bad schema {schema}: {e}"))
+}
+
+fn method<'a>(doc: &'a Value, name: &str) -> &'a Value {
+    doc["methods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == name)
+        .unwrap_or_else(|| panic!("{name} is not in the OpenRPC document"))
+}
+
+fn check(doc: &Value, name: &str, result: &Value) {
+    let schema = &method(doc, name)["result"]["schema"];
+    let v = validator(doc, schema);
+    let errors: Vec<String> = v
+        .iter_errors(result)
+        .map(|e| format!("{} at {}", e, e.instance_path))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{name}: the answer does not match its schema: {errors:?}\nanswer: {result}"
+    );
+}
+
+fn check_notification(doc: &Value, subscribe: &str, params: &Value) {
+    let schema = &method(doc, subscribe)["x-notification"]["params"]["result"];
+    let v = validator(doc, schema);
+    let errors: Vec<String> = v
+        .iter_errors(&params["result"])
+        .map(|e| e.to_string())
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{subscribe} notification does not match its schema: {errors:?}\n{params}"
+    );
+}
+
+/// Calls `name` and checks the answer; returns the result.
+async fn call_checked(
+    d: &Daemon,
+    doc: &Value,
+    seen: &mut BTreeSet<String>,
+    name: &str,
+    params: Value,
+) -> Value {
+    let r = d.call(name, params).await;
+    let result = r
+        .get("result")
+        .cloned()
+        .unwrap_or_else(|| panic!("{name} failed: {r}"));
+    check(doc, name, &result);
+    seen.insert(name.to_owned());
+    result
+}
+
+#[tokio::test]
+async fn every_answer_validates_against_the_openrpc_document() {
+    let fixture = env!("CARGO_BIN_EXE_toolhost-fixture-mcp");
+    let d = Daemon::start_in(|dir| {
+        json!({"mcp_servers": {"fx": {"command": fixture, "env": {"FIXTURE_PID_FILE": dir.join("pids")}}}})
+    })
+    .await;
+    let doc = d.call("rpc.discover", json!({})).await["result"].clone();
+    let mut seen = BTreeSet::from(["rpc.discover".to_owned()]);
+
+    // The check can fail: a health answer with an unknown status is refused.
+    let health = validator(&doc, &method(&doc, "host.health")["result"]["schema"]);
+    assert!(!health.is_valid(&json!({"status": "fine", "version": "1", "uptime_s": 0, "tools": 0, "sessions": 0, "mcp": {"ready": 0, "failed": 0, "connecting": 0}})));
+
+    // Enum-like fields list their values.
+    let schemas = &doc["components"]["schemas"];
+    assert_eq!(
+        schemas["ErrorKind"]["enum"],
+        json!([
+            "unknown_tool",
+            "invalid_arguments",
+            "approval_required",
+            "denied",
+            "timeout",
+            "cancelled",
+            "unavailable",
+            "failed"
+        ])
+    );
+    assert_eq!(
+        schemas["McpServerState"]["enum"],
+        json!(["connecting", "ready", "failed", "disabled", "circuit_open"])
+    );
+    assert_eq!(schemas["HealthStatus"]["enum"], json!(["ok", "degraded"]));
+    assert_eq!(
+        schemas["ToolSourceKind"]["enum"],
+        json!(["builtin", "custom", "mcp"])
+    );
+
+    // Wait for the MCP server, so its tools and status are part of what is checked.
+    eventually(20, "fx ready", || async {
+        d.call("mcp.status", json!({})).await["result"]["servers"][0]["state"] == "ready"
+    })
+    .await;
+    std::fs::write(d.workspace().join("a.txt"), "one\ntwo\n").unwrap();
+
+    for format in ["openai", "mcp"] {
+        call_checked(
+            &d,
+            &doc,
+            &mut seen,
+            "list_tools",
+            json!({"format": format, "include_hidden": true}),
+        )
+        .await;
+    }
+    // Success, a tool failure, an MCP tool, a big spilled output, a control field.
+    call_checked(
+        &d,
+        &doc,
+        &mut seen,
+        "invoke",
+        json!({"name": "read_file", "arguments": {"path": "a.txt"}}),
+    )
+    .await;
+    call_checked(
+        &d,
+        &doc,
+        &mut seen,
+        "invoke",
+        json!({"name": "read_file", "arguments": {"path": "missing"}}),
+    )
+    .await;
+    call_checked(&d, &doc, &mut seen, "invoke", json!({"name": "nope"})).await;
+    call_checked(
+        &d,
+        &doc,
+        &mut seen,
+        "invoke",
+        json!({"name": "mcp_fx_echo", "arguments": {"text": "hi"}}),
+    )
+    .await;
+    call_checked(
+        &d,
+        &doc,
+        &mut seen,
+        "invoke",
+        json!({"name": "bash", "arguments": {"command": "head -c 3000000 /dev/zero | tr '\\0' x"}}),
+    )
+    .await;
+    call_checked(&d, &doc, &mut seen, "cancel", json!({"call_id": "none"})).await;
+    call_checked(&d, &doc, &mut seen, "host.health", json!({})).await;
+    call_checked(&d, &doc, &mut seen, "config.status", json!({})).await;
+    call_checked(&d, &doc, &mut seen, "config.reload", json!({})).await;
+    call_checked(&d, &doc, &mut seen, "mcp.status", json!({})).await;
+    call_checked(&d, &doc, &mut seen, "mcp.reload", json!({"server": "fx"})).await;
+    call_checked(
+        &d,
+        &doc,
+        &mut seen,
+        "mcp.add",
+        json!({"name": "other", "server": {"command": fixture}}),
+    )
+    .await;
+    call_checked(&d, &doc, &mut seen, "mcp.remove", json!({"name": "other"})).await;
+
+    let s = call_checked(
+        &d,
+        &doc,
+        &mut seen,
+        "session.create",
+        json!({"meta": {"k": 1}}),
+    )
+    .await;
+    let id = s["id"].as_str().unwrap().to_owned();
+    call_checked(&d, &doc, &mut seen, "session.get", json!({"id": id})).await;
+    call_checked(&d, &doc, &mut seen, "session.list", json!({"limit": 1})).await;
+    call_checked(
+        &d,
+        &doc,
+        &mut seen,
+        "session.update",
+        json!({"id": id, "meta": {"k": null}}),
+    )
+    .await;
+    let t = call_checked(&d, &doc, &mut seen, "session.tools", json!({"id": id})).await;
+    call_checked(
+        &d,
+        &doc,
+        &mut seen,
+        "session.tools",
+        json!({"id": id, "if_etag": t["etag"]}),
+    )
+    .await;
+    call_checked(&d, &doc, &mut seen, "session.resume", json!({"id": id})).await;
+    call_checked(
+        &d,
+        &doc,
+        &mut seen,
+        "session.refresh_tools",
+        json!({"id": id}),
+    )
+    .await;
+    call_checked(&d, &doc, &mut seen, "list_tools", json!({"session_id": id})).await;
+    call_checked(&d, &doc, &mut seen, "session.delete", json!({"id": id})).await;
+
+    // Subscriptions: their notifications and their unsubscribe answers.
+    let mut ws = d.ws().await;
+    let sub = ws.call("subscribe_tools_changed", json!({})).await;
+    let tools_sub = sub["result"].clone();
+    seen.insert("subscribe_tools_changed".into());
+    let sub = ws
+        .call(
+            "subscribe_invoke",
+            json!({"name": "mcp_fx_sleep", "arguments": {"ms": 300, "progress": true}}),
+        )
+        .await;
+    assert!(sub.get("result").is_some(), "{sub}");
+    seen.insert("subscribe_invoke".into());
+    let mut kinds = Vec::new();
+    while !kinds.contains(&"result".to_owned()) {
+        let n = ws.recv().await;
+        if n["method"] == "invoke_event" {
+            check_notification(&doc, "subscribe_invoke", &n["params"]);
+            kinds.push(n["params"]["result"]["kind"].as_str().unwrap().to_owned());
+        }
+    }
+    assert!(kinds.contains(&"update".to_owned()), "{kinds:?}");
+    // A config change gives one tools_changed.
+    write_atomic(&d.config_path(), &json!({}));
+    loop {
+        let n = ws.recv().await;
+        if n["method"] == "tools_changed" {
+            check_notification(&doc, "subscribe_tools_changed", &n["params"]);
+            break;
+        }
+    }
+    let r = ws
+        .call("unsubscribe_tools_changed", json!([tools_sub]))
+        .await;
+    check(&doc, "unsubscribe_tools_changed", &r["result"]);
+    seen.insert("unsubscribe_tools_changed".into());
+    let r = ws
+        .call("unsubscribe_invoke", json!(["no-such-subscription"]))
+        .await;
+    check(&doc, "unsubscribe_invoke", &r["result"]);
+    seen.insert("unsubscribe_invoke".into());
+
+    let documented: BTreeSet<String> = doc["methods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        documented, seen,
+        "every documented method is exercised, and nothing else is served"
+    );
+}
