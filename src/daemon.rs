@@ -57,6 +57,35 @@ impl ServeOptions {
     }
 }
 
+/// Process-wide set-up, first thing in `main`, before any thread or file exists.
+///
+/// - fds 0–2 are opened on /dev/null when closed, so no socket, store file or epoll fd
+///   ever lands on them (a closed stderr would otherwise receive log lines, and writing
+///   them would fail or corrupt whatever took its place);
+/// - the process is made non-dumpable, so processes of the same user (a `bash` call)
+///   cannot read its memory or `/proc/<pid>/environ`;
+/// - secrets read once are taken out of the environment ([`crate::secrets`]).
+pub fn prepare_process() {
+    use nix::libc;
+    for fd in 0..=2 {
+        // SAFETY: F_GETFD only queries the descriptor; open/dup2 on a closed std fd is the
+        // classic daemon idiom and touches no fd we own.
+        unsafe {
+            if libc::fcntl(fd, libc::F_GETFD) == -1 {
+                let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+                if null >= 0 && null != fd {
+                    libc::dup2(null, fd);
+                    libc::close(null);
+                }
+            }
+        }
+    }
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        eprintln!("toolhost: cannot make the process non-dumpable: {e}");
+    }
+    crate::secrets::take_from_env();
+}
+
 /// Runs the daemon until SIGTERM/SIGINT: the entry point of `toolhost serve`.
 pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     // Signal handlers first: a SIGTERM that arrives once the socket answers must be ours.

@@ -32,6 +32,7 @@ pub mod protocol;
 mod registry;
 mod reload;
 mod rpc;
+mod secrets;
 mod session;
 mod tools;
 

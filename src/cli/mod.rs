@@ -196,6 +196,9 @@ fn init_tracing(daemon: bool) {
         // Colours only on a terminal: journald, Docker and log files get plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
+        // A broken stderr (its reader gone) must not turn every log line into a panic:
+        // tracing's fallback report is an eprintln!, which panics on EPIPE.
+        .log_internal_errors(false)
         .try_init();
 }
 

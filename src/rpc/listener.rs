@@ -108,7 +108,7 @@ async fn bind_unix(path: &Path, mode: Option<&str>) -> anyhow::Result<UnixListen
 }
 
 fn read_token(cfg: &Config) -> anyhow::Result<String> {
-    let token = match (&cfg.listen.token_file, std::env::var("TOOLHOST_TOKEN").ok()) {
+    let token = match (&cfg.listen.token_file, crate::secrets::get("TOOLHOST_TOKEN")) {
         (_, Some(t)) if !t.is_empty() => t,
         (Some(f), _) => std::fs::read_to_string(f).with_context(|| format!("cannot read listen.token_file {}", f.display()))?,
         _ => bail!("listen.tcp is set but there is no token: set listen.token_file or TOOLHOST_TOKEN (TCP without a token is refused)"),
