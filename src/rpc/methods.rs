@@ -40,7 +40,9 @@ pub(super) fn health(host: &Host) -> HealthResult {
         .iter()
         .map(|c| c.name.clone())
         .collect();
-    let degraded = config_error.is_some() || !collisions.is_empty();
+    let mcp = host.mcp().counts();
+    // A configured server that cannot start, or whose circuit is open, needs the operator.
+    let degraded = config_error.is_some() || !collisions.is_empty() || mcp.failed > 0;
     HealthResult {
         status: if degraded {
             HealthStatus::Degraded
@@ -51,7 +53,7 @@ pub(super) fn health(host: &Host) -> HealthResult {
         uptime_s: host.uptime().as_secs(),
         tools: snapshot.len(),
         sessions: host.sessions().count(),
-        mcp: host.mcp().counts(),
+        mcp,
         config_error,
         collisions,
     }
