@@ -13,6 +13,8 @@ use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 
+pub mod runner;
+
 /// How long a group gets between SIGTERM and SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_millis(2000);
 
@@ -52,7 +54,7 @@ pub fn scrub_env(cmd: &mut Command) {
 }
 
 /// Spawns `cmd` as the leader of a new process group.
-pub fn spawn_group(cmd: &mut Command) -> io::Result<(Child, GroupGuard)> {
+pub async fn spawn_group(mut cmd: Command) -> io::Result<(Child, GroupGuard)> {
     cmd.process_group(0).kill_on_drop(true);
     let child = cmd.spawn()?;
     let pid = child
@@ -141,7 +143,7 @@ mod tests {
     async fn dropping_the_guard_kills_grandchildren() {
         let mut cmd = Command::new("sh");
         cmd.args(["-c", "sleep 30 & sleep 30 & wait"]);
-        let (mut child, guard) = spawn_group(&mut cmd).unwrap();
+        let (mut child, guard) = spawn_group(cmd).await.unwrap();
         let pgid = guard.pgid().unwrap();
         assert!(group_exists(pgid));
         guard.terminate(Duration::from_secs(2)).await;
