@@ -362,6 +362,8 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             return Err(e);
         }
     };
+    // Owns every child (subreaper, adopted-zombie reaper, ledger sweep); dropped when serve returns, it kills what is left.
+    let _processes = crate::process::init_daemon(host.data_dir());
     tracing::info!(socket = %listeners.describe(), workspace = %host.workspace().display(), data_dir = %host.data_dir().display(), "toolhost serving");
     let server = crate::rpc::start(host.clone(), listeners)?;
     host.start_servers();
