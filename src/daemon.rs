@@ -118,6 +118,9 @@ pub async fn run(
     listeners: Listeners,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
+    // Owns every child (subreaper, adopted-zombie reaper, ledger sweep); dropped when run
+    // returns, it kills whatever is left.
+    let _processes = crate::process::init_daemon(host.data_dir());
     tracing::info!(socket = %listeners.describe(), workspace = %host.workspace().display(), data_dir = %host.data_dir().display(), "toolhost serving");
     let server = rpc::start(host.clone(), listeners)?;
     reload::start_servers(&host);

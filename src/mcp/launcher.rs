@@ -1,5 +1,5 @@
-//! Opening a connection to one MCP server: a stdio child in its own process group, or a
-//! streamable HTTP endpoint.
+//! Opening a connection to one MCP server: a stdio child in its own process group (spawned
+//! through the process module, so it dies with the daemon), or a streamable HTTP endpoint.
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -71,12 +71,17 @@ async fn connect_stdio(
     if let Some(cwd) = &cfg.cwd {
         cmd.current_dir(cwd);
     }
-    cmd.process_group(0).kill_on_drop(true);
-    let (transport, stderr) = TokioChildProcess::builder(cmd)
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("cannot start `{command}`"))?;
-    let group = transport.id().map(GroupGuard::new);
+    // Forked on the spawner thread with PDEATHSIG and the cookies, like every child.
+    let ((transport, stderr), group) = process::spawn_with(cmd, |cmd| {
+        let (transport, stderr) = TokioChildProcess::builder(cmd)
+            .stderr(Stdio::piped())
+            .spawn()?;
+        let pid = transport.id();
+        Ok(((transport, stderr), pid))
+    })
+    .await
+    .with_context(|| format!("cannot start `{command}`"))?;
+    let group = Some(group);
     if let Some(stderr) = stderr {
         tokio::spawn(log_stderr(name.to_owned(), stderr));
     }

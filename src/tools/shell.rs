@@ -1,28 +1,24 @@
 //! The `bash` tool: runs one shell command in the workspace, in its own process group.
 //!
 //! The command runs as `bash -c <command>` (or `sh -c` where bash is absent) with stdin
-//! closed and a scrubbed environment. Its stdout and stderr are read concurrently in this
-//! future, each kept within a memory cap (head and tail; the middle is counted and dropped).
-//! The process group is owned by a [`GroupGuard`]: it is killed on timeout, on cancel, when
-//! the future is dropped, and once the command has finished (background processes do not
-//! outlive their call — see the process module's invariant).
+//! closed and a scrubbed environment, through the shared process runner: stdout and stderr
+//! are each kept within a memory cap (head and tail; the middle is counted and dropped) and
+//! the process group is killed on timeout, on cancel, when the future is dropped, and once
+//! the command has finished (background processes do not outlive their call — see the
+//! process module's invariant).
 
-use std::collections::VecDeque;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde_json::{json, Map, Value};
-use tokio::io::AsyncReadExt;
-use tokio::process::Command;
 use tokio::time::Instant;
 
 use super::paths::{resolve, shown, workspace_root};
 use super::{int_arg, object_schema, opt_str_arg, str_arg};
 use crate::approval::ApprovalClass;
-use crate::process::{scrub_env, spawn_group, GroupGuard};
+use crate::process::runner::{self, Capture, End, Outcome, Sink, Spec, Stream};
 use crate::protocol::{ContentBlock, ErrorKind};
 use crate::registry::{
     CallContext, Tool, ToolError, ToolOk, ToolResult, ToolSpec, ToolUpdate, UpdateSink,
@@ -155,90 +151,63 @@ impl Tool for Bash {
                     p
                 }
             };
-            let mut cmd = Command::new(&self.shell);
-            cmd.arg("-c")
-                .arg(command)
-                .current_dir(&cwd)
-                .stdin(Stdio::null())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-            scrub_env(&mut cmd);
-            cmd.env("TOOLHOST_CALL_ID", &ctx.call_id)
-                .env("TOOLHOST_WORKSPACE", &root)
-                .env(
-                    "TOOLHOST_SESSION_ID",
-                    ctx.session_id.as_deref().unwrap_or(""),
-                )
-                .env("TOOLHOST_SESSION_META", ctx.session_meta.to_string());
-            let (child, guard) = spawn_group(&mut cmd).map_err(|e| {
-                ToolError::failed(format!("could not start {}: {e}", self.shell.display()))
-            })?;
-            run(child, guard, timeout, &ctx, self.output_cap).await
+            let mut spec = Spec::new(&self.shell, &cwd);
+            spec.args = vec!["-c".into(), command.into()];
+            spec.env = vec![
+                ("TOOLHOST_CALL_ID".into(), ctx.call_id.clone().into()),
+                ("TOOLHOST_WORKSPACE".into(), root.clone().into()),
+                (
+                    "TOOLHOST_SESSION_ID".into(),
+                    ctx.session_id.clone().unwrap_or_default().into(),
+                ),
+                (
+                    "TOOLHOST_SESSION_META".into(),
+                    ctx.session_meta.to_string().into(),
+                ),
+            ];
+            spec.timeout = Some(timeout);
+            spec.output_cap = self.output_cap;
+            spec.exit_grace = EXIT_GRACE;
+            let mut batcher = UpdateBatcher::new(&ctx.updates);
+            let outcome = runner::run(spec, &ctx.cancel, &mut batcher)
+                .await
+                .map_err(|e| {
+                    ToolError::failed(format!("could not start {}: {e}", self.shell.display()))
+                })?;
+            if ctx.updates.is_active() {
+                batcher.flush_all(true);
+            }
+            result(outcome, timeout)
         })
     }
 }
 
-/// One output stream: a capped copy for the result, and what is waiting to be streamed.
-struct Capture {
-    head: Vec<u8>,
-    tail: VecDeque<u8>,
-    /// Bytes kept at each end.
-    half: usize,
-    total: u64,
-    /// Not yet sent as an update (only filled while somebody listens).
-    pending: Vec<u8>,
+/// Streams each output as updates: complete lines at most every [`UPDATE_INTERVAL`], or
+/// everything pending once [`UPDATE_MAX_PENDING`] bytes wait. Holds data only while
+/// somebody listens.
+struct UpdateBatcher<'a> {
+    updates: &'a UpdateSink,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    last_flush: Instant,
 }
 
-impl Capture {
-    fn new(cap: usize) -> Self {
-        Capture {
-            head: Vec::new(),
-            tail: VecDeque::new(),
-            half: cap / 2,
-            total: 0,
-            pending: Vec::new(),
+impl<'a> UpdateBatcher<'a> {
+    fn new(updates: &'a UpdateSink) -> Self {
+        UpdateBatcher {
+            updates,
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+            last_flush: Instant::now() - UPDATE_INTERVAL,
         }
-    }
-
-    fn push(&mut self, data: &[u8], streaming: bool) {
-        self.total += data.len() as u64;
-        let to_head = self.half.saturating_sub(self.head.len()).min(data.len());
-        self.head.extend_from_slice(&data[..to_head]);
-        self.tail.extend(&data[to_head..]);
-        if self.tail.len() > self.half {
-            let excess = self.tail.len() - self.half;
-            self.tail.drain(..excess);
-        }
-        if streaming {
-            self.pending.extend_from_slice(data);
-        }
-    }
-
-    fn dropped(&self) -> u64 {
-        self.total - (self.head.len() + self.tail.len()) as u64
-    }
-
-    fn text(&self) -> String {
-        let dropped = self.dropped();
-        if dropped == 0 {
-            let mut all = self.head.clone();
-            all.extend(self.tail.iter());
-            return String::from_utf8_lossy(&all).into_owned();
-        }
-        let tail: Vec<u8> = self.tail.iter().copied().collect();
-        format!(
-            "{}\n…[{dropped} bytes omitted]…\n{}",
-            String::from_utf8_lossy(&self.head),
-            String::from_utf8_lossy(&tail)
-        )
     }
 
     /// Sends the complete lines pending (or everything, once a lot is pending).
-    fn flush(&mut self, stream: &str, updates: &UpdateSink, all: bool) {
-        let cut = if all || self.pending.len() >= UPDATE_MAX_PENDING {
-            self.pending.len()
+    fn flush_stream(pending: &mut Vec<u8>, stream: &str, updates: &UpdateSink, all: bool) {
+        let cut = if all || pending.len() >= UPDATE_MAX_PENDING {
+            pending.len()
         } else {
-            match self.pending.iter().rposition(|b| *b == b'\n') {
+            match pending.iter().rposition(|b| *b == b'\n') {
                 Some(i) => i + 1,
                 None => return,
             }
@@ -246,7 +215,7 @@ impl Capture {
         if cut == 0 {
             return;
         }
-        let chunk: Vec<u8> = self.pending.drain(..cut).collect();
+        let chunk: Vec<u8> = pending.drain(..cut).collect();
         updates.send(ToolUpdate {
             content: vec![ContentBlock::text(String::from_utf8_lossy(&chunk))],
             details: Some(json!({"stream": stream})),
@@ -254,102 +223,48 @@ impl Capture {
         });
     }
 
-    fn put(&self, out: &mut Map<String, Value>, stream: &str) {
-        out.insert(stream.into(), json!(self.text()));
-        if self.dropped() > 0 {
-            out.insert(format!("{stream}_truncated"), json!(true));
-            out.insert(format!("{stream}_omitted_bytes"), json!(self.dropped()));
-        }
+    fn flush_all(&mut self, all: bool) {
+        Self::flush_stream(&mut self.stdout, "stdout", self.updates, all);
+        Self::flush_stream(&mut self.stderr, "stderr", self.updates, all);
     }
 }
 
-/// How the wait for the command ended.
-enum End {
-    /// The command exited and its pipes closed.
-    Exited(ExitStatus),
-    /// The command exited but background processes held its pipes past the grace.
-    ExitedPipesHeld(ExitStatus),
-    TimedOut,
-    Cancelled,
+impl Sink for UpdateBatcher<'_> {
+    fn output(&mut self, stream: Stream, data: &[u8]) {
+        if !self.updates.is_active() {
+            return;
+        }
+        match stream {
+            Stream::Stdout => self.stdout.extend_from_slice(data),
+            Stream::Stderr => self.stderr.extend_from_slice(data),
+        }
+    }
+
+    fn next_flush(&self) -> Option<Instant> {
+        let pending = !self.stdout.is_empty() || !self.stderr.is_empty();
+        pending.then_some(self.last_flush + UPDATE_INTERVAL)
+    }
+
+    fn flush(&mut self) {
+        self.flush_all(false);
+        self.last_flush = Instant::now();
+    }
 }
 
-async fn run(
-    mut child: tokio::process::Child,
-    guard: GroupGuard,
-    timeout: Duration,
-    ctx: &CallContext,
-    cap: usize,
-) -> ToolResult {
-    let (Some(mut stdout), Some(mut stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        return Err(ToolError::failed("could not capture the command's output"));
-    };
-    let mut out = Capture::new(cap);
-    let mut err = Capture::new(cap);
-    let mut out_buf = vec![0u8; 64 * 1024];
-    let mut err_buf = vec![0u8; 64 * 1024];
-    let (mut out_open, mut err_open) = (true, true);
-    let mut status: Option<ExitStatus> = None;
-    let mut exited_at: Option<Instant> = None;
-    let deadline = Instant::now() + timeout;
-    let mut last_flush = Instant::now() - UPDATE_INTERVAL;
-
-    let end = loop {
-        if let Some(s) = status {
-            if !out_open && !err_open {
-                break End::Exited(s);
-            }
-        }
-        let streaming = ctx.updates.is_active();
-        let has_pending = !out.pending.is_empty() || !err.pending.is_empty();
-        let grace_end = exited_at.map(|t| t + EXIT_GRACE);
-        tokio::select! {
-            r = stdout.read(&mut out_buf), if out_open => match r {
-                Ok(0) | Err(_) => out_open = false,
-                Ok(n) => out.push(&out_buf[..n], streaming),
-            },
-            r = stderr.read(&mut err_buf), if err_open => match r {
-                Ok(0) | Err(_) => err_open = false,
-                Ok(n) => err.push(&err_buf[..n], streaming),
-            },
-            r = child.wait(), if status.is_none() => match r {
-                Ok(s) => {
-                    status = Some(s);
-                    exited_at = Some(Instant::now());
-                }
-                Err(e) => return Err(ToolError::failed(format!("could not wait for the command: {e}"))),
-            },
-            _ = tokio::time::sleep_until(grace_end.unwrap_or(deadline)), if grace_end.is_some() => {
-                if let Some(s) = status {
-                    break End::ExitedPipesHeld(s);
-                }
-            },
-            _ = tokio::time::sleep_until(last_flush + UPDATE_INTERVAL), if has_pending => {
-                out.flush("stdout", &ctx.updates, false);
-                err.flush("stderr", &ctx.updates, false);
-                last_flush = Instant::now();
-            },
-            _ = tokio::time::sleep_until(deadline) => break End::TimedOut,
-            _ = ctx.cancel.cancelled() => break End::Cancelled,
-        }
-    };
-
-    // Whatever happened, the group goes now: SIGTERM to every member at once (SIGKILL follows
-    // from the guard's thread for anything that ignores it).
-    drop(guard);
-    if status.is_none() {
-        // Reap the leader promptly so its group is really gone when we return.
-        let _ = child.start_kill();
-        let _ = tokio::time::timeout(Duration::from_millis(500), child.wait()).await;
+fn put(capture: &Capture, out: &mut Map<String, Value>, stream: &str) {
+    out.insert(stream.into(), json!(capture.text()));
+    if capture.dropped() > 0 {
+        out.insert(format!("{stream}_truncated"), json!(true));
+        out.insert(format!("{stream}_omitted_bytes"), json!(capture.dropped()));
     }
-    if ctx.updates.is_active() {
-        out.flush("stdout", &ctx.updates, true);
-        err.flush("stderr", &ctx.updates, true);
-    }
+}
 
+/// Turns the runner's outcome into the tool's result.
+fn result(outcome: Outcome, timeout: Duration) -> ToolResult {
     let mut fields = Map::new();
-    out.put(&mut fields, "stdout");
-    err.put(&mut fields, "stderr");
-    match end {
+    put(&outcome.stdout, &mut fields, "stdout");
+    put(&outcome.stderr, &mut fields, "stderr");
+    match outcome.end {
         End::Exited(s) | End::ExitedPipesHeld(s) => {
             let mut ok = ToolOk::new();
             let (code, signal) = match (s.code(), s.signal()) {
@@ -362,7 +277,7 @@ async fn run(
                 ok.insert("signal".into(), json!(sig));
             }
             ok.extend(fields);
-            if matches!(end, End::ExitedPipesHeld(_)) {
+            if matches!(outcome.end, End::ExitedPipesHeld(_)) {
                 ok.insert(
                     "note".into(),
                     json!(format!(

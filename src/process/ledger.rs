@@ -1,0 +1,145 @@
+//! The ledger of live process groups, in the data dir, so that a daemon killed with -9 (no
+//! chance to clean up) has its leftovers killed by the next daemon on the same data dir.
+//!
+//! `PR_SET_PDEATHSIG` covers only our direct children; a grandchild that was still running
+//! survives. Each line is `boot_id instance pgid starttime`: pids mean nothing across boots,
+//! the start time of the group leader tells a reused pgid from ours, and the instance is the
+//! `TOOLHOST_INSTANCE` cookie every child of that daemon carried.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use nix::sys::signal::Signal;
+
+use super::procfs;
+
+/// File name of the ledger inside the data dir.
+pub const LEDGER_FILE: &str = "process-groups";
+
+struct Ledger {
+    /// Unset until the daemon opens it (library users and unit tests keep no ledger).
+    path: Option<PathBuf>,
+    boot_id: String,
+    groups: Vec<(i32, u64)>,
+}
+
+static LEDGER: Mutex<Ledger> = Mutex::new(Ledger {
+    path: None,
+    boot_id: String::new(),
+    groups: Vec::new(),
+});
+
+impl Ledger {
+    /// Rewrites the whole file (it holds one line per live group, so it stays tiny);
+    /// written aside and renamed so a crash never leaves half a line.
+    fn save(&self) {
+        let Some(path) = &self.path else { return };
+        let mut text = String::new();
+        for (pgid, start) in &self.groups {
+            text.push_str(&format!(
+                "{} {} {pgid} {start}\n",
+                self.boot_id,
+                super::instance()
+            ));
+        }
+        let tmp = path.with_extension("tmp");
+        let written = std::fs::File::create(&tmp)
+            .and_then(|mut f| f.write_all(text.as_bytes()))
+            .and_then(|()| std::fs::rename(&tmp, path));
+        if let Err(e) = written {
+            tracing::warn!(path = %path.display(), "cannot write the process ledger: {e}");
+        }
+    }
+}
+
+pub fn record(pgid: i32, starttime: u64) {
+    if let Ok(mut l) = LEDGER.lock() {
+        l.groups.push((pgid, starttime));
+        l.save();
+    }
+}
+
+pub fn forget(pgid: i32, starttime: u64) {
+    if let Ok(mut l) = LEDGER.lock() {
+        let before = l.groups.len();
+        l.groups.retain(|g| *g != (pgid, starttime));
+        if l.groups.len() != before {
+            l.save();
+        }
+    }
+}
+
+/// Starts keeping the ledger in `data_dir` (after sweeping what a previous daemon left).
+pub fn open(data_dir: &Path) {
+    if let Ok(mut l) = LEDGER.lock() {
+        l.path = Some(data_dir.join(LEDGER_FILE));
+        l.boot_id = procfs::boot_id();
+        l.save();
+    }
+}
+
+/// Stops keeping the ledger and removes the file (a clean shutdown leaves nothing behind).
+pub fn close() {
+    if let Ok(mut l) = LEDGER.lock() {
+        if let Some(path) = l.path.take() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Kills what a previous daemon on this data dir left running, and returns how many
+/// processes were signalled. Only this boot's entries count; a group whose leader pid now
+/// belongs to a newer process was reused and is left alone; members must be ours (uid),
+/// in the group and no older than its leader. Processes still carrying an old instance's
+/// cookie (escaped from their group with `setsid`) are killed as well.
+pub fn sweep(data_dir: &Path) -> usize {
+    let path = data_dir.join(LEDGER_FILE);
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return 0;
+    };
+    let boot = procfs::boot_id();
+    let mut groups = Vec::new();
+    let mut instances = BTreeSet::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let [b, inst, pgid, start] = f[..] else {
+            continue;
+        };
+        let (Ok(pgid), Ok(start)) = (pgid.parse::<i32>(), start.parse::<u64>()) else {
+            continue;
+        };
+        if b != boot || pgid <= 1 || inst == super::instance() {
+            continue;
+        }
+        instances.insert(inst.to_owned());
+        groups.push((pgid, start));
+    }
+    let mut killed = 0;
+    let procs: Vec<procfs::Stat> = procfs::pids()
+        .into_iter()
+        .filter(|&p| procfs::owned_by_us(p))
+        .filter_map(procfs::stat)
+        .filter(|s| !s.is_zombie())
+        .collect();
+    for (pgid, start) in groups {
+        if procfs::stat(pgid).is_some_and(|s| s.starttime != start) {
+            continue; // the pgid now names somebody else's group
+        }
+        for p in procs
+            .iter()
+            .filter(|s| s.pgrp == pgid && s.starttime >= start)
+        {
+            killed += usize::from(procfs::signal_exact(p.pid, p.starttime, Signal::SIGKILL));
+        }
+    }
+    for inst in instances {
+        let entry = format!("{}={inst}", super::INSTANCE_VAR);
+        for p in procfs::holders(entry.as_bytes()) {
+            killed += usize::from(procfs::signal_exact(p.pid, p.starttime, Signal::SIGKILL));
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+    killed
+}

@@ -1,0 +1,444 @@
+//! Spawning children in their own process group, and making sure none outlives its reason.
+//!
+//! Architecture Invariant: every process the host starts (bash calls, custom tools, stdio MCP
+//! servers) is spawned through [`spawn_group`]/[`spawn_with`] and owned by a [`GroupGuard`].
+//! Dropping the guard sends SIGTERM to the group and to every process carrying the group's
+//! cookie (one that escaped with `setsid`), and SIGKILL after a grace, so a child — and
+//! anything it forked, like the `node` under `npx` — dies with its call, its server or the
+//! daemon. If the daemon itself is killed with -9: each direct child gets SIGKILL from
+//! `PR_SET_PDEATHSIG` (all forks happen on one long-lived thread, see [`spawner`]), and the
+//! next daemon on the same data dir sweeps the rest from the [`ledger`].
+//!
+//! Cookies: every child carries `TOOLHOST_INSTANCE=<this daemon's id>` and
+//! `TOOLHOST_GROUP=<id of its group>` in its environment; they survive `setsid` and double
+//! forks, and are how we recognise our escaped processes in /proc.
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::signal::{killpg, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag};
+use nix::unistd::Pid;
+use tokio::process::{Child, Command};
+
+pub mod ledger;
+pub mod procfs;
+pub mod runner;
+pub mod spawner;
+
+/// How long a group gets between SIGTERM and SIGKILL.
+pub const KILL_GRACE: Duration = Duration::from_millis(2000);
+
+/// Environment variables a child inherits from the daemon; everything else is explicit.
+pub const ENV_ALLOW_LIST: &[&str] = &[
+    "PATH",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "TERM",
+    "XDG_RUNTIME_DIR",
+    "XDG_CONFIG_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_DATA_HOME",
+    "npm_config_cache",
+    "NODE_PATH",
+    "VIRTUAL_ENV",
+    "PYTHONPATH",
+    "SSL_CERT_FILE",
+];
+
+/// Clears the command's environment and passes only the allow-list (plus what the caller
+/// adds afterwards), so tokens in the daemon's environment do not leak into children.
+pub fn scrub_env(cmd: &mut Command) {
+    cmd.env_clear();
+    for key in ENV_ALLOW_LIST {
+        if let Some(v) = std::env::var_os(key) {
+            cmd.env(key, v);
+        }
+    }
+}
+
+/// Environment variable naming the daemon instance that started a process.
+pub const INSTANCE_VAR: &str = "TOOLHOST_INSTANCE";
+/// Environment variable naming the process group (call or server) a process belongs to.
+pub const GROUP_VAR: &str = "TOOLHOST_GROUP";
+
+/// This daemon's id: random, so a later daemon can tell our leftovers from its own.
+pub fn instance() -> &'static str {
+    static ID: OnceLock<String> = OnceLock::new();
+    ID.get_or_init(|| uuid::Uuid::new_v4().simple().to_string())
+}
+
+/// Direct children we spawned, by (pid, start time): their exit statuses belong to tokio,
+/// so the adopted-zombie reaper must never wait for them.
+static OURS: Mutex<Option<HashSet<(i32, u64)>>> = Mutex::new(None);
+
+/// Spawns `cmd` as the leader of a new process group.
+pub async fn spawn_group(cmd: Command) -> io::Result<(Child, GroupGuard)> {
+    spawn_with(cmd, |mut cmd| {
+        let child = cmd.spawn()?;
+        let pid = child.id();
+        Ok((child, pid))
+    })
+    .await
+}
+
+/// Spawns through `spawn` (for wrappers such as rmcp's child transport, which take the
+/// command and return their own handle plus the child's pid) with everything every child
+/// gets: its own process group, the cookies, `PR_SET_PDEATHSIG`, a fork from the spawner
+/// thread, and a ledger entry.
+pub async fn spawn_with<T: Send + 'static>(
+    mut cmd: Command,
+    spawn: impl FnOnce(Command) -> io::Result<(T, Option<u32>)> + Send + 'static,
+) -> io::Result<(T, GroupGuard)> {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let cookie = format!("{}.{}", instance(), NEXT.fetch_add(1, Ordering::Relaxed));
+    cmd.process_group(0)
+        .kill_on_drop(true)
+        .env(INSTANCE_VAR, instance())
+        .env(GROUP_VAR, &cookie);
+    let parent = nix::unistd::getpid();
+    // SAFETY: the closure runs between fork and exec and only makes two syscalls; it
+    // allocates nothing (the error is built from a raw errno).
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)?;
+            // The daemon died before the line above took effect: nobody would kill us.
+            if nix::unistd::getppid() != parent {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+    spawner::on_spawner(move || {
+        let (handle, pid) = spawn(cmd)?;
+        let pid = pid
+            .and_then(|p| i32::try_from(p).ok())
+            .ok_or_else(|| io::Error::other("child exited before its pid could be read"))?;
+        let start = procfs::stat(pid).map_or(0, |s| s.starttime);
+        if let Ok(mut ours) = OURS.lock() {
+            ours.get_or_insert_with(HashSet::new).insert((pid, start));
+        }
+        ledger::record(pid, start);
+        let guard = GroupGuard {
+            pgid: Some(Pid::from_raw(pid)),
+            start,
+            cookie: Some(cookie),
+        };
+        Ok((handle, guard))
+    })
+    .await?
+}
+
+/// Owns a process group: kills it and its escaped members (TERM, then KILL after
+/// [`KILL_GRACE`]) when dropped or terminated.
+#[derive(Debug)]
+pub struct GroupGuard {
+    pgid: Option<Pid>,
+    /// The leader's start time, the group's key in the ledger.
+    start: u64,
+    /// The `TOOLHOST_GROUP` value its processes carry.
+    cookie: Option<String>,
+}
+
+impl GroupGuard {
+    pub fn pgid(&self) -> Option<i32> {
+        self.pgid.map(Pid::as_raw)
+    }
+
+    /// Terminates the group and waits (asynchronously) until it is gone or has been killed.
+    /// If this future is dropped midway, the blocking task still delivers the KILL.
+    pub async fn terminate(mut self, grace: Duration) {
+        let (pgid, start, cookie) = (self.pgid.take(), self.start, self.cookie.take());
+        let _ = tokio::task::spawn_blocking(move || finish(pgid, start, cookie, grace)).await;
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        let (pgid, start, cookie) = (self.pgid.take(), self.start, self.cookie.take());
+        if pgid.is_none() && cookie.is_none() {
+            return;
+        }
+        // Drop cannot wait; a short-lived thread delivers the KILL after the grace so the
+        // runtime is never blocked and the kill still happens during runtime shutdown.
+        let spawned = std::thread::Builder::new()
+            .name("killpg".into())
+            .spawn(move || finish(pgid, start, cookie, KILL_GRACE));
+        if spawned.is_err() {
+            if let Some(pgid) = pgid {
+                signal_group(pgid, Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+/// TERM to the group and to escaped holders of its cookie, KILL to whatever is left after
+/// `grace`, then the group leaves the ledger.
+fn finish(pgid: Option<Pid>, start: u64, cookie: Option<String>, grace: Duration) {
+    let entry = cookie.map(|c| format!("{GROUP_VAR}={c}"));
+    let escaped = || {
+        entry
+            .as_ref()
+            .map(|e| procfs::holders(e.as_bytes()))
+            .unwrap_or_default()
+    };
+    let group_there = pgid.is_some_and(|p| signal_group(p, Signal::SIGTERM));
+    let first = escaped();
+    for p in &first {
+        procfs::signal_exact(p.pid, p.starttime, Signal::SIGTERM);
+    }
+    if group_there || !first.is_empty() {
+        let deadline = Instant::now() + grace;
+        let mut polls = 0u32;
+        while Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+            polls += 1;
+            // The /proc scan costs more than killpg(0): do it every 100 ms.
+            let group_gone = pgid.is_none_or(|p| !group_alive(p));
+            if group_gone && (first.is_empty() || (polls.is_multiple_of(5) && escaped().is_empty()))
+            {
+                break;
+            }
+        }
+        if let Some(p) = pgid {
+            signal_group(p, Signal::SIGKILL);
+        }
+        for p in escaped() {
+            procfs::signal_exact(p.pid, p.starttime, Signal::SIGKILL);
+        }
+    }
+    if let Some(p) = pgid {
+        ledger::forget(p.as_raw(), start);
+    }
+}
+
+/// Sends `sig` to the group; false when the group no longer exists.
+fn signal_group(pgid: Pid, sig: Signal) -> bool {
+    !matches!(killpg(pgid, sig), Err(Errno::ESRCH))
+}
+
+fn group_alive(pgid: Pid) -> bool {
+    // Signal 0 checks existence. Zombies of an unreaped leader still count, which is fine:
+    // SIGKILL to a group of zombies is harmless.
+    !matches!(killpg(pgid, None), Err(Errno::ESRCH))
+}
+
+/// Whether any process of the group `pgid` is alive (used by tests and status).
+pub fn group_exists(pgid: i32) -> bool {
+    group_alive(Pid::from_raw(pgid))
+}
+
+/// Sets the daemon up to own everything it starts; call once at startup, inside the runtime,
+/// and keep the returned guard for the daemon's life. It kills what a previous daemon on
+/// `data_dir` left behind (the ledger), makes us the child subreaper so processes that escape
+/// their group with `setsid` or a double fork become our children instead of PID 1's,
+/// starts reaping those once they exit, and on drop kills every process still carrying our
+/// instance cookie.
+pub fn init_daemon(data_dir: &Path) -> DaemonProcesses {
+    let swept = ledger::sweep(data_dir);
+    if swept > 0 {
+        tracing::warn!(
+            processes = swept,
+            "killed processes left running by a previous daemon"
+        );
+    }
+    ledger::open(data_dir);
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        tracing::warn!("cannot become child subreaper; escaped processes go to PID 1: {e}");
+    }
+    let reaper = tokio::spawn(reap_adopted_forever());
+    DaemonProcesses { reaper }
+}
+
+/// Held by the daemon; dropping it (at shutdown) kills what is left of our processes.
+pub struct DaemonProcesses {
+    reaper: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for DaemonProcesses {
+    fn drop(&mut self) {
+        self.reaper.abort();
+        let entry = format!("{INSTANCE_VAR}={}", instance());
+        let left = procfs::holders(entry.as_bytes());
+        for p in &left {
+            procfs::signal_exact(p.pid, p.starttime, Signal::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_millis(500);
+        let mut rest = left;
+        while !rest.is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+            rest.retain(|p| procfs::stat(p.pid).is_some_and(|s| !s.is_zombie()));
+        }
+        for p in rest {
+            procfs::signal_exact(p.pid, p.starttime, Signal::SIGKILL);
+        }
+        ledger::close();
+    }
+}
+
+/// How long an unknown zombie child must stay unreaped before we reap it: a direct child
+/// forked elsewhere (e.g. `std::process::Command::output`) is waited for at once by its
+/// owner, while an adopted orphan has nobody else.
+const ADOPTED_ZOMBIE_AGE: Duration = Duration::from_secs(1);
+
+/// Reaps adopted zombies on SIGCHLD and every second while any is pending. Never
+/// `waitpid(-1)`: that would steal the statuses tokio waits for.
+async fn reap_adopted_forever() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut sigchld = signal(SignalKind::child()).ok();
+    let mut pending = false;
+    loop {
+        let tick = tokio::time::sleep(Duration::from_secs(1));
+        match sigchld.as_mut() {
+            Some(s) => {
+                tokio::select! {
+                    _ = s.recv() => {},
+                    () = tick, if pending => {},
+                }
+            }
+            None => tick.await,
+        }
+        // Run on the spawner thread: no spawn can be half-recorded while we scan.
+        pending = spawner::on_spawner(reap_adopted).await.unwrap_or(true);
+    }
+}
+
+/// One scan: wait for zombie children that are not ours and have been zombies long enough.
+/// True while some are left for a later scan.
+fn reap_adopted() -> bool {
+    static SEEN: Mutex<Option<HashMap<(i32, u64), Instant>>> = Mutex::new(None);
+    let me = std::process::id() as i32;
+    let zombies: Vec<procfs::Stat> = procfs::pids()
+        .into_iter()
+        .filter_map(procfs::stat)
+        .filter(|s| s.ppid == me && s.is_zombie())
+        .collect();
+    let Ok(mut ours) = OURS.lock() else {
+        return false;
+    };
+    let ours = ours.get_or_insert_with(HashSet::new);
+    // Forget our children that are gone (tokio reaped them) or whose pid was reused.
+    ours.retain(|(pid, start)| procfs::stat(*pid).is_some_and(|s| s.starttime == *start));
+    let Ok(mut seen) = SEEN.lock() else {
+        return false;
+    };
+    let seen = seen.get_or_insert_with(HashMap::new);
+    let now = Instant::now();
+    let mut still = HashMap::new();
+    for z in zombies {
+        let key = (z.pid, z.starttime);
+        if ours.contains(&key) {
+            continue;
+        }
+        let first = seen.get(&key).copied().unwrap_or(now);
+        if now.duration_since(first) >= ADOPTED_ZOMBIE_AGE {
+            let _ = waitpid(Pid::from_raw(z.pid), Some(WaitPidFlag::WNOHANG));
+        } else {
+            still.insert(key, first);
+        }
+    }
+    let pending = !still.is_empty();
+    *seen = still;
+    pending
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn dropping_the_guard_kills_grandchildren() {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "sleep 30 & sleep 30 & wait"]);
+        let (mut child, guard) = spawn_group(cmd).await.unwrap();
+        let pgid = guard.pgid().unwrap();
+        assert!(group_exists(pgid));
+        guard.terminate(Duration::from_secs(2)).await;
+        let _ = child.wait().await;
+        // Reaped leader; the sleeps were reparented and killed by the group signal.
+        for _ in 0..100 {
+            if !group_exists(pgid) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("process group {pgid} survived");
+    }
+
+    /// Waits until no live process carries `entry`.
+    async fn wait_no_holders(entry: &str) {
+        for _ in 0..150 {
+            if procfs::holders(entry.as_bytes()).is_empty() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("still running: {:?}", procfs::holders(entry.as_bytes()));
+    }
+
+    #[tokio::test]
+    async fn children_carry_the_cookies_and_setsid_escapes_die_with_the_group() {
+        let mut cmd = Command::new("sh");
+        // Three ways out of the group: setsid in the background, setsid -f, double fork.
+        cmd.args([
+            "-c",
+            "setsid sleep 31 & setsid -f sleep 32; (setsid sh -c 'sleep 33 & :' &); \
+             echo \"$TOOLHOST_INSTANCE $TOOLHOST_GROUP\"; sleep 30",
+        ])
+        .stdout(std::process::Stdio::piped());
+        let (mut child, guard) = spawn_group(cmd).await.unwrap();
+        let mut line = String::new();
+        let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap());
+        tokio::io::AsyncBufReadExt::read_line(&mut out, &mut line)
+            .await
+            .unwrap();
+        let (inst, group) = line.trim().split_once(' ').unwrap();
+        assert_eq!(inst, instance());
+        assert!(group.starts_with(&format!("{}.", instance())), "{group}");
+        let entry = format!("{GROUP_VAR}={group}");
+        let escaped = procfs::holders(entry.as_bytes());
+        let pgid = guard.pgid().unwrap();
+        let outside: Vec<_> = escaped.iter().filter(|s| s.pgrp != pgid).collect();
+        assert_eq!(outside.len(), 3, "{escaped:?}");
+        drop(guard);
+        let _ = child.wait().await;
+        wait_no_holders(&entry).await;
+    }
+
+    #[test]
+    fn children_outlive_the_thread_that_asked_for_them() {
+        // PDEATHSIG is tied to the forking thread: a child requested from a thread that then
+        // exits must live on, because the fork happened on the spawner thread.
+        let (child, guard) = std::thread::spawn(|| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let mut cmd = Command::new("sleep");
+            cmd.arg("30");
+            let spawned = rt.block_on(spawn_group(cmd)).unwrap();
+            std::mem::forget(rt); // keep the child's reaper registration valid
+            spawned
+        })
+        .join()
+        .unwrap();
+        let pid = i32::try_from(child.id().unwrap()).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        let s = procfs::stat(pid).unwrap();
+        assert!(!s.is_zombie(), "{s:?}");
+        drop(guard);
+        std::mem::forget(child);
+    }
+}

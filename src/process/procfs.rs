@@ -1,0 +1,149 @@
+//! The little of /proc we need: a process's state, parent, group and start time, its
+//! environment (for our cookies), and signalling exactly the process we looked at.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+
+use nix::sys::signal::Signal;
+
+/// Fields of /proc/<pid>/stat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    pub pid: i32,
+    pub state: u8,
+    pub ppid: i32,
+    pub pgrp: i32,
+    /// Clock ticks after boot; with the pid it names one process across pid reuse.
+    pub starttime: u64,
+}
+
+impl Stat {
+    pub fn is_zombie(&self) -> bool {
+        matches!(self.state, b'Z' | b'X')
+    }
+}
+
+pub fn stat(pid: i32) -> Option<Stat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_stat(pid, &text)
+}
+
+/// `pid (comm) state ppid pgrp ... starttime(22nd)`; comm may hold spaces and parentheses,
+/// so fields are counted after the last ')'.
+fn parse_stat(pid: i32, text: &str) -> Option<Stat> {
+    let (_, rest) = text.rsplit_once(')')?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some(Stat {
+        pid,
+        state: *f.first()?.as_bytes().first()?,
+        ppid: f.get(1)?.parse().ok()?,
+        pgrp: f.get(2)?.parse().ok()?,
+        starttime: f.get(19)?.parse().ok()?,
+    })
+}
+
+/// Every pid in /proc.
+pub fn pids() -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// Whether `pid` belongs to our user (others' processes are never ours to kill).
+pub fn owned_by_us(pid: i32) -> bool {
+    std::fs::metadata(format!("/proc/{pid}"))
+        .is_ok_and(|m| m.uid() == nix::unistd::geteuid().as_raw())
+}
+
+/// Whether the process's environment holds exactly `entry` (`NAME=value`).
+pub fn environ_has(pid: i32, entry: &[u8]) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .is_ok_and(|env| env.split(|b| *b == 0).any(|e| e == entry))
+}
+
+/// Our live processes (not zombies) whose environment carries `entry`, except ourselves.
+pub fn holders(entry: &[u8]) -> Vec<Stat> {
+    let me = std::process::id() as i32;
+    pids()
+        .into_iter()
+        .filter(|&p| p != me && owned_by_us(p) && environ_has(p, entry))
+        .filter_map(stat)
+        .filter(|s| !s.is_zombie())
+        .collect()
+}
+
+/// This boot's id: pids and start times only mean something within one boot.
+pub fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// Sends `sig` to `pid` only while it is still the process that started at `starttime`:
+/// a pidfd pins the process, then the start time is checked again, so a reused pid is never
+/// hit. Without pidfds (Linux < 5.3) the window between check and kill is tiny.
+pub fn signal_exact(pid: i32, starttime: u64, sig: Signal) -> bool {
+    let same = || stat(pid).is_some_and(|s| s.starttime == starttime);
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        let err = std::io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::ENOSYS) && same() {
+            return nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig).is_ok();
+        }
+        return false;
+    }
+    let Ok(raw) = i32::try_from(fd) else {
+        return false;
+    };
+    // SAFETY: the fd was just returned by pidfd_open and is owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    if !same() {
+        return false;
+    }
+    // SAFETY: a valid pidfd, a signal number, no siginfo, no flags.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            sig as i32,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    r == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_parses_odd_command_names() {
+        let line = "42 (a) b (c) S 1 40 40 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 12345 1000 10";
+        assert_eq!(
+            parse_stat(42, line),
+            Some(Stat {
+                pid: 42,
+                state: b'S',
+                ppid: 1,
+                pgrp: 40,
+                starttime: 12345
+            })
+        );
+        assert_eq!(parse_stat(1, "1 (x) S"), None);
+    }
+
+    #[test]
+    fn our_own_stat_and_environ_are_readable() {
+        let me = std::process::id() as i32;
+        let s = stat(me).unwrap();
+        assert_eq!(s.pid, me);
+        assert!(s.starttime > 0);
+        assert!(owned_by_us(me));
+        assert!(!environ_has(me, b"TOOLHOST_NO_SUCH=1"));
+        assert!(!boot_id().is_empty());
+    }
+}

@@ -1,0 +1,317 @@
+//! No process outlives its reason: against the real binary, children die with their call
+//! (also when they escape the group with `setsid`), with the daemon (kill -9 included) and
+//! the next daemon on the same data dir sweeps what the previous one could not.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::time::Duration;
+
+use common::{alive, eventually, Daemon, FIXTURE};
+use serde_json::{json, Value};
+
+/// Three ways out of the call's process group, each leaving a `sleep` running.
+const ESCAPES: &str = "setsid sleep 301 >/dev/null 2>&1 & setsid -f sleep 302 >/dev/null 2>&1; \
+                       (setsid sh -c 'sleep 303 & :' >/dev/null 2>&1 &)";
+
+/// Pids of our live (non-zombie) processes whose environment holds `entry`.
+fn holders(entry: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        if env.split(|b| *b == 0).any(|v| v == entry.as_bytes()) && alive(pid) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Fields of /proc/<pid>/stat after the command name: (state, ppid, pgrp, starttime).
+fn stat(pid: i32) -> Option<(char, i32, i32, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let f: Vec<&str> = text.rsplit_once(')')?.1.split_whitespace().collect();
+    Some((
+        f[0].chars().next()?,
+        f[1].parse().ok()?,
+        f[2].parse().ok()?,
+        f[19].parse().ok()?,
+    ))
+}
+
+/// Live members of the process group `pgid`.
+fn group_members(pgid: i32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&p| stat(p).is_some_and(|(_, _, g, _)| g == pgid) && alive(p))
+        .collect()
+}
+
+/// Waits for `path` to hold a complete line and returns its whitespace-separated words.
+async fn read_words(path: &Path) -> Vec<String> {
+    eventually(20, &format!("{} to be written", path.display()), || async {
+        std::fs::read_to_string(path).is_ok_and(|s| s.ends_with('\n'))
+    })
+    .await;
+    std::fs::read_to_string(path)
+        .unwrap()
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn pids(words: &[String]) -> Vec<i32> {
+    words.iter().map(|w| w.parse().unwrap()).collect()
+}
+
+/// Starts a bash call without waiting for it; returns the connection to read its answer.
+async fn start_bash(d: &Daemon, call_id: &str, command: &str) -> common::Client {
+    let mut c = d.client().await;
+    c.send(
+        "invoke",
+        json!({"name": "bash", "arguments": {"command": command}, "call_id": call_id}),
+    )
+    .await;
+    c
+}
+
+async fn wait_dead(pids: &[i32], what: &str) {
+    eventually(10, what, || async { pids.iter().all(|p| !alive(*p)) }).await;
+}
+
+#[tokio::test]
+async fn daemon_sigkill_kills_direct_children_and_the_restart_sweeps_the_rest() {
+    let mut d = Daemon::start_in(|dir| {
+        json!({"mcp_servers": {"fx": {
+            "command": FIXTURE,
+            "env": {"FIXTURE_PID_FILE": dir.join("fixture.pids")},
+        }}})
+    })
+    .await;
+    let pid_file = d.workspace().join("pids");
+    let _c = start_bash(
+        &d,
+        "k9",
+        &format!("sleep 300 & echo $$ $! > {}; sleep 300", pid_file.display()),
+    )
+    .await;
+    let bash = pids(&read_words(&pid_file).await);
+    let fixture = pids(&read_words(&d.dir.path().join("fixture.pids")).await);
+    assert_eq!((bash.len(), fixture.len()), (2, 1), "{bash:?} {fixture:?}");
+    assert!(alive(bash[0]) && alive(bash[1]) && alive(fixture[0]));
+    let ledger = std::fs::read_to_string(d.data_dir().join("process-groups")).unwrap();
+    assert!(
+        ledger
+            .lines()
+            .any(|l| l.ends_with(&format!(" {} {}", bash[0], stat(bash[0]).unwrap().3))),
+        "{ledger}"
+    );
+
+    d.kill9().await;
+    // PDEATHSIG: the direct children (the shell, the MCP server) die with the daemon.
+    wait_dead(
+        &[bash[0], fixture[0]],
+        "direct children to die with the daemon",
+    )
+    .await;
+
+    // The background sleep is a grandchild: the next daemon on this data dir sweeps it.
+    d.spawn(&[]).await;
+    wait_dead(&[bash[1]], "the grandchild to be swept at restart").await;
+    assert_eq!(group_members(bash[0]), Vec::<i32>::new());
+}
+
+#[tokio::test]
+async fn the_restart_sweep_kills_a_grandchild_that_ignores_term() {
+    let mut d = Daemon::start().await;
+    let pid_file = d.workspace().join("pids");
+    let _c = start_bash(
+        &d,
+        "k9",
+        &format!(
+            "sh -c 'trap \"\" TERM; sleep 300' & echo $$ $! > {}; sleep 300",
+            pid_file.display()
+        ),
+    )
+    .await;
+    let p = pids(&read_words(&pid_file).await);
+    d.kill9().await;
+    wait_dead(&[p[0]], "the shell to die with the daemon").await;
+    // Without the sweep this one would live on (PDEATHSIG covers only the direct child).
+    assert!(alive(p[1]), "the grandchild should still be running");
+    assert!(!group_members(p[0]).is_empty());
+    d.spawn(&[]).await;
+    eventually(10, "the group to be swept", || async {
+        group_members(p[0]).is_empty()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_sweep_spares_reused_pgids_other_boots_and_strangers() {
+    let d = Daemon::unstarted();
+    std::fs::create_dir_all(d.data_dir()).unwrap();
+    let spawn = || {
+        let mut c = std::process::Command::new("sleep");
+        c.arg("300").process_group(0);
+        c.spawn().unwrap()
+    };
+    let (mut ours, mut reused, mut other_boot, mut stranger) = (spawn(), spawn(), spawn(), spawn());
+    let start = |c: &std::process::Child| stat(c.id() as i32).unwrap().3;
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    let boot = boot.trim();
+    let ledger = format!(
+        "{boot} old {} {}\n{boot} old {} {}\nnot-this-boot old {} {}\ngarbage line\n",
+        ours.id(),
+        start(&ours),
+        reused.id(),
+        start(&reused) + 1,
+        other_boot.id(),
+        start(&other_boot),
+    );
+    std::fs::write(d.data_dir().join("process-groups"), ledger).unwrap();
+    let mut d = d;
+    d.spawn(&[]).await;
+    // The listed group with the right leader start time is killed (and so exits by signal).
+    let status = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            if let Some(s) = ours.try_wait().unwrap() {
+                return s;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    })
+    .await
+    .expect("the recorded group was swept");
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9)
+    );
+    for c in [&mut reused, &mut other_boot, &mut stranger] {
+        assert!(c.try_wait().unwrap().is_none(), "pid {} was killed", c.id());
+        c.kill().unwrap();
+        c.wait().unwrap();
+    }
+}
+
+/// Runs `mode` of ending a call whose command escapes its group; returns the group cookie.
+async fn escape_then(d: &Daemon, mode: &str) -> String {
+    let cookie_file = d.workspace().join(format!("cookie-{mode}"));
+    let write = format!("echo $TOOLHOST_GROUP $$ > {}", cookie_file.display());
+    let go = d.workspace().join(format!("go-{mode}"));
+    let (command, args) = match mode {
+        // Ends once the test has seen the escapes running.
+        "exit" => (
+            format!(
+                "{ESCAPES}; {write}; while [ ! -e {go} ]; do sleep 0.05; done; echo done",
+                go = go.display()
+            ),
+            json!({}),
+        ),
+        "timeout" => (
+            format!("{ESCAPES}; {write}; sleep 30"),
+            json!({"timeout_ms": 1500}),
+        ),
+        _ => (format!("{ESCAPES}; {write}; sleep 30"), json!({})),
+    };
+    let mut arguments = args;
+    arguments["command"] = json!(command);
+    let call_id = format!("esc-{mode}");
+    let mut c = d.client().await;
+    c.send(
+        "invoke",
+        json!({"name": "bash", "arguments": arguments, "call_id": call_id}),
+    )
+    .await;
+    let words = read_words(&cookie_file).await;
+    let (cookie, pgid): (String, i32) = (words[0].clone(), words[1].parse().unwrap());
+    // The three escapes are really out of the group and running.
+    let entry = format!("TOOLHOST_GROUP={cookie}");
+    eventually(10, "the escapes to run outside the group", || async {
+        holders(&entry)
+            .iter()
+            .filter(|p| stat(**p).is_some_and(|(_, _, g, _)| g != pgid))
+            .count()
+            >= 3
+    })
+    .await;
+    std::fs::write(&go, "").unwrap();
+    if mode == "cancel" {
+        let r = d.call("cancel", json!({"call_id": call_id})).await;
+        assert_eq!(r["result"]["cancelled"], true, "{r}");
+    }
+    let r: Value = c.recv().await;
+    let result = &r["result"]["result"];
+    match mode {
+        "exit" => assert_eq!(result["exit_code"], 0, "{r}"),
+        "timeout" => assert_eq!(result["error_kind"], "timeout", "{r}"),
+        _ => assert_eq!(result["error_kind"], "cancelled", "{r}"),
+    }
+    cookie
+}
+
+#[tokio::test]
+async fn setsid_escapes_die_when_the_call_ends_and_are_reaped() {
+    let d = Daemon::start().await;
+    for mode in ["exit", "timeout", "cancel"] {
+        let cookie = escape_then(&d, mode).await;
+        let entry = format!("TOOLHOST_GROUP={cookie}");
+        eventually(
+            10,
+            &format!("escapes of the `{mode}` call to die"),
+            || async { holders(&entry).is_empty() },
+        )
+        .await;
+    }
+    // The daemon is their subreaper: it reaps them, without stealing any status it needs.
+    let daemon = d.pid();
+    eventually(10, "adopted zombies to be reaped", || async {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .all(|p| stat(p).is_none_or(|(s, ppid, _, _)| ppid != daemon || s != 'Z'))
+    })
+    .await;
+    assert_eq!(
+        d.invoke("bash", json!({"command": "echo fine"})).await["stdout"],
+        "fine\n"
+    );
+}
+
+#[tokio::test]
+async fn setsid_escapes_die_with_the_daemon_on_sigterm() {
+    let mut d = Daemon::start().await;
+    let cookie_file = d.workspace().join("cookie");
+    let _c = start_bash(
+        &d,
+        "term",
+        &format!(
+            "{ESCAPES}; echo $TOOLHOST_INSTANCE > {}; sleep 300",
+            cookie_file.display()
+        ),
+    )
+    .await;
+    let instance = read_words(&cookie_file).await.remove(0);
+    let entry = format!("TOOLHOST_INSTANCE={instance}");
+    // The shell (exec'd into its last sleep) and the three escapes.
+    eventually(10, "every process of the call to run", || async {
+        holders(&entry).len() >= 4
+    })
+    .await;
+    let status = d.stop().await;
+    assert!(status.success(), "{status:?}");
+    eventually(5, "every process of the daemon to be gone", || async {
+        holders(&entry).is_empty()
+    })
+    .await;
+    assert!(!d.data_dir().join("process-groups").exists());
+}
