@@ -4,6 +4,7 @@ mod diff;
 mod error;
 mod load;
 mod model;
+mod schema;
 mod validate;
 mod watch;
 mod write;
@@ -13,6 +14,7 @@ use std::path::{Path, PathBuf};
 pub use diff::{diff, ConfigDiff};
 pub use error::{ConfigError, ConfigErrorKind, ContentHash, Problem};
 pub use model::*;
+pub use schema::schema;
 pub use watch::{watch, ConfigWatcher, DEBOUNCE};
 pub use write::{add_mcp_server, remove_mcp_server};
 

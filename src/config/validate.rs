@@ -1,9 +1,7 @@
-//! Validation of the (expanded, env-layered) JSON against the config schema.
-//!
-//! The walker checks every value, collecting *all* problems (each with its JSON path) and
-//! warning about unknown keys; what it returns is a normalised copy of the JSON (nulls and
-//! unknown keys dropped, environment strings converted to numbers/booleans) that
-//! deserialises into [`Config`](super::Config) without surprises.
+//! Validation of the (expanded, env-layered) JSON: the schema derived from the model
+//! ([`super::schema`]) checks types and values, this file adds only what a schema cannot
+//! say, and deserialising with `serde_ignored` finds the unknown keys. Every problem is
+//! collected (each with its JSON path), not just the first.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -11,9 +9,11 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 use super::error::Problem;
+use super::schema;
+use super::Config;
 
 /// One step of a JSON path.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Seg {
     Key(String),
     Index(usize),
@@ -45,92 +45,6 @@ impl fmt::Display for JsonPath {
             }
         }
         Ok(())
-    }
-}
-
-/// The shape of one value.
-#[derive(Debug)]
-enum Ty {
-    Str,
-    NonEmpty,
-    Bool,
-    /// An integer ≥ 1.
-    PosInt,
-    SocketMode,
-    HostPort,
-    HttpUrl,
-    Class,
-    Mode,
-    List(&'static Ty),
-    /// An object with arbitrary (non-empty) keys.
-    Map(&'static Ty),
-    Obj(&'static [(&'static str, Ty)]),
-    Servers,
-}
-
-const LISTEN: &[(&str, Ty)] = &[
-    ("socket", Ty::NonEmpty),
-    ("socket_mode", Ty::SocketMode),
-    ("tcp", Ty::HostPort),
-    ("token_file", Ty::NonEmpty),
-];
-const APPROVAL: &[(&str, Ty)] = &[("mode", Ty::Mode), ("tools", Ty::Map(&Ty::Class))];
-const LIMITS: &[(&str, Ty)] = &[
-    ("max_request_bytes", Ty::PosInt),
-    ("max_output_bytes", Ty::PosInt),
-    ("default_timeout_ms", Ty::PosInt),
-];
-const PROVIDER: &[(&str, Ty)] = &[("base_url", Ty::HttpUrl), ("api_key", Ty::Str)];
-const CUSTOM_TOOLS: &[(&str, Ty)] = &[("paths", Ty::List(&Ty::NonEmpty)), ("discover", Ty::Bool)];
-/// `type` is accepted (and checked) because Claude Desktop / Cursor blocks often carry it;
-/// it is not part of the typed model.
-const SERVER: &[(&str, Ty)] = &[
-    ("type", Ty::Str),
-    ("command", Ty::NonEmpty),
-    ("args", Ty::List(&Ty::Str)),
-    ("env", Ty::Map(&Ty::Str)),
-    ("cwd", Ty::NonEmpty),
-    ("url", Ty::HttpUrl),
-    ("headers", Ty::Map(&Ty::Str)),
-    ("enabled", Ty::Bool),
-    ("startup_timeout_ms", Ty::PosInt),
-    ("timeout_ms", Ty::PosInt),
-    ("include_tools", Ty::List(&Ty::NonEmpty)),
-    ("exclude_tools", Ty::List(&Ty::NonEmpty)),
-    ("trust_annotations", Ty::Bool),
-    ("max_concurrency", Ty::PosInt),
-    ("approval", Ty::Map(&Ty::Class)),
-];
-const ROOT: &[(&str, Ty)] = &[
-    ("$schema", Ty::Str),
-    ("workspace", Ty::NonEmpty),
-    ("data_dir", Ty::NonEmpty),
-    ("listen", Ty::Obj(LISTEN)),
-    ("approval", Ty::Obj(APPROVAL)),
-    ("limits", Ty::Obj(LIMITS)),
-    ("providers", Ty::Map(&Ty::Obj(PROVIDER))),
-    ("mcp_servers", Ty::Servers),
-    ("custom_tools", Ty::Obj(CUSTOM_TOOLS)),
-];
-
-/// Keys of the typed model that are dropped from the normalised JSON.
-const NOT_IN_MODEL: &[&str] = &["$schema", "type"];
-
-impl Ty {
-    fn expected(&self) -> &'static str {
-        match self {
-            Ty::Str => "a string",
-            Ty::NonEmpty => "a non-empty string",
-            Ty::Bool => "true or false",
-            Ty::PosInt => "a positive integer",
-            Ty::SocketMode => "an octal mode string such as \"0660\"",
-            Ty::HostPort => "\"host:port\" such as \"127.0.0.1:7311\"",
-            Ty::HttpUrl => "an http:// or https:// URL",
-            Ty::Class => "one of \"read_only\", \"write\", \"command\"",
-            Ty::Mode => "one of \"auto\", \"strict\", \"read_only\"",
-            Ty::List(_) => "an array",
-            Ty::Map(_) | Ty::Obj(_) | Ty::Servers => "an object",
-        }
     }
 }
 
@@ -169,334 +83,443 @@ pub(crate) fn check_server_name(name: &str) -> Option<String> {
     }
 }
 
-/// The result of a validation walk.
+/// The result of validating one config.
 pub(crate) struct Checked {
+    /// The normalised JSON: nulls of known fields dropped ("use the default"), environment
+    /// strings converted to the number/boolean the schema asks for. Only the unit tests
+    /// look at it; callers use `config`.
+    #[cfg_attr(not(test), allow(dead_code))]
     pub value: Value,
+    /// The typed config; `Some` exactly when there are no problems.
+    pub config: Option<Config>,
     pub problems: Vec<Problem>,
     pub warnings: Vec<String>,
 }
 
-/// Validates `root` (an object). `env_origin` maps formatted paths that were set from the
-/// environment to the variable's name: those values are strings and are converted to the
-/// expected number/boolean, and messages about them name the variable.
+/// Validates `root` (an object) against the schema derived from the model, then the rules a
+/// schema cannot say (one MCP server block's fields together), then deserialises it,
+/// collecting the keys the model ignores as "unknown key" warnings.
+///
+/// `env_origin` maps formatted paths that were set from the environment to the variable's
+/// name: those values are strings and are converted to the expected number/boolean, and
+/// messages about them name the variable. Problems come in file order, a block's own
+/// problems after those of its fields.
 pub(crate) fn check_root(root: &Value, env_origin: &HashMap<String, String>) -> Checked {
-    let mut c = Checker {
-        path: JsonPath::default(),
+    let mut value = root.clone();
+    normalise(
+        &mut value,
+        Some(schema::schema()),
+        &mut JsonPath::default(),
+        env_origin,
+    );
+    let mut r = Report {
         problems: Vec::new(),
         warnings: Vec::new(),
         env_origin,
     };
-    let value = c
-        .check(root, &Ty::Obj(ROOT))
-        .unwrap_or(Value::Object(Map::new()));
+    let bad = schema_problems(&value, &mut r);
+    server_rules(&value, &mut r);
+    let mut order = HashMap::new();
+    post_order(&value, &mut JsonPath::default(), &mut order);
+    r.problems
+        .sort_by_key(|p| order.get(&p.path).copied().unwrap_or(usize::MAX));
+
+    // Unknown keys are what the model ignores; values that failed validation are pruned
+    // first so that they can still be found when the config is invalid.
+    let input = if r.problems.is_empty() {
+        value.clone()
+    } else {
+        let mut pruned = value.clone();
+        for path in bad.iter().rev() {
+            remove(&mut pruned, path);
+        }
+        pruned
+    };
+    let mut unknown = Vec::new();
+    let typed: Result<Config, _> =
+        serde_ignored::deserialize(input, |p| unknown.push(segments(&p)));
+    for path in unknown {
+        let Some((Seg::Key(key), parent)) = path.split_last() else {
+            continue;
+        };
+        let hint = schema::at(parent)
+            .and_then(|node| suggest(key, schema::fields(node)))
+            .map(|s| format!(" (did you mean {s:?}?)"))
+            .unwrap_or_default();
+        r.warn(&JsonPath(path.clone()), format_args!("unknown key{hint}"));
+    }
+    let config = match typed {
+        Ok(c) if r.problems.is_empty() => Some(c),
+        Ok(_) => None,
+        Err(e) => {
+            if r.problems.is_empty() {
+                r.problems.push(Problem::new(
+                    "",
+                    format!("config does not fit the model: {e}"),
+                ));
+            }
+            None
+        }
+    };
     Checked {
         value,
-        problems: c.problems,
-        warnings: c.warnings,
+        config,
+        problems: r.problems,
+        warnings: r.warnings,
     }
 }
 
-struct Checker<'a> {
-    path: JsonPath,
+/// Problems and warnings, with the environment variable named for values that came from one.
+struct Report<'a> {
     problems: Vec<Problem>,
     warnings: Vec<String>,
     env_origin: &'a HashMap<String, String>,
 }
 
-impl Checker<'_> {
-    fn env_var(&self) -> Option<&String> {
-        if self.env_origin.is_empty() {
-            return None;
-        }
-        self.env_origin.get(&self.path.to_string())
-    }
-
-    fn problem(&mut self, message: impl Into<String>) {
+impl Report<'_> {
+    fn problem(&mut self, path: &JsonPath, message: impl Into<String>) {
+        let path = path.to_string();
         let mut message = message.into();
-        if let Some(var) = self.env_var() {
+        if let Some(var) = self.env_origin.get(&path) {
             message = format!("{message} (from {var})");
         }
-        self.problems
-            .push(Problem::new(self.path.to_string(), message));
+        self.problems.push(Problem::new(path, message));
     }
 
-    fn mismatch(&mut self, ty: &Ty, v: &Value) {
-        let msg = format!("expected {}, found {}", ty.expected(), describe(v));
-        self.problem(msg);
-    }
-
-    fn warn(&mut self, message: impl fmt::Display) {
-        let path = self.path.to_string();
+    fn warn(&mut self, path: &JsonPath, message: impl fmt::Display) {
+        let path = path.to_string();
         let mut line = if path.is_empty() {
             message.to_string()
         } else {
             format!("{path}: {message}")
         };
-        // An unknown key that came from the environment: say which variable made it.
-        let mut vars: Vec<&String> = self
+        // A key that came from the environment: say which variable(s) made it.
+        let mut vars: Vec<&str> = self
             .env_origin
             .iter()
             .filter(|(k, _)| {
                 k.strip_prefix(path.as_str())
                     .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
             })
-            .map(|(_, v)| v)
+            .map(|(_, v)| v.as_str())
             .collect();
         if !path.is_empty() && !vars.is_empty() {
-            vars.sort();
-            let vars: Vec<&str> = vars.iter().map(|v| v.as_str()).collect();
+            vars.sort_unstable();
             line = format!("{line} (from {})", vars.join(", "));
         }
         self.warnings.push(line);
     }
+}
 
-    fn at<T>(&mut self, seg: Seg, f: impl FnOnce(&mut Self) -> T) -> T {
-        self.path.0.push(seg);
-        let out = f(self);
-        self.path.0.pop();
-        out
-    }
-
-    fn check(&mut self, v: &Value, ty: &Ty) -> Option<Value> {
-        match ty {
-            Ty::Str => match v {
-                Value::String(_) => Some(v.clone()),
-                _ => self.fail(ty, v),
-            },
-            Ty::NonEmpty => match v {
-                Value::String(s) if !s.is_empty() => Some(v.clone()),
-                _ => self.fail(ty, v),
-            },
-            Ty::Bool => match v {
-                Value::Bool(_) => Some(v.clone()),
-                Value::String(s) if self.env_var().is_some() => {
-                    match s.trim().to_ascii_lowercase().as_str() {
-                        "true" | "1" => Some(Value::Bool(true)),
-                        "false" | "0" => Some(Value::Bool(false)),
-                        _ => self.fail(ty, v),
-                    }
-                }
-                _ => self.fail(ty, v),
-            },
-            Ty::PosInt => {
-                let n = match v {
-                    Value::Number(n) => n.as_u64(),
-                    Value::String(s) if self.env_var().is_some() => s.trim().parse::<u64>().ok(),
-                    _ => None,
-                };
-                match n {
-                    Some(0) => {
-                        self.problem("must be at least 1, found 0");
-                        None
-                    }
-                    Some(n) => Some(Value::from(n)),
-                    None => self.fail(ty, v),
-                }
+/// Drops nulls of known fields and converts environment strings, guided by the schema.
+fn normalise(
+    v: &mut Value,
+    node: Option<&'static Value>,
+    path: &mut JsonPath,
+    env_origin: &HashMap<String, String>,
+) {
+    match v {
+        Value::Object(m) => {
+            if let Some(node) = node {
+                m.retain(|k, x| !(x.is_null() && schema::is_field(node, k)));
             }
-            Ty::SocketMode => match v {
-                Value::String(s) if valid_mode(s) => Some(v.clone()),
-                _ => self.fail(ty, v),
-            },
-            Ty::HostPort => match v {
-                Value::String(s) if valid_host_port(s) => Some(v.clone()),
-                _ => self.fail(ty, v),
-            },
-            Ty::HttpUrl => match v {
-                Value::String(s) if valid_http_url(s) => Some(v.clone()),
-                _ => self.fail(ty, v),
-            },
-            Ty::Class => match v.as_str() {
-                Some("read_only" | "write" | "command") => Some(v.clone()),
-                _ => self.fail(ty, v),
-            },
-            Ty::Mode => match v.as_str() {
-                Some("auto" | "strict" | "read_only") => Some(v.clone()),
-                _ => self.fail(ty, v),
-            },
-            Ty::List(item) => match v {
-                Value::Array(items) => {
-                    let mut out = Vec::with_capacity(items.len());
-                    for (i, x) in items.iter().enumerate() {
-                        if let Some(x) = self.at(Seg::Index(i), |c| c.check(x, item)) {
-                            out.push(x);
-                        }
-                    }
-                    Some(Value::Array(out))
-                }
-                _ => self.fail(ty, v),
-            },
-            Ty::Map(item) => match v {
-                Value::Object(m) => {
-                    let mut out = Map::new();
-                    for (k, x) in m {
-                        let checked = self.at(Seg::Key(k.clone()), |c| {
-                            if k.is_empty() {
-                                c.problem("keys must not be empty");
-                            }
-                            c.check(x, item)
-                        });
-                        if let Some(x) = checked {
-                            out.insert(k.clone(), x);
-                        }
-                    }
-                    Some(Value::Object(out))
-                }
-                _ => self.fail(ty, v),
-            },
-            Ty::Obj(fields) => match v {
-                Value::Object(m) => Some(Value::Object(self.object(m, fields))),
-                _ => self.fail(ty, v),
-            },
-            Ty::Servers => match v {
-                Value::Object(m) => {
-                    let mut out = Map::new();
-                    for (name, x) in m {
-                        let checked = self.at(Seg::Key(name.clone()), |c| {
-                            if let Some(msg) = check_server_name(name) {
-                                c.problem(msg);
-                            }
-                            c.server(x)
-                        });
-                        if let Some(x) = checked {
-                            out.insert(name.clone(), x);
-                        }
-                    }
-                    Some(Value::Object(out))
-                }
-                _ => self.fail(ty, v),
-            },
-        }
-    }
-
-    fn fail(&mut self, ty: &Ty, v: &Value) -> Option<Value> {
-        self.mismatch(ty, v);
-        None
-    }
-
-    /// Checks the known fields (nulls mean "default"), warns about unknown ones.
-    fn object(&mut self, m: &Map<String, Value>, fields: &[(&str, Ty)]) -> Map<String, Value> {
-        let mut out = Map::new();
-        for (k, x) in m {
-            match fields.iter().find(|(name, _)| name == k) {
-                Some((_, _)) if x.is_null() => {}
-                Some((name, ty)) => {
-                    let checked = self.at(Seg::Key(k.clone()), |c| c.check(x, ty));
-                    if let Some(x) = checked {
-                        if !NOT_IN_MODEL.contains(name) {
-                            out.insert(k.clone(), x);
-                        }
-                    }
-                }
-                None => self.at(Seg::Key(k.clone()), |c| {
-                    let hint = suggest(k, fields.iter().map(|(n, _)| *n))
-                        .map(|s| format!(" (did you mean {s:?}?)"))
-                        .unwrap_or_default();
-                    c.warn(format_args!("unknown key{hint}"));
-                }),
+            for (k, x) in m.iter_mut() {
+                path.0.push(Seg::Key(k.clone()));
+                normalise(x, node.and_then(|n| schema::child(n, k)), path, env_origin);
+                path.0.pop();
             }
         }
-        out
-    }
-
-    /// One MCP server block: the fields, then exactly one of `command` / `url`.
-    fn server(&mut self, v: &Value) -> Option<Value> {
-        let Value::Object(m) = v else {
-            return self.fail(&Ty::Obj(SERVER), v);
-        };
-        let out = self.object(m, SERVER);
-        let present = |k: &str| m.get(k).is_some_and(|x| !x.is_null());
-        let (command, url) = (present("command"), present("url"));
-        match (command, url) {
-            (true, true) => self.problem(
-                "has both \"command\" and \"url\"; a server is either a stdio process (command) \
-                 or a streamable HTTP endpoint (url), never both",
-            ),
-            (false, false) => self.problem(
-                "needs \"command\" (a stdio server) or \"url\" (a streamable HTTP server)",
-            ),
-            _ => {}
+        Value::Array(items) => {
+            let item = node.and_then(schema::item);
+            for (i, x) in items.iter_mut().enumerate() {
+                path.0.push(Seg::Index(i));
+                normalise(x, item, path, env_origin);
+                path.0.pop();
+            }
         }
-        if let Some(t) = m.get("type").and_then(Value::as_str) {
-            let t_lower = t.to_ascii_lowercase();
-            let problem = match t_lower.as_str() {
-                "stdio" if url && !command => Some("is \"stdio\" but the server has a \"url\""),
-                "http" | "streamable-http" | "streamable_http" | "streamablehttp"
-                    if command && !url =>
-                {
-                    Some("is an HTTP type but the server has a \"command\"")
+        Value::String(s) if !env_origin.is_empty() => {
+            let Some(node) = node else { return };
+            if !env_origin.contains_key(&path.to_string()) {
+                return;
+            }
+            let types = schema::types(node);
+            let text = s.trim().to_ascii_lowercase();
+            if types.contains(&"integer") {
+                if let Ok(n) = text.parse::<u64>() {
+                    *v = Value::from(n);
                 }
-                "stdio" | "http" | "streamable-http" | "streamable_http" | "streamablehttp" => None,
-                "sse" => Some(
-                    "the legacy SSE transport is not supported; use the server's streamable \
-                     HTTP endpoint",
+            } else if types.contains(&"boolean") {
+                match text.as_str() {
+                    "true" | "1" => *v = Value::Bool(true),
+                    "false" | "0" => *v = Value::Bool(false),
+                    _ => {}
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The schema's verdict, one problem per JSON path, worded from the schema node there.
+/// Returns the failing paths, sorted.
+fn schema_problems(value: &Value, r: &mut Report) -> Vec<Vec<Seg>> {
+    use jsonschema::error::ValidationErrorKind as K;
+    let validator = match schema::validator() {
+        Ok(v) => v,
+        Err(e) => {
+            r.problems.push(Problem::new(
+                "",
+                format!("internal error: the config schema does not compile: {e}"),
+            ));
+            return Vec::new();
+        }
+    };
+    let mut bad: Vec<Vec<Seg>> = Vec::new();
+    for err in validator.iter_errors(value) {
+        let mut segs = locate(value, &err.instance_path);
+        let message = match &err.kind {
+            K::PropertyNames { error } => {
+                let key = error.instance.as_str().unwrap_or_default();
+                segs.push(Seg::Key(key.to_owned()));
+                if key.is_empty() {
+                    "keys must not be empty".to_owned()
+                } else {
+                    format!("invalid key: {error}")
+                }
+            }
+            K::Minimum { limit } if err.instance.as_u64().is_some() => {
+                format!(
+                    "must be at least {limit}, found {}",
+                    describe(&err.instance)
+                )
+            }
+            _ => match schema::at(&segs) {
+                Some(node) => format!(
+                    "expected {}, found {}",
+                    schema::expected(node),
+                    describe(&err.instance)
                 ),
-                _ => Some("expected \"stdio\" or \"http\""),
-            };
-            if let Some(p) = problem {
-                self.at(Seg::Key("type".into()), |c| c.problem(p));
-            }
+                None => err.to_string(),
+            },
+        };
+        if !bad.contains(&segs) {
+            r.problem(&JsonPath(segs.clone()), message);
+            bad.push(segs);
         }
-        if url && !command {
-            for k in ["args", "env", "cwd"] {
-                if present(k) {
-                    self.at(Seg::Key(k.into()), |c| {
-                        c.warn("ignored: only stdio servers (\"command\") use it")
-                    });
-                }
-            }
+    }
+    bad.sort();
+    bad
+}
+
+/// The path of a schema error's instance as our segments (a numeric key of an object stays
+/// a key).
+fn locate(value: &Value, location: &jsonschema::paths::Location) -> Vec<Seg> {
+    use jsonschema::paths::LocationSegment as L;
+    let mut cur = Some(value);
+    let mut out = Vec::new();
+    for seg in location {
+        let seg = match (cur, seg) {
+            (Some(Value::Array(_)), L::Index(i)) => Seg::Index(i),
+            (_, L::Index(i)) => Seg::Key(i.to_string()),
+            (_, L::Property(p)) => Seg::Key(p.into_owned()),
+        };
+        cur = match (&seg, cur) {
+            (Seg::Key(k), Some(Value::Object(m))) => m.get(k),
+            (Seg::Index(i), Some(Value::Array(a))) => a.get(*i),
+            _ => None,
+        };
+        out.push(seg);
+    }
+    out
+}
+
+/// What a schema cannot express: server names, one MCP server block's fields together, and
+/// values that could never be handed to a program (NUL bytes, `=` in variable names).
+fn server_rules(root: &Value, r: &mut Report) {
+    let Some(Value::Object(servers)) = root.get("mcp_servers") else {
+        return;
+    };
+    for (name, server) in servers {
+        let base = JsonPath(vec![Seg::Key("mcp_servers".into()), Seg::Key(name.clone())]);
+        if let Some(msg) = check_server_name(name) {
+            r.problem(&base, msg);
         }
-        if command && !url && present("headers") {
-            self.at(Seg::Key("headers".into()), |c| {
-                c.warn("ignored: only HTTP servers (\"url\") use it")
-            });
+        if let Value::Object(m) = server {
+            one_server(m, &base, r);
         }
-        Some(Value::Object(out))
     }
 }
 
-fn valid_mode(s: &str) -> bool {
-    let digits = s.strip_prefix("0o").unwrap_or(s);
-    (3..=4).contains(&digits.len())
-        && digits.bytes().all(|b| (b'0'..=b'7').contains(&b))
-        && u32::from_str_radix(digits, 8).is_ok_and(|m| m <= 0o7777)
-}
+fn one_server(m: &Map<String, Value>, base: &JsonPath, r: &mut Report) {
+    let at = |k: &str| {
+        let mut p = base.clone();
+        p.0.push(Seg::Key(k.to_owned()));
+        p
+    };
+    let present = |k: &str| m.get(k).is_some_and(|x| !x.is_null());
+    let (command, url) = (present("command"), present("url"));
+    match (command, url) {
+        (true, true) => r.problem(
+            base,
+            "has both \"command\" and \"url\"; a server is either a stdio process (command) \
+             or a streamable HTTP endpoint (url), never both",
+        ),
+        (false, false) => r.problem(
+            base,
+            "needs \"command\" (a stdio server) or \"url\" (a streamable HTTP server)",
+        ),
+        _ => {}
+    }
+    if let Some(t) = m.get("type").and_then(Value::as_str) {
+        let problem = match t.to_ascii_lowercase().as_str() {
+            "stdio" if url && !command => Some("is \"stdio\" but the server has a \"url\""),
+            "http" | "streamable-http" | "streamable_http" | "streamablehttp"
+                if command && !url =>
+            {
+                Some("is an HTTP type but the server has a \"command\"")
+            }
+            "stdio" | "http" | "streamable-http" | "streamable_http" | "streamablehttp" => None,
+            "sse" => Some(
+                "the legacy SSE transport is not supported; use the server's streamable \
+                 HTTP endpoint",
+            ),
+            _ => Some("expected \"stdio\" or \"http\""),
+        };
+        if let Some(p) = problem {
+            r.problem(&at("type"), p);
+        }
+    }
+    if url && !command {
+        for k in ["args", "env", "cwd"] {
+            if present(k) {
+                r.warn(&at(k), "ignored: only stdio servers (\"command\") use it");
+            }
+        }
+    }
+    if command && !url && present("headers") {
+        r.warn(
+            &at("headers"),
+            "ignored: only HTTP servers (\"url\") use it",
+        );
+    }
 
-fn valid_host_port(s: &str) -> bool {
-    match s.rsplit_once(':') {
-        Some((host, port)) => !host.is_empty() && port.parse::<u16>().is_ok(),
-        None => false,
+    // exec(2) takes C strings: a NUL byte can never reach the program, and `=` ends a
+    // variable's name.
+    const NUL: &str = "contains a NUL byte, which cannot be passed to a program";
+    for k in ["command", "cwd"] {
+        if m.get(k)
+            .and_then(Value::as_str)
+            .is_some_and(|s| s.contains('\0'))
+        {
+            r.problem(&at(k), NUL);
+        }
+    }
+    if let Some(Value::Array(args)) = m.get("args") {
+        for (i, a) in args.iter().enumerate() {
+            if a.as_str().is_some_and(|s| s.contains('\0')) {
+                let mut p = at("args");
+                p.0.push(Seg::Index(i));
+                r.problem(&p, NUL);
+            }
+        }
+    }
+    if let Some(Value::Object(env)) = m.get("env") {
+        for (k, v) in env {
+            let mut p = at("env");
+            p.0.push(Seg::Key(k.clone()));
+            if k.contains('\0') {
+                r.problem(&p, format!("the variable name {NUL}"));
+            } else if k.contains('=') {
+                r.problem(&p, "environment variable names cannot contain \"=\"");
+            }
+            if v.as_str().is_some_and(|s| s.contains('\0')) {
+                r.problem(&p, NUL);
+            }
+        }
     }
 }
 
-fn valid_http_url(s: &str) -> bool {
-    let rest = s
-        .strip_prefix("https://")
-        .or_else(|| s.strip_prefix("http://"));
-    matches!(rest, Some(r) if !r.is_empty() && !r.starts_with('/') && !r.contains(char::is_whitespace))
+/// Each path's position when children come before their parent.
+fn post_order(v: &Value, path: &mut JsonPath, out: &mut HashMap<String, usize>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                path.0.push(Seg::Key(k.clone()));
+                post_order(x, path, out);
+                path.0.pop();
+            }
+        }
+        Value::Array(items) => {
+            for (i, x) in items.iter().enumerate() {
+                path.0.push(Seg::Index(i));
+                post_order(x, path, out);
+                path.0.pop();
+            }
+        }
+        _ => {}
+    }
+    let n = out.len();
+    out.entry(path.to_string()).or_insert(n);
+}
+
+/// Removes the value at `path` (no-op if absent; the root itself is kept).
+fn remove(v: &mut Value, path: &[Seg]) {
+    let Some((last, parent)) = path.split_last() else {
+        return;
+    };
+    let mut cur = v;
+    for seg in parent {
+        let next = match (seg, cur) {
+            (Seg::Key(k), Value::Object(m)) => m.get_mut(k),
+            (Seg::Index(i), Value::Array(a)) => a.get_mut(*i),
+            _ => None,
+        };
+        match next {
+            Some(n) => cur = n,
+            None => return,
+        }
+    }
+    match (last, cur) {
+        (Seg::Key(k), Value::Object(m)) => {
+            m.shift_remove(k);
+        }
+        (Seg::Index(i), Value::Array(a)) if *i < a.len() => {
+            a.remove(*i);
+        }
+        _ => {}
+    }
+}
+
+/// A `serde_ignored` path as our segments.
+fn segments(p: &serde_ignored::Path) -> Vec<Seg> {
+    use serde_ignored::Path as P;
+    match p {
+        P::Root => Vec::new(),
+        P::Seq { parent, index } => {
+            let mut v = segments(parent);
+            v.push(Seg::Index(*index));
+            v
+        }
+        P::Map { parent, key } => {
+            let mut v = segments(parent);
+            v.push(Seg::Key(key.clone()));
+            v
+        }
+        P::Some { parent } | P::NewtypeStruct { parent } | P::NewtypeVariant { parent } => {
+            segments(parent)
+        }
+    }
 }
 
 /// The closest known key, if it is close enough to be a likely typo.
-fn suggest<'a>(key: &str, known: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+fn suggest<'a>(key: &str, known: Vec<&'a str>) -> Option<&'a str> {
     let key_l = key.to_ascii_lowercase();
     known
-        .map(|k| (edit_distance(&key_l, k), k))
+        .into_iter()
+        .map(|k| (strsim::levenshtein(&key_l, k), k))
         .filter(|(d, k)| *d <= 2.max(k.len() / 4) && *d < k.len())
         .min_by_key(|(d, _)| *d)
         .map(|(_, k)| k)
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            let sub = prev[j] + usize::from(ca != *cb);
-            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
 }
 
 #[cfg(test)]
@@ -626,7 +649,11 @@ mod tests {
         }}));
         let p: Vec<String> = c.problems.iter().map(ToString::to_string).collect();
         assert_eq!(p, vec!["mcp_servers.c.type: the legacy SSE transport is not supported; use the server's streamable HTTP endpoint"]);
-        assert!(c.value["mcp_servers"]["a"].get("type").is_none());
+        assert_eq!(c.warnings, vec!["mcpx: unknown key"]);
+        // `type` is part of the model (documented by the schema), not an unknown key.
+        let c = run(json!({"mcp_servers": {"a": {"type": "stdio", "command": "x"}}}));
+        let server = &c.config.unwrap().mcp_servers["a"];
+        assert_eq!(server.transport_type.as_deref(), Some("stdio"));
     }
 
     #[test]
@@ -646,14 +673,14 @@ mod tests {
 
     #[test]
     fn modes_hosts_urls() {
-        assert!(valid_mode("0660") && valid_mode("660") && valid_mode("0o600"));
-        assert!(!valid_mode("0968") && !valid_mode("66") && !valid_mode("17777"));
-        assert!(valid_host_port("127.0.0.1:7311") && valid_host_port("[::1]:1"));
-        assert!(!valid_host_port(":80") && !valid_host_port("h:99999"));
-        assert!(
-            valid_http_url("https://a/b")
-                && !valid_http_url("ftp://a")
-                && !valid_http_url("https://")
-        );
+        let mode = |m: &str| problems(json!({"listen": {"socket_mode": m}})).is_empty();
+        assert!(mode("0660") && mode("660") && mode("0o600"));
+        assert!(!mode("0968") && !mode("66") && !mode("17777"));
+        let tcp = |t: &str| problems(json!({"listen": {"tcp": t}})).is_empty();
+        assert!(tcp("127.0.0.1:7311") && tcp("[::1]:1") && tcp("h:65535"));
+        assert!(!tcp(":80") && !tcp("h:99999") && !tcp("h:65536"));
+        let url = |u: &str| problems(json!({"providers": {"p": {"base_url": u}}})).is_empty();
+        assert!(url("https://a/b") && url("http://h:1/x"));
+        assert!(!url("ftp://a") && !url("https://") && !url("https:///x") && !url("https://a b"));
     }
 }
