@@ -683,4 +683,111 @@ mod tests {
         assert!(url("https://a/b") && url("http://h:1/x"));
         assert!(!url("ftp://a") && !url("https://") && !url("https:///x") && !url("https://a b"));
     }
+
+    /// Every field of the model, filled in and serialised, passes the unknown-key check and
+    /// round-trips; and the schema declares exactly the keys the model writes. A field added
+    /// to the model is covered here without editing any table.
+    #[test]
+    fn every_model_field_is_known_without_a_table() {
+        use crate::config::{Listen, McpServer, Provider};
+        let mut server = McpServer {
+            transport_type: Some("stdio".into()),
+            command: Some("x".into()),
+            args: vec!["a".into()],
+            cwd: Some("/w".into()),
+            include_tools: vec!["t".into()],
+            exclude_tools: vec!["u".into()],
+            ..McpServer::default()
+        };
+        server.env.insert("A".into(), "1".into());
+        server.headers.insert("H".into(), "v".into());
+        server
+            .approval
+            .insert("t".into(), crate::approval::ApprovalClass::Write);
+        let mut config = Config {
+            schema: Some("https://example.com/schema.json".into()),
+            workspace: Some("/w".into()),
+            data_dir: Some("/d".into()),
+            listen: Listen {
+                socket: Some("/s.sock".into()),
+                socket_mode: Some("0660".into()),
+                tcp: Some("127.0.0.1:1".into()),
+                token_file: Some("/t".into()),
+            },
+            ..Config::default()
+        };
+        config.providers.insert(
+            "p".into(),
+            Provider {
+                base_url: Some("https://h/v1".into()),
+                api_key: Some("k".into()),
+            },
+        );
+        config
+            .approval
+            .tools
+            .insert("t".into(), crate::approval::ApprovalClass::ReadOnly);
+        config.mcp_servers.insert("s".into(), server);
+        let v = serde_json::to_value(&config).unwrap();
+        let c = run(v.clone());
+        assert_eq!(c.problems, vec![]);
+        // (The only warning: a stdio server with headers, which this test sets on purpose.)
+        assert_eq!(
+            c.warnings,
+            vec!["mcp_servers.s.headers: ignored: only HTTP servers (\"url\") use it"]
+        );
+        assert_eq!(c.config, Some(config));
+
+        fn same_keys(v: &Value, node: &'static Value, path: &str) {
+            let Value::Object(m) = v else { return };
+            let mut declared = schema::fields(node);
+            if !declared.is_empty() {
+                let mut written: Vec<&str> = m.keys().map(String::as_str).collect();
+                declared.sort_unstable();
+                written.sort_unstable();
+                assert_eq!(declared, written, "at {path:?}");
+            }
+            for (k, x) in m {
+                let child = schema::child(node, k).unwrap();
+                same_keys(x, child, &format!("{path}.{k}"));
+            }
+        }
+        same_keys(&v, schema::schema(), "");
+    }
+
+    #[test]
+    fn values_no_program_can_take_are_refused() {
+        let p = problems(json!({"mcp_servers": {
+            "a": {"command": "x\0y", "args": ["ok", "b\0"], "cwd": "/w\0",
+                  "env": {"A=B": "1", "C": "v\0", "D\0": "1"}},
+            "b": {"command": ""}
+        }}));
+        let nul = "contains a NUL byte, which cannot be passed to a program";
+        assert_eq!(
+            p,
+            vec![
+                format!("mcp_servers.a.command: {nul}"),
+                format!("mcp_servers.a.args[1]: {nul}"),
+                format!("mcp_servers.a.cwd: {nul}"),
+                "mcp_servers.a.env[\"A=B\"]: environment variable names cannot contain \"=\""
+                    .to_owned(),
+                format!("mcp_servers.a.env.C: {nul}"),
+                format!("mcp_servers.a.env[\"D\\u0000\"]: the variable name {nul}"),
+                "mcp_servers.b.command: expected a non-empty string, found \"\"".to_owned(),
+            ]
+        );
+    }
+
+    #[test]
+    fn empty_map_keys_are_refused() {
+        let p = problems(json!({"approval": {"tools": {"": "write"}},
+            "mcp_servers": {"a": {"command": "x", "env": {"": "1"}}}}));
+        assert_eq!(
+            p,
+            vec![
+                "approval.tools[\"\"]: keys must not be empty",
+                "mcp_servers.a.env[\"\"]: keys must not be empty",
+            ]
+        );
+    }
 }
