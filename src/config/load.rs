@@ -7,6 +7,7 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use super::error::{ConfigError, ConfigErrorKind, ContentHash, Problem};
+use super::file::{file_state, FileState};
 use super::validate::{self, JsonPath, Seg};
 use super::{Config, Loaded};
 
@@ -37,7 +38,7 @@ impl Env {
     }
 
     /// `Ok(None)` if unset; `Err` if set but not UTF-8.
-    fn var(&self, name: &str) -> Result<Option<String>, String> {
+    pub(crate) fn var(&self, name: &str) -> Result<Option<String>, String> {
         match &self.vars {
             Some(m) => Ok(m.get(name).cloned()),
             None => match std::env::var(name) {
@@ -87,10 +88,24 @@ fn env_var_name(key: &str) -> String {
     format!("TOOLHOST_{}", key.replace('.', "__").to_uppercase())
 }
 
-/// Reads `path`: `Ok(None)` if it does not exist.
+/// Reads `path`: `Ok(None)` if nothing is there; a directory, a dangling symlink or a
+/// FIFO/socket/device is a [`ConfigErrorKind::NotAFile`] error (never "missing", so a
+/// mistyped path cannot silently mean "all defaults", and a FIFO cannot hang the reader).
 pub(crate) fn read_file(path: &Path) -> Result<Option<Vec<u8>>, ConfigError> {
+    match file_state(path) {
+        FileState::Missing => return Ok(None),
+        FileState::NotAFile(why) => {
+            return Err(ConfigError::one(
+                ConfigErrorKind::NotAFile,
+                "",
+                format!("config path {} {why}", path.display()),
+            ))
+        }
+        FileState::Present | FileState::Inaccessible => {}
+    }
     match std::fs::read(path) {
         Ok(bytes) => Ok(Some(bytes)),
+        // Deleted between the check and the read.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(ConfigError::one(
             ConfigErrorKind::Io,

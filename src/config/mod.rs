@@ -2,6 +2,7 @@
 
 mod diff;
 mod error;
+mod file;
 mod load;
 mod model;
 mod schema;
@@ -13,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 pub use diff::{diff, ConfigDiff};
 pub use error::{ConfigError, ConfigErrorKind, ContentHash, Problem};
+pub use file::{file_state, socket_from_file, FileState};
 pub use model::*;
 pub use schema::schema;
 pub use watch::{watch, ConfigWatcher, DEBOUNCE};
@@ -50,7 +52,8 @@ pub struct Loaded {
     pub content_hash: ContentHash,
 }
 
-/// Reads and validates the config at `path`; a missing file means all defaults.
+/// Reads and validates the config at `path`; a missing file means all defaults (a
+/// directory or a dangling symlink there is a [`ConfigErrorKind::NotAFile`] error).
 ///
 /// Steps: read (unreadable → error) → parse JSON (errors carry line/column) → accept
 /// `mcpServers` as an alias of `mcp_servers` (both → error) → expand `${NAME}` in every
@@ -86,12 +89,25 @@ mod tests {
     }
 
     #[test]
-    fn unreadable_file_is_an_error() {
+    fn a_directory_or_dangling_link_is_not_missing() {
         let dir = tempfile::tempdir().unwrap();
         let e = load(dir.path()).unwrap_err();
-        assert_eq!(e.kind, ConfigErrorKind::Io);
-        assert!(e.to_string().starts_with("cannot read"), "{e}");
+        assert_eq!(e.kind, ConfigErrorKind::NotAFile);
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "config path {} is a directory, not a config file",
+                dir.path().display()
+            )
+        );
         assert_eq!(e.content_hash, None);
+        let link = dir.path().join("config.json");
+        std::os::unix::fs::symlink(dir.path().join("gone.json"), &link).unwrap();
+        let e = load(&link).unwrap_err();
+        assert_eq!(e.kind, ConfigErrorKind::NotAFile);
+        assert!(e
+            .to_string()
+            .ends_with("is a symbolic link to a file that does not exist"));
     }
 
     #[test]
