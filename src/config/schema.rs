@@ -212,4 +212,35 @@ mod tests {
         assert!(at(&p(&["limits", "nope"])).is_none());
         assert!(fields(schema()).contains(&"mcp_servers"));
     }
+
+    /// proto-docs/config.md documents every key of the model: each property name the
+    /// schema declares appears there as `` `name` ``.
+    #[test]
+    fn the_reference_names_every_key() {
+        fn walk(node: &'static Value, out: &mut Vec<&'static str>, depth: usize) {
+            if depth > 8 {
+                return;
+            }
+            for name in fields(node) {
+                out.push(name);
+                if let Some(c) = child(node, name) {
+                    walk(c, out, depth + 1);
+                }
+            }
+            if let Some(map) = resolve(node).get("additionalProperties") {
+                if map.is_object() {
+                    walk(map, out, depth + 1);
+                }
+            }
+        }
+        let mut names = Vec::new();
+        walk(schema(), &mut names, 0);
+        assert!(names.len() > 30, "{names:?}");
+        let doc = include_str!("../../proto-docs/config.md");
+        let missing: Vec<&str> = names
+            .into_iter()
+            .filter(|n| !doc.contains(&format!("`{n}`")))
+            .collect();
+        assert_eq!(missing, Vec::<&str>::new());
+    }
 }

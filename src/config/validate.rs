@@ -423,6 +423,25 @@ fn one_server(m: &Map<String, Value>, base: &JsonPath, r: &mut Report) {
             }
         }
     }
+    // Header names and values the HTTP client would refuse at connect time.
+    if let Some(Value::Object(headers)) = m.get("headers") {
+        for (k, v) in headers {
+            let mut p = at("headers");
+            p.0.push(Seg::Key(k.clone()));
+            if !k.is_empty() && http::HeaderName::from_bytes(k.as_bytes()).is_err() {
+                r.problem(&p, "is not a valid HTTP header name");
+            } else if v
+                .as_str()
+                .is_some_and(|v| http::HeaderValue::from_str(v).is_err())
+            {
+                r.problem(
+                    &p,
+                    "is not a valid HTTP header value (control characters such as line \
+                     breaks are not allowed)",
+                );
+            }
+        }
+    }
     if let Some(Value::Object(env)) = m.get("env") {
         for (k, v) in env {
             let mut p = at("env");
@@ -774,6 +793,22 @@ mod tests {
                 format!("mcp_servers.a.env.C: {nul}"),
                 format!("mcp_servers.a.env[\"D\\u0000\"]: the variable name {nul}"),
                 "mcp_servers.b.command: expected a non-empty string, found \"\"".to_owned(),
+            ]
+        );
+    }
+
+    #[test]
+    fn header_names_and_values_must_be_valid_http() {
+        let p = problems(
+            json!({"mcp_servers": {"h": {"url": "https://h/mcp", "headers": {
+                "Bad Name": "x", "X-Ok": "line\r\nInjected: 1", "Authorization": "Bearer t"
+            }}}}),
+        );
+        assert_eq!(
+            p,
+            vec![
+                "mcp_servers.h.headers[\"Bad Name\"]: is not a valid HTTP header name",
+                "mcp_servers.h.headers.X-Ok: is not a valid HTTP header value (control characters such as line breaks are not allowed)",
             ]
         );
     }
