@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::error::{ConfigError, ConfigErrorKind};
 use super::load::{self, Env};
-use super::validate::describe;
+use super::path::describe;
 
 /// What is at a config path, without reading it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

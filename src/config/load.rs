@@ -6,9 +6,10 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
+use super::check;
 use super::error::{ConfigError, ConfigErrorKind, ContentHash, Problem};
 use super::file::{file_state, FileState};
-use super::validate::{self, JsonPath, Seg};
+use super::path::{describe, JsonPath, Seg};
 use super::{Config, Loaded};
 
 /// The JSON key `mcpServers` is accepted as an alias of this one.
@@ -137,7 +138,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Value, ConfigError> {
             "",
             format!(
                 "expected a JSON object at the top level, found {}",
-                validate::describe(&value)
+                describe(&value)
             ),
         ));
     }
@@ -321,7 +322,7 @@ pub(crate) fn evaluate(root: Value, env: &Env) -> Result<(Config, Vec<String>), 
     }
 
     // 4. Types and values.
-    let checked = validate::check_root(&root, &origin);
+    let checked = check::check_root(&root, &origin);
     problems.extend(checked.problems);
     warnings.extend(checked.warnings);
     if aliased {

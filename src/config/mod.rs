@@ -1,10 +1,12 @@
 //! config.json: the typed model, loading (file + `TOOLHOST_*` environment), and paths.
 
+mod check;
 mod diff;
 mod error;
 mod file;
 mod load;
 mod model;
+mod path;
 mod schema;
 mod validate;
 mod watch;

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
-use super::validate::Seg;
+use super::path::Seg;
 use super::Config;
 
 /// The JSON Schema of config.json (draft 2020-12), generated from the model on first use.
