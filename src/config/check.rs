@@ -168,6 +168,15 @@ fn normalise(
                 path.0.pop();
             }
         }
+        // JSON Schema counts 5.0 as an integer, serde does not: agree with the schema.
+        Value::Number(n) if n.is_f64() => {
+            let is_int = node.is_some_and(|node| schema::types(node).contains(&"integer"));
+            if let Some(f) = n.as_f64().filter(|f| is_int && f.fract() == 0.0) {
+                if (0.0..18_446_744_073_709_551_616.0).contains(&f) {
+                    *v = Value::from(f as u64);
+                }
+            }
+        }
         Value::String(s) if !env_origin.is_empty() => {
             let Some(node) = node else { return };
             if !env_origin.contains_key(&path.to_string()) {
@@ -359,6 +368,23 @@ mod tests {
 
     fn problems(v: Value) -> Vec<String> {
         run(v).problems.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn whole_floats_are_integers_as_in_json_schema() {
+        let c = run(
+            json!({"limits": {"max_output_bytes": 5.0, "default_timeout_ms": 1.5,
+            "max_request_bytes": -2.0}}),
+        );
+        let p: Vec<String> = c.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            p,
+            vec![
+                "limits.default_timeout_ms: expected a positive integer, found 1.5",
+                "limits.max_request_bytes: expected a positive integer, found -2.0",
+            ]
+        );
+        assert_eq!(c.value["limits"]["max_output_bytes"], json!(5));
     }
 
     #[test]
