@@ -57,13 +57,15 @@ pub struct Loaded {
 /// Reads and validates the config at `path`; a missing file means all defaults (a
 /// directory or a dangling symlink there is a [`ConfigErrorKind::NotAFile`] error).
 ///
-/// Steps: read (unreadable → error) → parse JSON (errors carry line/column) → accept
+/// Steps: read (unreadable → error) → parse JSON (errors carry line/column; a key twice in
+/// one object → error naming its path) → accept
 /// `mcpServers` as an alias of `mcp_servers` (both → error) → expand `${NAME}` in every
 /// string of the file (unset → error naming the variable and the path; `$${` is a literal
 /// `${`) → layer `TOOLHOST_<SECTION>__<KEY>` environment overrides (only variables with `__`;
 /// keys are lowercased by the `config` crate, values are strings converted to the expected
 /// number/boolean, not `${}`-expanded; empty values count as unset; lists cannot be set) →
-/// validate, reporting every problem at once. Unknown keys are warnings.
+/// validate against the schema derived from the model plus the server-block rules,
+/// reporting every problem at once. Unknown keys (what the model ignores) are warnings.
 ///
 /// Blocking (reads a small file); fine to call from async code at reload frequency.
 pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
