@@ -350,3 +350,90 @@ async fn mcp_servers_alias_env_overrides_and_cli() {
         String::from_utf8_lossy(&out.stdout)
     );
 }
+
+/// Configs that could never work are refused on reload with their JSON path, and the old
+/// config stays live: duplicate keys, NUL bytes, `=` in an env name, an empty command.
+#[tokio::test]
+async fn hardened_refusals_name_the_path_and_keep_the_old_config() {
+    let (d, mut sub) = start(|dir| json!({"mcp_servers": {"a": fixture(dir, "a")}})).await;
+    ready(&d, "a").await;
+    next_change(&mut sub).await;
+    let dir = d.dir.path().to_path_buf();
+    let a = fixture(&dir, "a");
+    let with = |k: &str, v: Value| {
+        let mut s = a.clone();
+        s[k] = v;
+        json!({"mcp_servers": {"a": s}}).to_string()
+    };
+    let cases = [
+        (
+            format!(r#"{{"mcpServers": {{"a": {a}, "a": {a}}}}}"#),
+            "mcpServers.a: duplicate key \"a\"",
+        ),
+        (
+            with("args", json!(["ok", "b\0"])),
+            "mcp_servers.a.args[1]: contains a NUL byte",
+        ),
+        (
+            with("env", json!({"A=B": "1"})),
+            "mcp_servers.a.env[\"A=B\"]: environment variable names cannot contain \"=\"",
+        ),
+        (
+            with("command", json!("")),
+            "mcp_servers.a.command: expected a non-empty string, found \"\"",
+        ),
+    ];
+    for (text, want) in cases {
+        std::fs::write(d.config_path(), &text).unwrap();
+        let r = d.call("config.reload", json!({})).await["result"].clone();
+        assert_eq!(r["applied"], false, "{text}: {r}");
+        let st = d.call("config.status", json!({})).await["result"].clone();
+        let msg = st["last_error"].as_str().unwrap_or_default();
+        assert!(msg.starts_with(want), "{want}\n  got: {msg}");
+        assert_eq!(
+            d.invoke("mcp_a_echo", json!({"text": "still"})).await["output"],
+            "still"
+        );
+    }
+    no_change_within(&mut sub, 300).await;
+}
+
+/// A directory where the config should be is an error of its own, at start and in
+/// `config check`, never "no file, so all defaults".
+#[tokio::test]
+async fn a_directory_as_config_is_refused() {
+    let mut d = Daemon::unstarted();
+    std::fs::create_dir(d.config_path()).unwrap();
+    let mut child = d.spawn_raw(&[]);
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .expect("the daemon should exit")
+        .unwrap();
+    assert!(!status.success());
+    eventually(5, "the reason in the log", || async {
+        d.log().contains("is a directory, not a config file")
+    })
+    .await;
+
+    let out = tokio::process::Command::new(BIN)
+        .args(["config", "check", "--config"])
+        .arg(d.config_path())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("is a directory, not a config file"), "{text}");
+
+    let dup = d.dir.path().join("dup.json");
+    std::fs::write(&dup, r#"{"limits": {}, "limits": {}}"#).unwrap();
+    let out = tokio::process::Command::new(BIN)
+        .args(["config", "check", "--config"])
+        .arg(&dup)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("limits: duplicate key \"limits\""), "{text}");
+}

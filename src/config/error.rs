@@ -11,6 +11,9 @@ use sha2::{Digest, Sha256};
 pub enum ConfigErrorKind {
     /// The file exists but cannot be read or written.
     Io,
+    /// Something is at the config path, but not a file that could be read: a directory, a
+    /// symlink to nothing, a FIFO/socket/device. Unlike a missing file, never "defaults".
+    NotAFile,
     /// The file is not valid JSON.
     Syntax,
     /// The JSON does not describe a valid config (types, values, environment variables).

@@ -6,8 +6,10 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
+use super::check;
 use super::error::{ConfigError, ConfigErrorKind, ContentHash, Problem};
-use super::validate::{self, JsonPath, Seg};
+use super::file::{file_state, FileState};
+use super::path::{describe, JsonPath, Seg};
 use super::{Config, Loaded};
 
 /// The JSON key `mcpServers` is accepted as an alias of this one.
@@ -37,7 +39,7 @@ impl Env {
     }
 
     /// `Ok(None)` if unset; `Err` if set but not UTF-8.
-    fn var(&self, name: &str) -> Result<Option<String>, String> {
+    pub(crate) fn var(&self, name: &str) -> Result<Option<String>, String> {
         match &self.vars {
             Some(m) => Ok(m.get(name).cloned()),
             None => match std::env::var(name) {
@@ -87,10 +89,24 @@ fn env_var_name(key: &str) -> String {
     format!("TOOLHOST_{}", key.replace('.', "__").to_uppercase())
 }
 
-/// Reads `path`: `Ok(None)` if it does not exist.
+/// Reads `path`: `Ok(None)` if nothing is there; a directory, a dangling symlink or a
+/// FIFO/socket/device is a [`ConfigErrorKind::NotAFile`] error (never "missing", so a
+/// mistyped path cannot silently mean "all defaults", and a FIFO cannot hang the reader).
 pub(crate) fn read_file(path: &Path) -> Result<Option<Vec<u8>>, ConfigError> {
+    match file_state(path) {
+        FileState::Missing => return Ok(None),
+        FileState::NotAFile(why) => {
+            return Err(ConfigError::one(
+                ConfigErrorKind::NotAFile,
+                "",
+                format!("config path {} {why}", path.display()),
+            ))
+        }
+        FileState::Present | FileState::Inaccessible => {}
+    }
     match std::fs::read(path) {
         Ok(bytes) => Ok(Some(bytes)),
+        // Deleted between the check and the read.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(ConfigError::one(
             ConfigErrorKind::Io,
@@ -112,17 +128,117 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Value, ConfigError> {
     }
     let value: Value = serde_json::from_slice(bytes)
         .map_err(|e| ConfigError::one(ConfigErrorKind::Syntax, "", format!("invalid JSON: {e}")))?;
+    let duplicates = duplicate_keys(bytes);
+    if !duplicates.is_empty() {
+        return Err(ConfigError::new(ConfigErrorKind::Invalid, duplicates));
+    }
     if !value.is_object() {
         return Err(ConfigError::one(
             ConfigErrorKind::Invalid,
             "",
             format!(
                 "expected a JSON object at the top level, found {}",
-                validate::describe(&value)
+                describe(&value)
             ),
         ));
     }
     Ok(value)
+}
+
+/// Every key that appears twice in one object, named by its JSON path. serde_json keeps
+/// the last one silently, so a pasted block that repeats a server name would quietly
+/// replace the first; this pass over the text (already known to be valid JSON) finds them.
+fn duplicate_keys(bytes: &[u8]) -> Vec<Problem> {
+    use serde::de::DeserializeSeed;
+    let mut found = Vec::new();
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let seed = DupSeed {
+        path: &mut JsonPath::default(),
+        found: &mut found,
+    };
+    // A syntax error was already reported by the real parse.
+    let _ = seed.deserialize(&mut de);
+    found
+}
+
+/// Walks a JSON document, recording duplicate keys (see [`duplicate_keys`]).
+struct DupSeed<'a> {
+    path: &'a mut JsonPath,
+    found: &'a mut Vec<Problem>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for DupSeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for DupSeed<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut seen = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            self.path.0.push(Seg::Key(key.clone()));
+            if !seen.insert(key.clone()) {
+                self.found.push(Problem::new(
+                    self.path.to_string(),
+                    format!(
+                        "duplicate key {}: an object may name it only once (JSON would \
+                         silently keep the last one)",
+                        Value::String(key)
+                    ),
+                ));
+            }
+            map.next_value_seed(DupSeed {
+                path: &mut *self.path,
+                found: &mut *self.found,
+            })?;
+            self.path.0.pop();
+        }
+        Ok(())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut i = 0;
+        loop {
+            self.path.0.push(Seg::Index(i));
+            let more = seq.next_element_seed(DupSeed {
+                path: &mut *self.path,
+                found: &mut *self.found,
+            })?;
+            self.path.0.pop();
+            if more.is_none() {
+                return Ok(());
+            }
+            i += 1;
+        }
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
 }
 
 /// Which key holds the servers: `mcp_servers`, `mcpServers`, or `None`; both is an error.
@@ -206,7 +322,7 @@ pub(crate) fn evaluate(root: Value, env: &Env) -> Result<(Config, Vec<String>), 
     }
 
     // 4. Types and values.
-    let checked = validate::check_root(&root, &origin);
+    let checked = check::check_root(&root, &origin);
     problems.extend(checked.problems);
     warnings.extend(checked.warnings);
     if aliased {
@@ -217,19 +333,17 @@ pub(crate) fn evaluate(root: Value, env: &Env) -> Result<(Config, Vec<String>), 
             *w = unalias(w);
         }
     }
-    if !problems.is_empty() {
-        let mut e = ConfigError::new(ConfigErrorKind::Invalid, problems);
-        e.warnings = warnings;
-        return Err(e);
+    match checked.config {
+        Some(config) if problems.is_empty() => Ok((config, warnings)),
+        _ => {
+            if problems.is_empty() {
+                problems.push(Problem::new("", "invalid config"));
+            }
+            let mut e = ConfigError::new(ConfigErrorKind::Invalid, problems);
+            e.warnings = warnings;
+            Err(e)
+        }
     }
-    let config: Config = serde_json::from_value(checked.value).map_err(|e| {
-        ConfigError::one(
-            ConfigErrorKind::Invalid,
-            "",
-            format!("config does not fit the model: {e}"),
-        )
-    })?;
-    Ok((config, warnings))
 }
 
 /// `mcp_servers.x...` → `mcpServers.x...` (for files that use the alias).
@@ -519,6 +633,22 @@ mod tests {
         let env = Env::fixed([("TOOLHOST_PROVIDERS__P__API_KEY", "007${X}")]);
         let (c, _) = eval(json!({}), &env).unwrap();
         assert_eq!(c.providers["p"].api_key.as_deref(), Some("007${X}"));
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused_with_their_path() {
+        let text = br#"{"mcpServers": {"fx": {"command": "a"}, "fx": {"command": "b",
+            "args": [{"k": 1, "k": 2}]}}, "limits": {}, "limits": {}}"#;
+        let e = parse(text).unwrap_err();
+        assert_eq!(e.kind, ConfigErrorKind::Invalid);
+        assert_eq!(
+            e.to_string(),
+            "mcpServers.fx: duplicate key \"fx\": an object may name it only once (JSON would silently keep the last one)\n\
+             mcpServers.fx.args[0].k: duplicate key \"k\": an object may name it only once (JSON would silently keep the last one)\n\
+             limits: duplicate key \"limits\": an object may name it only once (JSON would silently keep the last one)"
+        );
+        // The same key in different objects is fine.
+        assert!(parse(br#"{"a": {"x": 1}, "b": {"x": [{"x": 1}, {"x": 2}]}}"#).is_ok());
     }
 
     #[test]

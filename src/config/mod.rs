@@ -1,9 +1,13 @@
 //! config.json: the typed model, loading (file + `TOOLHOST_*` environment), and paths.
 
+mod check;
 mod diff;
 mod error;
+mod file;
 mod load;
 mod model;
+mod path;
+mod schema;
 mod validate;
 mod watch;
 mod write;
@@ -12,7 +16,9 @@ use std::path::{Path, PathBuf};
 
 pub use diff::{diff, ConfigDiff};
 pub use error::{ConfigError, ConfigErrorKind, ContentHash, Problem};
+pub use file::{file_state, socket_from_file, FileState};
 pub use model::*;
+pub use schema::schema;
 pub use watch::{watch, ConfigWatcher, DEBOUNCE};
 pub use write::{add_mcp_server, remove_mcp_server};
 
@@ -48,15 +54,18 @@ pub struct Loaded {
     pub content_hash: ContentHash,
 }
 
-/// Reads and validates the config at `path`; a missing file means all defaults.
+/// Reads and validates the config at `path`; a missing file means all defaults (a
+/// directory or a dangling symlink there is a [`ConfigErrorKind::NotAFile`] error).
 ///
-/// Steps: read (unreadable → error) → parse JSON (errors carry line/column) → accept
+/// Steps: read (unreadable → error) → parse JSON (errors carry line/column; a key twice in
+/// one object → error naming its path) → accept
 /// `mcpServers` as an alias of `mcp_servers` (both → error) → expand `${NAME}` in every
 /// string of the file (unset → error naming the variable and the path; `$${` is a literal
 /// `${`) → layer `TOOLHOST_<SECTION>__<KEY>` environment overrides (only variables with `__`;
 /// keys are lowercased by the `config` crate, values are strings converted to the expected
 /// number/boolean, not `${}`-expanded; empty values count as unset; lists cannot be set) →
-/// validate, reporting every problem at once. Unknown keys are warnings.
+/// validate against the schema derived from the model plus the server-block rules,
+/// reporting every problem at once. Unknown keys (what the model ignores) are warnings.
 ///
 /// Blocking (reads a small file); fine to call from async code at reload frequency.
 pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
@@ -84,12 +93,25 @@ mod tests {
     }
 
     #[test]
-    fn unreadable_file_is_an_error() {
+    fn a_directory_or_dangling_link_is_not_missing() {
         let dir = tempfile::tempdir().unwrap();
         let e = load(dir.path()).unwrap_err();
-        assert_eq!(e.kind, ConfigErrorKind::Io);
-        assert!(e.to_string().starts_with("cannot read"), "{e}");
+        assert_eq!(e.kind, ConfigErrorKind::NotAFile);
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "config path {} is a directory, not a config file",
+                dir.path().display()
+            )
+        );
         assert_eq!(e.content_hash, None);
+        let link = dir.path().join("config.json");
+        std::os::unix::fs::symlink(dir.path().join("gone.json"), &link).unwrap();
+        let e = load(&link).unwrap_err();
+        assert_eq!(e.kind, ConfigErrorKind::NotAFile);
+        assert!(e
+            .to_string()
+            .ends_with("is a symbolic link to a file that does not exist"));
     }
 
     #[test]

@@ -1,52 +1,85 @@
-//! The typed shape of config.json (config.md). Defaults live here, next to the fields.
+//! The typed shape of config.json. Defaults live here, next to the fields.
+//!
+//! This model *is* the schema: [`super::schema`] derives the JSON Schema from it (the
+//! `schemars` attributes below add value constraints, and `x-expected` says in words what a
+//! pattern-checked value should look like), validation checks the raw JSON against that,
+//! and unknown keys are whatever deserialising into it ignores. A field added here is
+//! therefore accepted, checked and documented without touching any other table.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::approval::{ApprovalClass, ApprovalMode};
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default)]
 pub struct Config {
+    /// The URL of a JSON Schema for editors; not used by the daemon.
+    #[serde(rename = "$schema", skip_serializing_if = "Option::is_none")]
+    pub schema: Option<String>,
     /// Root for built-in tools' paths; defaults to the daemon's working directory.
+    #[schemars(length(min = 1))]
     pub workspace: Option<PathBuf>,
     /// Sessions and spilled outputs; defaults to `$XDG_STATE_HOME/toolhost`.
+    #[schemars(length(min = 1))]
     pub data_dir: Option<PathBuf>,
     pub listen: Listen,
     pub approval: Approval,
     pub limits: Limits,
     pub providers: BTreeMap<String, Provider>,
-    /// Keyed by server name, in file order.
+    /// Keyed by server name, in file order (`mcpServers` in the file is an alias).
+    #[schemars(with = "BTreeMap<String, McpServer>")]
     pub mcp_servers: indexmap::IndexMap<String, McpServer>,
     pub custom_tools: CustomTools,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default)]
 pub struct Listen {
+    /// The Unix socket path; default `$XDG_RUNTIME_DIR/toolhost/toolhost.sock`.
+    #[schemars(length(min = 1))]
     pub socket: Option<PathBuf>,
     /// Octal string such as `"0660"`; default `"0600"`.
+    #[schemars(
+        regex(pattern = r"^(0o)?[0-7]{3,4}$"),
+        extend("x-expected" = "an octal mode string such as \"0660\"")
+    )]
     pub socket_mode: Option<String>,
+    /// Also listen on this TCP address (`host:port`).
+    #[schemars(
+        regex(pattern = r"^.+:([0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])$"),
+        extend("x-expected" = "\"host:port\" such as \"127.0.0.1:7311\"")
+    )]
     pub tcp: Option<String>,
+    /// The file holding the bearer token that TCP clients must present.
+    #[schemars(length(min = 1))]
     pub token_file: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default)]
 pub struct Approval {
     /// The mode of calls without a session and the default for new sessions.
     pub mode: ApprovalMode,
     /// Per-tool class overrides (any source).
+    #[schemars(extend("propertyNames" = {"minLength": 1}))]
     pub tools: HashMap<String, ApprovalClass>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default)]
 pub struct Limits {
+    /// The largest request a client may send.
+    #[schemars(range(min = 1))]
     pub max_request_bytes: usize,
+    /// Tool output beyond this is cut (the rest is spilled to a file).
+    #[schemars(range(min = 1))]
     pub max_output_bytes: usize,
+    /// The timeout of a call that does not name one.
+    #[schemars(range(min = 1))]
     pub default_timeout_ms: u64,
 }
 
@@ -60,38 +93,66 @@ impl Default for Limits {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default)]
 pub struct Provider {
+    #[schemars(
+        regex(pattern = r"^https?://[^/\s][^\s]*$"),
+        extend("x-expected" = "an http:// or https:// URL")
+    )]
     pub base_url: Option<String>,
     pub api_key: Option<String>,
 }
 
 /// One MCP server: exactly one of `command` (stdio) or `url` (streamable HTTP).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default)]
 pub struct McpServer {
+    /// `"stdio"` or `"http"`: accepted because pasted Claude Desktop / Cursor blocks carry
+    /// it, checked against `command`/`url`, otherwise unused (the transport follows from
+    /// which of the two is set).
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    pub transport_type: Option<String>,
+    /// The program of a stdio server (looked up in `PATH`).
+    #[schemars(length(min = 1))]
     pub command: Option<String>,
     pub args: Vec<String>,
+    /// The child's environment on top of the daemon's allow-list.
+    #[schemars(extend("propertyNames" = {"minLength": 1}))]
     pub env: BTreeMap<String, String>,
+    #[schemars(length(min = 1))]
     pub cwd: Option<PathBuf>,
+    /// The endpoint of a streamable HTTP server.
+    #[schemars(
+        regex(pattern = r"^https?://[^/\s][^\s]*$"),
+        extend("x-expected" = "an http:// or https:// URL")
+    )]
     pub url: Option<String>,
+    #[schemars(extend("propertyNames" = {"minLength": 1}))]
     pub headers: BTreeMap<String, String>,
     pub enabled: bool,
+    #[schemars(range(min = 1))]
     pub startup_timeout_ms: u64,
     /// Idle timeout of one call (reset by progress).
+    #[schemars(range(min = 1))]
     pub timeout_ms: u64,
+    #[schemars(inner(length(min = 1)))]
     pub include_tools: Vec<String>,
+    #[schemars(inner(length(min = 1)))]
     pub exclude_tools: Vec<String>,
     pub trust_annotations: bool,
+    /// Calls in flight to this server at once; more wait in a queue.
+    #[schemars(range(min = 1))]
     pub max_concurrency: usize,
     /// Approval classes of this server's tools, by their name on the server.
+    #[schemars(extend("propertyNames" = {"minLength": 1}))]
     pub approval: HashMap<String, ApprovalClass>,
 }
 
 impl Default for McpServer {
     fn default() -> Self {
         McpServer {
+            transport_type: None,
             command: None,
             args: Vec::new(),
             env: BTreeMap::new(),
@@ -123,6 +184,7 @@ impl McpServer {
     /// and approval classes apply without one.
     pub fn needs_restart(&self, new: &McpServer) -> bool {
         let strip = |s: &McpServer| McpServer {
+            transport_type: None,
             include_tools: Vec::new(),
             exclude_tools: Vec::new(),
             approval: HashMap::new(),
@@ -133,9 +195,10 @@ impl McpServer {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default)]
 pub struct CustomTools {
+    #[schemars(inner(length(min = 1)))]
     pub paths: Vec<PathBuf>,
     pub discover: bool,
 }
