@@ -63,16 +63,8 @@ pub fn default_socket(explicit: Option<&Path>, config: Option<&Path>) -> PathBuf
     let config = config
         .map(Path::to_path_buf)
         .unwrap_or_else(crate::config::default_path);
-    let configured = configured_socket(&config);
+    let configured = crate::config::socket_from_file(&config).ok().flatten();
     protocol::socket_path(None, configured.as_deref())
-}
-
-/// `listen.socket` of a config file, ignoring everything else in it (a broken `${VAR}`
-/// elsewhere must not send the client to another socket than the daemon's).
-fn configured_socket(path: &Path) -> Option<PathBuf> {
-    let text = std::fs::read_to_string(path).ok()?;
-    let v: Value = serde_json::from_str(&text).ok()?;
-    v.get("listen")?.get("socket")?.as_str().map(PathBuf::from)
 }
 
 /// A typed, multiplexed connection to the daemon. Cheap to share: every method takes
