@@ -1,0 +1,201 @@
+//! `write_file`: create or replace a whole file.
+
+use std::fs::{self};
+use std::io::{self};
+use std::path::Path;
+
+use futures::future::BoxFuture;
+use serde_json::{json, Map, Value};
+
+use super::super::paths::{resolve, shown, workspace_root};
+use super::super::{object_schema, run_blocking, str_arg};
+use super::{atomic_write, io_error};
+use crate::approval::ApprovalClass;
+use crate::registry::{CallContext, Tool, ToolError, ToolOk, ToolResult, ToolSpec};
+
+/// Creates or replaces a file with the given content.
+pub struct WriteFile {
+    spec: ToolSpec,
+}
+
+impl Default for WriteFile {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl WriteFile {
+    pub fn new() -> Self {
+        let description = "- Creates a file, or replaces an existing file's whole content, in the workspace.\n\
+             - Creates missing parent directories; the write is atomic and keeps an existing file's permissions.\n\
+             - Prefer patch_file for changing part of an existing file.\n\
+             - Returns path, bytes_written and created (false when an existing file was replaced).";
+        let parameters = object_schema(
+            json!({
+                "path": {
+                    "type": "string",
+                    "description": "File to write: relative to the workspace, or absolute inside it."
+                },
+                "content": {
+                    "type": "string",
+                    "description": "The complete new content of the file."
+                }
+            }),
+            &["path", "content"],
+        );
+        WriteFile {
+            spec: ToolSpec::builtin("write_file", description, parameters, ApprovalClass::Write),
+        }
+    }
+}
+
+impl Tool for WriteFile {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn call(&self, args: Map<String, Value>, ctx: CallContext) -> BoxFuture<'_, ToolResult> {
+        Box::pin(async move {
+            let path = str_arg(&args, "path")?.to_owned();
+            let content = str_arg(&args, "content")?.to_owned();
+            run_blocking(&ctx.cancel, move |_| {
+                write_file(&ctx.workspace, &path, &content)
+            })
+            .await
+        })
+    }
+}
+
+fn write_file(workspace: &Path, raw: &str, content: &str) -> ToolResult {
+    let root = workspace_root(workspace)?;
+    let abs = resolve(&root, &[], raw)?;
+    let name = shown(&root, &abs);
+    let keep = match fs::metadata(&abs) {
+        Ok(m) if m.is_dir() => {
+            return Err(ToolError::failed(format!(
+                "{name} is a directory; give the path of a file"
+            )))
+        }
+        Ok(m) => Some(m.permissions()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => return Err(io_error("write", &name, &e)),
+    };
+    if let Some(parent) = abs.parent() {
+        fs::create_dir_all(parent).map_err(|e| {
+            ToolError::failed(format!(
+                "cannot create the parent directories of {name}: {e}"
+            ))
+        })?;
+    }
+    let created = keep.is_none();
+    atomic_write(&abs, content.as_bytes(), keep).map_err(|e| io_error("write", &name, &e))?;
+    let mut out = ToolOk::new();
+    out.insert("path".into(), json!(name));
+    out.insert("bytes_written".into(), json!(content.len()));
+    out.insert("created".into(), json!(created));
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs::{self, Permissions};
+    use std::os::unix::fs::{symlink, PermissionsExt};
+
+    use serde_json::{json, Value};
+
+    use super::*;
+
+    use crate::tools::fs::test_support::{assert_escape, Ws};
+
+    // write_file
+
+    #[tokio::test]
+    async fn write_file_creates_parents_then_replaces_keeping_permissions() {
+        let ws = Ws::new();
+        let r = ws
+            .call(
+                &WriteFile::new(),
+                json!({"path": "a/b/c.sh", "content": "echo 1\n"}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            Value::Object(r),
+            json!({"path": "a/b/c.sh", "bytes_written": 7, "created": true})
+        );
+        assert_eq!(ws.read("a/b/c.sh"), "echo 1\n");
+        fs::set_permissions(ws.root.join("a/b/c.sh"), Permissions::from_mode(0o751)).unwrap();
+        let r = ws
+            .call(
+                &WriteFile::new(),
+                json!({"path": "a/b/c.sh", "content": "echo 22\n"}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(r["created"], false);
+        assert_eq!(ws.read("a/b/c.sh"), "echo 22\n");
+        let mode = fs::metadata(ws.root.join("a/b/c.sh"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o7777, 0o751);
+        // No temporary files are left behind.
+        let names: Vec<_> = fs::read_dir(ws.root.join("a/b"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["c.sh"]);
+    }
+
+    #[tokio::test]
+    async fn write_file_new_files_are_not_private() {
+        let ws = Ws::new();
+        ws.call(&WriteFile::new(), json!({"path": "n.txt", "content": ""}))
+            .await
+            .unwrap();
+        let mode = fs::metadata(ws.root.join("n.txt"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o600, 0o600);
+        assert_ne!(
+            mode & 0o044,
+            0,
+            "new files get 0666 minus the umask, not tempfile's 0600"
+        );
+    }
+
+    #[tokio::test]
+    async fn write_file_refuses_escapes_and_directories() {
+        let ws = Ws::new();
+        let outside = tempfile::tempdir().unwrap();
+        symlink(outside.path(), ws.root.join("out")).unwrap();
+        let abs = outside.path().join("x.txt").display().to_string();
+        let w = WriteFile::new();
+        assert_escape(
+            ws.call(&w, json!({"path": "../x.txt", "content": "x"}))
+                .await,
+            "../x.txt",
+        );
+        assert_escape(
+            ws.call(&w, json!({"path": "new/../../x.txt", "content": "x"}))
+                .await,
+            "new/../../x.txt",
+        );
+        assert_escape(
+            ws.call(&w, json!({"path": abs, "content": "x"})).await,
+            &abs,
+        );
+        assert_escape(
+            ws.call(&w, json!({"path": "out/x.txt", "content": "x"}))
+                .await,
+            "out/x.txt",
+        );
+        assert!(fs::read_dir(outside.path()).unwrap().next().is_none());
+        let e = ws
+            .call(&w, json!({"path": ".", "content": "x"}))
+            .await
+            .unwrap_err();
+        assert_eq!(e.message, ". is a directory; give the path of a file");
+    }
+}
