@@ -1,16 +1,14 @@
 //! `list_dir`: a depth-limited, breadth-first listing of a directory tree.
 
 use std::collections::VecDeque;
-use std::fs::{self};
 use std::path::{Path, PathBuf};
 
 use futures::future::BoxFuture;
 use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::super::paths::{resolve, shown, workspace_root};
+use super::super::paths::{open_workspace, resolve_target, shown_rel};
 use super::super::{int_arg, object_schema, opt_str_arg, run_blocking, stopped};
-use super::io_error;
 use crate::approval::ApprovalClass;
 use crate::registry::{CallContext, Tool, ToolError, ToolOk, ToolResult, ToolSpec};
 
@@ -91,34 +89,47 @@ fn list_dir(
     max_entries: usize,
     stop: &CancellationToken,
 ) -> ToolResult {
-    let root = workspace_root(workspace)?;
-    let abs = resolve(&root, &[], raw)?;
-    let name = shown(&root, &abs);
-    let meta = fs::metadata(&abs).map_err(|e| io_error("list", &name, &e))?;
-    if !meta.is_dir() {
-        return Err(ToolError::failed(format!(
+    let root = open_workspace(workspace)?;
+    let target = resolve_target(&root, &[], raw)?;
+    let name = target.shown.as_str();
+    let not_dir = || {
+        ToolError::failed(format!(
             "{name} is not a directory; use read_file to read a file"
-        )));
+        ))
+    };
+    // Every directory is opened beneath the workspace handle: a subdirectory swapped for a
+    // symlink mid-walk can only lead elsewhere inside the workspace. Directories are opened
+    // as they are reached (not kept open in the queue), so a wide tree cannot run out of fds.
+    match root.dir.open_dir(target.rel_path()) {
+        Ok(_) => {}
+        Err(e) if e.raw_os_error() == Some(nix::libc::ENOTDIR) => return Err(not_dir()),
+        Err(e) => return Err(target.error("list", &e)),
     }
     // Breadth first, so a truncated listing still shows the upper levels completely; sorted
     // by path components afterwards, which gives tree order.
     let mut entries: Vec<(PathBuf, String)> = Vec::new();
-    let mut queue = VecDeque::from([(abs.clone(), 1u64)]);
+    let mut queue = VecDeque::from([(target.rel.clone(), 1u64)]);
     let mut truncated = false;
     let mut unreadable = 0u64;
-    'walk: while let Some((dir, level)) = queue.pop_front() {
+    'walk: while let Some((rel_dir, level)) = queue.pop_front() {
         if stop.is_cancelled() {
             return Err(stopped());
         }
-        let read = match fs::read_dir(&dir) {
+        let opened = root.dir.open_dir(if rel_dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            &rel_dir
+        });
+        let read = match opened.and_then(|d| d.entries().map(|r| (d, r))) {
             Ok(r) => r,
-            Err(e) if dir == abs => return Err(io_error("list", &name, &e)),
+            Err(e) if rel_dir == target.rel => return Err(target.error("list", &e)),
             Err(_) => {
                 unreadable += 1;
                 continue;
             }
         };
-        let mut children: Vec<(std::ffi::OsString, fs::FileType)> = read
+        let (dir, read) = read;
+        let mut children: Vec<(std::ffi::OsString, cap_std::fs::FileType)> = read
             .filter_map(Result::ok)
             .filter_map(|e| e.file_type().ok().map(|t| (e.file_name(), t)))
             .filter(|(n, _)| n != ".git")
@@ -129,12 +140,12 @@ fn list_dir(
                 truncated = true;
                 break 'walk;
             }
-            let path = dir.join(&child);
-            let rel = shown(&root, &path);
+            let path = rel_dir.join(&child);
+            let rel = shown_rel(&path);
             let line = if kind.is_dir() {
                 format!("{rel}/")
             } else if kind.is_symlink() {
-                match fs::read_link(&path) {
+                match dir.read_link_contents(&child) {
                     Ok(target) => format!("{rel} -> {}", target.display()),
                     Err(_) => rel,
                 }

@@ -1,14 +1,14 @@
 //! `patch_file`: replace an exact string in a text file.
 
-use std::fs::{self};
+use std::io::Read as _;
 use std::path::Path;
 
 use futures::future::BoxFuture;
 use serde_json::{json, Map, Value};
 
-use super::super::paths::{resolve, shown, workspace_root};
+use super::super::paths::{open_workspace, resolve_target};
 use super::super::{bool_arg, object_schema, run_blocking, str_arg};
-use super::{atomic_write, io_error, is_binary};
+use super::{is_binary, open_regular, write_atomic};
 use crate::approval::ApprovalClass;
 use crate::registry::{CallContext, Tool, ToolError, ToolOk, ToolResult, ToolSpec};
 
@@ -86,16 +86,13 @@ impl Tool for PatchFile {
 }
 
 fn patch_file(workspace: &Path, raw: &str, old: &str, new: &str, replace_all: bool) -> ToolResult {
-    let root = workspace_root(workspace)?;
-    let abs = resolve(&root, &[], raw)?;
-    let name = shown(&root, &abs);
-    let meta = fs::metadata(&abs).map_err(|e| io_error("patch", &name, &e))?;
-    if meta.is_dir() {
-        return Err(ToolError::failed(format!(
-            "{name} is a directory, not a file"
-        )));
-    }
-    let bytes = fs::read(&abs).map_err(|e| io_error("patch", &name, &e))?;
+    let root = open_workspace(workspace)?;
+    let target = resolve_target(&root, &[], raw)?;
+    let name = target.shown.as_str();
+    let mut bytes = Vec::new();
+    open_regular(&root, &target, "patch", ", not a file")?
+        .read_to_end(&mut bytes)
+        .map_err(|e| target.error("patch", &e))?;
     if is_binary(&bytes) {
         return Err(ToolError::failed(format!(
             "{name} is a binary file; patch_file only edits text"
@@ -131,8 +128,7 @@ fn patch_file(workspace: &Path, raw: &str, old: &str, new: &str, replace_all: bo
     } else {
         text.replacen(old, new, 1)
     };
-    atomic_write(&abs, patched.as_bytes(), Some(meta.permissions()))
-        .map_err(|e| io_error("write", &name, &e))?;
+    write_atomic(&root, &target, patched.as_bytes())?;
     let mut out = ToolOk::new();
     out.insert("path".into(), json!(name));
     out.insert("replacements".into(), json!(count));

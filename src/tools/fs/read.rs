@@ -1,7 +1,6 @@
 //! `read_file`: a window of numbered lines of a text file.
 
 use std::fmt::Write as _;
-use std::fs::{self, File};
 use std::io::{self, BufRead, BufReader, Read, Seek};
 use std::path::{Path, PathBuf};
 
@@ -9,11 +8,12 @@ use futures::future::BoxFuture;
 use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::super::paths::{extra_root, resolve, shown, workspace_root};
+use super::super::paths::{open_workspace, resolve_target, Root};
 use super::super::{int_arg, object_schema, run_blocking, stopped, str_arg};
-use super::{io_error, is_binary, BINARY_SNIFF_BYTES};
+use super::{is_binary, open_regular, BINARY_SNIFF_BYTES};
 use crate::approval::ApprovalClass;
 use crate::registry::{CallContext, Tool, ToolError, ToolOk, ToolResult, ToolSpec};
+
 /// `read_file`: lines returned when `limit` is not given.
 pub const READ_DEFAULT_LIMIT: u64 = 2000;
 /// `read_file`: the largest `limit` accepted.
@@ -150,27 +150,33 @@ fn read_file(
     limit: u64,
     stop: &CancellationToken,
 ) -> ToolResult {
-    let root = workspace_root(workspace)?;
-    let abs = resolve(&root, &[extra_root(outputs_dir)], raw)?;
-    let name = shown(&root, &abs);
-    let meta = fs::metadata(&abs).map_err(|e| io_error("read", &name, &e))?;
-    if meta.is_dir() {
-        return Err(ToolError::failed(format!(
-            "{name} is a directory; use list_dir to see what it contains"
-        )));
-    }
-    let mut file = File::open(&abs).map_err(|e| io_error("read", &name, &e))?;
+    let root = open_workspace(workspace)?;
+    // The outputs directory is opened only for an absolute path outside the workspace (and
+    // may not exist yet, when nothing has been spilled).
+    let extras: Vec<Root> = if Path::new(raw).is_absolute() {
+        Root::open(outputs_dir).into_iter().collect()
+    } else {
+        Vec::new()
+    };
+    let target = resolve_target(&root, &extras, raw)?;
+    let name = target.shown.as_str();
+    let mut file = open_regular(
+        target.root(&root, &extras),
+        &target,
+        "read",
+        "; use list_dir to see what it contains",
+    )?;
     let mut head = Vec::with_capacity(BINARY_SNIFF_BYTES);
     (&mut file)
         .take(BINARY_SNIFF_BYTES as u64)
         .read_to_end(&mut head)
-        .map_err(|e| io_error("read", &name, &e))?;
+        .map_err(|e| target.error("read", &e))?;
     if is_binary(&head) {
         return Err(ToolError::failed(format!(
             "{name} is a binary file (it contains NUL bytes); read_file only reads text"
         )));
     }
-    file.rewind().map_err(|e| io_error("read", &name, &e))?;
+    file.rewind().map_err(|e| target.error("read", &e))?;
     let mut reader = BufReader::with_capacity(16 * 1024, file);
 
     let last_wanted = offset.saturating_add(limit - 1);
@@ -181,7 +187,7 @@ fn read_file(
     let mut clipped = 0u64;
     let mut budget_hit = false;
     while let Some(len) = next_line(&mut reader, &mut buf, READ_MAX_LINE_BYTES)
-        .map_err(|e| io_error("read", &name, &e))?
+        .map_err(|e| target.error("read", &e))?
     {
         line_no += 1;
         if line_no.is_multiple_of(4096) && stop.is_cancelled() {

@@ -1,17 +1,19 @@
 //! `search_files`: a regex search over the workspace's text files.
 
-use std::fs::{self};
-use std::path::Path;
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
 use futures::future::BoxFuture;
 use serde_json::{json, Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use super::super::paths::{resolve, shown, workspace_root};
+use super::super::paths::{open_workspace, resolve_target, shown_rel, Root};
 use super::super::{
     bool_arg, clip_str, int_arg, object_schema, opt_str_arg, run_blocking, stopped, str_arg,
 };
-use super::{io_error, is_binary};
+use super::{is_binary, not_regular, open_node, Node};
 use crate::approval::ApprovalClass;
 use crate::registry::{CallContext, Tool, ToolError, ToolOk, ToolResult, ToolSpec};
 
@@ -137,108 +139,55 @@ impl Tool for SearchFiles {
 }
 
 fn search_files(workspace: &Path, args: &SearchArgs, stop: &CancellationToken) -> ToolResult {
-    let root = workspace_root(workspace)?;
-    let abs = resolve(&root, &[], &args.path)?;
-    let name = shown(&root, &abs);
-    let meta = fs::metadata(&abs).map_err(|e| io_error("search", &name, &e))?;
+    let root = open_workspace(workspace)?;
+    let target = resolve_target(&root, &[], &args.path)?;
+    let name = target.shown.as_str();
+    let node = open_node(&root.dir, target.rel_path()).map_err(|e| target.error("search", &e))?;
+    let glob_base = match node {
+        Node::Dir => target.rel.clone(),
+        _ => target
+            .rel
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default(),
+    };
     let glob = match &args.glob {
         None => None,
         Some(g) => {
-            let base = if meta.is_dir() {
-                abs.as_path()
-            } else {
-                abs.parent().unwrap_or(&abs)
-            };
-            let mut b = ignore::gitignore::GitignoreBuilder::new(base);
-            b.add_line(None, g).map_err(|e| {
-                ToolError::invalid(format!("invalid glob in arguments.glob {g:?}: {e}"))
-            })?;
-            Some((
-                base.to_path_buf(),
-                b.build().map_err(|e| {
-                    ToolError::invalid(format!("invalid glob in arguments.glob {g:?}: {e}"))
-                })?,
-            ))
+            let invalid =
+                |e| ToolError::invalid(format!("invalid glob in arguments.glob {g:?}: {e}"));
+            let mut b = GitignoreBuilder::new(root.path.join(&glob_base));
+            b.add_line(None, g).map_err(invalid)?;
+            Some((glob_base, b.build().map_err(invalid)?))
         }
     };
-    let walker = ignore::WalkBuilder::new(&abs)
-        .hidden(true)
-        .git_ignore(true)
-        // Respect .gitignore even in a workspace that is not (yet) a git repository.
-        .require_git(false)
-        .follow_links(false)
-        .sort_by_file_name(|a, b| a.cmp(b))
-        .build();
-
-    let mut lines: Vec<String> = Vec::new();
-    let mut files_searched = 0u64;
-    let mut files_with_matches = 0u64;
-    let mut skipped_binary = 0u64;
-    let mut skipped_large = 0u64;
-    let mut unreadable = 0u64;
-    let mut truncated = false;
-    'walk: for entry in walker {
-        if stop.is_cancelled() {
-            return Err(stopped());
-        }
-        let Ok(entry) = entry else {
-            unreadable += 1;
-            continue;
-        };
-        if !entry.file_type().is_some_and(|t| t.is_file()) {
-            continue;
-        }
-        let path = entry.path();
-        if let Some((base, matcher)) = &glob {
-            let rel = path.strip_prefix(base).unwrap_or(path);
-            if !matcher.matched(rel, false).is_ignore() {
-                continue;
-            }
-        }
-        match entry.metadata() {
-            Ok(m) if m.len() > SEARCH_MAX_FILE_BYTES => {
-                skipped_large += 1;
-                continue;
-            }
-            Ok(_) => {}
-            Err(_) => {
-                unreadable += 1;
-                continue;
-            }
-        }
-        let Ok(bytes) = fs::read(path) else {
-            unreadable += 1;
-            continue;
-        };
-        if is_binary(&bytes) {
-            skipped_binary += 1;
-            continue;
-        }
-        files_searched += 1;
-        let text = String::from_utf8_lossy(&bytes);
-        let rel = shown(&root, path);
-        let mut matched_here = false;
-        for (i, line) in text.lines().enumerate() {
-            if !args.regex.is_match(line) {
-                continue;
-            }
-            if lines.len() >= args.max_results {
-                truncated = true;
-                break 'walk;
-            }
-            if !matched_here {
-                matched_here = true;
-                files_with_matches += 1;
-            }
-            let kept = clip_str(line, SEARCH_MAX_LINE_BYTES);
-            let more = if kept.len() < line.len() {
-                " …[clipped]"
-            } else {
-                ""
-            };
-            lines.push(format!("{rel}:{}: {kept}{more}", i + 1));
-        }
+    let mut walk = Walk {
+        ws: &root,
+        args,
+        glob,
+        lines: Vec::new(),
+        files_searched: 0,
+        files_with_matches: 0,
+        skipped_binary: 0,
+        skipped_large: 0,
+        unreadable: 0,
+        truncated: false,
+    };
+    match node {
+        Node::File(f) => walk.search_file(f, &target.rel),
+        Node::Special(kind) => return Err(not_regular(name, kind)),
+        Node::Dir => walk.walk(&target.rel, stop)?,
     }
+    let Walk {
+        lines,
+        files_searched,
+        files_with_matches,
+        skipped_binary,
+        skipped_large,
+        unreadable,
+        truncated,
+        ..
+    } = walk;
     let mut out = ToolOk::new();
     out.insert("path".into(), json!(name));
     out.insert("matches".into(), json!(lines.join("\n")));
@@ -272,6 +221,213 @@ fn search_files(workspace: &Path, args: &SearchArgs, stop: &CancellationToken) -
         out.insert("note".into(), json!(notes.join("; ")));
     }
     Ok(out)
+}
+
+/// Ignore files read per directory; later ones take precedence (as in ripgrep).
+const IGNORE_FILES: [&str; 2] = [".gitignore", ".ignore"];
+/// Ignore files larger than this are read only this far.
+const IGNORE_FILE_MAX_BYTES: u64 = 1024 * 1024;
+
+/// A step of the depth-first walk, kept on an explicit stack so a deep tree cannot overflow
+/// the thread's stack and only one directory is open at a time.
+enum Step {
+    Dir(PathBuf),
+    File(PathBuf),
+    /// Leaving a directory whose ignore rules were pushed.
+    PopRules,
+}
+
+/// A search walk over the workspace. Every directory and file is opened beneath the workspace
+/// handle by its workspace-relative path, so a directory swapped for a symlink mid-walk cannot
+/// lead the search (or its ignore-file reads) outside, and FIFOs are never opened blocking.
+///
+/// Ignore rules: `.gitignore` and `.ignore` of each directory from the workspace root down,
+/// deeper ones first; hidden entries are skipped. Git's global excludes and `.git/info/exclude`
+/// are not read.
+struct Walk<'a> {
+    ws: &'a Root,
+    args: &'a SearchArgs,
+    /// The glob, relative to its base directory (workspace-relative).
+    glob: Option<(PathBuf, Gitignore)>,
+    lines: Vec<String>,
+    files_searched: u64,
+    files_with_matches: u64,
+    skipped_binary: u64,
+    skipped_large: u64,
+    unreadable: u64,
+    truncated: bool,
+}
+
+impl Walk<'_> {
+    fn walk(&mut self, start: &Path, stop: &CancellationToken) -> Result<(), ToolError> {
+        // The rules of the directories above the start apply too.
+        let mut rules: Vec<(PathBuf, Gitignore)> = Vec::new();
+        let mut above = PathBuf::new();
+        for part in start.iter() {
+            if let Some(r) = self.rules(&above) {
+                rules.push((above.clone(), r));
+            }
+            above.push(part);
+        }
+        let mut stack = vec![Step::Dir(start.to_path_buf())];
+        while let Some(step) = stack.pop() {
+            if self.truncated {
+                break;
+            }
+            if stop.is_cancelled() {
+                return Err(stopped());
+            }
+            let rel = match step {
+                Step::PopRules => {
+                    rules.pop();
+                    continue;
+                }
+                Step::File(rel) => {
+                    match open_node(&self.ws.dir, &rel) {
+                        Ok(Node::File(f)) => self.search_file(f, &rel),
+                        // Swapped for something else since it was listed.
+                        Ok(Node::Dir | Node::Special(_)) => {}
+                        Err(_) => self.unreadable += 1,
+                    }
+                    continue;
+                }
+                Step::Dir(rel) => rel,
+            };
+            let listed = self
+                .ws
+                .dir
+                .open_dir(dot_if_empty(&rel))
+                .and_then(|d| d.entries());
+            let Ok(listed) = listed else {
+                self.unreadable += 1;
+                continue;
+            };
+            let mut children: Vec<(std::ffi::OsString, cap_std::fs::FileType)> = listed
+                .filter_map(Result::ok)
+                .filter_map(|e| e.file_type().ok().map(|t| (e.file_name(), t)))
+                .filter(|(n, _)| !n.as_encoded_bytes().starts_with(b"."))
+                .collect();
+            children.sort_by(|a, b| a.0.cmp(&b.0));
+            if let Some(r) = self.rules(&rel) {
+                rules.push((rel.clone(), r));
+                stack.push(Step::PopRules);
+            }
+            // Reversed, so the stack pops them in name order.
+            for (child, kind) in children.into_iter().rev() {
+                // Symlinks are not followed; FIFOs and devices are not searched.
+                if !kind.is_dir() && !kind.is_file() {
+                    continue;
+                }
+                let is_dir = kind.is_dir();
+                let path = rel.join(child);
+                let ignored = rules
+                    .iter()
+                    .rev()
+                    .map(|(base, r)| r.matched(path.strip_prefix(base).unwrap_or(&path), is_dir))
+                    .find(|m| !m.is_none())
+                    .is_some_and(|m| m.is_ignore());
+                if !ignored {
+                    stack.push(if is_dir {
+                        Step::Dir(path)
+                    } else {
+                        Step::File(path)
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The ignore rules of the directory `rel`, if it has any ignore file.
+    fn rules(&self, rel: &Path) -> Option<Gitignore> {
+        let mut b = GitignoreBuilder::new(self.ws.path.join(rel));
+        let mut any = false;
+        for name in IGNORE_FILES {
+            let Ok(Node::File(f)) = open_node(&self.ws.dir, &rel.join(name)) else {
+                continue;
+            };
+            let mut text = Vec::new();
+            if f.take(IGNORE_FILE_MAX_BYTES)
+                .read_to_end(&mut text)
+                .is_err()
+            {
+                continue;
+            }
+            for line in String::from_utf8_lossy(&text).lines() {
+                // A bad line is skipped, as git does.
+                let _ = b.add_line(None, line);
+            }
+            any = true;
+        }
+        any.then(|| b.build().ok()).flatten()
+    }
+
+    /// Searches one opened file; `rel` is its workspace-relative path.
+    fn search_file(&mut self, file: std::fs::File, rel: &Path) {
+        if let Some((base, matcher)) = &self.glob {
+            let r = rel.strip_prefix(base).unwrap_or(rel);
+            if !matcher.matched(r, false).is_ignore() {
+                return;
+            }
+        }
+        match file.metadata() {
+            Ok(m) if m.len() > SEARCH_MAX_FILE_BYTES => {
+                self.skipped_large += 1;
+                return;
+            }
+            Ok(_) => {}
+            Err(_) => {
+                self.unreadable += 1;
+                return;
+            }
+        }
+        let mut bytes = Vec::new();
+        // `take` also bounds a file that grows while it is read.
+        if file
+            .take(SEARCH_MAX_FILE_BYTES)
+            .read_to_end(&mut bytes)
+            .is_err()
+        {
+            self.unreadable += 1;
+            return;
+        }
+        if is_binary(&bytes) {
+            self.skipped_binary += 1;
+            return;
+        }
+        self.files_searched += 1;
+        let text = String::from_utf8_lossy(&bytes);
+        let shown = shown_rel(rel);
+        let mut matched_here = false;
+        for (i, line) in text.lines().enumerate() {
+            if !self.args.regex.is_match(line) {
+                continue;
+            }
+            if self.lines.len() >= self.args.max_results {
+                self.truncated = true;
+                return;
+            }
+            if !matched_here {
+                matched_here = true;
+                self.files_with_matches += 1;
+            }
+            let kept = clip_str(line, SEARCH_MAX_LINE_BYTES);
+            let more = if kept.len() < line.len() {
+                " …[clipped]"
+            } else {
+                ""
+            };
+            self.lines.push(format!("{shown}:{}: {kept}{more}", i + 1));
+        }
+    }
+}
+
+fn dot_if_empty(rel: &Path) -> &Path {
+    if rel.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        rel
+    }
 }
 
 #[cfg(test)]

@@ -1,17 +1,15 @@
 //! `write_file`: create or replace a whole file.
 
-use std::fs::{self};
-use std::io::{self};
 use std::path::Path;
 
 use futures::future::BoxFuture;
 use serde_json::{json, Map, Value};
 
-use super::super::paths::{resolve, shown, workspace_root};
+use super::super::paths::{open_workspace, resolve_target};
 use super::super::{object_schema, run_blocking, str_arg};
-use super::{atomic_write, io_error};
+use super::write_atomic;
 use crate::approval::ApprovalClass;
-use crate::registry::{CallContext, Tool, ToolError, ToolOk, ToolResult, ToolSpec};
+use crate::registry::{CallContext, Tool, ToolOk, ToolResult, ToolSpec};
 
 /// Creates or replaces a file with the given content.
 pub struct WriteFile {
@@ -67,28 +65,10 @@ impl Tool for WriteFile {
 }
 
 fn write_file(workspace: &Path, raw: &str, content: &str) -> ToolResult {
-    let root = workspace_root(workspace)?;
-    let abs = resolve(&root, &[], raw)?;
-    let name = shown(&root, &abs);
-    let keep = match fs::metadata(&abs) {
-        Ok(m) if m.is_dir() => {
-            return Err(ToolError::failed(format!(
-                "{name} is a directory; give the path of a file"
-            )))
-        }
-        Ok(m) => Some(m.permissions()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-        Err(e) => return Err(io_error("write", &name, &e)),
-    };
-    if let Some(parent) = abs.parent() {
-        fs::create_dir_all(parent).map_err(|e| {
-            ToolError::failed(format!(
-                "cannot create the parent directories of {name}: {e}"
-            ))
-        })?;
-    }
-    let created = keep.is_none();
-    atomic_write(&abs, content.as_bytes(), keep).map_err(|e| io_error("write", &name, &e))?;
+    let root = open_workspace(workspace)?;
+    let target = resolve_target(&root, &[], raw)?;
+    let name = target.shown.as_str();
+    let created = write_atomic(&root, &target, content.as_bytes())?;
     let mut out = ToolOk::new();
     out.insert("path".into(), json!(name));
     out.insert("bytes_written".into(), json!(content.len()));
