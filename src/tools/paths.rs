@@ -18,6 +18,7 @@
 //! outside file). Hard links can only be made by someone who can already read the file.
 
 use std::io;
+use std::os::fd::AsRawFd;
 use std::path::{Component, Path, PathBuf};
 
 use cap_std::fs::Dir;
@@ -38,10 +39,12 @@ pub(crate) struct Root {
 impl Root {
     /// Opens `dir` as a root. The handle, not the path, is what counts from here on: if the
     /// directory is renamed or replaced during the call, the call keeps working in the one
-    /// it opened.
+    /// it opened. Its canonical path is read back from the open handle, so path and handle
+    /// name the same directory even if `dir` was swapped while being opened.
     pub(crate) fn open(dir: &Path) -> io::Result<Root> {
-        let path = std::fs::canonicalize(dir)?;
-        let handle = Dir::open_ambient_dir(&path, cap_std::ambient_authority())?;
+        let handle = Dir::open_ambient_dir(dir, cap_std::ambient_authority())?;
+        let path = std::fs::read_link(format!("/proc/self/fd/{}", handle.as_raw_fd()))
+            .or_else(|_| std::fs::canonicalize(dir))?;
         Ok(Root {
             path,
             given: dir.to_path_buf(),

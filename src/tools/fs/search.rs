@@ -522,4 +522,27 @@ mod tests {
             "/",
         );
     }
+
+    #[tokio::test]
+    async fn search_files_applies_nested_ignore_files_deepest_first() {
+        let ws = Ws::new();
+        ws.write(".gitignore", "*.gen\n");
+        ws.write("a/.gitignore", "!keep.gen\n");
+        ws.write("a/.ignore", "skip.rs\n");
+        ws.write("a/keep.gen", "hit\n");
+        ws.write("a/drop.gen", "hit\n");
+        ws.write("a/skip.rs", "hit\n");
+        ws.write("a/ok.rs", "hit\n");
+        ws.write("b/x.gen", "hit\n");
+        let s = SearchFiles::new();
+        let r = ws.call(&s, json!({"pattern": "hit"})).await.unwrap();
+        assert_eq!(r["matches"], "a/keep.gen:1: hit\na/ok.rs:1: hit");
+        // Rules above the searched directory apply too.
+        let r = ws
+            .call(&s, json!({"pattern": "hit", "path": "b"}))
+            .await
+            .unwrap();
+        assert_eq!(r["matches"], "");
+        assert_eq!(r["note"], "no matches");
+    }
 }

@@ -178,4 +178,35 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.message, ". is a directory; give the path of a file");
     }
+
+    #[tokio::test]
+    async fn write_file_through_an_inside_symlink_keeps_the_link() {
+        let ws = Ws::new();
+        ws.write("real/t.txt", "old\n");
+        symlink("real/t.txt", ws.root.join("l.txt")).unwrap();
+        symlink("nowhere.txt", ws.root.join("dangling")).unwrap();
+        let w = WriteFile::new();
+        let r = ws
+            .call(&w, json!({"path": "l.txt", "content": "new\n"}))
+            .await
+            .unwrap();
+        assert_eq!(
+            Value::Object(r),
+            json!({"path": "l.txt", "bytes_written": 4, "created": false})
+        );
+        assert_eq!(ws.read("real/t.txt"), "new\n");
+        assert!(fs::symlink_metadata(ws.root.join("l.txt"))
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        let e = ws
+            .call(&w, json!({"path": "dangling", "content": "x"}))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.message,
+            "cannot write dangling: it is a symbolic link to something that does not exist"
+        );
+        assert!(!ws.root.join("nowhere.txt").exists());
+    }
 }
