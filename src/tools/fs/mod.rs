@@ -2,8 +2,11 @@
 //! module per tool; this module holds what they share.
 //!
 //! Each tool parses its arguments on the async side, then does all file work in one blocking
-//! closure under [`run_blocking`](super::run_blocking). Writes are atomic (a temporary file in
-//! the same directory, renamed over the target) and keep an existing file's permissions.
+//! closure under [`run_blocking`](super::run_blocking). All I/O goes through the workspace's
+//! directory handle ([`Root`]) with workspace-relative paths, so nothing can be redirected
+//! outside between a check and a use. Files are opened with [`open_node`], which never blocks
+//! and refuses FIFOs, sockets and devices. Writes are atomic (a temporary file in the same
+//! directory, renamed over the target) and keep an existing file's permissions.
 
 mod list;
 mod patch;
