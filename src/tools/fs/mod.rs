@@ -145,37 +145,17 @@ pub(super) fn write_atomic(ws: &Root, target: &Target, bytes: &[u8]) -> Result<b
     let name = &target.shown;
     let is_dir = || ToolError::failed(format!("{name} is a directory; give the path of a file"));
     let mut rel = target.rel.clone();
-    let (parent, keep) = loop {
+    let (dir, file, keep) = loop {
         let (Some(parent_rel), Some(file)) = (rel.parent(), rel.file_name()) else {
             return Err(is_dir());
         };
         let file = file.to_owned();
-        if !parent_rel.as_os_str().is_empty() {
-            ws.dir.create_dir_all(parent_rel).map_err(|e| {
-                // A symlink leading outside shows up as "exists, but is no directory here";
-                // opening it tells the escape apart from an ordinary failure.
-                match ws.dir.open_dir(parent_rel) {
-                    Err(open) if is_escape(&open) => target.error("write", &open),
-                    _ => ToolError::failed(format!(
-                        "cannot create the parent directories of {name}: {e}"
-                    )),
-                }
-            })?;
-        }
-        let parent_rel = if parent_rel.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            parent_rel
-        };
-        let parent = ws
-            .dir
-            .open_dir(parent_rel)
-            .map_err(|e| target.error("write", &e))?;
+        let parent = open_parent(ws, target, parent_rel)?;
         match parent.symlink_metadata(&file) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => break ((parent, file), None),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => break (parent, file, None),
             Err(e) => return Err(target.error("write", &e)),
             Ok(m) if m.is_dir() => return Err(is_dir()),
-            Ok(m) if m.is_file() => break ((parent, file), Some(m.permissions().mode())),
+            Ok(m) if m.is_file() => break (parent, file, Some(m.permissions().mode())),
             Ok(m) if m.file_type().is_symlink() && rel == target.rel => {
                 rel = symlink_target(ws, target, &rel)?;
             }
@@ -187,7 +167,6 @@ pub(super) fn write_atomic(ws: &Root, target: &Target, bytes: &[u8]) -> Result<b
             Ok(m) => return Err(not_regular(name, cap_special_kind(m.file_type()))),
         }
     };
-    let ((dir, file), keep) = (parent, keep);
     let tmp_name = {
         let mut n = std::ffi::OsString::from(".");
         n.push(clip_str(&file.to_string_lossy(), 100));
@@ -213,6 +192,34 @@ pub(super) fn write_atomic(ws: &Root, target: &Target, bytes: &[u8]) -> Result<b
         return Err(target.error("write", &e));
     }
     Ok(keep.is_none())
+}
+
+/// Opens the directory `parent_rel` beneath the workspace, creating it (and its parents)
+/// when missing. Symlinked directories inside the workspace are followed.
+fn open_parent(ws: &Root, target: &Target, parent_rel: &Path) -> Result<Dir, ToolError> {
+    let parent_rel = if parent_rel.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        parent_rel
+    };
+    match ws.dir.open_dir(parent_rel) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        r => return r.map_err(|e| target.error("write", &e)),
+    }
+    ws.dir.create_dir_all(parent_rel).map_err(|e| {
+        // A dangling symlink or one leading outside shows up as "exists"; opening it again
+        // tells an escape apart from an ordinary failure.
+        match ws.dir.open_dir(parent_rel) {
+            Err(open) if is_escape(&open) => target.error("write", &open),
+            _ => ToolError::failed(format!(
+                "cannot create the parent directories of {}: {e}",
+                target.shown
+            )),
+        }
+    })?;
+    ws.dir
+        .open_dir(parent_rel)
+        .map_err(|e| target.error("write", &e))
 }
 
 /// Where the symlink `rel` points, as a workspace-relative path, found by opening it beneath

@@ -209,4 +209,24 @@ mod tests {
         );
         assert!(!ws.root.join("nowhere.txt").exists());
     }
+
+    #[tokio::test]
+    async fn write_file_follows_symlinked_directories_inside_the_workspace() {
+        let ws = Ws::new();
+        fs::create_dir(ws.root.join("real")).unwrap();
+        symlink("real", ws.root.join("via")).unwrap();
+        let w = WriteFile::new();
+        let r = ws
+            .call(&w, json!({"path": "via/new/f.txt", "content": "x"}))
+            .await
+            .unwrap();
+        assert_eq!(r["created"], true);
+        assert_eq!(ws.read("real/new/f.txt"), "x");
+        // A file where a directory is needed is an ordinary failure, not an escape.
+        let e = ws
+            .call(&w, json!({"path": "real/new/f.txt/g.txt", "content": "x"}))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, crate::protocol::ErrorKind::Failed, "{}", e.message);
+    }
 }
