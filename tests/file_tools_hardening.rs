@@ -62,6 +62,7 @@ async fn a_directory_swapped_for_an_outside_symlink_never_leaks_reads_or_writes(
     let ws = d.workspace();
     let outside = tempfile::tempdir().unwrap();
     std::fs::write(outside.path().join("f.txt"), "OUTSIDE\n").unwrap();
+    std::fs::write(outside.path().join("marker.txt"), "OUTSIDE\n").unwrap();
     std::fs::create_dir(ws.join("d")).unwrap();
     std::fs::write(ws.join("d/f.txt"), "inside\n").unwrap();
     std::os::unix::fs::symlink(outside.path(), ws.join("swap")).unwrap();
@@ -81,7 +82,7 @@ async fn a_directory_swapped_for_an_outside_symlink_never_leaks_reads_or_writes(
     };
 
     let mut c = d.client().await;
-    let n = iterations(200);
+    let n = iterations(150);
     let (mut inside_reads, mut outside_reads, mut writes) = (0, 0, 0);
     for i in 0..n {
         let r = invoke(&mut c, "read_file", json!({"path": "d/f.txt"})).await;
@@ -101,6 +102,16 @@ async fn a_directory_swapped_for_an_outside_symlink_never_leaks_reads_or_writes(
         if r["ok"] == true {
             writes += 1;
         }
+        // The walks must not wander outside either.
+        let r = invoke(
+            &mut c,
+            "search_files",
+            json!({"pattern": "OUTSIDE", "path": "d"}),
+        )
+        .await;
+        assert!(r["match_count"] == 0 || r["ok"] == false, "{r}");
+        let r = invoke(&mut c, "list_dir", json!({"path": "d"})).await;
+        assert!(!r.to_string().contains("marker.txt"), "{r}");
     }
     stop.store(true, Ordering::Relaxed);
     swapper.join().unwrap();
@@ -108,7 +119,7 @@ async fn a_directory_swapped_for_an_outside_symlink_never_leaks_reads_or_writes(
     assert_eq!(outside_reads, 0, "reads that returned the outside file");
     assert_eq!(
         names(outside.path()),
-        ["f.txt"],
+        ["f.txt", "marker.txt"],
         "files created outside the workspace"
     );
     assert_eq!(
@@ -124,7 +135,7 @@ async fn a_directory_swapped_for_an_outside_symlink_never_leaks_reads_or_writes(
 }
 
 #[tokio::test]
-async fn fifos_are_refused_promptly_by_every_file_tool() {
+async fn fifos_and_sockets_are_refused_promptly_by_every_file_tool() {
     let d = Daemon::start().await;
     let ws = d.workspace();
     mkfifo(&ws.join("p"));
@@ -147,6 +158,11 @@ async fn fifos_are_refused_promptly_by_every_file_tool() {
     assert_eq!(r["error"], refused["error"], "{r}");
     let r = invoke_promptly(&mut c, "search_files", json!({"pattern": "x", "path": "p"})).await;
     assert_eq!(r["error"], refused["error"], "{r}");
+    let _sock = std::os::unix::net::UnixListener::bind(ws.join("s")).unwrap();
+    let r = invoke_promptly(&mut c, "read_file", json!({"path": "s"})).await;
+    assert_eq!(r["error"], "s is not a regular file (socket)", "{r}");
+    let r = invoke_promptly(&mut c, "write_file", json!({"path": "s", "content": "x"})).await;
+    assert_eq!(r["error"], "s is not a regular file (socket)", "{r}");
     // The FIFO is still a FIFO: write_file did not replace it.
     use std::os::unix::fs::FileTypeExt;
     assert!(std::fs::symlink_metadata(ws.join("p"))
