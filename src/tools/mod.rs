@@ -1,9 +1,12 @@
-//! Built-in tools: file tools (`fs`: read, write, patch, list, search) and the shell
-//! (`shell`: bash).
+//! Built-in tools: file tools (`fs`, one module per tool: read, write, patch, list, search)
+//! and the shell (`shell`: bash).
 //!
 //! Every tool builds its [`ToolSpec`](crate::registry::ToolSpec) once in `new`. Schema
 //! defaults and bounds are the same constants the code uses, so what the model reads is what
-//! happens. Path arguments go through [`paths`], which keeps them inside the call's workspace.
+//! happens. File-tool paths go through [`paths`]: every open, create and rename happens beneath
+//! a handle on the call's workspace, so the kernel keeps them inside it even while someone
+//! swaps directories for symlinks; files are opened without blocking, and FIFOs and devices
+//! are refused.
 //!
 //! Architecture Invariant: no built-in tool blocks the async runtime for long — file work runs
 //! under [`run_blocking`], and bash children are spawned through [`crate::process`].
