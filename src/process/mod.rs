@@ -6,8 +6,9 @@
 //! cookie (one that escaped with `setsid`), and SIGKILL after a grace, so a child — and
 //! anything it forked, like the `node` under `npx` — dies with its call, its server or the
 //! daemon. If the daemon itself is killed with -9: each direct child gets SIGKILL from
-//! `PR_SET_PDEATHSIG` (all forks happen on one long-lived thread, see [`spawner`]), and the
-//! next daemon on the same data dir sweeps the rest from the [`ledger`].
+//! `PR_SET_PDEATHSIG` (all forks happen on one long-lived thread, see [`spawner`]), the
+//! [`watchdog`] kills the rest of the groups and escapees at once, and should it be killed
+//! too, the next daemon on the same data dir sweeps them from the [`ledger`].
 //!
 //! Cookies: every child carries `TOOLHOST_INSTANCE=<this daemon's id>` and
 //! `TOOLHOST_GROUP=<id of its group>` in its environment; they survive `setsid` and double
@@ -30,6 +31,7 @@ pub mod ledger;
 pub mod procfs;
 pub mod runner;
 pub mod spawner;
+pub mod watchdog;
 
 /// How long a group gets between SIGTERM and SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_millis(2000);
@@ -242,7 +244,7 @@ pub fn group_exists(pgid: i32) -> bool {
 
 /// Sets the daemon up to own everything it starts; call once at startup, inside the runtime,
 /// and keep the returned guard for the daemon's life. It kills what a previous daemon on
-/// `data_dir` left behind (the ledger), makes us the child subreaper so processes that escape
+/// `data_dir` left behind (the ledger), starts the watchdog, makes us the child subreaper so processes that escape
 /// their group with `setsid` or a double fork become our children instead of PID 1's,
 /// starts reaping those once they exit, and on drop kills every process still carrying our
 /// instance cookie.
@@ -255,6 +257,7 @@ pub fn init_daemon(data_dir: &Path) -> DaemonProcesses {
         );
     }
     ledger::open(data_dir);
+    watchdog::start();
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
         tracing::warn!("cannot become child subreaper; escaped processes go to PID 1: {e}");
     }
@@ -285,6 +288,7 @@ impl Drop for DaemonProcesses {
             procfs::signal_exact(p.pid, p.starttime, Signal::SIGKILL);
         }
         ledger::close();
+        watchdog::stop();
     }
 }
 
