@@ -16,6 +16,14 @@ use serde_json::{json, Value};
 const ESCAPES: &str = "setsid sleep 301 >/dev/null 2>&1 & setsid -f sleep 302 >/dev/null 2>&1; \
                        (setsid sh -c 'sleep 303 & :' >/dev/null 2>&1 &)";
 
+/// Iterations of the escape scenarios: `TOOLHOST_STRESS=<n>` for a longer reliability run.
+fn stress_rounds() -> usize {
+    std::env::var("TOOLHOST_STRESS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+}
+
 /// Pids of our live (non-zombie) processes whose environment holds `entry`.
 fn holders(entry: &str) -> Vec<i32> {
     let mut found = Vec::new();
@@ -242,10 +250,10 @@ async fn the_sweep_spares_reused_pgids_other_boots_and_strangers() {
 }
 
 /// Runs `mode` of ending a call whose command escapes its group; returns the group cookie.
-async fn escape_then(d: &Daemon, mode: &str) -> String {
-    let cookie_file = d.workspace().join(format!("cookie-{mode}"));
+async fn escape_then(d: &Daemon, mode: &str, round: usize) -> String {
+    let cookie_file = d.workspace().join(format!("cookie-{round}"));
     let write = format!("echo $TOOLHOST_GROUP $$ > {}", cookie_file.display());
-    let go = d.workspace().join(format!("go-{mode}"));
+    let go = d.workspace().join(format!("go-{round}"));
     let (command, args) = match mode {
         // Ends once the test has seen the escapes running.
         "exit" => (
@@ -263,7 +271,7 @@ async fn escape_then(d: &Daemon, mode: &str) -> String {
     };
     let mut arguments = args;
     arguments["command"] = json!(command);
-    let call_id = format!("esc-{mode}");
+    let call_id = format!("esc-{round}");
     let mut c = d.client().await;
     c.send(
         "invoke",
@@ -300,8 +308,9 @@ async fn escape_then(d: &Daemon, mode: &str) -> String {
 #[tokio::test]
 async fn setsid_escapes_die_when_the_call_ends_and_are_reaped() {
     let d = Daemon::start().await;
-    for mode in ["exit", "timeout", "cancel"] {
-        let cookie = escape_then(&d, mode).await;
+    let modes = ["exit", "timeout", "cancel"];
+    for (round, mode) in modes.iter().cycle().take(3 * stress_rounds()).enumerate() {
+        let cookie = escape_then(&d, mode, round).await;
         let entry = format!("TOOLHOST_GROUP={cookie}");
         eventually(
             10,
