@@ -59,6 +59,7 @@ pub fn record(pgid: i32, starttime: u64) {
         l.groups.push((pgid, starttime));
         l.save();
     }
+    super::watchdog::tell('+', pgid);
 }
 
 pub fn forget(pgid: i32, starttime: u64) {
@@ -67,6 +68,7 @@ pub fn forget(pgid: i32, starttime: u64) {
         l.groups.retain(|g| *g != (pgid, starttime));
         if l.groups.len() != before {
             l.save();
+            super::watchdog::tell('-', pgid);
         }
     }
 }
