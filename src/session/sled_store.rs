@@ -20,13 +20,21 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
+use sha2::Digest;
 use sled::transaction::{abort, ConflictableTransactionError, TransactionError};
 use sled::Transactional;
 
 use super::store::{Page, SessionStore};
 use crate::error::{Error, Result};
 use crate::protocol::Session;
+
+/// sled's log file inside the store dir (it `fsync`s only every 500 ms; we do it per flush).
+pub(super) const LOG_FILE: &str = "db";
+/// sled's directory of values too big for the log.
+pub(super) const BLOBS_DIR: &str = "blobs";
+/// Our record of the last clean shutdown (sled ignores other files in its dir).
+pub(super) const SEAL_FILE: &str = "toolhost-clean-shutdown.json";
 
 /// The on-disk schema this build reads and writes.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -45,6 +53,110 @@ pub struct SledStore {
     /// sled's `blobs/` dir (values too big for the log) and the blob files already synced.
     blobs_dir: PathBuf,
     synced_blobs: Mutex<HashSet<OsString>>,
+}
+
+/// What a clean shutdown leaves behind: enough to notice sessions missing on the next open.
+#[derive(Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct Seal {
+    count: u64,
+    /// SHA-256 over every session id (in key order), each followed by a NUL.
+    ids_sha256: String,
+}
+
+/// Why [`SledStore::open`] failed; decides the message.
+enum OpenError {
+    Locked,
+    /// Unreadable, or readable with sessions missing: only `toolhost session recover` helps.
+    Damaged(String),
+    Other(anyhow::Error),
+}
+
+impl From<sled::Error> for OpenError {
+    fn from(e: sled::Error) -> OpenError {
+        match e {
+            sled::Error::Io(io) if io.to_string().contains("could not acquire lock") => {
+                OpenError::Locked
+            }
+            e @ (sled::Error::Corruption { .. } | sled::Error::ReportableBug(_)) => {
+                OpenError::Damaged(e.to_string())
+            }
+            e => OpenError::Other(anyhow::anyhow!(e)),
+        }
+    }
+}
+
+impl OpenError {
+    fn into_anyhow(self, dir: &Path) -> anyhow::Error {
+        match self {
+            OpenError::Locked => anyhow::anyhow!(
+                "session store {} is locked by another process (is another toolhost running with this data dir?)",
+                dir.display()
+            ),
+            OpenError::Damaged(why) => {
+                let data_dir = dir.parent().unwrap_or(dir);
+                anyhow::anyhow!(
+                    "session store {} is damaged: {why}. The daemon will not start on it, so no session is \
+                     dropped silently. To salvage every readable session into a new store (the damaged one is \
+                     kept as {}/sessions.corrupt-<time>), run: toolhost session recover --data-dir {}",
+                    dir.display(),
+                    data_dir.display(),
+                    data_dir.display()
+                )
+            }
+            OpenError::Other(e) => e.context(format!("cannot open session store {}", dir.display())),
+        }
+    }
+}
+
+thread_local! {
+    /// Set while [`catch_quietly`] runs on this thread: the panic message goes here, not stderr.
+    static CAUGHT: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f`, turning a panic on this thread into `Err(message)` without printing it.
+///
+/// sled 0.34.7 panics while replaying some damaged logs ("tried to serialize
+/// Uninitialized", sled#1387). The panic happens on the thread calling `open`, before sled
+/// starts its flusher, so catching it there is enough; the half-opened database is dropped
+/// and the caller must not reopen the same dir in this process (refuse, or use a
+/// subprocess, as `recover` does). Panics on other threads still reach the previous hook.
+fn catch_quietly<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let quiet = CAUGHT.with(|c| {
+                let mut c = c.borrow_mut();
+                match c.as_mut() {
+                    Some(slot) => {
+                        let msg = info
+                            .payload()
+                            .downcast_ref::<&str>()
+                            .map(|s| (*s).to_owned())
+                            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "unknown failure".into());
+                        *slot = match info.location() {
+                            Some(l) => format!(
+                                "{msg} ({}:{})",
+                                l.file().rsplit('/').next().unwrap_or(""),
+                                l.line()
+                            ),
+                            None => msg,
+                        };
+                        true
+                    }
+                    None => false,
+                }
+            });
+            if !quiet {
+                previous(info);
+            }
+        }));
+    });
+    CAUGHT.with(|c| *c.borrow_mut() = Some(String::new()));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    let msg = CAUGHT.with(|c| c.borrow_mut().take()).unwrap_or_default();
+    r.map_err(|_| msg)
 }
 
 fn time_key(created_at: u64, id: &str) -> Vec<u8> {
@@ -68,75 +180,200 @@ fn encode(s: &Session) -> Result<Vec<u8>> {
 }
 
 impl SledStore {
-    /// Opens (creating if needed) the store in `dir`; refuses a newer schema or a database
-    /// another process holds.
+    /// Opens (creating if needed) the store in `dir`; refuses a newer schema, a database
+    /// another process holds, and a damaged one (see [`OpenError::Damaged`]).
     pub fn open(dir: &Path) -> anyhow::Result<SledStore> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create session dir {}", dir.display()))?;
+        let store = match catch_quietly(|| SledStore::open_checked(dir)) {
+            Ok(r) => r,
+            Err(panic) => Err(OpenError::Damaged(format!(
+                "sled failed while replaying its log: {panic}"
+            ))),
+        };
+        store.map_err(|e| e.into_anyhow(dir))
+    }
+
+    /// Opens without the clean-shutdown check or the schema refusal, for `recover`'s export.
+    pub(super) fn open_for_export(dir: &Path) -> anyhow::Result<SledStore> {
+        let store = match catch_quietly(|| SledStore::open_raw(dir)) {
+            Ok(r) => r,
+            Err(panic) => Err(OpenError::Damaged(format!(
+                "sled failed while replaying its log: {panic}"
+            ))),
+        };
+        store.map_err(|e| e.into_anyhow(dir))
+    }
+
+    fn open_checked(dir: &Path) -> Result<SledStore, OpenError> {
+        let store = SledStore::open_raw(dir)?;
+        store.check_schema(dir)?;
+        store.check_seal(dir)?;
+        Ok(store)
+    }
+
+    fn open_raw(dir: &Path) -> Result<SledStore, OpenError> {
         let db = sled::Config::new()
             .path(dir)
             .cache_capacity(CACHE_BYTES)
             .mode(sled::Mode::HighThroughput)
             .open()
-            .map_err(|e| match e {
-                sled::Error::Io(io) if io.to_string().contains("could not acquire lock") => anyhow::anyhow!(
-                    "session store {} is locked by another process (is another toolhost running with this data dir?)",
-                    dir.display()
-                ),
-                e => anyhow::anyhow!("cannot open session store {}: {e}", dir.display()),
-            })?;
-        let ctx = || format!("session store {}", dir.display());
-        let meta = db.open_tree("meta").with_context(ctx)?;
-        match meta.get(SCHEMA_KEY).with_context(ctx)? {
-            None => {
-                meta.insert(SCHEMA_KEY, &SCHEMA_VERSION.to_be_bytes())
-                    .with_context(ctx)?;
-                db.flush().with_context(ctx)?;
-            }
-            Some(v) => {
-                let found = <[u8; 4]>::try_from(v.as_ref())
-                    .map(u32::from_be_bytes)
-                    .map_err(|_| {
-                        anyhow::anyhow!(
-                            "session store {}: unreadable schema_version {:?}",
-                            dir.display(),
-                            v.as_ref()
-                        )
-                    })?;
-                if found > SCHEMA_VERSION {
-                    bail!(
-                        "session store {} has schema version {found}, newer than the {SCHEMA_VERSION} this toolhost \
-                         supports; upgrade toolhost or use another data dir",
-                        dir.display()
-                    );
-                }
-                if found < SCHEMA_VERSION {
-                    bail!(
-                        "session store {} has unknown older schema version {found}",
-                        dir.display()
-                    );
-                }
-            }
-        }
-        let sessions = db.open_tree("sessions").with_context(ctx)?;
-        let by_time = db.open_tree("by_time").with_context(ctx)?;
+            .map_err(OpenError::from)?;
+        let sessions = db.open_tree("sessions")?;
+        let by_time = db.open_tree("by_time")?;
         let mut n = 0u64;
         for k in sessions.iter().keys() {
-            k.with_context(ctx)?;
+            k?;
             n += 1;
         }
-        let log_path = dir.join("db");
-        let log_file = std::fs::File::open(&log_path)
-            .with_context(|| format!("cannot open {} for fsync", log_path.display()))?;
+        let log_path = dir.join(LOG_FILE);
+        let log_file = std::fs::File::open(&log_path).map_err(|e| {
+            OpenError::Other(anyhow::anyhow!(
+                "cannot open {} for fsync: {e}",
+                log_path.display()
+            ))
+        })?;
         Ok(SledStore {
             db,
             sessions,
             by_time,
             count: AtomicU64::new(n),
             log_file,
-            blobs_dir: dir.join("blobs"),
+            blobs_dir: dir.join(BLOBS_DIR),
             synced_blobs: Mutex::new(HashSet::new()),
         })
+    }
+
+    fn check_schema(&self, dir: &Path) -> Result<(), OpenError> {
+        let meta = self.db.open_tree("meta")?;
+        match meta.get(SCHEMA_KEY)? {
+            None if self.count() == 0 => {
+                meta.insert(SCHEMA_KEY, &SCHEMA_VERSION.to_be_bytes())?;
+                self.db.flush()?;
+            }
+            // Sessions without a schema record: the record was lost with part of the log.
+            None => {
+                return Err(OpenError::Damaged(
+                    "it holds sessions but no schema_version record".into(),
+                ))
+            }
+            Some(v) => {
+                let found = <[u8; 4]>::try_from(v.as_ref())
+                    .map(u32::from_be_bytes)
+                    .map_err(|_| {
+                        OpenError::Damaged(format!("unreadable schema_version {:?}", v.as_ref()))
+                    })?;
+                if found > SCHEMA_VERSION {
+                    return Err(OpenError::Other(anyhow::anyhow!(
+                        "session store {} has schema version {found}, newer than the {SCHEMA_VERSION} this toolhost \
+                         supports; upgrade toolhost or use another data dir",
+                        dir.display()
+                    )));
+                }
+                if found < SCHEMA_VERSION {
+                    return Err(OpenError::Other(anyhow::anyhow!(
+                        "session store {} has unknown older schema version {found}",
+                        dir.display()
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Compares the store with the record the last clean shutdown left ([`SledStore::seal`]),
+    /// then removes that record: it only describes the store as it was at that shutdown.
+    ///
+    /// sled replays its log up to the first unreadable entry and silently drops the rest,
+    /// so a damaged tail shows up only as sessions missing against this record. Not
+    /// detected: damage after a crash (no record then), and damage that keeps the same ids
+    /// but loses an update to one of them.
+    fn check_seal(&self, dir: &Path) -> Result<(), OpenError> {
+        let path = dir.join(SEAL_FILE);
+        let text = match std::fs::read(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                if self.count() > 0 {
+                    tracing::warn!(
+                        store = %dir.display(),
+                        "the session store was not shut down cleanly last time; \
+                         damage to the end of its log cannot be detected on this start"
+                    );
+                }
+                return Ok(());
+            }
+            Err(e) => {
+                return Err(OpenError::Other(anyhow::anyhow!(
+                    "cannot read {}: {e}",
+                    path.display()
+                )))
+            }
+        };
+        match serde_json::from_slice::<Seal>(&text) {
+            Ok(seal) => {
+                let now = self.seal_now()?;
+                if now != seal {
+                    return Err(OpenError::Damaged(format!(
+                        "at the last clean shutdown it held {} sessions (ids digest {}), now {} are readable \
+                         (digest {}): the end of its log was lost",
+                        seal.count, seal.ids_sha256, now.count, now.ids_sha256
+                    )));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "ignoring an unreadable clean-shutdown record")
+            }
+        }
+        std::fs::remove_file(&path)
+            .and_then(|()| std::fs::File::open(dir)?.sync_all())
+            .map_err(|e| OpenError::Other(anyhow::anyhow!("cannot remove {}: {e}", path.display())))
+    }
+
+    /// The count and id digest the clean-shutdown record holds.
+    fn seal_now(&self) -> Result<Seal, OpenError> {
+        let mut h = sha2::Sha256::new();
+        let mut count = 0u64;
+        for k in self.sessions.iter().keys() {
+            let k = k?;
+            h.update(&k);
+            h.update([0u8]);
+            count += 1;
+        }
+        Ok(Seal {
+            count,
+            ids_sha256: hex::encode(h.finalize()),
+        })
+    }
+
+    /// Records the count and ids after the last flush of a clean shutdown, so the next open
+    /// can tell sessions lost to a damaged log tail (see `check_seal`). Written with
+    /// temp + fsync + rename, so a crash while writing leaves no record rather than a bad one.
+    pub(super) fn seal(&self, dir: &Path) -> anyhow::Result<()> {
+        let seal = self.seal_now().map_err(|e| e.into_anyhow(dir))?;
+        let path = dir.join(SEAL_FILE);
+        let tmp = dir.join(format!("{SEAL_FILE}.tmp"));
+        let write = || -> std::io::Result<()> {
+            let mut f = std::fs::File::create(&tmp)?;
+            std::io::Write::write_all(&mut f, &serde_json::to_vec(&seal)?)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &path)?;
+            std::fs::File::open(dir)?.sync_all()
+        };
+        write().with_context(|| format!("cannot write {}", path.display()))
+    }
+
+    /// Every record that decodes, and how many did not (for `recover`).
+    pub(super) fn export(&self) -> anyhow::Result<(Vec<Session>, u64)> {
+        let mut out = Vec::new();
+        let mut bad = 0;
+        for kv in self.sessions.iter() {
+            let (k, v) = kv?;
+            match serde_json::from_slice::<Session>(&v) {
+                Ok(s) if s.id.as_bytes() == k.as_ref() => out.push(s),
+                _ => bad += 1,
+            }
+        }
+        Ok((out, bad))
     }
 
     /// sled writes a blob file (a log item over segment_size / 4 = 128 KiB, e.g. a leaf of

@@ -8,7 +8,7 @@
 //! flush runs share the next flush, so the fsync rate is bounded by the disk, not the client
 //! count.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -146,13 +146,17 @@ pub struct Sessions {
     store: Arc<dyn SessionStore>,
     committer: Arc<Committer>,
     flusher: Option<JoinHandle<()>>,
+    /// The sled store and its dir, to leave a clean-shutdown record on drop.
+    sealable: Option<(Arc<SledStore>, PathBuf)>,
 }
 
 impl Sessions {
     /// Opens (creating if needed) the sled store in `dir`.
     pub fn open(dir: &Path) -> anyhow::Result<Sessions> {
-        let store = SledStore::open(dir)?;
-        Sessions::with_store(Arc::new(store))
+        let store = Arc::new(SledStore::open(dir)?);
+        let mut sessions = Sessions::with_store(store.clone())?;
+        sessions.sealable = Some((store, dir.to_owned()));
+        Ok(sessions)
     }
 
     /// A service over any store (starts its flusher thread).
@@ -171,6 +175,7 @@ impl Sessions {
             store,
             committer,
             flusher: Some(flusher),
+            sealable: None,
         })
     }
 
@@ -269,12 +274,22 @@ impl Sessions {
 }
 
 impl Drop for Sessions {
-    /// Stops the flusher after a last flush of anything still pending.
+    /// Stops the flusher after a last flush of anything still pending; when everything
+    /// written is on disk, records the clean shutdown (see `SledStore::seal`).
     fn drop(&mut self) {
         self.committer.lock().shutdown = true;
         self.committer.wake.notify_one();
-        if let Some(h) = self.flusher.take() {
-            let _ = h.join();
+        let joined = self.flusher.take().is_none_or(|h| h.join().is_ok());
+        let written = self.committer.lock().written;
+        let clean = joined && {
+            let f = self.committer.flushed.borrow();
+            f.failed.is_none() && f.upto >= written
+        };
+        if let (true, Some((store, dir))) = (clean, &self.sealable) {
+            match store.seal(dir) {
+                Ok(()) => tracing::info!(store = %dir.display(), "session store closed cleanly"),
+                Err(e) => tracing::warn!(error = %format!("{e:#}"), "no clean-shutdown record"),
+            }
         }
     }
 }
