@@ -10,12 +10,18 @@
 //! 2. if neither opens: the copy without snapshots, its log cut back to ever earlier segment
 //!    boundaries, until one opens (sessions after the cut are lost; the output says so).
 //!
+//! 3. when the last clean shutdown left its record (`toolhost-clean-shutdown.json`, with
+//!    every id), the ids still missing are looked for as JSON in the raw log and blob
+//!    files, newest `updated_at` per id. Only those ids, so deleted sessions stay deleted;
+//!    without that record nothing is carved (it could bring deleted sessions back).
+//!
 //! The salvaged sessions go into a fresh store built next to the old one; then the damaged
 //! store is renamed to `sessions.corrupt-<unix time>` and the new one takes its place. The
 //! damaged store is never modified, so a better tool can try again later. The whole run
 //! holds sled's own lock on the damaged log, so it refuses while a daemon uses the store
 //! and no daemon can open it meanwhile.
 
+use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -36,11 +42,15 @@ const MAX_CUTS: u64 = 64;
 /// What [`recover`] did.
 #[derive(Debug)]
 pub struct Recovered {
-    /// Sessions copied into the new store.
+    /// Sessions copied into the new store (`from_store + from_raw_log`).
     pub kept: usize,
+    /// Of those, read through sled from a copy of the store.
+    pub from_store: usize,
+    /// Of those, found as JSON in the raw log (ids of the last clean shutdown only).
+    pub from_raw_log: usize,
     /// Records that were readable but did not decode as a session (dropped).
     pub unreadable: u64,
-    /// Which attempt the sessions come from.
+    /// Which sled attempt `from_store` comes from, or why none opened.
     pub source: String,
     /// Where the damaged store now is.
     pub moved_to: PathBuf,
@@ -82,15 +92,25 @@ pub fn cli(
     match recover(&data_dir) {
         Ok(r) => {
             println!(
-                "recovered {}: kept {} sessions ({}); {} unreadable records dropped",
+                "recovered {}: kept {} sessions",
                 data_dir.join("sessions").display(),
-                r.kept,
-                r.source,
-                r.unreadable
+                r.kept
             );
-            if let Some(n) = r.at_clean_shutdown {
-                println!("the last clean shutdown recorded {n} sessions");
+            println!("  from the store: {} ({})", r.from_store, r.source);
+            println!(
+                "  found in the raw log: {} (newest copy of each)",
+                r.from_raw_log
+            );
+            match r.at_clean_shutdown {
+                Some(n) => println!(
+                    "  lost: {} of the {n} sessions the last clean shutdown recorded",
+                    n.saturating_sub(r.kept as u64)
+                ),
+                None => println!(
+                    "  lost: unknown (the store was not shut down cleanly, so there is no record to compare with)"
+                ),
             }
+            println!("  unreadable records dropped: {}", r.unreadable);
             println!("the damaged store is kept at {}", r.moved_to.display());
             ExitCode::SUCCESS
         }
@@ -140,10 +160,17 @@ pub fn recover(data_dir: &Path) -> anyhow::Result<Recovered> {
             dir.display()
         )
     })?;
-    let at_clean_shutdown = std::fs::read(dir.join(SEAL_FILE))
+    let seal = std::fs::read(dir.join(SEAL_FILE))
         .ok()
-        .and_then(|t| serde_json::from_slice::<serde_json::Value>(&t).ok())
-        .and_then(|v| v["count"].as_u64());
+        .and_then(|t| serde_json::from_slice::<serde_json::Value>(&t).ok());
+    let at_clean_shutdown = seal.as_ref().and_then(|v| v["count"].as_u64());
+    let sealed_ids: HashSet<String> = seal
+        .as_ref()
+        .and_then(|v| v["ids"].as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|id| id.as_str().map(str::to_owned))
+        .collect();
 
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -151,11 +178,13 @@ pub fn recover(data_dir: &Path) -> anyhow::Result<Recovered> {
         .unwrap_or(0);
     let work = unique(data_dir, &format!(".sessions.recover-{stamp}"));
     std::fs::create_dir(&work).with_context(|| format!("cannot create {}", work.display()))?;
-    let result = salvage_and_swap(data_dir, &dir, &work, stamp);
+    let result = salvage_and_swap(data_dir, &dir, &work, stamp, &sealed_ids);
     let _ = std::fs::remove_dir_all(&work);
-    let (sessions, unreadable, source, moved_to) = result?;
+    let (sessions, carved, unreadable, source, moved_to) = result?;
     Ok(Recovered {
         kept: sessions,
+        from_store: sessions - carved,
+        from_raw_log: carved,
         unreadable,
         source,
         moved_to,
@@ -168,8 +197,21 @@ fn salvage_and_swap(
     dir: &Path,
     work: &Path,
     stamp: u64,
-) -> anyhow::Result<(usize, u64, String, PathBuf)> {
-    let (sessions, unreadable, source) = salvage(dir, work)?;
+    sealed_ids: &HashSet<String>,
+) -> anyhow::Result<(usize, usize, u64, String, PathBuf)> {
+    let (mut sessions, unreadable, source) = match salvage(dir, work) {
+        Ok(found) => found,
+        Err(e) if !sealed_ids.is_empty() => (Vec::new(), 0, format!("{e:#}")),
+        Err(e) => return Err(e),
+    };
+    let have: HashSet<String> = sessions.iter().map(|s| s.id.clone()).collect();
+    let missing: HashSet<String> = sealed_ids.difference(&have).cloned().collect();
+    let mut carved = 0;
+    if !missing.is_empty() {
+        let found = carve(dir, &missing)?;
+        carved = found.len();
+        sessions.extend(found.into_values());
+    }
     let fresh = work.join("new");
     {
         let store = SledStore::open(&fresh)?;
@@ -180,7 +222,7 @@ fn salvage_and_swap(
         }
         store.flush()?;
         // Sealed, so the first start on the new store checks it.
-        store.seal(&fresh)?;
+        SledStore::seal(std::sync::Arc::new(store), &fresh)?;
     }
     let moved_to = unique(data_dir, &format!("sessions.corrupt-{stamp}"));
     std::fs::rename(dir, &moved_to)
@@ -193,7 +235,7 @@ fn salvage_and_swap(
     std::fs::File::open(data_dir)
         .and_then(|d| d.sync_all())
         .with_context(|| format!("cannot sync {}", data_dir.display()))?;
-    Ok((sessions.len(), unreadable, source, moved_to))
+    Ok((sessions.len(), carved, unreadable, source, moved_to))
 }
 
 /// The best readable set of sessions, how many records were dropped, and where it came from.
@@ -226,9 +268,7 @@ fn salvage(dir: &Path, work: &Path) -> anyhow::Result<(Vec<Session>, u64, String
         let _ = std::fs::remove_dir_all(&copy);
         match r {
             Ok((s, bad)) => {
-                let source = format!(
-                    "log cut back to {cut} of {len} bytes: sessions written after that are lost"
-                );
+                let source = format!("log cut back to {cut} of {len} bytes");
                 return Ok((s, bad, source));
             }
             Err(e) => failures.push(format!("cut at {cut}: {e:#}")),
@@ -302,6 +342,43 @@ fn export_in_child(copy: &Path) -> anyhow::Result<(Vec<Session>, u64)> {
         sessions.push(serde_json::from_value(v["session"].clone())?);
     }
     bail!("the export child stopped before the end")
+}
+
+/// Sessions in `ids` found as JSON in the raw bytes of the log and blob files; per id the
+/// copy with the newest `updated_at` (sled keeps old versions until it reuses a segment).
+///
+/// Only ids the last clean shutdown recorded are taken, so a session deleted before that
+/// shutdown (whose old copies may still be in the log) does not come back.
+fn carve(dir: &Path, ids: &HashSet<String>) -> anyhow::Result<HashMap<String, Session>> {
+    let mut files = vec![dir.join(LOG_FILE)];
+    if let Ok(blobs) = std::fs::read_dir(dir.join(BLOBS_DIR)) {
+        files.extend(blobs.filter_map(|b| b.ok().map(|b| b.path())));
+    }
+    let mut found: HashMap<String, Session> = HashMap::new();
+    for file in files {
+        let bytes =
+            std::fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
+        let mut i = 0;
+        while let Some(at) = bytes[i..].windows(2).position(|w| w == b"{\"") {
+            let start = i + at;
+            let mut values =
+                serde_json::Deserializer::from_slice(&bytes[start..]).into_iter::<Session>();
+            match values.next() {
+                Some(Ok(s)) => {
+                    i = start + values.byte_offset().max(1);
+                    if ids.contains(&s.id)
+                        && found
+                            .get(&s.id)
+                            .is_none_or(|old| s.updated_at >= old.updated_at)
+                    {
+                        found.insert(s.id.clone(), s);
+                    }
+                }
+                _ => i = start + 1,
+            }
+        }
+    }
+    Ok(found)
 }
 
 /// `dir/name`, or `dir/name-2`, `-3`… if taken.

@@ -18,9 +18,10 @@ use std::ffi::OsString;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
+use nix::fcntl::{Flock, FlockArg};
 use sha2::Digest;
 use sled::transaction::{abort, ConflictableTransactionError, TransactionError};
 use sled::Transactional;
@@ -56,11 +57,38 @@ pub struct SledStore {
 }
 
 /// What a clean shutdown leaves behind: enough to notice sessions missing on the next open.
-#[derive(Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Seal {
     count: u64,
     /// SHA-256 over every session id (in key order), each followed by a NUL.
     ids_sha256: String,
+    /// The ids themselves: `recover` looks for these in the raw log when sled can't
+    /// replay it. Not compared on open (the digest covers them).
+    #[serde(default)]
+    ids: Vec<String>,
+    /// The log file as the shutdown left it, checked before sled opens it.
+    #[serde(default)]
+    log: Option<LogPrint>,
+}
+
+/// Length and SHA-256 of sled's log file. Hashing reads the whole file (a few ms per MB)
+/// once at shutdown and once at start; it catches any change, not only a cut tail.
+#[derive(Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct LogPrint {
+    len: u64,
+    sha256: String,
+}
+
+impl LogPrint {
+    fn of(dir: &Path) -> std::io::Result<LogPrint> {
+        let mut f = std::fs::File::open(dir.join(LOG_FILE))?;
+        let mut h = sha2::Sha256::new();
+        let len = std::io::copy(&mut f, &mut h)?;
+        Ok(LogPrint {
+            len,
+            sha256: hex::encode(h.finalize()),
+        })
+    }
 }
 
 /// Why [`SledStore::open`] failed; decides the message.
@@ -206,9 +234,29 @@ impl SledStore {
     }
 
     fn open_checked(dir: &Path) -> Result<SledStore, OpenError> {
+        let seal = SledStore::read_seal(dir)?;
+        // Before sled sees the log: replaying a damaged one rewrites it (and its snapshot),
+        // which would destroy what `recover` can still find in it.
+        if let Some(before) = seal.as_ref().and_then(|s| s.log.as_ref()) {
+            let now = LogPrint::of(dir).map_err(|e| {
+                OpenError::Other(anyhow::anyhow!(
+                    "cannot read {}: {e}",
+                    dir.join(LOG_FILE).display()
+                ))
+            })?;
+            if now != *before {
+                return Err(OpenError::Damaged(format!(
+                    "its log changed since the last clean shutdown ({} bytes then, {} now; \
+                     content digest differs: {})",
+                    before.len,
+                    now.len,
+                    before.sha256 != now.sha256
+                )));
+            }
+        }
         let store = SledStore::open_raw(dir)?;
         store.check_schema(dir)?;
-        store.check_seal(dir)?;
+        store.check_seal(dir, seal)?;
         Ok(store)
     }
 
@@ -281,49 +329,51 @@ impl SledStore {
         Ok(())
     }
 
-    /// Compares the store with the record the last clean shutdown left ([`SledStore::seal`]),
-    /// then removes that record: it only describes the store as it was at that shutdown.
+    /// The record the last clean shutdown left ([`SledStore::seal`]), if any. An unreadable
+    /// one is ignored (with a warning): it only ever adds checks.
+    fn read_seal(dir: &Path) -> Result<Option<Seal>, OpenError> {
+        let path = dir.join(SEAL_FILE);
+        match std::fs::read(&path) {
+            Ok(t) => Ok(serde_json::from_slice::<Seal>(&t)
+                .inspect_err(|e| {
+                    tracing::warn!(path = %path.display(), error = %e, "ignoring an unreadable clean-shutdown record")
+                })
+                .ok()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(OpenError::Other(anyhow::anyhow!(
+                "cannot read {}: {e}",
+                path.display()
+            ))),
+        }
+    }
+
+    /// Compares the opened store with the clean-shutdown record, then removes the record:
+    /// it only describes the store as it was at that shutdown.
     ///
     /// sled replays its log up to the first unreadable entry and silently drops the rest,
-    /// so a damaged tail shows up only as sessions missing against this record. Not
-    /// detected: damage after a crash (no record then), and damage that keeps the same ids
-    /// but loses an update to one of them.
-    fn check_seal(&self, dir: &Path) -> Result<(), OpenError> {
-        let path = dir.join(SEAL_FILE);
-        let text = match std::fs::read(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                if self.count() > 0 {
-                    tracing::warn!(
-                        store = %dir.display(),
-                        "the session store was not shut down cleanly last time; \
-                         damage to the end of its log cannot be detected on this start"
-                    );
-                }
-                return Ok(());
+    /// so a damaged tail shows up as sessions missing against this record. Not detected:
+    /// damage after a crash (no record then; logged as a warning), and damage that keeps
+    /// the same ids but loses an update to one of them.
+    fn check_seal(&self, dir: &Path, seal: Option<Seal>) -> Result<(), OpenError> {
+        let Some(seal) = seal else {
+            if self.count() > 0 {
+                tracing::warn!(
+                    store = %dir.display(),
+                    "the session store was not shut down cleanly last time; \
+                     damage to the end of its log cannot be detected on this start"
+                );
             }
-            Err(e) => {
-                return Err(OpenError::Other(anyhow::anyhow!(
-                    "cannot read {}: {e}",
-                    path.display()
-                )))
-            }
+            return Ok(());
         };
-        match serde_json::from_slice::<Seal>(&text) {
-            Ok(seal) => {
-                let now = self.seal_now()?;
-                if now != seal {
-                    return Err(OpenError::Damaged(format!(
-                        "at the last clean shutdown it held {} sessions (ids digest {}), now {} are readable \
-                         (digest {}): the end of its log was lost",
-                        seal.count, seal.ids_sha256, now.count, now.ids_sha256
-                    )));
-                }
-            }
-            Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "ignoring an unreadable clean-shutdown record")
-            }
+        let now = self.seal_now()?;
+        if (now.count, &now.ids_sha256) != (seal.count, &seal.ids_sha256) {
+            return Err(OpenError::Damaged(format!(
+                "at the last clean shutdown it held {} sessions, now {} are readable: \
+                 the end of its log was lost",
+                seal.count, now.count
+            )));
         }
+        let path = dir.join(SEAL_FILE);
         std::fs::remove_file(&path)
             .and_then(|()| std::fs::File::open(dir)?.sync_all())
             .map_err(|e| OpenError::Other(anyhow::anyhow!("cannot remove {}: {e}", path.display())))
@@ -333,23 +383,51 @@ impl SledStore {
     fn seal_now(&self) -> Result<Seal, OpenError> {
         let mut h = sha2::Sha256::new();
         let mut count = 0u64;
+        let mut ids = Vec::new();
         for k in self.sessions.iter().keys() {
             let k = k?;
             h.update(&k);
             h.update([0u8]);
             count += 1;
+            ids.push(String::from_utf8_lossy(&k).into_owned());
         }
         Ok(Seal {
             count,
             ids_sha256: hex::encode(h.finalize()),
+            ids,
+            log: None,
         })
     }
 
-    /// Records the count and ids after the last flush of a clean shutdown, so the next open
-    /// can tell sessions lost to a damaged log tail (see `check_seal`). Written with
-    /// temp + fsync + rename, so a crash while writing leaves no record rather than a bad one.
-    pub(super) fn seal(&self, dir: &Path) -> anyhow::Result<()> {
-        let seal = self.seal_now().map_err(|e| e.into_anyhow(dir))?;
+    /// Records a clean shutdown, so the next open can tell a damaged log (see
+    /// `open_checked` and `check_seal`): the ids now, then the log's length and digest once
+    /// sled has closed it. sled still writes to the log while its `Db` drops, so `store`
+    /// must be the last handle; closing is confirmed by taking sled's own lock on the log
+    /// (waiting at most 5 s; otherwise the record has no log digest and only the ids are
+    /// checked). Written with temp + fsync + rename: a crash leaves no record, not a bad one.
+    pub(super) fn seal(store: Arc<SledStore>, dir: &Path) -> anyhow::Result<()> {
+        let mut seal = store.seal_now().map_err(|e| e.into_anyhow(dir))?;
+        drop(store);
+        let log = dir.join(LOG_FILE);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let mut file = std::fs::File::open(&log)?;
+        let _lock = loop {
+            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(l) => break Some(l),
+                Err((f, _)) if std::time::Instant::now() < deadline => {
+                    file = f;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(_) => {
+                    tracing::warn!(store = %dir.display(), "sled did not close its log within 5 s; the clean-shutdown record has no log digest");
+                    break None;
+                }
+            }
+        };
+        if _lock.is_some() {
+            seal.log =
+                Some(LogPrint::of(dir).with_context(|| format!("cannot read {}", log.display()))?);
+        }
         let path = dir.join(SEAL_FILE);
         let tmp = dir.join(format!("{SEAL_FILE}.tmp"));
         let write = || -> std::io::Result<()> {

@@ -285,13 +285,46 @@ impl Drop for Sessions {
             let f = self.committer.flushed.borrow();
             f.failed.is_none() && f.upto >= written
         };
-        if let (true, Some((store, dir))) = (clean, &self.sealable) {
-            match store.seal(dir) {
+        if let (true, Some((store, dir))) = (clean, self.sealable.take()) {
+            // Our last other handle: sled must close its files before the record is taken.
+            self.store = Arc::new(Closed);
+            match SledStore::seal(store, &dir) {
                 Ok(()) => tracing::info!(store = %dir.display(), "session store closed cleanly"),
                 Err(e) => tracing::warn!(error = %format!("{e:#}"), "no clean-shutdown record"),
             }
         }
     }
+}
+
+/// Stands in for the store once `Sessions` has closed it.
+struct Closed;
+
+impl SessionStore for Closed {
+    fn get(&self, _: &str) -> Result<Option<Session>> {
+        Err(closed())
+    }
+    fn insert(&self, _: &Session) -> Result<bool> {
+        Err(closed())
+    }
+    fn update(&self, _: &str, _: &dyn Fn(&mut Session)) -> Result<Option<Session>> {
+        Err(closed())
+    }
+    fn delete(&self, _: &str) -> Result<bool> {
+        Err(closed())
+    }
+    fn list(&self, _: usize, _: Option<&str>) -> Result<Page> {
+        Err(closed())
+    }
+    fn count(&self) -> u64 {
+        0
+    }
+    fn flush(&self) -> Result<()> {
+        Err(closed())
+    }
+}
+
+fn closed() -> Error {
+    Error::Server("session store closed".into())
 }
 
 #[cfg(test)]
