@@ -22,7 +22,7 @@
 //! and no daemon can open it meanwhile.
 
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, Write};
+use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
@@ -38,6 +38,8 @@ use crate::protocol::Session;
 const SEGMENT: u64 = 512 * 1024;
 /// At most this many cut-back attempts (each a child process).
 const MAX_CUTS: u64 = 64;
+/// How long one export child may take.
+const CHILD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// What [`recover`] did.
 #[derive(Debug)]
@@ -91,27 +93,8 @@ pub fn cli(
     let data_dir = resolve_data_dir(data_dir, config_path);
     match recover(&data_dir) {
         Ok(r) => {
-            println!(
-                "recovered {}: kept {} sessions",
-                data_dir.join("sessions").display(),
-                r.kept
-            );
-            println!("  from the store: {} ({})", r.from_store, r.source);
-            println!(
-                "  found in the raw log: {} (newest copy of each)",
-                r.from_raw_log
-            );
-            match r.at_clean_shutdown {
-                Some(n) => println!(
-                    "  lost: {} of the {n} sessions the last clean shutdown recorded",
-                    n.saturating_sub(r.kept as u64)
-                ),
-                None => println!(
-                    "  lost: unknown (the store was not shut down cleanly, so there is no record to compare with)"
-                ),
-            }
-            println!("  unreadable records dropped: {}", r.unreadable);
-            println!("the damaged store is kept at {}", r.moved_to.display());
+            // A closed stdout (`| head`) must not turn into a panic after the work is done.
+            let _ = print_report(&data_dir, &r);
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -119,6 +102,35 @@ pub fn cli(
             ExitCode::from(1)
         }
     }
+}
+
+fn print_report(data_dir: &Path, r: &Recovered) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "recovered {}: kept {} sessions",
+        data_dir.join("sessions").display(),
+        r.kept
+    )?;
+    writeln!(out, "  from the store: {} ({})", r.from_store, r.source)?;
+    writeln!(
+        out,
+        "  found in the raw log: {} (newest copy of each)",
+        r.from_raw_log
+    )?;
+    match r.at_clean_shutdown {
+        Some(n) => writeln!(
+            out,
+            "  lost: {} of the {n} sessions the last clean shutdown recorded",
+            n.saturating_sub(r.kept as u64)
+        )?,
+        None => writeln!(
+            out,
+            "  lost: unknown (the store was not shut down cleanly, so there is no record to compare with)"
+        )?,
+    }
+    writeln!(out, "  unreadable records dropped: {}", r.unreadable)?;
+    writeln!(out, "the damaged store is kept at {}", r.moved_to.display())
 }
 
 /// Child side: open the store copy in `dir` and print one JSON line per decodable session,
@@ -317,24 +329,51 @@ fn copy_store(from: &Path, to: &Path, snapshots: bool, log_len: Option<u64>) -> 
 /// Runs this binary's `--export-from` on `copy`; the sessions and the unreadable count.
 fn export_in_child(copy: &Path) -> anyhow::Result<(Vec<Session>, u64)> {
     let exe = std::env::current_exe().context("cannot find the toolhost binary")?;
-    let out = Command::new(exe)
+    let mut child = Command::new(exe)
         .args(["session", "recover", "--export-from"])
         .arg(copy)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .output()
+        .spawn()
         .context("cannot run the export child")?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
+    // Read both pipes while waiting, so a large export can't block on a full pipe.
+    let drain = |p: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = p {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    // A replay that hangs instead of failing must not hang `recover`.
+    let deadline = std::time::Instant::now() + CHILD_TIMEOUT;
+    let status = loop {
+        if let Some(st) = child.try_wait()? {
+            break st;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("the export child took over {} s", CHILD_TIMEOUT.as_secs());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let stdout = stdout.join().unwrap_or_default();
+    let stderr = stderr.join().unwrap_or_default();
+    if !status.success() {
+        let err = String::from_utf8_lossy(&stderr);
         bail!(
             "{} ({})",
             err.trim().trim_start_matches("toolhost: "),
-            out.status
+            status
         );
     }
     let mut sessions = Vec::new();
-    for line in out.stdout.lines() {
+    for line in stdout.lines() {
         let v: serde_json::Value = serde_json::from_str(&line?)?;
         if let Some(done) = v.get("done") {
             return Ok((sessions, done["unreadable"].as_u64().unwrap_or(0)));

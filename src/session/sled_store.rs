@@ -10,6 +10,13 @@
 //! `update` never changes `id` or `created_at`, so it touches only `sessions`, with a
 //! compare-and-swap loop. `list` still skips index entries without a matching record.
 //!
+//! Damage: sled 0.34.7 panics on some cut logs and silently replays a prefix of others, and
+//! replaying a damaged log rewrites it. So a clean shutdown leaves a record (ids, and the
+//! log's length and digest once sled has closed it) that the next open checks *before*
+//! sled reads the log; a sled panic during open is caught; either way the store is
+//! refused as damaged with the way out (`toolhost session recover`, `recover.rs`).
+//! Without a record (after a crash) a silently shortened log cannot be told apart.
+//!
 //! Nothing here waits for durability: writes become durable at the next [`SessionStore::flush`]
 //! (the group committer in `store.rs` calls it).
 
@@ -96,6 +103,8 @@ enum OpenError {
     Locked,
     /// Unreadable, or readable with sessions missing: only `toolhost session recover` helps.
     Damaged(String),
+    /// A complete message (it names the store).
+    Refused(anyhow::Error),
     Other(anyhow::Error),
 }
 
@@ -131,7 +140,8 @@ impl OpenError {
                     data_dir.display()
                 )
             }
-            OpenError::Other(e) => e.context(format!("cannot open session store {}", dir.display())),
+            OpenError::Refused(e) => e,
+            OpenError::Other(e) => anyhow::anyhow!("cannot open session store {}: {e:#}", dir.display()),
         }
     }
 }
@@ -312,14 +322,14 @@ impl SledStore {
                         OpenError::Damaged(format!("unreadable schema_version {:?}", v.as_ref()))
                     })?;
                 if found > SCHEMA_VERSION {
-                    return Err(OpenError::Other(anyhow::anyhow!(
+                    return Err(OpenError::Refused(anyhow::anyhow!(
                         "session store {} has schema version {found}, newer than the {SCHEMA_VERSION} this toolhost \
                          supports; upgrade toolhost or use another data dir",
                         dir.display()
                     )));
                 }
                 if found < SCHEMA_VERSION {
-                    return Err(OpenError::Other(anyhow::anyhow!(
+                    return Err(OpenError::Refused(anyhow::anyhow!(
                         "session store {} has unknown older schema version {found}",
                         dir.display()
                     )));
@@ -411,7 +421,7 @@ impl SledStore {
         let log = dir.join(LOG_FILE);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         let mut file = std::fs::File::open(&log)?;
-        let _lock = loop {
+        let lock = loop {
             match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
                 Ok(l) => break Some(l),
                 Err((f, _)) if std::time::Instant::now() < deadline => {
@@ -424,7 +434,7 @@ impl SledStore {
                 }
             }
         };
-        if _lock.is_some() {
+        if lock.is_some() {
             seal.log =
                 Some(LogPrint::of(dir).with_context(|| format!("cannot read {}", log.display()))?);
         }
@@ -665,5 +675,25 @@ impl SledStore {
             .insert(key, value)
             .unwrap();
         self.db.flush().unwrap();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catch_quietly_turns_a_panic_into_its_message() {
+        assert_eq!(catch_quietly(|| 5), Ok(5));
+        let line = line!() + 1;
+        let r = catch_quietly(|| -> u32 { panic!("tried to serialize {}", "Uninitialized") });
+        assert_eq!(
+            r,
+            Err(format!(
+                "tried to serialize Uninitialized (sled_store.rs:{line})"
+            ))
+        );
+        // The slot is cleared: a later panic elsewhere reaches the normal hook again.
+        assert!(CAUGHT.with(|c| c.borrow().is_none()));
     }
 }

@@ -714,6 +714,54 @@ mod tests {
         assert_eq!(s.list(100, None).await.unwrap().0.len(), 20);
     }
 
+    /// A log cut short without a clean-shutdown record (as after a crash): sled replays it,
+    /// and `open` returns an error (a caught panic or sled's corruption report) or a store
+    /// with a prefix of the sessions; it never panics.
+    #[tokio::test]
+    async fn truncated_log_never_panics_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let orig = dir.path().join("orig");
+        {
+            let s = Sessions::open(&orig).unwrap();
+            for i in 0..2000 {
+                let mut x = sess(&format!("s{i:05}"), i);
+                x.meta.insert("pad".into(), json!("x".repeat(100)));
+                s.create(x).await.unwrap();
+            }
+        }
+        std::fs::remove_file(orig.join("toolhost-clean-shutdown.json")).unwrap();
+        let len = std::fs::metadata(orig.join("db")).unwrap().len();
+        let mut outcomes = Vec::new();
+        for pct in [30, 60, 90] {
+            let copy = dir.path().join(format!("cut{pct}"));
+            std::fs::create_dir_all(copy.join("blobs")).unwrap();
+            for f in ["conf", "db"] {
+                std::fs::copy(orig.join(f), copy.join(f)).unwrap();
+            }
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(copy.join("db"))
+                .unwrap()
+                .set_len(len * pct / 100)
+                .unwrap();
+            match SledStore::open(&copy) {
+                Ok(st) => outcomes.push(format!("{pct}%: opened with {}", st.count())),
+                Err(e) => {
+                    let e = e.to_string();
+                    assert!(
+                        e.contains("is damaged") && e.contains("toolhost session recover"),
+                        "{e}"
+                    );
+                    outcomes.push(format!(
+                        "{pct}%: {}",
+                        &e[..e.find(". The daemon").unwrap_or(e.len())]
+                    ));
+                }
+            }
+        }
+        eprintln!("{outcomes:#?}");
+    }
+
     fn pct(v: &mut [Duration], p: f64) -> Duration {
         v.sort();
         v[((v.len() as f64 * p) as usize).min(v.len() - 1)]
