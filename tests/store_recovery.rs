@@ -447,3 +447,39 @@ async fn acknowledged_writes_survive_kill_9_rounds() {
         expected.len()
     );
 }
+
+/// Random bytes appended to the log after a clean shutdown: the daemon refuses to start
+/// on it (rather than let sled decide what to replay), and `recover` keeps every session.
+#[tokio::test]
+async fn tail_garbage_after_clean_shutdown_is_refused_and_recovered() {
+    let mut d = Daemon::start().await;
+    fill(&d, 40, 10).await;
+    let before = all_sessions(&d).await;
+    assert_eq!(d.stop().await.code(), Some(0));
+    let db = d.data_dir().join("sessions").join("db");
+    let mut bytes = std::fs::read(&db).unwrap();
+    bytes.extend((0..4096).map(|_| fastrand::u8(..)));
+    std::fs::write(&db, &bytes).unwrap();
+
+    let (code, err) = start_expecting_exit(&d).await;
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("its log changed since the last clean shutdown") && !err.contains("panicked"),
+        "{err}"
+    );
+    let (code, out, err) = run_cli(&[
+        "session",
+        "recover",
+        "--data-dir",
+        d.data_dir().to_str().unwrap(),
+    ])
+    .await;
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("kept 40 sessions"), "{out}");
+    assert!(
+        out.contains("lost: 0 of the 40 sessions the last clean shutdown recorded"),
+        "{out}"
+    );
+    d.spawn(&[]).await;
+    assert_eq!(all_sessions(&d).await, before);
+}
