@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use nix::fcntl::{Flock, FlockArg};
 use sha2::Digest;
 use sled::transaction::{abort, ConflictableTransactionError, TransactionError};
@@ -411,15 +411,27 @@ impl SledStore {
 
     /// Records a clean shutdown, so the next open can tell a damaged log (see
     /// `open_checked` and `check_seal`): the ids now, then the log's length and digest once
-    /// sled has closed it. sled still writes to the log while its `Db` drops, so `store`
-    /// must be the last handle; closing is confirmed by taking sled's own lock on the log
+    /// sled has closed it. sled still writes to the log while its `Db` drops, so this waits
+    /// until `store` is the last handle; closing is confirmed by taking sled's own lock on the log
     /// (waiting at most 5 s; otherwise the record has no log digest and only the ids are
     /// checked). Written with temp + fsync + rename: a crash leaves no record, not a bad one.
-    pub(super) fn seal(store: Arc<SledStore>, dir: &Path) -> anyhow::Result<()> {
+    pub(super) fn seal(mut store: Arc<SledStore>, dir: &Path) -> anyhow::Result<()> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        // A write still running on a blocking thread holds a handle: wait for it, so the
+        // record describes the final state (a stale record would refuse the next start).
+        let store = loop {
+            match Arc::try_unwrap(store) {
+                Ok(s) => break s,
+                Err(s) if std::time::Instant::now() < deadline => {
+                    store = s;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(_) => bail!("the session store is still in use; no clean-shutdown record"),
+            }
+        };
         let mut seal = store.seal_now().map_err(|e| e.into_anyhow(dir))?;
         drop(store);
         let log = dir.join(LOG_FILE);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         let mut file = std::fs::File::open(&log)?;
         let lock = loop {
             match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
