@@ -131,6 +131,16 @@ enum SessionCommand {
     },
     /// Delete a session.
     Delete { id: String },
+    /// Rebuild a damaged session store from what can be read (no daemon needed; refuses
+    /// while one uses the store). The damaged store is kept as `sessions.corrupt-<time>`.
+    Recover {
+        /// The daemon's data dir (default: as `serve` resolves it).
+        #[arg(long)]
+        data_dir: Option<std::path::PathBuf>,
+        /// Internal: print the sessions of the store copy in DIR (run by `recover` itself).
+        #[arg(long, hide = true, value_name = "DIR")]
+        export_from: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -225,6 +235,14 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Config {
             command: ConfigCommand::Check,
         } => config_check(cli.config),
+        Command::Session {
+            command:
+                SessionCommand::Recover {
+                    data_dir,
+                    export_from,
+                },
+            ..
+        } => crate::session::recover_cli(data_dir, cli.config, export_from),
         command => {
             let path = socket_for(&cli.socket, &cli.config);
             match client_command(&path, command).await {
@@ -469,6 +487,7 @@ async fn session_command(
                 )
                 .await?
         }
+        SessionCommand::Recover { .. } => return Ok(ExitCode::from(2)), // handled in `run`
         SessionCommand::Delete { id } => {
             let r = client.call("session.delete", json!({"id": id})).await?;
             if r["deleted"] != true {
