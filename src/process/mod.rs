@@ -155,6 +155,7 @@ pub struct GroupGuard {
 }
 
 impl GroupGuard {
+    #[cfg(test)]
     pub fn pgid(&self) -> Option<i32> {
         self.pgid.map(Pid::as_raw)
     }
@@ -266,7 +267,8 @@ fn group_alive(pgid: Pid) -> bool {
     !matches!(killpg(pgid, None), Err(Errno::ESRCH))
 }
 
-/// Whether any process of the group `pgid` is alive (used by tests and status).
+/// Whether any process of the group `pgid` is alive (for tests).
+#[cfg(test)]
 pub fn group_exists(pgid: i32) -> bool {
     group_alive(Pid::from_raw(pgid))
 }

@@ -8,6 +8,6 @@ mod sled_store;
 mod store;
 mod views;
 
-pub use recover::{cli as recover_cli, recover, resolve_data_dir, Recovered};
-pub use store::{Page, SessionStore, Sessions};
+pub use recover::cli as recover_cli;
+pub use store::Sessions;
 pub use views::{create, refresh_tools, resume, tools, update, Scope};

@@ -63,15 +63,9 @@ pub struct Recovered {
 /// The data dir `serve` would use, with the same precedence: `--data-dir`, config
 /// `data_dir`, `$STATE_DIRECTORY`, then `$XDG_STATE_HOME/toolhost`.
 pub fn resolve_data_dir(explicit: Option<PathBuf>, config_path: Option<PathBuf>) -> PathBuf {
-    explicit
-        .or_else(|| {
-            let path = config_path.unwrap_or_else(crate::config::default_path);
-            crate::config::load(&path).ok()?.config.data_dir
-        })
-        .or_else(|| std::env::var_os("STATE_DIRECTORY").map(PathBuf::from))
-        .unwrap_or_else(|| {
-            crate::config::xdg_dir("XDG_STATE_HOME", ".local/state").join("toolhost")
-        })
+    let path = config_path.unwrap_or_else(crate::config::default_path);
+    let cfg = crate::config::load(&path).ok().map(|l| l.config);
+    crate::config::data_dir(explicit, cfg.as_ref())
 }
 
 /// The CLI entry: `recover` on the resolved data dir, or the child's `--export-from`.
