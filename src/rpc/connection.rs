@@ -33,7 +33,7 @@ use serde_json::value::RawValue;
 
 use super::envelope::{self, Call, Item, Message};
 use super::Shared;
-use crate::bounded_lines::read_line_bounded;
+use crate::bounded_lines::read_line_or_drop;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 type WsServer = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
@@ -269,7 +269,7 @@ impl Source {
                     Ok(_) => {}
                 }
                 let read =
-                    tokio::time::timeout(*frame_timeout, read_line_bounded(rd, *max + 1, line))
+                    tokio::time::timeout(*frame_timeout, read_line_or_drop(rd, *max + 1, line))
                         .await;
                 let frame = match read {
                     Err(_) => {
@@ -309,9 +309,11 @@ fn not_utf8() -> String {
     envelope::error_reply(None, -32700, "Parse error: the message is not valid UTF-8")
 }
 
-/// The frame a complete line makes; `None` for a blank line.
+/// The frame a complete line makes; `None` for a blank line. `line` holds at most `max + 1`
+/// bytes (the request and its newline); `len` is the line's full length.
 fn line_frame(line: &[u8], len: usize, max: usize) -> Option<Frame> {
-    if len > max + 1 || (len > max && line.last() != Some(&b'\n')) {
+    let content = line.strip_suffix(b"\n").unwrap_or(line);
+    if len > line.len() || content.len() > max {
         let msg =
             format!("Request is too big: the limit is {max} bytes (limits.max_request_bytes)");
         return Some(Frame::Error(envelope::error_reply(

@@ -129,7 +129,7 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
                 let shared = shared.clone();
                 tokio::spawn(async move {
                     connection::serve_unix(stream, shared).await;
-                    drop(slot);
+                    release(slot);
                 });
             }
         });
@@ -153,7 +153,7 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
                 let (shared, token) = (shared.clone(), token.clone());
                 tokio::spawn(async move {
                     connection::serve_http(stream, shared, Some(token)).await;
-                    drop(slot);
+                    release(slot);
                 });
             }
         });
@@ -174,3 +174,34 @@ fn take_slot(slots: &Arc<tokio::sync::Semaphore>) -> Option<tokio::sync::OwnedSe
     }
     slot
 }
+
+/// Gives a connection slot back; when it was the last connection, hands the heap's free
+/// memory back to the system (at most once a second). glibc otherwise keeps freed memory
+/// in its arenas: measured with tests/rpc_edges.rs `memory_comes_back_after_clients_leave`,
+/// RSS stayed at the peak after 2,000 connections had all left.
+fn release(slot: tokio::sync::OwnedSemaphorePermit) {
+    let slots = slot.semaphore().clone();
+    drop(slot);
+    if slots.available_permits() == MAX_CONNECTIONS {
+        trim_heap();
+    }
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn trim_heap() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if LAST.swap(now, Ordering::Relaxed) == now {
+        return;
+    }
+    tokio::task::spawn_blocking(|| {
+        // SAFETY: malloc_trim only walks glibc's own heap under its own locks.
+        unsafe { nix::libc::malloc_trim(0) };
+    });
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn trim_heap() {}
