@@ -30,7 +30,7 @@ async fn exchange(sock: &Path, bytes: &[u8]) -> String {
         .await
         .expect("the daemon closes the connection once everything owed is written")
         .unwrap();
-    String::from_utf8(out).unwrap()
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// Newline framing: the replies to `lines`, in arrival order, as raw text.
@@ -832,6 +832,60 @@ async fn memory_comes_back_after_clients_leave() {
         endless < start + 100 * 1024,
         "{endless} KiB with 20 endless lines"
     );
+    assert_eq!(
+        d.call("host.health", json!({})).await["result"]["status"],
+        "ok"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// TCP and upgrades
+
+#[tokio::test]
+async fn tcp_bearer_scheme_is_case_insensitive_and_a_wildcard_address_is_warned_about() {
+    let mut d = Daemon::unstarted();
+    std::fs::write(
+        d.config_path(),
+        json!({"listen": {"tcp": "0.0.0.0:0"}}).to_string(),
+    )
+    .unwrap();
+    d.spawn(&[("TOOLHOST_TOKEN", "s3cret")]).await;
+    let log = d.log();
+    assert!(
+        log.contains("accepts connections from every network"),
+        "{log}"
+    );
+    let port = log
+        .split("+ tcp 0.0.0.0:")
+        .nth(1)
+        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+        .unwrap_or_else(|| panic!("no tcp address in log: {log}"))
+        .to_owned();
+    let body = health("1");
+    for (auth, want) in [
+        ("bearer s3cret", 200),
+        ("BEARER s3cret", 200),
+        ("Bearer s3cret", 200),
+        ("Bearer S3CRET", 401),
+        ("Basic s3cret", 401),
+    ] {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap()))
+            .await
+            .unwrap();
+        let (status, _) =
+            common::http_on(&mut s, "POST", "/", &body, &[("Authorization", auth)]).await;
+        assert_eq!(status, want, "{auth}");
+    }
+}
+
+#[tokio::test]
+async fn a_second_upgrade_on_an_upgraded_connection_is_not_an_upgrade() {
+    let d = Daemon::start().await;
+    let upgrade = "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                   Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n";
+    // Two upgrade requests in one write: the second arrives as (invalid) WebSocket bytes.
+    let out = exchange(&d.socket(), format!("{upgrade}{upgrade}").as_bytes()).await;
+    assert_eq!(out.matches("101 Switching Protocols").count(), 1, "{out}");
     assert_eq!(
         d.call("host.health", json!({})).await["result"]["status"],
         "ok"
