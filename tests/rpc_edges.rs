@@ -233,13 +233,20 @@ async fn a_cancel_notification_cancels() {
             json!({"name":"bash","call_id":"slow","arguments":{"command":"sleep 30"}}),
         )
         .await;
-    // Wait until the call is running, then cancel it by notification from another client.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Cancel it by notification from another client; the call may not have started when the
+    // first one lands (then it cancels nothing), so repeat until the call answers.
     let note = r#"{"jsonrpc":"2.0","method":"cancel","params":{"call_id":"slow"}}"#;
-    assert_eq!(newline(&d.socket(), &[note]).await, Vec::<String>::new());
-    let r = tokio::time::timeout(Duration::from_secs(10), c.recv())
-        .await
-        .expect("the cancelled call answers");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let r = loop {
+        assert_eq!(newline(&d.socket(), &[note]).await, Vec::<String>::new());
+        if let Ok(r) = tokio::time::timeout(Duration::from_millis(200), c.recv()).await {
+            break r;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the call was never cancelled"
+        );
+    };
     assert_eq!(r["id"], id);
     assert_eq!(r["result"]["result"]["error_kind"], "cancelled", "{r}");
 }
