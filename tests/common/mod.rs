@@ -163,7 +163,9 @@ impl Daemon {
                             return false;
                         }
                         let mut buf = Vec::new();
-                        s.read_to_end(&mut buf).await.is_ok() && buf.starts_with(b"HTTP/1.1 200")
+                        s.read_to_end(&mut buf).await.is_ok()
+                            && (buf.starts_with(b"HTTP/1.1 200")
+                                || buf.starts_with(b"HTTP/1.1 503"))
                     }
                     Err(_) => false,
                 }
