@@ -165,6 +165,27 @@ impl Client {
         self.call(method::MCP_STATUS, &params).await
     }
 
+    /// Adds an MCP server to config.json; the daemon's reload starts it.
+    pub async fn mcp_add(&self, params: &McpAddParams) -> Result<OkResult, ClientError> {
+        self.call(method::MCP_ADD, params).await
+    }
+
+    /// Removes an MCP server from config.json; the daemon's reload stops it.
+    pub async fn mcp_remove(&self, name: &str) -> Result<OkResult, ClientError> {
+        let params = McpRemoveParams {
+            name: name.to_owned(),
+        };
+        self.call(method::MCP_REMOVE, &params).await
+    }
+
+    /// Reconnects one MCP server (or all) and returns every server's state.
+    pub async fn mcp_reload(&self, server: Option<&str>) -> Result<McpStatusResult, ClientError> {
+        let params = McpServerParams {
+            server: server.map(str::to_owned),
+        };
+        self.call(method::MCP_RELOAD, &params).await
+    }
+
     pub async fn session_create(
         &self,
         params: &SessionCreateParams,

@@ -20,7 +20,7 @@ use jsonrpsee::server::{
 
 use crate::host::Host;
 
-pub use listener::{socket_path, Listeners};
+pub use listener::Listeners;
 
 type ServiceBuilder =
     TowerServiceBuilder<tower::layer::util::Identity, tower::layer::util::Identity>;
