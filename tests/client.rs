@@ -124,7 +124,6 @@ async fn no_daemon_on_a_missing_socket() {
 }
 
 #[tokio::test]
-#[ignore = "needs notification support"]
 async fn a_notification_runs_and_nothing_answers() {
     let d = Daemon::start().await;
     let c = d.client().await;

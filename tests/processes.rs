@@ -81,8 +81,8 @@ fn pids(words: &[String]) -> Vec<i32> {
 }
 
 /// Starts a bash call without waiting for it; returns the connection to read its answer.
-async fn start_bash(d: &Daemon, call_id: &str, command: &str) -> common::Client {
-    let mut c = d.client().await;
+async fn start_bash(d: &Daemon, call_id: &str, command: &str) -> common::RawLines {
+    let mut c = d.raw_lines().await;
     c.send(
         "invoke",
         json!({"name": "bash", "arguments": {"command": command}, "call_id": call_id}),
@@ -272,7 +272,7 @@ async fn escape_then(d: &Daemon, mode: &str, round: usize) -> String {
     let mut arguments = args;
     arguments["command"] = json!(command);
     let call_id = format!("esc-{round}");
-    let mut c = d.client().await;
+    let mut c = d.raw_lines().await;
     c.send(
         "invoke",
         json!({"name": "bash", "arguments": arguments, "call_id": call_id}),

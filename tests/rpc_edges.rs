@@ -226,7 +226,7 @@ async fn notifications_run_and_get_no_reply_on_every_framing() {
 #[tokio::test]
 async fn a_cancel_notification_cancels() {
     let d = Daemon::start().await;
-    let mut c = d.client().await;
+    let mut c = d.raw_lines().await;
     let id = c
         .send(
             "invoke",
@@ -397,7 +397,7 @@ async fn incomplete_frames_time_out_but_idle_connections_between_frames_stay() {
     let out = read_until_closed(&mut s).await;
     assert!(out.starts_with("HTTP/1.1 408"), "{out}");
     // Idle between complete frames is fine: a newline client waits, then calls.
-    let mut c = d.client().await;
+    let mut c = d.raw_lines().await;
     assert_eq!(
         c.call("host.health", json!({})).await["result"]["status"],
         "ok"
@@ -788,7 +788,7 @@ async fn memory_comes_back_after_clients_leave() {
     // 2,000 idle connections (one complete call each), then they leave.
     let mut conns = Vec::new();
     for _ in 0..2000 {
-        let mut c = common::Client::connect(&sock).await;
+        let mut c = common::RawLines::connect(&sock).await;
         c.call("host.health", json!({})).await;
         conns.push(c);
     }

@@ -10,11 +10,6 @@ use tokio::net::{TcpListener, UnixListener};
 
 use crate::config::Config;
 
-/// The socket path of protocol.md §1, with config `listen.socket` as the configured one.
-pub fn socket_path(explicit: Option<&Path>, cfg: &Config) -> PathBuf {
-    chosen_socket(explicit, cfg).0
-}
-
 /// The socket path, and whether it is the default one (in a runtime directory of ours that
 /// must be private).
 fn chosen_socket(explicit: Option<&Path>, cfg: &Config) -> (PathBuf, bool) {
