@@ -95,7 +95,8 @@ impl Client {
         method: &str,
         params: &RawValue,
     ) -> Result<Box<RawValue>, ClientError> {
-        self.conn.request(method, params, self.timeout).await
+        let text = self.conn.request(method, params, self.timeout).await?;
+        RawValue::from_string(text).map_err(|e| ClientError::Decode(format!("{method}: {e}")))
     }
 
     /// Any method with typed params and result.
@@ -114,8 +115,8 @@ impl Client {
         timeout: Duration,
     ) -> Result<R, ClientError> {
         let params = to_raw(params)?;
-        let raw = self.conn.request(method, &params, timeout).await?;
-        serde_json::from_str(raw.get()).map_err(|e| ClientError::Decode(format!("{method}: {e}")))
+        let text = self.conn.request(method, &params, timeout).await?;
+        serde_json::from_str(&text).map_err(|e| ClientError::Decode(format!("{method}: {e}")))
     }
 
     /// Sends a notification (a request without an id): it runs, and nothing answers.
@@ -283,11 +284,11 @@ impl<N: DeserializeOwned> Subscription<N> {
         let params = format!("[{}]", self.id.get());
         let params =
             RawValue::from_string(params).map_err(|e| ClientError::Decode(e.to_string()))?;
-        let raw = self
+        let text = self
             .conn
             .request(self.unsubscribe, &params, DEFAULT_TIMEOUT)
             .await?;
-        serde_json::from_str(raw.get()).map_err(|e| ClientError::Decode(e.to_string()))
+        serde_json::from_str(&text).map_err(|e| ClientError::Decode(e.to_string()))
     }
 }
 
