@@ -451,15 +451,9 @@ impl SledStore {
                 Some(LogPrint::of(dir).with_context(|| format!("cannot read {}", log.display()))?);
         }
         let path = dir.join(SEAL_FILE);
-        let tmp = dir.join(format!("{SEAL_FILE}.tmp"));
-        let write = || -> std::io::Result<()> {
-            let mut f = std::fs::File::create(&tmp)?;
-            std::io::Write::write_all(&mut f, &serde_json::to_vec(&seal)?)?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &path)?;
-            std::fs::File::open(dir)?.sync_all()
-        };
-        write().with_context(|| format!("cannot write {}", path.display()))
+        let bytes = serde_json::to_vec(&seal)?;
+        crate::atomic_file::write_atomic(&path, &bytes, crate::atomic_file::Durability::Synced)
+            .with_context(|| format!("cannot write {}", path.display()))
     }
 
     /// Every record that decodes, and how many did not (for `recover`).
