@@ -86,6 +86,23 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
     // Signal handlers first: a SIGTERM that arrives once the socket answers must be ours.
     let stop_signal = stop_signal()?;
     let hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    start(opts, stop_signal, Some(hangup)).await
+}
+
+/// Runs a whole daemon as `serve` does, until `shutdown` resolves, without touching the
+/// process's signals: for embedding and for tests that drive a daemon in-process.
+pub async fn serve_until(
+    opts: ServeOptions,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    start(opts, shutdown, None).await
+}
+
+async fn start(
+    opts: ServeOptions,
+    shutdown: impl Future<Output = ()>,
+    hangup: Option<tokio::signal::unix::Signal>,
+) -> anyhow::Result<()> {
     let path = opts.config_path();
     let loaded =
         config::load(&path).with_context(|| format!("invalid config {}", path.display()))?;
@@ -101,8 +118,10 @@ pub async fn serve(opts: ServeOptions) -> anyhow::Result<()> {
             return Err(e);
         }
     };
-    host.tracker().spawn(reload_on_sighup(host.clone(), hangup));
-    run(host, listeners, stop_signal).await
+    if let Some(hangup) = hangup {
+        host.tracker().spawn(reload_on_sighup(host.clone(), hangup));
+    }
+    run(host, listeners, shutdown).await
 }
 
 /// Serves `host` on `listeners` until `shutdown` resolves, then stops in order: stop
