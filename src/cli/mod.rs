@@ -102,6 +102,11 @@ enum Command {
         #[command(flatten)]
         out: Output,
     },
+    /// Create and check custom tools (no daemon needed).
+    Tool {
+        #[command(subcommand)]
+        command: crate::custom::scaffold::ToolCommand,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -225,6 +230,9 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Config {
             command: ConfigCommand::Check,
         } => config_check(cli.config),
+        Command::Tool { command } => {
+            crate::custom::scaffold::cli(command, &cli.config.unwrap_or_else(config::default_path))
+        }
         command => {
             let path = socket_for(&cli.socket, &cli.config);
             match client_command(&path, command).await {
@@ -416,7 +424,9 @@ async fn client_command(
         }
         Command::Session { command, out } => session_command(&mut client, command, out).await,
         Command::Mcp { command, out } => mcp_command(&mut client, command, out).await,
-        Command::Serve { .. } | Command::Config { .. } => Ok(ExitCode::from(2)),
+        Command::Serve { .. } | Command::Config { .. } | Command::Tool { .. } => {
+            Ok(ExitCode::from(2))
+        }
     }
 }
 
