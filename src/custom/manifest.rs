@@ -93,6 +93,25 @@ impl Manifest {
         }
     }
 
+    /// The arguments after `command[0]`. The program runs in the session's workspace, so an
+    /// argument naming a file of the tool folder (`run.py` in `["python3", "run.py"]`) is
+    /// passed as that file's absolute path; everything else is passed as written.
+    pub fn args(&self, dir: &Path) -> Vec<std::ffi::OsString> {
+        self.command
+            .iter()
+            .skip(1)
+            .map(|a| {
+                let p = Path::new(a);
+                let local = dir.join(p);
+                if !a.starts_with('-') && p.is_relative() && local.is_file() {
+                    local.into_os_string()
+                } else {
+                    a.into()
+                }
+            })
+            .collect()
+    }
+
     /// Fills `{arg}` placeholders of `approval_details` from the call's arguments (strings
     /// as they are, other values as JSON; unknown names are left as written).
     pub fn approval_text(&self, args: &Map<String, Value>) -> Option<String> {

@@ -69,13 +69,7 @@ impl CustomTool {
     pub fn process_spec(&self, ctx_env: Vec<(OsString, OsString)>, stdin: Vec<u8>) -> Spec {
         let cwd_default = self.dir.clone();
         let mut spec = Spec::new(self.manifest.program(&self.dir), cwd_default);
-        spec.args = self
-            .manifest
-            .command
-            .iter()
-            .skip(1)
-            .map(Into::into)
-            .collect();
+        spec.args = self.manifest.args(&self.dir);
         spec.env = vec![("TOOLHOST_TOOL_DIR".into(), self.dir.clone().into())];
         spec.env.extend(ctx_env);
         spec.env.extend(self.provider_env());
