@@ -854,6 +854,15 @@ async fn tool_new_writes_working_tools_and_tool_check_validates_them() {
         );
     }
 
+    // The shipped examples pass the check too.
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/config/tools");
+    let (code, out) = cli(&["--config", cfg, "tool", "check", examples], cwd);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("ok      git_changes") && out.contains("ok      repo_stats"),
+        "{out}"
+    );
+
     // A broken manifest fails the check, naming the file and the field.
     std::fs::write(
         root.join("greet_sh/tool.json"),
