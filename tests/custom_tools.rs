@@ -882,3 +882,39 @@ async fn tool_new_writes_working_tools_and_tool_check_validates_them() {
         "{out}"
     );
 }
+
+/// Add → change → remove cycles, each step exactly one notification. `TOOLHOST_STRESS=N`
+/// runs N cycles (default 2).
+#[tokio::test]
+async fn repeated_hot_reload_cycles_notify_exactly_once_per_step() {
+    let cycles: usize = std::env::var("TOOLHOST_STRESS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2);
+    let d = start(|_| {}, json!({})).await;
+    let root = tools(&d);
+    let mut c = subscribe_changes(&d).await;
+    for i in 0..cycles {
+        let name = format!("cyc{i}");
+        let dir = write_tool(&root, &name, manifest(&name, "- v1"), &format!("echo {i}"));
+        assert_eq!(
+            next_change(&mut c).await,
+            (vec![name.clone()], s(&[]), s(&[]))
+        );
+        assert_eq!(
+            d.invoke(&name, json!({})).await,
+            json!({"ok": true, "output": format!("{i}\n")})
+        );
+        write_atomic(&dir.join("tool.json"), &manifest(&name, "- v2"));
+        assert_eq!(
+            next_change(&mut c).await,
+            (s(&[]), s(&[]), vec![name.clone()])
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(
+            next_change(&mut c).await,
+            (s(&[]), vec![name.clone()], s(&[]))
+        );
+    }
+    quiet(&mut c, 400).await;
+}
