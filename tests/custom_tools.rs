@@ -326,6 +326,22 @@ async fn results_errors_and_exit_statuses_follow_the_contract() {
         call("killed").await,
         json!({"ok": false, "error_kind": "failed", "error": "Tool 'modes' failed: killed by signal 9"})
     );
+    let r = d
+        .call(
+            "invoke",
+            json!({"name": "modes", "arguments": {"mode": "image"}}),
+        )
+        .await["result"]
+        .clone();
+    assert_eq!(
+        r["result"],
+        json!({"ok": true, "output": "",
+               "content": [{"type": "image", "data": "iVBORw0K", "mimeType": "image/png"}]})
+    );
+    assert_eq!(
+        r["control"],
+        json!({"_multimodal": true, "_image_data_url": "data:image/png;base64,iVBORw0K"})
+    );
     // Arguments are validated against the manifest's schema before the program runs.
     let r = d.invoke("modes", json!({})).await;
     assert_eq!(r["error_kind"], "invalid_arguments");

@@ -220,6 +220,18 @@ impl CustomTool {
                     .collect();
                 result.insert("output".into(), Value::String(text.join("\n")));
             }
+            // Like MCP tool results: the first image also travels as control fields, for
+            // frontends that attach images to the next model turn.
+            let image = blocks.iter().find_map(|b| match b {
+                ContentBlock::Image { data, mime_type } => {
+                    Some(format!("data:{mime_type};base64,{data}"))
+                }
+                _ => None,
+            });
+            if let Some(url) = image {
+                result.insert("_multimodal".into(), Value::Bool(true));
+                result.insert("_image_data_url".into(), Value::String(url));
+            }
         }
         if let Some(structured) = result.remove("structured") {
             if !structured.is_object() {
