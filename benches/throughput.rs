@@ -6,26 +6,34 @@
 //! Run some: `cargo bench --bench throughput -- mcp sessions` (a section runs when its name
 //! contains one of the arguments; sections: `core`, `mcp`, `sessions`, `config`).
 //!
-//! Each section starts its own daemon (`--socket`, `--config`, `serve --workspace
-//! --data-dir` on a temp dir) with the daemon's default log level, and stops it with
-//! SIGTERM. The load generator runs in this process on the same machine, so on a small
-//! machine client and daemon share the CPUs: the figures are a floor, not a ceiling.
+//! Each section starts its own daemon with the integration tests' launcher
+//! (`tests/common`: `--socket`, `--config`, `serve --workspace --data-dir` on a temp dir,
+//! the daemon's default log level) and stops it with SIGTERM. Newline calls go through the
+//! library client (`toolhost::client`), as every Rust caller's do; HTTP keep-alive and
+//! WebSocket have small raw drivers here, which exist only to load those framings. The
+//! load generator runs in this process on the same machine, so on a small machine client
+//! and daemon share the CPUs: the figures are a floor, not a ceiling.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::borrow::Cow;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{call_value, response_shape, Client, Daemon, BIN, FIXTURE};
+use futures::{SinkExt, StreamExt};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
-use tokio::process::{Child, Command};
-
-const BIN: &str = env!("CARGO_BIN_EXE_toolhost");
-const FIXTURE: &str = env!("CARGO_BIN_EXE_toolhost-fixture-mcp");
+use tokio::process::Command;
+use tokio_tungstenite::tungstenite::Message;
+use toolhost::protocol::{McpServerState, McpServerStatus, Session};
 
 const SECTIONS: &[&str] = &["core", "mcp", "sessions", "config"];
 
@@ -138,151 +146,48 @@ fn fmt_rate(r: f64) -> String {
 // ---------------------------------------------------------------------------------------
 // The daemon under test
 
-struct Daemon {
-    dir: tempfile::TempDir,
-    child: Option<Child>,
+/// Starts the daemon on a fresh temp dir. `setup` may write files (config.json, the
+/// workspace) before it starts.
+async fn start(setup: impl FnOnce(&Path)) -> Daemon {
+    let mut d = Daemon::unstarted();
+    setup(d.dir.path());
+    d.spawn(&[]).await;
+    d
 }
 
-impl Daemon {
-    fn socket(&self) -> PathBuf {
-        self.dir.path().join("toolhost.sock")
-    }
-    fn config_path(&self) -> PathBuf {
-        self.dir.path().join("config.json")
-    }
-
-    /// Starts the daemon on a fresh temp dir. `setup` may write files (config.json, the
-    /// workspace) before it starts.
-    async fn start(setup: impl FnOnce(&Path)) -> Daemon {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(dir.path().join("ws")).unwrap();
-        setup(dir.path());
-        let log = std::fs::File::create(dir.path().join("daemon.log")).unwrap();
-        let mut cmd = Command::new(BIN);
-        cmd.arg("--socket")
-            .arg(dir.path().join("toolhost.sock"))
-            .arg("--config")
-            .arg(dir.path().join("config.json"))
-            .arg("serve")
-            .arg("--workspace")
-            .arg(dir.path().join("ws"))
-            .arg("--data-dir")
-            .arg(dir.path().join("data"))
-            .env_remove("RUST_LOG")
-            .env_remove("TOOLHOST_SOCKET")
-            .env_remove("TOOLHOST_CONFIG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .kill_on_drop(true);
-        let child = cmd.spawn().expect("spawn toolhost");
-        let mut d = Daemon {
-            dir,
-            child: Some(child),
-        };
-        d.wait_ready().await;
-        d
-    }
-
-    async fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(mut s) = UnixStream::connect(self.socket()).await {
-                let req = b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-                let mut buf = Vec::new();
-                if s.write_all(req).await.is_ok()
-                    && s.read_to_end(&mut buf).await.is_ok()
-                    && buf.starts_with(b"HTTP/1.1 200")
-                {
-                    return;
-                }
-            }
-            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
-                panic!("toolhost exited during start ({status}):\n{}", self.log());
-            }
-            if Instant::now() > deadline {
-                panic!("toolhost did not answer within 30 s:\n{}", self.log());
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+/// Waits until `cond` holds for the `mcp.status` entry of `server`; panics after `secs`.
+async fn wait_server(
+    d: &Daemon,
+    server: &str,
+    secs: u64,
+    cond: impl Fn(&McpServerStatus) -> bool,
+) -> McpServerStatus {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let c = d.client().await;
+    loop {
+        let st = server_status(&c, server).await;
+        if cond(&st) {
+            return st;
         }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("daemon.log")).unwrap_or_default()
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.as_ref().unwrap().id().unwrap() as i32
-    }
-
-    async fn client(&self) -> Nl {
-        Nl::connect(&self.socket()).await
-    }
-
-    async fn call(&self, method: &str, params: Value) -> Value {
-        self.client().await.call(method, params).await
-    }
-
-    /// Resident set size in KiB (VmRSS).
-    fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    }
-
-    /// utime + stime of the daemon process (all threads).
-    fn cpu_time(&self) -> Duration {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap();
-        // Fields after the parenthesised command: state is field 3, utime 14, stime 15.
-        let rest = &stat[stat.rfind(')').unwrap() + 2..];
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
-        let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-            .ok()
-            .flatten()
-            .unwrap_or(100) as f64;
-        Duration::from_secs_f64(ticks as f64 / hz)
-    }
-
-    /// Waits until `cond` holds for the `mcp.status` entry of `server`; `None` on timeout.
-    async fn wait_server(&self, server: &str, secs: u64, cond: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(secs);
-        let mut c = self.client().await;
-        loop {
-            let st = c.call("mcp.status", json!({"server": server})).await["result"]["servers"][0]
-                .clone();
-            if cond(&st) {
-                return st;
-            }
-            if Instant::now() > deadline {
-                panic!("server {server} not ready after {secs} s: {st}");
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        if Instant::now() > deadline {
+            panic!("server {server} not ready after {secs} s: {st:?}");
         }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
 
-    /// SIGTERM, then wait (killed after 20 s).
-    async fn stop(mut self) {
-        if let Some(mut child) = self.child.take() {
-            if let Some(pid) = child.id() {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid as i32),
-                    nix::sys::signal::Signal::SIGTERM,
-                );
-            }
-            if tokio::time::timeout(Duration::from_secs(20), child.wait())
-                .await
-                .is_err()
-            {
-                eprintln!("toolhost did not exit within 20 s of SIGTERM; killing it");
-                let _ = child.kill().await;
-            }
-        }
-    }
+async fn server_status(c: &Client, server: &str) -> McpServerStatus {
+    let mut r = c.mcp_status(Some(server)).await.unwrap();
+    assert_eq!(r.servers.len(), 1, "mcp.status of {server}: {r:?}");
+    r.servers.remove(0)
+}
+
+fn ready(s: &McpServerStatus) -> bool {
+    s.state == McpServerState::Ready
+}
+
+fn raw(text: String) -> Box<RawValue> {
+    RawValue::from_string(text).expect("valid JSON params")
 }
 
 /// A stdio server block running our fixture.
@@ -297,74 +202,9 @@ fn fixture_block(env: Value, extra: Value) -> Value {
 // ---------------------------------------------------------------------------------------
 // Clients
 
-/// Newline-framed JSON-RPC client on its own connection.
-struct Nl {
-    r: BufReader<OwnedReadHalf>,
-    w: OwnedWriteHalf,
-    id: u64,
-    line: String,
-    out: Vec<u8>,
-}
-
-impl Nl {
-    async fn connect(path: &Path) -> Nl {
-        let s = UnixStream::connect(path).await.expect("connect");
-        let (r, w) = s.into_split();
-        Nl {
-            r: BufReader::with_capacity(64 * 1024, r),
-            w,
-            id: 0,
-            line: String::new(),
-            out: Vec::with_capacity(512),
-        }
-    }
-
-    /// Sends one request whose params are already serialised; returns the raw response
-    /// line (skipping notifications).
-    async fn call_raw(&mut self, method: &str, params: &str) -> &str {
-        self.id += 1;
-        self.out.clear();
-        use std::io::Write;
-        write!(
-            self.out,
-            r#"{{"jsonrpc":"2.0","id":{},"method":"{method}","params":{params}}}"#,
-            self.id
-        )
-        .unwrap();
-        self.out.push(b'\n');
-        self.w.write_all(&self.out).await.expect("write request");
-        loop {
-            self.line.clear();
-            let n = tokio::time::timeout(Duration::from_secs(60), self.r.read_line(&mut self.line))
-                .await
-                .expect("a response within 60 s")
-                .expect("read response");
-            assert!(n > 0, "connection closed by the daemon");
-            // Responses carry an id; notifications (from subscriptions) do not.
-            if self.line.contains(r#""id":"#) {
-                return &self.line;
-            }
-        }
-    }
-
-    async fn call(&mut self, method: &str, params: Value) -> Value {
-        let line = self.call_raw(method, &params.to_string()).await;
-        serde_json::from_str(line).unwrap_or_else(|e| panic!("bad line {line}: {e}"))
-    }
-
-    /// Next line, or `None` after `timeout`.
-    async fn recv_timeout(&mut self, timeout: Duration) -> Option<Value> {
-        self.line.clear();
-        match tokio::time::timeout(timeout, self.r.read_line(&mut self.line)).await {
-            Ok(Ok(n)) if n > 0 => Some(serde_json::from_str(&self.line).expect("json line")),
-            Ok(_) => panic!("connection closed by the daemon"),
-            Err(_) => None,
-        }
-    }
-}
-
-/// Minimal HTTP/1.1 keep-alive JSON-RPC client (`POST /`) on its own connection.
-struct Http {
+/// HTTP/1.1 keep-alive framing load (`POST /`) on its own connection: a raw driver that
+/// exists to measure the framing, not an API client.
+struct HttpLoad {
     r: BufReader<OwnedReadHalf>,
     w: OwnedWriteHalf,
     id: u64,
@@ -373,11 +213,11 @@ struct Http {
     body: Vec<u8>,
 }
 
-impl Http {
-    async fn connect(path: &Path) -> Http {
+impl HttpLoad {
+    async fn connect(path: &Path) -> HttpLoad {
         let s = UnixStream::connect(path).await.expect("connect");
         let (r, w) = s.into_split();
-        Http {
+        HttpLoad {
             r: BufReader::with_capacity(64 * 1024, r),
             w,
             id: 0,
@@ -467,36 +307,102 @@ impl Http {
     }
 }
 
-/// Either framing, so the core benchmark runs the same loop over both.
-enum Conn {
-    Nl(Nl),
-    Http(Http),
+/// WebSocket framing load on its own connection: a raw driver that exists to measure the
+/// framing, not an API client.
+struct WsLoad {
+    ws: tokio_tungstenite::WebSocketStream<UnixStream>,
+    id: u64,
+    body: String,
 }
 
-impl Conn {
-    async fn connect(http: bool, path: &Path) -> Conn {
-        if http {
-            Conn::Http(Http::connect(path).await)
-        } else {
-            Conn::Nl(Nl::connect(path).await)
+impl WsLoad {
+    async fn connect(path: &Path) -> WsLoad {
+        let s = UnixStream::connect(path).await.expect("connect");
+        let (ws, _) = tokio_tungstenite::client_async("ws://localhost/", s)
+            .await
+            .expect("ws handshake");
+        WsLoad {
+            ws,
+            id: 0,
+            body: String::new(),
         }
     }
 
-    /// Calls and checks the response holds `needle`; returns whether it did.
-    async fn call_check(&mut self, method: &str, params: &str, needle: &str) -> bool {
-        let body: &[u8] = match self {
-            Conn::Nl(c) => c.call_raw(method, params).await.as_bytes(),
-            Conn::Http(c) => c.call_raw(method, params).await,
-        };
-        memfind(body, needle.as_bytes())
+    /// Returns the response message.
+    async fn call_raw(&mut self, method: &str, params: &str) -> &str {
+        self.id += 1;
+        let msg = format!(
+            r#"{{"jsonrpc":"2.0","id":{},"method":"{method}","params":{params}}}"#,
+            self.id
+        );
+        self.ws.send(Message::text(msg)).await.expect("ws send");
+        loop {
+            let m = tokio::time::timeout(Duration::from_secs(60), self.ws.next())
+                .await
+                .expect("a WebSocket response within 60 s")
+                .expect("ws open")
+                .expect("ws message");
+            if let Message::Text(t) = m {
+                self.body = t.as_str().to_owned();
+                return &self.body;
+            }
+        }
+    }
+}
+
+/// The framings under load, so the core benchmark runs the same loop over each.
+#[derive(Clone, Copy, PartialEq)]
+enum Framing {
+    /// Newline JSON through the library client.
+    Newline,
+    Http,
+    WebSocket,
+}
+
+enum Conn {
+    Client(Client),
+    Http(HttpLoad),
+    Ws(WsLoad),
+}
+
+impl Conn {
+    async fn connect(framing: Framing, path: &Path) -> Conn {
+        match framing {
+            Framing::Newline => Conn::Client(Client::connect(path).await.expect("connect")),
+            Framing::Http => Conn::Http(HttpLoad::connect(path).await),
+            Framing::WebSocket => Conn::Ws(WsLoad::connect(path).await),
+        }
     }
 
-    async fn call_value(&mut self, method: &str, params: &str) -> Value {
-        let body: &[u8] = match self {
-            Conn::Nl(c) => c.call_raw(method, params).await.as_bytes(),
-            Conn::Http(c) => c.call_raw(method, params).await,
-        };
-        serde_json::from_slice(body).expect("JSON response")
+    /// Calls and checks the result holds `needle`; returns whether it did.
+    async fn call_check(&mut self, method: &str, params: &RawValue, needle: &str) -> bool {
+        match self {
+            Conn::Client(c) => c
+                .call_raw(method, params)
+                .await
+                .is_ok_and(|r| memfind(r.get().as_bytes(), needle.as_bytes())),
+            Conn::Http(c) => memfind(c.call_raw(method, params.get()).await, needle.as_bytes()),
+            Conn::Ws(c) => memfind(
+                c.call_raw(method, params.get()).await.as_bytes(),
+                needle.as_bytes(),
+            ),
+        }
+    }
+
+    /// The response, in the JSON-RPC response shape.
+    async fn call_value(&mut self, method: &str, params: &RawValue) -> Value {
+        match self {
+            Conn::Client(c) => {
+                let params: Value = serde_json::from_str(params.get()).unwrap();
+                response_shape(call_value(c, method, &params).await)
+            }
+            Conn::Http(c) => {
+                serde_json::from_slice(c.call_raw(method, params.get()).await).expect("JSON")
+            }
+            Conn::Ws(c) => {
+                serde_json::from_str(c.call_raw(method, params.get()).await).expect("JSON")
+            }
+        }
     }
 }
 
@@ -517,12 +423,12 @@ struct Run {
 #[allow(clippy::too_many_arguments)]
 async fn load(
     sock: &Path,
-    http: bool,
+    framing: Framing,
     clients: usize,
     warmup: usize,
     calls: usize,
     method: &'static str,
-    params: Arc<String>,
+    params: Arc<Box<RawValue>>,
     needle: &'static str,
 ) -> Run {
     let barrier = Arc::new(tokio::sync::Barrier::new(clients + 1));
@@ -532,7 +438,7 @@ async fn load(
         let barrier = barrier.clone();
         let params = params.clone();
         tasks.push(tokio::spawn(async move {
-            let mut c = Conn::connect(http, &sock).await;
+            let mut c = Conn::connect(framing, &sock).await;
             for _ in 0..warmup {
                 c.call_check(method, &params, needle).await;
             }
@@ -582,7 +488,7 @@ fn failures_note(run: &Run) {
 
 async fn core() {
     header("core: built-in invoke, framing, list_tools, memory");
-    let d = Daemon::start(|dir| {
+    let mut d = start(|dir| {
         let text: String = (0..1024u32)
             .map(|i| {
                 if i % 64 == 63 {
@@ -603,9 +509,10 @@ async fn core() {
         Some(("≤ 15 MB", idle <= 15 * 1024)),
     );
 
-    let params =
-        Arc::new(json!({"name": "read_file", "arguments": {"path": "one_k.txt"}}).to_string());
-    let sample = Conn::connect(false, &d.socket())
+    let params = Arc::new(raw(
+        json!({"name": "read_file", "arguments": {"path": "one_k.txt"}}).to_string(),
+    ));
+    let sample = Conn::connect(Framing::Newline, &d.socket())
         .await
         .call_value("invoke", &params)
         .await;
@@ -614,10 +521,15 @@ async fn core() {
     }
     // `"ok":true` appears in every successful envelope's result.
     let needle = r#""ok":true"#;
-    for (http, label) in [(false, "newline"), (true, "HTTP keep-alive")] {
+    for (framing, label) in [
+        (Framing::Newline, "newline"),
+        (Framing::Http, "HTTP keep-alive"),
+        (Framing::WebSocket, "WebSocket"),
+    ] {
+        let newline = framing == Framing::Newline;
         let mut one = load(
             &d.socket(),
-            http,
+            framing,
             1,
             300,
             3000,
@@ -627,7 +539,7 @@ async fn core() {
         )
         .await;
         let p50 = one.lat.p50();
-        let target = (!http).then_some(("p50 ≤ 100 µs", p50 <= Duration::from_micros(100)));
+        let target = newline.then_some(("p50 ≤ 100 µs", p50 <= Duration::from_micros(100)));
         row(
             &format!("invoke read_file, 1 client, {label}: p50 / p99"),
             one.lat.p50_p99(),
@@ -642,7 +554,7 @@ async fn core() {
         let cpu0 = d.cpu_time();
         let mut many = load(
             &d.socket(),
-            http,
+            framing,
             16,
             50,
             1000,
@@ -653,7 +565,7 @@ async fn core() {
         .await;
         let cpu = (d.cpu_time() - cpu0).as_secs_f64() * 1e6 / (many.calls + 16 * 50) as f64;
         let r = rate(many.calls, many.elapsed);
-        let target = (!http).then_some(("≥ 20,000 /s", r >= 20_000.0));
+        let target = newline.then_some(("≥ 20,000 /s", r >= 20_000.0));
         row(
             &format!("invoke read_file, 16 clients, {label}: calls/s"),
             fmt_rate(r),
@@ -680,33 +592,33 @@ async fn core() {
     d.stop().await;
 
     // list_tools with ~1,000 tools from the fixture.
-    let d = Daemon::start(|dir| {
+    let mut d = start(|dir| {
         let cfg = json!({"mcp_servers": {"many": fixture_block(
             json!({"FIXTURE_TOOL_COUNT": "1000"}), json!({}))}});
         std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
     })
     .await;
     let deadline = Instant::now() + Duration::from_secs(60);
-    let mut c = d.client().await;
+    let c = d.client().await;
     let tools = loop {
-        let h = c.call("host.health", json!({})).await;
-        let n = h["result"]["tools"].as_u64().unwrap_or(0);
-        if n >= 1000 {
-            break n;
+        let h = c.health().await.unwrap();
+        if h.tools >= 1000 {
+            break h.tools;
         }
         if Instant::now() > deadline {
-            panic!("the 1,000 fixture tools never showed in host.health: {h}");
+            panic!("the 1,000 fixture tools never showed in host.health: {h:?}");
         }
         tokio::time::sleep(Duration::from_millis(25)).await;
     };
-    let mut conn = Conn::Nl(c);
-    let first = conn.call_value("list_tools", "{}").await;
+    let mut conn = Conn::Client(c);
+    let empty = raw("{}".to_owned());
+    let first = conn.call_value("list_tools", &empty).await;
     let bytes = first.to_string().len();
     let listed = first["result"]["tools"].as_array().map_or(0, Vec::len);
     let mut lat = Lat::default();
     for i in 0..520 {
         let t = Instant::now();
-        conn.call_check("list_tools", "{}", r#""etag""#).await;
+        conn.call_check("list_tools", &empty, r#""etag""#).await;
         if i >= 20 {
             lat.0.push(t.elapsed());
         }
@@ -739,13 +651,13 @@ async fn mcp() {
     use rmcp::transport::TokioChildProcess;
     use rmcp::ServiceExt;
 
-    let d = Daemon::start(|dir| {
+    let mut d = start(|dir| {
         let cfg = json!({"mcp_servers": {"fx": fixture_block(json!({}),
             json!({"max_concurrency": 16}))}});
         std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
     })
     .await;
-    d.wait_server("fx", 60, |s| s["state"] == "ready").await;
+    wait_server(&d, "fx", 60, ready).await;
 
     let mut cmd = Command::new(FIXTURE);
     cmd.stderr(Stdio::null()).kill_on_drop(true);
@@ -771,7 +683,9 @@ async fn mcp() {
             }
         }
     };
-    let params = Arc::new(json!({"name": "mcp_fx_echo", "arguments": {"text": "hi"}}).to_string());
+    let params = Arc::new(raw(
+        json!({"name": "mcp_fx_echo", "arguments": {"text": "hi"}}).to_string(),
+    ));
     let needle = r#""ok":true"#;
     let sample = d
         .call(
@@ -784,7 +698,7 @@ async fn mcp() {
     }
 
     // Sequential: alternate blocks so both paths see the same machine conditions.
-    let mut host_conn = Conn::connect(false, &d.socket()).await;
+    let mut host_conn = Conn::connect(Framing::Newline, &d.socket()).await;
     for _ in 0..200 {
         host_conn.call_check("invoke", &params, needle).await;
         direct_call().await;
@@ -843,7 +757,7 @@ async fn mcp() {
     let cpu1 = d.cpu_time();
     let mut host = load(
         &d.socket(),
-        false,
+        Framing::Newline,
         clients,
         50,
         per,
@@ -931,15 +845,16 @@ async fn mcp() {
     // Slow calls: 16 callers × sleep 50 ms for ~2 s with max_concurrency 16.
     let callers = 16;
     let window = Duration::from_secs(2);
-    let sleep_params =
-        Arc::new(json!({"name": "mcp_fx_sleep", "arguments": {"ms": 50}}).to_string());
+    let sleep_params = Arc::new(raw(
+        json!({"name": "mcp_fx_sleep", "arguments": {"ms": 50}}).to_string(),
+    ));
     let start = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..callers {
         let sock = d.socket();
         let p = sleep_params.clone();
         tasks.push(tokio::spawn(async move {
-            let mut c = Conn::connect(false, &sock).await;
+            let mut c = Conn::connect(Framing::Newline, &sock).await;
             let (mut n, mut failed) = (0usize, 0usize);
             while start.elapsed() < window {
                 if !c.call_check("invoke", &p, needle).await {
@@ -974,7 +889,7 @@ async fn mcp() {
 
 async fn sessions() {
     header("sessions: create, get, update (persisted)");
-    let d = Daemon::start(|_| {}).await;
+    let mut d = start(|_| {}).await;
     let sample = d.call("session.create", json!({})).await;
     if sample.get("result").and_then(|r| r.get("id")).is_none() {
         println!("  !! session.create failed: {sample}");
@@ -989,22 +904,21 @@ async fn sessions() {
     for _ in 0..clients {
         let sock = d.socket();
         tasks.push(tokio::spawn(async move {
-            let mut c = Nl::connect(&sock).await;
+            let c = Client::connect(&sock).await.unwrap();
+            let empty = raw("{}".to_owned());
             let mut ids = Vec::new();
             let mut failed = 0;
             let mut n = 0;
             while n < total / clients && start.elapsed() < cap {
-                let line = c.call_raw("session.create", "{}").await;
+                let r = c.call_raw("session.create", &empty).await;
                 n += 1;
                 // Keep a few ids for the get/update runs.
-                if ids.len() < 200 {
-                    let v: Value = serde_json::from_str(line).unwrap();
-                    match v["result"]["id"].as_str() {
-                        Some(id) => ids.push(id.to_owned()),
-                        None => failed += 1,
+                match r {
+                    Ok(r) if ids.len() < 200 => {
+                        ids.push(serde_json::from_str::<Session>(r.get()).unwrap().id)
                     }
-                } else if !line.contains(r#""result""#) {
-                    failed += 1;
+                    Ok(_) => {}
+                    Err(_) => failed += 1,
                 }
             }
             (n, ids, failed)
@@ -1033,13 +947,13 @@ async fn sessions() {
     }
 
     // get, 1 client.
-    let mut c = d.client().await;
+    let c = d.client().await;
     let mut lat = Lat::default();
     let mut failed = 0;
     for i in 0..2200 {
-        let p = format!(r#"{{"id":"{}"}}"#, ids[i % ids.len()]);
+        let p = raw(format!(r#"{{"id":"{}"}}"#, ids[i % ids.len()]));
         let t = Instant::now();
-        if !c.call_raw("session.get", &p).await.contains(r#""result""#) {
+        if c.call_raw("session.get", &p).await.is_err() {
             failed += 1;
         }
         if i >= 200 {
@@ -1060,13 +974,12 @@ async fn sessions() {
     let mut lat = Lat::default();
     let mut failed = 0;
     for i in 0..1000 {
-        let p = format!(r#"{{"id":"{}","meta":{{"k":{i}}}}}"#, ids[i % ids.len()]);
+        let p = raw(format!(
+            r#"{{"id":"{}","meta":{{"k":{i}}}}}"#,
+            ids[i % ids.len()]
+        ));
         let t = Instant::now();
-        if !c
-            .call_raw("session.update", &p)
-            .await
-            .contains(r#""result""#)
-        {
+        if c.call_raw("session.update", &p).await.is_err() {
             failed += 1;
         }
         lat.0.push(t.elapsed());
@@ -1085,18 +998,14 @@ async fn sessions() {
         let sock = d.socket();
         let ids = ids.clone();
         tasks.push(tokio::spawn(async move {
-            let mut c = Nl::connect(&sock).await;
+            let c = Client::connect(&sock).await.unwrap();
             let mut lat = Vec::with_capacity(per);
             let mut failed = 0;
             for i in 0..per {
                 let id = &ids[(k + i * clients) % ids.len()];
-                let p = format!(r#"{{"id":"{id}","meta":{{"k":{i}}}}}"#);
+                let p = raw(format!(r#"{{"id":"{id}","meta":{{"k":{i}}}}}"#));
                 let t = Instant::now();
-                if !c
-                    .call_raw("session.update", &p)
-                    .await
-                    .contains(r#""result""#)
-                {
+                if c.call_raw("session.update", &p).await.is_err() {
                     failed += 1;
                 }
                 lat.push(t.elapsed());
@@ -1148,16 +1057,13 @@ async fn config() {
     let mut servers = serde_json::Map::new();
     servers.insert("a".into(), server("a"));
     let initial = json!({"mcp_servers": servers.clone()});
-    let d = Daemon::start(|dir| {
+    let mut d = start(|dir| {
         std::fs::write(dir.join("config.json"), initial.to_string()).unwrap();
     })
     .await;
-    d.wait_server("a", 60, |s| s["state"] == "ready").await;
-    let mut sub = d.client().await;
-    let r = sub.call("subscribe_tools_changed", json!({})).await;
-    if r.get("result").is_none() {
-        println!("  !! subscribe_tools_changed failed: {r}");
-    }
+    wait_server(&d, "a", 60, ready).await;
+    let c = d.client().await;
+    let mut sub = c.subscribe_tools_changed().await.unwrap();
     // Let the watcher settle before the first change.
     tokio::time::sleep(Duration::from_millis(300)).await;
 
@@ -1169,16 +1075,9 @@ async fn config() {
     let mut first = Lat::default();
     let mut notes: usize;
     let mut multi = false;
-    let mut baseline: Vec<(String, Value)> = Vec::new();
-    let status_of = |name: &str| {
-        let name = name.to_owned();
-        let d = &d;
-        async move {
-            d.call("mcp.status", json!({"server": name})).await["result"]["servers"][0].clone()
-        }
-    };
-    let st = status_of("a").await;
-    baseline.push(("a".into(), st["connected_since"].clone()));
+    let mut baseline: Vec<(String, Option<u64>)> = Vec::new();
+    let st = server_status(&c, "a").await;
+    baseline.push(("a".into(), st.connected_since));
     for i in 0..rounds {
         let name = format!("b{i}");
         servers.insert(name.clone(), server(&name));
@@ -1194,21 +1093,16 @@ async fn config() {
         let mut seen = false;
         notes = 0;
         while t.elapsed() < timeout {
-            let Some(n) = sub.recv_timeout(timeout.saturating_sub(t.elapsed())).await else {
+            let wait = timeout.saturating_sub(t.elapsed());
+            let Ok(Some(n)) = tokio::time::timeout(wait, sub.next()).await else {
                 break;
             };
-            if n["method"] == "tools_changed" {
-                notes += 1;
-                if notes == 1 {
-                    first.0.push(t.elapsed());
-                }
+            let n = n.expect("a tools_changed notification");
+            notes += 1;
+            if notes == 1 {
+                first.0.push(t.elapsed());
             }
-            if n["method"] == "tools_changed"
-                && n["params"]["result"]["added"].as_array().is_some_and(|a| {
-                    a.iter()
-                        .any(|x| x.as_str().is_some_and(|s| s.starts_with(&want)))
-                })
-            {
+            if n.added.iter().any(|s| s.starts_with(&want)) {
                 seen = true;
                 break;
             }
@@ -1222,10 +1116,10 @@ async fn config() {
             multi = true;
             println!("    change {i}: {notes} tools_changed notifications before b{i}'s tools");
         }
-        let st = d.wait_server(&name, 30, |s| s["state"] == "ready").await;
+        let st = wait_server(&d, &name, 30, ready).await;
         if i + 1 < rounds {
             // Servers added before the last change are "unchanged" by the later ones.
-            baseline.push((name, st["connected_since"].clone()));
+            baseline.push((name, st.connected_since));
         }
     }
     if timed_out {
@@ -1258,10 +1152,10 @@ async fn config() {
     }
     let mut restarted = 0;
     for (name, since) in &baseline {
-        let st = status_of(name).await;
-        if st["restarts"] != 0 || st["connected_since"] != *since {
+        let st = server_status(&c, name).await;
+        if st.restarts != 0 || st.connected_since != *since {
             restarted += 1;
-            println!("    restarted: {name}: {st}");
+            println!("    restarted: {name}: {st:?}");
         }
     }
     row(

@@ -31,6 +31,40 @@ pub async fn read_line_bounded<R: AsyncBufRead + Unpin>(
     }
 }
 
+/// Like `read_line_bounded`, but a line longer than `max` is not kept at all: `out` is
+/// emptied and its memory released as soon as the line passes `max`, so a peer sending an
+/// endless line costs at most `max` bytes, and only until it passes `max`. For requests,
+/// where a cut line is useless. Returns the line's full length (0 at end of input);
+/// `len > out.len()` tells the caller the line was dropped.
+pub async fn read_line_or_drop<R: AsyncBufRead + Unpin>(
+    r: &mut R,
+    max: usize,
+    out: &mut Vec<u8>,
+) -> std::io::Result<usize> {
+    out.clear();
+    let mut total: usize = 0;
+    loop {
+        let chunk = r.fill_buf().await?;
+        if chunk.is_empty() {
+            return Ok(total);
+        }
+        let (take, done) = match chunk.iter().position(|b| *b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        if total.saturating_add(take) <= max {
+            out.extend_from_slice(&chunk[..take]);
+        } else if out.capacity() > 0 {
+            *out = Vec::new();
+        }
+        r.consume(take);
+        total = total.saturating_add(take);
+        if done {
+            return Ok(total);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -47,5 +81,19 @@ mod tests {
         assert_eq!(read_line_bounded(&mut r, 10, &mut buf).await.unwrap(), 4);
         assert_eq!(buf, b"last");
         assert_eq!(read_line_bounded(&mut r, 10, &mut buf).await.unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn overlong_lines_are_dropped_with_their_memory() {
+        let input = format!("{}\nshort\nlast", "x".repeat(100));
+        let mut r = tokio::io::BufReader::with_capacity(7, input.as_bytes());
+        let mut buf = Vec::new();
+        assert_eq!(read_line_or_drop(&mut r, 10, &mut buf).await.unwrap(), 101);
+        assert_eq!((buf.len(), buf.capacity()), (0, 0));
+        assert_eq!(read_line_or_drop(&mut r, 10, &mut buf).await.unwrap(), 6);
+        assert_eq!(buf, b"short\n");
+        assert_eq!(read_line_or_drop(&mut r, 6, &mut buf).await.unwrap(), 4);
+        assert_eq!(buf, b"last");
+        assert_eq!(read_line_or_drop(&mut r, 10, &mut buf).await.unwrap(), 0);
     }
 }

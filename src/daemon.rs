@@ -43,12 +43,7 @@ impl ServeOptions {
         let workspace = workspace
             .canonicalize()
             .with_context(|| format!("workspace {} is not accessible", workspace.display()))?;
-        let data_dir = self
-            .data_dir
-            .clone()
-            .or_else(|| cfg.data_dir.clone())
-            .or_else(|| std::env::var_os("STATE_DIRECTORY").map(PathBuf::from))
-            .unwrap_or_else(|| config::xdg_dir("XDG_STATE_HOME", ".local/state").join("toolhost"));
+        let data_dir = config::data_dir(self.data_dir.clone(), Some(cfg));
         Ok(Dirs {
             config_path: self.config_path(),
             workspace,

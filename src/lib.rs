@@ -17,6 +17,7 @@
 //! nothing outside this crate links the daemon's internals.
 
 mod approval;
+mod atomic_file;
 mod bounded_lines;
 mod calls;
 pub mod cli;

@@ -110,17 +110,28 @@ pub async fn reload(host: &Host) -> ConfigReloadResult {
     let path = host.config_path();
     // A file that disappears (deleted, or a dangling symlink) is not "all defaults": that
     // would stop every server. Keep the last good config — unless it never came from a file.
-    let present = std::fs::metadata(path).is_ok();
-    let dangling = !present && std::fs::symlink_metadata(path).is_ok();
-    if dangling || (!present && host.config_state().from_file) {
-        return refuse(
-            host,
-            format!(
-                "config file {} is gone (deleted or a dangling symlink); keeping the last good config",
-                path.display()
-            ),
-        );
-    }
+    let present = match config::file_state(path) {
+        config::FileState::Missing if host.config_state().from_file => {
+            return refuse(
+                host,
+                format!(
+                    "config file {} was deleted; keeping the last good config",
+                    path.display()
+                ),
+            );
+        }
+        config::FileState::NotAFile(what) => {
+            return refuse(
+                host,
+                format!(
+                    "config path {} {what}; keeping the last good config",
+                    path.display()
+                ),
+            );
+        }
+        config::FileState::Missing => false,
+        config::FileState::Present | config::FileState::Inaccessible => true,
+    };
     let loaded = match config::load(path) {
         Ok(l) => l,
         Err(e) => return refuse(host, e.to_string()),

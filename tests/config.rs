@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::{json, Value};
+use toolhost::client::Subscription;
+use toolhost::protocol::ToolsChanged;
 
 fn fixture(dir: &Path, name: &str) -> Value {
     json!({"command": FIXTURE, "env": {"FIXTURE_PID_FILE": dir.join(format!("{name}.pids"))}, "include_tools": ["echo", "add"]})
@@ -37,23 +39,26 @@ fn pids(d: &Daemon, name: &str) -> Vec<i32> {
         .collect()
 }
 
-/// A daemon whose config is `cfg(dir)`, with a newline client subscribed to tools_changed.
-async fn start(cfg: impl FnOnce(&Path) -> Value) -> (Daemon, Client) {
+/// A daemon whose config is `cfg(dir)`, with a client subscribed to tools_changed.
+async fn start(cfg: impl FnOnce(&Path) -> Value) -> (Daemon, Subscription<ToolsChanged>) {
     let d = Daemon::start_in(cfg).await;
-    let mut sub = d.client().await;
-    sub.call("subscribe_tools_changed", json!({})).await;
+    let sub = d.client().await.subscribe_tools_changed().await.unwrap();
     (d, sub)
 }
 
-async fn next_change(sub: &mut Client) -> Value {
-    let n = sub.recv().await;
-    assert_eq!(n["method"], "tools_changed", "{n}");
-    n["params"]["result"].clone()
+/// The next tools_changed, as JSON (so assertions compare whole values with `json!`).
+async fn next_change(sub: &mut Subscription<ToolsChanged>) -> Value {
+    let n = tokio::time::timeout(CLIENT_TIMEOUT, sub.next())
+        .await
+        .expect("a tools_changed in time")
+        .expect("the subscription is open")
+        .unwrap();
+    serde_json::to_value(n).unwrap()
 }
 
-async fn no_change_within(sub: &mut Client, ms: u64) {
-    if let Ok(line) = tokio::time::timeout(Duration::from_millis(ms), sub.recv()).await {
-        panic!("unexpected notification: {line}");
+async fn no_change_within(sub: &mut Subscription<ToolsChanged>, ms: u64) {
+    if let Ok(n) = tokio::time::timeout(Duration::from_millis(ms), sub.next()).await {
+        panic!("unexpected notification: {n:?}");
     }
 }
 

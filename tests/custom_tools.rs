@@ -7,7 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{alive, eventually, tool_names, write_atomic, Client, Daemon, BIN};
+use common::{alive, eventually, tool_names, write_atomic, Daemon, RawLines, BIN};
 use serde_json::{json, Value};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/custom");
@@ -87,15 +87,15 @@ async fn health(d: &Daemon) -> Value {
 }
 
 /// A newline connection subscribed to `tools_changed`.
-async fn subscribe_changes(d: &Daemon) -> Client {
-    let mut c = d.client().await;
+async fn subscribe_changes(d: &Daemon) -> RawLines {
+    let mut c = d.raw_lines().await;
     let r = c.call("subscribe_tools_changed", json!({})).await;
     assert!(r.get("result").is_some(), "{r}");
     c
 }
 
 /// The next `tools_changed`, as (added, removed, changed).
-async fn next_change(c: &mut Client) -> (Vec<String>, Vec<String>, Vec<String>) {
+async fn next_change(c: &mut RawLines) -> (Vec<String>, Vec<String>, Vec<String>) {
     let n = c.recv().await;
     assert_eq!(n["method"], "tools_changed", "{n}");
     let r = &n["params"]["result"];
@@ -104,7 +104,7 @@ async fn next_change(c: &mut Client) -> (Vec<String>, Vec<String>, Vec<String>) 
 }
 
 /// Asserts that no notification arrives for `ms` (the watcher settles in 100 ms).
-async fn quiet(c: &mut Client, ms: u64) {
+async fn quiet(c: &mut RawLines, ms: u64) {
     let r = tokio::time::timeout(Duration::from_millis(ms), c.recv()).await;
     assert!(r.is_err(), "unexpected notification: {r:?}");
 }
@@ -466,7 +466,7 @@ async fn provider_credentials_reach_only_the_declaring_tool_and_rotate_on_reload
 
 /// Starts `stream` in hang mode on `c` with `call_id`; returns the subscription id and
 /// the pids of the program and its grandchild once both run.
-async fn start_hanging(d: &Daemon, c: &mut Client, call_id: &str) -> (Value, Vec<i32>) {
+async fn start_hanging(d: &Daemon, c: &mut RawLines, call_id: &str) -> (Value, Vec<i32>) {
     let pidfile = d.dir.path().join(format!("{call_id}.pids"));
     let r = c
         .call(
@@ -515,7 +515,7 @@ async fn stream_daemon(extra_tool: Option<Value>) -> Daemon {
 #[tokio::test]
 async fn updates_stream_as_written_then_exactly_one_result() {
     let d = stream_daemon(None).await;
-    let mut c = d.client().await;
+    let mut c = d.raw_lines().await;
     let r = c
         .call(
             "subscribe_invoke",
@@ -560,7 +560,7 @@ async fn updates_stream_as_written_then_exactly_one_result() {
 #[tokio::test]
 async fn cancel_by_id_from_another_connection_kills_the_group() {
     let d = stream_daemon(None).await;
-    let mut c = d.client().await;
+    let mut c = d.raw_lines().await;
     let (_, pids) = start_hanging(&d, &mut c, "hang-1").await;
     let r = d.call("cancel", json!({"call_id": "hang-1"})).await;
     assert_eq!(r["result"], json!({"cancelled": true}));
@@ -573,7 +573,7 @@ async fn cancel_by_id_from_another_connection_kills_the_group() {
 #[tokio::test]
 async fn unsubscribing_cancels_and_kills_the_group() {
     let d = stream_daemon(None).await;
-    let mut c = d.client().await;
+    let mut c = d.raw_lines().await;
     let (sub, pids) = start_hanging(&d, &mut c, "hang-2").await;
     let r = c.call("unsubscribe_invoke", json!([sub])).await;
     assert_eq!(r["result"], true, "{r}");
@@ -583,7 +583,7 @@ async fn unsubscribing_cancels_and_kills_the_group() {
 #[tokio::test]
 async fn disconnecting_cancels_and_kills_the_group() {
     let d = stream_daemon(None).await;
-    let mut c = d.client().await;
+    let mut c = d.raw_lines().await;
     let (_, pids) = start_hanging(&d, &mut c, "hang-3").await;
     drop(c);
     assert_gone(&pids).await;
@@ -850,7 +850,7 @@ async fn tool_new_writes_working_tools_and_tool_check_validates_them() {
     )
     .await;
     for t in ["greet_sh", "greet_py"] {
-        let mut c = d.client().await;
+        let mut c = d.raw_lines().await;
         let r = c
             .call(
                 "subscribe_invoke",

@@ -9,6 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use common::*;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
+use toolhost::protocol::{CancelResult, ErrorKind, InvokeParams};
 
 #[tokio::test]
 async fn socket_is_private_and_removed_on_clean_shutdown() {
@@ -100,7 +101,7 @@ async fn http_post_single_and_batch() {
 #[tokio::test]
 async fn protocol_errors_have_their_codes_and_the_connection_survives() {
     let d = Daemon::start().await;
-    let mut c = d.client().await;
+    let mut c = d.raw_lines().await;
     c.send_line("{this is not json").await;
     assert_eq!(c.recv().await["error"]["code"], -32700);
     c.send_line(r#"{"jsonrpc":"2.0","id":1}"#).await;
@@ -127,7 +128,7 @@ async fn protocol_errors_have_their_codes_and_the_connection_survives() {
 #[tokio::test]
 async fn oversized_request_is_refused_and_the_daemon_keeps_serving() {
     let d = Daemon::start_with(Some(json!({"limits": {"max_request_bytes": 4096}}))).await;
-    let mut c = d.client().await;
+    let mut c = d.raw_lines().await;
     let big = "x".repeat(10_000);
     c.send_line(&json!({"jsonrpc":"2.0","id":1,"method":"invoke","params":{"name":"read_file","arguments":{"path":big}}}).to_string()).await;
     let r = c.recv().await;
@@ -357,23 +358,23 @@ async fn huge_output_is_truncated_with_a_spill_file_readable_by_read_file() {
 #[tokio::test]
 async fn cancel_from_another_connection_stops_the_call() {
     let d = Daemon::start().await;
-    let mut a = d.client().await;
-    let id = a
-        .send(
-            "invoke",
-            json!({"name": "bash", "arguments": {"command": "sleep 30"}, "call_id": "slow-1"}),
-        )
-        .await;
+    let a = d.client().await;
+    let call = tokio::spawn(async move {
+        let mut params = InvokeParams::new("bash", args(json!({"command": "sleep 30"})));
+        params.call_id = Some("slow-1".into());
+        a.invoke(&params).await
+    });
+    let b = d.client().await;
     eventually(10, "the call to be in flight", || async {
-        d.call("cancel", json!({"call_id": "slow-1"})).await["result"]["cancelled"] == true
+        b.cancel("slow-1").await.unwrap().cancelled
     })
     .await;
-    let r = a.recv().await;
-    assert_eq!(r["id"], id);
-    assert_eq!(r["result"]["result"]["error_kind"], "cancelled", "{r}");
+    let r = call.await.unwrap().unwrap();
+    assert_eq!(r.call_id, "slow-1");
+    assert_eq!(r.result.error_kind, Some(ErrorKind::Cancelled), "{r:?}");
     assert_eq!(
-        d.call("cancel", json!({"call_id": "slow-1"})).await["result"]["cancelled"],
-        false
+        b.cancel("slow-1").await.unwrap(),
+        CancelResult { cancelled: false }
     );
 }
 
@@ -406,22 +407,24 @@ async fn subscribe_invoke_streams_and_ends_with_one_result_over_websocket_and_ne
     assert_eq!(kinds.last().unwrap(), "result");
     assert_eq!(kinds.iter().filter(|k| *k == "result").count(), 1);
 
-    let mut c = d.client().await;
-    let r = c.call("subscribe_invoke", json!({"name": "nope"})).await;
-    assert!(r["result"].is_number() || r["result"].is_string(), "{r}");
-    let n = c.recv().await;
-    assert_eq!(n["params"]["result"]["kind"], "result");
-    assert_eq!(
-        n["params"]["result"]["result"]["error"],
-        "Unknown tool: nope"
-    );
+    // Over newline, through the library client: no updates, then the one result.
+    let c = d.client().await;
+    let sub = c
+        .subscribe_invoke(&InvokeParams::new("nope", Default::default()))
+        .await
+        .unwrap();
+    let (updates, r) = sub.finish().await.unwrap();
+    assert_eq!(updates, vec![]);
+    assert_eq!(r.result.error.as_deref(), Some("Unknown tool: nope"));
+    assert_eq!(r.result.error_kind, Some(ErrorKind::UnknownTool));
 }
 
 #[tokio::test]
 async fn closing_the_connection_cancels_a_streaming_call() {
     let d = Daemon::start().await;
     let pidfile = d.dir.path().join("p.pid");
-    let mut c = d.client().await;
+    // Raw lines: dropping them closes the socket at once, with no unsubscribe first.
+    let mut c = d.raw_lines().await;
     let cmd = format!("echo $$ > {}; sleep 30", pidfile.display());
     c.call(
         "subscribe_invoke",
@@ -450,7 +453,7 @@ async fn closing_the_connection_cancels_a_streaming_call() {
 #[tokio::test]
 async fn a_client_that_vanishes_mid_call_does_not_disturb_others() {
     let d = Daemon::start().await;
-    let mut a = d.client().await;
+    let mut a = d.raw_lines().await;
     a.send(
         "invoke",
         json!({"name": "bash", "arguments": {"command": "sleep 0.5; echo late"}}),
@@ -475,13 +478,11 @@ async fn a_client_that_vanishes_mid_call_does_not_disturb_others() {
 #[tokio::test]
 async fn tools_changed_is_not_sent_without_a_change_and_subscription_works_over_newline() {
     let d = Daemon::start().await;
-    let mut c = d.client().await;
-    let r = c.call("subscribe_tools_changed", json!({})).await;
-    assert!(r.get("result").is_some(), "{r}");
+    let mut sub = d.client().await.subscribe_tools_changed().await.unwrap();
     // Calls that change nothing (and a config reload of an unchanged file) notify nobody.
     d.invoke("read_file", json!({"path": "nope"})).await;
     d.call("config.reload", json!({})).await;
-    let quiet = tokio::time::timeout(std::time::Duration::from_millis(300), c.recv()).await;
+    let quiet = tokio::time::timeout(std::time::Duration::from_millis(300), sub.next()).await;
     assert!(quiet.is_err(), "unexpected notification: {quiet:?}");
     // HTTP cannot carry subscriptions: the answer is a clear error, not a hang.
     let (status, body) = d
@@ -620,7 +621,7 @@ async fn cli_tools_invoke_call_and_health() {
 #[tokio::test]
 async fn sigterm_during_a_call_exits_zero_within_the_grace() {
     let mut d = Daemon::start().await;
-    let mut c = d.client().await;
+    let mut c = d.raw_lines().await;
     c.send(
         "invoke",
         json!({"name": "bash", "arguments": {"command": "sleep 60"}}),

@@ -27,7 +27,7 @@ fn iterations(base: u64) -> u64 {
 }
 
 /// `invoke` on an open connection; returns the tool result envelope.
-async fn invoke(c: &mut Client, name: &str, args: Value) -> Value {
+async fn invoke(c: &mut RawLines, name: &str, args: Value) -> Value {
     let r = c
         .call("invoke", json!({"name": name, "arguments": args}))
         .await;
@@ -36,7 +36,7 @@ async fn invoke(c: &mut Client, name: &str, args: Value) -> Value {
 
 /// The same, failing the test if the daemon does not answer within 5 s (a tool stuck in
 /// `open()` on a FIFO never would).
-async fn invoke_promptly(c: &mut Client, name: &str, args: Value) -> Value {
+async fn invoke_promptly(c: &mut RawLines, name: &str, args: Value) -> Value {
     tokio::time::timeout(Duration::from_secs(5), invoke(c, name, args))
         .await
         .unwrap_or_else(|_| panic!("{name} did not answer within 5 s"))
@@ -81,7 +81,7 @@ async fn a_directory_swapped_for_an_outside_symlink_never_leaks_reads_or_writes(
         })
     };
 
-    let mut c = d.client().await;
+    let mut c = d.raw_lines().await;
     let n = iterations(150);
     let (mut inside_reads, mut outside_reads, mut writes) = (0, 0, 0);
     for i in 0..n {
@@ -139,7 +139,7 @@ async fn fifos_and_sockets_are_refused_promptly_by_every_file_tool() {
     let d = Daemon::start().await;
     let ws = d.workspace();
     mkfifo(&ws.join("p"));
-    let mut c = d.client().await;
+    let mut c = d.raw_lines().await;
     let refused = json!({"ok": false, "error": "p is not a regular file (fifo)"});
     let r = invoke_promptly(&mut c, "read_file", json!({"path": "p"})).await;
     assert_eq!(
@@ -175,7 +175,7 @@ async fn fifos_and_sockets_are_refused_promptly_by_every_file_tool() {
 async fn device_symlinks_are_refused_as_escapes() {
     let d = Daemon::start().await;
     std::os::unix::fs::symlink("/dev/zero", d.workspace().join("zero")).unwrap();
-    let mut c = d.client().await;
+    let mut c = d.raw_lines().await;
     for (tool, args) in [
         ("read_file", json!({"path": "zero"})),
         (
@@ -202,7 +202,7 @@ async fn search_and_list_complete_over_a_tree_with_fifos() {
     // Even an ignore file that is a FIFO must not hang the walk.
     mkfifo(&ws.join(".gitignore"));
     mkfifo(&ws.join("src/.ignore"));
-    let mut c = d.client().await;
+    let mut c = d.raw_lines().await;
     let r = invoke_promptly(&mut c, "search_files", json!({"pattern": "needle"})).await;
     assert_eq!(r["ok"], true, "{r}");
     assert_eq!(r["matches"], "src/a.rs:1: needle");
@@ -219,7 +219,7 @@ async fn many_concurrent_fifo_reads_leave_the_daemon_responsive() {
     let conns = 6;
     let mut tasks = Vec::new();
     for _ in 0..conns {
-        let mut c = d.client().await;
+        let mut c = d.raw_lines().await;
         let per = total / conns;
         tasks.push(tokio::spawn(async move {
             let mut ids = Vec::new();
@@ -263,7 +263,7 @@ async fn a_hard_link_to_an_outside_file_is_replaced_not_written_through() {
     let outside = d.dir.path().join("outside.txt");
     std::fs::write(&outside, "secret\n").unwrap();
     std::fs::hard_link(&outside, d.workspace().join("link.txt")).unwrap();
-    let mut c = d.client().await;
+    let mut c = d.raw_lines().await;
     let r = invoke_promptly(
         &mut c,
         "write_file",
@@ -291,7 +291,7 @@ async fn dot_dot_nul_and_overlong_paths_fail_cleanly() {
     let ws = d.workspace();
     std::fs::create_dir(ws.join("a")).unwrap();
     std::fs::write(ws.join("b.txt"), "b\n").unwrap();
-    let mut c = d.client().await;
+    let mut c = d.raw_lines().await;
     // `..` inside the workspace is fine; climbing above it is not, however it is spelled.
     let r = invoke_promptly(&mut c, "read_file", json!({"path": "a/../b.txt"})).await;
     assert_eq!(r["content"], "     1\tb\n", "{r}");

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use common::*;
 use serde_json::{json, Value};
+use toolhost::protocol::{ErrorKind, InvokeParams, ToolsChanged};
 
 /// A stdio server block running our fixture, with its pid and events files in `dir`.
 fn fixture(dir: &Path, extra: Value) -> Value {
@@ -228,12 +229,12 @@ async fn call_timeout_and_cancel_send_cancelled_upstream() {
     })
     .await;
 
-    let mut c = d.client().await;
-    c.send(
-        "invoke",
-        json!({"name": "mcp_fx_sleep", "arguments": {"ms": 20000}, "call_id": "zz"}),
-    )
-    .await;
+    let c = d.client().await;
+    let call = tokio::spawn(async move {
+        let mut params = InvokeParams::new("mcp_fx_sleep", args(json!({"ms": 20000})));
+        params.call_id = Some("zz".into());
+        c.invoke(&params).await
+    });
     // Cancel once the request has reached the server (a call cancelled earlier never
     // leaves the host, which is right but not what this test is about).
     eventually(10, "the second sleep to reach the server", || async {
@@ -244,10 +245,8 @@ async fn call_timeout_and_cancel_send_cancelled_upstream() {
         d.call("cancel", json!({"call_id": "zz"})).await["result"]["cancelled"],
         true
     );
-    assert_eq!(
-        c.recv().await["result"]["result"]["error_kind"],
-        "cancelled"
-    );
+    let r = call.await.unwrap().unwrap();
+    assert_eq!(r.result.error_kind, Some(ErrorKind::Cancelled), "{r:?}");
     eventually(10, "cancelled after cancel", || async {
         events(&d).matches("cancelled sleep").count() == 2
     })
@@ -288,21 +287,25 @@ async fn progress_is_forwarded_to_streaming_callers() {
 async fn list_changed_updates_the_registry_with_one_notification() {
     let d = daemon_with(|dir| json!({"fx": fixture(dir, json!({}))})).await;
     wait_state(&d, "fx", "ready").await;
-    let mut c = d.client().await;
-    c.call("subscribe_tools_changed", json!({})).await;
-    let rev = d.call("list_tools", json!({})).await["result"]["revision"]
-        .as_u64()
-        .unwrap();
+    let c = d.client().await;
+    let mut sub = c.subscribe_tools_changed().await.unwrap();
+    let rev = c.list_tools(&Default::default()).await.unwrap().revision;
     assert_eq!(
         d.invoke("mcp_fx_add_tool", json!({"name": "fresh"})).await["ok"],
         true
     );
-    let n = c.recv().await;
-    assert_eq!(n["method"], "tools_changed");
-    let p = &n["params"]["result"];
-    assert_eq!(p["added"], json!(["mcp_fx_fresh"]));
-    assert_eq!(p["removed"], json!([]));
-    assert_eq!(p["revision"].as_u64().unwrap(), rev + 1);
+    let n = sub.next().await.unwrap().unwrap();
+    let live = c.list_tools(&Default::default()).await.unwrap();
+    assert_eq!(
+        n,
+        ToolsChanged {
+            revision: rev + 1,
+            etag: live.etag,
+            added: vec!["mcp_fx_fresh".into()],
+            removed: vec![],
+            changed: vec![],
+        }
+    );
     assert_eq!(
         d.invoke("mcp_fx_fresh", json!({"text": "new"})).await["output"],
         "new"
@@ -417,15 +420,15 @@ async fn circuit_open_calls_answer_unreachable_without_trying() {
 async fn concurrency_is_bounded_per_server_with_a_visible_queue() {
     let d = daemon_with(|dir| json!({"fx": fixture(dir, json!({"max_concurrency": 2}))})).await;
     wait_state(&d, "fx", "ready").await;
-    let mut clients = Vec::new();
+    // Six calls in flight on one multiplexed connection.
+    let c = std::sync::Arc::new(d.client().await);
+    let mut calls = Vec::new();
     for _ in 0..6 {
-        let mut c = d.client().await;
-        c.send(
-            "invoke",
-            json!({"name": "mcp_fx_sleep", "arguments": {"ms": 300}}),
-        )
-        .await;
-        clients.push(c);
+        let c = c.clone();
+        calls.push(tokio::spawn(async move {
+            let params = InvokeParams::new("mcp_fx_sleep", args(json!({"ms": 300})));
+            c.invoke(&params).await
+        }));
     }
     eventually(10, "a queue to form", || async {
         let st =
@@ -433,8 +436,9 @@ async fn concurrency_is_bounded_per_server_with_a_visible_queue() {
         st["in_flight"] == 2 && st["queued"].as_u64().unwrap() >= 1
     })
     .await;
-    for mut c in clients {
-        assert_eq!(c.recv().await["result"]["result"]["ok"], true);
+    for call in calls {
+        let r = call.await.unwrap().unwrap();
+        assert!(r.result.ok, "{r:?}");
     }
     let st = d.call("mcp.status", json!({"server": "fx"})).await["result"]["servers"][0].clone();
     assert_eq!(

@@ -16,6 +16,14 @@ use serde_json::{json, Value};
 const ESCAPES: &str = "setsid sleep 301 >/dev/null 2>&1 & setsid -f sleep 302 >/dev/null 2>&1; \
                        (setsid sh -c 'sleep 303 & :' >/dev/null 2>&1 &)";
 
+/// Iterations of the escape scenarios: `TOOLHOST_STRESS=<n>` for a longer reliability run.
+fn stress_rounds() -> usize {
+    std::env::var("TOOLHOST_STRESS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+}
+
 /// Pids of our live (non-zombie) processes whose environment holds `entry`.
 fn holders(entry: &str) -> Vec<i32> {
     let mut found = Vec::new();
@@ -73,8 +81,8 @@ fn pids(words: &[String]) -> Vec<i32> {
 }
 
 /// Starts a bash call without waiting for it; returns the connection to read its answer.
-async fn start_bash(d: &Daemon, call_id: &str, command: &str) -> common::Client {
-    let mut c = d.client().await;
+async fn start_bash(d: &Daemon, call_id: &str, command: &str) -> common::RawLines {
+    let mut c = d.raw_lines().await;
     c.send(
         "invoke",
         json!({"name": "bash", "arguments": {"command": command}, "call_id": call_id}),
@@ -88,7 +96,7 @@ async fn wait_dead(pids: &[i32], what: &str) {
 }
 
 #[tokio::test]
-async fn daemon_sigkill_kills_direct_children_and_the_restart_sweeps_the_rest() {
+async fn daemon_sigkill_leaves_no_orphans() {
     let mut d = Daemon::start_in(|dir| {
         json!({"mcp_servers": {"fx": {
             "command": FIXTURE,
@@ -100,10 +108,20 @@ async fn daemon_sigkill_kills_direct_children_and_the_restart_sweeps_the_rest() 
     let _c = start_bash(
         &d,
         "k9",
-        &format!("sleep 300 & echo $$ $! > {}; sleep 300", pid_file.display()),
+        &format!(
+            "{ESCAPES}; sleep 300 & echo $$ $! $TOOLHOST_INSTANCE > {}; sleep 300",
+            pid_file.display()
+        ),
     )
     .await;
-    let bash = pids(&read_words(&pid_file).await);
+    let words = read_words(&pid_file).await;
+    let bash = pids(&words[..2]);
+    let instance = format!("TOOLHOST_INSTANCE={}", words[2]);
+    // The shell, two sleeps, three escapes and the MCP server.
+    eventually(10, "every process to run", || async {
+        holders(&instance).len() >= 6
+    })
+    .await;
     let fixture = pids(&read_words(&d.dir.path().join("fixture.pids")).await);
     assert_eq!((bash.len(), fixture.len()), (2, 1), "{bash:?} {fixture:?}");
     assert!(alive(bash[0]) && alive(bash[1]) && alive(fixture[0]));
@@ -116,17 +134,37 @@ async fn daemon_sigkill_kills_direct_children_and_the_restart_sweeps_the_rest() 
     );
 
     d.kill9().await;
-    // PDEATHSIG: the direct children (the shell, the MCP server) die with the daemon.
+    // The direct children (the shell, the MCP server) get PDEATHSIG; the background sleep,
+    // a grandchild, is killed by the watchdog.
     wait_dead(
-        &[bash[0], fixture[0]],
-        "direct children to die with the daemon",
+        &[bash[0], bash[1], fixture[0]],
+        "every process to die with the daemon",
     )
     .await;
-
-    // The background sleep is a grandchild: the next daemon on this data dir sweeps it.
-    d.spawn(&[]).await;
-    wait_dead(&[bash[1]], "the grandchild to be swept at restart").await;
     assert_eq!(group_members(bash[0]), Vec::<i32>::new());
+    // The watchdog also got the escapes (found by the instance cookie), then exited.
+    eventually(10, "the escapes to die with the daemon", || async {
+        holders(&instance).is_empty()
+    })
+    .await;
+    eventually(10, "the watchdog to exit", || async {
+        watchdog_of(&words[2]).is_none()
+    })
+    .await;
+}
+
+/// The pid of the daemon instance's live watchdog (`sh -c <script> toolhost-watchdog <instance>`).
+fn watchdog_of(instance: &str) -> Option<i32> {
+    let needle = format!("toolhost-watchdog\0{instance}");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .find(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&needle))
+                && alive(*p)
+        })
 }
 
 #[tokio::test]
@@ -137,12 +175,21 @@ async fn the_restart_sweep_kills_a_grandchild_that_ignores_term() {
         &d,
         "k9",
         &format!(
-            "sh -c 'trap \"\" TERM; sleep 300' & echo $$ $! > {}; sleep 300",
+            "sh -c 'trap \"\" TERM; sleep 300' & echo $$ $! $TOOLHOST_INSTANCE > {}; sleep 300",
             pid_file.display()
         ),
     )
     .await;
-    let p = pids(&read_words(&pid_file).await);
+    let words = read_words(&pid_file).await;
+    let p = pids(&words[..2]);
+    // As if everything of ours was killed at once: the watchdog cannot help this time.
+    let watchdog = watchdog_of(&words[2]).expect("the daemon has a watchdog");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(watchdog),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_dead(&[watchdog], "the watchdog to die").await;
     d.kill9().await;
     wait_dead(&[p[0]], "the shell to die with the daemon").await;
     // Without the sweep this one would live on (PDEATHSIG covers only the direct child).
@@ -203,10 +250,10 @@ async fn the_sweep_spares_reused_pgids_other_boots_and_strangers() {
 }
 
 /// Runs `mode` of ending a call whose command escapes its group; returns the group cookie.
-async fn escape_then(d: &Daemon, mode: &str) -> String {
-    let cookie_file = d.workspace().join(format!("cookie-{mode}"));
+async fn escape_then(d: &Daemon, mode: &str, round: usize) -> String {
+    let cookie_file = d.workspace().join(format!("cookie-{round}"));
     let write = format!("echo $TOOLHOST_GROUP $$ > {}", cookie_file.display());
-    let go = d.workspace().join(format!("go-{mode}"));
+    let go = d.workspace().join(format!("go-{round}"));
     let (command, args) = match mode {
         // Ends once the test has seen the escapes running.
         "exit" => (
@@ -224,8 +271,8 @@ async fn escape_then(d: &Daemon, mode: &str) -> String {
     };
     let mut arguments = args;
     arguments["command"] = json!(command);
-    let call_id = format!("esc-{mode}");
-    let mut c = d.client().await;
+    let call_id = format!("esc-{round}");
+    let mut c = d.raw_lines().await;
     c.send(
         "invoke",
         json!({"name": "bash", "arguments": arguments, "call_id": call_id}),
@@ -261,8 +308,9 @@ async fn escape_then(d: &Daemon, mode: &str) -> String {
 #[tokio::test]
 async fn setsid_escapes_die_when_the_call_ends_and_are_reaped() {
     let d = Daemon::start().await;
-    for mode in ["exit", "timeout", "cancel"] {
-        let cookie = escape_then(&d, mode).await;
+    let modes = ["exit", "timeout", "cancel"];
+    for (round, mode) in modes.iter().cycle().take(3 * stress_rounds()).enumerate() {
+        let cookie = escape_then(&d, mode, round).await;
         let entry = format!("TOOLHOST_GROUP={cookie}");
         eventually(
             10,
@@ -314,4 +362,5 @@ async fn setsid_escapes_die_with_the_daemon_on_sigterm() {
     })
     .await;
     assert!(!d.data_dir().join("process-groups").exists());
+    assert_eq!(watchdog_of(&instance), None);
 }

@@ -121,6 +121,7 @@ async fn a_server_that_cannot_start_makes_health_degraded() {
     .await;
     let h = health(&d).await;
     assert_eq!(h["status"], "degraded", "{h}");
+    assert_eq!(d.http("GET", "/health", "").await.0, 503);
     let last = d.call("mcp.status", json!({})).await["result"]["servers"][0]["last_error"].clone();
     assert!(last.is_string(), "{last}");
 }

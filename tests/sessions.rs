@@ -7,6 +7,7 @@ use std::collections::HashSet;
 
 use common::*;
 use serde_json::{json, Value};
+use toolhost::protocol::{SessionCreateParams, SessionUpdateParams};
 
 fn fixture_server(prefix: &str) -> Value {
     json!({"command": FIXTURE, "env": {"FIXTURE_TOOL_PREFIX": prefix}, "include_tools": [format!("{prefix}echo")]})
@@ -253,15 +254,17 @@ async fn concurrent_updates_from_16_clients_lose_nothing() {
     for c in 0..16 {
         let sock = d.socket();
         tasks.push(tokio::spawn(async move {
-            let mut client = Client::connect(&sock).await;
+            let client = Client::connect(&sock).await.unwrap();
             for i in 0..10 {
-                let r = client
-                    .call(
-                        "session.update",
-                        json!({"id": "shared", "meta": {format!("c{c}_{i}"): i, "last": c}}),
-                    )
-                    .await;
-                assert!(r.get("result").is_some(), "{r}");
+                let mut meta = serde_json::Map::new();
+                meta.insert(format!("c{c}_{i}"), json!(i));
+                meta.insert("last".into(), json!(c));
+                let params = SessionUpdateParams {
+                    id: "shared".into(),
+                    meta: Some(meta),
+                    ..Default::default()
+                };
+                client.session_update(&params).await.unwrap();
             }
         }));
     }
@@ -279,12 +282,14 @@ async fn list_pages_across_1000_sessions_newest_first() {
     for c in 0..8 {
         let sock = d.socket();
         tasks.push(tokio::spawn(async move {
-            let mut client = Client::connect(&sock).await;
+            let client = Client::connect(&sock).await.unwrap();
             for i in 0..125 {
-                let r = client
-                    .call("session.create", json!({"id": format!("p{c}-{i}")}))
-                    .await;
-                assert!(r.get("result").is_some(), "{r}");
+                let params = SessionCreateParams {
+                    id: Some(format!("p{c}-{i}")),
+                    ..Default::default()
+                };
+                let s = client.session_create(&params).await.unwrap();
+                assert_eq!(s.id, format!("p{c}-{i}"));
             }
         }));
     }

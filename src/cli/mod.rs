@@ -1,21 +1,24 @@
 //! The command line: `toolhost serve` runs the daemon; every other subcommand is a thin
 //! client of its socket.
 //!
+//! Every client subcommand speaks through [`crate::client::Client`] with the typed
+//! [`crate::protocol`] shapes; `call` alone passes raw JSON through.
+//!
 //! Exit codes: 0 success; 1 the call ran but failed (a tool's `ok:false`, a JSON-RPC error,
 //! an invalid config for `config check`); 2 usage errors (bad flags or JSON); 3 no daemon
-//! answering on the socket or the connection broke.
-
-mod client;
+//! answering on the socket, the connection broke, or no answer in time.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::{Map, Value};
 
-pub use client::{Client, ClientError};
-
+use crate::client::{self, Client, ClientError};
 use crate::config;
+use crate::protocol::*;
+use crate::ApprovalMode;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -131,11 +134,21 @@ enum SessionCommand {
         #[arg(long)]
         workspace: Option<String>,
         /// auto, strict or read_only.
-        #[arg(long)]
-        approval: Option<String>,
+        #[arg(long, value_parser = parse_approval)]
+        approval: Option<ApprovalMode>,
     },
     /// Delete a session.
     Delete { id: String },
+    /// Rebuild a damaged session store from what can be read (no daemon needed; refuses
+    /// while one uses the store). The damaged store is kept as `sessions.corrupt-<time>`.
+    Recover {
+        /// The daemon's data dir (default: as `serve` resolves it).
+        #[arg(long)]
+        data_dir: Option<std::path::PathBuf>,
+        /// Internal: print the sessions of the store copy in DIR (run by `recover` itself).
+        #[arg(long, hide = true, value_name = "DIR")]
+        export_from: Option<std::path::PathBuf>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -233,29 +246,34 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Tool { command } => {
             crate::custom::scaffold::cli(command, &cli.config.unwrap_or_else(config::default_path))
         }
+        Command::Session {
+            command:
+                SessionCommand::Recover {
+                    data_dir,
+                    export_from,
+                },
+            ..
+        } => crate::session::recover_cli(data_dir, cli.config, export_from),
         command => {
-            let path = socket_for(&cli.socket, &cli.config);
+            let path = client::default_socket(cli.socket.as_deref(), cli.config.as_deref());
             match client_command(&path, command).await {
                 Ok(code) => code,
                 Err(e) => {
                     eprintln!("toolhost: {e}");
-                    ExitCode::from(match e {
-                        ClientError::NoDaemon { .. } | ClientError::Io(_) => 3,
-                        ClientError::Rpc { .. } => 1,
-                    })
+                    ExitCode::from(exit_code(&e))
                 }
             }
         }
     }
 }
 
-/// The socket a client should use: same resolution as the daemon's.
-fn socket_for(explicit: &Option<PathBuf>, config_path: &Option<PathBuf>) -> PathBuf {
-    let cfg_path = config_path.clone().unwrap_or_else(config::default_path);
-    let cfg = config::load(&cfg_path)
-        .map(|l| l.config)
-        .unwrap_or_default();
-    crate::rpc::socket_path(explicit.as_deref(), &cfg)
+/// The exit code for a failed call: 3 when the daemon is not there or stopped answering,
+/// 1 when it answered with an error (or with something we cannot read).
+fn exit_code(e: &ClientError) -> u8 {
+    match e {
+        ClientError::NoDaemon { .. } | ClientError::Io(_) | ClientError::Timeout { .. } => 3,
+        ClientError::Rpc { .. } | ClientError::Decode(_) => 1,
+    }
 }
 
 fn config_check(path: Option<PathBuf>) -> ExitCode {
@@ -276,9 +294,10 @@ fn config_check(path: Option<PathBuf>) -> ExitCode {
     }
 }
 
-fn parse_json_object(what: &str, text: &str) -> Result<Value, ExitCode> {
+/// Parses a JSON object given on the command line; anything else is a usage error (exit 2).
+fn parse_json_object(what: &str, text: &str) -> Result<Map<String, Value>, ExitCode> {
     match serde_json::from_str::<Value>(text) {
-        Ok(v @ Value::Object(_)) => Ok(v),
+        Ok(Value::Object(m)) => Ok(m),
         Ok(_) => {
             eprintln!("toolhost: {what} must be a JSON object");
             Err(ExitCode::from(2))
@@ -290,43 +309,76 @@ fn parse_json_object(what: &str, text: &str) -> Result<Value, ExitCode> {
     }
 }
 
-fn print_json(v: &Value) {
+/// `--approval`: parsed here so a typo is a usage error, not a round trip to the daemon.
+fn parse_approval(text: &str) -> Result<ApprovalMode, String> {
+    serde_json::from_value(Value::String(text.to_owned()))
+        .map_err(|_| format!("{text:?} is not one of auto, strict, read_only"))
+}
+
+/// The wire spelling of an enum value (`read_only`, `circuit_open`, …).
+fn wire<T: Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => "?".to_owned(),
+    }
+}
+
+fn print_json<T: Serialize + ?Sized>(v: &T) {
     println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+/// A result as JSON: one compact line with `--json` (for scripts), else indented.
+fn emit<T: Serialize>(out: Output, v: &T) {
+    if out.json {
+        println!("{}", serde_json::to_string(v).unwrap_or_default());
+    } else {
+        print_json(v);
+    }
+}
+
+/// The first non-blank line of a description, without a list marker.
+fn first_line(text: &str) -> &str {
+    text.lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim()
+        .trim_start_matches("- ")
 }
 
 async fn client_command(
     socket: &std::path::Path,
     command: Command,
 ) -> Result<ExitCode, ClientError> {
-    let mut client = Client::connect(socket).await?;
+    let client = Client::connect(socket).await?;
     match command {
         Command::Tools { out, all } => {
-            let r = client
-                .call("list_tools", json!({"include_hidden": all}))
-                .await?;
+            let params = ListToolsParams {
+                include_hidden: all,
+                ..Default::default()
+            };
+            let r = client.list_tools(&params).await?;
             if out.json {
                 print_json(&r);
-            } else {
-                for t in r["tools"].as_array().into_iter().flatten() {
-                    let name = t["function"]["name"].as_str().unwrap_or("");
-                    let meta = &r["meta"][name];
-                    let first = t["function"]["description"]
-                        .as_str()
-                        .unwrap_or("")
-                        .lines()
-                        .find(|l| !l.trim().is_empty())
-                        .unwrap_or("")
-                        .trim()
-                        .trim_start_matches("- ");
-                    let source = match meta["server"].as_str() {
-                        Some(s) => format!("mcp:{s}"),
-                        None => meta["source"].as_str().unwrap_or("").to_owned(),
-                    };
-                    println!(
-                        "{name:<32} {source:<14} {:<10} {first}",
-                        meta["approval"].as_str().unwrap_or("-")
-                    );
-                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            for t in &r.tools {
+                let name = t.name();
+                let meta = r.meta.get(name);
+                let source = match meta {
+                    Some(ToolMeta {
+                        server: Some(s), ..
+                    }) => format!("mcp:{s}"),
+                    Some(m) => wire(&m.source),
+                    None => String::new(),
+                };
+                let approval = meta
+                    .and_then(|m| m.approval)
+                    .map_or("-", crate::ApprovalClass::as_str);
+                println!(
+                    "{name:<32} {source:<14} {approval:<10} {}",
+                    first_line(t.description())
+                );
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -338,40 +390,36 @@ async fn client_command(
             approved,
             out,
         } => {
-            let args = match parse_json_object("--args", &args) {
+            let arguments = match parse_json_object("--args", &args) {
                 Ok(a) => a,
                 Err(code) => return Ok(code),
             };
-            let mut params = json!({"name": name, "arguments": args, "approved": approved});
-            if let Some(s) = session {
-                params["session_id"] = json!(s);
-            }
-            if let Some(t) = timeout_ms {
-                params["timeout_ms"] = json!(t);
-            }
-            let r = client.call("invoke", params).await?;
-            let ok = r["result"]["ok"].as_bool() == Some(true);
+            let params = InvokeParams {
+                session_id: session,
+                timeout_ms,
+                approved,
+                ..InvokeParams::new(name.clone(), arguments)
+            };
+            let r = client.invoke(&params).await?;
+            let ok = r.result.ok;
             if out.json {
                 print_json(&r);
             } else if ok {
-                let mut fields = r["result"].clone();
-                if let Some(o) = fields.as_object_mut() {
-                    o.remove("ok");
-                }
-                match fields.as_object().map(|o| o.len()) {
-                    Some(1) => match fields.as_object().and_then(|o| o.values().next()) {
-                        Some(Value::String(s)) => println!("{s}"),
-                        Some(v) => print_json(v),
-                        None => {}
-                    },
-                    _ => print_json(&fields),
+                // One field (`content`, `output`, …) prints bare; several print as JSON.
+                let fields = &r.result.fields;
+                match fields.values().next() {
+                    Some(Value::String(s)) if fields.len() == 1 => println!("{s}"),
+                    Some(v) if fields.len() == 1 => print_json(v),
+                    _ => print_json(fields),
                 }
             } else {
                 eprintln!(
                     "{} ({}): {}",
                     name,
-                    r["result"]["error_kind"].as_str().unwrap_or("failed"),
-                    r["result"]["error"].as_str().unwrap_or("")
+                    r.result
+                        .error_kind
+                        .map_or_else(|| "failed".to_owned(), |k| wire(&k)),
+                    r.result.error.as_deref().unwrap_or("")
                 );
             }
             Ok(if ok {
@@ -381,21 +429,24 @@ async fn client_command(
             })
         }
         Command::Health { out } => {
-            let r = client.call("host.health", json!({})).await?;
+            let r = client.health().await?;
             if out.json {
                 print_json(&r);
             } else {
                 println!(
                     "{} — toolhost {}, up {}s, {} tools, {} sessions, mcp ready {} / failed {} / connecting {}",
-                    r["status"].as_str().unwrap_or("?"),
-                    r["version"].as_str().unwrap_or("?"),
-                    r["uptime_s"], r["tools"], r["sessions"], r["mcp"]["ready"], r["mcp"]["failed"], r["mcp"]["connecting"]
+                    wire(&r.status),
+                    r.version,
+                    r.uptime_s, r.tools, r.sessions, r.mcp.ready, r.mcp.failed, r.mcp.connecting
                 );
-                if let Some(e) = r["config_error"].as_str() {
+                if let Some(e) = &r.config_error {
                     println!("config error: {e}");
                 }
+                if !r.collisions.is_empty() {
+                    println!("name collisions: {}", r.collisions.join(", "));
+                }
             }
-            Ok(if r["status"] == "ok" {
+            Ok(if r.status == HealthStatus::Ok {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)
@@ -406,24 +457,26 @@ async fn client_command(
             params,
             out,
         } => {
-            let params = match params
-                .as_deref()
-                .map(|p| parse_json_object("PARAMS", p))
-                .transpose()
-            {
-                Ok(p) => p.unwrap_or_else(|| json!({})),
-                Err(code) => return Ok(code),
+            let params = match params.as_deref().map(|p| parse_json_object("PARAMS", p)) {
+                Some(Ok(p)) => p,
+                Some(Err(code)) => return Ok(code),
+                None => Map::new(),
             };
-            let r = client.call(&method, params).await?;
+            let params = serde_json::value::to_raw_value(&params)
+                .map_err(|e| ClientError::Decode(e.to_string()))?;
+            let r = client.call_raw(&method, &params).await?;
             if out.json {
-                println!("{r}");
+                println!("{}", r.get());
             } else {
-                print_json(&r);
+                match serde_json::from_str::<Value>(r.get()) {
+                    Ok(v) => print_json(&v),
+                    Err(_) => println!("{}", r.get()),
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Session { command, out } => session_command(&mut client, command, out).await,
-        Command::Mcp { command, out } => mcp_command(&mut client, command, out).await,
+        Command::Session { command, out } => session_command(&client, command, out).await,
+        Command::Mcp { command, out } => mcp_command(&client, command, out).await,
         Command::Serve { .. } | Command::Config { .. } | Command::Tool { .. } => {
             Ok(ExitCode::from(2))
         }
@@ -431,91 +484,95 @@ async fn client_command(
 }
 
 async fn session_command(
-    client: &mut Client,
+    client: &Client,
     command: SessionCommand,
     out: Output,
 ) -> Result<ExitCode, ClientError> {
-    let r = match command {
+    match command {
         SessionCommand::List { limit, after } => {
-            let r = client
-                .call("session.list", json!({"limit": limit, "after": after}))
-                .await?;
-            if !out.json {
-                for s in r["sessions"].as_array().into_iter().flatten() {
-                    println!(
-                        "{:<40} {:<9} {:>3} tools  {}",
-                        s["id"].as_str().unwrap_or(""),
-                        s["approval"].as_str().unwrap_or(""),
-                        s["tool_names"].as_array().map_or(0, Vec::len),
-                        s["meta"]
-                    );
-                }
-                if let Some(next) = r["next"].as_str() {
-                    println!("(more: --after {next})");
-                }
+            let params = SessionListParams {
+                limit: Some(limit),
+                after,
+            };
+            let r = client.session_list(&params).await?;
+            if out.json {
+                emit(out, &r);
                 return Ok(ExitCode::SUCCESS);
             }
-            r
+            for s in &r.sessions {
+                println!(
+                    "{:<40} {:<9} {:>3} tools  {}",
+                    s.id,
+                    wire(&s.approval),
+                    s.tool_names.len(),
+                    serde_json::to_string(&s.meta).unwrap_or_default()
+                );
+            }
+            if let Some(next) = &r.next {
+                println!("(more: --after {next})");
+            }
         }
-        SessionCommand::Show { id } => client.call("session.get", json!({"id": id})).await?,
+        SessionCommand::Show { id } => emit(out, &client.session_get(&id).await?),
         SessionCommand::Create {
             id,
             meta,
             workspace,
             approval,
         } => {
-            let meta = match meta
-                .as_deref()
-                .map(|m| parse_json_object("--meta", m))
-                .transpose()
-            {
-                Ok(m) => m,
-                Err(code) => return Ok(code),
+            let meta = match meta.as_deref().map(|m| parse_json_object("--meta", m)) {
+                Some(Ok(m)) => Some(m),
+                Some(Err(code)) => return Ok(code),
+                None => None,
             };
-            client
-                .call(
-                    "session.create",
-                    json!({"id": id, "meta": meta, "workspace": workspace, "approval": approval}),
-                )
-                .await?
+            let params = SessionCreateParams {
+                id,
+                workspace,
+                approval,
+                meta,
+            };
+            emit(out, &client.session_create(&params).await?);
         }
+        SessionCommand::Recover { .. } => return Ok(ExitCode::from(2)), // handled in `run`
         SessionCommand::Delete { id } => {
-            let r = client.call("session.delete", json!({"id": id})).await?;
-            if r["deleted"] != true {
+            let r = client.session_delete(&id).await?;
+            if !r.deleted {
                 eprintln!("toolhost: no session {id}");
                 return Ok(ExitCode::from(1));
             }
-            r
+            emit(out, &r);
         }
-    };
-    if out.json {
-        println!("{r}");
-    } else {
-        print_json(&r);
     }
     Ok(ExitCode::SUCCESS)
 }
 
 async fn mcp_command(
-    client: &mut Client,
+    client: &Client,
     command: McpCommand,
     out: Output,
 ) -> Result<ExitCode, ClientError> {
-    let r = match command {
+    match command {
         McpCommand::Status { name } => {
-            let r = client.call("mcp.status", json!({"server": name})).await?;
-            if !out.json {
-                for s in r["servers"].as_array().into_iter().flatten() {
-                    println!(
-                        "{:<20} {:<5} {:<12} tools {:<4} in-flight {:<3} queued {:<3} restarts {:<3}{}",
-                        s["name"].as_str().unwrap_or(""), s["transport"].as_str().unwrap_or(""), s["state"].as_str().unwrap_or(""),
-                        s["tools"], s["in_flight"], s["queued"], s["restarts"],
-                        s["last_error"].as_str().map(|e| format!(" error: {e}")).unwrap_or_default()
-                    );
-                }
+            let r = client.mcp_status(name.as_deref()).await?;
+            if out.json {
+                emit(out, &r);
                 return Ok(ExitCode::SUCCESS);
             }
-            r
+            for s in &r.servers {
+                println!(
+                    "{:<20} {:<5} {:<12} tools {:<4} in-flight {:<3} queued {:<3} restarts {:<3}{}",
+                    s.name,
+                    wire(&s.transport),
+                    wire(&s.state),
+                    s.tools,
+                    s.in_flight,
+                    s.queued,
+                    s.restarts,
+                    s.last_error
+                        .as_deref()
+                        .map(|e| format!(" error: {e}"))
+                        .unwrap_or_default()
+                );
+            }
         }
         McpCommand::Add {
             name,
@@ -523,14 +580,17 @@ async fn mcp_command(
             env,
             command,
         } => {
-            let server = match (url, command.split_first()) {
-                (Some(url), None) => json!({"url": url}),
+            let mut server = Map::new();
+            match (url, command.split_first()) {
+                (Some(url), None) => {
+                    server.insert("url".into(), url.into());
+                }
                 (None, Some((program, args))) => {
-                    let mut envs = serde_json::Map::new();
+                    let mut envs = Map::new();
                     for kv in env {
                         match kv.split_once('=') {
                             Some((k, v)) => {
-                                envs.insert(k.to_owned(), json!(v));
+                                envs.insert(k.to_owned(), v.into());
                             }
                             None => {
                                 eprintln!("toolhost: --env takes KEY=VALUE, got {kv:?}");
@@ -538,24 +598,19 @@ async fn mcp_command(
                             }
                         }
                     }
-                    json!({"command": program, "args": args, "env": envs})
+                    server.insert("command".into(), program.as_str().into());
+                    server.insert("args".into(), args.into());
+                    server.insert("env".into(), envs.into());
                 }
                 _ => {
                     eprintln!("toolhost: give either --url URL or -- COMMAND ARGS…");
                     return Ok(ExitCode::from(2));
                 }
-            };
-            client
-                .call("mcp.add", json!({"name": name, "server": server}))
-                .await?
+            }
+            emit(out, &client.mcp_add(&McpAddParams { name, server }).await?);
         }
-        McpCommand::Remove { name } => client.call("mcp.remove", json!({"name": name})).await?,
-        McpCommand::Reload { name } => client.call("mcp.reload", json!({"server": name})).await?,
-    };
-    if out.json {
-        println!("{r}");
-    } else {
-        print_json(&r);
+        McpCommand::Remove { name } => emit(out, &client.mcp_remove(&name).await?),
+        McpCommand::Reload { name } => emit(out, &client.mcp_reload(name.as_deref()).await?),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -28,7 +28,8 @@ type Notifications = mpsc::UnboundedReceiver<Box<RawValue>>;
 
 /// A caller waiting for the response with its id.
 enum Waiter {
-    Call(oneshot::Sender<Result<Box<RawValue>, ClientError>>),
+    /// The result's JSON text (parsed once, by whoever asked for it).
+    Call(oneshot::Sender<Result<String, ClientError>>),
     /// A subscribe call: the reader registers the subscription before it reads the next
     /// line, so no notification can arrive before anyone listens.
     Subscribe(oneshot::Sender<Result<(Box<RawValue>, Notifications), ClientError>>),
@@ -132,7 +133,7 @@ impl Connection {
         method: &str,
         params: &RawValue,
         timeout: Duration,
-    ) -> Result<Box<RawValue>, ClientError> {
+    ) -> Result<String, ClientError> {
         let id = self.next_id();
         let (tx, rx) = oneshot::channel();
         self.register(id, Waiter::Call(tx))?;
@@ -238,6 +239,20 @@ async fn read_loop(read: OwnedReadHalf, conn: std::sync::Weak<Inner>) {
             Err(e) => break format!("reading from the daemon failed: {e}"),
         }
         let Some(inner) = conn.upgrade() else { return };
+        // Most lines are plain results: route them without parsing the result twice.
+        if let Some((id, result)) = plain_result(&line) {
+            let waiter = lock(&inner.routes).waiting.remove(&id);
+            match waiter {
+                Some(Waiter::Call(tx)) => {
+                    let _ = tx.send(Ok(result.to_owned()));
+                    continue;
+                }
+                Some(other) => {
+                    lock(&inner.routes).waiting.insert(id, other);
+                }
+                None => continue,
+            }
+        }
         let Ok(msg) = serde_json::from_slice::<Incoming>(&line) else {
             tracing::warn!("ignoring a line from the daemon that is not JSON-RPC");
             continue;
@@ -255,6 +270,21 @@ async fn read_loop(read: OwnedReadHalf, conn: std::sync::Weak<Inner>) {
         }
         routes.subscriptions.clear();
     }
+}
+
+/// `(id, result text)` of a line shaped exactly like the daemon's plain results,
+/// `{"jsonrpc":"2.0","id":N,"result":…}`; anything else takes the full parse. The result
+/// text is not validated here: the caller's typed decode parses it (and fails cleanly on
+/// anything that is not JSON).
+fn plain_result(line: &[u8]) -> Option<(u64, &str)> {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    let rest = line.strip_prefix(b"{\"jsonrpc\":\"2.0\",\"id\":")?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    let id = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
+    let result = rest[digits..]
+        .strip_prefix(b",\"result\":")?
+        .strip_suffix(b"}")?;
+    Some((id, std::str::from_utf8(result).ok()?))
 }
 
 fn route(inner: &Inner, msg: Incoming) {
@@ -281,7 +311,7 @@ fn route(inner: &Inner, msg: Incoming) {
     };
     match waiter {
         Waiter::Call(tx) => {
-            let _ = tx.send(outcome);
+            let _ = tx.send(outcome.map(|r| String::from(Box::<str>::from(r))));
         }
         Waiter::Subscribe(tx) => {
             let registered = outcome.map(|id| {
@@ -290,6 +320,27 @@ fn route(inner: &Inner, msg: Incoming) {
                 (id, nrx)
             });
             let _ = tx.send(registered);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plain_result;
+
+    #[test]
+    fn plain_results_are_recognised_and_everything_else_is_not() {
+        assert_eq!(
+            plain_result(b"{\"jsonrpc\":\"2.0\",\"id\":12,\"result\":{\"a\":[1]}}\n"),
+            Some((12, "{\"a\":[1]}"))
+        );
+        for other in [
+            &b"{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":1}}"[..],
+            b"{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"result\":1}",
+            b"{\"jsonrpc\":\"2.0\",\"method\":\"m\",\"params\":{}}",
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":1",
+        ] {
+            assert_eq!(plain_result(other), None);
         }
     }
 }

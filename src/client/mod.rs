@@ -95,7 +95,8 @@ impl Client {
         method: &str,
         params: &RawValue,
     ) -> Result<Box<RawValue>, ClientError> {
-        self.conn.request(method, params, self.timeout).await
+        let text = self.conn.request(method, params, self.timeout).await?;
+        RawValue::from_string(text).map_err(|e| ClientError::Decode(format!("{method}: {e}")))
     }
 
     /// Any method with typed params and result.
@@ -114,8 +115,8 @@ impl Client {
         timeout: Duration,
     ) -> Result<R, ClientError> {
         let params = to_raw(params)?;
-        let raw = self.conn.request(method, &params, timeout).await?;
-        serde_json::from_str(raw.get()).map_err(|e| ClientError::Decode(format!("{method}: {e}")))
+        let text = self.conn.request(method, &params, timeout).await?;
+        serde_json::from_str(&text).map_err(|e| ClientError::Decode(format!("{method}: {e}")))
     }
 
     /// Sends a notification (a request without an id): it runs, and nothing answers.
@@ -163,6 +164,27 @@ impl Client {
             server: server.map(str::to_owned),
         };
         self.call(method::MCP_STATUS, &params).await
+    }
+
+    /// Adds an MCP server to config.json; the daemon's reload starts it.
+    pub async fn mcp_add(&self, params: &McpAddParams) -> Result<OkResult, ClientError> {
+        self.call(method::MCP_ADD, params).await
+    }
+
+    /// Removes an MCP server from config.json; the daemon's reload stops it.
+    pub async fn mcp_remove(&self, name: &str) -> Result<OkResult, ClientError> {
+        let params = McpRemoveParams {
+            name: name.to_owned(),
+        };
+        self.call(method::MCP_REMOVE, &params).await
+    }
+
+    /// Reconnects one MCP server (or all) and returns every server's state.
+    pub async fn mcp_reload(&self, server: Option<&str>) -> Result<McpStatusResult, ClientError> {
+        let params = McpServerParams {
+            server: server.map(str::to_owned),
+        };
+        self.call(method::MCP_RELOAD, &params).await
     }
 
     pub async fn session_create(
@@ -262,11 +284,11 @@ impl<N: DeserializeOwned> Subscription<N> {
         let params = format!("[{}]", self.id.get());
         let params =
             RawValue::from_string(params).map_err(|e| ClientError::Decode(e.to_string()))?;
-        let raw = self
+        let text = self
             .conn
             .request(self.unsubscribe, &params, DEFAULT_TIMEOUT)
             .await?;
-        serde_json::from_str(raw.get()).map_err(|e| ClientError::Decode(e.to_string()))
+        serde_json::from_str(&text).map_err(|e| ClientError::Decode(e.to_string()))
     }
 }
 

@@ -30,6 +30,8 @@ pub struct ConfigDiff {
     pub needs_restart: Vec<String>,
 }
 
+/// Test helpers: the reload path acts on the fields directly.
+#[cfg(test)]
 impl ConfigDiff {
     /// Nothing changed at all.
     pub fn is_empty(&self) -> bool {

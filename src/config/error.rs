@@ -123,7 +123,7 @@ impl ContentHash {
         }
     }
 
-    pub fn to_hex(&self) -> String {
+    pub fn to_hex(self) -> String {
         hex::encode(self.0)
     }
 }

@@ -14,12 +14,12 @@ mod write;
 
 use std::path::{Path, PathBuf};
 
-pub use diff::{diff, ConfigDiff};
-pub use error::{ConfigError, ConfigErrorKind, ContentHash, Problem};
+pub use diff::diff;
+pub use error::{ConfigError, ConfigErrorKind, ContentHash};
 pub use file::{file_state, socket_from_file, FileState};
 pub use model::*;
 pub use schema::schema;
-pub use watch::{watch, ConfigWatcher, DEBOUNCE};
+pub use watch::{watch, ConfigWatcher};
 pub use write::{add_mcp_server, remove_mcp_server};
 
 /// Where config.json lives: `--config`, else `TOOLHOST_CONFIG`, else
@@ -31,6 +31,15 @@ pub fn default_path() -> PathBuf {
     xdg_dir("XDG_CONFIG_HOME", ".config")
         .join("toolhost")
         .join("config.json")
+}
+
+/// Where sessions, spilled outputs and the process ledger live: `--data-dir`, else config
+/// `data_dir`, else `$STATE_DIRECTORY` (systemd), else `$XDG_STATE_HOME/toolhost`.
+pub fn data_dir(explicit: Option<PathBuf>, cfg: Option<&Config>) -> PathBuf {
+    explicit
+        .or_else(|| cfg.and_then(|c| c.data_dir.clone()))
+        .or_else(|| std::env::var_os("STATE_DIRECTORY").map(PathBuf::from))
+        .unwrap_or_else(|| xdg_dir("XDG_STATE_HOME", ".local/state").join("toolhost"))
 }
 
 /// `$VAR`, else `$HOME/<fallback>`, else a per-user directory under /tmp.

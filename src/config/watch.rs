@@ -21,18 +21,6 @@ pub struct ConfigWatcher {
     file: OsString,
 }
 
-impl ConfigWatcher {
-    /// The watched directory.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    /// The file name whose events count.
-    pub fn file_name(&self) -> &std::ffi::OsStr {
-        &self.file
-    }
-}
-
 impl std::fmt::Debug for ConfigWatcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ConfigWatcher")

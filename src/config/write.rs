@@ -1,7 +1,6 @@
 //! Write-back for the admin methods (`mcp.add` / `mcp.remove`): edit the JSON, validate the
 //! result exactly as [`load`](super::load) would, then replace the file atomically.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -58,12 +57,12 @@ pub(crate) fn edit(
 ) -> Result<bool, ConfigError> {
     let _guard = WRITE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let target = resolve(path);
-    let (mut root, existed) = match load::read_file(&target)? {
+    let mut root = match load::read_file(&target)? {
         Some(bytes) => {
             let hash = ContentHash::of(&bytes);
-            (load::parse(&bytes).map_err(|e| e.with_hash(hash))?, true)
+            load::parse(&bytes).map_err(|e| e.with_hash(hash))?
         }
-        None => (Value::Object(Map::new()), false),
+        None => Value::Object(Map::new()),
     };
     let Value::Object(obj) = &mut root else {
         return Err(ConfigError::one(
@@ -100,7 +99,12 @@ pub(crate) fn edit(
         )
     })?;
     text.push('\n');
-    write_atomic(&target, text.as_bytes(), existed).map_err(|e| {
+    crate::atomic_file::write_atomic(
+        &target,
+        text.as_bytes(),
+        crate::atomic_file::Durability::Synced,
+    )
+    .map_err(|e| {
         ConfigError::one(
             ConfigErrorKind::Io,
             "",
@@ -118,46 +122,6 @@ fn resolve(path: &Path) -> PathBuf {
         }
         _ => path.to_path_buf(),
     }
-}
-
-/// Temp file in the same directory, same permissions (and owner, when allowed) as the old
-/// file, fsync, rename over, fsync the directory.
-fn write_atomic(target: &Path, bytes: &[u8], existed: bool) -> std::io::Result<()> {
-    let dir = match target.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    std::fs::create_dir_all(&dir)?;
-    let old = if existed {
-        std::fs::metadata(target).ok()
-    } else {
-        None
-    };
-    let file_name = target
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "config.json".to_owned());
-    let mut tmp = tempfile::Builder::new()
-        .prefix(&format!(".{file_name}."))
-        .suffix(".tmp")
-        .tempfile_in(&dir)?;
-    tmp.write_all(bytes)?;
-    if let Some(meta) = &old {
-        use std::os::unix::fs::MetadataExt;
-        tmp.as_file().set_permissions(meta.permissions())?;
-        // Best effort: only root (or the owner, for the group) may change ownership.
-        let _ = nix::unistd::fchown(
-            tmp.as_file(),
-            Some(nix::unistd::Uid::from_raw(meta.uid())),
-            Some(nix::unistd::Gid::from_raw(meta.gid())),
-        );
-    }
-    tmp.as_file().sync_all()?;
-    tmp.persist(target).map_err(|e| e.error)?;
-    if let Ok(d) = std::fs::File::open(&dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
 }
 
 #[cfg(test)]

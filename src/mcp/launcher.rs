@@ -8,13 +8,14 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context};
 use rmcp::service::RunningService;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{RoleClient, ServiceExt};
 use tokio::io::BufReader;
 
 use crate::bounded_lines::read_line_bounded;
 
 use super::client::Client;
+use super::oversized::OversizedReplies;
 use crate::config::McpServer;
 use crate::process::{self, GroupGuard};
 
@@ -23,6 +24,8 @@ pub struct Connection {
     pub service: RunningService<RoleClient, Client>,
     /// The stdio server's process group (none for HTTP).
     pub group: Option<GroupGuard>,
+    /// The stdio server itself: killed and reaped when the connection goes.
+    pub _child: Option<tokio::process::Child>,
 }
 
 /// Most stderr lines kept per second from one server; the rest are counted and dropped.
@@ -42,6 +45,7 @@ pub async fn connect(name: &str, cfg: &McpServer, client: Client) -> anyhow::Res
                 Ok(Connection {
                     service,
                     group: None,
+                    _child: None,
                 })
             }
             _ => bail!("a server needs exactly one of command or url"),
@@ -72,25 +76,33 @@ async fn connect_stdio(
         cmd.current_dir(cwd);
     }
     // Forked on the spawner thread with PDEATHSIG and the cookies, like every child.
-    let ((transport, stderr), group) = process::spawn_with(cmd, |cmd| {
-        let (transport, stderr) = TokioChildProcess::builder(cmd)
-            .stderr(Stdio::piped())
-            .spawn()?;
-        let pid = transport.id();
-        Ok(((transport, stderr), pid))
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let (mut child, group) = process::spawn_with(cmd, |mut cmd| {
+        let child = cmd.spawn()?;
+        let pid = child.id();
+        Ok((child, pid))
     })
     .await
     .with_context(|| format!("cannot start `{command}`"))?;
     let group = Some(group);
-    if let Some(stderr) = stderr {
+    if let Some(stderr) = child.stderr.take() {
         tokio::spawn(log_stderr(name.to_owned(), stderr));
     }
+    let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+        bail!("`{command}` started without its stdio pipes");
+    };
     // If initialisation fails, `group` is dropped here and the child's group is killed.
     let service = client
-        .serve(transport)
+        .serve((OversizedReplies::new(stdout), stdin))
         .await
         .context("MCP initialisation failed")?;
-    Ok(Connection { service, group })
+    Ok(Connection {
+        service,
+        group,
+        _child: Some(child),
+    })
 }
 
 fn http_transport(

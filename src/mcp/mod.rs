@@ -8,6 +8,7 @@
 mod client;
 mod launcher;
 pub mod naming;
+mod oversized;
 mod server;
 mod tool;
 

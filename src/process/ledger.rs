@@ -7,7 +7,6 @@
 //! `TOOLHOST_INSTANCE` cookie every child of that daemon carried.
 
 use std::collections::BTreeSet;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -44,10 +43,11 @@ impl Ledger {
                 super::instance()
             ));
         }
-        let tmp = path.with_extension("tmp");
-        let written = std::fs::File::create(&tmp)
-            .and_then(|mut f| f.write_all(text.as_bytes()))
-            .and_then(|()| std::fs::rename(&tmp, path));
+        let written = crate::atomic_file::write_atomic(
+            path,
+            text.as_bytes(),
+            crate::atomic_file::Durability::Atomic,
+        );
         if let Err(e) = written {
             tracing::warn!(path = %path.display(), "cannot write the process ledger: {e}");
         }
@@ -59,6 +59,7 @@ pub fn record(pgid: i32, starttime: u64) {
         l.groups.push((pgid, starttime));
         l.save();
     }
+    super::watchdog::tell('+', pgid);
 }
 
 pub fn forget(pgid: i32, starttime: u64) {
@@ -67,6 +68,7 @@ pub fn forget(pgid: i32, starttime: u64) {
         l.groups.retain(|g| *g != (pgid, starttime));
         if l.groups.len() != before {
             l.save();
+            super::watchdog::tell('-', pgid);
         }
     }
 }

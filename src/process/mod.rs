@@ -6,8 +6,9 @@
 //! cookie (one that escaped with `setsid`), and SIGKILL after a grace, so a child — and
 //! anything it forked, like the `node` under `npx` — dies with its call, its server or the
 //! daemon. If the daemon itself is killed with -9: each direct child gets SIGKILL from
-//! `PR_SET_PDEATHSIG` (all forks happen on one long-lived thread, see [`spawner`]), and the
-//! next daemon on the same data dir sweeps the rest from the [`ledger`].
+//! `PR_SET_PDEATHSIG` (all forks happen on one long-lived thread, see [`spawner`]), the
+//! [`watchdog`] kills the rest of the groups and escapees at once, and should it be killed
+//! too, the next daemon on the same data dir sweeps them from the [`ledger`].
 //!
 //! Cookies: every child carries `TOOLHOST_INSTANCE=<this daemon's id>` and
 //! `TOOLHOST_GROUP=<id of its group>` in its environment; they survive `setsid` and double
@@ -30,6 +31,7 @@ pub mod ledger;
 pub mod procfs;
 pub mod runner;
 pub mod spawner;
+pub mod watchdog;
 
 /// How long a group gets between SIGTERM and SIGKILL.
 pub const KILL_GRACE: Duration = Duration::from_millis(2000);
@@ -153,6 +155,7 @@ pub struct GroupGuard {
 }
 
 impl GroupGuard {
+    #[cfg(test)]
     pub fn pgid(&self) -> Option<i32> {
         self.pgid.map(Pid::as_raw)
     }
@@ -194,8 +197,20 @@ fn finish(pgid: Option<Pid>, start: u64, cookie: Option<String>, grace: Duration
             .map(|e| procfs::holders(e.as_bytes()))
             .unwrap_or_default()
     };
+    // Escapees that cleared their environment are still reachable through the leader while
+    // it lives (timeout, cancel): take them first, before the leader dies and they move.
+    // Only while the leader is still the process we started: its pid may have been reused.
+    let tree = pgid
+        .filter(|p| procfs::stat(p.as_raw()).is_some_and(|s| s.starttime == start))
+        .map(|p| procfs::descendants(p.as_raw()))
+        .unwrap_or_default();
     let group_there = pgid.is_some_and(|p| signal_group(p, Signal::SIGTERM));
-    let first = escaped();
+    let mut first = escaped();
+    for t in tree {
+        if !first.iter().any(|f| f.pid == t.pid) {
+            first.push(t);
+        }
+    }
     for p in &first {
         procfs::signal_exact(p.pid, p.starttime, Signal::SIGTERM);
     }
@@ -207,21 +222,38 @@ fn finish(pgid: Option<Pid>, start: u64, cookie: Option<String>, grace: Duration
             polls += 1;
             // The /proc scan costs more than killpg(0): do it every 100 ms.
             let group_gone = pgid.is_none_or(|p| !group_alive(p));
-            if group_gone && (first.is_empty() || (polls.is_multiple_of(5) && escaped().is_empty()))
-            {
+            let done = first.is_empty()
+                || (polls.is_multiple_of(5) && !first.iter().any(live) && escaped().is_empty());
+            if group_gone && done {
                 break;
             }
         }
         if let Some(p) = pgid {
             signal_group(p, Signal::SIGKILL);
         }
-        for p in escaped() {
+        for p in escaped().iter().chain(&first) {
             procfs::signal_exact(p.pid, p.starttime, Signal::SIGKILL);
+        }
+        // A process caught mid-exec can read as having no environment: look twice more.
+        for _ in 0..2 {
+            std::thread::sleep(Duration::from_millis(50));
+            let left = escaped();
+            if left.is_empty() {
+                break;
+            }
+            for p in left {
+                procfs::signal_exact(p.pid, p.starttime, Signal::SIGKILL);
+            }
         }
     }
     if let Some(p) = pgid {
         ledger::forget(p.as_raw(), start);
     }
+}
+
+/// Whether the process is still running (not a zombie, pid not reused).
+fn live(p: &procfs::Stat) -> bool {
+    procfs::stat(p.pid).is_some_and(|s| s.starttime == p.starttime && !s.is_zombie())
 }
 
 /// Sends `sig` to the group; false when the group no longer exists.
@@ -235,14 +267,15 @@ fn group_alive(pgid: Pid) -> bool {
     !matches!(killpg(pgid, None), Err(Errno::ESRCH))
 }
 
-/// Whether any process of the group `pgid` is alive (used by tests and status).
+/// Whether any process of the group `pgid` is alive (for tests).
+#[cfg(test)]
 pub fn group_exists(pgid: i32) -> bool {
     group_alive(Pid::from_raw(pgid))
 }
 
 /// Sets the daemon up to own everything it starts; call once at startup, inside the runtime,
 /// and keep the returned guard for the daemon's life. It kills what a previous daemon on
-/// `data_dir` left behind (the ledger), makes us the child subreaper so processes that escape
+/// `data_dir` left behind (the ledger), starts the watchdog, makes us the child subreaper so processes that escape
 /// their group with `setsid` or a double fork become our children instead of PID 1's,
 /// starts reaping those once they exit, and on drop kills every process still carrying our
 /// instance cookie.
@@ -255,6 +288,7 @@ pub fn init_daemon(data_dir: &Path) -> DaemonProcesses {
         );
     }
     ledger::open(data_dir);
+    watchdog::start();
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
         tracing::warn!("cannot become child subreaper; escaped processes go to PID 1: {e}");
     }
@@ -285,6 +319,7 @@ impl Drop for DaemonProcesses {
             procfs::signal_exact(p.pid, p.starttime, Signal::SIGKILL);
         }
         ledger::close();
+        watchdog::stop();
     }
 }
 
@@ -408,13 +443,66 @@ mod tests {
         assert_eq!(inst, instance());
         assert!(group.starts_with(&format!("{}.", instance())), "{group}");
         let entry = format!("{GROUP_VAR}={group}");
-        let escaped = procfs::holders(entry.as_bytes());
         let pgid = guard.pgid().unwrap();
-        let outside: Vec<_> = escaped.iter().filter(|s| s.pgrp != pgid).collect();
-        assert_eq!(outside.len(), 3, "{escaped:?}");
+        let outside = || {
+            procfs::holders(entry.as_bytes())
+                .into_iter()
+                .filter(|s| s.pgrp != pgid)
+                .count()
+        };
+        // The escapes start in the background: wait for all three to be out and running.
+        let mut seen = 0;
+        for _ in 0..500 {
+            seen = outside();
+            if seen == 3 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(seen, 3, "{:?}", procfs::holders(entry.as_bytes()));
         drop(guard);
         let _ = child.wait().await;
         wait_no_holders(&entry).await;
+    }
+
+    #[tokio::test]
+    async fn escapes_without_the_cookie_are_found_through_the_living_leader() {
+        let mut cmd = Command::new("sh");
+        cmd.args([
+            "-c",
+            "env -i setsid sleep 34 >/dev/null 2>&1 & echo $!; sleep 30",
+        ])
+        .stdout(std::process::Stdio::piped());
+        let (mut child, guard) = spawn_group(cmd).await.unwrap();
+        let mut line = String::new();
+        let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap());
+        tokio::io::AsyncBufReadExt::read_line(&mut out, &mut line)
+            .await
+            .unwrap();
+        let pid: i32 = line.trim().parse().unwrap();
+        let pgid = guard.pgid().unwrap();
+        for _ in 0..150 {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            if cmdline == [&b"sleep\0"[..], b"34\0"].concat() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let escaped = procfs::stat(pid).unwrap();
+        assert_ne!(escaped.pgrp, pgid);
+        assert!(!procfs::environ_has(
+            pid,
+            format!("{INSTANCE_VAR}={}", instance()).as_bytes()
+        ));
+        guard.terminate(Duration::from_secs(2)).await;
+        let _ = child.wait().await;
+        for _ in 0..150 {
+            if !live(&escaped) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("the escaped sleep {pid} survived");
     }
 
     #[test]

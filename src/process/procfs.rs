@@ -74,6 +74,24 @@ pub fn holders(entry: &[u8]) -> Vec<Stat> {
         .collect()
 }
 
+/// Live descendants of `root` (children, their children, ...), whatever their group or
+/// session: a process that left the group with `setsid` and cleared its environment is still
+/// found while its parent chain leads back to `root`.
+pub fn descendants(root: i32) -> Vec<Stat> {
+    let all: Vec<Stat> = pids().into_iter().filter_map(stat).collect();
+    let mut found: Vec<Stat> = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(parent) = frontier.pop() {
+        for s in all.iter().filter(|s| s.ppid == parent && !s.is_zombie()) {
+            if !found.iter().any(|f| f.pid == s.pid) {
+                found.push(*s);
+                frontier.push(s.pid);
+            }
+        }
+    }
+    found
+}
+
 /// This boot's id: pids and start times only mean something within one boot.
 pub fn boot_id() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")

@@ -15,7 +15,7 @@ mod tools;
 pub use admin::*;
 pub use invoke::*;
 pub use session::*;
-pub use socket::socket_path;
+pub use socket::{default_socket, socket_path};
 pub use tools::*;
 
 use schemars::JsonSchema;

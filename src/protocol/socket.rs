@@ -15,6 +15,11 @@ pub fn socket_path(explicit: Option<&Path>, configured: Option<&Path>) -> PathBu
     if let Some(p) = configured {
         return p.to_path_buf();
     }
+    default_socket()
+}
+
+/// Where the socket is when nothing names one; its directory must be private to the user.
+pub fn default_socket() -> PathBuf {
     match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
         Some(dir) => PathBuf::from(dir).join("toolhost").join("toolhost.sock"),
         None => {

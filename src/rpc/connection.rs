@@ -1,32 +1,57 @@
 //! One connection: sniff the framing from its first byte, then serve it.
 //!
-//! HTTP (POST, WebSocket upgrade, `GET /health`) goes straight to jsonrpsee's tower service.
-//! Newline-delimited JSON is bridged onto an in-process WebSocket of that same service, so
-//! every framing shares one JSON-RPC engine: batches, limits, subscriptions and
-//! unsubscribe-on-close behave identically everywhere.
+//! Every framing (newline-delimited JSON, HTTP POST, WebSocket) reads whole messages, checks
+//! them in `envelope` and runs them through one `Session`: plain methods go straight to
+//! jsonrpsee's `Methods::raw_json_request`; subscriptions go through an in-process
+//! WebSocket to jsonrpsee's own service (created on first use), so unsubscribe-on-close
+//! stays jsonrpsee's. The connection counts the replies it owes and closes once the client
+//! has finished sending and every owed reply is written, so neither replies nor connection
+//! slots are lost.
 
+use std::collections::HashMap;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use crate::bounded_lines::read_line_bounded;
 use futures::future::BoxFuture;
+use futures::stream::{SplitSink, SplitStream};
 use futures::{FutureExt, SinkExt, StreamExt};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use hyper_util::rt::TokioIo;
+use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse, MethodCallback};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
-use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use tokio_tungstenite::tungstenite::Message;
+use tokio::sync::{mpsc, oneshot, Notify, OnceCell};
+use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
+use tokio_tungstenite::tungstenite::Message as WsMessage;
+use tokio_tungstenite::WebSocketStream;
 
-use jsonrpsee::server::{ConnectionId, MethodCallback, MethodResponse, Methods};
+use serde_json::value::RawValue;
 
+use super::envelope::{self, Call, Item, Message};
 use super::Shared;
+use crate::bounded_lines::read_line_or_drop;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+type WsServer = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
+
+/// Messages of one connection running at once; more wait, so a client that pipelines
+/// without reading cannot make the daemon hold unbounded work for it.
+const MAX_IN_FLIGHT: usize = 256;
+
+/// The read buffer of a newline connection; lines longer than this grow the line buffer
+/// (up to `limits.max_request_bytes`), which is released after the line.
+const READ_BUFFER: usize = 8 * 1024;
+
+/// A line buffer above this size is freed after use instead of kept for the next line.
+const KEEP_LINE_BUFFER: usize = 64 * 1024;
 
 /// Serves a Unix-socket connection in whichever framing its first byte announces.
 pub async fn serve_unix(stream: UnixStream, shared: Arc<Shared>) {
+    // Waiting for the first byte holds no buffer, so an idle client may wait as long as it likes.
     match first_byte(&stream).await {
         None => {}
         Some(b'{' | b'[' | b' ' | b'\t' | b'\r' | b'\n') => serve_newline(stream, shared).await,
@@ -56,17 +81,558 @@ async fn first_byte(stream: &UnixStream) -> Option<u8> {
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// Running messages
+
+/// The per-connection state every message of that connection runs against.
+struct Session {
+    shared: Arc<Shared>,
+    /// Where subscription notifications go; `None` on HTTP POST (calls only).
+    events: Option<mpsc::Sender<Out>>,
+    /// The in-process WebSocket to jsonrpsee, made on the first subscription.
+    bridge: OnceCell<Bridge>,
+}
+
+impl Session {
+    /// Runs one checked message; `None` when nothing is owed.
+    async fn handle(&self, msg: Message) -> Option<String> {
+        match msg {
+            Message::Single(item) => Some(self.item(item).await).filter(|r| !r.is_empty()),
+            Message::Batch(items) => {
+                let replies = futures::future::join_all(items.into_iter().map(|i| self.item(i)));
+                envelope::join_batch(replies.await)
+            }
+        }
+    }
+
+    /// One entry's reply with the client's id; empty for a notification.
+    async fn item(&self, item: Item) -> String {
+        match item {
+            Item::Reply(r) => r,
+            Item::Ignore => String::new(),
+            Item::Call(call) => {
+                let reply = self.dispatch(&call).await;
+                match (&call.id, reply) {
+                    (None, _) => String::new(),
+                    (Some(id), Ok(reply)) => envelope::restore(reply, id),
+                    (Some(id), Err((code, msg))) => envelope::error_reply(Some(id), code, &msg),
+                }
+            }
+        }
+    }
+
+    /// Whether `method` needs the connection's own jsonrpsee WebSocket: a subscription or an
+    /// unsubscribe (jsonrpsee's public API has no other way to run those per connection).
+    fn is_subscription(&self, method: &str) -> bool {
+        matches!(
+            self.shared.methods.method(method),
+            Some(MethodCallback::Subscription(_) | MethodCallback::Unsubscription(_))
+        )
+    }
+
+    async fn bridge(&self, events: &mpsc::Sender<Out>) -> Result<&Bridge, (i32, String)> {
+        self.bridge
+            .get_or_try_init(|| Bridge::open(self.shared.clone(), events.clone()))
+            .await
+            .map_err(|e| (envelope::INTERNAL_ERROR, format!("Internal error: {e}")))
+    }
+
+    /// Sends a single subscription call through the bridge, whose forwarder writes the
+    /// reply (if owed) before any notification after it. `Err` is the reply to write
+    /// instead when the bridge cannot take it.
+    async fn subscribe_in_order(&self, call: Call) -> Result<(), String> {
+        let fail = |id: &Option<Box<RawValue>>, (code, msg): (i32, String)| match id {
+            Some(id) => envelope::error_reply(Some(id), code, &msg),
+            None => String::new(),
+        };
+        let Some(events) = &self.events else {
+            return Err(String::new());
+        };
+        let bridge = match self.bridge(events).await {
+            Ok(b) => b,
+            Err(e) => return Err(fail(&call.id, e)),
+        };
+        let gone = (
+            envelope::INTERNAL_ERROR,
+            "Internal error: the subscription engine went away".to_owned(),
+        );
+        let id = call.id.clone();
+        if bridge
+            .send(call.n, Waiter::InOrder(call.id), call.request)
+            .await
+        {
+            Ok(())
+        } else {
+            Err(fail(&id, gone))
+        }
+    }
+
+    /// jsonrpsee's reply (still carrying the synthetic id) to a canonical request.
+    async fn dispatch(&self, call: &Call) -> Result<String, (i32, String)> {
+        let methods = &self.shared.methods;
+        if !self.is_subscription(&call.method) {
+            return match methods.raw_json_request(&call.request, 1).await {
+                Ok((reply, _)) => Ok(String::from(Box::<str>::from(reply))),
+                Err(e) => Err((envelope::INTERNAL_ERROR, format!("Internal error: {e}"))),
+            };
+        }
+        let Some(events) = &self.events else {
+            return Err((
+                crate::protocol::codes::METHOD_NOT_FOUND,
+                format!(
+                    "{} sends notifications, which HTTP POST cannot carry: use newline-delimited JSON or a WebSocket on the same socket",
+                    call.method
+                ),
+            ));
+        };
+        let bridge = self.bridge(events).await?;
+        bridge.call(call).await.ok_or_else(|| {
+            (
+                envelope::INTERNAL_ERROR,
+                "Internal error: the subscription engine went away".to_owned(),
+            )
+        })
+    }
+}
+
+/// What the writer of a connection is asked to do.
+enum Out {
+    /// An owed reply (empty: nothing to write, but it settles the debt).
+    Reply(String),
+    /// A subscription notification.
+    Event(String),
+    /// Everything owed is written: close the write side.
+    Close,
+}
+
+/// The count of replies a connection still owes.
+#[derive(Default)]
+struct Owed {
+    n: AtomicUsize,
+    settled: Notify,
+}
+
+impl Owed {
+    fn add(&self) {
+        self.n.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn settle(&self) {
+        if self.n.fetch_sub(1, Ordering::SeqCst) <= 1 {
+            self.settled.notify_waiters();
+        }
+    }
+
+    async fn none(&self) {
+        loop {
+            let notified = self.settled.notified();
+            if self.n.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
+/// One complete frame read from the client.
+enum Frame {
+    Text(String),
+    /// A frame that cannot run (too big, not UTF-8): this error is owed instead.
+    Error(String),
+    /// The client finished sending, went away, or left a frame incomplete too long.
+    End,
+}
+
+/// The read side of a message connection.
+enum Source {
+    Lines {
+        rd: BufReader<OwnedReadHalf>,
+        line: Vec<u8>,
+        max: usize,
+        frame_timeout: Duration,
+    },
+    Ws(SplitStream<WsServer>),
+}
+
+impl Source {
+    async fn next(&mut self) -> Frame {
+        match self {
+            Source::Lines {
+                rd,
+                line,
+                max,
+                frame_timeout,
+            } => loop {
+                // Idle between frames is fine; once a frame starts it must end in time.
+                match rd.fill_buf().await {
+                    Ok([]) | Err(_) => return Frame::End,
+                    Ok(_) => {}
+                }
+                let read =
+                    tokio::time::timeout(*frame_timeout, read_line_or_drop(rd, *max + 1, line))
+                        .await;
+                let frame = match read {
+                    Err(_) => {
+                        tracing::debug!("newline client left a line incomplete; closing");
+                        return Frame::End;
+                    }
+                    Ok(Err(_) | Ok(0)) => return Frame::End,
+                    Ok(Ok(len)) => line_frame(line, len, *max),
+                };
+                if line.capacity() > KEEP_LINE_BUFFER {
+                    *line = Vec::new();
+                } else {
+                    line.clear();
+                }
+                if let Some(frame) = frame {
+                    return frame;
+                }
+            },
+            Source::Ws(rx) => loop {
+                match rx.next().await {
+                    Some(Ok(WsMessage::Text(t))) => return Frame::Text(t.as_str().to_owned()),
+                    Some(Ok(WsMessage::Binary(b))) => {
+                        return match String::from_utf8(b.to_vec()) {
+                            Ok(t) => Frame::Text(t),
+                            Err(_) => Frame::Error(not_utf8()),
+                        }
+                    }
+                    Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_) | WsMessage::Frame(_))) => {}
+                    Some(Ok(WsMessage::Close(_))) | Some(Err(_)) | None => return Frame::End,
+                }
+            },
+        }
+    }
+}
+
+fn not_utf8() -> String {
+    envelope::error_reply(None, -32700, "Parse error: the message is not valid UTF-8")
+}
+
+/// The frame a complete line makes; `None` for a blank line. `line` holds at most `max + 1`
+/// bytes (the request and its newline); `len` is the line's full length.
+fn line_frame(line: &[u8], len: usize, max: usize) -> Option<Frame> {
+    let content = line.strip_suffix(b"\n").unwrap_or(line);
+    if len > line.len() || content.len() > max {
+        let msg =
+            format!("Request is too big: the limit is {max} bytes (limits.max_request_bytes)");
+        return Some(Frame::Error(envelope::error_reply(
+            None,
+            envelope::TOO_BIG,
+            &msg,
+        )));
+    }
+    match std::str::from_utf8(line.trim_ascii()) {
+        Ok("") => None,
+        Ok(s) => Some(Frame::Text(s.to_owned())),
+        Err(_) => Some(Frame::Error(not_utf8())),
+    }
+}
+
+/// The write side of a message connection.
+enum Wire {
+    Lines(OwnedWriteHalf),
+    Ws(SplitSink<WsServer, WsMessage>),
+}
+
+impl Wire {
+    /// False when the client is gone.
+    async fn send(&mut self, mut text: String) -> bool {
+        match self {
+            Wire::Lines(w) => {
+                text.push('\n');
+                w.write_all(text.as_bytes()).await.is_ok()
+            }
+            Wire::Ws(w) => w.send(WsMessage::text(text)).await.is_ok(),
+        }
+    }
+
+    async fn close(&mut self) {
+        match self {
+            Wire::Lines(w) => {
+                let _ = w.shutdown().await;
+            }
+            Wire::Ws(w) => {
+                let _ = w.close().await;
+            }
+        }
+    }
+}
+
+async fn write_loop(mut wire: Wire, mut rx: mpsc::Receiver<Out>, owed: Arc<Owed>) {
+    let mut open = true;
+    while let Some(out) = rx.recv().await {
+        match out {
+            Out::Reply(text) => {
+                if open && !text.is_empty() {
+                    open = wire.send(text).await;
+                }
+                owed.settle();
+            }
+            Out::Event(text) => {
+                if open {
+                    open = wire.send(text).await;
+                }
+            }
+            Out::Close => break,
+        }
+    }
+    wire.close().await;
+}
+
+/// Aborts a task when dropped, so nothing a connection started outlives it.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Serves a message connection (newline or WebSocket) until the client is done and every
+/// owed reply is written.
+async fn run_messages(shared: Arc<Shared>, mut source: Source, wire: Wire) {
+    let owed = Arc::new(Owed::default());
+    let (out, out_rx) = mpsc::channel(64);
+    let mut writer = AbortOnDrop(tokio::spawn(write_loop(wire, out_rx, owed.clone())));
+    let session = Arc::new(Session {
+        shared: shared.clone(),
+        events: Some(out.clone()),
+        bridge: OnceCell::new(),
+    });
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
+    let stop = shared.stop.clone();
+    loop {
+        let frame = tokio::select! {
+            f = source.next() => f,
+            _ = stop.clone().shutdown() => Frame::End,
+        };
+        let msg = match frame {
+            Frame::End => break,
+            Frame::Error(reply) => {
+                owed.add();
+                if out.send(Out::Reply(reply)).await.is_err() {
+                    break;
+                }
+                continue;
+            }
+            Frame::Text(text) => envelope::parse(&text),
+        };
+        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+            break;
+        };
+        let owes = msg.owes_reply();
+        if owes {
+            owed.add();
+        }
+        let (session, out) = (session.clone(), out.clone());
+        tokio::spawn(async move {
+            // A single subscription call is answered by the bridge itself, in order with
+            // the notifications that follow it (a client may read them right after).
+            let msg = match msg {
+                Message::Single(Item::Call(call)) if session.is_subscription(&call.method) => {
+                    match session.subscribe_in_order(call).await {
+                        Ok(()) => return drop(permit),
+                        Err(reply) => Some(reply),
+                    }
+                }
+                msg => session.handle(msg).await,
+            };
+            if owes {
+                let _ = out.send(Out::Reply(msg.unwrap_or_default())).await;
+            }
+            drop(permit);
+        });
+    }
+    drop(source);
+    // The client is done sending: answer what is owed, then close.
+    tokio::select! {
+        _ = owed.none() => {}
+        _ = &mut writer.0 => return,
+    }
+    if out.send(Out::Close).await.is_ok() {
+        let _ = tokio::time::timeout(Duration::from_secs(5), &mut writer.0).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The subscription bridge
+
+/// An in-process WebSocket to jsonrpsee's service, for the methods that need a connection
+/// of their own (subscriptions and their unsubscribe).
+struct Bridge {
+    requests: mpsc::Sender<String>,
+    pending: Arc<Mutex<HashMap<u64, Waiter>>>,
+    _tasks: [AbortOnDrop; 3],
+}
+
+impl Bridge {
+    async fn open(shared: Arc<Shared>, events: mpsc::Sender<Out>) -> anyhow::Result<Bridge> {
+        let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+        let server = AbortOnDrop(tokio::spawn(serve_jsonrpsee(server_io, shared)));
+        // A small read buffer: tungstenite zero-fills its whole read buffer on every read.
+        let cfg = WebSocketConfig::default()
+            .read_buffer_size(4096)
+            .max_message_size(None)
+            .max_frame_size(None);
+        let (ws, _) =
+            tokio_tungstenite::client_async_with_config("ws://localhost/", client_io, Some(cfg))
+                .await?;
+        let (mut tx, mut rx) = ws.split();
+        let (requests, mut requests_rx) = mpsc::channel::<String>(64);
+        let sender = AbortOnDrop(tokio::spawn(async move {
+            while let Some(r) = requests_rx.recv().await {
+                if tx.send(WsMessage::text(r)).await.is_err() {
+                    return;
+                }
+            }
+        }));
+        let pending: Arc<Mutex<HashMap<u64, Waiter>>> = Arc::default();
+        let forwarder = {
+            let pending = pending.clone();
+            AbortOnDrop(tokio::spawn(async move {
+                while let Some(Ok(m)) = rx.next().await {
+                    let WsMessage::Text(t) = m else { continue };
+                    let text = t.as_str().to_owned();
+                    match envelope::reply_id(&text) {
+                        Some(n) => {
+                            let waiter = pending.lock().ok().and_then(|mut p| p.remove(&n));
+                            match waiter {
+                                Some(Waiter::Task(w)) => {
+                                    let _ = w.send(text);
+                                }
+                                Some(Waiter::InOrder(Some(id))) => {
+                                    let reply = Out::Reply(envelope::restore(text, &id));
+                                    if events.send(reply).await.is_err() {
+                                        break;
+                                    }
+                                }
+                                Some(Waiter::InOrder(None)) | None => {}
+                            }
+                        }
+                        None => {
+                            if events.send(Out::Event(text)).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                }
+                // Whoever still waits gets an error instead of hanging (a task sees its
+                // sender dropped; an owed in-order reply is written as an error).
+                let left: Vec<Waiter> = match pending.lock() {
+                    Ok(mut p) => p.drain().map(|(_, w)| w).collect(),
+                    Err(_) => Vec::new(),
+                };
+                for w in left {
+                    if let Waiter::InOrder(Some(id)) = w {
+                        let msg = "Internal error: the subscription engine went away";
+                        let reply = envelope::error_reply(Some(&id), envelope::INTERNAL_ERROR, msg);
+                        let _ = events.send(Out::Reply(reply)).await;
+                    }
+                }
+            }))
+        };
+        Ok(Bridge {
+            requests,
+            pending,
+            _tasks: [server, sender, forwarder],
+        })
+    }
+
+    /// jsonrpsee's reply to `call`; `None` when the bridge is gone.
+    async fn call(&self, call: &Call) -> Option<String> {
+        let (tx, rx) = oneshot::channel();
+        if !self
+            .send(call.n, Waiter::Task(tx), call.request.clone())
+            .await
+        {
+            return None;
+        }
+        rx.await.ok()
+    }
+
+    /// Sends a request whose reply goes to `waiter`; false when the bridge is gone.
+    async fn send(&self, n: u64, waiter: Waiter, request: String) -> bool {
+        match self.pending.lock() {
+            Ok(mut p) => p.insert(n, waiter),
+            Err(_) => return false,
+        };
+        if self.requests.send(request).await.is_ok() {
+            return true;
+        }
+        if let Ok(mut p) = self.pending.lock() {
+            p.remove(&n);
+        }
+        false
+    }
+}
+
+/// Who gets the reply to a request sent through the bridge.
+enum Waiter {
+    /// A task assembling a batch.
+    Task(oneshot::Sender<String>),
+    /// The connection's writer, directly, with the client's id (`None`: a notification,
+    /// nothing is written).
+    InOrder(Option<Box<RawValue>>),
+}
+
+/// jsonrpsee's own HTTP/WebSocket service on an in-process stream (the bridge's far end).
+async fn serve_jsonrpsee(io: tokio::io::DuplexStream, shared: Arc<Shared>) {
+    let conn = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(io), JsonrpseeService(shared))
+        .with_upgrades();
+    if let Err(e) = conn.await {
+        tracing::debug!(%e, "subscription bridge ended with an error");
+    }
+}
+
+struct JsonrpseeService(Arc<Shared>);
+
+impl hyper::service::Service<HttpRequest<Incoming>> for JsonrpseeService {
+    type Response = HttpResponse;
+    type Error = BoxError;
+    type Future = BoxFuture<'static, Result<HttpResponse, BoxError>>;
+
+    fn call(&self, req: HttpRequest<Incoming>) -> Self::Future {
+        let shared = &self.0;
+        let mut svc = shared
+            .service
+            .clone()
+            .build(shared.methods.clone(), shared.stop.clone());
+        tower::Service::call(&mut svc, req).boxed()
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Framings
+
+/// Newline-delimited JSON-RPC.
+async fn serve_newline(stream: UnixStream, shared: Arc<Shared>) {
+    let (rd, wr) = stream.into_split();
+    let source = Source::Lines {
+        rd: BufReader::with_capacity(READ_BUFFER, rd),
+        line: Vec::new(),
+        max: shared.max_request_bytes,
+        frame_timeout: shared.frame_timeout,
+    };
+    run_messages(shared, source, Wire::Lines(wr)).await;
+}
+
 /// Serves HTTP/1.1 (and WebSocket upgrades) on `io`. `token` demands a bearer token (TCP).
 pub async fn serve_http<I>(io: I, shared: Arc<Shared>, token: Option<Arc<str>>)
 where
     I: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
     let stop = shared.stop.clone();
-    let conn = hyper::server::conn::http1::Builder::new()
-        .serve_connection(
-            hyper_util::rt::TokioIo::new(io),
-            HttpService { shared, token },
-        )
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        // Slow or partial headers do not hold a connection forever.
+        .header_read_timeout(shared.frame_timeout)
+        // A client that half-closes after its last request still gets every response.
+        .half_close(true);
+    let conn = builder
+        .serve_connection(TokioIo::new(io), HttpService { shared, token })
         .with_upgrades();
     tokio::pin!(conn);
     let result = tokio::select! {
@@ -81,7 +647,7 @@ where
     }
 }
 
-/// Per-connection HTTP service: auth (TCP), `GET /health`, then jsonrpsee.
+/// Per-connection HTTP service: auth (TCP), `GET /health`, WebSocket upgrade, POST.
 struct HttpService {
     shared: Arc<Shared>,
     token: Option<Arc<str>>,
@@ -99,34 +665,119 @@ impl hyper::service::Service<HttpRequest<Incoming>> for HttpService {
             }
         }
         if req.method() == hyper::Method::GET && req.uri().path() == "/health" {
-            let body = serde_json::to_string(&super::methods::health(&self.shared.host))
-                .unwrap_or_default();
-            return ready(json(200, body));
+            let health = super::methods::health(&self.shared.host);
+            // 503 while degraded, so a HEALTHCHECK or a load balancer sees it.
+            let status = match health.status {
+                crate::protocol::HealthStatus::Ok => 200,
+                crate::protocol::HealthStatus::Degraded => 503,
+            };
+            let body = serde_json::to_string(&health).unwrap_or_default();
+            return ready(json(status, body));
         }
-        // `curl -d` sends a form content type; on a local socket a POST body is JSON-RPC.
-        let mut req = req;
-        if req.method() == hyper::Method::POST {
-            let is_json = req
-                .headers()
-                .get(hyper::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|v| v.starts_with("application/json"));
-            if !is_json {
-                req.headers_mut().insert(
-                    hyper::header::CONTENT_TYPE,
-                    hyper::header::HeaderValue::from_static("application/json"),
-                );
-            }
-        }
-        let (methods, stop) = (self.shared.methods.clone(), self.shared.stop.clone());
         if jsonrpsee::server::ws::is_upgrade_request(&req) {
-            let mut svc = self.shared.service.clone().build(methods, stop);
-            tower::Service::call(&mut svc, req).boxed()
-        } else {
-            let mut svc = self.shared.post_service.clone().build(methods, stop);
-            tower::Service::call(&mut svc, req).boxed()
+            return ready(upgrade(req, self.shared.clone()));
         }
+        if req.method() == hyper::Method::POST {
+            return post(req, self.shared.clone()).map(Ok).boxed();
+        }
+        ready(plain(
+            405,
+            "use POST / for JSON-RPC, GET / with Upgrade: websocket, or GET /health\n",
+        ))
     }
+}
+
+/// A JSON-RPC request or batch in a POST body (any content type: `curl -d` sends a form
+/// type, and on this socket a POST body is JSON-RPC).
+async fn post(req: HttpRequest<Incoming>, shared: Arc<Shared>) -> HttpResponse {
+    let max = shared.max_request_bytes;
+    let body = http_body_util::Limited::new(req.into_body(), max);
+    let bytes = match tokio::time::timeout(shared.frame_timeout, body.collect()).await {
+        Err(_) => {
+            let msg = "Invalid request: the request body did not arrive in time";
+            return json(408, envelope::error_reply(None, -32600, msg));
+        }
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            let msg =
+                format!("Request is too big: the limit is {max} bytes (limits.max_request_bytes)");
+            return json(413, envelope::error_reply(None, envelope::TOO_BIG, &msg));
+        }
+        Ok(Err(e)) => {
+            let msg = format!("Invalid request: the request body is malformed: {e}");
+            return json(400, envelope::error_reply(None, -32600, &msg));
+        }
+        Ok(Ok(c)) => c.to_bytes(),
+    };
+    let msg = match std::str::from_utf8(&bytes) {
+        Ok(text) => envelope::parse(text),
+        Err(_) => return json(200, not_utf8()),
+    };
+    drop(bytes);
+    let session = Session {
+        shared,
+        events: None,
+        bridge: OnceCell::new(),
+    };
+    match session.handle(msg).await {
+        Some(reply) => json(200, reply),
+        // Only notifications: nothing to say.
+        None => plain(204, ""),
+    }
+}
+
+/// Accepts a WebSocket upgrade and serves JSON-RPC messages on it.
+fn upgrade(req: HttpRequest<Incoming>, shared: Arc<Shared>) -> HttpResponse {
+    use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+    let headers = req.headers();
+    let version_ok = headers
+        .get(hyper::header::SEC_WEBSOCKET_VERSION)
+        .is_some_and(|v| v == "13");
+    let Some(key) = headers.get(hyper::header::SEC_WEBSOCKET_KEY) else {
+        return plain(400, "a WebSocket upgrade needs Sec-WebSocket-Key\n");
+    };
+    if req.method() != hyper::Method::GET || !version_ok {
+        return plain(
+            400,
+            "a WebSocket upgrade is a GET with Sec-WebSocket-Version: 13\n",
+        );
+    }
+    let accept = derive_accept_key(key.as_bytes());
+    let max = shared.max_request_bytes;
+    tokio::spawn(async move {
+        let upgraded = match hyper::upgrade::on(req).await {
+            Ok(u) => u,
+            Err(e) => {
+                tracing::debug!(%e, "websocket upgrade failed");
+                return;
+            }
+        };
+        // Client frames must be masked (RFC 6455 §5.1; tungstenite's default refuses
+        // unmasked ones and closes); one message is at most one request's worth.
+        let cfg = WebSocketConfig::default()
+            .read_buffer_size(READ_BUFFER)
+            .max_message_size(Some(max))
+            .max_frame_size(Some(max))
+            .accept_unmasked_frames(false);
+        let ws =
+            WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(cfg)).await;
+        let (tx, rx) = ws.split();
+        run_messages(shared, Source::Ws(rx), Wire::Ws(tx)).await;
+    });
+    let mut r = HttpResponse::new(HttpBody::default());
+    *r.status_mut() = hyper::StatusCode::SWITCHING_PROTOCOLS;
+    let h = r.headers_mut();
+    h.insert(
+        hyper::header::UPGRADE,
+        hyper::header::HeaderValue::from_static("websocket"),
+    );
+    h.insert(
+        hyper::header::CONNECTION,
+        hyper::header::HeaderValue::from_static("Upgrade"),
+    );
+    if let Ok(v) = hyper::header::HeaderValue::from_str(&accept) {
+        h.insert(hyper::header::SEC_WEBSOCKET_ACCEPT, v);
+    }
+    r
 }
 
 fn ready(r: HttpResponse) -> BoxFuture<'static, Result<HttpResponse, BoxError>> {
@@ -151,7 +802,8 @@ fn json(status: u16, body: String) -> HttpResponse {
     r
 }
 
-/// Constant-time check of `Authorization: Bearer <token>`.
+/// Constant-time check of `Authorization: Bearer <token>` (the scheme is case-insensitive,
+/// RFC 9110 §11.1).
 fn bearer_matches<B>(req: &HttpRequest<B>, token: &str) -> bool {
     use subtle::ConstantTimeEq;
     let Some(value) = req
@@ -161,286 +813,44 @@ fn bearer_matches<B>(req: &HttpRequest<B>, token: &str) -> bool {
     else {
         return false;
     };
-    let Some(given) = value.strip_prefix("Bearer ") else {
+    let Some((scheme, given)) = value.split_once(' ') else {
         return false;
     };
-    given.as_bytes().ct_eq(token.as_bytes()).into()
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return false;
+    }
+    given.trim().as_bytes().ct_eq(token.as_bytes()).into()
 }
 
-/// Bridges newline-delimited JSON-RPC onto an in-process WebSocket of the same service.
-async fn serve_newline(stream: UnixStream, shared: Arc<Shared>) {
-    let max = shared.max_request_bytes;
-    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
-    tokio::spawn(serve_http(server_io, shared.clone(), None));
-    // A small read buffer: tungstenite zero-fills its whole read buffer on every read, and
-    // the default 128 KiB made that the largest cost of a call.
-    let ws_config = WebSocketConfig::default()
-        .read_buffer_size(4096)
-        .max_message_size(Some(usize::MAX))
-        .max_frame_size(Some(usize::MAX));
-    let ws = match tokio_tungstenite::client_async_with_config(
-        "ws://localhost/",
-        client_io,
-        Some(ws_config),
-    )
-    .await
-    {
-        Ok((ws, _)) => ws,
-        Err(e) => {
-            tracing::warn!(%e, "newline bridge handshake failed");
-            return;
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(auth: &str) -> HttpRequest<()> {
+        HttpRequest::builder()
+            .header("Authorization", auth)
+            .body(())
+            .unwrap()
+    }
+
+    #[test]
+    fn bearer_scheme_is_case_insensitive_and_the_token_exact() {
+        for ok in [
+            "Bearer s3cret",
+            "bearer s3cret",
+            "BEARER s3cret",
+            "Bearer  s3cret",
+        ] {
+            assert!(bearer_matches(&req(ok), "s3cret"), "{ok}");
         }
-    };
-    let (mut ws_tx, mut ws_rx) = ws.split();
-    let (rd, wr) = stream.into_split();
-    let mut rd = tokio::io::BufReader::with_capacity(64 * 1024, rd);
-    let out = LineWriter::new(wr);
-    let methods = shared.methods.clone();
-
-    let reader = {
-        let out = out.clone();
-        async move {
-            let mut line = Vec::new();
-            loop {
-                let len = match read_line_bounded(&mut rd, max + 1, &mut line).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => n,
-                };
-                if len > max + 1 || (len > max && line.last() != Some(&b'\n')) {
-                    let msg = format!(
-                        "Request is too big: the limit is {max} bytes (limits.max_request_bytes)"
-                    );
-                    out.write(error_line(-32007, &msg), false).await;
-                    continue;
-                }
-                let line = match std::str::from_utf8(line.trim_ascii()) {
-                    Ok("") => continue,
-                    Ok(s) => s,
-                    Err(_) => {
-                        out.write(
-                            error_line(-32700, "Parse error: the line is not valid UTF-8"),
-                            false,
-                        )
-                        .await;
-                        continue;
-                    }
-                };
-                if let Some(call) = direct_call(&methods, line) {
-                    out.owe();
-                    let out = out.clone();
-                    tokio::spawn(async move {
-                        let reply = String::from(Box::<str>::from(call.await.into_json()));
-                        out.write(reply, true).await;
-                    });
-                    continue;
-                }
-                if expects_reply(line) {
-                    out.owe();
-                }
-                if ws_tx.send(Message::text(line.to_owned())).await.is_err() {
-                    break;
-                }
-            }
-            ws_tx
+        for bad in [
+            "Bearer s3cre",
+            "Basic s3cret",
+            "Bearers3cret",
+            "Bearer s3cretX",
+            "",
+        ] {
+            assert!(!bearer_matches(&req(bad), "s3cret"), "{bad}");
         }
-    };
-    // Forwards the bridge's answers and notifications; ends when the bridge or the client goes.
-    let forwarder = {
-        let out = out.clone();
-        async move {
-            while let Some(Ok(m)) = ws_rx.next().await {
-                if let Message::Text(t) = m {
-                    let reply = !t.as_str().starts_with(r#"{"jsonrpc":"2.0","method""#);
-                    if !out.write(t.as_str().to_owned(), reply).await {
-                        return;
-                    }
-                }
-            }
-        }
-    };
-    tokio::pin!(reader, forwarder);
-    tokio::select! {
-        mut ws_tx = &mut reader => {
-            // Input closed: keep answering until every reply owed has been written.
-            tokio::select! { _ = &mut forwarder => {}, _ = out.all_answered() => {} }
-            let _ = ws_tx.close().await;
-        }
-        _ = &mut forwarder => {}
-    }
-}
-
-/// The write side of a newline connection, shared by the bridge forwarder and the direct
-/// calls. It counts the replies still owed, so a client that half-closes after its last
-/// request (`printf … | socat - UNIX:…`) still gets every answer.
-#[derive(Clone)]
-struct LineWriter(Arc<LineWriterInner>);
-
-struct LineWriterInner {
-    /// An async lock: held across the write so lines never interleave.
-    wr: tokio::sync::Mutex<tokio::net::unix::OwnedWriteHalf>,
-    owed: AtomicI64,
-    answered: tokio::sync::Notify,
-}
-
-impl LineWriter {
-    fn new(wr: tokio::net::unix::OwnedWriteHalf) -> Self {
-        LineWriter(Arc::new(LineWriterInner {
-            wr: tokio::sync::Mutex::new(wr),
-            owed: AtomicI64::new(0),
-            answered: tokio::sync::Notify::new(),
-        }))
-    }
-
-    /// One more reply is owed to the client.
-    fn owe(&self) {
-        self.0.owed.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// Writes `text` and a newline in one write; `reply` settles one owed reply.
-    /// False when the client is gone.
-    async fn write(&self, mut text: String, reply: bool) -> bool {
-        text.push('\n');
-        let ok = self
-            .0
-            .wr
-            .lock()
-            .await
-            .write_all(text.as_bytes())
-            .await
-            .is_ok();
-        if reply && self.0.owed.fetch_sub(1, Ordering::SeqCst) <= 1 {
-            self.0.answered.notify_waiters();
-        }
-        ok
-    }
-
-    /// Resolves once no reply is owed.
-    async fn all_answered(&self) {
-        loop {
-            let notified = self.0.answered.notified();
-            if self.0.owed.load(Ordering::SeqCst) <= 0 {
-                return;
-            }
-            notified.await;
-        }
-    }
-}
-
-/// The fast path of newline framing: a single request (with an id) for a plain method is
-/// dispatched straight to its registered handler — the same callback the WebSocket path
-/// would run — skipping the in-process WebSocket hop. Everything else (batches,
-/// notifications, subscriptions, unknown methods, malformed lines) goes through the bridge,
-/// so its answers stay exactly jsonrpsee's.
-fn direct_call(methods: &Methods, line: &str) -> Option<BoxFuture<'static, MethodResponse>> {
-    if !line.starts_with('{') {
-        return None;
-    }
-    // A notification (no `id`) does not parse as a `Request`, so it takes the bridge.
-    let req: jsonrpsee::types::Request = serde_json::from_str(line).ok()?;
-    let (_, callback) = methods.method_with_name(&req.method)?;
-    let params = jsonrpsee::types::Params::new(req.params.as_ref().map(|p| p.get())).into_owned();
-    let id = req.id.into_owned();
-    match callback {
-        MethodCallback::Async(cb) => Some(cb(
-            id,
-            params,
-            ConnectionId(0),
-            usize::MAX,
-            Default::default(),
-        )),
-        MethodCallback::Sync(cb) => {
-            Some(futures::future::ready(cb(id, params, usize::MAX, Default::default())).boxed())
-        }
-        MethodCallback::Subscription(_) | MethodCallback::Unsubscription(_) => None,
-    }
-}
-
-/// Whether a request line will produce a reply (everything but a well-formed notification).
-fn expects_reply(line: &str) -> bool {
-    #[derive(serde::Deserialize)]
-    struct Probe<'a> {
-        #[serde(borrow, default)]
-        id: Option<&'a serde_json::value::RawValue>,
-        #[serde(default)]
-        method: Option<serde::de::IgnoredAny>,
-    }
-    match serde_json::from_str::<Probe>(line) {
-        Ok(p) => p.id.is_some() || p.method.is_none(),
-        Err(_) => true,
-    }
-}
-
-fn error_line(code: i32, message: &str) -> String {
-    serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}})
-        .to_string()
-}
-
-/// Subscriptions whose names a plain HTTP POST cannot serve (it has no way to deliver
-/// notifications); see `CallsOnly`.
-const SUBSCRIPTIONS: &[&str] = &["subscribe_invoke", "subscribe_tools_changed"];
-
-/// The rpc middleware of the HTTP POST path: a subscription gets a clear `-32601` naming the
-/// framings that carry notifications, instead of jsonrpsee's bare "Internal error".
-#[derive(Clone)]
-pub(crate) struct CallsOnlyLayer;
-
-impl<S> tower::Layer<S> for CallsOnlyLayer {
-    type Service = CallsOnly<S>;
-    fn layer(&self, inner: S) -> CallsOnly<S> {
-        CallsOnly(inner)
-    }
-}
-
-#[derive(Clone)]
-pub(crate) struct CallsOnly<S>(S);
-
-impl<S> jsonrpsee::server::middleware::rpc::RpcServiceT for CallsOnly<S>
-where
-    S: jsonrpsee::server::middleware::rpc::RpcServiceT<MethodResponse = MethodResponse>
-        + Clone
-        + Send
-        + Sync
-        + 'static,
-{
-    type MethodResponse = MethodResponse;
-    type NotificationResponse = S::NotificationResponse;
-    type BatchResponse = S::BatchResponse;
-
-    fn call<'a>(
-        &self,
-        req: jsonrpsee::types::Request<'a>,
-    ) -> impl std::future::Future<Output = MethodResponse> + Send + 'a {
-        let inner = self.0.clone();
-        async move {
-            if SUBSCRIPTIONS.contains(&req.method_name()) {
-                let msg = format!(
-                    "{} sends notifications, which HTTP POST cannot carry: use newline-delimited JSON or a WebSocket on the same socket",
-                    req.method_name()
-                );
-                return MethodResponse::error(
-                    req.id,
-                    jsonrpsee::types::ErrorObject::owned(
-                        crate::protocol::codes::METHOD_NOT_FOUND,
-                        msg,
-                        None::<()>,
-                    ),
-                );
-            }
-            inner.call(req).await
-        }
-    }
-
-    fn batch<'a>(
-        &self,
-        batch: jsonrpsee::server::middleware::rpc::Batch<'a>,
-    ) -> impl std::future::Future<Output = Self::BatchResponse> + Send + 'a {
-        self.0.batch(batch)
-    }
-
-    fn notification<'a>(
-        &self,
-        n: jsonrpsee::server::middleware::rpc::Notification<'a>,
-    ) -> impl std::future::Future<Output = Self::NotificationResponse> + Send + 'a {
-        self.0.notification(n)
     }
 }

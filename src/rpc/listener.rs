@@ -2,7 +2,7 @@
 //! and the optional token-protected TCP listener.
 
 use std::os::fd::FromRawFd;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
@@ -10,9 +10,49 @@ use tokio::net::{TcpListener, UnixListener};
 
 use crate::config::Config;
 
-/// The socket path of protocol.md §1, with config `listen.socket` as the configured one.
-pub fn socket_path(explicit: Option<&Path>, cfg: &Config) -> PathBuf {
-    crate::protocol::socket_path(explicit, cfg.listen.socket.as_deref())
+/// The socket path, and whether it is the default one (in a runtime directory of ours that
+/// must be private).
+fn chosen_socket(explicit: Option<&Path>, cfg: &Config) -> (PathBuf, bool) {
+    let path = crate::protocol::socket_path(explicit, cfg.listen.socket.as_deref());
+    let is_default = path == crate::protocol::default_socket();
+    (path, is_default)
+}
+
+/// Creates `dir` with mode 0700 if missing, and refuses it unless it is a real directory
+/// (not a symlink) owned by us and closed to group and others. Otherwise another user could
+/// create it first (in /tmp) and take over or watch the socket, as tmux and ssh-agent guard
+/// against.
+pub(crate) fn ensure_private_dir(dir: &Path) -> anyhow::Result<()> {
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot create {}", dir.display())),
+    }
+    let m = std::fs::symlink_metadata(dir)
+        .with_context(|| format!("cannot inspect {}", dir.display()))?;
+    let uid = nix::unistd::geteuid().as_raw();
+    if !m.file_type().is_dir() {
+        bail!(
+            "refusing the socket directory {}: it is not a directory (a symlink or a file); remove it or pass --socket",
+            dir.display()
+        );
+    }
+    if m.uid() != uid {
+        bail!(
+            "refusing the socket directory {}: it is owned by uid {}, not by us (uid {uid}); someone else may have created it; remove it or pass --socket",
+            dir.display(),
+            m.uid()
+        );
+    }
+    if m.mode() & 0o077 != 0 {
+        bail!(
+            "refusing the socket directory {}: its mode {:o} lets group or others in; run `chmod 700 {}` or pass --socket",
+            dir.display(),
+            m.mode() & 0o7777,
+            dir.display()
+        );
+    }
+    Ok(())
 }
 
 pub struct Listeners {
@@ -25,13 +65,20 @@ pub struct Listeners {
 
 impl Listeners {
     pub async fn bind(socket: Option<&Path>, cfg: &Config) -> anyhow::Result<Listeners> {
-        let path = socket_path(socket, cfg);
+        let (path, default) = chosen_socket(socket, cfg);
         let (unix, owned_path) = match systemd_socket()? {
             Some(l) => (l, None),
-            None => (
-                bind_unix(&path, cfg.listen.socket_mode.as_deref()).await?,
-                Some(path.clone()),
-            ),
+            None => {
+                if default {
+                    if let Some(dir) = path.parent() {
+                        ensure_private_dir(dir)?;
+                    }
+                }
+                (
+                    bind_unix(&path, cfg.listen.socket_mode.as_deref()).await?,
+                    Some(path.clone()),
+                )
+            }
         };
         let tcp = match &cfg.listen.tcp {
             None => None,
@@ -40,6 +87,11 @@ impl Listeners {
                 let l = TcpListener::bind(addr)
                     .await
                     .with_context(|| format!("cannot listen on tcp {addr}"))?;
+                if l.local_addr().is_ok_and(|a| a.ip().is_unspecified()) {
+                    tracing::warn!(
+                        "listen.tcp {addr} accepts connections from every network this machine is on; only the bearer token stands between them and your tools (use 127.0.0.1 unless you mean it)"
+                    );
+                }
                 Some((l, token))
             }
         };
@@ -78,18 +130,29 @@ fn systemd_socket() -> anyhow::Result<Option<UnixListener>> {
 async fn bind_unix(path: &Path, mode: Option<&str>) -> anyhow::Result<UnixListener> {
     if let Some(dir) = path.parent() {
         if !dir.exists() {
-            std::fs::create_dir_all(dir)
+            // Directories we create are private from the start (no chmod window).
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
                 .with_context(|| format!("cannot create {}", dir.display()))?;
-            let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
         }
     }
-    if path.exists() {
-        // Replace a stale socket only when nobody answers on it.
-        if tokio::net::UnixStream::connect(path).await.is_ok() {
-            bail!("another toolhost daemon is already serving on {} (stop it first, or pass --socket)", path.display());
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot inspect {}", path.display())),
+        Ok(m) if !m.file_type().is_socket() => bail!(
+            "{} exists and is not a socket; refusing to replace it (remove it or choose another --socket)",
+            path.display()
+        ),
+        Ok(_) => {
+            // Replace a stale socket only when nobody answers on it.
+            if tokio::net::UnixStream::connect(path).await.is_ok() {
+                bail!("another toolhost daemon is already serving on {} (stop it first, or pass --socket)", path.display());
+            }
+            std::fs::remove_file(path)
+                .with_context(|| format!("cannot remove stale socket {}", path.display()))?;
         }
-        std::fs::remove_file(path)
-            .with_context(|| format!("cannot remove stale socket {}", path.display()))?;
     }
     // Bind under a strict umask so the socket is never reachable with looser permissions,
     // then set the configured mode.

@@ -3,9 +3,11 @@
 //! `store` keeps records durably; `views` holds the protocol semantics that tie a session
 //! to the registry (the stable tool view, resume, refresh).
 
+mod recover;
 mod sled_store;
 mod store;
 mod views;
 
-pub use store::{Page, SessionStore, Sessions};
+pub use recover::cli as recover_cli;
+pub use store::Sessions;
 pub use views::{create, refresh_tools, resume, tools, update, Scope};

@@ -10,6 +10,13 @@
 //! `update` never changes `id` or `created_at`, so it touches only `sessions`, with a
 //! compare-and-swap loop. `list` still skips index entries without a matching record.
 //!
+//! Damage: sled 0.34.7 panics on some cut logs and silently replays a prefix of others, and
+//! replaying a damaged log rewrites it. So a clean shutdown leaves a record (ids, and the
+//! log's length and digest once sled has closed it) that the next open checks *before*
+//! sled reads the log; a sled panic during open is caught; either way the store is
+//! refused as damaged with the way out (`toolhost session recover`, `recover.rs`).
+//! Without a record (after a crash) a silently shortened log cannot be told apart.
+//!
 //! Nothing here waits for durability: writes become durable at the next [`SessionStore::flush`]
 //! (the group committer in `store.rs` calls it).
 
@@ -18,15 +25,24 @@ use std::ffi::OsString;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{bail, Context};
+use nix::fcntl::{Flock, FlockArg};
+use sha2::Digest;
 use sled::transaction::{abort, ConflictableTransactionError, TransactionError};
 use sled::Transactional;
 
 use super::store::{Page, SessionStore};
 use crate::error::{Error, Result};
 use crate::protocol::Session;
+
+/// sled's log file inside the store dir (it `fsync`s only every 500 ms; we do it per flush).
+pub(super) const LOG_FILE: &str = "db";
+/// sled's directory of values too big for the log.
+pub(super) const BLOBS_DIR: &str = "blobs";
+/// Our record of the last clean shutdown (sled ignores other files in its dir).
+pub(super) const SEAL_FILE: &str = "toolhost-clean-shutdown.json";
 
 /// The on-disk schema this build reads and writes.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -45,6 +61,140 @@ pub struct SledStore {
     /// sled's `blobs/` dir (values too big for the log) and the blob files already synced.
     blobs_dir: PathBuf,
     synced_blobs: Mutex<HashSet<OsString>>,
+}
+
+/// What a clean shutdown leaves behind: enough to notice sessions missing on the next open.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Seal {
+    count: u64,
+    /// SHA-256 over every session id (in key order), each followed by a NUL.
+    ids_sha256: String,
+    /// The ids themselves: `recover` looks for these in the raw log when sled can't
+    /// replay it. Not compared on open (the digest covers them).
+    #[serde(default)]
+    ids: Vec<String>,
+    /// The log file as the shutdown left it, checked before sled opens it.
+    #[serde(default)]
+    log: Option<LogPrint>,
+}
+
+/// Length and SHA-256 of sled's log file. Hashing reads the whole file (a few ms per MB)
+/// once at shutdown and once at start; it catches any change, not only a cut tail.
+#[derive(Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct LogPrint {
+    len: u64,
+    sha256: String,
+}
+
+impl LogPrint {
+    fn of(dir: &Path) -> std::io::Result<LogPrint> {
+        let mut f = std::fs::File::open(dir.join(LOG_FILE))?;
+        let mut h = sha2::Sha256::new();
+        let len = std::io::copy(&mut f, &mut h)?;
+        Ok(LogPrint {
+            len,
+            sha256: hex::encode(h.finalize()),
+        })
+    }
+}
+
+/// Why [`SledStore::open`] failed; decides the message.
+enum OpenError {
+    Locked,
+    /// Unreadable, or readable with sessions missing: only `toolhost session recover` helps.
+    Damaged(String),
+    /// A complete message (it names the store).
+    Refused(anyhow::Error),
+    Other(anyhow::Error),
+}
+
+impl From<sled::Error> for OpenError {
+    fn from(e: sled::Error) -> OpenError {
+        match e {
+            sled::Error::Io(io) if io.to_string().contains("could not acquire lock") => {
+                OpenError::Locked
+            }
+            e @ (sled::Error::Corruption { .. } | sled::Error::ReportableBug(_)) => {
+                OpenError::Damaged(e.to_string())
+            }
+            e => OpenError::Other(anyhow::anyhow!(e)),
+        }
+    }
+}
+
+impl OpenError {
+    fn into_anyhow(self, dir: &Path) -> anyhow::Error {
+        match self {
+            OpenError::Locked => anyhow::anyhow!(
+                "session store {} is locked by another process (is another toolhost running with this data dir?)",
+                dir.display()
+            ),
+            OpenError::Damaged(why) => {
+                let data_dir = dir.parent().unwrap_or(dir);
+                anyhow::anyhow!(
+                    "session store {} is damaged: {why}. The daemon will not start on it, so no session is \
+                     dropped silently. To salvage every readable session into a new store (the damaged one is \
+                     kept as {}/sessions.corrupt-<time>), run: toolhost session recover --data-dir {}",
+                    dir.display(),
+                    data_dir.display(),
+                    data_dir.display()
+                )
+            }
+            OpenError::Refused(e) => e,
+            OpenError::Other(e) => anyhow::anyhow!("cannot open session store {}: {e:#}", dir.display()),
+        }
+    }
+}
+
+thread_local! {
+    /// Set while [`catch_quietly`] runs on this thread: the panic message goes here, not stderr.
+    static CAUGHT: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f`, turning a panic on this thread into `Err(message)` without printing it.
+///
+/// sled 0.34.7 panics while replaying some damaged logs ("tried to serialize
+/// Uninitialized", sled#1387). The panic happens on the thread calling `open`, before sled
+/// starts its flusher, so catching it there is enough; the half-opened database is dropped
+/// and the caller must not reopen the same dir in this process (refuse, or use a
+/// subprocess, as `recover` does). Panics on other threads still reach the previous hook.
+fn catch_quietly<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let quiet = CAUGHT.with(|c| {
+                let mut c = c.borrow_mut();
+                match c.as_mut() {
+                    Some(slot) => {
+                        let msg = info
+                            .payload()
+                            .downcast_ref::<&str>()
+                            .map(|s| (*s).to_owned())
+                            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "unknown failure".into());
+                        *slot = match info.location() {
+                            Some(l) => format!(
+                                "{msg} ({}:{})",
+                                l.file().rsplit('/').next().unwrap_or(""),
+                                l.line()
+                            ),
+                            None => msg,
+                        };
+                        true
+                    }
+                    None => false,
+                }
+            });
+            if !quiet {
+                previous(info);
+            }
+        }));
+    });
+    CAUGHT.with(|c| *c.borrow_mut() = Some(String::new()));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    let msg = CAUGHT.with(|c| c.borrow_mut().take()).unwrap_or_default();
+    r.map_err(|_| msg)
 }
 
 fn time_key(created_at: u64, id: &str) -> Vec<u8> {
@@ -68,75 +218,256 @@ fn encode(s: &Session) -> Result<Vec<u8>> {
 }
 
 impl SledStore {
-    /// Opens (creating if needed) the store in `dir`; refuses a newer schema or a database
-    /// another process holds.
+    /// Opens (creating if needed) the store in `dir`; refuses a newer schema, a database
+    /// another process holds, and a damaged one (see [`OpenError::Damaged`]).
     pub fn open(dir: &Path) -> anyhow::Result<SledStore> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create session dir {}", dir.display()))?;
+        let store = match catch_quietly(|| SledStore::open_checked(dir)) {
+            Ok(r) => r,
+            Err(panic) => Err(OpenError::Damaged(format!(
+                "sled failed while replaying its log: {panic}"
+            ))),
+        };
+        store.map_err(|e| e.into_anyhow(dir))
+    }
+
+    /// Opens without the clean-shutdown check or the schema refusal, for `recover`'s export.
+    pub(super) fn open_for_export(dir: &Path) -> anyhow::Result<SledStore> {
+        let store = match catch_quietly(|| SledStore::open_raw(dir)) {
+            Ok(r) => r,
+            Err(panic) => Err(OpenError::Damaged(format!(
+                "sled failed while replaying its log: {panic}"
+            ))),
+        };
+        store.map_err(|e| e.into_anyhow(dir))
+    }
+
+    fn open_checked(dir: &Path) -> Result<SledStore, OpenError> {
+        let seal = SledStore::read_seal(dir)?;
+        // Before sled sees the log: replaying a damaged one rewrites it (and its snapshot),
+        // which would destroy what `recover` can still find in it.
+        if let Some(before) = seal.as_ref().and_then(|s| s.log.as_ref()) {
+            let now = LogPrint::of(dir).map_err(|e| {
+                OpenError::Other(anyhow::anyhow!(
+                    "cannot read {}: {e}",
+                    dir.join(LOG_FILE).display()
+                ))
+            })?;
+            if now != *before {
+                return Err(OpenError::Damaged(format!(
+                    "its log changed since the last clean shutdown ({} bytes then, {} now; \
+                     content digest differs: {})",
+                    before.len,
+                    now.len,
+                    before.sha256 != now.sha256
+                )));
+            }
+        }
+        let store = SledStore::open_raw(dir)?;
+        store.check_schema(dir)?;
+        store.check_seal(dir, seal)?;
+        Ok(store)
+    }
+
+    fn open_raw(dir: &Path) -> Result<SledStore, OpenError> {
         let db = sled::Config::new()
             .path(dir)
             .cache_capacity(CACHE_BYTES)
             .mode(sled::Mode::HighThroughput)
             .open()
-            .map_err(|e| match e {
-                sled::Error::Io(io) if io.to_string().contains("could not acquire lock") => anyhow::anyhow!(
-                    "session store {} is locked by another process (is another toolhost running with this data dir?)",
-                    dir.display()
-                ),
-                e => anyhow::anyhow!("cannot open session store {}: {e}", dir.display()),
-            })?;
-        let ctx = || format!("session store {}", dir.display());
-        let meta = db.open_tree("meta").with_context(ctx)?;
-        match meta.get(SCHEMA_KEY).with_context(ctx)? {
-            None => {
-                meta.insert(SCHEMA_KEY, &SCHEMA_VERSION.to_be_bytes())
-                    .with_context(ctx)?;
-                db.flush().with_context(ctx)?;
-            }
-            Some(v) => {
-                let found = <[u8; 4]>::try_from(v.as_ref())
-                    .map(u32::from_be_bytes)
-                    .map_err(|_| {
-                        anyhow::anyhow!(
-                            "session store {}: unreadable schema_version {:?}",
-                            dir.display(),
-                            v.as_ref()
-                        )
-                    })?;
-                if found > SCHEMA_VERSION {
-                    bail!(
-                        "session store {} has schema version {found}, newer than the {SCHEMA_VERSION} this toolhost \
-                         supports; upgrade toolhost or use another data dir",
-                        dir.display()
-                    );
-                }
-                if found < SCHEMA_VERSION {
-                    bail!(
-                        "session store {} has unknown older schema version {found}",
-                        dir.display()
-                    );
-                }
-            }
-        }
-        let sessions = db.open_tree("sessions").with_context(ctx)?;
-        let by_time = db.open_tree("by_time").with_context(ctx)?;
+            .map_err(OpenError::from)?;
+        let sessions = db.open_tree("sessions")?;
+        let by_time = db.open_tree("by_time")?;
         let mut n = 0u64;
         for k in sessions.iter().keys() {
-            k.with_context(ctx)?;
+            k?;
             n += 1;
         }
-        let log_path = dir.join("db");
-        let log_file = std::fs::File::open(&log_path)
-            .with_context(|| format!("cannot open {} for fsync", log_path.display()))?;
+        let log_path = dir.join(LOG_FILE);
+        let log_file = std::fs::File::open(&log_path).map_err(|e| {
+            OpenError::Other(anyhow::anyhow!(
+                "cannot open {} for fsync: {e}",
+                log_path.display()
+            ))
+        })?;
         Ok(SledStore {
             db,
             sessions,
             by_time,
             count: AtomicU64::new(n),
             log_file,
-            blobs_dir: dir.join("blobs"),
+            blobs_dir: dir.join(BLOBS_DIR),
             synced_blobs: Mutex::new(HashSet::new()),
         })
+    }
+
+    fn check_schema(&self, dir: &Path) -> Result<(), OpenError> {
+        let meta = self.db.open_tree("meta")?;
+        match meta.get(SCHEMA_KEY)? {
+            None if self.count() == 0 => {
+                meta.insert(SCHEMA_KEY, &SCHEMA_VERSION.to_be_bytes())?;
+                self.db.flush()?;
+            }
+            // Sessions without a schema record: the record was lost with part of the log.
+            None => {
+                return Err(OpenError::Damaged(
+                    "it holds sessions but no schema_version record".into(),
+                ))
+            }
+            Some(v) => {
+                let found = <[u8; 4]>::try_from(v.as_ref())
+                    .map(u32::from_be_bytes)
+                    .map_err(|_| {
+                        OpenError::Damaged(format!("unreadable schema_version {:?}", v.as_ref()))
+                    })?;
+                if found > SCHEMA_VERSION {
+                    return Err(OpenError::Refused(anyhow::anyhow!(
+                        "session store {} has schema version {found}, newer than the {SCHEMA_VERSION} this toolhost \
+                         supports; upgrade toolhost or use another data dir",
+                        dir.display()
+                    )));
+                }
+                if found < SCHEMA_VERSION {
+                    return Err(OpenError::Refused(anyhow::anyhow!(
+                        "session store {} has unknown older schema version {found}",
+                        dir.display()
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The record the last clean shutdown left ([`SledStore::seal`]), if any. An unreadable
+    /// one is ignored (with a warning): it only ever adds checks.
+    fn read_seal(dir: &Path) -> Result<Option<Seal>, OpenError> {
+        let path = dir.join(SEAL_FILE);
+        match std::fs::read(&path) {
+            Ok(t) => Ok(serde_json::from_slice::<Seal>(&t)
+                .inspect_err(|e| {
+                    tracing::warn!(path = %path.display(), error = %e, "ignoring an unreadable clean-shutdown record")
+                })
+                .ok()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(OpenError::Other(anyhow::anyhow!(
+                "cannot read {}: {e}",
+                path.display()
+            ))),
+        }
+    }
+
+    /// Compares the opened store with the clean-shutdown record, then removes the record:
+    /// it only describes the store as it was at that shutdown.
+    ///
+    /// sled replays its log up to the first unreadable entry and silently drops the rest,
+    /// so a damaged tail shows up as sessions missing against this record. Not detected:
+    /// damage after a crash (no record then; logged as a warning), and damage that keeps
+    /// the same ids but loses an update to one of them.
+    fn check_seal(&self, dir: &Path, seal: Option<Seal>) -> Result<(), OpenError> {
+        let Some(seal) = seal else {
+            if self.count() > 0 {
+                tracing::warn!(
+                    store = %dir.display(),
+                    "the session store was not shut down cleanly last time; \
+                     damage to the end of its log cannot be detected on this start"
+                );
+            }
+            return Ok(());
+        };
+        let now = self.seal_now()?;
+        if (now.count, &now.ids_sha256) != (seal.count, &seal.ids_sha256) {
+            return Err(OpenError::Damaged(format!(
+                "at the last clean shutdown it held {} sessions, now {} are readable: \
+                 the end of its log was lost",
+                seal.count, now.count
+            )));
+        }
+        let path = dir.join(SEAL_FILE);
+        std::fs::remove_file(&path)
+            .and_then(|()| std::fs::File::open(dir)?.sync_all())
+            .map_err(|e| OpenError::Other(anyhow::anyhow!("cannot remove {}: {e}", path.display())))
+    }
+
+    /// The count and id digest the clean-shutdown record holds.
+    fn seal_now(&self) -> Result<Seal, OpenError> {
+        let mut h = sha2::Sha256::new();
+        let mut count = 0u64;
+        let mut ids = Vec::new();
+        for k in self.sessions.iter().keys() {
+            let k = k?;
+            h.update(&k);
+            h.update([0u8]);
+            count += 1;
+            ids.push(String::from_utf8_lossy(&k).into_owned());
+        }
+        Ok(Seal {
+            count,
+            ids_sha256: hex::encode(h.finalize()),
+            ids,
+            log: None,
+        })
+    }
+
+    /// Records a clean shutdown, so the next open can tell a damaged log (see
+    /// `open_checked` and `check_seal`): the ids now, then the log's length and digest once
+    /// sled has closed it. sled still writes to the log while its `Db` drops, so this waits
+    /// until `store` is the last handle; closing is confirmed by taking sled's own lock on the log
+    /// (waiting at most 5 s; otherwise the record has no log digest and only the ids are
+    /// checked). Written with temp + fsync + rename: a crash leaves no record, not a bad one.
+    pub(super) fn seal(mut store: Arc<SledStore>, dir: &Path) -> anyhow::Result<()> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        // A write still running on a blocking thread holds a handle: wait for it, so the
+        // record describes the final state (a stale record would refuse the next start).
+        let store = loop {
+            match Arc::try_unwrap(store) {
+                Ok(s) => break s,
+                Err(s) if std::time::Instant::now() < deadline => {
+                    store = s;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(_) => bail!("the session store is still in use; no clean-shutdown record"),
+            }
+        };
+        let mut seal = store.seal_now().map_err(|e| e.into_anyhow(dir))?;
+        drop(store);
+        let log = dir.join(LOG_FILE);
+        let mut file = std::fs::File::open(&log)?;
+        let lock = loop {
+            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(l) => break Some(l),
+                Err((f, _)) if std::time::Instant::now() < deadline => {
+                    file = f;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(_) => {
+                    tracing::warn!(store = %dir.display(), "sled did not close its log within 5 s; the clean-shutdown record has no log digest");
+                    break None;
+                }
+            }
+        };
+        if lock.is_some() {
+            seal.log =
+                Some(LogPrint::of(dir).with_context(|| format!("cannot read {}", log.display()))?);
+        }
+        let path = dir.join(SEAL_FILE);
+        let bytes = serde_json::to_vec(&seal)?;
+        crate::atomic_file::write_atomic(&path, &bytes, crate::atomic_file::Durability::Synced)
+            .with_context(|| format!("cannot write {}", path.display()))
+    }
+
+    /// Every record that decodes, and how many did not (for `recover`).
+    pub(super) fn export(&self) -> anyhow::Result<(Vec<Session>, u64)> {
+        let mut out = Vec::new();
+        let mut bad = 0;
+        for kv in self.sessions.iter() {
+            let (k, v) = kv?;
+            match serde_json::from_slice::<Session>(&v) {
+                Ok(s) if s.id.as_bytes() == k.as_ref() => out.push(s),
+                _ => bad += 1,
+            }
+        }
+        Ok((out, bad))
     }
 
     /// sled writes a blob file (a log item over segment_size / 4 = 128 KiB, e.g. a leaf of
@@ -350,5 +681,25 @@ impl SledStore {
             .insert(key, value)
             .unwrap();
         self.db.flush().unwrap();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catch_quietly_turns_a_panic_into_its_message() {
+        assert_eq!(catch_quietly(|| 5), Ok(5));
+        let line = line!() + 1;
+        let r = catch_quietly(|| -> u32 { panic!("tried to serialize {}", "Uninitialized") });
+        assert_eq!(
+            r,
+            Err(format!(
+                "tried to serialize Uninitialized (sled_store.rs:{line})"
+            ))
+        );
+        // The slot is cleared: a later panic elsewhere reaches the normal hook again.
+        assert!(CAUGHT.with(|c| c.borrow().is_none()));
     }
 }

@@ -8,7 +8,7 @@
 //! flush runs share the next flush, so the fsync rate is bounded by the disk, not the client
 //! count.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -146,13 +146,17 @@ pub struct Sessions {
     store: Arc<dyn SessionStore>,
     committer: Arc<Committer>,
     flusher: Option<JoinHandle<()>>,
+    /// The sled store and its dir, to leave a clean-shutdown record on drop.
+    sealable: Option<(Arc<SledStore>, PathBuf)>,
 }
 
 impl Sessions {
     /// Opens (creating if needed) the sled store in `dir`.
     pub fn open(dir: &Path) -> anyhow::Result<Sessions> {
-        let store = SledStore::open(dir)?;
-        Sessions::with_store(Arc::new(store))
+        let store = Arc::new(SledStore::open(dir)?);
+        let mut sessions = Sessions::with_store(store.clone())?;
+        sessions.sealable = Some((store, dir.to_owned()));
+        Ok(sessions)
     }
 
     /// A service over any store (starts its flusher thread).
@@ -171,6 +175,7 @@ impl Sessions {
             store,
             committer,
             flusher: Some(flusher),
+            sealable: None,
         })
     }
 
@@ -269,14 +274,57 @@ impl Sessions {
 }
 
 impl Drop for Sessions {
-    /// Stops the flusher after a last flush of anything still pending.
+    /// Stops the flusher after a last flush of anything still pending; when everything
+    /// written is on disk, records the clean shutdown (see `SledStore::seal`).
     fn drop(&mut self) {
         self.committer.lock().shutdown = true;
         self.committer.wake.notify_one();
-        if let Some(h) = self.flusher.take() {
-            let _ = h.join();
+        let joined = self.flusher.take().is_none_or(|h| h.join().is_ok());
+        let written = self.committer.lock().written;
+        let clean = joined && {
+            let f = self.committer.flushed.borrow();
+            f.failed.is_none() && f.upto >= written
+        };
+        if let (true, Some((store, dir))) = (clean, self.sealable.take()) {
+            // Our last other handle: sled must close its files before the record is taken.
+            self.store = Arc::new(Closed);
+            match SledStore::seal(store, &dir) {
+                Ok(()) => tracing::info!(store = %dir.display(), "session store closed cleanly"),
+                Err(e) => tracing::warn!(error = %format!("{e:#}"), "no clean-shutdown record"),
+            }
         }
     }
+}
+
+/// Stands in for the store once `Sessions` has closed it.
+struct Closed;
+
+impl SessionStore for Closed {
+    fn get(&self, _: &str) -> Result<Option<Session>> {
+        Err(closed())
+    }
+    fn insert(&self, _: &Session) -> Result<bool> {
+        Err(closed())
+    }
+    fn update(&self, _: &str, _: &dyn Fn(&mut Session)) -> Result<Option<Session>> {
+        Err(closed())
+    }
+    fn delete(&self, _: &str) -> Result<bool> {
+        Err(closed())
+    }
+    fn list(&self, _: usize, _: Option<&str>) -> Result<Page> {
+        Err(closed())
+    }
+    fn count(&self) -> u64 {
+        0
+    }
+    fn flush(&self) -> Result<()> {
+        Err(closed())
+    }
+}
+
+fn closed() -> Error {
+    Error::Server("session store closed".into())
 }
 
 #[cfg(test)]
@@ -664,6 +712,54 @@ mod tests {
             (Some(big.len()), &json!(1))
         );
         assert_eq!(s.list(100, None).await.unwrap().0.len(), 20);
+    }
+
+    /// A log cut short without a clean-shutdown record (as after a crash): sled replays it,
+    /// and `open` returns an error (a caught panic or sled's corruption report) or a store
+    /// with a prefix of the sessions; it never panics.
+    #[tokio::test]
+    async fn truncated_log_never_panics_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let orig = dir.path().join("orig");
+        {
+            let s = Sessions::open(&orig).unwrap();
+            for i in 0..2000 {
+                let mut x = sess(&format!("s{i:05}"), i);
+                x.meta.insert("pad".into(), json!("x".repeat(100)));
+                s.create(x).await.unwrap();
+            }
+        }
+        std::fs::remove_file(orig.join("toolhost-clean-shutdown.json")).unwrap();
+        let len = std::fs::metadata(orig.join("db")).unwrap().len();
+        let mut outcomes = Vec::new();
+        for pct in [30, 60, 90] {
+            let copy = dir.path().join(format!("cut{pct}"));
+            std::fs::create_dir_all(copy.join("blobs")).unwrap();
+            for f in ["conf", "db"] {
+                std::fs::copy(orig.join(f), copy.join(f)).unwrap();
+            }
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(copy.join("db"))
+                .unwrap()
+                .set_len(len * pct / 100)
+                .unwrap();
+            match SledStore::open(&copy) {
+                Ok(st) => outcomes.push(format!("{pct}%: opened with {}", st.count())),
+                Err(e) => {
+                    let e = e.to_string();
+                    assert!(
+                        e.contains("is damaged") && e.contains("toolhost session recover"),
+                        "{e}"
+                    );
+                    outcomes.push(format!(
+                        "{pct}%: {}",
+                        &e[..e.find(". The daemon").unwrap_or(e.len())]
+                    ));
+                }
+            }
+        }
+        eprintln!("{outcomes:#?}");
     }
 
     fn pct(v: &mut [Duration], p: f64) -> Duration {

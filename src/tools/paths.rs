@@ -133,9 +133,8 @@ pub(crate) fn is_escape(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::PermissionDenied && e.raw_os_error().is_none()
 }
 
-/// Resolves `raw` lexically against the workspace `ws` (or one of `extras`, for absolute
-/// paths only). Nothing is opened here; the kernel enforces the root when the target is used.
-pub(crate) fn resolve_target(ws: &Root, extras: &[Root], raw: &str) -> Result<Target, ToolError> {
+/// The checks every path argument passes before anything else looks at it.
+fn check_raw(raw: &str) -> Result<(), ToolError> {
     if raw.is_empty() {
         return Err(ToolError::invalid("path must not be empty"));
     }
@@ -144,6 +143,13 @@ pub(crate) fn resolve_target(ws: &Root, extras: &[Root], raw: &str) -> Result<Ta
             "path contains a NUL byte: {raw:?}"
         )));
     }
+    Ok(())
+}
+
+/// Resolves `raw` lexically against the workspace `ws` (or one of `extras`, for absolute
+/// paths only). Nothing is opened here; the kernel enforces the root when the target is used.
+pub(crate) fn resolve_target(ws: &Root, extras: &[Root], raw: &str) -> Result<Target, ToolError> {
+    check_raw(raw)?;
     let given = Path::new(raw);
     let (rel, extra) = if given.is_absolute() {
         let abs = normalize(given).ok_or_else(|| escape(ws, raw))?;
@@ -238,14 +244,7 @@ pub(crate) fn resolve(
     extra_roots: &[PathBuf],
     raw: &str,
 ) -> Result<PathBuf, ToolError> {
-    if raw.is_empty() {
-        return Err(ToolError::invalid("path must not be empty"));
-    }
-    if raw.contains('\0') {
-        return Err(ToolError::invalid(format!(
-            "path contains a NUL byte: {raw:?}"
-        )));
-    }
+    check_raw(raw)?;
     let given = Path::new(raw);
     let joined = if given.is_absolute() {
         given.to_path_buf()

@@ -1,5 +1,7 @@
-//! Test harness: starts the real `toolhost` binary on a temp socket and talks to it the way
-//! clients do (newline JSON, HTTP over the Unix socket, WebSocket).
+//! Test harness: starts the real `toolhost` binary on a temp socket and talks to it
+//! through the library client ([`toolhost::client::Client`]). The raw framing helpers
+//! ([`RawLines`], [`http_request`], [`Ws`]) exist to test the framings byte for byte; they
+//! are not API clients. Shared with `benches/throughput.rs`.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -11,6 +13,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::process::{Child, Command};
+pub use toolhost::client::{Client, ClientError};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_toolhost");
 pub const FIXTURE: &str = env!("CARGO_BIN_EXE_toolhost-fixture-mcp");
@@ -163,7 +166,9 @@ impl Daemon {
                             return false;
                         }
                         let mut buf = Vec::new();
-                        s.read_to_end(&mut buf).await.is_ok() && buf.starts_with(b"HTTP/1.1 200")
+                        s.read_to_end(&mut buf).await.is_ok()
+                            && (buf.starts_with(b"HTTP/1.1 200")
+                                || buf.starts_with(b"HTTP/1.1 503"))
                     }
                     Err(_) => false,
                 }
@@ -197,16 +202,28 @@ impl Daemon {
         let _ = child.wait().await;
     }
 
+    /// A library client on a fresh connection (typed calls, subscriptions, several calls in
+    /// flight); answers wait at most [`CLIENT_TIMEOUT`] unless a call's own deadline is longer.
     pub async fn client(&self) -> Client {
-        Client::connect(&self.socket()).await
+        Client::connect(&self.socket())
+            .await
+            .expect("connect the client")
+            .with_timeout(CLIENT_TIMEOUT)
     }
 
-    /// One call on a fresh newline connection.
+    /// Raw newline framing on a fresh connection, for byte-level protocol tests.
+    pub async fn raw_lines(&self) -> RawLines {
+        RawLines::connect(&self.socket()).await
+    }
+
+    /// One call on a fresh connection, answered in the JSON-RPC response shape
+    /// (`{"result": …}` or `{"error": {code, message[, data]}}`) so tests can assert on
+    /// either outcome alike.
     pub async fn call(&self, method: &str, params: Value) -> Value {
-        self.client().await.call(method, params).await
+        response_shape(call_value(&self.client().await, method, &params).await)
     }
 
-    /// `invoke` and return the envelope's `result` field.
+    /// `invoke` and return the envelope's `result` field (the tool's outcome).
     pub async fn invoke(&self, name: &str, args: Value) -> Value {
         let r = self
             .call("invoke", json!({"name": name, "arguments": args}))
@@ -215,6 +232,31 @@ impl Daemon {
             .and_then(|r| r.get("result"))
             .cloned()
             .unwrap_or_else(|| panic!("no result in {r}"))
+    }
+
+    /// Resident set size of the daemon in KiB (VmRSS).
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// utime + stime of the daemon process (all threads).
+    pub fn cpu_time(&self) -> Duration {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap();
+        // Fields after the parenthesised command: state is field 3, utime 14, stime 15.
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: u64 = f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
+        let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+            .ok()
+            .flatten()
+            .unwrap_or(100) as f64;
+        Duration::from_secs_f64(ticks as f64 / hz)
     }
 
     pub async fn http(&self, method: &str, path: &str, body: &str) -> (u16, String) {
@@ -234,18 +276,54 @@ impl Drop for Daemon {
     }
 }
 
-/// Newline-framed JSON-RPC client.
-pub struct Client {
+/// How long the harness's client waits for an answer (tool calls with a longer
+/// `timeout_ms` wait longer).
+pub const CLIENT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `method(params)` through the library client, raw JSON in and out.
+pub async fn call_value(
+    client: &Client,
+    method: &str,
+    params: &Value,
+) -> Result<Value, ClientError> {
+    let params = serde_json::value::to_raw_value(params).unwrap();
+    let raw = client.call_raw(method, &params).await?;
+    Ok(serde_json::from_str(raw.get()).unwrap())
+}
+
+/// A call's outcome in the JSON-RPC response shape; a failure that is not an answer of the
+/// daemon (no daemon, timeout, broken connection) panics, as no test expects one here.
+pub fn response_shape(outcome: Result<Value, ClientError>) -> Value {
+    match outcome {
+        Ok(result) => json!({ "result": result }),
+        Err(ClientError::Rpc {
+            code,
+            message,
+            data,
+        }) => {
+            let mut error = json!({"code": code, "message": message});
+            if let Some(data) = data {
+                error["data"] = data;
+            }
+            json!({ "error": error })
+        }
+        Err(e) => panic!("no answer from the daemon: {e}"),
+    }
+}
+
+/// Raw newline framing: lines in, lines out, nothing interpreted (not an API client; see
+/// [`Daemon::client`]).
+pub struct RawLines {
     lines: tokio::io::Lines<BufReader<tokio::net::unix::OwnedReadHalf>>,
     pub writer: tokio::net::unix::OwnedWriteHalf,
     next_id: u64,
 }
 
-impl Client {
-    pub async fn connect(path: &Path) -> Client {
+impl RawLines {
+    pub async fn connect(path: &Path) -> RawLines {
         let s = UnixStream::connect(path).await.expect("connect");
         let (r, w) = s.into_split();
-        Client {
+        RawLines {
             lines: BufReader::new(r).lines(),
             writer: w,
             next_id: 1,
@@ -370,7 +448,7 @@ fn dechunk(mut b: &str) -> String {
     out
 }
 
-/// WebSocket client over the Unix socket.
+/// WebSocket framing over the Unix socket (raw JSON-RPC messages, for framing tests).
 pub struct Ws {
     ws: tokio_tungstenite::WebSocketStream<UnixStream>,
     next_id: u64,
@@ -417,6 +495,14 @@ impl Ws {
                 return m;
             }
         }
+    }
+}
+
+/// Tool arguments from a `json!` object (typed `InvokeParams` take a map).
+pub fn args(v: Value) -> serde_json::Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        other => panic!("tool arguments must be an object, got {other}"),
     }
 }
 

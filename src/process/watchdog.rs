@@ -1,0 +1,95 @@
+//! A tiny `sh` process that outlives a daemon killed with -9 just long enough to kill what
+//! the daemon had running. `PR_SET_PDEATHSIG` only reaches direct children; without this,
+//! a call's background grandchildren would run until the next daemon's ledger sweep.
+//!
+//! The daemon writes `+ <pgid>` / `- <pgid>` for every group it starts and ends on the
+//! watchdog's stdin (the same set as the ledger). When the daemon dies, for whatever reason,
+//! the pipe reaches end of file: the watchdog SIGKILLs the groups still listed (their live
+//! members pin the pgid numbers, so they were not reused) and every process carrying the
+//! daemon's instance cookie, then exits. A clean shutdown tells it `q` to just exit.
+//! It runs in its own process group, with a scrubbed environment and no cookie.
+
+use std::io::Write;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::Mutex;
+
+const SCRIPT: &str = r#"
+trap '' HUP INT TERM
+groups=' '
+while read -r op pg; do
+  case "$op" in
+    +) groups="$groups$pg " ;;
+    -) case "$groups" in *" $pg "*) groups="${groups%%" $pg "*} ${groups#*" $pg "}" ;; esac ;;
+    q) exit 0 ;;
+  esac
+done
+for pg in $groups; do kill -KILL -- "-$pg" 2>/dev/null; done
+for e in /proc/[0-9]*/environ; do
+  if grep -qzxF "TOOLHOST_INSTANCE=$1" "$e" 2>/dev/null; then
+    p=${e#/proc/}; kill -KILL "${p%/environ}" 2>/dev/null
+  fi
+done
+"#;
+
+struct Watchdog {
+    child: Child,
+    stdin: ChildStdin,
+}
+
+static WATCHDOG: Mutex<Option<Watchdog>> = Mutex::new(None);
+
+/// Starts the watchdog for this daemon instance (once; later calls do nothing).
+pub fn start() {
+    let Ok(mut slot) = WATCHDOG.lock() else {
+        return;
+    };
+    if slot.is_some() {
+        return;
+    }
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", SCRIPT, "toolhost-watchdog", super::instance()])
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    if let Some(path) = std::env::var_os("PATH") {
+        cmd.env("PATH", path);
+    }
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    match cmd.spawn() {
+        Ok(mut child) => match child.stdin.take() {
+            Some(stdin) => *slot = Some(Watchdog { child, stdin }),
+            None => {
+                let _ = child.kill();
+            }
+        },
+        Err(e) => tracing::warn!("cannot start the process watchdog: {e}"),
+    }
+}
+
+/// Tells the watchdog that a group started (`+`) or ended (`-`).
+pub fn tell(op: char, pgid: i32) {
+    let Ok(mut slot) = WATCHDOG.lock() else {
+        return;
+    };
+    let Some(w) = slot.as_mut() else { return };
+    if let Err(e) = writeln!(w.stdin, "{op} {pgid}") {
+        tracing::warn!("the process watchdog is gone: {e}");
+        *slot = None;
+    }
+}
+
+/// Ends the watchdog at a clean shutdown (after everything was killed) and waits for it.
+pub fn stop() {
+    let taken = WATCHDOG.lock().ok().and_then(|mut s| s.take());
+    if let Some(Watchdog {
+        mut child,
+        mut stdin,
+    }) = taken
+    {
+        // `q`: quit without the kill pass, which would find nothing and only cost time.
+        let _ = writeln!(stdin, "q");
+        drop(stdin);
+        let _ = child.wait();
+    }
+}
