@@ -136,6 +136,8 @@ pub async fn run(
     // returns, it kills whatever is left.
     let _processes = crate::process::init_daemon(host.data_dir());
     tracing::info!(socket = %listeners.describe(), workspace = %host.workspace().display(), data_dir = %host.data_dir().display(), "toolhost serving");
+    // Custom tools are listed from the first answer on; their folders are watched from now.
+    reload::start_custom_tools(&host).await;
     let server = rpc::start(host.clone(), listeners)?;
     reload::start_servers(&host);
     let _watcher = watch_config(&host);
@@ -155,6 +157,7 @@ pub async fn run(
         );
     }
     host.shutdown_token().cancel();
+    host.custom().shutdown_event(host.workspace()).await;
     host.mcp().stop_all();
     server.stopped(SHUTDOWN_GRACE).await;
     host.tracker().close();

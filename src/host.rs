@@ -46,6 +46,7 @@ struct Inner {
     reload_lock: tokio::sync::Mutex<()>,
     registry: Registry,
     mcp: McpManager,
+    custom: crate::custom::CustomTools,
     sessions: Sessions,
     calls: Arc<CallTable>,
     started: Instant,
@@ -98,6 +99,7 @@ impl Host {
             }),
             dirs,
             mcp: McpManager::new(registry.clone(), tracker.clone()),
+            custom: crate::custom::CustomTools::new(registry.clone()),
             reload_lock: tokio::sync::Mutex::new(()),
             registry,
             sessions,
@@ -140,6 +142,9 @@ impl Host {
     }
     pub fn mcp(&self) -> &McpManager {
         &self.0.mcp
+    }
+    pub fn custom(&self) -> &crate::custom::CustomTools {
+        &self.0.custom
     }
     pub fn sessions(&self) -> &Sessions {
         &self.0.sessions

@@ -129,7 +129,7 @@ async fn run_checked(
                 ErrorKind::ApprovalRequired,
                 format!("Tool '{}' needs approval in strict mode; repeat the call with \"approved\": true once the user agrees.", params.name),
             )
-            .with_field("approval", approval_summary(&params.name, entry.approval, &args)));
+            .with_field("approval", entry.tool.approval_details(&args).unwrap_or_else(|| approval_summary(&params.name, entry.approval, &args))));
         }
         Decision::Deny(msg) => return Err(ToolError::new(ErrorKind::Denied, msg)),
     }

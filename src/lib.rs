@@ -23,6 +23,7 @@ mod calls;
 pub mod cli;
 pub mod client;
 mod config;
+mod custom;
 pub mod daemon;
 mod error;
 mod host;

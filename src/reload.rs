@@ -21,6 +21,7 @@ pub fn status(host: &Host) -> ConfigStatusResult {
         revision: s.revision,
         last_error: s.last_error,
         warnings: s.warnings,
+        custom_tool_errors: host.custom().errors(),
     }
 }
 
@@ -29,6 +30,23 @@ pub fn start_servers(host: &Host) {
     for (name, cfg) in &host.config().mcp_servers {
         host.mcp().start(name, cfg.clone(), true);
     }
+}
+
+/// Discovers the custom tools of the config in force and starts watching their folders.
+pub async fn start_custom_tools(host: &Host) {
+    let cfg = host.config();
+    if let Some(update) = host
+        .custom()
+        .configure(&cfg, host.config_path(), host.workspace())
+        .await
+    {
+        host.registry().apply(Change {
+            sources: vec![update],
+            approval_overrides: None,
+        });
+    }
+    host.custom()
+        .watch(host.tracker(), host.shutdown_token().clone());
 }
 
 /// Reloads when the watched file's content differs from the last file read.
@@ -149,6 +167,14 @@ pub async fn reload(host: &Host) -> ConfigReloadResult {
         sources.push((SourceKey::Mcp(name.clone()), None));
     }
     sources.extend(McpManager::collect_tools(&started).await);
+    // Providers are read by each call from here on; new folders are scanned into this swap.
+    if let Some(update) = host
+        .custom()
+        .configure(&new, host.config_path(), host.workspace())
+        .await
+    {
+        sources.push(update);
+    }
     let approval_overrides = new.approval.tools.clone();
     host.set_config(new);
     let note = host.registry().apply(Change {

@@ -105,6 +105,11 @@ enum Command {
         #[command(flatten)]
         out: Output,
     },
+    /// Create and check custom tools (no daemon needed).
+    Tool {
+        #[command(subcommand)]
+        command: crate::custom::scaffold::ToolCommand,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -238,6 +243,9 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Config {
             command: ConfigCommand::Check,
         } => config_check(cli.config),
+        Command::Tool { command } => {
+            crate::custom::scaffold::cli(command, &cli.config.unwrap_or_else(config::default_path))
+        }
         Command::Session {
             command:
                 SessionCommand::Recover {
@@ -469,7 +477,9 @@ async fn client_command(
         }
         Command::Session { command, out } => session_command(&client, command, out).await,
         Command::Mcp { command, out } => mcp_command(&client, command, out).await,
-        Command::Serve { .. } | Command::Config { .. } => Ok(ExitCode::from(2)),
+        Command::Serve { .. } | Command::Config { .. } | Command::Tool { .. } => {
+            Ok(ExitCode::from(2))
+        }
     }
 }
 

@@ -33,6 +33,12 @@ pub struct HealthResult {
     /// Tool names claimed by more than one source (the earlier source keeps the name).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub collisions: Vec<String>,
+    /// Custom tool manifests that were skipped: `<file>: <field>: <problem>`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub custom_tool_errors: Vec<String>,
+    /// Recent failures of custom tools' session-event runs (they never block a session).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub session_event_errors: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
@@ -112,6 +118,9 @@ pub struct ConfigStatusResult {
     /// Warnings of the last read (unknown keys, settings that need a restart).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Custom tool manifests that were skipped: `<file>: <field>: <problem>`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub custom_tool_errors: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -36,15 +36,15 @@ impl Entry {
                 name: spec.name.clone(),
                 description: spec.description.clone(),
                 parameters: spec.parameters.clone(),
-                strict: None,
+                strict: tool.strict().then_some(true),
             },
         };
         let mcp = McpTool {
             name: spec.name.clone(),
-            title: None,
+            title: tool.title().map(str::to_owned),
             description: spec.description.clone(),
             input_schema: spec.parameters.clone(),
-            output_schema: None,
+            output_schema: tool.output_schema().cloned(),
             annotations: spec.annotations.clone(),
         };
         let (source, server) = match &spec.source {

@@ -152,4 +152,21 @@ pub trait Tool: Send + Sync + 'static {
     fn spec(&self) -> &ToolSpec;
     /// Runs one call with arguments already validated against `spec().parameters`.
     fn call(&self, args: Map<String, Value>, ctx: CallContext) -> BoxFuture<'_, ToolResult>;
+    /// A human title (MCP `title`), when the tool has one.
+    fn title(&self) -> Option<&str> {
+        None
+    }
+    /// JSON Schema of the tool's structured output (MCP `outputSchema`).
+    fn output_schema(&self) -> Option<&Value> {
+        None
+    }
+    /// Whether the parameter schema is OpenAI strict-compatible and listed as `strict: true`.
+    fn strict(&self) -> bool {
+        false
+    }
+    /// What this call would do, in words, for the user approving it in strict mode;
+    /// `None` falls back to the generic summary.
+    fn approval_details(&self, _args: &Map<String, Value>) -> Option<String> {
+        None
+    }
 }

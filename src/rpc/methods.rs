@@ -15,6 +15,7 @@ use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 
 use super::openrpc::{self, MethodDoc};
+use crate::custom::events::SessionEvent;
 use crate::error::Error;
 use crate::host::Host;
 use crate::protocol::*;
@@ -42,7 +43,11 @@ pub(super) fn health(host: &Host) -> HealthResult {
         .collect();
     let mcp = host.mcp().counts();
     // A configured server that cannot start, or whose circuit is open, needs the operator.
-    let degraded = config_error.is_some() || !collisions.is_empty() || mcp.failed > 0;
+    let custom_tool_errors = host.custom().errors();
+    let degraded = config_error.is_some()
+        || !collisions.is_empty()
+        || mcp.failed > 0
+        || !custom_tool_errors.is_empty();
     HealthResult {
         status: if degraded {
             HealthStatus::Degraded
@@ -56,6 +61,8 @@ pub(super) fn health(host: &Host) -> HealthResult {
         mcp,
         config_error,
         collisions,
+        custom_tool_errors,
+        session_event_errors: host.custom().event_failures(),
     }
 }
 
@@ -256,7 +263,9 @@ fn session_methods(api: &mut Api) -> anyhow::Result<()> {
         method::SESSION_CREATE,
         "Creates a session; records the tools visible now as its view.",
         |host, p: SessionCreateParams| async move {
-            crate::session::create(&host.session_scope(), p).await
+            let s = crate::session::create(&host.session_scope(), p).await?;
+            session_event(&host, SessionEvent::Start, &s.id, &s.workspace);
+            Ok(s)
         },
     )?;
     api.method(
@@ -284,9 +293,14 @@ fn session_methods(api: &mut Api) -> anyhow::Result<()> {
         method::SESSION_DELETE,
         "Deletes a session.",
         |host, p: SessionIdParams| async move {
-            Ok(DeletedResult {
-                deleted: host.sessions().delete(&p.id).await?,
-            })
+            // The workspace is read first: the handler may clean up files there.
+            let workspace = host.sessions().get(&p.id).await.ok().map(|s| s.workspace);
+            let deleted = host.sessions().delete(&p.id).await?;
+            if deleted {
+                let ws = workspace.unwrap_or_else(|| host.workspace().display().to_string());
+                session_event(&host, SessionEvent::Delete, &p.id, &ws);
+            }
+            Ok(DeletedResult { deleted })
         },
     )?;
     api.method(
@@ -300,7 +314,11 @@ fn session_methods(api: &mut Api) -> anyhow::Result<()> {
         method::SESSION_RESUME,
         "Merges the persisted tool names with the live tools and persists the result.",
         |host, p: SessionIdParams| async move {
-            crate::session::resume(&host.session_scope(), &p.id).await
+            let r = crate::session::resume(&host.session_scope(), &p.id).await?;
+            let ws = host.sessions().get(&p.id).await.map(|s| s.workspace);
+            let ws = ws.unwrap_or_else(|_| host.workspace().display().to_string());
+            session_event(&host, SessionEvent::Resume, &p.id, &ws);
+            Ok(r)
         },
     )?;
     api.method(
@@ -311,6 +329,16 @@ fn session_methods(api: &mut Api) -> anyhow::Result<()> {
         },
     )?;
     Ok(())
+}
+
+/// Tells custom tools that asked for it about a session event, off the caller's path.
+fn session_event(host: &Host, event: SessionEvent, id: &str, workspace: &str) {
+    host.custom().session_event(
+        host.tracker(),
+        event,
+        Some(id),
+        std::path::Path::new(workspace),
+    );
 }
 
 fn to_message<T: Serialize>(item: &T) -> Option<SubscriptionMessage> {

@@ -1,0 +1,167 @@
+//! Custom tool speed, on the real `toolhost` binary over its Unix socket:
+//!
+//! - per-call overhead of a trivial custom tool (invoke sent → result received, which
+//!   covers spawning the program in its own group, stdin, the stdout protocol and the
+//!   group kill); target p50 ≤ 3 ms on a 2-core machine;
+//! - update latency: from a program writing an `update` line (stamped with the wall clock)
+//!   to the streaming client receiving it; target p50 ≤ 2 ms.
+//!
+//! Prints figures and never fails on them. `TOOLHOST_BENCH_N` sets the sample count
+//! (default 200). Run: `cargo bench --bench custom`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Map, Value};
+use tokio::process::Command;
+use toolhost::client::Client;
+use toolhost::protocol::{InvokeEvent, InvokeParams};
+
+const BIN: &str = env!("CARGO_BIN_EXE_toolhost");
+
+fn write_tool(root: &Path, name: &str, command: Value, program: Option<(&str, &str)>) {
+    let dir = root.join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    if let Some((file, body)) = program {
+        let p = dir.join(file);
+        std::fs::write(&p, body).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let m = json!({"name": name, "description": "- benchmark tool", "command": command, "approval": "read_only"});
+    std::fs::write(dir.join("tool.json"), m.to_string()).unwrap();
+}
+
+fn percentiles(mut v: Vec<f64>) -> String {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    format!(
+        "p50 {:.2} ms  p90 {:.2} ms  p99 {:.2} ms  (n={})",
+        at(0.5),
+        at(0.9),
+        at(0.99),
+        v.len()
+    )
+}
+
+#[tokio::main]
+async fn main() {
+    let n: usize = std::env::var("TOOLHOST_BENCH_N")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200);
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let tools = dir.join("tools");
+    for d in ["ws", "data", "xdg"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    write_tool(&tools, "true_bin", json!(["true"]), None);
+    write_tool(
+        &tools,
+        "sh_result",
+        json!(["./run.sh"]),
+        Some(("run.sh", "#!/bin/sh\necho '{\"result\": {\"n\": 1}}'\n")),
+    );
+    write_tool(
+        &tools,
+        "ticker",
+        json!(["python3", "run.py"]),
+        Some((
+            "run.py",
+            "import json, sys, time\nargs = json.load(sys.stdin)\nfor i in range(args['n']):\n    print(json.dumps({'update': {'details': {'t_ns': time.time_ns()}}}), flush=True)\n    time.sleep(0.005)\nprint(json.dumps({'result': {}}), flush=True)\n",
+        )),
+    );
+    std::fs::write(
+        dir.join("config.json"),
+        json!({"custom_tools": {"paths": [tools], "discover": false}}).to_string(),
+    )
+    .unwrap();
+    let socket = dir.join("toolhost.sock");
+    let mut daemon = Command::new(BIN)
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--config")
+        .arg(dir.join("config.json"))
+        .args(["serve", "--workspace"])
+        .arg(dir.join("ws"))
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .env("XDG_CONFIG_HOME", dir.join("xdg"))
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let client = loop {
+        if let Ok(c) = Client::connect(&socket).await {
+            if c.health().await.is_ok() {
+                break c;
+            }
+        }
+        assert!(Instant::now() < deadline, "daemon did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!("toolhost custom tool benchmark ({cpus} CPUs shared by client, daemon and tools)");
+
+    // `bash` runs `true` through the same process runner: the baseline a custom tool
+    // adds its manifest handling and line protocol to.
+    let mut bash_args = Map::new();
+    bash_args.insert("command".into(), json!("true"));
+    for (tool, args) in [
+        ("bash", bash_args),
+        ("true_bin", Map::new()),
+        ("sh_result", Map::new()),
+    ] {
+        let params = InvokeParams::new(tool, args);
+        for _ in 0..10 {
+            client.invoke(&params).await.unwrap();
+        }
+        let mut rtt = Vec::with_capacity(n);
+        for _ in 0..n {
+            let t = Instant::now();
+            let r = client.invoke(&params).await.unwrap();
+            assert!(r.result.ok, "{r:?}");
+            rtt.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+        println!(
+            "per-call overhead, {tool:<10} invoke → result: {}   [target p50 ≤ 3 ms]",
+            percentiles(rtt)
+        );
+    }
+
+    let mut args = Map::new();
+    args.insert("n".into(), json!(n));
+    let mut sub = client
+        .subscribe_invoke(&InvokeParams::new("ticker", args))
+        .await
+        .unwrap();
+    let mut lat = Vec::with_capacity(n);
+    while let Some(ev) = sub.next().await {
+        match ev.unwrap() {
+            InvokeEvent::Update(u) => {
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos() as f64;
+                let sent = u.details.as_ref().and_then(|d| d["t_ns"].as_f64()).unwrap();
+                lat.push((now - sent) / 1e6);
+            }
+            InvokeEvent::Result(_) => break,
+        }
+    }
+    println!(
+        "update latency, line written → client received:  {}   [target p50 ≤ 2 ms]",
+        percentiles(lat)
+    );
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.id().unwrap() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(10), daemon.wait()).await;
+}

@@ -1,0 +1,567 @@
+//! `tool.json`: parsing and validating a custom tool's manifest.
+//!
+//! Every problem is reported as `<file>: <field>: <what is wrong>`, so a user can fix the
+//! manifest without reading our code; a bad manifest is skipped and the rest still load.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use crate::approval::ApprovalClass;
+
+/// The manifest's file name inside a tool folder.
+pub const MANIFEST: &str = "tool.json";
+/// The largest `timeout_ms` a manifest may ask for (one hour).
+pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
+/// A manifest bigger than this is refused (it is read whole into memory).
+const MAX_MANIFEST_BYTES: u64 = 1024 * 1024;
+
+const FIELDS: &[&str] = &[
+    "$schema",
+    "name",
+    "label",
+    "description",
+    "parameters",
+    "output_schema",
+    "command",
+    "approval",
+    "approval_details",
+    "timeout_ms",
+    "hidden",
+    "deferrable",
+    "strict",
+    "session_events",
+    "providers",
+];
+
+/// A valid manifest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Manifest {
+    pub name: String,
+    pub label: Option<String>,
+    pub description: String,
+    pub parameters: Value,
+    pub output_schema: Option<Value>,
+    /// Program and arguments; `command[0]` is resolved against the tool folder when a file
+    /// of that name is there (see [`Manifest::program`]).
+    pub command: Vec<String>,
+    pub approval: Option<ApprovalClass>,
+    /// A template such as `"deploy {env} to {target}"`, filled from the call's arguments
+    /// and shown in strict mode instead of the generic summary.
+    pub approval_details: Option<String>,
+    pub timeout_ms: Option<u64>,
+    pub hidden: bool,
+    pub deferrable: bool,
+    pub strict: bool,
+    pub session_events: bool,
+    /// Names of config `providers` whose credentials this tool receives.
+    pub providers: Vec<String>,
+}
+
+/// A manifest problem: the file, the field (when one is at fault) and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManifestError {
+    pub file: PathBuf,
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl fmt::Display for ManifestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.field {
+            Some(field) => write!(f, "{}: {field}: {}", self.file.display(), self.message),
+            None => write!(f, "{}: {}", self.file.display(), self.message),
+        }
+    }
+}
+
+impl Manifest {
+    /// The program to start: `command[0]` inside the tool folder when such a file exists
+    /// (or when it is written as a path, `./run.sh`), else the name looked up in `PATH`.
+    pub fn program(&self, dir: &Path) -> PathBuf {
+        let first = self.command.first().map(String::as_str).unwrap_or_default();
+        let p = Path::new(first);
+        if p.is_absolute() {
+            return p.to_path_buf();
+        }
+        let local = dir.join(p);
+        if first.contains('/') || local.is_file() {
+            local
+        } else {
+            p.to_path_buf()
+        }
+    }
+
+    /// The arguments after `command[0]`. The program runs in the session's workspace, so an
+    /// argument naming a file of the tool folder (`run.py` in `["python3", "run.py"]`) is
+    /// passed as that file's absolute path; everything else is passed as written.
+    pub fn args(&self, dir: &Path) -> Vec<std::ffi::OsString> {
+        self.command
+            .iter()
+            .skip(1)
+            .map(|a| {
+                let p = Path::new(a);
+                let local = dir.join(p);
+                if !a.starts_with('-') && p.is_relative() && local.is_file() {
+                    local.into_os_string()
+                } else {
+                    a.into()
+                }
+            })
+            .collect()
+    }
+
+    /// Fills `{arg}` placeholders of `approval_details` from the call's arguments (strings
+    /// as they are, other values as JSON; unknown names are left as written).
+    pub fn approval_text(&self, args: &Map<String, Value>) -> Option<String> {
+        let template = self.approval_details.as_deref()?;
+        let mut out = String::with_capacity(template.len());
+        let mut rest = template;
+        while let Some(open) = rest.find('{') {
+            out.push_str(&rest[..open]);
+            let after = &rest[open + 1..];
+            match after.find('}') {
+                Some(close) => {
+                    let key = &after[..close];
+                    match args.get(key) {
+                        Some(Value::String(s)) => out.push_str(s),
+                        Some(v) => out.push_str(&v.to_string()),
+                        None => {
+                            out.push('{');
+                            out.push_str(key);
+                            out.push('}');
+                        }
+                    }
+                    rest = &after[close + 1..];
+                }
+                None => {
+                    out.push_str(&rest[open..]);
+                    rest = "";
+                }
+            }
+        }
+        out.push_str(rest);
+        Some(out)
+    }
+}
+
+/// Reads and validates `<dir>/tool.json`.
+pub fn load(dir: &Path) -> Result<(Manifest, Vec<u8>), ManifestError> {
+    let file = dir.join(MANIFEST);
+    let err = |field: Option<&str>, message: String| ManifestError {
+        file: file.clone(),
+        field: field.map(str::to_owned),
+        message,
+    };
+    let meta = std::fs::metadata(&file).map_err(|e| err(None, format!("cannot read: {e}")))?;
+    if !meta.is_file() {
+        return Err(err(None, "is not a regular file".into()));
+    }
+    if meta.len() > MAX_MANIFEST_BYTES {
+        return Err(err(
+            None,
+            format!("is larger than {MAX_MANIFEST_BYTES} bytes"),
+        ));
+    }
+    let bytes = std::fs::read(&file).map_err(|e| err(None, format!("cannot read: {e}")))?;
+    let manifest = parse(&bytes).map_err(|(field, message)| err(field.as_deref(), message))?;
+    Ok((manifest, bytes))
+}
+
+type FieldError = (Option<String>, String);
+
+fn field_err(field: &str, message: impl Into<String>) -> FieldError {
+    (Some(field.to_owned()), message.into())
+}
+
+/// Parses and validates manifest bytes.
+pub fn parse(bytes: &[u8]) -> Result<Manifest, FieldError> {
+    let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+        (
+            None,
+            format!(
+                "is not valid JSON (line {}, column {}): {e}",
+                e.line(),
+                e.column()
+            ),
+        )
+    })?;
+    let Value::Object(obj) = value else {
+        return Err((None, "must be a JSON object".into()));
+    };
+    for key in obj.keys() {
+        if !FIELDS.contains(&key.as_str()) {
+            let hint = FIELDS
+                .iter()
+                .filter(|f| strsim::levenshtein(f, key) <= 2)
+                .map(|f| format!(" (did you mean \"{f}\"?)"))
+                .next()
+                .unwrap_or_default();
+            return Err(field_err(key, format!("unknown field{hint}")));
+        }
+    }
+
+    let name = req_str(&obj, "name")?;
+    if !valid_name(&name) {
+        return Err(field_err(
+            "name",
+            format!("{name:?} is not a valid tool name: use 1 to 64 of a-z, A-Z, 0-9, _ and -"),
+        ));
+    }
+    let description = req_str(&obj, "description")?;
+    if description.trim().is_empty() {
+        return Err(field_err("description", "must not be empty"));
+    }
+    let label = opt_str(&obj, "label")?;
+
+    let parameters = match obj.get("parameters") {
+        None => serde_json::json!({"type": "object", "properties": {}}),
+        Some(p) => p.clone(),
+    };
+    check_schema("parameters", &parameters)?;
+    if parameters.get("type").and_then(Value::as_str) != Some("object") {
+        return Err(field_err(
+            "parameters",
+            "must be an object schema (\"type\": \"object\"): arguments are one JSON object",
+        ));
+    }
+    let output_schema = match obj.get("output_schema") {
+        None | Some(Value::Null) => None,
+        Some(s) => {
+            check_schema("output_schema", s)?;
+            Some(s.clone())
+        }
+    };
+
+    let command = match obj.get("command") {
+        None => {
+            return Err(field_err(
+                "command",
+                "is required: the program and its arguments, e.g. [\"python3\", \"run.py\"]",
+            ))
+        }
+        Some(Value::Array(items)) if !items.is_empty() => {
+            let mut out = Vec::with_capacity(items.len());
+            for (i, item) in items.iter().enumerate() {
+                match item.as_str() {
+                    Some(s) if !(s.contains('\0') || i == 0 && s.trim().is_empty()) => {
+                        out.push(s.to_owned())
+                    }
+                    _ => {
+                        return Err(field_err(
+                            &format!("command[{i}]"),
+                            "must be a string (the program, non-empty, or an argument)",
+                        ))
+                    }
+                }
+            }
+            out
+        }
+        Some(_) => {
+            return Err(field_err(
+                "command",
+                "must be a non-empty array of strings, e.g. [\"./run.sh\"]",
+            ))
+        }
+    };
+
+    let approval = match obj.get("approval") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(
+            serde_json::from_value::<ApprovalClass>(v.clone()).map_err(|_| {
+                field_err(
+                    "approval",
+                    format!(
+                        "{v} is not an approval class: use \"read_only\", \"write\" or \"command\""
+                    ),
+                )
+            })?,
+        ),
+    };
+    let approval_details = opt_str(&obj, "approval_details")?;
+    let timeout_ms = match obj.get("timeout_ms") {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_u64() {
+            Some(n) if (1..=MAX_TIMEOUT_MS).contains(&n) => Some(n),
+            _ => {
+                return Err(field_err(
+                    "timeout_ms",
+                    format!("must be an integer from 1 to {MAX_TIMEOUT_MS}"),
+                ))
+            }
+        },
+    };
+    let hidden = flag(&obj, "hidden")?;
+    let deferrable = flag(&obj, "deferrable")?;
+    let strict = flag(&obj, "strict")?;
+    let session_events = flag(&obj, "session_events")?;
+    if strict {
+        strict_compatible(&parameters, "parameters")
+            .map_err(|(path, msg)| field_err(&path, format!("strict is true but {msg}")))?;
+    }
+    let providers = match obj.get("providers") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => {
+            let mut out = Vec::new();
+            for (i, item) in items.iter().enumerate() {
+                match item.as_str() {
+                    Some(s) if valid_provider(s) => out.push(s.to_owned()),
+                    _ => {
+                        return Err(field_err(
+                            &format!("providers[{i}]"),
+                            "must be a provider name from config `providers` (letters, digits, _ and -)",
+                        ))
+                    }
+                }
+            }
+            out
+        }
+        Some(_) => return Err(field_err("providers", "must be an array of provider names")),
+    };
+
+    Ok(Manifest {
+        name,
+        label,
+        description,
+        parameters,
+        output_schema,
+        command,
+        approval,
+        approval_details,
+        timeout_ms,
+        hidden,
+        deferrable,
+        strict,
+        session_events,
+        providers,
+    })
+}
+
+/// Tool names: what every model API accepts.
+pub fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn valid_provider(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// The environment-variable form of a provider name: `open-ai` → `OPEN_AI`.
+pub fn provider_env_name(name: &str) -> String {
+    name.bytes()
+        .map(|b| {
+            if b == b'-' {
+                '_'
+            } else {
+                char::from(b.to_ascii_uppercase())
+            }
+        })
+        .collect()
+}
+
+fn req_str(obj: &Map<String, Value>, field: &str) -> Result<String, FieldError> {
+    match obj.get(field) {
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(_) => Err(field_err(field, "must be a string")),
+        None => Err(field_err(field, "is required")),
+    }
+}
+
+fn opt_str(obj: &Map<String, Value>, field: &str) -> Result<Option<String>, FieldError> {
+    match obj.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(field_err(field, "must be a string")),
+    }
+}
+
+fn flag(obj: &Map<String, Value>, field: &str) -> Result<bool, FieldError> {
+    match obj.get(field) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(_) => Err(field_err(field, "must be true or false")),
+    }
+}
+
+/// Checks that `schema` is a JSON Schema our validator can compile.
+fn check_schema(field: &str, schema: &Value) -> Result<(), FieldError> {
+    if !schema.is_object() {
+        return Err(field_err(field, "must be a JSON Schema object"));
+    }
+    jsonschema::meta::validate(schema)
+        .map_err(|e| field_err(field, format!("is not a valid JSON Schema: {e}")))?;
+    jsonschema::validator_for(schema)
+        .map(|_| ())
+        .map_err(|e| field_err(field, format!("is not a valid JSON Schema: {e}")))
+}
+
+/// OpenAI strict mode accepts only schemas whose every object lists all its properties in
+/// `required` and sets `additionalProperties: false`; anything else is refused at call time
+/// by the model API, so we refuse it here, naming the place.
+fn strict_compatible(schema: &Value, path: &str) -> Result<(), (String, String)> {
+    let Value::Object(obj) = schema else {
+        return Ok(());
+    };
+    let is_object = match obj.get("type") {
+        Some(Value::String(t)) => t == "object",
+        Some(Value::Array(ts)) => ts.iter().any(|t| t == "object"),
+        _ => obj.contains_key("properties"),
+    };
+    if is_object {
+        if obj.get("additionalProperties") != Some(&Value::Bool(false)) {
+            return Err((
+                path.to_owned(),
+                "every object schema needs \"additionalProperties\": false".into(),
+            ));
+        }
+        let props = obj.get("properties").and_then(Value::as_object);
+        let required: Vec<&str> = obj
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        for key in props.into_iter().flat_map(|p| p.keys()) {
+            if !required.contains(&key.as_str()) {
+                return Err((
+                    format!("{path}.properties.{key}"),
+                    "every property must be listed in \"required\" (make it nullable instead of optional)".into(),
+                ));
+            }
+        }
+    }
+    for (k, v) in obj {
+        match k.as_str() {
+            "properties" | "$defs" | "definitions" => {
+                for (name, sub) in v.as_object().into_iter().flatten() {
+                    strict_compatible(sub, &format!("{path}.{k}.{name}"))?;
+                }
+            }
+            "items" => strict_compatible(v, &format!("{path}.items"))?,
+            "anyOf" | "allOf" | "oneOf" => {
+                for (i, sub) in v.as_array().into_iter().flatten().enumerate() {
+                    strict_compatible(sub, &format!("{path}.{k}[{i}]"))?;
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn parse_v(v: Value) -> Result<Manifest, FieldError> {
+        parse(v.to_string().as_bytes())
+    }
+
+    fn base() -> Value {
+        json!({"name": "t", "description": "- does t", "command": ["./run.sh"]})
+    }
+
+    fn with(k: &str, v: Value) -> Value {
+        let mut b = base();
+        b[k] = v;
+        b
+    }
+
+    fn field_of(r: Result<Manifest, FieldError>) -> String {
+        r.unwrap_err().0.unwrap_or_default()
+    }
+
+    #[test]
+    fn minimal_manifest_gets_defaults() {
+        let m = parse_v(base()).unwrap();
+        assert_eq!(m.parameters, json!({"type": "object", "properties": {}}));
+        assert_eq!(m.command, ["./run.sh"]);
+        assert!(!m.hidden && !m.strict && !m.session_events);
+        assert_eq!(m.approval, None);
+    }
+
+    #[test]
+    fn each_bad_field_is_named() {
+        assert_eq!(field_of(parse_v(with("name", json!("a b")))), "name");
+        assert_eq!(
+            field_of(parse_v(with("name", json!("x".repeat(65))))),
+            "name"
+        );
+        assert_eq!(
+            field_of(parse_v(with("description", json!("")))),
+            "description"
+        );
+        assert_eq!(field_of(parse_v(with("command", json!([])))), "command");
+        assert_eq!(
+            field_of(parse_v(with("command", json!(["a", 1])))),
+            "command[1]"
+        );
+        assert_eq!(
+            field_of(parse_v(with("approval", json!("maybe")))),
+            "approval"
+        );
+        assert_eq!(
+            field_of(parse_v(with("timeout_ms", json!(0)))),
+            "timeout_ms"
+        );
+        assert_eq!(field_of(parse_v(with("hidden", json!("yes")))), "hidden");
+        assert_eq!(
+            field_of(parse_v(with("providers", json!(["a b"])))),
+            "providers[0]"
+        );
+        assert_eq!(
+            field_of(parse_v(with("parameters", json!({"type": "string"})))),
+            "parameters"
+        );
+        assert_eq!(
+            field_of(parse_v(with("parameters", json!({"type": 5})))),
+            "parameters"
+        );
+        let e = parse_v(with("timout_ms", json!(5))).unwrap_err();
+        assert_eq!(
+            e,
+            (
+                Some("timout_ms".into()),
+                "unknown field (did you mean \"timeout_ms\"?)".into()
+            )
+        );
+        assert_eq!(parse(b"{").unwrap_err().0, None);
+    }
+
+    #[test]
+    fn strict_needs_a_closed_fully_required_schema() {
+        let open = with("strict", json!(true));
+        let mut m = open.clone();
+        m["parameters"] = json!({"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": false});
+        assert_eq!(field_of(parse_v(m.clone())), "parameters.properties.a");
+        m["parameters"]["required"] = json!(["a"]);
+        assert!(parse_v(m).unwrap().strict);
+        assert_eq!(field_of(parse_v(open)), "parameters");
+    }
+
+    #[test]
+    fn approval_template_fills_arguments() {
+        let mut m = parse_v(with(
+            "approval_details",
+            json!("deploy {env} x{n} {missing} {"),
+        ))
+        .unwrap();
+        let args = json!({"env": "prod", "n": 3});
+        let text = m.approval_text(args.as_object().unwrap());
+        assert_eq!(text.as_deref(), Some("deploy prod x3 {missing} {"));
+        m.approval_details = None;
+        assert_eq!(m.approval_text(&Map::new()), None);
+    }
+
+    #[test]
+    fn provider_names_become_env_names() {
+        assert_eq!(provider_env_name("open-ai_2"), "OPEN_AI_2");
+    }
+}

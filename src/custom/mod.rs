@@ -1,0 +1,271 @@
+//! Custom tools: programs a user drops into a folder, callable by every agent.
+//!
+//! - [`manifest`]: `tool.json`, validated with errors naming the file and the field;
+//! - [`tool`]: a manifest as a registry [`Tool`](crate::registry::Tool), run through the
+//!   shared process runner with the stdout line protocol;
+//! - [`watch`]: the tool folders are watched, including folders that appear later;
+//! - [`events`]: session lifecycle events for tools that ask for them;
+//! - [`scaffold`]: `toolhost tool new` / `tool check`.
+//!
+//! Discovery order (the first definition of a name wins; later ones are reported as
+//! collisions by the registry, like MCP clashes): config `custom_tools.paths`, then
+//! `<workspace>/.toolhost/tools/`, then `$XDG_CONFIG_HOME/toolhost/tools/`.
+//!
+//! Architecture Invariant: every scan publishes the whole custom source in one registry
+//! swap, and a tool whose manifest bytes are unchanged keeps its tool object, so editing a
+//! tool's program (not its manifest) never changes the list or notifies anybody.
+
+pub mod events;
+pub mod manifest;
+pub mod scaffold;
+pub mod tool;
+mod watch;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+
+use crate::config::Config;
+use crate::lock;
+use crate::registry::{Change, Registry, SourceKey, SourceUpdate, Tool};
+
+pub use manifest::{Manifest, ManifestError};
+pub use tool::CustomTool;
+
+/// The folders searched, in precedence order.
+pub fn roots(cfg: &Config, config_path: &Path, workspace: &Path) -> Vec<PathBuf> {
+    let base = config_path.parent().unwrap_or(Path::new("/"));
+    let mut out: Vec<PathBuf> = cfg
+        .custom_tools
+        .paths
+        .iter()
+        .map(|p| {
+            if p.is_absolute() {
+                p.clone()
+            } else {
+                base.join(p)
+            }
+        })
+        .collect();
+    if cfg.custom_tools.discover {
+        out.push(workspace.join(".toolhost").join("tools"));
+        out.push(user_tools_dir());
+    }
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|p| seen.insert(p.clone()));
+    out
+}
+
+/// `$XDG_CONFIG_HOME/toolhost/tools` (the user's own tools).
+pub fn user_tools_dir() -> PathBuf {
+    crate::config::xdg_dir("XDG_CONFIG_HOME", ".config")
+        .join("toolhost")
+        .join("tools")
+}
+
+/// One scanned tool folder.
+#[derive(Debug, Clone)]
+pub struct Found {
+    pub dir: PathBuf,
+    pub result: Result<(Manifest, Vec<u8>), ManifestError>,
+}
+
+/// Every sub-folder of `roots` holding a `tool.json`, in precedence order (folders sorted
+/// by name inside each root, so the order is stable).
+pub fn scan(roots: &[PathBuf]) -> Vec<Found> {
+    let mut out = Vec::new();
+    for root in roots {
+        let Ok(entries) = std::fs::read_dir(root) else {
+            continue;
+        };
+        let mut dirs: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .filter(|p| p.is_dir() && p.join(manifest::MANIFEST).exists())
+            .collect();
+        dirs.sort();
+        for dir in dirs {
+            let result = manifest::load(&dir);
+            out.push(Found { dir, result });
+        }
+    }
+    out
+}
+
+/// The custom tool source of one daemon.
+#[derive(Clone)]
+pub struct CustomTools(Arc<Inner>);
+
+struct Inner {
+    registry: Registry,
+    providers: tool::Providers,
+    state: Mutex<State>,
+    /// Serialises scans, so two scans never publish out of order.
+    scan_lock: tokio::sync::Mutex<()>,
+    watch: Mutex<Option<watch::Watch>>,
+}
+
+#[derive(Default)]
+struct State {
+    roots: Vec<PathBuf>,
+    /// By folder: the manifest bytes and the tool built from them.
+    tools: Vec<(PathBuf, Vec<u8>, Arc<CustomTool>)>,
+    errors: Vec<ManifestError>,
+    /// Recent session-event failures, newest last.
+    event_failures: Vec<String>,
+}
+
+/// How many session-event failures `host.health` shows.
+const EVENT_FAILURES_KEPT: usize = 20;
+
+impl CustomTools {
+    pub fn new(registry: Registry) -> Self {
+        CustomTools(Arc::new(Inner {
+            registry,
+            providers: Arc::new(ArcSwap::from_pointee(BTreeMap::new())),
+            state: Mutex::default(),
+            scan_lock: tokio::sync::Mutex::new(()),
+            watch: Mutex::new(None),
+        }))
+    }
+
+    /// Applies a config: the providers (read by the next call) and the folders. Returns
+    /// the custom source for the caller's registry swap when the folders changed.
+    pub async fn configure(
+        &self,
+        cfg: &Config,
+        config_path: &Path,
+        workspace: &Path,
+    ) -> Option<SourceUpdate> {
+        self.0.providers.store(Arc::new(cfg.providers.clone()));
+        let roots = roots(cfg, config_path, workspace);
+        {
+            let mut st = lock(&self.0.state);
+            if st.roots == roots && !st.roots.is_empty() {
+                return None;
+            }
+            st.roots = roots.clone();
+        }
+        if let Some(w) = lock(&self.0.watch).as_mut() {
+            w.set_roots(&roots);
+        }
+        let _one = self.0.scan_lock.lock().await;
+        Some((SourceKey::Custom, Some(self.build(roots).await)))
+    }
+
+    /// Starts watching the folders; events rescan until `shutdown` fires.
+    pub fn watch(
+        &self,
+        tracker: &tokio_util::task::TaskTracker,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let roots = lock(&self.0.state).roots.clone();
+        match watch::Watch::new(&roots, tx) {
+            Ok(w) => *lock(&self.0.watch) = Some(w),
+            Err(e) => {
+                tracing::warn!("not watching custom tool folders: {e:#}");
+                return;
+            }
+        }
+        let me = self.clone();
+        tracker.spawn(async move {
+            loop {
+                tokio::select! {
+                    Some(()) = rx.recv() => {
+                        // Editors and `cp -r` write in bursts: wait for the burst to end.
+                        tokio::time::sleep(watch::SETTLE).await;
+                        while rx.try_recv().is_ok() {}
+                        me.rescan().await;
+                    }
+                    _ = shutdown.cancelled() => return,
+                }
+            }
+        });
+    }
+
+    /// Scans the folders again and publishes the result (one swap, at most one
+    /// `tools_changed`).
+    pub async fn rescan(&self) {
+        let _one = self.0.scan_lock.lock().await;
+        let roots = lock(&self.0.state).roots.clone();
+        if let Some(w) = lock(&self.0.watch).as_mut() {
+            // A folder may have appeared (or gone): watch what exists now.
+            w.set_roots(&roots);
+        }
+        let tools = self.build(roots).await;
+        self.0.registry.apply(Change {
+            sources: vec![(SourceKey::Custom, Some(tools))],
+            approval_overrides: None,
+        });
+    }
+
+    /// Scans `roots`, reusing the tool objects of unchanged manifests.
+    async fn build(&self, roots: Vec<PathBuf>) -> Vec<Arc<dyn Tool>> {
+        let found = tokio::task::spawn_blocking(move || scan(&roots))
+            .await
+            .unwrap_or_default();
+        let mut st = lock(&self.0.state);
+        let old: HashMap<PathBuf, (Vec<u8>, Arc<CustomTool>)> =
+            st.tools.drain(..).map(|(d, b, t)| (d, (b, t))).collect();
+        let mut errors = Vec::new();
+        for f in found {
+            match f.result {
+                Ok((manifest, bytes)) => {
+                    let tool = match old.get(&f.dir) {
+                        Some((b, t)) if *b == bytes => t.clone(),
+                        _ => Arc::new(CustomTool::new(
+                            manifest,
+                            f.dir.clone(),
+                            self.0.providers.clone(),
+                        )),
+                    };
+                    st.tools.push((f.dir, bytes, tool));
+                }
+                Err(e) => {
+                    tracing::warn!("custom tool skipped: {e}");
+                    errors.push(e);
+                }
+            }
+        }
+        st.errors = errors;
+        st.tools
+            .iter()
+            .map(|(_, _, t)| t.clone() as Arc<dyn Tool>)
+            .collect()
+    }
+
+    /// Manifest errors of the last scan, as `<file>: <field>: <problem>`.
+    pub fn errors(&self) -> Vec<String> {
+        lock(&self.0.state)
+            .errors
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    /// Recent session-event failures.
+    pub fn event_failures(&self) -> Vec<String> {
+        lock(&self.0.state).event_failures.clone()
+    }
+
+    fn record_event_failure(&self, failure: String) {
+        tracing::warn!("custom tool session event failed: {failure}");
+        let mut st = lock(&self.0.state);
+        st.event_failures.push(failure);
+        let excess = st.event_failures.len().saturating_sub(EVENT_FAILURES_KEPT);
+        st.event_failures.drain(..excess);
+    }
+
+    /// The live tools that asked for session events.
+    fn event_listeners(&self) -> Vec<Arc<CustomTool>> {
+        lock(&self.0.state)
+            .tools
+            .iter()
+            .filter(|(_, _, t)| t.manifest.session_events)
+            .map(|(_, _, t)| t.clone())
+            .collect()
+    }
+}

@@ -1,0 +1,299 @@
+//! `toolhost tool new` and `toolhost tool check`: a user's first tool in a minute, and a
+//! manifest check that needs no daemon.
+
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use serde_json::json;
+
+use super::manifest::{self, valid_name, MANIFEST};
+
+/// `toolhost tool …`.
+#[derive(clap::Subcommand, Debug)]
+pub enum ToolCommand {
+    /// Write a working tool folder (manifest + a program that streams one update and
+    /// returns a result) into the project's `.toolhost/tools/` (or the user's, `--user`).
+    New {
+        /// The tool's name (1 to 64 of a-z, A-Z, 0-9, _ and -).
+        name: String,
+        /// The program's language.
+        #[arg(long, value_enum, default_value = "sh")]
+        lang: Lang,
+        /// Write into `$XDG_CONFIG_HOME/toolhost/tools/` (every project sees it).
+        #[arg(long, conflicts_with = "dir")]
+        user: bool,
+        /// Write into this tools folder instead.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Validate tool manifests without a daemon: DIR (a tool folder or a folder of them),
+    /// else every folder the daemon would search (exit 1 when any is invalid).
+    Check {
+        dir: Option<PathBuf>,
+        /// The workspace whose `.toolhost/tools/` is searched (default: the current directory).
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+    },
+}
+
+/// Runs `toolhost tool …`; `config_path` is the config whose `custom_tools` are searched.
+pub fn cli(command: ToolCommand, config_path: &Path) -> std::process::ExitCode {
+    use std::process::ExitCode;
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    match command {
+        ToolCommand::New {
+            name,
+            lang,
+            user,
+            dir,
+        } => {
+            let dest = match (user, dir) {
+                (true, _) => super::user_tools_dir(),
+                (false, Some(d)) => d,
+                (false, None) => cwd.join(".toolhost").join("tools"),
+            };
+            match new_tool(&dest, &name, lang) {
+                Ok(dir) => {
+                    println!("created {}", dir.display());
+                    println!("try it: toolhost invoke {name} --args '{{\"name\": \"you\"}}'");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("toolhost: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
+        ToolCommand::Check { dir, workspace } => {
+            let roots = match dir {
+                Some(d) => vec![d],
+                None => {
+                    let cfg = crate::config::load(config_path)
+                        .map(|l| l.config)
+                        .unwrap_or_default();
+                    super::roots(&cfg, config_path, &workspace.unwrap_or(cwd))
+                }
+            };
+            let mut bad = 0;
+            let mut seen = 0;
+            for root in &roots {
+                for (d, r) in check(root) {
+                    seen += 1;
+                    match r {
+                        Ok(name) => println!("ok      {name} ({})", d.display()),
+                        Err(e) => {
+                            bad += 1;
+                            println!("invalid {e}");
+                        }
+                    }
+                }
+            }
+            if seen == 0 {
+                let shown: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+                println!("no tools found in {}", shown.join(", "));
+            }
+            if bad > 0 {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+    }
+}
+
+/// Languages `tool new` writes a program in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Lang {
+    Sh,
+    Python,
+    Node,
+}
+
+impl Lang {
+    fn program(self) -> (&'static str, Vec<&'static str>) {
+        match self {
+            Lang::Sh => ("run.sh", vec!["./run.sh"]),
+            Lang::Python => ("run.py", vec!["python3", "run.py"]),
+            Lang::Node => ("run.js", vec!["node", "run.js"]),
+        }
+    }
+}
+
+const SH: &str = r#"#!/bin/sh
+# A toolhost custom tool. Arguments arrive as one JSON object on stdin; every stdout line
+# that is a JSON object {"update": ...}, {"result": ...} or {"error": "..."} is protocol,
+# anything else is collected as plain output. See proto-docs/custom-tools.md.
+set -eu
+args=$(cat)
+echo '{"update": {"content": [{"type": "text", "text": "working..."}], "progress": {"progress": 1, "total": 2}}}'
+# Crude extraction without jq: fine for a flat string argument.
+name=$(printf '%s' "$args" | sed -n 's/.*"name"[[:space:]]*:[[:space:]]*"\([^"]*\)".*/\1/p')
+printf '{"result": {"content": [{"type": "text", "text": "Hello, %s!"}], "structured": {"greeting": "Hello, %s!"}}}\n' "${name:-world}" "${name:-world}"
+"#;
+
+const PY: &str = r#"#!/usr/bin/env python3
+"""A toolhost custom tool: arguments as JSON on stdin, protocol lines on stdout.
+
+See proto-docs/custom-tools.md for the whole contract."""
+import json
+import os
+import sys
+
+
+def send(obj):
+    print(json.dumps(obj), flush=True)
+
+
+args = json.load(sys.stdin)
+if os.environ.get("TOOLHOST_EVENT") == "session":
+    sys.exit(0)  # a session event (only sent when "session_events": true)
+send({"update": {"content": [{"type": "text", "text": "working..."}],
+                 "progress": {"progress": 1, "total": 2}}})
+greeting = "Hello, %s!" % args.get("name", "world")
+send({"result": {"content": [{"type": "text", "text": greeting}],
+                 "structured": {"greeting": greeting}}})
+"#;
+
+const JS: &str = r#"#!/usr/bin/env node
+// A toolhost custom tool: arguments as JSON on stdin, protocol lines on stdout.
+// See proto-docs/custom-tools.md for the whole contract.
+let input = "";
+process.stdin.on("data", (c) => (input += c));
+process.stdin.on("end", () => {
+  const args = JSON.parse(input || "{}");
+  const send = (o) => process.stdout.write(JSON.stringify(o) + "\n");
+  send({ update: { content: [{ type: "text", text: "working..." }], progress: { progress: 1, total: 2 } } });
+  const greeting = `Hello, ${args.name ?? "world"}!`;
+  send({ result: { content: [{ type: "text", text: greeting }], structured: { greeting } } });
+});
+"#;
+
+/// Writes `<dest>/<name>/` with a manifest and a program that streams one update and
+/// returns a result. Refuses to overwrite an existing folder.
+pub fn new_tool(dest: &Path, name: &str, lang: Lang) -> Result<PathBuf, String> {
+    if !valid_name(name) {
+        return Err(format!(
+            "{name:?} is not a valid tool name: use 1 to 64 of a-z, A-Z, 0-9, _ and -"
+        ));
+    }
+    let dir = dest.join(name);
+    if dir.exists() {
+        return Err(format!("{} already exists", dir.display()));
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let (file, command) = lang.program();
+    let manifest = json!({
+        "name": name,
+        "label": name.replace(['_', '-'], " "),
+        "description": "- Greets someone (a starting point: edit tool.json and the program).\n- Returns the greeting as text and as structured output.",
+        "parameters": {
+            "type": "object",
+            "properties": {"name": {"type": "string", "description": "Who to greet."}},
+            "additionalProperties": false
+        },
+        "output_schema": {
+            "type": "object",
+            "properties": {"greeting": {"type": "string"}},
+            "required": ["greeting"]
+        },
+        "command": command,
+        "approval": "read_only",
+        "timeout_ms": 30000
+    });
+    let text = serde_json::to_string_pretty(&manifest).map_err(|e| e.to_string())? + "\n";
+    write_new(&dir.join(MANIFEST), text.as_bytes(), 0o644)?;
+    let body = match lang {
+        Lang::Sh => SH,
+        Lang::Python => PY,
+        Lang::Node => JS,
+    };
+    write_new(&dir.join(file), body.as_bytes(), 0o755)?;
+    Ok(dir)
+}
+
+fn write_new(path: &Path, data: &[u8], mode: u32) -> Result<(), String> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    f.write_all(data)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    // The umask may have removed the execute bits we asked for.
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| format!("cannot chmod {}: {e}", path.display()))
+}
+
+/// One checked tool folder: its name, or the problem.
+pub type Checked = (PathBuf, Result<String, String>);
+
+/// Checks `dir`: a tool folder (it holds `tool.json`) or a folder of tool folders.
+/// Also reports a `command[0]` that is neither in the tool folder nor on `PATH`.
+pub fn check(dir: &Path) -> Vec<Checked> {
+    let dirs: Vec<PathBuf> = if dir.join(MANIFEST).exists() {
+        vec![dir.to_path_buf()]
+    } else {
+        super::scan(&[dir.to_path_buf()])
+            .into_iter()
+            .map(|f| f.dir)
+            .collect()
+    };
+    dirs.into_iter()
+        .map(|d| {
+            let r = match manifest::load(&d) {
+                Err(e) => Err(e.to_string()),
+                Ok((m, _)) => match program_problem(&m, &d) {
+                    Some(p) => Err(format!("{}: command[0]: {p}", d.join(MANIFEST).display())),
+                    None => Ok(m.name),
+                },
+            };
+            (d, r)
+        })
+        .collect()
+}
+
+fn program_problem(m: &manifest::Manifest, dir: &Path) -> Option<String> {
+    let program = m.program(dir);
+    if program.components().count() > 1 || program.is_absolute() {
+        let meta = match std::fs::metadata(&program) {
+            Ok(meta) => meta,
+            Err(_) => return Some(format!("{} does not exist", program.display())),
+        };
+        if meta.permissions().mode() & 0o111 == 0 {
+            return Some(format!(
+                "{} is not executable (chmod +x it, or run it through an interpreter)",
+                program.display()
+            ));
+        }
+        return None;
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = std::env::split_paths(&path).any(|d| d.join(&program).is_file());
+    (!found).then(|| format!("{} is not on PATH", program.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn new_tools_pass_the_check_and_refuse_to_overwrite() {
+        let tmp = tempfile::tempdir().unwrap();
+        for (name, lang) in [
+            ("a_sh", Lang::Sh),
+            ("b_py", Lang::Python),
+            ("c_js", Lang::Node),
+        ] {
+            let dir = new_tool(tmp.path(), name, lang).unwrap();
+            assert_eq!(dir, tmp.path().join(name));
+        }
+        let checked = check(tmp.path());
+        let names: Vec<_> = checked.iter().map(|(_, r)| r.clone()).collect();
+        assert_eq!(names[0], Ok("a_sh".to_owned()));
+        assert_eq!(names[1], Ok("b_py".to_owned()));
+        assert!(new_tool(tmp.path(), "a_sh", Lang::Sh).is_err());
+        assert!(new_tool(tmp.path(), "bad name", Lang::Sh).is_err());
+    }
+}

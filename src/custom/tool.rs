@@ -1,0 +1,454 @@
+//! One custom tool as a host [`Tool`]: runs its program through the shared process runner
+//! and speaks the stdout line protocol (`update` / `result` / `error`, other lines are
+//! plain output).
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use futures::future::BoxFuture;
+use serde_json::{Map, Value};
+
+use super::manifest::{provider_env_name, Manifest};
+use crate::config::Provider;
+use crate::process::runner::{self, Capture, End, Sink, Spec, Stream};
+use crate::protocol::{ContentBlock, ErrorKind, Progress};
+use crate::registry::{
+    CallContext, Tool, ToolError, ToolOk, ToolResult, ToolSource, ToolSpec, ToolUpdate, UpdateSink,
+};
+
+/// The tool's own timeout when its manifest names none.
+pub const DEFAULT_TIMEOUT_MS: u64 = 120_000;
+/// Memory kept of stderr and of plain stdout (half head, half tail); the pipeline's
+/// `limits.max_output_bytes` then cuts and spills what is returned.
+const OUTPUT_CAP: usize = 4 * 1024 * 1024;
+/// The longest protocol line read whole (a result with an embedded image fits).
+const MAX_LINE: usize = 16 * 1024 * 1024;
+/// Lines of stderr quoted in a failure.
+const STDERR_TAIL_LINES: usize = 20;
+/// After the program exits, how long children may hold its pipes before the group goes.
+const EXIT_GRACE: Duration = Duration::from_millis(200);
+/// Finish this much before the call's own deadline so our error (with stderr) wins.
+const CALL_TIMEOUT_MARGIN_MS: u64 = 250;
+
+/// Provider credentials of the live config, swapped by each reload and read at call time.
+pub type Providers = Arc<ArcSwap<BTreeMap<String, Provider>>>;
+
+pub struct CustomTool {
+    spec: ToolSpec,
+    pub manifest: Manifest,
+    pub dir: PathBuf,
+    providers: Providers,
+}
+
+impl CustomTool {
+    pub fn new(manifest: Manifest, dir: PathBuf, providers: Providers) -> Self {
+        let spec = ToolSpec {
+            name: manifest.name.clone(),
+            description: manifest.description.clone(),
+            parameters: manifest.parameters.clone(),
+            approval: manifest.approval,
+            source: ToolSource::Custom { dir: dir.clone() },
+            hidden: manifest.hidden,
+            deferrable: manifest.deferrable,
+            annotations: None,
+        };
+        CustomTool {
+            spec,
+            manifest,
+            dir,
+            providers,
+        }
+    }
+
+    /// The process spec shared by calls and session events.
+    pub fn process_spec(&self, ctx_env: Vec<(OsString, OsString)>, stdin: Vec<u8>) -> Spec {
+        let cwd_default = self.dir.clone();
+        let mut spec = Spec::new(self.manifest.program(&self.dir), cwd_default);
+        spec.args = self.manifest.args(&self.dir);
+        spec.env = vec![("TOOLHOST_TOOL_DIR".into(), self.dir.clone().into())];
+        spec.env.extend(ctx_env);
+        spec.env.extend(self.provider_env());
+        spec.stdin = Some(stdin);
+        spec.output_cap = OUTPUT_CAP;
+        spec.stdout_lines = Some(MAX_LINE);
+        spec.exit_grace = EXIT_GRACE;
+        spec
+    }
+
+    /// `TOOLHOST_PROVIDER_<NAME>_BASE_URL` / `_API_KEY` for the providers this tool lists,
+    /// from the config in force now (so a reload rotates keys for the next call).
+    fn provider_env(&self) -> Vec<(OsString, OsString)> {
+        let providers = self.providers.load();
+        let mut env = Vec::new();
+        for name in &self.manifest.providers {
+            let Some(p) = providers.get(name) else {
+                continue;
+            };
+            let prefix = format!("TOOLHOST_PROVIDER_{}", provider_env_name(name));
+            if let Some(url) = &p.base_url {
+                env.push((format!("{prefix}_BASE_URL").into(), url.into()));
+            }
+            if let Some(key) = &p.api_key {
+                env.push((format!("{prefix}_API_KEY").into(), key.into()));
+            }
+        }
+        env
+    }
+
+    async fn run(&self, args: Map<String, Value>, ctx: CallContext) -> ToolResult {
+        let own = self.manifest.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
+        let timeout = effective_timeout(own, ctx.timeout_ms);
+        let mut stdin = Value::Object(args).to_string().into_bytes();
+        stdin.push(b'\n');
+        let env: Vec<(OsString, OsString)> = vec![
+            ("TOOLHOST_CALL_ID".into(), ctx.call_id.clone().into()),
+            (
+                "TOOLHOST_SESSION_ID".into(),
+                ctx.session_id.clone().unwrap_or_default().into(),
+            ),
+            ("TOOLHOST_WORKSPACE".into(), ctx.workspace.clone().into()),
+            (
+                "TOOLHOST_SESSION_META".into(),
+                ctx.session_meta.to_string().into(),
+            ),
+        ];
+        let mut spec = self.process_spec(env, stdin);
+        spec.cwd = ctx.workspace.clone();
+        spec.timeout = Some(timeout);
+        let program = spec.program.clone();
+        let mut lines = LineSink::new(&ctx.updates);
+        let outcome = runner::run(spec, &ctx.cancel, &mut lines)
+            .await
+            .map_err(|e| {
+                ToolError::failed(format!(
+                    "could not start {} (command[0] of {}/tool.json): {e}",
+                    program.display(),
+                    self.dir.display()
+                ))
+            })?;
+        let stderr_tail = outcome.stderr.tail_lines(STDERR_TAIL_LINES);
+        match outcome.end {
+            End::TimedOut => {
+                return Err(with_stderr(
+                    ToolError::new(
+                        ErrorKind::Timeout,
+                        format!(
+                            "Tool '{}' timed out after {} ms; its process group was killed",
+                            self.spec.name,
+                            timeout.as_millis()
+                        ),
+                    ),
+                    &stderr_tail,
+                ))
+            }
+            End::Cancelled => {
+                return Err(ToolError::new(
+                    ErrorKind::Cancelled,
+                    format!("Call to '{}' was cancelled", self.spec.name),
+                ))
+            }
+            End::Exited(_) | End::ExitedPipesHeld(_) => {}
+        }
+        if let Some(answer) = lines.answer.take() {
+            return self.finish(answer);
+        }
+        let status = match outcome.end {
+            End::Exited(s) | End::ExitedPipesHeld(s) => s,
+            _ => return Err(ToolError::failed("the program ended without a status")),
+        };
+        if status.success() {
+            let mut ok = ToolOk::new();
+            ok.insert("output".into(), Value::String(lines.plain.text()));
+            return Ok(ok);
+        }
+        let how = match (status.code(), status.signal()) {
+            (Some(c), _) => format!("exit status {c}"),
+            (None, Some(s)) => format!("killed by signal {s}"),
+            _ => "abnormal exit".to_owned(),
+        };
+        let message = if stderr_tail.is_empty() {
+            format!("Tool '{}' failed: {how}", self.spec.name)
+        } else {
+            format!("Tool '{}' failed: {how}: {stderr_tail}", self.spec.name)
+        };
+        let mut e = ToolError::failed(message);
+        if let Some(c) = status.code() {
+            e = e.with_field("exit_code", c);
+        }
+        let plain = lines.plain.text();
+        if !plain.is_empty() {
+            e = e.with_field("output", plain);
+        }
+        Err(e)
+    }
+
+    /// Turns the program's `result` or `error` line into the call's outcome.
+    fn finish(&self, answer: Answer) -> ToolResult {
+        let mut result = match answer {
+            Answer::Error(message) => return Err(ToolError::failed(message)),
+            Answer::Result(r) => r,
+        };
+        if result.remove("ok") == Some(Value::Bool(false)) {
+            let message = match result.remove("error") {
+                Some(Value::String(s)) => s,
+                Some(v) => v.to_string(),
+                None => format!("Tool '{}' reported a failure", self.spec.name),
+            };
+            let mut e = ToolError::failed(message);
+            e.fields = result;
+            return Err(e);
+        }
+        if let Some(content) = result.get("content") {
+            let blocks: Vec<ContentBlock> =
+                serde_json::from_value(content.clone()).map_err(|e| {
+                    ToolError::failed(format!(
+                        "the result's content is not a list of MCP content blocks: {e}"
+                    ))
+                })?;
+            if !result.contains_key("output") {
+                let text: Vec<&str> = blocks
+                    .iter()
+                    .filter_map(|b| match b {
+                        ContentBlock::Text { text } => Some(text.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                result.insert("output".into(), Value::String(text.join("\n")));
+            }
+            // Like MCP tool results: the first image also travels as control fields, for
+            // frontends that attach images to the next model turn.
+            let image = blocks.iter().find_map(|b| match b {
+                ContentBlock::Image { data, mime_type } => {
+                    Some(format!("data:{mime_type};base64,{data}"))
+                }
+                _ => None,
+            });
+            if let Some(url) = image {
+                result.insert("_multimodal".into(), Value::Bool(true));
+                result.insert("_image_data_url".into(), Value::String(url));
+            }
+        }
+        if let Some(structured) = result.remove("structured") {
+            if !structured.is_object() {
+                return Err(ToolError::failed(
+                    "the result's structured output must be a JSON object",
+                ));
+            }
+            if let Some(schema) = &self.manifest.output_schema {
+                let validator = jsonschema::validator_for(schema)
+                    .map_err(|e| ToolError::failed(format!("output_schema is invalid: {e}")))?;
+                let problem = validator.iter_errors(&structured).next().map(|err| {
+                    format!(
+                        "structured{}: {err}",
+                        err.instance_path.to_string().replace('/', ".")
+                    )
+                });
+                if let Some(problem) = problem {
+                    return Err(ToolError::failed(format!(
+                        "Tool '{}' returned structured output that does not match its output_schema: {problem}",
+                        self.spec.name
+                    )));
+                }
+            }
+            result.insert("structured_content".into(), structured);
+        }
+        Ok(result)
+    }
+}
+
+fn with_stderr(mut e: ToolError, tail: &str) -> ToolError {
+    if !tail.is_empty() {
+        e.message = format!("{}: {tail}", e.message);
+    }
+    e
+}
+
+/// The smaller of the tool's own timeout and the call's (minus a margin, so our timeout
+/// with its stderr tail wins against the pipeline's bare one).
+fn effective_timeout(own_ms: u64, call_ms: Option<u64>) -> Duration {
+    let ms = match call_ms {
+        Some(c) => own_ms.min(c.saturating_sub((c / 10).min(CALL_TIMEOUT_MARGIN_MS))),
+        None => own_ms,
+    };
+    Duration::from_millis(ms.max(1))
+}
+
+impl Tool for CustomTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn call(&self, args: Map<String, Value>, ctx: CallContext) -> BoxFuture<'_, ToolResult> {
+        Box::pin(self.run(args, ctx))
+    }
+
+    fn title(&self) -> Option<&str> {
+        self.manifest.label.as_deref()
+    }
+
+    fn output_schema(&self) -> Option<&Value> {
+        self.manifest.output_schema.as_ref()
+    }
+
+    fn strict(&self) -> bool {
+        self.manifest.strict
+    }
+
+    fn approval_details(&self, args: &Map<String, Value>) -> Option<String> {
+        self.manifest.approval_text(args)
+    }
+}
+
+/// The program's final word.
+#[derive(Debug)]
+pub enum Answer {
+    Result(Map<String, Value>),
+    Error(String),
+}
+
+/// Reads stdout one line at a time: protocol lines are acted on at once (updates go to the
+/// caller as they are written), anything else is kept as plain output.
+pub struct LineSink<'a> {
+    updates: &'a UpdateSink,
+    pub answer: Option<Answer>,
+    pub plain: Capture,
+}
+
+impl<'a> LineSink<'a> {
+    pub fn new(updates: &'a UpdateSink) -> Self {
+        LineSink {
+            updates,
+            answer: None,
+            plain: Capture::new(OUTPUT_CAP),
+        }
+    }
+
+    fn line(&mut self, line: &[u8]) {
+        let trimmed = line.strip_suffix(b"\n").unwrap_or(line);
+        let trimmed = trimmed.strip_suffix(b"\r").unwrap_or(trimmed);
+        if trimmed.first() == Some(&b'{') {
+            if let Ok(Value::Object(mut obj)) = serde_json::from_slice::<Value>(trimmed) {
+                if obj.len() == 1 {
+                    if let Some(u) = obj.remove("update") {
+                        self.update(u);
+                        return;
+                    }
+                    // The first result or error is the answer; later ones are ignored.
+                    if let Some(r) = obj.remove("result") {
+                        if self.answer.is_none() {
+                            self.answer = Some(match r {
+                                Value::Object(m) => Answer::Result(m),
+                                other => Answer::Error(format!(
+                                    "the program's result must be a JSON object, got {other}"
+                                )),
+                            });
+                        }
+                        return;
+                    }
+                    if let Some(e) = obj.remove("error") {
+                        if self.answer.is_none() {
+                            self.answer = Some(Answer::Error(match e {
+                                Value::String(s) => s,
+                                other => other.to_string(),
+                            }));
+                        }
+                        return;
+                    }
+                }
+            }
+        }
+        self.plain.push(trimmed);
+        self.plain.push(b"\n");
+    }
+
+    fn update(&mut self, u: Value) {
+        if !self.updates.is_active() {
+            return;
+        }
+        let content = u
+            .get("content")
+            .and_then(|c| serde_json::from_value::<Vec<ContentBlock>>(c.clone()).ok())
+            .unwrap_or_default();
+        let progress = u
+            .get("progress")
+            .and_then(|p| serde_json::from_value::<Progress>(p.clone()).ok());
+        let details = u.get("details").filter(|d| !d.is_null()).cloned();
+        self.updates.send(ToolUpdate {
+            content,
+            details,
+            progress,
+        });
+    }
+}
+
+impl Sink for LineSink<'_> {
+    fn output(&mut self, stream: Stream, data: &[u8]) {
+        if stream == Stream::Stdout {
+            self.line(data);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sink_lines(lines: &[&str]) -> (Option<Answer>, String, Vec<ToolUpdate>) {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+        let updates = UpdateSink::new(tx);
+        let mut s = LineSink::new(&updates);
+        for l in lines {
+            s.output(Stream::Stdout, l.as_bytes());
+        }
+        let mut got = Vec::new();
+        while let Ok(u) = rx.try_recv() {
+            got.push(u);
+        }
+        (s.answer.take(), s.plain.text(), got)
+    }
+
+    #[test]
+    fn protocol_lines_and_plain_lines_are_told_apart() {
+        let (answer, plain, updates) = sink_lines(&[
+            "hello\n",
+            "{\"update\": {\"content\": [{\"type\": \"text\", \"text\": \"half\"}], \"progress\": {\"progress\": 1, \"total\": 2}}}\n",
+            "{\"not\": \"protocol\"}\n",
+            "{\"result\": {\"n\": 1}}\n",
+            "{\"result\": {\"n\": 2}}\n",
+        ]);
+        assert_eq!(plain, "hello\n{\"not\": \"protocol\"}\n");
+        assert_eq!(updates.len(), 1);
+        assert_eq!(updates[0].content, vec![ContentBlock::text("half")]);
+        assert_eq!(
+            updates[0].progress,
+            Some(Progress {
+                progress: 1.0,
+                total: Some(2.0),
+                message: None
+            })
+        );
+        match answer {
+            Some(Answer::Result(m)) => assert_eq!(Value::Object(m), json!({"n": 1})),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn timeouts_take_the_smaller_with_a_margin() {
+        assert_eq!(effective_timeout(1000, None), Duration::from_millis(1000));
+        assert_eq!(
+            effective_timeout(1000, Some(500)),
+            Duration::from_millis(450)
+        );
+        assert_eq!(
+            effective_timeout(1000, Some(100_000)),
+            Duration::from_millis(1000)
+        );
+    }
+}

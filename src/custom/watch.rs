@@ -1,0 +1,99 @@
+//! Watching the tool folders. A folder that exists is watched recursively (a tool's
+//! manifest and program live one level down); a folder that does not exist yet is covered
+//! by a watch on its nearest existing ancestor, so a project's `.toolhost/tools/` created
+//! after start is picked up. Every relevant event sends `()`: "scan again".
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::lock;
+
+/// How long a burst of events may last before the folders are scanned.
+pub const SETTLE: Duration = Duration::from_millis(100);
+
+pub struct Watch {
+    watcher: RecommendedWatcher,
+    roots: Arc<Mutex<Vec<PathBuf>>>,
+    /// What is watched now, and how.
+    watched: Vec<(PathBuf, RecursiveMode)>,
+}
+
+impl Watch {
+    pub fn new(roots: &[PathBuf], tx: UnboundedSender<()>) -> notify::Result<Watch> {
+        let shared: Arc<Mutex<Vec<PathBuf>>> = Arc::default();
+        let filter = shared.clone();
+        let watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
+            let relevant = match ev {
+                // An overflowed queue may have hidden a change: look again.
+                Err(_) => true,
+                Ok(ev) => {
+                    !matches!(ev.kind, EventKind::Access(_))
+                        && ev.paths.iter().any(|p| {
+                            lock(&filter)
+                                .iter()
+                                .any(|r| p.starts_with(r) || r.starts_with(p))
+                        })
+                }
+            };
+            if relevant {
+                let _ = tx.send(());
+            }
+        })?;
+        let mut w = Watch {
+            watcher,
+            roots: shared,
+            watched: Vec::new(),
+        };
+        w.set_roots(roots);
+        Ok(w)
+    }
+
+    /// Watches each root (or its nearest existing ancestor) and drops watches no longer
+    /// needed.
+    pub fn set_roots(&mut self, roots: &[PathBuf]) {
+        *lock(&self.roots) = roots.to_vec();
+        let mut want: Vec<(PathBuf, RecursiveMode)> = Vec::new();
+        for root in roots {
+            let target = if root.is_dir() {
+                (root.clone(), RecursiveMode::Recursive)
+            } else {
+                match nearest_existing(root) {
+                    Some(a) => (a, RecursiveMode::NonRecursive),
+                    None => continue,
+                }
+            };
+            if !want.contains(&target) {
+                want.push(target);
+            }
+        }
+        for old in std::mem::take(&mut self.watched) {
+            if want.contains(&old) {
+                self.watched.push(old);
+            } else {
+                let _ = self.watcher.unwatch(&old.0);
+            }
+        }
+        for w in want {
+            if self.watched.contains(&w) {
+                continue;
+            }
+            match self.watcher.watch(&w.0, w.1) {
+                Ok(()) => self.watched.push(w),
+                Err(e) => {
+                    tracing::warn!(path = %w.0.display(), "cannot watch custom tool folder: {e}")
+                }
+            }
+        }
+    }
+}
+
+fn nearest_existing(path: &Path) -> Option<PathBuf> {
+    path.ancestors()
+        .skip(1)
+        .find(|a| a.is_dir())
+        .map(Path::to_path_buf)
+}
