@@ -131,6 +131,7 @@ impl Capture {
     }
 
     /// Bytes seen in all.
+    #[cfg(test)]
     pub fn total(&self) -> u64 {
         self.total
     }
