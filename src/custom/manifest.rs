@@ -395,9 +395,7 @@ fn check_schema(field: &str, schema: &Value) -> Result<(), FieldError> {
     if !schema.is_object() {
         return Err(field_err(field, "must be a JSON Schema object"));
     }
-    jsonschema::meta::validate(schema)
-        .map_err(|e| field_err(field, format!("is not a valid JSON Schema: {e}")))?;
-    jsonschema::validator_for(schema)
+    crate::registry::compile_schema(schema)
         .map(|_| ())
         .map_err(|e| field_err(field, format!("is not a valid JSON Schema: {e}")))
 }

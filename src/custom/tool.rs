@@ -240,7 +240,7 @@ impl CustomTool {
                 ));
             }
             if let Some(schema) = &self.manifest.output_schema {
-                let validator = jsonschema::validator_for(schema)
+                let validator = crate::registry::compile_schema(schema)
                     .map_err(|e| ToolError::failed(format!("output_schema is invalid: {e}")))?;
                 let problem = validator.iter_errors(&structured).next().map(|err| {
                     format!(

@@ -78,7 +78,7 @@ impl Entry {
     pub fn validator(&self) -> Result<&jsonschema::Validator, &str> {
         self.validator
             .get_or_init(|| {
-                jsonschema::validator_for(&self.tool.spec().parameters)
+                super::compile_schema(&self.tool.spec().parameters)
                     .map_err(|e| format!("the tool's parameter schema is invalid: {e}"))
             })
             .as_ref()

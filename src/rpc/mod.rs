@@ -187,8 +187,10 @@ fn release(slot: tokio::sync::OwnedSemaphorePermit) {
     }
 }
 
+/// Gives freed heap back to the system (at most once a second): after the last client
+/// leaves, and once start-up (config schema compilation, store recovery) is done.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn trim_heap() {
+pub(crate) fn trim_heap() {
     use std::sync::atomic::{AtomicU64, Ordering};
     static LAST: AtomicU64 = AtomicU64::new(0);
     let now = std::time::SystemTime::now()
@@ -204,4 +206,4 @@ fn trim_heap() {
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn trim_heap() {}
+pub(crate) fn trim_heap() {}
