@@ -4,14 +4,13 @@
 //! (each with its JSON path), not just the first.
 
 use std::collections::HashMap;
-use std::fmt;
 
 use serde_json::Value;
 
 use super::error::Problem;
 use super::path::{describe, JsonPath, Seg};
 use super::schema;
-use super::validate::server_rules;
+use super::validate::{server_rules, Report};
 use super::Config;
 
 /// The result of validating one config.
@@ -97,48 +96,6 @@ pub(crate) fn check_root(root: &Value, env_origin: &HashMap<String, String>) -> 
         config,
         problems: r.problems,
         warnings: r.warnings,
-    }
-}
-
-/// Problems and warnings, with the environment variable named for values that came from one.
-pub(crate) struct Report<'a> {
-    problems: Vec<Problem>,
-    warnings: Vec<String>,
-    env_origin: &'a HashMap<String, String>,
-}
-
-impl Report<'_> {
-    pub(crate) fn problem(&mut self, path: &JsonPath, message: impl Into<String>) {
-        let path = path.to_string();
-        let mut message = message.into();
-        if let Some(var) = self.env_origin.get(&path) {
-            message = format!("{message} (from {var})");
-        }
-        self.problems.push(Problem::new(path, message));
-    }
-
-    pub(crate) fn warn(&mut self, path: &JsonPath, message: impl fmt::Display) {
-        let path = path.to_string();
-        let mut line = if path.is_empty() {
-            message.to_string()
-        } else {
-            format!("{path}: {message}")
-        };
-        // A key that came from the environment: say which variable(s) made it.
-        let mut vars: Vec<&str> = self
-            .env_origin
-            .iter()
-            .filter(|(k, _)| {
-                k.strip_prefix(path.as_str())
-                    .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
-            })
-            .map(|(_, v)| v.as_str())
-            .collect();
-        if !path.is_empty() && !vars.is_empty() {
-            vars.sort_unstable();
-            line = format!("{line} (from {})", vars.join(", "));
-        }
-        self.warnings.push(line);
     }
 }
 

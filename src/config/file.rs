@@ -1,4 +1,5 @@
-//! What is at the config path, and reading `listen.socket` alone.
+//! Reading `listen.socket` alone, for clients that must find the daemon even when the rest
+//! of config.json is broken.
 
 use std::path::{Path, PathBuf};
 
@@ -7,41 +8,6 @@ use serde_json::Value;
 use super::error::{ConfigError, ConfigErrorKind};
 use super::load::{self, Env};
 use super::path::describe;
-
-/// What is at a config path, without reading it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FileState {
-    /// Nothing there (and no symlink either): at start, "all defaults"; while running, a
-    /// deleted config, so the last good one stays live.
-    Missing,
-    /// A regular file (possibly behind a symlink).
-    Present,
-    /// Something that is not a readable file; the text says what, e.g. "is a directory".
-    /// [`load`](super::load) refuses it with [`ConfigErrorKind::NotAFile`].
-    NotAFile(&'static str),
-    /// The path cannot be examined (e.g. a parent directory without permission); reading
-    /// it reports the system's error.
-    Inaccessible,
-}
-
-/// Looks at `path` (following symlinks) to tell a missing config from one that is there,
-/// and from a path that names something other than a file.
-pub fn file_state(path: &Path) -> FileState {
-    match std::fs::metadata(path) {
-        Ok(m) if m.is_file() => FileState::Present,
-        Ok(m) if m.is_dir() => FileState::NotAFile("is a directory, not a config file"),
-        Ok(_) => FileState::NotAFile("is not a regular file (a FIFO, socket or device)"),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            match std::fs::symlink_metadata(path) {
-                Ok(m) if m.file_type().is_symlink() => {
-                    FileState::NotAFile("is a symbolic link to a file that does not exist")
-                }
-                _ => FileState::Missing,
-            }
-        }
-        Err(_) => FileState::Inaccessible,
-    }
-}
 
 /// The socket path the config at `path` sets (`listen.socket`, `${NAME}`-expanded), or the
 /// `TOOLHOST_LISTEN__SOCKET` override; `Ok(None)` when neither sets one (the caller uses
@@ -90,6 +56,7 @@ pub(crate) fn socket_with(path: &Path, env: &Env) -> Result<Option<PathBuf>, Con
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use crate::config::{file_state, FileState};
 
     fn write(dir: &Path, text: &str) -> PathBuf {
         let p = dir.join("config.json");

@@ -8,9 +8,43 @@ use serde_json::{Map, Value};
 
 use super::check;
 use super::error::{ConfigError, ConfigErrorKind, ContentHash, Problem};
-use super::file::{file_state, FileState};
 use super::path::{describe, JsonPath, Seg};
 use super::{Config, Loaded};
+
+/// What is at a config path, without reading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileState {
+    /// Nothing there (and no symlink either): at start, "all defaults"; while running, a
+    /// deleted config, so the last good one stays live.
+    Missing,
+    /// A regular file (possibly behind a symlink).
+    Present,
+    /// Something that is not a readable file; the text says what, e.g. "is a directory".
+    /// [`load`](super::load) refuses it with [`ConfigErrorKind::NotAFile`].
+    NotAFile(&'static str),
+    /// The path cannot be examined (e.g. a parent directory without permission); reading
+    /// it reports the system's error.
+    Inaccessible,
+}
+
+/// Looks at `path` (following symlinks) to tell a missing config from one that is there,
+/// and from a path that names something other than a file.
+pub fn file_state(path: &Path) -> FileState {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => FileState::Present,
+        Ok(m) if m.is_dir() => FileState::NotAFile("is a directory, not a config file"),
+        Ok(_) => FileState::NotAFile("is not a regular file (a FIFO, socket or device)"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            match std::fs::symlink_metadata(path) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    FileState::NotAFile("is a symbolic link to a file that does not exist")
+                }
+                _ => FileState::Missing,
+            }
+        }
+        Err(_) => FileState::Inaccessible,
+    }
+}
 
 /// The JSON key `mcpServers` is accepted as an alias of this one.
 pub(crate) const SERVERS_KEY: &str = "mcp_servers";

@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 
 pub use diff::diff;
 pub use error::{ConfigError, ConfigErrorKind, ContentHash};
-pub use file::{file_state, socket_from_file, FileState};
+pub use file::socket_from_file;
+pub use load::{file_state, FileState};
 pub use model::*;
 pub use schema::schema;
 pub use watch::{watch, ConfigWatcher};

@@ -2,9 +2,12 @@
 //! and values that could never be handed to a program. Types and values are checked by the
 //! schema derived from the model (see [`super::check`]).
 
+use std::collections::HashMap;
+use std::fmt;
+
 use serde_json::{Map, Value};
 
-use super::check::Report;
+use super::error::Problem;
 use super::path::{JsonPath, Seg};
 
 /// Server names become part of tool names (`mcp_<server>_<tool>`).
@@ -21,6 +24,48 @@ pub(crate) fn check_server_name(name: &str) -> Option<String> {
         ))
     } else {
         None
+    }
+}
+
+/// Problems and warnings, with the environment variable named for values that came from one.
+pub(crate) struct Report<'a> {
+    pub(super) problems: Vec<Problem>,
+    pub(super) warnings: Vec<String>,
+    pub(super) env_origin: &'a HashMap<String, String>,
+}
+
+impl Report<'_> {
+    pub(crate) fn problem(&mut self, path: &JsonPath, message: impl Into<String>) {
+        let path = path.to_string();
+        let mut message = message.into();
+        if let Some(var) = self.env_origin.get(&path) {
+            message = format!("{message} (from {var})");
+        }
+        self.problems.push(Problem::new(path, message));
+    }
+
+    pub(crate) fn warn(&mut self, path: &JsonPath, message: impl fmt::Display) {
+        let path = path.to_string();
+        let mut line = if path.is_empty() {
+            message.to_string()
+        } else {
+            format!("{path}: {message}")
+        };
+        // A key that came from the environment: say which variable(s) made it.
+        let mut vars: Vec<&str> = self
+            .env_origin
+            .iter()
+            .filter(|(k, _)| {
+                k.strip_prefix(path.as_str())
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
+            })
+            .map(|(_, v)| v.as_str())
+            .collect();
+        if !path.is_empty() && !vars.is_empty() {
+            vars.sort_unstable();
+            line = format!("{line} (from {})", vars.join(", "));
+        }
+        self.warnings.push(line);
     }
 }
 

@@ -3,6 +3,7 @@
 //! `store` keeps records durably; `views` holds the protocol semantics that tie a session
 //! to the registry (the stable tool view, resume, refresh).
 
+mod backend;
 mod recover;
 mod sled_store;
 mod store;

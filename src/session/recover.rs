@@ -29,8 +29,8 @@ use std::process::{Command, ExitCode, Stdio};
 use anyhow::{bail, Context};
 use nix::fcntl::{Flock, FlockArg};
 
+use super::backend::SessionStore;
 use super::sled_store::{SledStore, BLOBS_DIR, LOG_FILE, SEAL_FILE};
-use super::store::SessionStore;
 use crate::protocol::Session;
 
 /// sled 0.34's default segment size (we don't change it): the log is written in

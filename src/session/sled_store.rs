@@ -33,7 +33,7 @@ use sha2::Digest;
 use sled::transaction::{abort, ConflictableTransactionError, TransactionError};
 use sled::Transactional;
 
-use super::store::{Page, SessionStore};
+use super::backend::{Page, SessionStore};
 use crate::error::{Error, Result};
 use crate::protocol::Session;
 

@@ -15,38 +15,10 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::backend::{Page, SessionStore};
 use super::sled_store::SledStore;
 use crate::error::{Error, Result};
 use crate::protocol::Session;
-
-/// One page of [`SessionStore::list`].
-#[derive(Debug, Default)]
-pub struct Page {
-    pub sessions: Vec<Session>,
-    /// Opaque cursor for the next page; `None` on the last page.
-    pub next: Option<String>,
-}
-
-/// Durable storage of session records. Synchronous (may block on disk: call it from a
-/// blocking thread); writes need not be durable until [`SessionStore::flush`] returns.
-pub trait SessionStore: Send + Sync {
-    /// A point lookup; `Error::Server` if the record is unreadable.
-    fn get(&self, id: &str) -> Result<Option<Session>>;
-    /// Stores a new session if its id is free; `false` when the id is taken.
-    fn insert(&self, session: &Session) -> Result<bool>;
-    /// Atomic read-modify-write (`f` may run more than once; `id` and `created_at` are kept).
-    /// `None` when there is no such session.
-    fn update(&self, id: &str, f: &dyn Fn(&mut Session)) -> Result<Option<Session>>;
-    /// Removes the session; whether it existed.
-    fn delete(&self, id: &str) -> Result<bool>;
-    /// Newest first, at most `limit`, strictly after the cursor `after` (a previous `next`).
-    /// Unreadable records are skipped (and logged). `Error::InvalidParams` for a bad cursor.
-    fn list(&self, limit: usize, after: Option<&str>) -> Result<Page>;
-    /// Number of sessions; cheap.
-    fn count(&self) -> u64;
-    /// Makes every write that returned before this call durable.
-    fn flush(&self) -> Result<()>;
-}
 
 /// What the flusher has published.
 #[derive(Debug, Clone, Default)]
