@@ -10,25 +10,7 @@ pub async fn read_line_bounded<R: AsyncBufRead + Unpin>(
     max: usize,
     out: &mut Vec<u8>,
 ) -> std::io::Result<usize> {
-    out.clear();
-    let mut total = 0;
-    loop {
-        let chunk = r.fill_buf().await?;
-        if chunk.is_empty() {
-            return Ok(total);
-        }
-        let (take, done) = match chunk.iter().position(|b| *b == b'\n') {
-            Some(i) => (i + 1, true),
-            None => (chunk.len(), false),
-        };
-        let room = max.saturating_sub(out.len());
-        out.extend_from_slice(&chunk[..take.min(room)]);
-        r.consume(take);
-        total += take;
-        if done {
-            return Ok(total);
-        }
-    }
+    read_line(r, max, out, Overlong::Cut).await
 }
 
 /// Like `read_line_bounded`, but a line longer than `max` is not kept at all: `out` is
@@ -41,6 +23,24 @@ pub async fn read_line_or_drop<R: AsyncBufRead + Unpin>(
     max: usize,
     out: &mut Vec<u8>,
 ) -> std::io::Result<usize> {
+    read_line(r, max, out, Overlong::Drop).await
+}
+
+/// What becomes of a line longer than the limit.
+#[derive(Clone, Copy, PartialEq)]
+enum Overlong {
+    /// Keep its first `max` bytes.
+    Cut,
+    /// Keep nothing, and free the buffer.
+    Drop,
+}
+
+async fn read_line<R: AsyncBufRead + Unpin>(
+    r: &mut R,
+    max: usize,
+    out: &mut Vec<u8>,
+    overlong: Overlong,
+) -> std::io::Result<usize> {
     out.clear();
     let mut total: usize = 0;
     loop {
@@ -52,10 +52,19 @@ pub async fn read_line_or_drop<R: AsyncBufRead + Unpin>(
             Some(i) => (i + 1, true),
             None => (chunk.len(), false),
         };
-        if total.saturating_add(take) <= max {
-            out.extend_from_slice(&chunk[..take]);
-        } else if out.capacity() > 0 {
-            *out = Vec::new();
+        match overlong {
+            Overlong::Cut => {
+                let room = max.saturating_sub(out.len());
+                out.extend_from_slice(&chunk[..take.min(room)]);
+            }
+            Overlong::Drop if total.saturating_add(take) <= max => {
+                out.extend_from_slice(&chunk[..take]);
+            }
+            Overlong::Drop => {
+                if out.capacity() > 0 {
+                    *out = Vec::new();
+                }
+            }
         }
         r.consume(take);
         total = total.saturating_add(take);
