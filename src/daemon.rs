@@ -141,9 +141,6 @@ pub async fn run(
     let server = rpc::start(host.clone(), listeners)?;
     reload::start_servers(&host);
     let _watcher = watch_config(&host);
-    // Start-up allocates and frees a lot (the config schema's validator, the store's
-    // recovery); give it back so an idle daemon stays small.
-    rpc::trim_heap();
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
 
     shutdown.await;

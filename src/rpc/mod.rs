@@ -187,10 +187,9 @@ fn release(slot: tokio::sync::OwnedSemaphorePermit) {
     }
 }
 
-/// Gives freed heap back to the system (at most once a second): after the last client
-/// leaves, and once start-up (config schema compilation, store recovery) is done.
+/// Gives freed heap back to the system (at most once a second) after the last client leaves.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-pub(crate) fn trim_heap() {
+fn trim_heap() {
     use std::sync::atomic::{AtomicU64, Ordering};
     static LAST: AtomicU64 = AtomicU64::new(0);
     let now = std::time::SystemTime::now()
@@ -206,4 +205,4 @@ pub(crate) fn trim_heap() {
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-pub(crate) fn trim_heap() {}
+fn trim_heap() {}
