@@ -241,16 +241,13 @@ async fn read_loop(read: OwnedReadHalf, conn: std::sync::Weak<Inner>) {
         let Some(inner) = conn.upgrade() else { return };
         // Most lines are plain results: route them without parsing the result twice.
         if let Some((id, result)) = plain_result(&line) {
-            let waiter = lock(&inner.routes).waiting.remove(&id);
-            match waiter {
-                Some(Waiter::Call(tx)) => {
+            let mut routes = lock(&inner.routes);
+            // A subscribe call's answer registers its subscription: that takes `route`.
+            if !matches!(routes.waiting.get(&id), Some(Waiter::Subscribe(_))) {
+                if let Some(Waiter::Call(tx)) = routes.waiting.remove(&id) {
                     let _ = tx.send(Ok(result.to_owned()));
-                    continue;
                 }
-                Some(other) => {
-                    lock(&inner.routes).waiting.insert(id, other);
-                }
-                None => continue,
+                continue;
             }
         }
         let Ok(msg) = serde_json::from_slice::<Incoming>(&line) else {
