@@ -152,20 +152,9 @@ async fn cli_reaches_the_configured_socket_when_the_rest_of_the_config_is_broken
     write_atomic(&d.config_path(), &good);
     // Not the harness's launcher: it passes --socket, and this daemon must find its
     // socket in the config.
-    let _daemon = tokio::process::Command::new(BIN)
-        .arg("--config")
-        .arg(d.config_path())
-        .arg("serve")
-        .arg("--workspace")
-        .arg(d.workspace())
-        .arg("--data-dir")
-        .arg(d.data_dir())
-        .env_remove("TOOLHOST_SOCKET")
-        .env_remove("TOOLHOST_CONFIG")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
+    let _daemon = d
+        .command_without_socket()
         .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
         .spawn()
         .unwrap();
     eventually(20, "the daemon on the configured socket", || async {

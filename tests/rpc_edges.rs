@@ -620,20 +620,10 @@ async fn a_missing_runtime_dir_is_created_private() {
     let d = Daemon::unstarted();
     let runtime = d.dir.path().join("run");
     std::fs::create_dir(&runtime).unwrap();
-    let mut child = tokio::process::Command::new(BIN)
-        .arg("--config")
-        .arg(d.config_path())
-        .arg("serve")
-        .arg("--workspace")
-        .arg(d.workspace())
-        .arg("--data-dir")
-        .arg(d.data_dir())
+    let mut child = d
+        .command_without_socket()
         .env("XDG_RUNTIME_DIR", &runtime)
-        .env_remove("TOOLHOST_SOCKET")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
         .spawn()
         .unwrap();
     let sock = runtime.join("toolhost").join("toolhost.sock");

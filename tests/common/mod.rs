@@ -112,11 +112,16 @@ impl Daemon {
     }
 
     pub fn command(&self) -> Command {
+        let mut cmd = self.command_without_socket();
+        cmd.arg("--socket").arg(self.socket());
+        cmd
+    }
+
+    /// `toolhost serve` on this dir with no `--socket`: the daemon resolves its socket
+    /// itself (from config or the environment), as an installed one would.
+    pub fn command_without_socket(&self) -> Command {
         let mut cmd = Command::new(BIN);
-        cmd.arg("--socket")
-            .arg(self.socket())
-            .arg("--config")
-            .arg(self.config_path());
+        cmd.arg("--config").arg(self.config_path());
         cmd.arg("serve")
             .arg("--workspace")
             .arg(self.workspace())
