@@ -141,7 +141,9 @@ pub struct McpServer {
     #[schemars(inner(length(min = 1)))]
     pub exclude_tools: Vec<String>,
     pub trust_annotations: bool,
-    /// Calls in flight to this server at once; more wait in a queue.
+    /// Calls in flight to this server at once; more wait in a queue. The default is far
+    /// above normal use, so slow calls from many frontends never serialise; set it to
+    /// protect a server that cannot take parallel calls.
     #[schemars(range(min = 1))]
     pub max_concurrency: usize,
     /// Approval classes of this server's tools, by their name on the server.
@@ -165,7 +167,7 @@ impl Default for McpServer {
             include_tools: Vec::new(),
             exclude_tools: Vec::new(),
             trust_annotations: false,
-            max_concurrency: 8,
+            max_concurrency: 256,
             approval: HashMap::new(),
         }
     }
