@@ -138,8 +138,10 @@ pub async fn run(
     tracing::info!(socket = %listeners.describe(), workspace = %host.workspace().display(), data_dir = %host.data_dir().display(), "toolhost serving");
     // Custom tools are listed from the first answer on; their folders are watched from now.
     reload::start_custom_tools(&host).await;
-    let server = rpc::start(host.clone(), listeners)?;
+    // Servers are registered (as `starting`) before the first connection is accepted, so
+    // `mcp.status` never answers "no such server" for a configured one.
     reload::start_servers(&host);
+    let server = rpc::start(host.clone(), listeners)?;
     let _watcher = watch_config(&host);
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
 
