@@ -277,8 +277,14 @@ fn exit_code(e: &ClientError) -> u8 {
 }
 
 fn config_check(path: Option<PathBuf>) -> ExitCode {
+    let named = config::is_named(path.as_deref());
     let path = path.unwrap_or_else(config::default_path);
-    match config::load(&path) {
+    let loaded = if named {
+        config::load_named(&path)
+    } else {
+        config::load(&path)
+    };
+    match loaded {
         Ok(loaded) => {
             for w in &loaded.warnings {
                 println!("warning: {w}");

@@ -34,6 +34,34 @@ pub fn default_path() -> PathBuf {
         .join("config.json")
 }
 
+/// Whether the user named the config file (`--config`, or `TOOLHOST_CONFIG`) rather than
+/// relying on the default path: a named file that is missing is a mistake (a typo must not
+/// silently mean "all defaults"), a missing default file is just "no config".
+pub fn is_named(flag: Option<&Path>) -> bool {
+    flag.is_some() || std::env::var_os("TOOLHOST_CONFIG").is_some_and(|v| !v.is_empty())
+}
+
+/// The message for a named config file that does not exist.
+pub fn missing_named(path: &Path) -> String {
+    format!(
+        "config file {} does not exist (it was named with --config or TOOLHOST_CONFIG)",
+        path.display()
+    )
+}
+
+/// [`load`] for a file the user named: a missing file is a [`ConfigErrorKind::NotAFile`]
+/// error instead of all defaults.
+pub fn load_named(path: &Path) -> Result<Loaded, ConfigError> {
+    if file_state(path) == FileState::Missing {
+        return Err(ConfigError::one(
+            ConfigErrorKind::NotAFile,
+            "",
+            missing_named(path),
+        ));
+    }
+    load(path)
+}
+
 /// Where sessions, spilled outputs and the process ledger live: `--data-dir`, else config
 /// `data_dir`, else `$STATE_DIRECTORY` (systemd), else `$XDG_STATE_HOME/toolhost`.
 pub fn data_dir(explicit: Option<PathBuf>, cfg: Option<&Config>) -> PathBuf {
