@@ -107,7 +107,8 @@ async fn start(
     let mut loaded =
         config::load(&path).with_context(|| format!("invalid config {}", path.display()))?;
     // A named file that is missing still starts the daemon (it is watched, and `mcp add`
-    // creates it), but never silently: the log and `config.status` say so.
+    // creates it), but never silently: the log and `config.status` say so (the host logs
+    // every config warning at start).
     if config::is_named(opts.config.as_deref())
         && config::file_state(&path) == config::FileState::Missing
     {
@@ -115,7 +116,6 @@ async fn start(
             "{}; running on defaults until it is created",
             config::missing_named(&path)
         );
-        tracing::warn!("{note}");
         loaded.warnings.push(note);
     }
     let dirs = opts.dirs(&loaded.config)?;
@@ -123,7 +123,6 @@ async fn start(
         let note = "the workspace is / (no --workspace, no config `workspace`, started in /): \
                     built-in tools resolve paths against the whole file system; set one"
             .to_owned();
-        tracing::warn!("{note}");
         loaded.warnings.push(note);
     }
     crate::process::child_env::configure(&loaded.config.env, &loaded.config.env_passthrough);

@@ -63,11 +63,15 @@ pub fn load_named(path: &Path) -> Result<Loaded, ConfigError> {
 }
 
 /// Where sessions, spilled outputs and the process ledger live: `--data-dir`, else config
-/// `data_dir`, else `$STATE_DIRECTORY` (systemd), else `$XDG_STATE_HOME/toolhost`.
+/// `data_dir`, else `$STATE_DIRECTORY` (systemd; its first entry, as a unit may list
+/// several directories separated by `:`), else `$XDG_STATE_HOME/toolhost`.
 pub fn data_dir(explicit: Option<PathBuf>, cfg: Option<&Config>) -> PathBuf {
     explicit
         .or_else(|| cfg.and_then(|c| c.data_dir.clone()))
-        .or_else(|| std::env::var_os("STATE_DIRECTORY").map(PathBuf::from))
+        .or_else(|| {
+            let dirs = std::env::var_os("STATE_DIRECTORY")?;
+            std::env::split_paths(&dirs).find(|p| !p.as_os_str().is_empty())
+        })
         .unwrap_or_else(|| xdg_dir("XDG_STATE_HOME", ".local/state").join("toolhost"))
 }
 
