@@ -178,6 +178,20 @@ async fn env_and_env_passthrough_reach_bash_and_stdio_servers() {
         "mcp_servers": {"hang": hanging(d.dir.path(), 60_000)}
     });
     std::fs::write(d.config_path(), cfg.to_string()).unwrap();
+    let tool = d.workspace().join(".toolhost/tools/envdump");
+    std::fs::create_dir_all(&tool).unwrap();
+    std::fs::write(
+        tool.join("tool.json"),
+        json!({"name": "envdump", "description": "Prints some of its environment.",
+               "parameters": {"type": "object", "properties": {}},
+               "command": ["./run.sh"], "approval": "read_only"})
+        .to_string(),
+    )
+    .unwrap();
+    let script = "#!/bin/sh\ncat >/dev/null\nv=$(env | grep -E '^(GOPATH|HTTP_PROXY|SOME_SECRET)=' | sort | tr '\\n' ' ')\nprintf '{\"result\": {\"env\": \"%s\"}}\\n' \"$v\"\n";
+    std::fs::write(tool.join("run.sh"), script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(tool.join("run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
     d.spawn(&[
         ("HTTP_PROXY", "http://proxy:3128"),
         ("NO_PROXY", "localhost"),
@@ -217,6 +231,11 @@ async fn env_and_env_passthrough_reach_bash_and_stdio_servers() {
             "NODE_EXTRA_CA_CERTS=/etc/ca.pem",
             "NO_PROXY=localhost",
         ]
+    );
+    let custom = d.invoke("envdump", json!({})).await;
+    assert_eq!(
+        custom,
+        json!({"ok": true, "env": "GOPATH=/srv/go HTTP_PROXY=http://proxy:3128 "})
     );
     let file = d.dir.path().join("hang.env");
     eventually(20, "the server wrote its environment", || {
