@@ -1,10 +1,16 @@
 # toolhost in a container. Build: docker build -t toolhost .
-# Run (socket and state in volumes, config directory bind-mounted, --init reaps the
-# npx → node grandchildren of stdio MCP servers):
-#   docker run --init -v toolhost-run:/run/toolhost -v toolhost-state:/var/lib/toolhost \
-#     -v "$PWD/config:/etc/toolhost:ro" toolhost
-# Bind-mount the config *directory*, not config.json: editors save by rename, and a
-# single-file mount would pin the old inode so hot reload would never see the edit.
+# Run (socket and state in volumes, config directory bind-mounted read-write so that
+# `toolhost mcp add/remove` can edit config.json; see proto-docs/deploy.md):
+#   docker run -d --name toolhost -v toolhost-run:/run/toolhost -v toolhost-state:/var/lib/toolhost \
+#     -v "$PWD/config:/etc/toolhost" -v "$PWD:/workspace" toolhost
+# - No `--init`: tini is already PID 1 here (it reaps the npx → node grandchildren of stdio
+#   MCP servers and forwards signals). Passing --init anyway is harmless (TINI_SUBREAPER).
+# - Bind-mount the config *directory*, not config.json: editors save by rename, and a
+#   single-file mount would pin the old inode so hot reload would never see the edit. A
+#   `:ro` mount works too, but then `mcp add/remove` fail (the file cannot be written).
+# - The daemon runs as uid/gid 10001 (`toolhost`). Host clients of the socket need that
+#   uid, or a shared group with "listen": {"socket_mode": "0660"}, or run the container
+#   as yourself: --user "$(id -u):$(id -g)" with bind-mounted directories you own.
 
 FROM rust:1-bookworm AS build
 WORKDIR /src
@@ -14,17 +20,22 @@ COPY tests ./tests
 COPY benches ./benches
 RUN cargo build --release --locked --bin toolhost
 
+# uv/uvx, pinned, so Python MCP servers (`uvx mcp-server-…`) run as on a desktop.
+FROM ghcr.io/astral-sh/uv:0.5.11 AS uv
+
 FROM node:20-bookworm-slim
-# tini: signals reach the daemon and orphans are reaped even without `docker run --init`.
 RUN apt-get update && apt-get install -y --no-install-recommends tini ca-certificates python3 \
     && rm -rf /var/lib/apt/lists/* \
-    && groupadd --system toolhost && useradd --system --gid toolhost --home-dir /var/lib/toolhost toolhost \
+    && groupadd --system --gid 10001 toolhost \
+    && useradd --system --uid 10001 --gid toolhost --home-dir /var/lib/toolhost toolhost \
     && mkdir -p /run/toolhost /var/lib/toolhost /etc/toolhost /workspace \
-    && chown toolhost:toolhost /run/toolhost /var/lib/toolhost /workspace
+    && chown toolhost:toolhost /run/toolhost /var/lib/toolhost /etc/toolhost /workspace
+COPY --from=uv /uv /uvx /usr/local/bin/
 COPY --from=build /src/target/release/toolhost /usr/local/bin/toolhost
 USER toolhost
 ENV HOME=/var/lib/toolhost \
     npm_config_cache=/var/lib/toolhost/.npm \
+    TINI_SUBREAPER=1 \
     TOOLHOST_SOCKET=/run/toolhost/toolhost.sock \
     TOOLHOST_CONFIG=/etc/toolhost/config.json \
     RUST_LOG=info,rmcp=warn

@@ -104,9 +104,28 @@ async fn start(
     hangup: Option<tokio::signal::unix::Signal>,
 ) -> anyhow::Result<()> {
     let path = opts.config_path();
-    let loaded =
+    let mut loaded =
         config::load(&path).with_context(|| format!("invalid config {}", path.display()))?;
+    // A named file that is missing still starts the daemon (it is watched, and `mcp add`
+    // creates it), but never silently: the log and `config.status` say so (the host logs
+    // every config warning at start).
+    if config::is_named(opts.config.as_deref())
+        && config::file_state(&path) == config::FileState::Missing
+    {
+        let note = format!(
+            "{}; running on defaults until it is created",
+            config::missing_named(&path)
+        );
+        loaded.warnings.push(note);
+    }
     let dirs = opts.dirs(&loaded.config)?;
+    if dirs.workspace == std::path::Path::new("/") {
+        let note = "the workspace is / (no --workspace, no config `workspace`, started in /): \
+                    built-in tools resolve paths against the whole file system; set one"
+            .to_owned();
+        loaded.warnings.push(note);
+    }
+    crate::process::child_env::configure(&loaded.config.env, &loaded.config.env_passthrough);
     // The socket first: a second daemon must fail on the live socket, not on the store lock.
     let listeners = Listeners::bind(opts.socket.as_deref(), &loaded.config).await?;
     let host = match Host::new(dirs, loaded) {
@@ -135,7 +154,7 @@ pub async fn run(
     // Owns every child (subreaper, adopted-zombie reaper, ledger sweep); dropped when run
     // returns, it kills whatever is left.
     let _processes = crate::process::init_daemon(host.data_dir());
-    tracing::info!(socket = %listeners.describe(), workspace = %host.workspace().display(), data_dir = %host.data_dir().display(), "toolhost serving");
+    tracing::info!(socket = %listeners.describe(), activated = listeners.owned_path.is_none(), workspace = %host.workspace().display(), data_dir = %host.data_dir().display(), "toolhost serving");
     // Custom tools are listed from the first answer on; their folders are watched from now.
     reload::start_custom_tools(&host).await;
     // Servers are registered (as `starting`) before the first connection is accepted, so

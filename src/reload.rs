@@ -4,6 +4,8 @@
 //! Architecture Invariant: an invalid config never replaces a valid one, a config file that
 //! disappears keeps the last good config, and unchanged MCP servers are never touched.
 
+use std::time::Duration;
+
 use crate::config::{self, ConfigErrorKind};
 use crate::error::Error;
 use crate::host::Host;
@@ -11,6 +13,11 @@ use crate::mcp::McpManager;
 use crate::now_ms;
 use crate::protocol::{ConfigReloadResult, ConfigStatusResult};
 use crate::registry::{Change, SourceKey};
+
+/// How long a reload waits for new or restarted MCP servers before applying the rest of
+/// the config: servers up by then land in the reload's one registry swap; one that hangs
+/// in its handshake (up to its `startup_timeout_ms`) joins later on its own.
+const JOIN_WAIT: Duration = Duration::from_secs(2);
 
 /// What `config.status` reports.
 pub fn status(host: &Host) -> ConfigStatusResult {
@@ -166,7 +173,8 @@ pub async fn reload(host: &Host) -> ConfigReloadResult {
         host.mcp().remove(name);
         sources.push((SourceKey::Mcp(name.clone()), None));
     }
-    sources.extend(McpManager::collect_tools(&started).await);
+    let (tools, joined) = McpManager::collect_tools(&started, JOIN_WAIT).await;
+    sources.extend(tools);
     // Providers are read by each call from here on; new folders are scanned into this swap.
     if let Some(update) = host
         .custom()
@@ -176,13 +184,20 @@ pub async fn reload(host: &Host) -> ConfigReloadResult {
         sources.push(update);
     }
     let approval_overrides = new.approval.tools.clone();
+    crate::process::child_env::configure(&new.env, &new.env_passthrough);
     host.set_config(new);
     let note = host.registry().apply(Change {
         sources,
         approval_overrides: Some(approval_overrides),
     });
-    for s in &started {
+    for (s, joined) in started.iter().zip(joined) {
         s.start_publishing();
+        if !joined {
+            // Still starting: it joins with its own tools_changed when ready. Publishing
+            // now also covers one that became ready between the wait and the swap.
+            tracing::info!(server = %s.name(), "MCP server still starting; applied the rest of the config without it");
+            s.publish_tools();
+        }
     }
     host.update_config_state(|s| {
         s.loaded_at = now_ms();

@@ -10,6 +10,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use serde::Serialize;
@@ -34,6 +35,12 @@ pub struct Cli {
     /// config.json (default: TOOLHOST_CONFIG, then $XDG_CONFIG_HOME/toolhost/config.json).
     #[arg(long, global = true)]
     config: Option<PathBuf>,
+    #[command(flatten)]
+    out: Output,
+    /// Longest wait for the daemon's answer, in seconds (default 150); a call given a
+    /// longer `--timeout-ms` is waited for that long plus 5 s. No answer in time: exit 3.
+    #[arg(long, global = true, value_name = "SECONDS", value_parser = parse_timeout)]
+    timeout: Option<Duration>,
     #[command(subcommand)]
     command: Command,
 }
@@ -51,8 +58,6 @@ enum Command {
     },
     /// List the live tools.
     Tools {
-        #[command(flatten)]
-        out: Output,
         /// Include hidden tools.
         #[arg(long)]
         all: bool,
@@ -70,23 +75,18 @@ enum Command {
         /// Approve a write/command tool in a strict session.
         #[arg(long)]
         approved: bool,
-        #[command(flatten)]
-        out: Output,
     },
+    /// Cancel a call in flight by its call id.
+    Cancel { call_id: String },
     /// Show the daemon's health.
-    Health {
-        #[command(flatten)]
-        out: Output,
-    },
+    Health,
     /// Send a raw JSON-RPC call and print its result.
     Call {
         method: String,
         /// Params as a JSON object.
         params: Option<String>,
-        #[command(flatten)]
-        out: Output,
     },
-    /// Check a config file without starting anything.
+    /// Check a config file, or see and reload the daemon's.
     Config {
         #[command(subcommand)]
         command: ConfigCommand,
@@ -95,15 +95,11 @@ enum Command {
     Session {
         #[command(subcommand)]
         command: SessionCommand,
-        #[command(flatten)]
-        out: Output,
     },
     /// Manage MCP servers (edits config.json; the daemon applies the change).
     Mcp {
         #[command(subcommand)]
         command: McpCommand,
-        #[command(flatten)]
-        out: Output,
     },
     /// Create and check custom tools (no daemon needed).
     Tool {
@@ -136,6 +132,27 @@ enum SessionCommand {
         /// auto, strict or read_only.
         #[arg(long, value_parser = parse_approval)]
         approval: Option<ApprovalMode>,
+    },
+    /// Change a session: merge meta (a null value deletes a key), set approval or workspace.
+    Update {
+        id: String,
+        /// Meta to merge, as a JSON object.
+        #[arg(long)]
+        meta: Option<String>,
+        #[arg(long)]
+        workspace: Option<String>,
+        /// auto, strict or read_only.
+        #[arg(long, value_parser = parse_approval)]
+        approval: Option<ApprovalMode>,
+    },
+    /// Resume a session: merge its persisted tool names with the live tools.
+    Resume { id: String },
+    /// The session's tool view (OpenAI function format).
+    Tools {
+        id: String,
+        /// Print only whether the view still has this etag.
+        #[arg(long)]
+        if_etag: Option<String>,
     },
     /// Delete a session.
     Delete { id: String },
@@ -174,13 +191,20 @@ enum McpCommand {
 
 #[derive(Subcommand, Debug)]
 enum ConfigCommand {
-    /// Validate config.json (exit 0 when valid, 1 with the errors listed).
+    /// Validate config.json without a daemon (exit 0 when valid, 1 with the errors listed).
     Check,
+    /// Make the daemon re-read config.json now (exit 1 when it was refused).
+    Reload,
+    /// The daemon's config: file, revision, last error, warnings.
+    Status,
 }
 
+/// How results are printed: for people by default, or with the global `--json` as exactly
+/// one compact JSON document on stdout (the method's result as the protocol defines it), for
+/// every client command alike.
 #[derive(Args, Debug, Clone, Copy)]
 struct Output {
-    /// Print the raw JSON result.
+    /// Print the result as one line of JSON (the protocol's result object).
     #[arg(long, global = true)]
     json: bool,
 }
@@ -242,7 +266,7 @@ async fn run(cli: Cli) -> ExitCode {
         }
         Command::Config {
             command: ConfigCommand::Check,
-        } => config_check(cli.config),
+        } => config_check(cli.config, cli.out),
         Command::Tool { command } => {
             crate::custom::scaffold::cli(command, &cli.config.unwrap_or_else(config::default_path))
         }
@@ -256,7 +280,8 @@ async fn run(cli: Cli) -> ExitCode {
         } => crate::session::recover_cli(data_dir, cli.config, export_from),
         command => {
             let path = client::default_socket(cli.socket.as_deref(), cli.config.as_deref());
-            match client_command(&path, command).await {
+            let wait = cli.timeout.unwrap_or(client::DEFAULT_TIMEOUT);
+            match client_command(&path, command, cli.out, wait).await {
                 Ok(code) => code,
                 Err(e) => {
                     eprintln!("toolhost: {e}");
@@ -276,21 +301,50 @@ fn exit_code(e: &ClientError) -> u8 {
     }
 }
 
-fn config_check(path: Option<PathBuf>) -> ExitCode {
+fn config_check(path: Option<PathBuf>, out: Output) -> ExitCode {
+    let named = config::is_named(path.as_deref());
     let path = path.unwrap_or_else(config::default_path);
-    match config::load(&path) {
-        Ok(loaded) => {
-            for w in &loaded.warnings {
-                println!("warning: {w}");
+    let loaded = if named {
+        config::load_named(&path)
+    } else {
+        config::load(&path)
+    };
+    let (valid, problems, warnings) = match &loaded {
+        Ok(l) => (true, Vec::new(), l.warnings.clone()),
+        Err(e) => (
+            false,
+            e.problems.iter().map(ToString::to_string).collect(),
+            e.warnings.clone(),
+        ),
+    };
+    if out.json {
+        emit(
+            out,
+            &serde_json::json!({
+                "path": path.display().to_string(),
+                "valid": valid,
+                "problems": problems,
+                "warnings": warnings,
+            }),
+        );
+    } else {
+        match loaded {
+            Ok(loaded) => {
+                for w in &loaded.warnings {
+                    println!("warning: {w}");
+                }
+                println!("{}: valid", path.display());
             }
-            println!("{}: valid", path.display());
-            ExitCode::SUCCESS
+            Err(e) => {
+                println!("{}: invalid", path.display());
+                println!("{e:#}");
+            }
         }
-        Err(e) => {
-            println!("{}: invalid", path.display());
-            println!("{e:#}");
-            ExitCode::from(1)
-        }
+    }
+    if valid {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
     }
 }
 
@@ -328,12 +382,23 @@ fn print_json<T: Serialize + ?Sized>(v: &T) {
     println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
 }
 
-/// A result as JSON: one compact line with `--json` (for scripts), else indented.
-fn emit<T: Serialize>(out: Output, v: &T) {
+/// A result as JSON: one compact line with `--json` (for scripts), else indented (for
+/// commands without a more readable form).
+fn emit<T: Serialize + ?Sized>(out: Output, v: &T) {
     if out.json {
         println!("{}", serde_json::to_string(v).unwrap_or_default());
     } else {
         print_json(v);
+    }
+}
+
+/// `--timeout SECONDS` (fractions allowed), more than zero.
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s > 0.0 && s.is_finite() && s <= 1e9 => Ok(Duration::from_secs_f64(s)),
+        _ => Err(format!(
+            "{text:?} is not a number of seconds greater than 0"
+        )),
     }
 }
 
@@ -346,40 +411,77 @@ fn first_line(text: &str) -> &str {
         .trim_start_matches("- ")
 }
 
+/// Rows as columns, each as wide as its widest cell (so long tool names never push the
+/// rest out of line), the last column left unpadded.
+fn print_table(rows: &[Vec<String>]) {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|cell| cell.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for row in rows {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            if c + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                let pad = widths[c].saturating_sub(cell.chars().count());
+                line.push_str(cell);
+                line.push_str(&" ".repeat(pad + 2));
+            }
+        }
+        println!("{}", line.trim_end());
+    }
+}
+
 async fn client_command(
     socket: &std::path::Path,
     command: Command,
+    out: Output,
+    wait: Duration,
 ) -> Result<ExitCode, ClientError> {
-    let client = Client::connect(socket).await?;
+    let client = Client::connect(socket).await?.with_timeout(wait);
     match command {
-        Command::Tools { out, all } => {
+        Command::Tools { all } => {
             let params = ListToolsParams {
                 include_hidden: all,
                 ..Default::default()
             };
             let r = client.list_tools(&params).await?;
             if out.json {
-                print_json(&r);
+                emit(out, &r);
                 return Ok(ExitCode::SUCCESS);
             }
-            for t in &r.tools {
-                let name = t.name();
-                let meta = r.meta.get(name);
-                let source = match meta {
-                    Some(ToolMeta {
-                        server: Some(s), ..
-                    }) => format!("mcp:{s}"),
-                    Some(m) => wire(&m.source),
-                    None => String::new(),
-                };
-                let approval = meta
-                    .and_then(|m| m.approval)
-                    .map_or("-", crate::ApprovalClass::as_str);
-                println!(
-                    "{name:<32} {source:<14} {approval:<10} {}",
-                    first_line(t.description())
-                );
-            }
+            let rows: Vec<Vec<String>> = r
+                .tools
+                .iter()
+                .map(|t| {
+                    let name = t.name();
+                    let meta = r.meta.get(name);
+                    let source = match meta {
+                        Some(ToolMeta {
+                            server: Some(s), ..
+                        }) => format!("mcp:{s}"),
+                        Some(m) => wire(&m.source),
+                        None => String::new(),
+                    };
+                    let approval = meta
+                        .and_then(|m| m.approval)
+                        .map_or("-", crate::ApprovalClass::as_str);
+                    vec![
+                        name.to_owned(),
+                        source,
+                        approval.to_owned(),
+                        first_line(t.description()).to_owned(),
+                    ]
+                })
+                .collect();
+            print_table(&rows);
             Ok(ExitCode::SUCCESS)
         }
         Command::Invoke {
@@ -388,7 +490,6 @@ async fn client_command(
             session,
             timeout_ms,
             approved,
-            out,
         } => {
             let arguments = match parse_json_object("--args", &args) {
                 Ok(a) => a,
@@ -403,7 +504,7 @@ async fn client_command(
             let r = client.invoke(&params).await?;
             let ok = r.result.ok;
             if out.json {
-                print_json(&r);
+                emit(out, &r);
             } else if ok {
                 // One field (`content`, `output`, …) prints bare; several print as JSON.
                 let fields = &r.result.fields;
@@ -413,14 +514,19 @@ async fn client_command(
                     _ => print_json(fields),
                 }
             } else {
+                let kind = r.result.error_kind;
                 eprintln!(
                     "{} ({}): {}",
                     name,
-                    r.result
-                        .error_kind
-                        .map_or_else(|| "failed".to_owned(), |k| wire(&k)),
+                    kind.map_or_else(|| "failed".to_owned(), |k| wire(&k)),
                     r.result.error.as_deref().unwrap_or("")
                 );
+                if kind == Some(ErrorKind::ApprovalRequired) {
+                    // The daemon speaks protocol (`"approved": true`); say it in CLI terms.
+                    eprintln!(
+                        "toolhost: once the user agrees, run the same command with --approved"
+                    );
+                }
             }
             Ok(if ok {
                 ExitCode::SUCCESS
@@ -428,10 +534,25 @@ async fn client_command(
                 ExitCode::from(1)
             })
         }
-        Command::Health { out } => {
+        Command::Cancel { call_id } => {
+            let r = client.cancel(&call_id).await?;
+            if out.json {
+                emit(out, &r);
+            } else if r.cancelled {
+                println!("cancelled {call_id}");
+            } else {
+                eprintln!("toolhost: no call {call_id} in flight");
+            }
+            Ok(if r.cancelled {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        Command::Health => {
             let r = client.health().await?;
             if out.json {
-                print_json(&r);
+                emit(out, &r);
             } else {
                 println!(
                     "{} — toolhost {}, up {}s, {} tools, {} sessions, mcp ready {} / failed {} / connecting {}",
@@ -452,11 +573,7 @@ async fn client_command(
                 ExitCode::from(1)
             })
         }
-        Command::Call {
-            method,
-            params,
-            out,
-        } => {
+        Command::Call { method, params } => {
             let params = match params.as_deref().map(|p| parse_json_object("PARAMS", p)) {
                 Some(Ok(p)) => p,
                 Some(Err(code)) => return Ok(code),
@@ -465,20 +582,62 @@ async fn client_command(
             let params = serde_json::value::to_raw_value(&params)
                 .map_err(|e| ClientError::Decode(e.to_string()))?;
             let r = client.call_raw(&method, &params).await?;
-            if out.json {
-                println!("{}", r.get());
-            } else {
-                match serde_json::from_str::<Value>(r.get()) {
-                    Ok(v) => print_json(&v),
-                    Err(_) => println!("{}", r.get()),
-                }
+            match serde_json::from_str::<Value>(r.get()) {
+                Ok(v) => emit(out, &v),
+                Err(_) => println!("{}", r.get()),
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Session { command, out } => session_command(&client, command, out).await,
-        Command::Mcp { command, out } => mcp_command(&client, command, out).await,
-        Command::Serve { .. } | Command::Config { .. } | Command::Tool { .. } => {
-            Ok(ExitCode::from(2))
+        Command::Config { command } => config_command(&client, command, out).await,
+        Command::Session { command } => session_command(&client, command, out).await,
+        Command::Mcp { command } => mcp_command(&client, command, out).await,
+        Command::Serve { .. } | Command::Tool { .. } => Ok(ExitCode::from(2)),
+    }
+}
+
+async fn config_command(
+    client: &Client,
+    command: ConfigCommand,
+    out: Output,
+) -> Result<ExitCode, ClientError> {
+    let print_status = |s: &ConfigStatusResult| {
+        println!("{} (revision {})", s.path, s.revision);
+        if let Some(e) = &s.last_error {
+            println!("last error: {e}");
+        }
+        for w in &s.warnings {
+            println!("warning: {w}");
+        }
+        for e in &s.custom_tool_errors {
+            println!("custom tool error: {e}");
+        }
+    };
+    match command {
+        ConfigCommand::Check => Ok(ExitCode::from(2)), // handled in `run`, no daemon needed
+        ConfigCommand::Reload => {
+            let r = client.config_reload().await?;
+            if out.json {
+                emit(out, &r);
+            } else if r.applied {
+                println!("applied");
+                print_status(&r.status);
+            } else {
+                println!("not applied: {}", r.error.as_deref().unwrap_or(""));
+            }
+            Ok(if r.applied {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        ConfigCommand::Status => {
+            let r = client.config_status().await?;
+            if out.json {
+                emit(out, &r);
+            } else {
+                print_status(&r);
+            }
+            Ok(ExitCode::SUCCESS)
         }
     }
 }
@@ -499,15 +658,19 @@ async fn session_command(
                 emit(out, &r);
                 return Ok(ExitCode::SUCCESS);
             }
-            for s in &r.sessions {
-                println!(
-                    "{:<40} {:<9} {:>3} tools  {}",
-                    s.id,
-                    wire(&s.approval),
-                    s.tool_names.len(),
-                    serde_json::to_string(&s.meta).unwrap_or_default()
-                );
-            }
+            let rows: Vec<Vec<String>> = r
+                .sessions
+                .iter()
+                .map(|s| {
+                    vec![
+                        s.id.clone(),
+                        wire(&s.approval),
+                        format!("{} tools", s.tool_names.len()),
+                        serde_json::to_string(&s.meta).unwrap_or_default(),
+                    ]
+                })
+                .collect();
+            print_table(&rows);
             if let Some(next) = &r.next {
                 println!("(more: --after {next})");
             }
@@ -532,6 +695,65 @@ async fn session_command(
             };
             emit(out, &client.session_create(&params).await?);
         }
+        SessionCommand::Update {
+            id,
+            meta,
+            workspace,
+            approval,
+        } => {
+            let meta = match meta.as_deref().map(|m| parse_json_object("--meta", m)) {
+                Some(Ok(m)) => Some(m),
+                Some(Err(code)) => return Ok(code),
+                None => None,
+            };
+            let params = SessionUpdateParams {
+                id,
+                meta,
+                approval,
+                workspace,
+            };
+            emit(out, &client.session_update(&params).await?);
+        }
+        SessionCommand::Resume { id } => {
+            let r: SessionResumeResult = client
+                .call(method::SESSION_RESUME, &SessionIdParams { id })
+                .await?;
+            if out.json {
+                emit(out, &r);
+            } else {
+                println!(
+                    "resumed {}: {} tools, added {}, missing {}",
+                    r.session.id,
+                    r.tools.len(),
+                    list_or_none(&r.added),
+                    list_or_none(&r.missing)
+                );
+            }
+        }
+        SessionCommand::Tools { id, if_etag } => {
+            let r: SessionToolsResult = client
+                .call(method::SESSION_TOOLS, &SessionToolsParams { id, if_etag })
+                .await?;
+            if out.json {
+                emit(out, &r);
+            } else if r.unchanged {
+                println!("unchanged (etag {})", r.etag);
+            } else {
+                let rows: Vec<Vec<String>> = r
+                    .tools
+                    .iter()
+                    .flatten()
+                    .map(|t| {
+                        vec![
+                            t.function.name.clone(),
+                            first_line(&t.function.description).to_owned(),
+                        ]
+                    })
+                    .collect();
+                print_table(&rows);
+                println!("(etag {})", r.etag);
+            }
+        }
         SessionCommand::Recover { .. } => return Ok(ExitCode::from(2)), // handled in `run`
         SessionCommand::Delete { id } => {
             let r = client.session_delete(&id).await?;
@@ -543,6 +765,14 @@ async fn session_command(
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+fn list_or_none(names: &[String]) -> String {
+    if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(", ")
+    }
 }
 
 async fn mcp_command(
@@ -557,22 +787,26 @@ async fn mcp_command(
                 emit(out, &r);
                 return Ok(ExitCode::SUCCESS);
             }
-            for s in &r.servers {
-                println!(
-                    "{:<20} {:<5} {:<12} tools {:<4} in-flight {:<3} queued {:<3} restarts {:<3}{}",
-                    s.name,
-                    wire(&s.transport),
-                    wire(&s.state),
-                    s.tools,
-                    s.in_flight,
-                    s.queued,
-                    s.restarts,
-                    s.last_error
-                        .as_deref()
-                        .map(|e| format!(" error: {e}"))
-                        .unwrap_or_default()
-                );
-            }
+            let rows: Vec<Vec<String>> = r
+                .servers
+                .iter()
+                .map(|s| {
+                    vec![
+                        s.name.clone(),
+                        wire(&s.transport),
+                        wire(&s.state),
+                        format!("tools {}", s.tools),
+                        format!("in-flight {}", s.in_flight),
+                        format!("queued {}", s.queued),
+                        format!("restarts {}", s.restarts),
+                        s.last_error
+                            .as_deref()
+                            .map(|e| format!("error: {e}"))
+                            .unwrap_or_default(),
+                    ]
+                })
+                .collect();
+            print_table(&rows);
         }
         McpCommand::Add {
             name,

@@ -76,10 +76,18 @@ pub(crate) fn check_root(root: &Value, env_origin: &HashMap<String, String>) -> 
             .and_then(|node| suggest(key, schema::fields(node)))
             .map(|s| format!(" (did you mean {s:?}?)"))
             .unwrap_or_default();
-        r.warn(&JsonPath(path.clone()), format_args!("unknown key{hint}"));
+        let at = JsonPath(path.clone());
+        if strict_parent(parent) {
+            r.key_problem(&at, format_args!("unknown key{hint}; {STRICT_WHY}"));
+        } else {
+            r.warn(&at, format_args!("unknown key{hint}"));
+        }
     }
     let config = match typed {
-        Ok(c) if r.problems.is_empty() => Some(c),
+        Ok(mut c) if r.problems.is_empty() => {
+            fold_disabled(&mut c);
+            Some(c)
+        }
         Ok(_) => None,
         Err(e) => {
             if r.problems.is_empty() {
@@ -96,6 +104,34 @@ pub(crate) fn check_root(root: &Value, env_origin: &HashMap<String, String>) -> 
         config,
         problems: r.problems,
         warnings: r.warnings,
+    }
+}
+
+/// Why an unknown key is an error there and a warning elsewhere.
+const STRICT_WHY: &str = "a misspelt key at the top level or in \"listen\" or \"approval\" \
+                          would silently run with weaker defaults";
+
+/// Whether an unknown key under `parent` is an error: at the top level (a misspelt
+/// `approval` would drop the whole policy) and directly inside `listen` and `approval`
+/// (security settings). Elsewhere unknown keys stay warnings, so configs pasted from
+/// other tools keep working. Decided by position, so sections added to the model later
+/// are covered without a list to keep up to date.
+fn strict_parent(parent: &[Seg]) -> bool {
+    match parent {
+        [] => true,
+        [Seg::Key(k)] => k == "listen" || k == "approval",
+        _ => false,
+    }
+}
+
+/// `disabled: true` (Cline, Claude Code) means `enabled: false`; folded here so the rest
+/// of the daemon reads only `enabled`.
+fn fold_disabled(c: &mut Config) {
+    for s in c.mcp_servers.values_mut() {
+        if s.disabled {
+            s.enabled = false;
+            s.disabled = false;
+        }
     }
 }
 
@@ -385,16 +421,88 @@ mod tests {
     #[test]
     fn unknown_keys_warn_with_a_hint() {
         let c = run(json!({
-            "limit": {},
+            "limits": {"max_output_byte": 1},
             "mcp_servers": {"fs": {"comand": "x", "command": "y", "foo": 1}}
         }));
         assert!(c.problems.is_empty(), "{:?}", c.problems);
         assert_eq!(
             c.warnings,
             vec![
-                "limit: unknown key (did you mean \"limits\"?)",
+                "limits.max_output_byte: unknown key (did you mean \"max_output_bytes\"?)",
                 "mcp_servers.fs.comand: unknown key (did you mean \"command\"?)",
                 "mcp_servers.fs.foo: unknown key",
+            ]
+        );
+        assert!(c.config.is_some());
+    }
+
+    /// A typo at the top level or in `listen`/`approval` would run with weaker defaults
+    /// (no strict mode, a world-readable socket), so it refuses the config.
+    #[test]
+    fn unknown_keys_in_security_sections_are_errors() {
+        let c = run(json!({
+            "aproval": {"mode": "strict"},
+            "listen": {"socket_mod": "0600"},
+            "approval": {"mdoe": "strict", "tools": {"any_name": "write"}},
+            "mcp_servers": {"fs": {"command": "y", "approval": {"whatever": "write"}}}
+        }));
+        let why = "a misspelt key at the top level or in \"listen\" or \"approval\" would \
+                   silently run with weaker defaults";
+        let p: Vec<String> = c.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            p,
+            vec![
+                format!("aproval: unknown key (did you mean \"approval\"?); {why}"),
+                format!("listen.socket_mod: unknown key (did you mean \"socket_mode\"?); {why}"),
+                format!("approval.mdoe: unknown key (did you mean \"mode\"?); {why}"),
+            ]
+        );
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+        assert!(c.config.is_none());
+    }
+
+    #[test]
+    fn disabled_folds_into_enabled_and_cannot_contradict_it() {
+        let c = run(json!({"mcp_servers": {
+            "a": {"command": "x", "disabled": true},
+            "b": {"command": "x", "disabled": false},
+            "c": {"command": "x", "enabled": true, "disabled": true}
+        }}));
+        let p: Vec<String> = c.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            p,
+            vec![
+                "mcp_servers.c.disabled: contradicts \"enabled\": true; keep one of them \
+                 (disabled: true is the same as enabled: false)"
+            ]
+        );
+        let c = run(json!({"mcp_servers": {
+            "a": {"command": "x", "disabled": true},
+            "b": {"command": "x", "disabled": false}
+        }}));
+        let cfg = c.config.unwrap();
+        assert_eq!(
+            (cfg.mcp_servers["a"].enabled, cfg.mcp_servers["b"].enabled),
+            (false, true)
+        );
+        assert!(!cfg.mcp_servers["a"].disabled, "folded away");
+    }
+
+    #[test]
+    fn env_passthrough_patterns_are_checked() {
+        let c = run(json!({
+            "env_passthrough": ["HTTPS_PROXY", "*_PROXY", "BAD NAME"],
+            "env": {"A=B": "x"},
+            "mcp_servers": {"s": {"command": "x", "env_passthrough": ["", "$HOME"]}}
+        }));
+        let p: Vec<String> = c.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            p,
+            vec![
+                "env_passthrough[2]: expected a variable name or a glob pattern such as \"*_PROXY\" (letters, digits, _ . - and the wildcards * ?), found \"BAD NAME\"",
+                "env[\"A=B\"]: environment variable names cannot contain \"=\"",
+                "mcp_servers.s.env_passthrough[0]: expected a non-empty string, found \"\"",
+                "mcp_servers.s.env_passthrough[1]: expected a variable name or a glob pattern such as \"*_PROXY\" (letters, digits, _ . - and the wildcards * ?), found \"$HOME\"",
             ]
         );
     }

@@ -84,10 +84,16 @@ impl ConfigDiff {
 /// command-line flag that overrides them is not known here.
 pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
     let mut d = ConfigDiff::default();
+    // The top-level `env`/`env_passthrough` are part of every stdio server's environment,
+    // which only a restart can change.
+    let child_env_changed = old.env != new.env || old.env_passthrough != new.env_passthrough;
     for (name, server) in &new.mcp_servers {
         match old.mcp_servers.get(name) {
             None => d.servers_added.push(name.clone()),
             Some(before) if before.needs_restart(server) => d.servers_restart.push(name.clone()),
+            Some(_) if child_env_changed && server.command.is_some() && server.enabled => {
+                d.servers_restart.push(name.clone())
+            }
             Some(before) if before != server => d.servers_updated.push(name.clone()),
             Some(_) => {}
         }
@@ -216,5 +222,24 @@ mod tests {
         assert!(d.approval_changed && d.custom_tools_changed && d.providers_changed);
         assert!(d.limits_changed);
         assert!(d.servers_added.is_empty() && d.servers_restart.is_empty());
+    }
+
+    #[test]
+    fn top_level_env_changes_restart_stdio_servers_only() {
+        let mut http = McpServer {
+            url: Some("https://h/mcp".into()),
+            ..McpServer::default()
+        };
+        http.command = None;
+        let mut off = server("c");
+        off.enabled = false;
+        let old = with_servers(&[("a", server("a")), ("h", http), ("off", off)]);
+        let mut new = old.clone();
+        new.env_passthrough = vec!["*_PROXY".into()];
+        assert_eq!(diff(&old, &new).servers_restart, ["a"]);
+        let mut new = old.clone();
+        new.env.insert("GOPATH".into(), "/go".into());
+        assert_eq!(diff(&old, &new).servers_restart, ["a"]);
+        assert!(diff(&old, &old.clone()).is_empty());
     }
 }

@@ -49,6 +49,8 @@ pub fn file_state(path: &Path) -> FileState {
 /// The JSON key `mcpServers` is accepted as an alias of this one.
 pub(crate) const SERVERS_KEY: &str = "mcp_servers";
 pub(crate) const SERVERS_ALIAS: &str = "mcpServers";
+/// VS Code's mcp.json spelling; its servers carry `type`, which the model accepts.
+pub(crate) const VSCODE_SERVERS: &str = "servers";
 
 /// Where environment variables come from: the process, or a fixed map (tests).
 #[derive(Debug, Clone, Default)]
@@ -275,20 +277,28 @@ impl<'de> serde::de::Visitor<'de> for DupSeed<'_> {
     }
 }
 
-/// Which key holds the servers: `mcp_servers`, `mcpServers`, or `None`; both is an error.
+/// Which key holds the servers: `mcp_servers`, `mcpServers` (Claude Desktop, Cursor,
+/// Cline), `servers` (VS Code's mcp.json), or `None`; more than one is an error.
 pub(crate) fn servers_key(root: &Map<String, Value>) -> Result<Option<&'static str>, Problem> {
-    match (
-        root.contains_key(SERVERS_KEY),
-        root.contains_key(SERVERS_ALIAS),
-    ) {
-        (true, true) => Err(Problem::new(
+    let present: Vec<&'static str> = [SERVERS_KEY, SERVERS_ALIAS, VSCODE_SERVERS]
+        .into_iter()
+        .filter(|k| root.contains_key(*k))
+        .collect();
+    match present.as_slice() {
+        [] => Ok(None),
+        [one] => Ok(Some(one)),
+        several => Err(Problem::new(
             "",
-            "both \"mcp_servers\" and \"mcpServers\" are present; use one of them \
-             (mcpServers is an alias of mcp_servers)",
+            format!(
+                "{} are all present; use one of them (mcpServers and servers are aliases of \
+                 mcp_servers)",
+                several
+                    .iter()
+                    .map(|k| format!("{k:?}"))
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            ),
         )),
-        (true, false) => Ok(Some(SERVERS_KEY)),
-        (false, true) => Ok(Some(SERVERS_ALIAS)),
-        (false, false) => Ok(None),
     }
 }
 
@@ -325,11 +335,11 @@ pub(crate) fn evaluate(root: Value, env: &Env) -> Result<(Config, Vec<String>), 
     // 1. mcpServers → mcp_servers, in place (key order kept). Messages use the file's key.
     let aliased = match servers_key(&root) {
         Err(p) => return Err(ConfigError::new(ConfigErrorKind::Invalid, vec![p])),
-        Ok(Some(SERVERS_ALIAS)) => {
-            rename_key(&mut root, SERVERS_ALIAS, SERVERS_KEY);
-            true
+        Ok(Some(alias)) if alias != SERVERS_KEY => {
+            rename_key(&mut root, alias, SERVERS_KEY);
+            Some(alias)
         }
-        Ok(_) => false,
+        Ok(_) => None,
     };
     let mut root = Value::Object(root);
 
@@ -359,12 +369,12 @@ pub(crate) fn evaluate(root: Value, env: &Env) -> Result<(Config, Vec<String>), 
     let checked = check::check_root(&root, &origin);
     problems.extend(checked.problems);
     warnings.extend(checked.warnings);
-    if aliased {
+    if let Some(alias) = aliased {
         for p in &mut problems {
-            p.path = unalias(&p.path);
+            p.path = unalias(&p.path, alias);
         }
         for w in &mut warnings {
-            *w = unalias(w);
+            *w = unalias(w, alias);
         }
     }
     match checked.config {
@@ -380,11 +390,11 @@ pub(crate) fn evaluate(root: Value, env: &Env) -> Result<(Config, Vec<String>), 
     }
 }
 
-/// `mcp_servers.x...` → `mcpServers.x...` (for files that use the alias).
-fn unalias(s: &str) -> String {
+/// `mcp_servers.x...` → `mcpServers.x...` (for files that use an alias).
+fn unalias(s: &str, alias: &str) -> String {
     match s.strip_prefix(SERVERS_KEY) {
         Some(rest) if rest.is_empty() || rest.starts_with(['.', '[', ':']) => {
-            format!("{SERVERS_ALIAS}{rest}")
+            format!("{alias}{rest}")
         }
         _ => s.to_owned(),
     }
@@ -595,9 +605,30 @@ mod tests {
              warning: mcpServers.fs.comand: unknown key (did you mean \"command\"?)"
         );
         let e = eval(json!({"mcpServers": {}, "mcp_servers": {}}), &env).unwrap_err();
-        assert!(e
-            .to_string()
-            .contains("both \"mcp_servers\" and \"mcpServers\""));
+        assert_eq!(
+            e.to_string(),
+            "\"mcp_servers\" and \"mcpServers\" are all present; use one of them \
+             (mcpServers and servers are aliases of mcp_servers)"
+        );
+        // VS Code's mcp.json: `servers`, each with its `type`.
+        let (c, w) = eval(
+            json!({"servers": {"fs": {"type": "stdio", "command": "npx"},
+                               "web": {"type": "http", "url": "https://h/mcp"}}}),
+            &env,
+        )
+        .unwrap();
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!(c.mcp_servers["web"].transport(), "http");
+        let e = eval(
+            json!({"servers": {"old": {"type": "sse", "url": "https://h/sse"}}}),
+            &env,
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "servers.old.type: the legacy SSE transport is not supported; use the server's \
+             streamable HTTP endpoint"
+        );
     }
 
     #[test]
@@ -655,11 +686,15 @@ mod tests {
             e.to_string(),
             "workspace: TOOLHOST_WORKSPACE__X cannot be applied: workspace is not an object\n\
              limits.max_output_bytes: expected a positive integer, found \"lots\" (from TOOLHOST_LIMITS__MAX_OUTPUT_BYTES)\n\
-             warning: nope: unknown key (from TOOLHOST_NOPE__X)"
+             nope: unknown key; a misspelt key at the top level or in \"listen\" or \"approval\" \
+             would silently run with weaker defaults (from TOOLHOST_NOPE__X)"
         );
-        let env = Env::fixed([("TOOLHOST_NOPE__X", "1")]);
+        let env = Env::fixed([("TOOLHOST_LIMITS__NOPE", "1")]);
         let (_, w) = eval(json!({}), &env).unwrap();
-        assert_eq!(w, vec!["nope: unknown key (from TOOLHOST_NOPE__X)"]);
+        assert_eq!(
+            w,
+            vec!["limits.nope: unknown key (from TOOLHOST_LIMITS__NOPE)"]
+        );
     }
 
     #[test]

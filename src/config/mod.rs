@@ -34,12 +34,44 @@ pub fn default_path() -> PathBuf {
         .join("config.json")
 }
 
+/// Whether the user named the config file (`--config`, or `TOOLHOST_CONFIG`) rather than
+/// relying on the default path: a named file that is missing is a mistake (a typo must not
+/// silently mean "all defaults"), a missing default file is just "no config".
+pub fn is_named(flag: Option<&Path>) -> bool {
+    flag.is_some() || std::env::var_os("TOOLHOST_CONFIG").is_some_and(|v| !v.is_empty())
+}
+
+/// The message for a named config file that does not exist.
+pub fn missing_named(path: &Path) -> String {
+    format!(
+        "config file {} does not exist (it was named with --config or TOOLHOST_CONFIG)",
+        path.display()
+    )
+}
+
+/// [`load`] for a file the user named: a missing file is a [`ConfigErrorKind::NotAFile`]
+/// error instead of all defaults.
+pub fn load_named(path: &Path) -> Result<Loaded, ConfigError> {
+    if file_state(path) == FileState::Missing {
+        return Err(ConfigError::one(
+            ConfigErrorKind::NotAFile,
+            "",
+            missing_named(path),
+        ));
+    }
+    load(path)
+}
+
 /// Where sessions, spilled outputs and the process ledger live: `--data-dir`, else config
-/// `data_dir`, else `$STATE_DIRECTORY` (systemd), else `$XDG_STATE_HOME/toolhost`.
+/// `data_dir`, else `$STATE_DIRECTORY` (systemd; its first entry, as a unit may list
+/// several directories separated by `:`), else `$XDG_STATE_HOME/toolhost`.
 pub fn data_dir(explicit: Option<PathBuf>, cfg: Option<&Config>) -> PathBuf {
     explicit
         .or_else(|| cfg.and_then(|c| c.data_dir.clone()))
-        .or_else(|| std::env::var_os("STATE_DIRECTORY").map(PathBuf::from))
+        .or_else(|| {
+            let dirs = std::env::var_os("STATE_DIRECTORY")?;
+            std::env::split_paths(&dirs).find(|p| !p.as_os_str().is_empty())
+        })
         .unwrap_or_else(|| xdg_dir("XDG_STATE_HOME", ".local/state").join("toolhost"))
 }
 

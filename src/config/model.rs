@@ -34,6 +34,14 @@ pub struct Config {
     #[schemars(with = "BTreeMap<String, McpServer>")]
     pub mcp_servers: indexmap::IndexMap<String, McpServer>,
     pub custom_tools: CustomTools,
+    /// Variables set for every child (`bash`, custom tools, stdio MCP servers), on top of
+    /// the allow-list and `env_passthrough`.
+    #[schemars(extend("propertyNames" = {"minLength": 1}))]
+    pub env: BTreeMap<String, String>,
+    /// Names or glob patterns (`*`, `?`) of the daemon's own variables that every child
+    /// also inherits (e.g. `HTTPS_PROXY`, `*_PROXY`, `NODE_EXTRA_CA_CERTS`).
+    #[schemars(inner(length(min = 1)))]
+    pub env_passthrough: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -117,9 +125,13 @@ pub struct McpServer {
     #[schemars(length(min = 1))]
     pub command: Option<String>,
     pub args: Vec<String>,
-    /// The child's environment on top of the daemon's allow-list.
+    /// The child's environment on top of the daemon's allow-list and the top-level
+    /// `env`/`env_passthrough`.
     #[schemars(extend("propertyNames" = {"minLength": 1}))]
     pub env: BTreeMap<String, String>,
+    /// More of the daemon's variables (names or glob patterns) for this server only.
+    #[schemars(inner(length(min = 1)))]
+    pub env_passthrough: Vec<String>,
     #[schemars(length(min = 1))]
     pub cwd: Option<PathBuf>,
     /// The endpoint of a streamable HTTP server.
@@ -131,6 +143,9 @@ pub struct McpServer {
     #[schemars(extend("propertyNames" = {"minLength": 1}))]
     pub headers: BTreeMap<String, String>,
     pub enabled: bool,
+    /// `true` is the same as `enabled: false` (the spelling Cline and Claude Code use).
+    /// Folded into `enabled` when the config is loaded, so nothing else reads it.
+    pub disabled: bool,
     #[schemars(range(min = 1))]
     pub startup_timeout_ms: u64,
     /// Idle timeout of one call (reset by progress).
@@ -158,10 +173,12 @@ impl Default for McpServer {
             command: None,
             args: Vec::new(),
             env: BTreeMap::new(),
+            env_passthrough: Vec::new(),
             cwd: None,
             url: None,
             headers: BTreeMap::new(),
             enabled: true,
+            disabled: false,
             startup_timeout_ms: 30_000,
             timeout_ms: 60_000,
             include_tools: Vec::new(),

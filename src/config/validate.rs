@@ -46,32 +46,46 @@ impl Report<'_> {
 
     pub(crate) fn warn(&mut self, path: &JsonPath, message: impl fmt::Display) {
         let path = path.to_string();
-        let mut line = if path.is_empty() {
+        let line = if path.is_empty() {
             message.to_string()
         } else {
-            format!("{path}: {message}")
+            format!("{path}: {message}{}", self.made_by(&path))
         };
-        // A key that came from the environment: say which variable(s) made it.
+        self.warnings.push(line);
+    }
+
+    /// A problem about a key, naming the environment variable(s) that made it, if any.
+    pub(crate) fn key_problem(&mut self, path: &JsonPath, message: impl fmt::Display) {
+        let at = path.to_string();
+        let message = format!("{message}{}", self.made_by(&at));
+        self.problems.push(Problem::new(at, message));
+    }
+
+    /// ` (from VAR, …)` when keys at or under `path` came from the environment.
+    fn made_by(&self, path: &str) -> String {
         let mut vars: Vec<&str> = self
             .env_origin
             .iter()
             .filter(|(k, _)| {
-                k.strip_prefix(path.as_str())
+                k.strip_prefix(path)
                     .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '[']))
             })
             .map(|(_, v)| v.as_str())
             .collect();
-        if !path.is_empty() && !vars.is_empty() {
-            vars.sort_unstable();
-            line = format!("{line} (from {})", vars.join(", "));
+        if path.is_empty() || vars.is_empty() {
+            return String::new();
         }
-        self.warnings.push(line);
+        vars.sort_unstable();
+        format!(" (from {})", vars.join(", "))
     }
 }
 
 /// What a schema cannot express: server names, one MCP server block's fields together, and
 /// values that could never be handed to a program (NUL bytes, `=` in variable names).
 pub(crate) fn server_rules(root: &Value, r: &mut Report) {
+    if let Value::Object(top) = root {
+        env_rules(top, &JsonPath::default(), r);
+    }
     let Some(Value::Object(servers)) = root.get("mcp_servers") else {
         return;
     };
@@ -178,9 +192,48 @@ fn one_server(m: &Map<String, Value>, base: &JsonPath, r: &mut Report) {
             }
         }
     }
+    env_rules(m, base, r);
+    if m.get("enabled") == Some(&Value::Bool(true)) && m.get("disabled") == Some(&Value::Bool(true))
+    {
+        r.problem(
+            &at("disabled"),
+            "contradicts \"enabled\": true; keep one of them (disabled: true is the same as \
+             enabled: false)",
+        );
+    }
+}
+
+/// `env` and `env_passthrough` of the top level or a server: names and values that
+/// exec(2) can take, and patterns that can match a variable name.
+fn env_rules(m: &Map<String, Value>, base: &JsonPath, r: &mut Report) {
+    const NUL: &str = "contains a NUL byte, which cannot be passed to a program";
+    if let Some(Value::Array(patterns)) = m.get("env_passthrough") {
+        for (i, p) in patterns.iter().enumerate() {
+            let Some(p) = p.as_str().filter(|p| !p.is_empty()) else {
+                continue; // the schema reports non-strings and empty strings
+            };
+            if !p
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_*?.-".contains(&b))
+            {
+                let mut at = base.clone();
+                at.0.push(Seg::Key("env_passthrough".into()));
+                at.0.push(Seg::Index(i));
+                r.problem(
+                    &at,
+                    format!(
+                        "expected a variable name or a glob pattern such as \"*_PROXY\" \
+                         (letters, digits, _ . - and the wildcards * ?), found {}",
+                        Value::String(p.to_owned())
+                    ),
+                );
+            }
+        }
+    }
     if let Some(Value::Object(env)) = m.get("env") {
         for (k, v) in env {
-            let mut p = at("env");
+            let mut p = base.clone();
+            p.0.push(Seg::Key("env".into()));
             p.0.push(Seg::Key(k.clone()));
             if k.contains('\0') {
                 r.problem(&p, format!("the variable name {NUL}"));
@@ -217,14 +270,14 @@ mod tests {
 
     #[test]
     fn pasted_blocks_with_type_are_accepted() {
-        let c = run(json!({"mcpx": 1, "mcp_servers": {
+        let c = run(json!({"mcp_servers": {"d": {"command": "x", "mcpx": 1},
             "a": {"type": "stdio", "command": "x"},
             "b": {"type": "http", "url": "https://h/mcp"},
             "c": {"type": "sse", "url": "https://h/sse"}
         }}));
         let p: Vec<String> = c.problems.iter().map(ToString::to_string).collect();
         assert_eq!(p, vec!["mcp_servers.c.type: the legacy SSE transport is not supported; use the server's streamable HTTP endpoint"]);
-        assert_eq!(c.warnings, vec!["mcpx: unknown key"]);
+        assert_eq!(c.warnings, vec!["mcp_servers.d.mcpx: unknown key"]);
         // `type` is part of the model (documented by the schema), not an unknown key.
         let c = run(json!({"mcp_servers": {"a": {"type": "stdio", "command": "x"}}}));
         let server = &c.config.unwrap().mcp_servers["a"];

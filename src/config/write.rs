@@ -141,7 +141,7 @@ mod tests {
     fn add_keeps_other_keys_and_order() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("config.json");
-        let original = "{\n  \"workspace\": \"/w\",\n  \"mcpServers\": {\n    \"zeta\": {\"command\": \"z\", \"args\": [\"1\"]},\n    \"alpha\": {\"url\": \"https://a/mcp\"}\n  },\n  \"limits\": {\"max_output_bytes\": 5},\n  \"custom\": 1\n}\n";
+        let original = "{\n  \"workspace\": \"/w\",\n  \"mcpServers\": {\n    \"zeta\": {\"command\": \"z\", \"args\": [\"1\"]},\n    \"alpha\": {\"url\": \"https://a/mcp\"}\n  },\n  \"limits\": {\"max_output_bytes\": 5},\n  \"custom_tools\": {\"discover\": true}\n}\n";
         std::fs::write(&path, original).unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
@@ -160,7 +160,7 @@ mod tests {
         );
         let v: Value = serde_json::from_str(&text).unwrap();
         let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
-        assert_eq!(keys, ["workspace", "mcpServers", "limits", "custom"]);
+        assert_eq!(keys, ["workspace", "mcpServers", "limits", "custom_tools"]);
         let names: Vec<&String> = v["mcpServers"].as_object().unwrap().keys().collect();
         assert_eq!(names, ["zeta", "alpha", "mid"]);
         let env_keys: Vec<&String> = v["mcpServers"]["mid"]["env"]
@@ -183,7 +183,7 @@ mod tests {
         let v: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let names: Vec<&String> = v["mcpServers"].as_object().unwrap().keys().collect();
         assert_eq!(names, ["alpha", "mid"]);
-        assert_eq!(v["custom"], json!(1));
+        assert_eq!(v["custom_tools"], json!({"discover": true}));
     }
 
     #[test]

@@ -70,7 +70,7 @@ async fn connect_stdio(
 ) -> anyhow::Result<Connection> {
     let mut cmd = tokio::process::Command::new(command);
     cmd.args(&cfg.args);
-    process::scrub_env(&mut cmd);
+    process::child_env::apply(&mut cmd, &cfg.env_passthrough);
     cmd.envs(&cfg.env);
     if let Some(cwd) = &cfg.cwd {
         cmd.current_dir(cwd);

@@ -121,18 +121,28 @@ impl McpManager {
     }
 
     /// Waits for the first connection attempt of `servers`, each bounded by its
-    /// `startup_timeout_ms`, and returns their tools for one registry swap.
-    pub async fn collect_tools(servers: &[Arc<Server>]) -> Vec<SourceUpdate> {
+    /// `startup_timeout_ms` and by `wait`, and returns their tools for one registry swap,
+    /// with whether each one's first attempt finished in time. A server that did not (one
+    /// that hangs in its handshake) must not hold the swap: it publishes its tools itself
+    /// once the caller calls [`Server::start_publishing`] and [`Server::publish_tools`].
+    pub async fn collect_tools(
+        servers: &[Arc<Server>],
+        wait: Duration,
+    ) -> (Vec<SourceUpdate>, Vec<bool>) {
         let waits = servers.iter().map(|s| {
-            let limit = Duration::from_millis(s.config().startup_timeout_ms.saturating_add(1000));
+            let limit =
+                Duration::from_millis(s.config().startup_timeout_ms.saturating_add(1000)).min(wait);
             async move {
-                let _ = tokio::time::timeout(limit, s.first_attempt_done()).await;
+                tokio::time::timeout(limit, s.first_attempt_done())
+                    .await
+                    .is_ok()
             }
         });
-        futures::future::join_all(waits).await;
-        servers
+        let joined = futures::future::join_all(waits).await;
+        let tools = servers
             .iter()
             .map(|s| (SourceKey::Mcp(s.name().to_owned()), Some(s.tools())))
-            .collect()
+            .collect();
+        (tools, joined)
     }
 }

@@ -27,6 +27,7 @@ use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 
+pub mod child_env;
 pub mod ledger;
 pub mod procfs;
 pub mod runner;
@@ -60,15 +61,11 @@ pub const ENV_ALLOW_LIST: &[&str] = &[
     "SSL_CERT_FILE",
 ];
 
-/// Clears the command's environment and passes only the allow-list (plus what the caller
-/// adds afterwards), so tokens in the daemon's environment do not leak into children.
+/// Clears the command's environment and passes only the allow-list and what config
+/// `env`/`env_passthrough` add (plus what the caller adds afterwards), so tokens in the
+/// daemon's environment do not leak into children.
 pub fn scrub_env(cmd: &mut Command) {
-    cmd.env_clear();
-    for key in ENV_ALLOW_LIST {
-        if let Some(v) = std::env::var_os(key) {
-            cmd.env(key, v);
-        }
-    }
+    child_env::apply(cmd, &[]);
 }
 
 /// Environment variable naming the daemon instance that started a process.

@@ -65,9 +65,22 @@ pub struct Listeners {
 
 impl Listeners {
     pub async fn bind(socket: Option<&Path>, cfg: &Config) -> anyhow::Result<Listeners> {
-        let (path, default) = chosen_socket(socket, cfg);
+        let (mut path, default) = chosen_socket(socket, cfg);
         let (unix, owned_path) = match systemd_socket()? {
-            Some(l) => (l, None),
+            Some(l) => {
+                // Serve and report the socket systemd passed, whatever the config says.
+                if let Some(given) = l
+                    .local_addr()
+                    .ok()
+                    .and_then(|a| a.as_pathname().map(Path::to_path_buf))
+                {
+                    if given != path {
+                        tracing::info!(activated = %given.display(), configured = %path.display(), "socket activation: serving the socket systemd passed, not the configured one");
+                    }
+                    path = given;
+                }
+                (l, None)
+            }
             None => {
                 if default {
                     if let Some(dir) = path.parent() {
