@@ -13,9 +13,19 @@ use crate::host::Host;
 use crate::protocol::{CallOutcome, ErrorKind, InvokeParams, InvokeResult};
 use crate::registry::{CallContext, ToolError, ToolResult, UpdateSink};
 
-/// A fresh call id for calls whose caller gave none.
+/// A fresh call id for calls whose caller gave none: a random prefix drawn once per
+/// daemon (so ids differ across restarts, e.g. in the audit log) and a counter, which
+/// costs no system call on the call path the way a random id per call does.
 pub fn new_call_id() -> String {
-    format!("call_{}", uuid::Uuid::new_v4().simple())
+    static PREFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    let prefix = PREFIX.get_or_init(|| {
+        let mut id = uuid::Uuid::new_v4().simple().to_string();
+        id.truncate(16);
+        id
+    });
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("call_{prefix}{n:016x}")
 }
 
 /// Runs one call. Tool failures come back as `ok:false` results; only protocol-level
