@@ -140,6 +140,10 @@ pub async fn run(
     reload::start_custom_tools(&host).await;
     let server = rpc::start(host.clone(), listeners)?;
     reload::start_servers(&host);
+    host.tracker().spawn(crate::outputs::prune_periodically(
+        host.outputs_dir(),
+        host.shutdown_token().clone(),
+    ));
     let _watcher = watch_config(&host);
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
 

@@ -34,6 +34,15 @@ pub struct Cli {
     /// config.json (default: TOOLHOST_CONFIG, then $XDG_CONFIG_HOME/toolhost/config.json).
     #[arg(long, global = true)]
     config: Option<PathBuf>,
+    /// Log lines as text or JSON (default: TOOLHOST_LOG_FORMAT, else text).
+    #[arg(
+        long,
+        global = true,
+        env = "TOOLHOST_LOG_FORMAT",
+        value_enum,
+        default_value_t
+    )]
+    log_format: crate::logging::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -187,7 +196,7 @@ struct Output {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(matches!(cli.command, Command::Serve { .. }));
+    crate::logging::init(matches!(cli.command, Command::Serve { .. }), cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -199,25 +208,6 @@ pub fn main() -> ExitCode {
         }
     };
     runtime.block_on(run(cli))
-}
-
-fn init_tracing(daemon: bool) {
-    let default = if daemon {
-        "info,rmcp=warn"
-    } else {
-        "warn,rmcp=warn"
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        // Colours only on a terminal: journald, Docker and log files get plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        // A broken stderr (its reader gone) must not turn every log line into a panic:
-        // tracing's fallback report is an eprintln!, which panics on EPIPE.
-        .log_internal_errors(false)
-        .try_init();
 }
 
 async fn run(cli: Cli) -> ExitCode {
