@@ -8,6 +8,9 @@
 //! an invalid config for `config check`); 2 usage errors (bad flags or JSON); 3 no daemon
 //! answering on the socket, the connection broke, or no answer in time.
 
+mod calls;
+mod status;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -79,6 +82,32 @@ enum Command {
         /// Approve a write/command tool in a strict session.
         #[arg(long)]
         approved: bool,
+        #[command(flatten)]
+        out: Output,
+    },
+    /// Everything at a glance: servers, custom tools, config, sessions, calls in flight
+    /// (exit 1 while degraded).
+    Status {
+        #[command(flatten)]
+        out: Output,
+        /// Redraw every SECONDS until interrupted.
+        #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "2")]
+        watch: Option<f64>,
+    },
+    /// Finished calls from the audit log (no daemon needed).
+    Calls {
+        /// Keep printing calls as they finish.
+        #[arg(long, short)]
+        follow: bool,
+        /// Only the calls of this session.
+        #[arg(long)]
+        session: Option<String>,
+        /// Only the last N calls (0: all).
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// The daemon's data dir (default: the running daemon's, else as `serve` resolves it).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
         #[command(flatten)]
         out: Output,
     },
@@ -233,6 +262,24 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Config {
             command: ConfigCommand::Check,
         } => config_check(cli.config),
+        Command::Calls {
+            follow,
+            session,
+            limit,
+            data_dir,
+            out,
+        } => {
+            let data_dir = match data_dir {
+                Some(d) => d,
+                None => calls_data_dir(cli.socket.as_deref(), cli.config).await,
+            };
+            let filter = calls::Filter {
+                session,
+                json: out.json,
+                limit,
+            };
+            calls::run(&data_dir, &filter, follow).await
+        }
         Command::Tool { command } => {
             crate::custom::scaffold::cli(command, &cli.config.unwrap_or_else(config::default_path))
         }
@@ -254,6 +301,19 @@ async fn run(cli: Cli) -> ExitCode {
                 }
             }
         }
+    }
+}
+
+/// Where the audit log is: the running daemon's data dir, else the one `serve` would use.
+async fn calls_data_dir(socket: Option<&std::path::Path>, config: Option<PathBuf>) -> PathBuf {
+    let path = client::default_socket(socket, config.as_deref());
+    let asked = async {
+        let c = Client::connect(&path).await.ok()?;
+        c.status().await.ok().map(|s| PathBuf::from(s.data_dir))
+    };
+    match tokio::time::timeout(std::time::Duration::from_secs(2), asked).await {
+        Ok(Some(d)) => d,
+        _ => crate::session::resolve_data_dir(None, config),
     }
 }
 
@@ -465,11 +525,13 @@ async fn client_command(
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Status { out, watch } => status::run(&client, out.json, watch).await,
         Command::Session { command, out } => session_command(&client, command, out).await,
         Command::Mcp { command, out } => mcp_command(&client, command, out).await,
-        Command::Serve { .. } | Command::Config { .. } | Command::Tool { .. } => {
-            Ok(ExitCode::from(2))
-        }
+        Command::Serve { .. }
+        | Command::Config { .. }
+        | Command::Tool { .. }
+        | Command::Calls { .. } => Ok(ExitCode::from(2)),
     }
 }
 
