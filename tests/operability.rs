@@ -140,6 +140,39 @@ async fn metrics_count_calls_by_tool_source_and_outcome() {
     );
 }
 
+#[tokio::test]
+async fn metrics_on_tcp_need_the_bearer_token() {
+    let mut d = Daemon::unstarted();
+    std::fs::write(
+        d.config_path(),
+        json!({"listen": {"tcp": "127.0.0.1:0"}}).to_string(),
+    )
+    .unwrap();
+    d.spawn(&[("TOOLHOST_TOKEN", "s3cret")]).await;
+    let log = d.log();
+    let addr = log
+        .split("tcp ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no tcp address in log: {log}"))
+        .to_owned();
+    let get = |auth: &'static [(&'static str, &'static str)]| {
+        let addr = addr.clone();
+        async move {
+            let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            http_on(&mut s, "GET", "/metrics", "", auth).await
+        }
+    };
+    assert_eq!(get(&[]).await.0, 401);
+    let (status, body) = get(&[("Authorization", "Bearer s3cret")]).await;
+    assert_eq!(status, 200, "{body}");
+    let m = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_owned()))).unwrap();
+    assert_eq!(
+        sample(&m, "toolhost_connections_open", &[("framing", "http")]),
+        1.0
+    );
+}
+
 /// The audit lines of `d`, parsed.
 fn audit_lines(d: &Daemon) -> Vec<Value> {
     std::fs::read_to_string(d.data_dir().join("audit.jsonl"))
