@@ -167,10 +167,9 @@ async fn metrics_on_tcp_need_the_bearer_token() {
     let (status, body) = get(&[("Authorization", "Bearer s3cret")]).await;
     assert_eq!(status, 200, "{body}");
     let m = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_owned()))).unwrap();
-    assert_eq!(
-        sample(&m, "toolhost_connections_open", &[("framing", "http")]),
-        1.0
-    );
+    // The refused connection may not be closed yet; both were counted.
+    assert!(sample(&m, "toolhost_connections_total", &[("framing", "http")]) >= 2.0);
+    assert_eq!(sample(&m, "toolhost_calls_in_flight", &[]), 0.0);
 }
 
 /// The audit lines of `d`, parsed.
@@ -316,6 +315,31 @@ async fn audit_log_tells_two_frontends_apart_and_keeps_no_arguments() {
         (json!("list_dir"), Value::Null)
     );
     follow.kill().await.unwrap();
+
+    // A streamed call runs in a subscription task of its own: the peer is still known.
+    let mut raw = d.raw_lines().await;
+    let sub = raw
+        .call(
+            "subscribe_invoke",
+            json!({"name": "list_dir", "arguments": {}, "call_id": "streamed"}),
+        )
+        .await;
+    assert!(sub["result"].is_u64() || sub["result"].is_string(), "{sub}");
+    eventually(10, "the streamed call's audit line", || async {
+        audit_lines(&d).iter().any(|l| l["call_id"] == "streamed")
+    })
+    .await;
+    let streamed = audit_lines(&d)
+        .into_iter()
+        .find(|l| l["call_id"] == "streamed")
+        .unwrap();
+    assert_eq!(
+        (
+            streamed["peer_pid"].clone(),
+            streamed["peer_process"].clone()
+        ),
+        (json!(std::process::id()), json!(me))
+    );
 }
 
 #[tokio::test]
@@ -372,7 +396,8 @@ async fn status_and_health_degraded_by_a_server_that_cannot_start_with_its_stder
     let server = &s["servers"][0];
     assert_eq!(server["name"], "broken");
     assert!(
-        ["failed", "circuit_open"].contains(&server["state"].as_str().unwrap()),
+        // Between attempts a failing server is `connecting` again, with its last error.
+        ["failed", "circuit_open", "connecting"].contains(&server["state"].as_str().unwrap()),
         "{server}"
     );
     assert!(

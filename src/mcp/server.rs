@@ -139,6 +139,11 @@ impl Server {
     pub fn state(&self) -> State {
         lock(&self.status).state
     }
+    /// Whether the last connection attempt failed (or the connection was lost) and no
+    /// attempt has succeeded since: a retrying server is not serving.
+    pub fn failing(&self) -> bool {
+        self.consecutive_failures.load(Ordering::Relaxed) > 0
+    }
     /// Waits until the first connection attempt has finished (bounded by the caller).
     pub async fn first_attempt_done(&self) {
         let mut rx = self.first_attempt.subscribe();
