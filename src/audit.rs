@@ -33,6 +33,9 @@ pub struct Caller {
     pub pid: Option<i32>,
     /// The peer process's name (`/proc/<pid>/comm`), read once per connection.
     pub process: Option<String>,
+    /// The `User-Agent` an HTTP or WebSocket client sent: its name when a session does not
+    /// give one.
+    pub agent: Option<String>,
 }
 
 impl Caller {
@@ -47,7 +50,24 @@ impl Caller {
             uid: cred.uid(),
             pid,
             process,
+            agent: None,
         }))
+    }
+
+    /// This caller, named by an HTTP request's `User-Agent` (when it sent one).
+    pub fn with_agent<B>(self: &Arc<Self>, req: &http::Request<B>) -> Arc<Caller> {
+        let agent = req
+            .headers()
+            .get(http::header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .map(|s| s.chars().take(200).collect::<String>());
+        match agent {
+            Some(a) => Arc::new(Caller {
+                agent: Some(a),
+                ..Caller::clone(self)
+            }),
+            None => self.clone(),
+        }
     }
 }
 
@@ -85,7 +105,8 @@ pub struct Record {
     /// The peer's process name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer_process: Option<String>,
-    /// The frontend's own name, when it gave one (session meta `client`).
+    /// The frontend's own name, when it gave one: session meta `client` (or
+    /// `clientInfo.name`), else the connection's `User-Agent`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<String>,
     pub tool: String,

@@ -165,7 +165,9 @@ fn record_finished(
         peer_uid: caller.as_ref().map(|c| c.uid),
         peer_pid: caller.as_ref().and_then(|c| c.pid),
         peer_process: caller.as_ref().and_then(|c| c.process.clone()),
-        client: facts.client,
+        client: facts
+            .client
+            .or_else(|| caller.as_ref().and_then(|c| c.agent.clone())),
         tool: params.name.clone(),
         source: facts.source.as_str().to_owned(),
         server: facts.server,

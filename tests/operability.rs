@@ -340,6 +340,31 @@ async fn audit_log_tells_two_frontends_apart_and_keeps_no_arguments() {
         ),
         (json!(std::process::id()), json!(me))
     );
+
+    // Without a session naming it, an HTTP client is named by its User-Agent.
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "invoke",
+        "params": {"name": "list_dir", "arguments": {}, "call_id": "via-http"}});
+    let (status, _) = http_request_with(
+        &d.socket(),
+        "POST",
+        "/",
+        &body.to_string(),
+        &[("User-Agent", "my-editor/1.2")],
+    )
+    .await;
+    assert_eq!(status, 200);
+    eventually(10, "the HTTP call's audit line", || async {
+        audit_lines(&d).iter().any(|l| l["call_id"] == "via-http")
+    })
+    .await;
+    let via_http = audit_lines(&d)
+        .into_iter()
+        .find(|l| l["call_id"] == "via-http")
+        .unwrap();
+    assert_eq!(
+        (via_http["client"].clone(), via_http["peer_pid"].clone()),
+        (json!("my-editor/1.2"), json!(std::process::id()))
+    );
 }
 
 #[tokio::test]

@@ -728,13 +728,12 @@ impl hyper::service::Service<HttpRequest<Incoming>> for HttpService {
         if req.method() == hyper::Method::GET && req.uri().path() == "/metrics" {
             return ready(super::ops::metrics_response(&self.shared.host));
         }
+        let caller = self.caller.as_ref().map(|c| c.with_agent(&req));
         if jsonrpsee::server::ws::is_upgrade_request(&req) {
-            return ready(upgrade(req, self.shared.clone(), self.caller.clone()));
+            return ready(upgrade(req, self.shared.clone(), caller));
         }
         if req.method() == hyper::Method::POST {
-            return post(req, self.shared.clone(), self.caller.clone())
-                .map(Ok)
-                .boxed();
+            return post(req, self.shared.clone(), caller).map(Ok).boxed();
         }
         ready(plain(
             405,
