@@ -3,16 +3,25 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::lock;
 
+/// One call in flight: how to cancel it, and what `host.status` shows of it.
+struct Entry {
+    token: CancellationToken,
+    tool: String,
+    session: Option<String>,
+    started: Instant,
+}
+
 /// Calls in flight by `call_id`.
 #[derive(Default)]
 pub struct CallTable {
-    calls: Mutex<HashMap<String, CancellationToken>>,
+    calls: Mutex<HashMap<String, Entry>>,
     /// Woken whenever the table becomes empty (shutdown waits on it instead of polling).
     idle: Notify,
 }
@@ -24,12 +33,22 @@ impl CallTable {
         self: &Arc<Self>,
         call_id: &str,
         token: CancellationToken,
+        tool: &str,
+        session: Option<&str>,
     ) -> Option<CallGuard> {
         let mut calls = lock(&self.calls);
         if calls.contains_key(call_id) {
             return None;
         }
-        calls.insert(call_id.to_owned(), token);
+        calls.insert(
+            call_id.to_owned(),
+            Entry {
+                token,
+                tool: tool.to_owned(),
+                session: session.map(str::to_owned),
+                started: Instant::now(),
+            },
+        );
         Some(CallGuard {
             table: self.clone(),
             call_id: call_id.to_owned(),
@@ -39,8 +58,8 @@ impl CallTable {
     /// Cancels the call `call_id`; false when no such call is running.
     pub fn cancel(&self, call_id: &str) -> bool {
         match lock(&self.calls).get(call_id) {
-            Some(t) => {
-                t.cancel();
+            Some(e) => {
+                e.token.cancel();
                 true
             }
             None => false,
@@ -49,6 +68,21 @@ impl CallTable {
 
     pub fn in_flight(&self) -> usize {
         lock(&self.calls).len()
+    }
+
+    /// The calls in flight, oldest first.
+    pub fn list(&self) -> Vec<crate::protocol::CallInFlight> {
+        let mut calls: Vec<crate::protocol::CallInFlight> = lock(&self.calls)
+            .iter()
+            .map(|(id, e)| crate::protocol::CallInFlight {
+                call_id: id.clone(),
+                tool: e.tool.clone(),
+                session_id: e.session.clone(),
+                age_ms: u64::try_from(e.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            })
+            .collect();
+        calls.sort_by_key(|c| std::cmp::Reverse(c.age_ms));
+        calls
     }
 
     /// Resolves once no call is in flight.
@@ -87,9 +121,11 @@ mod tests {
     #[tokio::test]
     async fn ids_are_unique_while_in_flight_and_idle_wakes_when_empty() {
         let table = Arc::new(CallTable::default());
-        let a = table.register("a", CancellationToken::new());
+        let a = table.register("a", CancellationToken::new(), "bash", None);
         assert!(a.is_some());
-        assert!(table.register("a", CancellationToken::new()).is_none());
+        assert!(table
+            .register("a", CancellationToken::new(), "bash", None)
+            .is_none());
         let waiter = tokio::spawn({
             let t = table.clone();
             async move { t.idle().await }
@@ -99,6 +135,8 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
-        assert!(table.register("a", CancellationToken::new()).is_some());
+        assert!(table
+            .register("a", CancellationToken::new(), "bash", None)
+            .is_some());
     }
 }

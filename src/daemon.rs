@@ -161,6 +161,10 @@ pub async fn run(
     // `mcp.status` never answers "no such server" for a configured one.
     reload::start_servers(&host);
     let server = rpc::start(host.clone(), listeners)?;
+    host.tracker().spawn(crate::outputs::prune_periodically(
+        host.outputs_dir(),
+        host.shutdown_token().clone(),
+    ));
     let _watcher = watch_config(&host);
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
 

@@ -49,6 +49,10 @@ struct Inner {
     custom: crate::custom::CustomTools,
     sessions: Sessions,
     calls: Arc<CallTable>,
+    /// Event counters for `GET /metrics`.
+    metrics: Arc<crate::metrics::Metrics>,
+    /// One line per finished call in the data dir.
+    audit: crate::audit::AuditLog,
     started: Instant,
     /// Cancelled at shutdown; every call's token is a child of it.
     shutdown: CancellationToken,
@@ -87,6 +91,7 @@ impl Host {
         let from_file = dirs.config_path.exists();
         let cfg = loaded.config;
         let approval_overrides = cfg.approval.tools.clone();
+        let audit = crate::audit::AuditLog::start(&dirs.data_dir);
         let host = Host(Arc::new(Inner {
             config: ArcSwap::from_pointee(cfg),
             config_state: Mutex::new(ConfigState {
@@ -104,6 +109,8 @@ impl Host {
             registry,
             sessions,
             calls: Arc::default(),
+            metrics: Arc::default(),
+            audit,
             started: Instant::now(),
             shutdown: CancellationToken::new(),
             tracker,
@@ -151,6 +158,12 @@ impl Host {
     }
     pub fn calls(&self) -> &Arc<CallTable> {
         &self.0.calls
+    }
+    pub fn metrics(&self) -> &Arc<crate::metrics::Metrics> {
+        &self.0.metrics
+    }
+    pub fn audit(&self) -> &crate::audit::AuditLog {
+        &self.0.audit
     }
     pub fn shutdown_token(&self) -> &CancellationToken {
         &self.0.shutdown

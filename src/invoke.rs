@@ -8,10 +8,12 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value};
 
 use crate::approval::{self, ApprovalMode, Decision};
+use crate::audit::{self, Verdict};
 use crate::error::{Error, Result};
 use crate::host::Host;
+use crate::metrics::{Outcome, Source};
 use crate::protocol::{CallOutcome, ErrorKind, InvokeParams, InvokeResult};
-use crate::registry::{CallContext, ToolError, ToolResult, UpdateSink};
+use crate::registry::{CallContext, ToolError, ToolResult, ToolSource, UpdateSink};
 
 /// A fresh call id for calls whose caller gave none: a random prefix drawn once per
 /// daemon (so ids differ across restarts, e.g. in the audit log) and a counter, which
@@ -39,19 +41,22 @@ pub async fn invoke(
     let call_id = params.call_id.clone().unwrap_or_else(new_call_id);
     let config = host.config();
 
-    let (workspace, mode, session_meta) = match &params.session_id {
+    let (workspace, mode, session_meta, client) = match &params.session_id {
         Some(id) => {
             let s = host.sessions().get(id).await?;
+            let client = audit::client_name(&s.meta);
             (
                 PathBuf::from(&s.workspace),
                 s.approval,
                 Value::Object(s.meta),
+                client,
             )
         }
         None => (
             host.workspace().to_path_buf(),
             config.approval.mode,
             Value::Object(Map::new()),
+            None,
         ),
     };
 
@@ -62,7 +67,12 @@ pub async fn invoke(
     let _abandon = token.clone().drop_guard();
     let _guard = host
         .calls()
-        .register(&call_id, token.clone())
+        .register(
+            &call_id,
+            token.clone(),
+            &params.name,
+            params.session_id.as_deref(),
+        )
         .ok_or_else(|| {
             Error::InvalidParams(format!(
                 "call_id {call_id:?} is already in use by a call in flight"
@@ -71,9 +81,11 @@ pub async fn invoke(
     let timeout_ms = params
         .timeout_ms
         .unwrap_or(config.limits.default_timeout_ms);
+    let mut facts = Facts::default();
     let outcome = run_checked(
         host,
         &params,
+        &mut facts,
         mode,
         Duration::from_millis(timeout_ms),
         CallContext {
@@ -88,25 +100,105 @@ pub async fn invoke(
     )
     .await;
 
-    let (result, control) = normalise(
+    let (result, control, output_bytes) = normalise(
         outcome,
         config.limits.max_output_bytes,
         &host.outputs_dir(),
         &call_id,
     );
+    let result = outcome_of(result);
+    let elapsed = started.elapsed();
+    facts.output_bytes = output_bytes as u64;
+    facts.client = client;
+    record_finished(host, &call_id, &params, facts, &result, elapsed);
     Ok(InvokeResult {
         call_id,
         tool: params.name,
-        result: outcome_of(result),
+        result,
         control,
-        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        duration_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
         revision: host.registry().snapshot().revision(),
     })
+}
+
+/// What the pipeline learnt about a call, for its metrics and its audit line.
+struct Facts {
+    source: Source,
+    server: Option<String>,
+    approval: Option<Verdict>,
+    args_sha256: Option<String>,
+    args_bytes: u64,
+    output_bytes: u64,
+    client: Option<String>,
+}
+
+impl Default for Facts {
+    fn default() -> Self {
+        Facts {
+            source: Source::unknown,
+            server: None,
+            approval: None,
+            args_sha256: None,
+            args_bytes: 0,
+            output_bytes: 0,
+            client: None,
+        }
+    }
+}
+
+/// Counts a finished call and queues its audit line (written off the call path).
+fn record_finished(
+    host: &Host,
+    call_id: &str,
+    params: &InvokeParams,
+    facts: Facts,
+    result: &CallOutcome,
+    elapsed: Duration,
+) {
+    let outcome = if result.ok {
+        Outcome::ok
+    } else {
+        Outcome::of(Some(result.error_kind.unwrap_or(ErrorKind::Failed)))
+    };
+    host.metrics().call_finished(
+        &params.name,
+        facts.source,
+        facts.server.as_deref().unwrap_or(""),
+        outcome,
+        elapsed.as_secs_f64(),
+    );
+    let caller = audit::current_caller();
+    let record = audit::Record {
+        time_ms: crate::now_ms(),
+        call_id: call_id.to_owned(),
+        session: params.session_id.clone(),
+        peer_uid: caller.as_ref().map(|c| c.uid),
+        peer_pid: caller.as_ref().and_then(|c| c.pid),
+        peer_process: caller.as_ref().and_then(|c| c.process.clone()),
+        client: facts
+            .client
+            .or_else(|| caller.as_ref().and_then(|c| c.agent.clone())),
+        tool: params.name.clone(),
+        source: facts.source.as_str().to_owned(),
+        server: facts.server,
+        approval: facts.approval,
+        approved: params.approved,
+        ok: result.ok,
+        error_kind: result.error_kind,
+        duration_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
+        output_bytes: facts.output_bytes,
+        args_sha256: facts.args_sha256,
+        args_bytes: facts.args_bytes,
+    };
+    if !host.audit().record(record) {
+        host.metrics().audit_dropped();
+    }
 }
 
 async fn run_checked(
     host: &Host,
     params: &InvokeParams,
+    facts: &mut Facts,
     mode: ApprovalMode,
     timeout: Duration,
     ctx: CallContext,
@@ -118,9 +210,15 @@ async fn run_checked(
             format!("Unknown tool: {}", params.name),
         ));
     };
+    (facts.source, facts.server) = match &entry.tool.spec().source {
+        ToolSource::Builtin => (Source::builtin, None),
+        ToolSource::Custom { .. } => (Source::custom, None),
+        ToolSource::Mcp { server, .. } => (Source::mcp, Some(server.clone())),
+    };
     let args = params.arguments.clone().unwrap_or_default();
     let validator = entry.validator().map_err(ToolError::failed)?;
     let args_value = Value::Object(args);
+    (facts.args_sha256, facts.args_bytes) = audit::digest_args(&args_value);
     if let Some(err) = validator.iter_errors(&args_value).next() {
         return Err(ToolError::invalid(format!(
             "Invalid arguments for {}: {}",
@@ -132,7 +230,13 @@ async fn run_checked(
         return Err(ToolError::invalid("arguments must be an object"));
     };
 
-    match approval::decide(mode, entry.approval, params.approved, &params.name) {
+    let decision = approval::decide(mode, entry.approval, params.approved, &params.name);
+    facts.approval = Some(match &decision {
+        Decision::Allow => Verdict::Allow,
+        Decision::NeedsApproval => Verdict::NeedsApproval,
+        Decision::Deny(_) => Verdict::Deny,
+    });
+    match decision {
         Decision::Allow => {}
         Decision::NeedsApproval => {
             return Err(ToolError::new(
@@ -202,12 +306,13 @@ fn approval_summary(
 }
 
 /// Turns a tool outcome into the `result` object (always with `ok`) and the control fields.
+/// Also returns the size in bytes of the result as the tool produced it (before the cap).
 pub fn normalise(
     outcome: ToolResult,
     max_output: usize,
     outputs_dir: &Path,
     call_id: &str,
-) -> (Map<String, Value>, Option<Map<String, Value>>) {
+) -> (Map<String, Value>, Option<Map<String, Value>>, usize) {
     let mut result = Map::new();
     match outcome {
         Ok(fields) => {
@@ -239,8 +344,8 @@ pub fn normalise(
                 .collect(),
         )
     };
-    cap_output(&mut result, max_output, outputs_dir, call_id);
-    (result, control)
+    let size = cap_output(&mut result, max_output, outputs_dir, call_id);
+    (result, control, size)
 }
 
 /// The typed envelope of a normalised result map.
@@ -267,10 +372,16 @@ fn outcome_of(mut fields: Map<String, Value>) -> CallOutcome {
 
 /// Keeps the result under `max` bytes: the longest string fields are cut with a visible
 /// marker and the whole text is saved to a file the model can page through with `read_file`.
-fn cap_output(result: &mut Map<String, Value>, max: usize, outputs_dir: &Path, call_id: &str) {
+/// Returns the result's size before cutting.
+fn cap_output(
+    result: &mut Map<String, Value>,
+    max: usize,
+    outputs_dir: &Path,
+    call_id: &str,
+) -> usize {
     let size = serde_json::to_string(result).map(|s| s.len()).unwrap_or(0);
     if size <= max {
-        return;
+        return size;
     }
     let mut fields: Vec<(String, usize)> = result
         .iter()
@@ -279,7 +390,7 @@ fn cap_output(result: &mut Map<String, Value>, max: usize, outputs_dir: &Path, c
         .collect();
     fields.sort_by_key(|(_, len)| std::cmp::Reverse(*len));
     if fields.is_empty() {
-        return;
+        return size;
     }
     // Unique per call: ids that sanitise alike (`job.1`, `job/1`) never share a file.
     let unique = uuid::Uuid::new_v4().simple().to_string();
@@ -323,6 +434,7 @@ fn cap_output(result: &mut Map<String, Value>, max: usize, outputs_dir: &Path, c
     } else {
         tracing::warn!(path = %path.display(), "could not save the full output");
     }
+    size
 }
 
 /// Writes a spill file readable by the daemon's user only (outputs may hold secrets).
@@ -369,7 +481,7 @@ mod tests {
         let mut ok = Map::new();
         ok.insert("text".into(), json!("hi"));
         ok.insert("_multimodal".into(), json!(true));
-        let (r, c) = normalise(Ok(ok), 1 << 20, Path::new("/nonexistent"), "c1");
+        let (r, c, _) = normalise(Ok(ok), 1 << 20, Path::new("/nonexistent"), "c1");
         assert_eq!(Value::Object(r), json!({"ok": true, "text": "hi"}));
         assert_eq!(c.map(Value::Object), Some(json!({"_multimodal": true})));
     }
@@ -379,7 +491,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut ok = Map::new();
         ok.insert("output".into(), json!("x".repeat(10_000)));
-        let (r, _) = normalise(Ok(ok), 2_000, dir.path(), "c/2");
+        let (r, _, _) = normalise(Ok(ok), 2_000, dir.path(), "c/2");
         assert_eq!(r["truncated"], json!(true));
         assert!(serde_json::to_string(&r).unwrap().len() <= 2_000);
         let path = r["full_output_path"].as_str().unwrap();
@@ -395,7 +507,7 @@ mod tests {
         let spill = |id: &str, text: &str| {
             let mut ok = Map::new();
             ok.insert("output".into(), json!(text.repeat(5_000)));
-            let (r, _) = normalise(Ok(ok), 2_000, dir.path(), id);
+            let (r, _, _) = normalise(Ok(ok), 2_000, dir.path(), id);
             r["full_output_path"].as_str().unwrap().to_owned()
         };
         let (a, b) = (spill("job.1", "a"), spill("job/1", "b"));

@@ -10,6 +10,7 @@
 //! - `invoke`: the call pipeline (validation, approval, timeout, cancel, output cap);
 //! - `tools`: built-in tools; `process`: process groups and their kill guard;
 //! - `mcp`: MCP servers (the only place that knows rmcp);
+//! - `metrics`, `audit`: what the host is doing (`/metrics`, the call audit log);
 //! - `session`: persisted sessions; `config`: config.json; `approval`: the policy;
 //! - [`cli`]: the command line.
 //!
@@ -18,6 +19,7 @@
 
 mod approval;
 mod atomic_file;
+mod audit;
 mod bounded_lines;
 mod calls;
 pub mod cli;
@@ -28,7 +30,10 @@ pub mod daemon;
 mod error;
 mod host;
 mod invoke;
+mod logging;
 mod mcp;
+mod metrics;
+mod outputs;
 mod process;
 pub mod protocol;
 mod registry;

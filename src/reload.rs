@@ -113,6 +113,12 @@ fn refuse(host: &Host, error: String) -> ConfigReloadResult {
 /// Reads config.json and applies it as a diff. A bad or vanished file leaves the live
 /// config in place and is reported until the next good file.
 pub async fn reload(host: &Host) -> ConfigReloadResult {
+    let r = apply_file(host).await;
+    host.metrics().reload(r.applied);
+    r
+}
+
+async fn apply_file(host: &Host) -> ConfigReloadResult {
     let _one_at_a_time = host.reload_guard().await;
     let path = host.config_path();
     // A file that disappears (deleted, or a dangling symlink) is not "all defaults": that

@@ -166,6 +166,7 @@ async fn every_answer_validates_against_the_openrpc_document() {
     .await;
     call_checked(&d, &doc, &mut seen, "cancel", json!({"call_id": "none"})).await;
     call_checked(&d, &doc, &mut seen, "host.health", json!({})).await;
+    call_checked(&d, &doc, &mut seen, "host.status", json!({})).await;
     call_checked(&d, &doc, &mut seen, "config.status", json!({})).await;
     call_checked(&d, &doc, &mut seen, "config.reload", json!({})).await;
     call_checked(&d, &doc, &mut seen, "mcp.status", json!({})).await;

@@ -8,6 +8,9 @@
 //! an invalid config for `config check`); 2 usage errors (bad flags or JSON); 3 no daemon
 //! answering on the socket, the connection broke, or no answer in time.
 
+mod calls;
+mod status;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -41,6 +44,15 @@ pub struct Cli {
     /// longer `--timeout-ms` is waited for that long plus 5 s. No answer in time: exit 3.
     #[arg(long, global = true, value_name = "SECONDS", value_parser = parse_timeout)]
     timeout: Option<Duration>,
+    /// Log lines as text or JSON (default: TOOLHOST_LOG_FORMAT, else text).
+    #[arg(
+        long,
+        global = true,
+        env = "TOOLHOST_LOG_FORMAT",
+        value_enum,
+        default_value_t
+    )]
+    log_format: crate::logging::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -78,6 +90,28 @@ enum Command {
     },
     /// Cancel a call in flight by its call id.
     Cancel { call_id: String },
+    /// Everything at a glance: servers, custom tools, config, sessions, calls in flight
+    /// (exit 1 while degraded).
+    Status {
+        /// Redraw every SECONDS until interrupted.
+        #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "2")]
+        watch: Option<f64>,
+    },
+    /// Finished calls from the audit log (no daemon needed).
+    Calls {
+        /// Keep printing calls as they finish.
+        #[arg(long, short)]
+        follow: bool,
+        /// Only the calls of this session.
+        #[arg(long)]
+        session: Option<String>,
+        /// Only the last N calls (0: all).
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// The daemon's data dir (default: the running daemon's, else as `serve` resolves it).
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
     /// Show the daemon's health.
     Health,
     /// Send a raw JSON-RPC call and print its result.
@@ -211,7 +245,7 @@ struct Output {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(matches!(cli.command, Command::Serve { .. }));
+    crate::logging::init(matches!(cli.command, Command::Serve { .. }), cli.log_format);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -223,25 +257,6 @@ pub fn main() -> ExitCode {
         }
     };
     runtime.block_on(run(cli))
-}
-
-fn init_tracing(daemon: bool) {
-    let default = if daemon {
-        "info,rmcp=warn"
-    } else {
-        "warn,rmcp=warn"
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        // Colours only on a terminal: journald, Docker and log files get plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        // A broken stderr (its reader gone) must not turn every log line into a panic:
-        // tracing's fallback report is an eprintln!, which panics on EPIPE.
-        .log_internal_errors(false)
-        .try_init();
 }
 
 async fn run(cli: Cli) -> ExitCode {
@@ -267,6 +282,23 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Config {
             command: ConfigCommand::Check,
         } => config_check(cli.config, cli.out),
+        Command::Calls {
+            follow,
+            session,
+            limit,
+            data_dir,
+        } => {
+            let data_dir = match data_dir {
+                Some(d) => d,
+                None => calls_data_dir(cli.socket.as_deref(), cli.config).await,
+            };
+            let filter = calls::Filter {
+                session,
+                json: cli.out.json,
+                limit,
+            };
+            calls::run(&data_dir, &filter, follow).await
+        }
         Command::Tool { command } => {
             crate::custom::scaffold::cli(command, &cli.config.unwrap_or_else(config::default_path))
         }
@@ -289,6 +321,19 @@ async fn run(cli: Cli) -> ExitCode {
                 }
             }
         }
+    }
+}
+
+/// Where the audit log is: the running daemon's data dir, else the one `serve` would use.
+async fn calls_data_dir(socket: Option<&std::path::Path>, config: Option<PathBuf>) -> PathBuf {
+    let path = client::default_socket(socket, config.as_deref());
+    let asked = async {
+        let c = Client::connect(&path).await.ok()?;
+        c.status().await.ok().map(|s| PathBuf::from(s.data_dir))
+    };
+    match tokio::time::timeout(std::time::Duration::from_secs(2), asked).await {
+        Ok(Some(d)) => d,
+        _ => crate::session::resolve_data_dir(None, config),
     }
 }
 
@@ -588,10 +633,13 @@ async fn client_command(
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Status { watch } => status::run(&client, out.json, watch).await,
         Command::Config { command } => config_command(&client, command, out).await,
         Command::Session { command } => session_command(&client, command, out).await,
         Command::Mcp { command } => mcp_command(&client, command, out).await,
-        Command::Serve { .. } | Command::Tool { .. } => Ok(ExitCode::from(2)),
+        Command::Serve { .. } | Command::Tool { .. } | Command::Calls { .. } => {
+            Ok(ExitCode::from(2))
+        }
     }
 }
 

@@ -151,6 +151,11 @@ impl Client {
         self.call(method::HEALTH, &EmptyParams {}).await
     }
 
+    /// `host.status`: health, config, servers, custom tools and calls in flight.
+    pub async fn status(&self) -> Result<HostStatusResult, ClientError> {
+        self.call(method::STATUS, &EmptyParams {}).await
+    }
+
     pub async fn config_status(&self) -> Result<ConfigStatusResult, ClientError> {
         self.call(method::CONFIG_STATUS, &EmptyParams {}).await
     }

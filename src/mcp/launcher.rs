@@ -87,17 +87,31 @@ async fn connect_stdio(
     .await
     .with_context(|| format!("cannot start `{command}`"))?;
     let group = Some(group);
-    if let Some(stderr) = child.stderr.take() {
-        tokio::spawn(log_stderr(name.to_owned(), stderr));
-    }
+    let tail = StderrTail::default();
+    let stderr_task = child
+        .stderr
+        .take()
+        .map(|stderr| tokio::spawn(log_stderr(name.to_owned(), stderr, tail.clone())));
     let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
         bail!("`{command}` started without its stdio pipes");
     };
     // If initialisation fails, `group` is dropped here and the child's group is killed.
-    let service = client
-        .serve((OversizedReplies::new(stdout), stdin))
-        .await
-        .context("MCP initialisation failed")?;
+    let service = match client.serve((OversizedReplies::new(stdout), stdin)).await {
+        Ok(s) => s,
+        Err(e) => {
+            // The real cause (`Cannot find module …`) is usually on stderr: let the reader
+            // reach the end of a server that exited, then say what it said.
+            if let Some(task) = stderr_task {
+                let _ = tokio::time::timeout(STDERR_SETTLE, task).await;
+            }
+            return Err(match tail.text() {
+                Some(said) => {
+                    anyhow!("MCP initialisation failed: {e}; the server's stderr ends with: {said}")
+                }
+                None => anyhow!("MCP initialisation failed: {e} (nothing on stderr)"),
+            });
+        }
+    };
     Ok(Connection {
         service,
         group,
@@ -123,9 +137,38 @@ fn http_transport(
     Ok(StreamableHttpClientTransport::from_config(config))
 }
 
+/// How long a failed start waits for the rest of the server's stderr.
+const STDERR_SETTLE: Duration = Duration::from_secs(1);
+/// Lines of a server's stderr kept for a failed start's error (stack frames skipped).
+const STDERR_TAIL_LINES: usize = 10;
+
+/// The last lines a server wrote to stderr, for the error of a failed start.
+#[derive(Clone, Default)]
+struct StderrTail(std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<String>>>);
+
+impl StderrTail {
+    fn push(&self, line: &str) {
+        let line = line.trim();
+        // Blank lines and stack frames (`at foo (file:1:2)`) crowd out the cause.
+        if line.is_empty() || line.starts_with("at ") {
+            return;
+        }
+        let mut t = crate::lock(&self.0);
+        if t.len() == STDERR_TAIL_LINES {
+            t.pop_front();
+        }
+        t.push_back(line.to_owned());
+    }
+
+    fn text(&self) -> Option<String> {
+        let t = crate::lock(&self.0);
+        (!t.is_empty()).then(|| t.iter().map(String::as_str).collect::<Vec<_>>().join(" | "))
+    }
+}
+
 /// Forwards a server's stderr to our log, rate-limited and line-bounded, so a chatty or
-/// hostile server cannot make us buffer without bound.
-async fn log_stderr(name: String, stderr: tokio::process::ChildStderr) {
+/// hostile server cannot make us buffer without bound; keeps the last lines in `tail`.
+async fn log_stderr(name: String, stderr: tokio::process::ChildStderr, tail: StderrTail) {
     let mut reader = BufReader::new(stderr);
     let mut buf = Vec::with_capacity(256);
     let mut window = tokio::time::Instant::now();
@@ -143,12 +186,13 @@ async fn log_stderr(name: String, stderr: tokio::process::ChildStderr) {
             logged = 0;
             dropped = 0;
         }
+        let line = String::from_utf8_lossy(&buf);
+        tail.push(&line);
         if logged >= STDERR_LINES_PER_SEC {
             dropped += 1;
             continue;
         }
         logged += 1;
-        let line = String::from_utf8_lossy(&buf);
         tracing::info!(server = %name, "stderr: {}", line.trim_end());
     }
 }

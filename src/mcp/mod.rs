@@ -106,6 +106,9 @@ impl McpManager {
             match s.state() {
                 State::Ready => c.ready += 1,
                 State::Failed | State::CircuitOpen => c.failed += 1,
+                // Retrying after a failure counts as failed, so health does not flap to
+                // `ok` between attempts.
+                State::Connecting if s.failing() => c.failed += 1,
                 State::Connecting => c.connecting += 1,
                 State::Disabled => {}
             }

@@ -62,6 +62,7 @@ pub struct Server {
     queued: AtomicUsize,
     consecutive_failures: AtomicU32,
     restarts: AtomicU32,
+    circuit_opens: AtomicU32,
     /// Woken by a call that found the server down: reconnect now instead of after backoff.
     wake: Notify,
     control: mpsc::UnboundedSender<Control>,
@@ -109,6 +110,7 @@ impl Server {
             queued: AtomicUsize::new(0),
             consecutive_failures: AtomicU32::new(0),
             restarts: AtomicU32::new(0),
+            circuit_opens: AtomicU32::new(0),
             wake: Notify::new(),
             control,
             remote_tools: Mutex::new(Vec::new()),
@@ -136,6 +138,11 @@ impl Server {
     }
     pub fn state(&self) -> State {
         lock(&self.status).state
+    }
+    /// Whether the last connection attempt failed (or the connection was lost) and no
+    /// attempt has succeeded since: a retrying server is not serving.
+    pub fn failing(&self) -> bool {
+        self.consecutive_failures.load(Ordering::Relaxed) > 0
     }
     /// Waits until the first connection attempt has finished (bounded by the caller).
     pub async fn first_attempt_done(&self) {
@@ -179,6 +186,7 @@ impl Server {
             connected_since: s.connected_since,
             consecutive_failures: self.consecutive_failures.load(Ordering::Relaxed),
             restarts: self.restarts.load(Ordering::Relaxed),
+            circuit_opens: self.circuit_opens.load(Ordering::Relaxed),
             in_flight: self.in_flight.load(Ordering::Relaxed),
             queued: self.queued.load(Ordering::Relaxed),
             collisions,
@@ -387,6 +395,9 @@ async fn supervise(server: Arc<Server>, mut control: mpsc::UnboundedReceiver<Con
         }
         // Back off (or wait out an open circuit), unless a call or a command wakes us.
         let failures = server.consecutive_failures.load(Ordering::Relaxed);
+        if failures == BREAKER_THRESHOLD {
+            server.circuit_opens.fetch_add(1, Ordering::Relaxed);
+        }
         let wait = if failures >= BREAKER_THRESHOLD {
             server.set_state(State::CircuitOpen, None);
             BREAKER_COOLDOWN

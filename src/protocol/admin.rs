@@ -80,6 +80,9 @@ pub struct McpServerStatus {
     pub connected_since: Option<u64>,
     pub consecutive_failures: u32,
     pub restarts: u32,
+    /// Times the circuit breaker opened since the server was configured.
+    #[serde(default)]
+    pub circuit_opens: u32,
     pub in_flight: usize,
     pub queued: usize,
     /// Tool names this server could not get because an earlier source holds them.

@@ -10,12 +10,14 @@ mod admin;
 mod invoke;
 mod session;
 mod socket;
+mod status;
 mod tools;
 
 pub use admin::*;
 pub use invoke::*;
 pub use session::*;
 pub use socket::{default_socket, socket_path};
+pub use status::*;
 pub use tools::*;
 
 use schemars::JsonSchema;
@@ -46,6 +48,7 @@ pub mod method {
     pub const UNSUBSCRIBE_TOOLS_CHANGED: &str = "unsubscribe_tools_changed";
     pub const TOOLS_CHANGED: &str = "tools_changed";
     pub const HEALTH: &str = "host.health";
+    pub const STATUS: &str = "host.status";
     pub const CONFIG_STATUS: &str = "config.status";
     pub const CONFIG_RELOAD: &str = "config.reload";
     pub const MCP_STATUS: &str = "mcp.status";

@@ -33,7 +33,9 @@ use serde_json::value::RawValue;
 
 use super::envelope::{self, Call, Item, Message};
 use super::Shared;
+use crate::audit::{Caller, CALLER};
 use crate::bounded_lines::read_line_or_drop;
+use crate::metrics::Framing;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 type WsServer = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
@@ -54,8 +56,14 @@ pub async fn serve_unix(stream: UnixStream, shared: Arc<Shared>) {
     // Waiting for the first byte holds no buffer, so an idle client may wait as long as it likes.
     match first_byte(&stream).await {
         None => {}
-        Some(b'{' | b'[' | b' ' | b'\t' | b'\r' | b'\n') => serve_newline(stream, shared).await,
-        Some(_) => serve_http(stream, shared, None).await,
+        Some(b'{' | b'[' | b' ' | b'\t' | b'\r' | b'\n') => {
+            let caller = Caller::of_unix(&stream);
+            serve_newline(stream, shared, caller).await
+        }
+        Some(_) => {
+            let caller = Caller::of_unix(&stream);
+            serve_http(stream, shared, None, caller).await
+        }
     }
 }
 
@@ -91,6 +99,8 @@ struct Session {
     events: Option<mpsc::Sender<Out>>,
     /// The in-process WebSocket to jsonrpsee, made on the first subscription.
     bridge: OnceCell<Bridge>,
+    /// The peer (Unix socket), for the audit log.
+    caller: Option<Arc<Caller>>,
 }
 
 impl Session {
@@ -132,7 +142,9 @@ impl Session {
 
     async fn bridge(&self, events: &mpsc::Sender<Out>) -> Result<&Bridge, (i32, String)> {
         self.bridge
-            .get_or_try_init(|| Bridge::open(self.shared.clone(), events.clone()))
+            .get_or_try_init(|| {
+                Bridge::open(self.shared.clone(), events.clone(), self.caller.clone())
+            })
             .await
             .map_err(|e| (envelope::INTERNAL_ERROR, format!("Internal error: {e}")))
     }
@@ -171,7 +183,13 @@ impl Session {
     async fn dispatch(&self, call: &Call) -> Result<String, (i32, String)> {
         let methods = &self.shared.methods;
         if !self.is_subscription(&call.method) {
-            return match methods.raw_json_request(&call.request, 1).await {
+            // Async handlers run inline in this task, so the caller is visible to them.
+            let request = methods.raw_json_request(&call.request, 1);
+            let reply = match &self.caller {
+                Some(c) => CALLER.scope(c.clone(), request).await,
+                None => request.await,
+            };
+            return match reply {
                 Ok((reply, _)) => Ok(String::from(Box::<str>::from(reply))),
                 Err(e) => Err((envelope::INTERNAL_ERROR, format!("Internal error: {e}"))),
             };
@@ -391,7 +409,12 @@ impl Drop for AbortOnDrop {
 
 /// Serves a message connection (newline or WebSocket) until the client is done and every
 /// owed reply is written.
-async fn run_messages(shared: Arc<Shared>, mut source: Source, wire: Wire) {
+async fn run_messages(
+    shared: Arc<Shared>,
+    mut source: Source,
+    wire: Wire,
+    caller: Option<Arc<Caller>>,
+) {
     let owed = Arc::new(Owed::default());
     let (out, out_rx) = mpsc::channel(64);
     let mut writer = AbortOnDrop(tokio::spawn(write_loop(wire, out_rx, owed.clone())));
@@ -399,6 +422,7 @@ async fn run_messages(shared: Arc<Shared>, mut source: Source, wire: Wire) {
         shared: shared.clone(),
         events: Some(out.clone()),
         bridge: OnceCell::new(),
+        caller,
     });
     let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
     let stop = shared.stop.clone();
@@ -467,9 +491,13 @@ struct Bridge {
 }
 
 impl Bridge {
-    async fn open(shared: Arc<Shared>, events: mpsc::Sender<Out>) -> anyhow::Result<Bridge> {
+    async fn open(
+        shared: Arc<Shared>,
+        events: mpsc::Sender<Out>,
+        caller: Option<Arc<Caller>>,
+    ) -> anyhow::Result<Bridge> {
         let (client_io, server_io) = tokio::io::duplex(64 * 1024);
-        let server = AbortOnDrop(tokio::spawn(serve_jsonrpsee(server_io, shared)));
+        let server = AbortOnDrop(tokio::spawn(serve_jsonrpsee(server_io, shared, caller)));
         // A small read buffer: tungstenite zero-fills its whole read buffer on every read.
         let cfg = WebSocketConfig::default()
             .read_buffer_size(4096)
@@ -577,23 +605,32 @@ enum Waiter {
 }
 
 /// jsonrpsee's own HTTP/WebSocket service on an in-process stream (the bridge's far end).
-async fn serve_jsonrpsee(io: tokio::io::DuplexStream, shared: Arc<Shared>) {
+async fn serve_jsonrpsee(
+    io: tokio::io::DuplexStream,
+    shared: Arc<Shared>,
+    caller: Option<Arc<Caller>>,
+) {
     let conn = hyper::server::conn::http1::Builder::new()
-        .serve_connection(TokioIo::new(io), JsonrpseeService(shared))
+        .serve_connection(TokioIo::new(io), JsonrpseeService(shared, caller))
         .with_upgrades();
     if let Err(e) = conn.await {
         tracing::debug!(%e, "subscription bridge ended with an error");
     }
 }
 
-struct JsonrpseeService(Arc<Shared>);
+/// jsonrpsee's service for one bridge; the peer rides in the request's extensions, which
+/// jsonrpsee hands to subscription handlers (they run in tasks of their own).
+struct JsonrpseeService(Arc<Shared>, Option<Arc<Caller>>);
 
 impl hyper::service::Service<HttpRequest<Incoming>> for JsonrpseeService {
     type Response = HttpResponse;
     type Error = BoxError;
     type Future = BoxFuture<'static, Result<HttpResponse, BoxError>>;
 
-    fn call(&self, req: HttpRequest<Incoming>) -> Self::Future {
+    fn call(&self, mut req: HttpRequest<Incoming>) -> Self::Future {
+        if let Some(c) = &self.1 {
+            req.extensions_mut().insert(c.clone());
+        }
         let shared = &self.0;
         let mut svc = shared
             .service
@@ -607,7 +644,8 @@ impl hyper::service::Service<HttpRequest<Incoming>> for JsonrpseeService {
 // Framings
 
 /// Newline-delimited JSON-RPC.
-async fn serve_newline(stream: UnixStream, shared: Arc<Shared>) {
+async fn serve_newline(stream: UnixStream, shared: Arc<Shared>, caller: Option<Arc<Caller>>) {
+    let _open = shared.host.metrics().connection(Framing::newline);
     let (rd, wr) = stream.into_split();
     let source = Source::Lines {
         rd: BufReader::with_capacity(READ_BUFFER, rd),
@@ -615,14 +653,19 @@ async fn serve_newline(stream: UnixStream, shared: Arc<Shared>) {
         max: shared.max_request_bytes,
         frame_timeout: shared.frame_timeout,
     };
-    run_messages(shared, source, Wire::Lines(wr)).await;
+    run_messages(shared, source, Wire::Lines(wr), caller).await;
 }
 
 /// Serves HTTP/1.1 (and WebSocket upgrades) on `io`. `token` demands a bearer token (TCP).
-pub async fn serve_http<I>(io: I, shared: Arc<Shared>, token: Option<Arc<str>>)
-where
+pub async fn serve_http<I>(
+    io: I,
+    shared: Arc<Shared>,
+    token: Option<Arc<str>>,
+    caller: Option<Arc<Caller>>,
+) where
     I: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
+    let _open = shared.host.metrics().connection(Framing::http);
     let stop = shared.stop.clone();
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
@@ -632,7 +675,14 @@ where
         // A client that half-closes after its last request still gets every response.
         .half_close(true);
     let conn = builder
-        .serve_connection(TokioIo::new(io), HttpService { shared, token })
+        .serve_connection(
+            TokioIo::new(io),
+            HttpService {
+                shared,
+                token,
+                caller,
+            },
+        )
         .with_upgrades();
     tokio::pin!(conn);
     let result = tokio::select! {
@@ -651,6 +701,7 @@ where
 struct HttpService {
     shared: Arc<Shared>,
     token: Option<Arc<str>>,
+    caller: Option<Arc<Caller>>,
 }
 
 impl hyper::service::Service<HttpRequest<Incoming>> for HttpService {
@@ -674,22 +725,30 @@ impl hyper::service::Service<HttpRequest<Incoming>> for HttpService {
             let body = serde_json::to_string(&health).unwrap_or_default();
             return ready(json(status, body));
         }
+        if req.method() == hyper::Method::GET && req.uri().path() == "/metrics" {
+            return ready(super::ops::metrics_response(&self.shared.host));
+        }
+        let caller = self.caller.as_ref().map(|c| c.with_agent(&req));
         if jsonrpsee::server::ws::is_upgrade_request(&req) {
-            return ready(upgrade(req, self.shared.clone()));
+            return ready(upgrade(req, self.shared.clone(), caller));
         }
         if req.method() == hyper::Method::POST {
-            return post(req, self.shared.clone()).map(Ok).boxed();
+            return post(req, self.shared.clone(), caller).map(Ok).boxed();
         }
         ready(plain(
             405,
-            "use POST / for JSON-RPC, GET / with Upgrade: websocket, or GET /health\n",
+            "use POST / for JSON-RPC, GET / with Upgrade: websocket, GET /health or GET /metrics\n",
         ))
     }
 }
 
 /// A JSON-RPC request or batch in a POST body (any content type: `curl -d` sends a form
 /// type, and on this socket a POST body is JSON-RPC).
-async fn post(req: HttpRequest<Incoming>, shared: Arc<Shared>) -> HttpResponse {
+async fn post(
+    req: HttpRequest<Incoming>,
+    shared: Arc<Shared>,
+    caller: Option<Arc<Caller>>,
+) -> HttpResponse {
     let max = shared.max_request_bytes;
     let body = http_body_util::Limited::new(req.into_body(), max);
     let bytes = match tokio::time::timeout(shared.frame_timeout, body.collect()).await {
@@ -717,6 +776,7 @@ async fn post(req: HttpRequest<Incoming>, shared: Arc<Shared>) -> HttpResponse {
         shared,
         events: None,
         bridge: OnceCell::new(),
+        caller,
     };
     match session.handle(msg).await {
         Some(reply) => json(200, reply),
@@ -726,7 +786,11 @@ async fn post(req: HttpRequest<Incoming>, shared: Arc<Shared>) -> HttpResponse {
 }
 
 /// Accepts a WebSocket upgrade and serves JSON-RPC messages on it.
-fn upgrade(req: HttpRequest<Incoming>, shared: Arc<Shared>) -> HttpResponse {
+fn upgrade(
+    req: HttpRequest<Incoming>,
+    shared: Arc<Shared>,
+    caller: Option<Arc<Caller>>,
+) -> HttpResponse {
     use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
     let headers = req.headers();
     let version_ok = headers
@@ -760,8 +824,9 @@ fn upgrade(req: HttpRequest<Incoming>, shared: Arc<Shared>) -> HttpResponse {
             .accept_unmasked_frames(false);
         let ws =
             WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(cfg)).await;
+        let _open = shared.host.metrics().connection(Framing::websocket);
         let (tx, rx) = ws.split();
-        run_messages(shared, Source::Ws(rx), Wire::Ws(tx)).await;
+        run_messages(shared, Source::Ws(rx), Wire::Ws(tx), caller).await;
     });
     let mut r = HttpResponse::new(HttpBody::default());
     *r.status_mut() = hyper::StatusCode::SWITCHING_PROTOCOLS;

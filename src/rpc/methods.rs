@@ -167,6 +167,11 @@ pub fn module(host: Host) -> anyhow::Result<RpcModule<Host>> {
         |host, _: EmptyParams| async move { Ok(health(&host)) },
     )?;
     api.method(
+        method::STATUS,
+        "Everything an operator looks at: health, config, MCP servers, custom tools, calls in flight.",
+        |host, _: EmptyParams| async move { Ok(super::ops::status(&host)) },
+    )?;
+    api.method(
         method::CONFIG_STATUS,
         "Which config file is live, when it was applied, and the last error.",
         |host, _: EmptyParams| async move { Ok(reload::status(&host)) },
@@ -358,7 +363,7 @@ fn subscribe_invoke(api: &mut Api) -> anyhow::Result<()> {
         method::UNSUBSCRIBE_INVOKE,
         method::SUBSCRIBE_INVOKE,
     ));
-    api.module.register_subscription(method::SUBSCRIBE_INVOKE, method::INVOKE_EVENT, method::UNSUBSCRIBE_INVOKE, |params, pending: PendingSubscriptionSink, host: Arc<Host>, _| async move {
+    api.module.register_subscription(method::SUBSCRIBE_INVOKE, method::INVOKE_EVENT, method::UNSUBSCRIBE_INVOKE, |params, pending: PendingSubscriptionSink, host: Arc<Host>, ext| async move {
         let mut p: InvokeParams = match parse(&params) {
             Ok(p) => p,
             Err(e) => {
@@ -376,7 +381,15 @@ fn subscribe_invoke(api: &mut Api) -> anyhow::Result<()> {
         let mut sink = pending.accept().await?;
         let call_id = p.call_id.get_or_insert_with(crate::invoke::new_call_id).clone();
         let (tx, mut rx) = mpsc::channel(256);
+        // This handler runs in a task of its own: the connection's peer comes in `ext`.
+        let caller = ext.get::<Arc<crate::audit::Caller>>().cloned();
         let call = crate::invoke::invoke(&host, p, UpdateSink::new(tx));
+        let call = async move {
+            match caller {
+                Some(c) => crate::audit::CALLER.scope(c, call).await,
+                None => call.await,
+            }
+        };
         tokio::pin!(call);
         let forward = |u: crate::registry::ToolUpdate, call_id: &str| {
             to_message(&InvokeEvent::Update(InvokeUpdate { call_id: call_id.to_owned(), content: u.content, details: u.details, progress: u.progress }))

@@ -8,6 +8,7 @@ mod envelope;
 mod listener;
 mod methods;
 mod openrpc;
+mod ops;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -152,7 +153,7 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
                 };
                 let (shared, token) = (shared.clone(), token.clone());
                 tokio::spawn(async move {
-                    connection::serve_http(stream, shared, Some(token)).await;
+                    connection::serve_http(stream, shared, Some(token), None).await;
                     release(slot);
                 });
             }

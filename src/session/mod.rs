@@ -10,5 +10,6 @@ mod store;
 mod views;
 
 pub use recover::cli as recover_cli;
+pub use recover::resolve_data_dir;
 pub use store::Sessions;
 pub use views::{create, refresh_tools, resume, tools, update, Scope};

@@ -1,0 +1,345 @@
+//! The call audit log: one JSON line per finished call in `<data_dir>/audit.jsonl`, so an
+//! operator can tell which frontend ran which command.
+//!
+//! Records are queued to a writer thread (the call path never touches the file) and the
+//! file is rotated by size (`audit.jsonl.1` … `.N`). Arguments are never written: only
+//! their SHA-256 and size, since they may hold secrets. The caller's identity comes from
+//! the connection (`SO_PEERCRED`) through [`CALLER`], set by the RPC layer around a call.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::ErrorKind;
+
+/// The file name of the live log in the data directory.
+pub const FILE_NAME: &str = "audit.jsonl";
+/// The live file is rotated once it passes this size.
+const MAX_BYTES: u64 = 16 * 1024 * 1024;
+/// Rotated files kept (`audit.jsonl.1` is the newest).
+const KEEP: usize = 3;
+/// Records waiting for the writer at most; more are dropped (and counted).
+const QUEUE: usize = 4096;
+
+/// Who is on the other end of a connection, as the kernel says (`SO_PEERCRED`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub uid: u32,
+    pub pid: Option<i32>,
+    /// The peer process's name (`/proc/<pid>/comm`), read once per connection.
+    pub process: Option<String>,
+    /// The `User-Agent` an HTTP or WebSocket client sent: its name when a session does not
+    /// give one.
+    pub agent: Option<String>,
+}
+
+impl Caller {
+    /// The peer of a Unix socket connection.
+    pub fn of_unix(stream: &tokio::net::UnixStream) -> Option<Arc<Caller>> {
+        let cred = stream.peer_cred().ok()?;
+        let pid = cred.pid();
+        let process = pid
+            .and_then(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).ok())
+            .map(|s| s.trim_end().to_owned());
+        Some(Arc::new(Caller {
+            uid: cred.uid(),
+            pid,
+            process,
+            agent: None,
+        }))
+    }
+
+    /// This caller, named by an HTTP request's `User-Agent` (when it sent one).
+    pub fn with_agent<B>(self: &Arc<Self>, req: &http::Request<B>) -> Arc<Caller> {
+        let agent = req
+            .headers()
+            .get(http::header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .map(|s| s.chars().take(200).collect::<String>());
+        match agent {
+            Some(a) => Arc::new(Caller {
+                agent: Some(a),
+                ..Caller::clone(self)
+            }),
+            None => self.clone(),
+        }
+    }
+}
+
+tokio::task_local! {
+    /// The caller of the request being handled (set by the RPC layer).
+    pub static CALLER: Arc<Caller>;
+}
+
+/// The caller of the current request, when the RPC layer set one.
+pub fn current_caller() -> Option<Arc<Caller>> {
+    CALLER.try_with(Arc::clone).ok()
+}
+
+/// What the approval policy said about a call that got that far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Allow,
+    NeedsApproval,
+    Deny,
+}
+
+/// One finished call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// Milliseconds since the Unix epoch when the call finished.
+    pub time_ms: u64,
+    pub call_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_uid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_pid: Option<i32>,
+    /// The peer's process name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_process: Option<String>,
+    /// The frontend's own name, when it gave one: session meta `client` (or
+    /// `clientInfo.name`), else the connection's `User-Agent`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
+    pub tool: String,
+    /// `builtin`, `custom`, `mcp`, or `unknown` for a tool that does not exist.
+    pub source: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    /// `None` when the call failed before the policy was asked (unknown tool, bad args).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<Verdict>,
+    /// The call carried `approved: true`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub approved: bool,
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_kind: Option<ErrorKind>,
+    pub duration_ms: u64,
+    /// Size of the result the tool produced (before any cap), in bytes of JSON.
+    pub output_bytes: u64,
+    /// SHA-256 of the arguments as JSON (never the arguments themselves).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args_sha256: Option<String>,
+    pub args_bytes: u64,
+}
+
+/// The sending end of the audit log; cheap to share.
+#[derive(Clone)]
+pub struct AuditLog {
+    tx: Option<SyncSender<Record>>,
+}
+
+impl AuditLog {
+    /// Starts the writer thread for `<data_dir>/audit.jsonl`; without a thread (the
+    /// system refused one) records are dropped and the daemon still serves.
+    pub fn start(data_dir: &Path) -> AuditLog {
+        let (tx, rx) = sync_channel(QUEUE);
+        let path = data_dir.join(FILE_NAME);
+        let spawned = std::thread::Builder::new()
+            .name("toolhost-audit".into())
+            .spawn(move || write_loop(&path, rx, MAX_BYTES, KEEP));
+        match spawned {
+            Ok(_) => AuditLog { tx: Some(tx) },
+            Err(e) => {
+                tracing::error!("audit log disabled: cannot start its writer thread: {e}");
+                AuditLog { tx: None }
+            }
+        }
+    }
+
+    /// Queues a record; false when it had to be dropped.
+    pub fn record(&self, r: Record) -> bool {
+        match &self.tx {
+            Some(tx) => match tx.try_send(r) {
+                Ok(()) => true,
+                Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => false,
+            },
+            None => false,
+        }
+    }
+}
+
+/// Writes queued records until every sender is gone; flushes after each burst and
+/// rotates as soon as the live file reaches `max_bytes`.
+fn write_loop(path: &Path, rx: Receiver<Record>, max_bytes: u64, keep: usize) {
+    let mut out: Option<(BufWriter<File>, u64)> = None;
+    let mut warned = false;
+    while let Ok(first) = rx.recv() {
+        let mut next = Some(first);
+        while let Some(r) = next {
+            if out.is_none() {
+                match open(path) {
+                    Ok(f) => {
+                        let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+                        out = Some((BufWriter::new(f), len));
+                        warned = false;
+                    }
+                    Err(e) if !warned => {
+                        tracing::error!(path = %path.display(), "cannot open the audit log: {e}");
+                        warned = true;
+                    }
+                    Err(_) => {}
+                }
+            }
+            if let Some((w, len)) = &mut out {
+                let mut line = serde_json::to_vec(&r).unwrap_or_default();
+                line.push(b'\n');
+                if w.write_all(&line).is_err() {
+                    out = None;
+                } else {
+                    *len += line.len() as u64;
+                    if *len >= max_bytes {
+                        let _ = w.flush();
+                        out = None;
+                        rotate(path, keep);
+                    }
+                }
+            }
+            next = rx.try_recv().ok();
+        }
+        if let Some((w, _)) = &mut out {
+            let _ = w.flush();
+        }
+    }
+}
+
+fn open(path: &Path) -> std::io::Result<File> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    // The log names commands and peers: readable by the daemon's user only.
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+}
+
+/// `audit.jsonl` → `.1` → `.2` …; the oldest beyond `keep` is deleted.
+fn rotate(path: &Path, keep: usize) {
+    let numbered = |n: usize| -> PathBuf {
+        let mut p = path.as_os_str().to_owned();
+        p.push(format!(".{n}"));
+        PathBuf::from(p)
+    };
+    let _ = std::fs::remove_file(numbered(keep));
+    for n in (1..keep).rev() {
+        let _ = std::fs::rename(numbered(n), numbered(n + 1));
+    }
+    if keep == 0 {
+        let _ = std::fs::remove_file(path);
+    } else if let Err(e) = std::fs::rename(path, numbered(1)) {
+        tracing::warn!(path = %path.display(), "cannot rotate the audit log: {e}");
+    }
+}
+
+/// SHA-256 (hex) of a call's arguments and their size as JSON.
+pub fn digest_args(args: &serde_json::Value) -> (Option<String>, u64) {
+    use sha2::Digest;
+    match serde_json::to_vec(args) {
+        Ok(bytes) => (
+            Some(hex::encode(sha2::Sha256::digest(&bytes))),
+            bytes.len() as u64,
+        ),
+        Err(_) => (None, 0),
+    }
+}
+
+/// The frontend's name from session meta: `client`, else `clientInfo.name` (MCP's shape).
+pub fn client_name(meta: &serde_json::Map<String, serde_json::Value>) -> Option<String> {
+    meta.get("client")
+        .and_then(|v| v.as_str())
+        .or_else(|| {
+            meta.get("clientInfo")
+                .and_then(|c| c.get("name"))
+                .and_then(|v| v.as_str())
+        })
+        .map(|s| s.chars().take(200).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(n: u64) -> Record {
+        Record {
+            time_ms: n,
+            call_id: format!("c{n}"),
+            session: None,
+            peer_uid: Some(1000),
+            peer_pid: Some(42),
+            peer_process: Some("curl".into()),
+            client: None,
+            tool: "bash".into(),
+            source: "builtin".into(),
+            server: None,
+            approval: Some(Verdict::Allow),
+            approved: false,
+            ok: true,
+            error_kind: None,
+            duration_ms: 3,
+            output_bytes: 10,
+            args_sha256: None,
+            args_bytes: 2,
+        }
+    }
+
+    #[test]
+    fn writes_lines_and_rotates_by_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        let line = serde_json::to_vec(&record(10)).unwrap().len() as u64 + 1;
+        let (tx, rx) = sync_channel(16);
+        for n in 10..22 {
+            tx.send(record(n)).unwrap();
+        }
+        drop(tx);
+        // Three lines per file; twelve records make four files, of which two are kept.
+        write_loop(&path, rx, 3 * line, 2);
+        let read = |name: &str| -> Vec<u64> {
+            std::fs::read_to_string(dir.path().join(name))
+                .unwrap_or_default()
+                .lines()
+                .map(|l| serde_json::from_str::<Record>(l).unwrap().time_ms)
+                .collect()
+        };
+        assert_eq!(read("audit.jsonl.2"), vec![16, 17, 18]);
+        assert_eq!(read("audit.jsonl.1"), vec![19, 20, 21]);
+        assert!(!path.exists());
+        assert!(!dir.path().join("audit.jsonl.3").exists());
+        let first: Record = serde_json::from_str(
+            std::fs::read_to_string(dir.path().join("audit.jsonl.1"))
+                .unwrap()
+                .lines()
+                .next()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(first, record(19));
+    }
+
+    #[test]
+    fn client_name_prefers_client_then_client_info() {
+        let m = |v: serde_json::Value| v.as_object().unwrap().clone();
+        assert_eq!(
+            client_name(&m(serde_json::json!({"client": "zed"}))),
+            Some("zed".into())
+        );
+        assert_eq!(
+            client_name(&m(
+                serde_json::json!({"clientInfo": {"name": "claude-code"}})
+            )),
+            Some("claude-code".into())
+        );
+        assert_eq!(client_name(&m(serde_json::json!({"client": 3}))), None);
+    }
+}

@@ -1,0 +1,143 @@
+//! `toolhost status [--json] [--watch]`: the operator's one view of a running daemon.
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use crate::client::{Client, ClientError};
+use crate::protocol::{HealthStatus, HostStatusResult};
+
+/// Prints the status once, or every `watch` seconds until interrupted. Exit 0 when the
+/// host is `ok`, 1 when `degraded` (as `toolhost health`).
+pub async fn run(client: &Client, json: bool, watch: Option<f64>) -> Result<ExitCode, ClientError> {
+    let Some(every) = watch else {
+        let s = client.status().await?;
+        print(&s, json);
+        return Ok(exit_code(&s));
+    };
+    let every = Duration::from_secs_f64(every.clamp(0.2, 3600.0));
+    loop {
+        let s = client.status().await?;
+        if json {
+            print(&s, true);
+        } else {
+            // Clear the terminal and redraw from the top.
+            print!("\x1b[2J\x1b[H");
+            print(&s, false);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(exit_code(&s)),
+        }
+    }
+}
+
+fn exit_code(s: &HostStatusResult) -> ExitCode {
+    if s.health.status == HealthStatus::Ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+fn print(s: &HostStatusResult, json: bool) {
+    if json {
+        println!("{}", serde_json::to_string(s).unwrap_or_default());
+    } else {
+        print!("{}", render(s));
+    }
+}
+
+/// The human view.
+pub fn render(s: &HostStatusResult) -> String {
+    let h = &s.health;
+    let mut o = String::new();
+    let status = if h.status == HealthStatus::Ok {
+        "ok"
+    } else {
+        "DEGRADED"
+    };
+    let _ = writeln!(
+        o,
+        "toolhost {} — {status}, up {}, {} tools, {} sessions, data {}",
+        h.version,
+        age(h.uptime_s.saturating_mul(1000)),
+        h.tools,
+        h.sessions,
+        s.data_dir
+    );
+    let c = &s.config;
+    let _ = writeln!(o, "\nconfig   {} (revision {})", c.path, c.revision);
+    if let Some(e) = &c.last_error {
+        let _ = writeln!(o, "  error: {e}");
+    }
+    for w in &c.warnings {
+        let _ = writeln!(o, "  warning: {w}");
+    }
+    for name in &h.collisions {
+        let _ = writeln!(o, "  name collision: {name}");
+    }
+    let _ = writeln!(o, "\nmcp servers ({})", s.servers.len());
+    for m in &s.servers {
+        let _ = writeln!(
+            o,
+            "  {:<20} {:<5} {:<12} tools {:<4} restarts {:<3} circuit opens {:<3} in-flight {:<3} queued {}",
+            m.name,
+            super::wire(&m.transport),
+            super::wire(&m.state),
+            m.tools,
+            m.restarts,
+            m.circuit_opens,
+            m.in_flight,
+            m.queued
+        );
+        if let Some(e) = &m.last_error {
+            let _ = writeln!(o, "  {:<20} last error: {e}", "");
+        }
+    }
+    let _ = writeln!(o, "\ncustom tools ({})", s.custom_tools.len());
+    if !s.custom_tools.is_empty() {
+        let _ = writeln!(o, "  {}", s.custom_tools.join(", "));
+    }
+    for e in &h.custom_tool_errors {
+        let _ = writeln!(o, "  manifest error: {e}");
+    }
+    for e in &h.session_event_errors {
+        let _ = writeln!(o, "  session event error: {e}");
+    }
+    let _ = writeln!(o, "\ncalls in flight ({})", s.calls.len());
+    for call in &s.calls {
+        let _ = writeln!(
+            o,
+            "  {:<40} {:<28} {:>8}  {}",
+            call.call_id,
+            call.tool,
+            age(call.age_ms),
+            call.session_id.as_deref().unwrap_or("-")
+        );
+    }
+    o
+}
+
+/// `850ms`, `12.3s`, `4m05s`, `2h10m`.
+fn age(ms: u64) -> String {
+    match ms {
+        0..=999 => format!("{ms}ms"),
+        1_000..=59_999 => format!("{:.1}s", ms as f64 / 1000.0),
+        60_000..=3_599_999 => format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60),
+        _ => format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::age;
+
+    #[test]
+    fn ages_read_naturally() {
+        assert_eq!(
+            [age(850), age(12_345), age(245_000), age(7_800_000)],
+            ["850ms", "12.3s", "4m05s", "2h10m"]
+        );
+    }
+}
