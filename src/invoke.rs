@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::host::Host;
 use crate::protocol::{CallOutcome, ErrorKind, InvokeParams, InvokeResult};
 use crate::registry::{CallContext, ToolError, ToolResult, UpdateSink};
+use crate::sandbox::CallSandbox;
 
 /// A fresh call id for calls whose caller gave none.
 pub fn new_call_id() -> String {
@@ -29,21 +30,24 @@ pub async fn invoke(
     let call_id = params.call_id.clone().unwrap_or_else(new_call_id);
     let config = host.config();
 
-    let (workspace, mode, session_meta) = match &params.session_id {
+    let (workspace, mode, session_meta, session_sandbox) = match &params.session_id {
         Some(id) => {
             let s = host.sessions().get(id).await?;
             (
                 PathBuf::from(&s.workspace),
                 s.approval,
                 Value::Object(s.meta),
+                s.sandbox,
             )
         }
         None => (
             host.workspace().to_path_buf(),
             config.approval.mode,
             Value::Object(Map::new()),
+            None,
         ),
     };
+    let sandbox = CallSandbox::resolve(&config.sandbox, session_sandbox.as_ref(), params.sandbox);
 
     let token = host.shutdown_token().child_token();
     // However the call ends — result, timeout, cancel, or the caller dropping this future
@@ -74,6 +78,7 @@ pub async fn invoke(
             timeout_ms: Some(timeout_ms),
             cancel: token,
             updates,
+            sandbox,
         },
     )
     .await;
@@ -122,14 +127,34 @@ async fn run_checked(
         return Err(ToolError::invalid("arguments must be an object"));
     };
 
-    match approval::decide(mode, entry.approval, params.approved, &params.name) {
+    let sandboxed = entry.tool.sandboxed();
+    let sandboxing = approval::Sandboxing {
+        confined: sandboxed && ctx.sandbox.enforced(),
+        leaves: sandboxed && ctx.sandbox.left.is_some(),
+        commands: host.config().approval.sandboxed_commands,
+    };
+    match approval::decide_sandboxed(
+        mode,
+        entry.approval,
+        params.approved,
+        &params.name,
+        sandboxing,
+    ) {
         Decision::Allow => {}
         Decision::NeedsApproval => {
-            return Err(ToolError::new(
-                ErrorKind::ApprovalRequired,
-                format!("Tool '{}' needs approval in strict mode; repeat the call with \"approved\": true once the user agrees.", params.name),
-            )
-            .with_field("approval", entry.tool.approval_details(&args).unwrap_or_else(|| approval_summary(&params.name, entry.approval, &args))));
+            let mut summary = entry
+                .tool
+                .approval_details(&args)
+                .unwrap_or_else(|| approval_summary(&params.name, entry.approval, &args));
+            let message = match ctx.sandbox.left.filter(|_| sandboxing.leaves) {
+                Some(left) => {
+                    summary.push_str(&format!(" — OUTSIDE THE SANDBOX (sandbox: \"off\"; the session's policy is {})", left.as_str()));
+                    format!("Tool '{}' asks to run outside the sandbox (sandbox: \"off\"), which always needs approval; repeat the call with \"approved\": true once the user agrees.", params.name)
+                }
+                None => format!("Tool '{}' needs approval in strict mode; repeat the call with \"approved\": true once the user agrees.", params.name),
+            };
+            return Err(ToolError::new(ErrorKind::ApprovalRequired, message)
+                .with_field("approval", summary));
         }
         Decision::Deny(msg) => return Err(ToolError::new(ErrorKind::Denied, msg)),
     }

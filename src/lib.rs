@@ -34,6 +34,7 @@ pub mod protocol;
 mod registry;
 mod reload;
 mod rpc;
+mod sandbox;
 mod secrets;
 mod session;
 mod tools;

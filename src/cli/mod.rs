@@ -529,6 +529,7 @@ async fn session_command(
                 workspace,
                 approval,
                 meta,
+                ..Default::default()
             };
             emit(out, &client.session_create(&params).await?);
         }

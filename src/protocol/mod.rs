@@ -75,6 +75,9 @@ pub enum ErrorKind {
     Cancelled,
     Unavailable,
     Failed,
+    /// The call's sandbox policy cannot be enforced by this kernel and `sandbox.required`
+    /// is true.
+    SandboxUnavailable,
 }
 
 /// Params of methods that take none (`{}` or absent).
