@@ -315,6 +315,34 @@ fn looks_denied(stderr: &str) -> bool {
     MARKERS.iter().any(|m| stderr.contains(m))
 }
 
+/// Confines a stdio MCP server per its `sandbox` setting (the server's writable place is
+/// its `cwd`, else the daemon's working directory). The returned confinement owns the
+/// server's `TMPDIR` and must live as long as the server. A policy the kernel cannot
+/// enforce is an error: the server does not start, and `mcp.status` says why.
+pub fn confine_server(
+    cmd: &mut tokio::process::Command,
+    s: &crate::config::ServerSandbox,
+    cwd: Option<&Path>,
+) -> anyhow::Result<Option<Confinement>> {
+    if s.policy == SandboxPolicy::Off {
+        return Ok(None);
+    }
+    if let Some(reason) = unsupported(s.policy, s.network) {
+        anyhow::bail!("sandbox: {reason}");
+    }
+    let mut writable = s.writable.clone();
+    if s.policy == SandboxPolicy::WorkspaceWrite {
+        match cwd {
+            Some(c) => writable.push(c.to_path_buf()),
+            None => writable.push(std::env::current_dir()?),
+        }
+    }
+    let c = Confinement::build(s.policy, s.network, &writable)?;
+    cmd.env("TMPDIR", c.tmpdir());
+    install(cmd, &c);
+    Ok(Some(c))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
