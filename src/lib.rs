@@ -40,6 +40,7 @@ mod session;
 mod tools;
 
 pub use approval::{ApprovalClass, ApprovalMode};
+pub use sandbox::{Network, SandboxOverride, SandboxPolicy, SandboxStatus, SessionSandbox};
 
 /// Locks a std mutex, ignoring poisoning: a panic in one task must not wedge every later
 /// caller of the daemon. (No std lock in this crate is held across an `.await`.)

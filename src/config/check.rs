@@ -49,6 +49,7 @@ pub(crate) fn check_root(root: &Value, env_origin: &HashMap<String, String>) -> 
     };
     let bad = schema_problems(&value, &mut r);
     server_rules(&value, &mut r);
+    super::validate::sandbox_rules(&value, &mut r);
     let mut order = HashMap::new();
     post_order(&value, &mut JsonPath::default(), &mut order);
     r.problems
@@ -76,7 +77,11 @@ pub(crate) fn check_root(root: &Value, env_origin: &HashMap<String, String>) -> 
             .and_then(|node| suggest(key, schema::fields(node)))
             .map(|s| format!(" (did you mean {s:?}?)"))
             .unwrap_or_default();
-        r.warn(&JsonPath(path.clone()), format_args!("unknown key{hint}"));
+        if super::validate::unknown_is_error(&path) {
+            r.problem(&JsonPath(path.clone()), format!("unknown key{hint}"));
+        } else {
+            r.warn(&JsonPath(path.clone()), format_args!("unknown key{hint}"));
+        }
     }
     let config = match typed {
         Ok(c) if r.problems.is_empty() => Some(c),

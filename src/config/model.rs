@@ -222,13 +222,13 @@ impl Default for CustomTools {
 
 /// The `sandbox` section: the default policy and what confined programs may also touch.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct SandboxConfig {
     /// The policy of calls without a session and of sessions that set none.
     pub policy: SandboxPolicy,
     pub network: Network,
-    /// Absolute paths confined programs may also write (caches such as `~/.cargo/registry`).
-    #[schemars(inner(regex(pattern = r"^/")), extend("x-expected" = "absolute paths"))]
+    /// Absolute paths confined programs may also write (caches such as `~/.cargo/registry`);
+    /// checked in `validate::sandbox_rules`.
     pub writable: Vec<PathBuf>,
     /// Refuse (`sandbox_unavailable`) a call whose policy the kernel cannot enforce; `false`
     /// runs it unconfined and says so in the result.
@@ -253,19 +253,18 @@ impl Default for SandboxConfig {
 
 /// Which of a custom tool's sandbox requests config grants.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct SandboxGrant {
     pub network: bool,
     pub writable: bool,
 }
 
-/// A stdio MCP server's sandbox: its writable place is its `cwd` (else the daemon's working
-/// directory) in `workspace-write`, plus `writable` and the section's `writable`.
+/// A stdio MCP server's sandbox: in `workspace-write` it may write its `cwd` (else the
+/// daemon's working directory) and its own `writable` paths.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default)]
 pub struct ServerSandbox {
     pub policy: SandboxPolicy,
     pub network: Network,
-    #[schemars(inner(regex(pattern = r"^/")), extend("x-expected" = "absolute paths"))]
     pub writable: Vec<PathBuf>,
 }

@@ -32,7 +32,8 @@ pub enum SandboxPolicy {
     Off,
     /// Read anywhere; write only the workspace, the per-call temp dir and configured paths.
     WorkspaceWrite,
-    /// Read anywhere; write only the per-call temp dir (removed after the call).
+    /// Read anywhere; write only the per-call temp dir (removed after the call), whatever
+    /// `writable` or grants say.
     ReadOnly,
 }
 
@@ -242,10 +243,12 @@ pub fn plan(call: &CallSandbox, workspace: &Path, extras: &Extras) -> Result<Pla
             reason,
         });
     }
-    let mut writable: Vec<PathBuf> = call.config.writable.clone();
-    writable.extend(extras.writable.iter().cloned());
+    // Read-only writes nowhere but the run's own temp dir (and /dev/null and friends).
+    let mut writable: Vec<PathBuf> = Vec::new();
     if call.policy == SandboxPolicy::WorkspaceWrite {
         writable.push(workspace.to_path_buf());
+        writable.extend(call.config.writable.iter().cloned());
+        writable.extend(extras.writable.iter().cloned());
     }
     Confinement::build(call.policy, network, &writable)
         .map(Plan::Confined)
@@ -330,12 +333,13 @@ pub fn confine_server(
     if let Some(reason) = unsupported(s.policy, s.network) {
         anyhow::bail!("sandbox: {reason}");
     }
-    let mut writable = s.writable.clone();
+    let mut writable = Vec::new();
     if s.policy == SandboxPolicy::WorkspaceWrite {
         match cwd {
             Some(c) => writable.push(c.to_path_buf()),
             None => writable.push(std::env::current_dir()?),
         }
+        writable.extend(s.writable.iter().cloned());
     }
     let c = Confinement::build(s.policy, s.network, &writable)?;
     cmd.env("TMPDIR", c.tmpdir());
