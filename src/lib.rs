@@ -40,6 +40,8 @@ mod session;
 mod tools;
 
 pub use approval::{ApprovalClass, ApprovalMode};
+#[doc(hidden)]
+pub use sandbox::bench_setup as sandbox_bench_setup;
 pub use sandbox::{Network, SandboxOverride, SandboxPolicy, SandboxStatus, SessionSandbox};
 
 /// Locks a std mutex, ignoring poisoning: a panic in one task must not wedge every later

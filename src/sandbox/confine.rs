@@ -6,7 +6,7 @@
 //! `prctl(PR_SET_NO_NEW_PRIVS)` and `landlock_restrict_self(fd)`, both plain syscalls.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -111,16 +111,51 @@ pub fn install(cmd: &mut tokio::process::Command, c: &Confinement) {
     // SAFETY: runs between fork and exec; two syscalls on an fd opened before the fork, no
     // allocation, no locks (the error is built from the raw errno).
     unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::syscall(libc::SYS_landlock_restrict_self, ruleset.as_raw_fd(), 0u32) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
+        cmd.pre_exec(move || restrict(ruleset.as_raw_fd()));
     }
+}
+
+/// `no_new_privs`, then the ruleset on the calling thread. Async-signal-safe: two syscalls,
+/// no allocation.
+fn restrict(ruleset: RawFd) -> io::Result<()> {
+    // SAFETY: plain syscalls on integers; they touch no memory of ours.
+    unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0u32) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// For the benchmark: the parent-side work of one confined call (temp dir, path fds,
+/// ruleset; then its removal) and the child-side restrict, run on a throwaway thread
+/// (Landlock and `no_new_privs` bind the calling thread only). Returns both durations.
+#[doc(hidden)]
+pub fn bench_setup(
+    workspace: &Path,
+    network: Network,
+) -> io::Result<(std::time::Duration, std::time::Duration)> {
+    let t = std::time::Instant::now();
+    let c = Confinement::build(
+        SandboxPolicy::WorkspaceWrite,
+        network,
+        &[workspace.to_path_buf()],
+    )?;
+    let built = t.elapsed();
+    let fd = c.ruleset.clone();
+    let thread = std::thread::spawn(move || {
+        let t = std::time::Instant::now();
+        restrict(fd.as_raw_fd()).map(|()| t.elapsed())
+    });
+    let restricted = thread
+        .join()
+        .map_err(|_| io::Error::other("restrict thread panicked"))??;
+    let t = std::time::Instant::now();
+    drop(c);
+    Ok((built + t.elapsed(), restricted))
 }
 
 /// `landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)`: the ABI version,

@@ -17,7 +17,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-pub use confine::{install, Confinement};
+pub use confine::{bench_setup, install, Confinement};
 
 use crate::config::SandboxConfig;
 use crate::protocol::ErrorKind;
