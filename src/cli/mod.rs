@@ -445,6 +445,7 @@ async fn client_command(
                 if !r.collisions.is_empty() {
                     println!("name collisions: {}", r.collisions.join(", "));
                 }
+                println!("sandbox: {}", r.sandbox.summary());
             }
             Ok(if r.status == HealthStatus::Ok {
                 ExitCode::SUCCESS

@@ -165,6 +165,23 @@ pub struct SandboxStatus {
     pub scopes: bool,
 }
 
+impl SandboxStatus {
+    /// One line for `toolhost health`.
+    pub fn summary(&self) -> String {
+        if !self.filesystem {
+            return "unavailable (no Landlock in this kernel): confined policies are refused or run unconfined (sandbox.required)".to_owned();
+        }
+        let mut can = vec!["file-system policies"];
+        if self.network {
+            can.push("network deny (TCP)");
+        }
+        if self.scopes {
+            can.push("signal and abstract-socket scoping");
+        }
+        format!("Landlock ABI {}: {}", self.abi, can.join(", "))
+    }
+}
+
 pub fn status() -> SandboxStatus {
     let abi = abi();
     SandboxStatus {
