@@ -567,6 +567,35 @@ mod tests {
     }
 
     #[test]
+    fn sandbox_requests_are_parsed_and_checked() {
+        let m = parse_v(with(
+            "sandbox",
+            json!({"network": true, "writable": ["~/.cache/t", "/var/t"]}),
+        ))
+        .unwrap();
+        assert_eq!(
+            m.sandbox,
+            SandboxRequest {
+                network: true,
+                writable: vec!["~/.cache/t".into(), "/var/t".into()],
+            }
+        );
+        assert_eq!(
+            m.sandbox.writable_paths(Some(Path::new("/home/u"))),
+            [PathBuf::from("/home/u/.cache/t"), PathBuf::from("/var/t")]
+        );
+        assert_eq!(
+            field_of(parse_v(with("sandbox", json!({"writable": ["rel"]})))),
+            "sandbox.writable[0]"
+        );
+        assert_eq!(
+            field_of(parse_v(with("sandbox", json!({"netwrk": true})))),
+            "sandbox.netwrk"
+        );
+        assert_eq!(field_of(parse_v(with("sandbox", json!(true)))), "sandbox");
+    }
+
+    #[test]
     fn each_bad_field_is_named() {
         assert_eq!(field_of(parse_v(with("name", json!("a b")))), "name");
         assert_eq!(
