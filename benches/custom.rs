@@ -6,8 +6,13 @@
 //! - update latency: from a program writing an `update` line (stamped with the wall clock)
 //!   to the streaming client receiving it; target p50 ≤ 2 ms.
 //!
+//! - sandbox setup: the added cost of a Landlock-confined `bash` call (ruleset built
+//!   before the fork, restrict in the child, private temp dir) over an unconfined one;
+//!   target ≤ 1 ms p50.
+//!
 //! Prints figures and never fails on them. `TOOLHOST_BENCH_N` sets the sample count
-//! (default 200). Run: `cargo bench --bench custom`.
+//! (default 200). Run: `cargo bench --bench custom [-- SECTION]` (sections: `calls`,
+//! `updates`, `sandbox`; all by default).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::os::unix::fs::PermissionsExt;
@@ -18,7 +23,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::{json, Map, Value};
 use tokio::process::Command;
 use toolhost::client::Client;
-use toolhost::protocol::{InvokeEvent, InvokeParams};
+use toolhost::protocol::{InvokeEvent, InvokeParams, SessionCreateParams};
+use toolhost::{Network, SandboxPolicy, SessionSandbox};
 
 const BIN: &str = env!("CARGO_BIN_EXE_toolhost");
 
@@ -108,7 +114,28 @@ async fn main() {
     };
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("toolhost custom tool benchmark ({cpus} CPUs shared by client, daemon and tools)");
+    let sections: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let run = |s: &str| sections.is_empty() || sections.iter().any(|x| x == s);
+    if run("calls") {
+        calls(&client, n).await;
+    }
+    if run("updates") {
+        updates(&client, n).await;
+    }
+    if run("sandbox") {
+        sandbox(&client, n).await;
+    }
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.id().unwrap() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let _ = tokio::time::timeout(Duration::from_secs(10), daemon.wait()).await;
+}
 
+async fn calls(client: &Client, n: usize) {
     // `bash` runs `true` through the same process runner: the baseline a custom tool
     // adds its manifest handling and line protocol to.
     let mut bash_args = Map::new();
@@ -134,7 +161,9 @@ async fn main() {
             percentiles(rtt)
         );
     }
+}
 
+async fn updates(client: &Client, n: usize) {
     let mut args = Map::new();
     args.insert("n".into(), json!(n));
     let mut sub = client
@@ -159,9 +188,87 @@ async fn main() {
         "update latency, line written → client received:  {}   [target p50 ≤ 2 ms]",
         percentiles(lat)
     );
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(daemon.id().unwrap() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    );
-    let _ = tokio::time::timeout(Duration::from_secs(10), daemon.wait()).await;
+}
+
+/// `bash true` in an unconfined session and in confined ones, interleaved so that machine
+/// noise hits all alike; the difference of the medians is the sandbox's setup cost.
+async fn sandbox(client: &Client, n: usize) {
+    let mut sessions = Vec::new();
+    for (label, policy, network) in [
+        ("off", SandboxPolicy::Off, Network::Allow),
+        (
+            "workspace-write",
+            SandboxPolicy::WorkspaceWrite,
+            Network::Allow,
+        ),
+        (
+            "workspace-write+deny",
+            SandboxPolicy::WorkspaceWrite,
+            Network::Deny,
+        ),
+    ] {
+        let s = client
+            .session_create(&SessionCreateParams {
+                sandbox: Some(SessionSandbox {
+                    policy: Some(policy),
+                    network: Some(network),
+                }),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        sessions.push((label, s.id));
+    }
+    let mut args = Map::new();
+    args.insert("command".into(), json!("true"));
+    let params: Vec<InvokeParams> = sessions
+        .iter()
+        .map(|(_, id)| InvokeParams {
+            session_id: Some(id.clone()),
+            ..InvokeParams::new("bash", args.clone())
+        })
+        .collect();
+    let mut rtt: Vec<Vec<f64>> = vec![Vec::with_capacity(n); params.len()];
+    for i in 0..n + 10 {
+        for (p, out) in params.iter().zip(rtt.iter_mut()) {
+            let t = Instant::now();
+            let r = client.invoke(p).await.unwrap();
+            assert!(r.result.ok, "{r:?}");
+            if i >= 10 {
+                out.push(t.elapsed().as_secs_f64() * 1000.0);
+            }
+        }
+    }
+    let median = |v: &[f64]| {
+        let mut v = v.to_vec();
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    let base = median(&rtt[0]);
+    for ((label, _), v) in sessions.iter().zip(&rtt) {
+        let added = median(v) - base;
+        println!(
+            "bash true, sandbox {label:<20} {}   added p50 {added:+.2} ms (end to end, noisy)",
+            percentiles(v.clone())
+        );
+    }
+    // The setup itself, without the noise of a whole call: what the daemon does before the
+    // fork, and what the child does before exec.
+    let ws = tempfile::tempdir().unwrap();
+    for network in [Network::Allow, Network::Deny] {
+        let (mut parent, mut child) = (Vec::with_capacity(n), Vec::with_capacity(n));
+        for _ in 0..n {
+            let (p, c) = toolhost::sandbox_bench_setup(ws.path(), network).unwrap();
+            parent.push(p.as_secs_f64() * 1000.0);
+            child.push(c.as_secs_f64() * 1000.0);
+        }
+        let total: Vec<f64> = parent.iter().zip(&child).map(|(p, c)| p + c).collect();
+        println!(
+            "sandbox setup per call, network {:<5}: {}   [target p50 ≤ 1 ms]\n  (before fork {:.3} ms p50, in the child {:.3} ms p50)",
+            network.as_str(),
+            percentiles(total),
+            median(&parent),
+            median(&child)
+        );
+    }
 }

@@ -42,6 +42,30 @@ pub enum ApprovalMode {
     ReadOnly,
 }
 
+/// Whether strict sessions must approve `command` tools that run confined by the sandbox.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxedCommands {
+    /// Like every other command: `approved: true` needed.
+    #[default]
+    Ask,
+    /// Confined commands run without approval (the kernel bounds what they can do).
+    Auto,
+}
+
+/// The sandbox facts of one call that bear on approval.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sandboxing {
+    /// The tool's program will run confined by a policy the kernel enforces.
+    pub confined: bool,
+    /// The call asks to leave the session's sandbox (`sandbox: "off"`).
+    pub leaves: bool,
+    /// `approval.sandboxed_commands`.
+    pub commands: SandboxedCommands,
+}
+
 /// The outcome of the policy check for one call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
@@ -82,9 +106,80 @@ pub fn decide(
     }
 }
 
+/// [`decide`] with the sandbox: leaving the sandbox always needs `approved: true` (in
+/// every mode that lets the tool run at all), and with `approval.sandboxed_commands: auto`
+/// a strict session runs confined `command` tools without asking.
+pub fn decide_sandboxed(
+    mode: ApprovalMode,
+    class: Option<ApprovalClass>,
+    approved: bool,
+    tool: &str,
+    sandbox: Sandboxing,
+) -> Decision {
+    let base = decide(mode, class, approved, tool);
+    match base {
+        Decision::Deny(_) => base,
+        _ if sandbox.leaves && !approved => Decision::NeedsApproval,
+        Decision::NeedsApproval
+            if mode == ApprovalMode::Strict
+                && class == Some(ApprovalClass::Command)
+                && sandbox.confined
+                && !sandbox.leaves
+                && sandbox.commands == SandboxedCommands::Auto =>
+        {
+            Decision::Allow
+        }
+        _ => base,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sandbox_rules() {
+        use ApprovalClass::*;
+        use ApprovalMode as M;
+        let auto = Sandboxing {
+            confined: true,
+            leaves: false,
+            commands: SandboxedCommands::Auto,
+        };
+        let d = |m, c, a, s| decide_sandboxed(m, Some(c), a, "t", s);
+        assert_eq!(d(M::Strict, Command, false, auto), Decision::Allow);
+        // Writes and unconfined commands still ask.
+        assert_eq!(d(M::Strict, Write, false, auto), Decision::NeedsApproval);
+        let unconfined = Sandboxing {
+            confined: false,
+            ..auto
+        };
+        assert_eq!(
+            d(M::Strict, Command, false, unconfined),
+            Decision::NeedsApproval
+        );
+        let ask = Sandboxing {
+            commands: SandboxedCommands::Ask,
+            ..auto
+        };
+        assert_eq!(d(M::Strict, Command, false, ask), Decision::NeedsApproval);
+        // Leaving the sandbox needs approval even in auto mode.
+        let leaves = Sandboxing {
+            confined: false,
+            leaves: true,
+            commands: SandboxedCommands::Auto,
+        };
+        assert_eq!(d(M::Auto, Command, false, leaves), Decision::NeedsApproval);
+        assert_eq!(
+            d(M::Strict, Command, false, leaves),
+            Decision::NeedsApproval
+        );
+        assert_eq!(d(M::Strict, Command, true, leaves), Decision::Allow);
+        assert!(matches!(
+            d(M::ReadOnly, Command, true, leaves),
+            Decision::Deny(_)
+        ));
+    }
 
     #[test]
     fn rule_table() {

@@ -14,6 +14,7 @@ use crate::host::Host;
 use crate::metrics::{Outcome, Source};
 use crate::protocol::{CallOutcome, ErrorKind, InvokeParams, InvokeResult};
 use crate::registry::{CallContext, ToolError, ToolResult, ToolSource, UpdateSink};
+use crate::sandbox::CallSandbox;
 
 /// A fresh call id for calls whose caller gave none: a random prefix drawn once per
 /// daemon (so ids differ across restarts, e.g. in the audit log) and a counter, which
@@ -41,7 +42,7 @@ pub async fn invoke(
     let call_id = params.call_id.clone().unwrap_or_else(new_call_id);
     let config = host.config();
 
-    let (workspace, mode, session_meta, client) = match &params.session_id {
+    let (workspace, mode, session_meta, client, session_sandbox) = match &params.session_id {
         Some(id) => {
             let s = host.sessions().get(id).await?;
             let client = audit::client_name(&s.meta);
@@ -50,6 +51,7 @@ pub async fn invoke(
                 s.approval,
                 Value::Object(s.meta),
                 client,
+                s.sandbox,
             )
         }
         None => (
@@ -57,8 +59,10 @@ pub async fn invoke(
             config.approval.mode,
             Value::Object(Map::new()),
             None,
+            None,
         ),
     };
+    let sandbox = CallSandbox::resolve(&config.sandbox, session_sandbox.as_ref(), params.sandbox);
 
     let token = host.shutdown_token().child_token();
     // However the call ends — result, timeout, cancel, or the caller dropping this future
@@ -96,6 +100,7 @@ pub async fn invoke(
             timeout_ms: Some(timeout_ms),
             cancel: token,
             updates,
+            sandbox,
         },
     )
     .await;
@@ -230,7 +235,19 @@ async fn run_checked(
         return Err(ToolError::invalid("arguments must be an object"));
     };
 
-    let decision = approval::decide(mode, entry.approval, params.approved, &params.name);
+    let sandboxed = entry.tool.sandboxed();
+    let sandboxing = approval::Sandboxing {
+        confined: sandboxed && ctx.sandbox.enforced(),
+        leaves: sandboxed && ctx.sandbox.left.is_some(),
+        commands: host.config().approval.sandboxed_commands,
+    };
+    let decision = approval::decide_sandboxed(
+        mode,
+        entry.approval,
+        params.approved,
+        &params.name,
+        sandboxing,
+    );
     facts.approval = Some(match &decision {
         Decision::Allow => Verdict::Allow,
         Decision::NeedsApproval => Verdict::NeedsApproval,
@@ -239,11 +256,19 @@ async fn run_checked(
     match decision {
         Decision::Allow => {}
         Decision::NeedsApproval => {
-            return Err(ToolError::new(
-                ErrorKind::ApprovalRequired,
-                format!("Tool '{}' needs approval in strict mode; repeat the call with \"approved\": true once the user agrees.", params.name),
-            )
-            .with_field("approval", entry.tool.approval_details(&args).unwrap_or_else(|| approval_summary(&params.name, entry.approval, &args))));
+            let mut summary = entry
+                .tool
+                .approval_details(&args)
+                .unwrap_or_else(|| approval_summary(&params.name, entry.approval, &args));
+            let message = match ctx.sandbox.left.filter(|_| sandboxing.leaves) {
+                Some(left) => {
+                    summary.push_str(&format!(" — OUTSIDE THE SANDBOX (sandbox: \"off\"; the session's policy is {})", left.as_str()));
+                    format!("Tool '{}' asks to run outside the sandbox (sandbox: \"off\"), which always needs approval; repeat the call with \"approved\": true once the user agrees.", params.name)
+                }
+                None => format!("Tool '{}' needs approval in strict mode; repeat the call with \"approved\": true once the user agrees.", params.name),
+            };
+            return Err(ToolError::new(ErrorKind::ApprovalRequired, message)
+                .with_field("approval", summary));
         }
         Decision::Deny(msg) => return Err(ToolError::new(ErrorKind::Denied, msg)),
     }

@@ -39,11 +39,15 @@ pub mod protocol;
 mod registry;
 mod reload;
 mod rpc;
+mod sandbox;
 mod secrets;
 mod session;
 mod tools;
 
 pub use approval::{ApprovalClass, ApprovalMode};
+#[doc(hidden)]
+pub use sandbox::bench_setup as sandbox_bench_setup;
+pub use sandbox::{Network, SandboxOverride, SandboxPolicy, SandboxStatus, SessionSandbox};
 
 /// Locks a std mutex, ignoring poisoning: a panic in one task must not wedge every later
 /// caller of the daemon. (No std lock in this crate is held across an `.await`.)

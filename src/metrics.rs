@@ -52,6 +52,7 @@ pub enum Outcome {
     timeout,
     cancelled,
     unavailable,
+    sandbox_unavailable,
     failed,
 }
 
@@ -66,6 +67,7 @@ impl Outcome {
             Some(ErrorKind::Timeout) => Outcome::timeout,
             Some(ErrorKind::Cancelled) => Outcome::cancelled,
             Some(ErrorKind::Unavailable) => Outcome::unavailable,
+            Some(ErrorKind::SandboxUnavailable) => Outcome::sandbox_unavailable,
             Some(ErrorKind::Failed) => Outcome::failed,
         }
     }

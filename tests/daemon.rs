@@ -558,7 +558,8 @@ async fn rpc_discover_lists_every_method() {
             "session_id",
             "call_id",
             "timeout_ms",
-            "approved"
+            "approved",
+            "sandbox"
         ]
     );
 }

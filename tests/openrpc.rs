@@ -100,7 +100,8 @@ async fn every_answer_validates_against_the_openrpc_document() {
             "timeout",
             "cancelled",
             "unavailable",
-            "failed"
+            "failed",
+            "sandbox_unavailable"
         ])
     );
     assert_eq!(

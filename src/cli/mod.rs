@@ -611,6 +611,7 @@ async fn client_command(
                 if !r.collisions.is_empty() {
                     println!("name collisions: {}", r.collisions.join(", "));
                 }
+                println!("sandbox: {}", r.sandbox.summary());
             }
             Ok(if r.status == HealthStatus::Ok {
                 ExitCode::SUCCESS
@@ -740,6 +741,7 @@ async fn session_command(
                 workspace,
                 approval,
                 meta,
+                ..Default::default()
             };
             emit(out, &client.session_create(&params).await?);
         }
@@ -759,6 +761,7 @@ async fn session_command(
                 meta,
                 approval,
                 workspace,
+                ..Default::default()
             };
             emit(out, &client.session_update(&params).await?);
         }

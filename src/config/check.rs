@@ -49,6 +49,7 @@ pub(crate) fn check_root(root: &Value, env_origin: &HashMap<String, String>) -> 
     };
     let bad = schema_problems(&value, &mut r);
     server_rules(&value, &mut r);
+    super::validate::sandbox_rules(&value, &mut r);
     let mut order = HashMap::new();
     post_order(&value, &mut JsonPath::default(), &mut order);
     r.problems
@@ -108,8 +109,8 @@ pub(crate) fn check_root(root: &Value, env_origin: &HashMap<String, String>) -> 
 }
 
 /// Why an unknown key is an error there and a warning elsewhere.
-const STRICT_WHY: &str = "a misspelt key at the top level or in \"listen\" or \"approval\" \
-                          would silently run with weaker defaults";
+const STRICT_WHY: &str = "a misspelt key at the top level or in \"listen\", \"approval\" or a \
+                          \"sandbox\" section would silently run with weaker defaults";
 
 /// Whether an unknown key under `parent` is an error: at the top level (a misspelt
 /// `approval` would drop the whole policy) and directly inside `listen` and `approval`
@@ -117,11 +118,16 @@ const STRICT_WHY: &str = "a misspelt key at the top level or in \"listen\" or \"
 /// other tools keep working. Decided by position, so sections added to the model later
 /// are covered without a list to keep up to date.
 fn strict_parent(parent: &[Seg]) -> bool {
-    match parent {
-        [] => true,
-        [Seg::Key(k)] => k == "listen" || k == "approval",
-        _ => false,
-    }
+    // Anywhere inside a `sandbox` section, too: a typo (`polcy`) would leave it off.
+    let in_sandbox = parent
+        .iter()
+        .any(|s| matches!(s, Seg::Key(k) if k == "sandbox"));
+    in_sandbox
+        || match parent {
+            [] => true,
+            [Seg::Key(k)] => k == "listen" || k == "approval",
+            _ => false,
+        }
 }
 
 /// `disabled: true` (Cline, Claude Code) means `enabled: false`; folded here so the rest

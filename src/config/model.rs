@@ -12,7 +12,8 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::approval::{ApprovalClass, ApprovalMode};
+use crate::approval::{ApprovalClass, ApprovalMode, SandboxedCommands};
+use crate::sandbox::{Network, SandboxPolicy};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default)]
@@ -42,6 +43,8 @@ pub struct Config {
     /// also inherits (e.g. `HTTPS_PROXY`, `*_PROXY`, `NODE_EXTRA_CA_CERTS`).
     #[schemars(inner(length(min = 1)))]
     pub env_passthrough: Vec<String>,
+    /// Kernel-enforced confinement of `bash` and custom tool programs (proto-docs/sandbox.md).
+    pub sandbox: SandboxConfig,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -75,6 +78,8 @@ pub struct Approval {
     /// Per-tool class overrides (any source).
     #[schemars(extend("propertyNames" = {"minLength": 1}))]
     pub tools: HashMap<String, ApprovalClass>,
+    /// `auto`: strict sessions run `command` tools confined by the sandbox without approval.
+    pub sandboxed_commands: SandboxedCommands,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -164,6 +169,8 @@ pub struct McpServer {
     /// Approval classes of this server's tools, by their name on the server.
     #[schemars(extend("propertyNames" = {"minLength": 1}))]
     pub approval: HashMap<String, ApprovalClass>,
+    /// Run this stdio server confined (default off, so existing servers keep working).
+    pub sandbox: ServerSandbox,
 }
 
 impl Default for McpServer {
@@ -186,6 +193,7 @@ impl Default for McpServer {
             trust_annotations: false,
             max_concurrency: 256,
             approval: HashMap::new(),
+            sandbox: ServerSandbox::default(),
         }
     }
 }
@@ -229,4 +237,53 @@ impl Default for CustomTools {
             discover: true,
         }
     }
+}
+
+/// The `sandbox` section: the default policy and what confined programs may also touch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct SandboxConfig {
+    /// The policy of calls without a session and of sessions that set none.
+    pub policy: SandboxPolicy,
+    pub network: Network,
+    /// Absolute paths confined programs may also write (caches such as `~/.cargo/registry`);
+    /// checked in `validate::sandbox_rules`.
+    pub writable: Vec<PathBuf>,
+    /// Refuse (`sandbox_unavailable`) a call whose policy the kernel cannot enforce; `false`
+    /// runs it unconfined and says so in the result.
+    pub required: bool,
+    /// Custom tools (by name) whose manifest requests (`sandbox.network`,
+    /// `sandbox.writable`) are granted.
+    #[schemars(extend("propertyNames" = {"minLength": 1}))]
+    pub tools: BTreeMap<String, SandboxGrant>,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            policy: SandboxPolicy::Off,
+            network: Network::Allow,
+            writable: Vec::new(),
+            required: true,
+            tools: BTreeMap::new(),
+        }
+    }
+}
+
+/// Which of a custom tool's sandbox requests config grants.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct SandboxGrant {
+    pub network: bool,
+    pub writable: bool,
+}
+
+/// A stdio MCP server's sandbox: in `workspace-write` it may write its `cwd` (else the
+/// daemon's working directory) and its own `writable` paths.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct ServerSandbox {
+    pub policy: SandboxPolicy,
+    pub network: Network,
+    pub writable: Vec<PathBuf>,
 }

@@ -80,6 +80,37 @@ impl Report<'_> {
     }
 }
 
+/// Sandbox paths must be absolute (a relative one would depend on each program's cwd).
+pub(crate) fn sandbox_rules(root: &Value, r: &mut Report) {
+    let mut sections = vec![(
+        JsonPath(vec![Seg::Key("sandbox".into())]),
+        root.get("sandbox"),
+    )];
+    if let Some(Value::Object(servers)) = root.get("mcp_servers") {
+        for (name, s) in servers {
+            let path = JsonPath(vec![
+                Seg::Key("mcp_servers".into()),
+                Seg::Key(name.clone()),
+                Seg::Key("sandbox".into()),
+            ]);
+            sections.push((path, s.get("sandbox")));
+        }
+    }
+    for (base, section) in sections {
+        let Some(Value::Array(items)) = section.and_then(|s| s.get("writable")) else {
+            continue;
+        };
+        for (i, item) in items.iter().enumerate() {
+            if item.as_str().is_some_and(|p| !p.starts_with('/')) {
+                let mut at = base.clone();
+                at.0.push(Seg::Key("writable".into()));
+                at.0.push(Seg::Index(i));
+                r.problem(&at, format!("expected an absolute path, found {item}"));
+            }
+        }
+    }
+}
+
 /// What a schema cannot express: server names, one MCP server block's fields together, and
 /// values that could never be handed to a program (NUL bytes, `=` in variable names).
 pub(crate) fn server_rules(root: &Value, r: &mut Report) {
@@ -260,6 +291,37 @@ mod tests {
 
     fn problems(v: Value) -> Vec<String> {
         run(v).problems.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn sandbox_sections_refuse_typos_and_relative_paths() {
+        let c = run(json!({
+            "sandbox": {"polcy": "read-only", "writable": ["/ok", "rel"]},
+            "approval": {"sandboxed_commands": "yes"},
+            "mcp_servers": {"a": {"command": "x", "sandbox": {"policy": "bad", "writable": ["r"]}}},
+        }));
+        let problems: Vec<String> = c.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            problems,
+            vec![
+                "sandbox.writable[1]: expected an absolute path, found \"rel\"",
+                "approval.sandboxed_commands: expected one of \"ask\", \"auto\", found \"yes\"",
+                "mcp_servers.a.sandbox.policy: expected one of \"off\", \"workspace-write\", \"read-only\", found \"bad\"",
+                "mcp_servers.a.sandbox.writable[0]: expected an absolute path, found \"r\"",
+                "sandbox.polcy: unknown key (did you mean \"policy\"?)",
+            ]
+        );
+        assert!(c.config.is_none());
+        assert!(problems_of_ok().is_empty());
+    }
+
+    fn problems_of_ok() -> Vec<String> {
+        problems(
+            json!({"sandbox": {"policy": "workspace-write", "network": "deny",
+            "writable": ["/var/cache/x"], "required": false,
+            "tools": {"t": {"network": true, "writable": true}}},
+            "approval": {"sandboxed_commands": "auto"}}),
+        )
     }
 
     #[test]

@@ -33,6 +33,7 @@ const FIELDS: &[&str] = &[
     "strict",
     "session_events",
     "providers",
+    "sandbox",
 ];
 
 /// A valid manifest.
@@ -57,6 +58,30 @@ pub struct Manifest {
     pub session_events: bool,
     /// Names of config `providers` whose credentials this tool receives.
     pub providers: Vec<String>,
+    /// What the program asks of the sandbox beyond the call's policy; granted only when
+    /// config `sandbox.tools.<name>` says so.
+    pub sandbox: SandboxRequest,
+}
+
+/// A manifest's `sandbox`: `{"network": true, "writable": ["~/.cache/x", "/abs"]}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SandboxRequest {
+    pub network: bool,
+    /// Absolute, or `~/…` (the daemon user's home, resolved at call time).
+    pub writable: Vec<String>,
+}
+
+impl SandboxRequest {
+    /// The paths with `~/` resolved against `home`.
+    pub fn writable_paths(&self, home: Option<&Path>) -> Vec<PathBuf> {
+        self.writable
+            .iter()
+            .filter_map(|w| match w.strip_prefix("~/") {
+                Some(rest) => home.map(|h| h.join(rest)),
+                None => Some(PathBuf::from(w)),
+            })
+            .collect()
+    }
 }
 
 /// A manifest problem: the file, the field (when one is at fault) and what is wrong.
@@ -320,6 +345,8 @@ pub fn parse(bytes: &[u8]) -> Result<Manifest, FieldError> {
         Some(_) => return Err(field_err("providers", "must be an array of provider names")),
     };
 
+    let sandbox = sandbox_request(obj.get("sandbox"))?;
+
     Ok(Manifest {
         name,
         label,
@@ -335,7 +362,61 @@ pub fn parse(bytes: &[u8]) -> Result<Manifest, FieldError> {
         strict,
         session_events,
         providers,
+        sandbox,
     })
+}
+
+fn sandbox_request(v: Option<&Value>) -> Result<SandboxRequest, FieldError> {
+    let obj = match v {
+        None | Some(Value::Null) => return Ok(SandboxRequest::default()),
+        Some(Value::Object(o)) => o,
+        Some(_) => {
+            return Err(field_err(
+                "sandbox",
+                "must be an object such as {\"network\": true, \"writable\": [\"~/.cache/x\"]}",
+            ))
+        }
+    };
+    if let Some(k) = obj
+        .keys()
+        .find(|k| !["network", "writable"].contains(&k.as_str()))
+    {
+        return Err(field_err(
+            &format!("sandbox.{k}"),
+            "unknown field (use network or writable)",
+        ));
+    }
+    let network = match obj.get("network") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => return Err(field_err("sandbox.network", "must be true or false")),
+    };
+    let mut writable = Vec::new();
+    match obj.get("writable") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(items)) => {
+            for (i, item) in items.iter().enumerate() {
+                match item.as_str() {
+                    Some(s) if (s.starts_with('/') || s.starts_with("~/")) && !s.contains('\0') => {
+                        writable.push(s.to_owned())
+                    }
+                    _ => {
+                        return Err(field_err(
+                            &format!("sandbox.writable[{i}]"),
+                            "must be an absolute path or one starting with ~/",
+                        ))
+                    }
+                }
+            }
+        }
+        Some(_) => {
+            return Err(field_err(
+                "sandbox.writable",
+                "must be an array of absolute paths",
+            ))
+        }
+    }
+    Ok(SandboxRequest { network, writable })
 }
 
 /// Tool names: what every model API accepts.
@@ -483,6 +564,35 @@ mod tests {
         assert_eq!(m.command, ["./run.sh"]);
         assert!(!m.hidden && !m.strict && !m.session_events);
         assert_eq!(m.approval, None);
+    }
+
+    #[test]
+    fn sandbox_requests_are_parsed_and_checked() {
+        let m = parse_v(with(
+            "sandbox",
+            json!({"network": true, "writable": ["~/.cache/t", "/var/t"]}),
+        ))
+        .unwrap();
+        assert_eq!(
+            m.sandbox,
+            SandboxRequest {
+                network: true,
+                writable: vec!["~/.cache/t".into(), "/var/t".into()],
+            }
+        );
+        assert_eq!(
+            m.sandbox.writable_paths(Some(Path::new("/home/u"))),
+            [PathBuf::from("/home/u/.cache/t"), PathBuf::from("/var/t")]
+        );
+        assert_eq!(
+            field_of(parse_v(with("sandbox", json!({"writable": ["rel"]})))),
+            "sandbox.writable[0]"
+        );
+        assert_eq!(
+            field_of(parse_v(with("sandbox", json!({"netwrk": true})))),
+            "sandbox.netwrk"
+        );
+        assert_eq!(field_of(parse_v(with("sandbox", json!(true)))), "sandbox");
     }
 
     #[test]

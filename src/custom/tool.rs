@@ -20,6 +20,7 @@ use crate::protocol::{ContentBlock, ErrorKind, Progress};
 use crate::registry::{
     CallContext, Tool, ToolError, ToolOk, ToolResult, ToolSource, ToolSpec, ToolUpdate, UpdateSink,
 };
+use crate::sandbox::{self, Plan};
 
 /// The tool's own timeout when its manifest names none.
 pub const DEFAULT_TIMEOUT_MS: u64 = 120_000;
@@ -120,6 +121,10 @@ impl CustomTool {
         let mut spec = self.process_spec(env, stdin);
         spec.cwd = ctx.workspace.clone();
         spec.timeout = Some(timeout);
+        let plan = sandbox::plan(&ctx.sandbox, &ctx.workspace, &self.sandbox_extras(&ctx))?;
+        if let Plan::Confined(c) = &plan {
+            spec.confine = Some(c.clone());
+        }
         let program = spec.program.clone();
         let mut lines = LineSink::new(&ctx.updates);
         let outcome = runner::run(spec, &ctx.cancel, &mut lines)
@@ -132,6 +137,48 @@ impl CustomTool {
                 ))
             })?;
         let stderr_tail = outcome.stderr.tail_lines(STDERR_TAIL_LINES);
+        let failed =
+            !matches!(outcome.end, End::Exited(s) | End::ExitedPipesHeld(s) if s.success());
+        let note = plan.result_note(failed, &outcome.stderr.text());
+        let result = self.outcome(outcome, lines, timeout, &stderr_tail);
+        match (result, note) {
+            (Ok(mut ok), Some(n)) => {
+                ok.insert("sandbox".into(), n);
+                Ok(ok)
+            }
+            (Err(e), Some(n)) => Err(e.with_field("sandbox", n)),
+            (r, None) => r,
+        }
+    }
+
+    /// What the manifest asks of the sandbox, as far as config `sandbox.tools` grants it.
+    fn sandbox_extras(&self, ctx: &CallContext) -> sandbox::Extras {
+        let grant = ctx
+            .sandbox
+            .config
+            .tools
+            .get(&self.spec.name)
+            .copied()
+            .unwrap_or_default();
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        sandbox::Extras {
+            network: grant.network && self.manifest.sandbox.network,
+            writable: if grant.writable {
+                self.manifest.sandbox.writable_paths(home.as_deref())
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    /// The call's result from how the program ended and what it printed.
+    fn outcome(
+        &self,
+        outcome: runner::Outcome,
+        mut lines: LineSink<'_>,
+        timeout: Duration,
+        stderr_tail: &str,
+    ) -> ToolResult {
         match outcome.end {
             End::TimedOut => {
                 return Err(with_stderr(
@@ -143,7 +190,7 @@ impl CustomTool {
                             timeout.as_millis()
                         ),
                     ),
-                    &stderr_tail,
+                    stderr_tail,
                 ))
             }
             End::Cancelled => {
@@ -301,6 +348,10 @@ impl Tool for CustomTool {
 
     fn approval_details(&self, args: &Map<String, Value>) -> Option<String> {
         self.manifest.approval_text(args)
+    }
+
+    fn sandboxed(&self) -> bool {
+        true
     }
 }
 

@@ -26,6 +26,8 @@ pub struct Connection {
     pub group: Option<GroupGuard>,
     /// The stdio server itself: killed and reaped when the connection goes.
     pub _child: Option<tokio::process::Child>,
+    /// A sandboxed stdio server's ruleset and temp dir, kept while it runs.
+    pub _sandbox: Option<crate::sandbox::Confinement>,
 }
 
 /// Most stderr lines kept per second from one server; the rest are counted and dropped.
@@ -46,6 +48,7 @@ pub async fn connect(name: &str, cfg: &McpServer, client: Client) -> anyhow::Res
                     service,
                     group: None,
                     _child: None,
+                    _sandbox: None,
                 })
             }
             _ => bail!("a server needs exactly one of command or url"),
@@ -79,6 +82,7 @@ async fn connect_stdio(
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    let sandbox = crate::sandbox::confine_server(&mut cmd, &cfg.sandbox, cfg.cwd.as_deref())?;
     let (mut child, group) = process::spawn_with(cmd, |mut cmd| {
         let child = cmd.spawn()?;
         let pid = child.id();
@@ -116,6 +120,7 @@ async fn connect_stdio(
         service,
         group,
         _child: Some(child),
+        _sandbox: sandbox,
     })
 }
 

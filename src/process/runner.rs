@@ -40,6 +40,9 @@ pub struct Spec {
     pub stdout_lines: Option<usize>,
     /// After the program exits, how long background processes may hold its pipes open.
     pub exit_grace: Duration,
+    /// The Landlock ruleset the program restricts itself with before exec (and its
+    /// `TMPDIR`), prepared by [`crate::sandbox::plan`].
+    pub confine: Option<crate::sandbox::Confinement>,
 }
 
 impl Spec {
@@ -54,6 +57,7 @@ impl Spec {
             output_cap: 4 * 1024 * 1024,
             stdout_lines: None,
             exit_grace: Duration::from_millis(200),
+            confine: None,
         }
     }
 }
@@ -219,6 +223,10 @@ pub async fn run(
         .stderr(Stdio::piped());
     super::scrub_env(&mut cmd);
     cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
+    if let Some(c) = &spec.confine {
+        cmd.env("TMPDIR", c.tmpdir());
+        crate::sandbox::install(&mut cmd, c);
+    }
     let (mut child, guard) = super::spawn_group(cmd).await?;
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(io::Error::other("could not capture the program's output"));

@@ -39,6 +39,8 @@ pub struct HealthResult {
     /// Recent failures of custom tools' session-event runs (they never block a session).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub session_event_errors: Vec<String>,
+    /// What the kernel's Landlock can enforce (proto-docs/sandbox.md).
+    pub sandbox: crate::sandbox::SandboxStatus,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]

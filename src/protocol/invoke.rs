@@ -23,6 +23,9 @@ pub struct InvokeParams {
     /// Approves a `write`/`command` call in a strict session.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub approved: bool,
+    /// `"off"`: run this call's program outside the session's sandbox (needs `approved: true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<crate::sandbox::SandboxOverride>,
 }
 
 impl InvokeParams {

@@ -78,6 +78,9 @@ pub enum ErrorKind {
     Cancelled,
     Unavailable,
     Failed,
+    // The call's sandbox policy cannot be enforced by this kernel and `sandbox.required`
+    // is true. (A plain comment: a doc comment would turn the schema's `enum` into `oneOf`.)
+    SandboxUnavailable,
 }
 
 /// Params of methods that take none (`{}` or absent).

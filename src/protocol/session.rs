@@ -6,6 +6,7 @@ use serde_json::{Map, Value};
 
 use super::OpenAiTool;
 use crate::approval::ApprovalMode;
+use crate::sandbox::SessionSandbox;
 
 /// A persisted session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -17,6 +18,9 @@ pub struct Session {
     pub workspace: String,
     pub approval: ApprovalMode,
     pub meta: Map<String, Value>,
+    /// The session's sandbox; unset fields (or all, when absent) follow config `sandbox`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SessionSandbox>,
     /// The session's stable tool view.
     pub tool_names: Vec<String>,
     pub tools_etag: String,
@@ -33,6 +37,8 @@ pub struct SessionCreateParams {
     pub approval: Option<ApprovalMode>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub meta: Option<Map<String, Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SessionSandbox>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -71,6 +77,9 @@ pub struct SessionUpdateParams {
     pub approval: Option<ApprovalMode>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub workspace: Option<String>,
+    /// Replaces the session's sandbox whole (`{}` returns to the config's defaults).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SessionSandbox>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

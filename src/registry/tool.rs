@@ -109,6 +109,8 @@ pub struct CallContext {
     /// Fired on cancel, timeout and shutdown; tools that do not poll it are simply dropped.
     pub cancel: CancellationToken,
     pub updates: UpdateSink,
+    /// The sandbox the call's programs run in (tools that start programs apply it).
+    pub sandbox: crate::sandbox::CallSandbox,
 }
 
 /// Success fields of a tool result (`ok: true` is added by the pipeline).
@@ -168,5 +170,10 @@ pub trait Tool: Send + Sync + 'static {
     /// `None` falls back to the generic summary.
     fn approval_details(&self, _args: &Map<String, Value>) -> Option<String> {
         None
+    }
+    /// Whether the tool runs a program confined by the call's sandbox (`bash`, custom
+    /// tools), so sandbox approval rules apply to it.
+    fn sandboxed(&self) -> bool {
+        false
     }
 }

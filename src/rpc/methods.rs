@@ -58,6 +58,7 @@ pub(super) fn health(host: &Host) -> HealthResult {
         uptime_s: host.uptime().as_secs(),
         tools: snapshot.len(),
         sessions: host.sessions().count(),
+        sandbox: crate::sandbox::status(),
         mcp,
         config_error,
         collisions,

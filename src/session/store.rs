@@ -317,6 +317,7 @@ mod tests {
             workspace: "/w".into(),
             approval: ApprovalMode::Auto,
             meta: Map::new(),
+            sandbox: None,
             tool_names: vec!["read_file".into(), "bash".into()],
             tools_etag: "e1".into(),
         }

@@ -16,6 +16,7 @@ use crate::protocol::{
     SessionToolsResult, SessionUpdateParams,
 };
 use crate::registry::Registry;
+use crate::sandbox::SessionSandbox;
 
 /// What the session operations need of the host: the store, the live registry and the
 /// defaults a new session starts from. (Borrowed, so `session` never depends on the host.)
@@ -98,6 +99,7 @@ pub async fn create(host: &Scope<'_>, p: SessionCreateParams) -> Result<Session>
             .into_iter()
             .filter(|(_, v)| !v.is_null())
             .collect(),
+        sandbox: p.sandbox,
         tool_names: snapshot.visible_names(),
         tools_etag: snapshot.etag().to_owned(),
     };
@@ -142,6 +144,9 @@ pub async fn update(host: &Scope<'_>, p: SessionUpdateParams) -> Result<Session>
             }
             if let Some(w) = &workspace {
                 s.workspace = w.clone();
+            }
+            if let Some(sb) = p.sandbox {
+                s.sandbox = (sb != SessionSandbox::default()).then_some(sb);
             }
             s.updated_at = now.max(s.updated_at);
         })

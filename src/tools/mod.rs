@@ -161,6 +161,7 @@ pub(crate) mod test_support {
             timeout_ms: None,
             cancel: CancellationToken::new(),
             updates: UpdateSink::default(),
+            sandbox: Default::default(),
         }
     }
 

@@ -23,6 +23,7 @@ use crate::protocol::{ContentBlock, ErrorKind};
 use crate::registry::{
     CallContext, Tool, ToolError, ToolOk, ToolResult, ToolSpec, ToolUpdate, UpdateSink,
 };
+use crate::sandbox::{self, Plan};
 
 /// `timeout_ms` when the call does not give one.
 pub const BASH_DEFAULT_TIMEOUT_MS: u64 = 120_000;
@@ -64,6 +65,7 @@ impl Bash {
              - Returns exit_code, stdout and stderr. A non-zero exit_code is still ok: true (the command ran; read exit_code and stderr); ok: false means it could not start, timed out (error_kind \"timeout\", partial stdout/stderr included) or was cancelled.\n\
              - Times out after timeout_ms (default {BASH_DEFAULT_TIMEOUT_MS}, at most {BASH_MAX_TIMEOUT_MS}); on timeout the whole process group is killed.\n\
              - Background processes do not outlive the call: the process group is killed when the command exits. Do not start servers or watchers expecting them to keep running.\n\
+             - The session may run commands in a sandbox (writes limited to the workspace and $TMPDIR, maybe no network); a result field `sandbox` says when it probably refused something.\n\
              - Output beyond {} MiB per stream keeps its beginning and end (stdout_truncated/stderr_truncated: true); prefer quiet flags and filters (| tail, | grep) for long outputs.",
             BASH_OUTPUT_CAP_BYTES / (1024 * 1024)
         );
@@ -168,6 +170,10 @@ impl Tool for Bash {
             spec.timeout = Some(timeout);
             spec.output_cap = self.output_cap;
             spec.exit_grace = EXIT_GRACE;
+            let plan = sandbox::plan(&ctx.sandbox, &root, &sandbox::Extras::default())?;
+            if let Plan::Confined(c) = &plan {
+                spec.confine = Some(c.clone());
+            }
             let mut batcher = UpdateBatcher::new(&ctx.updates);
             let outcome = runner::run(spec, &ctx.cancel, &mut batcher)
                 .await
@@ -177,8 +183,22 @@ impl Tool for Bash {
             if ctx.updates.is_active() {
                 batcher.flush_all(true);
             }
-            result(outcome, timeout)
+            let failed =
+                !matches!(outcome.end, End::Exited(s) | End::ExitedPipesHeld(s) if s.success());
+            let note = plan.result_note(failed, &outcome.stderr.text());
+            match (result(outcome, timeout), note) {
+                (Ok(mut ok), Some(n)) => {
+                    ok.insert("sandbox".into(), n);
+                    Ok(ok)
+                }
+                (Err(e), Some(n)) => Err(e.with_field("sandbox", n)),
+                (r, None) => r,
+            }
         })
+    }
+
+    fn sandboxed(&self) -> bool {
+        true
     }
 }
 

@@ -1,0 +1,175 @@
+//! Building a Landlock ruleset before the fork and applying it in the child.
+//!
+//! The `landlock` crate builds the ruleset in the parent (it allocates and opens path fds);
+//! its `restrict_self` is not used in the child because it consumes and drops Rust objects
+//! and builds errors that may allocate. Between fork and exec the child makes only
+//! `prctl(PR_SET_NO_NEW_PRIVS)` and `landlock_restrict_self(fd)`, both plain syscalls.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use landlock::{
+    path_beneath_rules, Access, AccessFs, AccessNet, Ruleset, RulesetAttr, RulesetCreatedAttr,
+    Scope, ABI,
+};
+
+use super::{Network, SandboxPolicy, ABI_SCOPES};
+
+/// The newest ABI whose rights we ask for; on older kernels the crate drops what the kernel
+/// lacks (best effort), and [`super::plan`] refuses policies that would lose their meaning.
+const TARGET: ABI = ABI::V7;
+
+/// Device files every program expects to write (shells redirect to /dev/null constantly).
+const DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/tty",
+    "/dev/ptmx",
+    "/dev/pts",
+];
+
+/// A ready ruleset (one fd) and the run's private temp dir; cloning shares both.
+#[derive(Debug, Clone)]
+pub struct Confinement {
+    ruleset: Arc<OwnedFd>,
+    tmp: Arc<tempfile::TempDir>,
+    policy: SandboxPolicy,
+    network: Network,
+}
+
+impl Confinement {
+    /// Read everywhere; write in `writable`, the devices above and a new temp dir; with
+    /// `Network::Deny`, no TCP connect/bind and no abstract Unix sockets outside; never
+    /// signals to processes outside the sandbox (where the ABI has scopes).
+    pub(super) fn build(
+        policy: SandboxPolicy,
+        network: Network,
+        writable: &[PathBuf],
+    ) -> io::Result<Self> {
+        let tmp = tempfile::Builder::new()
+            .prefix("toolhost-call-")
+            .tempdir()?;
+        let fd = ruleset(network, writable, tmp.path())
+            .map_err(io::Error::other)?
+            .ok_or_else(|| io::Error::other("the kernel refused to create a Landlock ruleset"))?;
+        Ok(Confinement {
+            ruleset: Arc::new(fd),
+            tmp: Arc::new(tmp),
+            policy,
+            network,
+        })
+    }
+
+    pub fn tmpdir(&self) -> &Path {
+        self.tmp.path()
+    }
+    pub fn policy(&self) -> SandboxPolicy {
+        self.policy
+    }
+    pub fn network(&self) -> Network {
+        self.network
+    }
+}
+
+fn ruleset(
+    network: Network,
+    writable: &[PathBuf],
+    tmp: &Path,
+) -> Result<Option<OwnedFd>, landlock::RulesetError> {
+    let mut rs = Ruleset::default().handle_access(AccessFs::from_all(TARGET))?;
+    let mut scopes = landlock::BitFlags::<Scope>::empty();
+    if super::abi() >= ABI_SCOPES {
+        scopes |= Scope::Signal;
+    }
+    if network == Network::Deny {
+        // Handled with no rule: every TCP connect and bind is refused.
+        rs = rs.handle_access(AccessNet::from_all(TARGET))?;
+        if super::abi() >= ABI_SCOPES {
+            scopes |= Scope::AbstractUnixSocket;
+        }
+    }
+    if !scopes.is_empty() {
+        rs = rs.scope(scopes)?;
+    }
+    let created = rs
+        .create()?
+        .add_rules(path_beneath_rules(["/"], AccessFs::from_read(TARGET)))?
+        .add_rules(path_beneath_rules(DEVICES, AccessFs::from_all(TARGET)))?
+        .add_rules(path_beneath_rules(
+            writable.iter().map(PathBuf::as_path).chain([tmp]),
+            AccessFs::from_all(TARGET),
+        ))?;
+    Ok(created.into())
+}
+
+/// Makes the child restrict itself with `c` right before exec.
+pub fn install(cmd: &mut tokio::process::Command, c: &Confinement) {
+    let ruleset = c.ruleset.clone();
+    // SAFETY: runs between fork and exec; two syscalls on an fd opened before the fork, no
+    // allocation, no locks (the error is built from the raw errno).
+    unsafe {
+        cmd.pre_exec(move || restrict(ruleset.as_raw_fd()));
+    }
+}
+
+/// `no_new_privs`, then the ruleset on the calling thread. Async-signal-safe: two syscalls,
+/// no allocation.
+fn restrict(ruleset: RawFd) -> io::Result<()> {
+    // SAFETY: plain syscalls on integers; they touch no memory of ours.
+    unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0u32) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// For the benchmark: the parent-side work of one confined call (temp dir, path fds,
+/// ruleset; then its removal) and the child-side restrict, run on a throwaway thread
+/// (Landlock and `no_new_privs` bind the calling thread only). Returns both durations.
+#[doc(hidden)]
+pub fn bench_setup(
+    workspace: &Path,
+    network: Network,
+) -> io::Result<(std::time::Duration, std::time::Duration)> {
+    let t = std::time::Instant::now();
+    let c = Confinement::build(
+        SandboxPolicy::WorkspaceWrite,
+        network,
+        &[workspace.to_path_buf()],
+    )?;
+    let built = t.elapsed();
+    let fd = c.ruleset.clone();
+    let thread = std::thread::spawn(move || {
+        let t = std::time::Instant::now();
+        restrict(fd.as_raw_fd()).map(|()| t.elapsed())
+    });
+    let restricted = thread
+        .join()
+        .map_err(|_| io::Error::other("restrict thread panicked"))??;
+    let t = std::time::Instant::now();
+    drop(c);
+    Ok((built + t.elapsed(), restricted))
+}
+
+/// `landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)`: the ABI version,
+/// or an error (ENOSYS, EOPNOTSUPP) when Landlock is absent or disabled.
+pub(super) fn probe_abi() -> u32 {
+    const LANDLOCK_CREATE_RULESET_VERSION: u32 = 1;
+    // SAFETY: a null attribute pointer with size 0 is the documented version query.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    u32::try_from(r).unwrap_or(0)
+}

@@ -1,0 +1,410 @@
+//! Kernel-enforced confinement of the programs we start for calls (`bash`, custom tool
+//! programs, and stdio MCP servers that ask for it), with Linux Landlock.
+//!
+//! The policy is resolved per call (config default → session → the call's `sandbox: "off"`),
+//! then [`plan`] turns it into a [`Plan`]: nothing to do, a refusal or an unconfined run
+//! (when the kernel cannot enforce it), or a [`Confinement`] whose Landlock ruleset is built
+//! *before* the fork. The child then only makes two raw syscalls between fork and exec
+//! (`no_new_privs`, `landlock_restrict_self`; see [`confine`]), because allocating there
+//! is unsafe in a multi-threaded parent.
+
+mod confine;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use confine::{bench_setup, install, Confinement};
+
+use crate::config::SandboxConfig;
+use crate::protocol::ErrorKind;
+use crate::registry::ToolError;
+
+/// What a confined program may write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxPolicy {
+    /// No confinement: the daemon user's full rights (the default, today's behaviour).
+    #[default]
+    Off,
+    /// Read anywhere; write only the workspace, the per-call temp dir and configured paths.
+    WorkspaceWrite,
+    /// Read anywhere; write only the per-call temp dir (removed after the call), whatever
+    /// `writable` or grants say.
+    ReadOnly,
+}
+
+impl SandboxPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxPolicy::Off => "off",
+            SandboxPolicy::WorkspaceWrite => "workspace-write",
+            SandboxPolicy::ReadOnly => "read-only",
+        }
+    }
+}
+
+/// Whether a confined program may open TCP connections and bind TCP ports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum Network {
+    #[default]
+    Allow,
+    /// TCP connect and bind refused (Landlock ABI 4+), abstract Unix sockets outside the
+    /// sandbox too (ABI 6+). UDP and other protocols are not covered.
+    Deny,
+}
+
+impl Network {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Network::Allow => "allow",
+            Network::Deny => "deny",
+        }
+    }
+}
+
+/// A session's sandbox; unset fields follow the config's `sandbox` section.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionSandbox {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<SandboxPolicy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<Network>,
+}
+
+/// The one thing a call may ask of the sandbox: to leave it (needs `approved: true`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxOverride {
+    Off,
+}
+
+/// The sandbox of one call, resolved by the pipeline and read by the tools that start
+/// programs.
+#[derive(Debug, Clone, Default)]
+pub struct CallSandbox {
+    /// The policy the call runs under (`off` when the call left the sandbox).
+    pub policy: SandboxPolicy,
+    pub network: Network,
+    /// The session's policy, kept to say what a `sandbox: "off"` call left.
+    pub left: Option<SandboxPolicy>,
+    /// The config's section in force for this call (extra paths, grants, `required`).
+    pub config: SandboxConfig,
+}
+
+impl CallSandbox {
+    /// Config default, then the session's choice, then the call's request to leave it.
+    pub fn resolve(
+        config: &SandboxConfig,
+        session: Option<&SessionSandbox>,
+        over: Option<SandboxOverride>,
+    ) -> Self {
+        let policy = session.and_then(|s| s.policy).unwrap_or(config.policy);
+        let network = session.and_then(|s| s.network).unwrap_or(config.network);
+        let left =
+            (over == Some(SandboxOverride::Off) && policy != SandboxPolicy::Off).then_some(policy);
+        CallSandbox {
+            policy: if left.is_some() {
+                SandboxPolicy::Off
+            } else {
+                policy
+            },
+            network,
+            left,
+            config: config.clone(),
+        }
+    }
+
+    /// Whether a program started for this call will really be confined (for approval: a
+    /// call the kernel cannot confine is not a "sandboxed command").
+    pub fn enforced(&self) -> bool {
+        self.policy != SandboxPolicy::Off && unsupported(self.policy, self.network).is_none()
+    }
+}
+
+/// The test-only switch (like `TOOLHOST_FRAME_TIMEOUT_MS`): pretend the kernel has this
+/// Landlock ABI (`0`: none). Only ever lowers what is reported and enforceable; the real
+/// rules are never weakened by it.
+pub const TEST_ABI_VAR: &str = "TOOLHOST_TEST_SANDBOX_ABI";
+
+/// The kernel's Landlock ABI version (0 when Landlock is absent or disabled), probed once.
+pub fn abi() -> u32 {
+    static ABI: OnceLock<u32> = OnceLock::new();
+    *ABI.get_or_init(|| {
+        let real = confine::probe_abi();
+        match std::env::var(TEST_ABI_VAR)
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok())
+        {
+            Some(simulated) => simulated.min(real),
+            None => real,
+        }
+    })
+}
+
+/// The first ABI with TCP rules and with abstract-socket/signal scoping.
+const ABI_NET: u32 = 4;
+const ABI_SCOPES: u32 = 6;
+
+/// What the kernel can enforce, for `host.health`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SandboxStatus {
+    /// Landlock ABI version; 0 when Landlock is not available.
+    pub abi: u32,
+    /// File-system policies (`workspace-write`, `read-only`) can be enforced.
+    pub filesystem: bool,
+    /// `network: deny` can be enforced (TCP connect/bind rules, ABI 4+).
+    pub network: bool,
+    /// Signals to and abstract Unix sockets of processes outside the sandbox are blocked
+    /// (ABI 6+).
+    pub scopes: bool,
+}
+
+impl SandboxStatus {
+    /// One line for `toolhost health`.
+    pub fn summary(&self) -> String {
+        if !self.filesystem {
+            return "unavailable (no Landlock in this kernel): confined policies are refused or run unconfined (sandbox.required)".to_owned();
+        }
+        let mut can = vec!["file-system policies"];
+        if self.network {
+            can.push("network deny (TCP)");
+        }
+        if self.scopes {
+            can.push("signal and abstract-socket scoping");
+        }
+        format!("Landlock ABI {}: {}", self.abi, can.join(", "))
+    }
+}
+
+pub fn status() -> SandboxStatus {
+    let abi = abi();
+    SandboxStatus {
+        abi,
+        filesystem: abi >= 1,
+        network: abi >= ABI_NET,
+        scopes: abi >= ABI_SCOPES,
+    }
+}
+
+/// Why the kernel cannot enforce `policy`/`network`, if it cannot.
+fn unsupported(policy: SandboxPolicy, network: Network) -> Option<String> {
+    let abi = abi();
+    if policy == SandboxPolicy::Off {
+        return None;
+    }
+    if abi == 0 {
+        return Some(format!(
+            "the kernel has no Landlock (needs Linux 5.13+ with landlock in the `lsm=` list), so sandbox policy {} cannot be enforced",
+            policy.as_str()
+        ));
+    }
+    if network == Network::Deny && abi < ABI_NET {
+        return Some(format!(
+            "network: deny needs Landlock ABI {ABI_NET} (Linux 6.7+); this kernel has ABI {abi}"
+        ));
+    }
+    None
+}
+
+/// What to do about the sandbox for one program run.
+#[derive(Debug)]
+pub enum Plan {
+    /// Policy `off`; `left` is the policy the call asked to leave.
+    Off {
+        left: Option<SandboxPolicy>,
+    },
+    /// The kernel cannot enforce the policy and config allows running without it.
+    Unenforced {
+        policy: SandboxPolicy,
+        network: Network,
+        reason: String,
+    },
+    Confined(Confinement),
+}
+
+/// Extra rights a custom tool's manifest asks for and config granted.
+#[derive(Debug, Clone, Default)]
+pub struct Extras {
+    pub network: bool,
+    pub writable: Vec<PathBuf>,
+}
+
+/// Decides and prepares the sandbox of one run in `workspace`. Errors with
+/// `sandbox_unavailable` when the kernel cannot enforce the policy and `required` is true.
+pub fn plan(call: &CallSandbox, workspace: &Path, extras: &Extras) -> Result<Plan, ToolError> {
+    if call.policy == SandboxPolicy::Off {
+        return Ok(Plan::Off { left: call.left });
+    }
+    let network = if extras.network {
+        Network::Allow
+    } else {
+        call.network
+    };
+    if let Some(reason) = unsupported(call.policy, network) {
+        if call.config.required {
+            return Err(ToolError::new(
+                ErrorKind::SandboxUnavailable,
+                format!("{reason}; refused because sandbox.required is true (set it to false to run unconfined, or use sandbox policy off)"),
+            )
+            .with_field("sandbox", note(call.policy, network, "unavailable", &reason)));
+        }
+        return Ok(Plan::Unenforced {
+            policy: call.policy,
+            network,
+            reason,
+        });
+    }
+    // Read-only writes nowhere but the run's own temp dir (and /dev/null and friends).
+    let mut writable: Vec<PathBuf> = Vec::new();
+    if call.policy == SandboxPolicy::WorkspaceWrite {
+        writable.push(workspace.to_path_buf());
+        writable.extend(call.config.writable.iter().cloned());
+        writable.extend(extras.writable.iter().cloned());
+    }
+    Confinement::build(call.policy, network, &writable)
+        .map(Plan::Confined)
+        .map_err(|e| {
+            ToolError::new(
+                ErrorKind::SandboxUnavailable,
+                format!("could not set up the sandbox: {e}"),
+            )
+        })
+}
+
+impl Plan {
+    /// The `sandbox` field of a run's result, when there is something to say: the run was
+    /// not confined although a policy applies, the call left the sandbox, or a confined run
+    /// failed with an error that looks like the sandbox refusing (`denied`).
+    pub fn result_note(&self, failed: bool, stderr: &str) -> Option<Value> {
+        match self {
+            Plan::Off { left: None } => None,
+            Plan::Off { left: Some(p) } => Some(serde_json::json!({
+                "policy": "off",
+                "left": p.as_str(),
+                "note": format!("ran outside the sandbox (the session's policy is {}), as approved", p.as_str()),
+            })),
+            Plan::Unenforced {
+                policy,
+                network,
+                reason,
+            } => Some(note(*policy, *network, "unenforced", &format!(
+                "{reason}; ran unconfined because sandbox.required is false"
+            ))),
+            Plan::Confined(c) if failed && looks_denied(stderr) => Some(note(
+                c.policy(),
+                c.network(),
+                "denied",
+                &format!(
+                    "the sandbox ({}, network {}) probably refused this: writes are allowed only in {}{}; ask the user to run it outside the sandbox (sandbox: \"off\", approved: true) if it must",
+                    c.policy().as_str(),
+                    c.network().as_str(),
+                    if c.policy() == SandboxPolicy::WorkspaceWrite { "the workspace, " } else { "" },
+                    "$TMPDIR and the configured sandbox.writable paths",
+                ),
+            )),
+            Plan::Confined(_) => None,
+        }
+    }
+}
+
+fn note(policy: SandboxPolicy, network: Network, status: &str, text: &str) -> Value {
+    serde_json::json!({
+        "policy": policy.as_str(),
+        "network": network.as_str(),
+        "status": status,
+        "note": text,
+    })
+}
+
+/// Error texts of a refused write, exec or connect (EACCES, EPERM, EROFS as shells and
+/// common tools print them).
+fn looks_denied(stderr: &str) -> bool {
+    const MARKERS: &[&str] = &[
+        "Permission denied",
+        "Operation not permitted",
+        "Read-only file system",
+        "EACCES",
+        "EPERM",
+    ];
+    MARKERS.iter().any(|m| stderr.contains(m))
+}
+
+/// Confines a stdio MCP server per its `sandbox` setting (the server's writable place is
+/// its `cwd`, else the daemon's working directory). The returned confinement owns the
+/// server's `TMPDIR` and must live as long as the server. A policy the kernel cannot
+/// enforce is an error: the server does not start, and `mcp.status` says why.
+pub fn confine_server(
+    cmd: &mut tokio::process::Command,
+    s: &crate::config::ServerSandbox,
+    cwd: Option<&Path>,
+) -> anyhow::Result<Option<Confinement>> {
+    if s.policy == SandboxPolicy::Off {
+        return Ok(None);
+    }
+    if let Some(reason) = unsupported(s.policy, s.network) {
+        anyhow::bail!("sandbox: {reason}");
+    }
+    let mut writable = Vec::new();
+    if s.policy == SandboxPolicy::WorkspaceWrite {
+        match cwd {
+            Some(c) => writable.push(c.to_path_buf()),
+            None => writable.push(std::env::current_dir()?),
+        }
+        writable.extend(s.writable.iter().cloned());
+    }
+    let c = Confinement::build(s.policy, s.network, &writable)?;
+    cmd.env("TMPDIR", c.tmpdir());
+    install(cmd, &c);
+    Ok(Some(c))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolution_order_and_leaving() {
+        let mut cfg = SandboxConfig {
+            policy: SandboxPolicy::ReadOnly,
+            ..Default::default()
+        };
+        cfg.network = Network::Deny;
+        let c = CallSandbox::resolve(&cfg, None, None);
+        assert_eq!(
+            (c.policy, c.network, c.left),
+            (SandboxPolicy::ReadOnly, Network::Deny, None)
+        );
+        let s = SessionSandbox {
+            policy: Some(SandboxPolicy::WorkspaceWrite),
+            network: None,
+        };
+        let c = CallSandbox::resolve(&cfg, Some(&s), None);
+        assert_eq!(
+            (c.policy, c.network, c.left),
+            (SandboxPolicy::WorkspaceWrite, Network::Deny, None)
+        );
+        let c = CallSandbox::resolve(&cfg, Some(&s), Some(SandboxOverride::Off));
+        assert_eq!(
+            (c.policy, c.left),
+            (SandboxPolicy::Off, Some(SandboxPolicy::WorkspaceWrite))
+        );
+        // Leaving a sandbox that is off is nothing to approve.
+        let c = CallSandbox::resolve(&SandboxConfig::default(), None, Some(SandboxOverride::Off));
+        assert_eq!((c.policy, c.left), (SandboxPolicy::Off, None));
+    }
+
+    #[test]
+    fn denial_markers() {
+        assert!(looks_denied(
+            "touch: cannot touch '/etc/x': Permission denied"
+        ));
+        assert!(looks_denied("rm: cannot remove 'x': Read-only file system"));
+        assert!(!looks_denied("No such file or directory"));
+    }
+}
