@@ -177,9 +177,15 @@ async fn wait_server(
 }
 
 async fn server_status(c: &Client, server: &str) -> McpServerStatus {
-    let mut r = c.mcp_status(Some(server)).await.unwrap();
-    assert_eq!(r.servers.len(), 1, "mcp.status of {server}: {r:?}");
-    r.servers.remove(0)
+    // Servers are registered just after the socket starts serving: retry that window.
+    for _ in 0..100 {
+        if let Ok(mut r) = c.mcp_status(Some(server)).await {
+            assert_eq!(r.servers.len(), 1, "mcp.status of {server}: {r:?}");
+            return r.servers.remove(0);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("mcp.status never listed {server}");
 }
 
 fn ready(s: &McpServerStatus) -> bool {

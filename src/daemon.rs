@@ -157,10 +157,8 @@ pub async fn run(
     tracing::info!(socket = %listeners.describe(), activated = listeners.owned_path.is_none(), workspace = %host.workspace().display(), data_dir = %host.data_dir().display(), "toolhost serving");
     // Custom tools are listed from the first answer on; their folders are watched from now.
     reload::start_custom_tools(&host).await;
-    // Servers are registered (as `starting`) before the first connection is accepted, so
-    // `mcp.status` never answers "no such server" for a configured one.
-    reload::start_servers(&host);
     let server = rpc::start(host.clone(), listeners)?;
+    reload::start_servers(&host);
     host.tracker().spawn(crate::outputs::prune_periodically(
         host.outputs_dir(),
         host.shutdown_token().clone(),

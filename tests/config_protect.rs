@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::{json, Value};
 
-const WHY: &str = "a misspelt key at the top level or in \"listen\" or \"approval\" would \
-                   silently run with weaker defaults";
+const WHY: &str = "a misspelt key at the top level or in \"listen\", \"approval\" or a \
+                   \"sandbox\" section would silently run with weaker defaults";
 
 async fn toolhost(args: &[&str]) -> (i32, String, String) {
     let out = tokio::process::Command::new(BIN)

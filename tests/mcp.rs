@@ -597,29 +597,3 @@ async fn a_huge_mcp_result_is_capped_and_spilled() {
         "after"
     );
 }
-
-/// Configured servers are registered before the daemon accepts its first connection, so
-/// the very first `mcp.status` lists every one of them (regression: a loaded machine got
-/// "no MCP server named …" from a client that connected right after the socket appeared).
-#[tokio::test]
-async fn first_status_after_start_lists_every_configured_server() {
-    let d = daemon_with(|dir| {
-        json!({
-            "a": fixture(dir, json!({})),
-            "b": fixture(dir, json!({})),
-            "c": {"command": "sleep", "args": ["30"], "startup_timeout_ms": 60000},
-        })
-    })
-    .await;
-    let r = d.call("mcp.status", json!({})).await;
-    let mut names: Vec<&str> = r["result"]["servers"]
-        .as_array()
-        .unwrap_or_else(|| panic!("mcp.status: {r}"))
-        .iter()
-        .filter_map(|s| s["name"].as_str())
-        .collect();
-    names.sort_unstable();
-    assert_eq!(names, ["a", "b", "c"], "{r}");
-    let c = d.call("mcp.status", json!({"server": "c"})).await;
-    assert_eq!(c["result"]["servers"][0]["state"], "connecting", "{c}");
-}

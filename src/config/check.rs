@@ -452,8 +452,8 @@ mod tests {
             "approval": {"mdoe": "strict", "tools": {"any_name": "write"}},
             "mcp_servers": {"fs": {"command": "y", "approval": {"whatever": "write"}}}
         }));
-        let why = "a misspelt key at the top level or in \"listen\" or \"approval\" would \
-                   silently run with weaker defaults";
+        let why = "a misspelt key at the top level or in \"listen\", \"approval\" or a \
+                   \"sandbox\" section would silently run with weaker defaults";
         let p: Vec<String> = c.problems.iter().map(ToString::to_string).collect();
         assert_eq!(
             p,
