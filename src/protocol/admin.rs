@@ -39,6 +39,9 @@ pub struct HealthResult {
     /// Recent failures of custom tools' session-event runs (they never block a session).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub session_event_errors: Vec<String>,
+    /// Tools held back until approved (`toolhost tools diff NAME`, then `tools approve NAME`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quarantined: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]

@@ -60,6 +60,9 @@ pub mod method {
     pub const SESSION_TOOLS: &str = "session.tools";
     pub const SESSION_RESUME: &str = "session.resume";
     pub const SESSION_REFRESH_TOOLS: &str = "session.refresh_tools";
+    pub const TOOLS_SEARCH: &str = "tools.search";
+    pub const TOOLS_APPROVE: &str = "tools.approve";
+    pub const TOOLS_DIFF: &str = "tools.diff";
     pub const DISCOVER: &str = "rpc.discover";
 }
 
@@ -75,6 +78,8 @@ pub enum ErrorKind {
     Cancelled,
     Unavailable,
     Failed,
+    /// The tool's definition changed or was flagged; `tools.approve` lets it through.
+    Quarantined,
 }
 
 /// Params of methods that take none (`{}` or absent).
