@@ -20,6 +20,7 @@ mod approval;
 mod atomic_file;
 mod bounded_lines;
 mod calls;
+mod catalog;
 pub mod cli;
 pub mod client;
 mod config;
