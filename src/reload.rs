@@ -176,6 +176,8 @@ pub async fn reload(host: &Host) -> ConfigReloadResult {
         sources.push(update);
     }
     let approval_overrides = new.approval.tools.clone();
+    host.registry()
+        .set_catalog_policy(crate::catalog::Policy::from_config(&new));
     host.set_config(new);
     let note = host.registry().apply(Change {
         sources,
