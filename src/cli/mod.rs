@@ -8,6 +8,8 @@
 //! an invalid config for `config check`); 2 usage errors (bad flags or JSON); 3 no daemon
 //! answering on the socket, the connection broke, or no answer in time.
 
+mod tools;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -49,8 +51,10 @@ enum Command {
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
-    /// List the live tools.
+    /// List the live tools (or review quarantined ones: `tools diff|approve NAME`).
     Tools {
+        #[command(subcommand)]
+        command: Option<tools::ToolsCommand>,
         #[command(flatten)]
         out: Output,
         /// Include hidden tools.
@@ -352,7 +356,16 @@ async fn client_command(
 ) -> Result<ExitCode, ClientError> {
     let client = Client::connect(socket).await?;
     match command {
-        Command::Tools { out, all } => {
+        Command::Tools {
+            command: Some(command),
+            out,
+            ..
+        } => tools::run(&client, command, out.json).await,
+        Command::Tools {
+            command: None,
+            out,
+            all,
+        } => {
             let params = ListToolsParams {
                 include_hidden: all,
                 ..Default::default()
@@ -444,6 +457,9 @@ async fn client_command(
                 }
                 if !r.collisions.is_empty() {
                     println!("name collisions: {}", r.collisions.join(", "));
+                }
+                if !r.quarantined.is_empty() {
+                    println!("quarantined tools (see `toolhost tools diff NAME`): {}", r.quarantined.join(", "));
                 }
             }
             Ok(if r.status == HealthStatus::Ok {
