@@ -336,3 +336,118 @@ pub fn merge_loaded(loaded: &mut Vec<String>, found: &[String]) {
     let have: HashSet<String> = loaded.iter().cloned().collect();
     loaded.extend(found.iter().filter(|n| !have.contains(*n)).cloned());
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn spec(name: &str, source: ToolSource, deferrable: bool) -> ToolSpec {
+        ToolSpec {
+            deferrable,
+            source,
+            ..ToolSpec::builtin(name, "d", json!({}), ApprovalClass::ReadOnly)
+        }
+    }
+
+    fn mcp(server: &str, name: &str) -> ToolSpec {
+        spec(
+            name,
+            ToolSource::Mcp {
+                server: server.into(),
+                remote_name: name.into(),
+            },
+            false,
+        )
+    }
+
+    fn sorted(s: HashSet<String>) -> Vec<String> {
+        let mut v: Vec<String> = s.into_iter().collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn manifest_config_and_budget_defer_but_never_builtins() {
+        let builtin = spec("bash", ToolSource::Builtin, true);
+        let custom = spec(
+            "c",
+            ToolSource::Custom {
+                dir: PathBuf::from("/x"),
+            },
+            true,
+        );
+        let (a1, a2, b1, b2) = (
+            mcp("a", "a1"),
+            mcp("a", "a2"),
+            mcp("b", "b1"),
+            mcp("b", "b2"),
+        );
+        let tools = [&builtin, &custom, &a1, &a2, &b1, &b2];
+        let cands: Vec<Candidate<'_>> = tools
+            .iter()
+            .map(|s| Candidate {
+                spec: s,
+                tokens: 100,
+            })
+            .collect();
+        let mut policy = Policy::default();
+        assert_eq!(sorted(deferred(&policy, &cands)), vec!["c"]);
+        policy.defer.insert("a1".into());
+        policy.servers.insert("b".into(), (true, Trust::Pin));
+        assert_eq!(
+            sorted(deferred(&policy, &cands)),
+            vec!["a1", "b1", "b2", "c"]
+        );
+        // A budget for the built-in, one more tool and tool_search: the last tools go first.
+        let mut policy = Policy {
+            max_tokens: Some(200 + search_tool_tokens()),
+            ..Policy::default()
+        };
+        assert_eq!(
+            sorted(deferred(&policy, &cands)),
+            vec!["a2", "b1", "b2", "c"]
+        );
+        policy.max_tokens = Some(10);
+        assert!(!deferred(&policy, &cands).contains("bash"));
+    }
+
+    #[test]
+    fn trust_decides_new_changed_and_flagged() {
+        let pins = Pins::in_memory();
+        let def = |d: &str| McpTool {
+            name: "t".into(),
+            title: None,
+            description: d.into(),
+            input_schema: json!({}),
+            output_schema: None,
+            annotations: None,
+        };
+        let v = |trust, d: &str| {
+            let t = def(d);
+            let flags = screen_definition(&t);
+            match verdict(&pins, trust, &t, &pins::hash_of(&t), &flags, None) {
+                Verdict::Accept => "accept".to_owned(),
+                Verdict::Pin => "pin".to_owned(),
+                Verdict::Quarantine(q) => format!("{:?} {:?}", q.reason, q.changed),
+            }
+        };
+        assert_eq!(v(Trust::QuarantineNew, "one"), "New []");
+        assert_eq!(v(Trust::Pin, "one"), "pin");
+        let t = def("one");
+        pins.set_all(vec![(
+            "t".into(),
+            Pin {
+                hash: pins::hash_of(&t),
+                definition: t,
+            },
+        )]);
+        assert_eq!(v(Trust::Pin, "one"), "accept");
+        assert_eq!(v(Trust::Pin, "two"), "Changed [\"description\"]");
+        assert_eq!(v(Trust::Auto, "two"), "pin");
+        assert_eq!(
+            v(Trust::Auto, "<IMPORTANT>x</IMPORTANT>"),
+            "Flagged [\"description\"]"
+        );
+    }
+}

@@ -78,7 +78,8 @@ pub enum ErrorKind {
     Cancelled,
     Unavailable,
     Failed,
-    /// The tool's definition changed or was flagged; `tools.approve` lets it through.
+    // The tool's definition changed or was flagged; `tools.approve` lets it through. (A
+    // plain comment: a doc comment would turn the schema's `enum` into a `oneOf`.)
     Quarantined,
 }
 
