@@ -459,7 +459,10 @@ async fn client_command(
                     println!("name collisions: {}", r.collisions.join(", "));
                 }
                 if !r.quarantined.is_empty() {
-                    println!("quarantined tools (see `toolhost tools diff NAME`): {}", r.quarantined.join(", "));
+                    println!(
+                        "quarantined tools (see `toolhost tools diff NAME`): {}",
+                        r.quarantined.join(", ")
+                    );
                 }
             }
             Ok(if r.status == HealthStatus::Ok {

@@ -15,7 +15,11 @@ pub enum ToolsCommand {
     Diff { name: String },
 }
 
-pub async fn run(client: &Client, command: ToolsCommand, json: bool) -> Result<ExitCode, ClientError> {
+pub async fn run(
+    client: &Client,
+    command: ToolsCommand,
+    json: bool,
+) -> Result<ExitCode, ClientError> {
     match command {
         ToolsCommand::Approve { name } => {
             let r: ToolsApproveResult = client
