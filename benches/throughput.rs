@@ -1242,7 +1242,6 @@ async fn catalog() {
     })
     .await;
     let started = Instant::now();
-    wait_server(&d, "big", 120, ready).await;
     let c = d.client().await;
     let tools = loop {
         let h = c.health().await.unwrap();

@@ -109,43 +109,55 @@ impl Index {
             return self.search_regex(&re, limit);
         }
         let n = self.names.len() as f32;
-        let mut scores: HashMap<u32, f32> = HashMap::new();
+        // Dense scores: a search touches a fraction of the tools, but a flat array beats a
+        // map at any fraction, and `touched` keeps the ranking to the tools that matched.
+        let mut scores = vec![0f32; self.names.len()];
+        let mut touched: Vec<u32> = Vec::new();
         let mut seen = Vec::new();
         for term in tokens(query) {
             if seen.contains(&term) {
                 continue;
             }
-            let Some(p) = self
+            let postings = self
                 .terms
                 .get(&term)
-                .and_then(|t| self.postings.get(*t as usize))
-            else {
-                seen.push(term);
-                continue;
-            };
+                .and_then(|t| self.postings.get(*t as usize));
             seen.push(term);
+            let Some(p) = postings else { continue };
             let df = p.len() as f32;
             let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
             for &(doc, tf) in p {
                 let dl = self.doc_len.get(doc as usize).copied().unwrap_or(1.0);
                 let s = idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * dl / self.avg_len));
-                *scores.entry(doc).or_default() += s;
+                if let Some(slot) = scores.get_mut(doc as usize) {
+                    if *slot == 0.0 {
+                        touched.push(doc);
+                    }
+                    *slot += s;
+                }
             }
         }
         // An exact name match wins outright.
-        let exact = self.names.iter().position(|n| n == query);
-        if let Some(i) = exact.and_then(|i| u32::try_from(i).ok()) {
-            *scores.entry(i).or_default() += 1000.0;
+        if let Some(i) = self.names.iter().position(|n| n == query) {
+            if let (Some(slot), Ok(doc)) = (scores.get_mut(i), u32::try_from(i)) {
+                if *slot == 0.0 {
+                    touched.push(doc);
+                }
+                *slot += 1000.0;
+            }
         }
-        let mut ranked: Vec<(u32, f32)> = scores.into_iter().collect();
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        ranked
+        let score = |d: u32| scores.get(d as usize).copied().unwrap_or(0.0);
+        let order = |a: &u32, b: &u32| score(*b).total_cmp(&score(*a)).then(a.cmp(b));
+        if touched.len() > limit {
+            touched.select_nth_unstable_by(limit, order);
+            touched.truncate(limit);
+        }
+        touched.sort_unstable_by(order);
+        touched
             .into_iter()
-            .take(limit)
-            .filter_map(|(d, s)| {
-                self.names
-                    .get(d as usize)
-                    .map(|n| (n.as_str(), f64::from(s)))
+            .filter_map(|d| {
+                let name = self.names.get(d as usize)?;
+                Some((name.as_str(), f64::from(score(d))))
             })
             .collect()
     }
