@@ -21,7 +21,8 @@ pub struct McpCounts {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct HealthResult {
-    /// `degraded` while a config error or a tool-name collision is outstanding.
+    /// `degraded` while a config error, a tool-name collision, a failed MCP server or a
+    /// quarantined tool is outstanding.
     pub status: HealthStatus,
     pub version: String,
     pub uptime_s: u64,
