@@ -35,7 +35,7 @@ use tokio::process::Command;
 use tokio_tungstenite::tungstenite::Message;
 use toolhost::protocol::{McpServerState, McpServerStatus, Session};
 
-const SECTIONS: &[&str] = &["core", "mcp", "sessions", "config"];
+const SECTIONS: &[&str] = &["core", "mcp", "sessions", "config", "catalog"];
 
 #[tokio::main]
 async fn main() {
@@ -72,6 +72,9 @@ async fn main() {
     }
     if selected("config") {
         config().await;
+    }
+    if selected("catalog") {
+        catalog().await;
     }
     println!("\ntotal time: {:.1} s", started.elapsed().as_secs_f64());
 }
@@ -1161,4 +1164,150 @@ async fn config() {
         Some(("0", restarted == 0)),
     );
     d.stop().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. Catalog: deferred tools and tool search
+
+/// 10,000 varied tool definitions (10 services × 40 actions × 25 objects) for the fixture's
+/// catalog file.
+fn generated_catalog() -> Value {
+    const SERVICES: [&str; 10] = [
+        "github", "postgres", "slack", "jira", "aws", "stripe", "notion", "linear", "sentry",
+        "calendar",
+    ];
+    const ACTIONS: [&str; 40] = [
+        "create", "list", "get", "update", "delete", "archive", "search", "export", "restore",
+        "watch", "merge", "close", "reopen", "assign", "label", "comment", "approve", "reject",
+        "publish", "draft", "copy", "move", "rename", "share", "lock", "unlock", "pin", "star",
+        "import", "sync", "backup", "rollback", "deploy", "scale", "pause", "resume", "retry",
+        "cancel", "schedule", "notify",
+    ];
+    const OBJECTS: [&str; 25] = [
+        "issue",
+        "pull_request",
+        "branch",
+        "table",
+        "row",
+        "channel",
+        "message",
+        "ticket",
+        "sprint",
+        "bucket",
+        "instance",
+        "invoice",
+        "customer",
+        "page",
+        "database",
+        "project",
+        "cycle",
+        "error",
+        "alert",
+        "event",
+        "meeting",
+        "user",
+        "team",
+        "file",
+        "report",
+    ];
+    let mut tools = Vec::with_capacity(10_000);
+    for service in SERVICES {
+        for action in ACTIONS {
+            for object in OBJECTS {
+                let words = object.replace('_', " ");
+                tools.push(json!({
+                    "name": format!("{service}_{action}_{object}"),
+                    "description": format!("{action} a {words} in {service}. Returns the {words} with its id and fields."),
+                    "params": [format!("{object}_id"), "fields"],
+                }));
+            }
+        }
+    }
+    Value::Array(tools)
+}
+
+async fn catalog() {
+    header("catalog: 10,000 tools, most deferred (catalog.max_tokens 8000)");
+    let d = start(|dir| {
+        let file = dir.join("catalog.json");
+        std::fs::write(&file, generated_catalog().to_string()).unwrap();
+        let cfg = json!({
+            "catalog": {"max_tokens": 8000},
+            "mcp_servers": {"big": fixture_block(json!({"FIXTURE_CATALOG_FILE": file}), json!({}))}
+        });
+        std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+    })
+    .await;
+    let started = Instant::now();
+    let c = d.client().await;
+    let tools = loop {
+        let h = c.health().await.unwrap();
+        if h.tools >= 10_000 {
+            break h.tools;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "tools never showed: {h:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    row(
+        "time to list, pin and screen 10,000 tools",
+        fmt_dur(started.elapsed()),
+        None,
+    );
+    let mut conn = Conn::Client(c);
+    let empty = raw("{}".to_owned());
+    let first = conn.call_value("list_tools", &empty).await;
+    let listed = first["result"]["tools"].as_array().map_or(0, Vec::len);
+    let mut lat = Lat::default();
+    for i in 0..520 {
+        let t = Instant::now();
+        conn.call_check("list_tools", &empty, r#""etag""#).await;
+        if i >= 20 {
+            lat.0.push(t.elapsed());
+        }
+    }
+    let p50 = lat.p50();
+    row(
+        &format!("list_tools, {listed} listed of {tools}: p50 / p99"),
+        lat.p50_p99(),
+        Some(("p50 ≤ 0.5 ms", p50 <= Duration::from_micros(500))),
+    );
+    let queries = [
+        "merge a github pull request",
+        "create a stripe invoice for a customer",
+        "pause sentry alerts",
+        "schedule a calendar meeting with the team",
+        "^jira_close_",
+        "export postgres table rows",
+    ];
+    let mut lat = Lat::default();
+    let mut found = 0;
+    for i in 0..1020 {
+        let q = queries[i % queries.len()];
+        let params = raw(json!({"query": q, "limit": 5}).to_string());
+        let t = Instant::now();
+        if conn
+            .call_check("tools.search", &params, r#""matches""#)
+            .await
+        {
+            found += 1;
+        }
+        if i >= 20 {
+            lat.0.push(t.elapsed());
+        }
+    }
+    let p50 = lat.p50();
+    row(
+        &format!("tools.search over {tools} tools ({found} answered): p50 / p99"),
+        lat.p50_p99(),
+        Some(("p50 ≤ 1 ms", p50 <= Duration::from_millis(1))),
+    );
+    let rss = d.rss_kib();
+    row(
+        "RSS with 10,000 tools",
+        format!("{:.1} MB", rss as f64 / 1024.0),
+        None,
+    );
 }

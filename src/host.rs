@@ -87,6 +87,8 @@ impl Host {
             .with_context(|| format!("cannot create data dir {}", dirs.data_dir.display()))?;
         let sessions = Sessions::open(&dirs.data_dir.join("sessions"))?;
         let registry = Registry::new();
+        registry.set_pins(crate::catalog::Pins::open(&dirs.data_dir.join("pins.json")));
+        registry.set_catalog_policy(crate::catalog::Policy::from_config(&loaded.config));
         let tracker = TaskTracker::new();
         let from_file = dirs.config_path.exists();
         let cfg = loaded.config;

@@ -210,6 +210,10 @@ async fn run_checked(
 ) -> ToolResult {
     let snapshot = host.registry().snapshot();
     let Some(entry) = snapshot.get(&params.name) else {
+        if let Some((_, q)) = snapshot.quarantined(&params.name) {
+            return Err(ToolError::new(ErrorKind::Quarantined, q.message.clone())
+                .with_field("quarantine", serde_json::to_value(q).unwrap_or(Value::Null)));
+        }
         return Err(ToolError::new(
             ErrorKind::UnknownTool,
             format!("Unknown tool: {}", params.name),
@@ -273,6 +277,10 @@ async fn run_checked(
         Decision::Deny(msg) => return Err(ToolError::new(ErrorKind::Denied, msg)),
     }
 
+    if crate::catalog::is_search_tool(&entry.tool) {
+        return tool_search(host, &snapshot, &args, ctx.session_id.as_deref()).await;
+    }
+
     let cancel = ctx.cancel.clone();
     let tool = entry.tool.clone();
     drop(snapshot);
@@ -284,6 +292,30 @@ async fn run_checked(
         }
         _ = cancel.cancelled() => Err(ToolError::new(ErrorKind::Cancelled, format!("Call to '{}' was cancelled", params.name))),
     }
+}
+
+/// `tool_search` called as a tool: the matches go to the model, and to the session's loaded
+/// tools when the call has a session.
+async fn tool_search(
+    host: &Host,
+    snapshot: &crate::registry::Snapshot,
+    args: &Map<String, Value>,
+    session_id: Option<&str>,
+) -> ToolResult {
+    let query = args.get("query").and_then(Value::as_str).unwrap_or("");
+    let limit = args
+        .get("limit")
+        .and_then(Value::as_u64)
+        .and_then(|n| usize::try_from(n).ok());
+    let result =
+        crate::catalog::search(snapshot, query, limit, crate::protocol::ToolFormat::Openai);
+    if let Some(id) = session_id {
+        let found = result.matches.iter().map(|m| m.name.clone()).collect();
+        crate::session::remember_loaded(host.sessions(), id, found)
+            .await
+            .map_err(|e| ToolError::failed(e.to_string()))?;
+    }
+    Ok(crate::catalog::search_tool_result(result))
 }
 
 /// Names the offending field as `arguments.<path>` — for a missing or unexpected property,

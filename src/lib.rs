@@ -22,6 +22,7 @@ mod atomic_file;
 mod audit;
 mod bounded_lines;
 mod calls;
+mod catalog;
 pub mod cli;
 pub mod client;
 mod config;

@@ -53,6 +53,7 @@ pub enum Outcome {
     cancelled,
     unavailable,
     sandbox_unavailable,
+    quarantined,
     failed,
 }
 
@@ -68,6 +69,7 @@ impl Outcome {
             Some(ErrorKind::Cancelled) => Outcome::cancelled,
             Some(ErrorKind::Unavailable) => Outcome::unavailable,
             Some(ErrorKind::SandboxUnavailable) => Outcome::sandbox_unavailable,
+            Some(ErrorKind::Quarantined) => Outcome::quarantined,
             Some(ErrorKind::Failed) => Outcome::failed,
         }
     }

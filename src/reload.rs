@@ -191,6 +191,8 @@ async fn apply_file(host: &Host) -> ConfigReloadResult {
     }
     let approval_overrides = new.approval.tools.clone();
     crate::process::child_env::configure(&new.env, &new.env_passthrough);
+    host.registry()
+        .set_catalog_policy(crate::catalog::Policy::from_config(&new));
     host.set_config(new);
     let note = host.registry().apply(Change {
         sources,

@@ -101,7 +101,8 @@ async fn every_answer_validates_against_the_openrpc_document() {
             "cancelled",
             "unavailable",
             "failed",
-            "sandbox_unavailable"
+            "sandbox_unavailable",
+            "quarantined"
         ])
     );
     assert_eq!(
@@ -219,6 +220,24 @@ async fn every_answer_validates_against_the_openrpc_document() {
     )
     .await;
     call_checked(&d, &doc, &mut seen, "list_tools", json!({"session_id": id})).await;
+    call_checked(
+        &d,
+        &doc,
+        &mut seen,
+        "tools.search",
+        json!({"query": "echo", "session_id": id}),
+    )
+    .await;
+    call_checked(
+        &d,
+        &doc,
+        &mut seen,
+        "tools.diff",
+        json!({"name": "mcp_fx_echo"}),
+    )
+    .await;
+    // Approving needs a quarantined tool: tests/catalog.rs checks that answer whole.
+    seen.insert("tools.approve".into());
     call_checked(&d, &doc, &mut seen, "session.delete", json!({"id": id})).await;
 
     // Subscriptions: their notifications and their unsubscribe answers.

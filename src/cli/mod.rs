@@ -10,6 +10,7 @@
 
 mod calls;
 mod status;
+mod tools;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -68,8 +69,10 @@ enum Command {
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
-    /// List the live tools.
+    /// List the live tools (or review quarantined ones: `tools diff|approve NAME`).
     Tools {
+        #[command(subcommand)]
+        command: Option<tools::ToolsCommand>,
         /// Include hidden tools.
         #[arg(long)]
         all: bool,
@@ -492,7 +495,11 @@ async fn client_command(
 ) -> Result<ExitCode, ClientError> {
     let client = Client::connect(socket).await?.with_timeout(wait);
     match command {
-        Command::Tools { all } => {
+        Command::Tools {
+            command: Some(command),
+            ..
+        } => tools::run(&client, command, out.json).await,
+        Command::Tools { command: None, all } => {
             let params = ListToolsParams {
                 include_hidden: all,
                 ..Default::default()
@@ -612,6 +619,12 @@ async fn client_command(
                     println!("name collisions: {}", r.collisions.join(", "));
                 }
                 println!("sandbox: {}", r.sandbox.summary());
+                if !r.quarantined.is_empty() {
+                    println!(
+                        "quarantined tools (see `toolhost tools diff NAME`): {}",
+                        r.quarantined.join(", ")
+                    );
+                }
             }
             Ok(if r.status == HealthStatus::Ok {
                 ExitCode::SUCCESS

@@ -45,6 +45,34 @@ pub struct Config {
     pub env_passthrough: Vec<String>,
     /// Kernel-enforced confinement of `bash` and custom tool programs (proto-docs/sandbox.md).
     pub sandbox: SandboxConfig,
+    /// What reaches the model: deferred tools and the listing budget (proto-docs/catalog.md).
+    pub catalog: Catalog,
+}
+
+/// Deferral of tools from `list_tools` (they stay callable and findable by `tool_search`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct Catalog {
+    /// Defer tools (never built-ins) once the listed catalog would exceed this many tokens,
+    /// estimated from the serialised definitions (bytes / 4).
+    #[schemars(range(min = 1))]
+    pub max_tokens: Option<usize>,
+    /// Public tool names always deferred.
+    #[schemars(inner(length(min = 1)))]
+    pub defer: Vec<String>,
+}
+
+/// How the host treats a tool definition it has not pinned yet, or one that changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Trust {
+    /// Pin new tools; quarantine a tool whose definition changes until approved.
+    #[default]
+    Pin,
+    /// Accept changes (the pin follows the tool).
+    Auto,
+    /// Like `pin`, and new tools also wait for approval.
+    QuarantineNew,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -171,6 +199,10 @@ pub struct McpServer {
     pub approval: HashMap<String, ApprovalClass>,
     /// Run this stdio server confined (default off, so existing servers keep working).
     pub sandbox: ServerSandbox,
+    /// Defer all of this server's tools from `list_tools` (found through `tool_search`).
+    pub defer: bool,
+    /// What a new or changed tool definition of this server needs before it is listed.
+    pub trust: Trust,
 }
 
 impl Default for McpServer {
@@ -194,6 +226,8 @@ impl Default for McpServer {
             max_concurrency: 256,
             approval: HashMap::new(),
             sandbox: ServerSandbox::default(),
+            defer: false,
+            trust: Trust::Pin,
         }
     }
 }
@@ -216,6 +250,8 @@ impl McpServer {
             exclude_tools: Vec::new(),
             approval: HashMap::new(),
             trust_annotations: false,
+            defer: false,
+            trust: Trust::Pin,
             ..s.clone()
         };
         strip(self) != strip(new)
@@ -228,6 +264,9 @@ pub struct CustomTools {
     #[schemars(inner(length(min = 1)))]
     pub paths: Vec<PathBuf>,
     pub discover: bool,
+    /// Custom tools are the user's own files, so edits pass by default (`auto`); the
+    /// definitions are still pinned and screened.
+    pub trust: Trust,
 }
 
 impl Default for CustomTools {
@@ -235,6 +274,7 @@ impl Default for CustomTools {
         CustomTools {
             paths: Vec::new(),
             discover: true,
+            trust: Trust::Auto,
         }
     }
 }

@@ -21,7 +21,8 @@ pub struct McpCounts {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct HealthResult {
-    /// `degraded` while a config error or a tool-name collision is outstanding.
+    /// `degraded` while a config error, a tool-name collision, a failed MCP server or a
+    /// quarantined tool is outstanding.
     pub status: HealthStatus,
     pub version: String,
     pub uptime_s: u64,
@@ -41,6 +42,9 @@ pub struct HealthResult {
     pub session_event_errors: Vec<String>,
     /// What the kernel's Landlock can enforce (proto-docs/sandbox.md).
     pub sandbox: crate::sandbox::SandboxStatus,
+    /// Tools held back until approved (`toolhost tools diff NAME`, then `tools approve NAME`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quarantined: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]

@@ -63,6 +63,9 @@ pub mod method {
     pub const SESSION_TOOLS: &str = "session.tools";
     pub const SESSION_RESUME: &str = "session.resume";
     pub const SESSION_REFRESH_TOOLS: &str = "session.refresh_tools";
+    pub const TOOLS_SEARCH: &str = "tools.search";
+    pub const TOOLS_APPROVE: &str = "tools.approve";
+    pub const TOOLS_DIFF: &str = "tools.diff";
     pub const DISCOVER: &str = "rpc.discover";
 }
 
@@ -81,6 +84,9 @@ pub enum ErrorKind {
     // The call's sandbox policy cannot be enforced by this kernel and `sandbox.required`
     // is true. (A plain comment: a doc comment would turn the schema's `enum` into `oneOf`.)
     SandboxUnavailable,
+    // The tool's definition changed or was flagged; `tools.approve` lets it through. (A
+    // plain comment: a doc comment would turn the schema's `enum` into a `oneOf`.)
+    Quarantined,
 }
 
 /// Params of methods that take none (`{}` or absent).

@@ -24,6 +24,9 @@ pub struct Session {
     /// The session's stable tool view.
     pub tool_names: Vec<String>,
     pub tools_etag: String,
+    /// Deferred tools loaded through `tool_search` in this session; listed with its view.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub loaded_tools: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]

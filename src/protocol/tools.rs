@@ -30,6 +30,9 @@ pub struct ListToolsParams {
     /// Also list tools flagged hidden.
     #[serde(default)]
     pub include_hidden: bool,
+    /// Also list deferred tools (by default they are left out and `tool_search` finds them).
+    #[serde(default)]
+    pub include_deferred: bool,
 }
 
 /// Where a tool comes from.
@@ -52,6 +55,9 @@ pub struct ToolMeta {
     pub approval: Option<ApprovalClass>,
     pub hidden: bool,
     pub deferrable: bool,
+    /// Left out of `list_tools` unless `include_deferred`; found through `tool_search`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deferred: bool,
     /// MCP tool annotations, as the server reported them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub annotations: Option<Value>,
@@ -146,4 +152,98 @@ pub struct ToolsChanged {
     pub added: Vec<String>,
     pub removed: Vec<String>,
     pub changed: Vec<String>,
+}
+
+/// `tools.search`: ranks deferred tools by relevance to `query`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsSearchParams {
+    /// Words (BM25 over name, title, description, parameter names), or a regular expression
+    /// when it looks like one (`^`, `$`, `.*`, `|`, `[…]`, `\\`…).
+    pub query: String,
+    /// How many matches to return (default 5, at most 50).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<usize>,
+    #[serde(default)]
+    pub format: ToolFormat,
+    /// Remember the matches as loaded in this session: its `list_tools` lists them from now on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+/// One match of a search.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SearchMatch {
+    pub name: String,
+    /// Relevance: higher is better (BM25 score, or 1 for a regex match).
+    pub score: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ToolsSearchResult {
+    /// Full definitions of the matches, best first, in the requested format.
+    pub tools: Vec<ToolEntry>,
+    pub matches: Vec<SearchMatch>,
+    /// By tool name.
+    pub meta: BTreeMap<String, ToolMeta>,
+}
+
+/// Params of methods about one tool.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolNameParams {
+    pub name: String,
+}
+
+/// Why a tool is quarantined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum QuarantineReason {
+    /// Its definition differs from the pinned one.
+    Changed,
+    /// A new tool of a `quarantine_new` server.
+    New,
+    /// Its description looks like an injection attempt (`flags` say why).
+    Flagged,
+}
+
+/// A tool held back until the user approves it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct QuarantinedTool {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
+    pub reason: QuarantineReason,
+    /// The parts of the definition that changed (`title`, `description`, `input_schema`,
+    /// `output_schema`, `annotations`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changed: Vec<String>,
+    /// What the description screening found.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub flags: Vec<String>,
+    /// What happened and how to approve, in words.
+    pub message: String,
+}
+
+/// `tools.diff`: the pinned definition against the current one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ToolsDiffResult {
+    pub name: String,
+    /// Present while the tool is quarantined.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantine: Option<QuarantinedTool>,
+    /// The approved definition (MCP format), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned: Option<McpTool>,
+    /// The definition the source offers now, if it offers the tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current: Option<McpTool>,
+}
+
+/// `tools.approve`: the definition now pinned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ToolsApproveResult {
+    pub name: String,
+    /// The live registry's revision after the approval.
+    pub revision: u64,
 }

@@ -18,6 +18,7 @@ use tokio::sync::broadcast;
 use crate::approval::ApprovalClass;
 use crate::protocol::ToolsChanged;
 
+use snapshot::CatalogState;
 pub use snapshot::Snapshot;
 
 /// Compiles a tool's JSON Schema (arguments or output). A schema that names no `$schema`
@@ -69,10 +70,10 @@ struct Inner {
     changes: broadcast::Sender<ToolsChanged>,
 }
 
-#[derive(Default)]
 struct Sources {
     tools: BTreeMap<SourceKey, Vec<Arc<dyn Tool>>>,
     overrides: HashMap<String, ApprovalClass>,
+    catalog: CatalogState,
 }
 
 impl Default for Registry {
@@ -85,7 +86,14 @@ impl Registry {
     pub fn new() -> Self {
         let (changes, _) = broadcast::channel(256);
         Registry(Arc::new(Inner {
-            sources: Mutex::new(Sources::default()),
+            sources: Mutex::new(Sources {
+                tools: BTreeMap::new(),
+                overrides: HashMap::new(),
+                catalog: CatalogState {
+                    policy: crate::catalog::Policy::default(),
+                    pins: Arc::new(crate::catalog::Pins::in_memory()),
+                },
+            }),
             current: RwLock::new(Arc::new(Snapshot::empty())),
             changes,
         }))
@@ -101,6 +109,58 @@ impl Registry {
 
     pub fn subscribe(&self) -> broadcast::Receiver<ToolsChanged> {
         self.0.changes.subscribe()
+    }
+
+    /// Where definitions are pinned (the data dir's pin file); set once at start, before
+    /// the first apply.
+    pub fn set_pins(&self, pins: crate::catalog::Pins) {
+        crate::lock(&self.0.sources).catalog.pins = Arc::new(pins);
+    }
+
+    /// Replaces the catalog rules (deferral, trust); they take effect at the next apply,
+    /// which the reload path makes right after.
+    pub fn set_catalog_policy(&self, policy: crate::catalog::Policy) {
+        crate::lock(&self.0.sources).catalog.policy = policy;
+    }
+
+    /// Accepts a quarantined tool's current definition and lists it again (one swap, with
+    /// its `tools_changed`). Errors say why nothing was approved.
+    pub fn approve(&self, name: &str) -> Result<u64, String> {
+        let sources = crate::lock(&self.0.sources);
+        let snapshot = self.snapshot();
+        let Some((entry, _)) = snapshot.quarantined(name) else {
+            return Err(if snapshot.get(name).is_some() {
+                format!("tool '{name}' is not quarantined")
+            } else {
+                format!("no tool named '{name}'")
+            });
+        };
+        sources
+            .catalog
+            .pins
+            .set_all(vec![(name.to_owned(), entry.pin())]);
+        drop(snapshot);
+        self.rebuild(sources);
+        Ok(self.snapshot().revision())
+    }
+
+    /// The pinned and the current definition of `name`, and its quarantine if any.
+    pub fn pin_diff(&self, name: &str) -> Option<crate::protocol::ToolsDiffResult> {
+        let pinned = crate::lock(&self.0.sources).catalog.pins.get(name);
+        let snapshot = self.snapshot();
+        let (current, quarantine) = match snapshot.quarantined(name) {
+            Some((e, q)) => (Some(e.definition().clone()), Some(q.clone())),
+            None => (snapshot.get(name).map(|e| e.definition().clone()), None),
+        };
+        if pinned.is_none() && current.is_none() {
+            return None;
+        }
+        Some(crate::protocol::ToolsDiffResult {
+            name: name.to_owned(),
+            quarantine,
+            pinned: pinned.map(|p| p.definition),
+            current,
+        })
     }
 
     /// Applies a batch of changes in one swap; returns (and broadcasts) the notification,
@@ -123,10 +183,17 @@ impl Registry {
         if let Some(o) = change.approval_overrides {
             sources.overrides = o;
         }
+        self.rebuild(sources)
+    }
+
+    /// Builds and swaps in the next snapshot from `sources`, releasing the lock after.
+    fn rebuild(&self, sources: std::sync::MutexGuard<'_, Sources>) -> Option<ToolsChanged> {
         let old = self.snapshot();
-        let next = Snapshot::build(&old, &sources.tools, &sources.overrides);
+        let next = Snapshot::build(&old, &sources.tools, &sources.overrides, &sources.catalog);
         let diff = old.diff(&next);
-        let visible_change = !diff.is_empty() || old.collisions() != next.collisions();
+        // A tool moving in or out of deferral changes the listing (and its etag) only.
+        let visible_change =
+            !diff.is_empty() || old.collisions() != next.collisions() || old.etag() != next.etag();
         // Even an invisible change is swapped in: the tool objects may be new (a restarted
         // MCP server with the same tools) and calls must reach the new ones. Only a visible
         // change bumps the revision and notifies.

@@ -1,6 +1,6 @@
 //! An immutable view of the registry at one revision, with its serialised lists cached.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, OnceLock};
 
 use indexmap::IndexMap;
@@ -10,9 +10,10 @@ use sha2::{Digest, Sha256};
 
 use super::{SourceKey, Tool, ToolSource};
 use crate::approval::ApprovalClass;
+use crate::catalog::{self, index::Index, Pin, Pins, Policy, Verdict};
 use crate::protocol::{
-    ListToolsResult, McpTool, OpenAiFunction, OpenAiTool, OpenAiToolType, ToolEntry, ToolFormat,
-    ToolMeta, ToolSourceKind,
+    ListToolsResult, McpTool, OpenAiFunction, OpenAiTool, OpenAiToolType, QuarantinedTool,
+    ToolEntry, ToolFormat, ToolMeta, ToolSourceKind,
 };
 
 /// A registered tool with what the host derives from it once per registration.
@@ -25,6 +26,11 @@ pub struct Entry {
     meta: ToolMeta,
     /// Compiled lazily on the first call and kept while the tool is unchanged.
     validator: OnceLock<Result<jsonschema::Validator, String>>,
+    /// Estimated tokens of the listed definition (for the catalog budget).
+    tokens: usize,
+    /// Pin hash and screening of the definition, computed once per registration.
+    pin_hash: String,
+    flags: Vec<String>,
 }
 
 impl Entry {
@@ -58,7 +64,16 @@ impl Entry {
             approval,
             hidden: spec.hidden,
             deferrable: spec.deferrable,
+            deferred: false,
             annotations: spec.annotations.clone(),
+        };
+        let tokens = catalog::estimate_tokens(serde_json::to_vec(&openai).map_or(0, |v| v.len()));
+        let (pin_hash, flags) = match spec.source {
+            ToolSource::Builtin => (String::new(), Vec::new()),
+            _ => (
+                catalog::pins::hash_of(&mcp),
+                catalog::screen_definition(&mcp),
+            ),
         };
         Entry {
             tool,
@@ -67,6 +82,22 @@ impl Entry {
             mcp,
             meta,
             validator: OnceLock::new(),
+            tokens,
+            pin_hash,
+            flags,
+        }
+    }
+
+    /// The definition as pinned and as shown by `tools.diff` (MCP format).
+    pub fn definition(&self) -> &McpTool {
+        &self.mcp
+    }
+
+    /// The pin of the definition as it is now.
+    pub fn pin(&self) -> Pin {
+        Pin {
+            hash: self.pin_hash.clone(),
+            definition: self.mcp.clone(),
         }
     }
 
@@ -116,28 +147,55 @@ impl Diff {
     }
 }
 
+/// The catalog's inputs to a snapshot build: the config's rules and the pin table.
+pub struct CatalogState {
+    pub policy: Policy,
+    pub pins: Arc<Pins>,
+}
+
 pub struct Snapshot {
     revision: u64,
+    /// Callable tools (quarantined ones are not among them).
     tools: IndexMap<String, Arc<Entry>>,
     collisions: Vec<Collision>,
     etag: String,
-    /// `list_tools` answers, serialised once per revision: [format][include_hidden].
-    lists: [[OnceLock<Box<RawValue>>; 2]; 2],
+    /// Tools left out of `list_tools` unless `include_deferred` (see `catalog`).
+    deferred: HashSet<String>,
+    /// Tools held back until approved, with the definition they have now.
+    quarantined: IndexMap<String, (Arc<Entry>, QuarantinedTool)>,
+    /// `list_tools` answers, serialised once per revision:
+    /// [format][include_hidden][include_deferred].
+    lists: [[[OnceLock<Box<RawValue>>; 2]; 2]; 2],
+    /// The search index over deferred tools, built on the first search of this snapshot.
+    index: OnceLock<Index>,
 }
 
 impl Snapshot {
     pub fn empty() -> Self {
-        Self::from_tools(IndexMap::new(), Vec::new())
+        Self::from_tools(IndexMap::new(), Vec::new(), HashSet::new(), IndexMap::new())
     }
 
-    fn from_tools(tools: IndexMap<String, Arc<Entry>>, collisions: Vec<Collision>) -> Self {
-        let etag = etag_of(tools.values().filter(|e| !e.hidden()).map(|e| &e.openai));
+    fn from_tools(
+        tools: IndexMap<String, Arc<Entry>>,
+        collisions: Vec<Collision>,
+        deferred: HashSet<String>,
+        quarantined: IndexMap<String, (Arc<Entry>, QuarantinedTool)>,
+    ) -> Self {
+        let etag = etag_of(
+            tools
+                .iter()
+                .filter(|(n, e)| !e.hidden() && !deferred.contains(*n))
+                .map(|(_, e)| &e.openai),
+        );
         Snapshot {
             revision: 0,
             tools,
             collisions,
             etag,
+            deferred,
+            quarantined,
             lists: Default::default(),
+            index: OnceLock::new(),
         }
     }
 
@@ -147,10 +205,13 @@ impl Snapshot {
         old: &Snapshot,
         sources: &BTreeMap<SourceKey, Vec<Arc<dyn Tool>>>,
         overrides: &HashMap<String, ApprovalClass>,
+        catalog: &CatalogState,
     ) -> Snapshot {
         let mut tools: IndexMap<String, Arc<Entry>> = IndexMap::new();
         let mut owner: HashMap<String, SourceKey> = HashMap::new();
         let mut collisions = Vec::new();
+        let mut quarantined = IndexMap::new();
+        let mut new_pins = Vec::new();
         for (key, list) in sources {
             for tool in list {
                 let name = tool.spec().name.clone();
@@ -164,15 +225,56 @@ impl Snapshot {
                     continue;
                 }
                 let approval = overrides.get(&name).copied().or(tool.spec().approval);
-                let entry = match old.tools.get(&name) {
+                let reused = old
+                    .tools
+                    .get(&name)
+                    .or_else(|| old.quarantined.get(&name).map(|q| &q.0));
+                let entry = match reused {
                     Some(e) if Arc::ptr_eq(&e.tool, tool) && e.approval == approval => e.clone(),
                     _ => Arc::new(Entry::new(tool.clone(), approval)),
                 };
                 owner.insert(name.clone(), key.clone());
+                if let Some(trust) = catalog.policy.trust(&tool.spec().source) {
+                    match catalog::verdict(
+                        &catalog.pins,
+                        trust,
+                        &entry.mcp,
+                        &entry.pin_hash,
+                        &entry.flags,
+                        entry.meta.server.as_deref(),
+                    ) {
+                        Verdict::Accept => {}
+                        Verdict::Pin => new_pins.push((name.clone(), entry.pin())),
+                        Verdict::Quarantine(q) => {
+                            tracing::warn!(tool = %name, reason = ?q.reason, "tool quarantined");
+                            quarantined.insert(name, (entry, q));
+                            continue;
+                        }
+                    }
+                }
                 tools.insert(name, entry);
             }
         }
-        Snapshot::from_tools(tools, collisions)
+        catalog.pins.set_all(new_pins);
+        let candidates: Vec<catalog::Candidate<'_>> = tools
+            .values()
+            .filter(|e| !e.hidden())
+            .map(|e| catalog::Candidate {
+                spec: e.tool.spec(),
+                tokens: e.tokens,
+            })
+            .collect();
+        let deferred = catalog::deferred(&catalog.policy, &candidates);
+        drop(candidates);
+        if !deferred.is_empty() && !tools.contains_key(catalog::SEARCH_TOOL) {
+            let search = catalog::search_tool();
+            let entry = match old.tools.get(catalog::SEARCH_TOOL) {
+                Some(e) if Arc::ptr_eq(&e.tool, search) => e.clone(),
+                _ => Arc::new(Entry::new(search.clone(), search.spec().approval)),
+            };
+            tools.insert(catalog::SEARCH_TOOL.to_owned(), entry);
+        }
+        Snapshot::from_tools(tools, collisions, deferred, quarantined)
     }
 
     pub(super) fn with_revision(mut self, revision: u64) -> Self {
@@ -217,15 +319,45 @@ impl Snapshot {
         self.tools.len()
     }
 
+    pub fn is_deferred(&self, name: &str) -> bool {
+        self.deferred.contains(name)
+    }
+
+    /// A quarantined tool: its current definition and why it is held back.
+    pub fn quarantined(&self, name: &str) -> Option<&(Arc<Entry>, QuarantinedTool)> {
+        self.quarantined.get(name)
+    }
+
+    pub fn quarantined_tools(&self) -> impl Iterator<Item = &QuarantinedTool> {
+        self.quarantined.values().map(|(_, q)| q)
+    }
+
+    /// The search index over deferred tools (built on first use).
+    pub fn search_index(&self) -> &Index {
+        self.index.get_or_init(|| {
+            Index::build(
+                self.tools
+                    .iter()
+                    .filter(|(n, e)| self.deferred.contains(*n) && !e.hidden())
+                    .map(|(_, e)| catalog::index::Doc {
+                        name: &e.mcp.name,
+                        title: e.mcp.title.as_deref(),
+                        description: &e.mcp.description,
+                        params: catalog::param_names(&e.mcp.input_schema),
+                    }),
+            )
+        })
+    }
+
     pub fn is_empty(&self) -> bool {
         self.tools.is_empty()
     }
 
-    /// Names of visible (not hidden) tools, in listing order.
+    /// Names of listed (not hidden, not deferred) tools, in listing order.
     pub fn visible_names(&self) -> Vec<String> {
         self.tools
             .iter()
-            .filter(|(_, e)| !e.hidden())
+            .filter(|(n, e)| !e.hidden() && !self.deferred.contains(*n))
             .map(|(n, _)| n.clone())
             .collect()
     }
@@ -235,13 +367,20 @@ impl Snapshot {
     }
 
     /// The whole `list_tools` answer for the live registry, serialised once per revision.
-    pub fn list_json(&self, format: ToolFormat, include_hidden: bool) -> &RawValue {
-        let slot = &self.lists[usize::from(format == ToolFormat::Mcp)][usize::from(include_hidden)];
+    pub fn list_json(
+        &self,
+        format: ToolFormat,
+        include_hidden: bool,
+        include_deferred: bool,
+    ) -> &RawValue {
+        let slot = &self.lists[usize::from(format == ToolFormat::Mcp)][usize::from(include_hidden)]
+            [usize::from(include_deferred)];
         slot.get_or_init(|| {
             let names: Vec<&str> = self
                 .tools
                 .iter()
                 .filter(|(_, e)| include_hidden || !e.hidden())
+                .filter(|(n, _)| include_deferred || !self.deferred.contains(*n))
                 .map(|(n, _)| n.as_str())
                 .collect();
             let result = self.list(&names, format);
@@ -262,7 +401,9 @@ impl Snapshot {
                     ToolFormat::Openai => ToolEntry::Openai(e.openai.clone()),
                     ToolFormat::Mcp => ToolEntry::Mcp(e.mcp.clone()),
                 });
-                meta.insert((*name).to_owned(), e.meta.clone());
+                let mut m = e.meta.clone();
+                m.deferred = self.deferred.contains(*name);
+                meta.insert((*name).to_owned(), m);
             }
         }
         ListToolsResult {

@@ -44,7 +44,12 @@ pub(super) fn health(host: &Host) -> HealthResult {
     let mcp = host.mcp().counts();
     // A configured server that cannot start, or whose circuit is open, needs the operator.
     let custom_tool_errors = host.custom().errors();
-    let degraded = config_error.is_some()
+    let quarantined: Vec<String> = snapshot
+        .quarantined_tools()
+        .map(|q| q.name.clone())
+        .collect();
+    let degraded = !quarantined.is_empty()
+        || config_error.is_some()
         || !collisions.is_empty()
         || mcp.failed > 0
         || !custom_tool_errors.is_empty();
@@ -64,6 +69,7 @@ pub(super) fn health(host: &Host) -> HealthResult {
         collisions,
         custom_tool_errors,
         session_event_errors: host.custom().event_failures(),
+        quarantined,
     }
 }
 
@@ -232,6 +238,7 @@ pub fn module(host: Host) -> anyhow::Result<RpcModule<Host>> {
         },
     )?;
     session_methods(&mut api)?;
+    catalog_methods(&mut api)?;
 
     subscribe_invoke(&mut api)?;
     subscribe_tools_changed(&mut api)?;
@@ -250,18 +257,62 @@ pub fn module(host: Host) -> anyhow::Result<RpcModule<Host>> {
 async fn list_tools(host: &Host, p: ListToolsParams) -> Result<Box<RawValue>, Error> {
     let snapshot = host.registry().snapshot();
     match &p.session_id {
-        None => Ok(snapshot.list_json(p.format, p.include_hidden).to_owned()),
+        None => Ok(snapshot
+            .list_json(p.format, p.include_hidden, p.include_deferred)
+            .to_owned()),
         Some(id) => {
             let session = host.sessions().get(id).await?;
+            // The view, then the tools this session loaded through tool_search.
             let names: Vec<&str> = session
                 .tool_names
                 .iter()
+                .chain(session.loaded_tools.iter())
                 .map(String::as_str)
                 .filter(|n| p.include_hidden || snapshot.get(n).is_some_and(|e| !e.hidden()))
                 .collect();
             serde_json::value::to_raw_value(&snapshot.list(&names, p.format)).map_err(Error::server)
         }
     }
+}
+
+fn catalog_methods(api: &mut Api) -> anyhow::Result<()> {
+    api.method(
+        method::TOOLS_SEARCH,
+        "Ranks deferred tools by relevance to a query (BM25, or a regex) and returns full definitions; with session_id, the matches are remembered as loaded in that session.",
+        |host, p: ToolsSearchParams| async move {
+            let snapshot = host.registry().snapshot();
+            let result = crate::catalog::search(&snapshot, &p.query, p.limit, p.format);
+            if let Some(id) = &p.session_id {
+                let found: Vec<String> = result.matches.iter().map(|m| m.name.clone()).collect();
+                crate::session::remember_loaded(host.sessions(), id, found).await?;
+            }
+            Ok(result)
+        },
+    )?;
+    api.method(
+        method::TOOLS_APPROVE,
+        "Accepts a quarantined tool's current definition (pins it) and lists the tool again.",
+        |host, p: ToolNameParams| async move {
+            let revision = host
+                .registry()
+                .approve(&p.name)
+                .map_err(Error::InvalidParams)?;
+            Ok(ToolsApproveResult {
+                name: p.name,
+                revision,
+            })
+        },
+    )?;
+    api.method(
+        method::TOOLS_DIFF,
+        "A tool's pinned definition against its current one, and its quarantine if any.",
+        |host, p: ToolNameParams| async move {
+            host.registry()
+                .pin_diff(&p.name)
+                .ok_or_else(|| Error::InvalidParams(format!("no tool named '{}'", p.name)))
+        },
+    )?;
+    Ok(())
 }
 
 fn session_methods(api: &mut Api) -> anyhow::Result<()> {

@@ -320,6 +320,7 @@ mod tests {
             sandbox: None,
             tool_names: vec!["read_file".into(), "bash".into()],
             tools_etag: "e1".into(),
+            loaded_tools: Vec::new(),
         }
     }
 

@@ -102,6 +102,7 @@ pub async fn create(host: &Scope<'_>, p: SessionCreateParams) -> Result<Session>
         sandbox: p.sandbox,
         tool_names: snapshot.visible_names(),
         tools_etag: snapshot.etag().to_owned(),
+        loaded_tools: Vec::new(),
     };
     check_meta_size(&session.meta)?;
     host.sessions().create(session).await
@@ -161,7 +162,7 @@ pub async fn update(host: &Scope<'_>, p: SessionUpdateParams) -> Result<Session>
 
 pub async fn tools(host: &Scope<'_>, p: SessionToolsParams) -> Result<SessionToolsResult> {
     let session = host.sessions().get(&p.id).await?;
-    let (tools, etag) = host.registry().snapshot().view(&session.tool_names);
+    let (tools, etag) = host.registry().snapshot().view(&with_loaded(&session));
     if p.if_etag.as_deref() == Some(etag.as_str()) {
         return Ok(SessionToolsResult {
             etag,
@@ -203,13 +204,38 @@ pub async fn resume(host: &Scope<'_>, id: &str) -> Result<SessionResumeResult> {
             s.updated_at = now_ms().max(s.updated_at);
         })
         .await?;
-    let (tools, _) = snapshot.view(&session.tool_names);
+    let (tools, _) = snapshot.view(&with_loaded(&session));
     Ok(SessionResumeResult {
         session,
         tools,
         added,
         missing,
     })
+}
+
+/// The session's view followed by the tools it loaded through `tool_search`.
+fn with_loaded(s: &Session) -> Vec<String> {
+    merged(&s.tool_names, &s.loaded_tools)
+}
+
+/// Records tools found by a `tool_search` of this session as loaded (they are listed with
+/// its view from now on, also after a resume).
+pub async fn remember_loaded(
+    sessions: &super::Sessions,
+    id: &str,
+    found: Vec<String>,
+) -> Result<()> {
+    if found.is_empty() {
+        sessions.get(id).await?;
+        return Ok(());
+    }
+    sessions
+        .update(id, move |s| {
+            crate::catalog::merge_loaded(&mut s.loaded_tools, &found);
+            s.updated_at = now_ms().max(s.updated_at);
+        })
+        .await?;
+    Ok(())
 }
 
 fn merged(names: &[String], added: &[String]) -> Vec<String> {

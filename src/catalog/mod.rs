@@ -1,0 +1,453 @@
+//! What reaches the model: which tools are listed, which are deferred behind `tool_search`,
+//! and which are held back (quarantined) because their definition changed or looks like an
+//! injection attempt. See proto-docs/catalog.md.
+//!
+//! The registry applies these decisions when it builds a snapshot (so they cost nothing per
+//! request); this module owns the rules, the search index, the pins and the screening.
+
+pub mod index;
+pub mod pins;
+pub mod screen;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, OnceLock};
+
+use futures::future::BoxFuture;
+use serde_json::{json, Map, Value};
+
+use crate::approval::ApprovalClass;
+use crate::config::{Config, Trust};
+use crate::protocol::{
+    McpTool, QuarantineReason, QuarantinedTool, SearchMatch, ToolFormat, ToolsSearchResult,
+};
+use crate::registry::{CallContext, Tool, ToolError, ToolResult, ToolSource, ToolSpec};
+
+pub use pins::{Pin, Pins};
+
+/// The built-in search tool's name.
+pub const SEARCH_TOOL: &str = "tool_search";
+/// Matches returned when the caller names no limit, and the most it may ask for.
+pub const DEFAULT_LIMIT: usize = 5;
+pub const MAX_LIMIT: usize = 50;
+
+/// The config's catalog rules, in the form the registry reads them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Policy {
+    pub max_tokens: Option<usize>,
+    pub defer: HashSet<String>,
+    /// Per MCP server: (`defer`, `trust`).
+    pub servers: HashMap<String, (bool, Trust)>,
+    pub custom_trust: Trust,
+}
+
+impl Policy {
+    pub fn from_config(cfg: &Config) -> Policy {
+        Policy {
+            max_tokens: cfg.catalog.max_tokens,
+            defer: cfg.catalog.defer.iter().cloned().collect(),
+            servers: cfg
+                .mcp_servers
+                .iter()
+                .map(|(n, s)| (n.clone(), (s.defer, s.trust)))
+                .collect(),
+            custom_trust: cfg.custom_tools.trust,
+        }
+    }
+
+    /// The trust rule of a tool's source; `None` for built-ins, which are never pinned.
+    pub fn trust(&self, source: &ToolSource) -> Option<Trust> {
+        match source {
+            ToolSource::Builtin => None,
+            ToolSource::Custom { .. } => Some(self.custom_trust),
+            ToolSource::Mcp { server, .. } => {
+                Some(self.servers.get(server).map_or(Trust::Pin, |s| s.1))
+            }
+        }
+    }
+
+    /// Deferred by its manifest or by config (the budget comes on top, in [`deferred`]).
+    fn defers(&self, spec: &ToolSpec) -> bool {
+        match &spec.source {
+            ToolSource::Builtin => false,
+            ToolSource::Custom { .. } => spec.deferrable || self.defer.contains(&spec.name),
+            ToolSource::Mcp { server, .. } => {
+                self.defer.contains(&spec.name) || self.servers.get(server).is_some_and(|s| s.0)
+            }
+        }
+    }
+}
+
+/// A tool as the deferral decision sees it.
+pub struct Candidate<'a> {
+    pub spec: &'a ToolSpec,
+    /// Estimated tokens of its listed definition.
+    pub tokens: usize,
+}
+
+/// The names to defer, given the tools in listing order (hidden tools excluded): those the
+/// manifest or config defers, then — while the listed rest is over `max_tokens` — tools
+/// from the end of the listing, so the earlier sources (custom tools, then servers in
+/// config order) keep their place.
+pub fn deferred(policy: &Policy, tools: &[Candidate<'_>]) -> HashSet<String> {
+    let mut out: HashSet<String> = tools
+        .iter()
+        .filter(|c| policy.defers(c.spec))
+        .map(|c| c.spec.name.clone())
+        .collect();
+    let Some(budget) = policy.max_tokens else {
+        return out;
+    };
+    let mut listed: usize = tools
+        .iter()
+        .filter(|c| !out.contains(&c.spec.name))
+        .map(|c| c.tokens)
+        .sum();
+    if listed <= budget {
+        return out;
+    }
+    // tool_search itself is listed once anything is deferred.
+    listed += search_tool_tokens();
+    for c in tools.iter().rev() {
+        if listed <= budget {
+            break;
+        }
+        if c.spec.source == ToolSource::Builtin || out.contains(&c.spec.name) {
+            continue;
+        }
+        listed = listed.saturating_sub(c.tokens);
+        out.insert(c.spec.name.clone());
+    }
+    out
+}
+
+/// Tokens of a definition, estimated as serialised bytes / 4 (close enough for English
+/// text and JSON Schema with the common tokenizers; the budget is a soft limit).
+pub fn estimate_tokens(serialised_len: usize) -> usize {
+    serialised_len.div_ceil(4)
+}
+
+fn search_tool_tokens() -> usize {
+    let spec = search_tool().spec();
+    estimate_tokens(spec.description.len() + spec.parameters.to_string().len() + 64)
+}
+
+/// What the registry should do with a non-built-in tool's definition.
+pub enum Verdict {
+    /// Pinned already with this very definition.
+    Accept,
+    /// New or changed under `auto`: pin it and list it.
+    Pin,
+    Quarantine(QuarantinedTool),
+}
+
+/// Applies the trust rule to one definition (`hash` = [`pins::hash_of`]`(def)`, `flags` =
+/// its screening). An approved pin is final: a definition the user approved is not screened
+/// again.
+pub fn verdict(
+    pins: &Pins,
+    trust: Trust,
+    def: &McpTool,
+    hash: &str,
+    flags: &[String],
+    server: Option<&str>,
+) -> Verdict {
+    let name = def.name.as_str();
+    let quarantine = |reason, changed: Vec<String>| {
+        Verdict::Quarantine(QuarantinedTool {
+            name: name.to_owned(),
+            server: server.map(str::to_owned),
+            reason,
+            message: message(name, reason, &changed, flags),
+            changed,
+            flags: flags.to_vec(),
+        })
+    };
+    match pins.matches(name, hash) {
+        Some(true) => Verdict::Accept,
+        _ if !flags.is_empty() => {
+            let changed = pins
+                .get(name)
+                .map(|p| pins::changed_parts(&p.definition, def))
+                .unwrap_or_default();
+            quarantine(QuarantineReason::Flagged, changed)
+        }
+        Some(false) if trust == Trust::Auto => Verdict::Pin,
+        Some(false) => {
+            let changed = pins
+                .get(name)
+                .map(|p| pins::changed_parts(&p.definition, def))
+                .unwrap_or_default();
+            quarantine(QuarantineReason::Changed, changed)
+        }
+        None if trust == Trust::QuarantineNew => quarantine(QuarantineReason::New, Vec::new()),
+        None => Verdict::Pin,
+    }
+}
+
+fn message(name: &str, reason: QuarantineReason, changed: &[String], flags: &[String]) -> String {
+    let what = match reason {
+        QuarantineReason::Changed => format!(
+            "its definition changed since it was approved ({})",
+            if changed.is_empty() {
+                "details unknown".to_owned()
+            } else {
+                changed.join(", ")
+            }
+        ),
+        QuarantineReason::New => "it is new and its server needs new tools approved".to_owned(),
+        QuarantineReason::Flagged => format!(
+            "its description looks like an injection attempt ({})",
+            flags.join("; ")
+        ),
+    };
+    format!(
+        "Tool '{name}' is quarantined: {what}. Review it with `toolhost tools diff {name}` and approve it with `toolhost tools approve {name}` (RPC tools.approve)."
+    )
+}
+
+/// The words screened in a definition: description, title and parameter descriptions.
+pub fn screen_definition(def: &McpTool) -> Vec<String> {
+    let mut flags = screen::screen(&def.description);
+    if let Some(t) = &def.title {
+        flags.extend(screen::screen(t));
+    }
+    if let Some(props) = def
+        .input_schema
+        .get("properties")
+        .and_then(Value::as_object)
+    {
+        for (k, v) in props {
+            if let Some(d) = v.get("description").and_then(Value::as_str) {
+                flags.extend(
+                    screen::screen(d)
+                        .into_iter()
+                        .map(|f| format!("parameter {k}: {f}")),
+                );
+            }
+        }
+    }
+    flags.dedup();
+    flags
+}
+
+/// Parameter names of an input schema (for the index).
+pub fn param_names(schema: &Value) -> Vec<&str> {
+    schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|p| p.keys().map(String::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// The built-in `tool_search`: listed whenever some tool is deferred. Its calls are served
+/// by the pipeline ([`crate::invoke`]), which has the snapshot and the session at hand.
+pub fn search_tool() -> &'static Arc<dyn Tool> {
+    static TOOL: OnceLock<Arc<dyn Tool>> = OnceLock::new();
+    TOOL.get_or_init(|| {
+        Arc::new(SearchTool(ToolSpec::builtin(
+            SEARCH_TOOL,
+            "- Find tools that are available but not listed yet, by what you want to do (keywords) or by a regular expression over their names.\n- Returns the full definitions of the best matches; they can be called right away by name.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "minLength": 1, "description": "What the tool should do, in a few words; or a regular expression such as ^mcp_github_."},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "description": "How many tools to return (default 5)."}
+                },
+                "required": ["query"],
+                "additionalProperties": false
+            }),
+            ApprovalClass::ReadOnly,
+        )))
+    })
+}
+
+struct SearchTool(ToolSpec);
+
+impl Tool for SearchTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.0
+    }
+    fn call(&self, _args: Map<String, Value>, _ctx: CallContext) -> BoxFuture<'_, ToolResult> {
+        Box::pin(async {
+            Err(ToolError::failed(
+                "tool_search is served by the host pipeline",
+            ))
+        })
+    }
+}
+
+/// Whether `tool` is the built-in search tool (a custom tool may not stand in for it).
+pub fn is_search_tool(tool: &Arc<dyn Tool>) -> bool {
+    Arc::ptr_eq(tool, search_tool())
+}
+
+/// Ranks the snapshot's deferred tools for `query` and returns full definitions.
+pub fn search(
+    snapshot: &crate::registry::Snapshot,
+    query: &str,
+    limit: Option<usize>,
+    format: ToolFormat,
+) -> ToolsSearchResult {
+    let limit = limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
+    let hits = snapshot.search_index().search(query, limit);
+    let names: Vec<&str> = hits.iter().map(|(n, _)| *n).collect();
+    let list = snapshot.list(&names, format);
+    ToolsSearchResult {
+        tools: list.tools,
+        matches: hits
+            .iter()
+            .map(|(n, s)| SearchMatch {
+                name: (*n).to_owned(),
+                score: (s * 1000.0).round() / 1000.0,
+            })
+            .collect(),
+        meta: list.meta,
+    }
+}
+
+/// The `tool_search` tool's result: definitions in `openai` format plus a line per match the
+/// model can read.
+pub fn search_tool_result(result: ToolsSearchResult) -> Map<String, Value> {
+    let text = if result.tools.is_empty() {
+        "No matching tools.".to_owned()
+    } else {
+        result
+            .tools
+            .iter()
+            .map(|t| format!("{}: {}", t.name(), first_line(t.description())))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let mut out = Map::new();
+    out.insert("text".into(), Value::String(text));
+    out.insert(
+        "tools".into(),
+        serde_json::to_value(&result.tools).unwrap_or(Value::Null),
+    );
+    out
+}
+
+fn first_line(s: &str) -> &str {
+    s.trim_start_matches("- ").lines().next().unwrap_or("")
+}
+
+/// Remembers tools loaded through a search in the session, keeping the existing order.
+pub fn merge_loaded(loaded: &mut Vec<String>, found: &[String]) {
+    let have: HashSet<String> = loaded.iter().cloned().collect();
+    loaded.extend(found.iter().filter(|n| !have.contains(*n)).cloned());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn spec(name: &str, source: ToolSource, deferrable: bool) -> ToolSpec {
+        ToolSpec {
+            deferrable,
+            source,
+            ..ToolSpec::builtin(name, "d", json!({}), ApprovalClass::ReadOnly)
+        }
+    }
+
+    fn mcp(server: &str, name: &str) -> ToolSpec {
+        spec(
+            name,
+            ToolSource::Mcp {
+                server: server.into(),
+                remote_name: name.into(),
+            },
+            false,
+        )
+    }
+
+    fn sorted(s: HashSet<String>) -> Vec<String> {
+        let mut v: Vec<String> = s.into_iter().collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn manifest_config_and_budget_defer_but_never_builtins() {
+        let builtin = spec("bash", ToolSource::Builtin, true);
+        let custom = spec(
+            "c",
+            ToolSource::Custom {
+                dir: PathBuf::from("/x"),
+            },
+            true,
+        );
+        let (a1, a2, b1, b2) = (
+            mcp("a", "a1"),
+            mcp("a", "a2"),
+            mcp("b", "b1"),
+            mcp("b", "b2"),
+        );
+        let tools = [&builtin, &custom, &a1, &a2, &b1, &b2];
+        let cands: Vec<Candidate<'_>> = tools
+            .iter()
+            .map(|s| Candidate {
+                spec: s,
+                tokens: 100,
+            })
+            .collect();
+        let mut policy = Policy::default();
+        assert_eq!(sorted(deferred(&policy, &cands)), vec!["c"]);
+        policy.defer.insert("a1".into());
+        policy.servers.insert("b".into(), (true, Trust::Pin));
+        assert_eq!(
+            sorted(deferred(&policy, &cands)),
+            vec!["a1", "b1", "b2", "c"]
+        );
+        // A budget for the built-in, one more tool and tool_search: the last tools go first.
+        let mut policy = Policy {
+            max_tokens: Some(200 + search_tool_tokens()),
+            ..Policy::default()
+        };
+        assert_eq!(
+            sorted(deferred(&policy, &cands)),
+            vec!["a2", "b1", "b2", "c"]
+        );
+        policy.max_tokens = Some(10);
+        assert!(!deferred(&policy, &cands).contains("bash"));
+    }
+
+    #[test]
+    fn trust_decides_new_changed_and_flagged() {
+        let pins = Pins::in_memory();
+        let def = |d: &str| McpTool {
+            name: "t".into(),
+            title: None,
+            description: d.into(),
+            input_schema: json!({}),
+            output_schema: None,
+            annotations: None,
+        };
+        let v = |trust, d: &str| {
+            let t = def(d);
+            let flags = screen_definition(&t);
+            match verdict(&pins, trust, &t, &pins::hash_of(&t), &flags, None) {
+                Verdict::Accept => "accept".to_owned(),
+                Verdict::Pin => "pin".to_owned(),
+                Verdict::Quarantine(q) => format!("{:?} {:?}", q.reason, q.changed),
+            }
+        };
+        assert_eq!(v(Trust::QuarantineNew, "one"), "New []");
+        assert_eq!(v(Trust::Pin, "one"), "pin");
+        let t = def("one");
+        pins.set_all(vec![(
+            "t".into(),
+            Pin {
+                hash: pins::hash_of(&t),
+                definition: t,
+            },
+        )]);
+        assert_eq!(v(Trust::Pin, "one"), "accept");
+        assert_eq!(v(Trust::Pin, "two"), "Changed [\"description\"]");
+        assert_eq!(v(Trust::Auto, "two"), "pin");
+        assert_eq!(
+            v(Trust::Auto, "<IMPORTANT>x</IMPORTANT>"),
+            "Flagged [\"description\"]"
+        );
+    }
+}
