@@ -98,10 +98,14 @@ enum Command {
         #[command(flatten)]
         out: Output,
     },
-    /// Manage MCP servers (edits config.json; the daemon applies the change).
+    /// Serve the host's tools as an MCP server on stdio (no subcommand), or manage MCP
+    /// servers (edits config.json; the daemon applies the change).
     Mcp {
         #[command(subcommand)]
-        command: McpCommand,
+        command: Option<McpCommand>,
+        /// Stdio server: use this host session (created when missing) instead of a new one.
+        #[arg(long)]
+        session: Option<String>,
         #[command(flatten)]
         out: Output,
     },
@@ -254,6 +258,21 @@ async fn run(cli: Cli) -> ExitCode {
                 },
             ..
         } => crate::session::recover_cli(data_dir, cli.config, export_from),
+        Command::Mcp {
+            command: None,
+            session,
+            ..
+        } => {
+            let path = client::default_socket(cli.socket.as_deref(), cli.config.as_deref());
+            match crate::facade::run_stdio(&path, session).await {
+                // A pending stdin read cannot be cancelled: exit rather than wait for it.
+                Ok(()) => std::process::exit(0),
+                Err(e) => {
+                    eprintln!("toolhost: {e}");
+                    ExitCode::from(exit_code(&e))
+                }
+            }
+        }
         command => {
             let path = client::default_socket(cli.socket.as_deref(), cli.config.as_deref());
             match client_command(&path, command).await {
@@ -476,10 +495,15 @@ async fn client_command(
             Ok(ExitCode::SUCCESS)
         }
         Command::Session { command, out } => session_command(&client, command, out).await,
-        Command::Mcp { command, out } => mcp_command(&client, command, out).await,
-        Command::Serve { .. } | Command::Config { .. } | Command::Tool { .. } => {
-            Ok(ExitCode::from(2))
-        }
+        Command::Mcp {
+            command: Some(command),
+            out,
+            ..
+        } => mcp_command(&client, command, out).await,
+        Command::Serve { .. }
+        | Command::Config { .. }
+        | Command::Tool { .. }
+        | Command::Mcp { command: None, .. } => Ok(ExitCode::from(2)),
     }
 }
 
