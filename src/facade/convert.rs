@@ -13,7 +13,7 @@ use crate::protocol::{McpTool, ToolMeta};
 
 /// The fields that carry a tool's main text, in order of preference; the first that is a
 /// string becomes the first text block of the MCP result.
-const MAIN_TEXT: [&str; 4] = ["output", "content", "entries", "matches"];
+const MAIN_TEXT: [&str; 5] = ["output", "stdout", "content", "entries", "matches"];
 
 /// One live tool as an MCP `Tool`: title, description, input and output schema kept, and
 /// annotations whose `readOnlyHint` follows the tool's approval class (`destructiveHint`
@@ -91,6 +91,8 @@ pub fn call_result(ok: bool, error: Option<&str>, fields: &Map<String, Value>) -
                 }
             }
         }
+        // Empty text (a quiet stderr) says nothing to the model.
+        rest.retain(|_, v| v.as_str() != Some(""));
         if !rest.is_empty() {
             blocks.push(ContentBlock::text(Value::Object(rest).to_string()));
         }
@@ -161,7 +163,7 @@ mod tests {
         let r = call_result(true, None, &obj(json!({"output": "hi\n", "exit_code": 0})));
         assert_eq!(
             serde_json::to_value(&r).unwrap(),
-            json!({"content": [{"type": "text", "text": "hi\n"}, {"type": "text", "text": "{\"exit_code\":0}"}], "isError": false})
+            json!({"resultType": "complete", "content": [{"type": "text", "text": "hi\n"}, {"type": "text", "text": "{\"exit_code\":0}"}], "isError": false})
         );
     }
 
@@ -175,7 +177,7 @@ mod tests {
         let r = call_result(true, None, &fields);
         assert_eq!(
             serde_json::to_value(&r).unwrap(),
-            json!({"content": [{"type": "image", "data": "AAAA", "mimeType": "image/png"}], "structuredContent": {"n": 1}, "isError": false})
+            json!({"resultType": "complete", "content": [{"type": "image", "data": "AAAA", "mimeType": "image/png"}], "structuredContent": {"n": 1}, "isError": false})
         );
     }
 
@@ -184,7 +186,7 @@ mod tests {
         let r = call_result(false, Some("boom"), &Map::new());
         assert_eq!(
             serde_json::to_value(&r).unwrap(),
-            json!({"content": [{"type": "text", "text": "boom"}], "isError": true})
+            json!({"resultType": "complete", "content": [{"type": "text", "text": "boom"}], "isError": true})
         );
     }
 
