@@ -558,3 +558,77 @@ async fn strict_sessions_ask_the_user_through_elicitation() {
     assert!(marker.exists());
     mcp.cancel().await.unwrap();
 }
+
+/// Runs `tests/facade_py/client.py` with the pinned Python MCP SDK (installed into
+/// `tests/.venv` when missing); `None` when python3 is absent.
+async fn python_client(args: &[&str]) -> Option<Value> {
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    if std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("SKIPPED: python3 is not installed, so the Python MCP SDK tests cannot run");
+        return None;
+    }
+    let install = tokio::process::Command::new(tests.join("facade_py/install.sh"))
+        .status()
+        .await
+        .unwrap();
+    assert!(install.success(), "installing the Python MCP SDK failed");
+    let out = tokio::process::Command::new(tests.join(".venv/bin/python"))
+        .arg(tests.join("facade_py/client.py"))
+        .args(args)
+        .env("TOOLHOST_MCP_PAGE_SIZE", "3")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "client.py failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(serde_json::from_slice(&out.stdout).unwrap())
+}
+
+/// What client.py must see, over either transport.
+fn python_expected(mode: &str) -> Value {
+    json!({
+        "server": "toolhost",
+        "protocol": "2025-11-25",
+        "tools": ["bash", "list_dir", "patch_file", "pic", "read_file", "search_files", "slow", "write_file"],
+        "pages": 3,
+        "bash": {"is_error": false, "first": "hi\n"},
+        "progress": [[1.0, 2.0, "drawing"]],
+        "pic": {"is_error": false,
+                "content": [{"type": "image", "data": "AAAA", "mimeType": "image/png"}, {"type": "text", "text": "a dot"}],
+                "structured": {"n": 1}},
+        "error": true,
+        "unknown": -32602,
+        "mode": mode,
+    })
+}
+
+#[tokio::test]
+async fn python_sdk_over_stdio_and_http() {
+    let d = start(json!({})).await;
+    let socket = d.socket();
+    let Some(mut stdio) = python_client(&["stdio", BIN, socket.to_str().unwrap()]).await else {
+        return;
+    };
+    stdio["mode"] = json!("stdio");
+    assert_eq!(stdio, python_expected("stdio"));
+    let url = format!("http://{}/mcp", tcp_addr(&d));
+    let mut http = python_client(&["http", &url, TOKEN]).await.unwrap();
+    http["mode"] = json!("http");
+    assert_eq!(http, python_expected("http"));
+    let sessions = d.call("session.list", json!({})).await["result"]["sessions"].clone();
+    let mut names: Vec<&str> = sessions
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["meta"]["mcp_client"]["name"].as_str().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["python-http", "python-stdio"]);
+}
