@@ -4,7 +4,7 @@
 //!
 //! Run all sections: `cargo bench --bench throughput`
 //! Run some: `cargo bench --bench throughput -- mcp sessions` (a section runs when its name
-//! contains one of the arguments; sections: `core`, `mcp`, `sessions`, `config`).
+//! contains one of the arguments; sections: `core`, `mcp`, `sessions`, `config`, `facade`).
 //!
 //! Each section starts its own daemon with the integration tests' launcher
 //! (`tests/common`: `--socket`, `--config`, `serve --workspace --data-dir` on a temp dir,
@@ -35,7 +35,7 @@ use tokio::process::Command;
 use tokio_tungstenite::tungstenite::Message;
 use toolhost::protocol::{McpServerState, McpServerStatus, Session};
 
-const SECTIONS: &[&str] = &["core", "mcp", "sessions", "config", "catalog"];
+const SECTIONS: &[&str] = &["core", "mcp", "sessions", "config", "catalog", "facade"];
 
 #[tokio::main]
 async fn main() {
@@ -75,6 +75,9 @@ async fn main() {
     }
     if selected("catalog") {
         catalog().await;
+    }
+    if selected("facade") {
+        facade().await;
     }
     println!("\ntotal time: {:.1} s", started.elapsed().as_secs_f64());
 }
@@ -1310,4 +1313,120 @@ async fn catalog() {
         format!("{:.1} MB", rss as f64 / 1024.0),
         None,
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// 5. MCP facade
+
+/// The MCP facade's added latency: the same small `read_file` through `invoke` on the
+/// socket (the library client), through `/mcp` (rmcp's streamable HTTP client over TCP)
+/// and through `toolhost mcp` (rmcp's stdio client), sequentially, in alternating blocks.
+async fn facade() {
+    header("facade: a tools/call through the MCP facade vs invoke on the socket");
+    use rmcp::model::CallToolRequestParams;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+    use rmcp::ServiceExt;
+    use toolhost::protocol::InvokeParams;
+
+    const TOKEN: &str = "bench-token";
+    let mut d = Daemon::unstarted();
+    let cfg = json!({"listen": {"tcp": "127.0.0.1:0"}});
+    std::fs::write(d.config_path(), cfg.to_string()).unwrap();
+    std::fs::write(d.workspace().join("small.txt"), "one\ntwo\n").unwrap();
+    d.spawn(&[("TOOLHOST_TOKEN", TOKEN)]).await;
+    let log = d.log();
+    let addr = log
+        .split("tcp ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap()
+        .to_owned();
+
+    let client = d.client().await;
+    let args = json!({"path": "small.txt"}).as_object().unwrap().clone();
+    let invoke = InvokeParams::new("read_file", args.clone());
+    let http_cfg = StreamableHttpClientTransportConfig::with_uri(format!("http://{addr}/mcp"))
+        .auth_header(TOKEN);
+    let http =
+        ().serve(StreamableHttpClientTransport::from_config(http_cfg))
+            .await
+            .expect("MCP initialise over HTTP");
+    let mut cmd = Command::new(BIN);
+    cmd.arg("mcp").arg("--socket").arg(d.socket());
+    let (transport, _) = TokioChildProcess::builder(cmd)
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn toolhost mcp");
+    let stdio = ().serve(transport).await.expect("MCP initialise over stdio");
+    let call = |peer: rmcp::Peer<rmcp::RoleClient>| {
+        let req =
+            CallToolRequestParams::new(Cow::Borrowed("read_file")).with_arguments(args.clone());
+        async move { matches!(peer.call_tool(req).await, Ok(r) if r.is_error != Some(true)) }
+    };
+
+    let (mut direct, mut over_http, mut over_stdio) =
+        (Lat::default(), Lat::default(), Lat::default());
+    let mut failed = 0;
+    for round in 0..5 {
+        let n = if round == 0 { 100 } else { 400 }; // the first round warms up
+        let (mut a, mut b, mut c) = (Lat::default(), Lat::default(), Lat::default());
+        for _ in 0..n {
+            let t = Instant::now();
+            if !client.invoke(&invoke).await.is_ok_and(|r| r.result.ok) {
+                failed += 1;
+            }
+            a.0.push(t.elapsed());
+            let t = Instant::now();
+            if !call(http.peer().clone()).await {
+                failed += 1;
+            }
+            b.0.push(t.elapsed());
+            let t = Instant::now();
+            if !call(stdio.peer().clone()).await {
+                failed += 1;
+            }
+            c.0.push(t.elapsed());
+        }
+        if round > 0 {
+            direct.extend(a);
+            over_http.extend(b);
+            over_stdio.extend(c);
+        }
+    }
+    let base = direct.p50();
+    let added = |l: &mut Lat| l.p50().saturating_sub(base);
+    row(
+        "invoke read_file on the socket, p50 / p99",
+        direct.p50_p99(),
+        None,
+    );
+    row(
+        "tools/call over /mcp (HTTP, TCP), p50 / p99",
+        over_http.p50_p99(),
+        None,
+    );
+    let h = added(&mut over_http);
+    row(
+        "  added by the HTTP facade, p50",
+        fmt_dur(h),
+        Some(("≤ 0.1 ms", h <= Duration::from_micros(100))),
+    );
+    row(
+        "tools/call over toolhost mcp (stdio), p50 / p99",
+        over_stdio.p50_p99(),
+        None,
+    );
+    let s = added(&mut over_stdio);
+    row(
+        "  added by the stdio facade, p50",
+        fmt_dur(s),
+        Some(("≤ 0.15 ms", s <= Duration::from_micros(150))),
+    );
+    if failed > 0 {
+        row("  !! failed calls", failed, None);
+    }
+    let _ = http.cancel().await;
+    let _ = stdio.cancel().await;
+    d.stop().await;
 }

@@ -9,7 +9,8 @@
 //! - `registry`: the `Tool` trait and the live registry (revision, etag, atomic swap);
 //! - `invoke`: the call pipeline (validation, approval, timeout, cancel, output cap);
 //! - `tools`: built-in tools; `process`: process groups and their kill guard;
-//! - `mcp`: MCP servers (the only place that knows rmcp);
+//! - `mcp`: MCP servers (the rmcp client side); `facade`: toolhost as an MCP server
+//!   (the rmcp server side);
 //! - `metrics`, `audit`: what the host is doing (`/metrics`, the call audit log);
 //! - `session`: persisted sessions; `config`: config.json; `approval`: the policy;
 //! - [`cli`]: the command line.
@@ -29,6 +30,7 @@ mod config;
 mod custom;
 pub mod daemon;
 mod error;
+mod facade;
 mod host;
 mod invoke;
 mod logging;

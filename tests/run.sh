@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Runs the whole test suite from a fresh clone: installs the pinned third-party MCP servers
-# (npm, from tests/package-lock.json), builds, then runs every test.
+# (npm, from tests/package-lock.json) and the pinned Python MCP SDK, builds, then runs every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ ! -d tests/node_modules/@modelcontextprotocol/server-everything ]; then
   npm ci --prefix tests --no-audit --no-fund --loglevel=error
+fi
+# The pinned Python MCP SDK for the facade tests (tests/.venv), when python3 is there.
+if command -v python3 >/dev/null 2>&1; then
+  tests/facade_py/install.sh
 fi
 if command -v cargo-nextest >/dev/null 2>&1; then
   cargo nextest run --lib --bins --tests --no-fail-fast "$@"

@@ -133,10 +133,14 @@ enum Command {
         #[command(subcommand)]
         command: SessionCommand,
     },
-    /// Manage MCP servers (edits config.json; the daemon applies the change).
+    /// Serve the host's tools as an MCP server on stdio (no subcommand), or manage MCP
+    /// servers (edits config.json; the daemon applies the change).
     Mcp {
         #[command(subcommand)]
-        command: McpCommand,
+        command: Option<McpCommand>,
+        /// Stdio server: use this host session (created when missing) instead of a new one.
+        #[arg(long)]
+        session: Option<String>,
     },
     /// Create and check custom tools (no daemon needed).
     Tool {
@@ -313,6 +317,21 @@ async fn run(cli: Cli) -> ExitCode {
                 },
             ..
         } => crate::session::recover_cli(data_dir, cli.config, export_from),
+        Command::Mcp {
+            command: None,
+            session,
+            ..
+        } => {
+            let path = client::default_socket(cli.socket.as_deref(), cli.config.as_deref());
+            match crate::facade::run_stdio(&path, session).await {
+                // A pending stdin read cannot be cancelled: exit rather than wait for it.
+                Ok(()) => std::process::exit(0),
+                Err(e) => {
+                    eprintln!("toolhost: {e}");
+                    ExitCode::from(exit_code(&e))
+                }
+            }
+        }
         command => {
             let path = client::default_socket(cli.socket.as_deref(), cli.config.as_deref());
             let wait = cli.timeout.unwrap_or(client::DEFAULT_TIMEOUT);
@@ -650,10 +669,14 @@ async fn client_command(
         Command::Status { watch } => status::run(&client, out.json, watch).await,
         Command::Config { command } => config_command(&client, command, out).await,
         Command::Session { command } => session_command(&client, command, out).await,
-        Command::Mcp { command } => mcp_command(&client, command, out).await,
-        Command::Serve { .. } | Command::Tool { .. } | Command::Calls { .. } => {
-            Ok(ExitCode::from(2))
-        }
+        Command::Mcp {
+            command: Some(command),
+            ..
+        } => mcp_command(&client, command, out).await,
+        Command::Serve { .. }
+        | Command::Tool { .. }
+        | Command::Calls { .. }
+        | Command::Mcp { command: None, .. } => Ok(ExitCode::from(2)),
     }
 }
 

@@ -94,6 +94,12 @@ impl Connection {
                 path: socket.to_path_buf(),
                 reason: e.to_string(),
             })?;
+        Ok(Connection::from_stream(stream))
+    }
+
+    /// A connection over an already connected stream (the daemon's in-process MCP facade
+    /// uses one end of a socket pair).
+    pub fn from_stream(stream: UnixStream) -> Connection {
         let (read, write) = stream.into_split();
         let conn = Arc::new_cyclic(|weak: &std::sync::Weak<Inner>| {
             let weak = weak.clone();
@@ -104,7 +110,7 @@ impl Connection {
                 reader: tokio::spawn(read_loop(read, weak)),
             }
         });
-        Ok(Connection(conn))
+        Connection(conn)
     }
 
     fn next_id(&self) -> u64 {

@@ -83,6 +83,15 @@ impl Client {
         })
     }
 
+    /// A client over an already connected stream (one end of a socket pair whose other
+    /// end the daemon serves).
+    pub fn from_stream(stream: tokio::net::UnixStream) -> Client {
+        Client {
+            conn: Connection::from_stream(stream),
+            timeout: DEFAULT_TIMEOUT,
+        }
+    }
+
     /// The same client with another default wait for answers.
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;

@@ -28,14 +28,21 @@ pub struct McpManager {
     servers: Mutex<IndexMap<String, Arc<Server>>>,
     registry: Registry,
     tracker: tokio_util::task::TaskTracker,
+    /// The host workspace as a `file://` URI: the root offered to servers that ask.
+    root: String,
 }
 
 impl McpManager {
-    pub fn new(registry: Registry, tracker: tokio_util::task::TaskTracker) -> Self {
+    pub fn new(
+        registry: Registry,
+        tracker: tokio_util::task::TaskTracker,
+        workspace: &std::path::Path,
+    ) -> Self {
         McpManager {
             servers: Mutex::default(),
             registry,
             tracker,
+            root: client::file_uri(workspace),
         }
     }
 
@@ -46,7 +53,14 @@ impl McpManager {
     /// Starts a server. With `publish` its tools go to the registry as soon as it connects
     /// (daemon start); without, the caller collects them for a single reload swap.
     pub fn start(&self, name: &str, config: McpServer, publish: bool) -> Arc<Server> {
-        let server = Server::spawn(name, config, self.registry.clone(), publish, &self.tracker);
+        let server = Server::spawn(
+            name,
+            config,
+            self.registry.clone(),
+            publish,
+            &self.tracker,
+            self.root.clone(),
+        );
         if let Some(old) = self.lock().insert(name.to_owned(), server.clone()) {
             old.retire();
         }

@@ -76,6 +76,9 @@ pub struct Server {
     publish: AtomicBool,
     /// Set once the server is removed or replaced.
     retired: AtomicBool,
+    /// The `file://` URI answered to the server's `roots/list`: its `cwd`, else the host
+    /// workspace.
+    root: String,
 }
 
 impl Server {
@@ -87,6 +90,7 @@ impl Server {
         registry: Registry,
         publish: bool,
         tracker: &tokio_util::task::TaskTracker,
+        root: String,
     ) -> Arc<Server> {
         let (control, control_rx) = mpsc::unbounded_channel();
         let state = if config.enabled {
@@ -118,6 +122,7 @@ impl Server {
             registry,
             publish: AtomicBool::new(publish),
             retired: AtomicBool::new(false),
+            root,
         });
         if server.config().enabled {
             tracker.spawn(supervise(server.clone(), control_rx));
@@ -313,6 +318,11 @@ impl Server {
                 deferrable: false,
                 annotations,
             },
+            title: t["title"]
+                .as_str()
+                .or_else(|| t["annotations"]["title"].as_str())
+                .map(str::to_owned),
+            output_schema: t.get("outputSchema").filter(|s| s.is_object()).cloned(),
             remote_name,
             server: self.clone(),
         }
@@ -355,7 +365,11 @@ async fn supervise(server: Arc<Server>, mut control: mpsc::UnboundedReceiver<Con
     loop {
         server.set_state(State::Connecting, None);
         let (notice_tx, mut notices) = mpsc::unbounded_channel();
-        let client = Client::new(server.progress.clone(), notice_tx);
+        let root = match &server.config().cwd {
+            Some(cwd) => super::client::file_uri(cwd),
+            None => server.root.clone(),
+        };
+        let client = Client::new(server.progress.clone(), notice_tx, root);
         let attempt = tokio::select! {
             r = connect_and_list(&server, client) => Some(r),
             c = control.recv() => match c {

@@ -23,11 +23,23 @@ pub struct McpTool {
     pub spec: ToolSpec,
     pub remote_name: String,
     pub server: Arc<Server>,
+    /// The server's `title` (else its `annotations.title`), kept for the `mcp` list format.
+    pub title: Option<String>,
+    /// The server's `outputSchema`, kept for the `mcp` list format.
+    pub output_schema: Option<Value>,
 }
 
 impl Tool for McpTool {
     fn spec(&self) -> &ToolSpec {
         &self.spec
+    }
+
+    fn title(&self) -> Option<&str> {
+        self.title.as_deref()
+    }
+
+    fn output_schema(&self) -> Option<&Value> {
+        self.output_schema.as_ref()
     }
 
     fn call(&self, args: Map<String, Value>, ctx: CallContext) -> BoxFuture<'_, ToolResult> {
@@ -142,8 +154,13 @@ fn variant_name(r: &ServerResult) -> String {
 
 /// Maps an MCP `CallToolResult` (as JSON) onto our result: text joined into `output`,
 /// `structuredContent` kept as `structured_content`, the first image as the control
-/// fields `_multimodal`/`_image_data_url`, `isError` as a `failed` result.
+/// fields `_multimodal`/`_image_data_url`, `isError` as a `failed` result. When there is
+/// more than text (images, audio, resources), the blocks are also kept whole as `content`,
+/// as a custom tool's are, so MCP frontends (the facade) get them as they were.
 pub fn map_result(r: Value) -> ToolResult {
+    let rich = r["content"]
+        .as_array()
+        .is_some_and(|blocks| blocks.iter().any(|b| b["type"] != "text"));
     let mut texts = Vec::new();
     let mut image: Option<String> = None;
     for block in r["content"].as_array().into_iter().flatten() {
@@ -193,6 +210,9 @@ pub fn map_result(r: Value) -> ToolResult {
         return Err(e);
     }
     fields.insert("output".into(), Value::String(output));
+    if rich {
+        fields.insert("content".into(), r["content"].clone());
+    }
     if let Some(url) = image {
         fields.insert("_multimodal".into(), Value::Bool(true));
         fields.insert("_image_data_url".into(), Value::String(url));
@@ -231,6 +251,10 @@ mod tests {
         assert_eq!(img["_image_data_url"], "data:image/png;base64,AAAA");
         assert_eq!(img["_multimodal"], true);
         assert_eq!(img["output"], "[image: image/png, 4 bytes base64]");
+        assert_eq!(
+            img["content"],
+            json!([{"type": "image", "data": "AAAA", "mimeType": "image/png"}])
+        );
         let err =
             map_result(json!({"content": [{"type": "text", "text": "boom"}], "isError": true}))
                 .unwrap_err();

@@ -715,6 +715,10 @@ impl hyper::service::Service<HttpRequest<Incoming>> for HttpService {
                 return ready(plain(401, "missing or wrong Authorization: Bearer token\n"));
             }
         }
+        if req.uri().path() == "/mcp" {
+            let mcp = self.shared.mcp.clone();
+            return async move { Ok(mcp.handle(req).await.map(HttpBody::new)) }.boxed();
+        }
         if req.method() == hyper::Method::GET && req.uri().path() == "/health" {
             let health = super::methods::health(&self.shared.host);
             // 503 while degraded, so a HEALTHCHECK or a load balancer sees it.

@@ -50,6 +50,8 @@ pub(crate) struct Shared {
     stop: StopHandle,
     max_request_bytes: usize,
     frame_timeout: Duration,
+    /// `/mcp`: the MCP facade over streamable HTTP.
+    mcp: crate::facade::Endpoint,
 }
 
 /// A running server: stop accepting, then wait for connections to drain.
@@ -96,13 +98,14 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
         .to_service_builder();
     let methods: Methods = methods::module(host.clone())?.into();
     let (stop, handle) = stop_channel();
-    let shared = Arc::new(Shared {
+    let shared = Arc::new_cyclic(|weak: &std::sync::Weak<Shared>| Shared {
         host: host.clone(),
         methods,
         service,
         stop,
         max_request_bytes: max_request,
         frame_timeout: frame_timeout(),
+        mcp: crate::facade::Endpoint::new(in_process(weak.clone()), host.shutdown_token().clone()),
     });
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let accept = host.shutdown_token().child_token();
@@ -163,6 +166,19 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
         handle,
         accept,
         socket_to_remove: owned_path,
+    })
+}
+
+/// Opens a connection to this server without a socket file: one end of a socket pair,
+/// whose other end is served like any accepted connection (the MCP facade's client).
+fn in_process(shared: std::sync::Weak<Shared>) -> crate::facade::Connect {
+    Arc::new(move || {
+        let shared = shared
+            .upgrade()
+            .ok_or_else(|| std::io::Error::other("the server has stopped"))?;
+        let (ours, theirs) = tokio::net::UnixStream::pair()?;
+        tokio::spawn(connection::serve_unix(theirs, shared));
+        Ok(ours)
     })
 }
 

@@ -1,0 +1,219 @@
+//! Shapes between the host protocol and MCP: a `list_tools` entry as an MCP `Tool`, an
+//! `invoke` result as a `CallToolResult`, MCP roots as a workspace path.
+//!
+//! rmcp's model types deserialise from the JSON the MCP spec defines, and our protocol
+//! types serialise to the same spelling (`inputSchema`, `mimeType`, content `type`s), so
+//! most conversions go through JSON rather than restating every field by hand.
+
+use rmcp::model::{CallToolResult, ContentBlock, Tool};
+use serde_json::{Map, Value};
+
+use crate::approval::ApprovalClass;
+use crate::protocol::{McpTool, ToolMeta};
+
+/// The fields that carry a tool's main text, in order of preference; the first that is a
+/// string becomes the first text block of the MCP result.
+const MAIN_TEXT: [&str; 5] = ["output", "stdout", "content", "entries", "matches"];
+
+/// One live tool as an MCP `Tool`: title, description, input and output schema kept, and
+/// annotations whose `readOnlyHint` follows the tool's approval class (`destructiveHint`
+/// and the rest as the tool or its upstream server reported them).
+pub fn tool(entry: &McpTool, meta: Option<&ToolMeta>) -> Option<Tool> {
+    let mut annotations = entry
+        .annotations
+        .clone()
+        .or_else(|| meta.and_then(|m| m.annotations.clone()))
+        .and_then(|a| match a {
+            Value::Object(o) => Some(o),
+            _ => None,
+        })
+        .unwrap_or_default();
+    match meta.and_then(|m| m.approval) {
+        Some(ApprovalClass::ReadOnly) => {
+            annotations.insert("readOnlyHint".into(), Value::Bool(true));
+        }
+        Some(ApprovalClass::Write | ApprovalClass::Command) => {
+            annotations.insert("readOnlyHint".into(), Value::Bool(false));
+        }
+        None => {}
+    }
+    let mut t = Map::new();
+    t.insert("name".into(), entry.name.clone().into());
+    if let Some(title) = &entry.title {
+        t.insert("title".into(), title.clone().into());
+    }
+    t.insert("description".into(), entry.description.clone().into());
+    t.insert("inputSchema".into(), entry.input_schema.clone());
+    if let Some(out) = entry.output_schema.as_ref().filter(|s| s.is_object()) {
+        t.insert("outputSchema".into(), out.clone());
+    }
+    if !annotations.is_empty() {
+        t.insert("annotations".into(), Value::Object(annotations));
+    }
+    match serde_json::from_value(Value::Object(t)) {
+        Ok(tool) => Some(tool),
+        Err(e) => {
+            tracing::warn!(tool = %entry.name, %e, "tool cannot be described over MCP; left out");
+            None
+        }
+    }
+}
+
+/// A finished call as an MCP result. A tool's own `content` blocks pass through as they
+/// are; otherwise its main text field becomes a text block and the remaining fields a
+/// second (compact JSON) block, so facts such as `exit_code` reach the model.
+/// `structured_content` becomes `structuredContent`; `ok:false` becomes `isError` with
+/// the error text first.
+pub fn call_result(ok: bool, error: Option<&str>, fields: &Map<String, Value>) -> CallToolResult {
+    let mut rest = fields.clone();
+    let structured = rest.remove("structured_content").filter(Value::is_object);
+    let mut blocks: Vec<ContentBlock> = Vec::new();
+    if let Some(e) = error.filter(|e| !e.is_empty()) {
+        blocks.push(ContentBlock::text(e));
+    }
+    let own = rest
+        .get("content")
+        .filter(|c| c.is_array())
+        .and_then(|c| serde_json::from_value::<Vec<ContentBlock>>(c.clone()).ok());
+    if let Some(own) = own {
+        rest.remove("content");
+        // Text already given as `output` (the MCP client's summary of the same blocks).
+        rest.remove("output");
+        blocks.extend(own);
+    } else {
+        if let Some(key) = MAIN_TEXT
+            .iter()
+            .find(|k| rest.get(**k).is_some_and(Value::is_string))
+        {
+            if let Some(Value::String(text)) = rest.remove(*key) {
+                if !text.is_empty() || blocks.is_empty() {
+                    blocks.push(ContentBlock::text(text));
+                }
+            }
+        }
+        // Empty text (a quiet stderr) says nothing to the model.
+        rest.retain(|_, v| v.as_str() != Some(""));
+        if !rest.is_empty() {
+            blocks.push(ContentBlock::text(Value::Object(rest).to_string()));
+        }
+    }
+    let mut r = if ok {
+        CallToolResult::success(blocks)
+    } else {
+        CallToolResult::error(blocks)
+    };
+    r.structured_content = structured;
+    r
+}
+
+/// The local directory a root names (`file:///a%20b` → `/a b`); `None` for other schemes.
+pub fn root_path(uri: &str) -> Option<String> {
+    let rest = uri.strip_prefix("file://")?;
+    // `file://localhost/x` and `file:///x` both name `/x`.
+    let path = rest.strip_prefix("localhost").unwrap_or(rest);
+    if !path.starts_with('/') {
+        return None;
+    }
+    percent_decode(path)
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn obj(v: Value) -> Map<String, Value> {
+        match v {
+            Value::Object(o) => o,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn roots_name_local_directories_only() {
+        assert_eq!(
+            root_path("file:///home/a%20b/p").as_deref(),
+            Some("/home/a b/p")
+        );
+        assert_eq!(root_path("file://localhost/x").as_deref(), Some("/x"));
+        assert_eq!(root_path("https://example.com/x"), None);
+        assert_eq!(root_path("file://host/x"), None);
+        assert_eq!(root_path("file:///bad%zz"), None);
+    }
+
+    #[test]
+    fn builtin_results_keep_their_main_text_and_facts() {
+        let r = call_result(true, None, &obj(json!({"output": "hi\n", "exit_code": 0})));
+        assert_eq!(
+            serde_json::to_value(&r).unwrap(),
+            json!({"resultType": "complete", "content": [{"type": "text", "text": "hi\n"}, {"type": "text", "text": "{\"exit_code\":0}"}], "isError": false})
+        );
+    }
+
+    #[test]
+    fn own_content_blocks_and_structured_output_pass_through() {
+        let fields = obj(json!({
+            "output": "[image: image/png, 4 bytes base64]",
+            "content": [{"type": "image", "data": "AAAA", "mimeType": "image/png"}],
+            "structured_content": {"n": 1}
+        }));
+        let r = call_result(true, None, &fields);
+        assert_eq!(
+            serde_json::to_value(&r).unwrap(),
+            json!({"resultType": "complete", "content": [{"type": "image", "data": "AAAA", "mimeType": "image/png"}], "structuredContent": {"n": 1}, "isError": false})
+        );
+    }
+
+    #[test]
+    fn failures_lead_with_the_error() {
+        let r = call_result(false, Some("boom"), &Map::new());
+        assert_eq!(
+            serde_json::to_value(&r).unwrap(),
+            json!({"resultType": "complete", "content": [{"type": "text", "text": "boom"}], "isError": true})
+        );
+    }
+
+    #[test]
+    fn annotations_follow_the_approval_class() {
+        let entry = McpTool {
+            name: "w".into(),
+            title: Some("Write".into()),
+            description: "d".into(),
+            input_schema: json!({"type": "object"}),
+            output_schema: Some(json!({"type": "object"})),
+            annotations: Some(json!({"destructiveHint": true})),
+        };
+        let meta = ToolMeta {
+            source: crate::protocol::ToolSourceKind::Builtin,
+            server: None,
+            approval: Some(ApprovalClass::Write),
+            hidden: false,
+            deferrable: false,
+            deferred: false,
+            annotations: None,
+        };
+        let t = tool(&entry, Some(&meta)).unwrap();
+        assert_eq!(
+            serde_json::to_value(&t).unwrap(),
+            json!({"name": "w", "title": "Write", "description": "d", "inputSchema": {"type": "object"},
+                   "outputSchema": {"type": "object"}, "annotations": {"destructiveHint": true, "readOnlyHint": false}})
+        );
+    }
+}

@@ -1,0 +1,523 @@
+//! The MCP facade: toolhost as an MCP server in front of its own registry, so agents that
+//! speak only MCP (Claude Code, Claude Desktop, Cursor, Codex, the Inspector) use the
+//! shared host.
+//!
+//! One handler, [`Facade`], serves every MCP connection — stdio (`toolhost mcp`) and
+//! streamable HTTP (`/mcp` on the daemon's listeners) alike — and talks to the host only
+//! through the one Rust client ([`crate::client::Client`]), as any frontend would: the
+//! daemon's `/mcp` endpoint connects its client over an in-process socket pair served as an
+//! ordinary newline connection. Besides `mcp/`, this is the only module that knows rmcp
+//! (its server side).
+//!
+//! Per MCP connection: one host session (created, or the one `--session` names) with the
+//! client's `clientInfo` in its meta; MCP roots set that session's workspace; the daemon's
+//! `tools_changed` becomes `notifications/tools/list_changed`; a strict session's approval
+//! is asked of the user through elicitation.
+
+mod convert;
+mod http;
+mod stdio;
+
+use std::borrow::Cow;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientResult, ContentBlock,
+    ElicitRequest, ElicitRequestParams, ElicitationAction, ElicitationSchema, ErrorCode,
+    Implementation, InitializeRequestParams, InitializeResult, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ProtocolVersion,
+    ServerCapabilities, ServerConfig, ServerRequest,
+};
+use rmcp::service::{NotificationContext, Peer, RequestContext};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::{Map, Value};
+use tokio::net::UnixStream;
+use tokio::sync::OnceCell;
+
+use crate::client::{Client, ClientError, Subscription};
+use crate::lock;
+use crate::protocol::{
+    ErrorKind, InvokeEvent, InvokeParams, InvokeResult, InvokeUpdate, ListToolsParams,
+    SessionCreateParams, SessionUpdateParams, ToolEntry, ToolFormat, ToolsChanged,
+};
+
+pub use http::Endpoint;
+pub use stdio::run_stdio;
+
+/// Tools per `tools/list` page unless `TOOLHOST_MCP_PAGE_SIZE` says otherwise (tests use a
+/// small one to exercise paging).
+const PAGE_SIZE: usize = 200;
+
+/// How long a tool call waits for the client's roots to be applied to the session before
+/// it runs anyway (a client that declares roots but never answers `roots/list`).
+const ROOTS_WAIT: Duration = Duration::from_secs(5);
+
+/// How long the user has to answer an approval prompt.
+const ELICIT_TIMEOUT: Duration = Duration::from_secs(600);
+
+fn page_size() -> usize {
+    std::env::var("TOOLHOST_MCP_PAGE_SIZE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n: &usize| n > 0)
+        .unwrap_or(PAGE_SIZE)
+}
+
+/// Opens a fresh connection to the daemon (inside the daemon: one end of a socket pair
+/// whose other end the RPC layer serves).
+pub type Connect = Arc<dyn Fn() -> std::io::Result<UnixStream> + Send + Sync>;
+
+/// How a facade reaches the daemon.
+#[derive(Clone)]
+enum Link {
+    /// Already connected (stdio: the CLI connects first, to report a missing daemon).
+    Client(Arc<Client>),
+    /// Connects on `initialize` (HTTP: rmcp builds a handler per session, and also for
+    /// requests that never reach `initialize`, so building one must cost nothing).
+    Connect(Connect),
+}
+
+/// The MCP server handler of one MCP connection (one stdio peer or one HTTP session).
+pub struct Facade {
+    link: Link,
+    /// `--session`: use (or create) this host session instead of a new one.
+    fixed_session: Option<String>,
+    page_size: usize,
+    state: Arc<State>,
+}
+
+#[derive(Default)]
+struct State {
+    client: OnceCell<Arc<Client>>,
+    /// The host session of this connection, set by `initialize`.
+    session: OnceCell<String>,
+    /// `tools_changed`, subscribed in `initialize` (so no change between the first list and
+    /// `initialized` is missed) and forwarded from `initialized` on.
+    tools_changed: Mutex<Option<Subscription<ToolsChanged>>>,
+    /// Set once the client's roots (if it declared any) are applied to the session.
+    roots_applied: tokio::sync::watch::Sender<bool>,
+    /// Tasks that live as long as this connection.
+    tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        for t in lock(&self.tasks).drain(..) {
+            t.abort();
+        }
+    }
+}
+
+impl Facade {
+    fn with_link(link: Link, fixed_session: Option<String>) -> Facade {
+        Facade {
+            link,
+            fixed_session,
+            page_size: page_size(),
+            state: Arc::default(),
+        }
+    }
+
+    async fn client(&self) -> Result<&Arc<Client>, ErrorData> {
+        self.state
+            .client
+            .get_or_try_init(|| async {
+                match &self.link {
+                    Link::Client(c) => Ok(c.clone()),
+                    Link::Connect(connect) => connect()
+                        .map(|s| Arc::new(Client::from_stream(s)))
+                        .map_err(|e| internal(format!("cannot reach the host: {e}"))),
+                }
+            })
+            .await
+    }
+
+    fn session_id(&self) -> Option<String> {
+        self.state.session.get().cloned()
+    }
+
+    fn spawn(&self, fut: impl std::future::Future<Output = ()> + Send + 'static) {
+        let handle = tokio::spawn(fut).abort_handle();
+        let mut tasks = lock(&self.state.tasks);
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(handle);
+    }
+
+    /// The host session for this connection: `--session` (created when missing), else a
+    /// new one; either way the client's identity goes into its meta.
+    async fn open_session(
+        &self,
+        client: &Client,
+        request: &InitializeRequestParams,
+    ) -> Result<String, ClientError> {
+        let info = &request.client_info;
+        let mut mcp_client = Map::new();
+        mcp_client.insert("name".into(), info.name.clone().into());
+        mcp_client.insert("version".into(), info.version.clone().into());
+        if let Some(title) = &info.title {
+            mcp_client.insert("title".into(), title.clone().into());
+        }
+        mcp_client.insert(
+            "protocol_version".into(),
+            request.protocol_version.to_string().into(),
+        );
+        let mut meta = Map::new();
+        meta.insert("frontend".into(), "mcp".into());
+        meta.insert("mcp_client".into(), Value::Object(mcp_client));
+        if let Some(id) = &self.fixed_session {
+            match client.session_get(id).await {
+                Ok(_) => {
+                    let params = SessionUpdateParams {
+                        id: id.clone(),
+                        meta: Some(meta),
+                        ..Default::default()
+                    };
+                    return client.session_update(&params).await.map(|s| s.id);
+                }
+                Err(e)
+                    if e.code() == Some(i64::from(crate::protocol::codes::SESSION_NOT_FOUND)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let params = SessionCreateParams {
+            id: self.fixed_session.clone(),
+            meta: Some(meta),
+            ..Default::default()
+        };
+        client.session_create(&params).await.map(|s| s.id)
+    }
+
+    /// Asks the client for its roots and makes the first local one the session's
+    /// workspace; then marks roots as applied.
+    fn refresh_roots(&self, peer: Peer<RoleServer>) {
+        let (Some(client), Some(session)) = (self.state.client.get().cloned(), self.session_id())
+        else {
+            return;
+        };
+        let applied = self.state.roots_applied.clone();
+        // Roots are deprecated by SEP-2577, but they are what today's clients send.
+        #[allow(deprecated)]
+        self.spawn(async move {
+            let roots = tokio::time::timeout(ROOTS_WAIT, peer.list_roots()).await;
+            let path = match roots {
+                Ok(Ok(r)) => r.roots.iter().find_map(|r| convert::root_path(&r.uri)),
+                Ok(Err(e)) => {
+                    tracing::debug!(%e, "the MCP client did not answer roots/list");
+                    None
+                }
+                Err(_) => None,
+            };
+            if let Some(path) = path {
+                let params = SessionUpdateParams {
+                    id: session,
+                    workspace: Some(path.clone()),
+                    ..Default::default()
+                };
+                if let Err(e) = client.session_update(&params).await {
+                    tracing::warn!(%e, %path, "cannot make the client's root the session workspace");
+                }
+            }
+            applied.send_replace(true);
+        });
+    }
+
+    /// Waits (bounded) until the client's roots are the session's workspace.
+    async fn roots_ready(&self) {
+        let mut rx = self.state.roots_applied.subscribe();
+        let _ = tokio::time::timeout(ROOTS_WAIT, rx.wait_for(|done| *done)).await;
+    }
+
+    /// Runs one call through `subscribe_invoke`: updates become progress notifications,
+    /// a cancelled request cancels the call (killing its process group).
+    async fn run(
+        &self,
+        client: &Client,
+        params: &InvokeParams,
+        ctx: &RequestContext<RoleServer>,
+        progress: Option<&ProgressToken>,
+    ) -> Result<InvokeResult, ErrorData> {
+        let mut sub = client.subscribe_invoke(params).await.map_err(host_error)?;
+        let mut step = 0.0;
+        loop {
+            let event = tokio::select! {
+                e = sub.next() => e,
+                _ = ctx.ct.cancelled() => {
+                    if let Some(id) = &params.call_id {
+                        let _ = client.cancel(id).await;
+                    }
+                    return Err(ErrorData::new(ErrorCode::INTERNAL_ERROR, "cancelled", None));
+                }
+            };
+            match event {
+                Some(Ok(InvokeEvent::Update(u))) => {
+                    if let Some(token) = progress {
+                        step += 1.0;
+                        let note = progress_note(token.clone(), &u, step);
+                        let _ = ctx.peer.notify_progress(note).await;
+                    }
+                }
+                Some(Ok(InvokeEvent::Result(r))) => return Ok(r),
+                Some(Err(e)) => return Err(host_error(e)),
+                None => return Err(internal("the host ended the call without a result")),
+            }
+        }
+    }
+
+    /// Puts a call that needs approval to the user; `Ok(true)` on accept.
+    async fn ask_user(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        tool: &str,
+        summary: &str,
+    ) -> Result<bool, ErrorData> {
+        let schema: ElicitationSchema =
+            serde_json::from_value(serde_json::json!({"type": "object", "properties": {}}))
+                .map_err(|e| internal(e.to_string()))?;
+        let request = ElicitRequest::new(ElicitRequestParams::FormElicitationParams {
+            meta: None,
+            message: format!(
+                "Allow the tool call {summary}? (tool '{tool}', toolhost strict session)"
+            ),
+            requested_schema: schema,
+        });
+        let options = rmcp::service::PeerRequestOptions::with_timeout(ELICIT_TIMEOUT);
+        let handle = ctx
+            .peer
+            .send_request_with_option(ServerRequest::ElicitRequest(request), options)
+            .await
+            .map_err(|e| internal(format!("cannot ask the user: {e}")))?;
+        let answer = tokio::select! {
+            a = handle.await_response() => a,
+            _ = ctx.ct.cancelled() => return Ok(false),
+        };
+        match answer {
+            Ok(ClientResult::ElicitResult(r)) => Ok(r.action == ElicitationAction::Accept),
+            Ok(_) => Err(internal(
+                "the client answered the approval prompt with something else",
+            )),
+            Err(e) => Err(internal(format!("the approval prompt failed: {e}"))),
+        }
+    }
+}
+
+impl ServerHandler for Facade {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_server_info(Implementation::new("toolhost", env!("CARGO_PKG_VERSION")))
+        .with_instructions(
+            "toolhost: the shared tool host of this machine (built-in file and shell tools, custom tools, and the tools of its MCP servers).",
+        )
+    }
+
+    /// Up to 2025-11-25: 2026-07-28 drops `initialize` and sessions, and forbids the
+    /// server-to-client requests (roots, elicitation) this facade relies on.
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        context.peer.set_peer_info(request.clone());
+        let result = self.negotiate_initialize(&request)?;
+        let client = self.client().await?.clone();
+        let session = self
+            .open_session(&client, &request)
+            .await
+            .map_err(host_error)?;
+        let _ = self.state.session.set(session);
+        match client.subscribe_tools_changed().await {
+            Ok(sub) => *lock(&self.state.tools_changed) = Some(sub),
+            Err(e) => tracing::warn!(%e, "cannot follow tools_changed"),
+        }
+        if request.capabilities.roots.is_none() {
+            self.state.roots_applied.send_replace(true);
+        }
+        Ok(result)
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        if let Some(mut sub) = lock(&self.state.tools_changed).take() {
+            let peer = context.peer.clone();
+            self.spawn(async move {
+                while let Some(Ok(_)) = sub.next().await {
+                    if peer.notify_tool_list_changed().await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        let has_roots = context
+            .peer
+            .peer_info()
+            .is_some_and(|i| i.capabilities.roots.is_some());
+        if has_roots {
+            self.refresh_roots(context.peer);
+        }
+    }
+
+    async fn on_roots_list_changed(&self, context: NotificationContext<RoleServer>) {
+        self.state.roots_applied.send_replace(false);
+        self.refresh_roots(context.peer);
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let client = self.client().await?;
+        let params = ListToolsParams {
+            format: ToolFormat::Mcp,
+            ..Default::default()
+        };
+        let list = client.list_tools(&params).await.map_err(host_error)?;
+        let start = match request.and_then(|r| r.cursor) {
+            None => 0,
+            Some(c) => c
+                .parse::<usize>()
+                .ok()
+                .filter(|&i| i <= list.tools.len())
+                .ok_or_else(|| ErrorData::invalid_params(format!("invalid cursor {c:?}"), None))?,
+        };
+        let end = start.saturating_add(self.page_size).min(list.tools.len());
+        let page = list.tools[start..end]
+            .iter()
+            .filter_map(|t| match t {
+                ToolEntry::Mcp(t) => convert::tool(t, list.meta.get(&t.name)),
+                ToolEntry::Openai(_) => None,
+            })
+            .collect();
+        let mut result = ListToolsResult::with_all_items(page);
+        result.next_cursor = (end < list.tools.len()).then(|| end.to_string());
+        Ok(result)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let client = self.client().await?.clone();
+        self.roots_ready().await;
+        let progress = context.meta.get_progress_token();
+        let mut params = InvokeParams {
+            name: request.name.to_string(),
+            arguments: request.arguments.clone(),
+            session_id: self.session_id(),
+            call_id: Some(crate::invoke::new_call_id()),
+            ..Default::default()
+        };
+        let mut r = self
+            .run(&client, &params, &context, progress.as_ref())
+            .await?;
+        if r.result.error_kind == Some(ErrorKind::UnknownTool) {
+            return Err(ErrorData::invalid_params(
+                r.result
+                    .error
+                    .unwrap_or_else(|| format!("Unknown tool: {}", request.name)),
+                None,
+            ));
+        }
+        if r.result.error_kind == Some(ErrorKind::ApprovalRequired) {
+            let summary = r
+                .result
+                .fields
+                .get("approval")
+                .map(|a| match a {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                })
+                .unwrap_or_else(|| request.name.to_string());
+            let can_ask = context
+                .client_capabilities()
+                .is_some_and(|c| c.elicitation.is_some());
+            if !can_ask {
+                let session = self.session_id().unwrap_or_default();
+                let text = format!(
+                    "Tool '{}' needs the user's approval in this strict session: {summary}. \
+                     This MCP client cannot ask the user (it does not support elicitation). \
+                     To allow it, switch the session to auto approval \
+                     (toolhost call session.update '{{\"id\": \"{session}\", \"approval\": \"auto\"}}') \
+                     or run the call yourself with `toolhost invoke {} --session {session} --approved`.",
+                    request.name, request.name
+                );
+                return Ok(CallToolResult::error(vec![ContentBlock::text(text)]).into());
+            }
+            if !self.ask_user(&context, &request.name, &summary).await? {
+                let text = format!("The user declined the tool call {summary}; it did not run.");
+                return Ok(CallToolResult::error(vec![ContentBlock::text(text)]).into());
+            }
+            params.approved = true;
+            params.call_id = Some(crate::invoke::new_call_id());
+            r = self
+                .run(&client, &params, &context, progress.as_ref())
+                .await?;
+        }
+        let outcome = &r.result;
+        Ok(convert::call_result(outcome.ok, outcome.error.as_deref(), &outcome.fields).into())
+    }
+}
+
+/// A tool update as an MCP progress notification: the tool's own progress when it gives
+/// one, else a step count with the update's text as the message.
+fn progress_note(token: ProgressToken, u: &InvokeUpdate, step: f64) -> ProgressNotificationParam {
+    let text = || {
+        let texts: Vec<&str> = u
+            .content
+            .iter()
+            .filter_map(|c| match c {
+                crate::protocol::ContentBlock::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        (!texts.is_empty()).then(|| texts.join("\n"))
+    };
+    match &u.progress {
+        Some(p) => {
+            let mut n = ProgressNotificationParam::new(token, p.progress);
+            if let Some(t) = p.total {
+                n = n.with_total(t);
+            }
+            match p.message.clone().or_else(text) {
+                Some(m) => n.with_message(m),
+                None => n,
+            }
+        }
+        None => {
+            let n = ProgressNotificationParam::new(token, step);
+            match text() {
+                Some(m) => n.with_message(m),
+                None => n,
+            }
+        }
+    }
+}
+
+fn internal(msg: impl Into<String>) -> ErrorData {
+    ErrorData::internal_error(msg.into(), None)
+}
+
+/// A host error as an MCP error: the host's own JSON-RPC code when it answered with one.
+fn host_error(e: ClientError) -> ErrorData {
+    match e {
+        ClientError::Rpc {
+            code,
+            message,
+            data,
+        } => ErrorData::new(
+            ErrorCode(i32::try_from(code).unwrap_or(ErrorCode::INTERNAL_ERROR.0)),
+            message,
+            data,
+        ),
+        other => internal(other.to_string()),
+    }
+}

@@ -1,0 +1,634 @@
+//! The MCP facade end to end, driven by rmcp's MCP client: `toolhost mcp` over stdio and
+//! `/mcp` over streamable HTTP (TCP with its bearer token), against the real daemon.
+#![allow(clippy::unwrap_used, clippy::expect_used, deprecated)] // roots: deprecated by SEP-2577, still what clients use
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{alive, eventually, write_atomic, Daemon, BIN};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest,
+    ElicitRequestParams, ElicitResult, ElicitationAction, Implementation, ListRootsResult,
+    ProgressNotificationParam, ProtocolVersion, Root, ServerResult,
+};
+use rmcp::service::{NotificationContext, PeerRequestOptions, RequestContext, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+const TOKEN: &str = "facade-s3cret";
+
+/// What the test client saw from the server.
+#[derive(Debug, PartialEq)]
+enum Seen {
+    Progress(f64, Option<f64>, Option<String>),
+    ListChanged,
+    Elicited(String),
+}
+
+/// An MCP client with optional roots and an optional answer to elicitation; reports what
+/// the server sent it.
+#[derive(Clone)]
+struct TestClient {
+    name: &'static str,
+    roots: Option<Vec<String>>,
+    elicit: Option<ElicitationAction>,
+    seen: mpsc::UnboundedSender<Seen>,
+}
+
+impl ClientHandler for TestClient {
+    fn get_info(&self) -> ClientConfig {
+        let mut caps = json!({});
+        if self.roots.is_some() {
+            caps["roots"] = json!({"listChanged": true});
+        }
+        if self.elicit.is_some() {
+            caps["elicitation"] = json!({});
+        }
+        let caps: ClientCapabilities = serde_json::from_value(caps).unwrap();
+        let mut cfg = ClientConfig::new(caps, Implementation::new(self.name, "9.9"));
+        cfg.protocol_version = ProtocolVersion::V_2025_11_25;
+        cfg
+    }
+
+    #[allow(deprecated)]
+    async fn list_roots(
+        &self,
+        _: RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, ErrorData> {
+        let roots = self.roots.clone().unwrap_or_default();
+        Ok(ListRootsResult::new(
+            roots.into_iter().map(Root::new).collect(),
+        ))
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        if let ElicitRequestParams::FormElicitationParams { message, .. } = request {
+            let _ = self.seen.send(Seen::Elicited(message));
+        }
+        let mut r: ElicitResult = serde_json::from_value(json!({"action": "decline"})).unwrap();
+        r.action = self.elicit.clone().unwrap_or(ElicitationAction::Decline);
+        Ok(r)
+    }
+
+    async fn on_progress(&self, p: ProgressNotificationParam, _: NotificationContext<RoleClient>) {
+        let _ = self
+            .seen
+            .send(Seen::Progress(p.progress, p.total, p.message));
+    }
+
+    async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
+        let _ = self.seen.send(Seen::ListChanged);
+    }
+}
+
+type Mcp = RunningService<RoleClient, TestClient>;
+
+fn client(name: &'static str) -> (TestClient, mpsc::UnboundedReceiver<Seen>) {
+    let (seen, rx) = mpsc::unbounded_channel();
+    let c = TestClient {
+        name,
+        roots: None,
+        elicit: None,
+        seen,
+    };
+    (c, rx)
+}
+
+/// Writes a shell custom tool into `root/<name>` (program first, manifest last).
+fn write_tool(root: &Path, name: &str, manifest: Value, script: &str) {
+    let to = root.join(name);
+    std::fs::create_dir_all(&to).unwrap();
+    let prog = to.join("run.sh");
+    std::fs::write(&prog, format!("#!/bin/sh\n{script}\n")).unwrap();
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write_atomic(&to.join("tool.json"), &manifest);
+}
+
+fn tools_dir(d: &Daemon) -> PathBuf {
+    d.dir.path().join("tools")
+}
+
+/// A daemon with TCP (token `TOKEN`), a page size of 3, custom tools `pic` (image,
+/// structured output, progress) and `slow` (records its pid, sleeps), and `extra` merged
+/// into config.json.
+async fn start(extra: Value) -> Daemon {
+    let mut d = Daemon::unstarted();
+    let dir = d.dir.path().to_path_buf();
+    let tools = dir.join("tools");
+    std::fs::create_dir_all(dir.join("xdg")).unwrap();
+    write_tool(
+        &tools,
+        "pic",
+        json!({"name": "pic", "label": "Picture", "description": "an image",
+               "command": ["./run.sh"], "approval": "read_only",
+               "output_schema": {"type": "object", "properties": {"n": {"type": "integer"}}}}),
+        r#"echo '{"update": {"content": [{"type": "text", "text": "drawing"}], "progress": {"progress": 1, "total": 2}}}'
+echo '{"result": {"content": [{"type": "image", "data": "AAAA", "mimeType": "image/png"}, {"type": "text", "text": "a dot"}], "structured": {"n": 1}}}'"#,
+    );
+    write_tool(
+        &tools,
+        "slow",
+        json!({"name": "slow", "description": "sleeps", "command": ["./run.sh"], "approval": "read_only"}),
+        &format!("echo $$ > {}/slow.pid\nexec sleep 30", dir.display()),
+    );
+    let mut cfg = json!({"custom_tools": {"paths": [tools]}, "listen": {"tcp": "127.0.0.1:0"}});
+    for (k, v) in extra.as_object().unwrap() {
+        cfg[k] = v.clone();
+    }
+    std::fs::write(d.config_path(), cfg.to_string()).unwrap();
+    let xdg = dir.join("xdg");
+    d.spawn(&[
+        ("XDG_CONFIG_HOME", xdg.to_str().unwrap()),
+        ("TOOLHOST_TOKEN", TOKEN),
+        ("TOOLHOST_MCP_PAGE_SIZE", "3"),
+    ])
+    .await;
+    d
+}
+
+fn tcp_addr(d: &Daemon) -> String {
+    let log = d.log();
+    log.split("tcp ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no tcp address in log: {log}"))
+        .to_owned()
+}
+
+/// `toolhost mcp` on this daemon's socket, as an MCP client would start it.
+async fn stdio(d: &Daemon, c: TestClient, args: &[&str]) -> Mcp {
+    let mut cmd = tokio::process::Command::new(BIN);
+    cmd.arg("mcp").arg("--socket").arg(d.socket()).args(args);
+    cmd.env("TOOLHOST_MCP_PAGE_SIZE", "3");
+    let transport = TokioChildProcess::new(cmd).unwrap();
+    c.serve(transport).await.unwrap()
+}
+
+/// `/mcp` over TCP with the bearer token.
+async fn http(d: &Daemon, c: TestClient) -> Mcp {
+    let url = format!("http://{}/mcp", tcp_addr(d));
+    let cfg = StreamableHttpClientTransportConfig::with_uri(url).auth_header(TOKEN);
+    c.serve(StreamableHttpClientTransport::from_config(cfg))
+        .await
+        .unwrap()
+}
+
+async fn call(mcp: &Mcp, name: &str, args: Value) -> Value {
+    let params = CallToolRequestParams::new(name.to_owned())
+        .with_arguments(args.as_object().unwrap().clone());
+    let r = mcp.peer().call_tool(params).await.unwrap();
+    serde_json::to_value(r).unwrap()
+}
+
+/// Every tool name, following `nextCursor`; also returns the number of pages.
+async fn all_tools(mcp: &Mcp) -> (Vec<Value>, usize) {
+    let (mut tools, mut pages, mut cursor) = (Vec::new(), 0, None);
+    loop {
+        let params =
+            cursor.map(|c| rmcp::model::PaginatedRequestParams::default().with_cursor(Some(c)));
+        let page = mcp.peer().list_tools(params).await.unwrap();
+        pages += 1;
+        tools.extend(page.tools.iter().map(|t| serde_json::to_value(t).unwrap()));
+        match page.next_cursor {
+            Some(c) => cursor = Some(c),
+            None => return (tools, pages),
+        }
+    }
+}
+
+fn find<'a>(tools: &'a [Value], name: &str) -> &'a Value {
+    tools
+        .iter()
+        .find(|t| t["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {tools:?}"))
+}
+
+async fn next_seen(rx: &mut mpsc::UnboundedReceiver<Seen>) -> Seen {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("nothing seen in time")
+        .expect("client gone")
+}
+
+/// Waits for `list_changed`, passing over progress (every rmcp call asks for progress, and
+/// bash reports its output as it comes).
+async fn list_changed(rx: &mut mpsc::UnboundedReceiver<Seen>) {
+    loop {
+        match next_seen(rx).await {
+            Seen::ListChanged => return,
+            Seen::Progress(..) => {}
+            other => panic!("expected list_changed, saw {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn stdio_lists_with_pages_and_calls_text_image_structured_error_and_unknown() {
+    let d = start(json!({})).await;
+    let (c, mut seen) = client("stdio-test");
+    let mcp = stdio(&d, c, &[]).await;
+    let info = mcp.peer().peer_info().unwrap();
+    assert_eq!(info.server_info.as_ref().unwrap().name, "toolhost");
+
+    let (tools, pages) = all_tools(&mcp).await;
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        [
+            "bash",
+            "list_dir",
+            "patch_file",
+            "pic",
+            "read_file",
+            "search_files",
+            "slow",
+            "write_file"
+        ]
+    );
+    assert_eq!(pages, 3, "8 tools in pages of 3");
+    let pic = find(&tools, "pic");
+    assert_eq!(pic["title"], "Picture");
+    assert_eq!(pic["annotations"], json!({"readOnlyHint": true}));
+    assert_eq!(
+        pic["outputSchema"],
+        json!({"type": "object", "properties": {"n": {"type": "integer"}}})
+    );
+    assert_eq!(find(&tools, "bash")["annotations"]["readOnlyHint"], false);
+    assert_eq!(
+        find(&tools, "read_file")["annotations"]["readOnlyHint"],
+        true
+    );
+
+    // Text, with the result's other facts as a second block.
+    let r = call(&mcp, "bash", json!({"command": "echo hi"})).await;
+    assert_eq!(r["isError"], false, "{r}");
+    assert_eq!(r["content"][0], json!({"type": "text", "text": "hi\n"}));
+    assert_eq!(
+        serde_json::from_str::<Value>(r["content"][1]["text"].as_str().unwrap()).unwrap()
+            ["exit_code"],
+        0
+    );
+
+    // A custom tool's content blocks and structured output pass through; its update is
+    // progress for a caller that asked for it.
+    while seen.try_recv().is_ok() {} // bash's progress
+    let params = CallToolRequestParams::new("pic").with_arguments(Default::default());
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    let handle = mcp
+        .peer()
+        .send_request_with_option(request, PeerRequestOptions::no_options())
+        .await
+        .unwrap();
+    let ServerResult::CallToolResult(r) = handle.await_response().await.unwrap() else {
+        panic!("not a tool result");
+    };
+    assert_eq!(
+        serde_json::to_value(&r).unwrap(),
+        json!({"content": [{"type": "image", "data": "AAAA", "mimeType": "image/png"}, {"type": "text", "text": "a dot"}],
+               "structuredContent": {"n": 1}, "isError": false})
+    );
+    assert_eq!(
+        next_seen(&mut seen).await,
+        Seen::Progress(1.0, Some(2.0), Some("drawing".into()))
+    );
+
+    // ok:false is a tool error the model can read.
+    let r = call(&mcp, "read_file", json!({"path": "missing.txt"})).await;
+    assert_eq!(r["isError"], true, "{r}");
+    assert!(
+        r["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("missing.txt"),
+        "{r}"
+    );
+
+    // An unknown tool is the protocol error the spec names.
+    let params = CallToolRequestParams::new("nope").with_arguments(Default::default());
+    let e = mcp.peer().call_tool(params).await.unwrap_err();
+    let rmcp::ServiceError::McpError(e) = e else {
+        panic!("{e:?}");
+    };
+    assert_eq!(e.code.0, -32602);
+    assert_eq!(e.message, "Unknown tool: nope");
+
+    // The session shows which frontend this is.
+    let sessions = d.call("session.list", json!({})).await["result"]["sessions"].clone();
+    assert_eq!(sessions.as_array().unwrap().len(), 1, "{sessions}");
+    assert_eq!(
+        sessions[0]["meta"],
+        json!({"frontend": "mcp", "mcp_client": {"name": "stdio-test", "version": "9.9", "protocol_version": "2025-11-25"}})
+    );
+    mcp.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn stdio_without_a_daemon_exits_3_and_a_named_session_is_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = tokio::process::Command::new(BIN)
+        .args(["mcp", "--socket"])
+        .arg(dir.path().join("none.sock"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no toolhost daemon is answering"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let d = start(json!({})).await;
+    let (c, _seen) = client("named");
+    let mcp = stdio(&d, c, &["--session", "mine"]).await;
+    let r = call(&mcp, "bash", json!({"command": "true"})).await;
+    assert_eq!(r["isError"], false, "{r}");
+    let s = d.call("session.get", json!({"id": "mine"})).await["result"].clone();
+    assert_eq!(s["meta"]["mcp_client"]["name"], "named", "{s}");
+    mcp.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn cancelling_a_call_kills_its_process_group() {
+    let d = start(json!({})).await;
+    let (c, _seen) = client("canceller");
+    let mcp = stdio(&d, c, &[]).await;
+    let params = CallToolRequestParams::new("slow").with_arguments(Default::default());
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    let handle = mcp
+        .peer()
+        .send_request_with_option(request, PeerRequestOptions::no_options())
+        .await
+        .unwrap();
+    let pid_file = d.dir.path().join("slow.pid");
+    let mut pid = 0;
+    eventually(10, "the tool started", || {
+        let text = std::fs::read_to_string(&pid_file).unwrap_or_default();
+        pid = text.trim().parse().unwrap_or(0);
+        async move { pid > 0 }
+    })
+    .await;
+    assert!(alive(pid));
+    handle.cancel(Some("changed my mind".into())).await.unwrap();
+    eventually(
+        10,
+        "the tool's process is gone",
+        || async move { !alive(pid) },
+    )
+    .await;
+    mcp.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn http_needs_the_token_and_a_local_origin() {
+    let d = start(json!({})).await;
+    let addr = tcp_addr(&d);
+    let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}"#;
+    let post = |headers: Vec<(&'static str, String)>| {
+        let addr = addr.clone();
+        async move {
+            let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            let mut h: Vec<(&str, &str)> = vec![
+                ("Accept", "application/json, text/event-stream"),
+                ("Content-Type", "application/json"),
+            ];
+            h.extend(headers.iter().map(|(k, v)| (*k, v.as_str())));
+            common::http_on(&mut s, "POST", "/mcp", init, &h).await
+        }
+    };
+    let bearer = format!("Bearer {TOKEN}");
+    assert_eq!(post(vec![]).await.0, 401);
+    assert_eq!(
+        post(vec![("Authorization", "Bearer wrong".into())]).await.0,
+        401
+    );
+    let foreign = vec![
+        ("Authorization", bearer.clone()),
+        ("Origin", "http://evil.example".into()),
+    ];
+    assert_eq!(post(foreign).await.0, 403);
+    let local = vec![
+        ("Authorization", bearer.clone()),
+        ("Origin", "http://localhost:6274".into()),
+    ];
+    let (status, body) = post(local).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(r#""protocolVersion":"2025-06-18""#), "{body}");
+}
+
+#[tokio::test]
+async fn two_http_clients_get_their_own_sessions_and_list_changed() {
+    let d = start(json!({})).await;
+    let (a, mut seen_a) = client("client-a");
+    let (b, mut seen_b) = client("client-b");
+    let a = http(&d, a).await;
+    let b = http(&d, b).await;
+    let r = call(&a, "bash", json!({"command": "echo a"})).await;
+    assert_eq!(r["content"][0]["text"], "a\n", "{r}");
+    let r = call(&b, "bash", json!({"command": "echo b"})).await;
+    assert_eq!(r["content"][0]["text"], "b\n", "{r}");
+    let sessions = d.call("session.list", json!({})).await["result"]["sessions"].clone();
+    let mut names: Vec<String> = sessions
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["meta"]["mcp_client"]["name"].as_str().unwrap().to_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["client-a", "client-b"]);
+
+    // A new custom tool: each client is told once, and the tool is callable by then.
+    write_tool(
+        &tools_dir(&d),
+        "greet",
+        json!({"name": "greet", "description": "hello", "command": ["./run.sh"], "approval": "read_only"}),
+        r#"echo '{"result": {"output": "hello"}}'"#,
+    );
+    list_changed(&mut seen_a).await;
+    list_changed(&mut seen_b).await;
+    let r = call(&a, "greet", json!({})).await;
+    assert_eq!(
+        r["content"],
+        json!([{"type": "text", "text": "hello"}]),
+        "{r}"
+    );
+
+    // A config edit that changes the list (another tool folder) also reaches both.
+    let more = d.dir.path().join("more");
+    write_tool(
+        &more,
+        "extra",
+        json!({"name": "extra", "description": "more", "command": ["./run.sh"], "approval": "read_only"}),
+        r#"echo '{"result": {"output": "extra"}}'"#,
+    );
+    let mut cfg: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.config_path()).unwrap()).unwrap();
+    cfg["custom_tools"]["paths"] = json!([tools_dir(&d), more]);
+    write_atomic(&d.config_path(), &cfg);
+    list_changed(&mut seen_a).await;
+    list_changed(&mut seen_b).await;
+    let r = call(&b, "extra", json!({})).await;
+    assert_eq!(
+        r["content"],
+        json!([{"type": "text", "text": "extra"}]),
+        "{r}"
+    );
+    a.cancel().await.unwrap();
+    b.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn roots_set_the_session_workspace() {
+    let d = start(json!({})).await;
+    let project = d.dir.path().join("project dir");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(project.join("hello.txt"), "from the root\n").unwrap();
+    let (mut c, _seen) = client("rooted");
+    let uri = format!("file://{}", project.display()).replace(' ', "%20");
+    c.roots = Some(vec![uri]);
+    let mcp = http(&d, c).await;
+    let r = call(&mcp, "bash", json!({"command": "cat hello.txt"})).await;
+    assert_eq!(r["content"][0]["text"], "from the root\n", "{r}");
+    let sessions = d.call("session.list", json!({})).await["result"]["sessions"].clone();
+    assert_eq!(sessions[0]["workspace"], project.display().to_string());
+    mcp.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn strict_sessions_ask_the_user_through_elicitation() {
+    let d = start(json!({"approval": {"mode": "strict"}})).await;
+    let marker = d.workspace().join("ran");
+    let command = json!({"command": "touch ran"});
+
+    // Declined: nothing runs.
+    let (mut c, mut seen) = client("decliner");
+    c.elicit = Some(ElicitationAction::Decline);
+    let mcp = stdio(&d, c, &[]).await;
+    let r = call(&mcp, "bash", command.clone()).await;
+    assert_eq!(r["isError"], true, "{r}");
+    assert!(
+        r["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("declined"),
+        "{r}"
+    );
+    let Seen::Elicited(message) = next_seen(&mut seen).await else {
+        panic!("no elicitation")
+    };
+    assert!(message.contains("command=\"touch ran\""), "{message}");
+    assert!(!marker.exists());
+    // Read-only tools are not asked about.
+    let r = call(&mcp, "list_dir", json!({})).await;
+    assert_eq!(r["isError"], false, "{r}");
+    mcp.cancel().await.unwrap();
+
+    // Without elicitation: an error that says how to approve.
+    let (c, _seen) = client("plain");
+    let mcp = stdio(&d, c, &[]).await;
+    let r = call(&mcp, "bash", command.clone()).await;
+    assert_eq!(r["isError"], true, "{r}");
+    let text = r["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("needs the user's approval") && text.contains("--approved"),
+        "{text}"
+    );
+    assert!(!marker.exists());
+    mcp.cancel().await.unwrap();
+
+    // Accepted: it runs.
+    let (mut c, _seen) = client("accepter");
+    c.elicit = Some(ElicitationAction::Accept);
+    let mcp = http(&d, c).await;
+    let r = call(&mcp, "bash", command).await;
+    assert_eq!(r["isError"], false, "{r}");
+    assert!(marker.exists());
+    mcp.cancel().await.unwrap();
+}
+
+/// Runs `tests/facade_py/client.py` with the pinned Python MCP SDK (installed into
+/// `tests/.venv` when missing); `None` when python3 is absent.
+async fn python_client(args: &[&str]) -> Option<Value> {
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    if std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("SKIPPED: python3 is not installed, so the Python MCP SDK tests cannot run");
+        return None;
+    }
+    let install = tokio::process::Command::new(tests.join("facade_py/install.sh"))
+        .status()
+        .await
+        .unwrap();
+    assert!(install.success(), "installing the Python MCP SDK failed");
+    let out = tokio::process::Command::new(tests.join(".venv/bin/python"))
+        .arg(tests.join("facade_py/client.py"))
+        .args(args)
+        .env("TOOLHOST_MCP_PAGE_SIZE", "3")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "client.py failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(serde_json::from_slice(&out.stdout).unwrap())
+}
+
+/// What client.py must see, over either transport.
+fn python_expected(mode: &str) -> Value {
+    json!({
+        "server": "toolhost",
+        "protocol": "2025-11-25",
+        "tools": ["bash", "list_dir", "patch_file", "pic", "read_file", "search_files", "slow", "write_file"],
+        "pages": 3,
+        "bash": {"is_error": false, "first": "hi\n"},
+        "progress": [[1.0, 2.0, "drawing"]],
+        "pic": {"is_error": false,
+                "content": [{"type": "image", "data": "AAAA", "mimeType": "image/png"}, {"type": "text", "text": "a dot"}],
+                "structured": {"n": 1}},
+        "error": true,
+        "unknown": -32602,
+        "mode": mode,
+    })
+}
+
+#[tokio::test]
+async fn python_sdk_over_stdio_and_http() {
+    let d = start(json!({})).await;
+    let socket = d.socket();
+    let Some(mut stdio) = python_client(&["stdio", BIN, socket.to_str().unwrap()]).await else {
+        return;
+    };
+    stdio["mode"] = json!("stdio");
+    assert_eq!(stdio, python_expected("stdio"));
+    let url = format!("http://{}/mcp", tcp_addr(&d));
+    let mut http = python_client(&["http", &url, TOKEN]).await.unwrap();
+    http["mode"] = json!("http");
+    assert_eq!(http, python_expected("http"));
+    let sessions = d.call("session.list", json!({})).await["result"]["sessions"].clone();
+    let mut names: Vec<&str> = sessions
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["meta"]["mcp_client"]["name"].as_str().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["python-http", "python-stdio"]);
+}
