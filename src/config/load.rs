@@ -686,7 +686,7 @@ mod tests {
             e.to_string(),
             "workspace: TOOLHOST_WORKSPACE__X cannot be applied: workspace is not an object\n\
              limits.max_output_bytes: expected a positive integer, found \"lots\" (from TOOLHOST_LIMITS__MAX_OUTPUT_BYTES)\n\
-             nope: unknown key; a misspelt key at the top level or in \"listen\" or \"approval\" \
+             nope: unknown key; a misspelt key at the top level or in \"listen\", \"approval\" or a \"sandbox\" section \
              would silently run with weaker defaults (from TOOLHOST_NOPE__X)"
         );
         let env = Env::fixed([("TOOLHOST_LIMITS__NOPE", "1")]);

@@ -308,7 +308,7 @@ mod tests {
                 "approval.sandboxed_commands: expected one of \"ask\", \"auto\", found \"yes\"",
                 "mcp_servers.a.sandbox.policy: expected one of \"off\", \"workspace-write\", \"read-only\", found \"bad\"",
                 "mcp_servers.a.sandbox.writable[0]: expected an absolute path, found \"r\"",
-                "sandbox.polcy: unknown key (did you mean \"policy\"?)",
+                "sandbox.polcy: unknown key (did you mean \"policy\"?); a misspelt key at the top level or in \"listen\", \"approval\" or a \"sandbox\" section would silently run with weaker defaults",
             ]
         );
         assert!(c.config.is_none());

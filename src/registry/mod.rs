@@ -19,7 +19,7 @@ use crate::approval::ApprovalClass;
 use crate::protocol::ToolsChanged;
 
 use snapshot::CatalogState;
-pub use snapshot::Snapshot;
+pub use snapshot::{openai_definition, Snapshot};
 
 /// Compiles a tool's JSON Schema (arguments or output). A schema that names no `$schema`
 /// is read as draft 7: the compiler checks every schema against its draft's meta-schema,

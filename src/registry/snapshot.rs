@@ -33,18 +33,25 @@ pub struct Entry {
     flags: Vec<String>,
 }
 
+/// A tool's definition in OpenAI format, as `list_tools` lists it (and as the catalog's
+/// token budget measures it).
+pub fn openai_definition(tool: &dyn Tool) -> OpenAiTool {
+    let spec = tool.spec();
+    OpenAiTool {
+        kind: OpenAiToolType::Function,
+        function: OpenAiFunction {
+            name: spec.name.clone(),
+            description: spec.description.clone(),
+            parameters: spec.parameters.clone(),
+            strict: tool.strict().then_some(true),
+        },
+    }
+}
+
 impl Entry {
     fn new(tool: Arc<dyn Tool>, approval: Option<ApprovalClass>) -> Self {
         let spec = tool.spec();
-        let openai = OpenAiTool {
-            kind: OpenAiToolType::Function,
-            function: OpenAiFunction {
-                name: spec.name.clone(),
-                description: spec.description.clone(),
-                parameters: spec.parameters.clone(),
-                strict: tool.strict().then_some(true),
-            },
-        };
+        let openai = openai_definition(tool.as_ref());
         let mcp = McpTool {
             name: spec.name.clone(),
             title: tool.title().map(str::to_owned),
