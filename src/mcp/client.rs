@@ -2,7 +2,9 @@
 //! `tools/list_changed` to the server's supervisor.
 
 use rmcp::handler::client::progress::ProgressDispatcher;
-use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam};
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam, ProtocolVersion,
+};
 use rmcp::service::NotificationContext;
 use rmcp::{ClientHandler, RoleClient};
 use tokio::sync::mpsc;
@@ -27,10 +29,13 @@ impl Client {
 
 impl ClientHandler for Client {
     fn get_info(&self) -> ClientConfig {
+        // We speak the `initialize` lifecycle, so offer its newest version (rmcp's `LATEST`
+        // is a revision without `initialize`); the launcher checks what the server picks.
         ClientConfig::new(
             ClientCapabilities::default(),
             Implementation::new("toolhost", env!("CARGO_PKG_VERSION")),
         )
+        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
     }
 
     async fn on_progress(

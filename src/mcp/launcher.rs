@@ -6,6 +6,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
+use rmcp::model::ProtocolVersion;
 use rmcp::service::RunningService;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
@@ -52,14 +53,31 @@ pub async fn connect(name: &str, cfg: &McpServer, client: Client) -> anyhow::Res
         }
     };
     // On timeout the half-made connection is dropped, killing a stdio server's group.
-    tokio::time::timeout(Duration::from_millis(cfg.startup_timeout_ms), connecting)
+    let conn = tokio::time::timeout(Duration::from_millis(cfg.startup_timeout_ms), connecting)
         .await
         .map_err(|_| {
             anyhow!(
                 "did not finish connecting within startup_timeout_ms ({} ms)",
                 cfg.startup_timeout_ms
             )
-        })?
+        })??;
+    check_version(&conn.service)?;
+    Ok(conn)
+}
+
+/// Version negotiation, client side: we offer the newest `initialize`-based revision and
+/// the server may answer with an older one; we accept any revision we know that still has
+/// `initialize`, and refuse anything else rather than talk a protocol we cannot follow.
+fn check_version(service: &RunningService<RoleClient, Client>) -> anyhow::Result<()> {
+    let Some(info) = service.peer_info() else {
+        bail!("the server sent no initialize result");
+    };
+    let version = &info.protocol_version;
+    if ProtocolVersion::KNOWN_VERSIONS.contains(version) && version.has_initialize() {
+        Ok(())
+    } else {
+        bail!("the server chose protocol version {version}, which toolhost does not support")
+    }
 }
 
 async fn connect_stdio(
