@@ -82,6 +82,7 @@ impl Host {
         std::fs::create_dir_all(&dirs.data_dir)
             .with_context(|| format!("cannot create data dir {}", dirs.data_dir.display()))?;
         let sessions = Sessions::open(&dirs.data_dir.join("sessions"))?;
+        crate::mcp::init_auth(&dirs.data_dir);
         let registry = Registry::new();
         let tracker = TaskTracker::new();
         let from_file = dirs.config_path.exists();

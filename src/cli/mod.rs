@@ -8,6 +8,8 @@
 //! an invalid config for `config check`); 2 usage errors (bad flags or JSON); 3 no daemon
 //! answering on the socket, the connection broke, or no answer in time.
 
+mod login;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -170,6 +172,10 @@ enum McpCommand {
     Remove { name: String },
     /// Reconnect one server, or all.
     Reload { name: Option<String> },
+    /// Sign in to an HTTP server with OAuth (prints the URL; opens $BROWSER or xdg-open).
+    Login { name: String },
+    /// Forget a server's OAuth tokens.
+    Logout { name: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -611,6 +617,8 @@ async fn mcp_command(
         }
         McpCommand::Remove { name } => emit(out, &client.mcp_remove(&name).await?),
         McpCommand::Reload { name } => emit(out, &client.mcp_reload(name.as_deref()).await?),
+        McpCommand::Login { name } => return login::login(client, &name).await,
+        McpCommand::Logout { name } => return login::logout(client, &name).await,
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -130,6 +130,10 @@ pub struct McpServer {
     pub url: Option<String>,
     #[schemars(extend("propertyNames" = {"minLength": 1}))]
     pub headers: BTreeMap<String, String>,
+    /// How to sign in to an HTTP server (see proto-docs/oauth.md); without it a server that
+    /// answers 401 still gets OAuth with discovery and dynamic registration.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth: Option<McpAuth>,
     pub enabled: bool,
     #[schemars(range(min = 1))]
     pub startup_timeout_ms: u64,
@@ -159,6 +163,7 @@ impl Default for McpServer {
             cwd: None,
             url: None,
             headers: BTreeMap::new(),
+            auth: None,
             enabled: true,
             startup_timeout_ms: 30_000,
             timeout_ms: 60_000,
@@ -193,6 +198,35 @@ impl McpServer {
         };
         strip(self) != strip(new)
     }
+}
+
+/// Sign-in settings of an HTTP MCP server; the tokens themselves live in the state
+/// directory, never here.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum McpAuth {
+    /// OAuth 2.1 authorization code with PKCE, signed in with `toolhost mcp login`.
+    Oauth {
+        /// A client pre-registered with the authorization server (else a client ID
+        /// metadata document or dynamic registration).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        client_id: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        client_secret: Option<String>,
+        /// Scopes to ask for (default: the server's challenge or `scopes_supported`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        scopes: Vec<String>,
+        /// HTTPS URL of this client's metadata document, used as its client ID.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        client_metadata_url: Option<String>,
+    },
+    /// OAuth client credentials: machine-to-machine, no user and no sign-in step.
+    ClientCredentials {
+        client_id: String,
+        client_secret: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        scopes: Vec<String>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context};
 use rmcp::model::ProtocolVersion;
 use rmcp::service::RunningService;
+use rmcp::transport::auth::AuthClient;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{RoleClient, ServiceExt};
@@ -15,6 +16,7 @@ use tokio::io::BufReader;
 
 use crate::bounded_lines::read_line_bounded;
 
+use super::auth;
 use super::client::Client;
 use super::oversized::OversizedReplies;
 use crate::config::McpServer;
@@ -38,17 +40,7 @@ pub async fn connect(name: &str, cfg: &McpServer, client: Client) -> anyhow::Res
     let connecting = async {
         match (&cfg.command, &cfg.url) {
             (Some(command), None) => connect_stdio(name, command, cfg, client).await,
-            (None, Some(url)) => {
-                let service = client
-                    .serve(http_transport(url, cfg)?)
-                    .await
-                    .with_context(|| format!("cannot initialise MCP session with {url}"))?;
-                Ok(Connection {
-                    service,
-                    group: None,
-                    _child: None,
-                })
-            }
+            (None, Some(url)) => connect_http(name, url, cfg, client).await,
             _ => bail!("a server needs exactly one of command or url"),
         }
     };
@@ -123,10 +115,35 @@ async fn connect_stdio(
     })
 }
 
-fn http_transport(
+async fn connect_http(
+    name: &str,
     url: &str,
     cfg: &McpServer,
-) -> anyhow::Result<StreamableHttpClientTransport<reqwest::Client>> {
+    client: Client,
+) -> anyhow::Result<Connection> {
+    let service = match client.serve(http_transport(name, url, cfg).await?).await {
+        Ok(s) => s,
+        // A 401/403 is not a failure to retry: the server waits for `toolhost mcp login`.
+        Err(e) => match auth::needs_auth(name, e.auth_challenge()) {
+            Some(needed) => return Err(needed.into()),
+            None => {
+                return Err(anyhow::Error::new(e)
+                    .context(format!("cannot initialise MCP session with {url}")))
+            }
+        },
+    };
+    Ok(Connection {
+        service,
+        group: None,
+        _child: None,
+    })
+}
+
+async fn http_transport(
+    name: &str,
+    url: &str,
+    cfg: &McpServer,
+) -> anyhow::Result<StreamableHttpClientTransport<AuthClient<reqwest::Client>>> {
     let mut headers = HashMap::new();
     for (k, v) in &cfg.headers {
         let name = http::HeaderName::from_bytes(k.as_bytes())
@@ -138,7 +155,10 @@ fn http_transport(
     let config = StreamableHttpClientTransportConfig::with_uri(url.to_owned())
         .custom_headers(headers)
         .reinit_on_expired_session(true);
-    Ok(StreamableHttpClientTransport::from_config(config))
+    Ok(StreamableHttpClientTransport::with_client(
+        auth::http_client(name, url, cfg).await?,
+        config,
+    ))
 }
 
 /// Forwards a server's stderr to our log, rate-limited and line-bounded, so a chatty or

@@ -5,6 +5,7 @@
 //! tools, follows `tools/list_changed`, reconnects with backoff and opens a circuit after
 //! repeated failures. Tools are named `mcp_<server>_<tool>` ([`naming`]).
 
+mod auth;
 mod client;
 mod launcher;
 pub mod naming;
@@ -21,6 +22,7 @@ use crate::config::McpServer;
 use crate::protocol::{McpCounts, McpServerStatus};
 use crate::registry::{Registry, SourceKey, SourceUpdate};
 
+pub use auth::init as init_auth;
 pub use server::{Server, State};
 
 /// The set of configured servers.
@@ -105,12 +107,44 @@ impl McpManager {
         for s in self.lock().values() {
             match s.state() {
                 State::Ready => c.ready += 1,
-                State::Failed | State::CircuitOpen => c.failed += 1,
+                State::Failed | State::CircuitOpen | State::AuthRequired => c.failed += 1,
                 State::Connecting => c.connecting += 1,
                 State::Disabled => {}
             }
         }
         c
+    }
+
+    /// `mcp.login`: starts signing in to an HTTP server; returns the URL for the browser.
+    pub async fn login(&self, name: &str, redirect_uri: &str) -> anyhow::Result<Option<String>> {
+        let server = self.known(name)?;
+        let url = auth::begin_login(name, &server.config(), redirect_uri).await?;
+        if url.is_none() {
+            server.reconnect();
+        }
+        Ok(url)
+    }
+
+    /// `mcp.login_callback`: finishes a sign-in and reconnects the server with its tokens.
+    pub async fn login_callback(&self, name: &str, callback_url: &str) -> anyhow::Result<()> {
+        let server = self.known(name)?;
+        auth::finish_login(name, &server.config(), callback_url).await?;
+        server.reconnect();
+        Ok(())
+    }
+
+    /// `mcp.logout`: forgets a server's tokens and reconnects it (so it shows
+    /// `auth_required` if it needs them). Whether there were tokens.
+    pub fn logout(&self, name: &str) -> anyhow::Result<bool> {
+        let server = self.known(name)?;
+        let had = auth::logout(name)?;
+        server.reconnect();
+        Ok(had)
+    }
+
+    fn known(&self, name: &str) -> anyhow::Result<Arc<Server>> {
+        self.get(name)
+            .ok_or_else(|| anyhow::anyhow!("no MCP server named '{name}'"))
     }
 
     /// Stops every server; the caller waits for their supervisors through the task tracker.

@@ -65,6 +65,8 @@ pub enum McpServerState {
     Failed,
     Disabled,
     CircuitOpen,
+    /// The server wants OAuth sign-in: `toolhost mcp login NAME` (`last_error` says so).
+    AuthRequired,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -104,6 +106,31 @@ pub struct McpAddParams {
 #[serde(deny_unknown_fields)]
 pub struct McpRemoveParams {
     pub name: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct McpLoginParams {
+    pub name: String,
+    /// Where the authorization server sends the browser back: the caller's loopback
+    /// listener, e.g. `http://127.0.0.1:PORT/callback`.
+    pub redirect_uri: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct McpLoginResult {
+    /// The URL to open in a browser; absent when no user step is needed (client
+    /// credentials), in which case the server is already reconnecting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authorization_url: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct McpLoginCallbackParams {
+    pub name: String,
+    /// The full redirect URL the browser arrived at (carries `code`, `state`, maybe `iss`).
+    pub callback_url: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -32,6 +32,16 @@ fn rpc_error(e: Error) -> ErrorObjectOwned {
     ErrorObject::owned(code, e.to_string(), None::<()>)
 }
 
+/// Sign-in failures: an unknown server is the caller's mistake, the rest are the server's.
+fn login_error(e: anyhow::Error) -> Error {
+    let text = format!("{e:#}");
+    if text.starts_with("no MCP server named") {
+        Error::InvalidParams(text)
+    } else {
+        Error::Server(text)
+    }
+}
+
 /// `host.health`: liveness, and `degraded` while something needs the operator.
 pub(super) fn health(host: &Host) -> HealthResult {
     let snapshot = host.registry().snapshot();
@@ -223,6 +233,39 @@ pub fn module(host: Host) -> anyhow::Result<RpcModule<Host>> {
                 )));
             }
             Ok(OkResult { ok: true })
+        },
+    )?;
+    api.method(
+        method::MCP_LOGIN,
+        "Starts OAuth sign-in to an HTTP MCP server: discovery, registration and PKCE happen in the daemon; returns the authorization URL for the caller's browser, whose redirect goes to redirect_uri.",
+        |host, p: McpLoginParams| async move {
+            let url = host
+                .mcp()
+                .login(&p.name, &p.redirect_uri)
+                .await
+                .map_err(login_error)?;
+            Ok(McpLoginResult {
+                authorization_url: url,
+            })
+        },
+    )?;
+    api.method(
+        method::MCP_LOGIN_CALLBACK,
+        "Finishes a sign-in with the redirect URL the browser arrived at: the daemon exchanges the code, stores the tokens and reconnects the server.",
+        |host, p: McpLoginCallbackParams| async move {
+            host.mcp()
+                .login_callback(&p.name, &p.callback_url)
+                .await
+                .map_err(login_error)?;
+            Ok(OkResult { ok: true })
+        },
+    )?;
+    api.method(
+        method::MCP_LOGOUT,
+        "Forgets an MCP server's OAuth tokens and reconnects it; ok is whether there were any.",
+        |host, p: McpRemoveParams| async move {
+            let had = host.mcp().logout(&p.name).map_err(login_error)?;
+            Ok(OkResult { ok: had })
         },
     )?;
     session_methods(&mut api)?;
