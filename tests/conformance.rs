@@ -30,7 +30,14 @@ async fn scenario(name: &str) {
     );
     let out = tokio::process::Command::new(&node)
         .arg(&suite)
-        .args(["client", "--timeout", "60000", "--scenario", name, "--command"])
+        .args([
+            "client",
+            "--timeout",
+            "60000",
+            "--scenario",
+            name,
+            "--command",
+        ])
         .arg(&client)
         .env("TOOLHOST_BIN", BIN)
         .env("PATH", path)
@@ -51,17 +58,34 @@ async fn scenario(name: &str) {
     );
 }
 
-#[tokio::test]
-async fn initialize() {
-    scenario("initialize").await;
+/// One test per scenario, so a failure names it.
+macro_rules! scenarios {
+    ($($test:ident => $name:literal,)*) => {$(
+        #[tokio::test]
+        async fn $test() {
+            scenario($name).await;
+        }
+    )*};
 }
 
-#[tokio::test]
-async fn tools_call() {
-    scenario("tools_call").await;
-}
-
-#[tokio::test]
-async fn sse_retry() {
-    scenario("sse-retry").await;
+scenarios! {
+    initialize => "initialize",
+    tools_call => "tools_call",
+    sse_retry => "sse-retry",
+    auth_metadata_default => "auth/metadata-default",
+    auth_metadata_var1 => "auth/metadata-var1",
+    auth_metadata_var2 => "auth/metadata-var2",
+    auth_metadata_var3 => "auth/metadata-var3",
+    auth_basic_cimd => "auth/basic-cimd",
+    auth_scope_from_www_authenticate => "auth/scope-from-www-authenticate",
+    auth_scope_from_scopes_supported => "auth/scope-from-scopes-supported",
+    auth_scope_omitted_when_undefined => "auth/scope-omitted-when-undefined",
+    auth_scope_step_up => "auth/scope-step-up",
+    auth_scope_retry_limit => "auth/scope-retry-limit",
+    auth_token_endpoint_auth_basic => "auth/token-endpoint-auth-basic",
+    auth_token_endpoint_auth_post => "auth/token-endpoint-auth-post",
+    auth_token_endpoint_auth_none => "auth/token-endpoint-auth-none",
+    auth_pre_registration => "auth/pre-registration",
+    auth_oauth_endpoint_fallback_2025_03_26 => "auth/2025-03-26-oauth-endpoint-fallback",
+    auth_client_credentials_basic => "auth/client-credentials-basic",
 }

@@ -333,7 +333,7 @@ impl Server {
         }
     }
 
-    fn set_state(&self, state: State, error: Option<String>) {
+    pub(super) fn set_state(&self, state: State, error: Option<String>) {
         let mut s = lock(&self.status);
         s.state = state;
         if error.is_some() {
