@@ -345,13 +345,20 @@ pub async fn begin_login(
         ),
         _ => (None, None, Vec::new(), None),
     };
-    let scopes = if configured_scopes.is_empty() {
+    let step_up = challenge
+        .as_deref()
+        .is_some_and(|c| c.contains("insufficient_scope"));
+    let scopes = if !configured_scopes.is_empty() {
+        configured_scopes
+    } else if step_up {
+        // Step-up: what we had plus what the challenge asks for.
         let challenged = challenge.as_deref().and_then(|c| {
             rmcp::transport::auth::WWWAuthenticateParams::parse(c, &url_of(url)?).scope
         });
         manager.select_scopes(challenged.as_deref(), &[])
     } else {
-        configured_scopes
+        // First sign-in: the challenge's scope, else the resource's `scopes_supported`.
+        manager.select_initial_scopes(&[]).await
     };
     let mut request = AuthorizationRequest::new(redirect_uri)
         .with_client_name(CLIENT_NAME)
