@@ -4,6 +4,8 @@
 //! toolhost daemon pointed at the suite's test server. Scenarios we do not pass are listed
 //! in proto-docs/oauth.md.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::PathBuf;
 use std::process::Stdio;
 

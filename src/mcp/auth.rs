@@ -202,16 +202,16 @@ pub async fn http_client(
                 .await
                 .map_err(|e| anyhow!("client credentials sign-in failed: {e}"))?;
         }
-        _ if has_tokens => {
-            if manager
-                .initialize_from_store()
-                .await
-                .map_err(|e| anyhow!("{e}"))?
-            {
+        _ => {
+            let restored = has_tokens
+                && manager
+                    .initialize_from_store()
+                    .await
+                    .map_err(|e| anyhow!("{e}"))?;
+            if restored {
                 configure_refresh(&mut manager, cfg, &store)?;
             }
         }
-        _ => {}
     }
     Ok(AuthClient::new(http, manager))
 }
