@@ -34,7 +34,8 @@ pub async fn login(client: &Client, name: &str) -> Result<ExitCode, ClientError>
             method::MCP_LOGIN,
             &McpLoginParams {
                 name: name.to_owned(),
-                redirect_uri,
+                redirect_uri: Some(redirect_uri),
+                callback_url: None,
             },
         )
         .await?;
@@ -59,12 +60,13 @@ pub async fn login(client: &Client, name: &str) -> Result<ExitCode, ClientError>
             return Ok(ExitCode::from(1));
         }
     };
-    let _: OkResult = client
+    let _: McpLoginResult = client
         .call(
-            method::MCP_LOGIN_CALLBACK,
-            &McpLoginCallbackParams {
+            method::MCP_LOGIN,
+            &McpLoginParams {
                 name: name.to_owned(),
-                callback_url: callback,
+                redirect_uri: None,
+                callback_url: Some(callback),
             },
         )
         .await?;

@@ -4,7 +4,7 @@
 //!
 //! The split: the daemon holds the tokens and talks to the authorization server; the CLI
 //! (`toolhost mcp login`) talks to the user and runs the loopback redirect listener, then
-//! hands the redirect URL back through `mcp.login_callback`. So sign-in works the same when
+//! hands the redirect URL back through a second `mcp.login`. So sign-in works the same when
 //! the daemon runs under systemd with no terminal or browser.
 //!
 //! Tokens live in `<data_dir>/oauth/<server>.json`, mode 0600, written atomically. Each file
@@ -410,7 +410,7 @@ fn url_of(url: &str) -> Option<reqwest::Url> {
     reqwest::Url::parse(url).ok()
 }
 
-/// `mcp.login_callback`: exchanges the code from the redirect for tokens (stored by
+/// `mcp.login`, second half: exchanges the code from the redirect for tokens (stored by
 /// rmcp through [`FileStore`]). The caller then reconnects the server.
 pub async fn finish_login(name: &str, cfg: &McpServer, callback_url: &str) -> anyhow::Result<()> {
     let a = auth()?;

@@ -125,7 +125,7 @@ impl McpManager {
         Ok(url)
     }
 
-    /// `mcp.login_callback`: finishes a sign-in and reconnects the server with its tokens.
+    /// `mcp.login` with a callback URL: finishes a sign-in and reconnects the server with its tokens.
     pub async fn login_callback(&self, name: &str, callback_url: &str) -> anyhow::Result<()> {
         let server = self.known(name)?;
         auth::finish_login(name, &server.config(), callback_url).await?;
@@ -135,12 +135,14 @@ impl McpManager {
         Ok(())
     }
 
-    /// `mcp.logout`: forgets a server's tokens and reconnects it (so it shows
-    /// `auth_required` if it needs them). Whether there were tokens.
+    /// `mcp.logout`: forgets a server's tokens and, if it had any, reconnects it (so it
+    /// shows `auth_required`). Whether there were tokens.
     pub fn logout(&self, name: &str) -> anyhow::Result<bool> {
         let server = self.known(name)?;
         let had = auth::logout(name)?;
-        server.reconnect();
+        if had {
+            server.reconnect();
+        }
         Ok(had)
     }
 

@@ -65,7 +65,8 @@ pub enum McpServerState {
     Failed,
     Disabled,
     CircuitOpen,
-    /// The server wants OAuth sign-in: `toolhost mcp login NAME` (`last_error` says so).
+    // An HTTP server wants OAuth sign-in (`toolhost mcp login NAME`; `last_error` says so).
+    // A plain comment: a doc comment would turn the schema's `enum` into a `oneOf`.
     AuthRequired,
 }
 
@@ -108,29 +109,27 @@ pub struct McpRemoveParams {
     pub name: String,
 }
 
+/// `mcp.login` is called twice: with `redirect_uri` to start, then with `callback_url`
+/// to finish (exactly one of the two each time).
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct McpLoginParams {
     pub name: String,
-    /// Where the authorization server sends the browser back: the caller's loopback
-    /// listener, e.g. `http://127.0.0.1:PORT/callback`.
-    pub redirect_uri: String,
+    /// Start: where the authorization server sends the browser back, the caller's
+    /// loopback listener, e.g. `http://127.0.0.1:PORT/callback`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redirect_uri: Option<String>,
+    /// Finish: the full redirect URL the browser arrived at (`code`, `state`, maybe `iss`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback_url: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct McpLoginResult {
-    /// The URL to open in a browser; absent when no user step is needed (client
-    /// credentials), in which case the server is already reconnecting.
+    /// Start: the URL to open in a browser. Absent when finishing, and when no user step
+    /// is needed (client credentials); the server is then reconnecting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub authorization_url: Option<String>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct McpLoginCallbackParams {
-    pub name: String,
-    /// The full redirect URL the browser arrived at (carries `code`, `state`, maybe `iss`).
-    pub callback_url: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -53,7 +53,6 @@ pub mod method {
     pub const MCP_ADD: &str = "mcp.add";
     pub const MCP_REMOVE: &str = "mcp.remove";
     pub const MCP_LOGIN: &str = "mcp.login";
-    pub const MCP_LOGIN_CALLBACK: &str = "mcp.login_callback";
     pub const MCP_LOGOUT: &str = "mcp.logout";
     pub const SESSION_CREATE: &str = "session.create";
     pub const SESSION_GET: &str = "session.get";

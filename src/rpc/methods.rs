@@ -237,27 +237,30 @@ pub fn module(host: Host) -> anyhow::Result<RpcModule<Host>> {
     )?;
     api.method(
         method::MCP_LOGIN,
-        "Starts OAuth sign-in to an HTTP MCP server: discovery, registration and PKCE happen in the daemon; returns the authorization URL for the caller's browser, whose redirect goes to redirect_uri.",
+        "OAuth sign-in to an HTTP MCP server, in two calls. With redirect_uri: discovery, registration and PKCE in the daemon; returns the authorization URL for the caller's browser. With callback_url (where the browser came back): exchanges the code, stores the tokens, reconnects the server.",
         |host, p: McpLoginParams| async move {
-            let url = host
-                .mcp()
-                .login(&p.name, &p.redirect_uri)
-                .await
-                .map_err(login_error)?;
+            let url = match (p.redirect_uri, p.callback_url) {
+                (Some(redirect), None) => host
+                    .mcp()
+                    .login(&p.name, &redirect)
+                    .await
+                    .map_err(login_error)?,
+                (None, Some(callback)) => {
+                    host.mcp()
+                        .login_callback(&p.name, &callback)
+                        .await
+                        .map_err(login_error)?;
+                    None
+                }
+                _ => {
+                    return Err(Error::InvalidParams(
+                        "give exactly one of redirect_uri (start) or callback_url (finish)".into(),
+                    ))
+                }
+            };
             Ok(McpLoginResult {
                 authorization_url: url,
             })
-        },
-    )?;
-    api.method(
-        method::MCP_LOGIN_CALLBACK,
-        "Finishes a sign-in with the redirect URL the browser arrived at: the daemon exchanges the code, stores the tokens and reconnects the server.",
-        |host, p: McpLoginCallbackParams| async move {
-            host.mcp()
-                .login_callback(&p.name, &p.callback_url)
-                .await
-                .map_err(login_error)?;
-            Ok(OkResult { ok: true })
         },
     )?;
     api.method(
