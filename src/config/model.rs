@@ -201,32 +201,48 @@ impl McpServer {
 }
 
 /// Sign-in settings of an HTTP MCP server; the tokens themselves live in the state
-/// directory, never here.
+/// directory, never here. (A flat struct, not a tagged enum, so the schema-driven key
+/// check can follow it.)
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
-pub enum McpAuth {
-    /// OAuth 2.1 authorization code with PKCE, signed in with `toolhost mcp login`.
-    Oauth {
-        /// A client pre-registered with the authorization server (else a client ID
-        /// metadata document or dynamic registration).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        client_id: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        client_secret: Option<String>,
-        /// Scopes to ask for (default: the server's challenge or `scopes_supported`).
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        scopes: Vec<String>,
-        /// HTTPS URL of this client's metadata document, used as its client ID.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        client_metadata_url: Option<String>,
-    },
-    /// OAuth client credentials: machine-to-machine, no user and no sign-in step.
-    ClientCredentials {
-        client_id: String,
-        client_secret: String,
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        scopes: Vec<String>,
-    },
+#[serde(default)]
+pub struct McpAuth {
+    #[serde(rename = "type")]
+    pub kind: McpAuthKind,
+    /// A client pre-registered with the authorization server (else a client ID metadata
+    /// document or dynamic registration); required for `client_credentials`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub client_id: Option<String>,
+    /// Its secret; required for `client_credentials`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<String>,
+    /// Scopes to ask for (default: the server's challenge or `scopes_supported`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
+    /// HTTPS URL of this client's metadata document, used as its client ID (`oauth`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_metadata_url: Option<String>,
+}
+
+impl Default for McpAuth {
+    fn default() -> Self {
+        McpAuth {
+            kind: McpAuthKind::Oauth,
+            client_id: None,
+            client_secret: None,
+            scopes: Vec::new(),
+            client_metadata_url: None,
+        }
+    }
+}
+
+/// `oauth`: authorization code with PKCE, signed in with `toolhost mcp login`;
+/// `client_credentials`: machine-to-machine, no user and no sign-in step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum McpAuthKind {
+    Oauth,
+    ClientCredentials,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::atomic_file::{write_atomic, Durability};
-use crate::config::{McpAuth, McpServer};
+use crate::config::{McpAuth, McpAuthKind, McpServer};
 use crate::lock;
 
 /// The client name sent with dynamic registration.
@@ -186,19 +186,31 @@ pub async fn http_client(
         .pool_max_idle_per_host(0)
         .build()
         .context("cannot build the HTTP client")?;
-    let store = FileStore::new(name, cfg)?;
     let mut manager = AuthorizationManager::new(url)
         .await
         .map_err(|e| anyhow!("{e}"))?;
+    if cfg
+        .headers
+        .keys()
+        .any(|k| k.eq_ignore_ascii_case("authorization"))
+    {
+        // The config's own credentials win; no stored token is ever added to them.
+        return Ok(AuthClient::new(http, manager));
+    }
+    let store = FileStore::new(name, cfg)?;
     manager.set_credential_store(store.clone());
     let has_tokens = store.read().is_some_and(|f| f.credentials.is_some());
     match &cfg.auth {
-        Some(McpAuth::ClientCredentials {
-            client_id,
-            client_secret,
-            scopes,
-        }) => {
-            client_credentials(&mut manager, url, client_id, client_secret, scopes)
+        Some(
+            a @ McpAuth {
+                kind: McpAuthKind::ClientCredentials,
+                ..
+            },
+        ) => {
+            let (Some(id), Some(secret)) = (&a.client_id, &a.client_secret) else {
+                bail!("auth type client_credentials needs client_id and client_secret");
+            };
+            client_credentials(&mut manager, url, id, secret, &a.scopes)
                 .await
                 .map_err(|e| anyhow!("client credentials sign-in failed: {e}"))?;
         }
@@ -229,13 +241,11 @@ fn configure_refresh(
     let Some(creds) = &file.credentials else {
         return Ok(());
     };
-    let secret = match &cfg.auth {
-        Some(McpAuth::Oauth {
-            client_secret: Some(s),
-            ..
-        }) => Some(s.clone()),
-        _ => file.client_secret.clone(),
-    };
+    let secret = cfg
+        .auth
+        .as_ref()
+        .and_then(|a| a.client_secret.clone())
+        .or_else(|| file.client_secret.clone());
     if let Some(secret) = secret {
         let url = cfg.url.clone().unwrap_or_default();
         manager
@@ -308,7 +318,11 @@ pub async fn begin_login(
     let Some(url) = cfg.url.as_deref() else {
         bail!("MCP server '{name}' is not an HTTP server; only those sign in");
     };
-    if matches!(cfg.auth, Some(McpAuth::ClientCredentials { .. })) {
+    if cfg
+        .auth
+        .as_ref()
+        .is_some_and(|a| a.kind == McpAuthKind::ClientCredentials)
+    {
         return Ok(None);
     }
     let a = auth()?;
@@ -331,20 +345,13 @@ pub async fn begin_login(
         == Some(true);
     manager.set_metadata(resolution.metadata);
 
-    let (client_id, client_secret, configured_scopes, metadata_url) = match &cfg.auth {
-        Some(McpAuth::Oauth {
-            client_id,
-            client_secret,
-            scopes,
-            client_metadata_url,
-        }) => (
-            client_id.clone(),
-            client_secret.clone(),
-            scopes.clone(),
-            client_metadata_url.clone(),
-        ),
-        _ => (None, None, Vec::new(), None),
-    };
+    let settings = cfg.auth.clone().unwrap_or_default();
+    let (client_id, client_secret, configured_scopes, metadata_url) = (
+        settings.client_id,
+        settings.client_secret,
+        settings.scopes,
+        settings.client_metadata_url,
+    );
     let step_up = challenge
         .as_deref()
         .is_some_and(|c| c.contains("insufficient_scope"));
