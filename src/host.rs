@@ -86,6 +86,7 @@ impl Host {
         std::fs::create_dir_all(&dirs.data_dir)
             .with_context(|| format!("cannot create data dir {}", dirs.data_dir.display()))?;
         let sessions = Sessions::open(&dirs.data_dir.join("sessions"))?;
+        crate::mcp::init_auth(&dirs.data_dir);
         let registry = Registry::new();
         registry.set_pins(crate::catalog::Pins::open(&dirs.data_dir.join("pins.json")));
         registry.set_catalog_policy(crate::catalog::Policy::from_config(&loaded.config));

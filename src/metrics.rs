@@ -322,12 +322,13 @@ impl Metrics {
     }
 }
 
-const ALL_STATES: [McpServerState; 5] = [
+const ALL_STATES: [McpServerState; 6] = [
     McpServerState::Connecting,
     McpServerState::Ready,
     McpServerState::Failed,
     McpServerState::Disabled,
     McpServerState::CircuitOpen,
+    McpServerState::AuthRequired,
 ];
 
 fn state_name(s: McpServerState) -> &'static str {
@@ -337,6 +338,7 @@ fn state_name(s: McpServerState) -> &'static str {
         McpServerState::Failed => "failed",
         McpServerState::Disabled => "disabled",
         McpServerState::CircuitOpen => "circuit_open",
+        McpServerState::AuthRequired => "auth_required",
     }
 }
 

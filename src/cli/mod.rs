@@ -9,6 +9,7 @@
 //! answering on the socket, the connection broke, or no answer in time.
 
 mod calls;
+mod login;
 mod status;
 mod tools;
 
@@ -228,6 +229,10 @@ enum McpCommand {
     Remove { name: String },
     /// Reconnect one server, or all.
     Reload { name: Option<String> },
+    /// Sign in to an HTTP server with OAuth (prints the URL; opens $BROWSER or xdg-open).
+    Login { name: String },
+    /// Forget a server's OAuth tokens.
+    Logout { name: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -932,6 +937,8 @@ async fn mcp_command(
         }
         McpCommand::Remove { name } => emit(out, &client.mcp_remove(&name).await?),
         McpCommand::Reload { name } => emit(out, &client.mcp_reload(name.as_deref()).await?),
+        McpCommand::Login { name } => return login::login(client, &name).await,
+        McpCommand::Logout { name } => return login::logout(client, &name).await,
     }
     Ok(ExitCode::SUCCESS)
 }

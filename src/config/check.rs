@@ -570,6 +570,13 @@ mod tests {
             cwd: Some("/w".into()),
             include_tools: vec!["t".into()],
             exclude_tools: vec!["u".into()],
+            auth: Some(crate::config::McpAuth {
+                kind: crate::config::McpAuthKind::Oauth,
+                client_id: Some("c".into()),
+                client_secret: Some("s".into()),
+                scopes: vec!["r".into()],
+                client_metadata_url: Some("https://m/c.json".into()),
+            }),
             ..McpServer::default()
         };
         server.env.insert("A".into(), "1".into());

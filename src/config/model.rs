@@ -175,6 +175,10 @@ pub struct McpServer {
     pub url: Option<String>,
     #[schemars(extend("propertyNames" = {"minLength": 1}))]
     pub headers: BTreeMap<String, String>,
+    /// How to sign in to an HTTP server (see proto-docs/oauth.md); without it a server that
+    /// answers 401 still gets OAuth with discovery and dynamic registration.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth: Option<McpAuth>,
     pub enabled: bool,
     /// `true` is the same as `enabled: false` (the spelling Cline and Claude Code use).
     /// Folded into `enabled` when the config is loaded, so nothing else reads it.
@@ -216,6 +220,7 @@ impl Default for McpServer {
             cwd: None,
             url: None,
             headers: BTreeMap::new(),
+            auth: None,
             enabled: true,
             disabled: false,
             startup_timeout_ms: 30_000,
@@ -256,6 +261,51 @@ impl McpServer {
         };
         strip(self) != strip(new)
     }
+}
+
+/// Sign-in settings of an HTTP MCP server; the tokens themselves live in the state
+/// directory, never here. (A flat struct, not a tagged enum, so the schema-driven key
+/// check can follow it.)
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct McpAuth {
+    #[serde(rename = "type")]
+    pub kind: McpAuthKind,
+    /// A client pre-registered with the authorization server (else a client ID metadata
+    /// document or dynamic registration); required for `client_credentials`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub client_id: Option<String>,
+    /// Its secret; required for `client_credentials`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_secret: Option<String>,
+    /// Scopes to ask for (default: the server's challenge or `scopes_supported`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
+    /// HTTPS URL of this client's metadata document, used as its client ID (`oauth`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_metadata_url: Option<String>,
+}
+
+impl Default for McpAuth {
+    fn default() -> Self {
+        McpAuth {
+            kind: McpAuthKind::Oauth,
+            client_id: None,
+            client_secret: None,
+            scopes: Vec::new(),
+            client_metadata_url: None,
+        }
+    }
+}
+
+/// `oauth`: authorization code with PKCE, signed in with `toolhost mcp login`;
+/// `client_credentials`: machine-to-machine, no user and no sign-in step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum McpAuthKind {
+    Oauth,
+    ClientCredentials,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

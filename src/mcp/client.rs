@@ -3,7 +3,9 @@
 //! directory the server works in.
 
 use rmcp::handler::client::progress::ProgressDispatcher;
-use rmcp::model::{ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam};
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam, ProtocolVersion,
+};
 #[allow(deprecated)] // roots: deprecated by SEP-2577, still asked for by servers
 use rmcp::model::{ListRootsResult, Root};
 use rmcp::service::{NotificationContext, RequestContext};
@@ -58,10 +60,13 @@ impl ClientHandler for Client {
         // Roots without `listChanged`: the root of a connection never changes.
         let mut caps = ClientCapabilities::default();
         caps.roots = Some(Default::default());
+        // We speak the `initialize` lifecycle, so offer its newest version (rmcp's `LATEST`
+        // is a revision without `initialize`); the launcher checks what the server picks.
         ClientConfig::new(
             caps,
             Implementation::new("toolhost", env!("CARGO_PKG_VERSION")),
         )
+        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
     }
 
     // Roots are deprecated by SEP-2577, but servers (server-filesystem) still ask for them.

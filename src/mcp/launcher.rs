@@ -6,7 +6,9 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
+use rmcp::model::ProtocolVersion;
 use rmcp::service::RunningService;
+use rmcp::transport::auth::AuthClient;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{RoleClient, ServiceExt};
@@ -14,6 +16,7 @@ use tokio::io::BufReader;
 
 use crate::bounded_lines::read_line_bounded;
 
+use super::auth;
 use super::client::Client;
 use super::oversized::OversizedReplies;
 use crate::config::McpServer;
@@ -39,30 +42,36 @@ pub async fn connect(name: &str, cfg: &McpServer, client: Client) -> anyhow::Res
     let connecting = async {
         match (&cfg.command, &cfg.url) {
             (Some(command), None) => connect_stdio(name, command, cfg, client).await,
-            (None, Some(url)) => {
-                let service = client
-                    .serve(http_transport(url, cfg)?)
-                    .await
-                    .with_context(|| format!("cannot initialise MCP session with {url}"))?;
-                Ok(Connection {
-                    service,
-                    group: None,
-                    _child: None,
-                    _sandbox: None,
-                })
-            }
+            (None, Some(url)) => connect_http(name, url, cfg, client).await,
             _ => bail!("a server needs exactly one of command or url"),
         }
     };
     // On timeout the half-made connection is dropped, killing a stdio server's group.
-    tokio::time::timeout(Duration::from_millis(cfg.startup_timeout_ms), connecting)
+    let conn = tokio::time::timeout(Duration::from_millis(cfg.startup_timeout_ms), connecting)
         .await
         .map_err(|_| {
             anyhow!(
                 "did not finish connecting within startup_timeout_ms ({} ms)",
                 cfg.startup_timeout_ms
             )
-        })?
+        })??;
+    check_version(&conn.service)?;
+    Ok(conn)
+}
+
+/// Version negotiation, client side: we offer the newest `initialize`-based revision and
+/// the server may answer with an older one; we accept any revision we know that still has
+/// `initialize`, and refuse anything else rather than talk a protocol we cannot follow.
+fn check_version(service: &RunningService<RoleClient, Client>) -> anyhow::Result<()> {
+    let Some(info) = service.peer_info() else {
+        bail!("the server sent no initialize result");
+    };
+    let version = &info.protocol_version;
+    if ProtocolVersion::KNOWN_VERSIONS.contains(version) && version.has_initialize() {
+        Ok(())
+    } else {
+        bail!("the server chose protocol version {version}, which toolhost does not support")
+    }
 }
 
 async fn connect_stdio(
@@ -124,10 +133,36 @@ async fn connect_stdio(
     })
 }
 
-fn http_transport(
+async fn connect_http(
+    name: &str,
     url: &str,
     cfg: &McpServer,
-) -> anyhow::Result<StreamableHttpClientTransport<reqwest::Client>> {
+    client: Client,
+) -> anyhow::Result<Connection> {
+    let service = match client.serve(http_transport(name, url, cfg).await?).await {
+        Ok(s) => s,
+        // A 401/403 is not a failure to retry: the server waits for `toolhost mcp login`.
+        Err(e) => match auth::needs_auth(name, e.auth_challenge()) {
+            Some(needed) => return Err(needed.into()),
+            None => {
+                return Err(anyhow::Error::new(e)
+                    .context(format!("cannot initialise MCP session with {url}")))
+            }
+        },
+    };
+    Ok(Connection {
+        service,
+        group: None,
+        _child: None,
+        _sandbox: None,
+    })
+}
+
+async fn http_transport(
+    name: &str,
+    url: &str,
+    cfg: &McpServer,
+) -> anyhow::Result<StreamableHttpClientTransport<AuthClient<reqwest::Client>>> {
     let mut headers = HashMap::new();
     for (k, v) in &cfg.headers {
         let name = http::HeaderName::from_bytes(k.as_bytes())
@@ -139,7 +174,10 @@ fn http_transport(
     let config = StreamableHttpClientTransportConfig::with_uri(url.to_owned())
         .custom_headers(headers)
         .reinit_on_expired_session(true);
-    Ok(StreamableHttpClientTransport::from_config(config))
+    Ok(StreamableHttpClientTransport::with_client(
+        auth::http_client(name, url, cfg).await?,
+        config,
+    ))
 }
 
 /// How long a failed start waits for the rest of the server's stderr.

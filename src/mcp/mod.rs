@@ -5,6 +5,7 @@
 //! tools, follows `tools/list_changed`, reconnects with backoff and opens a circuit after
 //! repeated failures. Tools are named `mcp_<server>_<tool>` ([`naming`]).
 
+mod auth;
 mod client;
 mod launcher;
 pub mod naming;
@@ -21,6 +22,7 @@ use crate::config::McpServer;
 use crate::protocol::{McpCounts, McpServerStatus};
 use crate::registry::{Registry, SourceKey, SourceUpdate};
 
+pub use auth::init as init_auth;
 pub use server::{Server, State};
 
 /// The set of configured servers.
@@ -119,7 +121,7 @@ impl McpManager {
         for s in self.lock().values() {
             match s.state() {
                 State::Ready => c.ready += 1,
-                State::Failed | State::CircuitOpen => c.failed += 1,
+                State::Failed | State::CircuitOpen | State::AuthRequired => c.failed += 1,
                 // Retrying after a failure counts as failed, so health does not flap to
                 // `ok` between attempts.
                 State::Connecting if s.failing() => c.failed += 1,
@@ -128,6 +130,42 @@ impl McpManager {
             }
         }
         c
+    }
+
+    /// `mcp.login`: starts signing in to an HTTP server; returns the URL for the browser.
+    pub async fn login(&self, name: &str, redirect_uri: &str) -> anyhow::Result<Option<String>> {
+        let server = self.known(name)?;
+        let url = auth::begin_login(name, &server.config(), redirect_uri).await?;
+        if url.is_none() {
+            server.reconnect();
+        }
+        Ok(url)
+    }
+
+    /// `mcp.login` with a callback URL: finishes a sign-in and reconnects the server with its tokens.
+    pub async fn login_callback(&self, name: &str, callback_url: &str) -> anyhow::Result<()> {
+        let server = self.known(name)?;
+        auth::finish_login(name, &server.config(), callback_url).await?;
+        // Connecting from now on, so a caller polling the state never sees the old verdict.
+        server.set_state(State::Connecting, None);
+        server.reconnect();
+        Ok(())
+    }
+
+    /// `mcp.logout`: forgets a server's tokens and, if it had any, reconnects it (so it
+    /// shows `auth_required`). Whether there were tokens.
+    pub fn logout(&self, name: &str) -> anyhow::Result<bool> {
+        let server = self.known(name)?;
+        let had = auth::logout(name)?;
+        if had {
+            server.reconnect();
+        }
+        Ok(had)
+    }
+
+    fn known(&self, name: &str) -> anyhow::Result<Arc<Server>> {
+        self.get(name)
+            .ok_or_else(|| anyhow::anyhow!("no MCP server named '{name}'"))
     }
 
     /// Stops every server; the caller waits for their supervisors through the task tracker.

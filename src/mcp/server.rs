@@ -207,6 +207,13 @@ impl Server {
             return Ok(p.clone());
         }
         let state = self.state();
+        if state == State::AuthRequired {
+            let hint = lock(&self.status).last_error.clone().unwrap_or_default();
+            return Err(ToolError::new(
+                ErrorKind::Unavailable,
+                format!("MCP server '{}' is unavailable: {hint}", self.name),
+            ));
+        }
         if state == State::CircuitOpen {
             return Err(ToolError::new(
                 ErrorKind::Unavailable,
@@ -239,6 +246,11 @@ impl Server {
     }
 
     pub(super) fn call_error(&self, e: ServiceError) -> ToolError {
+        if let Some(needed) = super::auth::needs_auth(&self.name, e.auth_challenge()) {
+            // A rejected token (refresh already tried) or a step-up for more scope.
+            self.set_state(State::AuthRequired, Some(needed.hint.clone()));
+            return ToolError::new(ErrorKind::Unavailable, needed.hint);
+        }
         match e {
             ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
                 self.wake.notify_one();
@@ -339,7 +351,7 @@ impl Server {
         }
     }
 
-    fn set_state(&self, state: State, error: Option<String>) {
+    pub(super) fn set_state(&self, state: State, error: Option<String>) {
         let mut s = lock(&self.status);
         s.state = state;
         if error.is_some() {
@@ -399,6 +411,18 @@ async fn supervise(server: Arc<Server>, mut control: mpsc::UnboundedReceiver<Con
                 }
             }
             Err(e) => {
+                // Waiting for sign-in is not a failure to back off from: no retries until
+                // `mcp.login` (or a reload) reconnects.
+                if let Some(needed) = super::auth::needed_in(&server.name, &e) {
+                    tracing::warn!(server = %server.name, "MCP server needs sign-in");
+                    server.set_state(State::AuthRequired, Some(needed.hint));
+                    first = false;
+                    server.first_attempt.send_replace(true);
+                    match control.recv().await {
+                        Some(Control::Reconnect) => continue,
+                        Some(Control::Stop) | None => return,
+                    }
+                }
                 let message = format!("{e:#}");
                 tracing::warn!(server = %server.name, error = %message, "MCP server failed to connect");
                 server.consecutive_failures.fetch_add(1, Ordering::Relaxed);

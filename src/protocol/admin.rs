@@ -71,6 +71,9 @@ pub enum McpServerState {
     Failed,
     Disabled,
     CircuitOpen,
+    // An HTTP server wants OAuth sign-in (`toolhost mcp login NAME`; `last_error` says so).
+    // A plain comment: a doc comment would turn the schema's `enum` into a `oneOf`.
+    AuthRequired,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -113,6 +116,29 @@ pub struct McpAddParams {
 #[serde(deny_unknown_fields)]
 pub struct McpRemoveParams {
     pub name: String,
+}
+
+/// `mcp.login` is called twice: with `redirect_uri` to start, then with `callback_url`
+/// to finish (exactly one of the two each time).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct McpLoginParams {
+    pub name: String,
+    /// Start: where the authorization server sends the browser back, the caller's
+    /// loopback listener, e.g. `http://127.0.0.1:PORT/callback`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redirect_uri: Option<String>,
+    /// Finish: the full redirect URL the browser arrived at (`code`, `state`, maybe `iss`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callback_url: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct McpLoginResult {
+    /// Start: the URL to open in a browser. Absent when finishing, and when no user step
+    /// is needed (client credentials); the server is then reconnecting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub authorization_url: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

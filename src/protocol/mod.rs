@@ -55,6 +55,8 @@ pub mod method {
     pub const MCP_RELOAD: &str = "mcp.reload";
     pub const MCP_ADD: &str = "mcp.add";
     pub const MCP_REMOVE: &str = "mcp.remove";
+    pub const MCP_LOGIN: &str = "mcp.login";
+    pub const MCP_LOGOUT: &str = "mcp.logout";
     pub const SESSION_CREATE: &str = "session.create";
     pub const SESSION_GET: &str = "session.get";
     pub const SESSION_LIST: &str = "session.list";

@@ -32,6 +32,16 @@ fn rpc_error(e: Error) -> ErrorObjectOwned {
     ErrorObject::owned(code, e.to_string(), None::<()>)
 }
 
+/// Sign-in failures: an unknown server is the caller's mistake, the rest are the server's.
+fn login_error(e: anyhow::Error) -> Error {
+    let text = format!("{e:#}");
+    if text.starts_with("no MCP server named") {
+        Error::InvalidParams(text)
+    } else {
+        Error::Server(text)
+    }
+}
+
 /// `host.health`: liveness, and `degraded` while something needs the operator.
 pub(super) fn health(host: &Host) -> HealthResult {
     let snapshot = host.registry().snapshot();
@@ -235,6 +245,42 @@ pub fn module(host: Host) -> anyhow::Result<RpcModule<Host>> {
                 )));
             }
             Ok(OkResult { ok: true })
+        },
+    )?;
+    api.method(
+        method::MCP_LOGIN,
+        "OAuth sign-in to an HTTP MCP server, in two calls. With redirect_uri: discovery, registration and PKCE in the daemon; returns the authorization URL for the caller's browser. With callback_url (where the browser came back): exchanges the code, stores the tokens, reconnects the server.",
+        |host, p: McpLoginParams| async move {
+            let url = match (p.redirect_uri, p.callback_url) {
+                (Some(redirect), None) => host
+                    .mcp()
+                    .login(&p.name, &redirect)
+                    .await
+                    .map_err(login_error)?,
+                (None, Some(callback)) => {
+                    host.mcp()
+                        .login_callback(&p.name, &callback)
+                        .await
+                        .map_err(login_error)?;
+                    None
+                }
+                _ => {
+                    return Err(Error::InvalidParams(
+                        "give exactly one of redirect_uri (start) or callback_url (finish)".into(),
+                    ))
+                }
+            };
+            Ok(McpLoginResult {
+                authorization_url: url,
+            })
+        },
+    )?;
+    api.method(
+        method::MCP_LOGOUT,
+        "Forgets an MCP server's OAuth tokens and reconnects it; ok is whether there were any.",
+        |host, p: McpRemoveParams| async move {
+            let had = host.mcp().logout(&p.name).map_err(login_error)?;
+            Ok(OkResult { ok: had })
         },
     )?;
     session_methods(&mut api)?;
