@@ -418,6 +418,19 @@ impl Conn {
     }
 }
 
+/// 500 `list_tools` calls after 20 warm-up ones, timed one by one.
+async fn timed_list_tools(conn: &mut Conn, params: &RawValue) -> Lat {
+    let mut lat = Lat::default();
+    for i in 0..520 {
+        let t = Instant::now();
+        conn.call_check("list_tools", params, r#""etag""#).await;
+        if i >= 20 {
+            lat.0.push(t.elapsed());
+        }
+    }
+    lat
+}
+
 fn memfind(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
@@ -634,14 +647,7 @@ async fn core() {
     let first = conn.call_value("list_tools", &empty).await;
     let bytes = first.to_string().len();
     let listed = first["result"]["tools"].as_array().map_or(0, Vec::len);
-    let mut lat = Lat::default();
-    for i in 0..520 {
-        let t = Instant::now();
-        conn.call_check("list_tools", &empty, r#""etag""#).await;
-        if i >= 20 {
-            lat.0.push(t.elapsed());
-        }
-    }
+    let mut lat = timed_list_tools(&mut conn, &empty).await;
     let p99 = lat.p99();
     row(
         &format!(
@@ -1263,14 +1269,7 @@ async fn catalog() {
     let empty = raw("{}".to_owned());
     let first = conn.call_value("list_tools", &empty).await;
     let listed = first["result"]["tools"].as_array().map_or(0, Vec::len);
-    let mut lat = Lat::default();
-    for i in 0..520 {
-        let t = Instant::now();
-        conn.call_check("list_tools", &empty, r#""etag""#).await;
-        if i >= 20 {
-            lat.0.push(t.elapsed());
-        }
-    }
+    let mut lat = timed_list_tools(&mut conn, &empty).await;
     let p50 = lat.p50();
     row(
         &format!("list_tools, {listed} listed of {tools}: p50 / p99"),

@@ -772,10 +772,13 @@ async fn session_command(
             workspace,
             approval,
         } => {
-            let meta = match meta.as_deref().map(|m| parse_json_object("--meta", m)) {
-                Some(Ok(m)) => Some(m),
-                Some(Err(code)) => return Ok(code),
-                None => None,
+            let meta = match meta
+                .as_deref()
+                .map(|m| parse_json_object("--meta", m))
+                .transpose()
+            {
+                Ok(m) => m,
+                Err(code) => return Ok(code),
             };
             let params = SessionCreateParams {
                 id,
@@ -792,10 +795,13 @@ async fn session_command(
             workspace,
             approval,
         } => {
-            let meta = match meta.as_deref().map(|m| parse_json_object("--meta", m)) {
-                Some(Ok(m)) => Some(m),
-                Some(Err(code)) => return Ok(code),
-                None => None,
+            let meta = match meta
+                .as_deref()
+                .map(|m| parse_json_object("--meta", m))
+                .transpose()
+            {
+                Ok(m) => m,
+                Err(code) => return Ok(code),
             };
             let params = SessionUpdateParams {
                 id,
