@@ -277,7 +277,7 @@ async fn run_checked(
         Decision::Deny(msg) => return Err(ToolError::new(ErrorKind::Denied, msg)),
     }
 
-    if crate::catalog::is_search_tool(&entry.tool) {
+    if crate::registry::is_search_tool(&entry.tool) {
         return tool_search(host, &snapshot, &args, ctx.session_id.as_deref()).await;
     }
 
@@ -307,15 +307,14 @@ async fn tool_search(
         .get("limit")
         .and_then(Value::as_u64)
         .and_then(|n| usize::try_from(n).ok());
-    let result =
-        crate::catalog::search(snapshot, query, limit, crate::protocol::ToolFormat::Openai);
+    let result = snapshot.search(query, limit, crate::protocol::ToolFormat::Openai);
     if let Some(id) = session_id {
         let found = result.matches.iter().map(|m| m.name.clone()).collect();
         crate::session::remember_loaded(host.sessions(), id, found)
             .await
             .map_err(|e| ToolError::failed(e.to_string()))?;
     }
-    Ok(crate::catalog::search_tool_result(result))
+    Ok(crate::registry::search_tool_result(result))
 }
 
 /// Names the offending field as `arguments.<path>` — for a missing or unexpected property,

@@ -10,17 +10,12 @@ pub mod pins;
 pub mod screen;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, OnceLock};
 
-use futures::future::BoxFuture;
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
-use crate::approval::ApprovalClass;
 use crate::config::{Config, Trust};
-use crate::protocol::{
-    McpTool, QuarantineReason, QuarantinedTool, SearchMatch, ToolFormat, ToolsSearchResult,
-};
-use crate::registry::{CallContext, Tool, ToolError, ToolResult, ToolSource, ToolSpec};
+use crate::protocol::{McpTool, QuarantineReason, QuarantinedTool};
+use crate::registry::tool::{ToolSource, ToolSpec};
 
 pub use pins::{Pin, Pins};
 
@@ -88,7 +83,8 @@ pub struct Candidate<'a> {
 /// manifest or config defers, then — while the listed rest is over `max_tokens` — tools
 /// from the end of the listing, so the earlier sources (custom tools, then servers in
 /// config order) keep their place.
-pub fn deferred(policy: &Policy, tools: &[Candidate<'_>]) -> HashSet<String> {
+/// `search_tokens` is what `tool_search` itself costs once it is listed.
+pub fn deferred(policy: &Policy, tools: &[Candidate<'_>], search_tokens: usize) -> HashSet<String> {
     let mut out: HashSet<String> = tools
         .iter()
         .filter(|c| policy.defers(c.spec))
@@ -106,7 +102,7 @@ pub fn deferred(policy: &Policy, tools: &[Candidate<'_>]) -> HashSet<String> {
         return out;
     }
     // tool_search itself is listed once anything is deferred.
-    listed += search_tool_tokens();
+    listed += search_tokens;
     for c in tools.iter().rev() {
         if listed <= budget {
             break;
@@ -124,12 +120,6 @@ pub fn deferred(policy: &Policy, tools: &[Candidate<'_>]) -> HashSet<String> {
 /// text and JSON Schema with the common tokenizers; the budget is a soft limit).
 pub fn estimate_tokens(serialised_len: usize) -> usize {
     serialised_len.div_ceil(4)
-}
-
-/// Measured the way every other listed tool is (`Entry::tokens`), so the budget holds.
-fn search_tool_tokens() -> usize {
-    let definition = crate::registry::openai_definition(search_tool().as_ref());
-    estimate_tokens(serde_json::to_vec(&definition).map_or(0, |v| v.len()))
 }
 
 /// What the registry should do with a non-built-in tool's definition.
@@ -240,98 +230,6 @@ pub fn param_names(schema: &Value) -> Vec<&str> {
         .unwrap_or_default()
 }
 
-/// The built-in `tool_search`: listed whenever some tool is deferred. Its calls are served
-/// by the pipeline ([`crate::invoke`]), which has the snapshot and the session at hand.
-pub fn search_tool() -> &'static Arc<dyn Tool> {
-    static TOOL: OnceLock<Arc<dyn Tool>> = OnceLock::new();
-    TOOL.get_or_init(|| {
-        Arc::new(SearchTool(ToolSpec::builtin(
-            SEARCH_TOOL,
-            "- Find tools that are available but not listed yet, by what you want to do (keywords) or by a regular expression over their names.\n- Returns the full definitions of the best matches; they can be called right away by name.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "query": {"type": "string", "minLength": 1, "description": "What the tool should do, in a few words; or a regular expression such as ^mcp_github_."},
-                    "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "description": "How many tools to return (default 5)."}
-                },
-                "required": ["query"],
-                "additionalProperties": false
-            }),
-            ApprovalClass::ReadOnly,
-        )))
-    })
-}
-
-struct SearchTool(ToolSpec);
-
-impl Tool for SearchTool {
-    fn spec(&self) -> &ToolSpec {
-        &self.0
-    }
-    fn call(&self, _args: Map<String, Value>, _ctx: CallContext) -> BoxFuture<'_, ToolResult> {
-        Box::pin(async {
-            Err(ToolError::failed(
-                "tool_search is served by the host pipeline",
-            ))
-        })
-    }
-}
-
-/// Whether `tool` is the built-in search tool (a custom tool may not stand in for it).
-pub fn is_search_tool(tool: &Arc<dyn Tool>) -> bool {
-    Arc::ptr_eq(tool, search_tool())
-}
-
-/// Ranks the snapshot's deferred tools for `query` and returns full definitions.
-pub fn search(
-    snapshot: &crate::registry::Snapshot,
-    query: &str,
-    limit: Option<usize>,
-    format: ToolFormat,
-) -> ToolsSearchResult {
-    let limit = limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
-    let hits = snapshot.search_index().search(query, limit);
-    let names: Vec<&str> = hits.iter().map(|(n, _)| *n).collect();
-    let list = snapshot.list(&names, format);
-    ToolsSearchResult {
-        tools: list.tools,
-        matches: hits
-            .iter()
-            .map(|(n, s)| SearchMatch {
-                name: (*n).to_owned(),
-                score: (s * 1000.0).round() / 1000.0,
-            })
-            .collect(),
-        meta: list.meta,
-    }
-}
-
-/// The `tool_search` tool's result: definitions in `openai` format plus a line per match the
-/// model can read.
-pub fn search_tool_result(result: ToolsSearchResult) -> Map<String, Value> {
-    let text = if result.tools.is_empty() {
-        "No matching tools.".to_owned()
-    } else {
-        result
-            .tools
-            .iter()
-            .map(|t| format!("{}: {}", t.name(), first_line(t.description())))
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
-    let mut out = Map::new();
-    out.insert("text".into(), Value::String(text));
-    out.insert(
-        "tools".into(),
-        serde_json::to_value(&result.tools).unwrap_or(Value::Null),
-    );
-    out
-}
-
-fn first_line(s: &str) -> &str {
-    s.trim_start_matches("- ").lines().next().unwrap_or("")
-}
-
 /// Remembers tools loaded through a search in the session, keeping the existing order.
 pub fn merge_loaded(loaded: &mut Vec<String>, found: &[String]) {
     let have: HashSet<String> = loaded.iter().cloned().collect();
@@ -341,6 +239,11 @@ pub fn merge_loaded(loaded: &mut Vec<String>, found: &[String]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::approval::ApprovalClass;
+    use serde_json::json;
+
+    /// What `tool_search` costs in these tests.
+    const SEARCH_TOKENS: usize = 90;
     use std::path::PathBuf;
 
     fn spec(name: &str, source: ToolSource, deferrable: bool) -> ToolSpec {
@@ -393,24 +296,24 @@ mod tests {
             })
             .collect();
         let mut policy = Policy::default();
-        assert_eq!(sorted(deferred(&policy, &cands)), vec!["c"]);
+        assert_eq!(sorted(deferred(&policy, &cands, SEARCH_TOKENS)), vec!["c"]);
         policy.defer.insert("a1".into());
         policy.servers.insert("b".into(), (true, Trust::Pin));
         assert_eq!(
-            sorted(deferred(&policy, &cands)),
+            sorted(deferred(&policy, &cands, SEARCH_TOKENS)),
             vec!["a1", "b1", "b2", "c"]
         );
         // A budget for the built-in, one more tool and tool_search: the last tools go first.
         let mut policy = Policy {
-            max_tokens: Some(200 + search_tool_tokens()),
+            max_tokens: Some(200 + SEARCH_TOKENS),
             ..Policy::default()
         };
         assert_eq!(
-            sorted(deferred(&policy, &cands)),
+            sorted(deferred(&policy, &cands, SEARCH_TOKENS)),
             vec!["a2", "b1", "b2", "c"]
         );
         policy.max_tokens = Some(10);
-        assert!(!deferred(&policy, &cands).contains("bash"));
+        assert!(!deferred(&policy, &cands, SEARCH_TOKENS).contains("bash"));
     }
 
     #[test]

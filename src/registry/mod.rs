@@ -7,8 +7,9 @@
 //! Architecture Invariant: `tools_changed` is derived here from the difference between two
 //! snapshots — one swap, at most one notification — and is never sent from anywhere else.
 
+mod search_tool;
 mod snapshot;
-mod tool;
+pub(crate) mod tool;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
@@ -18,8 +19,9 @@ use tokio::sync::broadcast;
 use crate::approval::ApprovalClass;
 use crate::protocol::ToolsChanged;
 
+pub use search_tool::{is_search_tool, search_tool_result};
 use snapshot::CatalogState;
-pub use snapshot::{openai_definition, Snapshot};
+pub use snapshot::Snapshot;
 
 /// Compiles a tool's JSON Schema (arguments or output). A schema that names no `$schema`
 /// is read as draft 7: the compiler checks every schema against its draft's meta-schema,

@@ -8,12 +8,13 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
+use super::tool::openai_definition;
 use super::{SourceKey, Tool, ToolSource};
 use crate::approval::ApprovalClass;
-use crate::catalog::{self, index::Index, Pin, Pins, Policy, Verdict};
+use crate::catalog::{self, index::Index, Pin, Pins, Policy, Verdict, DEFAULT_LIMIT, MAX_LIMIT};
 use crate::protocol::{
-    ListToolsResult, McpTool, OpenAiFunction, OpenAiTool, OpenAiToolType, QuarantinedTool,
-    ToolEntry, ToolFormat, ToolMeta, ToolSourceKind,
+    ListToolsResult, McpTool, OpenAiTool, QuarantinedTool, SearchMatch, ToolEntry, ToolFormat,
+    ToolMeta, ToolSourceKind, ToolsSearchResult,
 };
 
 /// A registered tool with what the host derives from it once per registration.
@@ -31,21 +32,6 @@ pub struct Entry {
     /// Pin hash and screening of the definition, computed once per registration.
     pin_hash: String,
     flags: Vec<String>,
-}
-
-/// A tool's definition in OpenAI format, as `list_tools` lists it (and as the catalog's
-/// token budget measures it).
-pub fn openai_definition(tool: &dyn Tool) -> OpenAiTool {
-    let spec = tool.spec();
-    OpenAiTool {
-        kind: OpenAiToolType::Function,
-        function: OpenAiFunction {
-            name: spec.name.clone(),
-            description: spec.description.clone(),
-            parameters: spec.parameters.clone(),
-            strict: tool.strict().then_some(true),
-        },
-    }
 }
 
 impl Entry {
@@ -178,6 +164,30 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
+    /// Ranks the snapshot's deferred tools for `query` and returns full definitions.
+    pub fn search(
+        &self,
+        query: &str,
+        limit: Option<usize>,
+        format: ToolFormat,
+    ) -> ToolsSearchResult {
+        let limit = limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
+        let hits = self.search_index().search(query, limit);
+        let names: Vec<&str> = hits.iter().map(|(n, _)| *n).collect();
+        let list = self.list(&names, format);
+        ToolsSearchResult {
+            tools: list.tools,
+            matches: hits
+                .iter()
+                .map(|(n, s)| SearchMatch {
+                    name: (*n).to_owned(),
+                    score: (s * 1000.0).round() / 1000.0,
+                })
+                .collect(),
+            meta: list.meta,
+        }
+    }
+
     pub fn empty() -> Self {
         Self::from_tools(IndexMap::new(), Vec::new(), HashSet::new(), IndexMap::new())
     }
@@ -271,10 +281,14 @@ impl Snapshot {
                 tokens: e.tokens,
             })
             .collect();
-        let deferred = catalog::deferred(&catalog.policy, &candidates);
+        let deferred = catalog::deferred(
+            &catalog.policy,
+            &candidates,
+            super::search_tool::search_tool_tokens(),
+        );
         drop(candidates);
         if !deferred.is_empty() && !tools.contains_key(catalog::SEARCH_TOOL) {
-            let search = catalog::search_tool();
+            let search = super::search_tool::search_tool();
             let entry = match old.tools.get(catalog::SEARCH_TOOL) {
                 Some(e) if Arc::ptr_eq(&e.tool, search) => e.clone(),
                 _ => Arc::new(Entry::new(search.clone(), search.spec().approval)),

@@ -8,7 +8,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::approval::ApprovalClass;
-use crate::protocol::{ContentBlock, ErrorKind, Progress};
+use crate::protocol::{
+    ContentBlock, ErrorKind, OpenAiFunction, OpenAiTool, OpenAiToolType, Progress,
+};
 
 /// Where a tool comes from; shown in `list_tools.meta` and used to order name clashes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,5 +177,30 @@ pub trait Tool: Send + Sync + 'static {
     /// tools), so sandbox approval rules apply to it.
     fn sandboxed(&self) -> bool {
         false
+    }
+}
+
+impl From<crate::sandbox::Refusal> for ToolError {
+    fn from(r: crate::sandbox::Refusal) -> Self {
+        let e = ToolError::new(ErrorKind::SandboxUnavailable, r.message);
+        match r.note {
+            Some(note) => e.with_field("sandbox", note),
+            None => e,
+        }
+    }
+}
+
+/// A tool's definition in OpenAI format, as `list_tools` lists it (and as the catalog's
+/// token budget measures it).
+pub fn openai_definition(tool: &dyn Tool) -> OpenAiTool {
+    let spec = tool.spec();
+    OpenAiTool {
+        kind: OpenAiToolType::Function,
+        function: OpenAiFunction {
+            name: spec.name.clone(),
+            description: spec.description.clone(),
+            parameters: spec.parameters.clone(),
+            strict: tool.strict().then_some(true),
+        },
     }
 }

@@ -720,7 +720,7 @@ impl hyper::service::Service<HttpRequest<Incoming>> for HttpService {
             return async move { Ok(mcp.handle(req).await.map(HttpBody::new)) }.boxed();
         }
         if req.method() == hyper::Method::GET && req.uri().path() == "/health" {
-            let health = super::methods::health(&self.shared.host);
+            let health = super::ops::health(&self.shared.host);
             // 503 while degraded, so a HEALTHCHECK or a load balancer sees it.
             let status = match health.status {
                 crate::protocol::HealthStatus::Ok => 200,

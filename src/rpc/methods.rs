@@ -42,47 +42,6 @@ fn login_error(e: anyhow::Error) -> Error {
     }
 }
 
-/// `host.health`: liveness, and `degraded` while something needs the operator.
-pub(super) fn health(host: &Host) -> HealthResult {
-    let snapshot = host.registry().snapshot();
-    let config_error = host.config_state().last_error;
-    let collisions: Vec<String> = snapshot
-        .collisions()
-        .iter()
-        .map(|c| c.name.clone())
-        .collect();
-    let mcp = host.mcp().counts();
-    // A configured server that cannot start, or whose circuit is open, needs the operator.
-    let custom_tool_errors = host.custom().errors();
-    let quarantined: Vec<String> = snapshot
-        .quarantined_tools()
-        .map(|q| q.name.clone())
-        .collect();
-    let degraded = !quarantined.is_empty()
-        || config_error.is_some()
-        || !collisions.is_empty()
-        || mcp.failed > 0
-        || !custom_tool_errors.is_empty();
-    HealthResult {
-        status: if degraded {
-            HealthStatus::Degraded
-        } else {
-            HealthStatus::Ok
-        },
-        version: env!("CARGO_PKG_VERSION").to_owned(),
-        uptime_s: host.uptime().as_secs(),
-        tools: snapshot.len(),
-        sessions: host.sessions().count(),
-        sandbox: crate::sandbox::status(),
-        mcp,
-        config_error,
-        collisions,
-        custom_tool_errors,
-        session_event_errors: host.custom().event_failures(),
-        quarantined,
-    }
-}
-
 /// Params are by name; absent params mean `{}`.
 fn parse<P: DeserializeOwned>(params: &Params) -> Result<P, ErrorObjectOwned> {
     let raw = params.as_str().map(str::trim).unwrap_or("{}");
@@ -181,7 +140,7 @@ pub fn module(host: Host) -> anyhow::Result<RpcModule<Host>> {
     api.method(
         method::HEALTH,
         "Liveness and a summary of the host's state.",
-        |host, _: EmptyParams| async move { Ok(health(&host)) },
+        |host, _: EmptyParams| async move { Ok(super::ops::health(&host)) },
     )?;
     api.method(
         method::STATUS,
@@ -327,7 +286,7 @@ fn catalog_methods(api: &mut Api) -> anyhow::Result<()> {
         "Ranks deferred tools by relevance to a query (BM25, or a regex) and returns full definitions; with session_id, the matches are remembered as loaded in that session.",
         |host, p: ToolsSearchParams| async move {
             let snapshot = host.registry().snapshot();
-            let result = crate::catalog::search(&snapshot, &p.query, p.limit, p.format);
+            let result = snapshot.search(&p.query, p.limit, p.format);
             if let Some(id) = &p.session_id {
                 let found: Vec<String> = result.matches.iter().map(|m| m.name.clone()).collect();
                 crate::session::remember_loaded(host.sessions(), id, found).await?;

@@ -1,10 +1,11 @@
-//! What operators read: `GET /metrics` and `host.status`, gathered from the host's state.
+//! What operators read: `host.health`, `GET /metrics` and `host.status`, gathered from the
+//! host's state.
 
 use jsonrpsee::server::{HttpBody, HttpResponse};
 
 use crate::host::Host;
 use crate::metrics::{Scrape, CONTENT_TYPE};
-use crate::protocol::HostStatusResult;
+use crate::protocol::{HealthResult, HealthStatus, HostStatusResult};
 use crate::registry::ToolSource;
 
 /// `GET /metrics`: the Prometheus text exposition.
@@ -37,11 +38,52 @@ pub(super) fn status(host: &Host) -> HostStatusResult {
         })
         .collect();
     HostStatusResult {
-        health: super::methods::health(host),
+        health: health(host),
         config: crate::reload::status(host),
         servers: host.mcp().status(None),
         custom_tools,
         calls: host.calls().list(),
         data_dir: host.data_dir().display().to_string(),
+    }
+}
+
+/// `host.health`: liveness, and `degraded` while something needs the operator.
+pub(super) fn health(host: &Host) -> HealthResult {
+    let snapshot = host.registry().snapshot();
+    let config_error = host.config_state().last_error;
+    let collisions: Vec<String> = snapshot
+        .collisions()
+        .iter()
+        .map(|c| c.name.clone())
+        .collect();
+    let mcp = host.mcp().counts();
+    // A configured server that cannot start, or whose circuit is open, needs the operator.
+    let custom_tool_errors = host.custom().errors();
+    let quarantined: Vec<String> = snapshot
+        .quarantined_tools()
+        .map(|q| q.name.clone())
+        .collect();
+    let degraded = !quarantined.is_empty()
+        || config_error.is_some()
+        || !collisions.is_empty()
+        || mcp.failed > 0
+        || !custom_tool_errors.is_empty();
+    HealthResult {
+        status: if degraded {
+            HealthStatus::Degraded
+        } else {
+            HealthStatus::Ok
+        },
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        uptime_s: host.uptime().as_secs(),
+        tools: snapshot.len(),
+        sessions: host.sessions().count(),
+        sandbox: crate::sandbox::status(),
+        mcp,
+        config_error,
+        collisions,
+        custom_tool_errors,
+        session_event_errors: host.custom().event_failures(),
+        quarantined,
     }
 }

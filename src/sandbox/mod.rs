@@ -20,8 +20,6 @@ use serde_json::Value;
 pub use confine::{bench_setup, install, Confinement};
 
 use crate::config::SandboxConfig;
-use crate::protocol::ErrorKind;
-use crate::registry::ToolError;
 
 /// What a confined program may write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema, Hash)]
@@ -237,7 +235,7 @@ pub struct Extras {
 
 /// Decides and prepares the sandbox of one run in `workspace`. Errors with
 /// `sandbox_unavailable` when the kernel cannot enforce the policy and `required` is true.
-pub fn plan(call: &CallSandbox, workspace: &Path, extras: &Extras) -> Result<Plan, ToolError> {
+pub fn plan(call: &CallSandbox, workspace: &Path, extras: &Extras) -> Result<Plan, Refusal> {
     if call.policy == SandboxPolicy::Off {
         return Ok(Plan::Off { left: call.left });
     }
@@ -248,11 +246,10 @@ pub fn plan(call: &CallSandbox, workspace: &Path, extras: &Extras) -> Result<Pla
     };
     if let Some(reason) = unsupported(call.policy, network) {
         if call.config.required {
-            return Err(ToolError::new(
-                ErrorKind::SandboxUnavailable,
-                format!("{reason}; refused because sandbox.required is true (set it to false to run unconfined, or use sandbox policy off)"),
-            )
-            .with_field("sandbox", note(call.policy, network, "unavailable", &reason)));
+            return Err(Refusal {
+                message: format!("{reason}; refused because sandbox.required is true (set it to false to run unconfined, or use sandbox policy off)"),
+                note: Some(note(call.policy, network, "unavailable", &reason)),
+            });
         }
         return Ok(Plan::Unenforced {
             policy: call.policy,
@@ -269,12 +266,18 @@ pub fn plan(call: &CallSandbox, workspace: &Path, extras: &Extras) -> Result<Pla
     }
     Confinement::build(call.policy, network, &writable)
         .map(Plan::Confined)
-        .map_err(|e| {
-            ToolError::new(
-                ErrorKind::SandboxUnavailable,
-                format!("could not set up the sandbox: {e}"),
-            )
+        .map_err(|e| Refusal {
+            message: format!("could not set up the sandbox: {e}"),
+            note: None,
         })
+}
+
+/// A run the sandbox cannot confine as asked: the call fails with `sandbox_unavailable`
+/// (the registry turns it into the tool error), `note` becoming the result's `sandbox`.
+#[derive(Debug)]
+pub struct Refusal {
+    pub message: String,
+    pub note: Option<Value>,
 }
 
 impl Plan {
