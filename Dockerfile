@@ -29,7 +29,8 @@ RUN apt-get update && apt-get install -y --no-install-recommends tini ca-certifi
     && groupadd --system --gid 10001 toolhost \
     && useradd --system --uid 10001 --gid toolhost --home-dir /var/lib/toolhost toolhost \
     && mkdir -p /run/toolhost /var/lib/toolhost /etc/toolhost /workspace \
-    && chown toolhost:toolhost /run/toolhost /var/lib/toolhost /etc/toolhost /workspace
+    && echo '{}' > /etc/toolhost/config.json \
+    && chown toolhost:toolhost /run/toolhost /var/lib/toolhost /etc/toolhost /etc/toolhost/config.json /workspace
 COPY --from=uv /uv /uvx /usr/local/bin/
 COPY --from=build /src/target/release/toolhost /usr/local/bin/toolhost
 USER toolhost

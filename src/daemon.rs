@@ -106,17 +106,16 @@ async fn start(
     let path = opts.config_path();
     let mut loaded =
         config::load(&path).with_context(|| format!("invalid config {}", path.display()))?;
-    // A named file that is missing still starts the daemon (it is watched, and `mcp add`
-    // creates it), but never silently: the log and `config.status` say so (the host logs
-    // every config warning at start).
+    // A named file that is missing is a typo more often than a plan: refuse to start rather
+    // than run on defaults (the default path, unnamed, may be missing).
     if config::is_named(opts.config.as_deref())
         && config::file_state(&path) == config::FileState::Missing
     {
-        let note = format!(
-            "{}; running on defaults until it is created",
-            config::missing_named(&path)
+        anyhow::bail!(
+            "{}; create it (`echo {{}} > {}` for an empty one) or leave out --config",
+            config::missing_named(&path),
+            path.display()
         );
-        loaded.warnings.push(note);
     }
     let dirs = opts.dirs(&loaded.config)?;
     if dirs.workspace == std::path::Path::new("/") {

@@ -88,17 +88,25 @@ async fn a_named_config_file_that_is_missing_is_an_error() {
         "/nonexistent/conifg.json: invalid\nconfig file /nonexistent/conifg.json does not exist \
          (it was named with --config or TOOLHOST_CONFIG)\n"
     );
-    // `serve` still starts (the file is watched and `mcp add` creates it) but says so.
-    let d = Daemon::start().await;
-    let st = d.call("config.status", json!({})).await;
-    assert_eq!(
-        st["result"]["warnings"],
-        json!([format!(
-            "config file {} does not exist (it was named with --config or TOOLHOST_CONFIG); \
-             running on defaults until it is created",
-            d.config_path().display()
-        )])
+    // `serve` refuses to start on defaults.
+    let d = Daemon::unstarted();
+    let mut cmd = d.command();
+    std::fs::remove_file(d.config_path()).unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(30), cmd.output())
+        .await
+        .expect("serve exits")
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let path = d.config_path().display().to_string();
+    assert!(
+        stderr.contains(&format!(
+            "config file {path} does not exist (it was named with --config or TOOLHOST_CONFIG); \
+             create it (`echo {{}} > {path}` for an empty one) or leave out --config"
+        )),
+        "{stderr}"
     );
+    assert!(!d.socket().exists(), "a refused start left a socket");
 }
 
 #[tokio::test]

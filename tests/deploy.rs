@@ -187,6 +187,7 @@ async fn socket_activation_serves_the_given_socket_and_leaves_it_on_stop() {
     }
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("ws")).unwrap();
+    std::fs::write(dir.path().join("config.json"), "{}").unwrap();
     let sock = dir.path().join("activated.sock");
     let mut child = tokio::process::Command::new("systemd-socket-activate")
         .arg("-l")

@@ -15,6 +15,7 @@ async fn a_daemon_runs_in_process_and_stops_when_told() {
     let ws = dir.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
     std::fs::write(ws.join("hello.txt"), "hello\n").unwrap();
+    std::fs::write(dir.path().join("config.json"), "{}").unwrap();
     let socket = dir.path().join("s.sock");
     let opts = ServeOptions {
         config: Some(dir.path().join("config.json")),
@@ -26,11 +27,15 @@ async fn a_daemon_runs_in_process_and_stops_when_told() {
     let daemon = tokio::spawn(serve_until(opts, async move {
         let _ = stopped.await;
     }));
+    let mut tries = 0;
     let client = loop {
         match Client::connect(&socket).await {
             Ok(c) => break c,
+            Err(_) if daemon.is_finished() => panic!("the daemon stopped: {:?}", daemon.await),
+            Err(e) if tries > 500 => panic!("no daemon on {}: {e}", socket.display()),
             Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
         }
+        tries += 1;
     };
     let tools = client
         .list_tools(&ListToolsParams::default())

@@ -543,6 +543,9 @@ async fn odd_json_is_answered_as_the_spec_says() {
 /// Runs the daemon without `--socket` (default path under `runtime`); returns its exit
 /// status and stderr once it exits, or `None` if it keeps running (it is then killed).
 async fn start_default_socket(d: &Daemon, runtime: &Path) -> Option<(bool, String)> {
+    if !d.config_path().exists() {
+        std::fs::write(d.config_path(), "{}").unwrap();
+    }
     let mut cmd = tokio::process::Command::new(BIN);
     cmd.arg("--config")
         .arg(d.config_path())

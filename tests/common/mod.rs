@@ -120,6 +120,10 @@ impl Daemon {
     /// `toolhost serve` on this dir with no `--socket`: the daemon resolves its socket
     /// itself (from config or the environment), as an installed one would.
     pub fn command_without_socket(&self) -> Command {
+        // `--config` names the file, and a named file must exist: start from an empty one.
+        if !self.config_path().exists() {
+            std::fs::write(self.config_path(), "{}").unwrap();
+        }
         let mut cmd = Command::new(BIN);
         cmd.arg("--config").arg(self.config_path());
         cmd.arg("serve")
