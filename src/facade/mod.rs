@@ -228,8 +228,9 @@ impl Facade {
         let _ = tokio::time::timeout(ROOTS_WAIT, rx.wait_for(|done| *done)).await;
     }
 
-    /// Runs one call through `subscribe_invoke`: updates become progress notifications,
-    /// a cancelled request cancels the call (killing its process group).
+    /// Runs one call: through `subscribe_invoke` when the client asked for progress (updates
+    /// become progress notifications), else a plain `invoke`; either way a cancelled request
+    /// cancels the call (killing its process group).
     async fn run(
         &self,
         client: &Client,
@@ -237,6 +238,19 @@ impl Facade {
         ctx: &RequestContext<RoleServer>,
         progress: Option<&ProgressToken>,
     ) -> Result<InvokeResult, ErrorData> {
+        let cancelled = || ErrorData::new(ErrorCode::INTERNAL_ERROR, "cancelled", None);
+        // No progress wanted: a plain `invoke` skips the subscription machinery.
+        if progress.is_none() {
+            return tokio::select! {
+                r = client.invoke(params) => r.map_err(host_error),
+                _ = ctx.ct.cancelled() => {
+                    if let Some(id) = &params.call_id {
+                        let _ = client.cancel(id).await;
+                    }
+                    Err(cancelled())
+                }
+            };
+        }
         let mut sub = client.subscribe_invoke(params).await.map_err(host_error)?;
         let mut step = 0.0;
         loop {
@@ -246,7 +260,7 @@ impl Facade {
                     if let Some(id) = &params.call_id {
                         let _ = client.cancel(id).await;
                     }
-                    return Err(ErrorData::new(ErrorCode::INTERNAL_ERROR, "cancelled", None));
+                    return Err(cancelled());
                 }
             };
             match event {
