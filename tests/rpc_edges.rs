@@ -8,7 +8,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{eventually, Daemon, BIN};
+use common::{eventually, Daemon};
 use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -543,23 +543,8 @@ async fn odd_json_is_answered_as_the_spec_says() {
 /// Runs the daemon without `--socket` (default path under `runtime`); returns its exit
 /// status and stderr once it exits, or `None` if it keeps running (it is then killed).
 async fn start_default_socket(d: &Daemon, runtime: &Path) -> Option<(bool, String)> {
-    if !d.config_path().exists() {
-        std::fs::write(d.config_path(), "{}").unwrap();
-    }
-    let mut cmd = tokio::process::Command::new(BIN);
-    cmd.arg("--config")
-        .arg(d.config_path())
-        .arg("serve")
-        .arg("--workspace")
-        .arg(d.workspace())
-        .arg("--data-dir")
-        .arg(d.data_dir())
-        .env("XDG_RUNTIME_DIR", runtime)
-        .env_remove("TOOLHOST_SOCKET")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true);
+    let mut cmd = d.command_without_socket();
+    cmd.env("XDG_RUNTIME_DIR", runtime);
     let child = cmd.spawn().unwrap();
     match tokio::time::timeout(Duration::from_secs(10), child.wait_with_output()).await {
         Ok(out) => {

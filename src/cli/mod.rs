@@ -421,6 +421,11 @@ fn config_check(path: Option<PathBuf>, out: Output) -> ExitCode {
 }
 
 /// Parses a JSON object given on the command line; anything else is a usage error (exit 2).
+/// A session's `--meta`, when given.
+fn parse_meta(meta: Option<&str>) -> Result<Option<Map<String, Value>>, ExitCode> {
+    meta.map(|m| parse_json_object("--meta", m)).transpose()
+}
+
 fn parse_json_object(what: &str, text: &str) -> Result<Map<String, Value>, ExitCode> {
     match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(m)) => Ok(m),
@@ -772,11 +777,7 @@ async fn session_command(
             workspace,
             approval,
         } => {
-            let meta = match meta
-                .as_deref()
-                .map(|m| parse_json_object("--meta", m))
-                .transpose()
-            {
+            let meta = match parse_meta(meta.as_deref()) {
                 Ok(m) => m,
                 Err(code) => return Ok(code),
             };
@@ -795,11 +796,7 @@ async fn session_command(
             workspace,
             approval,
         } => {
-            let meta = match meta
-                .as_deref()
-                .map(|m| parse_json_object("--meta", m))
-                .transpose()
-            {
+            let meta = match parse_meta(meta.as_deref()) {
                 Ok(m) => m,
                 Err(code) => return Ok(code),
             };

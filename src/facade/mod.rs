@@ -238,38 +238,25 @@ impl Facade {
         ctx: &RequestContext<RoleServer>,
         progress: Option<&ProgressToken>,
     ) -> Result<InvokeResult, ErrorData> {
-        let cancelled = || ErrorData::new(ErrorCode::INTERNAL_ERROR, "cancelled", None);
         // No progress wanted: a plain `invoke` skips the subscription machinery.
-        if progress.is_none() {
+        let Some(token) = progress else {
             return tokio::select! {
                 r = client.invoke(params) => r.map_err(host_error),
-                _ = ctx.ct.cancelled() => {
-                    if let Some(id) = &params.call_id {
-                        let _ = client.cancel(id).await;
-                    }
-                    Err(cancelled())
-                }
+                _ = ctx.ct.cancelled() => Err(cancel_call(client, params).await),
             };
-        }
+        };
         let mut sub = client.subscribe_invoke(params).await.map_err(host_error)?;
         let mut step = 0.0;
         loop {
             let event = tokio::select! {
                 e = sub.next() => e,
-                _ = ctx.ct.cancelled() => {
-                    if let Some(id) = &params.call_id {
-                        let _ = client.cancel(id).await;
-                    }
-                    return Err(cancelled());
-                }
+                _ = ctx.ct.cancelled() => return Err(cancel_call(client, params).await),
             };
             match event {
                 Some(Ok(InvokeEvent::Update(u))) => {
-                    if let Some(token) = progress {
-                        step += 1.0;
-                        let note = progress_note(token.clone(), &u, step);
-                        let _ = ctx.peer.notify_progress(note).await;
-                    }
+                    step += 1.0;
+                    let note = progress_note(token.clone(), &u, step);
+                    let _ = ctx.peer.notify_progress(note).await;
                 }
                 Some(Ok(InvokeEvent::Result(r))) => return Ok(r),
                 Some(Err(e)) => return Err(host_error(e)),
@@ -479,6 +466,14 @@ impl ServerHandler for Facade {
         let outcome = &r.result;
         Ok(convert::call_result(outcome.ok, outcome.error.as_deref(), &outcome.fields).into())
     }
+}
+
+/// Cancels the call the client gave up on (its process group is killed) and says so.
+async fn cancel_call(client: &Client, params: &InvokeParams) -> ErrorData {
+    if let Some(id) = &params.call_id {
+        let _ = client.cancel(id).await;
+    }
+    ErrorData::new(ErrorCode::INTERNAL_ERROR, "cancelled", None)
 }
 
 /// A tool update as an MCP progress notification: the tool's own progress when it gives
