@@ -260,3 +260,23 @@ async fn the_tools_table_keeps_its_columns_with_long_names() {
     let parsed = cli(&d, &["tools", "--json"]).await.json();
     assert!(parsed["tools"].as_array().unwrap().len() > 6);
 }
+
+/// A reader that goes away (`toolhost health | head -0`) ends the CLI quietly by SIGPIPE,
+/// like any Unix filter (regression: `println!` panicked with "Broken pipe").
+#[tokio::test]
+async fn a_closed_stdout_ends_the_cli_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    let d = Daemon::start().await;
+    let mut child = tokio::process::Command::new(BIN)
+        .arg("--socket")
+        .arg(d.socket())
+        .args(["tools", "--all"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().await.unwrap();
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}", out.status);
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+}

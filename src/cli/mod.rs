@@ -257,7 +257,17 @@ struct Output {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    crate::logging::init(matches!(cli.command, Command::Serve { .. }), cli.log_format);
+    let daemon = matches!(cli.command, Command::Serve { .. });
+    crate::logging::init(daemon, cli.log_format);
+    if !daemon {
+        // A client's reader that goes away (`toolhost tools | head -1`) ends it quietly, as
+        // it does any Unix filter, instead of a panic in `println!` (Rust ignores SIGPIPE).
+        // The daemon keeps ignoring it: a vanished client must never kill it.
+        // SAFETY: set before any thread exists; SIG_DFL needs no handler.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
