@@ -1,8 +1,11 @@
 //! The call audit log: one JSON line per finished call in `<data_dir>/audit.jsonl`, so an
 //! operator can tell which frontend ran which command.
 //!
-//! Records are queued to a writer thread (the call path never touches the file) and the
-//! file is rotated by size (`audit.jsonl.1` … `.N`). Arguments are never written: only
+//! Records are queued to a writer thread (the call path never touches the file), which
+//! writes them in batches: after the first record of a burst it waits [`BATCH`] and then
+//! writes everything queued with one `write`. A busy daemon thus wakes the writer a few
+//! dozen times a second instead of once per call (a wake-up per call cost a tenth of the
+//! daemon's CPU on a relayed MCP call). The file is rotated by size (`audit.jsonl.1` … `.N`). Arguments are never written: only
 //! their SHA-256 and size, since they may hold secrets. The caller's identity comes from
 //! the connection (`SO_PEERCRED`) through [`CALLER`], set by the RPC layer around a call.
 
@@ -23,8 +26,11 @@ pub const FILE_NAME: &str = "audit.jsonl";
 const MAX_BYTES: u64 = 16 * 1024 * 1024;
 /// Rotated files kept (`audit.jsonl.1` is the newest).
 const KEEP: usize = 3;
-/// Records waiting for the writer at most; more are dropped (and counted).
-const QUEUE: usize = 4096;
+/// Records waiting for the writer at most; more are dropped (and counted). With
+/// [`BATCH`] this allows 20,000 calls per batch, ~800,000 calls/s.
+const QUEUE: usize = 20_000;
+/// How long the writer lets records gather after the first of a burst.
+const BATCH: std::time::Duration = std::time::Duration::from_millis(25);
 
 /// Who is on the other end of a connection, as the kernel says (`SO_PEERCRED`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -135,7 +141,14 @@ pub struct Record {
 /// The sending end of the audit log; cheap to share.
 #[derive(Clone)]
 pub struct AuditLog {
-    tx: Option<SyncSender<Record>>,
+    tx: Option<SyncSender<Entry>>,
+}
+
+/// What the writer thread is sent.
+enum Entry {
+    Record(Box<Record>),
+    /// Write everything queued before this, then answer (a stopping daemon waits for it).
+    Flush(std::sync::mpsc::Sender<()>),
 }
 
 impl AuditLog {
@@ -159,28 +172,53 @@ impl AuditLog {
     /// Queues a record; false when it had to be dropped.
     pub fn record(&self, r: Record) -> bool {
         match &self.tx {
-            Some(tx) => match tx.try_send(r) {
+            Some(tx) => match tx.try_send(Entry::Record(Box::new(r))) {
                 Ok(()) => true,
                 Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => false,
             },
             None => false,
         }
     }
+
+    /// Waits (at most `limit`) until every record queued so far is in the file: a
+    /// stopping daemon calls this so its last calls are not lost with the batch.
+    pub async fn flush(&self, limit: std::time::Duration) {
+        let Some(tx) = self.tx.clone() else { return };
+        let (ack_tx, ack_rx) = std::sync::mpsc::channel();
+        let wait = tokio::task::spawn_blocking(move || {
+            if tx.send(Entry::Flush(ack_tx)).is_ok() {
+                let _ = ack_rx.recv_timeout(limit);
+            }
+        });
+        let _ = tokio::time::timeout(limit, wait).await;
+    }
 }
 
-/// Writes queued records until every sender is gone; flushes after each burst and
-/// rotates as soon as the live file reaches `max_bytes`.
-fn write_loop(path: &Path, rx: Receiver<Record>, max_bytes: u64, keep: usize) {
+/// Writes queued records until every sender is gone; gathers each burst for [`BATCH`],
+/// flushes after it, and rotates as soon as the live file reaches `max_bytes`.
+fn write_loop(path: &Path, rx: Receiver<Entry>, max_bytes: u64, keep: usize) {
     let mut out: Option<(BufWriter<File>, u64)> = None;
     let mut warned = false;
     while let Ok(first) = rx.recv() {
+        if matches!(first, Entry::Record(_)) {
+            std::thread::sleep(BATCH);
+        }
         let mut next = Some(first);
-        while let Some(r) = next {
+        let mut acks = Vec::new();
+        while let Some(entry) = next {
+            let r = match entry {
+                Entry::Record(r) => r,
+                Entry::Flush(ack) => {
+                    acks.push(ack);
+                    next = rx.try_recv().ok();
+                    continue;
+                }
+            };
             if out.is_none() {
                 match open(path) {
                     Ok(f) => {
                         let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-                        out = Some((BufWriter::new(f), len));
+                        out = Some((BufWriter::with_capacity(256 * 1024, f), len));
                         warned = false;
                     }
                     Err(e) if !warned => {
@@ -208,6 +246,9 @@ fn write_loop(path: &Path, rx: Receiver<Record>, max_bytes: u64, keep: usize) {
         }
         if let Some((w, _)) = &mut out {
             let _ = w.flush();
+        }
+        for ack in acks {
+            let _ = ack.send(());
         }
     }
 }
@@ -300,7 +341,7 @@ mod tests {
         let line = serde_json::to_vec(&record(10)).unwrap().len() as u64 + 1;
         let (tx, rx) = sync_channel(16);
         for n in 10..22 {
-            tx.send(record(n)).unwrap();
+            tx.send(Entry::Record(Box::new(record(n)))).unwrap();
         }
         drop(tx);
         // Three lines per file; twelve records make four files, of which two are kept.

@@ -184,6 +184,7 @@ pub async fn run(
     server.stopped(SHUTDOWN_GRACE).await;
     host.tracker().close();
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, host.tracker().wait()).await;
+    host.audit().flush(SHUTDOWN_GRACE).await;
     Ok(())
 }
 

@@ -501,3 +501,27 @@ async fn json_logs_and_sled_chatter_only_when_asked_for() {
     let lines = json_log_run("debug,rmcp=warn,sled=debug").await;
     assert!(sled_debug(&lines) > 0, "{lines:#?}");
 }
+
+/// The writer gathers lines in batches; a daemon told to stop still writes the lines of
+/// the calls it answered before it exits.
+#[tokio::test]
+async fn a_stopping_daemon_writes_its_last_audit_lines() {
+    let mut d = Daemon::start().await;
+    let c = d.client().await;
+    let r = c
+        .invoke(&toolhost::protocol::InvokeParams {
+            call_id: Some("last-before-stop".into()),
+            ..toolhost::protocol::InvokeParams::new("bash", args(json!({"command": "true"})))
+        })
+        .await
+        .unwrap();
+    assert!(r.result.ok);
+    drop(c);
+    let status = d.stop().await;
+    assert!(status.success(), "{status:?}");
+    let lines = audit_lines(&d);
+    assert!(
+        lines.iter().any(|l| l["call_id"] == "last-before-stop"),
+        "{lines:?}"
+    );
+}

@@ -18,7 +18,7 @@ use crate::bounded_lines::read_line_bounded;
 
 use super::auth;
 use super::client::Client;
-use super::oversized::OversizedReplies;
+use super::stdio::StdioTransport;
 use crate::config::McpServer;
 use crate::process::{self, GroupGuard};
 
@@ -109,7 +109,7 @@ async fn connect_stdio(
         bail!("`{command}` started without its stdio pipes");
     };
     // If initialisation fails, `group` is dropped here and the child's group is killed.
-    let service = match client.serve((OversizedReplies::new(stdout), stdin)).await {
+    let service = match client.serve(StdioTransport::new(stdout, stdin)).await {
         Ok(s) => s,
         Err(e) => {
             // The real cause (`Cannot find module …`) is usually on stderr: let the reader

@@ -10,6 +10,7 @@ mod client;
 mod launcher;
 pub mod naming;
 mod oversized;
+mod stdio;
 mod server;
 mod tool;
 

@@ -121,6 +121,9 @@ async fn call_upstream(
         }
     };
     match outcome {
+        // A stdio server's answer, parsed once by our transport.
+        Ok(ServerResult::CustomResult(r)) if r.0.is_object() => map_result(r.0),
+        // An HTTP server's answer, typed by rmcp.
         Ok(ServerResult::CallToolResult(r)) => {
             map_result(serde_json::to_value(r).unwrap_or(Value::Null))
         }

@@ -21,6 +21,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse, MethodCallback};
+use jsonrpsee::types::{ErrorObject, ErrorObjectOwned};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
@@ -121,11 +122,14 @@ impl Session {
             Item::Reply(r) => r,
             Item::Ignore => String::new(),
             Item::Call(call) => {
-                let reply = self.dispatch(&call).await;
-                match (&call.id, reply) {
-                    (None, _) => String::new(),
-                    (Some(id), Ok(reply)) => envelope::restore(reply, id),
-                    (Some(id), Err((code, msg))) => envelope::error_reply(Some(id), code, &msg),
+                let answer = self.dispatch(&call).await;
+                let Some(id) = &call.id else {
+                    return String::new();
+                };
+                match answer {
+                    Answer::Result(json) => envelope::result_reply(id, &json),
+                    Answer::Error(e) => envelope::error_object_reply(id, &e),
+                    Answer::Bridged(reply) => envelope::restore(reply, id),
                 }
             }
         }
@@ -135,7 +139,7 @@ impl Session {
     /// unsubscribe (jsonrpsee's public API has no other way to run those per connection).
     fn is_subscription(&self, method: &str) -> bool {
         matches!(
-            self.shared.methods.method(method),
+            self.shared.subscriptions.method(method),
             Some(MethodCallback::Subscription(_) | MethodCallback::Unsubscription(_))
         )
     }
@@ -180,37 +184,56 @@ impl Session {
     }
 
     /// jsonrpsee's reply (still carrying the synthetic id) to a canonical request.
-    async fn dispatch(&self, call: &Call) -> Result<String, (i32, String)> {
-        let methods = &self.shared.methods;
-        if !self.is_subscription(&call.method) {
-            // Async handlers run inline in this task, so the caller is visible to them.
-            let request = methods.raw_json_request(&call.request, 1);
+    async fn dispatch(&self, call: &Call) -> Answer {
+        let fail = |code, msg: String| Answer::Error(ErrorObject::owned(code, msg, None::<()>));
+        if let Some(method) = self.shared.plain.get(call.method.as_str()) {
+            // Plain methods run inline in this task, so the caller is visible to them.
+            let run = method(&self.shared.host, call.params());
             let reply = match &self.caller {
-                Some(c) => CALLER.scope(c.clone(), request).await,
-                None => request.await,
+                Some(c) => CALLER.scope(c.clone(), run).await,
+                None => run.await,
             };
             return match reply {
-                Ok((reply, _)) => Ok(String::from(Box::<str>::from(reply))),
-                Err(e) => Err((envelope::INTERNAL_ERROR, format!("Internal error: {e}"))),
+                Ok(json) => Answer::Result(json),
+                Err(e) => Answer::Error(e),
             };
         }
+        if !self.is_subscription(&call.method) {
+            return fail(
+                crate::protocol::codes::METHOD_NOT_FOUND,
+                "Method not found".to_owned(),
+            );
+        }
         let Some(events) = &self.events else {
-            return Err((
+            return fail(
                 crate::protocol::codes::METHOD_NOT_FOUND,
                 format!(
                     "{} sends notifications, which HTTP POST cannot carry: use newline-delimited JSON or a WebSocket on the same socket",
                     call.method
                 ),
-            ));
+            );
         };
-        let bridge = self.bridge(events).await?;
-        bridge.call(call).await.ok_or_else(|| {
-            (
+        let bridge = match self.bridge(events).await {
+            Ok(b) => b,
+            Err((code, msg)) => return fail(code, msg),
+        };
+        match bridge.call(call).await {
+            Some(reply) => Answer::Bridged(reply),
+            None => fail(
                 envelope::INTERNAL_ERROR,
                 "Internal error: the subscription engine went away".to_owned(),
-            )
-        })
+            ),
+        }
     }
+}
+
+/// How a call ended, before the client's id is put on its reply.
+enum Answer {
+    /// A plain method's result, as JSON.
+    Result(String),
+    Error(ErrorObjectOwned),
+    /// jsonrpsee's reply through the bridge, still with the synthetic id.
+    Bridged(String),
 }
 
 /// What the writer of a connection is asked to do.
@@ -635,7 +658,7 @@ impl hyper::service::Service<HttpRequest<Incoming>> for JsonrpseeService {
         let mut svc = shared
             .service
             .clone()
-            .build(shared.methods.clone(), shared.stop.clone());
+            .build(shared.subscriptions.clone(), shared.stop.clone());
         tower::Service::call(&mut svc, req).boxed()
     }
 }

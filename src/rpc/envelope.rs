@@ -34,6 +34,8 @@ pub(crate) struct Call {
     pub n: u64,
     pub method: String,
     pub request: String,
+    /// Where the params sit in `request` (none sent, or `null`: `None`).
+    params: Option<std::ops::Range<usize>>,
     /// The client's id token as sent; `None` for a notification (its reply is dropped).
     pub id: Option<Box<RawValue>>,
 }
@@ -76,6 +78,17 @@ pub(crate) fn error_reply(id: Option<&RawValue>, code: i32, message: &str) -> St
     let id = id.map_or("null", RawValue::get);
     let message = serde_json::to_string(message).unwrap_or_else(|_| "\"\"".to_owned());
     format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":{code},"message":{message}}}}}"#)
+}
+
+/// An error reply with `id` for a method's error (its `data` kept).
+pub(crate) fn error_object_reply(
+    id: &RawValue,
+    error: &jsonrpsee::types::ErrorObjectOwned,
+) -> String {
+    match serde_json::to_string(error) {
+        Ok(error) => format!(r#"{{"jsonrpc":"2.0","id":{},"error":{error}}}"#, id.get()),
+        Err(_) => error_reply(Some(id), error.code(), error.message()),
+    }
 }
 
 /// Checks one message. Never fails: what cannot run becomes an error reply.
@@ -187,18 +200,40 @@ fn entry(raw: &RawValue) -> Item {
     };
     let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let method_token = f.method.map_or("\"\"", RawValue::get);
-    let request = match params {
-        Some(p) => {
-            format!(r#"{{"jsonrpc":"2.0","id":{n},"method":{method_token},"params":{p}}}"#)
-        }
-        None => format!(r#"{{"jsonrpc":"2.0","id":{n},"method":{method_token}}}"#),
-    };
+    let mut request = format!(r#"{{"jsonrpc":"2.0","id":{n},"method":{method_token}"#);
+    let params = params.map(|p| {
+        request.push_str(r#","params":"#);
+        let start = request.len();
+        request.push_str(p);
+        start..request.len()
+    });
+    request.push('}');
     Item::Call(Call {
         n,
         method,
         request,
+        params,
         id: id.map(RawValue::to_owned),
     })
+}
+
+impl Call {
+    /// The params as sent (an object or an array); `None` when absent or `null`.
+    pub fn params(&self) -> Option<&str> {
+        self.params.clone().and_then(|r| self.request.get(r))
+    }
+}
+
+/// A result reply with `id` (a raw JSON token); `result` is JSON.
+pub(crate) fn result_reply(id: &RawValue, result: &str) -> String {
+    const HEAD: &str = r#"{"jsonrpc":"2.0","id":"#;
+    let mut reply = String::with_capacity(HEAD.len() + id.get().len() + result.len() + 12);
+    reply.push_str(HEAD);
+    reply.push_str(id.get());
+    reply.push_str(r#","result":"#);
+    reply.push_str(result);
+    reply.push('}');
+    reply
 }
 
 /// The synthetic id of a reply jsonrpsee wrote, and where that id sits in `text`.

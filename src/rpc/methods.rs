@@ -1,9 +1,19 @@
 //! Every JSON-RPC method, registered through [`Api`], which records each method's params
 //! and result schema as it registers it: `rpc.discover` is generated from the very table
 //! the server serves, so the two cannot drift apart.
+//!
+//! Plain methods go into our own table ([`Methods::plain`]), which the connection calls
+//! directly: jsonrpsee's `raw_json_request` re-parsed each request, cloned the module's
+//! extensions, made a channel and wrote a reply whose id we then swapped, all on the hot
+//! path of every `invoke`. Only subscriptions, which need jsonrpsee's per-connection
+//! machinery, are registered in its module.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
 
 use jsonrpsee::types::{ErrorObject, ErrorObjectOwned, Params};
 use jsonrpsee::{PendingSubscriptionSink, RpcModule, SubscriptionMessage};
@@ -42,9 +52,29 @@ fn login_error(e: anyhow::Error) -> Error {
     }
 }
 
+/// A plain method: parses its params (`None`: absent), runs, and answers with its result
+/// serialised as JSON.
+pub(crate) type Plain = Arc<
+    dyn Fn(&Host, Option<&str>) -> BoxFuture<'static, Result<String, ErrorObjectOwned>>
+        + Send
+        + Sync,
+>;
+
+/// Every method the server serves.
+pub(crate) struct Methods {
+    /// Plain methods by name, run directly by the connection.
+    pub plain: HashMap<&'static str, Plain>,
+    /// Subscriptions and their unsubscribes, run by jsonrpsee.
+    pub subscriptions: RpcModule<Host>,
+}
+
 /// Params are by name; absent params mean `{}`.
 fn parse<P: DeserializeOwned>(params: &Params) -> Result<P, ErrorObjectOwned> {
-    let raw = params.as_str().map(str::trim).unwrap_or("{}");
+    parse_str(params.as_str())
+}
+
+fn parse_str<P: DeserializeOwned>(params: Option<&str>) -> Result<P, ErrorObjectOwned> {
+    let raw = params.map(str::trim).unwrap_or("{}");
     if raw.starts_with('[') {
         return Err(ErrorObject::owned(
             codes::INVALID_PARAMS,
@@ -62,6 +92,7 @@ fn parse<P: DeserializeOwned>(params: &Params) -> Result<P, ErrorObjectOwned> {
 }
 
 struct Api {
+    plain: HashMap<&'static str, Plain>,
     module: RpcModule<Host>,
     docs: Vec<MethodDoc>,
 }
@@ -76,7 +107,7 @@ impl Api {
     ) -> anyhow::Result<()>
     where
         P: DeserializeOwned + JsonSchema + Send + 'static,
-        R: Serialize + JsonSchema + Clone + Send + 'static,
+        R: Serialize + JsonSchema + Send + 'static,
         F: Fn(Host, P) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = Result<R, Error>> + Send + 'static,
     {
@@ -93,25 +124,36 @@ impl Api {
     where
         P: DeserializeOwned + JsonSchema + Send + 'static,
         R: JsonSchema,
-        O: Serialize + Clone + Send + 'static,
+        O: Serialize + Send + 'static,
         F: Fn(Host, P) -> Fut + Clone + Send + Sync + 'static,
         Fut: Future<Output = Result<O, Error>> + Send + 'static,
     {
         self.docs.push(openrpc::method::<P, R>(name, summary));
-        self.module
-            .register_async_method(name, move |params, host: Arc<Host>, _| {
-                let f = f.clone();
-                async move {
-                    let p: P = parse(&params)?;
-                    f((*host).clone(), p).await.map_err(rpc_error)
-                }
-            })?;
+        let plain: Plain = Arc::new(move |host: &Host, params: Option<&str>| {
+            let parsed = parse_str::<P>(params);
+            let (f, host) = (f.clone(), host.clone());
+            async move {
+                let out = f(host, parsed?).await.map_err(rpc_error)?;
+                serde_json::to_string(&out).map_err(|e| {
+                    ErrorObject::owned(
+                        codes::INTERNAL_ERROR,
+                        format!("Internal error: {e}"),
+                        None::<()>,
+                    )
+                })
+            }
+            .boxed()
+        });
+        if self.plain.insert(name, plain).is_some() {
+            anyhow::bail!("method {name} registered twice");
+        }
         Ok(())
     }
 }
 
-pub fn module(host: Host) -> anyhow::Result<RpcModule<Host>> {
+pub(crate) fn methods(host: Host) -> anyhow::Result<Methods> {
     let mut api = Api {
+        plain: HashMap::new(),
         module: RpcModule::new(host),
         docs: Vec::new(),
     };
@@ -253,10 +295,16 @@ pub fn module(host: Host) -> anyhow::Result<RpcModule<Host>> {
         method::DISCOVER,
         "This OpenRPC document.",
     ));
-    let doc = Arc::new(openrpc::document(&api.docs));
-    api.module
-        .register_method(method::DISCOVER, move |_, _, _| Value::clone(&doc))?;
-    Ok(api.module)
+    let doc: Arc<str> = serde_json::to_string(&openrpc::document(&api.docs))?.into();
+    let discover: Plain = Arc::new(move |_: &Host, _: Option<&str>| {
+        let doc = doc.to_string();
+        async move { Ok(doc) }.boxed()
+    });
+    api.plain.insert(method::DISCOVER, discover);
+    Ok(Methods {
+        plain: api.plain,
+        subscriptions: api.module,
+    })
 }
 
 async fn list_tools(host: &Host, p: ListToolsParams) -> Result<Box<RawValue>, Error> {

@@ -44,7 +44,10 @@ fn frame_timeout() -> Duration {
 /// What every connection needs, shared.
 pub(crate) struct Shared {
     host: Host,
-    methods: Methods,
+    /// Plain methods, run directly by the connection.
+    plain: std::collections::HashMap<&'static str, methods::Plain>,
+    /// Subscriptions, run by jsonrpsee behind the bridge.
+    subscriptions: Methods,
     /// jsonrpsee's service, behind the in-process WebSocket that carries subscriptions.
     service: ServiceBuilder,
     stop: StopHandle,
@@ -96,11 +99,15 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
     let service = Server::builder()
         .set_config(server_cfg)
         .to_service_builder();
-    let methods: Methods = methods::module(host.clone())?.into();
+    let methods::Methods {
+        plain,
+        subscriptions,
+    } = methods::methods(host.clone())?;
     let (stop, handle) = stop_channel();
     let shared = Arc::new_cyclic(|weak: &std::sync::Weak<Shared>| Shared {
         host: host.clone(),
-        methods,
+        plain,
+        subscriptions: subscriptions.into(),
         service,
         stop,
         max_request_bytes: max_request,
