@@ -431,8 +431,10 @@ async fn timed_list_tools(conn: &mut Conn, params: &RawValue) -> Lat {
     lat
 }
 
+/// Whether `needle` is in `hay` (SIMD search: a 366 KiB tool list is checked in
+/// microseconds, so the check does not inflate the latency it sits in).
 fn memfind(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
+    memchr::memmem::find(hay, needle).is_some()
 }
 
 /// Result of a load run.

@@ -10,8 +10,8 @@ mod client;
 mod launcher;
 pub mod naming;
 mod oversized;
-mod stdio;
 mod server;
+mod stdio;
 mod tool;
 
 use std::sync::{Arc, Mutex};

@@ -123,7 +123,9 @@ impl<R: AsyncRead + Unpin, W> StdioTransport<R, W> {
             }
             Err(e) => {
                 let text = String::from_utf8_lossy(&line[..line.len().min(200)]);
-                tracing::warn!("skipped a message the MCP server sent that is not JSON-RPC ({e}): {text}");
+                tracing::warn!(
+                    "skipped a message the MCP server sent that is not JSON-RPC ({e}): {text}"
+                );
                 None
             }
         }
@@ -146,7 +148,9 @@ where
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send + 'static {
         match &item {
-            JsonRpcMessage::Request(r) if matches!(r.request, ClientRequest::CallToolRequest(_)) => {
+            JsonRpcMessage::Request(r)
+                if matches!(r.request, ClientRequest::CallToolRequest(_)) =>
+            {
                 lock(&self.calls).insert(r.id.clone());
             }
             JsonRpcMessage::Notification(n) => {

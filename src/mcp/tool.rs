@@ -43,22 +43,49 @@ impl Tool for McpTool {
     }
 
     fn call(&self, args: Map<String, Value>, ctx: CallContext) -> BoxFuture<'_, ToolResult> {
-        Box::pin(self.forward(args, ctx))
+        Box::pin(call_upstream(
+            self.server.clone(),
+            self.remote_name.clone(),
+            args,
+            ctx,
+        ))
     }
 }
 
-impl McpTool {
-    /// Runs the request in its own task: once sent, a request is always either answered or
-    /// cancelled upstream, even if the caller's future is dropped right after sending
-    /// (the pipeline fires `ctx.cancel` whenever it abandons a call).
-    async fn forward(&self, args: Map<String, Value>, ctx: CallContext) -> ToolResult {
-        let server = self.server.clone();
-        let call = tokio::spawn(call_upstream(server, self.remote_name.clone(), args, ctx));
-        call.await.unwrap_or_else(|e| {
-            Err(ToolError::failed(format!(
-                "internal error in the MCP call: {e}"
-            )))
-        })
+/// A request sent and not yet answered: if the call's future is dropped while it waits
+/// (the pipeline gave up on it), the server is told to stop (`notifications/cancelled`)
+/// from a task of its own. So a sent request is always either answered or cancelled
+/// upstream, without running every call in a task of its own (a spawn and a wake-up
+/// more per call).
+struct Unanswered {
+    peer: Peer<RoleClient>,
+    id: RequestId,
+    armed: bool,
+}
+
+impl Unanswered {
+    /// The request was answered, or the call cancels it itself.
+    fn settle(&mut self) {
+        self.armed = false;
+    }
+
+    /// Settles it by telling the server to stop.
+    async fn cancel(&mut self, reason: &str) {
+        self.settle();
+        cancel_upstream(&self.peer, self.id.clone(), reason).await;
+    }
+}
+
+impl Drop for Unanswered {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (peer, id) = (self.peer.clone(), self.id.clone());
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime
+                .spawn(async move { cancel_upstream(&peer, id, "abandoned by the caller").await });
+        }
     }
 }
 
@@ -84,7 +111,11 @@ async fn call_upstream(
         .send_request_with_option(request, opts)
         .await
         .map_err(|e| server.call_error(e))?;
-    let id = handle.id.clone();
+    let mut unanswered = Unanswered {
+        peer,
+        id: handle.id.clone(),
+        armed: true,
+    };
     let mut progress = server
         .progress()
         .subscribe(handle.progress_token.clone())
@@ -108,18 +139,19 @@ async fn call_upstream(
                 });
             }
             _ = &mut idle_timer => {
-                cancel_upstream(&peer, id, "timeout").await;
+                unanswered.cancel("timeout").await;
                 return Err(ToolError::new(
                     ErrorKind::Timeout,
                     format!("MCP server '{}' did not answer within {} ms (timeout_ms, reset by progress)", server.name(), idle.as_millis()),
                 ));
             }
             _ = ctx.cancel.cancelled() => {
-                cancel_upstream(&peer, id, "cancelled by the caller").await;
+                unanswered.cancel("cancelled by the caller").await;
                 return Err(cancelled());
             }
         }
     };
+    unanswered.settle();
     match outcome {
         // A stdio server's answer, parsed once by our transport.
         Ok(ServerResult::CustomResult(r)) if r.0.is_object() => map_result(r.0),
