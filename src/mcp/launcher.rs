@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
@@ -18,7 +19,7 @@ use crate::bounded_lines::read_line_bounded;
 
 use super::auth;
 use super::client::Client;
-use super::stdio::StdioTransport;
+use super::stdio::{DirectCalls, StdioTransport};
 use crate::config::McpServer;
 use crate::process::{self, GroupGuard};
 
@@ -31,6 +32,8 @@ pub struct Connection {
     pub _child: Option<tokio::process::Child>,
     /// A sandboxed stdio server's ruleset and temp dir, kept while it runs.
     pub _sandbox: Option<crate::sandbox::Confinement>,
+    /// A stdio server's tool calls, beside rmcp (none for HTTP: calls go through rmcp).
+    pub direct: Option<Arc<DirectCalls>>,
 }
 
 /// Most stderr lines kept per second from one server; the rest are counted and dropped.
@@ -109,7 +112,9 @@ async fn connect_stdio(
         bail!("`{command}` started without its stdio pipes");
     };
     // If initialisation fails, `group` is dropped here and the child's group is killed.
-    let service = match client.serve(StdioTransport::new(stdout, stdin)).await {
+    let transport = StdioTransport::new(stdout, stdin);
+    let direct = transport.direct();
+    let service = match client.serve(transport).await {
         Ok(s) => s,
         Err(e) => {
             // The real cause (`Cannot find module …`) is usually on stderr: let the reader
@@ -130,6 +135,7 @@ async fn connect_stdio(
         group,
         _child: Some(child),
         _sandbox: sandbox,
+        direct: Some(direct),
     })
 }
 
@@ -155,6 +161,7 @@ async fn connect_http(
         group: None,
         _child: None,
         _sandbox: None,
+        direct: None,
     })
 }
 

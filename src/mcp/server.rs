@@ -49,12 +49,20 @@ enum Control {
     Stop,
 }
 
+/// What a call needs of a live connection: rmcp's peer, and for a stdio server the direct
+/// way to call its tools.
+#[derive(Clone)]
+pub(super) struct Link {
+    pub peer: Peer<RoleClient>,
+    pub direct: Option<Arc<super::stdio::DirectCalls>>,
+}
+
 pub struct Server {
     name: String,
     /// The live config; filters and approval can change without a reconnect.
     config: ArcSwap<McpServer>,
     status: Mutex<Status>,
-    peer: Mutex<Option<Peer<RoleClient>>>,
+    link: Mutex<Option<Link>>,
     progress: ProgressDispatcher,
     /// Bounds calls in flight (`max_concurrency`); waiters are the queue.
     permits: Arc<Semaphore>,
@@ -108,7 +116,7 @@ impl Server {
                 connected_since: None,
                 tools: 0,
             }),
-            peer: Mutex::new(None),
+            link: Mutex::new(None),
             progress: ProgressDispatcher::new(),
             in_flight: AtomicUsize::new(0),
             queued: AtomicUsize::new(0),
@@ -199,12 +207,12 @@ impl Server {
     }
 
     /// The connection to call on, or the `unavailable` answer (waking a reconnect).
-    pub(super) fn peer_for_call(&self) -> Result<Peer<RoleClient>, ToolError> {
-        if let Some(p) = lock(&self.peer)
+    pub(super) fn link_for_call(&self) -> Result<Link, ToolError> {
+        if let Some(link) = lock(&self.link)
             .as_ref()
-            .filter(|p| !p.is_transport_closed())
+            .filter(|l| !l.peer.is_transport_closed())
         {
-            return Ok(p.clone());
+            return Ok(link.clone());
         }
         let state = self.state();
         if state == State::AuthRequired {
@@ -399,7 +407,7 @@ async fn supervise(server: Arc<Server>, mut control: mpsc::UnboundedReceiver<Con
                 server.consecutive_failures.store(0, Ordering::Relaxed);
                 server.first_attempt.send_replace(true);
                 let outcome = serve_connection(&server, conn, &mut control, &mut notices).await;
-                *lock(&server.peer) = None;
+                *lock(&server.link) = None;
                 match outcome {
                     Ended::Stop => return,
                     Ended::Reconnect => continue,
@@ -478,7 +486,10 @@ async fn connect_and_list(server: &Arc<Server>, client: Client) -> anyhow::Resul
         s.state = State::Ready;
         s.last_error = None;
     }
-    *lock(&server.peer) = Some(peer);
+    *lock(&server.link) = Some(Link {
+        peer,
+        direct: conn.direct.clone(),
+    });
     Ok(conn)
 }
 

@@ -1,64 +1,78 @@
 //! The transport to a stdio MCP server: newline-delimited JSON-RPC over its pipes.
 //!
 //! Ours rather than rmcp's `AsyncRwTransport` because the relay's hot path is here. rmcp
-//! parses every incoming message through two nested untagged enums (the message kind, then
-//! one of eighteen result types), buffering the whole message and trying variant after
-//! variant; a `tools/call` answer, the one message a relay sees thousands of times a
-//! second, matches late. This transport remembers which of our requests are `tools/call`
-//! and parses their answers once, straight into JSON, handed on as rmcp's `CustomResult`
-//! (which [`super::tool`] maps to our result); everything else goes through rmcp's own
-//! parser as before. Writes keep the order in which rmcp hands messages over, and
-//! messages queued while a write is in progress go out together in the next one.
+//! handles the session (initialize, tools/list, notifications, the server's own requests)
+//! through this transport as through its own. Tool calls take a shorter way: a
+//! [`DirectCalls`] writes `tools/call` straight to the pipe and the reader hands the answer
+//! straight back to the waiting call. Through rmcp a call hopped from the caller's task to
+//! rmcp's service task and back, and every answer was parsed through two nested untagged
+//! enums (the message kind, then eighteen result types tried in turn); here an answer is
+//! parsed once, to JSON. Our call ids are strings (`th-N`) and rmcp's are numbers, so the
+//! two never meet.
+//!
+//! Writes keep the order in which messages are queued; messages queued while a write is in
+//! progress go out together in the next one. A writer dropped mid-write (a call given up)
+//! leaves the rest of its bytes for the next writer, so a line is never cut.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use rmcp::model::{
-    ClientNotification, ClientRequest, CustomResult, JsonRpcMessage, JsonRpcResponse,
-    JsonRpcVersion2_0, RequestId, ServerJsonRpcMessage, ServerResult,
-};
+use rmcp::model::{ErrorData, NumberOrString, RequestId, ServerJsonRpcMessage};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use rmcp::RoleClient;
-use serde::Deserialize;
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::oneshot;
 
 use super::oversized::{OversizedReplies, MAX_MESSAGE};
 
 /// Read buffer for the server's stdout.
 const READ_BUFFER: usize = 64 * 1024;
+/// The prefix of our own call ids.
+const ID_PREFIX: &str = "th-";
 
-pub struct StdioTransport<R, W> {
+type Pipe = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// The server's answer to a direct call: its `result`, or its JSON-RPC error.
+pub type DirectAnswer = Result<Value, ErrorData>;
+
+pub struct StdioTransport<R> {
     read: BufReader<OversizedReplies<R>>,
     /// The line being read (kept across cancelled `receive`s).
     line: Vec<u8>,
     /// Skipping the rest of a line over [`MAX_MESSAGE`] (its error follows it, see
     /// [`OversizedReplies`]).
     discarding: bool,
-    out: Arc<Outbox<W>>,
-    /// Ids of our `tools/call` requests not yet answered.
-    calls: Arc<Mutex<HashSet<RequestId>>>,
+    direct: Arc<DirectCalls>,
 }
 
-/// Messages waiting to be written, and the pipe they go to.
-struct Outbox<W> {
-    queued: Mutex<Vec<u8>>,
-    pipe: tokio::sync::Mutex<Option<W>>,
-}
-
-impl<R: AsyncRead + Unpin, W> StdioTransport<R, W> {
-    pub fn new(stdout: R, stdin: W) -> Self {
+impl<R: AsyncRead + Unpin> StdioTransport<R> {
+    pub fn new(stdout: R, stdin: impl AsyncWrite + Send + Unpin + 'static) -> Self {
         StdioTransport {
             read: BufReader::with_capacity(READ_BUFFER, OversizedReplies::new(stdout)),
             line: Vec::new(),
             discarding: false,
-            out: Arc::new(Outbox {
-                queued: Mutex::new(Vec::new()),
-                pipe: tokio::sync::Mutex::new(Some(stdin)),
+            direct: Arc::new(DirectCalls {
+                out: Arc::new(Outbox {
+                    queued: Mutex::new(Vec::new()),
+                    pipe: tokio::sync::Mutex::new(Writing {
+                        pipe: Some(Box::new(stdin)),
+                        batch: Vec::new(),
+                        written: 0,
+                    }),
+                }),
+                pending: Mutex::new(Some(HashMap::new())),
+                next: AtomicU64::new(1),
             }),
-            calls: Arc::default(),
         }
+    }
+
+    /// The direct way to call this server's tools.
+    pub fn direct(&self) -> Arc<DirectCalls> {
+        self.direct.clone()
     }
 
     /// Reads one line of at most [`MAX_MESSAGE`] bytes into `self.line` (false at the end
@@ -91,36 +105,35 @@ impl<R: AsyncRead + Unpin, W> StdioTransport<R, W> {
         }
     }
 
-    /// One message, parsed as cheaply as its kind allows; `None` for a line that is not
-    /// JSON-RPC (logged and skipped, as rmcp does).
+    /// One message for rmcp, or `None` when the line was the answer to a direct call (handed
+    /// over here) or is not JSON-RPC (logged and skipped, as rmcp does).
     fn parse(&self, line: &[u8]) -> Option<ServerJsonRpcMessage> {
-        /// A successful answer; `result` is only JSON until we know whose answer it is.
+        /// An answer; whose, and whether it is one at all, is decided after.
         #[derive(Deserialize)]
         struct Answer {
             id: RequestId,
-            result: Value,
+            #[serde(default)]
+            result: Option<Value>,
+            #[serde(default)]
+            error: Option<ErrorData>,
         }
-        let calls_pending = !lock(&self.calls).is_empty();
-        if calls_pending {
+        if self.direct.waiting() {
             if let Ok(answer) = serde_json::from_slice::<Answer>(line) {
-                if lock(&self.calls).remove(&answer.id) {
-                    return Some(JsonRpcMessage::Response(JsonRpcResponse {
-                        jsonrpc: JsonRpcVersion2_0,
-                        id: answer.id,
-                        result: ServerResult::CustomResult(CustomResult(answer.result)),
-                    }));
+                let outcome = match (answer.result, answer.error) {
+                    (Some(result), _) => Some(Ok(result)),
+                    (None, Some(error)) => Some(Err(error)),
+                    // A request from the server (it has an id too): rmcp's.
+                    (None, None) => None,
+                };
+                if let Some(outcome) = outcome {
+                    if self.direct.answer(&answer.id, outcome) {
+                        return None;
+                    }
                 }
             }
         }
         match serde_json::from_slice::<ServerJsonRpcMessage>(line) {
-            Ok(message) => {
-                if let JsonRpcMessage::Error(e) = &message {
-                    if let Some(id) = &e.id {
-                        lock(&self.calls).remove(id);
-                    }
-                }
-                Some(message)
-            }
+            Ok(message) => Some(message),
             Err(e) => {
                 let text = String::from_utf8_lossy(&line[..line.len().min(200)]);
                 tracing::warn!(
@@ -132,14 +145,19 @@ impl<R: AsyncRead + Unpin, W> StdioTransport<R, W> {
     }
 }
 
+impl<R> Drop for StdioTransport<R> {
+    fn drop(&mut self) {
+        self.direct.close();
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-impl<R, W> Transport<RoleClient> for StdioTransport<R, W>
+impl<R> Transport<RoleClient> for StdioTransport<R>
 where
     R: AsyncRead + Unpin + Send + 'static,
-    W: AsyncWrite + Unpin + Send + 'static,
 {
     type Error = std::io::Error;
 
@@ -147,51 +165,13 @@ where
         &mut self,
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send + 'static {
-        match &item {
-            JsonRpcMessage::Request(r)
-                if matches!(r.request, ClientRequest::CallToolRequest(_)) =>
-            {
-                lock(&self.calls).insert(r.id.clone());
-            }
-            JsonRpcMessage::Notification(n) => {
-                if let ClientNotification::CancelledNotification(c) = &n.notification {
-                    if let Some(id) = &c.params.request_id {
-                        lock(&self.calls).remove(id);
-                    }
-                }
-            }
-            _ => {}
-        }
         // Queued now, in the order rmcp hands messages over, whatever order the returned
         // futures run in.
-        let encoded = {
-            let mut queued = lock(&self.out.queued);
-            let start = queued.len();
-            let written = serde_json::to_writer(&mut *queued, &item);
-            match written {
-                Ok(()) => queued.push(b'\n'),
-                Err(_) => queued.truncate(start),
-            }
-            written
-        };
-        let out = self.out.clone();
+        let queued = self.direct.out.queue(&item);
+        let out = self.direct.out.clone();
         async move {
-            encoded.map_err(std::io::Error::other)?;
-            let mut pipe = out.pipe.lock().await;
-            let Some(pipe) = pipe.as_mut() else {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::BrokenPipe,
-                    "the transport is closed",
-                ));
-            };
-            // Whoever holds the pipe writes everything queued, its own message included.
-            loop {
-                let batch = std::mem::take(&mut *lock(&out.queued));
-                if batch.is_empty() {
-                    return Ok(());
-                }
-                pipe.write_all(&batch).await?;
-            }
+            queued.map_err(std::io::Error::other)?;
+            out.flush().await
         }
     }
 
@@ -199,10 +179,10 @@ where
         loop {
             match self.read_line().await {
                 Ok(true) => {}
-                Ok(false) => return None,
+                Ok(false) => break,
                 Err(e) => {
                     tracing::warn!("reading from the MCP server failed: {e}");
-                    return None;
+                    break;
                 }
             }
             let text = self.line.trim_ascii();
@@ -216,12 +196,317 @@ where
                 return message;
             }
         }
+        // The server is gone: direct calls still waiting fail now, not at their timeout.
+        self.direct.close();
+        None
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {
-        if let Some(mut pipe) = self.out.pipe.lock().await.take() {
+        self.direct.close();
+        self.direct.out.close().await
+    }
+}
+
+/// Messages waiting to be written, and the pipe they go to.
+struct Outbox {
+    queued: Mutex<Vec<u8>>,
+    pipe: tokio::sync::Mutex<Writing>,
+}
+
+/// The pipe and the batch being written to it.
+struct Writing {
+    pipe: Option<Pipe>,
+    batch: Vec<u8>,
+    /// Bytes of `batch` already written.
+    written: usize,
+}
+
+impl Outbox {
+    /// Appends one message (a line) to the queue.
+    fn queue(&self, message: &impl Serialize) -> Result<(), serde_json::Error> {
+        let mut queued = lock(&self.queued);
+        let start = queued.len();
+        let written = serde_json::to_writer(&mut *queued, message);
+        match written {
+            Ok(()) => queued.push(b'\n'),
+            Err(_) => queued.truncate(start),
+        }
+        written
+    }
+
+    /// Writes everything queued (other callers' messages too). Cancellation-safe: bytes
+    /// not yet written stay for the next flush.
+    async fn flush(&self) -> std::io::Result<()> {
+        let mut w = self.pipe.lock().await;
+        let Writing {
+            pipe,
+            batch,
+            written,
+        } = &mut *w;
+        let Some(pipe) = pipe.as_mut() else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::BrokenPipe,
+                "the MCP server's stdin is closed",
+            ));
+        };
+        loop {
+            if *written == batch.len() {
+                batch.clear();
+                *written = 0;
+                std::mem::swap(batch, &mut *lock(&self.queued));
+                if batch.is_empty() {
+                    return Ok(());
+                }
+            }
+            match pipe.write(&batch[*written..]).await? {
+                0 => return Err(std::io::ErrorKind::WriteZero.into()),
+                n => *written += n,
+            }
+        }
+    }
+
+    async fn close(&self) -> std::io::Result<()> {
+        let pipe = self.pipe.lock().await.pipe.take();
+        if let Some(mut pipe) = pipe {
             pipe.shutdown().await?;
         }
         Ok(())
+    }
+}
+
+/// `tools/call` requests the host sends itself, beside rmcp's session (see the module
+/// doc). Shared by the transport (which answers them) and the server's tools.
+pub struct DirectCalls {
+    out: Arc<Outbox>,
+    /// Calls waiting for their answer by number; `None` once the server is gone.
+    pending: Mutex<Option<HashMap<u64, oneshot::Sender<DirectAnswer>>>>,
+    next: AtomicU64,
+}
+
+/// A direct call sent: its id (also its progress token) and where its answer comes.
+pub struct DirectCall {
+    pub id: Arc<str>,
+    pub answer: oneshot::Receiver<DirectAnswer>,
+}
+
+impl DirectCalls {
+    /// Sends `tools/call` for `name`. The id doubles as the progress token.
+    pub async fn call(
+        &self,
+        name: &str,
+        arguments: &Map<String, Value>,
+    ) -> std::io::Result<DirectCall> {
+        #[derive(Serialize)]
+        struct Request<'a> {
+            jsonrpc: &'static str,
+            id: &'a str,
+            method: &'static str,
+            params: Params<'a>,
+        }
+        #[derive(Serialize)]
+        struct Params<'a> {
+            name: &'a str,
+            arguments: &'a Map<String, Value>,
+            #[serde(rename = "_meta")]
+            meta: Meta<'a>,
+        }
+        #[derive(Serialize)]
+        struct Meta<'a> {
+            #[serde(rename = "progressToken")]
+            progress_token: &'a str,
+        }
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let id: Arc<str> = format!("{ID_PREFIX}{n}").into();
+        let (tx, answer) = oneshot::channel();
+        match lock(&self.pending).as_mut() {
+            Some(pending) => pending.insert(n, tx),
+            None => return Err(closed()),
+        };
+        let request = Request {
+            jsonrpc: "2.0",
+            id: &id,
+            method: "tools/call",
+            params: Params {
+                name,
+                arguments,
+                meta: Meta {
+                    progress_token: &id,
+                },
+            },
+        };
+        let sent = match self.out.queue(&request) {
+            Ok(()) => self.out.flush().await,
+            Err(e) => Err(std::io::Error::other(e)),
+        };
+        if let Err(e) = sent {
+            self.forget(n);
+            return Err(e);
+        }
+        Ok(DirectCall { id, answer })
+    }
+
+    /// Tells the server to stop working on call `id` (`notifications/cancelled`).
+    pub async fn cancel(&self, id: &str, reason: &str) {
+        if let Some(n) = number(id) {
+            self.forget(n);
+        }
+        let note = serde_json::json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"requestId": id, "reason": reason},
+        });
+        if self.out.queue(&note).is_ok() {
+            let _ = self.out.flush().await;
+        }
+    }
+
+    fn forget(&self, n: u64) {
+        if let Some(pending) = lock(&self.pending).as_mut() {
+            pending.remove(&n);
+        }
+    }
+
+    /// Whether any direct call waits for its answer.
+    fn waiting(&self) -> bool {
+        lock(&self.pending).as_ref().is_some_and(|p| !p.is_empty())
+    }
+
+    /// Hands `outcome` to the direct call `id`; false when `id` is not one.
+    fn answer(&self, id: &RequestId, outcome: DirectAnswer) -> bool {
+        let NumberOrString::String(id) = id else {
+            return false;
+        };
+        let Some(n) = number(id) else { return false };
+        let waiter = lock(&self.pending).as_mut().and_then(|p| p.remove(&n));
+        match waiter {
+            Some(tx) => {
+                let _ = tx.send(outcome);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The server is gone: every waiting call fails, and new ones are refused.
+    fn close(&self) {
+        lock(&self.pending).take();
+    }
+}
+
+fn number(id: &str) -> Option<u64> {
+    id.strip_prefix(ID_PREFIX)?.parse().ok()
+}
+
+fn closed() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::BrokenPipe,
+        "the connection to the MCP server is closed",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use serde_json::json;
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+
+    /// A transport on in-memory pipes: (transport, the server's stdout, the server's stdin).
+    fn pipes() -> (
+        StdioTransport<tokio::io::DuplexStream>,
+        tokio::io::DuplexStream,
+        BufReader<tokio::io::DuplexStream>,
+    ) {
+        let (stdout_theirs, stdout_ours) = tokio::io::duplex(1 << 16);
+        let (stdin_ours, stdin_theirs) = tokio::io::duplex(1 << 16);
+        (
+            StdioTransport::new(stdout_ours, stdin_ours),
+            stdout_theirs,
+            BufReader::new(stdin_theirs),
+        )
+    }
+
+    async fn read_json(r: &mut BufReader<tokio::io::DuplexStream>) -> Value {
+        let mut line = String::new();
+        r.read_line(&mut line).await.unwrap();
+        serde_json::from_str(&line).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_direct_call_gets_its_answer_and_rmcp_the_rest() {
+        let (mut t, mut server_out, mut server_in) = pipes();
+        let direct = t.direct();
+        let args = json!({"text": "hi"}).as_object().unwrap().clone();
+        let call = direct.call("echo", &args).await.unwrap();
+        let request = read_json(&mut server_in).await;
+        assert_eq!(request["method"], "tools/call");
+        assert_eq!(request["id"], &*call.id);
+        assert_eq!(request["params"]["_meta"]["progressToken"], &*call.id);
+        assert_eq!(request["params"]["arguments"]["text"], "hi");
+        let answer = json!({"jsonrpc": "2.0", "id": &*call.id, "result": {"content": []}});
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
+        server_out
+            .write_all(format!("{answer}\n{note}\n").as_bytes())
+            .await
+            .unwrap();
+        // The answer goes to the call; rmcp sees only the notification.
+        let m = t.receive().await.unwrap();
+        assert!(
+            matches!(m, rmcp::model::JsonRpcMessage::Notification(_)),
+            "{m:?}"
+        );
+        assert_eq!(call.answer.await.unwrap().unwrap(), json!({"content": []}));
+    }
+
+    #[tokio::test]
+    async fn an_error_answer_fails_the_call_and_a_closed_server_every_waiting_one() {
+        let (mut t, mut server_out, mut server_in) = pipes();
+        let direct = t.direct();
+        let one = direct.call("a", &Map::new()).await.unwrap();
+        let two = direct.call("b", &Map::new()).await.unwrap();
+        let _ = read_json(&mut server_in).await;
+        let error = json!({"jsonrpc": "2.0", "id": &*one.id, "error": {"code": -32602, "message": "no such tool"}});
+        server_out
+            .write_all(format!("{error}\n").as_bytes())
+            .await
+            .unwrap();
+        drop(server_out);
+        assert!(t.receive().await.is_none());
+        let e = one.answer.await.unwrap().unwrap_err();
+        assert_eq!(e.message, "no such tool");
+        assert!(
+            two.answer.await.is_err(),
+            "a waiting call fails when the server goes"
+        );
+        assert!(direct.call("c", &Map::new()).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_write_given_up_half_way_is_finished_by_the_next_writer() {
+        // A pipe of 16 bytes: a long message cannot be written in one go.
+        let (stdout_ours, _stdout_theirs) = tokio::io::duplex(16);
+        let (stdin_ours, mut stdin_theirs) = tokio::io::duplex(16);
+        let t = StdioTransport::new(stdout_ours, stdin_ours);
+        let out = t.direct.out.clone();
+        let first = json!({"n": 1, "pad": "x".repeat(100)});
+        out.queue(&first).unwrap();
+        // The first writer writes what fits, then is dropped while it waits for room.
+        let given_up = tokio::time::timeout(Duration::from_millis(50), out.flush()).await;
+        assert!(given_up.is_err(), "the pipe is full, the writer waits");
+        let second = json!({"n": 2});
+        out.queue(&second).unwrap();
+        let reader = tokio::spawn(async move {
+            let mut all = Vec::new();
+            let mut buf = [0u8; 64];
+            while !all.ends_with(b"{\"n\":2}\n") {
+                let n = stdin_theirs.read(&mut buf).await.unwrap();
+                all.extend_from_slice(&buf[..n]);
+            }
+            String::from_utf8(all).unwrap()
+        });
+        out.flush().await.unwrap();
+        let written = reader.await.unwrap();
+        assert_eq!(written, format!("{first}\n{second}\n"));
     }
 }

@@ -6,16 +6,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam,
-    ClientRequest, RequestId, ServerResult,
+    ClientRequest, NumberOrString, ProgressToken, RequestId, ServerResult,
 };
-use rmcp::service::{Peer, PeerRequestOptions};
+use rmcp::service::{Peer, PeerRequestOptions, ServiceError};
 use rmcp::RoleClient;
 use serde_json::{Map, Value};
 
-use super::server::Server;
+use super::server::{Link, Server};
+use super::stdio::DirectCalls;
 use crate::protocol::{ContentBlock, ErrorKind, Progress};
 use crate::registry::{CallContext, Tool, ToolError, ToolResult, ToolSpec, ToolUpdate};
 
@@ -52,41 +53,119 @@ impl Tool for McpTool {
     }
 }
 
+/// A `tools/call` sent, by whichever way the connection offers.
+enum Sent {
+    /// Straight to a stdio server's pipe (see `stdio.rs`).
+    Direct {
+        calls: Arc<DirectCalls>,
+        id: Arc<str>,
+    },
+    /// Through rmcp (HTTP servers).
+    Peer {
+        peer: Peer<RoleClient>,
+        id: RequestId,
+    },
+}
+
+impl Sent {
+    /// Tells the server to stop working on the call (`notifications/cancelled`).
+    async fn cancel(&self, reason: &str) {
+        match self {
+            Sent::Direct { calls, id } => calls.cancel(id, reason).await,
+            Sent::Peer { peer, id } => {
+                let note = CancelledNotification::new(CancelledNotificationParam::new(
+                    Some(id.clone()),
+                    Some(reason.to_owned()),
+                ));
+                let _ = peer.send_notification(note.into()).await;
+            }
+        }
+    }
+}
+
 /// A request sent and not yet answered: if the call's future is dropped while it waits
-/// (the pipeline gave up on it), the server is told to stop (`notifications/cancelled`)
-/// from a task of its own. So a sent request is always either answered or cancelled
-/// upstream, without running every call in a task of its own (a spawn and a wake-up
-/// more per call).
+/// (the pipeline gave up on it), the server is told to stop from a task of its own. So a
+/// sent request is always either answered or cancelled upstream, without running every
+/// call in a task of its own (a spawn and a wake-up more per call).
 struct Unanswered {
-    peer: Peer<RoleClient>,
-    id: RequestId,
-    armed: bool,
+    sent: Option<Sent>,
 }
 
 impl Unanswered {
-    /// The request was answered, or the call cancels it itself.
+    /// The request was answered.
     fn settle(&mut self) {
-        self.armed = false;
+        self.sent = None;
     }
 
     /// Settles it by telling the server to stop.
     async fn cancel(&mut self, reason: &str) {
-        self.settle();
-        cancel_upstream(&self.peer, self.id.clone(), reason).await;
+        if let Some(sent) = self.sent.take() {
+            sent.cancel(reason).await;
+        }
     }
 }
 
 impl Drop for Unanswered {
     fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let (peer, id) = (self.peer.clone(), self.id.clone());
+        let Some(sent) = self.sent.take() else { return };
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime
-                .spawn(async move { cancel_upstream(&peer, id, "abandoned by the caller").await });
+            runtime.spawn(async move { sent.cancel("abandoned by the caller").await });
         }
     }
+}
+
+/// Sends the call; the answer (the result as JSON) comes from the returned future.
+async fn send_call(
+    server: &Server,
+    link: Link,
+    remote_name: String,
+    args: Map<String, Value>,
+) -> Result<
+    (
+        Sent,
+        ProgressToken,
+        BoxFuture<'static, Result<Value, ServiceError>>,
+    ),
+    ToolError,
+> {
+    if let Some(calls) = link.direct {
+        let call = calls
+            .call(&remote_name, &args)
+            .await
+            .map_err(|_| server.call_error(ServiceError::TransportClosed))?;
+        let token = ProgressToken(NumberOrString::String(call.id.clone()));
+        let answer = async move {
+            match call.answer.await {
+                Ok(Ok(result)) => Ok(result),
+                Ok(Err(e)) => Err(ServiceError::McpError(e)),
+                Err(_) => Err(ServiceError::TransportClosed),
+            }
+        };
+        let sent = Sent::Direct { calls, id: call.id };
+        return Ok((sent, token, answer.boxed()));
+    }
+    let params = CallToolRequestParams::new(remote_name).with_arguments(args);
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    let handle = link
+        .peer
+        .send_request_with_option(request, PeerRequestOptions::no_options())
+        .await
+        .map_err(|e| server.call_error(e))?;
+    let sent = Sent::Peer {
+        peer: link.peer,
+        id: handle.id.clone(),
+    };
+    let token = handle.progress_token.clone();
+    let answer = async move {
+        match handle.await_response().await? {
+            ServerResult::CallToolResult(r) => {
+                serde_json::to_value(r).map_err(|_| ServiceError::UnexpectedResponse)
+            }
+            ServerResult::CustomResult(r) => Ok(r.0),
+            _ => Err(ServiceError::UnexpectedResponse),
+        }
+    };
+    Ok((sent, token, answer.boxed()))
 }
 
 async fn call_upstream(
@@ -96,7 +175,7 @@ async fn call_upstream(
     ctx: CallContext,
 ) -> ToolResult {
     let cancelled = || ToolError::new(ErrorKind::Cancelled, "the call was cancelled");
-    let peer = server.peer_for_call()?;
+    let link = server.link_for_call()?;
     let _slot = tokio::select! {
         slot = server.acquire_slot() => slot?,
         _ = ctx.cancel.cancelled() => return Err(cancelled()),
@@ -104,23 +183,9 @@ async fn call_upstream(
     // The idle timeout (reset by progress) is kept here rather than in rmcp's request
     // options: one timer in the loop below costs less than rmcp's per-request watchers.
     let idle = Duration::from_millis(server.config().timeout_ms);
-    let opts = PeerRequestOptions::no_options();
-    let params = CallToolRequestParams::new(remote_name).with_arguments(args);
-    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-    let handle = peer
-        .send_request_with_option(request, opts)
-        .await
-        .map_err(|e| server.call_error(e))?;
-    let mut unanswered = Unanswered {
-        peer,
-        id: handle.id.clone(),
-        armed: true,
-    };
-    let mut progress = server
-        .progress()
-        .subscribe(handle.progress_token.clone())
-        .await;
-    let response = handle.await_response();
+    let (sent, token, response) = send_call(&server, link, remote_name, args).await?;
+    let mut unanswered = Unanswered { sent: Some(sent) };
+    let mut progress = server.progress().subscribe(token).await;
     let idle_timer = tokio::time::sleep(idle);
     tokio::pin!(response, idle_timer);
     let outcome = loop {
@@ -153,38 +218,13 @@ async fn call_upstream(
     };
     unanswered.settle();
     match outcome {
-        // A stdio server's answer, parsed once by our transport.
-        Ok(ServerResult::CustomResult(r)) if r.0.is_object() => map_result(r.0),
-        // An HTTP server's answer, typed by rmcp.
-        Ok(ServerResult::CallToolResult(r)) => {
-            map_result(serde_json::to_value(r).unwrap_or(Value::Null))
-        }
-        Ok(other) => Err(ToolError::failed(format!(
-            "MCP server '{}' answered tools/call with an unexpected {}",
-            server.name(),
-            variant_name(&other)
+        Ok(result) if result.is_object() => map_result(result),
+        Ok(_) | Err(ServiceError::UnexpectedResponse) => Err(ToolError::failed(format!(
+            "MCP server '{}' answered tools/call with something that is not a tool result",
+            server.name()
         ))),
         Err(e) => Err(server.call_error(e)),
     }
-}
-
-/// Tells the server to stop working on request `id` (`notifications/cancelled`).
-async fn cancel_upstream(peer: &Peer<RoleClient>, id: RequestId, reason: &str) {
-    let note = CancelledNotification::new(CancelledNotificationParam::new(
-        Some(id),
-        Some(reason.to_owned()),
-    ));
-    let _ = peer.send_notification(note.into()).await;
-}
-
-fn variant_name(r: &ServerResult) -> String {
-    serde_json::to_value(r)
-        .ok()
-        .and_then(|v| {
-            v.as_object()
-                .map(|o| o.keys().cloned().collect::<Vec<_>>().join(","))
-        })
-        .unwrap_or_default()
 }
 
 /// Maps an MCP `CallToolResult` (as JSON) onto our result: text joined into `output`,
