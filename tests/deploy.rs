@@ -276,3 +276,27 @@ async fn a_workspace_of_root_is_warned_about() {
         ])
     );
 }
+
+/// The image builds with a profile Cargo.toml defines, and copies that profile's binary.
+#[test]
+fn dockerfile_builds_a_defined_profile_and_copies_its_binary() {
+    let docker = repo_file("Dockerfile");
+    let build = docker
+        .lines()
+        .find(|l| l.contains("cargo build"))
+        .expect("a cargo build line");
+    let profile = build
+        .split_whitespace()
+        .skip_while(|w| *w != "--profile")
+        .nth(1)
+        .expect("the build names its profile");
+    let cargo = repo_file("Cargo.toml");
+    assert!(
+        cargo.contains(&format!("[profile.{profile}]")),
+        "Cargo.toml defines [profile.{profile}]"
+    );
+    assert!(
+        docker.contains(&format!("/src/target/{profile}/toolhost ")),
+        "the image copies target/{profile}/toolhost"
+    );
+}
