@@ -334,19 +334,31 @@ impl DirectCalls {
                 },
             },
         };
-        let sent = match self.out.queue(&request) {
-            Ok(()) => self.out.flush().await,
-            Err(e) => Err(std::io::Error::other(e)),
+        if let Err(e) = self.out.queue(&request) {
+            self.forget(n);
+            return Err(std::io::Error::other(e));
+        }
+        // From here the request will reach the server whatever happens to this future: if
+        // it is dropped before the write is done (the caller gave up while the pipe was
+        // full), its cancellation is queued right behind it.
+        let mut queued = Queued {
+            calls: self,
+            id: &id,
+            n,
+            written: false,
         };
-        if let Err(e) = sent {
+        let flushed = self.out.flush().await;
+        queued.written = true;
+        drop(queued);
+        if let Err(e) = flushed {
             self.forget(n);
             return Err(e);
         }
         Ok(DirectCall { id, answer })
     }
 
-    /// Tells the server to stop working on call `id` (`notifications/cancelled`).
-    pub async fn cancel(&self, id: &str, reason: &str) {
+    /// Queues `notifications/cancelled` for call `id`.
+    fn queue_cancel(&self, id: &str, reason: &str) -> bool {
         if let Some(n) = number(id) {
             self.forget(n);
         }
@@ -355,7 +367,12 @@ impl DirectCalls {
             "method": "notifications/cancelled",
             "params": {"requestId": id, "reason": reason},
         });
-        if self.out.queue(&note).is_ok() {
+        self.out.queue(&note).is_ok()
+    }
+
+    /// Tells the server to stop working on call `id` (`notifications/cancelled`).
+    pub async fn cancel(&self, id: &str, reason: &str) {
+        if self.queue_cancel(id, reason) {
             let _ = self.out.flush().await;
         }
     }
@@ -390,6 +407,24 @@ impl DirectCalls {
     /// The server is gone: every waiting call fails, and new ones are refused.
     fn close(&self) {
         lock(&self.pending).take();
+    }
+}
+
+/// A request queued whose write has not finished (see [`DirectCalls::call`]).
+struct Queued<'a> {
+    calls: &'a DirectCalls,
+    id: &'a str,
+    n: u64,
+    written: bool,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        if !self.written {
+            self.calls.forget(self.n);
+            self.calls
+                .queue_cancel(self.id, "abandoned by the caller before it was sent");
+        }
     }
 }
 
@@ -508,5 +543,32 @@ mod tests {
         out.flush().await.unwrap();
         let written = reader.await.unwrap();
         assert_eq!(written, format!("{first}\n{second}\n"));
+    }
+
+    #[tokio::test]
+    async fn a_call_given_up_before_its_request_is_written_is_cancelled_behind_it() {
+        let (stdout_ours, _stdout_theirs) = tokio::io::duplex(16);
+        let (stdin_ours, stdin_theirs) = tokio::io::duplex(16);
+        let t = StdioTransport::new(stdout_ours, stdin_ours);
+        let direct = t.direct();
+        let args = json!({"pad": "x".repeat(100)}).as_object().unwrap().clone();
+        let given_up =
+            tokio::time::timeout(Duration::from_millis(50), direct.call("slow", &args)).await;
+        assert!(
+            given_up.is_err(),
+            "the pipe is full, the call waits to send"
+        );
+        assert!(!direct.waiting(), "the abandoned call waits for no answer");
+        let flusher = tokio::spawn({
+            let out = t.direct.out.clone();
+            async move { out.flush().await }
+        });
+        let mut server_in = BufReader::new(stdin_theirs);
+        let request = read_json(&mut server_in).await;
+        assert_eq!(request["method"], "tools/call");
+        let cancel = read_json(&mut server_in).await;
+        assert_eq!(cancel["method"], "notifications/cancelled");
+        assert_eq!(cancel["params"]["requestId"], request["id"]);
+        flusher.await.unwrap().unwrap();
     }
 }
