@@ -11,7 +11,7 @@ use crate::approval::{self, ApprovalMode, Decision};
 use crate::audit::{self, Verdict};
 use crate::error::{Error, Result};
 use crate::host::Host;
-use crate::metrics::{Outcome, Source};
+use crate::metrics::{self, Source};
 use crate::protocol::{CallOutcome, ErrorKind, InvokeParams, InvokeResult};
 use crate::registry::{CallContext, ToolError, ToolResult, ToolSource, UpdateSink};
 use crate::sandbox::CallSandbox;
@@ -161,9 +161,9 @@ fn record_finished(
     elapsed: Duration,
 ) {
     let outcome = if result.ok {
-        Outcome::ok
+        metrics::outcome(None)
     } else {
-        Outcome::of(Some(result.error_kind.unwrap_or(ErrorKind::Failed)))
+        metrics::outcome(Some(result.error_kind.unwrap_or(ErrorKind::Failed)))
     };
     host.metrics().call_finished(
         &params.name,

@@ -40,39 +40,9 @@ impl Source {
     }
 }
 
-/// How a call ended: `ok`, or its `error_kind`.
-#[derive(Debug, Clone, Copy, Hash, PartialEq, Eq, EncodeLabelValue)]
-#[allow(non_camel_case_types)]
-pub enum Outcome {
-    ok,
-    unknown_tool,
-    invalid_arguments,
-    approval_required,
-    denied,
-    timeout,
-    cancelled,
-    unavailable,
-    sandbox_unavailable,
-    quarantined,
-    failed,
-}
-
-impl Outcome {
-    pub fn of(error_kind: Option<ErrorKind>) -> Outcome {
-        match error_kind {
-            None => Outcome::ok,
-            Some(ErrorKind::UnknownTool) => Outcome::unknown_tool,
-            Some(ErrorKind::InvalidArguments) => Outcome::invalid_arguments,
-            Some(ErrorKind::ApprovalRequired) => Outcome::approval_required,
-            Some(ErrorKind::Denied) => Outcome::denied,
-            Some(ErrorKind::Timeout) => Outcome::timeout,
-            Some(ErrorKind::Cancelled) => Outcome::cancelled,
-            Some(ErrorKind::Unavailable) => Outcome::unavailable,
-            Some(ErrorKind::SandboxUnavailable) => Outcome::sandbox_unavailable,
-            Some(ErrorKind::Quarantined) => Outcome::quarantined,
-            Some(ErrorKind::Failed) => Outcome::failed,
-        }
-    }
+/// How a call ended, as a label: `ok`, or its `error_kind`'s wire name.
+pub fn outcome(error_kind: Option<ErrorKind>) -> &'static str {
+    error_kind.map_or("ok", ErrorKind::as_str)
 }
 
 /// The framing a connection speaks.
@@ -90,7 +60,7 @@ struct CallLabels {
     source: Source,
     /// The MCP server (empty for other sources).
     server: String,
-    outcome: Outcome,
+    outcome: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -169,7 +139,7 @@ impl Metrics {
         tool: &str,
         source: Source,
         server: &str,
-        outcome: Outcome,
+        outcome: &'static str,
         seconds: f64,
     ) {
         let labels = CallLabels {
@@ -272,12 +242,12 @@ impl Metrics {
             let l = ServerLabels {
                 server: srv.name.clone(),
             };
-            for st in ALL_STATES {
+            for st in McpServerState::ALL {
                 let on = i64::from(srv.state == st);
                 state
                     .get_or_create(&ServerStateLabels {
                         server: srv.name.clone(),
-                        state: state_name(st),
+                        state: st.as_str(),
                     })
                     .set(on);
             }
@@ -322,26 +292,6 @@ impl Metrics {
     }
 }
 
-const ALL_STATES: [McpServerState; 6] = [
-    McpServerState::Connecting,
-    McpServerState::Ready,
-    McpServerState::Failed,
-    McpServerState::Disabled,
-    McpServerState::CircuitOpen,
-    McpServerState::AuthRequired,
-];
-
-fn state_name(s: McpServerState) -> &'static str {
-    match s {
-        McpServerState::Connecting => "connecting",
-        McpServerState::Ready => "ready",
-        McpServerState::Failed => "failed",
-        McpServerState::Disabled => "disabled",
-        McpServerState::CircuitOpen => "circuit_open",
-        McpServerState::AuthRequired => "auth_required",
-    }
-}
-
 fn to_i64(n: impl TryInto<i64>) -> i64 {
     n.try_into().unwrap_or(i64::MAX)
 }
@@ -376,8 +326,14 @@ mod tests {
     #[test]
     fn render_has_counters_and_scrape_state() {
         let m = std::sync::Arc::new(Metrics::default());
-        m.call_finished("bash", Source::builtin, "", Outcome::ok, 0.002);
-        m.call_finished("bash", Source::builtin, "", Outcome::timeout, 1.5);
+        m.call_finished("bash", Source::builtin, "", outcome(None), 0.002);
+        m.call_finished(
+            "bash",
+            Source::builtin,
+            "",
+            outcome(Some(ErrorKind::Timeout)),
+            1.5,
+        );
         let g = m.connection(Framing::http);
         m.reload(false);
         let text = m.render(&Scrape {

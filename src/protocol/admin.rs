@@ -76,6 +76,30 @@ pub enum McpServerState {
     AuthRequired,
 }
 
+impl McpServerState {
+    /// Every state, for label sets and checks.
+    pub const ALL: [McpServerState; 6] = [
+        McpServerState::Connecting,
+        McpServerState::Ready,
+        McpServerState::Failed,
+        McpServerState::Disabled,
+        McpServerState::CircuitOpen,
+        McpServerState::AuthRequired,
+    ];
+
+    /// The wire name, as serialised (a test holds the two together).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            McpServerState::Connecting => "connecting",
+            McpServerState::Ready => "ready",
+            McpServerState::Failed => "failed",
+            McpServerState::Disabled => "disabled",
+            McpServerState::CircuitOpen => "circuit_open",
+            McpServerState::AuthRequired => "auth_required",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct McpServerStatus {
     pub name: String,

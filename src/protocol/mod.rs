@@ -91,6 +91,39 @@ pub enum ErrorKind {
     Quarantined,
 }
 
+impl ErrorKind {
+    /// Every kind, for label sets and checks.
+    pub const ALL: [ErrorKind; 10] = [
+        ErrorKind::UnknownTool,
+        ErrorKind::InvalidArguments,
+        ErrorKind::ApprovalRequired,
+        ErrorKind::Denied,
+        ErrorKind::Timeout,
+        ErrorKind::Cancelled,
+        ErrorKind::Unavailable,
+        ErrorKind::Failed,
+        ErrorKind::SandboxUnavailable,
+        ErrorKind::Quarantined,
+    ];
+
+    /// The wire name, as serialised (for metric labels and tables; a test holds the two
+    /// together).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::UnknownTool => "unknown_tool",
+            ErrorKind::InvalidArguments => "invalid_arguments",
+            ErrorKind::ApprovalRequired => "approval_required",
+            ErrorKind::Denied => "denied",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Cancelled => "cancelled",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Failed => "failed",
+            ErrorKind::SandboxUnavailable => "sandbox_unavailable",
+            ErrorKind::Quarantined => "quarantined",
+        }
+    }
+}
+
 /// Params of methods that take none (`{}` or absent).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -100,4 +133,37 @@ pub struct EmptyParams {}
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct OkResult {
     pub ok: bool,
+}
+
+#[cfg(test)]
+mod wire_names {
+    use super::*;
+
+    /// The names a string enum's schema allows.
+    fn schema_names<T: JsonSchema>() -> Vec<String> {
+        let schema = serde_json::to_value(schemars::schema_for!(T)).unwrap_or_default();
+        let mut names: Vec<String> = schema["enum"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.as_str().map(str::to_owned))
+            .collect();
+        names.sort();
+        names
+    }
+
+    fn check<T: Serialize + JsonSchema + Copy>(all: &[T], as_str: fn(T) -> &'static str) {
+        for v in all {
+            assert_eq!(serde_json::to_value(v).unwrap_or_default(), as_str(*v));
+        }
+        let mut names: Vec<String> = all.iter().map(|v| as_str(*v).to_owned()).collect();
+        names.sort();
+        assert_eq!(names, schema_names::<T>(), "ALL lists every variant once");
+    }
+
+    #[test]
+    fn as_str_is_the_serialised_name_and_all_lists_every_variant() {
+        check(&ErrorKind::ALL, ErrorKind::as_str);
+        check(&McpServerState::ALL, McpServerState::as_str);
+    }
 }
