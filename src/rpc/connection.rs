@@ -127,7 +127,7 @@ impl Session {
                     return String::new();
                 };
                 match answer {
-                    Answer::Result(json) => envelope::result_reply(id, &json),
+                    Answer::Reply(reply) => reply,
                     Answer::Error(e) => envelope::error_object_reply(id, &e),
                     Answer::Bridged(reply) => envelope::restore(reply, id),
                 }
@@ -188,13 +188,13 @@ impl Session {
         let fail = |code, msg: String| Answer::Error(ErrorObject::owned(code, msg, None::<()>));
         if let Some(method) = self.shared.plain.get(call.method.as_str()) {
             // Plain methods run inline in this task, so the caller is visible to them.
-            let run = method(&self.shared.host, call.params());
+            let run = method(&self.shared.host, call.params(), call.id.clone());
             let reply = match &self.caller {
                 Some(c) => CALLER.scope(c.clone(), run).await,
                 None => run.await,
             };
             return match reply {
-                Ok(json) => Answer::Result(json),
+                Ok(reply) => Answer::Reply(reply),
                 Err(e) => Answer::Error(e),
             };
         }
@@ -229,8 +229,8 @@ impl Session {
 
 /// How a call ended, before the client's id is put on its reply.
 enum Answer {
-    /// A plain method's result, as JSON.
-    Result(String),
+    /// A plain method's whole reply (empty for a notification).
+    Reply(String),
     Error(ErrorObjectOwned),
     /// jsonrpsee's reply through the bridge, still with the synthetic id.
     Bridged(String),

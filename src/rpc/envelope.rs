@@ -224,16 +224,21 @@ impl Call {
     }
 }
 
-/// A result reply with `id` (a raw JSON token); `result` is JSON.
-pub(crate) fn result_reply(id: &RawValue, result: &str) -> String {
-    const HEAD: &str = r#"{"jsonrpc":"2.0","id":"#;
-    let mut reply = String::with_capacity(HEAD.len() + id.get().len() + result.len() + 12);
-    reply.push_str(HEAD);
-    reply.push_str(id.get());
-    reply.push_str(r#","result":"#);
-    reply.push_str(result);
-    reply.push('}');
-    reply
+/// A result reply with `id` (a raw JSON token), `result` serialised straight into it, with
+/// room left for a newline (the newline framing adds one without copying the reply).
+pub(crate) fn result_reply(
+    id: &RawValue,
+    result: &impl serde::Serialize,
+) -> Result<String, serde_json::Error> {
+    let mut reply = Vec::with_capacity(256);
+    reply.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    reply.extend_from_slice(id.get().as_bytes());
+    reply.extend_from_slice(br#","result":"#);
+    serde_json::to_writer(&mut reply, result)?;
+    reply.push(b'}');
+    reply.reserve_exact(1);
+    // serde_json writes UTF-8 only; a failure here would be a bug in it, reported as one.
+    String::from_utf8(reply).map_err(serde::ser::Error::custom)
 }
 
 /// The synthetic id of a reply jsonrpsee wrote, and where that id sits in `text`.

@@ -52,10 +52,15 @@ fn login_error(e: anyhow::Error) -> Error {
     }
 }
 
-/// A plain method: parses its params (`None`: absent), runs, and answers with its result
-/// serialised as JSON.
+/// A plain method: parses its params (`None`: absent), runs, and answers with its whole
+/// reply to `id` (its result serialised straight into the reply: a 1,000-tool list is
+/// copied once, not three times). A notification (no id) runs and answers nothing.
 pub(crate) type Plain = Arc<
-    dyn Fn(&Host, Option<&str>) -> BoxFuture<'static, Result<String, ErrorObjectOwned>>
+    dyn Fn(
+            &Host,
+            Option<&str>,
+            Option<Box<RawValue>>,
+        ) -> BoxFuture<'static, Result<String, ErrorObjectOwned>>
         + Send
         + Sync,
 >;
@@ -129,12 +134,15 @@ impl Api {
         Fut: Future<Output = Result<O, Error>> + Send + 'static,
     {
         self.docs.push(openrpc::method::<P, R>(name, summary));
-        let plain: Plain = Arc::new(move |host: &Host, params: Option<&str>| {
+        let plain: Plain = Arc::new(move |host: &Host, params: Option<&str>, id| {
             let parsed = parse_str::<P>(params);
             let (f, host) = (f.clone(), host.clone());
             async move {
                 let out = f(host, parsed?).await.map_err(rpc_error)?;
-                serde_json::to_string(&out).map_err(|e| {
+                let Some(id) = id else {
+                    return Ok(String::new());
+                };
+                super::envelope::result_reply(&id, &out).map_err(|e| {
                     ErrorObject::owned(
                         codes::INTERNAL_ERROR,
                         format!("Internal error: {e}"),
@@ -295,10 +303,19 @@ pub(crate) fn methods(host: Host) -> anyhow::Result<Methods> {
         method::DISCOVER,
         "This OpenRPC document.",
     ));
-    let doc: Arc<str> = serde_json::to_string(&openrpc::document(&api.docs))?.into();
-    let discover: Plain = Arc::new(move |_: &Host, _: Option<&str>| {
-        let doc = doc.to_string();
-        async move { Ok(doc) }.boxed()
+    let doc = Arc::new(openrpc::document(&api.docs));
+    let discover: Plain = Arc::new(move |_: &Host, _: Option<&str>, id| {
+        let reply = match id {
+            Some(id) => super::envelope::result_reply(&id, &*doc).map_err(|e| {
+                ErrorObject::owned(
+                    codes::INTERNAL_ERROR,
+                    format!("Internal error: {e}"),
+                    None::<()>,
+                )
+            }),
+            None => Ok(String::new()),
+        };
+        async move { reply }.boxed()
     });
     api.plain.insert(method::DISCOVER, discover);
     Ok(Methods {
@@ -307,12 +324,28 @@ pub(crate) fn methods(host: Host) -> anyhow::Result<Methods> {
     })
 }
 
-async fn list_tools(host: &Host, p: ListToolsParams) -> Result<Box<RawValue>, Error> {
+/// A `list_tools` answer: the live list as the snapshot cached it (written into the reply
+/// as it is), or a session's view.
+enum ListAnswer {
+    Live(Arc<crate::registry::Snapshot>, ListToolsParams),
+    View(Box<RawValue>),
+}
+
+impl Serialize for ListAnswer {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ListAnswer::Live(snapshot, p) => snapshot
+                .list_json(p.format, p.include_hidden, p.include_deferred)
+                .serialize(s),
+            ListAnswer::View(json) => json.serialize(s),
+        }
+    }
+}
+
+async fn list_tools(host: &Host, p: ListToolsParams) -> Result<ListAnswer, Error> {
     let snapshot = host.registry().snapshot();
     match &p.session_id {
-        None => Ok(snapshot
-            .list_json(p.format, p.include_hidden, p.include_deferred)
-            .to_owned()),
+        None => Ok(ListAnswer::Live(snapshot, p)),
         Some(id) => {
             let session = host.sessions().get(id).await?;
             // The view, then the tools this session loaded through tool_search.
@@ -323,7 +356,9 @@ async fn list_tools(host: &Host, p: ListToolsParams) -> Result<Box<RawValue>, Er
                 .map(String::as_str)
                 .filter(|n| p.include_hidden || snapshot.get(n).is_some_and(|e| !e.hidden()))
                 .collect();
-            serde_json::value::to_raw_value(&snapshot.list(&names, p.format)).map_err(Error::server)
+            serde_json::value::to_raw_value(&snapshot.list(&names, p.format))
+                .map(ListAnswer::View)
+                .map_err(Error::server)
         }
     }
 }
