@@ -112,10 +112,14 @@ impl<R: AsyncRead + Unpin> StdioTransport<R> {
         #[derive(Deserialize)]
         struct Answer {
             id: RequestId,
-            #[serde(default)]
+            /// `null` is kept (a bad answer the call must hear of), only absence is `None`.
+            #[serde(default, deserialize_with = "present")]
             result: Option<Value>,
             #[serde(default)]
             error: Option<ErrorData>,
+        }
+        fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+            Value::deserialize(d).map(Some)
         }
         if self.direct.waiting() {
             if let Ok(answer) = serde_json::from_slice::<Answer>(line) {
@@ -492,6 +496,21 @@ mod tests {
             "{m:?}"
         );
         assert_eq!(call.answer.await.unwrap().unwrap(), json!({"content": []}));
+    }
+
+    #[tokio::test]
+    async fn a_null_result_reaches_the_call_instead_of_being_dropped() {
+        let (mut t, mut server_out, _server_in) = pipes();
+        let direct = t.direct();
+        let call = direct.call("echo", &Map::new()).await.unwrap();
+        let answer = json!({"jsonrpc": "2.0", "id": &*call.id, "result": null});
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
+        server_out
+            .write_all(format!("{answer}\n{note}\n").as_bytes())
+            .await
+            .unwrap();
+        let _ = t.receive().await;
+        assert_eq!(call.answer.await.unwrap().unwrap(), Value::Null);
     }
 
     #[tokio::test]
