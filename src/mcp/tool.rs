@@ -114,26 +114,27 @@ impl Drop for Unanswered {
     }
 }
 
-/// Sends the call; the answer (the result as JSON) comes from the returned future.
+/// A call on its way: what was sent, the token its progress comes under, and its answer
+/// (the result as JSON).
+struct Outgoing {
+    sent: Sent,
+    progress: ProgressToken,
+    answer: BoxFuture<'static, Result<Value, ServiceError>>,
+}
+
+/// Sends the call, by the direct way when the connection has one.
 async fn send_call(
     server: &Server,
     link: Link,
     remote_name: String,
     args: Map<String, Value>,
-) -> Result<
-    (
-        Sent,
-        ProgressToken,
-        BoxFuture<'static, Result<Value, ServiceError>>,
-    ),
-    ToolError,
-> {
+) -> Result<Outgoing, ToolError> {
     if let Some(calls) = link.direct {
         let call = calls
             .call(&remote_name, &args)
             .await
             .map_err(|_| server.call_error(ServiceError::TransportClosed))?;
-        let token = ProgressToken(NumberOrString::String(call.id.clone()));
+        let progress = ProgressToken(NumberOrString::String(call.id.clone()));
         let answer = async move {
             match call.answer.await {
                 Ok(Ok(result)) => Ok(result),
@@ -141,8 +142,11 @@ async fn send_call(
                 Err(_) => Err(ServiceError::TransportClosed),
             }
         };
-        let sent = Sent::Direct { calls, id: call.id };
-        return Ok((sent, token, answer.boxed()));
+        return Ok(Outgoing {
+            sent: Sent::Direct { calls, id: call.id },
+            progress,
+            answer: answer.boxed(),
+        });
     }
     let params = CallToolRequestParams::new(remote_name).with_arguments(args);
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
@@ -155,7 +159,7 @@ async fn send_call(
         peer: link.peer,
         id: handle.id.clone(),
     };
-    let token = handle.progress_token.clone();
+    let progress = handle.progress_token.clone();
     let answer = async move {
         match handle.await_response().await? {
             ServerResult::CallToolResult(r) => {
@@ -165,7 +169,11 @@ async fn send_call(
             _ => Err(ServiceError::UnexpectedResponse),
         }
     };
-    Ok((sent, token, answer.boxed()))
+    Ok(Outgoing {
+        sent,
+        progress,
+        answer: answer.boxed(),
+    })
 }
 
 async fn call_upstream(
@@ -175,17 +183,24 @@ async fn call_upstream(
     ctx: CallContext,
 ) -> ToolResult {
     let cancelled = || ToolError::new(ErrorKind::Cancelled, "the call was cancelled");
-    let link = server.link_for_call()?;
+    // Not connected: say so at once rather than after waiting for a slot.
+    server.link_for_call()?;
     let _slot = tokio::select! {
         slot = server.acquire_slot() => slot?,
         _ = ctx.cancel.cancelled() => return Err(cancelled()),
     };
+    // The connection now (the wait for a slot may have outlived the one seen above).
+    let link = server.link_for_call()?;
     // The idle timeout (reset by progress) is kept here rather than in rmcp's request
     // options: one timer in the loop below costs less than rmcp's per-request watchers.
     let idle = Duration::from_millis(server.config().timeout_ms);
-    let (sent, token, response) = send_call(&server, link, remote_name, args).await?;
+    let Outgoing {
+        sent,
+        progress,
+        answer: response,
+    } = send_call(&server, link, remote_name, args).await?;
     let mut unanswered = Unanswered { sent: Some(sent) };
-    let mut progress = server.progress().subscribe(token).await;
+    let mut progress = server.progress().subscribe(progress).await;
     let idle_timer = tokio::time::sleep(idle);
     tokio::pin!(response, idle_timer);
     let outcome = loop {
