@@ -297,13 +297,16 @@ pub fn digest_args(args: &serde_json::Value) -> (Option<String>, u64) {
 
 /// The frontend's name from session meta: `client`, else `clientInfo.name` (MCP's shape).
 pub fn client_name(meta: &serde_json::Map<String, serde_json::Value>) -> Option<String> {
+    let name_in = |key: &str| {
+        meta.get(key)
+            .and_then(|c| c.get("name"))
+            .and_then(|v| v.as_str())
+    };
     meta.get("client")
         .and_then(|v| v.as_str())
-        .or_else(|| {
-            meta.get("clientInfo")
-                .and_then(|c| c.get("name"))
-                .and_then(|v| v.as_str())
-        })
+        .or_else(|| name_in("clientInfo"))
+        // A session the MCP facade made for an MCP client.
+        .or_else(|| name_in("mcp_client"))
         .map(|s| s.chars().take(200).collect())
 }
 
@@ -369,7 +372,7 @@ mod tests {
     }
 
     #[test]
-    fn client_name_prefers_client_then_client_info() {
+    fn client_name_prefers_client_then_client_info_then_the_facades_mcp_client() {
         let m = |v: serde_json::Value| v.as_object().unwrap().clone();
         assert_eq!(
             client_name(&m(serde_json::json!({"client": "zed"}))),
@@ -382,5 +385,11 @@ mod tests {
             Some("claude-code".into())
         );
         assert_eq!(client_name(&m(serde_json::json!({"client": 3}))), None);
+        assert_eq!(
+            client_name(&m(
+                serde_json::json!({"frontend": "mcp", "mcp_client": {"name": "cursor"}})
+            )),
+            Some("cursor".into())
+        );
     }
 }

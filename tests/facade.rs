@@ -622,13 +622,68 @@ async fn python_sdk_over_stdio_and_http() {
     let mut http = python_client(&["http", &url, TOKEN]).await.unwrap();
     http["mode"] = json!("http");
     assert_eq!(http, python_expected("http"));
+    // Each client's calls are in the audit log under its clientInfo name; the sessions
+    // made for the two connections went with them.
+    eventually(10, "both clients' calls in the audit log", || async {
+        let audit = std::fs::read_to_string(d.data_dir().join("audit.jsonl")).unwrap_or_default();
+        ["python-stdio", "python-http"]
+            .iter()
+            .all(|name| audit.contains(&format!("\"client\":\"{name}\"")))
+    })
+    .await;
+    eventually(10, "the connections' sessions to go", || async {
+        session_clients(&d).await.is_empty()
+    })
+    .await;
+}
+
+/// The names (`clientInfo.name`) of the MCP connections that have a host session.
+async fn session_clients(d: &Daemon) -> Vec<String> {
     let sessions = d.call("session.list", json!({})).await["result"]["sessions"].clone();
-    let mut names: Vec<&str> = sessions
+    sessions
         .as_array()
         .unwrap()
         .iter()
-        .map(|s| s["meta"]["mcp_client"]["name"].as_str().unwrap())
-        .collect();
+        .filter_map(|s| s["meta"]["mcp_client"]["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// A connection's own session is deleted when the client ends the connection (stdio: closes
+/// stdin; HTTP: ends its MCP session), so the store does not keep one per connection ever
+/// made; a session named with `--session` stays.
+#[tokio::test]
+async fn a_connections_own_session_ends_with_it_and_a_named_one_stays() {
+    let d = start(json!({})).await;
+    let (c, _seen) = client("named");
+    let named = stdio(&d, c, &["--session", "keep"]).await;
+    assert_eq!(
+        call(&named, "bash", json!({"command": "true"})).await["isError"],
+        false
+    );
+    named.cancel().await.unwrap();
+
+    let (c, _seen) = client("short");
+    let short = stdio(&d, c, &[]).await;
+    assert_eq!(
+        call(&short, "bash", json!({"command": "true"})).await["isError"],
+        false
+    );
+    let (c, _seen) = client("web");
+    let web = http(&d, c).await;
+    assert_eq!(
+        call(&web, "bash", json!({"command": "true"})).await["isError"],
+        false
+    );
+    let mut names = session_clients(&d).await;
     names.sort();
-    assert_eq!(names, ["python-http", "python-stdio"]);
+    assert_eq!(names, ["named", "short", "web"]);
+
+    short.cancel().await.unwrap();
+    web.cancel().await.unwrap();
+    eventually(10, "the two connections' own sessions to go", || async {
+        session_clients(&d).await == ["named"]
+    })
+    .await;
+    let kept = d.call("session.get", json!({"id": "keep"})).await;
+    assert_eq!(kept["result"]["id"], "keep", "{kept}");
 }

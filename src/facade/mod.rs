@@ -99,12 +99,37 @@ struct State {
     roots_applied: tokio::sync::watch::Sender<bool>,
     /// Tasks that live as long as this connection.
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+    /// The host session this connection created for itself (not a `--session` one): it
+    /// is deleted when the connection ends, so the store does not fill with the sessions
+    /// of every MCP connection there ever was.
+    owned_session: Mutex<Option<String>>,
+}
+
+impl State {
+    /// Deletes the session this connection created, if any (at most once).
+    async fn end(&self) {
+        let owned = lock(&self.owned_session).take();
+        if let (Some(id), Some(client)) = (owned, self.client.get()) {
+            if let Err(e) = client.session_delete(&id).await {
+                tracing::debug!(%e, session = %id, "cannot delete the MCP connection's session");
+            }
+        }
+    }
 }
 
 impl Drop for State {
     fn drop(&mut self) {
         for t in lock(&self.tasks).drain(..) {
             t.abort();
+        }
+        // An HTTP session ends here (rmcp drops its handler); stdio ends through `end`.
+        let owned = lock(&self.owned_session).take();
+        if let (Some(id), Some(client)) = (owned, self.client.get().cloned()) {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move {
+                    let _ = client.session_delete(&id).await;
+                });
+            }
         }
     }
 }
@@ -334,6 +359,9 @@ impl ServerHandler for Facade {
             .open_session(&client, &request)
             .await
             .map_err(host_error)?;
+        if self.fixed_session.is_none() {
+            *lock(&self.state.owned_session) = Some(session.clone());
+        }
         let _ = self.state.session.set(session);
         match client.subscribe_tools_changed().await {
             Ok(sub) => *lock(&self.state.tools_changed) = Some(sub),

@@ -16,6 +16,7 @@ pub async fn run_stdio(socket: &Path, session: Option<String>) -> Result<(), Cli
     // Fail now, not at the client's first request, when the socket is not a live daemon.
     client.health().await?;
     let facade = Facade::with_link(Link::Client(client.clone()), session);
+    let state = facade.state.clone();
     let running = match facade.serve(rmcp::transport::stdio()).await {
         Ok(r) => r,
         Err(e) => {
@@ -37,5 +38,8 @@ pub async fn run_stdio(socket: &Path, session: Option<String>) -> Result<(), Cli
     });
     let _ = running.waiting().await;
     watch.abort();
+    // The client closed stdin: its own host session goes with it (bounded: the daemon may
+    // be gone).
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), state.end()).await;
     Ok(())
 }
