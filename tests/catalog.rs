@@ -567,3 +567,50 @@ async fn injection_samples_are_flagged_and_trust_modes_apply() {
     assert_eq!(w["description"], "Weather, now hourly.");
     assert_eq!(d.invoke("mcp_au_w", json!({})).await["ok"], true);
 }
+
+/// `catalog.defer` and `catalog.max_tokens` take effect on a config reload, and undo on
+/// the next: the list follows, deferred tools stay callable, built-ins are never deferred.
+#[tokio::test]
+async fn catalog_settings_follow_a_config_reload() {
+    let mut cfg = Value::Null;
+    let d = Daemon::start_in(|dir| {
+        let a = write_catalog(
+            dir,
+            "a",
+            &json!([{"name": "alpha", "description": "First."}]),
+        );
+        cfg =
+            json!({"mcp_servers": {"a": server(&a, json!({"include_tools": ["alpha", "echo"]}))}});
+        cfg.clone()
+    })
+    .await;
+    wait_ready(&d, &["a"]).await;
+    // In the server's own order (the fixture lists echo first).
+    let all = [&BUILTINS[..], &["mcp_a_echo", "mcp_a_alpha"]].concat();
+    assert_eq!(names(&list(&d, json!({})).await), all);
+
+    let listed_becomes = |want: Vec<&'static str>| {
+        let d = &d;
+        async move {
+            eventually(10, &format!("list_tools to become {want:?}"), || async {
+                names(&list(d, json!({})).await) == want
+            })
+            .await;
+        }
+    };
+    cfg["catalog"] = json!({"defer": ["mcp_a_echo"]});
+    write_atomic(&d.config_path(), &cfg);
+    listed_becomes([&BUILTINS[..], &["mcp_a_alpha", "tool_search"]].concat()).await;
+    let r = d
+        .invoke("mcp_a_echo", json!({"text": "still callable"}))
+        .await;
+    assert_eq!(r["output"], "still callable", "{r}");
+
+    cfg["catalog"] = json!({"max_tokens": 1});
+    write_atomic(&d.config_path(), &cfg);
+    listed_becomes([&BUILTINS[..], &["tool_search"]].concat()).await;
+
+    cfg.as_object_mut().unwrap().remove("catalog");
+    write_atomic(&d.config_path(), &cfg);
+    listed_becomes(all).await;
+}
