@@ -15,7 +15,7 @@
 //! leaves the rest of its bytes for the next writer, so a line is never cut.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rmcp::model::{ErrorData, NumberOrString, RequestId, ServerJsonRpcMessage};
@@ -33,6 +33,9 @@ use super::oversized::{OversizedReplies, MAX_MESSAGE};
 const READ_BUFFER: usize = 64 * 1024;
 /// The prefix of our own call ids.
 const ID_PREFIX: &str = "th-";
+/// Bytes waiting for a server that does not read its stdin, beyond which new messages are
+/// refused (the calls fail at once instead of piling up behind it).
+const MAX_QUEUED: usize = MAX_MESSAGE;
 
 type Pipe = Box<dyn AsyncWrite + Send + Unpin>;
 
@@ -57,6 +60,7 @@ impl<R: AsyncRead + Unpin> StdioTransport<R> {
             discarding: false,
             direct: Arc::new(DirectCalls {
                 out: Arc::new(Outbox {
+                    unwritten: AtomicUsize::new(0),
                     queued: Mutex::new(Vec::new()),
                     pipe: tokio::sync::Mutex::new(Writing {
                         pipe: Some(Box::new(stdin)),
@@ -215,6 +219,8 @@ where
 struct Outbox {
     queued: Mutex<Vec<u8>>,
     pipe: tokio::sync::Mutex<Writing>,
+    /// Bytes queued or being written, not yet taken by the pipe.
+    unwritten: AtomicUsize,
 }
 
 /// The pipe and the batch being written to it.
@@ -228,11 +234,21 @@ struct Writing {
 impl Outbox {
     /// Appends one message (a line) to the queue.
     fn queue(&self, message: &impl Serialize) -> Result<(), serde_json::Error> {
+        let unwritten = self.unwritten.load(Ordering::Relaxed);
+        if unwritten > MAX_QUEUED {
+            return Err(serde::ser::Error::custom(format!(
+                "the MCP server has not read the last {unwritten} bytes sent to it"
+            )));
+        }
         let mut queued = lock(&self.queued);
         let start = queued.len();
         let written = serde_json::to_writer(&mut *queued, message);
         match written {
-            Ok(()) => queued.push(b'\n'),
+            Ok(()) => {
+                queued.push(b'\n');
+                self.unwritten
+                    .fetch_add(queued.len() - start, Ordering::Relaxed);
+            }
             Err(_) => queued.truncate(start),
         }
         written
@@ -264,7 +280,10 @@ impl Outbox {
             }
             match pipe.write(&batch[*written..]).await? {
                 0 => return Err(std::io::ErrorKind::WriteZero.into()),
-                n => *written += n,
+                n => {
+                    *written += n;
+                    self.unwritten.fetch_sub(n, Ordering::Relaxed);
+                }
             }
         }
     }
@@ -589,5 +608,27 @@ mod tests {
         assert_eq!(cancel["method"], "notifications/cancelled");
         assert_eq!(cancel["params"]["requestId"], request["id"]);
         flusher.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_server_that_reads_nothing_refuses_calls_once_its_queue_is_full() {
+        let (stdout_ours, _stdout_theirs) = tokio::io::duplex(16);
+        let (stdin_ours, _stdin_theirs) = tokio::io::duplex(16);
+        let t = StdioTransport::new(stdout_ours, stdin_ours);
+        let direct = t.direct();
+        let big = json!({"pad": "x".repeat(MAX_QUEUED)})
+            .as_object()
+            .unwrap()
+            .clone();
+        // The first call is queued (and waits for room); the next is refused at once.
+        let waiting = tokio::time::timeout(Duration::from_millis(50), direct.call("a", &big)).await;
+        assert!(waiting.is_err());
+        let refused = tokio::time::timeout(Duration::from_secs(5), direct.call("b", &Map::new()))
+            .await
+            .expect("refused at once, not queued behind the first")
+            .err()
+            .unwrap();
+        assert_ne!(refused.kind(), std::io::ErrorKind::BrokenPipe);
+        assert!(refused.to_string().contains("has not read"), "{refused}");
     }
 }

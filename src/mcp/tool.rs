@@ -130,10 +130,16 @@ async fn send_call(
     args: Map<String, Value>,
 ) -> Result<Outgoing, ToolError> {
     if let Some(calls) = link.direct {
-        let call = calls
-            .call(&remote_name, &args)
-            .await
-            .map_err(|_| server.call_error(ServiceError::TransportClosed))?;
+        let call = calls.call(&remote_name, &args).await.map_err(|e| {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                server.call_error(ServiceError::TransportClosed)
+            } else {
+                ToolError::new(
+                    ErrorKind::Unavailable,
+                    format!("MCP server '{}' cannot take the call: {e}", server.name()),
+                )
+            }
+        })?;
         let progress = ProgressToken(NumberOrString::String(call.id.clone()));
         let answer = async move {
             match call.answer.await {
