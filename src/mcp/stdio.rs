@@ -485,6 +485,22 @@ mod tests {
         )
     }
 
+    /// A transport on 16-byte pipes, so a long message cannot be written in one go:
+    /// (transport, the server's stdout, the server's stdin).
+    fn narrow_pipes() -> (
+        StdioTransport<tokio::io::DuplexStream>,
+        tokio::io::DuplexStream,
+        tokio::io::DuplexStream,
+    ) {
+        let (stdout_ours, stdout_theirs) = tokio::io::duplex(16);
+        let (stdin_ours, stdin_theirs) = tokio::io::duplex(16);
+        (
+            StdioTransport::new(stdout_ours, stdin_ours),
+            stdout_theirs,
+            stdin_theirs,
+        )
+    }
+
     async fn read_json(r: &mut BufReader<tokio::io::DuplexStream>) -> Value {
         let mut line = String::new();
         r.read_line(&mut line).await.unwrap();
@@ -557,10 +573,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_write_given_up_half_way_is_finished_by_the_next_writer() {
-        // A pipe of 16 bytes: a long message cannot be written in one go.
-        let (stdout_ours, _stdout_theirs) = tokio::io::duplex(16);
-        let (stdin_ours, mut stdin_theirs) = tokio::io::duplex(16);
-        let t = StdioTransport::new(stdout_ours, stdin_ours);
+        let (t, _stdout_theirs, mut stdin_theirs) = narrow_pipes();
         let out = t.direct.out.clone();
         let first = json!({"n": 1, "pad": "x".repeat(100)});
         out.queue(&first).unwrap();
@@ -585,9 +598,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_call_given_up_before_its_request_is_written_is_cancelled_behind_it() {
-        let (stdout_ours, _stdout_theirs) = tokio::io::duplex(16);
-        let (stdin_ours, stdin_theirs) = tokio::io::duplex(16);
-        let t = StdioTransport::new(stdout_ours, stdin_ours);
+        let (t, _stdout_theirs, stdin_theirs) = narrow_pipes();
         let direct = t.direct();
         let args = json!({"pad": "x".repeat(100)}).as_object().unwrap().clone();
         let given_up =
@@ -612,9 +623,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_server_that_reads_nothing_refuses_calls_once_its_queue_is_full() {
-        let (stdout_ours, _stdout_theirs) = tokio::io::duplex(16);
-        let (stdin_ours, _stdin_theirs) = tokio::io::duplex(16);
-        let t = StdioTransport::new(stdout_ours, stdin_ours);
+        let (t, _stdout_theirs, _stdin_theirs) = narrow_pipes();
         let direct = t.direct();
         let big = json!({"pad": "x".repeat(MAX_QUEUED)})
             .as_object()
