@@ -614,3 +614,89 @@ async fn catalog_settings_follow_a_config_reload() {
     write_atomic(&d.config_path(), &cfg);
     listed_becomes(all).await;
 }
+
+/// The description `mcp_a_alpha` is listed with (`None`: not listed).
+async fn alpha_description(d: &Daemon) -> Option<String> {
+    let all = list(d, json!({"format": "mcp"})).await;
+    all["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "mcp_a_alpha")
+        .map(|t| t["description"].as_str().unwrap_or("").to_owned())
+}
+
+/// A server's `trust` follows a config reload (applied to the live tools, no restart):
+/// a definition quarantined under `pin` is let through when `trust` becomes `auto`, and
+/// back under `pin` the next edit is quarantined again.
+#[tokio::test]
+async fn trust_follows_a_config_reload() {
+    let mut cfg = Value::Null;
+    let mut file = std::path::PathBuf::new();
+    let d = Daemon::start_in(|dir| {
+        file = write_catalog(dir, "a", &json!([{"name": "alpha", "description": "First."}]));
+        cfg = json!({"mcp_servers": {"a": server(&file, json!({"include_tools": ["alpha", "add_tool"]}))}});
+        cfg.clone()
+    })
+    .await;
+    wait_ready(&d, &["a"]).await;
+    assert_eq!(alpha_description(&d).await.as_deref(), Some("First."));
+    let quarantined =
+        || async { d.call("host.health", json!({})).await["result"]["quarantined"].clone() };
+    // The server lists again (its catalog file re-read) when a tool is added.
+    let edit_and_relist = |text: &str, added: &str| {
+        std::fs::write(
+            &file,
+            serde_json::to_vec(&json!([{"name": "alpha", "description": text}])).unwrap(),
+        )
+        .unwrap();
+        let added = added.to_owned();
+        let d = &d;
+        async move {
+            d.invoke("mcp_a_add_tool", json!({"name": added})).await;
+        }
+    };
+    let apply = |cfg: &Value| {
+        let d = &d;
+        let cfg = cfg.clone();
+        async move {
+            let before = d.call("config.status", json!({})).await["result"]["revision"]
+                .as_u64()
+                .unwrap();
+            write_atomic(&d.config_path(), &cfg);
+            eventually(10, "the config applied", || async {
+                d.call("config.status", json!({})).await["result"]["revision"]
+                    .as_u64()
+                    .unwrap()
+                    > before
+            })
+            .await;
+        }
+    };
+
+    // Under the default `pin`, an edited definition is quarantined.
+    edit_and_relist("First, edited.", "new1").await;
+    eventually(10, "the edit quarantined under pin", || async {
+        quarantined().await == json!(["mcp_a_alpha"])
+    })
+    .await;
+    assert_eq!(alpha_description(&d).await, None);
+
+    // `trust: auto` by a reload lets it through, the pin following the edit.
+    cfg["mcp_servers"]["a"]["trust"] = json!("auto");
+    apply(&cfg).await;
+    eventually(10, "the edit listed under auto", || async {
+        alpha_description(&d).await.as_deref() == Some("First, edited.")
+    })
+    .await;
+    assert_eq!(quarantined().await, Value::Null);
+
+    // Back to `pin` by a reload: the next edit is quarantined again.
+    cfg["mcp_servers"]["a"]["trust"] = json!("pin");
+    apply(&cfg).await;
+    edit_and_relist("First, edited again.", "new2").await;
+    eventually(10, "the second edit quarantined under pin", || async {
+        quarantined().await == json!(["mcp_a_alpha"])
+    })
+    .await;
+}
