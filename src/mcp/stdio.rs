@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use rmcp::model::{ErrorData, NumberOrString, RequestId, ServerJsonRpcMessage};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
@@ -28,6 +28,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader
 use tokio::sync::oneshot;
 
 use super::oversized::{OversizedReplies, MAX_MESSAGE};
+use crate::lock;
 
 /// Read buffer for the server's stdout.
 const READ_BUFFER: usize = 64 * 1024;
@@ -157,10 +158,6 @@ impl<R> Drop for StdioTransport<R> {
     fn drop(&mut self) {
         self.direct.close();
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 impl<R> Transport<RoleClient> for StdioTransport<R>
