@@ -96,6 +96,20 @@ fn parse_str<P: DeserializeOwned>(params: Option<&str>) -> Result<P, ErrorObject
     })
 }
 
+/// A plain method's reply to `id` with `result`; empty for a notification (no id).
+fn reply(id: Option<Box<RawValue>>, result: &impl Serialize) -> Result<String, ErrorObjectOwned> {
+    let Some(id) = id else {
+        return Ok(String::new());
+    };
+    super::envelope::result_reply(&id, result).map_err(|e| {
+        ErrorObject::owned(
+            codes::INTERNAL_ERROR,
+            format!("Internal error: {e}"),
+            None::<()>,
+        )
+    })
+}
+
 struct Api {
     plain: HashMap<&'static str, Plain>,
     module: RpcModule<Host>,
@@ -139,16 +153,7 @@ impl Api {
             let (f, host) = (f.clone(), host.clone());
             async move {
                 let out = f(host, parsed?).await.map_err(rpc_error)?;
-                let Some(id) = id else {
-                    return Ok(String::new());
-                };
-                super::envelope::result_reply(&id, &out).map_err(|e| {
-                    ErrorObject::owned(
-                        codes::INTERNAL_ERROR,
-                        format!("Internal error: {e}"),
-                        None::<()>,
-                    )
-                })
+                reply(id, &out)
             }
             .boxed()
         });
@@ -305,17 +310,8 @@ pub(crate) fn methods(host: Host) -> anyhow::Result<Methods> {
     ));
     let doc = Arc::new(openrpc::document(&api.docs));
     let discover: Plain = Arc::new(move |_: &Host, _: Option<&str>, id| {
-        let reply = match id {
-            Some(id) => super::envelope::result_reply(&id, &*doc).map_err(|e| {
-                ErrorObject::owned(
-                    codes::INTERNAL_ERROR,
-                    format!("Internal error: {e}"),
-                    None::<()>,
-                )
-            }),
-            None => Ok(String::new()),
-        };
-        async move { reply }.boxed()
+        let answer = reply(id, &*doc);
+        async move { answer }.boxed()
     });
     api.plain.insert(method::DISCOVER, discover);
     Ok(Methods {
