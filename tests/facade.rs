@@ -190,6 +190,17 @@ async fn call(mcp: &Mcp, name: &str, args: Value) -> Value {
     serde_json::to_value(r).unwrap()
 }
 
+/// Sends `tools/call` of `name` (no arguments) and returns the request's handle, for
+/// tests that watch its progress or cancel it.
+async fn send_call(mcp: &Mcp, name: &'static str) -> rmcp::service::RequestHandle<RoleClient> {
+    let params = CallToolRequestParams::new(name).with_arguments(Default::default());
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    mcp.peer()
+        .send_request_with_option(request, PeerRequestOptions::no_options())
+        .await
+        .unwrap()
+}
+
 /// Every tool name, following `nextCursor`; also returns the number of pages.
 async fn all_tools(mcp: &Mcp) -> (Vec<Value>, usize) {
     let (mut tools, mut pages, mut cursor) = (Vec::new(), 0, None);
@@ -284,13 +295,7 @@ async fn stdio_lists_with_pages_and_calls_text_image_structured_error_and_unknow
     // A custom tool's content blocks and structured output pass through; its update is
     // progress for a caller that asked for it.
     while seen.try_recv().is_ok() {} // bash's progress
-    let params = CallToolRequestParams::new("pic").with_arguments(Default::default());
-    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-    let handle = mcp
-        .peer()
-        .send_request_with_option(request, PeerRequestOptions::no_options())
-        .await
-        .unwrap();
+    let handle = send_call(&mcp, "pic").await;
     let ServerResult::CallToolResult(r) = handle.await_response().await.unwrap() else {
         panic!("not a tool result");
     };
@@ -366,13 +371,7 @@ async fn cancelling_a_call_kills_its_process_group() {
     let d = start(json!({})).await;
     let (c, _seen) = client("canceller");
     let mcp = stdio(&d, c, &[]).await;
-    let params = CallToolRequestParams::new("slow").with_arguments(Default::default());
-    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-    let handle = mcp
-        .peer()
-        .send_request_with_option(request, PeerRequestOptions::no_options())
-        .await
-        .unwrap();
+    let handle = send_call(&mcp, "slow").await;
     let pid_file = d.dir.path().join("slow.pid");
     let mut pid = 0;
     eventually(10, "the tool started", || {

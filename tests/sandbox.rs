@@ -172,11 +172,8 @@ async fn read_only_session_writes_nothing_until_updated() {
     );
 }
 
-#[tokio::test]
-async fn network_deny_refuses_tcp_connect_and_allow_permits_it() {
-    if !landlock_or_skip() {
-        return;
-    }
+/// A loopback TCP port that accepts (and closes) every connection, for connect checks.
+async fn local_listener() -> u16 {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     tokio::spawn(async move {
@@ -184,6 +181,15 @@ async fn network_deny_refuses_tcp_connect_and_allow_permits_it() {
             drop(s);
         }
     });
+    port
+}
+
+#[tokio::test]
+async fn network_deny_refuses_tcp_connect_and_allow_permits_it() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let port = local_listener().await;
     let d = Daemon::start().await;
     let deny = session(
         &d,
@@ -245,13 +251,7 @@ async fn custom_tools_get_what_the_manifest_asks_only_when_config_grants_it() {
     if !landlock_or_skip() {
         return;
     }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        while let Ok((s, _)) = listener.accept().await {
-            drop(s);
-        }
-    });
+    let port = local_listener().await;
     let mut d = Daemon::unstarted();
     let dir = d.dir.path().to_path_buf();
     let (tools, cache) = (dir.join("tools"), dir.join("cache"));
