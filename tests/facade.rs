@@ -366,6 +366,39 @@ async fn stdio_without_a_daemon_exits_3_and_a_named_session_is_used() {
     mcp.cancel().await.unwrap();
 }
 
+/// Node (libuv) starts its children with socketpairs for stdio, not pipes: the facade
+/// serves those too, and exits when the client closes its end.
+#[tokio::test]
+async fn stdio_serves_a_socketpair_and_exits_when_the_client_closes_it() {
+    let d = start(json!({})).await;
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    let mut child = tokio::process::Command::new(BIN)
+        .arg("mcp")
+        .arg("--socket")
+        .arg(d.socket())
+        .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
+            theirs.try_clone().unwrap(),
+        )))
+        .stdout(std::process::Stdio::from(std::os::fd::OwnedFd::from(
+            theirs,
+        )))
+        .spawn()
+        .unwrap();
+    ours.set_nonblocking(true).unwrap();
+    let (rd, wr) = tokio::io::split(tokio::net::UnixStream::from_std(ours).unwrap());
+    let (c, _seen) = client("node-like");
+    let mcp = c.serve((rd, wr)).await.unwrap();
+    let r = call(&mcp, "bash", json!({"command": "echo over a socket"})).await;
+    assert_eq!(r["isError"], false, "{r}");
+    assert!(r.to_string().contains("over a socket"), "{r}");
+    mcp.cancel().await.unwrap();
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("the facade exits once its socket is closed")
+        .unwrap();
+    assert!(status.success(), "{status}");
+}
+
 #[tokio::test]
 async fn cancelling_a_call_kills_its_process_group() {
     let d = start(json!({})).await;

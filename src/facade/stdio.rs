@@ -1,10 +1,12 @@
 //! `toolhost mcp`: the facade over stdio, for MCP clients that start their servers as
 //! child processes. It is a client of the running daemon like any other frontend.
 
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::sync::Arc;
 
 use rmcp::ServiceExt;
+use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::{Facade, Link};
 use crate::client::{Client, ClientError};
@@ -17,7 +19,7 @@ pub async fn run_stdio(socket: &Path, session: Option<String>) -> Result<(), Cli
     client.health().await?;
     let facade = Facade::with_link(Link::Client(client.clone()), session);
     let state = facade.state.clone();
-    let running = match facade.serve(rmcp::transport::stdio()).await {
+    let running = match facade.serve(streams()).await {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(%e, "the MCP client did not complete the handshake");
@@ -42,4 +44,52 @@ pub async fn run_stdio(socket: &Path, session: Option<String>) -> Result<(), Cli
     // be gone).
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), state.end()).await;
     Ok(())
+}
+
+type Reader = Box<dyn AsyncRead + Send + Unpin>;
+type Writer = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// stdin and stdout as the event loop's own non-blocking streams when they are pipes or
+/// sockets (as MCP clients start their servers), else tokio's stdio.
+///
+/// Why: tokio's stdin/stdout run every read and write on a blocking-pool thread, so each
+/// message crossed two threads more each way; that was most of this process's CPU per call.
+fn streams() -> (Reader, Writer) {
+    let reader = dup(std::io::stdin().as_fd()).and_then(|fd| {
+        if is_socket(&fd) {
+            socket(fd).map(|s| Box::new(s) as Reader)
+        } else {
+            // Only a pipe or FIFO is taken; anything else (a terminal, a file) is refused.
+            tokio::net::unix::pipe::Receiver::from_owned_fd(fd).map(|r| Box::new(r) as Reader)
+        }
+    });
+    let writer = dup(std::io::stdout().as_fd()).and_then(|fd| {
+        if is_socket(&fd) {
+            socket(fd).map(|s| Box::new(s) as Writer)
+        } else {
+            tokio::net::unix::pipe::Sender::from_owned_fd(fd).map(|w| Box::new(w) as Writer)
+        }
+    });
+    (
+        reader.unwrap_or_else(|_| Box::new(tokio::io::stdin())),
+        writer.unwrap_or_else(|_| Box::new(tokio::io::stdout())),
+    )
+}
+
+fn dup(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<OwnedFd> {
+    fd.try_clone_to_owned()
+}
+
+fn is_socket(fd: &OwnedFd) -> bool {
+    use nix::sys::stat::{fstat, SFlag};
+    fstat(fd).is_ok_and(|st| {
+        SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFSOCK
+    })
+}
+
+/// A connected stream socket (libuv, so Node, gives its children socketpairs for stdio).
+fn socket(fd: OwnedFd) -> std::io::Result<tokio::net::UnixStream> {
+    let s = std::os::unix::net::UnixStream::from(fd);
+    s.set_nonblocking(true)?;
+    tokio::net::UnixStream::from_std(s)
 }
