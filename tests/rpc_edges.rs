@@ -876,3 +876,93 @@ async fn a_second_upgrade_on_an_upgraded_connection_is_not_an_upgrade() {
         "ok"
     );
 }
+
+/// Subscriptions belong to their connection and their method: only the matching
+/// unsubscribe ends one, once; a finished `subscribe_invoke` is gone by itself; the reply
+/// with the id always comes before the first notification, in a batch too.
+#[tokio::test]
+async fn subscriptions_end_once_by_their_own_unsubscribe_and_reply_before_notifying() {
+    let d = Daemon::start().await;
+    let mut c = d.raw_lines().await;
+    let tools = c.call("subscribe_tools_changed", json!({})).await["result"].clone();
+    assert!(tools.is_u64(), "{tools}");
+    let mut other = d.raw_lines().await;
+    // Another connection's, another method's, by name, as a string: none ends it.
+    let r = other
+        .call("unsubscribe_tools_changed", json!([tools]))
+        .await;
+    assert_eq!(r["result"], false, "{r}");
+    for (method, params) in [
+        ("unsubscribe_invoke", json!([tools])),
+        ("unsubscribe_tools_changed", json!({"subscription": tools})),
+        ("unsubscribe_tools_changed", json!([tools.to_string()])),
+    ] {
+        let r = c.call(method, params.clone()).await;
+        assert_eq!(r["result"], false, "{method} {params}: {r}");
+    }
+    let r = c.call("unsubscribe_tools_changed", json!([tools])).await;
+    assert_eq!(r["result"], true, "{r}");
+    let r = c.call("unsubscribe_tools_changed", json!([tools])).await;
+    assert_eq!(r["result"], false, "ended once: {r}");
+
+    // A batch: its reply (with the subscription id) comes first, then the call's events.
+    let echo = json!({"name": "bash", "arguments": {"command": "echo batched"}});
+    c.send_line(
+        &json!([
+            {"jsonrpc": "2.0", "id": "s", "method": "subscribe_invoke", "params": echo},
+            {"jsonrpc": "2.0", "id": "h", "method": "host.health"}
+        ])
+        .to_string(),
+    )
+    .await;
+    let batch = c.recv().await;
+    let replies = batch
+        .as_array()
+        .unwrap_or_else(|| panic!("a batch reply first: {batch}"));
+    let sub = replies
+        .iter()
+        .find(|r| r["id"] == "s")
+        .map(|r| r["result"].clone())
+        .unwrap();
+    loop {
+        let n = c.recv().await;
+        assert_eq!(n["method"], "invoke_event", "{n}");
+        assert_eq!(n["params"]["subscription"], sub, "{n}");
+        if n["params"]["result"]["kind"] == "result" {
+            assert!(n.to_string().contains("batched"), "{n}");
+            break;
+        }
+    }
+    let r = c.call("unsubscribe_invoke", json!([sub])).await;
+    assert_eq!(
+        r["result"], false,
+        "a finished call's subscription is gone: {r}"
+    );
+}
+
+/// One connection holds at most 1,024 subscriptions; the next is refused, and ending one
+/// makes room again.
+#[tokio::test]
+async fn a_connection_holds_at_most_1024_subscriptions() {
+    let d = Daemon::start().await;
+    let mut c = d.raw_lines().await;
+    let mut subs = Vec::new();
+    // In rounds, so neither side's socket buffer fills while the other is not reading.
+    for _ in 0..16 {
+        for _ in 0..64 {
+            c.send("subscribe_tools_changed", json!({})).await;
+        }
+        for _ in 0..64 {
+            subs.push(c.recv().await["result"].clone());
+        }
+    }
+    assert!(subs.iter().all(Value::is_u64), "{subs:?}");
+    let distinct: std::collections::HashSet<String> = subs.iter().map(Value::to_string).collect();
+    assert_eq!(distinct.len(), 1024);
+    let r = c.call("subscribe_tools_changed", json!({})).await;
+    assert_eq!(r["error"]["code"], -32006, "{r}");
+    let r = c.call("unsubscribe_tools_changed", json!([subs[0]])).await;
+    assert_eq!(r["result"], true, "{r}");
+    let r = c.call("subscribe_tools_changed", json!({})).await;
+    assert!(r["result"].is_u64(), "{r}");
+}

@@ -199,9 +199,9 @@ impl Connection {
         self.write_line(line).await
     }
 
-    /// Stops routing a subscription and tells the daemon, without waiting for its answer
-    /// (for `Drop`, which cannot wait).
-    pub fn forget(&self, subscription: &RawValue, unsubscribe: &str) {
+    /// Stops routing a subscription and, with `unsubscribe`, tells the daemon, without
+    /// waiting for its answer (for `Drop`, which cannot wait).
+    pub fn forget(&self, subscription: &RawValue, unsubscribe: Option<&str>) {
         let was_live = lock(&self.0.routes)
             .subscriptions
             .remove(subscription.get())
@@ -209,9 +209,9 @@ impl Connection {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        if !was_live {
+        let Some(unsubscribe) = unsubscribe.filter(|_| was_live) else {
             return;
-        }
+        };
         let conn = self.clone();
         let line = format!(
             "{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":{},\"params\":[{}]}}\n",

@@ -254,7 +254,7 @@ impl Client {
         .await
     }
 
-    async fn subscribe<P: Serialize, N: DeserializeOwned>(
+    async fn subscribe<P: Serialize, N: Notification>(
         &self,
         subscribe: &str,
         unsubscribe: &'static str,
@@ -269,6 +269,7 @@ impl Client {
             rx,
             conn: self.conn.clone(),
             unsubscribe,
+            ended: false,
             _item: std::marker::PhantomData,
         })
     }
@@ -281,15 +282,36 @@ pub struct Subscription<N> {
     rx: mpsc::UnboundedReceiver<Box<RawValue>>,
     conn: Connection,
     unsubscribe: &'static str,
+    /// The daemon sent the last notification and ended the subscription itself.
+    ended: bool,
     _item: std::marker::PhantomData<fn() -> N>,
 }
 
-impl<N: DeserializeOwned> Subscription<N> {
+/// A subscription's notification.
+pub trait Notification: DeserializeOwned {
+    /// Whether the daemon ends the subscription after this one (so there is nothing left
+    /// to unsubscribe).
+    fn is_last(&self) -> bool {
+        false
+    }
+}
+
+impl Notification for InvokeEvent {
+    fn is_last(&self) -> bool {
+        matches!(self, InvokeEvent::Result(_))
+    }
+}
+
+impl Notification for ToolsChanged {}
+
+impl<N: Notification> Subscription<N> {
     /// The next notification; `None` once the daemon ended the subscription or the
     /// connection closed.
     pub async fn next(&mut self) -> Option<Result<N, ClientError>> {
         let raw = self.rx.recv().await?;
-        Some(serde_json::from_str(raw.get()).map_err(|e| ClientError::Decode(e.to_string())))
+        let item = serde_json::from_str::<N>(raw.get());
+        self.ended |= item.as_ref().is_ok_and(N::is_last);
+        Some(item.map_err(|e| ClientError::Decode(e.to_string())))
     }
 
     /// Ends the subscription now and waits for the daemon to confirm.
@@ -324,7 +346,9 @@ impl Subscription<InvokeEvent> {
 
 impl<N> Drop for Subscription<N> {
     fn drop(&mut self) {
-        self.conn.forget(&self.id, self.unsubscribe);
+        // An ended subscription is only routed no more; a live one is unsubscribed too.
+        let unsubscribe = (!self.ended).then_some(self.unsubscribe);
+        self.conn.forget(&self.id, unsubscribe);
     }
 }
 

@@ -1,17 +1,15 @@
 //! One connection: sniff the framing from its first byte, then serve it.
 //!
 //! Every framing (newline-delimited JSON, HTTP POST, WebSocket) reads whole messages, checks
-//! them in `envelope` and runs them through one `Session`: plain methods go straight to
-//! jsonrpsee's `Methods::raw_json_request`; subscriptions go through an in-process
-//! WebSocket to jsonrpsee's own service (created on first use), so unsubscribe-on-close
-//! stays jsonrpsee's. The connection counts the replies it owes and closes once the client
-//! has finished sending and every owed reply is written, so neither replies nor connection
-//! slots are lost.
+//! them in `envelope` and runs them through one `Session`, which calls the method tables
+//! directly: a plain method answers with its reply; a subscription is given an id, and its
+//! stream starts once that reply is queued (see `subscription`). The connection counts the
+//! replies it owes and closes once the client has finished sending and every owed reply is
+//! written, so neither replies nor connection slots are lost.
 
-use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -20,19 +18,19 @@ use futures::{FutureExt, SinkExt, StreamExt};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse, MethodCallback};
+use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse};
 use jsonrpsee::types::{ErrorObject, ErrorObjectOwned};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
-use tokio::sync::{mpsc, oneshot, Notify, OnceCell};
+use tokio::sync::{mpsc, Notify};
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_tungstenite::WebSocketStream;
-
-use serde_json::value::RawValue;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::envelope::{self, Call, Item, Message};
+use super::subscription::{Accepted, Open, Out};
 use super::Shared;
 use crate::audit::{Caller, CALLER};
 use crate::bounded_lines::read_line_or_drop;
@@ -96,154 +94,162 @@ async fn first_byte(stream: &UnixStream) -> Option<u8> {
 /// The per-connection state every message of that connection runs against.
 struct Session {
     shared: Arc<Shared>,
-    /// Where subscription notifications go; `None` on HTTP POST (calls only).
-    events: Option<mpsc::Sender<Out>>,
-    /// The in-process WebSocket to jsonrpsee, made on the first subscription.
-    bridge: OnceCell<Bridge>,
+    /// The connection's writer and its subscriptions; `None` on HTTP POST (calls only).
+    streams: Option<Streams>,
     /// The peer (Unix socket), for the audit log.
     caller: Option<Arc<Caller>>,
 }
 
+/// What a connection that can carry notifications has.
+struct Streams {
+    out: mpsc::Sender<Out>,
+    open: Open,
+}
+
+/// A message's reply (`None`: nothing owed) and the subscriptions it accepted, which start
+/// once that reply is queued.
+type Handled = (Option<String>, Vec<Accepted>);
+
 impl Session {
-    /// Runs one checked message; `None` when nothing is owed.
-    async fn handle(&self, msg: Message) -> Option<String> {
+    /// Runs one checked message.
+    async fn handle(&self, msg: Message) -> Handled {
         match msg {
-            Message::Single(item) => Some(self.item(item).await).filter(|r| !r.is_empty()),
+            Message::Single(item) => {
+                let (reply, accepted) = self.item(item).await;
+                (
+                    Some(reply).filter(|r| !r.is_empty()),
+                    accepted.into_iter().collect(),
+                )
+            }
             Message::Batch(items) => {
-                let replies = futures::future::join_all(items.into_iter().map(|i| self.item(i)));
-                envelope::join_batch(replies.await)
+                let done = futures::future::join_all(items.into_iter().map(|i| self.item(i)));
+                let (replies, accepted): (Vec<String>, Vec<Option<Accepted>>) =
+                    done.await.into_iter().unzip();
+                (
+                    envelope::join_batch(replies),
+                    accepted.into_iter().flatten().collect(),
+                )
             }
         }
     }
 
-    /// One entry's reply with the client's id; empty for a notification.
-    async fn item(&self, item: Item) -> String {
-        match item {
-            Item::Reply(r) => r,
-            Item::Ignore => String::new(),
-            Item::Call(call) => {
-                let answer = self.dispatch(&call).await;
-                let Some(id) = &call.id else {
-                    return String::new();
-                };
-                match answer {
-                    Answer::Reply(reply) => reply,
-                    Answer::Error(e) => envelope::error_object_reply(id, &e),
-                    Answer::Bridged(reply) => envelope::restore(reply, id),
+    /// One entry's reply with the client's id (empty for a notification), and the
+    /// subscription it accepted.
+    async fn item(&self, item: Item) -> (String, Option<Accepted>) {
+        let call = match item {
+            Item::Reply(r) => return (r, None),
+            Item::Ignore => return (String::new(), None),
+            Item::Call(call) => call,
+        };
+        let answer = self.dispatch(&call).await;
+        let Some(id) = &call.id else {
+            return (String::new(), answer.ok().and_then(Answer::accepted));
+        };
+        match answer {
+            Ok(Answer::Reply(reply)) => (reply, None),
+            Ok(Answer::Subscribed(a)) => match envelope::result_reply(id, &a.id) {
+                Ok(reply) => (reply, Some(a)),
+                Err(e) => {
+                    let msg = format!("Internal error: {e}");
+                    (
+                        envelope::error_reply(Some(id), envelope::INTERNAL_ERROR, &msg),
+                        None,
+                    )
                 }
-            }
+            },
+            Err(e) => (envelope::error_object_reply(id, &e), None),
         }
     }
 
-    /// Whether `method` needs the connection's own jsonrpsee WebSocket: a subscription or an
-    /// unsubscribe (jsonrpsee's public API has no other way to run those per connection).
-    fn is_subscription(&self, method: &str) -> bool {
-        matches!(
-            self.shared.subscriptions.method(method),
-            Some(MethodCallback::Subscription(_) | MethodCallback::Unsubscription(_))
-        )
-    }
-
-    async fn bridge(&self, events: &mpsc::Sender<Out>) -> Result<&Bridge, (i32, String)> {
-        self.bridge
-            .get_or_try_init(|| {
-                Bridge::open(self.shared.clone(), events.clone(), self.caller.clone())
-            })
-            .await
-            .map_err(|e| (envelope::INTERNAL_ERROR, format!("Internal error: {e}")))
-    }
-
-    /// Sends a single subscription call through the bridge, whose forwarder writes the
-    /// reply (if owed) before any notification after it. `Err` is the reply to write
-    /// instead when the bridge cannot take it.
-    async fn subscribe_in_order(&self, call: Call) -> Result<(), String> {
-        let fail = |id: &Option<Box<RawValue>>, (code, msg): (i32, String)| match id {
-            Some(id) => envelope::error_reply(Some(id), code, &msg),
-            None => String::new(),
-        };
-        let Some(events) = &self.events else {
-            return Err(String::new());
-        };
-        let bridge = match self.bridge(events).await {
-            Ok(b) => b,
-            Err(e) => return Err(fail(&call.id, e)),
-        };
-        let gone = (
-            envelope::INTERNAL_ERROR,
-            "Internal error: the subscription engine went away".to_owned(),
-        );
-        let id = call.id.clone();
-        if bridge
-            .send(call.n, Waiter::InOrder(call.id), call.request)
-            .await
-        {
-            Ok(())
-        } else {
-            Err(fail(&id, gone))
+    /// Runs a call as this connection's peer (for the audit log).
+    async fn as_caller<T>(&self, run: impl std::future::Future<Output = T>) -> T {
+        match &self.caller {
+            Some(c) => CALLER.scope(c.clone(), run).await,
+            None => run.await,
         }
     }
 
-    /// jsonrpsee's reply (still carrying the synthetic id) to a canonical request.
-    async fn dispatch(&self, call: &Call) -> Answer {
-        let fail = |code, msg: String| Answer::Error(ErrorObject::owned(code, msg, None::<()>));
-        if let Some(method) = self.shared.plain.get(call.method.as_str()) {
+    async fn dispatch(&self, call: &Call) -> Result<Answer, ErrorObjectOwned> {
+        let shared = &self.shared;
+        let name = call.method.as_str();
+        if let Some(method) = shared.plain.get(name) {
             // Plain methods run inline in this task, so the caller is visible to them.
-            let run = method(&self.shared.host, call.params(), call.id.clone());
-            let reply = match &self.caller {
-                Some(c) => CALLER.scope(c.clone(), run).await,
-                None => run.await,
-            };
-            return match reply {
-                Ok(reply) => Answer::Reply(reply),
-                Err(e) => Answer::Error(e),
-            };
+            let run = method(&shared.host, call.params(), call.id.clone());
+            return self.as_caller(run).await.map(Answer::Reply);
         }
-        if !self.is_subscription(&call.method) {
-            return fail(
+        let subscribe = shared.subscriptions.get_key_value(name);
+        let unsubscribe = shared.unsubscribes.get(name);
+        if subscribe.is_none() && unsubscribe.is_none() {
+            return Err(error(
                 crate::protocol::codes::METHOD_NOT_FOUND,
                 "Method not found".to_owned(),
-            );
+            ));
         }
-        let Some(events) = &self.events else {
-            return fail(
+        let Some(streams) = &self.streams else {
+            return Err(error(
                 crate::protocol::codes::METHOD_NOT_FOUND,
                 format!(
-                    "{} sends notifications, which HTTP POST cannot carry: use newline-delimited JSON or a WebSocket on the same socket",
-                    call.method
+                    "{name} sends notifications, which HTTP POST cannot carry: use newline-delimited JSON or a WebSocket on the same socket"
                 ),
-            );
+            ));
         };
-        let bridge = match self.bridge(events).await {
-            Ok(b) => b,
-            Err((code, msg)) => return fail(code, msg),
+        if let Some(family) = unsubscribe {
+            let ended =
+                subscription_id(call.params()).is_some_and(|id| streams.open.end(family, id));
+            return super::methods::reply(call.id.clone(), &ended).map(Answer::Reply);
+        }
+        let Some((family, s)) = subscribe else {
+            return Err(error(envelope::INTERNAL_ERROR, "Internal error".to_owned()));
         };
-        match bridge.call(call).await {
-            Some(reply) => Answer::Bridged(reply),
-            None => fail(
-                envelope::INTERNAL_ERROR,
-                "Internal error: the subscription engine went away".to_owned(),
-            ),
+        let stream = self
+            .as_caller((s.subscribe)(&shared.host, call.params()))
+            .await?;
+        streams
+            .open
+            .accept(family, s.notification, stream)
+            .map(Answer::Subscribed)
+    }
+
+    /// Starts the subscriptions a message accepted; call once its reply is queued.
+    fn start(&self, accepted: Vec<Accepted>) {
+        let Some(streams) = &self.streams else {
+            return;
+        };
+        for a in accepted {
+            streams
+                .open
+                .start(a, streams.out.clone(), self.caller.clone());
         }
     }
 }
 
-/// How a call ended, before the client's id is put on its reply.
+fn error(code: i32, message: String) -> ErrorObjectOwned {
+    ErrorObject::owned(code, message, None::<()>)
+}
+
+/// An unsubscribe's one positional param, the subscription id; `None` for anything else
+/// (our ids are numbers, so the by-name form or a string ends nothing).
+fn subscription_id(params: Option<&str>) -> Option<u64> {
+    serde_json::from_str::<[u64; 1]>(params?)
+        .ok()
+        .map(|[id]| id)
+}
+
+/// How a call went, before the client's id is put on its reply.
 enum Answer {
     /// A plain method's whole reply (empty for a notification).
     Reply(String),
-    Error(ErrorObjectOwned),
-    /// jsonrpsee's reply through the bridge, still with the synthetic id.
-    Bridged(String),
+    /// A subscription, to start once the reply with its id is queued.
+    Subscribed(Accepted),
 }
 
-/// What the writer of a connection is asked to do.
-enum Out {
-    /// An owed reply (empty: nothing to write, but it settles the debt).
-    Reply(String),
-    /// A subscription notification.
-    Event(String),
-    /// Everything owed is written: close the write side.
-    Close,
+impl Answer {
+    fn accepted(self) -> Option<Accepted> {
+        match self {
+            Answer::Subscribed(a) => Some(a),
+            Answer::Reply(_) => None,
+        }
+    }
 }
 
 /// The count of replies a connection still owes.
@@ -421,15 +427,6 @@ async fn write_loop(mut wire: Wire, mut rx: mpsc::Receiver<Out>, owed: Arc<Owed>
     wire.close().await;
 }
 
-/// Aborts a task when dropped, so nothing a connection started outlives it.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 /// Serves a message connection (newline or WebSocket) until the client is done and every
 /// owed reply is written.
 async fn run_messages(
@@ -440,11 +437,13 @@ async fn run_messages(
 ) {
     let owed = Arc::new(Owed::default());
     let (out, out_rx) = mpsc::channel(64);
-    let mut writer = AbortOnDrop(tokio::spawn(write_loop(wire, out_rx, owed.clone())));
+    let mut writer = AbortOnDropHandle::new(tokio::spawn(write_loop(wire, out_rx, owed.clone())));
     let session = Arc::new(Session {
         shared: shared.clone(),
-        events: Some(out.clone()),
-        bridge: OnceCell::new(),
+        streams: Some(Streams {
+            out: out.clone(),
+            open: Open::default(),
+        }),
         caller,
     });
     let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
@@ -474,20 +473,12 @@ async fn run_messages(
         }
         let (session, out) = (session.clone(), out.clone());
         tokio::spawn(async move {
-            // A single subscription call is answered by the bridge itself, in order with
-            // the notifications that follow it (a client may read them right after).
-            let msg = match msg {
-                Message::Single(Item::Call(call)) if session.is_subscription(&call.method) => {
-                    match session.subscribe_in_order(call).await {
-                        Ok(()) => return drop(permit),
-                        Err(reply) => Some(reply),
-                    }
-                }
-                msg => session.handle(msg).await,
-            };
+            let (reply, accepted) = session.handle(msg).await;
             if owes {
-                let _ = out.send(Out::Reply(msg.unwrap_or_default())).await;
+                let _ = out.send(Out::Reply(reply.unwrap_or_default())).await;
             }
+            // After the reply: a client learns the subscription id before its first event.
+            session.start(accepted);
             drop(permit);
         });
     }
@@ -495,171 +486,10 @@ async fn run_messages(
     // The client is done sending: answer what is owed, then close.
     tokio::select! {
         _ = owed.none() => {}
-        _ = &mut writer.0 => return,
+        _ = &mut writer => return,
     }
     if out.send(Out::Close).await.is_ok() {
-        let _ = tokio::time::timeout(Duration::from_secs(5), &mut writer.0).await;
-    }
-}
-
-// ---------------------------------------------------------------------------------------
-// The subscription bridge
-
-/// An in-process WebSocket to jsonrpsee's service, for the methods that need a connection
-/// of their own (subscriptions and their unsubscribe).
-struct Bridge {
-    requests: mpsc::Sender<String>,
-    pending: Arc<Mutex<HashMap<u64, Waiter>>>,
-    _tasks: [AbortOnDrop; 3],
-}
-
-impl Bridge {
-    async fn open(
-        shared: Arc<Shared>,
-        events: mpsc::Sender<Out>,
-        caller: Option<Arc<Caller>>,
-    ) -> anyhow::Result<Bridge> {
-        let (client_io, server_io) = tokio::io::duplex(64 * 1024);
-        let server = AbortOnDrop(tokio::spawn(serve_jsonrpsee(server_io, shared, caller)));
-        // A small read buffer: tungstenite zero-fills its whole read buffer on every read.
-        let cfg = WebSocketConfig::default()
-            .read_buffer_size(4096)
-            .max_message_size(None)
-            .max_frame_size(None);
-        let (ws, _) =
-            tokio_tungstenite::client_async_with_config("ws://localhost/", client_io, Some(cfg))
-                .await?;
-        let (mut tx, mut rx) = ws.split();
-        let (requests, mut requests_rx) = mpsc::channel::<String>(64);
-        let sender = AbortOnDrop(tokio::spawn(async move {
-            while let Some(r) = requests_rx.recv().await {
-                if tx.send(WsMessage::text(r)).await.is_err() {
-                    return;
-                }
-            }
-        }));
-        let pending: Arc<Mutex<HashMap<u64, Waiter>>> = Arc::default();
-        let forwarder = {
-            let pending = pending.clone();
-            AbortOnDrop(tokio::spawn(async move {
-                while let Some(Ok(m)) = rx.next().await {
-                    let WsMessage::Text(t) = m else { continue };
-                    let text = t.as_str().to_owned();
-                    match envelope::reply_id(&text) {
-                        Some(n) => {
-                            let waiter = pending.lock().ok().and_then(|mut p| p.remove(&n));
-                            match waiter {
-                                Some(Waiter::Task(w)) => {
-                                    let _ = w.send(text);
-                                }
-                                Some(Waiter::InOrder(Some(id))) => {
-                                    let reply = Out::Reply(envelope::restore(text, &id));
-                                    if events.send(reply).await.is_err() {
-                                        break;
-                                    }
-                                }
-                                Some(Waiter::InOrder(None)) | None => {}
-                            }
-                        }
-                        None => {
-                            if events.send(Out::Event(text)).await.is_err() {
-                                break;
-                            }
-                        }
-                    }
-                }
-                // Whoever still waits gets an error instead of hanging (a task sees its
-                // sender dropped; an owed in-order reply is written as an error).
-                let left: Vec<Waiter> = match pending.lock() {
-                    Ok(mut p) => p.drain().map(|(_, w)| w).collect(),
-                    Err(_) => Vec::new(),
-                };
-                for w in left {
-                    if let Waiter::InOrder(Some(id)) = w {
-                        let msg = "Internal error: the subscription engine went away";
-                        let reply = envelope::error_reply(Some(&id), envelope::INTERNAL_ERROR, msg);
-                        let _ = events.send(Out::Reply(reply)).await;
-                    }
-                }
-            }))
-        };
-        Ok(Bridge {
-            requests,
-            pending,
-            _tasks: [server, sender, forwarder],
-        })
-    }
-
-    /// jsonrpsee's reply to `call`; `None` when the bridge is gone.
-    async fn call(&self, call: &Call) -> Option<String> {
-        let (tx, rx) = oneshot::channel();
-        if !self
-            .send(call.n, Waiter::Task(tx), call.request.clone())
-            .await
-        {
-            return None;
-        }
-        rx.await.ok()
-    }
-
-    /// Sends a request whose reply goes to `waiter`; false when the bridge is gone.
-    async fn send(&self, n: u64, waiter: Waiter, request: String) -> bool {
-        match self.pending.lock() {
-            Ok(mut p) => p.insert(n, waiter),
-            Err(_) => return false,
-        };
-        if self.requests.send(request).await.is_ok() {
-            return true;
-        }
-        if let Ok(mut p) = self.pending.lock() {
-            p.remove(&n);
-        }
-        false
-    }
-}
-
-/// Who gets the reply to a request sent through the bridge.
-enum Waiter {
-    /// A task assembling a batch.
-    Task(oneshot::Sender<String>),
-    /// The connection's writer, directly, with the client's id (`None`: a notification,
-    /// nothing is written).
-    InOrder(Option<Box<RawValue>>),
-}
-
-/// jsonrpsee's own HTTP/WebSocket service on an in-process stream (the bridge's far end).
-async fn serve_jsonrpsee(
-    io: tokio::io::DuplexStream,
-    shared: Arc<Shared>,
-    caller: Option<Arc<Caller>>,
-) {
-    let conn = hyper::server::conn::http1::Builder::new()
-        .serve_connection(TokioIo::new(io), JsonrpseeService(shared, caller))
-        .with_upgrades();
-    if let Err(e) = conn.await {
-        tracing::debug!(%e, "subscription bridge ended with an error");
-    }
-}
-
-/// jsonrpsee's service for one bridge; the peer rides in the request's extensions, which
-/// jsonrpsee hands to subscription handlers (they run in tasks of their own).
-struct JsonrpseeService(Arc<Shared>, Option<Arc<Caller>>);
-
-impl hyper::service::Service<HttpRequest<Incoming>> for JsonrpseeService {
-    type Response = HttpResponse;
-    type Error = BoxError;
-    type Future = BoxFuture<'static, Result<HttpResponse, BoxError>>;
-
-    fn call(&self, mut req: HttpRequest<Incoming>) -> Self::Future {
-        if let Some(c) = &self.1 {
-            req.extensions_mut().insert(c.clone());
-        }
-        let shared = &self.0;
-        let mut svc = shared
-            .service
-            .clone()
-            .build(shared.subscriptions.clone(), shared.stop.clone());
-        tower::Service::call(&mut svc, req).boxed()
+        let _ = tokio::time::timeout(Duration::from_secs(5), &mut writer).await;
     }
 }
 
@@ -801,11 +631,10 @@ async fn post(
     drop(bytes);
     let session = Session {
         shared,
-        events: None,
-        bridge: OnceCell::new(),
+        streams: None,
         caller,
     };
-    match session.handle(msg).await {
+    match session.handle(msg).await.0 {
         Some(reply) => json(200, reply),
         // Only notifications: nothing to say.
         None => plain(204, ""),

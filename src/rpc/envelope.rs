@@ -1,15 +1,11 @@
-//! The JSON-RPC 2.0 envelope, checked at the edge before jsonrpsee sees a message.
+//! The JSON-RPC 2.0 envelope, checked at the edge before any method runs.
 //!
-//! jsonrpsee's `Id` holds only u64, string or null, and it never runs notifications: a
-//! request with id `-5`, `1.5` or 2^64 parsed as a notification there, ran nothing and got no
-//! reply, so a client waiting for it hung and a newline connection could never tell it was
-//! done. So every framing passes each message through here first: every entry is checked
-//! against the spec, and every request, notifications included, is handed to jsonrpsee in a
-//! canonical form with a synthetic u64 id of ours. The client's id token is put back, byte
-//! for byte, on the way out; a notification's reply is dropped. Which entries owe a reply is
-//! decided here, so the connection knows exactly when it has answered everything.
-
-use std::sync::atomic::{AtomicU64, Ordering};
+//! Any string or number is an id (jsonrpsee's `Id` held only u64, string or null, so a
+//! request with id `-5`, `1.5` or 2^64 used to pass as a notification, run nothing and get
+//! no reply). Every framing passes each message through here: every entry is checked
+//! against the spec, and the client's id token is kept as sent, to be written back byte
+//! for byte; a notification's reply is dropped. Which entries owe a reply is decided here,
+//! so the connection knows exactly when it has answered everything.
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -24,18 +20,12 @@ pub(crate) const TOO_BIG: i32 = -32007;
 /// More entries than this in one batch are refused as a whole.
 pub(crate) const MAX_BATCH: usize = 1000;
 
-/// The synthetic ids: unique in the process, so a reply can never be routed to the wrong
-/// request even when connections share a bridge.
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-/// One request to run: `request` is canonical JSON-RPC with the synthetic id `n`.
+/// One request to run.
 #[derive(Debug)]
 pub(crate) struct Call {
-    pub n: u64,
     pub method: String,
-    pub request: String,
-    /// Where the params sit in `request` (none sent, or `null`: `None`).
-    params: Option<std::ops::Range<usize>>,
+    /// The params as sent (an object or an array); `None` when absent or `null`.
+    params: Option<Box<RawValue>>,
     /// The client's id token as sent; `None` for a notification (its reply is dropped).
     pub id: Option<Box<RawValue>>,
 }
@@ -183,9 +173,10 @@ fn entry(raw: &RawValue) -> Item {
             )
         }
     };
-    let params = match f.params.map(RawValue::get) {
-        None | Some("null") => None,
-        Some(p) if p.starts_with('{') || p.starts_with('[') => Some(p),
+    let params = match f.params {
+        None => None,
+        Some(p) if p.get() == "null" => None,
+        Some(p) if p.get().starts_with('{') || p.get().starts_with('[') => Some(p),
         Some(_) => {
             if id.is_none() {
                 // A notification never gets a reply, not even an error.
@@ -198,21 +189,9 @@ fn entry(raw: &RawValue) -> Item {
             );
         }
     };
-    let n = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    let method_token = f.method.map_or("\"\"", RawValue::get);
-    let mut request = format!(r#"{{"jsonrpc":"2.0","id":{n},"method":{method_token}"#);
-    let params = params.map(|p| {
-        request.push_str(r#","params":"#);
-        let start = request.len();
-        request.push_str(p);
-        start..request.len()
-    });
-    request.push('}');
     Item::Call(Call {
-        n,
         method,
-        request,
-        params,
+        params: params.map(RawValue::to_owned),
         id: id.map(RawValue::to_owned),
     })
 }
@@ -220,7 +199,7 @@ fn entry(raw: &RawValue) -> Item {
 impl Call {
     /// The params as sent (an object or an array); `None` when absent or `null`.
     pub fn params(&self) -> Option<&str> {
-        self.params.clone().and_then(|r| self.request.get(r))
+        self.params.as_deref().map(RawValue::get)
     }
 }
 
@@ -239,35 +218,6 @@ pub(crate) fn result_reply(
     reply.reserve_exact(1);
     // serde_json writes UTF-8 only; a failure here would be a bug in it, reported as one.
     String::from_utf8(reply).map_err(serde::ser::Error::custom)
-}
-
-/// The synthetic id of a reply jsonrpsee wrote, and where that id sits in `text`.
-fn synthetic_id(text: &str) -> Option<(u64, std::ops::Range<usize>)> {
-    const HEAD: &str = r#"{"jsonrpc":"2.0","id":"#;
-    let rest = text.strip_prefix(HEAD)?;
-    let len = rest.bytes().take_while(u8::is_ascii_digit).count();
-    if len == 0 || !rest[len..].starts_with(',') {
-        return None;
-    }
-    let n = rest[..len].parse().ok()?;
-    Some((n, HEAD.len()..HEAD.len() + len))
-}
-
-/// The synthetic id a reply answers, or `None` for a subscription notification.
-pub(crate) fn reply_id(text: &str) -> Option<u64> {
-    synthetic_id(text).map(|(n, _)| n)
-}
-
-/// Puts the client's id token back into jsonrpsee's reply.
-pub(crate) fn restore(mut reply: String, id: &RawValue) -> String {
-    match synthetic_id(&reply) {
-        Some((_, range)) => {
-            reply.replace_range(range, id.get());
-            reply
-        }
-        // Not a reply of ours (cannot happen for canonical requests): keep the shape right.
-        None => error_reply(Some(id), INTERNAL_ERROR, "Internal error: unexpected reply"),
-    }
 }
 
 /// Joins the replies of a batch; `None` when nothing is owed (all notifications).
@@ -303,7 +253,7 @@ mod tests {
     }
 
     #[test]
-    fn any_number_or_string_id_is_run_and_restored_byte_for_byte() {
+    fn any_number_or_string_id_is_kept_byte_for_byte() {
         for id in [
             "-5",
             "1.5",
@@ -317,20 +267,9 @@ mod tests {
             let c = call(&text);
             assert_eq!(c.id.as_deref().map(RawValue::get), Some(id));
             assert_eq!(c.method, "m");
-            assert_eq!(
-                c.request,
-                format!(
-                    r#"{{"jsonrpc":"2.0","id":{},"method":"m","params":{{"a":1}}}}"#,
-                    c.n
-                )
-            );
-            let out = format!(r#"{{"jsonrpc":"2.0","id":{},"result":7}}"#, c.n);
-            assert_eq!(reply_id(&out), Some(c.n));
-            let restored = restore(out, c.id.as_deref().unwrap());
-            assert_eq!(
-                restored,
-                format!(r#"{{"jsonrpc":"2.0","id":{id},"result":7}}"#)
-            );
+            assert_eq!(c.params(), Some(r#"{"a":1}"#));
+            let out = result_reply(c.id.as_deref().unwrap(), &7).unwrap();
+            assert_eq!(out, format!(r#"{{"jsonrpc":"2.0","id":{id},"result":7}}"#));
         }
     }
 
@@ -391,10 +330,7 @@ mod tests {
     #[test]
     fn params_null_is_no_params() {
         let c = call(r#"{"jsonrpc":"2.0","id":1,"method":"m","params":null}"#);
-        assert_eq!(
-            c.request,
-            format!(r#"{{"jsonrpc":"2.0","id":{},"method":"m"}}"#, c.n)
-        );
+        assert_eq!(c.params(), None);
     }
 
     #[test]
@@ -417,7 +353,7 @@ mod tests {
         let c = call(&format!(
             r#"{{"jsonrpc":"2.0","id":1,"method":"m","params":{params}}}"#
         ));
-        assert!(c.request.ends_with(&format!(r#""params":{params}}}"#)));
+        assert_eq!(c.params(), Some(params.as_str()));
     }
 
     #[test]

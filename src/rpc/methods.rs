@@ -2,11 +2,12 @@
 //! and result schema as it registers it: `rpc.discover` is generated from the very table
 //! the server serves, so the two cannot drift apart.
 //!
-//! Plain methods go into our own table ([`Methods::plain`]), which the connection calls
-//! directly: jsonrpsee's `raw_json_request` re-parsed each request, cloned the module's
-//! extensions, made a channel and wrote a reply whose id we then swapped, all on the hot
-//! path of every `invoke`. Only subscriptions, which need jsonrpsee's per-connection
-//! machinery, are registered in its module.
+//! Both kinds go into our own tables, which the connection calls directly: plain methods
+//! ([`Methods::plain`]) answer with their whole reply, subscriptions
+//! ([`Methods::subscriptions`]) with a stream the connection runs (see `subscription`).
+//! jsonrpsee's `raw_json_request` re-parsed each request, cloned the module's extensions,
+//! made a channel and wrote a reply whose id we then swapped, all on the hot path of every
+//! `invoke`; its subscriptions needed a connection of its own.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -15,8 +16,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
-use jsonrpsee::types::{ErrorObject, ErrorObjectOwned, Params};
-use jsonrpsee::{PendingSubscriptionSink, RpcModule, SubscriptionMessage};
+use jsonrpsee::types::{ErrorObject, ErrorObjectOwned};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -25,6 +25,7 @@ use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 
 use super::openrpc::{self, MethodDoc};
+use super::subscription::{self, Sink, Stream, Subscribe, Subscription};
 use crate::custom::events::SessionEvent;
 use crate::error::Error;
 use crate::host::Host;
@@ -69,15 +70,13 @@ pub(crate) type Plain = Arc<
 pub(crate) struct Methods {
     /// Plain methods by name, run directly by the connection.
     pub plain: HashMap<&'static str, Plain>,
-    /// Subscriptions and their unsubscribes, run by jsonrpsee.
-    pub subscriptions: RpcModule<Host>,
+    /// Subscription methods by name, run by the connection.
+    pub subscriptions: HashMap<&'static str, Subscription>,
+    /// Each unsubscribe method, to the subscribe method whose subscriptions it ends.
+    pub unsubscribes: HashMap<&'static str, &'static str>,
 }
 
 /// Params are by name; absent params mean `{}`.
-fn parse<P: DeserializeOwned>(params: &Params) -> Result<P, ErrorObjectOwned> {
-    parse_str(params.as_str())
-}
-
 fn parse_str<P: DeserializeOwned>(params: Option<&str>) -> Result<P, ErrorObjectOwned> {
     let raw = params.map(str::trim).unwrap_or("{}");
     if raw.starts_with('[') {
@@ -97,7 +96,10 @@ fn parse_str<P: DeserializeOwned>(params: Option<&str>) -> Result<P, ErrorObject
 }
 
 /// A plain method's reply to `id` with `result`; empty for a notification (no id).
-fn reply(id: Option<Box<RawValue>>, result: &impl Serialize) -> Result<String, ErrorObjectOwned> {
+pub(super) fn reply(
+    id: Option<Box<RawValue>>,
+    result: &impl Serialize,
+) -> Result<String, ErrorObjectOwned> {
     let Some(id) = id else {
         return Ok(String::new());
     };
@@ -110,9 +112,11 @@ fn reply(id: Option<Box<RawValue>>, result: &impl Serialize) -> Result<String, E
     })
 }
 
+#[derive(Default)]
 struct Api {
     plain: HashMap<&'static str, Plain>,
-    module: RpcModule<Host>,
+    subscriptions: HashMap<&'static str, Subscription>,
+    unsubscribes: HashMap<&'static str, &'static str>,
     docs: Vec<MethodDoc>,
 }
 
@@ -162,14 +166,49 @@ impl Api {
         }
         Ok(())
     }
+
+    /// Registers subscription `name` with params `P`, sending `notification`s whose result
+    /// is `N`, ended by `unsubscribe` (also what the OpenRPC doc says). `f` checks the
+    /// params and returns the stream to run once the client has the subscription id.
+    fn subscription<P, N, F, Fut>(
+        &mut self,
+        [name, notification, unsubscribe]: [&'static str; 3],
+        summary: &'static str,
+        f: F,
+    ) -> anyhow::Result<()>
+    where
+        P: DeserializeOwned + JsonSchema + Send + 'static,
+        N: JsonSchema,
+        F: Fn(Host, P) -> Fut + Clone + Send + Sync + 'static,
+        Fut: Future<Output = Result<Stream, Error>> + Send + 'static,
+    {
+        self.docs.push(openrpc::subscription::<P, N>(
+            name,
+            notification,
+            unsubscribe,
+            summary,
+        ));
+        self.docs.push(openrpc::unsubscribe(unsubscribe, name));
+        let subscribe: Subscribe = Arc::new(move |host: &Host, params: Option<&str>| {
+            let parsed = parse_str::<P>(params);
+            let (f, host) = (f.clone(), host.clone());
+            async move { f(host, parsed?).await.map_err(rpc_error) }.boxed()
+        });
+        let entry = Subscription {
+            notification,
+            subscribe,
+        };
+        if self.subscriptions.insert(name, entry).is_some()
+            || self.unsubscribes.insert(unsubscribe, name).is_some()
+        {
+            anyhow::bail!("subscription {name} registered twice");
+        }
+        Ok(())
+    }
 }
 
-pub(crate) fn methods(host: Host) -> anyhow::Result<Methods> {
-    let mut api = Api {
-        plain: HashMap::new(),
-        module: RpcModule::new(host),
-        docs: Vec::new(),
-    };
+pub(crate) fn methods() -> anyhow::Result<Methods> {
+    let mut api = Api::default();
 
     api.method_as::<ListToolsParams, ListToolsResult, _, _, _>(
         method::LIST_TOOLS,
@@ -316,7 +355,8 @@ pub(crate) fn methods(host: Host) -> anyhow::Result<Methods> {
     api.plain.insert(method::DISCOVER, discover);
     Ok(Methods {
         plain: api.plain,
-        subscriptions: api.module,
+        subscriptions: api.subscriptions,
+        unsubscribes: api.unsubscribes,
     })
 }
 
@@ -482,103 +522,79 @@ fn session_event(host: &Host, event: SessionEvent, id: &str, workspace: &str) {
     );
 }
 
-fn to_message<T: Serialize>(item: &T) -> Option<SubscriptionMessage> {
-    serde_json::value::to_raw_value(item)
-        .ok()
-        .map(SubscriptionMessage::from)
+fn subscribe_invoke(api: &mut Api) -> anyhow::Result<()> {
+    api.subscription::<InvokeParams, InvokeEvent, _, _>(
+        [method::SUBSCRIBE_INVOKE, method::INVOKE_EVENT, method::UNSUBSCRIBE_INVOKE],
+        "Runs a call and streams its partial results, then exactly one `result` event. Unsubscribing or closing the connection cancels the call. WebSocket and newline framing only.",
+        |host, p: InvokeParams| async move {
+            // An unknown session is a protocol error, answered before the subscription exists.
+            if let Some(id) = &p.session_id {
+                host.sessions().get(id).await?;
+            }
+            Ok(subscription::stream(move |sink| stream_invoke(host, p, sink)))
+        },
+    )
 }
 
-fn subscribe_invoke(api: &mut Api) -> anyhow::Result<()> {
-    api.docs.push(openrpc::subscription::<InvokeParams, InvokeEvent>(
-        method::SUBSCRIBE_INVOKE,
-        method::INVOKE_EVENT,
-        method::UNSUBSCRIBE_INVOKE,
-        "Runs a call and streams its partial results, then exactly one `result` event. Unsubscribing or closing the connection cancels the call. WebSocket and newline framing only.",
-    ));
-    api.docs.push(openrpc::unsubscribe(
-        method::UNSUBSCRIBE_INVOKE,
-        method::SUBSCRIBE_INVOKE,
-    ));
-    api.module.register_subscription(method::SUBSCRIBE_INVOKE, method::INVOKE_EVENT, method::UNSUBSCRIBE_INVOKE, |params, pending: PendingSubscriptionSink, host: Arc<Host>, ext| async move {
-        let mut p: InvokeParams = match parse(&params) {
-            Ok(p) => p,
-            Err(e) => {
-                pending.reject(e).await;
-                return Ok(());
-            }
-        };
-        // An unknown session is a protocol error, answered before the subscription exists.
-        if let Some(id) = &p.session_id {
-            if let Err(e) = host.sessions().get(id).await {
-                pending.reject(rpc_error(e)).await;
-                return Ok(());
-            }
-        }
-        let mut sink = pending.accept().await?;
-        let call_id = p.call_id.get_or_insert_with(crate::invoke::new_call_id).clone();
-        let (tx, mut rx) = mpsc::channel(256);
-        // This handler runs in a task of its own: the connection's peer comes in `ext`.
-        let caller = ext.get::<Arc<crate::audit::Caller>>().cloned();
-        let call = crate::invoke::invoke(&host, p, UpdateSink::new(tx));
-        let call = async move {
-            match caller {
-                Some(c) => crate::audit::CALLER.scope(c, call).await,
-                None => call.await,
-            }
-        };
-        tokio::pin!(call);
-        let forward = |u: crate::registry::ToolUpdate, call_id: &str| {
-            to_message(&InvokeEvent::Update(InvokeUpdate { call_id: call_id.to_owned(), content: u.content, details: u.details, progress: u.progress }))
-        };
-        loop {
-            tokio::select! {
-                r = &mut call => {
-                    let envelope = match r {
-                        Ok(env) => env,
-                        Err(e) => return Err(rpc_error(e).message().to_owned().into()),
-                    };
-                    while let Ok(u) = rx.try_recv() {
-                        if let Some(m) = forward(u, &envelope.call_id) { sink.send(m).await?; }
+/// Runs one call, sending its updates and then its one result; dropped (unsubscribed, or
+/// the connection ended), it cancels the call.
+async fn stream_invoke(host: Host, mut p: InvokeParams, sink: Sink) {
+    let call_id = p
+        .call_id
+        .get_or_insert_with(crate::invoke::new_call_id)
+        .clone();
+    let (tx, mut rx) = mpsc::channel(256);
+    let call = crate::invoke::invoke(&host, p, UpdateSink::new(tx));
+    tokio::pin!(call);
+    let update = |u: crate::registry::ToolUpdate, call_id: &str| {
+        InvokeEvent::Update(InvokeUpdate {
+            call_id: call_id.to_owned(),
+            content: u.content,
+            details: u.details,
+            progress: u.progress,
+        })
+    };
+    loop {
+        tokio::select! {
+            r = &mut call => {
+                let envelope = match r {
+                    Ok(env) => env,
+                    Err(e) => return sink.fail(rpc_error(e).message()).await,
+                };
+                while let Ok(u) = rx.try_recv() {
+                    if !sink.send(&update(u, &envelope.call_id)).await {
+                        return;
                     }
-                    if let Some(m) = to_message(&InvokeEvent::Result(envelope)) { sink.send(m).await?; }
-                    return Ok(());
                 }
-                Some(u) = rx.recv() => {
-                    // A slow reader loses updates, never the call or the connection.
-                    if let Some(m) = forward(u, &call_id) { let _ = sink.try_send(m); }
-                }
-                _ = sink.closed() => return Ok(()),
+                sink.send(&InvokeEvent::Result(envelope)).await;
+                return;
             }
+            // A slow reader loses updates, never the call or the connection.
+            Some(u) = rx.recv() => sink.try_send(&update(u, &call_id)),
+            _ = sink.closed() => return,
         }
-    })?;
-    Ok(())
+    }
 }
 
 fn subscribe_tools_changed(api: &mut Api) -> anyhow::Result<()> {
-    api.docs
-        .push(openrpc::subscription::<EmptyParams, ToolsChanged>(
-        method::SUBSCRIBE_TOOLS_CHANGED,
-        method::TOOLS_CHANGED,
-        method::UNSUBSCRIBE_TOOLS_CHANGED,
+    api.subscription::<EmptyParams, ToolsChanged, _, _>(
+        [method::SUBSCRIBE_TOOLS_CHANGED, method::TOOLS_CHANGED, method::UNSUBSCRIBE_TOOLS_CHANGED],
         "A notification whenever the live registry changes. WebSocket and newline framing only.",
-    ));
-    api.docs.push(openrpc::unsubscribe(
-        method::UNSUBSCRIBE_TOOLS_CHANGED,
-        method::SUBSCRIBE_TOOLS_CHANGED,
-    ));
-    api.module.register_subscription(method::SUBSCRIBE_TOOLS_CHANGED, method::TOOLS_CHANGED, method::UNSUBSCRIBE_TOOLS_CHANGED, |_, pending: PendingSubscriptionSink, host: Arc<Host>, _| async move {
-        let mut rx = host.registry().subscribe();
-        let sink = pending.accept().await?;
-        loop {
-            tokio::select! {
-                r = rx.recv() => match r {
-                    Ok(note) => { if let Some(m) = to_message(&note) { sink.send(m).await?; } }
-                    Err(broadcast::error::RecvError::Lagged(n)) => tracing::warn!(n, "tools_changed subscriber lagged"),
-                    Err(broadcast::error::RecvError::Closed) => return Ok(()),
-                },
-                _ = sink.closed() => return Ok(()),
-            }
-        }
-    })?;
-    Ok(())
+        |host, _: EmptyParams| async move {
+            // Subscribed before the reply goes out: no change after it is missed.
+            let mut rx = host.registry().subscribe();
+            Ok(subscription::stream(move |sink: Sink| async move {
+                loop {
+                    tokio::select! {
+                        r = rx.recv() => match r {
+                            Ok(note) => if !sink.send(&note).await { return },
+                            Err(broadcast::error::RecvError::Lagged(n)) => tracing::warn!(n, "tools_changed subscriber lagged"),
+                            Err(broadcast::error::RecvError::Closed) => return,
+                        },
+                        _ = sink.closed() => return,
+                    }
+                }
+            }))
+        },
+    )
 }

@@ -9,22 +9,17 @@ mod listener;
 mod methods;
 mod openrpc;
 mod ops;
+mod subscription;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use jsonrpsee::server::{
-    stop_channel, BatchRequestConfig, Methods, Server, ServerConfig, ServerHandle, StopHandle,
-    TowerServiceBuilder,
-};
+use jsonrpsee::server::{stop_channel, ServerHandle, StopHandle};
 
 use crate::host::Host;
 
 pub use listener::Listeners;
-
-type ServiceBuilder =
-    TowerServiceBuilder<tower::layer::util::Identity, tower::layer::util::Identity>;
 
 /// Open connections at most, over all listeners and framings; more are closed at accept.
 const MAX_CONNECTIONS: usize = 4096;
@@ -46,10 +41,10 @@ pub(crate) struct Shared {
     host: Host,
     /// Plain methods, run directly by the connection.
     plain: std::collections::HashMap<&'static str, methods::Plain>,
-    /// Subscriptions, run by jsonrpsee behind the bridge.
-    subscriptions: Methods,
-    /// jsonrpsee's service, behind the in-process WebSocket that carries subscriptions.
-    service: ServiceBuilder,
+    /// Subscription methods, run by the connection too.
+    subscriptions: std::collections::HashMap<&'static str, subscription::Subscription>,
+    /// Unsubscribe methods, to the subscribe method they belong to.
+    unsubscribes: std::collections::HashMap<&'static str, &'static str>,
     stop: StopHandle,
     max_request_bytes: usize,
     frame_timeout: Duration,
@@ -89,26 +84,17 @@ impl RunningServer {
 pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> {
     let cfg = host.config();
     let max_request = cfg.limits.max_request_bytes;
-    let server_cfg = ServerConfig::builder()
-        .max_request_body_size(u32::try_from(max_request).unwrap_or(u32::MAX))
-        .max_response_body_size(u32::MAX)
-        .max_connections(MAX_CONNECTIONS as u32)
-        .max_subscriptions_per_connection(1024)
-        .set_batch_request_config(BatchRequestConfig::Limit(1000))
-        .build();
-    let service = Server::builder()
-        .set_config(server_cfg)
-        .to_service_builder();
     let methods::Methods {
         plain,
         subscriptions,
-    } = methods::methods(host.clone())?;
+        unsubscribes,
+    } = methods::methods()?;
     let (stop, handle) = stop_channel();
     let shared = Arc::new_cyclic(|weak: &std::sync::Weak<Shared>| Shared {
         host: host.clone(),
         plain,
-        subscriptions: subscriptions.into(),
-        service,
+        subscriptions,
+        unsubscribes,
         stop,
         max_request_bytes: max_request,
         frame_timeout: frame_timeout(),
