@@ -392,7 +392,7 @@ impl Conn {
             Conn::Client(c) => c
                 .call_raw(method, params)
                 .await
-                .is_ok_and(|r| memfind(r.get().as_bytes(), needle.as_bytes())),
+                .is_ok_and(|r| memfind(r.as_bytes(), needle.as_bytes())),
             Conn::Http(c) => memfind(c.call_raw(method, params.get()).await, needle.as_bytes()),
             Conn::Ws(c) => memfind(
                 c.call_raw(method, params.get()).await.as_bytes(),
@@ -934,7 +934,7 @@ async fn sessions() {
                 // Keep a few ids for the get/update runs.
                 match r {
                     Ok(r) if ids.len() < 200 => {
-                        ids.push(serde_json::from_str::<Session>(r.get()).unwrap().id)
+                        ids.push(serde_json::from_str::<Session>(&r).unwrap().id)
                     }
                     Ok(_) => {}
                     Err(_) => failed += 1,

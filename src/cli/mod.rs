@@ -680,9 +680,9 @@ async fn client_command(
             let params = serde_json::value::to_raw_value(&params)
                 .map_err(|e| ClientError::Decode(e.to_string()))?;
             let r = client.call_raw(&method, &params).await?;
-            match serde_json::from_str::<Value>(r.get()) {
+            match serde_json::from_str::<Value>(&r) {
                 Ok(v) => emit(out, &v),
-                Err(_) => println!("{}", r.get()),
+                Err(_) => println!("{r}"),
             }
             Ok(ExitCode::SUCCESS)
         }

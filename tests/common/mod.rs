@@ -297,7 +297,7 @@ pub async fn call_value(
 ) -> Result<Value, ClientError> {
     let params = serde_json::value::to_raw_value(params).unwrap();
     let raw = client.call_raw(method, &params).await?;
-    Ok(serde_json::from_str(raw.get()).unwrap())
+    Ok(serde_json::from_str(&raw).unwrap())
 }
 
 /// A call's outcome in the JSON-RPC response shape; a failure that is not an answer of the
