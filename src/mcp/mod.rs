@@ -9,7 +9,6 @@ mod auth;
 mod client;
 mod launcher;
 pub mod naming;
-mod oversized;
 mod server;
 mod stdio;
 mod tool;

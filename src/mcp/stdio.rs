@@ -13,6 +13,10 @@
 //! Writes keep the order in which messages are queued; messages queued while a write is in
 //! progress go out together in the next one. A writer dropped mid-write (a call given up)
 //! leaves the rest of its bytes for the next writer, so a line is never cut.
+//!
+//! An incoming message over [`MAX_MESSAGE`] is not kept: the reader skips the rest of its
+//! line and reads in its place a JSON-RPC error for the same id, so the call it answered
+//! fails at once, saying why, instead of waiting out its timeout.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -27,11 +31,14 @@ use serde_json::{Map, Value};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::oneshot;
 
-use super::oversized::{OversizedReplies, MAX_MESSAGE};
 use crate::lock;
 
+/// The most one incoming message may hold (rmcp's own limit for a line).
+pub const MAX_MESSAGE: usize = rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH;
 /// Read buffer for the server's stdout.
 const READ_BUFFER: usize = 64 * 1024;
+/// How much of each end of an oversized line is kept to find its `id`.
+const KEEP: usize = 1024;
 /// The prefix of our own call ids.
 const ID_PREFIX: &str = "th-";
 /// Bytes waiting for a server that does not read its stdin, beyond which new messages are
@@ -44,21 +51,31 @@ type Pipe = Box<dyn AsyncWrite + Send + Unpin>;
 pub type DirectAnswer = Result<Value, ErrorData>;
 
 pub struct StdioTransport<R> {
-    read: BufReader<OversizedReplies<R>>,
+    read: BufReader<R>,
     /// The line being read (kept across cancelled `receive`s).
     line: Vec<u8>,
-    /// Skipping the rest of a line over [`MAX_MESSAGE`] (its error follows it, see
-    /// [`OversizedReplies`]).
-    discarding: bool,
+    /// [`MAX_MESSAGE`], or a small limit in tests.
+    limit: usize,
+    /// The line being skipped for its size, if any.
+    oversized: Option<Oversized>,
     direct: Arc<DirectCalls>,
+}
+
+/// What is kept of a line over the limit: its length and both ends, where its id is.
+#[derive(Default)]
+struct Oversized {
+    len: usize,
+    head: Vec<u8>,
+    tail: Vec<u8>,
 }
 
 impl<R: AsyncRead + Unpin> StdioTransport<R> {
     pub fn new(stdout: R, stdin: impl AsyncWrite + Send + Unpin + 'static) -> Self {
         StdioTransport {
-            read: BufReader::with_capacity(READ_BUFFER, OversizedReplies::new(stdout)),
+            read: BufReader::with_capacity(READ_BUFFER, stdout),
             line: Vec::new(),
-            discarding: false,
+            limit: MAX_MESSAGE,
+            oversized: None,
             direct: Arc::new(DirectCalls {
                 out: Arc::new(Outbox {
                     unwritten: AtomicUsize::new(0),
@@ -80,8 +97,9 @@ impl<R: AsyncRead + Unpin> StdioTransport<R> {
         self.direct.clone()
     }
 
-    /// Reads one line of at most [`MAX_MESSAGE`] bytes into `self.line` (false at the end
-    /// of the stream). Cancellation-safe: the partial line stays in `self.line`.
+    /// Reads one line of at most `limit` bytes into `self.line` (false at the end of the
+    /// stream); a longer line comes back as the error that replaces it (see the module
+    /// doc). Cancellation-safe: the partial line stays in `self`.
     async fn read_line(&mut self) -> std::io::Result<bool> {
         loop {
             let available = self.read.fill_buf().await?;
@@ -92,20 +110,35 @@ impl<R: AsyncRead + Unpin> StdioTransport<R> {
                 Some(i) => (i + 1, true),
                 None => (available.len(), false),
             };
-            if !self.discarding {
-                self.line.extend_from_slice(&available[..taken]);
-                if self.line.len() > MAX_MESSAGE + 1 {
-                    self.line.clear();
-                    self.discarding = true;
+            let chunk = &available[..taken];
+            match &mut self.oversized {
+                Some(skipped) => skipped.see(chunk),
+                None => {
+                    self.line.extend_from_slice(chunk);
+                    if self.line.len() > self.limit + 1 {
+                        let mut skipped = Oversized::default();
+                        skipped.see(&self.line);
+                        self.oversized = Some(skipped);
+                        self.line = Vec::new();
+                    }
                 }
             }
             self.read.consume(taken);
-            if complete {
-                if std::mem::take(&mut self.discarding) {
-                    tracing::warn!("dropped an MCP message over {MAX_MESSAGE} bytes");
-                    continue;
-                }
+            if !complete {
+                continue;
+            }
+            let Some(skipped) = self.oversized.take() else {
                 return Ok(true);
+            };
+            match skipped.replacement(self.limit) {
+                Some(error) => {
+                    self.line = error;
+                    return Ok(true);
+                }
+                None => tracing::error!(
+                    bytes = skipped.len,
+                    "an MCP server sent a message over the size limit without a recognisable id; dropped"
+                ),
             }
         }
     }
@@ -152,6 +185,69 @@ impl<R: AsyncRead + Unpin> StdioTransport<R> {
             }
         }
     }
+}
+
+impl Oversized {
+    /// Takes the next bytes of the skipped line.
+    fn see(&mut self, bytes: &[u8]) {
+        let bytes = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+        self.len += bytes.len();
+        let room = KEEP.saturating_sub(self.head.len());
+        self.head.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        self.tail
+            .extend_from_slice(&bytes[bytes.len().saturating_sub(2 * KEEP)..]);
+        if self.tail.len() > 2 * KEEP {
+            self.tail.drain(..self.tail.len() - KEEP);
+        }
+    }
+
+    /// The error answer standing in for the skipped line, for the same id; `None` when no
+    /// id is found (then the line is only dropped).
+    fn replacement(&self, limit: usize) -> Option<Vec<u8>> {
+        let id = find_id(&self.head).or_else(|| find_last_id(&self.tail))?;
+        tracing::warn!(bytes = self.len, %id, "an MCP server's message is over the size limit; answering its id with an error");
+        let message = format!(
+            "the server's answer was {} bytes, over the limit of {limit} bytes for one MCP message",
+            self.len
+        );
+        let error = serde_json::json!({"code": -32603, "message": message});
+        Some(format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"error\":{error}}}").into_bytes())
+    }
+}
+
+/// The id of a message whose `"id"` comes before its result (as most servers write it).
+fn find_id(head: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(head);
+    let at = text.find("\"id\"")?;
+    // An "id" after the result has begun may be part of the result itself.
+    let body = ["\"result\"", "\"error\""]
+        .iter()
+        .filter_map(|k| text.find(k))
+        .min();
+    if body.is_some_and(|b| b < at) {
+        return None;
+    }
+    id_value(&text[at + 4..])
+}
+
+/// The id of a message whose `"id"` comes after its result (the last one in the tail).
+fn find_last_id(tail: &[u8]) -> Option<String> {
+    let text = String::from_utf8_lossy(tail);
+    let at = text.rfind("\"id\"")?;
+    id_value(&text[at + 4..])
+}
+
+/// The JSON number or string after `:` (a request id of ours is always one of the two).
+fn id_value(after_key: &str) -> Option<String> {
+    let v = after_key.trim_start().strip_prefix(':')?.trim_start();
+    if let Some(s) = v.strip_prefix('"') {
+        let end = s.find('"')?;
+        return Some(format!("\"{}\"", &s[..end]));
+    }
+    let end = v
+        .find(|c: char| !(c.is_ascii_digit() || c == '-'))
+        .unwrap_or(v.len());
+    (end > 0).then(|| v[..end].to_owned())
 }
 
 impl<R> Drop for StdioTransport<R> {
@@ -496,6 +592,55 @@ mod tests {
             stdout_theirs,
             stdin_theirs,
         )
+    }
+
+    /// Every line a transport with a `limit` of 100 bytes reads from `input`.
+    async fn lines_read(input: &[u8]) -> Vec<String> {
+        let mut t = StdioTransport::new(input, tokio::io::sink());
+        t.limit = 100;
+        let mut lines = Vec::new();
+        while t.read_line().await.unwrap() {
+            lines.push(String::from_utf8(std::mem::take(&mut t.line)).unwrap());
+        }
+        lines
+    }
+
+    #[tokio::test]
+    async fn short_lines_are_read_as_they_are() {
+        let lines = lines_read(b"{\"id\":1,\"result\":{}}\n{\"id\":2}\n").await;
+        assert_eq!(lines, ["{\"id\":1,\"result\":{}}\n", "{\"id\":2}\n"]);
+    }
+
+    #[tokio::test]
+    async fn an_oversized_line_is_read_as_an_error_for_its_id() {
+        let big = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":\"{}\"}}\n{{\"id\":8}}\n",
+            "x".repeat(500)
+        );
+        let lines = lines_read(big.as_bytes()).await;
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        let err: Value = serde_json::from_str(&lines[0]).unwrap();
+        assert_eq!(err["id"], 7);
+        let message = err["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("was 536 bytes, over the limit of 100"),
+            "{message}"
+        );
+        assert_eq!(lines[1], "{\"id\":8}\n");
+    }
+
+    #[tokio::test]
+    async fn an_id_after_the_result_is_found_at_the_end_and_no_id_drops_the_line() {
+        let big = format!(
+            "{{\"result\":\"{}\",\"jsonrpc\":\"2.0\",\"id\":\"th-9\"}}\n{}\n{{\"id\":3}}\n",
+            "x".repeat(5000),
+            "y".repeat(300)
+        );
+        let lines = lines_read(big.as_bytes()).await;
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        let err: Value = serde_json::from_str(&lines[0]).unwrap();
+        assert_eq!(err["id"], "th-9");
+        assert_eq!(lines[1], "{\"id\":3}\n");
     }
 
     async fn read_json(r: &mut BufReader<tokio::io::DuplexStream>) -> Value {
