@@ -705,9 +705,21 @@ fn property_garbled_traffic_never_crashes_and_every_valid_id_gets_one_reply() {
                 for (i, l) in lines.iter().enumerate() {
                     match l {
                         Line::Call(id) => {
-                            let method = if i % 2 == 0 { "host.health" } else { "no.such" };
+                            // Plain methods, an unknown one, and subscriptions opened and
+                            // ended in any order (their notifications carry no id).
+                            let (method, params) = match i % 5 {
+                                0 => ("host.health", "{}".to_owned()),
+                                1 => ("no.such", "{}".to_owned()),
+                                2 => ("subscribe_tools_changed", "{}".to_owned()),
+                                3 => ("unsubscribe_tools_changed", format!("[{id}]")),
+                                _ => (
+                                    "subscribe_invoke",
+                                    r#"{"name":"read_file","arguments":{"path":"none.txt"}}"#
+                                        .to_owned(),
+                                ),
+                            };
                             input.extend_from_slice(
-                                format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}"}}"#)
+                                format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{params}}}"#)
                                     .as_bytes(),
                             );
                             want.push(id.clone());
