@@ -66,6 +66,11 @@ impl CallTable {
         }
     }
 
+    /// Whether a call `call_id` is in flight.
+    pub fn is_running(&self, call_id: &str) -> bool {
+        lock(&self.calls).contains_key(call_id)
+    }
+
     pub fn in_flight(&self) -> usize {
         lock(&self.calls).len()
     }

@@ -31,6 +31,13 @@ pub fn new_call_id() -> String {
     format!("call_{prefix}{n:016x}")
 }
 
+/// The refusal of a call whose `call_id` a call in flight already has.
+pub fn call_id_in_use(call_id: &str) -> Error {
+    Error::InvalidParams(format!(
+        "call_id {call_id:?} is already in use by a call in flight"
+    ))
+}
+
 /// Runs one call. Tool failures come back as `ok:false` results; only protocol-level
 /// problems (an unknown session) are errors.
 pub async fn invoke(
@@ -77,11 +84,7 @@ pub async fn invoke(
             &params.name,
             params.session_id.as_deref(),
         )
-        .ok_or_else(|| {
-            Error::InvalidParams(format!(
-                "call_id {call_id:?} is already in use by a call in flight"
-            ))
-        })?;
+        .ok_or_else(|| call_id_in_use(&call_id))?;
     let timeout_ms = params
         .timeout_ms
         .unwrap_or(config.limits.default_timeout_ms);

@@ -978,3 +978,37 @@ async fn a_connection_holds_at_most_1024_subscriptions() {
     let r = c.call("subscribe_tools_changed", json!({})).await;
     assert!(r["result"].is_u64(), "{r}");
 }
+
+/// A `call_id` that a call in flight already has is refused with `-32602` on `invoke` and,
+/// before any subscription exists, on `subscribe_invoke`; the running call is untouched.
+#[tokio::test]
+async fn a_call_id_in_flight_is_refused_on_invoke_and_subscribe_invoke() {
+    let d = Daemon::start().await;
+    let mut first = d.raw_lines().await;
+    let slow = json!({"name": "bash", "call_id": "dup", "arguments": {"command": "sleep 30"}});
+    let slow_id = first.send("invoke", slow).await;
+    eventually(10, "the first call to be in flight", || async {
+        let s = d.call("host.status", json!({})).await;
+        s["result"]["calls"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["call_id"] == "dup"))
+    })
+    .await;
+    let mut other = d.raw_lines().await;
+    let again = json!({"name": "read_file", "call_id": "dup", "arguments": {"path": "x"}});
+    for method in ["invoke", "subscribe_invoke"] {
+        let r = other.call(method, again.clone()).await;
+        assert_eq!(r["error"]["code"], -32602, "{method}: {r}");
+        let message = r["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("already in use"), "{method}: {r}");
+    }
+    let r = other.call("cancel", json!({"call_id": "dup"})).await;
+    assert_eq!(r["result"]["cancelled"], true, "{r}");
+    let r = loop {
+        let m = first.recv().await;
+        if m["id"] == slow_id {
+            break m;
+        }
+    };
+    assert_eq!(r["result"]["result"]["error_kind"], "cancelled", "{r}");
+}

@@ -527,9 +527,13 @@ fn subscribe_invoke(api: &mut Api) -> anyhow::Result<()> {
         [method::SUBSCRIBE_INVOKE, method::INVOKE_EVENT, method::UNSUBSCRIBE_INVOKE],
         "Runs a call and streams its partial results, then exactly one `result` event. Unsubscribing or closing the connection cancels the call. WebSocket and newline framing only.",
         |host, p: InvokeParams| async move {
-            // An unknown session is a protocol error, answered before the subscription exists.
+            // An unknown session or a call_id in use is a protocol error, answered before the
+            // subscription exists (the call's own check stays the authority on a race).
             if let Some(id) = &p.session_id {
                 host.sessions().get(id).await?;
+            }
+            if let Some(id) = p.call_id.as_deref().filter(|id| host.calls().is_running(id)) {
+                return Err(crate::invoke::call_id_in_use(id));
             }
             Ok(subscription::stream(move |sink| stream_invoke(host, p, sink)))
         },
