@@ -254,13 +254,26 @@ async fn call_upstream(
 /// more than text (images, audio, resources), the blocks are also kept whole as `content`,
 /// as a custom tool's are, so MCP frontends (the facade) get them as they were.
 pub fn map_result(r: Value) -> ToolResult {
-    let rich = r["content"]
-        .as_array()
-        .is_some_and(|blocks| blocks.iter().any(|b| b["type"] != "text"));
-    let mut texts = Vec::new();
+    let Value::Object(mut r) = r else {
+        return Err(ToolError::failed("the MCP tool result is not an object"));
+    };
+    let content = match r.remove("content") {
+        Some(Value::Array(blocks)) => blocks,
+        _ => Vec::new(),
+    };
+    let rich = content.iter().any(|b| b["type"] != "text");
+    // Text is moved out of the answer, not copied: a tool's output can be large. When the
+    // blocks are kept whole (rich), they are read in place instead.
+    let mut texts: Vec<String> = Vec::new();
     let mut image: Option<String> = None;
-    for block in r["content"].as_array().into_iter().flatten() {
+    let take_text = |block: &mut Value| match block.get_mut("text").map(Value::take) {
+        Some(Value::String(t)) => t,
+        _ => String::new(),
+    };
+    let mut kept = Vec::new();
+    for mut block in content {
         match block["type"].as_str() {
+            Some("text") if !rich => texts.push(take_text(&mut block)),
             Some("text") => texts.push(block["text"].as_str().unwrap_or("").to_owned()),
             Some("image") => {
                 let mime = block["mimeType"]
@@ -289,13 +302,19 @@ pub fn map_result(r: Value) -> ToolResult {
             Some(other) => texts.push(format!("[{other} content]")),
             None => {}
         }
+        if rich {
+            kept.push(block);
+        }
     }
-    let output = texts.join("\n");
+    let output = match texts.len() {
+        1 => texts.pop().unwrap_or_default(),
+        _ => texts.join("\n"),
+    };
     let mut fields = Map::new();
-    if let Some(s) = r.get("structuredContent").filter(|v| !v.is_null()) {
-        fields.insert("structured_content".into(), s.clone());
+    if let Some(s) = r.remove("structuredContent").filter(|v| !v.is_null()) {
+        fields.insert("structured_content".into(), s);
     }
-    if r["isError"].as_bool() == Some(true) {
+    if r.get("isError").and_then(Value::as_bool) == Some(true) {
         let message = if output.is_empty() {
             "the MCP tool reported an error".to_owned()
         } else {
@@ -307,7 +326,7 @@ pub fn map_result(r: Value) -> ToolResult {
     }
     fields.insert("output".into(), Value::String(output));
     if rich {
-        fields.insert("content".into(), r["content"].clone());
+        fields.insert("content".into(), Value::Array(kept));
     }
     if let Some(url) = image {
         fields.insert("_multimodal".into(), Value::Bool(true));
@@ -356,5 +375,21 @@ mod tests {
                 .unwrap_err();
         assert_eq!(err.kind, ErrorKind::Failed);
         assert_eq!(err.message, "boom");
+    }
+
+    #[test]
+    fn one_text_block_is_the_output_and_mixed_blocks_are_kept_whole() {
+        let big = "x".repeat(100_000);
+        let ok = map_result(json!({"content": [{"type": "text", "text": big}]})).unwrap();
+        assert_eq!(ok["output"], big.as_str());
+        assert!(ok.get("content").is_none(), "{ok:?}");
+        let blocks = json!([
+            {"type": "text", "text": "before"},
+            {"type": "resource_link", "uri": "file:///a"},
+            {"text": "no type"}
+        ]);
+        let mixed = map_result(json!({"content": blocks})).unwrap();
+        assert_eq!(mixed["output"], "before\n[resource link: file:///a]");
+        assert_eq!(mixed["content"], blocks);
     }
 }
