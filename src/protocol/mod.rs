@@ -30,6 +30,8 @@ pub mod codes {
     pub const METHOD_NOT_FOUND: i32 = -32601;
     pub const INVALID_PARAMS: i32 = -32602;
     pub const INTERNAL_ERROR: i32 = -32603;
+    /// Over `limits.max_request_bytes`.
+    pub const TOO_BIG: i32 = -32007;
     /// Unknown session id: `session not found: <id>`.
     pub const SESSION_NOT_FOUND: i32 = -32001;
     /// A server-side failure that is not the caller's fault (store I/O, config write).

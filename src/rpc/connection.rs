@@ -35,6 +35,7 @@ use super::Shared;
 use crate::audit::{Caller, CALLER};
 use crate::bounded_lines::read_line_or_drop;
 use crate::metrics::Framing;
+use crate::protocol::codes;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 type WsServer = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
@@ -147,15 +148,9 @@ impl Session {
         };
         match answer {
             Ok(Answer::Reply(reply)) => (reply, None),
-            Ok(Answer::Subscribed(a)) => match envelope::result_reply(id, &a.id) {
+            Ok(Answer::Subscribed(a)) => match super::methods::reply(Some(id.clone()), &a.id) {
                 Ok(reply) => (reply, Some(a)),
-                Err(e) => {
-                    let msg = format!("Internal error: {e}");
-                    (
-                        envelope::error_reply(Some(id), envelope::INTERNAL_ERROR, &msg),
-                        None,
-                    )
-                }
+                Err(e) => (envelope::error_object_reply(id, &e), None),
             },
             Err(e) => (envelope::error_object_reply(id, &e), None),
         }
@@ -181,13 +176,13 @@ impl Session {
         let unsubscribe = shared.unsubscribes.get(name);
         if subscribe.is_none() && unsubscribe.is_none() {
             return Err(error(
-                crate::protocol::codes::METHOD_NOT_FOUND,
+                codes::METHOD_NOT_FOUND,
                 "Method not found".to_owned(),
             ));
         }
         let Some(streams) = &self.streams else {
             return Err(error(
-                crate::protocol::codes::METHOD_NOT_FOUND,
+                codes::METHOD_NOT_FOUND,
                 format!(
                     "{name} sends notifications, which HTTP POST cannot carry: use newline-delimited JSON or a WebSocket on the same socket"
                 ),
@@ -199,7 +194,7 @@ impl Session {
             return super::methods::reply(call.id.clone(), &ended).map(Answer::Reply);
         }
         let Some((family, s)) = subscribe else {
-            return Err(error(envelope::INTERNAL_ERROR, "Internal error".to_owned()));
+            return Err(error(codes::INTERNAL_ERROR, "Internal error".to_owned()));
         };
         let stream = self
             .as_caller((s.subscribe)(&shared.host, call.params()))
@@ -365,7 +360,7 @@ fn line_frame(line: &[u8], len: usize, max: usize) -> Option<Frame> {
             format!("Request is too big: the limit is {max} bytes (limits.max_request_bytes)");
         return Some(Frame::Error(envelope::error_reply(
             None,
-            envelope::TOO_BIG,
+            codes::TOO_BIG,
             &msg,
         )));
     }
@@ -616,7 +611,7 @@ async fn post(
         Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
             let msg =
                 format!("Request is too big: the limit is {max} bytes (limits.max_request_bytes)");
-            return json(413, envelope::error_reply(None, envelope::TOO_BIG, &msg));
+            return json(413, envelope::error_reply(None, codes::TOO_BIG, &msg));
         }
         Ok(Err(e)) => {
             let msg = format!("Invalid request: the request body is malformed: {e}");

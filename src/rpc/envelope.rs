@@ -10,12 +10,7 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-const PARSE_ERROR: i32 = -32700;
-const INVALID_REQUEST: i32 = -32600;
-const INVALID_PARAMS: i32 = -32602;
-pub(crate) const INTERNAL_ERROR: i32 = -32603;
-/// Over `limits.max_request_bytes`.
-pub(crate) const TOO_BIG: i32 = -32007;
+use crate::protocol::codes::{INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR};
 
 /// More entries than this in one batch are refused as a whole.
 pub(crate) const MAX_BATCH: usize = 1000;

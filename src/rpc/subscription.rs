@@ -217,7 +217,7 @@ fn forget(running: &Weak<Mutex<HashMap<u64, Entry>>>, id: u64) {
 
 fn internal() -> ErrorObjectOwned {
     ErrorObjectOwned::owned(
-        super::envelope::INTERNAL_ERROR,
+        crate::protocol::codes::INTERNAL_ERROR,
         "Internal error: the connection's subscriptions are unavailable",
         None::<()>,
     )
