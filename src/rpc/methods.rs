@@ -112,6 +112,22 @@ pub(super) fn reply(
     })
 }
 
+/// Runs handler `f` on the params as sent; a params error or the handler's own error
+/// becomes its JSON-RPC error.
+fn run<P, O, F, Fut>(
+    f: &F,
+    host: &Host,
+    params: Option<&str>,
+) -> impl Future<Output = Result<O, ErrorObjectOwned>> + Send + 'static
+where
+    P: DeserializeOwned,
+    F: Fn(Host, P) -> Fut,
+    Fut: Future<Output = Result<O, Error>> + Send + 'static,
+{
+    let call = parse_str::<P>(params).map(|p| f(host.clone(), p));
+    async move { call?.await.map_err(rpc_error) }
+}
+
 #[derive(Default)]
 struct Api {
     plain: HashMap<&'static str, Plain>,
@@ -131,7 +147,7 @@ impl Api {
     where
         P: DeserializeOwned + JsonSchema + Send + 'static,
         R: Serialize + JsonSchema + Send + 'static,
-        F: Fn(Host, P) -> Fut + Clone + Send + Sync + 'static,
+        F: Fn(Host, P) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<R, Error>> + Send + 'static,
     {
         self.method_as::<P, R, R, F, Fut>(name, summary, f)
@@ -148,18 +164,13 @@ impl Api {
         P: DeserializeOwned + JsonSchema + Send + 'static,
         R: JsonSchema,
         O: Serialize + Send + 'static,
-        F: Fn(Host, P) -> Fut + Clone + Send + Sync + 'static,
+        F: Fn(Host, P) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<O, Error>> + Send + 'static,
     {
         self.docs.push(openrpc::method::<P, R>(name, summary));
         let plain: Plain = Arc::new(move |host: &Host, params: Option<&str>, id| {
-            let parsed = parse_str::<P>(params);
-            let (f, host) = (f.clone(), host.clone());
-            async move {
-                let out = f(host, parsed?).await.map_err(rpc_error)?;
-                reply(id, &out)
-            }
-            .boxed()
+            let call = run(&f, host, params);
+            async move { reply(id, &call.await?) }.boxed()
         });
         if self.plain.insert(name, plain).is_some() {
             anyhow::bail!("method {name} registered twice");
@@ -179,7 +190,7 @@ impl Api {
     where
         P: DeserializeOwned + JsonSchema + Send + 'static,
         N: JsonSchema,
-        F: Fn(Host, P) -> Fut + Clone + Send + Sync + 'static,
+        F: Fn(Host, P) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Stream, Error>> + Send + 'static,
     {
         self.docs.push(openrpc::subscription::<P, N>(
@@ -189,11 +200,8 @@ impl Api {
             summary,
         ));
         self.docs.push(openrpc::unsubscribe(unsubscribe, name));
-        let subscribe: Subscribe = Arc::new(move |host: &Host, params: Option<&str>| {
-            let parsed = parse_str::<P>(params);
-            let (f, host) = (f.clone(), host.clone());
-            async move { f(host, parsed?).await.map_err(rpc_error) }.boxed()
-        });
+        let subscribe: Subscribe =
+            Arc::new(move |host: &Host, params: Option<&str>| run(&f, host, params).boxed());
         let entry = Subscription {
             notification,
             subscribe,
