@@ -239,7 +239,7 @@ async fn call_upstream(
     };
     unanswered.settle();
     match outcome {
-        Ok(result) if result.is_object() => map_result(result),
+        Ok(Value::Object(result)) => map_result(result),
         Ok(_) | Err(ServiceError::UnexpectedResponse) => Err(ToolError::failed(format!(
             "MCP server '{}' answered tools/call with something that is not a tool result",
             server.name()
@@ -253,10 +253,7 @@ async fn call_upstream(
 /// fields `_multimodal`/`_image_data_url`, `isError` as a `failed` result. When there is
 /// more than text (images, audio, resources), the blocks are also kept whole as `content`,
 /// as a custom tool's are, so MCP frontends (the facade) get them as they were.
-pub fn map_result(r: Value) -> ToolResult {
-    let Value::Object(mut r) = r else {
-        return Err(ToolError::failed("the MCP tool result is not an object"));
-    };
+pub fn map_result(mut r: Map<String, Value>) -> ToolResult {
     let content = match r.remove("content") {
         Some(Value::Array(blocks)) => blocks,
         _ => Vec::new(),
@@ -351,6 +348,14 @@ impl Drop for Slot {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The result object of `v`, mapped.
+    fn map_result(v: Value) -> ToolResult {
+        match v {
+            Value::Object(r) => super::map_result(r),
+            other => panic!("not an object: {other}"),
+        }
+    }
 
     #[test]
     fn maps_text_structured_image_and_errors() {
