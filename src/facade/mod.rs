@@ -108,12 +108,20 @@ struct State {
 impl State {
     /// Deletes the session this connection created, if any (at most once).
     async fn end(&self) {
-        let owned = lock(&self.owned_session).take();
-        if let (Some(id), Some(client)) = (owned, self.client.get()) {
+        if let Some(delete) = self.delete_owned_session() {
+            delete.await;
+        }
+    }
+
+    /// The deletion of the session this connection created, if any and not yet taken.
+    fn delete_owned_session(&self) -> Option<impl std::future::Future<Output = ()> + 'static> {
+        let id = lock(&self.owned_session).take()?;
+        let client = self.client.get()?.clone();
+        Some(async move {
             if let Err(e) = client.session_delete(&id).await {
                 tracing::debug!(%e, session = %id, "cannot delete the MCP connection's session");
             }
-        }
+        })
     }
 }
 
@@ -123,13 +131,11 @@ impl Drop for State {
             t.abort();
         }
         // An HTTP session ends here (rmcp drops its handler); stdio ends through `end`.
-        let owned = lock(&self.owned_session).take();
-        if let (Some(id), Some(client)) = (owned, self.client.get().cloned()) {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(async move {
-                    let _ = client.session_delete(&id).await;
-                });
-            }
+        if let (Some(delete), Ok(runtime)) = (
+            self.delete_owned_session(),
+            tokio::runtime::Handle::try_current(),
+        ) {
+            runtime.spawn(delete);
         }
     }
 }

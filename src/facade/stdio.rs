@@ -55,29 +55,31 @@ type Writer = Box<dyn AsyncWrite + Send + Unpin>;
 /// Why: tokio's stdin/stdout run every read and write on a blocking-pool thread, so each
 /// message crossed two threads more each way; that was most of this process's CPU per call.
 fn streams() -> (Reader, Writer) {
-    let reader = dup(std::io::stdin().as_fd()).and_then(|fd| {
-        if is_socket(&fd) {
-            socket(fd).map(|s| Box::new(s) as Reader)
-        } else {
-            // Only a pipe or FIFO is taken; anything else (a terminal, a file) is refused.
-            tokio::net::unix::pipe::Receiver::from_owned_fd(fd).map(|r| Box::new(r) as Reader)
-        }
-    });
-    let writer = dup(std::io::stdout().as_fd()).and_then(|fd| {
-        if is_socket(&fd) {
-            socket(fd).map(|s| Box::new(s) as Writer)
-        } else {
-            tokio::net::unix::pipe::Sender::from_owned_fd(fd).map(|w| Box::new(w) as Writer)
-        }
-    });
+    let reader = std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(|fd| {
+            if is_socket(&fd) {
+                socket(fd).map(|s| Box::new(s) as Reader)
+            } else {
+                // Only a pipe or FIFO is taken; anything else (a terminal, a file) is refused.
+                tokio::net::unix::pipe::Receiver::from_owned_fd(fd).map(|r| Box::new(r) as Reader)
+            }
+        });
+    let writer = std::io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .and_then(|fd| {
+            if is_socket(&fd) {
+                socket(fd).map(|s| Box::new(s) as Writer)
+            } else {
+                tokio::net::unix::pipe::Sender::from_owned_fd(fd).map(|w| Box::new(w) as Writer)
+            }
+        });
     (
         reader.unwrap_or_else(|_| Box::new(tokio::io::stdin())),
         writer.unwrap_or_else(|_| Box::new(tokio::io::stdout())),
     )
-}
-
-fn dup(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<OwnedFd> {
-    fd.try_clone_to_owned()
 }
 
 fn is_socket(fd: &OwnedFd) -> bool {
