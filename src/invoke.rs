@@ -326,9 +326,9 @@ fn describe_violation(err: &jsonschema::ValidationError) -> String {
     use jsonschema::error::ValidationErrorKind;
     let base = format!(
         "arguments{}",
-        err.instance_path.to_string().replace('/', ".")
+        err.instance_path().to_string().replace('/', ".")
     );
-    match &err.kind {
+    match err.kind() {
         ValidationErrorKind::Required { property } => {
             format!(
                 "{base}.{}: missing required field",

@@ -35,7 +35,7 @@ fn check(doc: &Value, name: &str, result: &Value) {
     let v = validator(doc, schema);
     let errors: Vec<String> = v
         .iter_errors(result)
-        .map(|e| format!("{} at {}", e, e.instance_path))
+        .map(|e| format!("{} at {}", e, e.instance_path()))
         .collect();
     assert!(
         errors.is_empty(),

@@ -215,10 +215,10 @@ fn schema_problems(value: &Value, r: &mut Report) -> Vec<Vec<Seg>> {
     };
     let mut bad: Vec<Vec<Seg>> = Vec::new();
     for err in validator.iter_errors(value) {
-        let mut segs = locate(value, &err.instance_path);
-        let message = match &err.kind {
+        let mut segs = locate(value, err.instance_path());
+        let message = match err.kind() {
             K::PropertyNames { error } => {
-                let key = error.instance.as_str().unwrap_or_default();
+                let key = error.instance().as_str().unwrap_or_default();
                 segs.push(Seg::Key(key.to_owned()));
                 if key.is_empty() {
                     "keys must not be empty".to_owned()
@@ -226,17 +226,17 @@ fn schema_problems(value: &Value, r: &mut Report) -> Vec<Vec<Seg>> {
                     format!("invalid key: {error}")
                 }
             }
-            K::Minimum { limit } if err.instance.as_u64().is_some() => {
+            K::Minimum { limit } if err.instance().as_u64().is_some() => {
                 format!(
                     "must be at least {limit}, found {}",
-                    describe(&err.instance)
+                    describe(err.instance())
                 )
             }
             _ => match schema::at(&segs) {
                 Some(node) => format!(
                     "expected {}, found {}",
                     schema::expected(node),
-                    describe(&err.instance)
+                    describe(err.instance())
                 ),
                 None => err.to_string(),
             },

@@ -292,7 +292,7 @@ impl CustomTool {
                 let problem = validator.iter_errors(&structured).next().map(|err| {
                     format!(
                         "structured{}: {err}",
-                        err.instance_path.to_string().replace('/', ".")
+                        err.instance_path().to_string().replace('/', ".")
                     )
                 });
                 if let Some(problem) = problem {
