@@ -35,6 +35,13 @@ pub(crate) struct Checked {
 /// messages about them name the variable. Problems come in file order, a block's own
 /// problems after those of its fields.
 pub(crate) fn check_root(root: &Value, env_origin: &HashMap<String, String>) -> Checked {
+    if root.as_object().is_some_and(serde_json::Map::is_empty) {
+        return empty();
+    }
+    check_against_schema(root, env_origin)
+}
+
+fn check_against_schema(root: &Value, env_origin: &HashMap<String, String>) -> Checked {
     let mut value = root.clone();
     normalise(
         &mut value,
@@ -132,6 +139,30 @@ fn strict_parent(parent: &[Seg]) -> bool {
 
 /// `disabled: true` (Cline, Claude Code) means `enabled: false`; folded here so the rest
 /// of the daemon reads only `enabled`.
+/// The empty config (no file, or `{}`, and no overrides): the model's defaults, which break
+/// no rule. It skips the schema, whose validator a daemon without config would otherwise
+/// compile and keep for its life (about 2 MB of code and heap).
+fn empty() -> Checked {
+    let value = Value::Object(serde_json::Map::new());
+    match serde_json::from_value::<Config>(value.clone()) {
+        Ok(config) => Checked {
+            value,
+            config: Some(config),
+            problems: Vec::new(),
+            warnings: Vec::new(),
+        },
+        Err(e) => Checked {
+            value,
+            config: None,
+            problems: vec![Problem::new(
+                "",
+                format!("internal error: the empty config does not fit the model: {e}"),
+            )],
+            warnings: Vec::new(),
+        },
+    }
+}
+
 fn fold_disabled(c: &mut Config) {
     for s in c.mcp_servers.values_mut() {
         if s.disabled {
@@ -367,6 +398,17 @@ mod tests {
 
     fn problems(v: Value) -> Vec<String> {
         run(v).problems.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn the_empty_config_skips_the_schema_and_checks_as_it_would_through_it() {
+        let full = check_against_schema(&json!({}), &HashMap::new());
+        assert!(full.problems.is_empty() && full.warnings.is_empty());
+        let short = run(json!({}));
+        assert!(short.problems.is_empty() && short.warnings.is_empty());
+        assert_eq!(short.value, full.value);
+        assert_eq!(short.config, full.config);
+        assert!(short.config.is_some());
     }
 
     #[test]
