@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -133,8 +133,12 @@ struct Api {
     plain: HashMap<&'static str, Plain>,
     subscriptions: HashMap<&'static str, Subscription>,
     unsubscribes: HashMap<&'static str, &'static str>,
-    docs: Vec<MethodDoc>,
+    docs: Vec<WriteDoc>,
 }
+
+/// Writes one method's OpenRPC entry. Run on the first `rpc.discover`, not at start-up:
+/// deriving the schemas costs a daemon nobody asks about a few hundred KB of code and heap.
+type WriteDoc = Box<dyn Fn() -> MethodDoc + Send + Sync>;
 
 impl Api {
     /// Registers `name` with params `P` and result `R` (also what the OpenRPC doc says).
@@ -162,12 +166,13 @@ impl Api {
     ) -> anyhow::Result<()>
     where
         P: DeserializeOwned + JsonSchema + Send + 'static,
-        R: JsonSchema,
+        R: JsonSchema + 'static,
         O: Serialize + Send + 'static,
         F: Fn(Host, P) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<O, Error>> + Send + 'static,
     {
-        self.docs.push(openrpc::method::<P, R>(name, summary));
+        self.docs
+            .push(Box::new(move || openrpc::method::<P, R>(name, summary)));
         let plain: Plain = Arc::new(move |host: &Host, params: Option<&str>, id| {
             let call = run(&f, host, params);
             async move { reply(id, &call.await?) }.boxed()
@@ -189,17 +194,15 @@ impl Api {
     ) -> anyhow::Result<()>
     where
         P: DeserializeOwned + JsonSchema + Send + 'static,
-        N: JsonSchema,
+        N: JsonSchema + 'static,
         F: Fn(Host, P) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Stream, Error>> + Send + 'static,
     {
-        self.docs.push(openrpc::subscription::<P, N>(
-            name,
-            notification,
-            unsubscribe,
-            summary,
-        ));
-        self.docs.push(openrpc::unsubscribe(unsubscribe, name));
+        self.docs.push(Box::new(move || {
+            openrpc::subscription::<P, N>(name, notification, unsubscribe, summary)
+        }));
+        self.docs
+            .push(Box::new(move || openrpc::unsubscribe(unsubscribe, name)));
         let subscribe: Subscribe =
             Arc::new(move |host: &Host, params: Option<&str>| run(&f, host, params).boxed());
         let entry = Subscription {
@@ -351,13 +354,17 @@ pub(crate) fn methods() -> anyhow::Result<Methods> {
     subscribe_tools_changed(&mut api)?;
 
     // rpc.discover documents itself too, then serves the finished document.
-    api.docs.push(openrpc::method::<EmptyParams, Value>(
-        method::DISCOVER,
-        "This OpenRPC document.",
-    ));
-    let doc = Arc::new(openrpc::document(&api.docs));
+    api.docs.push(Box::new(|| {
+        openrpc::method::<EmptyParams, Value>(method::DISCOVER, "This OpenRPC document.")
+    }));
+    let docs = std::mem::take(&mut api.docs);
+    let doc = OnceLock::new();
     let discover: Plain = Arc::new(move |_: &Host, _: Option<&str>, id| {
-        let answer = reply(id, &*doc);
+        let doc = doc.get_or_init(|| {
+            let methods: Vec<MethodDoc> = docs.iter().map(|write| write()).collect();
+            openrpc::document(&methods)
+        });
+        let answer = reply(id, doc);
         async move { answer }.boxed()
     });
     api.plain.insert(method::DISCOVER, discover);
