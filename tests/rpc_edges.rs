@@ -407,6 +407,52 @@ async fn incomplete_frames_time_out_but_idle_connections_between_frames_stay() {
         c.call("host.health", json!({})).await["result"]["status"],
         "ok"
     );
+    // So does an HTTP keep-alive connection (hyper's own header timeout closed it), and a
+    // request whose head then arrives slowly, but within the limit, is served.
+    let mut s = UnixStream::connect(&sock).await.unwrap();
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"host.health"}"#;
+    let request = format!(
+        "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    for pause in [0, 800] {
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        let (head, rest) = request.split_at(10);
+        s.write_all(head.as_bytes()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        s.write_all(rest.as_bytes()).await.unwrap();
+        let answer = read_response(&mut s).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 200"),
+            "after {pause} ms idle: {answer}"
+        );
+    }
+    // A head that stalls after the idle time is still cut off.
+    s.write_all(b"POST / HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    read_until_closed(&mut s).await;
+    // A WebSocket idles too.
+    let mut ws = ws_connect(&sock).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    ws.send(Message::text(body)).await.unwrap();
+    let m = ws.next().await.unwrap().unwrap();
+    assert_eq!(parse(m.to_text().unwrap())["result"]["status"], "ok");
+}
+
+/// Reads one HTTP response whose body is a JSON object (up to its closing brace).
+async fn read_response(s: &mut UnixStream) -> String {
+    let mut out = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !out.ends_with(b"}") {
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut chunk))
+            .await
+            .expect("the daemon answers")
+            .unwrap();
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&out));
+        out.extend_from_slice(&chunk[..n]);
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[tokio::test]

@@ -30,6 +30,7 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_util::task::AbortOnDropHandle;
 
 use super::envelope::{self, Call, Item, Message};
+use super::head_timeout::{HeadClock, HeadTimeout};
 use super::subscription::{Accepted, Open, Out};
 use super::Shared;
 use crate::audit::{Caller, CALLER};
@@ -518,10 +519,13 @@ pub async fn serve_http<I>(
     let mut builder = hyper::server::conn::http1::Builder::new();
     builder
         .timer(hyper_util::rt::TokioTimer::new())
-        // Slow or partial headers do not hold a connection forever.
-        .header_read_timeout(shared.frame_timeout)
+        // Slow or partial headers do not hold a connection forever, but idle time between
+        // requests is not limited: `HeadTimeout` times a head from its first byte.
+        .header_read_timeout(None)
         // A client that half-closes after its last request still gets every response.
         .half_close(true);
+    let clock = Arc::new(HeadClock::default());
+    let io = HeadTimeout::new(io, clock.clone(), shared.frame_timeout);
     let conn = builder
         .serve_connection(
             TokioIo::new(io),
@@ -529,6 +533,7 @@ pub async fn serve_http<I>(
                 shared,
                 token,
                 caller,
+                clock,
             },
         )
         .with_upgrades();
@@ -550,14 +555,49 @@ struct HttpService {
     shared: Arc<Shared>,
     token: Option<Arc<str>>,
     caller: Option<Arc<Caller>>,
+    clock: Arc<HeadClock>,
 }
 
 impl hyper::service::Service<HttpRequest<Incoming>> for HttpService {
     type Response = HttpResponse;
     type Error = BoxError;
-    type Future = BoxFuture<'static, Result<HttpResponse, BoxError>>;
+    type Future = Answering;
 
     fn call(&self, req: HttpRequest<Incoming>) -> Self::Future {
+        self.clock.head_read();
+        Answering {
+            response: self.route(req),
+            clock: self.clock.clone(),
+        }
+    }
+}
+
+/// A response on its way; once it is ready, what the connection reads next is a new head.
+struct Answering {
+    response: BoxFuture<'static, Result<HttpResponse, BoxError>>,
+    clock: Arc<HeadClock>,
+}
+
+impl std::future::Future for Answering {
+    type Output = Result<HttpResponse, BoxError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let ready = self.response.poll_unpin(cx);
+        if ready.is_ready() {
+            self.clock.answered();
+        }
+        ready
+    }
+}
+
+impl HttpService {
+    fn route(
+        &self,
+        req: HttpRequest<Incoming>,
+    ) -> BoxFuture<'static, Result<HttpResponse, BoxError>> {
         if let Some(token) = &self.token {
             if !bearer_matches(&req, token) {
                 return ready(plain(401, "missing or wrong Authorization: Bearer token\n"));
@@ -582,6 +622,7 @@ impl hyper::service::Service<HttpRequest<Incoming>> for HttpService {
         }
         let caller = self.caller.as_ref().map(|c| c.with_agent(&req));
         if jsonrpsee::server::ws::is_upgrade_request(&req) {
+            self.clock.upgraded();
             return ready(upgrade(req, self.shared.clone(), caller));
         }
         if req.method() == hyper::Method::POST {

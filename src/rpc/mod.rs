@@ -5,6 +5,7 @@
 
 mod connection;
 mod envelope;
+mod head_timeout;
 mod listener;
 mod methods;
 mod openrpc;
