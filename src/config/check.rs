@@ -137,8 +137,6 @@ fn strict_parent(parent: &[Seg]) -> bool {
         }
 }
 
-/// `disabled: true` (Cline, Claude Code) means `enabled: false`; folded here so the rest
-/// of the daemon reads only `enabled`.
 /// The empty config (no file, or `{}`, and no overrides): the model's defaults, which break
 /// no rule. It skips the schema, whose validator a daemon without config would otherwise
 /// compile and keep for its life (about 2 MB of code and heap).
@@ -163,6 +161,8 @@ fn empty() -> Checked {
     }
 }
 
+/// `disabled: true` (Cline, Claude Code) means `enabled: false`; folded here so the rest
+/// of the daemon reads only `enabled`.
 fn fold_disabled(c: &mut Config) {
     for s in c.mcp_servers.values_mut() {
         if s.disabled {

@@ -594,6 +594,8 @@ impl std::future::Future for Answering {
 }
 
 impl HttpService {
+    /// Answers one request: auth (TCP), `/mcp`, `GET /health`, `GET /metrics`, a WebSocket
+    /// upgrade, or a JSON-RPC POST.
     fn route(
         &self,
         req: HttpRequest<Incoming>,
@@ -622,8 +624,11 @@ impl HttpService {
         }
         let caller = self.caller.as_ref().map(|c| c.with_agent(&req));
         if jsonrpsee::server::ws::is_upgrade_request(&req) {
-            self.clock.upgraded();
-            return ready(upgrade(req, self.shared.clone(), caller));
+            let response = upgrade(req, self.shared.clone(), caller);
+            if response.status() == hyper::StatusCode::SWITCHING_PROTOCOLS {
+                self.clock.upgraded();
+            }
+            return ready(response);
         }
         if req.method() == hyper::Method::POST {
             return post(req, self.shared.clone(), caller).map(Ok).boxed();
