@@ -280,3 +280,35 @@ async fn a_closed_stdout_ends_the_cli_quietly() {
     assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{:?}", out.status);
     assert_eq!(String::from_utf8_lossy(&out.stderr), "");
 }
+
+#[tokio::test]
+async fn a_bad_worker_count_is_refused_with_a_message_not_a_panic() {
+    for bad in ["0", "two", "-1", ""] {
+        let out = tokio::process::Command::new(BIN)
+            .args(["config", "check"])
+            .env("TOKIO_WORKER_THREADS", bad)
+            .output()
+            .await
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {stderr}");
+        assert!(
+            stderr.contains("TOKIO_WORKER_THREADS must be a whole number above 0"),
+            "{bad:?}: {stderr}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    let out = tokio::process::Command::new(BIN)
+        .args(["config", "check"])
+        .env("TOKIO_WORKER_THREADS", "3")
+        .env_remove("TOOLHOST_CONFIG")
+        .env("HOME", std::env::temp_dir().join("toolhost-no-home"))
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("TOKIO_WORKER_THREADS"),
+        "a good count is taken: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

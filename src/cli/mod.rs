@@ -268,11 +268,18 @@ pub fn main() -> ExitCode {
             libc::signal(libc::SIGPIPE, libc::SIG_DFL);
         }
     }
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if std::env::var_os("TOKIO_WORKER_THREADS").is_none() {
-        builder.worker_threads(default_workers());
-    }
-    let runtime = match builder.enable_all().build() {
+    let workers = match workers() {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("toolhost: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("toolhost: cannot start the async runtime: {e}");
@@ -282,14 +289,27 @@ pub fn main() -> ExitCode {
     runtime.block_on(run(cli))
 }
 
-/// Event-loop threads: one per two cores, at least one. The daemon shares its machine with
-/// the agents and MCP servers it relays between, and each relayed call costs them more CPU
-/// than it costs the daemon; its own slow work (files, processes, the store) runs on the
-/// blocking pool. Fewer workers also means a call's wake-ups stay on one thread: on 2
-/// cores, one worker relayed MCP calls with about a quarter less CPU per call than two.
-/// `TOKIO_WORKER_THREADS` overrides it.
-fn default_workers() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
+/// Event-loop threads: `TOKIO_WORKER_THREADS`, else one per two cores, at least one. The
+/// daemon shares its machine with the agents and MCP servers it relays between, and each
+/// relayed call costs them more CPU than it costs the daemon; its own slow work (files,
+/// processes, the store) runs on the blocking pool. Fewer workers also means a call's
+/// wake-ups stay on one thread: on 2 cores, one worker relayed MCP calls with about a
+/// quarter less CPU per call than two. Read here rather than by tokio, which panics on a
+/// value it cannot use.
+fn workers() -> Result<usize, String> {
+    const VAR: &str = "TOKIO_WORKER_THREADS";
+    match std::env::var(VAR) {
+        Err(std::env::VarError::NotPresent) => {
+            Ok(std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)))
+        }
+        Ok(v) => match v.trim().parse::<usize>() {
+            Ok(n) if n > 0 => Ok(n),
+            _ => Err(format!("{VAR} must be a whole number above 0, not {v:?}")),
+        },
+        Err(std::env::VarError::NotUnicode(v)) => {
+            Err(format!("{VAR} must be a whole number above 0, not {v:?}"))
+        }
+    }
 }
 
 async fn run(cli: Cli) -> ExitCode {
