@@ -210,7 +210,8 @@ impl Oversized {
             "the server's answer was {} bytes, over the limit of {limit} bytes for one MCP message",
             self.len
         );
-        let error = serde_json::json!({"code": -32603, "message": message});
+        let error =
+            serde_json::json!({"code": crate::protocol::codes::INTERNAL_ERROR, "message": message});
         Some(format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"error\":{error}}}").into_bytes())
     }
 }

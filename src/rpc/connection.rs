@@ -349,7 +349,17 @@ impl Source {
 }
 
 fn not_utf8() -> String {
-    envelope::error_reply(None, -32700, "Parse error: the message is not valid UTF-8")
+    envelope::error_reply(
+        None,
+        codes::PARSE_ERROR,
+        "Parse error: the message is not valid UTF-8",
+    )
+}
+
+/// The answer to a message over `limits.max_request_bytes` (a line, a POST body).
+fn too_big(max: usize) -> String {
+    let msg = format!("Request is too big: the limit is {max} bytes (limits.max_request_bytes)");
+    envelope::error_reply(None, codes::TOO_BIG, &msg)
 }
 
 /// The frame a complete line makes; `None` for a blank line. `line` holds at most `max + 1`
@@ -357,13 +367,7 @@ fn not_utf8() -> String {
 fn line_frame(line: &[u8], len: usize, max: usize) -> Option<Frame> {
     let content = line.strip_suffix(b"\n").unwrap_or(line);
     if len > line.len() || content.len() > max {
-        let msg =
-            format!("Request is too big: the limit is {max} bytes (limits.max_request_bytes)");
-        return Some(Frame::Error(envelope::error_reply(
-            None,
-            codes::TOO_BIG,
-            &msg,
-        )));
+        return Some(Frame::Error(too_big(max)));
     }
     match std::str::from_utf8(line.trim_ascii()) {
         Ok("") => None,
@@ -652,16 +656,20 @@ async fn post(
     let bytes = match tokio::time::timeout(shared.frame_timeout, body.collect()).await {
         Err(_) => {
             let msg = "Invalid request: the request body did not arrive in time";
-            return json(408, envelope::error_reply(None, -32600, msg));
+            return json(
+                408,
+                envelope::error_reply(None, codes::INVALID_REQUEST, msg),
+            );
         }
         Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
-            let msg =
-                format!("Request is too big: the limit is {max} bytes (limits.max_request_bytes)");
-            return json(413, envelope::error_reply(None, codes::TOO_BIG, &msg));
+            return json(413, too_big(max));
         }
         Ok(Err(e)) => {
             let msg = format!("Invalid request: the request body is malformed: {e}");
-            return json(400, envelope::error_reply(None, -32600, &msg));
+            return json(
+                400,
+                envelope::error_reply(None, codes::INVALID_REQUEST, &msg),
+            );
         }
         Ok(Ok(c)) => c.to_bytes(),
     };
