@@ -404,13 +404,7 @@ async fn status_and_health_degraded_by_a_server_that_cannot_start_with_its_stder
         })
         .await
     });
-    eventually(10, "the call shows in host.status", || async {
-        let r = d.call("host.status", json!({})).await;
-        r["result"]["calls"]
-            .as_array()
-            .is_some_and(|c| c.iter().any(|c| c["call_id"] == "long-one"))
-    })
-    .await;
+    d.wait_for_call("long-one").await;
 
     let out = cli(&["status", "--json"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");

@@ -1033,13 +1033,7 @@ async fn a_call_id_in_flight_is_refused_on_invoke_and_subscribe_invoke() {
     let mut first = d.raw_lines().await;
     let slow = json!({"name": "bash", "call_id": "dup", "arguments": {"command": "sleep 30"}});
     let slow_id = first.send("invoke", slow).await;
-    eventually(10, "the first call to be in flight", || async {
-        let s = d.call("host.status", json!({})).await;
-        s["result"]["calls"]
-            .as_array()
-            .is_some_and(|c| c.iter().any(|c| c["call_id"] == "dup"))
-    })
-    .await;
+    d.wait_for_call("dup").await;
     let mut other = d.raw_lines().await;
     let again = json!({"name": "read_file", "call_id": "dup", "arguments": {"path": "x"}});
     for method in ["invoke", "subscribe_invoke"] {

@@ -232,6 +232,17 @@ impl Daemon {
         response_shape(call_value(&self.client().await, method, &params).await)
     }
 
+    /// Waits (up to 10 s) until `host.status` lists a call in flight with `call_id`.
+    pub async fn wait_for_call(&self, call_id: &str) {
+        eventually(10, &format!("call {call_id} to be in flight"), || async {
+            let s = self.call("host.status", json!({})).await;
+            s["result"]["calls"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["call_id"] == call_id))
+        })
+        .await;
+    }
+
     /// `invoke` and return the envelope's `result` field (the tool's outcome).
     pub async fn invoke(&self, name: &str, args: Value) -> Value {
         let r = self
