@@ -94,7 +94,7 @@ pub async fn invoke(
         &params,
         &mut facts,
         mode,
-        Duration::from_millis(timeout_ms),
+        timeout_ms,
         CallContext {
             call_id: call_id.clone(),
             workspace,
@@ -208,7 +208,7 @@ async fn run_checked(
     params: &InvokeParams,
     facts: &mut Facts,
     mode: ApprovalMode,
-    timeout: Duration,
+    timeout_ms: u64,
     ctx: CallContext,
 ) -> ToolResult {
     let snapshot = host.registry().snapshot();
@@ -287,13 +287,16 @@ async fn run_checked(
     let cancel = ctx.cancel.clone();
     let tool = entry.tool.clone();
     drop(snapshot);
+    if tool.keeps_deadline() {
+        return tool.call(args, ctx).await;
+    }
     tokio::select! {
         r = tool.call(args, ctx) => r,
-        _ = tokio::time::sleep(timeout) => {
+        _ = tokio::time::sleep(Duration::from_millis(timeout_ms)) => {
             cancel.cancel();
-            Err(ToolError::new(ErrorKind::Timeout, format!("Tool '{}' timed out after {} ms", params.name, timeout.as_millis())))
+            Err(ToolError::timed_out(&params.name, timeout_ms))
         }
-        _ = cancel.cancelled() => Err(ToolError::new(ErrorKind::Cancelled, format!("Call to '{}' was cancelled", params.name))),
+        _ = cancel.cancelled() => Err(ToolError::cancelled(&params.name)),
     }
 }
 

@@ -202,6 +202,10 @@ async fn idle_timeout_cancels_upstream() {
     wait_state(&d, "fx", "ready").await;
     let r = d.invoke("mcp_fx_sleep", json!({"ms": 20000})).await;
     assert_eq!(r["error_kind"], "timeout", "{r}");
+    assert_eq!(
+        r["error"],
+        "MCP server 'fx' did not answer within 300 ms (timeout_ms, reset by progress)"
+    );
     eventually(10, "the fixture to see notifications/cancelled", || async {
         events(&d).contains("cancelled sleep")
     })
@@ -224,6 +228,10 @@ async fn call_timeout_and_cancel_send_cancelled_upstream() {
         )
         .await;
     assert_eq!(r["result"]["result"]["error_kind"], "timeout");
+    assert_eq!(
+        r["result"]["result"]["error"],
+        "Tool 'mcp_fx_sleep' timed out after 1000 ms"
+    );
     eventually(10, "cancelled after the call timeout", || async {
         events(&d).matches("cancelled sleep").count() == 1
     })
@@ -247,10 +255,79 @@ async fn call_timeout_and_cancel_send_cancelled_upstream() {
     );
     let r = call.await.unwrap().unwrap();
     assert_eq!(r.result.error_kind, Some(ErrorKind::Cancelled), "{r:?}");
+    assert_eq!(
+        r.result.error.as_deref(),
+        Some("Call to 'mcp_fx_sleep' was cancelled")
+    );
     eventually(10, "cancelled after cancel", || async {
         events(&d).matches("cancelled sleep").count() == 2
     })
     .await;
+}
+
+/// A call waiting for a slot keeps its deadline and can be cancelled, and one that gives
+/// up its place leaves the queue `mcp.status` shows (it used to stay counted there).
+#[tokio::test]
+async fn a_call_waiting_for_a_slot_times_out_or_is_cancelled_and_leaves_the_queue() {
+    let d = daemon_with(|dir| json!({"fx": fixture(dir, json!({"max_concurrency": 1}))})).await;
+    wait_state(&d, "fx", "ready").await;
+    let status = || async {
+        let st =
+            d.call("mcp.status", json!({"server": "fx"})).await["result"]["servers"][0].clone();
+        (st["in_flight"].as_u64(), st["queued"].as_u64())
+    };
+    let c = std::sync::Arc::new(d.client().await);
+    let holder = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            c.invoke(&InvokeParams::new(
+                "mcp_fx_sleep",
+                args(json!({"ms": 4000})),
+            ))
+            .await
+        })
+    };
+    eventually(10, "the first sleep to hold the only slot", || async {
+        events(&d).matches("called sleep").count() == 1
+    })
+    .await;
+
+    let r = d
+        .call(
+            "invoke",
+            json!({"name": "mcp_fx_sleep", "arguments": {"ms": 1}, "timeout_ms": 300}),
+        )
+        .await;
+    assert_eq!(
+        r["result"]["result"]["error"], "Tool 'mcp_fx_sleep' timed out after 300 ms",
+        "{r}"
+    );
+    assert_eq!(status().await, (Some(1), Some(0)));
+
+    let queued = {
+        let c = c.clone();
+        tokio::spawn(async move {
+            let mut params = InvokeParams::new("mcp_fx_sleep", args(json!({"ms": 1})));
+            params.call_id = Some("queued".into());
+            c.invoke(&params).await
+        })
+    };
+    eventually(10, "the second call to queue", || async {
+        status().await == (Some(1), Some(1))
+    })
+    .await;
+    assert_eq!(
+        d.call("cancel", json!({"call_id": "queued"})).await["result"]["cancelled"],
+        true
+    );
+    let r = queued.await.unwrap().unwrap();
+    assert_eq!(r.result.error_kind, Some(ErrorKind::Cancelled), "{r:?}");
+    assert_eq!(status().await, (Some(1), Some(0)));
+
+    assert!(holder.await.unwrap().unwrap().result.ok);
+    assert_eq!(status().await, (Some(0), Some(0)));
+    // Neither call that gave up reached the server.
+    assert_eq!(events(&d).matches("called sleep").count(), 1);
 }
 
 #[tokio::test]

@@ -193,12 +193,7 @@ impl CustomTool {
                     stderr_tail,
                 ))
             }
-            End::Cancelled => {
-                return Err(ToolError::new(
-                    ErrorKind::Cancelled,
-                    format!("Call to '{}' was cancelled", self.spec.name),
-                ))
-            }
+            End::Cancelled => return Err(ToolError::cancelled(&self.spec.name)),
             End::Exited(_) | End::ExitedPipesHeld(_) => {}
         }
         if let Some(answer) = lines.answer.take() {

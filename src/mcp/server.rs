@@ -237,9 +237,18 @@ impl Server {
 
     /// Waits for a concurrency slot; the wait counts against the call's timeout.
     pub(super) async fn acquire_slot(self: &Arc<Self>) -> Result<Slot, ToolError> {
+        /// Counts a call in the queue while it waits, also when the wait is given up
+        /// (the call cancelled or timed out in the queue).
+        struct Waiting<'a>(&'a AtomicUsize);
+        impl Drop for Waiting<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
         self.queued.fetch_add(1, Ordering::Relaxed);
+        let waiting = Waiting(&self.queued);
         let permit = self.permits.clone().acquire_owned().await;
-        self.queued.fetch_sub(1, Ordering::Relaxed);
+        drop(waiting);
         let permit = permit.map_err(|_| {
             ToolError::new(
                 ErrorKind::Unavailable,

@@ -14,6 +14,7 @@ use rmcp::model::{
 use rmcp::service::{Peer, PeerRequestOptions, ServiceError};
 use rmcp::RoleClient;
 use serde_json::{Map, Value};
+use tokio::time::Instant;
 
 use super::server::{Link, Server};
 use super::stdio::DirectCalls;
@@ -44,12 +45,11 @@ impl Tool for McpTool {
     }
 
     fn call(&self, args: Map<String, Value>, ctx: CallContext) -> BoxFuture<'_, ToolResult> {
-        Box::pin(call_upstream(
-            self.server.clone(),
-            self.remote_name.clone(),
-            args,
-            ctx,
-        ))
+        Box::pin(call_upstream(self, args, ctx))
+    }
+
+    fn keeps_deadline(&self) -> bool {
+        true
     }
 }
 
@@ -97,20 +97,19 @@ impl Unanswered {
         self.sent = None;
     }
 
-    /// Settles it by telling the server to stop.
-    async fn cancel(&mut self, reason: &str) {
-        if let Some(sent) = self.sent.take() {
-            sent.cancel(reason).await;
+    /// Settles it by telling the server to stop, from a task of its own: a server that no
+    /// longer reads its input must not hold up the end of the call.
+    fn cancel(&mut self, reason: &'static str) {
+        let Some(sent) = self.sent.take() else { return };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { sent.cancel(reason).await });
         }
     }
 }
 
 impl Drop for Unanswered {
     fn drop(&mut self) {
-        let Some(sent) = self.sent.take() else { return };
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move { sent.cancel("abandoned by the caller").await });
-        }
+        self.cancel("abandoned by the caller");
     }
 }
 
@@ -182,38 +181,52 @@ async fn send_call(
     })
 }
 
-async fn call_upstream(
-    server: Arc<Server>,
-    remote_name: String,
-    args: Map<String, Value>,
-    ctx: CallContext,
-) -> ToolResult {
-    let cancelled = || ToolError::new(ErrorKind::Cancelled, "the call was cancelled");
+async fn call_upstream(tool: &McpTool, args: Map<String, Value>, ctx: CallContext) -> ToolResult {
+    let server = &tool.server;
+    let name = tool.spec.name.as_str();
+    // The call's deadline and the server's idle timeout share one timer (see
+    // `Tool::keeps_deadline`).
+    let deadline = ctx
+        .timeout_ms
+        .map(|ms| Instant::now() + Duration::from_millis(ms));
+    let timed_out = || ToolError::timed_out(name, ctx.timeout_ms.unwrap_or_default());
     // Not connected: say so at once rather than after waiting for a slot.
     server.link_for_call()?;
-    let _slot = tokio::select! {
-        slot = server.acquire_slot() => slot?,
-        _ = ctx.cancel.cancelled() => return Err(cancelled()),
+    let sending = async {
+        let slot = server.acquire_slot().await?;
+        // The connection now (the wait for a slot may have outlived the one seen above).
+        let link = server.link_for_call()?;
+        let outgoing = send_call(server, link, tool.remote_name.clone(), args).await?;
+        Ok::<_, ToolError>((slot, outgoing))
     };
-    // The connection now (the wait for a slot may have outlived the one seen above).
-    let link = server.link_for_call()?;
+    let (
+        _slot,
+        Outgoing {
+            sent,
+            progress,
+            answer: response,
+        },
+    ) = tokio::select! {
+        // A free slot and a pipe with room do not wait: then the deadline's timer is not
+        // armed here.
+        biased;
+        sending = sending => sending?,
+        _ = ctx.cancel.cancelled() => return Err(ToolError::cancelled(name)),
+        _ = sleep_until(deadline) => return Err(timed_out()),
+    };
     // The idle timeout (reset by progress) is kept here rather than in rmcp's request
     // options: one timer in the loop below costs less than rmcp's per-request watchers.
     let idle = Duration::from_millis(server.config().timeout_ms);
-    let Outgoing {
-        sent,
-        progress,
-        answer: response,
-    } = send_call(&server, link, remote_name, args).await?;
+    let wake_at = |now: Instant| deadline.map_or(now + idle, |d| d.min(now + idle));
     let mut unanswered = Unanswered { sent: Some(sent) };
     let mut progress = server.progress().subscribe(progress).await;
-    let idle_timer = tokio::time::sleep(idle);
-    tokio::pin!(response, idle_timer);
+    let timer = tokio::time::sleep_until(wake_at(Instant::now()));
+    tokio::pin!(response, timer);
     let outcome = loop {
         tokio::select! {
             r = &mut response => break r,
             Some(p) = progress.next() => {
-                idle_timer.as_mut().reset(tokio::time::Instant::now() + idle);
+                timer.as_mut().reset(wake_at(Instant::now()));
                 let text = p.message.clone().unwrap_or_else(|| match p.total {
                     Some(t) => format!("progress {}/{}", p.progress, t),
                     None => format!("progress {}", p.progress),
@@ -224,16 +237,20 @@ async fn call_upstream(
                     progress: Some(Progress { progress: p.progress, total: p.total, message: p.message.clone() }),
                 });
             }
-            _ = &mut idle_timer => {
-                unanswered.cancel("timeout").await;
-                return Err(ToolError::new(
-                    ErrorKind::Timeout,
-                    format!("MCP server '{}' did not answer within {} ms (timeout_ms, reset by progress)", server.name(), idle.as_millis()),
-                ));
+            _ = &mut timer => {
+                unanswered.cancel("timeout");
+                return Err(if deadline == Some(timer.deadline()) {
+                    timed_out()
+                } else {
+                    ToolError::new(
+                        ErrorKind::Timeout,
+                        format!("MCP server '{}' did not answer within {} ms (timeout_ms, reset by progress)", server.name(), idle.as_millis()),
+                    )
+                });
             }
             _ = ctx.cancel.cancelled() => {
-                unanswered.cancel("cancelled by the caller").await;
-                return Err(cancelled());
+                unanswered.cancel("cancelled by the caller");
+                return Err(ToolError::cancelled(name));
             }
         }
     };
@@ -245,6 +262,14 @@ async fn call_upstream(
             server.name()
         ))),
         Err(e) => Err(server.call_error(e)),
+    }
+}
+
+/// Sleeps until `deadline`; without one, never wakes.
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -146,6 +146,20 @@ impl ToolError {
         self.fields.insert(key.to_owned(), value.into());
         self
     }
+    /// The call to `tool` reached its deadline (`timeout_ms`).
+    pub fn timed_out(tool: &str, timeout_ms: u64) -> Self {
+        Self::new(
+            ErrorKind::Timeout,
+            format!("Tool '{tool}' timed out after {timeout_ms} ms"),
+        )
+    }
+    /// The call to `tool` was cancelled (by `cancel`, its caller leaving, or shutdown).
+    pub fn cancelled(tool: &str) -> Self {
+        Self::new(
+            ErrorKind::Cancelled,
+            format!("Call to '{tool}' was cancelled"),
+        )
+    }
 }
 
 pub type ToolResult = Result<ToolOk, ToolError>;
@@ -176,6 +190,14 @@ pub trait Tool: Send + Sync + 'static {
     /// Whether the tool runs a program confined by the call's sandbox (`bash`, custom
     /// tools), so sandbox approval rules apply to it.
     fn sandboxed(&self) -> bool {
+        false
+    }
+    /// Whether `call` itself ends at the call's deadline (`ctx.timeout_ms`, counted from
+    /// the start of `call`) with [`ToolError::timed_out`] and at `ctx.cancel` with
+    /// [`ToolError::cancelled`], so the pipeline arms no timer of its own. MCP tools do:
+    /// their idle timeout and the deadline share one timer, and each armed timer costs
+    /// the event loop a wake-up per call.
+    fn keeps_deadline(&self) -> bool {
         false
     }
 }
