@@ -265,6 +265,35 @@ async fn call_timeout_and_cancel_send_cancelled_upstream() {
     .await;
 }
 
+/// Any `timeout_ms` a caller sends is a deadline, however far, for an MCP tool (which keeps
+/// its own deadline) as for a built-in one (whose deadline the pipeline keeps).
+#[tokio::test]
+async fn the_largest_timeout_is_a_deadline_far_away() {
+    let d = daemon_with(|dir| json!({"fx": fixture(dir, json!({}))})).await;
+    wait_state(&d, "fx", "ready").await;
+    for timeout_ms in [u64::MAX, u64::MAX / 1000, 1 << 53] {
+        let r = d
+            .call(
+                "invoke",
+                json!({"name": "mcp_fx_echo", "arguments": {"text": "far"}, "timeout_ms": timeout_ms}),
+            )
+            .await;
+        assert_eq!(r["result"]["result"]["output"], "far", "{timeout_ms}: {r}");
+    }
+    let r = d
+        .call(
+            "invoke",
+            json!({"name": "read_file", "arguments": {"path": "nope"}, "timeout_ms": u64::MAX}),
+        )
+        .await;
+    assert!(
+        r["result"]["result"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("no such file")),
+        "{r}"
+    );
+}
+
 /// A call waiting for a slot keeps its deadline and can be cancelled, and one that gives
 /// up its place leaves the queue `mcp.status` shows (it used to stay counted there).
 #[tokio::test]
