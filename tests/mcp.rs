@@ -294,6 +294,68 @@ async fn the_largest_timeout_is_a_deadline_far_away() {
     );
 }
 
+/// An MCP server in Node that answers the handshake and then, at its first `tools/call`,
+/// stops reading its input for good.
+const DEAF_SERVER: &str = r#"
+const rl = require("readline").createInterface({ input: process.stdin });
+const send = (m) => process.stdout.write(JSON.stringify(m) + "\n");
+rl.on("line", (line) => {
+  const m = JSON.parse(line);
+  if (m.method === "initialize") {
+    send({ jsonrpc: "2.0", id: m.id, result: { protocolVersion: m.params.protocolVersion,
+      capabilities: { tools: {} }, serverInfo: { name: "deaf", version: "1" } } });
+  } else if (m.method === "tools/list") {
+    send({ jsonrpc: "2.0", id: m.id, result: { tools: [{ name: "echo", inputSchema: { type: "object" } }] } });
+  } else if (m.method === "tools/call") {
+    rl.close();
+    process.stdin.pause();
+  }
+});
+setInterval(() => {}, 1 << 30);
+"#;
+
+/// A server that stops reading cannot hold a call past its deadline: a request waiting for
+/// room in the server's pipe is under the call's deadline too (the MCP tool keeps it, not
+/// the pipeline), and the host goes on answering.
+#[tokio::test]
+async fn a_server_that_stops_reading_cannot_hold_a_call_past_its_deadline() {
+    let d = daemon_with(|dir| {
+        let script = dir.join("deaf.js");
+        std::fs::write(&script, DEAF_SERVER).unwrap();
+        json!({"deaf": {"command": "node", "args": [script], "timeout_ms": 60000}})
+    })
+    .await;
+    wait_state(&d, "deaf", "ready").await;
+    let r = d
+        .call(
+            "invoke",
+            json!({"name": "mcp_deaf_echo", "arguments": {"text": "x"}, "timeout_ms": 300}),
+        )
+        .await;
+    assert_eq!(
+        r["result"]["result"]["error"], "Tool 'mcp_deaf_echo' timed out after 300 ms",
+        "{r}"
+    );
+    // More than a pipe holds: the write waits for room that never comes.
+    let big = "y".repeat(1 << 20);
+    let started = std::time::Instant::now();
+    let r = d
+        .call(
+            "invoke",
+            json!({"name": "mcp_deaf_echo", "arguments": {"text": big}, "timeout_ms": 500}),
+        )
+        .await;
+    assert_eq!(
+        r["result"]["result"]["error"], "Tool 'mcp_deaf_echo' timed out after 500 ms",
+        "{r}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    assert_eq!(
+        d.call("host.health", json!({})).await["result"]["status"],
+        "ok"
+    );
+}
+
 /// A call waiting for a slot keeps its deadline and can be cancelled, and one that gives
 /// up its place leaves the queue `mcp.status` shows (it used to stay counted there).
 #[tokio::test]
