@@ -33,8 +33,6 @@ const MAX_LINE: usize = 16 * 1024 * 1024;
 const STDERR_TAIL_LINES: usize = 20;
 /// After the program exits, how long children may hold its pipes before the group goes.
 const EXIT_GRACE: Duration = Duration::from_millis(200);
-/// Finish this much before the call's own deadline so our error (with stderr) wins.
-const CALL_TIMEOUT_MARGIN_MS: u64 = 250;
 
 /// Provider credentials of the live config, swapped by each reload and read at call time.
 pub type Providers = Arc<ArcSwap<BTreeMap<String, Provider>>>;
@@ -103,7 +101,7 @@ impl CustomTool {
 
     async fn run(&self, args: Map<String, Value>, ctx: CallContext) -> ToolResult {
         let own = self.manifest.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
-        let timeout = effective_timeout(own, ctx.timeout_ms);
+        let timeout = ctx.own_timeout(own);
         let mut stdin = Value::Object(args).to_string().into_bytes();
         stdin.push(b'\n');
         let env: Vec<(OsString, OsString)> = vec![
@@ -310,16 +308,6 @@ fn with_stderr(mut e: ToolError, tail: &str) -> ToolError {
     e
 }
 
-/// The smaller of the tool's own timeout and the call's (minus a margin, so our timeout
-/// with its stderr tail wins against the pipeline's bare one).
-fn effective_timeout(own_ms: u64, call_ms: Option<u64>) -> Duration {
-    let ms = match call_ms {
-        Some(c) => own_ms.min(c.saturating_sub((c / 10).min(CALL_TIMEOUT_MARGIN_MS))),
-        None => own_ms,
-    };
-    Duration::from_millis(ms.max(1))
-}
-
 impl Tool for CustomTool {
     fn spec(&self) -> &ToolSpec {
         &self.spec
@@ -483,18 +471,5 @@ mod tests {
             Some(Answer::Result(m)) => assert_eq!(Value::Object(m), json!({"n": 1})),
             other => panic!("{other:?}"),
         }
-    }
-
-    #[test]
-    fn timeouts_take_the_smaller_with_a_margin() {
-        assert_eq!(effective_timeout(1000, None), Duration::from_millis(1000));
-        assert_eq!(
-            effective_timeout(1000, Some(500)),
-            Duration::from_millis(450)
-        );
-        assert_eq!(
-            effective_timeout(1000, Some(100_000)),
-            Duration::from_millis(1000)
-        );
     }
 }

@@ -115,6 +115,21 @@ pub struct CallContext {
     pub sandbox: crate::sandbox::CallSandbox,
 }
 
+impl CallContext {
+    /// The timeout for a tool with a limit of its own (`own_ms`: `bash`'s argument, a custom
+    /// tool's manifest): the smaller of it and the call's deadline. When the call's deadline
+    /// binds, the tool ends a little earlier (a tenth of it, at most 250 ms), so its own
+    /// timeout error, which carries the partial output, wins the race with the pipeline's.
+    pub fn own_timeout(&self, own_ms: u64) -> std::time::Duration {
+        const MARGIN_MS: u64 = 250;
+        let ms = match self.timeout_ms {
+            Some(c) => own_ms.min(c.saturating_sub((c / 10).min(MARGIN_MS))),
+            None => own_ms,
+        };
+        std::time::Duration::from_millis(ms.max(1))
+    }
+}
+
 /// Success fields of a tool result (`ok: true` is added by the pipeline).
 pub type ToolOk = Map<String, Value>;
 
@@ -224,5 +239,24 @@ pub fn openai_definition(tool: &dyn Tool) -> OpenAiTool {
             parameters: spec.parameters.clone(),
             strict: tool.strict().then_some(true),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    #[test]
+    fn a_tool_with_a_timeout_of_its_own_takes_the_smaller_with_a_margin() {
+        let within = |own_ms, call_ms| {
+            let mut ctx = crate::tools::test_support::ctx(std::path::Path::new("/"));
+            ctx.timeout_ms = call_ms;
+            ctx.own_timeout(own_ms)
+        };
+        assert_eq!(within(1000, None), Duration::from_millis(1000));
+        assert_eq!(within(1000, Some(500)), Duration::from_millis(450));
+        assert_eq!(within(1000, Some(100_000)), Duration::from_millis(1000));
+        assert_eq!(within(120_000, Some(10_000)), Duration::from_millis(9_750));
+        assert_eq!(within(0, None), Duration::from_millis(1));
     }
 }

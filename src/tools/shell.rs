@@ -38,10 +38,6 @@ const EXIT_GRACE: Duration = Duration::from_millis(200);
 const UPDATE_INTERVAL: Duration = Duration::from_millis(100);
 /// A partial line is streamed anyway once this much is pending.
 const UPDATE_MAX_PENDING: usize = 16 * 1024;
-/// When the call's own timeout is the binding one, finish this much earlier (at most a tenth
-/// of it) so our timeout error, with the partial output, wins the race against the
-/// pipeline's (which carries no output).
-const CALL_TIMEOUT_MARGIN_MS: u64 = 250;
 
 /// Runs shell commands.
 pub struct Bash {
@@ -111,15 +107,6 @@ fn find_shell() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("sh"))
 }
 
-/// The timeout this call runs under: the smaller of its own and the call's.
-fn effective_timeout(own_ms: u64, call_ms: Option<u64>) -> Duration {
-    let ms = match call_ms {
-        Some(c) => own_ms.min(c.saturating_sub((c / 10).min(CALL_TIMEOUT_MARGIN_MS))),
-        None => own_ms,
-    };
-    Duration::from_millis(ms.max(1))
-}
-
 impl Tool for Bash {
     fn spec(&self) -> &ToolSpec {
         &self.spec
@@ -138,7 +125,7 @@ impl Tool for Bash {
                 1,
                 BASH_MAX_TIMEOUT_MS,
             )?;
-            let timeout = effective_timeout(own, ctx.timeout_ms);
+            let timeout = ctx.own_timeout(own);
             let root = workspace_root(&ctx.workspace)?;
             let cwd = match opt_str_arg(&args, "cwd")? {
                 None => root.clone(),
@@ -466,19 +453,6 @@ mod tests {
 
     #[tokio::test]
     async fn bash_takes_the_smaller_of_its_own_and_the_call_timeout() {
-        assert_eq!(effective_timeout(5_000, None), Duration::from_millis(5_000));
-        assert_eq!(
-            effective_timeout(5_000, Some(10_000)),
-            Duration::from_millis(5_000)
-        );
-        assert_eq!(
-            effective_timeout(120_000, Some(10_000)),
-            Duration::from_millis(9_750)
-        );
-        assert_eq!(
-            effective_timeout(120_000, Some(300)),
-            Duration::from_millis(270)
-        );
         let (_d, root) = ws();
         let mut c = ctx(&root);
         c.timeout_ms = Some(300);
