@@ -298,17 +298,12 @@ pub fn main() -> ExitCode {
 /// value it cannot use.
 fn workers() -> Result<usize, String> {
     const VAR: &str = "TOKIO_WORKER_THREADS";
-    match std::env::var(VAR) {
-        Err(std::env::VarError::NotPresent) => {
-            Ok(std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)))
-        }
-        Ok(v) => match v.trim().parse::<usize>() {
-            Ok(n) if n > 0 => Ok(n),
-            _ => Err(format!("{VAR} must be a whole number above 0, not {v:?}")),
-        },
-        Err(std::env::VarError::NotUnicode(v)) => {
-            Err(format!("{VAR} must be a whole number above 0, not {v:?}"))
-        }
+    let Some(v) = std::env::var_os(VAR) else {
+        return Ok(std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)));
+    };
+    match v.to_str().and_then(|s| s.trim().parse::<usize>().ok()) {
+        Some(n) if n > 0 => Ok(n),
+        _ => Err(format!("{VAR} must be a whole number above 0, not {v:?}")),
     }
 }
 

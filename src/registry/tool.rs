@@ -256,7 +256,9 @@ mod tests {
         assert_eq!(within(1000, None), Duration::from_millis(1000));
         assert_eq!(within(1000, Some(500)), Duration::from_millis(450));
         assert_eq!(within(1000, Some(100_000)), Duration::from_millis(1000));
+        assert_eq!(within(5_000, Some(10_000)), Duration::from_millis(5_000));
         assert_eq!(within(120_000, Some(10_000)), Duration::from_millis(9_750));
+        assert_eq!(within(120_000, Some(300)), Duration::from_millis(270));
         assert_eq!(within(0, None), Duration::from_millis(1));
     }
 }
