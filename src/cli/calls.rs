@@ -9,19 +9,64 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use clap::Args;
+
+use super::Globals;
 use crate::audit::{Record, FILE_NAME};
+use crate::client::Client;
+
+#[derive(Args, Debug)]
+pub struct CallsArgs {
+    /// Keep printing calls as they finish.
+    #[arg(long, short)]
+    follow: bool,
+    /// Only the calls of this session.
+    #[arg(long)]
+    session: Option<String>,
+    /// Only the last N calls (0: all).
+    #[arg(long, default_value_t = 50)]
+    limit: usize,
+    /// The daemon's data dir (default: the running daemon's, else as `serve` resolves it).
+    #[arg(long)]
+    data_dir: Option<PathBuf>,
+}
 
 /// What to show.
-pub struct Filter {
-    pub session: Option<String>,
-    pub json: bool,
+struct Filter {
+    session: Option<String>,
+    json: bool,
     /// Only the last `limit` matching records of the existing log (0: all).
-    pub limit: usize,
+    limit: usize,
+}
+
+pub async fn run(g: &Globals, a: CallsArgs) -> ExitCode {
+    let data_dir = match a.data_dir {
+        Some(d) => d,
+        None => data_dir(g).await,
+    };
+    let filter = Filter {
+        session: a.session,
+        json: g.out.json,
+        limit: a.limit,
+    };
+    show(&data_dir, &filter, a.follow).await
+}
+
+/// Where the audit log is: the running daemon's data dir, else the one `serve` would use.
+async fn data_dir(g: &Globals) -> PathBuf {
+    let asked = async {
+        let c = Client::connect(&g.socket_path()).await.ok()?;
+        c.status().await.ok().map(|s| PathBuf::from(s.data_dir))
+    };
+    match tokio::time::timeout(Duration::from_secs(2), asked).await {
+        Ok(Some(d)) => d,
+        _ => crate::session::resolve_data_dir(None, g.config.clone()),
+    }
 }
 
 /// Prints the log (the live file after its newest rotated one); with `follow`, keeps
 /// printing new records as they are written, across rotations, until interrupted.
-pub async fn run(data_dir: &Path, filter: &Filter, follow: bool) -> ExitCode {
+async fn show(data_dir: &Path, filter: &Filter, follow: bool) -> ExitCode {
     let live = data_dir.join(FILE_NAME);
     let rotated = PathBuf::from(format!("{}.1", live.display()));
     let mut shown: Vec<String> = Vec::new();
@@ -106,7 +151,7 @@ fn format_line(line: &str, filter: &Filter) -> Option<String> {
 fn human(r: &Record) -> String {
     let outcome = match (r.ok, r.error_kind) {
         (true, _) => "ok".to_owned(),
-        (false, Some(k)) => super::wire(&k),
+        (false, Some(k)) => super::render::wire(&k),
         (false, None) => "failed".to_owned(),
     };
     let peer = match (&r.peer_process, r.peer_pid, r.peer_uid) {

@@ -1,15 +1,20 @@
-//! `toolhost status [--json] [--watch]`: the operator's one view of a running daemon.
+//! `toolhost status [--json] [--watch]`: the operator's one view of a running daemon, and
+//! `toolhost health`, its one-line summary.
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::client::{Client, ClientError};
+use super::render::{emit, wire};
+use super::{success_if, Globals};
+use crate::client::ClientError;
 use crate::protocol::{HealthStatus, HostStatusResult};
 
 /// Prints the status once, or every `watch` seconds until interrupted. Exit 0 when the
 /// host is `ok`, 1 when `degraded` (as `toolhost health`).
-pub async fn run(client: &Client, json: bool, watch: Option<f64>) -> Result<ExitCode, ClientError> {
+pub async fn run(g: &Globals, watch: Option<f64>) -> Result<ExitCode, ClientError> {
+    let client = g.connect().await?;
+    let json = g.out.json;
     let Some(every) = watch else {
         let s = client.status().await?;
         print(&s, json);
@@ -33,11 +38,36 @@ pub async fn run(client: &Client, json: bool, watch: Option<f64>) -> Result<Exit
 }
 
 fn exit_code(s: &HostStatusResult) -> ExitCode {
-    if s.health.status == HealthStatus::Ok {
-        ExitCode::SUCCESS
+    success_if(s.health.status == HealthStatus::Ok)
+}
+
+/// `toolhost health`: exit 0 when `ok`, 1 when `degraded`.
+pub async fn health(g: &Globals) -> Result<ExitCode, ClientError> {
+    let r = g.connect().await?.health().await?;
+    if g.out.json {
+        emit(g.out, &r);
     } else {
-        ExitCode::from(1)
+        println!(
+            "{} — toolhost {}, up {}s, {} tools, {} sessions, mcp ready {} / failed {} / connecting {}",
+            wire(&r.status),
+            r.version,
+            r.uptime_s, r.tools, r.sessions, r.mcp.ready, r.mcp.failed, r.mcp.connecting
+        );
+        if let Some(e) = &r.config_error {
+            println!("config error: {e}");
+        }
+        if !r.collisions.is_empty() {
+            println!("name collisions: {}", r.collisions.join(", "));
+        }
+        println!("sandbox: {}", r.sandbox.summary());
+        if !r.quarantined.is_empty() {
+            println!(
+                "quarantined tools (see `toolhost tools diff NAME`): {}",
+                r.quarantined.join(", ")
+            );
+        }
     }
+    Ok(success_if(r.status == HealthStatus::Ok))
 }
 
 fn print(s: &HostStatusResult, json: bool) {
@@ -83,8 +113,8 @@ pub fn render(s: &HostStatusResult) -> String {
             o,
             "  {:<20} {:<5} {:<12} tools {:<4} restarts {:<3} circuit opens {:<3} in-flight {:<3} queued {}",
             m.name,
-            super::wire(&m.transport),
-            super::wire(&m.state),
+            wire(&m.transport),
+            wire(&m.state),
             m.tools,
             m.restarts,
             m.circuit_opens,

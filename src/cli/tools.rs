@@ -1,11 +1,17 @@
-//! `toolhost tools approve|diff NAME`: reviewing and accepting quarantined tools.
+//! `toolhost tools`: the live tools, and `toolhost tools approve|diff NAME`: reviewing and
+//! accepting quarantined tools.
 
 use std::process::ExitCode;
 
 use clap::Subcommand;
 
+use super::render::{emit, first_line, print_table, wire, Output};
+use super::Globals;
 use crate::client::{Client, ClientError};
-use crate::protocol::{method, McpTool, ToolNameParams, ToolsApproveResult, ToolsDiffResult};
+use crate::protocol::{
+    method, ListToolsParams, McpTool, ToolMeta, ToolNameParams, ToolsApproveResult,
+    ToolsDiffResult,
+};
 
 #[derive(Subcommand, Debug)]
 pub enum ToolsCommand {
@@ -16,17 +22,68 @@ pub enum ToolsCommand {
 }
 
 pub async fn run(
+    g: &Globals,
+    command: Option<ToolsCommand>,
+    all: bool,
+) -> Result<ExitCode, ClientError> {
+    let client = g.connect().await?;
+    match command {
+        None => list(&client, all, g.out).await,
+        Some(command) => review(&client, command, g.out).await,
+    }
+}
+
+/// One row per tool: name, source, approval class, the description's first line.
+async fn list(client: &Client, all: bool, out: Output) -> Result<ExitCode, ClientError> {
+    let params = ListToolsParams {
+        include_hidden: all,
+        ..Default::default()
+    };
+    let r = client.list_tools(&params).await?;
+    if out.json {
+        emit(out, &r);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<Vec<String>> = r
+        .tools
+        .iter()
+        .map(|t| {
+            let name = t.name();
+            let meta = r.meta.get(name);
+            let source = match meta {
+                Some(ToolMeta {
+                    server: Some(s), ..
+                }) => format!("mcp:{s}"),
+                Some(m) => wire(&m.source),
+                None => String::new(),
+            };
+            let approval = meta
+                .and_then(|m| m.approval)
+                .map_or("-", crate::ApprovalClass::as_str);
+            vec![
+                name.to_owned(),
+                source,
+                approval.to_owned(),
+                first_line(t.description()).to_owned(),
+            ]
+        })
+        .collect();
+    print_table(&rows);
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn review(
     client: &Client,
     command: ToolsCommand,
-    json: bool,
+    out: Output,
 ) -> Result<ExitCode, ClientError> {
     match command {
         ToolsCommand::Approve { name } => {
             let r: ToolsApproveResult = client
                 .call(method::TOOLS_APPROVE, &ToolNameParams { name })
                 .await?;
-            if json {
-                println!("{}", serde_json::to_string(&r).unwrap_or_default());
+            if out.json {
+                emit(out, &r);
             } else {
                 println!("approved {} (revision {})", r.name, r.revision);
             }
@@ -35,8 +92,8 @@ pub async fn run(
             let r: ToolsDiffResult = client
                 .call(method::TOOLS_DIFF, &ToolNameParams { name })
                 .await?;
-            if json {
-                println!("{}", serde_json::to_string(&r).unwrap_or_default());
+            if out.json {
+                emit(out, &r);
                 return Ok(ExitCode::SUCCESS);
             }
             match &r.quarantine {

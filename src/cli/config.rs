@@ -1,0 +1,114 @@
+//! `toolhost config check|reload|status`: `check` reads the file itself (no daemon needed);
+//! the others ask the running daemon.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use clap::Subcommand;
+
+use super::render::{emit, Output};
+use super::{success_if, Globals};
+use crate::client::ClientError;
+use crate::config;
+use crate::protocol::ConfigStatusResult;
+
+#[derive(Subcommand, Debug)]
+pub enum ConfigCommand {
+    /// Validate config.json without a daemon (exit 0 when valid, 1 with the errors listed).
+    Check,
+    #[command(flatten)]
+    Daemon(DaemonCommand),
+}
+
+/// The subcommands the running daemon answers.
+#[derive(Subcommand, Debug)]
+pub enum DaemonCommand {
+    /// Make the daemon re-read config.json now (exit 1 when it was refused).
+    Reload,
+    /// The daemon's config: file, revision, last error, warnings.
+    Status,
+}
+
+pub async fn run(g: &Globals, command: ConfigCommand) -> Result<ExitCode, ClientError> {
+    match command {
+        ConfigCommand::Check => Ok(check(g.config.as_deref(), g.out)),
+        ConfigCommand::Daemon(DaemonCommand::Reload) => {
+            let r = g.connect().await?.config_reload().await?;
+            if g.out.json {
+                emit(g.out, &r);
+            } else if r.applied {
+                println!("applied");
+                print_status(&r.status);
+            } else {
+                println!("not applied: {}", r.error.as_deref().unwrap_or(""));
+            }
+            Ok(success_if(r.applied))
+        }
+        ConfigCommand::Daemon(DaemonCommand::Status) => {
+            let r = g.connect().await?.config_status().await?;
+            if g.out.json {
+                emit(g.out, &r);
+            } else {
+                print_status(&r);
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn print_status(s: &ConfigStatusResult) {
+    println!("{} (revision {})", s.path, s.revision);
+    if let Some(e) = &s.last_error {
+        println!("last error: {e}");
+    }
+    for w in &s.warnings {
+        println!("warning: {w}");
+    }
+    for e in &s.custom_tool_errors {
+        println!("custom tool error: {e}");
+    }
+}
+
+/// Loads the config as `serve` would and reports what it found.
+fn check(path: Option<&Path>, out: Output) -> ExitCode {
+    let named = config::is_named(path);
+    let path = path.map_or_else(config::default_path, Path::to_path_buf);
+    let loaded = if named {
+        config::load_named(&path)
+    } else {
+        config::load(&path)
+    };
+    let (valid, problems, warnings) = match &loaded {
+        Ok(l) => (true, Vec::new(), l.warnings.clone()),
+        Err(e) => (
+            false,
+            e.problems.iter().map(ToString::to_string).collect(),
+            e.warnings.clone(),
+        ),
+    };
+    if out.json {
+        emit(
+            out,
+            &serde_json::json!({
+                "path": path.display().to_string(),
+                "valid": valid,
+                "problems": problems,
+                "warnings": warnings,
+            }),
+        );
+    } else {
+        match loaded {
+            Ok(loaded) => {
+                for w in &loaded.warnings {
+                    println!("warning: {w}");
+                }
+                println!("{}: valid", path.display());
+            }
+            Err(e) => {
+                println!("{}: invalid", path.display());
+                println!("{e:#}");
+            }
+        }
+    }
+    success_if(valid)
+}

@@ -1,0 +1,124 @@
+//! `toolhost mcp`: with no subcommand, the host's tools as an MCP server on stdio; with one,
+//! managing the daemon's MCP servers (`login|logout` in `login.rs`).
+
+use std::process::ExitCode;
+
+use clap::Subcommand;
+use serde_json::Map;
+
+use super::render::{emit, print_table, wire, Output};
+use super::{login, Globals};
+use crate::client::{Client, ClientError};
+use crate::protocol::McpAddParams;
+
+#[derive(Subcommand, Debug)]
+pub enum McpCommand {
+    /// State of every server (or one).
+    Status { name: Option<String> },
+    /// Add a server: `toolhost mcp add NAME -- COMMAND ARGS…` or `toolhost mcp add NAME --url URL`.
+    Add {
+        name: String,
+        #[arg(long, conflicts_with = "command")]
+        url: Option<String>,
+        /// KEY=VALUE environment for a stdio server (repeatable).
+        #[arg(long = "env", value_name = "KEY=VALUE")]
+        env: Vec<String>,
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
+    /// Remove a server.
+    Remove { name: String },
+    /// Reconnect one server, or all.
+    Reload { name: Option<String> },
+    /// Sign in to an HTTP server with OAuth (prints the URL; opens $BROWSER or xdg-open).
+    Login { name: String },
+    /// Forget a server's OAuth tokens.
+    Logout { name: String },
+}
+
+pub async fn run(
+    g: &Globals,
+    command: Option<McpCommand>,
+    session: Option<String>,
+) -> Result<ExitCode, ClientError> {
+    match command {
+        Some(command) => manage(&g.connect().await?, command, g.out).await,
+        None => {
+            crate::facade::run_stdio(&g.socket_path(), session).await?;
+            // A pending stdin read cannot be cancelled: exit rather than wait for it.
+            std::process::exit(0)
+        }
+    }
+}
+
+async fn manage(client: &Client, command: McpCommand, out: Output) -> Result<ExitCode, ClientError> {
+    match command {
+        McpCommand::Status { name } => {
+            let r = client.mcp_status(name.as_deref()).await?;
+            if out.json {
+                emit(out, &r);
+                return Ok(ExitCode::SUCCESS);
+            }
+            let rows: Vec<Vec<String>> = r
+                .servers
+                .iter()
+                .map(|s| {
+                    vec![
+                        s.name.clone(),
+                        wire(&s.transport),
+                        wire(&s.state),
+                        format!("tools {}", s.tools),
+                        format!("in-flight {}", s.in_flight),
+                        format!("queued {}", s.queued),
+                        format!("restarts {}", s.restarts),
+                        s.last_error
+                            .as_deref()
+                            .map(|e| format!("error: {e}"))
+                            .unwrap_or_default(),
+                    ]
+                })
+                .collect();
+            print_table(&rows);
+        }
+        McpCommand::Add {
+            name,
+            url,
+            env,
+            command,
+        } => {
+            let mut server = Map::new();
+            match (url, command.split_first()) {
+                (Some(url), None) => {
+                    server.insert("url".into(), url.into());
+                }
+                (None, Some((program, args))) => {
+                    let mut envs = Map::new();
+                    for kv in env {
+                        match kv.split_once('=') {
+                            Some((k, v)) => {
+                                envs.insert(k.to_owned(), v.into());
+                            }
+                            None => {
+                                eprintln!("toolhost: --env takes KEY=VALUE, got {kv:?}");
+                                return Ok(ExitCode::from(2));
+                            }
+                        }
+                    }
+                    server.insert("command".into(), program.as_str().into());
+                    server.insert("args".into(), args.into());
+                    server.insert("env".into(), envs.into());
+                }
+                _ => {
+                    eprintln!("toolhost: give either --url URL or -- COMMAND ARGS…");
+                    return Ok(ExitCode::from(2));
+                }
+            }
+            emit(out, &client.mcp_add(&McpAddParams { name, server }).await?);
+        }
+        McpCommand::Remove { name } => emit(out, &client.mcp_remove(&name).await?),
+        McpCommand::Reload { name } => emit(out, &client.mcp_reload(name.as_deref()).await?),
+        McpCommand::Login { name } => return login::login(client, &name).await,
+        McpCommand::Logout { name } => return login::logout(client, &name).await,
+    }
+    Ok(ExitCode::SUCCESS)
+}
