@@ -81,15 +81,19 @@ pub async fn cancel(g: &Globals, call_id: &str) -> Result<ExitCode, ClientError>
 }
 
 /// `toolhost call METHOD [PARAMS]`: the result as the daemon sent it.
-pub async fn call(g: &Globals, method: &str, params: Option<&str>) -> Result<ExitCode, ClientError> {
+pub async fn call(
+    g: &Globals,
+    method: &str,
+    params: Option<&str>,
+) -> Result<ExitCode, ClientError> {
     let client = g.connect().await?;
     let params = match params.map(|p| parse_json_object("PARAMS", p)) {
         Some(Ok(p)) => p,
         Some(Err(code)) => return Ok(code),
         None => Map::new(),
     };
-    let params = serde_json::value::to_raw_value(&params)
-        .map_err(|e| ClientError::Decode(e.to_string()))?;
+    let params =
+        serde_json::value::to_raw_value(&params).map_err(|e| ClientError::Decode(e.to_string()))?;
     let r = client.call_raw(method, &params).await?;
     match serde_json::from_str::<Value>(&r) {
         Ok(v) => emit(g.out, &v),

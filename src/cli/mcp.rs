@@ -51,7 +51,11 @@ pub async fn run(
     }
 }
 
-async fn manage(client: &Client, command: McpCommand, out: Output) -> Result<ExitCode, ClientError> {
+async fn manage(
+    client: &Client,
+    command: McpCommand,
+    out: Output,
+) -> Result<ExitCode, ClientError> {
     match command {
         McpCommand::Status { name } => {
             let r = client.mcp_status(name.as_deref()).await?;

@@ -146,7 +146,9 @@ impl Globals {
     /// A client of the daemon, waiting at most `--timeout` for each answer.
     async fn connect(&self) -> Result<Client, ClientError> {
         let wait = self.timeout.unwrap_or(client::DEFAULT_TIMEOUT);
-        Ok(Client::connect(&self.socket_path()).await?.with_timeout(wait))
+        Ok(Client::connect(&self.socket_path())
+            .await?
+            .with_timeout(wait))
     }
 }
 

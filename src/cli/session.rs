@@ -94,7 +94,11 @@ pub async fn run(g: &Globals, command: SessionCommand) -> Result<ExitCode, Clien
     }
 }
 
-async fn ask(client: &Client, command: DaemonCommand, out: Output) -> Result<ExitCode, ClientError> {
+async fn ask(
+    client: &Client,
+    command: DaemonCommand,
+    out: Output,
+) -> Result<ExitCode, ClientError> {
     match command {
         DaemonCommand::List { limit, after } => {
             let params = SessionListParams {

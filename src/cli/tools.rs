@@ -9,8 +9,7 @@ use super::render::{emit, first_line, print_table, wire, Output};
 use super::Globals;
 use crate::client::{Client, ClientError};
 use crate::protocol::{
-    method, ListToolsParams, McpTool, ToolMeta, ToolNameParams, ToolsApproveResult,
-    ToolsDiffResult,
+    method, ListToolsParams, McpTool, ToolMeta, ToolNameParams, ToolsApproveResult, ToolsDiffResult,
 };
 
 #[derive(Subcommand, Debug)]
