@@ -4,7 +4,8 @@
 //!
 //! Run all sections: `cargo bench --bench throughput`
 //! Run some: `cargo bench --bench throughput -- mcp sessions` (a section runs when its name
-//! contains one of the arguments; sections: `core`, `mcp`, `sessions`, `config`, `facade`).
+//! contains one of the arguments; sections: `core`, `mcp`, `sessions`, `config`, `catalog`,
+//! `facade`).
 //!
 //! Each section starts its own daemon with the integration tests' launcher
 //! (`tests/common`: `--socket`, `--config`, `serve --workspace --data-dir` on a temp dir,
@@ -33,7 +34,7 @@ use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::UnixStream;
 use tokio::process::Command;
 use tokio_tungstenite::tungstenite::Message;
-use toolhost::protocol::{McpServerState, McpServerStatus, Session};
+use toolhost::protocol::{McpServerState, McpServerStatus, Session, SessionListResult};
 
 const SECTIONS: &[&str] = &["core", "mcp", "sessions", "config", "catalog", "facade"];
 
@@ -907,7 +908,7 @@ async fn mcp() {
 // 3. Sessions
 
 async fn sessions() {
-    header("sessions: create, get, update (persisted)");
+    header("sessions: create, get, update, list (persisted), restart");
     let mut d = start(|_| {}).await;
     let sample = d.call("session.create", json!({})).await;
     if sample.get("result").and_then(|r| r.get("id")).is_none() {
@@ -1059,7 +1060,63 @@ async fn sessions() {
         format!("{:.1} MB", rss as f64 / 1024.0),
         None,
     );
+
+    // list, 1 client: pages of 100, newest first, following the cursor.
+    let mut lat = Lat::default();
+    let mut failed = 0;
+    let mut after: Option<String> = None;
+    for _ in 0..200 {
+        let p = raw(json!({"limit": 100, "after": after}).to_string());
+        let t = Instant::now();
+        let r = c.call_raw("session.list", &p).await;
+        lat.0.push(t.elapsed());
+        match r {
+            Ok(r) => after = serde_json::from_str::<SessionListResult>(&r).unwrap().next,
+            Err(_) => failed += 1,
+        }
+    }
+    row("session.list, pages of 100: p50 / p99", lat.p50_p99(), None);
+    if failed > 0 {
+        row("    !! failed lists", failed, None);
+    }
+    drop(c);
+
+    // The store across a restart: SIGTERM flushes and closes it, the next start opens it.
+    let t = Instant::now();
     d.stop().await;
+    let stopped = t.elapsed();
+    let t = Instant::now();
+    d.spawn(&[]).await;
+    let started = t.elapsed();
+    let kept = d.client().await.health().await.map_or(0, |h| h.sessions);
+    row(
+        &format!("stop / start to serving, {kept} sessions kept"),
+        format!("{} / {}", fmt_dur(stopped), fmt_dur(started)),
+        None,
+    );
+    row(
+        "session store on disk",
+        format!(
+            "{:.1} MB",
+            dir_bytes(&d.data_dir().join("sessions")) as f64 / 1e6
+        ),
+        None,
+    );
+    d.stop().await;
+}
+
+/// Bytes of the files under `dir`.
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| match e.metadata() {
+            Ok(m) if m.is_dir() => dir_bytes(&e.path()),
+            Ok(m) => m.len(),
+            Err(_) => 0,
+        })
+        .sum()
 }
 
 // ---------------------------------------------------------------------------------------
