@@ -5,12 +5,15 @@
 
 mod connection;
 mod envelope;
+mod framing;
 mod head_timeout;
+mod http;
 mod listener;
 mod methods;
 mod openrpc;
 mod ops;
 mod subscription;
+mod websocket;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -126,7 +129,7 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
                 };
                 let shared = shared.clone();
                 tokio::spawn(async move {
-                    connection::serve_unix(stream, shared).await;
+                    framing::serve_unix(stream, shared).await;
                     release(slot);
                 });
             }
@@ -150,7 +153,7 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
                 };
                 let (shared, token) = (shared.clone(), token.clone());
                 tokio::spawn(async move {
-                    connection::serve_http(stream, shared, Some(token), None).await;
+                    http::serve_http(stream, shared, Some(token), None).await;
                     release(slot);
                 });
             }
@@ -171,7 +174,7 @@ fn in_process(shared: std::sync::Weak<Shared>) -> crate::facade::Connect {
             .upgrade()
             .ok_or_else(|| std::io::Error::other("the server has stopped"))?;
         let (ours, theirs) = tokio::net::UnixStream::pair()?;
-        tokio::spawn(connection::serve_unix(theirs, shared));
+        tokio::spawn(framing::serve_unix(theirs, shared));
         Ok(ours)
     })
 }

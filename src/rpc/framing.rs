@@ -1,0 +1,66 @@
+//! The framing of a Unix-socket connection, read from its first byte (peeked, not
+//! consumed): `{`, `[` or whitespace start newline-delimited JSON, anything else HTTP (which
+//! may upgrade to a WebSocket, see `websocket`).
+
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+use tokio::io::BufReader;
+use tokio::net::UnixStream;
+
+use super::connection::{run_messages, Source, Wire, READ_BUFFER};
+use super::http::serve_http;
+use super::Shared;
+use crate::audit::Caller;
+use crate::metrics::Framing;
+
+/// Serves a Unix-socket connection in whichever framing its first byte announces.
+pub(super) async fn serve_unix(stream: UnixStream, shared: Arc<Shared>) {
+    // Waiting for the first byte holds no buffer, so an idle client may wait as long as it likes.
+    match first_byte(&stream).await {
+        None => {}
+        Some(b'{' | b'[' | b' ' | b'\t' | b'\r' | b'\n') => {
+            let caller = Caller::of_unix(&stream);
+            serve_newline(stream, shared, caller).await
+        }
+        Some(_) => {
+            let caller = Caller::of_unix(&stream);
+            serve_http(stream, shared, None, caller).await
+        }
+    }
+}
+
+/// Peeks (without consuming) the first byte the client sends; `None` on EOF or error.
+async fn first_byte(stream: &UnixStream) -> Option<u8> {
+    let mut buf = [0u8; 1];
+    loop {
+        stream.readable().await.ok()?;
+        let peeked = stream.try_io(tokio::io::Interest::READABLE, || {
+            nix::sys::socket::recv(
+                stream.as_raw_fd(),
+                &mut buf,
+                nix::sys::socket::MsgFlags::MSG_PEEK,
+            )
+            .map_err(std::io::Error::from)
+        });
+        match peeked {
+            Ok(0) => return None,
+            Ok(_) => return Some(buf[0]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(_) => return None,
+        }
+    }
+}
+
+/// Newline-delimited JSON-RPC.
+async fn serve_newline(stream: UnixStream, shared: Arc<Shared>, caller: Option<Arc<Caller>>) {
+    let _open = shared.host.metrics().connection(Framing::newline);
+    let (rd, wr) = stream.into_split();
+    let source = Source::Lines {
+        rd: BufReader::with_capacity(READ_BUFFER, rd),
+        line: Vec::new(),
+        max: shared.max_request_bytes,
+        frame_timeout: shared.frame_timeout,
+    };
+    run_messages(shared, source, Wire::Lines(wr), caller).await;
+}

@@ -1,0 +1,274 @@
+//! HTTP/1.1 on a connection: the bearer check (TCP), the router (`/mcp`, `GET /health`,
+//! `GET /metrics`, a WebSocket upgrade, a JSON-RPC POST) and the POST framing.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse};
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use super::connection::{not_utf8, too_big, Session};
+use super::envelope;
+use super::head_timeout::{HeadClock, HeadTimeout};
+use super::websocket::upgrade;
+use super::Shared;
+use crate::audit::Caller;
+use crate::metrics::Framing;
+use crate::protocol::codes;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Serves HTTP/1.1 (and WebSocket upgrades) on `io`. `token` demands a bearer token (TCP).
+pub(super) async fn serve_http<I>(
+    io: I,
+    shared: Arc<Shared>,
+    token: Option<Arc<str>>,
+    caller: Option<Arc<Caller>>,
+) where
+    I: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let _open = shared.host.metrics().connection(Framing::http);
+    let stop = shared.stop.clone();
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        // Slow or partial headers do not hold a connection forever, but idle time between
+        // requests is not limited: `HeadTimeout` times a head from its first byte.
+        .header_read_timeout(None)
+        // A client that half-closes after its last request still gets every response.
+        .half_close(true);
+    let clock = Arc::new(HeadClock::default());
+    let io = HeadTimeout::new(io, clock.clone(), shared.frame_timeout);
+    let conn = builder
+        .serve_connection(
+            TokioIo::new(io),
+            HttpService {
+                shared,
+                token,
+                caller,
+                clock,
+            },
+        )
+        .with_upgrades();
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        _ = stop.shutdown() => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(%e, "http connection ended with an error");
+    }
+}
+
+/// Per-connection HTTP service: auth (TCP), `GET /health`, WebSocket upgrade, POST.
+struct HttpService {
+    shared: Arc<Shared>,
+    token: Option<Arc<str>>,
+    caller: Option<Arc<Caller>>,
+    clock: Arc<HeadClock>,
+}
+
+impl hyper::service::Service<HttpRequest<Incoming>> for HttpService {
+    type Response = HttpResponse;
+    type Error = BoxError;
+    type Future = Answering;
+
+    fn call(&self, req: HttpRequest<Incoming>) -> Self::Future {
+        self.clock.head_read();
+        Answering {
+            response: self.route(req),
+            clock: self.clock.clone(),
+        }
+    }
+}
+
+/// A response on its way; once it is ready, what the connection reads next is a new head.
+struct Answering {
+    response: BoxFuture<'static, Result<HttpResponse, BoxError>>,
+    clock: Arc<HeadClock>,
+}
+
+impl std::future::Future for Answering {
+    type Output = Result<HttpResponse, BoxError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let ready = self.response.poll_unpin(cx);
+        if ready.is_ready() {
+            self.clock.answered();
+        }
+        ready
+    }
+}
+
+impl HttpService {
+    /// Answers one request: auth (TCP), `/mcp`, `GET /health`, `GET /metrics`, a WebSocket
+    /// upgrade, or a JSON-RPC POST.
+    fn route(
+        &self,
+        req: HttpRequest<Incoming>,
+    ) -> BoxFuture<'static, Result<HttpResponse, BoxError>> {
+        if let Some(token) = &self.token {
+            if !bearer_matches(&req, token) {
+                return ready(plain(401, "missing or wrong Authorization: Bearer token\n"));
+            }
+        }
+        if req.uri().path() == "/mcp" {
+            let mcp = self.shared.mcp.clone();
+            return async move { Ok(mcp.handle(req).await.map(HttpBody::new)) }.boxed();
+        }
+        if req.method() == hyper::Method::GET && req.uri().path() == "/health" {
+            let health = super::ops::health(&self.shared.host);
+            // 503 while degraded, so a HEALTHCHECK or a load balancer sees it.
+            let status = match health.status {
+                crate::protocol::HealthStatus::Ok => 200,
+                crate::protocol::HealthStatus::Degraded => 503,
+            };
+            let body = serde_json::to_string(&health).unwrap_or_default();
+            return ready(json(status, body));
+        }
+        if req.method() == hyper::Method::GET && req.uri().path() == "/metrics" {
+            return ready(super::ops::metrics_response(&self.shared.host));
+        }
+        let caller = self.caller.as_ref().map(|c| c.with_agent(&req));
+        if jsonrpsee::server::ws::is_upgrade_request(&req) {
+            let response = upgrade(req, self.shared.clone(), caller);
+            if response.status() == hyper::StatusCode::SWITCHING_PROTOCOLS {
+                self.clock.upgraded();
+            }
+            return ready(response);
+        }
+        if req.method() == hyper::Method::POST {
+            return post(req, self.shared.clone(), caller).map(Ok).boxed();
+        }
+        ready(plain(
+            405,
+            "use POST / for JSON-RPC, GET / with Upgrade: websocket, GET /health or GET /metrics\n",
+        ))
+    }
+}
+
+/// A JSON-RPC request or batch in a POST body (any content type: `curl -d` sends a form
+/// type, and on this socket a POST body is JSON-RPC).
+async fn post(
+    req: HttpRequest<Incoming>,
+    shared: Arc<Shared>,
+    caller: Option<Arc<Caller>>,
+) -> HttpResponse {
+    let max = shared.max_request_bytes;
+    let body = http_body_util::Limited::new(req.into_body(), max);
+    let bytes = match tokio::time::timeout(shared.frame_timeout, body.collect()).await {
+        Err(_) => {
+            let msg = "Invalid request: the request body did not arrive in time";
+            return json(
+                408,
+                envelope::error_reply(None, codes::INVALID_REQUEST, msg),
+            );
+        }
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            return json(413, too_big(max));
+        }
+        Ok(Err(e)) => {
+            let msg = format!("Invalid request: the request body is malformed: {e}");
+            return json(
+                400,
+                envelope::error_reply(None, codes::INVALID_REQUEST, &msg),
+            );
+        }
+        Ok(Ok(c)) => c.to_bytes(),
+    };
+    let msg = match std::str::from_utf8(&bytes) {
+        Ok(text) => envelope::parse(text),
+        Err(_) => return json(200, not_utf8()),
+    };
+    drop(bytes);
+    match Session::calls_only(shared, caller).handle(msg).await.0 {
+        Some(reply) => json(200, reply),
+        // Only notifications: nothing to say.
+        None => plain(204, ""),
+    }
+}
+
+fn ready(r: HttpResponse) -> BoxFuture<'static, Result<HttpResponse, BoxError>> {
+    futures::future::ready(Ok(r)).boxed()
+}
+
+pub(super) fn plain(status: u16, body: &'static str) -> HttpResponse {
+    let mut r = HttpResponse::new(HttpBody::from(body));
+    *r.status_mut() =
+        hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+    r
+}
+
+fn json(status: u16, body: String) -> HttpResponse {
+    let mut r = HttpResponse::new(HttpBody::from(body));
+    *r.status_mut() =
+        hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// Constant-time check of `Authorization: Bearer <token>` (the scheme is case-insensitive,
+/// RFC 9110 §11.1).
+fn bearer_matches<B>(req: &HttpRequest<B>, token: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    let Some(value) = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let Some((scheme, given)) = value.split_once(' ') else {
+        return false;
+    };
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return false;
+    }
+    given.trim().as_bytes().ct_eq(token.as_bytes()).into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(auth: &str) -> HttpRequest<()> {
+        HttpRequest::builder()
+            .header("Authorization", auth)
+            .body(())
+            .unwrap()
+    }
+
+    #[test]
+    fn bearer_scheme_is_case_insensitive_and_the_token_exact() {
+        for ok in [
+            "Bearer s3cret",
+            "bearer s3cret",
+            "BEARER s3cret",
+            "Bearer  s3cret",
+        ] {
+            assert!(bearer_matches(&req(ok), "s3cret"), "{ok}");
+        }
+        for bad in [
+            "Bearer s3cre",
+            "Basic s3cret",
+            "Bearers3cret",
+            "Bearer s3cretX",
+            "",
+        ] {
+            assert!(!bearer_matches(&req(bad), "s3cret"), "{bad}");
+        }
+    }
+}
