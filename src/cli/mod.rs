@@ -23,8 +23,8 @@ use serde_json::{Map, Value};
 
 use crate::client::{self, Client, ClientError};
 use crate::config;
+use crate::protocol::ApprovalMode;
 use crate::protocol::*;
-use crate::ApprovalMode;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -589,7 +589,7 @@ async fn client_command(
                     };
                     let approval = meta
                         .and_then(|m| m.approval)
-                        .map_or("-", crate::ApprovalClass::as_str);
+                        .map_or("-", crate::protocol::ApprovalClass::as_str);
                     vec![
                         name.to_owned(),
                         source,
