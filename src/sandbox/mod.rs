@@ -322,6 +322,37 @@ mod tests {
         assert_eq!((c.policy, c.left), (SandboxPolicy::Off, None));
     }
 
+    /// The note is a protocol type now; its JSON keeps the fields and their order.
+    #[test]
+    fn result_notes_on_the_wire() {
+        let left = Plan::Off {
+            left: Some(SandboxPolicy::WorkspaceWrite),
+        };
+        assert_eq!(
+            left.result_note(false, "")
+                .map(|v| v.to_string())
+                .as_deref(),
+            Some(
+                r#"{"policy":"off","left":"workspace-write","note":"ran outside the sandbox (the session's policy is workspace-write), as approved"}"#
+            )
+        );
+        let unenforced = Plan::Unenforced {
+            policy: SandboxPolicy::ReadOnly,
+            network: Network::Deny,
+            reason: "no Landlock".into(),
+        };
+        assert_eq!(
+            unenforced
+                .result_note(true, "")
+                .map(|v| v.to_string())
+                .as_deref(),
+            Some(
+                r#"{"policy":"read-only","network":"deny","status":"unenforced","note":"no Landlock; ran unconfined because sandbox.required is false"}"#
+            )
+        );
+        assert_eq!(Plan::Off { left: None }.result_note(true, "denied"), None);
+    }
+
     #[test]
     fn denial_markers() {
         assert!(looks_denied(
