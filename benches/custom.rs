@@ -23,8 +23,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::{json, Map, Value};
 use tokio::process::Command;
 use toolhost::client::Client;
-use toolhost::protocol::{InvokeEvent, InvokeParams, SessionCreateParams};
-use toolhost::{Network, SandboxPolicy, SessionSandbox};
+use toolhost::protocol::{
+    InvokeEvent, InvokeParams, Network, SandboxPolicy, SessionCreateParams, SessionSandbox,
+};
 
 const BIN: &str = env!("CARGO_BIN_EXE_toolhost");
 

@@ -1,59 +1,11 @@
-//! Approval classes and the policy decision: may this call run in this session's mode?
+//! The policy decision: may this call run in this session's mode? (The classes and modes
+//! it reads are wire types, in `protocol`.)
 //!
-//! One function, [`decide`], owns the rule table of protocol.md §5 so the invoke pipeline,
+//! One function, [`decide`], owns the rule table of proto-docs/tools.md ("Approval") so the invoke pipeline,
 //! the docs and the tests all point at the same place.
 
-use serde::{Deserialize, Serialize};
-
-/// What a tool may do to the machine; decides whether a strict session must ask first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum ApprovalClass {
-    /// Reads only: never needs approval.
-    ReadOnly,
-    /// Changes files.
-    Write,
-    /// Runs commands.
-    Command,
-}
-
-impl ApprovalClass {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ApprovalClass::ReadOnly => "read_only",
-            ApprovalClass::Write => "write",
-            ApprovalClass::Command => "command",
-        }
-    }
-}
-
-/// A session's approval mode.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum ApprovalMode {
-    /// Every tool runs, classified or not.
-    #[default]
-    Auto,
-    /// Read-only tools run; write/command tools need `approved: true`; unclassified are denied.
-    Strict,
-    /// Only read-only tools run.
-    ReadOnly,
-}
-
-/// Whether strict sessions must approve `command` tools that run confined by the sandbox.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum SandboxedCommands {
-    /// Like every other command: `approved: true` needed.
-    #[default]
-    Ask,
-    /// Confined commands run without approval (the kernel bounds what they can do).
-    Auto,
-}
+use crate::config::SandboxedCommands;
+use crate::protocol::{ApprovalClass, ApprovalMode};
 
 /// The sandbox facts of one call that bear on approval.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -76,7 +28,7 @@ pub enum Decision {
     Deny(String),
 }
 
-/// Applies the rules of protocol.md §5.
+/// Applies the rule table of the approval modes (proto-docs/tools.md, "Approval").
 pub fn decide(
     mode: ApprovalMode,
     class: Option<ApprovalClass>,

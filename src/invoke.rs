@@ -7,13 +7,16 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
 
-use crate::approval::{self, ApprovalMode, Decision};
+use crate::approval::{self, Decision};
 use crate::audit::{self, Verdict};
+use crate::catalog::ToolSource;
 use crate::error::{Error, Result};
 use crate::host::Host;
 use crate::metrics::{self, Source};
-use crate::protocol::{CallOutcome, ErrorKind, InvokeParams, InvokeResult};
-use crate::registry::{CallContext, ToolError, ToolResult, ToolSource, UpdateSink};
+use crate::protocol::{
+    ApprovalClass, ApprovalMode, CallOutcome, ErrorKind, InvokeParams, InvokeResult,
+};
+use crate::registry::{CallContext, ToolError, ToolResult, UpdateSink};
 use crate::sandbox::CallSandbox;
 
 /// A fresh call id for calls whose caller gave none: a random prefix drawn once per
@@ -350,11 +353,7 @@ fn describe_violation(err: &jsonschema::ValidationError) -> String {
 }
 
 /// A readable line saying what a call would do, shown to the user before approving.
-fn approval_summary(
-    name: &str,
-    class: Option<approval::ApprovalClass>,
-    args: &Map<String, Value>,
-) -> String {
+fn approval_summary(name: &str, class: Option<ApprovalClass>, args: &Map<String, Value>) -> String {
     let class = class.map_or("unclassified", |c| c.as_str());
     let detail = ["command", "path"]
         .iter()

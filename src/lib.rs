@@ -4,7 +4,8 @@
 //! - [`daemon`]: `toolhost serve` — bind, serve, shut down in order; `run` is injectable;
 //! - `host`: the shared state handle; `reload`: the one config reload path;
 //!   `calls`: the calls in flight;
-//! - `rpc`: the only place that knows jsonrpsee (listeners, framing, methods, OpenRPC);
+//! - `rpc`: the JSON-RPC server (listeners, framing, methods, OpenRPC), the only module
+//!   that knows jsonrpsee;
 //! - [`protocol`]: the wire types, both directions; [`client`]: the one Rust client;
 //! - `registry`: the `Tool` trait and the live registry (revision, etag, atomic swap);
 //! - `invoke`: the call pipeline (validation, approval, timeout, cancel, output cap);
@@ -47,10 +48,8 @@ mod secrets;
 mod session;
 mod tools;
 
-pub use approval::{ApprovalClass, ApprovalMode};
 #[doc(hidden)]
 pub use sandbox::bench_setup as sandbox_bench_setup;
-pub use sandbox::{Network, SandboxOverride, SandboxPolicy, SandboxStatus, SessionSandbox};
 
 /// Locks a std mutex, ignoring poisoning: a panic in one task must not wedge every later
 /// caller of the daemon. (No std lock in this crate is held across an `.await`.)

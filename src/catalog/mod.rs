@@ -8,6 +8,7 @@
 pub mod index;
 pub mod pins;
 pub mod screen;
+mod spec;
 
 use std::collections::{HashMap, HashSet};
 
@@ -15,9 +16,8 @@ use serde_json::Value;
 
 use crate::config::{Config, Trust};
 use crate::protocol::{McpTool, QuarantineReason, QuarantinedTool};
-use crate::registry::tool::{ToolSource, ToolSpec};
-
 pub use pins::{Pin, Pins};
+pub use spec::{ToolSource, ToolSpec};
 
 /// The built-in search tool's name.
 pub const SEARCH_TOOL: &str = "tool_search";
@@ -239,7 +239,7 @@ pub fn merge_loaded(loaded: &mut Vec<String>, found: &[String]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::approval::ApprovalClass;
+    use crate::protocol::ApprovalClass;
     use serde_json::json;
 
     /// What `tool_search` costs in these tests.

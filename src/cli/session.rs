@@ -11,7 +11,7 @@ use super::render::{emit, first_line, list_or_none, print_table, wire, Output};
 use super::{parse_json_object, Globals};
 use crate::client::{Client, ClientError};
 use crate::protocol::*;
-use crate::ApprovalMode;
+use crate::protocol::ApprovalMode;
 
 #[derive(Subcommand, Debug)]
 pub enum SessionCommand {

@@ -58,7 +58,7 @@ async fn list(client: &Client, all: bool, out: Output) -> Result<ExitCode, Clien
             };
             let approval = meta
                 .and_then(|m| m.approval)
-                .map_or("-", crate::ApprovalClass::as_str);
+                .map_or("-", crate::protocol::ApprovalClass::as_str);
             vec![
                 name.to_owned(),
                 source,

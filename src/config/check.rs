@@ -625,7 +625,7 @@ mod tests {
         server.headers.insert("H".into(), "v".into());
         server
             .approval
-            .insert("t".into(), crate::approval::ApprovalClass::Write);
+            .insert("t".into(), crate::protocol::ApprovalClass::Write);
         let mut config = Config {
             schema: Some("https://example.com/schema.json".into()),
             workspace: Some("/w".into()),
@@ -648,7 +648,7 @@ mod tests {
         config
             .approval
             .tools
-            .insert("t".into(), crate::approval::ApprovalClass::ReadOnly);
+            .insert("t".into(), crate::protocol::ApprovalClass::ReadOnly);
         config.mcp_servers.insert("s".into(), server);
         let v = serde_json::to_value(&config).unwrap();
         let c = run(v.clone());

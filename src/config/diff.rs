@@ -138,8 +138,8 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::approval::ApprovalClass;
     use crate::config::McpServer;
+    use crate::protocol::ApprovalClass;
 
     fn server(cmd: &str) -> McpServer {
         McpServer {

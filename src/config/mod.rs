@@ -237,7 +237,7 @@ mod tests {
         let l = load::load_with(&p, &env).unwrap();
         assert!(l.warnings.is_empty(), "{:?}", l.warnings);
         let c = &l.config;
-        assert_eq!(c.approval.mode, crate::approval::ApprovalMode::Strict);
+        assert_eq!(c.approval.mode, crate::protocol::ApprovalMode::Strict);
         let names: Vec<&String> = c.mcp_servers.keys().collect();
         assert_eq!(names, ["everything", "remote"]);
         assert_eq!(c.mcp_servers["remote"].headers["Authorization"], "Bearer t");

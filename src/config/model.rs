@@ -12,8 +12,7 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::approval::{ApprovalClass, ApprovalMode, SandboxedCommands};
-use crate::sandbox::{Network, SandboxPolicy};
+use crate::protocol::{ApprovalClass, ApprovalMode, Network, SandboxPolicy};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default)]
@@ -108,6 +107,17 @@ pub struct Approval {
     pub tools: HashMap<String, ApprovalClass>,
     /// `auto`: strict sessions run `command` tools confined by the sandbox without approval.
     pub sandboxed_commands: SandboxedCommands,
+}
+
+/// Whether strict sessions must approve `command` tools that run confined by the sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxedCommands {
+    /// Like every other command: `approved: true` needed.
+    #[default]
+    Ask,
+    /// Confined commands run without approval (the kernel bounds what they can do).
+    Auto,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

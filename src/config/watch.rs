@@ -1,6 +1,6 @@
-//! Watching config.json for changes (crate-notes §3): the *parent directory* is watched,
-//! non-recursively, because editors save by writing a temp file and renaming it over the
-//! original (a watch on the file itself would follow the old inode and go deaf).
+//! Watching config.json for changes: the *parent directory* is watched, non-recursively,
+//! because editors save by writing a temp file and renaming it over the original (a watch
+//! on the file itself would follow the old inode and go deaf).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -38,7 +38,7 @@ impl std::fmt::Debug for ConfigWatcher {
 /// The signal means "look again", not "it changed": the caller reloads with
 /// [`load`](super::load) and compares `content_hash` (from `Loaded`, or from `ConfigError`
 /// when the file is bad) with the hash of the *last file read* — not the last config
-/// applied — and skips only when they are equal (config.md, hot reload rules). Explicit
+/// applied — and skips only when they are equal (proto-docs/config.md, "Hot reload"). Explicit
 /// reloads (`config.reload`, SIGHUP) should not skip, since the environment may have
 /// changed.
 ///

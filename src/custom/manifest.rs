@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
-use crate::approval::ApprovalClass;
+use crate::protocol::ApprovalClass;
 
 /// The manifest's file name inside a tool folder.
 pub const MANIFEST: &str = "tool.json";

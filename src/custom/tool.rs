@@ -14,12 +14,11 @@ use futures::future::BoxFuture;
 use serde_json::{Map, Value};
 
 use super::manifest::{provider_env_name, Manifest};
+use crate::catalog::{ToolSource, ToolSpec};
 use crate::config::Provider;
 use crate::process::runner::{self, Capture, End, Sink, Spec, Stream};
 use crate::protocol::{ContentBlock, ErrorKind, Progress};
-use crate::registry::{
-    CallContext, Tool, ToolError, ToolOk, ToolResult, ToolSource, ToolSpec, ToolUpdate, UpdateSink,
-};
+use crate::registry::{CallContext, Tool, ToolError, ToolOk, ToolResult, ToolUpdate, UpdateSink};
 use crate::sandbox::{self, Plan};
 
 /// The tool's own timeout when its manifest names none.

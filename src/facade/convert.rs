@@ -8,7 +8,7 @@
 use rmcp::model::{CallToolResult, ContentBlock, Tool};
 use serde_json::{Map, Value};
 
-use crate::approval::ApprovalClass;
+use crate::protocol::ApprovalClass;
 use crate::protocol::{McpTool, ToolMeta};
 
 /// The fields that carry a tool's main text, in order of preference; the first that is a

@@ -1,4 +1,5 @@
-//! MCP servers as tool sources — the only place that knows rmcp.
+//! MCP servers as tool sources, on rmcp's client side. rmcp is known here and in the
+//! facade (`facade/`, its server side), nowhere else.
 //!
 //! [`McpManager`] owns one [`server::Server`] per configured server; each runs a supervisor
 //! task that connects (stdio child in its own process group, or streamable HTTP), lists

@@ -16,13 +16,14 @@ use super::client::{Client, Notice};
 use super::launcher::{self, Connection};
 use super::naming::public_name;
 use super::tool::{McpTool, Slot};
-use crate::approval::ApprovalClass;
+use crate::catalog::{ToolSource, ToolSpec};
 use crate::config::McpServer;
 use crate::lock;
 use crate::now_ms;
 use crate::process::KILL_GRACE;
+use crate::protocol::ApprovalClass;
 use crate::protocol::{ErrorKind, McpServerStatus, McpTransport};
-use crate::registry::{Change, Registry, SourceKey, Tool, ToolError, ToolSource, ToolSpec};
+use crate::registry::{Change, Registry, SourceKey, Tool, ToolError};
 
 /// Consecutive failed connection attempts that open the circuit.
 pub const BREAKER_THRESHOLD: u32 = 5;

@@ -18,8 +18,9 @@ use tokio::time::Instant;
 
 use super::server::{Link, Server};
 use super::stdio::DirectCalls;
+use crate::catalog::ToolSpec;
 use crate::protocol::{ContentBlock, ErrorKind, Progress};
-use crate::registry::{CallContext, Tool, ToolError, ToolResult, ToolSpec, ToolUpdate};
+use crate::registry::{CallContext, Tool, ToolError, ToolResult, ToolUpdate};
 
 pub struct McpTool {
     pub spec: ToolSpec,

@@ -41,7 +41,7 @@ pub struct HealthResult {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub session_event_errors: Vec<String>,
     /// What the kernel's Landlock can enforce (proto-docs/sandbox.md).
-    pub sandbox: crate::sandbox::SandboxStatus,
+    pub sandbox: super::SandboxStatus,
     /// Tools held back until approved (`toolhost tools diff NAME`, then `tools approve NAME`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub quarantined: Vec<String>,

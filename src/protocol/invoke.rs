@@ -25,7 +25,7 @@ pub struct InvokeParams {
     pub approved: bool,
     /// `"off"`: run this call's program outside the session's sandbox (needs `approved: true`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sandbox: Option<crate::sandbox::SandboxOverride>,
+    pub sandbox: Option<super::SandboxOverride>,
 }
 
 impl InvokeParams {

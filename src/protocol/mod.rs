@@ -7,14 +7,18 @@
 //! Architecture Invariant: nothing else is serialised to clients.
 
 mod admin;
+mod approval;
 mod invoke;
+mod sandbox;
 mod session;
 mod socket;
 mod status;
 mod tools;
 
 pub use admin::*;
+pub use approval::*;
 pub use invoke::*;
+pub use sandbox::*;
 pub use session::*;
 pub use socket::{default_socket, socket_path};
 pub use status::*;

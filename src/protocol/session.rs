@@ -4,9 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::OpenAiTool;
-use crate::approval::ApprovalMode;
-use crate::sandbox::SessionSandbox;
+use super::{ApprovalMode, OpenAiTool, SessionSandbox};
 
 /// A persisted session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

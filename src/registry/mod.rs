@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use tokio::sync::broadcast;
 
-use crate::approval::ApprovalClass;
+use crate::protocol::ApprovalClass;
 use crate::protocol::ToolsChanged;
 
 pub use search_tool::{is_search_tool, search_tool_result};
@@ -31,9 +31,7 @@ pub fn compile_schema(schema: &serde_json::Value) -> Result<jsonschema::Validato
         .build(schema)
         .map_err(|e| e.to_string())
 }
-pub use tool::{
-    CallContext, Tool, ToolError, ToolOk, ToolResult, ToolSource, ToolSpec, ToolUpdate, UpdateSink,
-};
+pub use tool::{CallContext, Tool, ToolError, ToolOk, ToolResult, ToolUpdate, UpdateSink};
 
 /// A group of tools that changes together. The order of the variants is the precedence on a
 /// name clash: the earlier source keeps the name.

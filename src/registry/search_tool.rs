@@ -6,9 +6,10 @@ use std::sync::{Arc, OnceLock};
 use futures::future::BoxFuture;
 use serde_json::{json, Map, Value};
 
-use super::tool::{openai_definition, CallContext, Tool, ToolError, ToolResult, ToolSpec};
-use crate::approval::ApprovalClass;
+use super::tool::{openai_definition, CallContext, Tool, ToolError, ToolResult};
+use crate::catalog::ToolSpec;
 use crate::catalog::{estimate_tokens, MAX_LIMIT, SEARCH_TOOL};
+use crate::protocol::ApprovalClass;
 use crate::protocol::ToolsSearchResult;
 
 /// Measured the way every other listed tool is (`Entry::tokens`), so the budget holds.

@@ -9,9 +9,10 @@ use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 use super::tool::openai_definition;
-use super::{SourceKey, Tool, ToolSource};
-use crate::approval::ApprovalClass;
+use super::{SourceKey, Tool};
+use crate::catalog::ToolSource;
 use crate::catalog::{self, index::Index, Pin, Pins, Policy, Verdict, DEFAULT_LIMIT, MAX_LIMIT};
+use crate::protocol::ApprovalClass;
 use crate::protocol::{
     ListToolsResult, McpTool, OpenAiTool, QuarantinedTool, SearchMatch, ToolEntry, ToolFormat,
     ToolMeta, ToolSourceKind, ToolsSearchResult,

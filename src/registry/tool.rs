@@ -7,66 +7,10 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::approval::ApprovalClass;
+use crate::catalog::ToolSpec;
 use crate::protocol::{
     ContentBlock, ErrorKind, OpenAiFunction, OpenAiTool, OpenAiToolType, Progress,
 };
-
-/// Where a tool comes from; shown in `list_tools.meta` and used to order name clashes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ToolSource {
-    Builtin,
-    /// A custom tool program living in `dir`.
-    Custom {
-        dir: PathBuf,
-    },
-    /// A tool of the MCP server `server`; `remote_name` is its name on that server.
-    Mcp {
-        server: String,
-        remote_name: String,
-    },
-}
-
-/// Everything the host needs to list a tool and to check a call before it runs.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolSpec {
-    /// The public name (`^[a-zA-Z0-9_-]{1,64}$`).
-    pub name: String,
-    /// LLM-facing description: lines starting with "- " saying when to use it and what it returns.
-    pub description: String,
-    /// JSON Schema of the arguments; always an object schema.
-    pub parameters: Value,
-    /// Approval class; `None` means unclassified (refused in strict mode).
-    pub approval: Option<ApprovalClass>,
-    pub source: ToolSource,
-    /// Hidden tools are callable but left out of `list_tools` unless `include_hidden`.
-    pub hidden: bool,
-    /// A hint to frontends that the tool may be loaded lazily.
-    pub deferrable: bool,
-    /// MCP tool annotations, passed through to `meta` and the `mcp` list format.
-    pub annotations: Option<Value>,
-}
-
-impl ToolSpec {
-    /// A visible, non-deferrable built-in tool.
-    pub fn builtin(
-        name: &str,
-        description: &str,
-        parameters: Value,
-        approval: ApprovalClass,
-    ) -> Self {
-        ToolSpec {
-            name: name.to_owned(),
-            description: description.to_owned(),
-            parameters,
-            approval: Some(approval),
-            source: ToolSource::Builtin,
-            hidden: false,
-            deferrable: false,
-            annotations: None,
-        }
-    }
-}
 
 /// A partial result, forwarded to streaming callers as an `invoke_event` update.
 #[derive(Debug, Clone)]
@@ -116,6 +60,21 @@ pub struct CallContext {
 }
 
 impl CallContext {
+    /// A call in `workspace` with no session, deadline or sandbox, for unit tests.
+    #[cfg(test)]
+    pub(crate) fn for_test(workspace: &std::path::Path) -> Self {
+        CallContext {
+            call_id: "call_test".into(),
+            workspace: workspace.to_path_buf(),
+            session_id: None,
+            session_meta: Value::Object(Map::new()),
+            timeout_ms: None,
+            cancel: CancellationToken::new(),
+            updates: UpdateSink::default(),
+            sandbox: Default::default(),
+        }
+    }
+
     /// The timeout for a tool with a limit of its own (`own_ms`: `bash`'s argument, a custom
     /// tool's manifest): the smaller of it and the call's deadline. When the call's deadline
     /// binds, the tool ends a little earlier (a tenth of it, at most 250 ms), so its own
@@ -249,7 +208,7 @@ mod tests {
     #[test]
     fn a_tool_with_a_timeout_of_its_own_takes_the_smaller_with_a_margin() {
         let within = |own_ms, call_ms| {
-            let mut ctx = crate::tools::test_support::ctx(std::path::Path::new("/"));
+            let mut ctx = super::CallContext::for_test(std::path::Path::new("/"));
             ctx.timeout_ms = call_ms;
             ctx.own_timeout(own_ms)
         };

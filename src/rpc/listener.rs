@@ -1,4 +1,4 @@
-//! Binding the listeners of protocol.md §1: the Unix socket (own, or passed by systemd)
+//! Binding the listeners of proto-docs/transport.md: the Unix socket (own, or passed by systemd)
 //! and the optional token-protected TCP listener.
 
 use std::os::fd::FromRawFd;

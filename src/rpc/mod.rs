@@ -1,7 +1,10 @@
-//! The only place that knows jsonrpsee: listeners, framing, methods, subscriptions, OpenRPC.
+//! The JSON-RPC server: listeners, framing, methods, subscriptions, OpenRPC.
 //!
-//! Architecture Invariant: handlers convert between `protocol` types and the host; no
-//! jsonrpsee type leaks out of this module.
+//! Architecture Invariant: the only module that knows jsonrpsee, and no jsonrpsee type
+//! leaks out of it; handlers convert between `protocol` types and the host. The envelope,
+//! the framings and the method tables are our own; of jsonrpsee this module uses the
+//! error object types, the HTTP request/body types, the WebSocket upgrade check and the
+//! stop handle that ends the server.
 
 mod connection;
 mod envelope;

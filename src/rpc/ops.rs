@@ -3,10 +3,10 @@
 
 use jsonrpsee::server::{HttpBody, HttpResponse};
 
+use crate::catalog::ToolSource;
 use crate::host::Host;
 use crate::metrics::{Scrape, CONTENT_TYPE};
 use crate::protocol::{HealthResult, HealthStatus, HostStatusResult};
-use crate::registry::ToolSource;
 
 /// `GET /metrics`: the Prometheus text exposition.
 pub(super) fn metrics_response(host: &Host) -> HttpResponse {

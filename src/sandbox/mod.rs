@@ -13,74 +13,15 @@ mod confine;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use confine::{bench_setup, install, Confinement};
 
 use crate::config::SandboxConfig;
-
-/// What a confined program may write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema, Hash)]
-#[serde(rename_all = "kebab-case")]
-pub enum SandboxPolicy {
-    /// No confinement: the daemon user's full rights (the default, today's behaviour).
-    #[default]
-    Off,
-    /// Read anywhere; write only the workspace, the per-call temp dir and configured paths.
-    WorkspaceWrite,
-    /// Read anywhere; write only the per-call temp dir (removed after the call), whatever
-    /// `writable` or grants say.
-    ReadOnly,
-}
-
-impl SandboxPolicy {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SandboxPolicy::Off => "off",
-            SandboxPolicy::WorkspaceWrite => "workspace-write",
-            SandboxPolicy::ReadOnly => "read-only",
-        }
-    }
-}
-
-/// Whether a confined program may open TCP connections and bind TCP ports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema, Hash)]
-#[serde(rename_all = "snake_case")]
-pub enum Network {
-    #[default]
-    Allow,
-    /// TCP connect and bind refused (Landlock ABI 4+), abstract Unix sockets outside the
-    /// sandbox too (ABI 6+). UDP and other protocols are not covered.
-    Deny,
-}
-
-impl Network {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Network::Allow => "allow",
-            Network::Deny => "deny",
-        }
-    }
-}
-
-/// A session's sandbox; unset fields follow the config's `sandbox` section.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SessionSandbox {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub policy: Option<SandboxPolicy>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub network: Option<Network>,
-}
-
-/// The one thing a call may ask of the sandbox: to leave it (needs `approved: true`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum SandboxOverride {
-    Off,
-}
+use crate::protocol::{
+    Network, SandboxNote, SandboxNoteStatus, SandboxOverride, SandboxPolicy, SandboxStatus,
+    SessionSandbox,
+};
 
 /// The sandbox of one call, resolved by the pipeline and read by the tools that start
 /// programs.
@@ -150,36 +91,6 @@ const ABI_NET: u32 = 4;
 const ABI_SCOPES: u32 = 6;
 
 /// What the kernel can enforce, for `host.health`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct SandboxStatus {
-    /// Landlock ABI version; 0 when Landlock is not available.
-    pub abi: u32,
-    /// File-system policies (`workspace-write`, `read-only`) can be enforced.
-    pub filesystem: bool,
-    /// `network: deny` can be enforced (TCP connect/bind rules, ABI 4+).
-    pub network: bool,
-    /// Signals to and abstract Unix sockets of processes outside the sandbox are blocked
-    /// (ABI 6+).
-    pub scopes: bool,
-}
-
-impl SandboxStatus {
-    /// One line for `toolhost health`.
-    pub fn summary(&self) -> String {
-        if !self.filesystem {
-            return "unavailable (no Landlock in this kernel): confined policies are refused or run unconfined (sandbox.required)".to_owned();
-        }
-        let mut can = vec!["file-system policies"];
-        if self.network {
-            can.push("network deny (TCP)");
-        }
-        if self.scopes {
-            can.push("signal and abstract-socket scoping");
-        }
-        format!("Landlock ABI {}: {}", self.abi, can.join(", "))
-    }
-}
-
 pub fn status() -> SandboxStatus {
     let abi = abi();
     SandboxStatus {
@@ -248,7 +159,7 @@ pub fn plan(call: &CallSandbox, workspace: &Path, extras: &Extras) -> Result<Pla
         if call.config.required {
             return Err(Refusal {
                 message: format!("{reason}; refused because sandbox.required is true (set it to false to run unconfined, or use sandbox policy off)"),
-                note: Some(note(call.policy, network, "unavailable", &reason)),
+                note: Some(note(call.policy, network, SandboxNoteStatus::Unavailable, &reason)),
             });
         }
         return Ok(Plan::Unenforced {
@@ -287,22 +198,24 @@ impl Plan {
     pub fn result_note(&self, failed: bool, stderr: &str) -> Option<Value> {
         match self {
             Plan::Off { left: None } => None,
-            Plan::Off { left: Some(p) } => Some(serde_json::json!({
-                "policy": "off",
-                "left": p.as_str(),
-                "note": format!("ran outside the sandbox (the session's policy is {}), as approved", p.as_str()),
+            Plan::Off { left: Some(p) } => Some(to_value(SandboxNote {
+                policy: SandboxPolicy::Off,
+                network: None,
+                left: Some(*p),
+                status: None,
+                note: format!("ran outside the sandbox (the session's policy is {}), as approved", p.as_str()),
             })),
             Plan::Unenforced {
                 policy,
                 network,
                 reason,
-            } => Some(note(*policy, *network, "unenforced", &format!(
+            } => Some(note(*policy, *network, SandboxNoteStatus::Unenforced, &format!(
                 "{reason}; ran unconfined because sandbox.required is false"
             ))),
             Plan::Confined(c) if failed && looks_denied(stderr) => Some(note(
                 c.policy(),
                 c.network(),
-                "denied",
+                SandboxNoteStatus::Denied,
                 &format!(
                     "the sandbox ({}, network {}) probably refused this: writes are allowed only in {}{}; ask the user to run it outside the sandbox (sandbox: \"off\", approved: true) if it must",
                     c.policy().as_str(),
@@ -316,13 +229,20 @@ impl Plan {
     }
 }
 
-fn note(policy: SandboxPolicy, network: Network, status: &str, text: &str) -> Value {
-    serde_json::json!({
-        "policy": policy.as_str(),
-        "network": network.as_str(),
-        "status": status,
-        "note": text,
+fn note(policy: SandboxPolicy, network: Network, status: SandboxNoteStatus, text: &str) -> Value {
+    to_value(SandboxNote {
+        policy,
+        network: Some(network),
+        left: None,
+        status: Some(status),
+        note: text.to_owned(),
     })
+}
+
+/// A note as the result field it becomes (tool results are still JSON maps). Serialising
+/// a struct of strings and string enums cannot fail.
+fn to_value(note: SandboxNote) -> Value {
+    serde_json::to_value(note).unwrap_or_default()
 }
 
 /// Error texts of a refused write, exec or connect (EACCES, EPERM, EROFS as shells and
@@ -400,6 +320,37 @@ mod tests {
         // Leaving a sandbox that is off is nothing to approve.
         let c = CallSandbox::resolve(&SandboxConfig::default(), None, Some(SandboxOverride::Off));
         assert_eq!((c.policy, c.left), (SandboxPolicy::Off, None));
+    }
+
+    /// The note is a protocol type now; its JSON keeps the fields and their order.
+    #[test]
+    fn result_notes_on_the_wire() {
+        let left = Plan::Off {
+            left: Some(SandboxPolicy::WorkspaceWrite),
+        };
+        assert_eq!(
+            left.result_note(false, "")
+                .map(|v| v.to_string())
+                .as_deref(),
+            Some(
+                r#"{"policy":"off","left":"workspace-write","note":"ran outside the sandbox (the session's policy is workspace-write), as approved"}"#
+            )
+        );
+        let unenforced = Plan::Unenforced {
+            policy: SandboxPolicy::ReadOnly,
+            network: Network::Deny,
+            reason: "no Landlock".into(),
+        };
+        assert_eq!(
+            unenforced
+                .result_note(true, "")
+                .map(|v| v.to_string())
+                .as_deref(),
+            Some(
+                r#"{"policy":"read-only","network":"deny","status":"unenforced","note":"no Landlock; ran unconfined because sandbox.required is false"}"#
+            )
+        );
+        assert_eq!(Plan::Off { left: None }.result_note(true, "denied"), None);
     }
 
     #[test]

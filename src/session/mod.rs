@@ -1,4 +1,4 @@
-//! Sessions persisted across daemon restarts (protocol.md "Sessions").
+//! Sessions persisted across daemon restarts (proto-docs/sessions.md).
 //!
 //! `store` keeps records durably; `views` holds the protocol semantics that tie a session
 //! to the registry (the stable tool view, resume, refresh).

@@ -305,7 +305,7 @@ mod tests {
 
     use super::super::sled_store::SledStore;
     use super::*;
-    use crate::approval::ApprovalMode;
+    use crate::protocol::ApprovalMode;
 
     fn sess(id: &str, created_at: u64) -> Session {
         Session {

@@ -8,15 +8,15 @@ use std::collections::HashSet;
 
 use std::path::Path;
 
-use crate::approval::ApprovalMode;
 use crate::error::{Error, Result};
 use crate::now_ms;
+use crate::protocol::ApprovalMode;
+use crate::protocol::SessionSandbox;
 use crate::protocol::{
     Session, SessionCreateParams, SessionRefreshResult, SessionResumeResult, SessionToolsParams,
     SessionToolsResult, SessionUpdateParams,
 };
 use crate::registry::Registry;
-use crate::sandbox::SessionSandbox;
 
 /// What the session operations need of the host: the store, the live registry and the
 /// defaults a new session starts from. (Borrowed, so `session` never depends on the host.)

@@ -1,7 +1,7 @@
 //! Built-in tools: file tools (`fs`, one module per tool: read, write, patch, list, search)
 //! and the shell (`shell`: bash).
 //!
-//! Every tool builds its [`ToolSpec`](crate::registry::ToolSpec) once in `new`. Schema
+//! Every tool builds its [`ToolSpec`](crate::catalog::ToolSpec) once in `new`. Schema
 //! defaults and bounds are the same constants the code uses, so what the model reads is what
 //! happens. File-tool paths go through [`paths`]: every open, create and rename happens beneath
 //! a handle on the call's workspace, so the kernel keeps them inside it even while someone
@@ -148,21 +148,11 @@ pub(crate) mod test_support {
     use std::path::Path;
 
     use serde_json::{Map, Value};
-    use tokio_util::sync::CancellationToken;
 
-    use crate::registry::{CallContext, UpdateSink};
+    use crate::registry::CallContext;
 
     pub fn ctx(workspace: &Path) -> CallContext {
-        CallContext {
-            call_id: "call_test".into(),
-            workspace: workspace.to_path_buf(),
-            session_id: None,
-            session_meta: Value::Object(Map::new()),
-            timeout_ms: None,
-            cancel: CancellationToken::new(),
-            updates: UpdateSink::default(),
-            sandbox: Default::default(),
-        }
+        CallContext::for_test(workspace)
     }
 
     pub fn args(v: Value) -> Map<String, Value> {

@@ -17,12 +17,11 @@ use tokio::time::Instant;
 
 use super::paths::{resolve, shown, workspace_root};
 use super::{int_arg, object_schema, opt_str_arg, str_arg};
-use crate::approval::ApprovalClass;
+use crate::catalog::ToolSpec;
 use crate::process::runner::{self, Capture, End, Outcome, Sink, Spec, Stream};
+use crate::protocol::ApprovalClass;
 use crate::protocol::{ContentBlock, ErrorKind};
-use crate::registry::{
-    CallContext, Tool, ToolError, ToolOk, ToolResult, ToolSpec, ToolUpdate, UpdateSink,
-};
+use crate::registry::{CallContext, Tool, ToolError, ToolOk, ToolResult, ToolUpdate, UpdateSink};
 use crate::sandbox::{self, Plan};
 
 /// `timeout_ms` when the call does not give one.

@@ -9,8 +9,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::super::paths::{open_workspace, resolve_target, shown_rel};
 use super::super::{int_arg, object_schema, opt_str_arg, run_blocking, stopped};
-use crate::approval::ApprovalClass;
-use crate::registry::{CallContext, Tool, ToolError, ToolOk, ToolResult, ToolSpec};
+use crate::catalog::ToolSpec;
+use crate::protocol::ApprovalClass;
+use crate::registry::{CallContext, Tool, ToolError, ToolOk, ToolResult};
 
 /// `list_dir`: default and largest `depth`.
 pub const LIST_DEFAULT_DEPTH: u64 = 2;
