@@ -104,6 +104,7 @@ pub async fn invoke(
             cancel: token,
             updates,
             sandbox,
+            processes: host.processes().clone(),
         },
     )
     .await;

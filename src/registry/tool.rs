@@ -113,6 +113,8 @@ pub struct CallContext {
     pub updates: UpdateSink,
     /// The sandbox the call's programs run in (tools that start programs apply it).
     pub sandbox: crate::sandbox::CallSandbox,
+    /// The daemon's processes: every program a tool starts is one of them.
+    pub processes: crate::process::Processes,
 }
 
 impl CallContext {

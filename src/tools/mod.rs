@@ -162,6 +162,7 @@ pub(crate) mod test_support {
             cancel: CancellationToken::new(),
             updates: UpdateSink::default(),
             sandbox: Default::default(),
+            processes: Default::default(),
         }
     }
 
