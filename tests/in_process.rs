@@ -203,7 +203,10 @@ async fn two_daemons_in_one_process_keep_their_own_children_environment_and_toke
     assert!(running(fixture_a) && running(fixture_b));
     a.shut_down().await;
     assert!(gone(fixture_a).await, "a's server {fixture_a} outlived a");
-    assert!(running(fixture_b), "a's shutdown killed b's server {fixture_b}");
+    assert!(
+        running(fixture_b),
+        "a's shutdown killed b's server {fixture_b}"
+    );
     assert_eq!(b.bash("echo still here").await, "still here\n");
     b.shut_down().await;
     assert!(gone(fixture_b).await, "b's server {fixture_b} outlived b");

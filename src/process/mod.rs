@@ -630,6 +630,36 @@ mod tests {
         panic!("the escaped sleep {pid} survived");
     }
 
+    #[tokio::test]
+    async fn each_daemon_keeps_its_own_ledger() {
+        let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        let daemons = [Processes::default(), Processes::default()];
+        let _owned: Vec<DaemonProcesses> = daemons
+            .iter()
+            .zip(&dirs)
+            .map(|(p, d)| p.own(d.path()))
+            .collect();
+        let ledger =
+            |i: usize| std::fs::read_to_string(dirs[i].path().join(ledger::LEDGER_FILE)).unwrap();
+        let mut running = Vec::new();
+        for p in &daemons {
+            let mut cmd = Command::new("sleep");
+            cmd.arg("30");
+            running.push(p.spawn_group(cmd).await.unwrap());
+        }
+        for (i, (p, (_, guard))) in daemons.iter().zip(&running).enumerate() {
+            let line = ledger(i);
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!(fields.len(), 4, "one group per ledger: {line}");
+            assert_eq!(fields[1], p.instance());
+            assert_eq!(fields[2], guard.pgid().unwrap().to_string());
+        }
+        let (_, first) = running.remove(0);
+        first.terminate(Duration::from_secs(2)).await;
+        assert_eq!(ledger(0), "", "the ended group left its own ledger");
+        assert_eq!(ledger(1).lines().count(), 1, "and only its own");
+    }
+
     #[test]
     fn children_outlive_the_thread_that_asked_for_them() {
         // PDEATHSIG is tied to the forking thread: a child requested from a thread that then
