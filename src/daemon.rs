@@ -12,6 +12,7 @@ use anyhow::Context;
 
 use crate::config;
 use crate::host::{Dirs, Host};
+use crate::process::Processes;
 use crate::reload;
 use crate::rpc::{self, Listeners};
 
@@ -124,10 +125,10 @@ async fn start(
             .to_owned();
         loaded.warnings.push(note);
     }
-    crate::process::child_env::configure(&loaded.config.env, &loaded.config.env_passthrough);
+    let processes = Processes::new(reload::child_env(&loaded.config));
     // The socket first: a second daemon must fail on the live socket, not on the store lock.
     let listeners = Listeners::bind(opts.socket.as_deref(), &loaded.config).await?;
-    let host = match Host::new(dirs, loaded) {
+    let host = match Host::new(dirs, loaded, processes) {
         Ok(h) => h,
         Err(e) => {
             if let Some(p) = &listeners.owned_path {
@@ -151,8 +152,8 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     // Owns every child (subreaper, adopted-zombie reaper, ledger sweep); dropped when run
-    // returns, it kills whatever is left.
-    let _processes = crate::process::init_daemon(host.data_dir());
+    // returns, it kills whatever is left of this daemon's.
+    let _processes = host.processes().own(host.data_dir());
     tracing::info!(socket = %listeners.describe(), activated = listeners.owned_path.is_none(), workspace = %host.workspace().display(), data_dir = %host.data_dir().display(), "toolhost serving");
     // Custom tools are listed from the first answer on; their folders are watched from now.
     reload::start_custom_tools(&host).await;

@@ -1,5 +1,6 @@
 //! The shared state handle: one cheap clone of [`Host`] per task, owning the live config,
-//! the registry, the session store, the MCP servers and the calls in flight.
+//! the registry, the session store, the MCP servers, the calls in flight and the daemon's
+//! processes. Nothing of one daemon is process-wide, so several can run in one process.
 //!
 //! The host only holds state. Starting and stopping it is [`crate::daemon`]'s job, changing
 //! its config is [`crate::reload`]'s, and answering clients is [`crate::rpc`]'s.
@@ -18,6 +19,7 @@ use crate::config::{self, Config};
 use crate::lock;
 use crate::mcp::McpManager;
 use crate::now_ms;
+use crate::process::Processes;
 use crate::registry::{Change, Registry, SourceKey};
 use crate::session::Sessions;
 
@@ -58,6 +60,8 @@ struct Inner {
     shutdown: CancellationToken,
     /// Every task the host spawns, so shutdown can wait for them.
     tracker: TaskTracker,
+    /// The daemon's children: its cookie, their environment, its ledger and watchdog.
+    processes: Processes,
 }
 
 /// The config's lifecycle as the reload path records it.
@@ -79,14 +83,14 @@ pub struct ConfigState {
 
 impl Host {
     /// Opens the store and builds the registry from a loaded config; nothing is served yet.
-    pub fn new(dirs: Dirs, loaded: config::Loaded) -> anyhow::Result<Host> {
+    /// Every program the host starts is one of `processes`.
+    pub fn new(dirs: Dirs, loaded: config::Loaded, processes: Processes) -> anyhow::Result<Host> {
         for w in &loaded.warnings {
             tracing::warn!("config: {w}");
         }
         std::fs::create_dir_all(&dirs.data_dir)
             .with_context(|| format!("cannot create data dir {}", dirs.data_dir.display()))?;
         let sessions = Sessions::open(&dirs.data_dir.join("sessions"))?;
-        crate::mcp::init_auth(&dirs.data_dir);
         let registry = Registry::new();
         registry.set_pins(crate::catalog::Pins::open(&dirs.data_dir.join("pins.json")));
         registry.set_catalog_policy(crate::catalog::Policy::from_config(&loaded.config));
@@ -105,9 +109,9 @@ impl Host {
                 last_read: Some(loaded.content_hash),
                 from_file,
             }),
-            mcp: McpManager::new(registry.clone(), tracker.clone(), &dirs.workspace),
+            mcp: McpManager::new(registry.clone(), tracker.clone(), &dirs, processes.clone()),
             dirs,
-            custom: crate::custom::CustomTools::new(registry.clone()),
+            custom: crate::custom::CustomTools::new(registry.clone(), processes.clone()),
             reload_lock: tokio::sync::Mutex::new(()),
             registry,
             sessions,
@@ -117,6 +121,7 @@ impl Host {
             started: Instant::now(),
             shutdown: CancellationToken::new(),
             tracker,
+            processes,
         }));
         host.registry().apply(Change {
             sources: vec![(
@@ -173,6 +178,9 @@ impl Host {
     }
     pub fn tracker(&self) -> &TaskTracker {
         &self.0.tracker
+    }
+    pub fn processes(&self) -> &Processes {
+        &self.0.processes
     }
     pub fn uptime(&self) -> Duration {
         self.0.started.elapsed()

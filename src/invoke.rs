@@ -107,6 +107,7 @@ pub async fn invoke(
             cancel: token,
             updates,
             sandbox,
+            processes: host.processes().clone(),
         },
     )
     .await;

@@ -19,6 +19,15 @@ use crate::registry::{Change, SourceKey};
 /// in its handshake (up to its `startup_timeout_ms`) joins later on its own.
 const JOIN_WAIT: Duration = Duration::from_secs(2);
 
+/// The environment a config gives the daemon's children (its top-level `env` and
+/// `env_passthrough`): set at start and by every reload.
+pub fn child_env(cfg: &config::Config) -> crate::process::child_env::Policy {
+    crate::process::child_env::Policy::new(
+        cfg.env.clone(),
+        config::env_patterns(&cfg.env_passthrough),
+    )
+}
+
 /// What `config.status` reports.
 pub fn status(host: &Host) -> ConfigStatusResult {
     let s = host.config_state();
@@ -190,7 +199,7 @@ async fn apply_file(host: &Host) -> ConfigReloadResult {
         sources.push(update);
     }
     let approval_overrides = new.approval.tools.clone();
-    crate::process::child_env::configure(&new.env, &new.env_passthrough);
+    host.processes().set_env(child_env(&new));
     host.registry()
         .set_catalog_policy(crate::catalog::Policy::from_config(&new));
     host.set_config(new);

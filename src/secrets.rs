@@ -13,6 +13,8 @@ use std::sync::OnceLock;
 /// Variables read once at start and then wiped from the environment.
 const TAKEN: &[&str] = &["TOOLHOST_TOKEN"];
 
+/// Process-wide: the environment is one per process, so what is taken out of it is too
+/// (every daemon in the process reads the same secrets).
 static VALUES: OnceLock<Vec<(&'static str, String)>> = OnceLock::new();
 
 /// Takes [`TAKEN`] out of the environment. Call before any thread starts: the C

@@ -547,10 +547,10 @@ mod tests {
         assert_eq!(
             p,
             vec![
-                "env_passthrough[2]: expected a variable name or a glob pattern such as \"*_PROXY\" (letters, digits, _ . - and the wildcards * ?), found \"BAD NAME\"",
+                "env_passthrough[2]: expected a variable name or a glob pattern such as \"*_PROXY\" (letters, digits, _ . - and the glob syntax * ? [...] {a,b}), found \"BAD NAME\"",
                 "env[\"A=B\"]: environment variable names cannot contain \"=\"",
                 "mcp_servers.s.env_passthrough[0]: expected a non-empty string, found \"\"",
-                "mcp_servers.s.env_passthrough[1]: expected a variable name or a glob pattern such as \"*_PROXY\" (letters, digits, _ . - and the wildcards * ?), found \"$HOME\"",
+                "mcp_servers.s.env_passthrough[1]: expected a variable name or a glob pattern such as \"*_PROXY\" (letters, digits, _ . - and the glob syntax * ? [...] {a,b}), found \"$HOME\"",
             ]
         );
     }

@@ -20,6 +20,7 @@ pub use file::socket_from_file;
 pub use load::{file_state, FileState};
 pub use model::*;
 pub use schema::schema;
+pub use validate::env_patterns;
 pub use watch::{watch, ConfigWatcher};
 pub use write::{add_mcp_server, remove_mcp_server};
 

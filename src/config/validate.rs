@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
+use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 use serde_json::{Map, Value};
 
 use super::error::Problem;
@@ -234,8 +235,40 @@ fn one_server(m: &Map<String, Value>, base: &JsonPath, r: &mut Report) {
     }
 }
 
+/// How an `env_passthrough` pattern is read: a glob over the whole variable name,
+/// case-sensitive, `*` any run of characters, `?` one, `[...]` a class, `{a,b}` either.
+/// The one reading: config checks patterns with it, and every child's environment is
+/// built with what [`env_patterns`] compiles.
+fn env_glob(pattern: &str) -> Result<Glob, globset::Error> {
+    GlobBuilder::new(pattern).literal_separator(false).build()
+}
+
+/// `patterns` compiled into one matcher. Patterns that do not compile were refused when
+/// the config loaded; should one get here anyway it matches nothing (and is logged).
+pub fn env_patterns(patterns: &[String]) -> GlobSet {
+    let mut set = GlobSetBuilder::new();
+    for p in patterns {
+        match env_glob(p) {
+            Ok(g) => {
+                set.add(g);
+            }
+            Err(e) => tracing::warn!("env_passthrough pattern {p:?} ignored: {e}"),
+        }
+    }
+    set.build().unwrap_or_else(|e| {
+        tracing::warn!("env_passthrough patterns ignored: {e}");
+        GlobSet::empty()
+    })
+}
+
+/// The characters a pattern may hold: those of variable names people use, and the glob
+/// syntax [`env_glob`] reads.
+fn pattern_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"_.-*?[]{},!^".contains(&b)
+}
+
 /// `env` and `env_passthrough` of the top level or a server: names and values that
-/// exec(2) can take, and patterns that can match a variable name.
+/// exec(2) can take, and patterns that compile and can match a variable name.
 fn env_rules(m: &Map<String, Value>, base: &JsonPath, r: &mut Report) {
     const NUL: &str = "contains a NUL byte, which cannot be passed to a program";
     if let Some(Value::Array(patterns)) = m.get("env_passthrough") {
@@ -243,18 +276,24 @@ fn env_rules(m: &Map<String, Value>, base: &JsonPath, r: &mut Report) {
             let Some(p) = p.as_str().filter(|p| !p.is_empty()) else {
                 continue; // the schema reports non-strings and empty strings
             };
-            if !p
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"_*?.-".contains(&b))
-            {
-                let mut at = base.clone();
-                at.0.push(Seg::Key("env_passthrough".into()));
-                at.0.push(Seg::Index(i));
+            let mut at = base.clone();
+            at.0.push(Seg::Key("env_passthrough".into()));
+            at.0.push(Seg::Index(i));
+            if !p.bytes().all(pattern_char) {
                 r.problem(
                     &at,
                     format!(
                         "expected a variable name or a glob pattern such as \"*_PROXY\" \
-                         (letters, digits, _ . - and the wildcards * ?), found {}",
+                         (letters, digits, _ . - and the glob syntax * ? [...] {{a,b}}), found {}",
+                        Value::String(p.to_owned())
+                    ),
+                );
+            } else if let Err(e) = env_glob(p) {
+                r.problem(
+                    &at,
+                    format!(
+                        "is not a valid glob pattern ({}): {}",
+                        e.kind(),
                         Value::String(p.to_owned())
                     ),
                 );
@@ -291,6 +330,51 @@ mod tests {
 
     fn problems(v: Value) -> Vec<String> {
         run(v).problems.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn env_patterns_match_whole_names() {
+        let matches = |p: &str, name: &str| super::env_patterns(&[p.to_owned()]).is_match(name);
+        let yes = [
+            ("HTTPS_PROXY", "HTTPS_PROXY"),
+            ("*_PROXY", "HTTP_PROXY"),
+            ("*_PROXY", "NO_PROXY"),
+            ("NODE_*", "NODE_EXTRA_CA_CERTS"),
+            ("GO?ATH", "GOPATH"),
+            ("*", "ANY"),
+            ("A*B*C", "AxxBxxC"),
+            ("{HTTP,HTTPS}_PROXY", "HTTPS_PROXY"),
+            ("[A-C]_X", "B_X"),
+        ];
+        for (p, t) in yes {
+            assert!(matches(p, t), "{p} should match {t}");
+        }
+        let no = [
+            ("*_PROXY", "HTTP_PROXY_X"),
+            ("HTTPS_PROXY", "https_proxy"),
+            ("NODE_*", "XNODE_A"),
+            ("GO?ATH", "GOATH"),
+            ("A*B*C", "AxxBxx"),
+            ("{HTTP,HTTPS}_PROXY", "FTP_PROXY"),
+            ("[!A-C]_X", "B_X"),
+        ];
+        for (p, t) in no {
+            assert!(!matches(p, t), "{p} should not match {t}");
+        }
+    }
+
+    #[test]
+    fn env_passthrough_patterns_that_do_not_compile_are_config_errors() {
+        assert_eq!(
+            problems(json!({
+                "env_passthrough": ["{HTTP,HTTPS}_PROXY", "[A-"],
+                "mcp_servers": {"s": {"command": "x", "env_passthrough": ["[z-a]_X"]}}
+            })),
+            vec![
+                "env_passthrough[1]: is not a valid glob pattern (unclosed character class; missing ']'): \"[A-\"",
+                "mcp_servers.s.env_passthrough[0]: is not a valid glob pattern (invalid range; 'z' > 'a'): \"[z-a]_X\"",
+            ]
+        );
     }
 
     #[test]

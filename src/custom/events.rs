@@ -15,6 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{CustomTool, CustomTools};
 use crate::process::runner::{self, End};
+use crate::process::Processes;
 
 /// The longest a session-event run may take (or the tool's `timeout_ms`, when smaller);
 /// then its group is killed.
@@ -55,7 +56,8 @@ impl CustomTools {
             let id = session_id.map(str::to_owned);
             let ws = workspace.to_path_buf();
             tracker.spawn(async move {
-                if let Err(e) = run_event(&tool, event, id.as_deref(), &ws).await {
+                let run = run_event(&me.0.processes, &tool, event, id.as_deref(), &ws);
+                if let Err(e) = run.await {
                     me.record_event_failure(format!(
                         "{} ({} event{}): {e}",
                         tool.manifest.name,
@@ -72,7 +74,14 @@ impl CustomTools {
         let runs = self.event_listeners().into_iter().map(|tool| {
             let me = self.clone();
             async move {
-                if let Err(e) = run_event(&tool, SessionEvent::Shutdown, None, workspace).await {
+                let run = run_event(
+                    &me.0.processes,
+                    &tool,
+                    SessionEvent::Shutdown,
+                    None,
+                    workspace,
+                );
+                if let Err(e) = run.await {
                     me.record_event_failure(format!(
                         "{} (shutdown event): {e}",
                         tool.manifest.name
@@ -85,6 +94,7 @@ impl CustomTools {
 }
 
 async fn run_event(
+    processes: &Processes,
     tool: &Arc<CustomTool>,
     event: SessionEvent,
     session_id: Option<&str>,
@@ -110,9 +120,14 @@ async fn run_event(
         EVENT_TIMEOUT.min(Duration::from_millis(ms))
     });
     spec.timeout = Some(limit);
-    let outcome = runner::run(spec, &CancellationToken::new(), &mut runner::Discard)
-        .await
-        .map_err(|e| format!("could not start the program: {e}"))?;
+    let outcome = runner::run(
+        processes,
+        spec,
+        &CancellationToken::new(),
+        &mut runner::Discard,
+    )
+    .await
+    .map_err(|e| format!("could not start the program: {e}"))?;
     let tail = outcome.stderr.tail_lines(5);
     let with_tail = |m: String| {
         if tail.is_empty() {

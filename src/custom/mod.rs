@@ -105,6 +105,8 @@ struct Inner {
     /// Serialises scans, so two scans never publish out of order.
     scan_lock: tokio::sync::Mutex<()>,
     watch: Mutex<Option<watch::Watch>>,
+    /// The daemon's processes, for the runs that are not calls (session events).
+    processes: crate::process::Processes,
 }
 
 #[derive(Default)]
@@ -121,9 +123,10 @@ struct State {
 const EVENT_FAILURES_KEPT: usize = 20;
 
 impl CustomTools {
-    pub fn new(registry: Registry) -> Self {
+    pub fn new(registry: Registry, processes: crate::process::Processes) -> Self {
         CustomTools(Arc::new(Inner {
             registry,
+            processes,
             providers: Arc::new(ArcSwap::from_pointee(BTreeMap::new())),
             state: Mutex::default(),
             scan_lock: tokio::sync::Mutex::new(()),

@@ -124,7 +124,7 @@ impl CustomTool {
         }
         let program = spec.program.clone();
         let mut lines = LineSink::new(&ctx.updates);
-        let outcome = runner::run(spec, &ctx.cancel, &mut lines)
+        let outcome = runner::run(&ctx.processes, spec, &ctx.cancel, &mut lines)
             .await
             .map_err(|e| {
                 ToolError::failed(format!(

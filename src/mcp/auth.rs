@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use anyhow::{anyhow, bail, Context};
 use rmcp::transport::auth::{
@@ -31,9 +31,11 @@ use crate::lock;
 /// The client name sent with dynamic registration.
 const CLIENT_NAME: &str = "toolhost";
 
-/// The daemon's OAuth state: where tokens live, sign-ins waiting for their redirect, and
-/// the last challenge per server (it seeds discovery and step-up scopes for the next login).
-struct Auth {
+/// One daemon's OAuth state: where its tokens live, sign-ins waiting for their redirect,
+/// and the last challenge per server (it seeds discovery and step-up scopes for the next
+/// login). Owned by the daemon's [`McpManager`](super::McpManager) and shared with its
+/// servers.
+pub struct OAuth {
     dir: PathBuf,
     pending: Mutex<HashMap<String, Pending>>,
     challenges: Mutex<HashMap<String, String>>,
@@ -42,22 +44,6 @@ struct Auth {
 struct Pending {
     session: Arc<AuthorizationSession>,
     fingerprint: String,
-}
-
-static AUTH: OnceLock<Auth> = OnceLock::new();
-
-/// Sets the token directory (`<data_dir>/oauth`); called once at daemon start.
-pub fn init(data_dir: &Path) {
-    let _ = AUTH.set(Auth {
-        dir: data_dir.join("oauth"),
-        pending: Mutex::default(),
-        challenges: Mutex::default(),
-    });
-}
-
-fn auth() -> anyhow::Result<&'static Auth> {
-    AUTH.get()
-        .ok_or_else(|| anyhow!("the OAuth token store is not initialised"))
 }
 
 /// A connection attempt that needs the user to sign in (or to grant more scope).
@@ -108,12 +94,12 @@ struct FileStore {
 }
 
 impl FileStore {
-    fn new(name: &str, cfg: &McpServer) -> anyhow::Result<FileStore> {
-        Ok(FileStore {
-            path: token_path(&auth()?.dir, name),
+    fn new(dir: &Path, name: &str, cfg: &McpServer) -> FileStore {
+        FileStore {
+            path: token_path(dir, name),
             fingerprint: fingerprint(cfg),
             guard: Arc::default(),
-        })
+        }
     }
 
     /// The file, if it belongs to the current settings; a stale one is deleted.
@@ -174,58 +160,241 @@ impl CredentialStore for FileStore {
     }
 }
 
-/// The HTTP client for one server: a plain one when the config sends its own
-/// `Authorization` header, else one that adds (and refreshes) the server's OAuth token.
-pub async fn http_client(
-    name: &str,
-    url: &str,
-    cfg: &McpServer,
-) -> anyhow::Result<AuthClient<reqwest::Client>> {
-    // Idle pooling off, as rmcp's own default client (delayed-ACK latency otherwise).
-    let http = reqwest::Client::builder()
-        .pool_max_idle_per_host(0)
-        .build()
-        .context("cannot build the HTTP client")?;
-    let mut manager = AuthorizationManager::new(url)
-        .await
-        .map_err(|e| anyhow!("{e}"))?;
-    if cfg
-        .headers
-        .keys()
-        .any(|k| k.eq_ignore_ascii_case("authorization"))
-    {
-        // The config's own credentials win; no stored token is ever added to them.
-        return Ok(AuthClient::new(http, manager));
-    }
-    let store = FileStore::new(name, cfg)?;
-    manager.set_credential_store(store.clone());
-    let has_tokens = store.read().is_some_and(|f| f.credentials.is_some());
-    match &cfg.auth {
-        Some(
-            a @ McpAuth {
-                kind: McpAuthKind::ClientCredentials,
-                ..
-            },
-        ) => {
-            let (Some(id), Some(secret)) = (&a.client_id, &a.client_secret) else {
-                bail!("auth type client_credentials needs client_id and client_secret");
-            };
-            client_credentials(&mut manager, url, id, secret, &a.scopes)
-                .await
-                .map_err(|e| anyhow!("client credentials sign-in failed: {e}"))?;
+impl OAuth {
+    /// The token store of the daemon whose data dir is `data_dir` (`<data_dir>/oauth`).
+    pub fn new(data_dir: &Path) -> OAuth {
+        OAuth {
+            dir: data_dir.join("oauth"),
+            pending: Mutex::default(),
+            challenges: Mutex::default(),
         }
-        _ => {
-            let restored = has_tokens
-                && manager
-                    .initialize_from_store()
+    }
+
+    /// The HTTP client for one server: a plain one when the config sends its own
+    /// `Authorization` header, else one that adds (and refreshes) the server's OAuth token.
+    pub async fn http_client(
+        &self,
+        name: &str,
+        url: &str,
+        cfg: &McpServer,
+    ) -> anyhow::Result<AuthClient<reqwest::Client>> {
+        // Idle pooling off, as rmcp's own default client (delayed-ACK latency otherwise).
+        let http = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .context("cannot build the HTTP client")?;
+        let mut manager = AuthorizationManager::new(url)
+            .await
+            .map_err(|e| anyhow!("{e}"))?;
+        if cfg
+            .headers
+            .keys()
+            .any(|k| k.eq_ignore_ascii_case("authorization"))
+        {
+            // The config's own credentials win; no stored token is ever added to them.
+            return Ok(AuthClient::new(http, manager));
+        }
+        let store = FileStore::new(&self.dir, name, cfg);
+        manager.set_credential_store(store.clone());
+        let has_tokens = store.read().is_some_and(|f| f.credentials.is_some());
+        match &cfg.auth {
+            Some(
+                a @ McpAuth {
+                    kind: McpAuthKind::ClientCredentials,
+                    ..
+                },
+            ) => {
+                let (Some(id), Some(secret)) = (&a.client_id, &a.client_secret) else {
+                    bail!("auth type client_credentials needs client_id and client_secret");
+                };
+                client_credentials(&mut manager, url, id, secret, &a.scopes)
                     .await
-                    .map_err(|e| anyhow!("{e}"))?;
-            if restored {
-                configure_refresh(&mut manager, cfg, &store)?;
+                    .map_err(|e| anyhow!("client credentials sign-in failed: {e}"))?;
+            }
+            _ => {
+                let restored = has_tokens
+                    && manager
+                        .initialize_from_store()
+                        .await
+                        .map_err(|e| anyhow!("{e}"))?;
+                if restored {
+                    configure_refresh(&mut manager, cfg, &store)?;
+                }
             }
         }
+        Ok(AuthClient::new(http, manager))
     }
-    Ok(AuthClient::new(http, manager))
+
+    /// When a request failed on the server's 401/403 challenge (rmcp's `auth_challenge()` of
+    /// the error): remembers the challenge for the next login and says what to do.
+    pub fn needs_auth(&self, name: &str, challenge: Option<&str>) -> Option<AuthNeeded> {
+        let challenge = challenge?;
+        lock(&self.challenges).insert(name.to_owned(), challenge.to_owned());
+        let insufficient = challenge.contains("insufficient_scope");
+        let scope = challenge
+            .split("scope=\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .filter(|s| !s.is_empty());
+        let why = match (insufficient, scope) {
+            (true, Some(scope)) => format!("the server requires more access (scope {scope})"),
+            (true, None) => "the server requires more access".to_owned(),
+            (false, _) => "the server requires sign-in".to_owned(),
+        };
+        Some(login_hint(name, &why))
+    }
+
+    /// `mcp.login`, first half: discovery, client registration and PKCE, in the daemon; returns
+    /// the URL for the user's browser (none for client credentials, which need no user).
+    pub async fn begin_login(
+        &self,
+        name: &str,
+        cfg: &McpServer,
+        redirect_uri: &str,
+    ) -> anyhow::Result<Option<String>> {
+        let Some(url) = cfg.url.as_deref() else {
+            bail!("MCP server '{name}' is not an HTTP server; only those sign in");
+        };
+        if cfg
+            .auth
+            .as_ref()
+            .is_some_and(|a| a.kind == McpAuthKind::ClientCredentials)
+        {
+            return Ok(None);
+        }
+        let store = FileStore::new(&self.dir, name, cfg);
+        let mut manager = AuthorizationManager::new(url)
+            .await
+            .map_err(|e| anyhow!("{e}"))?;
+        manager.set_credential_store(store.clone());
+        let challenge = lock(&self.challenges).get(name).cloned();
+        let resolution = manager
+            .resolve_metadata_from_challenge(challenge.as_deref())
+            .await
+            .map_err(|e| anyhow!("authorization server discovery failed: {e}"))?;
+        let has_registration = resolution.metadata.registration_endpoint.is_some();
+        let cimd_supported = resolution
+            .metadata
+            .additional_fields
+            .get("client_id_metadata_document_supported")
+            .and_then(serde_json::Value::as_bool)
+            == Some(true);
+        manager.set_metadata(resolution.metadata);
+
+        let settings = cfg.auth.clone().unwrap_or_default();
+        let (client_id, client_secret, configured_scopes, metadata_url) = (
+            settings.client_id,
+            settings.client_secret,
+            settings.scopes,
+            settings.client_metadata_url,
+        );
+        let step_up = challenge
+            .as_deref()
+            .is_some_and(|c| c.contains("insufficient_scope"));
+        let scopes = if !configured_scopes.is_empty() {
+            configured_scopes
+        } else if step_up {
+            // Step-up: what we had plus what the challenge asks for.
+            let challenged = challenge.as_deref().and_then(|c| {
+                rmcp::transport::auth::WWWAuthenticateParams::parse(c, &url_of(url)?).scope
+            });
+            manager.select_scopes(challenged.as_deref(), &[])
+        } else {
+            // First sign-in: the challenge's scope, else the resource's `scopes_supported`.
+            manager.select_initial_scopes(&[]).await
+        };
+        let mut request = AuthorizationRequest::new(redirect_uri)
+            .with_client_name(CLIENT_NAME)
+            .with_scopes(scopes.clone());
+        let mut issued_secret = None;
+        if let Some(id) = client_id {
+            request = request.with_preregistered_client(id);
+            if let Some(secret) = client_secret {
+                request = request.with_client_secret(secret);
+            }
+        } else if let (Some(doc), true) = (metadata_url, cimd_supported) {
+            request = request.with_client_metadata_url(doc);
+        } else if has_registration {
+            // Registered here rather than inside rmcp so a secret it issues can be kept for
+            // refreshing later.
+            let scope_refs: Vec<&str> = scopes.iter().map(String::as_str).collect();
+            let registered = manager
+                .register_client(CLIENT_NAME, redirect_uri, &scope_refs)
+                .await
+                .map_err(|e| anyhow!("dynamic client registration failed: {e}"))?;
+            request = request.with_preregistered_client(registered.client_id.clone());
+            if let Some(secret) = registered.client_secret.clone() {
+                request = request.with_client_secret(secret.clone());
+                issued_secret = Some(secret);
+            }
+        } else {
+            bail!("the authorization server offers no dynamic registration: set auth.client_id (or auth.client_metadata_url) for '{name}' in config.json");
+        }
+        let session = AuthorizationSession::new(manager, request)
+            .await
+            .map_err(|(_, e)| anyhow!("cannot start the authorization: {e}"))?;
+        let url = session.get_authorization_url().to_owned();
+        if let Some(secret) = issued_secret {
+            store
+                .update(|f| f.client_secret = Some(secret))
+                .map_err(|e| anyhow!("{e}"))?;
+        }
+        lock(&self.pending).insert(
+            name.to_owned(),
+            Pending {
+                session: Arc::new(session),
+                fingerprint: fingerprint(cfg),
+            },
+        );
+        Ok(Some(url))
+    }
+
+    /// `mcp.login`, second half: exchanges the code from the redirect for tokens (stored by
+    /// rmcp through [`FileStore`]). The caller then reconnects the server.
+    pub async fn finish_login(
+        &self,
+        name: &str,
+        cfg: &McpServer,
+        callback_url: &str,
+    ) -> anyhow::Result<()> {
+        let pending = lock(&self.pending)
+            .remove(name)
+            .ok_or_else(|| anyhow!("no sign-in in progress for '{name}': call mcp.login first"))?;
+        if pending.fingerprint != fingerprint(cfg) {
+            bail!("the server's URL or auth settings changed during sign-in; start again");
+        }
+        pending
+            .session
+            .handle_callback_url(callback_url)
+            .await
+            .map_err(|e| anyhow!("the authorization server refused the sign-in: {e}"))?;
+        lock(&self.challenges).remove(name);
+        Ok(())
+    }
+
+    /// `mcp.logout`: forgets the server's tokens (and any sign-in in progress).
+    pub fn logout(&self, name: &str) -> anyhow::Result<bool> {
+        lock(&self.pending).remove(name);
+        lock(&self.challenges).remove(name);
+        match std::fs::remove_file(token_path(&self.dir, name)) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(anyhow!("cannot remove the token file: {e}")),
+        }
+    }
+
+    /// [`OAuth::needs_auth`] for a failed connection attempt (the launcher's verdict, or a failed
+    /// `tools/list` right after connecting).
+    pub fn needed_in(&self, name: &str, err: &anyhow::Error) -> Option<AuthNeeded> {
+        if let Some(n) = err.downcast_ref::<AuthNeeded>() {
+            return Some(AuthNeeded {
+                hint: n.hint.clone(),
+            });
+        }
+        err.chain()
+            .find_map(|cause| cause.downcast_ref::<rmcp::service::ServiceError>())
+            .and_then(|e| self.needs_auth(name, e.auth_challenge()))
+    }
 }
 
 /// Refreshing needs the client's secret when it has one (configured, or issued by
@@ -283,180 +452,6 @@ async fn client_credentials(
     Ok(())
 }
 
-/// When a request failed on the server's 401/403 challenge (rmcp's `auth_challenge()` of
-/// the error): remembers the challenge for the next login and says what to do.
-pub fn needs_auth(name: &str, challenge: Option<&str>) -> Option<AuthNeeded> {
-    let challenge = challenge?;
-    remember(name, challenge);
-    let insufficient = challenge.contains("insufficient_scope");
-    let scope = challenge
-        .split("scope=\"")
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .filter(|s| !s.is_empty());
-    let why = match (insufficient, scope) {
-        (true, Some(scope)) => format!("the server requires more access (scope {scope})"),
-        (true, None) => "the server requires more access".to_owned(),
-        (false, _) => "the server requires sign-in".to_owned(),
-    };
-    Some(login_hint(name, &why))
-}
-
-fn remember(name: &str, challenge: &str) {
-    if let Ok(a) = auth() {
-        lock(&a.challenges).insert(name.to_owned(), challenge.to_owned());
-    }
-}
-
-/// `mcp.login`, first half: discovery, client registration and PKCE, in the daemon; returns
-/// the URL for the user's browser (none for client credentials, which need no user).
-pub async fn begin_login(
-    name: &str,
-    cfg: &McpServer,
-    redirect_uri: &str,
-) -> anyhow::Result<Option<String>> {
-    let Some(url) = cfg.url.as_deref() else {
-        bail!("MCP server '{name}' is not an HTTP server; only those sign in");
-    };
-    if cfg
-        .auth
-        .as_ref()
-        .is_some_and(|a| a.kind == McpAuthKind::ClientCredentials)
-    {
-        return Ok(None);
-    }
-    let a = auth()?;
-    let store = FileStore::new(name, cfg)?;
-    let mut manager = AuthorizationManager::new(url)
-        .await
-        .map_err(|e| anyhow!("{e}"))?;
-    manager.set_credential_store(store.clone());
-    let challenge = lock(&a.challenges).get(name).cloned();
-    let resolution = manager
-        .resolve_metadata_from_challenge(challenge.as_deref())
-        .await
-        .map_err(|e| anyhow!("authorization server discovery failed: {e}"))?;
-    let has_registration = resolution.metadata.registration_endpoint.is_some();
-    let cimd_supported = resolution
-        .metadata
-        .additional_fields
-        .get("client_id_metadata_document_supported")
-        .and_then(serde_json::Value::as_bool)
-        == Some(true);
-    manager.set_metadata(resolution.metadata);
-
-    let settings = cfg.auth.clone().unwrap_or_default();
-    let (client_id, client_secret, configured_scopes, metadata_url) = (
-        settings.client_id,
-        settings.client_secret,
-        settings.scopes,
-        settings.client_metadata_url,
-    );
-    let step_up = challenge
-        .as_deref()
-        .is_some_and(|c| c.contains("insufficient_scope"));
-    let scopes = if !configured_scopes.is_empty() {
-        configured_scopes
-    } else if step_up {
-        // Step-up: what we had plus what the challenge asks for.
-        let challenged = challenge.as_deref().and_then(|c| {
-            rmcp::transport::auth::WWWAuthenticateParams::parse(c, &url_of(url)?).scope
-        });
-        manager.select_scopes(challenged.as_deref(), &[])
-    } else {
-        // First sign-in: the challenge's scope, else the resource's `scopes_supported`.
-        manager.select_initial_scopes(&[]).await
-    };
-    let mut request = AuthorizationRequest::new(redirect_uri)
-        .with_client_name(CLIENT_NAME)
-        .with_scopes(scopes.clone());
-    let mut issued_secret = None;
-    if let Some(id) = client_id {
-        request = request.with_preregistered_client(id);
-        if let Some(secret) = client_secret {
-            request = request.with_client_secret(secret);
-        }
-    } else if let (Some(doc), true) = (metadata_url, cimd_supported) {
-        request = request.with_client_metadata_url(doc);
-    } else if has_registration {
-        // Registered here rather than inside rmcp so a secret it issues can be kept for
-        // refreshing later.
-        let scope_refs: Vec<&str> = scopes.iter().map(String::as_str).collect();
-        let registered = manager
-            .register_client(CLIENT_NAME, redirect_uri, &scope_refs)
-            .await
-            .map_err(|e| anyhow!("dynamic client registration failed: {e}"))?;
-        request = request.with_preregistered_client(registered.client_id.clone());
-        if let Some(secret) = registered.client_secret.clone() {
-            request = request.with_client_secret(secret.clone());
-            issued_secret = Some(secret);
-        }
-    } else {
-        bail!("the authorization server offers no dynamic registration: set auth.client_id (or auth.client_metadata_url) for '{name}' in config.json");
-    }
-    let session = AuthorizationSession::new(manager, request)
-        .await
-        .map_err(|(_, e)| anyhow!("cannot start the authorization: {e}"))?;
-    let url = session.get_authorization_url().to_owned();
-    if let Some(secret) = issued_secret {
-        store
-            .update(|f| f.client_secret = Some(secret))
-            .map_err(|e| anyhow!("{e}"))?;
-    }
-    lock(&a.pending).insert(
-        name.to_owned(),
-        Pending {
-            session: Arc::new(session),
-            fingerprint: fingerprint(cfg),
-        },
-    );
-    Ok(Some(url))
-}
-
 fn url_of(url: &str) -> Option<reqwest::Url> {
     reqwest::Url::parse(url).ok()
-}
-
-/// `mcp.login`, second half: exchanges the code from the redirect for tokens (stored by
-/// rmcp through [`FileStore`]). The caller then reconnects the server.
-pub async fn finish_login(name: &str, cfg: &McpServer, callback_url: &str) -> anyhow::Result<()> {
-    let a = auth()?;
-    let pending = lock(&a.pending)
-        .remove(name)
-        .ok_or_else(|| anyhow!("no sign-in in progress for '{name}': call mcp.login first"))?;
-    if pending.fingerprint != fingerprint(cfg) {
-        bail!("the server's URL or auth settings changed during sign-in; start again");
-    }
-    pending
-        .session
-        .handle_callback_url(callback_url)
-        .await
-        .map_err(|e| anyhow!("the authorization server refused the sign-in: {e}"))?;
-    lock(&a.challenges).remove(name);
-    Ok(())
-}
-
-/// `mcp.logout`: forgets the server's tokens (and any sign-in in progress).
-pub fn logout(name: &str) -> anyhow::Result<bool> {
-    let a = auth()?;
-    lock(&a.pending).remove(name);
-    lock(&a.challenges).remove(name);
-    match std::fs::remove_file(token_path(&a.dir, name)) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(anyhow!("cannot remove the token file: {e}")),
-    }
-}
-
-/// [`needs_auth`] for a failed connection attempt (the launcher's verdict, or a failed
-/// `tools/list` right after connecting).
-pub fn needed_in(name: &str, err: &anyhow::Error) -> Option<AuthNeeded> {
-    if let Some(n) = err.downcast_ref::<AuthNeeded>() {
-        return Some(AuthNeeded {
-            hint: n.hint.clone(),
-        });
-    }
-    err.chain()
-        .find_map(|cause| cause.downcast_ref::<rmcp::service::ServiceError>())
-        .and_then(|e| needs_auth(name, e.auth_challenge()))
 }

@@ -17,11 +17,11 @@ use tokio::io::BufReader;
 
 use crate::bounded_lines::read_line_bounded;
 
-use super::auth;
+use super::auth::OAuth;
 use super::client::Client;
 use super::stdio::{DirectCalls, StdioTransport};
 use crate::config::McpServer;
-use crate::process::{self, GroupGuard};
+use crate::process::{GroupGuard, Processes};
 
 /// A live connection; dropping it closes the session and kills a stdio server's group.
 pub struct Connection {
@@ -41,11 +41,19 @@ const STDERR_LINES_PER_SEC: u32 = 50;
 /// Longest stderr line logged (longer lines are cut).
 const STDERR_LINE_MAX: usize = 2048;
 
-pub async fn connect(name: &str, cfg: &McpServer, client: Client) -> anyhow::Result<Connection> {
+/// Connects to the server `name` as one of `runtime`'s (its child, with its tokens).
+pub async fn connect(
+    name: &str,
+    cfg: &McpServer,
+    client: Client,
+    runtime: &super::Runtime,
+) -> anyhow::Result<Connection> {
     let connecting = async {
         match (&cfg.command, &cfg.url) {
-            (Some(command), None) => connect_stdio(name, command, cfg, client).await,
-            (None, Some(url)) => connect_http(name, url, cfg, client).await,
+            (Some(command), None) => {
+                connect_stdio(name, command, cfg, client, &runtime.processes).await
+            }
+            (None, Some(url)) => connect_http(name, url, cfg, client, &runtime.oauth).await,
             _ => bail!("a server needs exactly one of command or url"),
         }
     };
@@ -82,10 +90,11 @@ async fn connect_stdio(
     command: &str,
     cfg: &McpServer,
     client: Client,
+    processes: &Processes,
 ) -> anyhow::Result<Connection> {
     let mut cmd = tokio::process::Command::new(command);
     cmd.args(&cfg.args);
-    process::child_env::apply(&mut cmd, &cfg.env_passthrough);
+    processes.scrub_env(&mut cmd, &crate::config::env_patterns(&cfg.env_passthrough));
     cmd.envs(&cfg.env);
     if let Some(cwd) = &cfg.cwd {
         cmd.current_dir(cwd);
@@ -95,13 +104,14 @@ async fn connect_stdio(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let sandbox = crate::sandbox::confine_server(&mut cmd, &cfg.sandbox, cfg.cwd.as_deref())?;
-    let (mut child, group) = process::spawn_with(cmd, |mut cmd| {
-        let child = cmd.spawn()?;
-        let pid = child.id();
-        Ok((child, pid))
-    })
-    .await
-    .with_context(|| format!("cannot start `{command}`"))?;
+    let (mut child, group) = processes
+        .spawn_with(cmd, |mut cmd| {
+            let child = cmd.spawn()?;
+            let pid = child.id();
+            Ok((child, pid))
+        })
+        .await
+        .with_context(|| format!("cannot start `{command}`"))?;
     let group = Some(group);
     let tail = StderrTail::default();
     let stderr_task = child
@@ -144,11 +154,15 @@ async fn connect_http(
     url: &str,
     cfg: &McpServer,
     client: Client,
+    oauth: &OAuth,
 ) -> anyhow::Result<Connection> {
-    let service = match client.serve(http_transport(name, url, cfg).await?).await {
+    let service = match client
+        .serve(http_transport(name, url, cfg, oauth).await?)
+        .await
+    {
         Ok(s) => s,
         // A 401/403 is not a failure to retry: the server waits for `toolhost mcp login`.
-        Err(e) => match auth::needs_auth(name, e.auth_challenge()) {
+        Err(e) => match oauth.needs_auth(name, e.auth_challenge()) {
             Some(needed) => return Err(needed.into()),
             None => {
                 return Err(anyhow::Error::new(e)
@@ -169,6 +183,7 @@ async fn http_transport(
     name: &str,
     url: &str,
     cfg: &McpServer,
+    oauth: &OAuth,
 ) -> anyhow::Result<StreamableHttpClientTransport<AuthClient<reqwest::Client>>> {
     let mut headers = HashMap::new();
     for (k, v) in &cfg.headers {
@@ -182,7 +197,7 @@ async fn http_transport(
         .custom_headers(headers)
         .reinit_on_expired_session(true);
     Ok(StreamableHttpClientTransport::with_client(
-        auth::http_client(name, url, cfg).await?,
+        oauth.http_client(name, url, cfg).await?,
         config,
     ))
 }

@@ -23,8 +23,15 @@ use crate::config::McpServer;
 use crate::protocol::{McpCounts, McpServerStatus};
 use crate::registry::{Registry, SourceKey, SourceUpdate};
 
-pub use auth::init as init_auth;
 pub use server::{Server, State};
+
+/// What one daemon's servers share: its processes (a stdio server is one of its children)
+/// and its OAuth token store.
+#[derive(Clone)]
+pub struct Runtime {
+    pub processes: crate::process::Processes,
+    pub oauth: Arc<auth::OAuth>,
+}
 
 /// The set of configured servers.
 pub struct McpManager {
@@ -33,19 +40,27 @@ pub struct McpManager {
     tracker: tokio_util::task::TaskTracker,
     /// The host workspace as a `file://` URI: the root offered to servers that ask.
     root: String,
+    runtime: Runtime,
 }
 
 impl McpManager {
+    /// The servers of the daemon whose workspace and data dir are given, children of
+    /// `processes`; their OAuth tokens live in `<data_dir>/oauth`.
     pub fn new(
         registry: Registry,
         tracker: tokio_util::task::TaskTracker,
-        workspace: &std::path::Path,
+        dirs: &crate::host::Dirs,
+        processes: crate::process::Processes,
     ) -> Self {
         McpManager {
             servers: Mutex::default(),
             registry,
             tracker,
-            root: client::file_uri(workspace),
+            root: client::file_uri(&dirs.workspace),
+            runtime: Runtime {
+                processes,
+                oauth: Arc::new(auth::OAuth::new(&dirs.data_dir)),
+            },
         }
     }
 
@@ -63,6 +78,7 @@ impl McpManager {
             publish,
             &self.tracker,
             self.root.clone(),
+            self.runtime.clone(),
         );
         if let Some(old) = self.lock().insert(name.to_owned(), server.clone()) {
             old.retire();
@@ -136,7 +152,11 @@ impl McpManager {
     /// `mcp.login`: starts signing in to an HTTP server; returns the URL for the browser.
     pub async fn login(&self, name: &str, redirect_uri: &str) -> anyhow::Result<Option<String>> {
         let server = self.known(name)?;
-        let url = auth::begin_login(name, &server.config(), redirect_uri).await?;
+        let url = self
+            .runtime
+            .oauth
+            .begin_login(name, &server.config(), redirect_uri)
+            .await?;
         if url.is_none() {
             server.reconnect();
         }
@@ -146,7 +166,10 @@ impl McpManager {
     /// `mcp.login` with a callback URL: finishes a sign-in and reconnects the server with its tokens.
     pub async fn login_callback(&self, name: &str, callback_url: &str) -> anyhow::Result<()> {
         let server = self.known(name)?;
-        auth::finish_login(name, &server.config(), callback_url).await?;
+        self.runtime
+            .oauth
+            .finish_login(name, &server.config(), callback_url)
+            .await?;
         // Connecting from now on, so a caller polling the state never sees the old verdict.
         server.set_state(State::Connecting, None);
         server.reconnect();
@@ -157,7 +180,7 @@ impl McpManager {
     /// shows `auth_required`). Whether there were tokens.
     pub fn logout(&self, name: &str) -> anyhow::Result<bool> {
         let server = self.known(name)?;
-        let had = auth::logout(name)?;
+        let had = self.runtime.oauth.logout(name)?;
         if had {
             server.reconnect();
         }

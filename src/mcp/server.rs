@@ -88,6 +88,8 @@ pub struct Server {
     /// The `file://` URI answered to the server's `roots/list`: its `cwd`, else the host
     /// workspace.
     root: String,
+    /// The daemon's processes and OAuth tokens.
+    runtime: super::Runtime,
 }
 
 impl Server {
@@ -100,6 +102,7 @@ impl Server {
         publish: bool,
         tracker: &tokio_util::task::TaskTracker,
         root: String,
+        runtime: super::Runtime,
     ) -> Arc<Server> {
         let (control, control_rx) = mpsc::unbounded_channel();
         let state = if config.enabled {
@@ -132,6 +135,7 @@ impl Server {
             publish: AtomicBool::new(publish),
             retired: AtomicBool::new(false),
             root,
+            runtime,
         });
         if server.config().enabled {
             tracker.spawn(supervise(server.clone(), control_rx));
@@ -264,7 +268,11 @@ impl Server {
     }
 
     pub(super) fn call_error(&self, e: ServiceError) -> ToolError {
-        if let Some(needed) = super::auth::needs_auth(&self.name, e.auth_challenge()) {
+        if let Some(needed) = self
+            .runtime
+            .oauth
+            .needs_auth(&self.name, e.auth_challenge())
+        {
             // A rejected token (refresh already tried) or a step-up for more scope.
             self.set_state(State::AuthRequired, Some(needed.hint.clone()));
             return ToolError::new(ErrorKind::Unavailable, needed.hint);
@@ -431,7 +439,7 @@ async fn supervise(server: Arc<Server>, mut control: mpsc::UnboundedReceiver<Con
             Err(e) => {
                 // Waiting for sign-in is not a failure to back off from: no retries until
                 // `mcp.login` (or a reload) reconnects.
-                if let Some(needed) = super::auth::needed_in(&server.name, &e) {
+                if let Some(needed) = server.runtime.oauth.needed_in(&server.name, &e) {
                     tracing::warn!(server = %server.name, "MCP server needs sign-in");
                     server.set_state(State::AuthRequired, Some(needed.hint));
                     first = false;
@@ -482,7 +490,7 @@ fn backoff(failures: u32) -> Duration {
 
 async fn connect_and_list(server: &Arc<Server>, client: Client) -> anyhow::Result<Connection> {
     let cfg = server.config();
-    let conn = launcher::connect(&server.name, &cfg, client).await?;
+    let conn = launcher::connect(&server.name, &cfg, client, &server.runtime).await?;
     let peer = conn.service.peer().clone();
     tokio::time::timeout(
         Duration::from_millis(cfg.startup_timeout_ms),

@@ -8,7 +8,6 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use nix::sys::signal::Signal;
 
@@ -17,31 +16,24 @@ use super::procfs;
 /// File name of the ledger inside the data dir.
 pub const LEDGER_FILE: &str = "process-groups";
 
-struct Ledger {
+/// One daemon's ledger: the groups it has running, kept in its data dir.
+#[derive(Default)]
+pub(super) struct Ledger {
     /// Unset until the daemon opens it (library users and unit tests keep no ledger).
     path: Option<PathBuf>,
     boot_id: String,
     groups: Vec<(i32, u64)>,
 }
 
-static LEDGER: Mutex<Ledger> = Mutex::new(Ledger {
-    path: None,
-    boot_id: String::new(),
-    groups: Vec::new(),
-});
-
 impl Ledger {
     /// Rewrites the whole file (it holds one line per live group, so it stays tiny);
-    /// written aside and renamed so a crash never leaves half a line.
-    fn save(&self) {
+    /// written aside and renamed so a crash never leaves half a line. `instance` is the
+    /// owning daemon's cookie.
+    fn save(&self, instance: &str) {
         let Some(path) = &self.path else { return };
         let mut text = String::new();
         for (pgid, start) in &self.groups {
-            text.push_str(&format!(
-                "{} {} {pgid} {start}\n",
-                self.boot_id,
-                super::instance()
-            ));
+            text.push_str(&format!("{} {instance} {pgid} {start}\n", self.boot_id));
         }
         let written = crate::atomic_file::write_atomic(
             path,
@@ -52,51 +44,44 @@ impl Ledger {
             tracing::warn!(path = %path.display(), "cannot write the process ledger: {e}");
         }
     }
-}
 
-pub fn record(pgid: i32, starttime: u64) {
-    if let Ok(mut l) = LEDGER.lock() {
-        l.groups.push((pgid, starttime));
-        l.save();
+    pub(super) fn record(&mut self, instance: &str, pgid: i32, starttime: u64) {
+        self.groups.push((pgid, starttime));
+        self.save(instance);
     }
-    super::watchdog::tell('+', pgid);
-}
 
-pub fn forget(pgid: i32, starttime: u64) {
-    if let Ok(mut l) = LEDGER.lock() {
-        let before = l.groups.len();
-        l.groups.retain(|g| *g != (pgid, starttime));
-        if l.groups.len() != before {
-            l.save();
-            super::watchdog::tell('-', pgid);
+    /// Whether the group was listed.
+    pub(super) fn forget(&mut self, instance: &str, pgid: i32, starttime: u64) -> bool {
+        let before = self.groups.len();
+        self.groups.retain(|g| *g != (pgid, starttime));
+        let listed = self.groups.len() != before;
+        if listed {
+            self.save(instance);
         }
+        listed
     }
-}
 
-/// Starts keeping the ledger in `data_dir` (after sweeping what a previous daemon left).
-pub fn open(data_dir: &Path) {
-    if let Ok(mut l) = LEDGER.lock() {
-        l.path = Some(data_dir.join(LEDGER_FILE));
-        l.boot_id = procfs::boot_id();
-        l.save();
+    /// Starts keeping the ledger in `data_dir` (after sweeping what a previous daemon left).
+    pub(super) fn open(&mut self, instance: &str, data_dir: &Path) {
+        self.path = Some(data_dir.join(LEDGER_FILE));
+        self.boot_id = procfs::boot_id();
+        self.save(instance);
     }
-}
 
-/// Stops keeping the ledger and removes the file (a clean shutdown leaves nothing behind).
-pub fn close() {
-    if let Ok(mut l) = LEDGER.lock() {
-        if let Some(path) = l.path.take() {
+    /// Stops keeping the ledger and removes the file (a clean shutdown leaves nothing behind).
+    pub(super) fn close(&mut self) {
+        if let Some(path) = self.path.take() {
             let _ = std::fs::remove_file(path);
         }
     }
 }
 
 /// Kills what a previous daemon on this data dir left running, and returns how many
-/// processes were signalled. Only this boot's entries count; a group whose leader pid now
+/// processes were signalled (`me` is the sweeping daemon's own cookie). Only this boot's entries count; a group whose leader pid now
 /// belongs to a newer process was reused and is left alone; members must be ours (uid),
 /// in the group and no older than its leader. Processes still carrying an old instance's
 /// cookie (escaped from their group with `setsid`) are killed as well.
-pub fn sweep(data_dir: &Path) -> usize {
+pub(super) fn sweep(data_dir: &Path, me: &str) -> usize {
     let path = data_dir.join(LEDGER_FILE);
     let Ok(text) = std::fs::read_to_string(&path) else {
         return 0;
@@ -112,7 +97,7 @@ pub fn sweep(data_dir: &Path) -> usize {
         let (Ok(pgid), Ok(start)) = (pgid.parse::<i32>(), start.parse::<u64>()) else {
             continue;
         };
-        if b != boot || pgid <= 1 || inst == super::instance() {
+        if b != boot || pgid <= 1 || inst == me {
             continue;
         }
         instances.insert(inst.to_owned());

@@ -1,31 +1,42 @@
 //! Spawning children in their own process group, and making sure none outlives its reason.
 //!
 //! Architecture Invariant: every process the host starts (bash calls, custom tools, stdio MCP
-//! servers) is spawned through [`spawn_group`]/[`spawn_with`] and owned by a [`GroupGuard`].
-//! Dropping the guard sends SIGTERM to the group and to every process carrying the group's
-//! cookie (one that escaped with `setsid`), and SIGKILL after a grace, so a child — and
-//! anything it forked, like the `node` under `npx` — dies with its call, its server or the
-//! daemon. If the daemon itself is killed with -9: each direct child gets SIGKILL from
-//! `PR_SET_PDEATHSIG` (all forks happen on one long-lived thread, see [`spawner`]), the
-//! [`watchdog`] kills the rest of the groups and escapees at once, and should it be killed
-//! too, the next daemon on the same data dir sweeps them from the [`ledger`].
+//! servers) is spawned through [`Processes::spawn_group`]/[`Processes::spawn_with`] and owned
+//! by a [`GroupGuard`]. Dropping the guard sends SIGTERM to the group and to every process
+//! carrying the group's cookie (one that escaped with `setsid`), and SIGKILL after a grace,
+//! so a child — and anything it forked, like the `node` under `npx` — dies with its call, its
+//! server or the daemon. If the daemon itself is killed with -9: each direct child gets
+//! SIGKILL from `PR_SET_PDEATHSIG` (all forks happen on one long-lived thread, see
+//! [`spawner`]), the [`watchdog`] kills the rest of the groups and escapees at once, and
+//! should it be killed too, the next daemon on the same data dir sweeps them from the
+//! [`ledger`].
 //!
-//! Cookies: every child carries `TOOLHOST_INSTANCE=<this daemon's id>` and
+//! Cookies: every child carries `TOOLHOST_INSTANCE=<its daemon's id>` and
 //! `TOOLHOST_GROUP=<id of its group>` in its environment; they survive `setsid` and double
 //! forks, and are how we recognise our escaped processes in /proc.
+//!
+//! What belongs to one daemon — its cookie, its children's environment, its ledger, its
+//! watchdog — is a [`Processes`] value its host owns, so several daemons can share one
+//! process. What belongs to the process stays process-wide: the spawner thread (PDEATHSIG
+//! follows the forking thread), the child-subreaper flag and the set of our direct children
+//! the adopted-zombie reaper must leave alone.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use arc_swap::ArcSwap;
+use globset::GlobSet;
 use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
+
+use crate::lock;
 
 pub mod child_env;
 pub mod ledger;
@@ -61,89 +72,171 @@ pub const ENV_ALLOW_LIST: &[&str] = &[
     "SSL_CERT_FILE",
 ];
 
-/// Clears the command's environment and passes only the allow-list and what config
-/// `env`/`env_passthrough` add (plus what the caller adds afterwards), so tokens in the
-/// daemon's environment do not leak into children.
-pub fn scrub_env(cmd: &mut Command) {
-    child_env::apply(cmd, &[]);
-}
-
 /// Environment variable naming the daemon instance that started a process.
 pub const INSTANCE_VAR: &str = "TOOLHOST_INSTANCE";
 /// Environment variable naming the process group (call or server) a process belongs to.
 pub const GROUP_VAR: &str = "TOOLHOST_GROUP";
 
-/// This daemon's id: random, so a later daemon can tell our leftovers from its own.
-pub fn instance() -> &'static str {
-    static ID: OnceLock<String> = OnceLock::new();
-    ID.get_or_init(|| uuid::Uuid::new_v4().simple().to_string())
-}
-
-/// Direct children we spawned, by (pid, start time): their exit statuses belong to tokio,
-/// so the adopted-zombie reaper must never wait for them.
+/// Direct children of this process, by (pid, start time): their exit statuses belong to
+/// tokio, so the adopted-zombie reaper must never wait for them.
+///
+/// Process-wide on purpose, unlike the rest of a daemon's process state: being a child is
+/// an attribute of the process, and with two daemons in one process either one's reaper
+/// must leave the other's children alone.
 static OURS: Mutex<Option<HashSet<(i32, u64)>>> = Mutex::new(None);
 
-/// Spawns `cmd` as the leader of a new process group.
-pub async fn spawn_group(cmd: Command) -> io::Result<(Child, GroupGuard)> {
-    spawn_with(cmd, |mut cmd| {
-        let child = cmd.spawn()?;
-        let pid = child.id();
-        Ok((child, pid))
-    })
-    .await
+/// One daemon's children: its instance cookie, the environment they start with, its
+/// ledger and its watchdog. Cheap to clone; the daemon's host owns it and hands it to
+/// everything that starts a program, so two daemons in one process never mix their
+/// children, environments or ledgers.
+#[derive(Clone)]
+pub struct Processes(Arc<State>);
+
+struct State {
+    /// This daemon's id: random, so a later daemon (or another one in this process) can
+    /// tell our processes from its own.
+    instance: String,
+    /// The number of the next group (its cookie is `<instance>.<n>`).
+    next_group: AtomicU64,
+    /// The top-level `env` and `env_passthrough` in force; swapped whole by a reload.
+    env: ArcSwap<child_env::Policy>,
+    ledger: Mutex<ledger::Ledger>,
+    /// Running while the daemon owns its children (see [`Processes::own`]).
+    watchdog: Mutex<Option<watchdog::Watchdog>>,
 }
 
-/// Spawns through `spawn` (for wrappers such as rmcp's child transport, which take the
-/// command and return their own handle plus the child's pid) with everything every child
-/// gets: its own process group, the cookies, `PR_SET_PDEATHSIG`, a fork from the spawner
-/// thread, and a ledger entry.
-pub async fn spawn_with<T: Send + 'static>(
-    mut cmd: Command,
-    spawn: impl FnOnce(Command) -> io::Result<(T, Option<u32>)> + Send + 'static,
-) -> io::Result<(T, GroupGuard)> {
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    let cookie = format!("{}.{}", instance(), NEXT.fetch_add(1, Ordering::Relaxed));
-    cmd.process_group(0)
-        .kill_on_drop(true)
-        .env(INSTANCE_VAR, instance())
-        .env(GROUP_VAR, &cookie);
-    let parent = nix::unistd::getpid();
-    // SAFETY: the closure runs between fork and exec and only makes two syscalls; it
-    // allocates nothing (the error is built from a raw errno).
-    unsafe {
-        cmd.pre_exec(move || {
-            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)?;
-            // The daemon died before the line above took effect: nobody would kill us.
-            if nix::unistd::getppid() != parent {
-                return Err(io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            Ok(())
-        });
+impl std::fmt::Debug for Processes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Processes")
+            .field("instance", &self.0.instance)
+            .finish_non_exhaustive()
     }
-    spawner::on_spawner(move || {
-        let (handle, pid) = spawn(cmd)?;
-        let pid = pid
-            .and_then(|p| i32::try_from(p).ok())
-            .ok_or_else(|| io::Error::other("child exited before its pid could be read"))?;
-        let start = procfs::stat(pid).map_or(0, |s| s.starttime);
-        if let Ok(mut ours) = OURS.lock() {
-            ours.get_or_insert_with(HashSet::new).insert((pid, start));
+}
+
+impl Default for Processes {
+    /// A fresh instance with no `env`/`env_passthrough`, no ledger and no watchdog (until
+    /// [`Processes::own`]).
+    fn default() -> Self {
+        Processes::new(child_env::Policy::default())
+    }
+}
+
+impl Processes {
+    pub fn new(env: child_env::Policy) -> Processes {
+        Processes(Arc::new(State {
+            instance: uuid::Uuid::new_v4().simple().to_string(),
+            next_group: AtomicU64::new(1),
+            env: ArcSwap::from_pointee(env),
+            ledger: Mutex::default(),
+            watchdog: Mutex::new(None),
+        }))
+    }
+
+    /// This daemon's id, the value of every child's [`INSTANCE_VAR`].
+    pub fn instance(&self) -> &str {
+        &self.0.instance
+    }
+
+    /// Sets the top-level `env` and `env_passthrough` for children started from now on.
+    pub fn set_env(&self, env: child_env::Policy) {
+        self.0.env.store(Arc::new(env));
+    }
+
+    /// Clears the command's environment and passes only the allow-list, what config
+    /// `env`/`env_passthrough` add and the daemon's variables matching `extra_passthrough`
+    /// (plus what the caller adds afterwards), so tokens in the daemon's environment do not
+    /// leak into children.
+    pub fn scrub_env(&self, cmd: &mut Command, extra_passthrough: &GlobSet) {
+        self.0.env.load().apply(cmd, extra_passthrough);
+    }
+
+    /// Spawns `cmd` as the leader of a new process group.
+    pub async fn spawn_group(&self, cmd: Command) -> io::Result<(Child, GroupGuard)> {
+        self.spawn_with(cmd, |mut cmd| {
+            let child = cmd.spawn()?;
+            let pid = child.id();
+            Ok((child, pid))
+        })
+        .await
+    }
+
+    /// Spawns through `spawn` (for wrappers such as rmcp's child transport, which take the
+    /// command and return their own handle plus the child's pid) with everything every child
+    /// gets: its own process group, the cookies, `PR_SET_PDEATHSIG`, a fork from the spawner
+    /// thread, and a ledger entry.
+    pub async fn spawn_with<T: Send + 'static>(
+        &self,
+        mut cmd: Command,
+        spawn: impl FnOnce(Command) -> io::Result<(T, Option<u32>)> + Send + 'static,
+    ) -> io::Result<(T, GroupGuard)> {
+        let n = self.0.next_group.fetch_add(1, Ordering::Relaxed);
+        let cookie = format!("{}.{n}", self.instance());
+        cmd.process_group(0)
+            .kill_on_drop(true)
+            .env(INSTANCE_VAR, self.instance())
+            .env(GROUP_VAR, &cookie);
+        let parent = nix::unistd::getpid();
+        // SAFETY: the closure runs between fork and exec and only makes two syscalls; it
+        // allocates nothing (the error is built from a raw errno).
+        unsafe {
+            cmd.pre_exec(move || {
+                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(io::Error::from)?;
+                // The daemon died before the line above took effect: nobody would kill us.
+                if nix::unistd::getppid() != parent {
+                    return Err(io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
         }
-        ledger::record(pid, start);
-        let guard = GroupGuard {
-            pgid: Some(Pid::from_raw(pid)),
-            start,
-            cookie: Some(cookie),
-        };
-        Ok((handle, guard))
-    })
-    .await?
+        let owner = self.clone();
+        spawner::on_spawner(move || {
+            let (handle, pid) = spawn(cmd)?;
+            let pid = pid
+                .and_then(|p| i32::try_from(p).ok())
+                .ok_or_else(|| io::Error::other("child exited before its pid could be read"))?;
+            let start = procfs::stat(pid).map_or(0, |s| s.starttime);
+            if let Ok(mut ours) = OURS.lock() {
+                ours.get_or_insert_with(HashSet::new).insert((pid, start));
+            }
+            owner.record(pid, start);
+            let guard = GroupGuard {
+                owner,
+                pgid: Some(Pid::from_raw(pid)),
+                start,
+                cookie: Some(cookie),
+            };
+            Ok((handle, guard))
+        })
+        .await?
+    }
+
+    /// A group started: into the ledger and the watchdog's list.
+    fn record(&self, pgid: i32, start: u64) {
+        lock(&self.0.ledger).record(self.instance(), pgid, start);
+        self.tell_watchdog('+', pgid);
+    }
+
+    /// A group ended: out of the ledger and the watchdog's list.
+    fn forget(&self, pgid: i32, start: u64) {
+        if lock(&self.0.ledger).forget(self.instance(), pgid, start) {
+            self.tell_watchdog('-', pgid);
+        }
+    }
+
+    fn tell_watchdog(&self, op: char, pgid: i32) {
+        let mut slot = lock(&self.0.watchdog);
+        if slot.as_mut().is_some_and(|w| !w.tell(op, pgid)) {
+            *slot = None;
+        }
+    }
 }
 
 /// Owns a process group: kills it and its escaped members (TERM, then KILL after
 /// [`KILL_GRACE`]) when dropped or terminated.
 #[derive(Debug)]
 pub struct GroupGuard {
+    /// The daemon whose ledger lists the group.
+    owner: Processes,
     pgid: Option<Pid>,
     /// The leader's start time, the group's key in the ledger.
     start: u64,
@@ -160,14 +253,17 @@ impl GroupGuard {
     /// Terminates the group and waits (asynchronously) until it is gone or has been killed.
     /// If this future is dropped midway, the blocking task still delivers the KILL.
     pub async fn terminate(mut self, grace: Duration) {
-        let (pgid, start, cookie) = (self.pgid.take(), self.start, self.cookie.take());
-        let _ = tokio::task::spawn_blocking(move || finish(pgid, start, cookie, grace)).await;
+        let (owner, pgid, start) = (self.owner.clone(), self.pgid.take(), self.start);
+        let cookie = self.cookie.take();
+        let _ =
+            tokio::task::spawn_blocking(move || finish(&owner, pgid, start, cookie, grace)).await;
     }
 }
 
 impl Drop for GroupGuard {
     fn drop(&mut self) {
-        let (pgid, start, cookie) = (self.pgid.take(), self.start, self.cookie.take());
+        let (owner, pgid, start) = (self.owner.clone(), self.pgid.take(), self.start);
+        let cookie = self.cookie.take();
         if pgid.is_none() && cookie.is_none() {
             return;
         }
@@ -175,7 +271,7 @@ impl Drop for GroupGuard {
         // runtime is never blocked and the kill still happens during runtime shutdown.
         let spawned = std::thread::Builder::new()
             .name("killpg".into())
-            .spawn(move || finish(pgid, start, cookie, KILL_GRACE));
+            .spawn(move || finish(&owner, pgid, start, cookie, KILL_GRACE));
         if spawned.is_err() {
             if let Some(pgid) = pgid {
                 signal_group(pgid, Signal::SIGKILL);
@@ -185,8 +281,14 @@ impl Drop for GroupGuard {
 }
 
 /// TERM to the group and to escaped holders of its cookie, KILL to whatever is left after
-/// `grace`, then the group leaves the ledger.
-fn finish(pgid: Option<Pid>, start: u64, cookie: Option<String>, grace: Duration) {
+/// `grace`, then the group leaves `owner`'s ledger.
+fn finish(
+    owner: &Processes,
+    pgid: Option<Pid>,
+    start: u64,
+    cookie: Option<String>,
+    grace: Duration,
+) {
     let entry = cookie.map(|c| format!("{GROUP_VAR}={c}"));
     let escaped = || {
         entry
@@ -244,7 +346,7 @@ fn finish(pgid: Option<Pid>, start: u64, cookie: Option<String>, grace: Duration
         }
     }
     if let Some(p) = pgid {
-        ledger::forget(p.as_raw(), start);
+        owner.forget(p.as_raw(), start);
     }
 }
 
@@ -270,38 +372,50 @@ pub fn group_exists(pgid: i32) -> bool {
     group_alive(Pid::from_raw(pgid))
 }
 
-/// Sets the daemon up to own everything it starts; call once at startup, inside the runtime,
-/// and keep the returned guard for the daemon's life. It kills what a previous daemon on
-/// `data_dir` left behind (the ledger), starts the watchdog, makes us the child subreaper so processes that escape
-/// their group with `setsid` or a double fork become our children instead of PID 1's,
-/// starts reaping those once they exit, and on drop kills every process still carrying our
-/// instance cookie.
-pub fn init_daemon(data_dir: &Path) -> DaemonProcesses {
-    let swept = ledger::sweep(data_dir);
-    if swept > 0 {
-        tracing::warn!(
-            processes = swept,
-            "killed processes left running by a previous daemon"
-        );
+impl Processes {
+    /// Sets the daemon up to own everything it starts; call once at startup, inside the
+    /// runtime, and keep the returned guard for the daemon's life. It kills what a previous
+    /// daemon on `data_dir` left behind (the ledger), starts the watchdog, makes the process
+    /// the child subreaper so processes that escape their group with `setsid` or a double
+    /// fork become our children instead of PID 1's, starts reaping those once they exit,
+    /// and on drop kills every process still carrying this daemon's instance cookie.
+    pub fn own(&self, data_dir: &Path) -> DaemonProcesses {
+        let swept = ledger::sweep(data_dir, self.instance());
+        if swept > 0 {
+            tracing::warn!(
+                processes = swept,
+                "killed processes left running by a previous daemon"
+            );
+        }
+        lock(&self.0.ledger).open(self.instance(), data_dir);
+        {
+            let mut slot = lock(&self.0.watchdog);
+            if slot.is_none() {
+                *slot = watchdog::Watchdog::start(self.instance());
+            }
+        }
+        // A process attribute, not a daemon's: set by every daemon in the process, harmlessly.
+        if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+            tracing::warn!("cannot become child subreaper; escaped processes go to PID 1: {e}");
+        }
+        let reaper = tokio::spawn(reap_adopted_forever());
+        DaemonProcesses {
+            processes: self.clone(),
+            reaper,
+        }
     }
-    ledger::open(data_dir);
-    watchdog::start();
-    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
-        tracing::warn!("cannot become child subreaper; escaped processes go to PID 1: {e}");
-    }
-    let reaper = tokio::spawn(reap_adopted_forever());
-    DaemonProcesses { reaper }
 }
 
-/// Held by the daemon; dropping it (at shutdown) kills what is left of our processes.
+/// Held by the daemon; dropping it (at shutdown) kills what is left of its processes.
 pub struct DaemonProcesses {
+    processes: Processes,
     reaper: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for DaemonProcesses {
     fn drop(&mut self) {
         self.reaper.abort();
-        let entry = format!("{INSTANCE_VAR}={}", instance());
+        let entry = format!("{INSTANCE_VAR}={}", self.processes.instance());
         let left = procfs::holders(entry.as_bytes());
         for p in &left {
             procfs::signal_exact(p.pid, p.starttime, Signal::SIGTERM);
@@ -315,8 +429,11 @@ impl Drop for DaemonProcesses {
         for p in rest {
             procfs::signal_exact(p.pid, p.starttime, Signal::SIGKILL);
         }
-        ledger::close();
-        watchdog::stop();
+        lock(&self.processes.0.ledger).close();
+        let watchdog = lock(&self.processes.0.watchdog).take();
+        if let Some(w) = watchdog {
+            w.stop();
+        }
     }
 }
 
@@ -331,6 +448,8 @@ async fn reap_adopted_forever() {
     use tokio::signal::unix::{signal, SignalKind};
     let mut sigchld = signal(SignalKind::child()).ok();
     let mut pending = false;
+    // Unknown zombies by when this reaper first saw them.
+    let mut seen = HashMap::new();
     loop {
         let tick = tokio::time::sleep(Duration::from_secs(1));
         match sigchld.as_mut() {
@@ -343,14 +462,21 @@ async fn reap_adopted_forever() {
             None => tick.await,
         }
         // Run on the spawner thread: no spawn can be half-recorded while we scan.
-        pending = spawner::on_spawner(reap_adopted).await.unwrap_or(true);
+        let scan = spawner::on_spawner(move || {
+            let pending = reap_adopted(&mut seen);
+            (pending, seen)
+        });
+        (pending, seen) = match scan.await {
+            Ok(done) => done,
+            Err(_) => (true, HashMap::new()),
+        };
     }
 }
 
 /// One scan: wait for zombie children that are not ours and have been zombies long enough.
-/// True while some are left for a later scan.
-fn reap_adopted() -> bool {
-    static SEEN: Mutex<Option<HashMap<(i32, u64), Instant>>> = Mutex::new(None);
+/// `seen` holds when each unknown zombie was first seen. True while some are left for a
+/// later scan.
+fn reap_adopted(seen: &mut HashMap<(i32, u64), Instant>) -> bool {
     let me = std::process::id() as i32;
     let zombies: Vec<procfs::Stat> = procfs::pids()
         .into_iter()
@@ -363,10 +489,6 @@ fn reap_adopted() -> bool {
     let ours = ours.get_or_insert_with(HashSet::new);
     // Forget our children that are gone (tokio reaped them) or whose pid was reused.
     ours.retain(|(pid, start)| procfs::stat(*pid).is_some_and(|s| s.starttime == *start));
-    let Ok(mut seen) = SEEN.lock() else {
-        return false;
-    };
-    let seen = seen.get_or_insert_with(HashMap::new);
     let now = Instant::now();
     let mut still = HashMap::new();
     for z in zombies {
@@ -394,7 +516,7 @@ mod tests {
     async fn dropping_the_guard_kills_grandchildren() {
         let mut cmd = Command::new("sh");
         cmd.args(["-c", "sleep 30 & sleep 30 & wait"]);
-        let (mut child, guard) = spawn_group(cmd).await.unwrap();
+        let (mut child, guard) = Processes::default().spawn_group(cmd).await.unwrap();
         let pgid = guard.pgid().unwrap();
         assert!(group_exists(pgid));
         guard.terminate(Duration::from_secs(2)).await;
@@ -431,15 +553,19 @@ mod tests {
              echo \"$TOOLHOST_INSTANCE $TOOLHOST_GROUP\"; sleep 30",
         ])
         .stdout(std::process::Stdio::piped());
-        let (mut child, guard) = spawn_group(cmd).await.unwrap();
+        let processes = Processes::default();
+        let (mut child, guard) = processes.spawn_group(cmd).await.unwrap();
         let mut line = String::new();
         let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap());
         tokio::io::AsyncBufReadExt::read_line(&mut out, &mut line)
             .await
             .unwrap();
         let (inst, group) = line.trim().split_once(' ').unwrap();
-        assert_eq!(inst, instance());
-        assert!(group.starts_with(&format!("{}.", instance())), "{group}");
+        assert_eq!(inst, processes.instance());
+        assert!(
+            group.starts_with(&format!("{}.", processes.instance())),
+            "{group}"
+        );
         let entry = format!("{GROUP_VAR}={group}");
         let pgid = guard.pgid().unwrap();
         let outside = || {
@@ -471,7 +597,8 @@ mod tests {
             "env -i setsid sleep 34 >/dev/null 2>&1 & echo $!; sleep 30",
         ])
         .stdout(std::process::Stdio::piped());
-        let (mut child, guard) = spawn_group(cmd).await.unwrap();
+        let processes = Processes::default();
+        let (mut child, guard) = processes.spawn_group(cmd).await.unwrap();
         let mut line = String::new();
         let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap());
         tokio::io::AsyncBufReadExt::read_line(&mut out, &mut line)
@@ -490,7 +617,7 @@ mod tests {
         assert_ne!(escaped.pgrp, pgid);
         assert!(!procfs::environ_has(
             pid,
-            format!("{INSTANCE_VAR}={}", instance()).as_bytes()
+            format!("{INSTANCE_VAR}={}", processes.instance()).as_bytes()
         ));
         guard.terminate(Duration::from_secs(2)).await;
         let _ = child.wait().await;
@@ -501,6 +628,36 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         panic!("the escaped sleep {pid} survived");
+    }
+
+    #[tokio::test]
+    async fn each_daemon_keeps_its_own_ledger() {
+        let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        let daemons = [Processes::default(), Processes::default()];
+        let _owned: Vec<DaemonProcesses> = daemons
+            .iter()
+            .zip(&dirs)
+            .map(|(p, d)| p.own(d.path()))
+            .collect();
+        let ledger =
+            |i: usize| std::fs::read_to_string(dirs[i].path().join(ledger::LEDGER_FILE)).unwrap();
+        let mut running = Vec::new();
+        for p in &daemons {
+            let mut cmd = Command::new("sleep");
+            cmd.arg("30");
+            running.push(p.spawn_group(cmd).await.unwrap());
+        }
+        for (i, (p, (_, guard))) in daemons.iter().zip(&running).enumerate() {
+            let line = ledger(i);
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!(fields.len(), 4, "one group per ledger: {line}");
+            assert_eq!(fields[1], p.instance());
+            assert_eq!(fields[2], guard.pgid().unwrap().to_string());
+        }
+        let (_, first) = running.remove(0);
+        first.terminate(Duration::from_secs(2)).await;
+        assert_eq!(ledger(0), "", "the ended group left its own ledger");
+        assert_eq!(ledger(1).lines().count(), 1, "and only its own");
     }
 
     #[test]
@@ -514,7 +671,7 @@ mod tests {
                 .unwrap();
             let mut cmd = Command::new("sleep");
             cmd.arg("30");
-            let spawned = rt.block_on(spawn_group(cmd)).unwrap();
+            let spawned = rt.block_on(Processes::default().spawn_group(cmd)).unwrap();
             std::mem::forget(rt); // keep the child's reaper registration valid
             spawned
         })

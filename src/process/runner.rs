@@ -204,9 +204,11 @@ fn lines<R: AsyncRead + Unpin + Send + 'static>(r: R, max: usize) -> Reader {
     ))
 }
 
-/// Runs `spec` to its end. Errors only when the program cannot be started or waited for;
-/// a non-zero exit, a timeout and a cancel are [`End`]s with the output so far.
+/// Runs `spec` to its end as a child of `processes`. Errors only when the program cannot be
+/// started or waited for; a non-zero exit, a timeout and a cancel are [`End`]s with the
+/// output so far.
 pub async fn run(
+    processes: &super::Processes,
     spec: Spec,
     cancel: &CancellationToken,
     sink: &mut (dyn Sink + Send),
@@ -221,13 +223,13 @@ pub async fn run(
         })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    super::scrub_env(&mut cmd);
+    processes.scrub_env(&mut cmd, &globset::GlobSet::empty());
     cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
     if let Some(c) = &spec.confine {
         cmd.env("TMPDIR", c.tmpdir());
         crate::sandbox::install(&mut cmd, c);
     }
-    let (mut child, guard) = super::spawn_group(cmd).await?;
+    let (mut child, guard) = processes.spawn_group(cmd).await?;
     let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
         return Err(io::Error::other("could not capture the program's output"));
     };
@@ -315,6 +317,7 @@ mod tests {
     use std::os::unix::process::ExitStatusExt;
 
     use super::*;
+    use crate::process::Processes;
 
     /// Records every delivery, to check order and framing.
     #[derive(Default)]
@@ -345,9 +348,14 @@ mod tests {
         spec.stdin = Some(b"{\"a\":1}\nsecond".to_vec());
         spec.stdout_lines = Some(1024);
         let mut rec = Record::default();
-        let o = run(spec, &CancellationToken::new(), &mut rec)
-            .await
-            .unwrap();
+        let o = run(
+            &Processes::default(),
+            spec,
+            &CancellationToken::new(),
+            &mut rec,
+        )
+        .await
+        .unwrap();
         assert_eq!(code(o.end), Some(0));
         // `read` returns false on the unterminated last line, so it is not echoed.
         assert_eq!(
@@ -374,7 +382,14 @@ mod tests {
             }
         }
         let mut t = Timed(Vec::new());
-        let o = run(spec, &CancellationToken::new(), &mut t).await.unwrap();
+        let o = run(
+            &Processes::default(),
+            spec,
+            &CancellationToken::new(),
+            &mut t,
+        )
+        .await
+        .unwrap();
         assert_eq!(code(o.end), Some(0));
         let texts: Vec<&str> = t.0.iter().map(|(s, _)| s.as_str()).collect();
         assert_eq!(texts, ["one\n", "two\n"]);
@@ -386,9 +401,14 @@ mod tests {
         let mut spec = sh("head -c 100 /dev/zero | tr '\\0' x; echo; echo next");
         spec.stdout_lines = Some(10);
         let mut rec = Record::default();
-        run(spec, &CancellationToken::new(), &mut rec)
-            .await
-            .unwrap();
+        run(
+            &Processes::default(),
+            spec,
+            &CancellationToken::new(),
+            &mut rec,
+        )
+        .await
+        .unwrap();
         assert_eq!(
             rec.0,
             vec![
@@ -401,15 +421,25 @@ mod tests {
     #[tokio::test]
     async fn exit_code_signal_and_stderr_tail() {
         let spec = sh("for i in 1 2 3 4 5; do echo line$i >&2; done; exit 7");
-        let o = run(spec, &CancellationToken::new(), &mut Discard)
-            .await
-            .unwrap();
+        let o = run(
+            &Processes::default(),
+            spec,
+            &CancellationToken::new(),
+            &mut Discard,
+        )
+        .await
+        .unwrap();
         assert_eq!(code(o.end), Some(7));
         assert_eq!(o.stderr.tail_lines(2), "line4\nline5");
         assert_eq!(o.stderr.tail_lines(10), "line1\nline2\nline3\nline4\nline5");
-        let o = run(sh("kill -9 $$"), &CancellationToken::new(), &mut Discard)
-            .await
-            .unwrap();
+        let o = run(
+            &Processes::default(),
+            sh("kill -9 $$"),
+            &CancellationToken::new(),
+            &mut Discard,
+        )
+        .await
+        .unwrap();
         let End::Exited(s) = o.end else {
             panic!("{:?}", o.end)
         };
@@ -421,9 +451,14 @@ mod tests {
         let mut spec =
             sh("printf HEAD; head -c 5000 /dev/zero | tr '\\0' x; printf TAIL >&2; printf TAIL");
         spec.output_cap = 100;
-        let o = run(spec, &CancellationToken::new(), &mut Discard)
-            .await
-            .unwrap();
+        let o = run(
+            &Processes::default(),
+            spec,
+            &CancellationToken::new(),
+            &mut Discard,
+        )
+        .await
+        .unwrap();
         assert_eq!(o.stdout.total(), 5008);
         assert_eq!(o.stdout.dropped(), 4908);
         let text = o.stdout.text();
@@ -446,9 +481,14 @@ mod tests {
         let mut spec = sh("pwd; echo \"$EXTRA|${CARGO_PKG_NAME:-unset}\"");
         spec.cwd = cwd.clone();
         spec.env = vec![("EXTRA".into(), "yes".into())];
-        let o = run(spec, &CancellationToken::new(), &mut Discard)
-            .await
-            .unwrap();
+        let o = run(
+            &Processes::default(),
+            spec,
+            &CancellationToken::new(),
+            &mut Discard,
+        )
+        .await
+        .unwrap();
         assert_eq!(o.stdout.text(), format!("{}\nyes|unset\n", cwd.display()));
     }
 
@@ -456,9 +496,14 @@ mod tests {
     async fn timeout_and_cancel_end_the_run_with_partial_output() {
         let mut spec = sh("echo started; sleep 30");
         spec.timeout = Some(Duration::from_millis(200));
-        let o = run(spec, &CancellationToken::new(), &mut Discard)
-            .await
-            .unwrap();
+        let o = run(
+            &Processes::default(),
+            spec,
+            &CancellationToken::new(),
+            &mut Discard,
+        )
+        .await
+        .unwrap();
         assert_eq!(o.end, End::TimedOut);
         assert_eq!(o.stdout.text(), "started\n");
         let cancel = CancellationToken::new();
@@ -467,16 +512,23 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(100)).await;
             c.cancel();
         });
-        let o = run(sh("sleep 30"), &cancel, &mut Discard).await.unwrap();
+        let o = run(&Processes::default(), sh("sleep 30"), &cancel, &mut Discard)
+            .await
+            .unwrap();
         assert_eq!(o.end, End::Cancelled);
     }
 
     #[tokio::test]
     async fn a_program_that_cannot_start_is_an_error() {
         let spec = Spec::new("/nonexistent/toolhost-no-such-program", "/");
-        let e = run(spec, &CancellationToken::new(), &mut Discard)
-            .await
-            .unwrap_err();
+        let e = run(
+            &Processes::default(),
+            spec,
+            &CancellationToken::new(),
+            &mut Discard,
+        )
+        .await
+        .unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
     }
 }

@@ -5,6 +5,9 @@
 //! every spawn runs as a job on this thread, which never exits: the signal then fires exactly
 //! when the daemon dies. Jobs run one at a time, which also makes "spawn and record the pid"
 //! atomic with respect to the adopted-zombie scan (also run here).
+//!
+//! One thread per process, shared by every daemon in it: the thread a child's PDEATHSIG
+//! follows must live as long as the process, whichever daemon asked for the child.
 
 use std::io;
 use std::sync::mpsc;

@@ -11,7 +11,6 @@
 
 use std::io::Write;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::Mutex;
 
 const SCRIPT: &str = r#"
 trap '' HUP INT TERM
@@ -31,62 +30,57 @@ for e in /proc/[0-9]*/environ; do
 done
 "#;
 
-struct Watchdog {
+/// One daemon's watchdog: the `sh` process and the write end of its stdin.
+pub(super) struct Watchdog {
     child: Child,
     stdin: ChildStdin,
 }
 
-static WATCHDOG: Mutex<Option<Watchdog>> = Mutex::new(None);
-
-/// Starts the watchdog for this daemon instance (once; later calls do nothing).
-pub fn start() {
-    let Ok(mut slot) = WATCHDOG.lock() else {
-        return;
-    };
-    if slot.is_some() {
-        return;
-    }
-    let mut cmd = Command::new("sh");
-    cmd.args(["-c", SCRIPT, "toolhost-watchdog", super::instance()])
-        .env_clear()
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    if let Some(path) = std::env::var_os("PATH") {
-        cmd.env("PATH", path);
-    }
-    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-    match cmd.spawn() {
-        Ok(mut child) => match child.stdin.take() {
-            Some(stdin) => *slot = Some(Watchdog { child, stdin }),
-            None => {
-                let _ = child.kill();
+impl Watchdog {
+    /// Starts the watchdog for the daemon whose cookie is `instance`.
+    pub(super) fn start(instance: &str) -> Option<Watchdog> {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", SCRIPT, "toolhost-watchdog", instance])
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if let Some(path) = std::env::var_os("PATH") {
+            cmd.env("PATH", path);
+        }
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        match cmd.spawn() {
+            Ok(mut child) => match child.stdin.take() {
+                Some(stdin) => Some(Watchdog { child, stdin }),
+                None => {
+                    let _ = child.kill();
+                    None
+                }
+            },
+            Err(e) => {
+                tracing::warn!("cannot start the process watchdog: {e}");
+                None
             }
-        },
-        Err(e) => tracing::warn!("cannot start the process watchdog: {e}"),
+        }
     }
-}
 
-/// Tells the watchdog that a group started (`+`) or ended (`-`).
-pub fn tell(op: char, pgid: i32) {
-    let Ok(mut slot) = WATCHDOG.lock() else {
-        return;
-    };
-    let Some(w) = slot.as_mut() else { return };
-    if let Err(e) = writeln!(w.stdin, "{op} {pgid}") {
-        tracing::warn!("the process watchdog is gone: {e}");
-        *slot = None;
+    /// Tells the watchdog that a group started (`+`) or ended (`-`); false once it is gone.
+    pub(super) fn tell(&mut self, op: char, pgid: i32) -> bool {
+        match writeln!(self.stdin, "{op} {pgid}") {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!("the process watchdog is gone: {e}");
+                false
+            }
+        }
     }
-}
 
-/// Ends the watchdog at a clean shutdown (after everything was killed) and waits for it.
-pub fn stop() {
-    let taken = WATCHDOG.lock().ok().and_then(|mut s| s.take());
-    if let Some(Watchdog {
-        mut child,
-        mut stdin,
-    }) = taken
-    {
+    /// Ends the watchdog at a clean shutdown (after everything was killed) and waits for it.
+    pub(super) fn stop(self) {
+        let Watchdog {
+            mut child,
+            mut stdin,
+        } = self;
         // `q`: quit without the kill pass, which would find nothing and only cost time.
         let _ = writeln!(stdin, "q");
         drop(stdin);

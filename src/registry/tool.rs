@@ -57,6 +57,8 @@ pub struct CallContext {
     pub updates: UpdateSink,
     /// The sandbox the call's programs run in (tools that start programs apply it).
     pub sandbox: crate::sandbox::CallSandbox,
+    /// The daemon's processes: every program a tool starts is one of them.
+    pub processes: crate::process::Processes,
 }
 
 impl CallContext {
@@ -72,6 +74,7 @@ impl CallContext {
             cancel: CancellationToken::new(),
             updates: UpdateSink::default(),
             sandbox: Default::default(),
+            processes: Default::default(),
         }
     }
 

@@ -161,7 +161,7 @@ impl Tool for Bash {
                 spec.confine = Some(c.clone());
             }
             let mut batcher = UpdateBatcher::new(&ctx.updates);
-            let outcome = runner::run(spec, &ctx.cancel, &mut batcher)
+            let outcome = runner::run(&ctx.processes, spec, &ctx.cancel, &mut batcher)
                 .await
                 .map_err(|e| {
                     ToolError::failed(format!("could not start {}: {e}", self.shell.display()))
