@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::audit::{Record, FILE_NAME};
+use crate::audit::FILE_NAME;
+use crate::protocol::AuditRecord as Record;
 
 /// What to show.
 pub struct Filter {

@@ -7,14 +7,18 @@
 //! Architecture Invariant: nothing else is serialised to clients.
 
 mod admin;
+mod audit;
 mod invoke;
+mod output;
 mod session;
 mod socket;
 mod status;
 mod tools;
 
 pub use admin::*;
+pub use audit::*;
 pub use invoke::*;
+pub use output::*;
 pub use session::*;
 pub use socket::{default_socket, socket_path};
 pub use status::*;

@@ -32,7 +32,7 @@ pub fn compile_schema(schema: &serde_json::Value) -> Result<jsonschema::Validato
         .map_err(|e| e.to_string())
 }
 pub use tool::{
-    CallContext, Tool, ToolError, ToolOk, ToolResult, ToolSource, ToolSpec, ToolUpdate, UpdateSink,
+    CallContext, Tool, ToolError, ToolResult, ToolSource, ToolSpec, ToolUpdate, UpdateSink,
 };
 
 /// A group of tools that changes together. The order of the variants is the precedence on a

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::approval::ApprovalClass;
 use crate::protocol::{
-    ContentBlock, ErrorKind, OpenAiFunction, OpenAiTool, OpenAiToolType, Progress,
+    ContentBlock, ErrorKind, OpenAiFunction, OpenAiTool, OpenAiToolType, Progress, ToolOutput,
 };
 
 /// Where a tool comes from; shown in `list_tools.meta` and used to order name clashes.
@@ -130,16 +130,15 @@ impl CallContext {
     }
 }
 
-/// Success fields of a tool result (`ok: true` is added by the pipeline).
-pub type ToolOk = Map<String, Value>;
-
-/// A tool failure: becomes `{ok:false, error, error_kind, ...fields}`.
+/// A tool failure: becomes `{ok:false, error, error_kind}` beside what the tool gave with
+/// it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolError {
     pub kind: ErrorKind,
     pub message: String,
-    /// Extra fields kept in the result (e.g. `exit_code`, partial `stdout`).
-    pub fields: Map<String, Value>,
+    /// What the tool produced before it failed (e.g. `exit_code`, partial `stdout`); boxed,
+    /// so a result that is an error is no bigger than one that is not.
+    pub output: Box<ToolOutput>,
 }
 
 impl ToolError {
@@ -147,7 +146,7 @@ impl ToolError {
         ToolError {
             kind,
             message: message.into(),
-            fields: Map::new(),
+            output: Box::default(),
         }
     }
     /// The common case: the tool ran and could not do what was asked.
@@ -158,7 +157,7 @@ impl ToolError {
         Self::new(ErrorKind::InvalidArguments, message)
     }
     pub fn with_field(mut self, key: &str, value: impl Into<Value>) -> Self {
-        self.fields.insert(key.to_owned(), value.into());
+        self.output.insert(key, value);
         self
     }
     /// The call to `tool` reached its deadline (`timeout_ms`).
@@ -177,7 +176,7 @@ impl ToolError {
     }
 }
 
-pub type ToolResult = Result<ToolOk, ToolError>;
+pub type ToolResult = Result<ToolOutput, ToolError>;
 
 /// A callable tool. Implementations must stop their work (and kill any process they
 /// started) when the returned future is dropped: that is how timeout and cancel reach them.

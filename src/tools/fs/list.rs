@@ -10,7 +10,8 @@ use tokio_util::sync::CancellationToken;
 use super::super::paths::{open_workspace, resolve_target, shown_rel};
 use super::super::{int_arg, object_schema, opt_str_arg, run_blocking, stopped};
 use crate::approval::ApprovalClass;
-use crate::registry::{CallContext, Tool, ToolError, ToolOk, ToolResult, ToolSpec};
+use crate::protocol::ToolOutput;
+use crate::registry::{CallContext, Tool, ToolError, ToolResult, ToolSpec};
 
 /// `list_dir`: default and largest `depth`.
 pub const LIST_DEFAULT_DEPTH: u64 = 2;
@@ -160,7 +161,7 @@ fn list_dir(
     }
     entries.sort_by(|a, b| a.0.cmp(&b.0));
     let listing: Vec<String> = entries.into_iter().map(|(_, l)| l).collect();
-    let mut out = ToolOk::new();
+    let mut out = Map::new();
     out.insert("path".into(), json!(name));
     out.insert("depth".into(), json!(depth));
     out.insert("count".into(), json!(listing.len()));
@@ -181,7 +182,7 @@ fn list_dir(
     if !notes.is_empty() {
         out.insert("note".into(), json!(notes.join("; ")));
     }
-    Ok(out)
+    Ok(ToolOutput::from_fields(out))
 }
 
 #[cfg(test)]
@@ -227,7 +228,9 @@ mod tests {
         for i in 0..5 {
             ws.write(&format!("f{i}.txt"), "");
         }
-        let r = list_dir(&ws.root, ".", 2, 4, &CancellationToken::new()).unwrap();
+        let r = list_dir(&ws.root, ".", 2, 4, &CancellationToken::new())
+            .unwrap()
+            .fields;
         assert_eq!(r["entries"], "f0.txt\nf1.txt\nf2.txt\nf3.txt");
         assert_eq!(r["truncated"], true);
         assert!(r["note"]

@@ -15,7 +15,8 @@ use super::super::{
 };
 use super::{is_binary, not_regular, open_node, Node};
 use crate::approval::ApprovalClass;
-use crate::registry::{CallContext, Tool, ToolError, ToolOk, ToolResult, ToolSpec};
+use crate::protocol::ToolOutput;
+use crate::registry::{CallContext, Tool, ToolError, ToolResult, ToolSpec};
 
 /// `search_files`: default and largest `max_results`.
 pub const SEARCH_DEFAULT_MAX_RESULTS: u64 = 100;
@@ -188,7 +189,7 @@ fn search_files(workspace: &Path, args: &SearchArgs, stop: &CancellationToken) -
         truncated,
         ..
     } = walk;
-    let mut out = ToolOk::new();
+    let mut out = Map::new();
     out.insert("path".into(), json!(name));
     out.insert("matches".into(), json!(lines.join("\n")));
     out.insert("match_count".into(), json!(lines.len()));
@@ -220,7 +221,7 @@ fn search_files(workspace: &Path, args: &SearchArgs, stop: &CancellationToken) -
     if !notes.is_empty() {
         out.insert("note".into(), json!(notes.join("; ")));
     }
-    Ok(out)
+    Ok(ToolOutput::from_fields(out))
 }
 
 /// Ignore files read per directory; later ones take precedence (as in ripgrep).

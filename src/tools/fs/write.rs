@@ -9,7 +9,8 @@ use super::super::paths::{open_workspace, resolve_target};
 use super::super::{object_schema, run_blocking, str_arg};
 use super::write_atomic;
 use crate::approval::ApprovalClass;
-use crate::registry::{CallContext, Tool, ToolOk, ToolResult, ToolSpec};
+use crate::protocol::ToolOutput;
+use crate::registry::{CallContext, Tool, ToolResult, ToolSpec};
 
 /// Creates or replaces a file with the given content.
 pub struct WriteFile {
@@ -69,11 +70,11 @@ fn write_file(workspace: &Path, raw: &str, content: &str) -> ToolResult {
     let target = resolve_target(&root, &[], raw)?;
     let name = target.shown.as_str();
     let created = write_atomic(&root, &target, content.as_bytes())?;
-    let mut out = ToolOk::new();
+    let mut out = Map::new();
     out.insert("path".into(), json!(name));
     out.insert("bytes_written".into(), json!(content.len()));
     out.insert("created".into(), json!(created));
-    Ok(out)
+    Ok(ToolOutput::from_fields(out))
 }
 
 #[cfg(test)]
