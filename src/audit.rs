@@ -16,9 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
-
-use crate::protocol::ErrorKind;
+use crate::protocol::AuditRecord;
 
 /// The file name of the live log in the data directory.
 pub const FILE_NAME: &str = "audit.jsonl";
@@ -87,57 +85,6 @@ pub fn current_caller() -> Option<Arc<Caller>> {
     CALLER.try_with(Arc::clone).ok()
 }
 
-/// What the approval policy said about a call that got that far.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Verdict {
-    Allow,
-    NeedsApproval,
-    Deny,
-}
-
-/// One finished call.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Record {
-    /// Milliseconds since the Unix epoch when the call finished.
-    pub time_ms: u64,
-    pub call_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub peer_uid: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub peer_pid: Option<i32>,
-    /// The peer's process name.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub peer_process: Option<String>,
-    /// The frontend's own name, when it gave one: session meta `client` (or
-    /// `clientInfo.name`), else the connection's `User-Agent`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub client: Option<String>,
-    pub tool: String,
-    /// `builtin`, `custom`, `mcp`, or `unknown` for a tool that does not exist.
-    pub source: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub server: Option<String>,
-    /// `None` when the call failed before the policy was asked (unknown tool, bad args).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub approval: Option<Verdict>,
-    /// The call carried `approved: true`.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub approved: bool,
-    pub ok: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error_kind: Option<ErrorKind>,
-    pub duration_ms: u64,
-    /// Size of the result the tool produced (before any cap), in bytes of JSON.
-    pub output_bytes: u64,
-    /// SHA-256 of the arguments as JSON (never the arguments themselves).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub args_sha256: Option<String>,
-    pub args_bytes: u64,
-}
-
 /// The sending end of the audit log; cheap to share.
 #[derive(Clone)]
 pub struct AuditLog {
@@ -146,7 +93,7 @@ pub struct AuditLog {
 
 /// What the writer thread is sent.
 enum Entry {
-    Record(Box<Record>),
+    Record(Box<AuditRecord>),
     /// Write everything queued before this, then answer (a stopping daemon waits for it).
     Flush(std::sync::mpsc::Sender<()>),
 }
@@ -170,7 +117,7 @@ impl AuditLog {
     }
 
     /// Queues a record; false when it had to be dropped.
-    pub fn record(&self, r: Record) -> bool {
+    pub fn record(&self, r: AuditRecord) -> bool {
         match &self.tx {
             Some(tx) => match tx.try_send(Entry::Record(Box::new(r))) {
                 Ok(()) => true,
@@ -313,9 +260,10 @@ pub fn client_name(meta: &serde_json::Map<String, serde_json::Value>) -> Option<
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::ApprovalVerdict;
 
-    fn record(n: u64) -> Record {
-        Record {
+    fn record(n: u64) -> AuditRecord {
+        AuditRecord {
             time_ms: n,
             call_id: format!("c{n}"),
             session: None,
@@ -326,7 +274,7 @@ mod tests {
             tool: "bash".into(),
             source: "builtin".into(),
             server: None,
-            approval: Some(Verdict::Allow),
+            approval: Some(ApprovalVerdict::Allow),
             approved: false,
             ok: true,
             error_kind: None,
@@ -353,14 +301,14 @@ mod tests {
             std::fs::read_to_string(dir.path().join(name))
                 .unwrap_or_default()
                 .lines()
-                .map(|l| serde_json::from_str::<Record>(l).unwrap().time_ms)
+                .map(|l| serde_json::from_str::<AuditRecord>(l).unwrap().time_ms)
                 .collect()
         };
         assert_eq!(read("audit.jsonl.2"), vec![16, 17, 18]);
         assert_eq!(read("audit.jsonl.1"), vec![19, 20, 21]);
         assert!(!path.exists());
         assert!(!dir.path().join("audit.jsonl.3").exists());
-        let first: Record = serde_json::from_str(
+        let first: AuditRecord = serde_json::from_str(
             std::fs::read_to_string(dir.path().join("audit.jsonl.1"))
                 .unwrap()
                 .lines()

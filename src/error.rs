@@ -13,6 +13,44 @@ pub enum Error {
     /// `-32000`: the host could not do it (store I/O, config write).
     #[error("{0}")]
     Server(String),
+    /// `-32602`: no MCP server by that name.
+    #[error(transparent)]
+    UnknownServer(#[from] UnknownServer),
+}
+
+/// There is no MCP server by this name: among the live servers, or in config.json (for
+/// `mcp.remove`, which edits the file).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub struct UnknownServer {
+    pub name: String,
+    pub in_config_file: bool,
+}
+
+impl UnknownServer {
+    /// No live server is called `name`.
+    pub fn live(name: &str) -> Self {
+        UnknownServer {
+            name: name.to_owned(),
+            in_config_file: false,
+        }
+    }
+    /// config.json names no server `name`.
+    pub fn in_config_file(name: &str) -> Self {
+        UnknownServer {
+            name: name.to_owned(),
+            in_config_file: true,
+        }
+    }
+}
+
+impl std::fmt::Display for UnknownServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "no MCP server named '{}'", self.name)?;
+        if self.in_config_file {
+            f.write_str(" in config.json")?;
+        }
+        Ok(())
+    }
 }
 
 impl Error {

@@ -8,14 +8,15 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value};
 
 use crate::approval::{self, Decision};
-use crate::audit::{self, Verdict};
-use crate::catalog::ToolSource;
+use crate::audit;
 use crate::error::{Error, Result};
 use crate::host::Host;
 use crate::metrics::{self, Source};
 use crate::protocol::{
-    ApprovalClass, ApprovalMode, CallOutcome, ErrorKind, InvokeParams, InvokeResult,
+    ApprovalClass, ApprovalMode, ApprovalVerdict as Verdict, AuditRecord, CallOutcome, Control, ErrorKind, InvokeParams,
+    InvokeResult,
 };
+use crate::catalog::ToolSource;
 use crate::registry::{CallContext, ToolError, ToolResult, UpdateSink};
 use crate::sandbox::CallSandbox;
 
@@ -118,7 +119,6 @@ pub async fn invoke(
         &host.outputs_dir(),
         &call_id,
     );
-    let result = outcome_of(result);
     let elapsed = started.elapsed();
     facts.output_bytes = output_bytes as u64;
     facts.client = client;
@@ -180,7 +180,7 @@ fn record_finished(
         elapsed.as_secs_f64(),
     );
     let caller = audit::current_caller();
-    let record = audit::Record {
+    let record = AuditRecord {
         time_ms: crate::now_ms(),
         call_id: call_id.to_owned(),
         session: params.session_id.clone(),
@@ -367,89 +367,93 @@ fn approval_summary(name: &str, class: Option<ApprovalClass>, args: &Map<String,
     format!("{name} ({class}){detail}")
 }
 
-/// Turns a tool outcome into the `result` object (always with `ok`) and the control fields.
-/// Also returns the size in bytes of the result as the tool produced it (before the cap).
+/// Turns a tool outcome into the envelope's `result` and `control`, the result held to
+/// `max_output` bytes. Also returns the size in bytes of the result as the tool produced it
+/// (before the cap).
 pub fn normalise(
     outcome: ToolResult,
     max_output: usize,
     outputs_dir: &Path,
     call_id: &str,
-) -> (Map<String, Value>, Option<Map<String, Value>>, usize) {
-    let mut result = Map::new();
-    match outcome {
-        Ok(fields) => {
-            result.insert("ok".into(), Value::Bool(true));
-            result.extend(fields);
-        }
-        Err(e) => {
-            result.insert("ok".into(), Value::Bool(false));
-            result.extend(e.fields);
-            result.insert("error".into(), Value::String(e.message));
-            result.insert(
-                "error_kind".into(),
-                serde_json::to_value(e.kind).unwrap_or(Value::Null),
-            );
-        }
-    }
-    let control_keys: Vec<String> = result
-        .keys()
-        .filter(|k| k.starts_with('_'))
-        .cloned()
-        .collect();
-    let control = if control_keys.is_empty() {
-        None
-    } else {
-        Some(
-            control_keys
-                .into_iter()
-                .filter_map(|k| result.remove_entry(&k))
-                .collect(),
-        )
+) -> (CallOutcome, Option<Control>, usize) {
+    let mut result = match outcome {
+        Ok(output) => CallOutcome {
+            ok: true,
+            error: None,
+            error_kind: None,
+            output,
+        },
+        Err(e) => CallOutcome {
+            ok: false,
+            error: Some(e.message),
+            error_kind: Some(e.kind),
+            output: *e.output,
+        },
     };
+    let control = std::mem::take(&mut result.output.control);
     let size = cap_output(&mut result, max_output, outputs_dir, call_id);
-    (result, control, size)
+    (result, (!control.is_empty()).then_some(control), size)
 }
 
-/// The typed envelope of a normalised result map.
-fn outcome_of(mut fields: Map<String, Value>) -> CallOutcome {
-    let ok = fields
-        .remove("ok")
-        .and_then(|v| v.as_bool())
-        .unwrap_or(false);
-    let error = match fields.remove("error") {
-        Some(Value::String(s)) => Some(s),
-        Some(other) => Some(other.to_string()),
-        None => None,
-    };
-    let error_kind = fields
-        .remove("error_kind")
-        .and_then(|v| serde_json::from_value(v).ok());
-    CallOutcome {
-        ok,
-        error,
-        error_kind,
-        fields,
+/// A text of a result that the output cap may cut.
+#[derive(Debug, Clone, PartialEq)]
+enum Text {
+    /// One of the tool's own fields.
+    Field(String),
+    /// The error message.
+    Error,
+}
+
+impl Text {
+    fn name(&self) -> &str {
+        match self {
+            Text::Field(k) => k,
+            Text::Error => "error",
+        }
     }
+    fn get_mut<'a>(&self, result: &'a mut CallOutcome) -> Option<&'a mut String> {
+        let value = match self {
+            Text::Field(k) => result.output.fields.get_mut(k),
+            Text::Error => return result.error.as_mut(),
+        };
+        match value {
+            Some(Value::String(s)) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// The length of `value` as JSON, counted without writing it anywhere.
+fn json_len(value: &impl serde::Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value).map_or(0, |()| count.0)
 }
 
 /// Keeps the result under `max` bytes: the longest string fields are cut with a visible
 /// marker and the whole text is saved to a file the model can page through with `read_file`.
 /// Returns the result's size before cutting.
-fn cap_output(
-    result: &mut Map<String, Value>,
-    max: usize,
-    outputs_dir: &Path,
-    call_id: &str,
-) -> usize {
-    let size = serde_json::to_string(result).map(|s| s.len()).unwrap_or(0);
+fn cap_output(result: &mut CallOutcome, max: usize, outputs_dir: &Path, call_id: &str) -> usize {
+    let size = json_len(result);
     if size <= max {
         return size;
     }
-    let mut fields: Vec<(String, usize)> = result
+    let own = result
+        .output
+        .fields
         .iter()
-        .filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.len())))
-        .filter(|(_, len)| *len > 256)
-        .collect();
+        .filter_map(|(k, v)| v.as_str().map(|s| (Text::Field(k.clone()), s.len())));
+    let error = result.error.as_ref().map(|e| (Text::Error, e.len()));
+    let mut fields: Vec<(Text, usize)> = own.chain(error).filter(|(_, len)| *len > 256).collect();
     fields.sort_by_key(|(_, len)| std::cmp::Reverse(*len));
     if fields.is_empty() {
         return size;
@@ -463,9 +467,9 @@ fn cap_output(
     ));
     let mut full = String::new();
     for (k, _) in &fields {
-        if let Some(s) = result.get(k).and_then(Value::as_str) {
+        if let Some(s) = k.get_mut(result) {
             if fields.len() > 1 {
-                full.push_str(&format!("===== {k} =====\n"));
+                full.push_str(&format!("===== {} =====\n", k.name()));
             }
             full.push_str(s);
             if !s.ends_with('\n') {
@@ -478,7 +482,7 @@ fn cap_output(
     let others = size.saturating_sub(fields.iter().map(|(_, l)| l).sum::<usize>());
     let budget = max.saturating_sub(others + 512) / fields.len();
     for (k, len) in &fields {
-        if let Some(Value::String(s)) = result.get_mut(k) {
+        if let Some(s) = k.get_mut(result) {
             let keep = floor_char_boundary(s, budget.min(*len));
             let dropped = s.len() - keep;
             s.truncate(keep);
@@ -487,12 +491,11 @@ fn cap_output(
             ));
         }
     }
-    result.insert("truncated".into(), Value::Bool(true));
+    result.output.insert("truncated", true);
     if saved {
-        result.insert(
-            "full_output_path".into(),
-            Value::String(path.display().to_string()),
-        );
+        result
+            .output
+            .insert("full_output_path", path.display().to_string());
     } else {
         tracing::warn!(path = %path.display(), "could not save the full output");
     }
@@ -536,24 +539,40 @@ fn sanitize_file_name(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::ToolOutput;
     use serde_json::json;
+
+    /// An output of `fields` as a tool gives them.
+    fn output(fields: Value) -> ToolOutput {
+        let Value::Object(mut fields) = fields else {
+            panic!("not an object")
+        };
+        let mut out = ToolOutput::default();
+        out.control.split_from(&mut fields);
+        out.fields = fields;
+        out
+    }
 
     #[test]
     fn control_fields_are_split_out() {
-        let mut ok = Map::new();
-        ok.insert("text".into(), json!("hi"));
-        ok.insert("_multimodal".into(), json!(true));
+        let ok = output(json!({"text": "hi", "_multimodal": true}));
         let (r, c, _) = normalise(Ok(ok), 1 << 20, Path::new("/nonexistent"), "c1");
-        assert_eq!(Value::Object(r), json!({"ok": true, "text": "hi"}));
-        assert_eq!(c.map(Value::Object), Some(json!({"_multimodal": true})));
+        assert_eq!(
+            serde_json::to_value(&r).unwrap(),
+            json!({"ok": true, "text": "hi"})
+        );
+        assert_eq!(
+            c.map(|c| serde_json::to_value(c).unwrap()),
+            Some(json!({"_multimodal": true}))
+        );
     }
 
     #[test]
     fn big_output_is_truncated_and_spilled() {
         let dir = tempfile::tempdir().unwrap();
-        let mut ok = Map::new();
-        ok.insert("output".into(), json!("x".repeat(10_000)));
+        let ok = output(json!({"output": "x".repeat(10_000)}));
         let (r, _, _) = normalise(Ok(ok), 2_000, dir.path(), "c/2");
+        let r = serde_json::to_value(&r).unwrap();
         assert_eq!(r["truncated"], json!(true));
         assert!(serde_json::to_string(&r).unwrap().len() <= 2_000);
         let path = r["full_output_path"].as_str().unwrap();
@@ -567,10 +586,12 @@ mod tests {
     fn call_ids_that_sanitise_alike_spill_to_different_files() {
         let dir = tempfile::tempdir().unwrap();
         let spill = |id: &str, text: &str| {
-            let mut ok = Map::new();
-            ok.insert("output".into(), json!(text.repeat(5_000)));
+            let ok = output(json!({"output": text.repeat(5_000)}));
             let (r, _, _) = normalise(Ok(ok), 2_000, dir.path(), id);
-            r["full_output_path"].as_str().unwrap().to_owned()
+            r.output.fields["full_output_path"]
+                .as_str()
+                .unwrap()
+                .to_owned()
         };
         let (a, b) = (spill("job.1", "a"), spill("job/1", "b"));
         assert_ne!(a, b);

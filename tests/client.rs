@@ -31,7 +31,7 @@ async fn fifty_calls_in_flight_on_one_connection_each_get_their_own_answer() {
     for (n, call) in calls.into_iter().enumerate() {
         let r = call.await.unwrap().unwrap();
         assert!(r.result.ok, "{r:?}");
-        assert_eq!(r.result.fields["stdout"], json!(format!("{n}\n")));
+        assert_eq!(r.result.output.fields["stdout"], json!(format!("{n}\n")));
     }
     // One after another they would take 50 × 0.2 s = 10 s.
     let elapsed = started.elapsed();
@@ -54,7 +54,7 @@ async fn a_subscription_gets_its_updates_then_one_result() {
         "{updates:?}"
     );
     assert!(r.result.ok, "{r:?}");
-    assert_eq!(r.result.fields["stdout"], json!("one\ntwo\n"));
+    assert_eq!(r.result.output.fields["stdout"], json!("one\ntwo\n"));
     // The connection carries on after the subscription ended.
     assert_eq!(c.health().await.unwrap().status, HealthStatus::Ok);
 }

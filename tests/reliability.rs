@@ -105,9 +105,10 @@ async fn load_with_reloads_and_server_crashes_loses_no_reply() {
                         Ok(r) if r.result.ok => {
                             let out = r
                                 .result
+                                .output
                                 .fields
                                 .get("stdout")
-                                .or_else(|| r.result.fields.get("output"));
+                                .or_else(|| r.result.output.fields.get("output"));
                             if out.and_then(Value::as_str) == Some(token.as_str()) {
                                 tally.ok.fetch_add(1, Ordering::Relaxed);
                             } else {

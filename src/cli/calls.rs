@@ -12,7 +12,8 @@ use std::time::Duration;
 use clap::Args;
 
 use super::Globals;
-use crate::audit::{Record, FILE_NAME};
+use crate::audit::FILE_NAME;
+use crate::protocol::AuditRecord as Record;
 use crate::client::Client;
 
 #[derive(Args, Debug)]

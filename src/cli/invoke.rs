@@ -44,12 +44,14 @@ pub async fn invoke(g: &Globals, a: InvokeArgs) -> Result<ExitCode, ClientError>
     if g.out.json {
         emit(g.out, &r);
     } else if ok {
-        // One field (`content`, `output`, …) prints bare; several print as JSON.
-        let fields = &r.result.fields;
-        match fields.values().next() {
-            Some(Value::String(s)) if fields.len() == 1 => println!("{s}"),
-            Some(v) if fields.len() == 1 => print_json(v),
-            _ => print_json(fields),
+        // The main text prints bare, the facts beside it as JSON.
+        let shown = r.result.output.shown();
+        match shown.main_text {
+            Some(text) => println!("{}", text.strip_suffix('\n').unwrap_or(text)),
+            None => print_json(&r.result.output.fields),
+        }
+        if shown.main_text.is_some() && !shown.facts.is_empty() {
+            print_json(&shown.facts);
         }
     } else {
         let kind = r.result.error_kind;

@@ -11,14 +11,17 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use futures::future::BoxFuture;
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::manifest::{provider_env_name, Manifest};
 use crate::catalog::{ToolSource, ToolSpec};
 use crate::config::Provider;
 use crate::process::runner::{self, Capture, End, Sink, Spec, Stream};
-use crate::protocol::{ContentBlock, ErrorKind, Progress};
-use crate::registry::{CallContext, Tool, ToolError, ToolOk, ToolResult, ToolUpdate, UpdateSink};
+use crate::protocol::{ContentBlock, Control, ErrorKind, ImageDataUrl, Progress, ToolOutput};
+use crate::registry::{
+    CallContext, Tool, ToolError, ToolResult, ToolUpdate, UpdateSink,
+};
 use crate::sandbox::{self, Plan};
 
 /// The tool's own timeout when its manifest names none.
@@ -140,7 +143,7 @@ impl CustomTool {
         let result = self.outcome(outcome, lines, timeout, &stderr_tail);
         match (result, note) {
             (Ok(mut ok), Some(n)) => {
-                ok.insert("sandbox".into(), n);
+                ok.insert("sandbox", n);
                 Ok(ok)
             }
             (Err(e), Some(n)) => Err(e.with_field("sandbox", n)),
@@ -201,8 +204,8 @@ impl CustomTool {
             _ => return Err(ToolError::failed("the program ended without a status")),
         };
         if status.success() {
-            let mut ok = ToolOk::new();
-            ok.insert("output".into(), Value::String(lines.plain.text()));
+            let mut ok = ToolOutput::default();
+            ok.insert("output", lines.plain.text());
             return Ok(ok);
         }
         let how = match (status.code(), status.signal()) {
@@ -232,6 +235,15 @@ impl CustomTool {
             Answer::Error(message) => return Err(ToolError::failed(message)),
             Answer::Result(r) => r,
         };
+        let mut out = ToolOutput::default();
+        let dropped = out.control.split_from(&mut result);
+        if !dropped.is_empty() {
+            tracing::warn!(
+                tool = %self.spec.name,
+                fields = ?dropped,
+                "control fields dropped from the result: the contract defines no such field, or not of this type"
+            );
+        }
         if result.remove("ok") == Some(Value::Bool(false)) {
             let message = match result.remove("error") {
                 Some(Value::String(s)) => s,
@@ -239,16 +251,24 @@ impl CustomTool {
                 None => format!("Tool '{}' reported a failure", self.spec.name),
             };
             let mut e = ToolError::failed(message);
-            e.fields = result;
+            out.content = match result.remove("content") {
+                Some(Value::Array(blocks)) => Some(blocks),
+                Some(other) => {
+                    result.insert("content".into(), other);
+                    None
+                }
+                None => None,
+            };
+            out.fields = result;
+            e.output = Box::new(out);
             return Err(e);
         }
-        if let Some(content) = result.get("content") {
-            let blocks: Vec<ContentBlock> =
-                serde_json::from_value(content.clone()).map_err(|e| {
-                    ToolError::failed(format!(
-                        "the result's content is not a list of MCP content blocks: {e}"
-                    ))
-                })?;
+        if let Some(content) = result.remove("content") {
+            let blocks = Vec::<ContentBlock>::deserialize(&content).map_err(|e| {
+                ToolError::failed(format!(
+                    "the result's content is not a list of MCP content blocks: {e}"
+                ))
+            })?;
             if !result.contains_key("output") {
                 let text: Vec<&str> = blocks
                     .iter()
@@ -262,14 +282,14 @@ impl CustomTool {
             // Like MCP tool results: the first image also travels as control fields, for
             // frontends that attach images to the next model turn.
             let image = blocks.iter().find_map(|b| match b {
-                ContentBlock::Image { data, mime_type } => {
-                    Some(format!("data:{mime_type};base64,{data}"))
-                }
+                ContentBlock::Image { data, mime_type } => ImageDataUrl::new(mime_type, data),
                 _ => None,
             });
             if let Some(url) = image {
-                result.insert("_multimodal".into(), Value::Bool(true));
-                result.insert("_image_data_url".into(), Value::String(url));
+                out.control = Control::image(url);
+            }
+            if let Value::Array(blocks) = content {
+                out.content = Some(blocks);
             }
         }
         if let Some(structured) = result.remove("structured") {
@@ -294,9 +314,13 @@ impl CustomTool {
                     )));
                 }
             }
-            result.insert("structured_content".into(), structured);
+            if let Value::Object(structured) = structured {
+                out.structured_content = Some(structured);
+                result.shift_remove("structured_content");
+            }
         }
-        Ok(result)
+        out.fields = result;
+        Ok(out)
     }
 }
 

@@ -6,14 +6,11 @@
 //! most conversions go through JSON rather than restating every field by hand.
 
 use rmcp::model::{CallToolResult, ContentBlock, Tool};
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::protocol::ApprovalClass;
-use crate::protocol::{McpTool, ToolMeta};
-
-/// The fields that carry a tool's main text, in order of preference; the first that is a
-/// string becomes the first text block of the MCP result.
-const MAIN_TEXT: [&str; 5] = ["output", "stdout", "content", "entries", "matches"];
+use crate::protocol::{CallOutcome, McpTool, ToolMeta};
 
 /// One live tool as an MCP `Tool`: title, description, input and output schema kept, and
 /// annotations whose `readOnlyHint` follows the tool's approval class (`destructiveHint`
@@ -60,49 +57,44 @@ pub fn tool(entry: &McpTool, meta: Option<&ToolMeta>) -> Option<Tool> {
 }
 
 /// A finished call as an MCP result. A tool's own `content` blocks pass through as they
-/// are; otherwise its main text field becomes a text block and the remaining fields a
-/// second (compact JSON) block, so facts such as `exit_code` reach the model.
-/// `structured_content` becomes `structuredContent`; `ok:false` becomes `isError` with
-/// the error text first.
-pub fn call_result(ok: bool, error: Option<&str>, fields: &Map<String, Value>) -> CallToolResult {
-    let mut rest = fields.clone();
-    let structured = rest.remove("structured_content").filter(Value::is_object);
+/// are; otherwise its main text becomes a text block and the facts beside it a second
+/// (compact JSON) block, so facts such as `exit_code` reach the model
+/// ([`crate::protocol::ToolOutput::shown`]). Structured content becomes `structuredContent`; `ok:false`
+/// becomes `isError` with the error text first.
+pub fn call_result(outcome: &CallOutcome) -> CallToolResult {
+    let output = &outcome.output;
     let mut blocks: Vec<ContentBlock> = Vec::new();
-    if let Some(e) = error.filter(|e| !e.is_empty()) {
+    if let Some(e) = outcome.error.as_deref().filter(|e| !e.is_empty()) {
         blocks.push(ContentBlock::text(e));
     }
-    let own = rest
-        .get("content")
-        .filter(|c| c.is_array())
-        .and_then(|c| serde_json::from_value::<Vec<ContentBlock>>(c.clone()).ok());
+    let own = output
+        .content
+        .as_ref()
+        .and_then(|c| Vec::<ContentBlock>::deserialize(Value::Array(c.clone())).ok());
     if let Some(own) = own {
-        rest.remove("content");
-        // Text already given as `output` (the MCP client's summary of the same blocks).
-        rest.remove("output");
         blocks.extend(own);
     } else {
-        if let Some(key) = MAIN_TEXT
-            .iter()
-            .find(|k| rest.get(**k).is_some_and(Value::is_string))
-        {
-            if let Some(Value::String(text)) = rest.remove(*key) {
-                if !text.is_empty() || blocks.is_empty() {
-                    blocks.push(ContentBlock::text(text));
-                }
+        let shown = output.shown();
+        let mut facts = shown.facts;
+        if let Some(text) = shown.main_text {
+            if !text.is_empty() || blocks.is_empty() {
+                blocks.push(ContentBlock::text(text));
             }
         }
-        // Empty text (a quiet stderr) says nothing to the model.
-        rest.retain(|_, v| v.as_str() != Some(""));
-        if !rest.is_empty() {
-            blocks.push(ContentBlock::text(Value::Object(rest).to_string()));
+        // Blocks that are not MCP blocks still reach the model, as JSON.
+        if let Some(content) = &output.content {
+            facts.insert("content".into(), Value::Array(content.clone()));
+        }
+        if !facts.is_empty() {
+            blocks.push(ContentBlock::text(Value::Object(facts).to_string()));
         }
     }
-    let mut r = if ok {
+    let mut r = if outcome.ok {
         CallToolResult::success(blocks)
     } else {
         CallToolResult::error(blocks)
     };
-    r.structured_content = structured;
+    r.structured_content = output.structured_content.clone().map(Value::Object);
     r
 }
 
@@ -139,11 +131,9 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn obj(v: Value) -> Map<String, Value> {
-        match v {
-            Value::Object(o) => o,
-            _ => unreachable!(),
-        }
+    /// A call's `result` as the client reads it off the wire.
+    fn outcome(v: Value) -> CallOutcome {
+        serde_json::from_value(v).unwrap()
     }
 
     #[test]
@@ -160,7 +150,9 @@ mod tests {
 
     #[test]
     fn builtin_results_keep_their_main_text_and_facts() {
-        let r = call_result(true, None, &obj(json!({"output": "hi\n", "exit_code": 0})));
+        let r = call_result(&outcome(
+            json!({"ok": true, "output": "hi\n", "exit_code": 0}),
+        ));
         assert_eq!(
             serde_json::to_value(&r).unwrap(),
             json!({"resultType": "complete", "content": [{"type": "text", "text": "hi\n"}, {"type": "text", "text": "{\"exit_code\":0}"}], "isError": false})
@@ -169,12 +161,12 @@ mod tests {
 
     #[test]
     fn own_content_blocks_and_structured_output_pass_through() {
-        let fields = obj(json!({
+        let r = call_result(&outcome(json!({
+            "ok": true,
             "output": "[image: image/png, 4 bytes base64]",
             "content": [{"type": "image", "data": "AAAA", "mimeType": "image/png"}],
             "structured_content": {"n": 1}
-        }));
-        let r = call_result(true, None, &fields);
+        })));
         assert_eq!(
             serde_json::to_value(&r).unwrap(),
             json!({"resultType": "complete", "content": [{"type": "image", "data": "AAAA", "mimeType": "image/png"}], "structuredContent": {"n": 1}, "isError": false})
@@ -183,7 +175,7 @@ mod tests {
 
     #[test]
     fn failures_lead_with_the_error() {
-        let r = call_result(false, Some("boom"), &Map::new());
+        let r = call_result(&outcome(json!({"ok": false, "error": "boom"})));
         assert_eq!(
             serde_json::to_value(&r).unwrap(),
             json!({"resultType": "complete", "content": [{"type": "text", "text": "boom"}], "isError": true})

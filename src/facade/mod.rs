@@ -465,6 +465,7 @@ impl ServerHandler for Facade {
         if r.result.error_kind == Some(ErrorKind::ApprovalRequired) {
             let summary = r
                 .result
+                .output
                 .fields
                 .get("approval")
                 .map(|a| match a {
@@ -497,8 +498,7 @@ impl ServerHandler for Facade {
                 .run(&client, &params, &context, progress.as_ref())
                 .await?;
         }
-        let outcome = &r.result;
-        Ok(convert::call_result(outcome.ok, outcome.error.as_deref(), &outcome.fields).into())
+        Ok(convert::call_result(&r.result).into())
     }
 }
 

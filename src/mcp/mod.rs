@@ -20,6 +20,7 @@ use std::time::Duration;
 use indexmap::IndexMap;
 
 use crate::config::McpServer;
+use crate::error::UnknownServer;
 use crate::protocol::{McpCounts, McpServerStatus};
 use crate::registry::{Registry, SourceKey, SourceUpdate};
 
@@ -187,9 +188,9 @@ impl McpManager {
         Ok(had)
     }
 
-    fn known(&self, name: &str) -> anyhow::Result<Arc<Server>> {
-        self.get(name)
-            .ok_or_else(|| anyhow::anyhow!("no MCP server named '{name}'"))
+    /// The live server `name`.
+    pub fn known(&self, name: &str) -> Result<Arc<Server>, UnknownServer> {
+        self.get(name).ok_or_else(|| UnknownServer::live(name))
     }
 
     /// Stops every server; the caller waits for their supervisors through the task tracker.

@@ -13,13 +13,14 @@ use rmcp::model::{
 };
 use rmcp::service::{Peer, PeerRequestOptions, ServiceError};
 use rmcp::RoleClient;
+use serde::Deserialize;
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 
 use super::server::{Link, Server};
 use super::stdio::DirectCalls;
+use crate::protocol::{ContentBlock, Control, ErrorKind, ImageDataUrl, Progress, ToolOutput};
 use crate::catalog::ToolSpec;
-use crate::protocol::{ContentBlock, ErrorKind, Progress};
 use crate::registry::{CallContext, Tool, ToolError, ToolResult, ToolUpdate};
 
 pub struct McpTool {
@@ -280,62 +281,44 @@ async fn sleep_until(deadline: Option<Instant>) {
 /// more than text (images, audio, resources), the blocks are also kept whole as `content`,
 /// as a custom tool's are, so MCP frontends (the facade) get them as they were.
 pub fn map_result(mut r: Map<String, Value>) -> ToolResult {
-    let content = match r.remove("content") {
+    let raw = match r.remove("content") {
         Some(Value::Array(blocks)) => blocks,
         _ => Vec::new(),
     };
-    let rich = content.iter().any(|b| b["type"] != "text");
-    // Text is moved out of the answer, not copied: a tool's output can be large. When the
-    // blocks are kept whole (rich), they are read in place instead.
+    let mut out = ToolOutput::default();
     let mut texts: Vec<String> = Vec::new();
-    let mut image: Option<String> = None;
-    let take_text = |block: &mut Value| match block.get_mut("text").map(Value::take) {
-        Some(Value::String(t)) => t,
-        _ => String::new(),
-    };
-    let mut kept = Vec::new();
-    for mut block in content {
-        match block["type"].as_str() {
-            Some("text") if !rich => texts.push(take_text(&mut block)),
-            Some("text") => texts.push(block["text"].as_str().unwrap_or("").to_owned()),
-            Some("image") => {
-                let mime = block["mimeType"]
-                    .as_str()
-                    .unwrap_or("application/octet-stream");
-                let data = block["data"].as_str().unwrap_or("");
-                texts.push(format!("[image: {mime}, {} bytes base64]", data.len()));
-                if image.is_none() {
-                    image = Some(format!("data:{mime};base64,{data}"));
-                }
+    if raw.iter().all(is_text_block) {
+        // Text is moved out of the answer, not copied: a tool's output can be large.
+        for block in raw {
+            if let Ok(ContentBlock::Text { text }) = serde_json::from_value(block) {
+                texts.push(text);
             }
-            Some("resource") => {
-                let res = &block["resource"];
-                match res["text"].as_str() {
-                    Some(t) => texts.push(t.to_owned()),
-                    None => texts.push(format!(
-                        "[resource: {}]",
-                        res["uri"].as_str().unwrap_or("?")
-                    )),
-                }
+        }
+    } else {
+        // The blocks are kept whole, so they are read in place.
+        for block in &raw {
+            match ContentBlock::deserialize(block) {
+                Ok(typed) => texts.push(summary(typed, &mut out.control)),
+                // A block the spec does not define (a newer kind): named, passed on.
+                Err(_) => texts.extend(
+                    block
+                        .get("type")
+                        .and_then(Value::as_str)
+                        .map(|kind| format!("[{kind} content]")),
+                ),
             }
-            Some("resource_link") => texts.push(format!(
-                "[resource link: {}]",
-                block["uri"].as_str().unwrap_or("?")
-            )),
-            Some(other) => texts.push(format!("[{other} content]")),
-            None => {}
         }
-        if rich {
-            kept.push(block);
-        }
+        out.content = Some(raw);
     }
     let output = match texts.len() {
         1 => texts.pop().unwrap_or_default(),
         _ => texts.join("\n"),
     };
-    let mut fields = Map::new();
-    if let Some(s) = r.remove("structuredContent").filter(|v| !v.is_null()) {
-        fields.insert("structured_content".into(), s);
+    match r.remove("structuredContent") {
+        Some(Value::Object(s)) => out.structured_content = Some(s),
+        // Not an object, as the spec wants: passed on as it came.
+        Some(other) if !other.is_null() => out.insert("structured_content", other),
+        _ => {}
     }
     if r.get("isError").and_then(Value::as_bool) == Some(true) {
         let message = if output.is_empty() {
@@ -344,18 +327,39 @@ pub fn map_result(mut r: Map<String, Value>) -> ToolResult {
             output
         };
         let mut e = ToolError::failed(message);
-        e.fields = fields;
+        e.output.structured_content = out.structured_content;
+        e.output.fields = out.fields;
         return Err(e);
     }
-    fields.insert("output".into(), Value::String(output));
-    if rich {
-        fields.insert("content".into(), Value::Array(kept));
+    out.insert("output", output);
+    Ok(out)
+}
+
+/// Whether `block` is a plain text block (then the text is all the output keeps of it).
+fn is_text_block(block: &Value) -> bool {
+    block.get("type").and_then(Value::as_str) == Some("text")
+        && block.get("text").is_some_and(Value::is_string)
+}
+
+/// A block's line in `output`; the first image also becomes the output's control fields.
+fn summary(block: ContentBlock, control: &mut Control) -> String {
+    match block {
+        ContentBlock::Text { text } => text,
+        ContentBlock::Image { data, mime_type } => {
+            let line = format!("[image: {mime_type}, {} bytes base64]", data.len());
+            if control.image_data_url.is_none() {
+                if let Some(url) = ImageDataUrl::new(&mime_type, &data) {
+                    *control = Control::image(url);
+                }
+            }
+            line
+        }
+        ContentBlock::Audio { .. } => "[audio content]".to_owned(),
+        ContentBlock::Resource { resource } => resource
+            .text
+            .unwrap_or_else(|| format!("[resource: {}]", resource.uri)),
+        ContentBlock::ResourceLink { uri, .. } => format!("[resource link: {uri}]"),
     }
-    if let Some(url) = image {
-        fields.insert("_multimodal".into(), Value::Bool(true));
-        fields.insert("_image_data_url".into(), Value::String(url));
-    }
-    Ok(fields)
 }
 
 /// Counts a call in flight; released on drop.
@@ -375,19 +379,25 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    /// The result object of `v`, mapped.
-    fn map_result(v: Value) -> ToolResult {
-        match v {
-            Value::Object(r) => super::map_result(r),
-            other => panic!("not an object: {other}"),
+    /// The result object of `v`, mapped, as one object: the output's members and its
+    /// control fields.
+    fn map_result(v: Value) -> Result<Value, ToolError> {
+        let Value::Object(r) = v else {
+            panic!("not an object: {v}")
+        };
+        let out = super::map_result(r)?;
+        let mut flat = serde_json::to_value(&out).unwrap();
+        if let Value::Object(control) = serde_json::to_value(&out.control).unwrap() {
+            flat.as_object_mut().unwrap().extend(control);
         }
+        Ok(flat)
     }
 
     #[test]
     fn maps_text_structured_image_and_errors() {
         let ok = map_result(json!({"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}], "structuredContent": {"n": 1}})).unwrap();
         assert_eq!(
-            Value::Object(ok),
+            ok,
             json!({"structured_content": {"n": 1}, "output": "a\nb"})
         );
         let img = map_result(

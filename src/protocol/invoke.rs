@@ -4,7 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::ErrorKind;
+use super::{Control, ErrorKind, ToolOutput};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -39,8 +39,8 @@ impl InvokeParams {
     }
 }
 
-/// What a call produced: `ok`, and on failure `error` and `error_kind`; every other field
-/// is the tool's own (e.g. `output`, `content`, `exit_code`, `truncated`).
+/// What a call produced: `ok`, and on failure `error` and `error_kind`, beside the tool's
+/// output (on a failure, what the tool gave with it: e.g. `exit_code`, partial `stdout`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CallOutcome {
     pub ok: bool,
@@ -48,8 +48,10 @@ pub struct CallOutcome {
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_kind: Option<ErrorKind>,
+    /// On the wire its members are the result's own; its control fields are the
+    /// envelope's `control`, so here they are always empty.
     #[serde(flatten)]
-    pub fields: Map<String, Value>,
+    pub output: ToolOutput,
 }
 
 /// The envelope of one finished call.
@@ -58,9 +60,9 @@ pub struct InvokeResult {
     pub call_id: String,
     pub tool: String,
     pub result: CallOutcome,
-    /// Control fields (names starting with `_`) split out of the tool's result.
+    /// The output's control fields (names starting with `_`), when it has any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub control: Option<Map<String, Value>>,
+    pub control: Option<Control>,
     pub duration_ms: u64,
     /// The live registry's revision when the call ended.
     pub revision: u64,

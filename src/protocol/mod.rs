@@ -8,7 +8,9 @@
 
 mod admin;
 mod approval;
+mod audit;
 mod invoke;
+mod output;
 mod sandbox;
 mod session;
 mod socket;
@@ -17,7 +19,9 @@ mod tools;
 
 pub use admin::*;
 pub use approval::*;
+pub use audit::*;
 pub use invoke::*;
+pub use output::*;
 pub use sandbox::*;
 pub use session::*;
 pub use socket::{default_socket, socket_path};

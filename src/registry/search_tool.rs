@@ -9,8 +9,7 @@ use serde_json::{json, Map, Value};
 use super::tool::{openai_definition, CallContext, Tool, ToolError, ToolResult};
 use crate::catalog::ToolSpec;
 use crate::catalog::{estimate_tokens, MAX_LIMIT, SEARCH_TOOL};
-use crate::protocol::ApprovalClass;
-use crate::protocol::ToolsSearchResult;
+use crate::protocol::{ApprovalClass, ToolOutput, ToolsSearchResult};
 
 /// Measured the way every other listed tool is (`Entry::tokens`), so the budget holds.
 pub(super) fn search_tool_tokens() -> usize {
@@ -62,7 +61,7 @@ pub fn is_search_tool(tool: &Arc<dyn Tool>) -> bool {
 
 /// The `tool_search` tool's result: definitions in `openai` format plus a line per match the
 /// model can read.
-pub fn search_tool_result(result: ToolsSearchResult) -> Map<String, Value> {
+pub fn search_tool_result(result: ToolsSearchResult) -> ToolOutput {
     let text = if result.tools.is_empty() {
         "No matching tools.".to_owned()
     } else {
@@ -73,10 +72,10 @@ pub fn search_tool_result(result: ToolsSearchResult) -> Map<String, Value> {
             .collect::<Vec<_>>()
             .join("\n")
     };
-    let mut out = Map::new();
-    out.insert("text".into(), Value::String(text));
+    let mut out = ToolOutput::default();
+    out.insert("text", text);
     out.insert(
-        "tools".into(),
+        "tools",
         serde_json::to_value(&result.tools).unwrap_or(Value::Null),
     );
     out

@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::catalog::ToolSpec;
 use crate::protocol::{
-    ContentBlock, ErrorKind, OpenAiFunction, OpenAiTool, OpenAiToolType, Progress,
+    ContentBlock, ErrorKind, OpenAiFunction, OpenAiTool, OpenAiToolType, Progress, ToolOutput,
 };
 
 /// A partial result, forwarded to streaming callers as an `invoke_event` update.
@@ -92,16 +92,15 @@ impl CallContext {
     }
 }
 
-/// Success fields of a tool result (`ok: true` is added by the pipeline).
-pub type ToolOk = Map<String, Value>;
-
-/// A tool failure: becomes `{ok:false, error, error_kind, ...fields}`.
+/// A tool failure: becomes `{ok:false, error, error_kind}` beside what the tool gave with
+/// it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolError {
     pub kind: ErrorKind,
     pub message: String,
-    /// Extra fields kept in the result (e.g. `exit_code`, partial `stdout`).
-    pub fields: Map<String, Value>,
+    /// What the tool produced before it failed (e.g. `exit_code`, partial `stdout`); boxed,
+    /// so a result that is an error is no bigger than one that is not.
+    pub output: Box<ToolOutput>,
 }
 
 impl ToolError {
@@ -109,7 +108,7 @@ impl ToolError {
         ToolError {
             kind,
             message: message.into(),
-            fields: Map::new(),
+            output: Box::default(),
         }
     }
     /// The common case: the tool ran and could not do what was asked.
@@ -120,7 +119,7 @@ impl ToolError {
         Self::new(ErrorKind::InvalidArguments, message)
     }
     pub fn with_field(mut self, key: &str, value: impl Into<Value>) -> Self {
-        self.fields.insert(key.to_owned(), value.into());
+        self.output.insert(key, value);
         self
     }
     /// The call to `tool` reached its deadline (`timeout_ms`).
@@ -139,7 +138,7 @@ impl ToolError {
     }
 }
 
-pub type ToolResult = Result<ToolOk, ToolError>;
+pub type ToolResult = Result<ToolOutput, ToolError>;
 
 /// A callable tool. Implementations must stop their work (and kill any process they
 /// started) when the returned future is dropped: that is how timeout and cancel reach them.

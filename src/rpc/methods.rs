@@ -27,7 +27,7 @@ use tokio::sync::{broadcast, mpsc};
 use super::openrpc::{self, MethodDoc};
 use super::subscription::{self, Sink, Stream, Subscribe, Subscription};
 use crate::custom::events::SessionEvent;
-use crate::error::Error;
+use crate::error::{Error, UnknownServer};
 use crate::host::Host;
 use crate::protocol::*;
 use crate::registry::UpdateSink;
@@ -37,7 +37,7 @@ use crate::reload;
 fn rpc_error(e: Error) -> ErrorObjectOwned {
     let code = match &e {
         Error::SessionNotFound(_) => codes::SESSION_NOT_FOUND,
-        Error::InvalidParams(_) => codes::INVALID_PARAMS,
+        Error::InvalidParams(_) | Error::UnknownServer(_) => codes::INVALID_PARAMS,
         Error::Server(_) => codes::SERVER_ERROR,
     };
     ErrorObject::owned(code, e.to_string(), None::<()>)
@@ -45,11 +45,9 @@ fn rpc_error(e: Error) -> ErrorObjectOwned {
 
 /// Sign-in failures: an unknown server is the caller's mistake, the rest are the server's.
 fn login_error(e: anyhow::Error) -> Error {
-    let text = format!("{e:#}");
-    if text.starts_with("no MCP server named") {
-        Error::InvalidParams(text)
-    } else {
-        Error::Server(text)
+    match e.downcast::<UnknownServer>() {
+        Ok(unknown) => unknown.into(),
+        Err(e) => Error::Server(format!("{e:#}")),
     }
 }
 
@@ -267,11 +265,7 @@ pub(crate) fn methods() -> anyhow::Result<Methods> {
         "State of each MCP server (or one).",
         |host, p: McpServerParams| async move {
             if let Some(name) = &p.server {
-                if host.mcp().get(name).is_none() {
-                    return Err(Error::InvalidParams(format!(
-                        "no MCP server named '{name}'"
-                    )));
-                }
+                host.mcp().known(name)?;
             }
             Ok(McpStatusResult {
                 servers: host.mcp().status(p.server.as_deref()),
@@ -284,9 +278,7 @@ pub(crate) fn methods() -> anyhow::Result<Methods> {
         |host, p: McpServerParams| async move {
             if host.mcp().reconnect(p.server.as_deref()) == 0 {
                 if let Some(name) = p.server {
-                    return Err(Error::InvalidParams(format!(
-                        "no MCP server named '{name}'"
-                    )));
+                    return Err(UnknownServer::live(&name).into());
                 }
             }
             Ok(McpStatusResult {
@@ -303,10 +295,7 @@ pub(crate) fn methods() -> anyhow::Result<Methods> {
         "Removes an MCP server from config.json; the reload that follows stops it.",
         |host, p: McpRemoveParams| async move {
             if !reload::edit_mcp_server(&host, p.name.clone(), None).await? {
-                return Err(Error::InvalidParams(format!(
-                    "no MCP server named '{}' in config.json",
-                    p.name
-                )));
+                return Err(UnknownServer::in_config_file(&p.name).into());
             }
             Ok(OkResult { ok: true })
         },

@@ -19,9 +19,8 @@ use super::paths::{resolve, shown, workspace_root};
 use super::{int_arg, object_schema, opt_str_arg, str_arg};
 use crate::catalog::ToolSpec;
 use crate::process::runner::{self, Capture, End, Outcome, Sink, Spec, Stream};
-use crate::protocol::ApprovalClass;
-use crate::protocol::{ContentBlock, ErrorKind};
-use crate::registry::{CallContext, Tool, ToolError, ToolOk, ToolResult, ToolUpdate, UpdateSink};
+use crate::protocol::{ApprovalClass, ContentBlock, ErrorKind, ToolOutput};
+use crate::registry::{CallContext, Tool, ToolError, ToolResult, ToolUpdate, UpdateSink};
 use crate::sandbox::{self, Plan};
 
 /// `timeout_ms` when the call does not give one.
@@ -174,7 +173,7 @@ impl Tool for Bash {
             let note = plan.result_note(failed, &outcome.stderr.text());
             match (result(outcome, timeout), note) {
                 (Ok(mut ok), Some(n)) => {
-                    ok.insert("sandbox".into(), n);
+                    ok.insert("sandbox", n);
                     Ok(ok)
                 }
                 (Err(e), Some(n)) => Err(e.with_field("sandbox", n)),
@@ -272,7 +271,7 @@ fn result(outcome: Outcome, timeout: Duration) -> ToolResult {
     put(&outcome.stderr, &mut fields, "stderr");
     match outcome.end {
         End::Exited(s) | End::ExitedPipesHeld(s) => {
-            let mut ok = ToolOk::new();
+            let mut ok = Map::new();
             let (code, signal) = match (s.code(), s.signal()) {
                 (Some(c), _) => (c, None),
                 (None, Some(sig)) => (128 + sig, Some(sig)),
@@ -292,7 +291,7 @@ fn result(outcome: Outcome, timeout: Duration) -> ToolResult {
                     )),
                 );
             }
-            Ok(ok)
+            Ok(ToolOutput::from_fields(ok))
         }
         End::TimedOut => {
             let mut e = ToolError::new(
@@ -302,19 +301,18 @@ fn result(outcome: Outcome, timeout: Duration) -> ToolResult {
                     timeout.as_millis()
                 ),
             );
-            e.fields = fields;
-            e.fields.insert(
-                "timeout_ms".into(),
+            e.output = Box::new(ToolOutput::from_fields(fields));
+            Err(e.with_field(
+                "timeout_ms",
                 json!(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
-            );
-            Err(e)
+            ))
         }
         End::Cancelled => {
             let mut e = ToolError::new(
                 ErrorKind::Cancelled,
                 "command cancelled; its process group was killed",
             );
-            e.fields = fields;
+            e.output = Box::new(ToolOutput::from_fields(fields));
             Err(e)
         }
     }
@@ -337,8 +335,9 @@ mod tests {
         (dir, root)
     }
 
-    async fn bash(root: &std::path::Path, a: Value) -> ToolResult {
-        Bash::new().call(args(a), ctx(root)).await
+    /// A `bash` call's fields (or its error).
+    async fn bash(root: &std::path::Path, a: Value) -> Result<Map<String, Value>, ToolError> {
+        Bash::new().call(args(a), ctx(root)).await.map(|o| o.fields)
     }
 
     /// Members of the group that are alive (not zombies), from /proc.
@@ -445,8 +444,13 @@ mod tests {
             "{}",
             e.message
         );
-        assert_eq!(e.fields["timeout_ms"], 300);
-        let pgid: i32 = e.fields["stdout"].as_str().unwrap().trim().parse().unwrap();
+        assert_eq!(e.output.fields["timeout_ms"], 300);
+        let pgid: i32 = e.output.fields["stdout"]
+            .as_str()
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
         wait_group_gone(pgid).await;
     }
 
@@ -495,7 +499,8 @@ mod tests {
         let r = tool
             .call(args(json!({"command": cmd})), ctx(&root))
             .await
-            .unwrap();
+            .unwrap()
+            .fields;
         let out = r["stdout"].as_str().unwrap();
         assert!(out.starts_with("HEADxxx"), "{out}");
         assert!(out.ends_with("xxxTAIL"), "{out}");
@@ -521,7 +526,12 @@ mod tests {
             .unwrap_err();
         assert!(started.elapsed() < Duration::from_secs(3));
         assert_eq!(e.kind, ErrorKind::Cancelled);
-        let pgid: i32 = e.fields["stdout"].as_str().unwrap().trim().parse().unwrap();
+        let pgid: i32 = e.output.fields["stdout"]
+            .as_str()
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
         wait_group_gone(pgid).await;
     }
 
@@ -554,7 +564,7 @@ mod tests {
             )
             .await
             .unwrap();
-        assert_eq!(r["stdout"], "first\nsecond\n");
+        assert_eq!(r.fields["stdout"], "first\nsecond\n");
         let mut texts = Vec::new();
         while let Ok(u) = rx.try_recv() {
             assert_eq!(u.details, Some(json!({"stream": "stdout"})));

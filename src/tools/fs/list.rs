@@ -9,9 +9,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::super::paths::{open_workspace, resolve_target, shown_rel};
 use super::super::{int_arg, object_schema, opt_str_arg, run_blocking, stopped};
-use crate::catalog::ToolSpec;
 use crate::protocol::ApprovalClass;
-use crate::registry::{CallContext, Tool, ToolError, ToolOk, ToolResult};
+use crate::protocol::ToolOutput;
+use crate::catalog::ToolSpec;
+use crate::registry::{CallContext, Tool, ToolError, ToolResult};
 
 /// `list_dir`: default and largest `depth`.
 pub const LIST_DEFAULT_DEPTH: u64 = 2;
@@ -161,7 +162,7 @@ fn list_dir(
     }
     entries.sort_by(|a, b| a.0.cmp(&b.0));
     let listing: Vec<String> = entries.into_iter().map(|(_, l)| l).collect();
-    let mut out = ToolOk::new();
+    let mut out = Map::new();
     out.insert("path".into(), json!(name));
     out.insert("depth".into(), json!(depth));
     out.insert("count".into(), json!(listing.len()));
@@ -182,7 +183,7 @@ fn list_dir(
     if !notes.is_empty() {
         out.insert("note".into(), json!(notes.join("; ")));
     }
-    Ok(out)
+    Ok(ToolOutput::from_fields(out))
 }
 
 #[cfg(test)]
@@ -228,7 +229,9 @@ mod tests {
         for i in 0..5 {
             ws.write(&format!("f{i}.txt"), "");
         }
-        let r = list_dir(&ws.root, ".", 2, 4, &CancellationToken::new()).unwrap();
+        let r = list_dir(&ws.root, ".", 2, 4, &CancellationToken::new())
+            .unwrap()
+            .fields;
         assert_eq!(r["entries"], "f0.txt\nf1.txt\nf2.txt\nf3.txt");
         assert_eq!(r["truncated"], true);
         assert!(r["note"]

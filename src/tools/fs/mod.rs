@@ -259,11 +259,11 @@ pub(super) mod test_support {
     use std::fs;
     use std::path::{Path, PathBuf};
 
-    use serde_json::Value;
+    use serde_json::{Map, Value};
 
     use super::ReadFile;
     use crate::protocol::ErrorKind;
-    use crate::registry::{Tool, ToolResult};
+    use crate::registry::{Tool, ToolError};
     use crate::tools::test_support::{args, ctx};
 
     pub struct Ws {
@@ -285,8 +285,13 @@ pub(super) mod test_support {
         pub fn read(&self, rel: &str) -> String {
             fs::read_to_string(self.root.join(rel)).unwrap()
         }
-        pub async fn call(&self, tool: &dyn Tool, a: Value) -> ToolResult {
-            tool.call(args(a), ctx(&self.root)).await
+        /// A call's fields (or its error).
+        pub async fn call(
+            &self,
+            tool: &dyn Tool,
+            a: Value,
+        ) -> Result<Map<String, Value>, ToolError> {
+            tool.call(args(a), ctx(&self.root)).await.map(|o| o.fields)
         }
     }
 
@@ -294,7 +299,7 @@ pub(super) mod test_support {
         ReadFile::new(Path::new("/nonexistent/outputs"))
     }
 
-    pub fn assert_escape(r: ToolResult, raw: &str) {
+    pub fn assert_escape<T: std::fmt::Debug>(r: Result<T, ToolError>, raw: &str) {
         let e = r.unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidArguments, "{}", e.message);
         assert!(

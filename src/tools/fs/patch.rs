@@ -9,9 +9,10 @@ use serde_json::{json, Map, Value};
 use super::super::paths::{open_workspace, resolve_target};
 use super::super::{bool_arg, object_schema, run_blocking, str_arg};
 use super::{is_binary, open_regular, write_atomic};
-use crate::catalog::ToolSpec;
 use crate::protocol::ApprovalClass;
-use crate::registry::{CallContext, Tool, ToolError, ToolOk, ToolResult};
+use crate::protocol::ToolOutput;
+use crate::catalog::ToolSpec;
+use crate::registry::{CallContext, Tool, ToolError, ToolResult};
 
 /// Replaces an exact string in a file.
 pub struct PatchFile {
@@ -130,11 +131,11 @@ fn patch_file(workspace: &Path, raw: &str, old: &str, new: &str, replace_all: bo
         text.replacen(old, new, 1)
     };
     write_atomic(&root, &target, patched.as_bytes())?;
-    let mut out = ToolOk::new();
+    let mut out = Map::new();
     out.insert("path".into(), json!(name));
     out.insert("replacements".into(), json!(count));
     out.insert("first_line".into(), json!(first_line));
-    Ok(out)
+    Ok(ToolOutput::from_fields(out))
 }
 
 #[cfg(test)]

@@ -11,9 +11,10 @@ use tokio_util::sync::CancellationToken;
 use super::super::paths::{open_workspace, resolve_target, Root};
 use super::super::{int_arg, object_schema, run_blocking, stopped, str_arg};
 use super::{is_binary, open_regular, BINARY_SNIFF_BYTES};
-use crate::catalog::ToolSpec;
 use crate::protocol::ApprovalClass;
-use crate::registry::{CallContext, Tool, ToolError, ToolOk, ToolResult};
+use crate::protocol::ToolOutput;
+use crate::catalog::ToolSpec;
+use crate::registry::{CallContext, Tool, ToolError, ToolResult};
 
 /// `read_file`: lines returned when `limit` is not given.
 pub const READ_DEFAULT_LIMIT: u64 = 2000;
@@ -226,7 +227,7 @@ fn read_file(
         )));
     }
     let truncated = end_line < total_lines;
-    let mut out = ToolOk::new();
+    let mut out = Map::new();
     out.insert("path".into(), json!(name));
     out.insert("content".into(), json!(content));
     out.insert("total_lines".into(), json!(total_lines));
@@ -253,7 +254,7 @@ fn read_file(
     if !notes.is_empty() {
         out.insert("note".into(), json!(notes.join("; ")));
     }
-    Ok(out)
+    Ok(ToolOutput::from_fields(out))
 }
 
 #[cfg(test)]

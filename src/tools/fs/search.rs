@@ -14,9 +14,10 @@ use super::super::{
     bool_arg, clip_str, int_arg, object_schema, opt_str_arg, run_blocking, stopped, str_arg,
 };
 use super::{is_binary, not_regular, open_node, Node};
-use crate::catalog::ToolSpec;
 use crate::protocol::ApprovalClass;
-use crate::registry::{CallContext, Tool, ToolError, ToolOk, ToolResult};
+use crate::protocol::ToolOutput;
+use crate::catalog::ToolSpec;
+use crate::registry::{CallContext, Tool, ToolError, ToolResult};
 
 /// `search_files`: default and largest `max_results`.
 pub const SEARCH_DEFAULT_MAX_RESULTS: u64 = 100;
@@ -189,7 +190,7 @@ fn search_files(workspace: &Path, args: &SearchArgs, stop: &CancellationToken) -
         truncated,
         ..
     } = walk;
-    let mut out = ToolOk::new();
+    let mut out = Map::new();
     out.insert("path".into(), json!(name));
     out.insert("matches".into(), json!(lines.join("\n")));
     out.insert("match_count".into(), json!(lines.len()));
@@ -221,7 +222,7 @@ fn search_files(workspace: &Path, args: &SearchArgs, stop: &CancellationToken) -
     if !notes.is_empty() {
         out.insert("note".into(), json!(notes.join("; ")));
     }
-    Ok(out)
+    Ok(ToolOutput::from_fields(out))
 }
 
 /// Ignore files read per directory; later ones take precedence (as in ripgrep).

@@ -8,9 +8,10 @@ use serde_json::{json, Map, Value};
 use super::super::paths::{open_workspace, resolve_target};
 use super::super::{object_schema, run_blocking, str_arg};
 use super::write_atomic;
-use crate::catalog::ToolSpec;
 use crate::protocol::ApprovalClass;
-use crate::registry::{CallContext, Tool, ToolOk, ToolResult};
+use crate::protocol::ToolOutput;
+use crate::catalog::ToolSpec;
+use crate::registry::{CallContext, Tool, ToolResult};
 
 /// Creates or replaces a file with the given content.
 pub struct WriteFile {
@@ -70,11 +71,11 @@ fn write_file(workspace: &Path, raw: &str, content: &str) -> ToolResult {
     let target = resolve_target(&root, &[], raw)?;
     let name = target.shown.as_str();
     let created = write_atomic(&root, &target, content.as_bytes())?;
-    let mut out = ToolOk::new();
+    let mut out = Map::new();
     out.insert("path".into(), json!(name));
     out.insert("bytes_written".into(), json!(content.len()));
     out.insert("created".into(), json!(created));
-    Ok(out)
+    Ok(ToolOutput::from_fields(out))
 }
 
 #[cfg(test)]
