@@ -8,6 +8,7 @@
 mod auth;
 mod client;
 mod launcher;
+mod listing;
 pub mod naming;
 mod server;
 mod stdio;
@@ -146,8 +147,6 @@ impl McpManager {
     pub async fn login_callback(&self, name: &str, callback_url: &str) -> anyhow::Result<()> {
         let server = self.known(name)?;
         auth::finish_login(name, &server.config(), callback_url).await?;
-        // Connecting from now on, so a caller polling the state never sees the old verdict.
-        server.set_state(State::Connecting, None);
         server.reconnect();
         Ok(())
     }
