@@ -253,23 +253,23 @@ impl Server {
     }
 
     /// Asks for a new connection. It will find out again whether sign-in is needed, so a
-    /// sign-in verdict goes at once: a caller polling `mcp.status` after `mcp.login` never
-    /// sees the old one.
+    /// sign-in verdict turns into `connecting` at once: a caller polling `mcp.status` after
+    /// `mcp.login` sees neither the old verdict nor the old connection as `ready`.
     pub fn reconnect(&self) {
-        self.state.send_if_modified(|s| match s {
-            ServerState::AuthRequired { hint } => {
-                let last_error = Some(std::mem::take(hint));
-                *s = ServerState::Reconnecting {
-                    failures: 0,
-                    last_error,
-                };
-                true
-            }
-            ServerState::Ready { trouble, .. } if matches!(trouble, Some(Trouble::SignIn(_))) => {
-                *trouble = None;
-                true
-            }
-            _ => false,
+        self.state.send_if_modified(|s| {
+            let hint = match s {
+                ServerState::AuthRequired { hint }
+                | ServerState::Ready {
+                    trouble: Some(Trouble::SignIn(hint)),
+                    ..
+                } => std::mem::take(hint),
+                _ => return false,
+            };
+            *s = ServerState::Reconnecting {
+                failures: 0,
+                last_error: Some(hint),
+            };
+            true
         });
         self.reconnect.notify_one();
     }
