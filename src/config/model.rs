@@ -195,9 +195,17 @@ pub struct McpServer {
     pub disabled: bool,
     #[schemars(range(min = 1))]
     pub startup_timeout_ms: u64,
-    /// Idle timeout of one call (reset by progress).
+    /// Idle timeout of one call (reset by progress), and the time one `tools/list` page
+    /// may take.
     #[schemars(range(min = 1))]
     pub timeout_ms: u64,
+    /// Most `tools/list` pages followed in one listing; a server that pages on is refused
+    /// rather than followed without end.
+    #[schemars(range(min = 1))]
+    pub max_list_pages: usize,
+    /// Most tools one listing may hold; a longer listing is refused whole, not cut.
+    #[schemars(range(min = 1))]
+    pub max_tools: usize,
     #[schemars(inner(length(min = 1)))]
     pub include_tools: Vec<String>,
     #[schemars(inner(length(min = 1)))]
@@ -235,6 +243,8 @@ impl Default for McpServer {
             disabled: false,
             startup_timeout_ms: 30_000,
             timeout_ms: 60_000,
+            max_list_pages: 100,
+            max_tools: 10_000,
             include_tools: Vec::new(),
             exclude_tools: Vec::new(),
             trust_annotations: false,

@@ -9,6 +9,7 @@
 mod auth;
 mod client;
 mod launcher;
+mod listing;
 pub mod naming;
 mod server;
 mod stdio;
@@ -171,8 +172,6 @@ impl McpManager {
             .oauth
             .finish_login(name, &server.config(), callback_url)
             .await?;
-        // Connecting from now on, so a caller polling the state never sees the old verdict.
-        server.set_state(State::Connecting, None);
         server.reconnect();
         Ok(())
     }

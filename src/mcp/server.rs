@@ -1,19 +1,24 @@
-//! One configured MCP server: its shared state and the supervisor task that keeps it
-//! connected (connect → list → serve → on crash back off and reconnect; circuit breaker).
+//! One configured MCP server: its state and the supervisor task that keeps it connected
+//! (connect → list → serve → on crash back off and reconnect; circuit breaker).
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use futures::future::BoxFuture;
+use futures::FutureExt;
 use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::service::{Peer, ServiceError};
 use rmcp::RoleClient;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch, Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
 
 use super::client::{Client, Notice};
 use super::launcher::{self, Connection};
+use super::listing::{self, Bounds, ListError};
 use super::naming::public_name;
 use super::tool::{McpTool, Slot};
 use crate::catalog::{ToolSource, ToolSpec};
@@ -31,23 +36,107 @@ pub const BREAKER_THRESHOLD: u32 = 5;
 pub const BREAKER_COOLDOWN: Duration = Duration::from_secs(30);
 const BACKOFF_BASE: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// How long a closed session may take to end by itself before its process group is
+/// terminated (MCP's stdio shutdown: close stdin, wait, then signals).
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
-/// Where a server's supervisor is (the wire enum is the state itself).
+/// Where a server's supervisor is, as `mcp.status` shows it.
 pub use crate::protocol::McpServerState as State;
 
-#[derive(Debug, Clone)]
-struct Status {
-    state: State,
-    last_error: Option<String>,
-    connected_since: Option<u64>,
-    tools: usize,
+/// Where a server is, with what each phase knows: the one state of a server.
+///
+/// It lives on a `watch` channel. The supervisor writes it; outside it only a call notes
+/// that its token was refused ([`Trouble::SignIn`]) and a reconnect withdraws that verdict.
+/// `mcp.status`, calls looking for the live connection and a reload waiting for the first
+/// attempt read it by borrowing the current value or waiting for the next one. So a reader
+/// sees the state, its error, the connection and the failure count of one moment, never a
+/// mix of two (they were separate mutexes and atomics), and a waiter cannot miss the change
+/// it waits for. Codex's rmcp client keeps its client state the same way.
+///
+/// What is not state stays beside it: the counters `mcp.status` reports (calls in flight
+/// and queued, restarts, circuit opens) are atomics, and the last listing is kept across
+/// reconnects so that filters can be re-applied without one.
+#[derive(Clone)]
+pub(super) enum ServerState {
+    /// `enabled: false`: no supervisor runs.
+    Disabled,
+    /// The first connection attempt is under way.
+    Starting,
+    /// An attempt is under way, or waits out the backoff after a lost connection;
+    /// `failures` attempts in a row have failed before it (0 after a requested
+    /// reconnect), and `last_error` says how the last one ended.
+    Reconnecting {
+        failures: u32,
+        last_error: Option<String>,
+    },
+    /// Connected and listed: calls go through `link`. `since` is ms since the epoch.
+    Ready {
+        link: Link,
+        since: u64,
+        trouble: Option<Trouble>,
+    },
+    /// The last attempt failed; the next one comes after a backoff, or at once when a call
+    /// needs the server.
+    Backoff { failures: u32, error: String },
+    /// [`BREAKER_THRESHOLD`] attempts in a row failed: one attempt every
+    /// [`BREAKER_COOLDOWN`], and calls are refused without trying.
+    CircuitOpen { failures: u32, error: String },
+    /// An HTTP server wants sign-in: no attempts until `mcp.login` (or a reload) asks for a
+    /// reconnect. Not a failure to back off from.
+    AuthRequired { hint: String },
+    /// Removed or replaced: the supervisor has ended.
+    Stopped,
 }
 
-/// Commands from the manager to a supervisor.
-#[derive(Debug)]
-enum Control {
-    Reconnect,
-    Stop,
+/// Something wrong on a live connection that does not end it.
+#[derive(Clone)]
+pub(super) enum Trouble {
+    /// A call's token was refused or a tool wants more scope: the server needs `mcp.login`
+    /// (`mcp.status` says `auth_required`), but calls still go through, as other tools
+    /// may need no more than the token has.
+    SignIn(String),
+    /// Listing again after `tools/list_changed` failed; the previous listing stays.
+    Listing(String),
+}
+
+impl ServerState {
+    fn wire(&self) -> State {
+        match self {
+            ServerState::Disabled | ServerState::Stopped => State::Disabled,
+            ServerState::Starting | ServerState::Reconnecting { .. } => State::Connecting,
+            ServerState::Ready {
+                trouble: Some(Trouble::SignIn(_)),
+                ..
+            }
+            | ServerState::AuthRequired { .. } => State::AuthRequired,
+            ServerState::Ready { .. } => State::Ready,
+            ServerState::Backoff { .. } => State::Failed,
+            ServerState::CircuitOpen { .. } => State::CircuitOpen,
+        }
+    }
+
+    fn last_error(&self) -> Option<&str> {
+        match self {
+            ServerState::Reconnecting { last_error, .. } => last_error.as_deref(),
+            ServerState::Ready {
+                trouble: Some(Trouble::SignIn(e) | Trouble::Listing(e)),
+                ..
+            }
+            | ServerState::Backoff { error: e, .. }
+            | ServerState::CircuitOpen { error: e, .. }
+            | ServerState::AuthRequired { hint: e } => Some(e),
+            _ => None,
+        }
+    }
+
+    fn failures(&self) -> u32 {
+        match self {
+            ServerState::Reconnecting { failures, .. }
+            | ServerState::Backoff { failures, .. }
+            | ServerState::CircuitOpen { failures, .. } => *failures,
+            _ => 0,
+        }
+    }
 }
 
 /// What a call needs of a live connection: rmcp's peer, and for a stdio server the direct
@@ -62,29 +151,28 @@ pub struct Server {
     name: String,
     /// The live config; filters and approval can change without a reconnect.
     config: ArcSwap<McpServer>,
-    status: Mutex<Status>,
-    link: Mutex<Option<Link>>,
+    state: watch::Sender<ServerState>,
     progress: ProgressDispatcher,
-    /// Bounds calls in flight (`max_concurrency`); waiters are the queue.
+    /// Bounds calls in flight (`max_concurrency`); waiters are the queue. Closed when the
+    /// server is retired.
     permits: Arc<Semaphore>,
     pub(super) in_flight: AtomicUsize,
     queued: AtomicUsize,
-    consecutive_failures: AtomicU32,
     restarts: AtomicU32,
     circuit_opens: AtomicU32,
-    /// Woken by a call that found the server down: reconnect now instead of after backoff.
-    wake: Notify,
-    control: mpsc::UnboundedSender<Control>,
+    /// Retires the server. Every wait of the supervisor races it, so a stop is seen even
+    /// while the server hangs in the middle of a request, and its process group is killed.
+    stop: CancellationToken,
+    /// Asks the supervisor to drop its connection, if any, and connect again.
+    reconnect: Notify,
+    /// Woken by a call that found the server down: attempt now instead of after the backoff.
+    wanted: Notify,
     /// The server's last tool listing, so filters can be re-applied without a reconnect.
     remote_tools: Mutex<Vec<Value>>,
-    /// Becomes true once the first connection attempt has finished (either way).
-    first_attempt: watch::Sender<bool>,
     registry: Registry,
     /// Whether the supervisor publishes its tools itself; false while a reload waits to
     /// publish them together with every other change in one swap.
     publish: AtomicBool,
-    /// Set once the server is removed or replaced.
-    retired: AtomicBool,
     /// The `file://` URI answered to the server's `roots/list`: its `cwd`, else the host
     /// workspace.
     root: String,
@@ -104,43 +192,32 @@ impl Server {
         root: String,
         runtime: super::Runtime,
     ) -> Arc<Server> {
-        let (control, control_rx) = mpsc::unbounded_channel();
-        let state = if config.enabled {
-            State::Connecting
-        } else {
-            State::Disabled
-        };
+        let enabled = config.enabled;
         let server = Arc::new(Server {
             name: name.to_owned(),
             permits: Arc::new(Semaphore::new(config.max_concurrency.max(1))),
             config: ArcSwap::from_pointee(config),
-            status: Mutex::new(Status {
-                state,
-                last_error: None,
-                connected_since: None,
-                tools: 0,
+            state: watch::Sender::new(if enabled {
+                ServerState::Starting
+            } else {
+                ServerState::Disabled
             }),
-            link: Mutex::new(None),
             progress: ProgressDispatcher::new(),
             in_flight: AtomicUsize::new(0),
             queued: AtomicUsize::new(0),
-            consecutive_failures: AtomicU32::new(0),
             restarts: AtomicU32::new(0),
             circuit_opens: AtomicU32::new(0),
-            wake: Notify::new(),
-            control,
+            stop: CancellationToken::new(),
+            reconnect: Notify::new(),
+            wanted: Notify::new(),
             remote_tools: Mutex::new(Vec::new()),
-            first_attempt: watch::channel(false).0,
             registry,
             publish: AtomicBool::new(publish),
-            retired: AtomicBool::new(false),
             root,
             runtime,
         });
-        if server.config().enabled {
-            tracker.spawn(supervise(server.clone(), control_rx));
-        } else {
-            server.first_attempt.send_replace(true);
+        if enabled {
+            tracker.spawn(supervise(server.clone()));
         }
         server
     }
@@ -155,17 +232,19 @@ impl Server {
         &self.progress
     }
     pub fn state(&self) -> State {
-        lock(&self.status).state
+        self.state.borrow().wire()
     }
     /// Whether the last connection attempt failed (or the connection was lost) and no
     /// attempt has succeeded since: a retrying server is not serving.
     pub fn failing(&self) -> bool {
-        self.consecutive_failures.load(Ordering::Relaxed) > 0
+        self.state.borrow().failures() > 0
     }
     /// Waits until the first connection attempt has finished (bounded by the caller).
     pub async fn first_attempt_done(&self) {
-        let mut rx = self.first_attempt.subscribe();
-        let _ = rx.wait_for(|done| *done).await;
+        let mut state = self.state.subscribe();
+        let _ = state
+            .wait_for(|s| !matches!(s, ServerState::Starting))
+            .await;
     }
 
     /// Starts publishing tool changes directly (after a reload has done its one swap).
@@ -178,31 +257,58 @@ impl Server {
         self.config.store(Arc::new(config));
     }
 
+    /// Asks for a new connection. It will find out again whether sign-in is needed, so a
+    /// sign-in verdict turns into `connecting` at once: a caller polling `mcp.status` after
+    /// `mcp.login` sees neither the old verdict nor the old connection as `ready`.
     pub fn reconnect(&self) {
-        let _ = self.control.send(Control::Reconnect);
+        self.state.send_if_modified(|s| {
+            let hint = match s {
+                ServerState::AuthRequired { hint }
+                | ServerState::Ready {
+                    trouble: Some(Trouble::SignIn(hint)),
+                    ..
+                } => std::mem::take(hint),
+                _ => return false,
+            };
+            *s = ServerState::Reconnecting {
+                failures: 0,
+                last_error: Some(hint),
+            };
+            true
+        });
+        self.reconnect.notify_one();
     }
 
     /// Stops the supervisor for good: its connection closes, its process group is killed,
     /// and it never publishes again (a replacement may already own its registry source).
+    /// Calls waiting for a slot fail at once.
     pub fn retire(&self) {
-        self.retired.store(true, Ordering::SeqCst);
-        let _ = self.control.send(Control::Stop);
+        self.stop.cancel();
+        self.permits.close();
     }
 
     pub fn status(self: &Arc<Self>, collisions: Vec<String>) -> McpServerStatus {
-        let s = lock(&self.status).clone();
+        let cfg = self.config();
+        let tools = lock(&self.remote_tools)
+            .iter()
+            .filter(|t| t["name"].as_str().is_some_and(|n| serves(&cfg, n)))
+            .count();
+        let state = self.state.borrow();
         McpServerStatus {
             name: self.name.clone(),
-            transport: if self.config().url.is_some() {
+            transport: if cfg.url.is_some() {
                 McpTransport::Http
             } else {
                 McpTransport::Stdio
             },
-            state: s.state,
-            tools: s.tools,
-            last_error: s.last_error,
-            connected_since: s.connected_since,
-            consecutive_failures: self.consecutive_failures.load(Ordering::Relaxed),
+            state: state.wire(),
+            tools,
+            last_error: state.last_error().map(str::to_owned),
+            connected_since: match &*state {
+                ServerState::Ready { since, .. } => Some(*since),
+                _ => None,
+            },
+            consecutive_failures: state.failures(),
             restarts: self.restarts.load(Ordering::Relaxed),
             circuit_opens: self.circuit_opens.load(Ordering::Relaxed),
             in_flight: self.in_flight.load(Ordering::Relaxed),
@@ -211,33 +317,35 @@ impl Server {
         }
     }
 
+    fn unavailable(&self, why: impl std::fmt::Display) -> ToolError {
+        ToolError::new(
+            ErrorKind::Unavailable,
+            format!("MCP server '{}' {why}", self.name),
+        )
+    }
+
     /// The connection to call on, or the `unavailable` answer (waking a reconnect).
     pub(super) fn link_for_call(&self) -> Result<Link, ToolError> {
-        if let Some(link) = lock(&self.link)
-            .as_ref()
-            .filter(|l| !l.peer.is_transport_closed())
-        {
-            return Ok(link.clone());
+        if self.stop.is_cancelled() {
+            return Err(self.unavailable("was removed"));
         }
-        let state = self.state();
-        if state == State::AuthRequired {
-            let hint = lock(&self.status).last_error.clone().unwrap_or_default();
-            return Err(ToolError::new(
-                ErrorKind::Unavailable,
-                format!("MCP server '{}' is unavailable: {hint}", self.name),
-            ));
+        match &*self.state.borrow() {
+            ServerState::Ready { link, .. } if !link.peer.is_transport_closed() => {
+                return Ok(link.clone())
+            }
+            ServerState::AuthRequired { hint } => {
+                return Err(self.unavailable(format_args!("is unavailable: {hint}")))
+            }
+            ServerState::CircuitOpen { failures, .. } => {
+                return Err(self.unavailable(format_args!(
+                    "is unreachable (circuit open after {failures} failed attempts; it is retried every {} s)",
+                    BREAKER_COOLDOWN.as_secs()
+                )))
+            }
+            _ => {}
         }
-        if state == State::CircuitOpen {
-            return Err(ToolError::new(
-                ErrorKind::Unavailable,
-                format!("MCP server '{}' is unreachable (circuit open after {} failed attempts; it is retried every {} s)", self.name, self.consecutive_failures.load(Ordering::Relaxed), BREAKER_COOLDOWN.as_secs()),
-            ));
-        }
-        self.wake.notify_one();
-        Err(ToolError::new(
-            ErrorKind::Unavailable,
-            format!("MCP server '{}' is not connected", self.name),
-        ))
+        self.wanted.notify_one();
+        Err(self.unavailable("is not connected"))
     }
 
     /// Waits for a concurrency slot; the wait counts against the call's timeout.
@@ -254,12 +362,7 @@ impl Server {
         let waiting = Waiting(&self.queued);
         let permit = self.permits.clone().acquire_owned().await;
         drop(waiting);
-        let permit = permit.map_err(|_| {
-            ToolError::new(
-                ErrorKind::Unavailable,
-                format!("MCP server '{}' was removed", self.name),
-            )
-        })?;
+        let permit = permit.map_err(|_| self.unavailable("was removed"))?;
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         Ok(Slot {
             server: self.clone(),
@@ -274,19 +377,13 @@ impl Server {
             .needs_auth(&self.name, e.auth_challenge())
         {
             // A rejected token (refresh already tried) or a step-up for more scope.
-            self.set_state(State::AuthRequired, Some(needed.hint.clone()));
+            self.note(Trouble::SignIn(needed.hint.clone()));
             return ToolError::new(ErrorKind::Unavailable, needed.hint);
         }
         match e {
             ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
-                self.wake.notify_one();
-                ToolError::new(
-                    ErrorKind::Unavailable,
-                    format!(
-                        "MCP server '{}' is not connected (the connection closed during the call)",
-                        self.name
-                    ),
-                )
+                self.wanted.notify_one();
+                self.unavailable("is not connected (the connection closed during the call)")
             }
             ServiceError::McpError(err) => ToolError::failed(format!(
                 "MCP server '{}' refused the call: {}",
@@ -299,25 +396,35 @@ impl Server {
         }
     }
 
+    /// Notes `trouble` on the live connection (a sign-in verdict is not replaced by a
+    /// listing problem); nothing when there is none.
+    fn note(&self, trouble: Trouble) {
+        self.state.send_if_modified(|s| match s {
+            ServerState::Ready { trouble: now, .. } => {
+                if !matches!(
+                    (&now, &trouble),
+                    (Some(Trouble::SignIn(_)), Trouble::Listing(_))
+                ) {
+                    *now = Some(trouble);
+                }
+                true
+            }
+            _ => false,
+        });
+    }
+
     /// The host tools for the server's current listing under the current config.
     pub fn tools(self: &Arc<Self>) -> Vec<Arc<dyn Tool>> {
         let cfg = self.config();
         let remote = lock(&self.remote_tools).clone();
-        let tools: Vec<Arc<dyn Tool>> = remote
+        remote
             .iter()
             .filter_map(|t| {
-                let remote_name = t["name"].as_str()?.to_owned();
-                if !cfg.include_tools.is_empty() && !cfg.include_tools.contains(&remote_name) {
-                    return None;
-                }
-                if cfg.exclude_tools.contains(&remote_name) {
-                    return None;
-                }
-                Some(Arc::new(self.tool_for(&cfg, remote_name, t)) as Arc<dyn Tool>)
+                let remote_name = t["name"].as_str().filter(|n| serves(&cfg, n))?;
+                let tool = self.tool_for(&cfg, remote_name.to_owned(), t);
+                Some(Arc::new(tool) as Arc<dyn Tool>)
             })
-            .collect();
-        lock(&self.status).tools = tools.len();
-        tools
+            .collect()
     }
 
     fn tool_for(self: &Arc<Self>, cfg: &McpServer, remote_name: String, t: &Value) -> McpTool {
@@ -368,7 +475,7 @@ impl Server {
 
     /// Publishes the current tools as this server's registry source (when publishing).
     pub fn publish_tools(self: &Arc<Self>) {
-        if self.publish.load(Ordering::SeqCst) && !self.retired.load(Ordering::SeqCst) {
+        if self.publish.load(Ordering::SeqCst) && !self.stop.is_cancelled() {
             let tools = self.tools();
             self.registry.apply(Change {
                 sources: vec![(SourceKey::Mcp(self.name.clone()), Some(tools))],
@@ -377,31 +484,64 @@ impl Server {
         }
     }
 
-    pub(super) fn set_state(&self, state: State, error: Option<String>) {
-        let mut s = lock(&self.status);
-        s.state = state;
-        if error.is_some() {
-            s.last_error = error;
-        }
-    }
-
-    async fn refresh_tools(self: &Arc<Self>, peer: &Peer<RoleClient>) -> anyhow::Result<()> {
-        let tools = peer.list_all_tools().await?;
-        let tools: Vec<Value> = tools
-            .iter()
-            .filter_map(|t| serde_json::to_value(t).ok())
-            .collect();
+    /// Keeps a new listing and publishes it.
+    fn listed(self: &Arc<Self>, tools: Vec<Value>) {
         *lock(&self.remote_tools) = tools;
         self.publish_tools();
-        Ok(())
+    }
+
+    /// Takes the outcome of listing again after `tools/list_changed`: a failure keeps the
+    /// previous listing (the connection still serves it) and shows in `last_error`.
+    fn relisted(self: &Arc<Self>, outcome: Result<Vec<Value>, ListError>) {
+        match outcome {
+            Ok(tools) => {
+                self.listed(tools);
+                self.state.send_if_modified(|s| match s {
+                    ServerState::Ready { trouble, .. }
+                        if matches!(trouble, Some(Trouble::Listing(_))) =>
+                    {
+                        *trouble = None;
+                        true
+                    }
+                    _ => false,
+                });
+            }
+            Err(e) => {
+                let kept = lock(&self.remote_tools).len();
+                tracing::warn!(server = %self.name, error = %e, "listing tools after list_changed failed");
+                self.note(Trouble::Listing(format!(
+                    "{e}, after tools/list_changed; the {kept} tools listed before stay"
+                )));
+            }
+        }
     }
 }
 
-/// The supervisor: one task per server, owning its connection.
-async fn supervise(server: Arc<Server>, mut control: mpsc::UnboundedReceiver<Control>) {
-    let mut first = true;
+/// Whether the config serves the server's tool `name` (`include_tools`, `exclude_tools`).
+fn serves(cfg: &McpServer, name: &str) -> bool {
+    (cfg.include_tools.is_empty() || cfg.include_tools.iter().any(|t| t == name))
+        && !cfg.exclude_tools.iter().any(|t| t == name)
+}
+
+/// The supervisor: one task per server, owning its connection and writing its state.
+async fn supervise(server: Arc<Server>) {
+    run(&server).await;
+    server.state.send_replace(ServerState::Stopped);
+}
+
+async fn run(server: &Arc<Server>) {
+    let stop = &server.stop;
+    // Whether an attempt has finished before (a later connection counts as a restart).
+    let mut attempted = false;
+    let mut failures = 0u32;
+    let mut last_error: Option<String> = None;
     loop {
-        server.set_state(State::Connecting, None);
+        if attempted {
+            server.state.send_replace(ServerState::Reconnecting {
+                failures,
+                last_error: last_error.clone(),
+            });
+        }
         let (notice_tx, mut notices) = mpsc::unbounded_channel();
         let root = match &server.config().cwd {
             Some(cwd) => super::client::file_uri(cwd),
@@ -409,73 +549,88 @@ async fn supervise(server: Arc<Server>, mut control: mpsc::UnboundedReceiver<Con
         };
         let client = Client::new(server.progress.clone(), notice_tx, root);
         let attempt = tokio::select! {
-            r = connect_and_list(&server, client) => Some(r),
-            c = control.recv() => match c {
-                Some(Control::Reconnect) => None,
-                Some(Control::Stop) | None => return,
-            },
+            r = connect_and_list(server, client) => r,
+            _ = server.reconnect.notified() => continue,
+            _ = stop.cancelled() => return,
         };
-        let Some(result) = attempt else { continue };
-        match result {
+        let error = match attempt {
             Ok(conn) => {
-                if !first {
+                if attempted {
                     server.restarts.fetch_add(1, Ordering::Relaxed);
                 }
-                first = false;
-                server.consecutive_failures.store(0, Ordering::Relaxed);
-                server.first_attempt.send_replace(true);
-                let outcome = serve_connection(&server, conn, &mut control, &mut notices).await;
-                *lock(&server.link) = None;
-                match outcome {
+                attempted = true;
+                failures = 0;
+                let link = Link {
+                    peer: conn.service.peer().clone(),
+                    direct: conn.direct.clone(),
+                };
+                server.state.send_replace(ServerState::Ready {
+                    link,
+                    since: now_ms(),
+                    trouble: None,
+                });
+                match serve_connection(server, conn, &mut notices).await {
                     Ended::Stop => return,
-                    Ended::Reconnect => continue,
+                    Ended::Reconnect => {
+                        last_error = None;
+                        continue;
+                    }
                     Ended::Closed(reason) => {
                         tracing::warn!(server = %server.name, %reason, "MCP server connection lost; reconnecting");
-                        server.set_state(State::Connecting, Some(reason));
-                        server.consecutive_failures.fetch_add(1, Ordering::Relaxed);
+                        failures += 1;
+                        server.state.send_replace(ServerState::Reconnecting {
+                            failures,
+                            last_error: Some(reason.clone()),
+                        });
+                        reason
                     }
                 }
             }
             Err(e) => {
+                attempted = true;
                 // Waiting for sign-in is not a failure to back off from: no retries until
                 // `mcp.login` (or a reload) reconnects.
                 if let Some(needed) = server.runtime.oauth.needed_in(&server.name, &e) {
                     tracing::warn!(server = %server.name, "MCP server needs sign-in");
-                    server.set_state(State::AuthRequired, Some(needed.hint));
-                    first = false;
-                    server.first_attempt.send_replace(true);
-                    match control.recv().await {
-                        Some(Control::Reconnect) => continue,
-                        Some(Control::Stop) | None => return,
+                    last_error = Some(needed.hint.clone());
+                    server
+                        .state
+                        .send_replace(ServerState::AuthRequired { hint: needed.hint });
+                    tokio::select! {
+                        _ = server.reconnect.notified() => continue,
+                        _ = stop.cancelled() => return,
                     }
                 }
                 let message = format!("{e:#}");
                 tracing::warn!(server = %server.name, error = %message, "MCP server failed to connect");
-                server.consecutive_failures.fetch_add(1, Ordering::Relaxed);
-                server.set_state(State::Failed, Some(message));
-                first = false;
-                server.first_attempt.send_replace(true);
+                failures += 1;
+                server.state.send_replace(ServerState::Backoff {
+                    failures,
+                    error: message.clone(),
+                });
+                message
             }
-        }
+        };
         // Back off (or wait out an open circuit), unless a call or a command wakes us.
-        let failures = server.consecutive_failures.load(Ordering::Relaxed);
         if failures == BREAKER_THRESHOLD {
             server.circuit_opens.fetch_add(1, Ordering::Relaxed);
         }
-        let wait = if failures >= BREAKER_THRESHOLD {
-            server.set_state(State::CircuitOpen, None);
+        let circuit_open = failures >= BREAKER_THRESHOLD;
+        let wait = if circuit_open {
+            server.state.send_replace(ServerState::CircuitOpen {
+                failures,
+                error: error.clone(),
+            });
             BREAKER_COOLDOWN
         } else {
             backoff(failures)
         };
-        let woken_by_use = failures < BREAKER_THRESHOLD;
+        last_error = Some(error);
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
-            _ = server.wake.notified(), if woken_by_use => {}
-            c = control.recv() => match c {
-                Some(Control::Reconnect) => {}
-                Some(Control::Stop) | None => return,
-            },
+            _ = server.wanted.notified(), if !circuit_open => {}
+            _ = server.reconnect.notified() => {}
+            _ = stop.cancelled() => return,
         }
     }
 }
@@ -488,26 +643,23 @@ fn backoff(failures: u32) -> Duration {
     exp / 2 + exp.mul_f64(fastrand::f64() / 2.0)
 }
 
+/// Connects and lists the tools (publishing them), all within `startup_timeout_ms`.
 async fn connect_and_list(server: &Arc<Server>, client: Client) -> anyhow::Result<Connection> {
     let cfg = server.config();
     let conn = launcher::connect(&server.name, &cfg, client, &server.runtime).await?;
-    let peer = conn.service.peer().clone();
-    tokio::time::timeout(
-        Duration::from_millis(cfg.startup_timeout_ms),
-        server.refresh_tools(&peer),
+    let startup = Duration::from_millis(cfg.startup_timeout_ms);
+    let tools = tokio::time::timeout(
+        startup,
+        listing::list_tools(conn.service.peer(), Bounds::of(&cfg)),
     )
     .await
-    .map_err(|_| anyhow::anyhow!("tools/list did not answer within startup_timeout_ms"))??;
-    {
-        let mut s = lock(&server.status);
-        s.connected_since = Some(now_ms());
-        s.state = State::Ready;
-        s.last_error = None;
-    }
-    *lock(&server.link) = Some(Link {
-        peer,
-        direct: conn.direct.clone(),
-    });
+    .map_err(|_| {
+        anyhow::anyhow!(
+            "tools/list did not answer within startup_timeout_ms ({} ms)",
+            cfg.startup_timeout_ms
+        )
+    })??;
+    server.listed(tools);
     Ok(conn)
 }
 
@@ -517,10 +669,15 @@ enum Ended {
     Closed(String),
 }
 
+/// A listing under way after `tools/list_changed`.
+type Relisting = BoxFuture<'static, Result<Vec<Value>, ListError>>;
+
+/// Serves a connection until it closes, a reconnect is asked for or the server stops.
+/// Listing again after `tools/list_changed` runs beside the other waits, not in place of
+/// them, so a server that never answers it cannot keep the supervisor from a stop.
 async fn serve_connection(
     server: &Arc<Server>,
     conn: Connection,
-    control: &mut mpsc::UnboundedReceiver<Control>,
     notices: &mut mpsc::UnboundedReceiver<Notice>,
 ) -> Ended {
     let Connection { service, group, .. } = conn;
@@ -528,29 +685,46 @@ async fn serve_connection(
     let cancel = service.cancellation_token();
     let waiting = service.waiting();
     tokio::pin!(waiting);
+    let relist = || -> Relisting {
+        let (peer, bounds) = (peer.clone(), Bounds::of(&server.config()));
+        async move { listing::list_tools(&peer, bounds).await }.boxed()
+    };
+    let mut relisting: Option<Relisting> = None;
+    // A list_changed came during the listing under way: list once more after it.
+    let mut stale = false;
     let ended = loop {
         tokio::select! {
             quit = &mut waiting => break Ended::Closed(format!("the server closed the connection ({quit:?})")),
-            c = control.recv() => match c {
-                Some(Control::Reconnect) => break Ended::Reconnect,
-                Some(Control::Stop) | None => break Ended::Stop,
-            },
+            _ = server.stop.cancelled() => break Ended::Stop,
+            _ = server.reconnect.notified() => break Ended::Reconnect,
             Some(Notice::ToolListChanged) = notices.recv() => {
-                // Coalesce a burst of list_changed into one refresh; refreshes never overlap
-                // because this loop runs them one at a time.
+                // A burst of list_changed is one listing; listings never overlap.
                 while notices.try_recv().is_ok() {}
-                if let Err(e) = server.refresh_tools(&peer).await {
-                    tracing::warn!(server = %server.name, error = %e, "refreshing tools after list_changed failed");
+                match relisting {
+                    Some(_) => stale = true,
+                    None => relisting = Some(relist()),
                 }
+            }
+            outcome = finished(&mut relisting) => {
+                relisting = std::mem::take(&mut stale).then(&relist);
+                server.relisted(outcome);
             }
         }
     };
     if !matches!(ended, Ended::Closed(_)) {
         cancel.cancel();
-        let _ = tokio::time::timeout(Duration::from_secs(2), &mut waiting).await;
+        let _ = tokio::time::timeout(CLOSE_WAIT, &mut waiting).await;
     }
     if let Some(g) = group {
         g.terminate(KILL_GRACE).await;
     }
     ended
+}
+
+/// The output of the future in `slot`, or never when there is none.
+async fn finished<F: Future + Unpin>(slot: &mut Option<F>) -> F::Output {
+    match slot {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
 }
