@@ -131,8 +131,8 @@ async fn start(
     let host = match Host::new(dirs, loaded, processes) {
         Ok(h) => h,
         Err(e) => {
-            if let Some(p) = &listeners.owned_path {
-                let _ = std::fs::remove_file(p);
+            if let Some(s) = &listeners.owned {
+                s.remove();
             }
             return Err(e);
         }
@@ -154,7 +154,7 @@ pub async fn run(
     // Owns every child (subreaper, adopted-zombie reaper, ledger sweep); dropped when run
     // returns, it kills whatever is left of this daemon's.
     let _processes = host.processes().own(host.data_dir());
-    tracing::info!(socket = %listeners.describe(), activated = listeners.owned_path.is_none(), workspace = %host.workspace().display(), data_dir = %host.data_dir().display(), "toolhost serving");
+    tracing::info!(socket = %listeners.describe(), activated = listeners.owned.is_none(), workspace = %host.workspace().display(), data_dir = %host.data_dir().display(), "toolhost serving");
     // Custom tools are listed from the first answer on; their folders are watched from now.
     reload::start_custom_tools(&host).await;
     let server = rpc::start(host.clone(), listeners)?;

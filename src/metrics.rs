@@ -5,10 +5,21 @@
 //! read at scrape time into a [`Scrape`] and rendered with the live counters, so nothing
 //! is counted twice and the call path only touches counters. This module knows no host
 //! type: the RPC layer gathers the [`Scrape`].
+//!
+//! Every label set is bounded by what the host knows, never by what a caller sends: a call
+//! of a tool that is not registered counts under one series per outcome (`tool=""`,
+//! `source="unknown"`), so invented names leave no trace. A series whose tool has left the
+//! registry (or, for an MCP tool, whose server has left the config: a server that restarts
+//! keeps its counts) is shown once more at the next scrape, with its last count, and then
+//! dropped, so tools that come and go under new names leave no history behind.
+
+use std::collections::HashSet;
+use std::hash::Hash;
+use std::sync::Mutex;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
@@ -25,7 +36,7 @@ pub enum Source {
     builtin,
     custom,
     mcp,
-    /// A call of a tool that does not exist.
+    /// A call of a tool that is not registered (or is quarantined).
     unknown,
 }
 
@@ -56,6 +67,7 @@ pub enum Framing {
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CallLabels {
+    /// The registered tool (empty for `source="unknown"`: its name is the caller's).
     tool: String,
     source: Source,
     /// The MCP server (empty for other sources).
@@ -100,10 +112,51 @@ fn latency_histogram() -> Histogram {
     Histogram::new(LATENCY_BUCKETS)
 }
 
+/// A metric family that remembers its label sets, so the series of a tool or server that
+/// has left the registry can be dropped (prometheus_client's `Family` cannot list them).
+struct Tracked<S, M, C = fn() -> M> {
+    family: Family<S, M, C>,
+    /// Every label set in `family`. A new one enters both under this lock, and a prune
+    /// removes from both under it, so none is ever in `family` alone.
+    labels: Mutex<HashSet<S>>,
+}
+
+impl<S: Clone + Hash + Eq, M, C: MetricConstructor<M>> Tracked<S, M, C> {
+    fn new(family: Family<S, M, C>) -> Self {
+        Tracked {
+            family,
+            labels: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Runs `f` on the series of `labels`, created if new. An existing series costs a
+    /// shared read lock, as with a plain `Family`.
+    fn with(&self, labels: &S, f: impl FnOnce(&M)) {
+        if let Some(metric) = self.family.get(labels) {
+            f(&metric);
+            return;
+        }
+        let mut known = crate::lock(&self.labels);
+        known.insert(labels.clone());
+        f(&self.family.get_or_create(labels));
+    }
+
+    /// Drops every series whose labels `keep` refuses.
+    fn retain(&self, keep: impl Fn(&S) -> bool) {
+        crate::lock(&self.labels).retain(|l| {
+            let kept = keep(l);
+            if !kept {
+                self.family.remove(l);
+            }
+            kept
+        });
+    }
+}
+
 /// The event counters; every handle inside is a shared atomic, cheap to bump from any task.
 pub struct Metrics {
-    calls: Family<CallLabels, Counter>,
-    latency: Family<SourceLabels, Histogram, fn() -> Histogram>,
+    calls: Tracked<CallLabels, Counter>,
+    latency: Tracked<SourceLabels, Histogram>,
     connections_open: Family<FramingLabels, Gauge>,
     connections: Family<FramingLabels, Counter>,
     reloads: Family<ResultLabels, Counter>,
@@ -113,8 +166,8 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Metrics {
-            calls: Family::default(),
-            latency: Family::new_with_constructor(latency_histogram),
+            calls: Tracked::new(Family::new_with_constructor(Counter::default)),
+            latency: Tracked::new(Family::new_with_constructor(latency_histogram)),
             connections_open: Family::default(),
             connections: Family::default(),
             reloads: Family::default(),
@@ -124,16 +177,26 @@ impl Default for Metrics {
 }
 
 /// What the host knows at scrape time (gathered by the RPC layer).
-pub struct Scrape {
+pub struct Scrape<'a> {
     pub in_flight: usize,
     pub sessions: u64,
     pub tools: usize,
+    /// Whether a tool of this name is in the live registry (a built-in or custom tool's
+    /// series are kept while it is).
+    pub is_registered: &'a dyn Fn(&str) -> bool,
     pub config_revision: u64,
+    /// Every configured MCP server; the series of any other server are dropped.
     pub servers: Vec<McpServerStatus>,
 }
 
+impl Scrape<'_> {
+    fn knows_server(&self, server: &str) -> bool {
+        server.is_empty() || self.servers.iter().any(|s| s.name == server)
+    }
+}
+
 impl Metrics {
-    /// Counts a finished call and its latency.
+    /// Counts a finished call and its latency. `tool` is not kept for `Source::unknown`.
     pub fn call_finished(
         &self,
         tool: &str,
@@ -142,17 +205,22 @@ impl Metrics {
         outcome: &'static str,
         seconds: f64,
     ) {
+        let tool = match source {
+            Source::unknown => String::new(),
+            _ => tool.to_owned(),
+        };
         let labels = CallLabels {
-            tool: tool.to_owned(),
+            tool,
             source,
             server: server.to_owned(),
             outcome,
         };
-        self.calls.get_or_create(&labels).inc();
+        self.calls.with(&labels, |c| {
+            c.inc();
+        });
         let CallLabels { source, server, .. } = labels;
         self.latency
-            .get_or_create(&SourceLabels { source, server })
-            .observe(seconds);
+            .with(&SourceLabels { source, server }, |h| h.observe(seconds));
     }
 
     /// Counts an accepted connection; the guard counts it closed when dropped.
@@ -177,18 +245,30 @@ impl Metrics {
         self.audit_dropped.inc();
     }
 
-    /// The exposition: the live counters plus the scrape-time state.
+    /// The exposition: the live counters plus the scrape-time state. The series of tools
+    /// and servers that `s` no longer knows are dropped after this last showing.
     pub fn render(&self, s: &Scrape) -> String {
+        let out = self.encode(s);
+        self.calls.retain(|l| match l.source {
+            Source::unknown => true,
+            Source::mcp => s.knows_server(&l.server),
+            Source::builtin | Source::custom => (s.is_registered)(&l.tool),
+        });
+        self.latency.retain(|l| s.knows_server(&l.server));
+        out
+    }
+
+    fn encode(&self, s: &Scrape) -> String {
         let mut r = Registry::with_prefix("toolhost");
         r.register(
             "calls",
             "Finished tool calls by tool, source, MCP server and outcome (ok or error_kind)",
-            self.calls.clone(),
+            self.calls.family.clone(),
         );
         r.register(
             "call_duration_seconds",
             "Tool call latency by source and MCP server",
-            self.latency.clone(),
+            self.latency.family.clone(),
         );
         r.register(
             "connections",
@@ -340,6 +420,7 @@ mod tests {
             in_flight: 2,
             sessions: 3,
             tools: 6,
+            is_registered: &|name| name == "bash",
             config_revision: 1,
             servers: Vec::new(),
         });
@@ -355,5 +436,75 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
         }
+    }
+
+    fn scrape<'a>(is_registered: &'a dyn Fn(&str) -> bool, servers: &[&str]) -> Scrape<'a> {
+        Scrape {
+            in_flight: 0,
+            sessions: 0,
+            tools: 0,
+            is_registered,
+            config_revision: 0,
+            servers: servers
+                .iter()
+                .map(|name| McpServerStatus {
+                    name: (*name).to_owned(),
+                    transport: crate::protocol::McpTransport::Stdio,
+                    state: McpServerState::Ready,
+                    tools: 0,
+                    last_error: None,
+                    connected_since: None,
+                    consecutive_failures: 0,
+                    restarts: 0,
+                    circuit_opens: 0,
+                    in_flight: 0,
+                    queued: 0,
+                    collisions: Vec::new(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn invented_names_share_one_series() {
+        let m = Metrics::default();
+        let unknown = outcome(Some(ErrorKind::UnknownTool));
+        m.call_finished("invented_0", Source::unknown, "", unknown, 0.0);
+        let before = m.render(&scrape(&|_| false, &[]));
+        for i in 1..5000 {
+            m.call_finished(&format!("invented_{i}"), Source::unknown, "", unknown, 0.0);
+        }
+        let after = m.render(&scrape(&|_| false, &[]));
+        assert!(after.contains(
+            "toolhost_calls_total{tool=\"\",source=\"unknown\",server=\"\",outcome=\"unknown_tool\"} 5000"
+        ));
+        assert!(!after.contains("invented"), "{after}");
+        assert_eq!(before.lines().count(), after.lines().count());
+    }
+
+    #[test]
+    fn a_series_of_what_left_the_registry_is_shown_once_more_then_dropped() {
+        let m = Metrics::default();
+        m.call_finished("gone", Source::custom, "", outcome(None), 0.0);
+        m.call_finished("mcp_old_echo", Source::mcp, "old", outcome(None), 0.0);
+        m.call_finished("bash", Source::builtin, "", outcome(None), 0.0);
+        // Not registered while its server restarts; the server is still configured.
+        m.call_finished("mcp_fx_echo", Source::mcp, "fx", outcome(None), 0.0);
+        let only_bash = |name: &str| name == "bash";
+        let last = m.render(&scrape(&only_bash, &["fx"]));
+        for line in [
+            "toolhost_calls_total{tool=\"gone\",source=\"custom\",server=\"\",outcome=\"ok\"} 1",
+            "toolhost_call_duration_seconds_count{source=\"mcp\",server=\"old\"} 1",
+        ] {
+            assert!(
+                last.lines().any(|l| l == line),
+                "missing {line:?} in\n{last}"
+            );
+        }
+        let next = m.render(&scrape(&only_bash, &["fx"]));
+        assert!(!next.contains("gone") && !next.contains("old"), "{next}");
+        assert!(next.contains("tool=\"bash\"") && next.contains("tool=\"mcp_fx_echo\""));
+        assert_eq!(crate::lock(&m.calls.labels).len(), 2);
+        assert_eq!(crate::lock(&m.latency.labels).len(), 3);
     }
 }

@@ -205,7 +205,8 @@ async fn change_naming(sub: &mut Subscription<ToolsChanged>, name: &str) -> Tool
 
 /// Runs the CLI against the daemon; returns (exit code, stdout).
 fn cli(d: &Daemon, args: &[&str]) -> (i32, String) {
-    let out = std::process::Command::new(BIN)
+    let out = toolhost(d.dir.path())
+        .into_std()
         .arg("--socket")
         .arg(d.socket())
         .args(args)

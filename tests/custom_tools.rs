@@ -265,12 +265,11 @@ async fn a_project_tools_folder_created_after_start_is_picked_up() {
     let d = start(|_| {}, json!({})).await;
     let mut c = subscribe_changes(&d).await;
     let project = d.workspace().join(".toolhost");
+    // Back to back, as `mkdir -p` does: each level appears before the watcher can have
+    // moved down to it, so the scan after each move must find what is already there.
     std::fs::create_dir(&project).unwrap();
-    // Give the watcher a moment to move from the workspace down to .toolhost.
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let root = project.join("tools");
     std::fs::create_dir(&root).unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
     write_tool(
         &root,
         "late",

@@ -5,6 +5,7 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 
 use common::*;
 use serde_json::{json, Value};
@@ -567,7 +568,7 @@ async fn rpc_discover_lists_every_method() {
 #[tokio::test]
 async fn cli_reports_no_daemon_with_exit_code_3() {
     let dir = tempfile::tempdir().unwrap();
-    let out = tokio::process::Command::new(BIN)
+    let out = toolhost(dir.path())
         .arg("--socket")
         .arg(dir.path().join("none.sock"))
         .arg("health")
@@ -582,7 +583,7 @@ async fn cli_reports_no_daemon_with_exit_code_3() {
 async fn cli_tools_invoke_call_and_health() {
     let d = Daemon::start().await;
     let cli = |args: &[&str]| {
-        let mut c = tokio::process::Command::new(BIN);
+        let mut c = toolhost(d.dir.path());
         c.arg("--socket").arg(d.socket()).args(args);
         c.output()
     };
@@ -623,16 +624,25 @@ async fn cli_tools_invoke_call_and_health() {
 async fn sigterm_during_a_call_exits_zero_within_the_grace() {
     let mut d = Daemon::start().await;
     let mut c = d.raw_lines().await;
-    c.send(
-        "invoke",
-        json!({"name": "bash", "arguments": {"command": "sleep 60"}}),
-    )
-    .await;
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let id = c
+        .send(
+            "invoke",
+            json!({"name": "bash", "call_id": "long", "arguments": {"command": "sleep 60"}}),
+        )
+        .await;
+    d.wait_for_call("long").await;
     let started = std::time::Instant::now();
     let status = d.stop().await;
     assert!(status.success(), "{status:?}");
     assert!(started.elapsed() < std::time::Duration::from_secs(15));
+    // The call was answered before the daemon went: cancelled once the grace ran out.
+    let reply = c.recv().await;
+    assert_eq!(reply["id"], id, "{reply}");
+    assert_eq!(reply["result"]["call_id"], "long", "{reply}");
+    assert_eq!(
+        reply["result"]["result"]["error_kind"], "cancelled",
+        "{reply}"
+    );
 }
 
 #[tokio::test]
@@ -685,7 +695,9 @@ async fn systemd_socket_activation_uses_the_passed_socket_and_leaves_it() {
     let sock = dir.path().join("activated.sock");
     let ws = dir.path().join("ws");
     std::fs::create_dir_all(&ws).unwrap();
-    let mut child = tokio::process::Command::new("systemd-socket-activate")
+    let mut activate = tokio::process::Command::new("systemd-socket-activate");
+    isolate(activate.as_std_mut(), dir.path());
+    let mut child = activate
         .arg("-l")
         .arg(&sock)
         .arg(BIN)
@@ -712,4 +724,99 @@ async fn systemd_socket_activation_uses_the_passed_socket_and_leaves_it() {
     let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     let _ = tokio::time::timeout(std::time::Duration::from_secs(15), child.wait()).await;
+}
+
+/// The user's own tools, as `toolhost tool new --user` makes them, in
+/// `$XDG_CONFIG_HOME/toolhost/tools` and in `~/.config/toolhost/tools`.
+fn users_tools(outer: &Path) -> [(&'static str, std::ffi::OsString); 2] {
+    let (xdg, home) = (outer.join("xdg"), outer.join("home"));
+    for (name, env) in [
+        ("users_xdg_tool", vec![("XDG_CONFIG_HOME", Some(&xdg))]),
+        (
+            "users_home_tool",
+            vec![("XDG_CONFIG_HOME", None), ("HOME", Some(&home))],
+        ),
+    ] {
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.args(["tool", "new", "--user", name]);
+        for (var, value) in env {
+            match value {
+                Some(v) => cmd.env(var, v),
+                None => cmd.env_remove(var),
+            };
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    assert!(xdg.join("toolhost/tools/users_xdg_tool").is_dir());
+    assert!(home.join(".config/toolhost/tools/users_home_tool").is_dir());
+    [("XDG_CONFIG_HOME", xdg.into()), ("HOME", home.into())]
+}
+
+/// Run by the test below in an environment full of the user's tools; it passes alone too.
+#[tokio::test]
+#[ignore = "run by a_users_own_tools_do_not_reach_the_daemons_tests_start"]
+async fn a_test_daemon_and_cli_see_none_of_the_users_tools() {
+    let d = Daemon::start().await;
+    let list = d.call("list_tools", json!({"include_hidden": true})).await;
+    let custom: Vec<&str> = tool_names(&list["result"])
+        .into_iter()
+        .filter(|n| list["result"]["meta"][*n]["source"] == "custom")
+        .collect();
+    assert_eq!(custom, Vec::<&str>::new(), "{list}");
+    let out = toolhost(d.dir.path())
+        .arg("--socket")
+        .arg(d.socket())
+        .args(["tools", "--all"])
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("read_file"),
+        "{out:?}"
+    );
+    assert!(!text.contains("users_"), "{text}");
+}
+
+#[test]
+fn a_users_own_tools_do_not_reach_the_daemons_tests_start() {
+    let outer = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "a_test_daemon_and_cli_see_none_of_the_users_tools",
+            "--exact",
+            "--ignored",
+        ])
+        .envs(users_tools(outer.path()))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A daemon killed with SIGKILL may still be dying (its socket taking connections it will
+/// never answer, its lock not yet dropped) when the next one starts on its socket: the
+/// next one must wait for it to go, not mistake it for a live daemon and refuse to start.
+#[tokio::test]
+async fn a_restart_right_after_kill_9_is_never_refused() {
+    let mut d = Daemon::start().await;
+    for round in 0..32 {
+        let mut old = d.child.take().unwrap();
+        // Not waited for: the restart races the old daemon's death.
+        old.start_kill().unwrap();
+        let mut new = d.spawn_raw(&[]);
+        tokio::select! {
+            status = new.wait() => panic!("restart {round} exited ({status:?}): {}", d.log()),
+            () = d.wait_ready() => {}
+        }
+        let _ = old.wait().await;
+        d.child = Some(new);
+    }
+    let r = d.call("host.health", json!({})).await;
+    assert_eq!(r["result"]["status"], "ok", "{r}");
 }

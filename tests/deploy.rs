@@ -189,7 +189,9 @@ async fn socket_activation_serves_the_given_socket_and_leaves_it_on_stop() {
     std::fs::create_dir(dir.path().join("ws")).unwrap();
     std::fs::write(dir.path().join("config.json"), "{}").unwrap();
     let sock = dir.path().join("activated.sock");
-    let mut child = tokio::process::Command::new("systemd-socket-activate")
+    let mut activate = tokio::process::Command::new("systemd-socket-activate");
+    common::isolate(activate.as_std_mut(), dir.path());
+    let mut child = activate
         .arg("-l")
         .arg(&sock)
         .args(["-E", "RUST_LOG=info"])
@@ -251,14 +253,13 @@ async fn socket_activation_serves_the_given_socket_and_leaves_it_on_stop() {
 #[tokio::test]
 async fn a_workspace_of_root_is_warned_about() {
     let mut d = common::Daemon::unstarted();
-    let mut cmd = tokio::process::Command::new(BIN);
+    let mut cmd = common::toolhost(d.dir.path());
     cmd.arg("--socket")
         .arg(d.socket())
         .arg("serve")
         .arg("--data-dir")
         .arg(d.data_dir())
         .current_dir("/")
-        .env_remove("TOOLHOST_CONFIG")
         .env("XDG_CONFIG_HOME", d.dir.path())
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())

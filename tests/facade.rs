@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{alive, eventually, write_atomic, Daemon, BIN};
+use common::{alive, eventually, isolate, toolhost, write_atomic, Daemon, BIN};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest,
     ElicitRequestParams, ElicitResult, ElicitationAction, Implementation, ListRootsResult,
@@ -167,7 +167,7 @@ fn tcp_addr(d: &Daemon) -> String {
 
 /// `toolhost mcp` on this daemon's socket, as an MCP client would start it.
 async fn stdio(d: &Daemon, c: TestClient, args: &[&str]) -> Mcp {
-    let mut cmd = tokio::process::Command::new(BIN);
+    let mut cmd = toolhost(d.dir.path());
     cmd.arg("mcp").arg("--socket").arg(d.socket()).args(args);
     cmd.env("TOOLHOST_MCP_PAGE_SIZE", "3");
     let transport = TokioChildProcess::new(cmd).unwrap();
@@ -342,7 +342,7 @@ async fn stdio_lists_with_pages_and_calls_text_image_structured_error_and_unknow
 #[tokio::test]
 async fn stdio_without_a_daemon_exits_3_and_a_named_session_is_used() {
     let dir = tempfile::tempdir().unwrap();
-    let out = tokio::process::Command::new(BIN)
+    let out = toolhost(dir.path())
         .args(["mcp", "--socket"])
         .arg(dir.path().join("none.sock"))
         .stdin(std::process::Stdio::null())
@@ -372,7 +372,7 @@ async fn stdio_without_a_daemon_exits_3_and_a_named_session_is_used() {
 async fn stdio_serves_a_socketpair_and_exits_when_the_client_closes_it() {
     let d = start(json!({})).await;
     let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
-    let mut child = tokio::process::Command::new(BIN)
+    let mut child = toolhost(d.dir.path())
         .arg("mcp")
         .arg("--socket")
         .arg(d.socket())
@@ -608,7 +608,10 @@ async fn python_client(args: &[&str]) -> Option<Value> {
         .await
         .unwrap();
     assert!(install.success(), "installing the Python MCP SDK failed");
-    let out = tokio::process::Command::new(tests.join(".venv/bin/python"))
+    let home = tempfile::tempdir().unwrap();
+    let mut client = tokio::process::Command::new(tests.join(".venv/bin/python"));
+    isolate(client.as_std_mut(), home.path());
+    let out = client
         .arg(tests.join("facade_py/client.py"))
         .args(args)
         .env("TOOLHOST_MCP_PAGE_SIZE", "3")

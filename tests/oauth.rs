@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::sync::{Arc, Mutex};
 
-use common::{eventually, Daemon, BIN};
+use common::{eventually, Daemon};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use rmcp::model::{
@@ -297,7 +297,7 @@ async fn wait_state(d: &Daemon, want: &str) {
 
 /// `toolhost mcp login notes`, with a "browser" that just follows the redirects.
 async fn login(d: &Daemon) {
-    let out = tokio::process::Command::new(BIN)
+    let out = common::toolhost(d.dir.path())
         .arg("--socket")
         .arg(d.socket())
         .args(["mcp", "login", "notes"])
@@ -379,7 +379,7 @@ async fn sign_in_refresh_logout_and_no_leaks() {
     }
 
     // Logout: the file goes, and the server asks for sign-in again.
-    let out = tokio::process::Command::new(BIN)
+    let out = common::toolhost(d.dir.path())
         .arg("--socket")
         .arg(d.socket())
         .args(["mcp", "logout", "notes"])

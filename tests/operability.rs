@@ -86,7 +86,8 @@ async fn metrics_count_calls_by_tool_source_and_outcome() {
     };
     assert_eq!(calls("bash", "builtin", "", "ok"), 1.0);
     assert_eq!(calls("read_file", "builtin", "", "failed"), 1.0);
-    assert_eq!(calls("nope", "unknown", "", "unknown_tool"), 1.0);
+    // An unknown tool's name is the caller's, not a label (see the test below).
+    assert_eq!(calls("", "unknown", "", "unknown_tool"), 1.0);
     assert_eq!(calls("mcp_fx_echo", "mcp", "fx", "ok"), 1.0);
     let latency = |source: &str, server: &str| {
         sample(
@@ -172,6 +173,102 @@ async fn metrics_on_tcp_need_the_bearer_token() {
     assert_eq!(sample(&m, "toolhost_calls_in_flight", &[]), 0.0);
 }
 
+/// Every series of a scrape: its metric name and labels, values aside.
+fn series(scrape: &prometheus_parse::Scrape) -> std::collections::BTreeSet<String> {
+    scrape
+        .samples
+        .iter()
+        .map(|s| {
+            let mut labels: Vec<String> =
+                s.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            labels.sort();
+            format!("{}{{{}}}", s.metric, labels.join(","))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn five_thousand_invented_tool_names_leave_metrics_the_same_size() {
+    let d = Daemon::start().await;
+    let mut raw = d.raw_lines().await;
+    let r = raw
+        .call("invoke", json!({"name": "invented_0", "arguments": {}}))
+        .await;
+    assert_eq!(r["result"]["result"]["error_kind"], "unknown_tool", "{r}");
+    let (_, before_text) = d.http("GET", "/metrics", "").await;
+    let before = metrics(&d).await;
+
+    // Pipelined on one connection, in rounds small enough that neither side's socket
+    // buffer fills while the other is still writing.
+    const NAMES: usize = 5_000;
+    const ROUND: usize = 250;
+    for round in 0..NAMES / ROUND {
+        let mut ids = std::collections::HashSet::new();
+        for i in 0..ROUND {
+            let name = format!("invented_{}", 1 + round * ROUND + i);
+            ids.insert(
+                raw.send("invoke", json!({"name": name, "arguments": {}}))
+                    .await,
+            );
+        }
+        while !ids.is_empty() {
+            let m = raw.recv().await;
+            assert_eq!(m["result"]["result"]["error_kind"], "unknown_tool", "{m}");
+            assert!(ids.remove(&m["id"].as_u64().unwrap()), "{m}");
+        }
+    }
+
+    let (_, after_text) = d.http("GET", "/metrics", "").await;
+    let after = metrics(&d).await;
+    assert_eq!(series(&after), series(&before));
+    let unknown = [
+        ("tool", ""),
+        ("source", "unknown"),
+        ("server", ""),
+        ("outcome", "unknown_tool"),
+    ];
+    assert_eq!(sample(&after, "toolhost_calls_total", &unknown), 5_001.0);
+    assert!(!after_text.contains("invented"), "{after_text}");
+    // Only counter digits grew: one series per name would add hundreds of kilobytes.
+    let growth = after_text.len().abs_diff(before_text.len());
+    assert!(
+        growth < 256,
+        "{growth} bytes: {before_text}\n---\n{after_text}"
+    );
+}
+
+#[tokio::test]
+async fn a_removed_servers_series_leave_metrics() {
+    let d = Daemon::start_with(Some(json!({"mcp_servers": {"fx": {"command": FIXTURE}}}))).await;
+    wait_ready(&d, "fx").await;
+    assert_eq!(
+        d.invoke("mcp_fx_echo", json!({"text": "x"})).await["ok"],
+        true
+    );
+    let m = metrics(&d).await;
+    let echo = [
+        ("tool", "mcp_fx_echo"),
+        ("source", "mcp"),
+        ("server", "fx"),
+        ("outcome", "ok"),
+    ];
+    assert_eq!(sample(&m, "toolhost_calls_total", &echo), 1.0);
+
+    write_atomic(&d.config_path(), &json!({}));
+    let r = d.call("config.reload", json!({})).await;
+    assert_eq!(r["result"]["applied"], true, "{r}");
+    // Shown once more with its last count, then gone: nothing is left of the server.
+    eventually(
+        10,
+        "the removed server's series to leave /metrics",
+        || async {
+            let (_, text) = d.http("GET", "/metrics", "").await;
+            !text.contains("fx")
+        },
+    )
+    .await;
+}
+
 /// The audit lines of `d`, parsed.
 fn audit_lines(d: &Daemon) -> Vec<Value> {
     std::fs::read_to_string(d.data_dir().join("audit.jsonl"))
@@ -225,7 +322,7 @@ async fn audit_log_tells_two_frontends_apart_and_keeps_no_arguments() {
     assert!(r.result.ok);
     // Frontend two: the CLI, another process.
     let cli_args = json!({"command": "echo two"});
-    let out = tokio::process::Command::new(BIN)
+    let out = toolhost(d.dir.path())
         .arg("--socket")
         .arg(d.socket())
         .args(["invoke", "bash", "--session", "sb", "--args"])
@@ -270,7 +367,7 @@ async fn audit_log_tells_two_frontends_apart_and_keeps_no_arguments() {
 
     // `toolhost calls` reads it: filtered by session, as JSON; and as text.
     let calls = |extra: &[&str]| {
-        let mut cmd = std::process::Command::new(BIN);
+        let mut cmd = toolhost(d.dir.path()).into_std();
         cmd.arg("calls")
             .arg("--data-dir")
             .arg(d.data_dir())
@@ -294,7 +391,7 @@ async fn audit_log_tells_two_frontends_apart_and_keeps_no_arguments() {
     assert!(text_lines[1].contains(" zed (toolhost pid "), "{text}");
 
     // --follow prints what is there, then each call as it finishes.
-    let mut follow = tokio::process::Command::new(BIN)
+    let mut follow = toolhost(d.dir.path())
         .args(["calls", "--follow", "--json", "--data-dir"])
         .arg(d.data_dir())
         .stdout(Stdio::piped())
@@ -389,7 +486,7 @@ async fn status_and_health_degraded_by_a_server_that_cannot_start_with_its_stder
         "degraded"
     );
     let cli = |args: &[&str]| {
-        let mut cmd = std::process::Command::new(BIN);
+        let mut cmd = toolhost(d.dir.path()).into_std();
         cmd.arg("--socket").arg(d.socket()).args(args);
         cmd.output().unwrap()
     };

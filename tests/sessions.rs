@@ -335,7 +335,7 @@ async fn list_pages_across_1000_sessions_newest_first() {
 async fn cli_session_commands() {
     let d = Daemon::start().await;
     let cli = |args: &[&str]| {
-        let mut c = tokio::process::Command::new(BIN);
+        let mut c = toolhost(d.dir.path());
         c.arg("--socket").arg(d.socket()).args(args);
         c.output()
     };

@@ -96,9 +96,10 @@ async fn all_sessions(d: &Daemon) -> Vec<Value> {
 
 /// Runs `toolhost ARGS…`; (exit code, stdout, stderr).
 async fn run_cli(args: &[&str]) -> (Option<i32>, String, String) {
+    let home = tempfile::tempdir().unwrap();
     let out = tokio::time::timeout(
         Duration::from_secs(120),
-        tokio::process::Command::new(BIN)
+        toolhost(home.path())
             .args(args)
             .env("RUST_LOG", "warn")
             .output(),

@@ -1,12 +1,17 @@
 //! Binding the listeners of proto-docs/transport.md: the Unix socket (own, or passed by systemd)
 //! and the optional token-protected TCP listener.
 
+use std::fs::File;
 use std::os::fd::FromRawFd;
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::{bail, Context};
-use tokio::net::{TcpListener, UnixListener};
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, UnixListener, UnixStream};
 
 use crate::config::Config;
 
@@ -55,10 +60,27 @@ pub(crate) fn ensure_private_dir(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A socket file this daemon bound, with the lock that says it is ours: `<socket>.lock`,
+/// flock'd for as long as we own the file. A starting daemon tells a live owner from a
+/// dead one by this lock, which the kernel drops the moment its holder dies, however it
+/// dies; a socket file outlives a kill -9, and a connect can still succeed on the socket of
+/// a daemon that is being killed.
+pub struct OwnedSocket {
+    pub path: PathBuf,
+    _lock: Flock<File>,
+}
+
+impl OwnedSocket {
+    /// Removes the socket file (the lock goes when this value does).
+    pub fn remove(&self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 pub struct Listeners {
     pub unix: UnixListener,
     /// Set when we bound the socket ourselves, so we remove it on exit (never systemd's).
-    pub owned_path: Option<PathBuf>,
+    pub owned: Option<OwnedSocket>,
     pub path: PathBuf,
     pub tcp: Option<(TcpListener, String)>,
 }
@@ -66,7 +88,7 @@ pub struct Listeners {
 impl Listeners {
     pub async fn bind(socket: Option<&Path>, cfg: &Config) -> anyhow::Result<Listeners> {
         let (mut path, default) = chosen_socket(socket, cfg);
-        let (unix, owned_path) = match systemd_socket()? {
+        let (unix, owned) = match systemd_socket()? {
             Some(l) => {
                 // Serve and report the socket systemd passed, whatever the config says.
                 if let Some(given) = l
@@ -87,10 +109,8 @@ impl Listeners {
                         ensure_private_dir(dir)?;
                     }
                 }
-                (
-                    bind_unix(&path, cfg.listen.socket_mode.as_deref()).await?,
-                    Some(path.clone()),
-                )
+                let (unix, owned) = bind_unix(&path, cfg.listen.socket_mode.as_deref()).await?;
+                (unix, Some(owned))
             }
         };
         let tcp = match &cfg.listen.tcp {
@@ -110,7 +130,7 @@ impl Listeners {
         };
         Ok(Listeners {
             unix,
-            owned_path,
+            owned,
             path,
             tcp,
         })
@@ -140,7 +160,7 @@ fn systemd_socket() -> anyhow::Result<Option<UnixListener>> {
     Ok(Some(UnixListener::from_std(std_listener)?))
 }
 
-async fn bind_unix(path: &Path, mode: Option<&str>) -> anyhow::Result<UnixListener> {
+async fn bind_unix(path: &Path, mode: Option<&str>) -> anyhow::Result<(UnixListener, OwnedSocket)> {
     if let Some(dir) = path.parent() {
         if !dir.exists() {
             // Directories we create are private from the start (no chmod window).
@@ -151,6 +171,7 @@ async fn bind_unix(path: &Path, mode: Option<&str>) -> anyhow::Result<UnixListen
                 .with_context(|| format!("cannot create {}", dir.display()))?;
         }
     }
+    let lock = claim(path).await?;
     match std::fs::symlink_metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e).with_context(|| format!("cannot inspect {}", path.display())),
@@ -159,9 +180,10 @@ async fn bind_unix(path: &Path, mode: Option<&str>) -> anyhow::Result<UnixListen
             path.display()
         ),
         Ok(_) => {
-            // Replace a stale socket only when nobody answers on it.
-            if tokio::net::UnixStream::connect(path).await.is_ok() {
-                bail!("another toolhost daemon is already serving on {} (stop it first, or pass --socket)", path.display());
+            // No toolhost daemon owns the file (we hold its lock); one that answers on it
+            // anyway is not ours to replace (a systemd socket, a daemon without the lock).
+            if answers(path).await {
+                bail!(already_serving(path));
             }
             std::fs::remove_file(path)
                 .with_context(|| format!("cannot remove stale socket {}", path.display()))?;
@@ -180,7 +202,83 @@ async fn bind_unix(path: &Path, mode: Option<&str>) -> anyhow::Result<UnixListen
         None => 0o600,
     };
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
-    Ok(listener)
+    Ok((
+        listener,
+        OwnedSocket {
+            path: path.to_path_buf(),
+            _lock: lock,
+        },
+    ))
+}
+
+/// How long a starting daemon waits for the daemon before it to let go of the socket: a
+/// killed one lets go within milliseconds, a stopping one once it has removed its socket.
+const HANDOVER_WAIT: Duration = Duration::from_secs(10);
+
+/// How long a server on the socket has to answer [`answers`].
+const ANSWER_WAIT: Duration = Duration::from_secs(2);
+
+fn already_serving(path: &Path) -> String {
+    format!(
+        "another toolhost daemon is already serving on {} (stop it first, or pass --socket)",
+        path.display()
+    )
+}
+
+/// Takes the lock of the socket at `path` ([`OwnedSocket`]). While another daemon holds
+/// it, that daemon is either live, and then it answers on the socket and we give up at
+/// once, or dying or stopping, and then it lets go soon and we wait for it.
+async fn claim(path: &Path) -> anyhow::Result<Flock<File>> {
+    let mut lock_path = path.as_os_str().to_owned();
+    lock_path.push(".lock");
+    let lock_path = PathBuf::from(lock_path);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&lock_path)
+        .with_context(|| format!("cannot open the socket's lock {}", lock_path.display()))?;
+    let deadline = tokio::time::Instant::now() + HANDOVER_WAIT;
+    loop {
+        file = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(locked) => return Ok(locked),
+            Err((file, Errno::EWOULDBLOCK)) => file,
+            Err((_, e)) => {
+                return Err(e).with_context(|| format!("cannot lock {}", lock_path.display()))
+            }
+        };
+        if answers(path).await {
+            bail!(already_serving(path));
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!(
+                "another toolhost daemon holds {} and has not let go of {} within {} s (is it still stopping?)",
+                lock_path.display(),
+                path.display(),
+                HANDOVER_WAIT.as_secs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Whether a server is alive on the socket at `path`. A connect alone does not tell: a
+/// dying daemon's socket still takes connections into its backlog until the kernel closes
+/// it, which then resets them. So the probe asks `GET /health` and waits: an answer, or a
+/// slow or silent server, counts as alive; a reset or a refusal does not.
+async fn answers(path: &Path) -> bool {
+    let Ok(mut stream) = UnixStream::connect(path).await else {
+        return false;
+    };
+    let probe = async {
+        stream
+            .write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .await?;
+        stream.read(&mut [0u8; 1]).await
+    };
+    !matches!(tokio::time::timeout(ANSWER_WAIT, probe).await, Ok(Err(_)))
 }
 
 fn read_token(cfg: &Config) -> anyhow::Result<String> {

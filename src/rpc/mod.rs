@@ -18,7 +18,6 @@ mod ops;
 mod subscription;
 mod websocket;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,15 +62,15 @@ pub(crate) struct Shared {
 pub struct RunningServer {
     handle: ServerHandle,
     accept: tokio_util::sync::CancellationToken,
-    socket_to_remove: Option<PathBuf>,
+    socket_to_remove: Option<listener::OwnedSocket>,
 }
 
 impl RunningServer {
     /// Stops accepting connections and removes the socket file we created.
     pub fn stop_accepting(&self) {
         self.accept.cancel();
-        if let Some(p) = &self.socket_to_remove {
-            let _ = std::fs::remove_file(p);
+        if let Some(s) = &self.socket_to_remove {
+            s.remove();
         }
     }
 
@@ -111,10 +110,7 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
     let accept = host.shutdown_token().child_token();
 
     let Listeners {
-        unix,
-        owned_path,
-        tcp,
-        ..
+        unix, owned, tcp, ..
     } = listeners;
     {
         let (shared, accept, slots) = (shared.clone(), accept.clone(), slots.clone());
@@ -165,7 +161,7 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
     Ok(RunningServer {
         handle,
         accept,
-        socket_to_remove: owned_path,
+        socket_to_remove: owned,
     })
 }
 

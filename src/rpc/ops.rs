@@ -10,10 +10,12 @@ use crate::protocol::{HealthResult, HealthStatus, HostStatusResult};
 
 /// `GET /metrics`: the Prometheus text exposition.
 pub(super) fn metrics_response(host: &Host) -> HttpResponse {
+    let snapshot = host.registry().snapshot();
     let scrape = Scrape {
         in_flight: host.calls().in_flight(),
         sessions: host.sessions().count(),
-        tools: host.registry().snapshot().len(),
+        tools: snapshot.len(),
+        is_registered: &|name| snapshot.get(name).is_some(),
         config_revision: host.config_state().revision,
         servers: host.mcp().status(None),
     };

@@ -36,8 +36,60 @@ where
     }
 }
 
+/// The `toolhost` binary with nothing of the user's (see [`isolate`]): its user
+/// directories are under `root`. Every toolhost a test starts, daemon or CLI, starts here.
+pub fn toolhost(root: &Path) -> Command {
+    let mut cmd = Command::new(BIN);
+    isolate(cmd.as_std_mut(), root);
+    cmd
+}
+
+/// Gives `cmd` its own user directories under `root` (`root/xdg` is `$XDG_CONFIG_HOME`,
+/// `root/runtime` is `$XDG_RUNTIME_DIR`, `root/home` is `$HOME`, each created empty if
+/// missing) and none of the variables that would point it elsewhere, so nothing of the
+/// user's (tools in `~/.config/toolhost/tools`, a config, a daemon on the default socket,
+/// `TOOLHOST_*` overrides) reaches a test. A test that sets one of these sets it after.
+pub fn isolate<'a>(
+    cmd: &'a mut std::process::Command,
+    root: &Path,
+) -> &'a mut std::process::Command {
+    use std::os::unix::fs::DirBuilderExt;
+    for (var, dir) in [
+        ("XDG_CONFIG_HOME", "xdg"),
+        ("XDG_RUNTIME_DIR", "runtime"),
+        ("HOME", "home"),
+    ] {
+        let dir = root.join(dir);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .unwrap();
+        cmd.env(var, dir);
+    }
+    for var in [
+        "XDG_STATE_HOME",
+        "XDG_DATA_HOME",
+        "XDG_CACHE_HOME",
+        "STATE_DIRECTORY",
+        "TOOLHOST_SOCKET",
+        "TOOLHOST_CONFIG",
+        "TOOLHOST_TOKEN",
+    ] {
+        cmd.env_remove(var);
+    }
+    // Config overrides (`TOOLHOST_<SECTION>__<KEY>`) of the shell the tests run in.
+    for (var, _) in std::env::vars_os() {
+        let name = var.to_string_lossy();
+        if name.starts_with("TOOLHOST_") && name.contains("__") {
+            cmd.env_remove(&var);
+        }
+    }
+    cmd
+}
+
 /// A daemon on its own temp dir: `dir/toolhost.sock`, `dir/config.json`, `dir/data`,
-/// `dir/ws` (the workspace).
+/// `dir/ws` (the workspace), and its own empty user directories ([`isolate`]).
 pub struct Daemon {
     pub dir: tempfile::TempDir,
     pub child: Option<Child>,
@@ -124,16 +176,14 @@ impl Daemon {
         if !self.config_path().exists() {
             std::fs::write(self.config_path(), "{}").unwrap();
         }
-        let mut cmd = Command::new(BIN);
+        let mut cmd = toolhost(self.dir.path());
         cmd.arg("--config").arg(self.config_path());
         cmd.arg("serve")
             .arg("--workspace")
             .arg(self.workspace())
             .arg("--data-dir")
             .arg(self.data_dir());
-        cmd.env("RUST_LOG", "info,rmcp=warn")
-            .env_remove("TOOLHOST_SOCKET")
-            .env_remove("TOOLHOST_CONFIG");
+        cmd.env("RUST_LOG", "info,rmcp=warn");
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
