@@ -942,7 +942,12 @@ async fn a_duplicate_key_in_a_manifest_is_refused() {
     let d = start(
         |dir| {
             let to = dir.join("tools/dupkey");
-            write_tool(&dir.join("tools"), "dupkey", manifest("dupkey", "- x"), "echo");
+            write_tool(
+                &dir.join("tools"),
+                "dupkey",
+                manifest("dupkey", "- x"),
+                "echo",
+            );
             std::fs::write(
                 to.join("tool.json"),
                 r#"{"name": "dupkey", "description": "- x", "command": ["./run.sh"],
@@ -961,7 +966,10 @@ async fn a_duplicate_key_in_a_manifest_is_refused() {
     );
     assert_eq!(health(&d).await["custom_tool_errors"], json!([want]));
     assert_eq!(custom_names(&d).await, s(&[]));
-    let (code, out) = cli(&["tool", "check", tools(&d).to_str().unwrap()], d.dir.path());
+    let (code, out) = cli(
+        &["tool", "check", tools(&d).to_str().unwrap()],
+        d.dir.path(),
+    );
     assert_eq!(code, 1, "{out}");
     assert!(out.contains(&want), "{out}");
 }
@@ -1003,7 +1011,10 @@ async fn hostile_manifest_files_are_refused_without_blocking_or_swelling_a_scan(
         health(&d).await["custom_tool_errors"],
         json!([
             err("fifo", "is not a regular file (fifo)"),
-            err("pagemap", "leads outside its folder through a symbolic link"),
+            err(
+                "pagemap",
+                "leads outside its folder through a symbolic link"
+            ),
             err("sparse", "is larger than 1048576 bytes"),
         ])
     );
@@ -1013,7 +1024,10 @@ async fn hostile_manifest_files_are_refused_without_blocking_or_swelling_a_scan(
     // Swap the manifest with a FIFO (RENAME_EXCHANGE) as fast as possible for a while: each
     // swap makes the watcher rescan, and a check-then-read would sooner or later open the
     // FIFO after checking the file.
-    let (a, b) = (root.join("swapped/tool.json"), root.join("swapped/other.json"));
+    let (a, b) = (
+        root.join("swapped/tool.json"),
+        root.join("swapped/other.json"),
+    );
     let swapper = std::thread::spawn(move || {
         use nix::fcntl::{renameat2, RenameFlags, AT_FDCWD};
         let until = Instant::now() + Duration::from_secs(2);
@@ -1030,17 +1044,19 @@ async fn hostile_manifest_files_are_refused_without_blocking_or_swelling_a_scan(
         paths.push(d.dir.path().join(format!("extra{}", paths.len())));
         let cfg = json!({"custom_tools": {"paths": paths}});
         std::fs::write(d.config_path(), cfg.to_string()).unwrap();
-        let r = tokio::time::timeout(
-            Duration::from_secs(10),
-            d.call("config.reload", json!({})),
-        )
-        .await
-        .expect("config.reload answers while manifests are swapped");
+        let r = tokio::time::timeout(Duration::from_secs(10), d.call("config.reload", json!({})))
+            .await
+            .expect("config.reload answers while manifests are swapped");
         assert_eq!(r["result"]["applied"], true, "{r}");
     }
     assert!(swapper.join().unwrap() > 100);
 
-    write_tool(&root, "late", manifest("late", "- after the swaps"), "echo late");
+    write_tool(
+        &root,
+        "late",
+        manifest("late", "- after the swaps"),
+        "echo late",
+    );
     eventually(10, "the later tool listed", || async {
         custom_names(&d).await.contains(&"late".to_owned())
     })

@@ -180,7 +180,10 @@ mod tests {
             timeout_ms: u64,
         }
         assert_eq!(field_names::<T>(), ["$schema", "timeout_ms"]);
-        assert_eq!(suggest("timout_ms", field_names::<T>().to_vec()), Some("timeout_ms"));
+        assert_eq!(
+            suggest("timout_ms", field_names::<T>().to_vec()),
+            Some("timeout_ms")
+        );
         assert_eq!(suggest("x", field_names::<T>().to_vec()), None);
     }
 }

@@ -212,9 +212,14 @@ fn shape(path: &str) -> Option<String> {
     Some(match path {
         "command" => "must be a non-empty array of strings, e.g. [\"./run.sh\"]".to_owned(),
         "timeout_ms" => format!("must be an integer from 1 to {MAX_TIMEOUT_MS}"),
-        "approval" => "must be an approval class: \"read_only\", \"write\" or \"command\"".to_owned(),
+        "approval" => {
+            "must be an approval class: \"read_only\", \"write\" or \"command\"".to_owned()
+        }
         "providers" => "must be an array of provider names".to_owned(),
-        "sandbox" => "must be an object such as {\"network\": true, \"writable\": [\"~/.cache/x\"]}".to_owned(),
+        "sandbox" => {
+            "must be an object such as {\"network\": true, \"writable\": [\"~/.cache/x\"]}"
+                .to_owned()
+        }
         "sandbox.writable" => "must be an array of absolute paths".to_owned(),
         _ => return None,
     })
@@ -309,8 +314,14 @@ pub fn parse(bytes: &[u8]) -> Result<Manifest, FieldError> {
         ));
     }
 
-    if raw.timeout_ms.is_some_and(|n| !(1..=MAX_TIMEOUT_MS).contains(&n)) {
-        return Err(field_err("timeout_ms", shape("timeout_ms").unwrap_or_default()));
+    if raw
+        .timeout_ms
+        .is_some_and(|n| !(1..=MAX_TIMEOUT_MS).contains(&n))
+    {
+        return Err(field_err(
+            "timeout_ms",
+            shape("timeout_ms").unwrap_or_default(),
+        ));
     }
     let strict = raw.strict.unwrap_or(false);
     if strict {
@@ -328,9 +339,10 @@ pub fn parse(bytes: &[u8]) -> Result<Manifest, FieldError> {
         None => SandboxRequest::default(),
         Some(s) => {
             let writable = s.writable.unwrap_or_default();
-            if let Some(i) = writable.iter().position(|w| {
-                !(w.starts_with('/') || w.starts_with("~/")) || w.contains('\0')
-            }) {
+            if let Some(i) = writable
+                .iter()
+                .position(|w| !(w.starts_with('/') || w.starts_with("~/")) || w.contains('\0'))
+            {
                 return Err(field_err(
                     &format!("sandbox.writable[{i}]"),
                     "must be an absolute path or one starting with ~/",
@@ -577,7 +589,10 @@ mod tests {
         );
         let nested = br#"{"name": "t", "description": "- x", "command": ["a"],
             "sandbox": {"network": false, "network": true}}"#;
-        assert_eq!(parse(nested).unwrap_err().0.as_deref(), Some("sandbox.network"));
+        assert_eq!(
+            parse(nested).unwrap_err().0.as_deref(),
+            Some("sandbox.network")
+        );
     }
 
     #[test]
