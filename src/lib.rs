@@ -43,6 +43,7 @@ pub mod protocol;
 mod registry;
 mod reload;
 mod rpc;
+mod safe_read;
 mod sandbox;
 mod secrets;
 mod session;

@@ -442,3 +442,46 @@ async fn a_directory_as_config_is_refused() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("limits: duplicate key \"limits\""), "{text}");
 }
+
+/// config.json replaced by a FIFO while the daemon runs: the watcher's look at it and
+/// `config.reload` both refuse it at once, naming what it is (a blocking read would wait
+/// for a writer forever), the old config stays live, and SIGTERM still stops the daemon.
+#[tokio::test]
+async fn a_fifo_as_config_is_refused_without_blocking() {
+    let mut d = Daemon::start_with(Some(json!({"limits": {"max_output_bytes": 4096}}))).await;
+    std::fs::remove_file(d.config_path()).unwrap();
+    nix::unistd::mkfifo(&d.config_path(), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    eventually(10, "the watcher's refusal", || async {
+        let st = d.call("config.status", json!({})).await["result"].clone();
+        st["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("is not a regular file"))
+    })
+    .await;
+    let r = tokio::time::timeout(Duration::from_secs(5), d.call("config.reload", json!({})))
+        .await
+        .expect("config.reload answers");
+    assert_eq!(r["result"]["applied"], false, "{r}");
+    let msg = r["result"]["error"].as_str().unwrap_or_default().to_owned();
+    assert!(
+        msg.contains(&format!("config path {}", d.config_path().display()))
+            && msg.contains("is not a regular file"),
+        "{msg}"
+    );
+    let out = tokio::process::Command::new(BIN)
+        .args(["config", "check", "--config"])
+        .arg(d.config_path())
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(5), out)
+        .await
+        .expect("config check answers")
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("is not a regular file"),
+        "{out:?}"
+    );
+    let t = std::time::Instant::now();
+    assert!(d.stop().await.success());
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+}

@@ -980,3 +980,136 @@ async fn repeated_hot_reload_cycles_notify_exactly_once_per_step() {
     }
     quiet(&mut c, 400).await;
 }
+
+/// A key written twice in `tool.json` is a manifest error naming the key's path, as in
+/// config.json (serde_json alone would keep the last value silently).
+#[tokio::test]
+async fn a_duplicate_key_in_a_manifest_is_refused() {
+    let d = start(
+        |dir| {
+            let to = dir.join("tools/dupkey");
+            write_tool(
+                &dir.join("tools"),
+                "dupkey",
+                manifest("dupkey", "- x"),
+                "echo",
+            );
+            std::fs::write(
+                to.join("tool.json"),
+                r#"{"name": "dupkey", "description": "- x", "command": ["./run.sh"],
+                    "approval": "read_only", "approval": "command"}"#,
+            )
+            .unwrap();
+        },
+        json!({}),
+    )
+    .await;
+    let file = tools(&d).join("dupkey/tool.json");
+    let want = format!(
+        "{}: approval: duplicate key \"approval\": an object may name it only once (JSON \
+         would silently keep the last one)",
+        file.display()
+    );
+    assert_eq!(health(&d).await["custom_tool_errors"], json!([want]));
+    assert_eq!(custom_names(&d).await, s(&[]));
+    let (code, out) = cli(
+        &["tool", "check", tools(&d).to_str().unwrap()],
+        d.dir.path(),
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains(&want), "{out}");
+}
+
+/// `tool.json` as a symlink to `/proc/self/pagemap` (gigabytes that claim to be 0 bytes), a
+/// huge sparse file, a FIFO, and a manifest swapped with a FIFO over and over while scans
+/// run: each is refused at once with its reason, memory stays small, later edits are seen,
+/// a reload that rescans answers, and SIGTERM still stops the daemon promptly.
+#[tokio::test]
+async fn hostile_manifest_files_are_refused_without_blocking_or_swelling_a_scan() {
+    let d = start(
+        |dir| {
+            let root = dir.join("tools");
+            write_tool(&root, "good", manifest("good", "- fine"), "echo ok");
+            for t in ["fifo", "pagemap", "sparse", "swapped"] {
+                std::fs::create_dir_all(root.join(t)).unwrap();
+            }
+            nix::unistd::mkfifo(&root.join("fifo/tool.json"), nix::sys::stat::Mode::S_IRWXU)
+                .unwrap();
+            std::os::unix::fs::symlink("/proc/self/pagemap", root.join("pagemap/tool.json"))
+                .unwrap();
+            std::fs::File::create(root.join("sparse/tool.json"))
+                .unwrap()
+                .set_len(8 << 30)
+                .unwrap();
+            write_atomic(&root.join("swapped/tool.json"), &manifest("swapped", "- x"));
+            nix::unistd::mkfifo(
+                &root.join("swapped/other.json"),
+                nix::sys::stat::Mode::S_IRWXU,
+            )
+            .unwrap();
+        },
+        json!({}),
+    )
+    .await;
+    let root = tools(&d);
+    let err = |t: &str, why: &str| format!("{}: {why}", root.join(t).join("tool.json").display());
+    assert_eq!(
+        health(&d).await["custom_tool_errors"],
+        json!([
+            err("fifo", "is not a regular file (fifo)"),
+            err(
+                "pagemap",
+                "leads outside its folder through a symbolic link"
+            ),
+            err("sparse", "is larger than 1048576 bytes"),
+        ])
+    );
+    assert_eq!(custom_names(&d).await, s(&["good", "swapped"]));
+    assert!(d.rss_kib() < 256 * 1024, "RSS {} KiB", d.rss_kib());
+
+    // Swap the manifest with a FIFO (RENAME_EXCHANGE) as fast as possible for a while: each
+    // swap makes the watcher rescan, and a check-then-read would sooner or later open the
+    // FIFO after checking the file.
+    let (a, b) = (
+        root.join("swapped/tool.json"),
+        root.join("swapped/other.json"),
+    );
+    let swapper = std::thread::spawn(move || {
+        use nix::fcntl::{renameat2, RenameFlags, AT_FDCWD};
+        let until = Instant::now() + Duration::from_secs(2);
+        let mut n = 0u64;
+        while Instant::now() < until || n % 2 == 1 {
+            renameat2(AT_FDCWD, &a, AT_FDCWD, &b, RenameFlags::RENAME_EXCHANGE).unwrap();
+            n += 1;
+        }
+        n
+    });
+    let mut paths = vec![root.clone()];
+    while !swapper.is_finished() {
+        // A reload that changes `custom_tools` rescans too.
+        paths.push(d.dir.path().join(format!("extra{}", paths.len())));
+        let cfg = json!({"custom_tools": {"paths": paths}});
+        std::fs::write(d.config_path(), cfg.to_string()).unwrap();
+        let r = tokio::time::timeout(Duration::from_secs(10), d.call("config.reload", json!({})))
+            .await
+            .expect("config.reload answers while manifests are swapped");
+        assert_eq!(r["result"]["applied"], true, "{r}");
+    }
+    assert!(swapper.join().unwrap() > 100);
+
+    write_tool(
+        &root,
+        "late",
+        manifest("late", "- after the swaps"),
+        "echo late",
+    );
+    eventually(10, "the later tool listed", || async {
+        custom_names(&d).await.contains(&"late".to_owned())
+    })
+    .await;
+    assert!(d.rss_kib() < 256 * 1024, "RSS {} KiB", d.rss_kib());
+    let mut d = d;
+    let t = Instant::now();
+    assert!(d.stop().await.success());
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+}

@@ -15,6 +15,9 @@ use sha2::{Digest, Sha256};
 use crate::atomic_file::{write_atomic, Durability};
 use crate::protocol::McpTool;
 
+/// The largest pin file read (ten thousand tools with large schemas fit easily).
+const MAX_PINS_BYTES: u64 = 64 * 1024 * 1024;
+
 /// One pinned definition.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Pin {
@@ -40,7 +43,7 @@ impl Pins {
     /// Opens (or starts) the pin file. An unreadable file is reported and set aside, so a
     /// corrupt file cannot keep the daemon from starting; its tools are pinned afresh.
     pub fn open(path: &Path) -> Pins {
-        let pins = match std::fs::read(path) {
+        let pins = match crate::safe_read::read_in_folder(path, MAX_PINS_BYTES) {
             Ok(bytes) => match serde_json::from_slice(&bytes) {
                 Ok(p) => p,
                 Err(e) => {
@@ -50,7 +53,11 @@ impl Pins {
                     BTreeMap::new()
                 }
             },
-            Err(_) => BTreeMap::new(),
+            Err(crate::safe_read::ReadError::NotFound) => BTreeMap::new(),
+            Err(e) => {
+                tracing::error!(file = %path.display(), "pin file {e}; starting afresh");
+                BTreeMap::new()
+            }
         };
         Pins {
             path: Some(path.to_path_buf()),

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use serde_json::Value;
 
 use super::error::Problem;
-use super::path::{describe, JsonPath, Seg};
+use super::path::{describe, segments, suggest, JsonPath, Seg};
 use super::schema;
 use super::validate::{server_rules, Report};
 use super::Config;
@@ -352,38 +352,6 @@ fn remove(v: &mut Value, path: &[Seg]) {
         }
         _ => {}
     }
-}
-
-/// A `serde_ignored` path as our segments.
-fn segments(p: &serde_ignored::Path) -> Vec<Seg> {
-    use serde_ignored::Path as P;
-    match p {
-        P::Root => Vec::new(),
-        P::Seq { parent, index } => {
-            let mut v = segments(parent);
-            v.push(Seg::Index(*index));
-            v
-        }
-        P::Map { parent, key } => {
-            let mut v = segments(parent);
-            v.push(Seg::Key(key.clone()));
-            v
-        }
-        P::Some { parent } | P::NewtypeStruct { parent } | P::NewtypeVariant { parent } => {
-            segments(parent)
-        }
-    }
-}
-
-/// The closest known key, if it is close enough to be a likely typo.
-fn suggest<'a>(key: &str, known: Vec<&'a str>) -> Option<&'a str> {
-    let key_l = key.to_ascii_lowercase();
-    known
-        .into_iter()
-        .map(|k| (strsim::levenshtein(&key_l, k), k))
-        .filter(|(d, k)| *d <= 2.max(k.len() / 4) && *d < k.len())
-        .min_by_key(|(d, _)| *d)
-        .map(|(_, k)| k)
 }
 
 #[cfg(test)]

@@ -114,13 +114,10 @@ impl ContentHash {
         ContentHash(Sha256::digest(bytes).into())
     }
 
-    /// Hashes the file at `path` as [`load`](super::load) would (`MISSING` if absent).
-    pub fn of_file(path: &Path) -> std::io::Result<ContentHash> {
-        match std::fs::read(path) {
-            Ok(bytes) => Ok(ContentHash::of(&bytes)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(ContentHash::MISSING),
-            Err(e) => Err(e),
-        }
+    /// Hashes the file at `path` as [`load`](super::load) reads it (`MISSING` if absent);
+    /// `Err` when `load` would refuse to read it.
+    pub fn of_file(path: &Path) -> Result<ContentHash, ConfigError> {
+        Ok(super::load::read_file(path)?.map_or(ContentHash::MISSING, |b| ContentHash::of(&b)))
     }
 
     pub fn to_hex(self) -> String {

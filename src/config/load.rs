@@ -125,26 +125,35 @@ fn env_var_name(key: &str) -> String {
     format!("TOOLHOST_{}", key.replace('.', "__").to_uppercase())
 }
 
+/// The largest config.json read; a bigger file is refused (it is read whole into memory).
+const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;
+
 /// Reads `path`: `Ok(None)` if nothing is there; a directory, a dangling symlink or a
 /// FIFO/socket/device is a [`ConfigErrorKind::NotAFile`] error (never "missing", so a
-/// mistyped path cannot silently mean "all defaults", and a FIFO cannot hang the reader).
+/// mistyped path cannot silently mean "all defaults"). The file is opened once, without
+/// blocking, and checked and read through that one descriptor (see [`crate::safe_read`]), so
+/// a FIFO swapped in cannot hang the reader and `/proc/self/pagemap` cannot fill memory.
 pub(crate) fn read_file(path: &Path) -> Result<Option<Vec<u8>>, ConfigError> {
-    match file_state(path) {
-        FileState::Missing => return Ok(None),
-        FileState::NotAFile(why) => {
-            return Err(ConfigError::one(
-                ConfigErrorKind::NotAFile,
-                "",
-                format!("config path {} {why}", path.display()),
-            ))
-        }
-        FileState::Present | FileState::Inaccessible => {}
-    }
-    match std::fs::read(path) {
+    use crate::safe_read::{read_path, ReadError};
+    let refuse = |kind, what: String| {
+        ConfigError::one(kind, "", format!("config path {} {what}", path.display()))
+    };
+    match read_path(path, MAX_CONFIG_BYTES) {
         Ok(bytes) => Ok(Some(bytes)),
-        // Deleted between the check and the read.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(ConfigError::one(
+        // Missing, or a symlink to nothing (which must not mean "all defaults").
+        Err(ReadError::NotFound) => match file_state(path) {
+            FileState::NotAFile(why) => Err(refuse(ConfigErrorKind::NotAFile, why.to_owned())),
+            _ => Ok(None),
+        },
+        Err(ReadError::Dir) => Err(refuse(
+            ConfigErrorKind::NotAFile,
+            "is a directory, not a config file".to_owned(),
+        )),
+        Err(e @ ReadError::NotRegular(_)) => Err(refuse(ConfigErrorKind::NotAFile, e.to_string())),
+        Err(e @ (ReadError::TooLarge(_) | ReadError::Escapes)) => {
+            Err(refuse(ConfigErrorKind::Io, e.to_string()))
+        }
+        Err(ReadError::Io(e)) => Err(ConfigError::one(
             ConfigErrorKind::Io,
             "",
             format!("cannot read {}: {e}", path.display()),
@@ -184,7 +193,8 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Value, ConfigError> {
 /// Every key that appears twice in one object, named by its JSON path. serde_json keeps
 /// the last one silently, so a pasted block that repeats a server name would quietly
 /// replace the first; this pass over the text (already known to be valid JSON) finds them.
-fn duplicate_keys(bytes: &[u8]) -> Vec<Problem> {
+/// config.json and `tool.json` both refuse them through it.
+pub(crate) fn duplicate_keys(bytes: &[u8]) -> Vec<Problem> {
     use serde::de::DeserializeSeed;
     let mut found = Vec::new();
     let mut de = serde_json::Deserializer::from_slice(bytes);

@@ -24,6 +24,12 @@ pub use validate::env_patterns;
 pub use watch::{watch, ConfigWatcher};
 pub use write::{add_mcp_server, remove_mcp_server};
 
+// What `tool.json` shares with config.json: the JSON-message machinery (paths, "did you
+// mean", duplicate keys) and the debounced file watching (the tool folders).
+pub(crate) use load::duplicate_keys;
+pub(crate) use path::{field_names, from_serde_path, segments, suggest, JsonPath, Seg};
+pub(crate) use watch::{signal_on_change, SignalDebouncer};
+
 /// Where config.json lives: `--config`, else `TOOLHOST_CONFIG`, else
 /// `$XDG_CONFIG_HOME/toolhost/config.json` (`~/.config/...`).
 pub fn default_path() -> PathBuf {

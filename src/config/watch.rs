@@ -14,9 +14,42 @@ use tokio::sync::mpsc::UnboundedSender;
 /// Events closer together than this are coalesced into one signal.
 pub const DEBOUNCE: Duration = Duration::from_millis(300);
 
+/// A debounced watcher; dropping it stops its thread.
+pub(crate) type SignalDebouncer = Debouncer<notify::RecommendedWatcher, RecommendedCache>;
+
+/// The one way the daemon watches files (config.json here, the custom tool folders in
+/// `custom/watch.rs`): a debouncer that sends `()` on `tx`, at most once per `debounce`
+/// window, when a burst of events holds a non-access event that `relevant` accepts. Watcher
+/// errors (e.g. an inotify queue overflow) also send `()`, since a change may have been
+/// missed. The signal means "look again"; the caller decides what changed. Nothing is
+/// watched until the caller calls `watch`.
+pub(crate) fn signal_on_change(
+    debounce: Duration,
+    relevant: impl Fn(&notify::Event) -> bool + Send + 'static,
+    tx: UnboundedSender<()>,
+    what: &'static str,
+) -> notify::Result<SignalDebouncer> {
+    new_debouncer(debounce, None, move |res: DebounceEventResult| {
+        let signal = match res {
+            Ok(events) => events
+                .iter()
+                .any(|ev| !matches!(ev.event.kind, EventKind::Access(_)) && relevant(&ev.event)),
+            Err(errors) => {
+                for e in &errors {
+                    tracing::warn!("{what}: {e}");
+                }
+                true
+            }
+        };
+        if signal {
+            let _ = tx.send(());
+        }
+    })
+}
+
 /// Keeps the watch alive; dropping it stops the watching thread.
 pub struct ConfigWatcher {
-    _debouncer: Debouncer<notify::RecommendedWatcher, RecommendedCache>,
+    _debouncer: SignalDebouncer,
     dir: PathBuf,
     file: OsString,
 }
@@ -71,29 +104,17 @@ pub(crate) fn watch_with(
         );
     }
     let wanted = file.clone();
-    let handler = move |res: DebounceEventResult| {
-        let relevant = match res {
-            Ok(events) => events.iter().any(|ev| {
-                !matches!(ev.event.kind, EventKind::Access(_))
-                    && ev
-                        .event
-                        .paths
-                        .iter()
-                        .any(|p| p.file_name() == Some(wanted.as_os_str()))
-            }),
-            Err(errors) => {
-                for e in &errors {
-                    tracing::warn!("config watcher: {e}");
-                }
-                true
-            }
-        };
-        if relevant {
-            let _ = tx.send(());
-        }
-    };
-    let mut debouncer =
-        new_debouncer(debounce, None, handler).context("cannot start the config file watcher")?;
+    let mut debouncer = signal_on_change(
+        debounce,
+        move |ev| {
+            ev.paths
+                .iter()
+                .any(|p| p.file_name() == Some(wanted.as_os_str()))
+        },
+        tx,
+        "config watcher",
+    )
+    .context("cannot start the config file watcher")?;
     debouncer
         .watch(&dir, RecursiveMode::NonRecursive)
         .with_context(|| format!("cannot watch {} for config changes", dir.display()))?;

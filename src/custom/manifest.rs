@@ -6,6 +6,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::protocol::ApprovalClass;
@@ -15,26 +16,7 @@ pub const MANIFEST: &str = "tool.json";
 /// The largest `timeout_ms` a manifest may ask for (one hour).
 pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
 /// A manifest bigger than this is refused (it is read whole into memory).
-const MAX_MANIFEST_BYTES: u64 = 1024 * 1024;
-
-const FIELDS: &[&str] = &[
-    "$schema",
-    "name",
-    "label",
-    "description",
-    "parameters",
-    "output_schema",
-    "command",
-    "approval",
-    "approval_details",
-    "timeout_ms",
-    "hidden",
-    "deferrable",
-    "strict",
-    "session_events",
-    "providers",
-    "sandbox",
-];
+pub const MAX_MANIFEST_BYTES: u64 = 1024 * 1024;
 
 /// A valid manifest.
 #[derive(Debug, Clone, PartialEq)]
@@ -171,26 +153,20 @@ impl Manifest {
     }
 }
 
-/// Reads and validates `<dir>/tool.json`.
+/// Reads and validates `<dir>/tool.json`. The file is read once, without blocking, only if
+/// it is a regular file of at most [`MAX_MANIFEST_BYTES`] that does not lead out of `dir`
+/// (see [`crate::safe_read`]): a FIFO, a device or a symlink to `/proc/self/pagemap` is a
+/// manifest error like any other, and cannot stall or swell a scan.
 pub fn load(dir: &Path) -> Result<(Manifest, Vec<u8>), ManifestError> {
     let file = dir.join(MANIFEST);
-    let err = |field: Option<&str>, message: String| ManifestError {
+    let err = |field: Option<String>, message: String| ManifestError {
         file: file.clone(),
-        field: field.map(str::to_owned),
+        field,
         message,
     };
-    let meta = std::fs::metadata(&file).map_err(|e| err(None, format!("cannot read: {e}")))?;
-    if !meta.is_file() {
-        return Err(err(None, "is not a regular file".into()));
-    }
-    if meta.len() > MAX_MANIFEST_BYTES {
-        return Err(err(
-            None,
-            format!("is larger than {MAX_MANIFEST_BYTES} bytes"),
-        ));
-    }
-    let bytes = std::fs::read(&file).map_err(|e| err(None, format!("cannot read: {e}")))?;
-    let manifest = parse(&bytes).map_err(|(field, message)| err(field.as_deref(), message))?;
+    let bytes = crate::safe_read::read_in_folder(&file, MAX_MANIFEST_BYTES)
+        .map_err(|e| err(None, e.to_string()))?;
+    let manifest = parse(&bytes).map_err(|(field, message)| err(field, message))?;
     Ok((manifest, bytes))
 }
 
@@ -200,8 +176,58 @@ fn field_err(field: &str, message: impl Into<String>) -> FieldError {
     (Some(field.to_owned()), message.into())
 }
 
+/// `tool.json` as written. serde decides the types and finds unknown keys; [`parse`] adds
+/// the rules a type cannot say. A missing or `null` field is `None` (its default).
+#[derive(Deserialize)]
+struct RawManifest {
+    /// An editor's schema hint; not ours to read.
+    #[serde(rename = "$schema")]
+    _schema: Option<Value>,
+    name: Option<String>,
+    label: Option<String>,
+    description: Option<String>,
+    parameters: Option<Value>,
+    output_schema: Option<Value>,
+    command: Option<Vec<String>>,
+    approval: Option<ApprovalClass>,
+    approval_details: Option<String>,
+    timeout_ms: Option<u64>,
+    hidden: Option<bool>,
+    deferrable: Option<bool>,
+    strict: Option<bool>,
+    session_events: Option<bool>,
+    providers: Option<Vec<String>>,
+    sandbox: Option<RawSandbox>,
+}
+
+#[derive(Deserialize)]
+struct RawSandbox {
+    network: Option<bool>,
+    writable: Option<Vec<String>>,
+}
+
+/// What a field must be, where serde's own wording ("expected u64", "expected a sequence")
+/// would not help the user.
+fn shape(path: &str) -> Option<String> {
+    Some(match path {
+        "command" => "must be a non-empty array of strings, e.g. [\"./run.sh\"]".to_owned(),
+        "timeout_ms" => format!("must be an integer from 1 to {MAX_TIMEOUT_MS}"),
+        "approval" => {
+            "must be an approval class: \"read_only\", \"write\" or \"command\"".to_owned()
+        }
+        "providers" => "must be an array of provider names".to_owned(),
+        "sandbox" => {
+            "must be an object such as {\"network\": true, \"writable\": [\"~/.cache/x\"]}"
+                .to_owned()
+        }
+        "sandbox.writable" => "must be an array of absolute paths".to_owned(),
+        _ => return None,
+    })
+}
+
 /// Parses and validates manifest bytes.
 pub fn parse(bytes: &[u8]) -> Result<Manifest, FieldError> {
+    use crate::config::{duplicate_keys, field_names, from_serde_path, segments, suggest, Seg};
     let value: Value = serde_json::from_slice(bytes).map_err(|e| {
         (
             None,
@@ -212,38 +238,51 @@ pub fn parse(bytes: &[u8]) -> Result<Manifest, FieldError> {
             ),
         )
     })?;
-    let Value::Object(obj) = value else {
-        return Err((None, "must be a JSON object".into()));
-    };
-    for key in obj.keys() {
-        if !FIELDS.contains(&key.as_str()) {
-            let hint = FIELDS
-                .iter()
-                .filter(|f| strsim::levenshtein(f, key) <= 2)
-                .map(|f| format!(" (did you mean \"{f}\"?)"))
-                .next()
-                .unwrap_or_default();
-            return Err(field_err(key, format!("unknown field{hint}")));
-        }
+    if let Some(dup) = duplicate_keys(bytes).into_iter().next() {
+        return Err(field_err(&dup.path, dup.message));
     }
+    if !value.is_object() {
+        return Err((None, "must be a JSON object".into()));
+    }
+    let mut unknown = Vec::new();
+    let typed: Result<RawManifest, _> = {
+        let mut note = |p: serde_ignored::Path| unknown.push(segments(&p));
+        serde_path_to_error::deserialize(serde_ignored::Deserializer::new(&value, &mut note))
+    };
+    if let Some((Seg::Key(key), parent)) = unknown.first().and_then(|p| p.split_last()) {
+        let known = match parent {
+            [] => field_names::<RawManifest>(),
+            _ => field_names::<RawSandbox>(),
+        };
+        let hint = suggest(key, known.to_vec())
+            .map(|s| format!(" (did you mean {s:?}?)"))
+            .unwrap_or_default();
+        let at = crate::config::JsonPath(unknown[0].clone());
+        return Err(field_err(&at.to_string(), format!("unknown field{hint}")));
+    }
+    let raw = typed.map_err(|e| {
+        let path = from_serde_path(e.path()).to_string();
+        let message = shape(&path).unwrap_or_else(|| e.into_inner().to_string());
+        (Some(path).filter(|p| !p.is_empty()), message)
+    })?;
 
-    let name = req_str(&obj, "name")?;
+    let name = raw.name.ok_or_else(|| field_err("name", "is required"))?;
     if !valid_name(&name) {
         return Err(field_err(
             "name",
             format!("{name:?} is not a valid tool name: use 1 to 64 of a-z, A-Z, 0-9, _ and -"),
         ));
     }
-    let description = req_str(&obj, "description")?;
+    let description = raw
+        .description
+        .ok_or_else(|| field_err("description", "is required"))?;
     if description.trim().is_empty() {
         return Err(field_err("description", "must not be empty"));
     }
-    let label = opt_str(&obj, "label")?;
 
-    let parameters = match obj.get("parameters") {
-        None => serde_json::json!({"type": "object", "properties": {}}),
-        Some(p) => p.clone(),
-    };
+    let parameters = raw
+        .parameters
+        .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}}));
     check_schema("parameters", &parameters)?;
     if parameters.get("type").and_then(Value::as_str) != Some("object") {
         return Err(field_err(
@@ -251,172 +290,88 @@ pub fn parse(bytes: &[u8]) -> Result<Manifest, FieldError> {
             "must be an object schema (\"type\": \"object\"): arguments are one JSON object",
         ));
     }
-    let output_schema = match obj.get("output_schema") {
-        None | Some(Value::Null) => None,
-        Some(s) => {
-            check_schema("output_schema", s)?;
-            Some(s.clone())
-        }
-    };
+    if let Some(s) = &raw.output_schema {
+        check_schema("output_schema", s)?;
+    }
 
-    let command = match obj.get("command") {
-        None => {
-            return Err(field_err(
-                "command",
-                "is required: the program and its arguments, e.g. [\"python3\", \"run.py\"]",
-            ))
-        }
-        Some(Value::Array(items)) if !items.is_empty() => {
-            let mut out = Vec::with_capacity(items.len());
-            for (i, item) in items.iter().enumerate() {
-                match item.as_str() {
-                    Some(s) if !(s.contains('\0') || i == 0 && s.trim().is_empty()) => {
-                        out.push(s.to_owned())
-                    }
-                    _ => {
-                        return Err(field_err(
-                            &format!("command[{i}]"),
-                            "must be a string (the program, non-empty, or an argument)",
-                        ))
-                    }
-                }
-            }
-            out
-        }
-        Some(_) => {
-            return Err(field_err(
-                "command",
-                "must be a non-empty array of strings, e.g. [\"./run.sh\"]",
-            ))
-        }
-    };
+    let command = raw.command.ok_or_else(|| {
+        field_err(
+            "command",
+            "is required: the program and its arguments, e.g. [\"python3\", \"run.py\"]",
+        )
+    })?;
+    if command.is_empty() {
+        return Err(field_err("command", shape("command").unwrap_or_default()));
+    }
+    if let Some(i) = command
+        .iter()
+        .enumerate()
+        .position(|(i, s)| s.contains('\0') || i == 0 && s.trim().is_empty())
+    {
+        return Err(field_err(
+            &format!("command[{i}]"),
+            "must be a string (the program, non-empty, or an argument)",
+        ));
+    }
 
-    let approval = match obj.get("approval") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(
-            serde_json::from_value::<ApprovalClass>(v.clone()).map_err(|_| {
-                field_err(
-                    "approval",
-                    format!(
-                        "{v} is not an approval class: use \"read_only\", \"write\" or \"command\""
-                    ),
-                )
-            })?,
-        ),
-    };
-    let approval_details = opt_str(&obj, "approval_details")?;
-    let timeout_ms = match obj.get("timeout_ms") {
-        None | Some(Value::Null) => None,
-        Some(v) => match v.as_u64() {
-            Some(n) if (1..=MAX_TIMEOUT_MS).contains(&n) => Some(n),
-            _ => {
-                return Err(field_err(
-                    "timeout_ms",
-                    format!("must be an integer from 1 to {MAX_TIMEOUT_MS}"),
-                ))
-            }
-        },
-    };
-    let hidden = flag(&obj, "hidden")?;
-    let deferrable = flag(&obj, "deferrable")?;
-    let strict = flag(&obj, "strict")?;
-    let session_events = flag(&obj, "session_events")?;
+    if raw
+        .timeout_ms
+        .is_some_and(|n| !(1..=MAX_TIMEOUT_MS).contains(&n))
+    {
+        return Err(field_err(
+            "timeout_ms",
+            shape("timeout_ms").unwrap_or_default(),
+        ));
+    }
+    let strict = raw.strict.unwrap_or(false);
     if strict {
         strict_compatible(&parameters, "parameters")
             .map_err(|(path, msg)| field_err(&path, format!("strict is true but {msg}")))?;
     }
-    let providers = match obj.get("providers") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(items)) => {
-            let mut out = Vec::new();
-            for (i, item) in items.iter().enumerate() {
-                match item.as_str() {
-                    Some(s) if valid_provider(s) => out.push(s.to_owned()),
-                    _ => {
-                        return Err(field_err(
-                            &format!("providers[{i}]"),
-                            "must be a provider name from config `providers` (letters, digits, _ and -)",
-                        ))
-                    }
-                }
+    let providers = raw.providers.unwrap_or_default();
+    if let Some(i) = providers.iter().position(|p| !valid_provider(p)) {
+        return Err(field_err(
+            &format!("providers[{i}]"),
+            "must be a provider name from config `providers` (letters, digits, _ and -)",
+        ));
+    }
+    let sandbox = match raw.sandbox {
+        None => SandboxRequest::default(),
+        Some(s) => {
+            let writable = s.writable.unwrap_or_default();
+            if let Some(i) = writable
+                .iter()
+                .position(|w| !(w.starts_with('/') || w.starts_with("~/")) || w.contains('\0'))
+            {
+                return Err(field_err(
+                    &format!("sandbox.writable[{i}]"),
+                    "must be an absolute path or one starting with ~/",
+                ));
             }
-            out
+            SandboxRequest {
+                network: s.network.unwrap_or(false),
+                writable,
+            }
         }
-        Some(_) => return Err(field_err("providers", "must be an array of provider names")),
     };
-
-    let sandbox = sandbox_request(obj.get("sandbox"))?;
 
     Ok(Manifest {
         name,
-        label,
+        label: raw.label,
         description,
         parameters,
-        output_schema,
+        output_schema: raw.output_schema,
         command,
-        approval,
-        approval_details,
-        timeout_ms,
-        hidden,
-        deferrable,
+        approval: raw.approval,
+        approval_details: raw.approval_details,
+        timeout_ms: raw.timeout_ms,
+        hidden: raw.hidden.unwrap_or(false),
+        deferrable: raw.deferrable.unwrap_or(false),
         strict,
-        session_events,
+        session_events: raw.session_events.unwrap_or(false),
         providers,
         sandbox,
     })
-}
-
-fn sandbox_request(v: Option<&Value>) -> Result<SandboxRequest, FieldError> {
-    let obj = match v {
-        None | Some(Value::Null) => return Ok(SandboxRequest::default()),
-        Some(Value::Object(o)) => o,
-        Some(_) => {
-            return Err(field_err(
-                "sandbox",
-                "must be an object such as {\"network\": true, \"writable\": [\"~/.cache/x\"]}",
-            ))
-        }
-    };
-    if let Some(k) = obj
-        .keys()
-        .find(|k| !["network", "writable"].contains(&k.as_str()))
-    {
-        return Err(field_err(
-            &format!("sandbox.{k}"),
-            "unknown field (use network or writable)",
-        ));
-    }
-    let network = match obj.get("network") {
-        None | Some(Value::Null) => false,
-        Some(Value::Bool(b)) => *b,
-        Some(_) => return Err(field_err("sandbox.network", "must be true or false")),
-    };
-    let mut writable = Vec::new();
-    match obj.get("writable") {
-        None | Some(Value::Null) => {}
-        Some(Value::Array(items)) => {
-            for (i, item) in items.iter().enumerate() {
-                match item.as_str() {
-                    Some(s) if (s.starts_with('/') || s.starts_with("~/")) && !s.contains('\0') => {
-                        writable.push(s.to_owned())
-                    }
-                    _ => {
-                        return Err(field_err(
-                            &format!("sandbox.writable[{i}]"),
-                            "must be an absolute path or one starting with ~/",
-                        ))
-                    }
-                }
-            }
-        }
-        Some(_) => {
-            return Err(field_err(
-                "sandbox.writable",
-                "must be an array of absolute paths",
-            ))
-        }
-    }
-    Ok(SandboxRequest { network, writable })
 }
 
 /// Tool names: what every model API accepts.
@@ -445,30 +400,6 @@ pub fn provider_env_name(name: &str) -> String {
             }
         })
         .collect()
-}
-
-fn req_str(obj: &Map<String, Value>, field: &str) -> Result<String, FieldError> {
-    match obj.get(field) {
-        Some(Value::String(s)) => Ok(s.clone()),
-        Some(_) => Err(field_err(field, "must be a string")),
-        None => Err(field_err(field, "is required")),
-    }
-}
-
-fn opt_str(obj: &Map<String, Value>, field: &str) -> Result<Option<String>, FieldError> {
-    match obj.get(field) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(_) => Err(field_err(field, "must be a string")),
-    }
-}
-
-fn flag(obj: &Map<String, Value>, field: &str) -> Result<bool, FieldError> {
-    match obj.get(field) {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(_) => Err(field_err(field, "must be true or false")),
-    }
 }
 
 /// Checks that `schema` is a JSON Schema our validator can compile.
@@ -641,6 +572,40 @@ mod tests {
             )
         );
         assert_eq!(parse(b"{").unwrap_err().0, None);
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused_as_in_config() {
+        let e = parse(br#"{"name": "t", "description": "- x", "command": ["a"], "name": "u"}"#)
+            .unwrap_err();
+        assert_eq!(
+            e,
+            (
+                Some("name".into()),
+                "duplicate key \"name\": an object may name it only once (JSON would \
+                 silently keep the last one)"
+                    .into()
+            )
+        );
+        let nested = br#"{"name": "t", "description": "- x", "command": ["a"],
+            "sandbox": {"network": false, "network": true}}"#;
+        assert_eq!(
+            parse(nested).unwrap_err().0.as_deref(),
+            Some("sandbox.network")
+        );
+    }
+
+    #[test]
+    fn type_errors_say_what_the_field_must_be() {
+        let e = parse_v(with("command", json!("run.sh"))).unwrap_err();
+        assert_eq!(
+            e.1,
+            "must be a non-empty array of strings, e.g. [\"./run.sh\"]"
+        );
+        let e = parse_v(with("hidden", json!("yes"))).unwrap_err();
+        assert_eq!(e.1, "invalid type: string \"yes\", expected a boolean");
+        let e = parse_v(with("sandbox", json!({"netwrk": true}))).unwrap_err();
+        assert_eq!(e.1, "unknown field (did you mean \"network\"?)");
     }
 
     #[test]

@@ -178,8 +178,7 @@ impl CustomTools {
             loop {
                 tokio::select! {
                     Some(()) = rx.recv() => {
-                        // Editors and `cp -r` write in bursts: wait for the burst to end.
-                        tokio::time::sleep(watch::SETTLE).await;
+                        // Signals that came while the last scan ran are seen by this one.
                         while rx.try_recv().is_ok() {}
                         me.rescan().await;
                     }

@@ -1,22 +1,25 @@
 //! Watching the tool folders. A folder that exists is watched recursively (a tool's
 //! manifest and program live one level down); a folder that does not exist yet is covered
 //! by a watch on its nearest existing ancestor, so a project's `.toolhost/tools/` created
-//! after start is picked up. Every relevant event sends `()`: "scan again".
+//! after start is picked up. Events go through the same debouncer as config.json's
+//! ([`crate::config::signal_on_change`]): one `()`, "scan again", per burst (editors and
+//! `cp -r` write in bursts).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher};
+use notify::RecursiveMode;
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::config::{signal_on_change, SignalDebouncer};
 use crate::lock;
 
 /// How long a burst of events may last before the folders are scanned.
-pub const SETTLE: Duration = Duration::from_millis(100);
+const SETTLE: Duration = Duration::from_millis(100);
 
 pub struct Watch {
-    watcher: RecommendedWatcher,
+    debouncer: SignalDebouncer,
     roots: Arc<Mutex<Vec<PathBuf>>>,
     /// What is watched now, and how.
     watched: Vec<(PathBuf, RecursiveMode)>,
@@ -26,25 +29,20 @@ impl Watch {
     pub fn new(roots: &[PathBuf], tx: UnboundedSender<()>) -> notify::Result<Watch> {
         let shared: Arc<Mutex<Vec<PathBuf>>> = Arc::default();
         let filter = shared.clone();
-        let watcher = notify::recommended_watcher(move |ev: notify::Result<notify::Event>| {
-            let relevant = match ev {
-                // An overflowed queue may have hidden a change: look again.
-                Err(_) => true,
-                Ok(ev) => {
-                    !matches!(ev.kind, EventKind::Access(_))
-                        && ev.paths.iter().any(|p| {
-                            lock(&filter)
-                                .iter()
-                                .any(|r| p.starts_with(r) || r.starts_with(p))
-                        })
-                }
-            };
-            if relevant {
-                let _ = tx.send(());
-            }
-        })?;
+        let debouncer = signal_on_change(
+            SETTLE,
+            move |ev| {
+                ev.paths.iter().any(|p| {
+                    lock(&filter)
+                        .iter()
+                        .any(|r| p.starts_with(r) || r.starts_with(p))
+                })
+            },
+            tx,
+            "custom tool watcher",
+        )?;
         let mut w = Watch {
-            watcher,
+            debouncer,
             roots: shared,
             watched: Vec::new(),
         };
@@ -74,14 +72,14 @@ impl Watch {
             if want.contains(&old) {
                 self.watched.push(old);
             } else {
-                let _ = self.watcher.unwatch(&old.0);
+                let _ = self.debouncer.unwatch(&old.0);
             }
         }
         for w in want {
             if self.watched.contains(&w) {
                 continue;
             }
-            match self.watcher.watch(&w.0, w.1) {
+            match self.debouncer.watch(&w.0, w.1) {
                 Ok(()) => self.watched.push(w),
                 Err(e) => {
                     tracing::warn!(path = %w.0.display(), "cannot watch custom tool folder: {e}")

@@ -98,32 +98,22 @@ pub fn call_result(outcome: &CallOutcome) -> CallToolResult {
     r
 }
 
-/// The local directory a root names (`file:///a%20b` → `/a b`); `None` for other schemes.
+/// The local directory a root names (`file:///a%20b` → `/a b`); `None` for other schemes,
+/// other hosts, and paths that are not UTF-8 (a session's workspace travels as a string).
 pub fn root_path(uri: &str) -> Option<String> {
-    let rest = uri.strip_prefix("file://")?;
-    // `file://localhost/x` and `file:///x` both name `/x`.
-    let path = rest.strip_prefix("localhost").unwrap_or(rest);
-    if !path.starts_with('/') {
+    let url = url::Url::parse(uri).ok().filter(|u| u.scheme() == "file")?;
+    // `url` takes a malformed escape (`%zz`) as a literal `%`; RFC 3986 does not, and such
+    // a root is a client's bug rather than a directory of that name.
+    let malformed = url.path().split('%').skip(1).any(|rest| {
+        !rest
+            .get(..2)
+            .is_some_and(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+    });
+    if malformed {
         return None;
     }
-    percent_decode(path)
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
+    // `file://localhost/x` names `/x`; any other host is not local.
+    url.to_file_path().ok()?.into_os_string().into_string().ok()
 }
 
 #[cfg(test)]
@@ -146,6 +136,9 @@ mod tests {
         assert_eq!(root_path("https://example.com/x"), None);
         assert_eq!(root_path("file://host/x"), None);
         assert_eq!(root_path("file:///bad%zz"), None);
+        assert_eq!(root_path("file:///a%25b%3F").as_deref(), Some("/a%b?"));
+        // Not UTF-8: no workspace string can name it.
+        assert_eq!(root_path("file:///tmp/a%FF"), None);
     }
 
     #[test]

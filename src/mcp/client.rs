@@ -40,19 +40,12 @@ impl Client {
     }
 }
 
-/// `path` as a `file://` URI, with every byte outside the unreserved set and `/`
-/// percent-encoded (RFC 8089, RFC 3986).
+/// `path` as a `file://` URI (RFC 8089), any bytes a URI cannot hold percent-encoded, so
+/// a path that is not UTF-8 is named exactly too. A relative path is taken from the
+/// daemon's working directory.
 pub fn file_uri(path: &std::path::Path) -> String {
-    use std::os::unix::ffi::OsStrExt;
-    let mut uri = String::from("file://");
-    for &b in path.as_os_str().as_bytes() {
-        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
-            uri.push(char::from(b));
-        } else {
-            uri.push_str(&format!("%{b:02X}"));
-        }
-    }
-    uri
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    url::Url::from_file_path(abs).map_or_else(|()| "file:///".to_owned(), String::from)
 }
 
 impl ClientHandler for Client {
@@ -99,5 +92,16 @@ mod tests {
             super::file_uri(std::path::Path::new("/home/a b/ü-x_1.~")),
             "file:///home/a%20b/%C3%BC-x_1.~"
         );
+        use std::os::unix::ffi::OsStrExt;
+        let not_utf8 = std::ffi::OsStr::from_bytes(b"/tmp/a\xff%b#?");
+        assert_eq!(
+            super::file_uri(std::path::Path::new(not_utf8)),
+            "file:///tmp/a%FF%25b%23%3F"
+        );
+        let back = url::Url::parse(&super::file_uri(std::path::Path::new(not_utf8)))
+            .unwrap()
+            .to_file_path()
+            .unwrap();
+        assert_eq!(back.as_os_str(), not_utf8);
     }
 }

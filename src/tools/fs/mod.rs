@@ -21,11 +21,12 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use cap_std::fs::{Dir, OpenOptionsExt, PermissionsExt as _};
-use nix::fcntl::{fcntl, FcntlArg, OFlag};
 
 use super::clip_str;
 use super::paths::{is_escape, Root, Target};
 use crate::registry::ToolError;
+use crate::safe_read::kind_name;
+pub(super) use crate::safe_read::{open_node, Node};
 
 pub use list::ListDir;
 pub use patch::PatchFile;
@@ -40,55 +41,7 @@ fn is_binary(head: &[u8]) -> bool {
     head[..head.len().min(BINARY_SNIFF_BYTES)].contains(&0)
 }
 
-/// What a path turned out to be when opened without blocking.
-pub(super) enum Node {
-    /// A regular file, open for reading (blocking mode restored).
-    File(std::fs::File),
-    Dir,
-    /// Anything else: a FIFO, socket or device, named for the error message.
-    Special(&'static str),
-}
-
-/// Opens `rel` beneath `dir` for reading without ever blocking in `open()`.
-///
-/// Opening a FIFO for reading waits for a writer, forever if none comes, and would pin a
-/// blocking-pool thread (enough of them freeze the daemon). `O_NONBLOCK` makes that open
-/// return at once; `fstat` then tells what was opened, and only a regular file is kept, with
-/// `O_NONBLOCK` cleared again. `O_NOCTTY` keeps a terminal device from becoming ours.
-pub(super) fn open_node(dir: &Dir, rel: &Path) -> io::Result<Node> {
-    let mut opts = cap_std::fs::OpenOptions::new();
-    opts.read(true)
-        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY);
-    let file = match dir.open_with(rel, &opts) {
-        Ok(f) => f.into_std(),
-        // A Unix socket cannot be opened at all.
-        Err(e) if e.raw_os_error() == Some(nix::libc::ENXIO) => return Ok(Node::Special("socket")),
-        Err(e) => return Err(e),
-    };
-    let kind = file.metadata()?.file_type();
-    if kind.is_dir() {
-        return Ok(Node::Dir);
-    }
-    if !kind.is_file() {
-        return Ok(Node::Special(special_kind(kind)));
-    }
-    let flags = OFlag::from_bits_truncate(fcntl(&file, FcntlArg::F_GETFL)?);
-    fcntl(&file, FcntlArg::F_SETFL(flags - OFlag::O_NONBLOCK))?;
-    Ok(Node::File(file))
-}
-
-/// A short name for a file type that is neither a regular file nor a directory.
-fn special_kind(kind: std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    kind_name(
-        kind.is_fifo(),
-        kind.is_socket(),
-        kind.is_char_device(),
-        kind.is_block_device(),
-    )
-}
-
-/// The same for cap-std's file type (which has no conversion to std's).
+/// The name [`kind_name`] gives a cap-std file type (which has no conversion to std's).
 fn cap_special_kind(kind: cap_std::fs::FileType) -> &'static str {
     use cap_std::fs::FileTypeExt;
     kind_name(
@@ -97,16 +50,6 @@ fn cap_special_kind(kind: cap_std::fs::FileType) -> &'static str {
         kind.is_char_device(),
         kind.is_block_device(),
     )
-}
-
-fn kind_name(fifo: bool, socket: bool, char_device: bool, block_device: bool) -> &'static str {
-    match (fifo, socket, char_device, block_device) {
-        (true, ..) => "fifo",
-        (_, true, ..) => "socket",
-        (_, _, true, _) => "character device",
-        (.., true) => "block device",
-        _ => "special file",
-    }
 }
 
 /// The error for a path that is neither a regular file nor a directory.
