@@ -157,13 +157,18 @@ pub async fn run(
     tracing::info!(socket = %listeners.describe(), activated = listeners.owned.is_none(), workspace = %host.workspace().display(), data_dir = %host.data_dir().display(), "toolhost serving");
     // Custom tools are listed from the first answer on; their folders are watched from now.
     reload::start_custom_tools(&host).await;
+    // Armed before the first answer, so an edit made as soon as the daemon answers is seen.
+    let watched = watch_config(&host);
     let server = rpc::start(host.clone(), listeners)?;
     reload::start_servers(&host);
     host.tracker().spawn(crate::outputs::prune_periodically(
         host.outputs_dir(),
         host.shutdown_token().clone(),
     ));
-    let _watcher = watch_config(&host);
+    let _watcher = watched.map(|(watcher, changes)| {
+        follow_config(&host, changes);
+        watcher
+    });
     let _ = sd_notify::notify(&[sd_notify::NotifyState::Ready]);
 
     shutdown.await;
@@ -189,9 +194,15 @@ pub async fn run(
     Ok(())
 }
 
-/// Watches config.json; the returned guard keeps the watch alive. Without a watch (the
-/// directory is missing) the daemon still serves and SIGHUP / `config.reload` still work.
-fn watch_config(host: &Host) -> Option<config::ConfigWatcher> {
+/// Watches config.json; the returned guard keeps the watch alive, the receiver gets its
+/// signals. Without a watch (the directory is missing) the daemon still serves and SIGHUP /
+/// `config.reload` still work.
+fn watch_config(
+    host: &Host,
+) -> Option<(
+    config::ConfigWatcher,
+    tokio::sync::mpsc::UnboundedReceiver<()>,
+)> {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let watcher = match config::watch(host.config_path(), tx) {
         Ok(w) => w,
@@ -206,8 +217,15 @@ fn watch_config(host: &Host) -> Option<config::ConfigWatcher> {
             return None;
         }
     };
+    Some((watcher, rx))
+}
+
+/// Reloads on every signal of the watch, starting with one look: an edit made between the
+/// start-up load and the arming of the watch gave no signal.
+fn follow_config(host: &Host, mut rx: tokio::sync::mpsc::UnboundedReceiver<()>) {
     let h = host.clone();
     host.tracker().spawn(async move {
+        reload::reload_if_changed(&h).await;
         loop {
             tokio::select! {
                 Some(()) = rx.recv() => {
@@ -218,7 +236,6 @@ fn watch_config(host: &Host) -> Option<config::ConfigWatcher> {
             }
         }
     });
-    Some(watcher)
 }
 
 async fn reload_on_sighup(host: Host, mut hup: tokio::signal::unix::Signal) {

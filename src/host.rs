@@ -41,6 +41,9 @@ struct Inner {
     dirs: Dirs,
     /// The config in force; swapped whole by a reload, read lock-free by every call.
     config: ArcSwap<Config>,
+    /// The config the daemon started with: restart-only settings (listeners, dirs) keep its
+    /// values until a restart, whatever reloads apply since.
+    started_with: Arc<Config>,
     /// What `config.status` reports, and what the reload path needs to remember.
     config_state: Mutex<ConfigState>,
     /// One reload at a time (an async lock: held across the wait for servers to connect,
@@ -96,11 +99,12 @@ impl Host {
         registry.set_catalog_policy(crate::catalog::Policy::from_config(&loaded.config));
         let tracker = TaskTracker::new();
         let from_file = dirs.config_path.exists();
-        let cfg = loaded.config;
+        let cfg = Arc::new(loaded.config);
         let approval_overrides = cfg.approval.tools.clone();
         let audit = crate::audit::AuditLog::start(&dirs.data_dir);
         let host = Host(Arc::new(Inner {
-            config: ArcSwap::from_pointee(cfg),
+            config: ArcSwap::new(cfg.clone()),
+            started_with: cfg,
             config_state: Mutex::new(ConfigState {
                 loaded_at: now_ms(),
                 revision: 1,
@@ -109,7 +113,13 @@ impl Host {
                 last_read: Some(loaded.content_hash),
                 from_file,
             }),
-            mcp: McpManager::new(registry.clone(), tracker.clone(), &dirs, processes.clone()),
+            mcp: McpManager::new(
+                registry.clone(),
+                tracker.clone(),
+                &dirs.workspace,
+                &dirs.data_dir,
+                processes.clone(),
+            ),
             dirs,
             custom: crate::custom::CustomTools::new(registry.clone(), processes.clone()),
             reload_lock: tokio::sync::Mutex::new(()),
@@ -135,6 +145,10 @@ impl Host {
 
     pub fn config(&self) -> Arc<Config> {
         self.0.config.load_full()
+    }
+    /// The config the daemon started with (what its restart-only settings still run on).
+    pub fn started_with(&self) -> &Config {
+        &self.0.started_with
     }
     pub(crate) fn set_config(&self, config: Config) {
         self.0.config.store(Arc::new(config));

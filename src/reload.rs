@@ -162,7 +162,9 @@ async fn apply_file(host: &Host) -> ConfigReloadResult {
     let new = loaded.config;
     let mut warnings = loaded.warnings;
     let diff = config::diff(&old, &new);
-    warnings.extend(diff.needs_restart);
+    // Against the start-up values, which the daemon still runs on: a second reload must not
+    // forget that a listener setting waits for a restart.
+    warnings.extend(config::diff(host.started_with(), &new).needs_restart);
 
     let mut sources = Vec::new();
     // Filters and approval classes apply to the live connection; unchanged servers are not

@@ -51,17 +51,18 @@ impl McpManager {
     pub fn new(
         registry: Registry,
         tracker: tokio_util::task::TaskTracker,
-        dirs: &crate::host::Dirs,
+        workspace: &std::path::Path,
+        data_dir: &std::path::Path,
         processes: crate::process::Processes,
     ) -> Self {
         McpManager {
             servers: Mutex::default(),
             registry,
             tracker,
-            root: client::file_uri(&dirs.workspace),
+            root: client::file_uri(workspace),
             runtime: Runtime {
                 processes,
-                oauth: Arc::new(auth::OAuth::new(&dirs.data_dir)),
+                oauth: Arc::new(auth::OAuth::new(data_dir)),
             },
         }
     }
