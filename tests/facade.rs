@@ -721,6 +721,8 @@ async fn a_connections_own_session_ends_with_it_and_a_named_one_stays() {
 }
 
 /// One raw `/mcp` exchange over the Unix socket, read as it streams (SSE events one by one).
+/// The connection stays open (keep-alive, as real clients do): dropping the exchange closes
+/// it.
 struct Exchange {
     status: u16,
     head: String,
@@ -742,7 +744,7 @@ impl Exchange {
         use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
         let mut s = tokio::net::UnixStream::connect(d.socket()).await.unwrap();
         let mut req = format!(
-            "{method} /mcp HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\
+            "{method} /mcp HTTP/1.1\r\nHost: localhost\r\n\
              Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n\
              MCP-Protocol-Version: 2025-06-18\r\nContent-Length: {}\r\n",
             body.len()
@@ -837,9 +839,13 @@ impl Exchange {
             }
             return all;
         }
-        let mut rest = String::new();
-        self.reader.read_to_string(&mut rest).await.unwrap();
-        rest
+        let len = self
+            .header("content-length")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        let mut rest = vec![0; len];
+        self.reader.read_exact(&mut rest).await.unwrap();
+        String::from_utf8(rest).unwrap()
     }
 
     /// Events until the one that answers a request, returned as JSON.

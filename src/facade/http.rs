@@ -11,6 +11,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::Bytes;
@@ -21,6 +22,12 @@ use super::sessions::{Sessions, SSE_RETRY};
 use super::{Connect, Facade, Link};
 use crate::client::Client;
 use crate::host::Host;
+
+/// How often an idle SSE stream gets a keep-alive comment. The listeners allow half-close,
+/// so hyper does not take a client's EOF as the end of a stream it is sending: a stream
+/// whose client went away is found out by the next write failing. Short, so that a call
+/// whose stream went away is cancelled within seconds ([`super::sessions::RESUME_GRACE`]).
+const SSE_KEEP_ALIVE: Duration = Duration::from_secs(2);
 
 /// Browser origins allowed to call `/mcp` (any port): pages on this machine only, so a
 /// remote page cannot drive the host through a DNS-rebound name. Requests without an
@@ -57,6 +64,7 @@ impl Endpoint {
             .with_allowed_origins(ALLOWED_ORIGINS)
             .enforce_origin_validation()
             .with_sse_retry(Some(SSE_RETRY))
+            .with_sse_keep_alive(Some(SSE_KEEP_ALIVE))
             .with_cancellation_token(shutdown);
         let service = StreamableHttpService::new(
             move || Ok(Facade::with_link(Link::Shared(shared.clone()), None)),
