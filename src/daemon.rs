@@ -60,7 +60,8 @@ impl ServeOptions {
 ///   them would fail or corrupt whatever took its place);
 /// - the process is made non-dumpable, so processes of the same user (a `bash` call)
 ///   cannot read its memory or `/proc/<pid>/environ`;
-/// - secrets read once are taken out of the environment ([`crate::secrets`]).
+/// - secrets read once are taken out of the environment ([`crate::secrets`]);
+/// - the soft descriptor limit is raised to the hard one ([`crate::fds`]).
 pub fn prepare_process() {
     use nix::libc;
     for fd in 0..=2 {
@@ -80,6 +81,7 @@ pub fn prepare_process() {
         eprintln!("toolhost: cannot make the process non-dumpable: {e}");
     }
     crate::secrets::take_from_env();
+    crate::fds::raise_limit();
 }
 
 /// Runs the daemon until SIGTERM/SIGINT: the entry point of `toolhost serve`.

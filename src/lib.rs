@@ -32,6 +32,7 @@ mod custom;
 pub mod daemon;
 mod error;
 mod facade;
+mod fds;
 mod host;
 mod invoke;
 mod logging;

@@ -722,3 +722,300 @@ async fn a_connections_own_session_ends_with_it_and_a_named_one_stays() {
     let kept = d.call("session.get", json!({"id": "keep"})).await;
     assert_eq!(kept["result"]["id"], "keep", "{kept}");
 }
+
+/// One raw `/mcp` exchange over the Unix socket, read as it streams (SSE events one by one).
+/// The connection stays open (keep-alive, as real clients do): dropping the exchange closes
+/// it.
+struct Exchange {
+    status: u16,
+    head: String,
+    reader: tokio::io::BufReader<tokio::net::UnixStream>,
+    /// Body bytes read but not yet taken as events.
+    buf: String,
+}
+
+const INIT: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
+
+impl Exchange {
+    async fn open(
+        d: &Daemon,
+        method: &str,
+        session: Option<&str>,
+        extra: &[(&str, &str)],
+        body: &str,
+    ) -> Exchange {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        let mut s = tokio::net::UnixStream::connect(d.socket()).await.unwrap();
+        let mut req = format!(
+            "{method} /mcp HTTP/1.1\r\nHost: localhost\r\n\
+             Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n\
+             MCP-Protocol-Version: 2025-06-18\r\nContent-Length: {}\r\n",
+            body.len()
+        );
+        if let Some(id) = session {
+            req.push_str(&format!("Mcp-Session-Id: {id}\r\n"));
+        }
+        for (k, v) in extra {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        req.push_str(body);
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut reader = tokio::io::BufReader::new(s);
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            let n = tokio::time::timeout(Duration::from_secs(30), reader.read_line(&mut line))
+                .await
+                .expect("response head")
+                .unwrap();
+            if n == 0 || line == "\r\n" {
+                break;
+            }
+            head.push_str(&line);
+        }
+        let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        Exchange {
+            status,
+            head,
+            reader,
+            buf: String::new(),
+        }
+    }
+
+    fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+        })
+    }
+
+    /// The next chunk of a chunked body, or `None` at its end.
+    async fn chunk(&mut self) -> Option<String> {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt};
+        let mut size = String::new();
+        if self.reader.read_line(&mut size).await.ok()? == 0 {
+            return None;
+        }
+        let n = usize::from_str_radix(size.trim(), 16).ok()?;
+        if n == 0 {
+            return None;
+        }
+        let mut data = vec![0; n + 2];
+        self.reader.read_exact(&mut data).await.ok()?;
+        data.truncate(n);
+        Some(String::from_utf8(data).unwrap())
+    }
+
+    /// The next SSE event: its `id` and `data` (keep-alive comments are skipped).
+    async fn event(&mut self) -> Option<(Option<String>, String)> {
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let raw: String = self.buf.drain(..end + 2).collect();
+                let (mut id, mut data) = (None, String::new());
+                for line in raw.lines() {
+                    if let Some(v) = line.strip_prefix("id:") {
+                        id = Some(v.trim().to_owned());
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push_str(v.trim_start());
+                    }
+                }
+                if id.is_some() || !data.is_empty() {
+                    return Some((id, data));
+                }
+                continue;
+            }
+            let chunk = tokio::time::timeout(Duration::from_secs(30), self.chunk())
+                .await
+                .expect("an SSE event in time")?;
+            self.buf.push_str(&chunk);
+        }
+    }
+
+    /// The rest of the body (chunked or not) as text.
+    async fn body(mut self) -> String {
+        use tokio::io::AsyncReadExt;
+        if self.head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+            let mut all = std::mem::take(&mut self.buf);
+            while let Some(c) = self.chunk().await {
+                all.push_str(&c);
+            }
+            return all;
+        }
+        let len = self
+            .header("content-length")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        let mut rest = vec![0; len];
+        self.reader.read_exact(&mut rest).await.unwrap();
+        String::from_utf8(rest).unwrap()
+    }
+
+    /// Events until the one that answers a request, returned as JSON.
+    async fn answer(&mut self) -> Value {
+        loop {
+            let (_, data) = self.event().await.expect("the stream ended without an answer");
+            if let Ok(v) = serde_json::from_str::<Value>(&data) {
+                if v.get("result").is_some() || v.get("error").is_some() {
+                    return v;
+                }
+            }
+        }
+    }
+}
+
+/// A raw MCP session over the Unix socket: `initialize`, then `notifications/initialized`.
+async fn raw_session(d: &Daemon) -> String {
+    let mut init = Exchange::open(d, "POST", None, &[], INIT).await;
+    assert_eq!(init.status, 200, "{}", init.head);
+    let id = init.header("mcp-session-id").expect("a session id");
+    assert!(init.answer().await["result"]["protocolVersion"].is_string());
+    let note = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
+    assert_eq!(Exchange::open(d, "POST", Some(&id), &[], note).await.status, 202);
+    id
+}
+
+fn tool_call(id: u64, name: &str, args: Value) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+           "params": {"name": name, "arguments": args}})
+    .to_string()
+}
+
+/// The pid the `slow` tool wrote, once it runs.
+async fn slow_pid(d: &Daemon) -> i32 {
+    let pid_file = d.dir.path().join("slow.pid");
+    let mut pid = 0;
+    eventually(10, "the slow tool started", || {
+        pid = std::fs::read_to_string(&pid_file)
+            .unwrap_or_default()
+            .trim()
+            .parse()
+            .unwrap_or(0);
+        async move { pid > 0 }
+    })
+    .await;
+    assert!(alive(pid));
+    pid
+}
+
+/// A call's SSE stream that goes away (no DELETE, no cancel) cancels the call once the
+/// resume grace (3 s) passes: its process is gone long before the tool's 30 s sleep ends.
+#[tokio::test]
+async fn a_dropped_call_stream_cancels_the_call() {
+    let d = start(json!({})).await;
+    let session = raw_session(&d).await;
+    let mut call = Exchange::open(&d, "POST", Some(&session), &[], &tool_call(1, "slow", json!({}))).await;
+    assert_eq!(call.status, 200, "{}", call.head);
+    assert!(call.event().await.unwrap().0.is_some(), "a priming event with an id");
+    let pid = slow_pid(&d).await;
+    drop(call);
+    eventually(10, "the dropped call's process is gone", || async move { !alive(pid) }).await;
+    // The session itself lives on.
+    let mut list = Exchange::open(&d, "POST", Some(&session), &[], r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#).await;
+    assert!(list.answer().await["result"]["tools"].is_array());
+}
+
+/// DELETE of a session with a call running kills the call's process at once (rmcp alone
+/// let it run on for its 5 s drain).
+#[tokio::test]
+async fn deleting_a_session_cancels_its_calls_at_once() {
+    let d = start(json!({})).await;
+    let session = raw_session(&d).await;
+    let mut call = Exchange::open(&d, "POST", Some(&session), &[], &tool_call(1, "slow", json!({}))).await;
+    assert!(call.event().await.is_some());
+    let pid = slow_pid(&d).await;
+    let deleted = Exchange::open(&d, "DELETE", Some(&session), &[], "").await;
+    assert_eq!(deleted.status, 202, "{}", deleted.head);
+    eventually(2, "the call's process is gone right after DELETE", || async move { !alive(pid) }).await;
+}
+
+/// A call whose stream dropped before its result came is answered on resumption: GET with
+/// `Last-Event-ID` after the call has finished replays the result (it used to answer 200
+/// with an empty body).
+#[tokio::test]
+async fn resuming_after_the_call_finished_replays_its_result() {
+    let d = start(json!({})).await;
+    let session = raw_session(&d).await;
+    let args = json!({"command": "echo resumed-result"});
+    let mut call = Exchange::open(&d, "POST", Some(&session), &[], &tool_call(7, "bash", args)).await;
+    let (priming, _) = call.event().await.unwrap();
+    let priming = priming.expect("the priming event has an id");
+    drop(call);
+    eventually(10, "the call finished", || async {
+        let s = d.call("host.status", json!({})).await;
+        s["result"]["calls"].as_array().is_some_and(|c| c.is_empty())
+    })
+    .await;
+    let mut resumed = Exchange::open(&d, "GET", Some(&session), &[("Last-Event-ID", &priming)], "").await;
+    assert_eq!(resumed.status, 200, "{}", resumed.head);
+    let answer = resumed.answer().await;
+    assert_eq!(answer["id"], 7, "{answer}");
+    assert!(answer.to_string().contains("resumed-result"), "{answer}");
+    // Nothing follows a finished call: the resumed stream ends.
+    assert_eq!(resumed.body().await.trim(), "");
+}
+
+/// Sessions are bounded: past `facade.max_sessions` the longest idle one is closed and its
+/// client's next request says why (404, so it starts over); sessions hold no descriptor of
+/// their own, however many are open.
+#[tokio::test]
+async fn sessions_are_bounded_and_hold_no_descriptors() {
+    let d = start(json!({"facade": {"max_sessions": 40}})).await;
+    let fds = || std::fs::read_dir(format!("/proc/{}/fd", d.pid())).unwrap().count();
+    let first = raw_session(&d).await;
+    let before = fds();
+    let mut open = Vec::new();
+    for _ in 0..39 {
+        open.push(raw_session(&d).await);
+    }
+    let after = fds();
+    assert!(after <= before + 4, "39 idle sessions took {} descriptors", after - before);
+    // One more: the longest idle (the first) makes room.
+    let newest = raw_session(&d).await;
+    let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+    let evicted = Exchange::open(&d, "POST", Some(&first), &[], list).await;
+    assert_eq!(evicted.status, 404, "{}", evicted.head);
+    let why = evicted.body().await;
+    assert!(why.contains("facade.max_sessions"), "{why}");
+    for id in [&open[0], &newest] {
+        let mut ok = Exchange::open(&d, "POST", Some(id), &[], list).await;
+        assert!(ok.answer().await["result"]["tools"].is_array());
+    }
+}
+
+/// One session that comes and goes: initialize, a list, DELETE.
+async fn session_round(d: &Daemon) {
+    let id = raw_session(d).await;
+    let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+    let mut listed = Exchange::open(d, "POST", Some(&id), &[], list).await;
+    assert!(listed.answer().await["result"]["tools"].is_array());
+    assert_eq!(Exchange::open(d, "DELETE", Some(&id), &[], "").await.status, 202);
+}
+
+/// 2,000 sessions that come and go (initialize, a list, DELETE) leave the daemon's memory
+/// within 10 MB of where it was.
+#[tokio::test]
+async fn memory_returns_after_two_thousand_sessions() {
+    let d = start(json!({})).await;
+    for _ in 0..20 {
+        session_round(&d).await;
+    }
+    let idle = d.rss_kib();
+    let mut peak = idle;
+    for _ in 0..250 {
+        futures::future::join_all((0..8).map(|_| session_round(&d))).await;
+        peak = peak.max(d.rss_kib());
+    }
+    let mut now = d.rss_kib();
+    for _ in 0..50 {
+        if now <= idle + 10 * 1024 {
+            break;
+        }
+        // The heap is handed back when the last connection leaves (at most once a second).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let _ = d.call("host.health", json!({})).await;
+        now = d.rss_kib();
+    }
+    eprintln!("RSS: idle {idle} KiB, peak {peak} KiB, after 2,000 sessions {now} KiB");
+    assert!(now <= idle + 10 * 1024, "idle {idle} KiB, after {now} KiB");
+}

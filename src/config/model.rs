@@ -46,6 +46,29 @@ pub struct Config {
     pub sandbox: SandboxConfig,
     /// What reaches the model: deferred tools and the listing budget (proto-docs/catalog.md).
     pub catalog: Catalog,
+    /// The MCP facade's streamable HTTP endpoint `/mcp` (proto-docs/mcp-facade.md).
+    pub facade: FacadeConfig,
+}
+
+/// Bounds on the sessions of `/mcp`, so abandoned clients cannot pile up.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct FacadeConfig {
+    /// MCP sessions open at most; past it, a new session evicts the longest idle one.
+    #[schemars(range(min = 1))]
+    pub max_sessions: usize,
+    /// A session with no message either way for this long is closed.
+    #[schemars(range(min = 1))]
+    pub session_idle_ms: u64,
+}
+
+impl Default for FacadeConfig {
+    fn default() -> Self {
+        FacadeConfig {
+            max_sessions: 256,
+            session_idle_ms: 3_600_000,
+        }
+    }
 }
 
 /// Deferral of tools from `list_tools` (they stay callable and findable by `tool_search`).

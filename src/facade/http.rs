@@ -3,24 +3,31 @@
 //! rmcp's `StreamableHttpService` does the transport (sessions with `Mcp-Session-Id`, POST
 //! answered as JSON or SSE, the standalone GET stream, DELETE, protocol-version checks);
 //! the RPC layer routes `/mcp` here after its bearer check (TCP). Every MCP session gets its
-//! own [`Facade`] and its own in-process connection to the host.
+//! own [`Facade`]; their sessions are bounded and resumable ([`Sessions`]).
+//!
+//! All sessions share one in-process connection to the host ([`SharedClient`]): the
+//! client multiplexes calls, so a session costs no file descriptor of its own, and an
+//! abandoned one holds only memory until it is evicted or idles out.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http_body_util::combinators::BoxBody;
+use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::Bytes;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use tokio_util::sync::CancellationToken;
+use tokio::sync::{broadcast, OnceCell};
 
+use super::sessions::{Sessions, SSE_RETRY};
 use super::{Connect, Facade, Link};
+use crate::client::Client;
+use crate::host::Host;
 
-/// An MCP session idle this long (no message either way) is closed; the client then gets
-/// 404 and starts a new one, as the transport spec says. rmcp's default (5 minutes) would
-/// also end a tool call that stays silent that long.
-const IDLE_SESSION: Duration = Duration::from_secs(3600);
+/// How often an idle SSE stream gets a keep-alive comment. The listeners allow half-close,
+/// so hyper does not take a client's EOF as the end of a stream it is sending: a stream
+/// whose client went away is found out by the next write failing. Short, so that a call
+/// whose stream went away is cancelled within seconds ([`super::sessions::RESUME_GRACE`]).
+const SSE_KEEP_ALIVE: Duration = Duration::from_secs(2);
 
 /// Browser origins allowed to call `/mcp` (any port): pages on this machine only, so a
 /// remote page cannot drive the host through a DNS-rebound name. Requests without an
@@ -37,15 +44,18 @@ const ALLOWED_ORIGINS: [&str; 6] = [
 /// The `/mcp` endpoint, shared by every listener of the daemon.
 #[derive(Clone)]
 pub struct Endpoint {
-    service: StreamableHttpService<Facade, LocalSessionManager>,
+    service: StreamableHttpService<Facade, Sessions>,
+    sessions: Arc<Sessions>,
 }
 
 impl Endpoint {
-    /// `connect` opens an in-process connection to the host; `shutdown` ends every session
-    /// and open SSE stream (so a graceful HTTP shutdown does not wait on them).
-    pub fn new(connect: Connect, shutdown: CancellationToken) -> Endpoint {
-        let mut sessions = LocalSessionManager::default();
-        sessions.session_config.keep_alive = Some(IDLE_SESSION);
+    /// `connect` opens an in-process connection to the host; the host's shutdown ends
+    /// every session and open SSE stream (so a graceful HTTP shutdown does not wait on
+    /// them).
+    pub fn new(host: Host, connect: Connect) -> Endpoint {
+        let shutdown = host.shutdown_token().clone();
+        let sessions = Arc::new(Sessions::new(host));
+        let shared = Arc::new(SharedClient::new(connect));
         // The Host header is not checked: the Unix socket is reachable only through the
         // file system, and TCP requires the bearer token (which a rebinding page cannot
         // know); the Origin check still refuses foreign browser pages.
@@ -53,16 +63,20 @@ impl Endpoint {
             .disable_allowed_hosts()
             .with_allowed_origins(ALLOWED_ORIGINS)
             .enforce_origin_validation()
+            .with_sse_retry(Some(SSE_RETRY))
+            .with_sse_keep_alive(Some(SSE_KEEP_ALIVE))
             .with_cancellation_token(shutdown);
         let service = StreamableHttpService::new(
-            move || Ok(Facade::with_link(Link::Connect(connect.clone()), None)),
-            Arc::new(sessions),
+            move || Ok(Facade::with_link(Link::Shared(shared.clone()), None)),
+            sessions.clone(),
             config,
         );
-        Endpoint { service }
+        Endpoint { service, sessions }
     }
 
-    /// Serves one HTTP request addressed to `/mcp`.
+    /// Serves one HTTP request addressed to `/mcp`. Before rmcp sees it: a request of an
+    /// evicted session gets a 404 that says why, and a new session is refused (503) while
+    /// the daemon is short of descriptors or every session has a call running.
     pub async fn handle<B>(
         &self,
         req: http::Request<B>,
@@ -71,6 +85,79 @@ impl Endpoint {
         B: hyper::body::Body + Send + 'static,
         B::Error: std::fmt::Display,
     {
+        let session = req
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok());
+        match session {
+            Some(id) if self.sessions.was_evicted(id) => {
+                return plain(
+                    http::StatusCode::NOT_FOUND,
+                    "Not Found: this MCP session was closed to make room for newer ones \
+                     (the longest idle goes first once facade.max_sessions are open); \
+                     start a new session with initialize",
+                );
+            }
+            None if req.method() == http::Method::POST => {
+                if let Some(why) = self.sessions.refusal() {
+                    return plain(http::StatusCode::SERVICE_UNAVAILABLE, &why);
+                }
+            }
+            _ => {}
+        }
         self.service.handle(req).await
+    }
+}
+
+fn plain(status: http::StatusCode, text: &str) -> http::Response<BoxBody<Bytes, Infallible>> {
+    let mut res = http::Response::new(Full::new(Bytes::from(text.to_owned())).boxed());
+    *res.status_mut() = status;
+    res.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    res
+}
+
+/// The one in-process connection every HTTP session uses, opened on first use, and the
+/// one `tools_changed` subscription whose notifications every session forwards.
+pub(super) struct SharedClient {
+    connect: Connect,
+    client: OnceCell<Arc<Client>>,
+    tools_changed: broadcast::Sender<()>,
+}
+
+impl SharedClient {
+    fn new(connect: Connect) -> SharedClient {
+        SharedClient {
+            connect,
+            client: OnceCell::new(),
+            tools_changed: broadcast::Sender::new(1),
+        }
+    }
+
+    pub(super) async fn client(&self) -> std::io::Result<Arc<Client>> {
+        self.client
+            .get_or_try_init(|| async {
+                let client = Arc::new(Client::from_stream((self.connect)()?));
+                let mut sub = client
+                    .subscribe_tools_changed()
+                    .await
+                    .map_err(|e| std::io::Error::other(e.to_string()))?;
+                let tx = self.tools_changed.clone();
+                tokio::spawn(async move {
+                    while let Some(Ok(_)) = sub.next().await {
+                        let _ = tx.send(());
+                    }
+                });
+                Ok(client)
+            })
+            .await
+            .cloned()
+    }
+
+    /// Fires on every change of the live registry (a lagging receiver counts as one).
+    pub(super) fn tools_changed(&self) -> broadcast::Receiver<()> {
+        self.tools_changed.subscribe()
     }
 }

@@ -15,7 +15,9 @@
 //! is asked of the user through elicitation.
 
 mod convert;
+mod events;
 mod http;
+mod sessions;
 mod stdio;
 
 use std::borrow::Cow;
@@ -73,9 +75,29 @@ pub type Connect = Arc<dyn Fn() -> std::io::Result<UnixStream> + Send + Sync>;
 enum Link {
     /// Already connected (stdio: the CLI connects first, to report a missing daemon).
     Client(Arc<Client>),
-    /// Connects on `initialize` (HTTP: rmcp builds a handler per session, and also for
-    /// requests that never reach `initialize`, so building one must cost nothing).
-    Connect(Connect),
+    /// The daemon's one in-process connection for every HTTP session (rmcp builds a
+    /// handler per session, and also for requests that never reach `initialize`, so
+    /// building one must cost nothing).
+    Shared(Arc<http::SharedClient>),
+}
+
+/// Where a connection learns that the live registry changed.
+enum ToolsFeed {
+    /// Its own `tools_changed` subscription (stdio).
+    Own(Subscription<ToolsChanged>),
+    /// The shared connection's one subscription, fanned out (HTTP).
+    Shared(tokio::sync::broadcast::Receiver<()>),
+}
+
+impl ToolsFeed {
+    /// Waits for the next change; `false` once no more can come.
+    async fn changed(&mut self) -> bool {
+        use tokio::sync::broadcast::error::RecvError;
+        match self {
+            ToolsFeed::Own(sub) => matches!(sub.next().await, Some(Ok(_))),
+            ToolsFeed::Shared(rx) => !matches!(rx.recv().await, Err(RecvError::Closed)),
+        }
+    }
 }
 
 /// The MCP server handler of one MCP connection (one stdio peer or one HTTP session).
@@ -94,7 +116,7 @@ struct State {
     session: OnceCell<String>,
     /// `tools_changed`, subscribed in `initialize` (so no change between the first list and
     /// `initialized` is missed) and forwarded from `initialized` on.
-    tools_changed: Mutex<Option<Subscription<ToolsChanged>>>,
+    tools_changed: Mutex<Option<ToolsFeed>>,
     /// Set once the client's roots (if it declared any) are applied to the session.
     roots_applied: tokio::sync::watch::Sender<bool>,
     /// Tasks that live as long as this connection.
@@ -156,8 +178,9 @@ impl Facade {
             .get_or_try_init(|| async {
                 match &self.link {
                     Link::Client(c) => Ok(c.clone()),
-                    Link::Connect(connect) => connect()
-                        .map(|s| Arc::new(Client::from_stream(s)))
+                    Link::Shared(shared) => shared
+                        .client()
+                        .await
                         .map_err(|e| internal(format!("cannot reach the host: {e}"))),
                 }
             })
@@ -369,8 +392,12 @@ impl ServerHandler for Facade {
             *lock(&self.state.owned_session) = Some(session.clone());
         }
         let _ = self.state.session.set(session);
-        match client.subscribe_tools_changed().await {
-            Ok(sub) => *lock(&self.state.tools_changed) = Some(sub),
+        let feed = match &self.link {
+            Link::Client(_) => client.subscribe_tools_changed().await.map(ToolsFeed::Own),
+            Link::Shared(shared) => Ok(ToolsFeed::Shared(shared.tools_changed())),
+        };
+        match feed {
+            Ok(feed) => *lock(&self.state.tools_changed) = Some(feed),
             Err(e) => tracing::warn!(%e, "cannot follow tools_changed"),
         }
         if request.capabilities.roots.is_none() {
@@ -380,10 +407,10 @@ impl ServerHandler for Facade {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        if let Some(mut sub) = lock(&self.state.tools_changed).take() {
+        if let Some(mut feed) = lock(&self.state.tools_changed).take() {
             let peer = context.peer.clone();
             self.spawn(async move {
-                while let Some(Ok(_)) = sub.next().await {
+                while feed.changed().await {
                     if peer.notify_tool_list_changed().await.is_err() {
                         break;
                     }

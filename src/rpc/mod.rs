@@ -104,7 +104,7 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
         stop,
         max_request_bytes: max_request,
         frame_timeout: frame_timeout(),
-        mcp: crate::facade::Endpoint::new(in_process(weak.clone()), host.shutdown_token().clone()),
+        mcp: crate::facade::Endpoint::new(host.clone(), in_process(weak.clone())),
     });
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let accept = host.shutdown_token().child_token();
