@@ -50,6 +50,8 @@ pub fn free() -> Option<u64> {
 /// count cannot be told).
 pub fn short() -> Option<String> {
     free().filter(|&n| n < RESERVE).map(|n| {
-        format!("the daemon has only {n} file descriptors left and keeps {RESERVE} for its own work")
+        format!(
+            "the daemon has only {n} file descriptors left and keeps {RESERVE} for its own work"
+        )
     })
 }

@@ -774,7 +774,11 @@ impl Exchange {
             }
             head.push_str(&line);
         }
-        let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+        let status = head
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
         Exchange {
             status,
             head,
@@ -835,7 +839,11 @@ impl Exchange {
     /// The rest of the body (chunked or not) as text.
     async fn body(mut self) -> String {
         use tokio::io::AsyncReadExt;
-        if self.head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        if self
+            .head
+            .to_ascii_lowercase()
+            .contains("transfer-encoding: chunked")
+        {
             let mut all = std::mem::take(&mut self.buf);
             while let Some(c) = self.chunk().await {
                 all.push_str(&c);
@@ -854,7 +862,10 @@ impl Exchange {
     /// Events until the one that answers a request, returned as JSON.
     async fn answer(&mut self) -> Value {
         loop {
-            let (_, data) = self.event().await.expect("the stream ended without an answer");
+            let (_, data) = self
+                .event()
+                .await
+                .expect("the stream ended without an answer");
             if let Ok(v) = serde_json::from_str::<Value>(&data) {
                 if v.get("result").is_some() || v.get("error").is_some() {
                     return v;
@@ -871,7 +882,10 @@ async fn raw_session(d: &Daemon) -> String {
     let id = init.header("mcp-session-id").expect("a session id");
     assert!(init.answer().await["result"]["protocolVersion"].is_string());
     let note = r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#;
-    assert_eq!(Exchange::open(d, "POST", Some(&id), &[], note).await.status, 202);
+    assert_eq!(
+        Exchange::open(d, "POST", Some(&id), &[], note).await.status,
+        202
+    );
     id
 }
 
@@ -904,14 +918,34 @@ async fn slow_pid(d: &Daemon) -> i32 {
 async fn a_dropped_call_stream_cancels_the_call() {
     let d = start(json!({})).await;
     let session = raw_session(&d).await;
-    let mut call = Exchange::open(&d, "POST", Some(&session), &[], &tool_call(1, "slow", json!({}))).await;
+    let mut call = Exchange::open(
+        &d,
+        "POST",
+        Some(&session),
+        &[],
+        &tool_call(1, "slow", json!({})),
+    )
+    .await;
     assert_eq!(call.status, 200, "{}", call.head);
-    assert!(call.event().await.unwrap().0.is_some(), "a priming event with an id");
+    assert!(
+        call.event().await.unwrap().0.is_some(),
+        "a priming event with an id"
+    );
     let pid = slow_pid(&d).await;
     drop(call);
-    eventually(10, "the dropped call's process is gone", || async move { !alive(pid) }).await;
+    eventually(10, "the dropped call's process is gone", || async move {
+        !alive(pid)
+    })
+    .await;
     // The session itself lives on.
-    let mut list = Exchange::open(&d, "POST", Some(&session), &[], r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#).await;
+    let mut list = Exchange::open(
+        &d,
+        "POST",
+        Some(&session),
+        &[],
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+    )
+    .await;
     assert!(list.answer().await["result"]["tools"].is_array());
 }
 
@@ -921,12 +955,24 @@ async fn a_dropped_call_stream_cancels_the_call() {
 async fn deleting_a_session_cancels_its_calls_at_once() {
     let d = start(json!({})).await;
     let session = raw_session(&d).await;
-    let mut call = Exchange::open(&d, "POST", Some(&session), &[], &tool_call(1, "slow", json!({}))).await;
+    let mut call = Exchange::open(
+        &d,
+        "POST",
+        Some(&session),
+        &[],
+        &tool_call(1, "slow", json!({})),
+    )
+    .await;
     assert!(call.event().await.is_some());
     let pid = slow_pid(&d).await;
     let deleted = Exchange::open(&d, "DELETE", Some(&session), &[], "").await;
     assert_eq!(deleted.status, 202, "{}", deleted.head);
-    eventually(2, "the call's process is gone right after DELETE", || async move { !alive(pid) }).await;
+    eventually(
+        2,
+        "the call's process is gone right after DELETE",
+        || async move { !alive(pid) },
+    )
+    .await;
 }
 
 /// A call whose stream dropped before its result came is answered on resumption: GET with
@@ -937,16 +983,26 @@ async fn resuming_after_the_call_finished_replays_its_result() {
     let d = start(json!({})).await;
     let session = raw_session(&d).await;
     let args = json!({"command": "echo resumed-result"});
-    let mut call = Exchange::open(&d, "POST", Some(&session), &[], &tool_call(7, "bash", args)).await;
+    let mut call =
+        Exchange::open(&d, "POST", Some(&session), &[], &tool_call(7, "bash", args)).await;
     let (priming, _) = call.event().await.unwrap();
     let priming = priming.expect("the priming event has an id");
     drop(call);
     eventually(10, "the call finished", || async {
         let s = d.call("host.status", json!({})).await;
-        s["result"]["calls"].as_array().is_some_and(|c| c.is_empty())
+        s["result"]["calls"]
+            .as_array()
+            .is_some_and(|c| c.is_empty())
     })
     .await;
-    let mut resumed = Exchange::open(&d, "GET", Some(&session), &[("Last-Event-ID", &priming)], "").await;
+    let mut resumed = Exchange::open(
+        &d,
+        "GET",
+        Some(&session),
+        &[("Last-Event-ID", &priming)],
+        "",
+    )
+    .await;
     assert_eq!(resumed.status, 200, "{}", resumed.head);
     let answer = resumed.answer().await;
     assert_eq!(answer["id"], 7, "{answer}");
@@ -961,7 +1017,11 @@ async fn resuming_after_the_call_finished_replays_its_result() {
 #[tokio::test]
 async fn sessions_are_bounded_and_hold_no_descriptors() {
     let d = start(json!({"facade": {"max_sessions": 40}})).await;
-    let fds = || std::fs::read_dir(format!("/proc/{}/fd", d.pid())).unwrap().count();
+    let fds = || {
+        std::fs::read_dir(format!("/proc/{}/fd", d.pid()))
+            .unwrap()
+            .count()
+    };
     let first = raw_session(&d).await;
     let before = fds();
     let mut open = Vec::new();
@@ -969,7 +1029,11 @@ async fn sessions_are_bounded_and_hold_no_descriptors() {
         open.push(raw_session(&d).await);
     }
     let after = fds();
-    assert!(after <= before + 4, "39 idle sessions took {} descriptors", after - before);
+    assert!(
+        after <= before + 4,
+        "39 idle sessions took {} descriptors",
+        after - before
+    );
     // One more: the longest idle (the first) makes room.
     let newest = raw_session(&d).await;
     let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
@@ -989,7 +1053,10 @@ async fn session_round(d: &Daemon) {
     let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
     let mut listed = Exchange::open(d, "POST", Some(&id), &[], list).await;
     assert!(listed.answer().await["result"]["tools"].is_array());
-    assert_eq!(Exchange::open(d, "DELETE", Some(&id), &[], "").await.status, 202);
+    assert_eq!(
+        Exchange::open(d, "DELETE", Some(&id), &[], "").await.status,
+        202
+    );
 }
 
 /// 2,000 sessions that come and go (initialize, a list, DELETE) leave the daemon's memory

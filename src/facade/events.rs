@@ -145,7 +145,10 @@ impl EventLog {
         let mut state = lock(&self.state);
         let s = state.streams.get_mut(stream)?;
         s.attached = s.attached.saturating_sub(1);
-        let request = s.request.clone().filter(|_| s.attached == 0 && !s.finished)?;
+        let request = s
+            .request
+            .clone()
+            .filter(|_| s.attached == 0 && !s.finished)?;
         state.running.contains(&request).then_some(request)
     }
 
@@ -153,7 +156,10 @@ impl EventLog {
     pub fn abandoned(&self, stream: &Arc<str>) -> Option<RequestId> {
         let state = lock(&self.state);
         let s = state.streams.get(stream)?;
-        let request = s.request.clone().filter(|_| s.attached == 0 && !s.finished)?;
+        let request = s
+            .request
+            .clone()
+            .filter(|_| s.attached == 0 && !s.finished)?;
         state.running.contains(&request).then_some(request)
     }
 
@@ -310,12 +316,17 @@ impl EventStore for EventLog {
     /// The events of the stream `last_event_id` belongs to, from after it on (a finite
     /// replay: the session manager resumes with [`EventLog::follow`], which also waits for
     /// what comes next).
-    async fn replay_events_after(&self, last_event_id: &str) -> Result<EventStream, EventStoreError> {
+    async fn replay_events_after(
+        &self,
+        last_event_id: &str,
+    ) -> Result<EventStream, EventStoreError> {
         let (stream, seq) = self
             .locate(last_event_id)
             .ok_or_else(|| format!("event {last_event_id:?} is not (or no longer) kept"))?;
         let (events, _) = self.after(&stream, seq);
-        Ok(Box::pin(futures::stream::iter(events.into_iter().map(|(_, e)| e))))
+        Ok(Box::pin(futures::stream::iter(
+            events.into_iter().map(|(_, e)| e),
+        )))
     }
 }
 
