@@ -205,7 +205,7 @@ fn watch_config(
     config::ConfigWatcher,
     tokio::sync::mpsc::UnboundedReceiver<()>,
 )> {
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let watcher = match config::watch(host.config_path(), tx) {
         Ok(w) => w,
         Err(e) => {
