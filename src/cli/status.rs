@@ -60,6 +60,9 @@ pub async fn health(g: &Globals) -> Result<ExitCode, ClientError> {
             println!("name collisions: {}", r.collisions.join(", "));
         }
         println!("sandbox: {}", r.sandbox.summary());
+        if let Some(e) = &r.pins_error {
+            println!("{e}: pinned tools are quarantined until it is repaired or `toolhost tools pins reset` moves it aside");
+        }
         if !r.quarantined.is_empty() {
             println!(
                 "quarantined tools (see `toolhost tools diff NAME`): {}",
@@ -106,6 +109,9 @@ pub fn render(s: &HostStatusResult) -> String {
     }
     for name in &h.collisions {
         let _ = writeln!(o, "  name collision: {name}");
+    }
+    if let Some(e) = &h.pins_error {
+        let _ = writeln!(o, "  {e} (`toolhost tools pins reset` moves it aside)");
     }
     let _ = writeln!(o, "\nmcp servers ({})", s.servers.len());
     for m in &s.servers {
