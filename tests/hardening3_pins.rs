@@ -235,3 +235,61 @@ async fn a_damaged_pin_store_quarantines_pinned_tools_until_repaired_or_reset() 
     );
 }
 
+/// Whether `text` holds a control byte a terminal would act on (anything but LF and tab).
+fn has_raw_controls(text: &str) -> bool {
+    text.chars()
+        .any(|c| c.is_control() && c != '\n' && c != '\t')
+}
+
+/// Item 17: ESC and BEL in a description get the tool flagged by screening, and once the
+/// user approves it, `toolhost tools` (and `tools diff`, and a call's output) print them as
+/// visible escapes, never raw.
+#[tokio::test]
+async fn control_characters_are_flagged_and_never_printed_raw() {
+    let desc = "Say hi.\u{1b}]0;pwned\u{7}\u{1b}[2K Really.";
+    let d = start(|dir| {
+        write_tool(
+            &dir.join("tools"),
+            "retitle",
+            desc,
+            r"printf 'out\033]0;x\007put\n'",
+        );
+    })
+    .await;
+    let r = d.invoke("retitle", json!({})).await;
+    assert_eq!(r["error_kind"], "quarantined", "{r}");
+    assert_eq!(r["quarantine"]["reason"], "flagged", "{r}");
+    assert_eq!(
+        r["quarantine"]["flags"],
+        json!(["control character U+001B (can retitle, rewrite or hide what a terminal shows)"])
+    );
+    let (code, out, err) = cli(&d, &["tools", "diff", "retitle"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("control character U+001B"), "{out}");
+    assert!(!has_raw_controls(&out), "{out:?}");
+
+    let (code, _, err) = cli(&d, &["tools", "approve", "retitle"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = cli(&d, &["tools"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!has_raw_controls(&out), "{out:?}");
+    assert!(
+        out.contains(r"Say hi.\x1b]0;pwned\x07\x1b[2K Really."),
+        "{out}"
+    );
+    // --json keeps the description exact (JSON escapes it).
+    let (_, out, _) = cli(&d, &["--json", "tools"]);
+    let list: Value = serde_json::from_str(&out).unwrap();
+    let tool = list["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "retitle")
+        .unwrap()
+        .clone();
+    assert_eq!(tool["function"]["description"], desc);
+    let (code, out, err) = cli(&d, &["invoke", "retitle"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "out\\x1b]0;x\\x07put\n");
+}
+

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 
-use super::render::{emit, first_line, print_table, wire, Output};
+use super::render::{emit, first_line, print_table, printable, say, wire, Output};
 use super::Globals;
 use crate::client::{Client, ClientError};
 use crate::protocol::{
@@ -97,7 +97,7 @@ async fn review(
             if out.json {
                 emit(out, &r);
             } else {
-                println!("approved {} (revision {})", r.name, r.revision);
+                say!("approved {} (revision {})", r.name, r.revision);
             }
         }
         ToolsCommand::Pins {
@@ -109,7 +109,7 @@ async fn review(
             if out.json {
                 emit(out, &r);
             } else {
-                println!(
+                say!(
                     "moved the damaged pin file to {}; every tool is pinned afresh (revision {})",
                     r.moved_to,
                     r.revision
@@ -125,12 +125,12 @@ async fn review(
                 return Ok(ExitCode::SUCCESS);
             }
             match &r.quarantine {
-                Some(q) => println!("{}", q.message),
-                None => println!("{} is not quarantined", r.name),
+                Some(q) => say!("{}", q.message),
+                None => say!("{} is not quarantined", r.name),
             }
             print!(
                 "{}",
-                diff_text(r.pinned.as_ref(), r.current.as_ref())
+                printable(&diff_text(r.pinned.as_ref(), r.current.as_ref()))
             );
         }
     }
