@@ -293,3 +293,59 @@ async fn control_characters_are_flagged_and_never_printed_raw() {
     assert_eq!(out, "out\\x1b]0;x\\x07put\n");
 }
 
+/// The processes whose process group is `pgid`, from /proc.
+fn group_members(pgid: i32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| {
+                    let after = s.rsplit_once(") ")?.1.to_owned();
+                    let fields: Vec<&str> = after.split_whitespace().collect();
+                    // state, ppid, pgrp: a zombie awaiting its reaper is gone already.
+                    Some(fields.first()? != &"Z" && fields.get(2)?.parse::<i32>().ok()? == pgid)
+                })
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// Item 12: a program that prints its result and keeps running (here ignoring SIGTERM,
+/// with a background child) answers the call at once with that result; the program and
+/// its group are then ended, TERM first and KILL after the grace.
+#[tokio::test]
+async fn a_result_line_answers_at_once_and_the_program_is_ended() {
+    let d = start(|dir| {
+        let t = write_tool(
+            &dir.join("tools"),
+            "lingers",
+            "Answers, then lingers.",
+            "trap '' TERM\nsleep 60 &\necho \"$$ $!\" > \"$TOOLHOST_WORKSPACE/lingers.pids\"\necho '{\"result\": {\"output\": \"done\", \"n\": 7}}'\nsleep 60",
+        );
+        write_atomic(
+            &t.join("tool.json"),
+            &json!({"name": "lingers", "description": "Answers, then lingers.",
+                    "command": ["./run.sh"], "approval": "read_only", "timeout_ms": 60000}),
+        );
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let r = d.invoke("lingers", json!({})).await;
+    let took = started.elapsed();
+    assert_eq!(r, json!({"ok": true, "output": "done", "n": 7}));
+    assert!(took < Duration::from_secs(20), "answered after {took:?}");
+    let pids: Vec<i32> = std::fs::read_to_string(d.workspace().join("lingers.pids"))
+        .unwrap()
+        .split_whitespace()
+        .map(|p| p.parse().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 2);
+    let leader = pids[0];
+    eventually(15, "the program's process group to be gone", || {
+        let pids = pids.clone();
+        async move { pids.iter().all(|p| !alive(*p)) && group_members(leader).is_empty() }
+    })
+    .await;
+}
