@@ -297,6 +297,38 @@ mod tests {
     }
 
     #[test]
+    fn a_damaged_file_is_kept_refuses_pins_and_ends_on_repair_or_reset() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pins.json");
+        std::fs::write(&path, b"{\"t\": {\"hash\"").unwrap();
+        let pins = Pins::open(&path);
+        assert!(pins.damage().unwrap().contains("pins.json is damaged"));
+        let t = tool("d", json!({"type": "object"}));
+        let pin = Pin {
+            hash: hash_of(&t),
+            definition: t,
+        };
+        pins.set_all(vec![("t".into(), pin.clone())]);
+        assert_eq!(pins.get("t"), None);
+        assert_eq!(std::fs::read(&path).unwrap(), b"{\"t\": {\"hash\"");
+        // Repaired by hand: taken up on the next check.
+        std::fs::write(&path, serde_json::to_vec(&json!({"t": pin})).unwrap()).unwrap();
+        assert!(pins.recheck());
+        assert_eq!(pins.matches("t", &pin.hash), Some(true));
+        assert!(pins.reset().is_err(), "a sound store is not reset");
+        // Damaged again (a directory), then reset: moved aside, empty, writable again.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        let pins = Pins::open(&path);
+        assert!(pins.damage().is_some());
+        let aside = pins.reset().unwrap();
+        assert!(aside.is_dir());
+        assert_eq!(pins.damage(), None);
+        pins.set_all(vec![("t".into(), pin)]);
+        assert!(Pins::open(&path).get("t").is_some());
+    }
+
+    #[test]
     fn pins_survive_a_reopen() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("pins.json");
