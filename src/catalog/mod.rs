@@ -133,7 +133,8 @@ pub enum Verdict {
 
 /// Applies the trust rule to one definition (`hash` = [`pins::hash_of`]`(def)`, `flags` =
 /// its screening). An approved pin is final: a definition the user approved is not screened
-/// again.
+/// again. While the pin store is damaged nothing can be checked against it, so every
+/// definition under a trust rule is quarantined, whatever the rule.
 pub fn verdict(
     pins: &Pins,
     trust: Trust,
@@ -143,16 +144,20 @@ pub fn verdict(
     server: Option<&str>,
 ) -> Verdict {
     let name = def.name.as_str();
+    let damage = pins.damage();
     let quarantine = |reason, changed: Vec<String>| {
         Verdict::Quarantine(QuarantinedTool {
             name: name.to_owned(),
             server: server.map(str::to_owned),
             reason,
-            message: message(name, reason, &changed, flags),
+            message: message(name, reason, &changed, flags, damage.as_deref()),
             changed,
             flags: flags.to_vec(),
         })
     };
+    if damage.is_some() {
+        return quarantine(QuarantineReason::PinsDamaged, Vec::new());
+    }
     match pins.matches(name, hash) {
         Some(true) => Verdict::Accept,
         _ if !flags.is_empty() => {
@@ -175,7 +180,18 @@ pub fn verdict(
     }
 }
 
-fn message(name: &str, reason: QuarantineReason, changed: &[String], flags: &[String]) -> String {
+fn message(
+    name: &str,
+    reason: QuarantineReason,
+    changed: &[String],
+    flags: &[String],
+    damage: Option<&str>,
+) -> String {
+    if let (QuarantineReason::PinsDamaged, Some(damage)) = (reason, damage) {
+        return format!(
+            "Tool '{name}' is quarantined: its approval cannot be checked because the {damage}. Repair the file, or move it aside and pin every tool afresh with `toolhost tools pins reset` (RPC tools.pins_reset)."
+        );
+    }
     let what = match reason {
         QuarantineReason::Changed => format!(
             "its definition changed since it was approved ({})",
@@ -190,6 +206,7 @@ fn message(name: &str, reason: QuarantineReason, changed: &[String], flags: &[St
             "its description looks like an injection attempt ({})",
             flags.join("; ")
         ),
+        QuarantineReason::PinsDamaged => "the pin store is damaged".to_owned(),
     };
     format!(
         "Tool '{name}' is quarantined: {what}. Review it with `toolhost tools diff {name}` and approve it with `toolhost tools approve {name}` (RPC tools.approve)."

@@ -3,6 +3,14 @@
 //!
 //! A small JSON file rather than a sled tree: it is rewritten only when a pin changes (new
 //! tools, approvals), read once at start, and an operator can inspect or delete it.
+//!
+//! A pin file that exists but cannot be read as a pin table (truncated, garbage, empty, a
+//! directory, too large) is *damage*, not absence: starting afresh would pin every changed
+//! definition as if the user had approved it. While the store is damaged nothing is
+//! approved or written, every tool that would be checked against a pin is quarantined
+//! ([`crate::catalog::verdict`]), and `host.health` names the file. The damage ends when the
+//! file reads again (checked at every registry rebuild: a reload, an approval) or when the
+//! operator resets the store ([`Pins::reset`]), which moves the damaged file aside.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -28,7 +36,14 @@ pub struct Pin {
 /// The pin table; every method is short and never blocks on anything but its own file.
 pub struct Pins {
     path: Option<PathBuf>,
-    pins: Mutex<BTreeMap<String, Pin>>,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    pins: BTreeMap<String, Pin>,
+    /// Why the file could not be read, naming it; `Some` while the store is damaged.
+    damage: Option<String>,
 }
 
 impl Pins {
@@ -36,54 +51,101 @@ impl Pins {
     pub fn in_memory() -> Pins {
         Pins {
             path: None,
-            pins: Mutex::default(),
+            state: Mutex::default(),
         }
     }
 
-    /// Opens (or starts) the pin file. An unreadable file is reported and set aside, so a
-    /// corrupt file cannot keep the daemon from starting; its tools are pinned afresh.
+    /// Opens (or starts, when there is no file yet) the pin file. A damaged file does not
+    /// keep the daemon from starting: it is left where it is and the store is damaged.
     pub fn open(path: &Path) -> Pins {
-        let pins = match crate::safe_read::read_in_folder(path, MAX_PINS_BYTES) {
-            Ok(bytes) => match serde_json::from_slice(&bytes) {
-                Ok(p) => p,
-                Err(e) => {
-                    let aside = path.with_extension("json.corrupt");
-                    tracing::error!(%e, file = %path.display(), aside = %aside.display(), "pin file unreadable; starting afresh");
-                    let _ = std::fs::rename(path, aside);
-                    BTreeMap::new()
+        let state = match load(path) {
+            Ok(pins) => State { pins, damage: None },
+            Err(damage) => {
+                tracing::error!(file = %path.display(), "{damage}; pinned tools are quarantined until it is repaired or reset");
+                State {
+                    pins: BTreeMap::new(),
+                    damage: Some(damage),
                 }
-            },
-            Err(crate::safe_read::ReadError::NotFound) => BTreeMap::new(),
-            Err(e) => {
-                tracing::error!(file = %path.display(), "pin file {e}; starting afresh");
-                BTreeMap::new()
             }
         };
         Pins {
             path: Some(path.to_path_buf()),
-            pins: Mutex::new(pins),
+            state: Mutex::new(state),
         }
     }
 
     pub fn get(&self, name: &str) -> Option<Pin> {
-        crate::lock(&self.pins).get(name).cloned()
+        crate::lock(&self.state).pins.get(name).cloned()
     }
 
     /// Whether `name` is pinned with exactly `hash`.
     pub fn matches(&self, name: &str, hash: &str) -> Option<bool> {
-        crate::lock(&self.pins).get(name).map(|p| p.hash == hash)
+        crate::lock(&self.state)
+            .pins
+            .get(name)
+            .map(|p| p.hash == hash)
     }
 
-    /// Pins many definitions at once (one file write).
+    /// Why the store is damaged (a sentence naming the file), while it is.
+    pub fn damage(&self) -> Option<String> {
+        crate::lock(&self.state).damage.clone()
+    }
+
+    /// Reads a damaged file again, so a repaired one is taken up; `true` when it was.
+    pub fn recheck(&self) -> bool {
+        let Some(path) = &self.path else { return false };
+        let mut state = crate::lock(&self.state);
+        if state.damage.is_none() {
+            return false;
+        }
+        match load(path) {
+            Ok(pins) => {
+                tracing::info!(file = %path.display(), "pin file readable again");
+                *state = State { pins, damage: None };
+                true
+            }
+            Err(damage) => {
+                state.damage = Some(damage);
+                false
+            }
+        }
+    }
+
+    /// Pins many definitions at once (one file write). Nothing is pinned while the store is
+    /// damaged: the damaged file stays as it is for the operator.
     pub fn set_all(&self, new: Vec<(String, Pin)>) {
         if new.is_empty() {
             return;
         }
-        let mut pins = crate::lock(&self.pins);
-        for (name, pin) in new {
-            pins.insert(name, pin);
+        let mut state = crate::lock(&self.state);
+        if state.damage.is_some() {
+            tracing::warn!("pin store damaged; not pinning {} definitions", new.len());
+            return;
         }
-        self.save(&pins);
+        for (name, pin) in new {
+            state.pins.insert(name, pin);
+        }
+        self.save(&state.pins);
+    }
+
+    /// Ends damage on the operator's word: the damaged file is moved aside (returned, for the
+    /// operator to inspect) and the store starts empty, so every tool is pinned afresh on the
+    /// next rebuild. Refused while the store is not damaged: forgetting good approvals is
+    /// deleting `pins.json` by hand, not a side effect of a command.
+    pub fn reset(&self) -> Result<PathBuf, String> {
+        let mut state = crate::lock(&self.state);
+        if state.damage.is_none() {
+            return Err("the pin store is not damaged; nothing to reset".to_owned());
+        }
+        let Some(path) = &self.path else {
+            return Err("the pin store has no file".to_owned());
+        };
+        let aside = aside_path(path);
+        std::fs::rename(path, &aside)
+            .map_err(|e| format!("cannot move {} aside: {e}", path.display()))?;
+        tracing::warn!(file = %path.display(), aside = %aside.display(), "damaged pin file moved aside; pinning afresh");
+        *state = State::default();
+        Ok(aside)
     }
 
     fn save(&self, pins: &BTreeMap<String, Pin>) {
@@ -99,6 +161,32 @@ impl Pins {
             tracing::error!(%e, file = %path.display(), "cannot write the pin table");
         }
     }
+}
+
+/// The pin table in `path`: empty when there is no file, else the damage in words.
+fn load(path: &Path) -> Result<BTreeMap<String, Pin>, String> {
+    let name = path.display();
+    match crate::safe_read::read_in_folder(path, MAX_PINS_BYTES) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map_err(|e| format!("pin file {name} is damaged (not a pin table: {e})")),
+        Err(crate::safe_read::ReadError::NotFound) => Ok(BTreeMap::new()),
+        Err(e) => Err(format!("pin file {name} is damaged (it {e})")),
+    }
+}
+
+/// A free name beside `path` for its damaged copy: `pins.json.damaged-<unix seconds>[-n]`.
+fn aside_path(path: &Path) -> PathBuf {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let base = format!("{}.damaged-{secs}", path.display());
+    let mut aside = PathBuf::from(&base);
+    let mut n = 1;
+    while aside.symlink_metadata().is_ok() {
+        aside = PathBuf::from(format!("{base}-{n}"));
+        n += 1;
+    }
+    aside
 }
 
 /// The pin hash of a definition: SHA-256 of its canonical JSON (object keys sorted, so a
@@ -206,6 +294,38 @@ mod tests {
         let c = tool("d2", a.input_schema.clone());
         assert_ne!(hash_of(&a), hash_of(&c));
         assert_eq!(changed_parts(&a, &c), vec!["description".to_owned()]);
+    }
+
+    #[test]
+    fn a_damaged_file_is_kept_refuses_pins_and_ends_on_repair_or_reset() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pins.json");
+        std::fs::write(&path, b"{\"t\": {\"hash\"").unwrap();
+        let pins = Pins::open(&path);
+        assert!(pins.damage().unwrap().contains("pins.json is damaged"));
+        let t = tool("d", json!({"type": "object"}));
+        let pin = Pin {
+            hash: hash_of(&t),
+            definition: t,
+        };
+        pins.set_all(vec![("t".into(), pin.clone())]);
+        assert_eq!(pins.get("t"), None);
+        assert_eq!(std::fs::read(&path).unwrap(), b"{\"t\": {\"hash\"");
+        // Repaired by hand: taken up on the next check.
+        std::fs::write(&path, serde_json::to_vec(&json!({"t": pin})).unwrap()).unwrap();
+        assert!(pins.recheck());
+        assert_eq!(pins.matches("t", &pin.hash), Some(true));
+        assert!(pins.reset().is_err(), "a sound store is not reset");
+        // Damaged again (a directory), then reset: moved aside, empty, writable again.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        let pins = Pins::open(&path);
+        assert!(pins.damage().is_some());
+        let aside = pins.reset().unwrap();
+        assert!(aside.is_dir());
+        assert_eq!(pins.damage(), None);
+        pins.set_all(vec![("t".into(), pin)]);
+        assert!(Pins::open(&path).get("t").is_some());
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use clap::Args;
 
+use super::render::{say, say_err};
 use super::Globals;
 use crate::audit::FILE_NAME;
 use crate::client::Client;
@@ -81,7 +82,7 @@ async fn show(data_dir: &Path, filter: &Filter, follow: bool) -> ExitCode {
         }
     }
     if !follow && !live.exists() && !rotated.exists() {
-        eprintln!("toolhost: no audit log at {}", live.display());
+        say_err!("toolhost: no audit log at {}", live.display());
         return ExitCode::from(1);
     }
     let skip = if filter.limit == 0 {
@@ -90,7 +91,7 @@ async fn show(data_dir: &Path, filter: &Filter, follow: bool) -> ExitCode {
         shown.len().saturating_sub(filter.limit)
     };
     for s in &shown[skip..] {
-        println!("{s}");
+        say!("{s}");
     }
     if !follow {
         return ExitCode::SUCCESS;
@@ -130,7 +131,7 @@ async fn show(data_dir: &Path, filter: &Filter, follow: bool) -> ExitCode {
         while let Some(i) = partial.find('\n') {
             let line: String = partial.drain(..=i).collect();
             if let Some(out) = format_line(line.trim_end(), filter) {
-                println!("{out}");
+                say!("{out}");
             }
         }
     }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 
-use super::render::{emit, Output};
+use super::render::{emit, say, Output};
 use super::{success_if, Globals};
 use crate::client::ClientError;
 use crate::config;
@@ -37,10 +37,10 @@ pub async fn run(g: &Globals, command: ConfigCommand) -> Result<ExitCode, Client
             if g.out.json {
                 emit(g.out, &r);
             } else if r.applied {
-                println!("applied");
+                say!("applied");
                 print_status(&r.status);
             } else {
-                println!("not applied: {}", r.error.as_deref().unwrap_or(""));
+                say!("not applied: {}", r.error.as_deref().unwrap_or(""));
             }
             Ok(success_if(r.applied))
         }
@@ -57,15 +57,15 @@ pub async fn run(g: &Globals, command: ConfigCommand) -> Result<ExitCode, Client
 }
 
 fn print_status(s: &ConfigStatusResult) {
-    println!("{} (revision {})", s.path, s.revision);
+    say!("{} (revision {})", s.path, s.revision);
     if let Some(e) = &s.last_error {
-        println!("last error: {e}");
+        say!("last error: {e}");
     }
     for w in &s.warnings {
-        println!("warning: {w}");
+        say!("warning: {w}");
     }
     for e in &s.custom_tool_errors {
-        println!("custom tool error: {e}");
+        say!("custom tool error: {e}");
     }
 }
 
@@ -100,13 +100,13 @@ fn check(path: Option<&Path>, out: Output) -> ExitCode {
         match loaded {
             Ok(loaded) => {
                 for w in &loaded.warnings {
-                    println!("warning: {w}");
+                    say!("warning: {w}");
                 }
-                println!("{}: valid", path.display());
+                say!("{}: valid", path.display());
             }
             Err(e) => {
-                println!("{}: invalid", path.display());
-                println!("{e:#}");
+                say!("{}: invalid", path.display());
+                say!("{e:#}");
             }
         }
     }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::{Map, Value};
 
-use super::render::{emit, print_json, wire};
+use super::render::{emit, print_json, say, say_err, wire};
 use super::{parse_json_object, success_if, Globals};
 use crate::client::ClientError;
 use crate::protocol::{ErrorKind, InvokeParams};
@@ -47,7 +47,7 @@ pub async fn invoke(g: &Globals, a: InvokeArgs) -> Result<ExitCode, ClientError>
         // The main text prints bare, the facts beside it as JSON.
         let shown = r.result.output.shown();
         match shown.main_text {
-            Some(text) => println!("{}", text.strip_suffix('\n').unwrap_or(text)),
+            Some(text) => say!("{}", text.strip_suffix('\n').unwrap_or(text)),
             None => print_json(&r.result.output.fields),
         }
         if shown.main_text.is_some() && !shown.facts.is_empty() {
@@ -55,7 +55,7 @@ pub async fn invoke(g: &Globals, a: InvokeArgs) -> Result<ExitCode, ClientError>
         }
     } else {
         let kind = r.result.error_kind;
-        eprintln!(
+        say_err!(
             "{} ({}): {}",
             a.name,
             kind.map_or_else(|| "failed".to_owned(), |k| wire(&k)),
@@ -63,7 +63,7 @@ pub async fn invoke(g: &Globals, a: InvokeArgs) -> Result<ExitCode, ClientError>
         );
         if kind == Some(ErrorKind::ApprovalRequired) {
             // The daemon speaks protocol (`"approved": true`); say it in CLI terms.
-            eprintln!("toolhost: once the user agrees, run the same command with --approved");
+            say_err!("toolhost: once the user agrees, run the same command with --approved");
         }
     }
     Ok(success_if(ok))
@@ -75,9 +75,9 @@ pub async fn cancel(g: &Globals, call_id: &str) -> Result<ExitCode, ClientError>
     if g.out.json {
         emit(g.out, &r);
     } else if r.cancelled {
-        println!("cancelled {call_id}");
+        say!("cancelled {call_id}");
     } else {
-        eprintln!("toolhost: no call {call_id} in flight");
+        say_err!("toolhost: no call {call_id} in flight");
     }
     Ok(success_if(r.cancelled))
 }
@@ -99,7 +99,7 @@ pub async fn call(
     let r = client.call_raw(method, &params).await?;
     match serde_json::from_str::<Value>(&r) {
         Ok(v) => emit(g.out, &v),
-        Err(_) => println!("{r}"),
+        Err(_) => say!("{r}"),
     }
     Ok(ExitCode::SUCCESS)
 }

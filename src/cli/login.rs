@@ -5,6 +5,7 @@
 //! redirect URL to the daemon, which exchanges the code and keeps the tokens. The CLI
 //! never sees a token, and a daemon under systemd needs no browser or terminal.
 
+use super::render::{say, say_err};
 use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
@@ -23,7 +24,7 @@ pub async fn login(client: &Client, name: &str) -> Result<ExitCode, ClientError>
     let listener = match TcpListener::bind(("127.0.0.1", 0)).await {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("toolhost: cannot listen on 127.0.0.1 for the sign-in redirect: {e}");
+            say_err!("toolhost: cannot listen on 127.0.0.1 for the sign-in redirect: {e}");
             return Ok(ExitCode::from(1));
         }
     };
@@ -40,20 +41,20 @@ pub async fn login(client: &Client, name: &str) -> Result<ExitCode, ClientError>
         )
         .await?;
     let Some(url) = started.authorization_url else {
-        println!("'{name}' signs in by itself (client credentials); reconnecting it.");
+        say!("'{name}' signs in by itself (client credentials); reconnecting it.");
         return Ok(ExitCode::SUCCESS);
     };
-    println!("Open this URL to sign in to '{name}':\n\n  {url}\n");
+    say!("Open this URL to sign in to '{name}':\n\n  {url}\n");
     open_browser(&url);
     let callback = match tokio::time::timeout(LOGIN_WAIT, wait_for_redirect(&listener, port)).await
     {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => {
-            eprintln!("toolhost: sign-in failed: {e}");
+            say_err!("toolhost: sign-in failed: {e}");
             return Ok(ExitCode::from(1));
         }
         Err(_) => {
-            eprintln!(
+            say_err!(
                 "toolhost: no sign-in within {} s; run the command again",
                 LOGIN_WAIT.as_secs()
             );
@@ -70,7 +71,7 @@ pub async fn login(client: &Client, name: &str) -> Result<ExitCode, ClientError>
             },
         )
         .await?;
-    println!("Signed in to '{name}'; it is reconnecting.");
+    say!("Signed in to '{name}'; it is reconnecting.");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -84,9 +85,9 @@ pub async fn logout(client: &Client, name: &str) -> Result<ExitCode, ClientError
         )
         .await?;
     if r.ok {
-        println!("Signed out of '{name}' (its tokens are deleted).");
+        say!("Signed out of '{name}' (its tokens are deleted).");
     } else {
-        println!("'{name}' had no stored tokens.");
+        say!("'{name}' had no stored tokens.");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -116,7 +117,7 @@ fn open_browser(url: &str) {
         .stderr(Stdio::null())
         .spawn();
     if let Err(e) = spawned {
-        eprintln!("toolhost: cannot open a browser with `{program}`: {e}");
+        say_err!("toolhost: cannot open a browser with `{program}`: {e}");
     }
 }
 

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use serde_json::Map;
 
-use super::render::{emit, print_table, wire, Output};
+use super::render::{emit, print_table, say_err, wire, Output};
 use super::{login, Globals};
 use crate::client::{Client, ClientError};
 use crate::protocol::McpAddParams;
@@ -103,7 +103,7 @@ async fn manage(
                                 envs.insert(k.to_owned(), v.into());
                             }
                             None => {
-                                eprintln!("toolhost: --env takes KEY=VALUE, got {kv:?}");
+                                say_err!("toolhost: --env takes KEY=VALUE, got {kv:?}");
                                 return Ok(ExitCode::from(2));
                             }
                         }
@@ -113,7 +113,7 @@ async fn manage(
                     server.insert("env".into(), envs.into());
                 }
                 _ => {
-                    eprintln!("toolhost: give either --url URL or -- COMMAND ARGS…");
+                    say_err!("toolhost: give either --url URL or -- COMMAND ARGS…");
                     return Ok(ExitCode::from(2));
                 }
             }

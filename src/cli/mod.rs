@@ -27,7 +27,7 @@ use clap::{Parser, Subcommand};
 use serde_json::{Map, Value};
 
 use crate::client::{self, Client, ClientError};
-use render::Output;
+use render::{say_err, Output};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -168,7 +168,7 @@ pub fn main() -> ExitCode {
     let workers = match workers() {
         Ok(n) => n,
         Err(e) => {
-            eprintln!("toolhost: {e}");
+            say_err!("toolhost: {e}");
             return ExitCode::from(2);
         }
     };
@@ -179,7 +179,7 @@ pub fn main() -> ExitCode {
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("toolhost: cannot start the async runtime: {e}");
+            say_err!("toolhost: cannot start the async runtime: {e}");
             return ExitCode::from(1);
         }
     };
@@ -234,7 +234,7 @@ async fn run(cli: Cli) -> ExitCode {
         )),
     };
     done.unwrap_or_else(|e| {
-        eprintln!("toolhost: {e}");
+        say_err!("toolhost: {e}");
         ExitCode::from(exit_code(&e))
     })
 }
@@ -250,7 +250,7 @@ async fn serve(g: Globals, workspace: Option<PathBuf>, data_dir: Option<PathBuf>
     match crate::daemon::serve(opts).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("toolhost: {e:#}");
+            say_err!("toolhost: {e:#}");
             ExitCode::from(1)
         }
     }
@@ -270,11 +270,11 @@ fn parse_json_object(what: &str, text: &str) -> Result<Map<String, Value>, ExitC
     match serde_json::from_str::<Value>(text) {
         Ok(Value::Object(m)) => Ok(m),
         Ok(_) => {
-            eprintln!("toolhost: {what} must be a JSON object");
+            say_err!("toolhost: {what} must be a JSON object");
             Err(ExitCode::from(2))
         }
         Err(e) => {
-            eprintln!("toolhost: {what} is not valid JSON: {e}");
+            say_err!("toolhost: {what} is not valid JSON: {e}");
             Err(ExitCode::from(2))
         }
     }

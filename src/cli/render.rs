@@ -1,5 +1,14 @@
 //! Printing results: the global `--json` switch and the small formatters every family
 //! shares (tables, enum spellings, first lines of descriptions).
+//!
+//! Everything printed for people goes through [`printable`] (by way of [`say!`] and
+//! [`say_err!`]): descriptions, names, errors and outputs come from tools, servers and
+//! files nobody vetted, and a raw ESC or BEL in them would retitle the terminal, move the
+//! cursor or rewrite lines already shown. `--json` output needs no such care: JSON escapes
+//! every control character in a string.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
 
 use clap::Args;
 use serde::Serialize;
@@ -14,6 +23,46 @@ pub struct Output {
     #[arg(long, global = true)]
     pub json: bool,
 }
+
+/// `text` with every control character but line feed and tab shown as a visible escape
+/// (`\x1b`, `\r`, `\u{9b}`), so it prints as the characters it holds and cannot drive the
+/// terminal. Borrowed when there is nothing to escape (the common case).
+pub fn printable(text: &str) -> Cow<'_, str> {
+    let keep = |c: char| !c.is_control() || c == '\n' || c == '\t';
+    if text.chars().all(keep) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            c if keep(c) => out.push(c),
+            '\r' => out.push_str("\\r"),
+            c if u32::from(c) < 0x80 => {
+                let _ = write!(out, "\\x{:02x}", u32::from(c));
+            }
+            c => {
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            }
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// `println!` for people: the formatted line passes through [`printable`].
+macro_rules! say {
+    ($($arg:tt)*) => {
+        println!("{}", $crate::cli::render::printable(&format!($($arg)*)))
+    };
+}
+pub(crate) use say;
+
+/// `eprintln!` for people (errors quote daemon messages, which quote tools).
+macro_rules! say_err {
+    ($($arg:tt)*) => {
+        eprintln!("{}", $crate::cli::render::printable(&format!($($arg)*)))
+    };
+}
+pub(crate) use say_err;
 
 /// The wire spelling of an enum value (`read_only`, `circuit_open`, …).
 pub fn wire<T: Serialize>(v: &T) -> String {
@@ -80,6 +129,23 @@ pub fn print_table(rows: &[Vec<String>]) {
                 line.push_str(&" ".repeat(pad + 2));
             }
         }
-        println!("{}", line.trim_end());
+        say!("{}", line.trim_end());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn controls_are_shown_as_escapes_and_text_passes_unchanged() {
+        assert!(matches!(
+            printable("plain\ttext\nü ✓"),
+            Cow::Borrowed("plain\ttext\nü ✓")
+        ));
+        assert_eq!(
+            printable("a\u{1b}]0;title\u{7}b\rc\u{7f}\u{9b}2K"),
+            "a\\x1b]0;title\\x07b\\rc\\x7f\\u{9b}2K"
+        );
     }
 }

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use serde_json::{Map, Value};
 
-use super::render::{emit, first_line, list_or_none, print_table, wire, Output};
+use super::render::{emit, first_line, list_or_none, print_table, say, say_err, wire, Output};
 use super::{parse_json_object, Globals};
 use crate::client::{Client, ClientError};
 use crate::protocol::ApprovalMode;
@@ -124,7 +124,7 @@ async fn ask(
                 .collect();
             print_table(&rows);
             if let Some(next) = &r.next {
-                println!("(more: --after {next})");
+                say!("(more: --after {next})");
             }
         }
         DaemonCommand::Show { id } => emit(out, &client.session_get(&id).await?),
@@ -173,7 +173,7 @@ async fn ask(
             if out.json {
                 emit(out, &r);
             } else {
-                println!(
+                say!(
                     "resumed {}: {} tools, added {}, missing {}",
                     r.session.id,
                     r.tools.len(),
@@ -189,7 +189,7 @@ async fn ask(
             if out.json {
                 emit(out, &r);
             } else if r.unchanged {
-                println!("unchanged (etag {})", r.etag);
+                say!("unchanged (etag {})", r.etag);
             } else {
                 let rows: Vec<Vec<String>> = r
                     .tools
@@ -203,13 +203,13 @@ async fn ask(
                     })
                     .collect();
                 print_table(&rows);
-                println!("(etag {})", r.etag);
+                say!("(etag {})", r.etag);
             }
         }
         DaemonCommand::Delete { id } => {
             let r = client.session_delete(&id).await?;
             if !r.deleted {
-                eprintln!("toolhost: no session {id}");
+                say_err!("toolhost: no session {id}");
                 return Ok(ExitCode::from(1));
             }
             emit(out, &r);

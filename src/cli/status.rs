@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use super::render::{emit, wire};
+use super::render::{emit, printable, say, wire};
 use super::{success_if, Globals};
 use crate::client::ClientError;
 use crate::protocol::{HealthStatus, HostStatusResult};
@@ -47,21 +47,24 @@ pub async fn health(g: &Globals) -> Result<ExitCode, ClientError> {
     if g.out.json {
         emit(g.out, &r);
     } else {
-        println!(
+        say!(
             "{} — toolhost {}, up {}s, {} tools, {} sessions, mcp ready {} / failed {} / connecting {}",
             wire(&r.status),
             r.version,
             r.uptime_s, r.tools, r.sessions, r.mcp.ready, r.mcp.failed, r.mcp.connecting
         );
         if let Some(e) = &r.config_error {
-            println!("config error: {e}");
+            say!("config error: {e}");
         }
         if !r.collisions.is_empty() {
-            println!("name collisions: {}", r.collisions.join(", "));
+            say!("name collisions: {}", r.collisions.join(", "));
         }
-        println!("sandbox: {}", r.sandbox.summary());
+        say!("sandbox: {}", r.sandbox.summary());
+        if let Some(e) = &r.pins_error {
+            say!("{e}: pinned tools are quarantined until it is repaired or `toolhost tools pins reset` moves it aside");
+        }
         if !r.quarantined.is_empty() {
-            println!(
+            say!(
                 "quarantined tools (see `toolhost tools diff NAME`): {}",
                 r.quarantined.join(", ")
             );
@@ -72,9 +75,9 @@ pub async fn health(g: &Globals) -> Result<ExitCode, ClientError> {
 
 fn print(s: &HostStatusResult, json: bool) {
     if json {
-        println!("{}", serde_json::to_string(s).unwrap_or_default());
+        say!("{}", serde_json::to_string(s).unwrap_or_default());
     } else {
-        print!("{}", render(s));
+        print!("{}", printable(&render(s)));
     }
 }
 
@@ -106,6 +109,9 @@ pub fn render(s: &HostStatusResult) -> String {
     }
     for name in &h.collisions {
         let _ = writeln!(o, "  name collision: {name}");
+    }
+    if let Some(e) = &h.pins_error {
+        let _ = writeln!(o, "  {e} (`toolhost tools pins reset` moves it aside)");
     }
     let _ = writeln!(o, "\nmcp servers ({})", s.servers.len());
     for m in &s.servers {

@@ -1,15 +1,17 @@
-//! `toolhost tools`: the live tools, and `toolhost tools approve|diff NAME`: reviewing and
-//! accepting quarantined tools.
+//! `toolhost tools`: the live tools, `toolhost tools approve|diff NAME`: reviewing and
+//! accepting quarantined tools, and `toolhost tools pins reset`: starting over from a
+//! damaged pin file.
 
 use std::process::ExitCode;
 
 use clap::Subcommand;
 
-use super::render::{emit, first_line, print_table, wire, Output};
+use super::render::{emit, first_line, print_table, printable, say, wire, Output};
 use super::Globals;
 use crate::client::{Client, ClientError};
 use crate::protocol::{
-    method, ListToolsParams, McpTool, ToolMeta, ToolNameParams, ToolsApproveResult, ToolsDiffResult,
+    method, EmptyParams, ListToolsParams, McpTool, ToolMeta, ToolNameParams, ToolsApproveResult,
+    ToolsDiffResult, ToolsPinsResetResult,
 };
 
 #[derive(Subcommand, Debug)]
@@ -18,6 +20,17 @@ pub enum ToolsCommand {
     Approve { name: String },
     /// Show a tool's pinned definition against its current one (`-` pinned, `+` current).
     Diff { name: String },
+    /// The pin store (`pins.json` in the data dir).
+    Pins {
+        #[command(subcommand)]
+        command: PinsCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PinsCommand {
+    /// Move a damaged pins.json aside and pin every tool afresh (refused while it is sound).
+    Reset,
 }
 
 pub async fn run(
@@ -84,7 +97,23 @@ async fn review(
             if out.json {
                 emit(out, &r);
             } else {
-                println!("approved {} (revision {})", r.name, r.revision);
+                say!("approved {} (revision {})", r.name, r.revision);
+            }
+        }
+        ToolsCommand::Pins {
+            command: PinsCommand::Reset,
+        } => {
+            let r: ToolsPinsResetResult = client
+                .call(method::TOOLS_PINS_RESET, &EmptyParams {})
+                .await?;
+            if out.json {
+                emit(out, &r);
+            } else {
+                say!(
+                    "moved the damaged pin file to {}; every tool is pinned afresh (revision {})",
+                    r.moved_to,
+                    r.revision
+                );
             }
         }
         ToolsCommand::Diff { name } => {
@@ -96,10 +125,13 @@ async fn review(
                 return Ok(ExitCode::SUCCESS);
             }
             match &r.quarantine {
-                Some(q) => println!("{}", q.message),
-                None => println!("{} is not quarantined", r.name),
+                Some(q) => say!("{}", q.message),
+                None => say!("{} is not quarantined", r.name),
             }
-            print!("{}", diff_text(r.pinned.as_ref(), r.current.as_ref()));
+            print!(
+                "{}",
+                printable(&diff_text(r.pinned.as_ref(), r.current.as_ref()))
+            );
         }
     }
     Ok(ExitCode::SUCCESS)

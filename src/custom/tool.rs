@@ -135,8 +135,11 @@ impl CustomTool {
                 ))
             })?;
         let stderr_tail = outcome.stderr.tail_lines(STDERR_TAIL_LINES);
-        let failed =
-            !matches!(outcome.end, End::Exited(s) | End::ExitedPipesHeld(s) if s.success());
+        let failed = match outcome.end {
+            End::Exited(s) | End::ExitedPipesHeld(s) => !s.success(),
+            End::Answered => false,
+            End::TimedOut | End::Cancelled => true,
+        };
         let note = plan.result_note(failed, &outcome.stderr.text());
         let result = self.outcome(outcome, lines, timeout, &stderr_tail);
         match (result, note) {
@@ -192,7 +195,7 @@ impl CustomTool {
                 ))
             }
             End::Cancelled => return Err(ToolError::cancelled(&self.spec.name)),
-            End::Exited(_) | End::ExitedPipesHeld(_) => {}
+            End::Exited(_) | End::ExitedPipesHeld(_) | End::Answered => {}
         }
         if let Some(answer) = lines.answer.take() {
             return self.finish(answer);
@@ -446,6 +449,12 @@ impl Sink for LineSink<'_> {
         if stream == Stream::Stdout {
             self.line(data);
         }
+    }
+
+    /// The first `result` or `error` line is the answer: the call returns it at once, and
+    /// the runner ends a program that keeps running after it.
+    fn answered(&self) -> bool {
+        self.answer.is_some()
     }
 }
 

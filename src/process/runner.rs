@@ -72,6 +72,11 @@ pub enum Stream {
 /// and be woken at a time of its choosing (bash streams at most every 100 ms).
 pub trait Sink: Send {
     fn output(&mut self, stream: Stream, data: &[u8]);
+    /// The sink has the run's answer (a custom tool's first `result` line): the run ends
+    /// at once with [`End::Answered`], and the program is ended the way a cancel ends it.
+    fn answered(&self) -> bool {
+        false
+    }
     fn next_flush(&self) -> Option<Instant> {
         None
     }
@@ -93,6 +98,8 @@ pub enum End {
     ExitedPipesHeld(ExitStatus),
     TimedOut,
     Cancelled,
+    /// The sink had its answer while the program still ran ([`Sink::answered`]).
+    Answered,
 }
 
 /// The end of a run with the capped output.
@@ -273,6 +280,9 @@ pub async fn run(
                 Some(data) => {
                     out.push(&data);
                     sink.output(Stream::Stdout, &data);
+                    if sink.answered() {
+                        break End::Answered;
+                    }
                 }
             },
             chunk = err_stream.next(), if err_open => match chunk {
@@ -300,10 +310,20 @@ pub async fn run(
     // Whatever happened, the group goes now: SIGTERM to every member at once (SIGKILL follows
     // from the guard's thread for anything that ignores it).
     drop(guard);
-    if status.is_none() {
-        // Reap the leader promptly so its group is really gone when we return.
-        let _ = child.start_kill();
-        let _ = tokio::time::timeout(Duration::from_millis(500), child.wait()).await;
+    match (status, end) {
+        (Some(_), _) => {}
+        (None, End::Answered) => {
+            // The answer does not wait for the program: the leader gets the TERM and its
+            // grace like every member of its group, and is reaped in the background.
+            tokio::spawn(async move {
+                let _ = child.wait().await;
+            });
+        }
+        (None, _) => {
+            // Reap the leader promptly so its group is really gone when we return.
+            let _ = child.start_kill();
+            let _ = tokio::time::timeout(Duration::from_millis(500), child.wait()).await;
+        }
     }
     Ok(Outcome {
         end,

@@ -21,8 +21,8 @@ pub struct McpCounts {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct HealthResult {
-    /// `degraded` while a config error, a tool-name collision, a failed MCP server or a
-    /// quarantined tool is outstanding.
+    /// `degraded` while a config error, a tool-name collision, a failed MCP server, a
+    /// quarantined tool or a damaged pin file is outstanding.
     pub status: HealthStatus,
     pub version: String,
     pub uptime_s: u64,
@@ -45,6 +45,10 @@ pub struct HealthResult {
     /// Tools held back until approved (`toolhost tools diff NAME`, then `tools approve NAME`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub quarantined: Vec<String>,
+    /// Why `pins.json` cannot be read, naming it: every pinned tool is quarantined until
+    /// the file is repaired or `tools.pins_reset` moves it aside.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pins_error: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]

@@ -78,6 +78,7 @@ pub mod method {
     pub const TOOLS_SEARCH: &str = "tools.search";
     pub const TOOLS_APPROVE: &str = "tools.approve";
     pub const TOOLS_DIFF: &str = "tools.diff";
+    pub const TOOLS_PINS_RESET: &str = "tools.pins_reset";
     pub const DISCOVER: &str = "rpc.discover";
 }
 

@@ -205,6 +205,9 @@ pub enum QuarantineReason {
     New,
     /// Its description looks like an injection attempt (`flags` say why).
     Flagged,
+    /// `pins.json` cannot be read, so no approval can be checked (`host.health` names the
+    /// file; repair it or reset with `tools.pins_reset`).
+    PinsDamaged,
 }
 
 /// A tool held back until the user approves it.
@@ -245,5 +248,14 @@ pub struct ToolsDiffResult {
 pub struct ToolsApproveResult {
     pub name: String,
     /// The live registry's revision after the approval.
+    pub revision: u64,
+}
+
+/// `tools.pins_reset`: where the damaged pin file went; every tool was pinned afresh.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ToolsPinsResetResult {
+    /// The damaged file's new name, beside `pins.json`.
+    pub moved_to: String,
+    /// The live registry's revision after the reset.
     pub revision: u64,
 }

@@ -124,7 +124,17 @@ impl Registry {
     /// Accepts a quarantined tool's current definition and lists it again (one swap, with
     /// its `tools_changed`). Errors say why nothing was approved.
     pub fn approve(&self, name: &str) -> Result<u64, String> {
-        let sources = crate::lock(&self.0.sources);
+        let mut sources = crate::lock(&self.0.sources);
+        if sources.catalog.pins.recheck() {
+            // Repaired since the last rebuild: judge `name` against the pins as they are now.
+            self.rebuild(sources);
+            sources = crate::lock(&self.0.sources);
+        }
+        if let Some(damage) = sources.catalog.pins.damage() {
+            return Err(format!(
+                "nothing can be approved while the {damage}; repair it or run `toolhost tools pins reset`"
+            ));
+        }
         let snapshot = self.snapshot();
         let Some((entry, _)) = snapshot.quarantined(name) else {
             return Err(if snapshot.get(name).is_some() {
@@ -140,6 +150,20 @@ impl Registry {
         drop(snapshot);
         self.rebuild(sources);
         Ok(self.snapshot().revision())
+    }
+
+    /// Why the pin file cannot be read, while it cannot (for `host.health`).
+    pub fn pins_damage(&self) -> Option<String> {
+        crate::lock(&self.0.sources).catalog.pins.damage()
+    }
+
+    /// Moves a damaged pin file aside and pins every tool afresh (one swap); returns where
+    /// the damaged file went and the new revision.
+    pub fn reset_pins(&self) -> Result<(std::path::PathBuf, u64), String> {
+        let sources = crate::lock(&self.0.sources);
+        let aside = sources.catalog.pins.reset()?;
+        self.rebuild(sources);
+        Ok((aside, self.snapshot().revision()))
     }
 
     /// The pinned and the current definition of `name`, and its quarantine if any.
@@ -186,6 +210,8 @@ impl Registry {
 
     /// Builds and swaps in the next snapshot from `sources`, releasing the lock after.
     fn rebuild(&self, sources: std::sync::MutexGuard<'_, Sources>) -> Option<ToolsChanged> {
+        // A damaged pin file repaired by hand is taken up here (a reload, an approval).
+        sources.catalog.pins.recheck();
         let old = self.snapshot();
         let next = Snapshot::build(&old, &sources.tools, &sources.overrides, &sources.catalog);
         let diff = old.diff(&next);

@@ -432,6 +432,20 @@ fn catalog_methods(api: &mut Api) -> anyhow::Result<()> {
         },
     )?;
     api.method(
+        method::TOOLS_PINS_RESET,
+        "Moves a damaged pins.json aside and pins every tool afresh; refused while the pin file is sound.",
+        |host, _: EmptyParams| async move {
+            let (aside, revision) = host
+                .registry()
+                .reset_pins()
+                .map_err(Error::InvalidParams)?;
+            Ok(ToolsPinsResetResult {
+                moved_to: aside.display().to_string(),
+                revision,
+            })
+        },
+    )?;
+    api.method(
         method::TOOLS_DIFF,
         "A tool's pinned definition against its current one, and its quarantine if any.",
         |host, p: ToolNameParams| async move {

@@ -65,7 +65,9 @@ pub(super) fn health(host: &Host) -> HealthResult {
         .quarantined_tools()
         .map(|q| q.name.clone())
         .collect();
+    let pins_error = host.registry().pins_damage();
     let degraded = !quarantined.is_empty()
+        || pins_error.is_some()
         || config_error.is_some()
         || !collisions.is_empty()
         || mcp.failed > 0
@@ -87,5 +89,6 @@ pub(super) fn health(host: &Host) -> HealthResult {
         custom_tool_errors,
         session_event_errors: host.custom().event_failures(),
         quarantined,
+        pins_error,
     }
 }

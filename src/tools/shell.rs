@@ -307,7 +307,8 @@ fn result(outcome: Outcome, timeout: Duration) -> ToolResult {
                 json!(u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX)),
             ))
         }
-        End::Cancelled => {
+        // bash's sink never answers, so only a cancel ends a run early.
+        End::Cancelled | End::Answered => {
             let mut e = ToolError::new(
                 ErrorKind::Cancelled,
                 "command cancelled; its process group was killed",
