@@ -242,6 +242,9 @@ async fn env_and_env_passthrough_reach_bash_and_stdio_servers() {
             "NO_PROXY=localhost",
         ]
     );
+    // A workspace tool runs once approved (tests/workspace_trust.rs).
+    let approved = d.call("tools.approve", json!({"name": "envdump"})).await;
+    assert!(approved.get("result").is_some(), "{approved}");
     let custom = d.invoke("envdump", json!({})).await;
     assert_eq!(
         custom,

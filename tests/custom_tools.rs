@@ -157,7 +157,8 @@ async fn discovery_follows_precedence_reports_clashes_and_discover_false_limits_
         json!({}),
     )
     .await;
-    assert_eq!(custom_names(&d).await, s(&["dup", "ws_only", "user_only"]));
+    // The user's own folders come before the workspace's, whose tools wait for approval.
+    assert_eq!(custom_names(&d).await, s(&["dup", "user_only"]));
     let l = list(&d, json!({})).await;
     let dup = l["tools"]
         .as_array()
@@ -171,6 +172,7 @@ async fn discovery_follows_precedence_reports_clashes_and_discover_false_limits_
     let h = health(&d).await;
     assert_eq!(h["status"], "degraded");
     assert_eq!(h["collisions"], json!(["read_file", "dup", "dup"]));
+    assert_eq!(h["quarantined"], json!(["ws_only"]));
 
     // discover: false keeps only the configured paths (applied by a reload).
     let cfg = json!({"custom_tools": {"paths": [tools(&d)], "discover": false}});
@@ -276,6 +278,13 @@ async fn a_project_tools_folder_created_after_start_is_picked_up() {
         manifest("late", "- arrived later"),
         "echo late",
     );
+    // A workspace tool waits for approval (tests/workspace_trust.rs), then is listed.
+    eventually(10, "the late tool quarantined", || async {
+        health(&d).await["quarantined"] == json!(["late"])
+    })
+    .await;
+    let r = d.call("tools.approve", json!({"name": "late"})).await;
+    assert!(r.get("result").is_some(), "{r}");
     assert_eq!(next_change(&mut c).await, (s(&["late"]), s(&[]), s(&[])));
     quiet(&mut c, 400).await;
     assert_eq!(

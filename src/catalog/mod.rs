@@ -53,6 +53,12 @@ impl Policy {
     pub fn trust(&self, source: &ToolSource) -> Option<Trust> {
         match source {
             ToolSource::Builtin => None,
+            // A workspace tool may have been written by a sandboxed command: it waits for
+            // the user's approval whatever `custom_tools.trust` says.
+            ToolSource::Custom {
+                workspace_digest: Some(_),
+                ..
+            } => Some(Trust::QuarantineNew),
             ToolSource::Custom { .. } => Some(self.custom_trust),
             ToolSource::Mcp { server, .. } => {
                 Some(self.servers.get(server).map_or(Trust::Pin, |s| s.1))
@@ -122,6 +128,19 @@ pub fn estimate_tokens(serialised_len: usize) -> usize {
     serialised_len.div_ceil(4)
 }
 
+/// The pin hash of a tool: its definition's [`pins::hash_of`], and for a workspace tool
+/// also the digest of its folder's files.
+pub fn pin_hash(spec: &ToolSpec, def: &McpTool) -> String {
+    let hash = pins::hash_of(def);
+    match &spec.source {
+        ToolSource::Custom {
+            workspace_digest: Some(files),
+            ..
+        } => format!("{hash}+{files}"),
+        _ => hash,
+    }
+}
+
 /// What the registry should do with a non-built-in tool's definition.
 pub enum Verdict {
     /// Pinned already with this very definition.
@@ -150,7 +169,7 @@ pub fn verdict(
             name: name.to_owned(),
             server: server.map(str::to_owned),
             reason,
-            message: message(name, reason, &changed, flags, damage.as_deref()),
+            message: message(name, server, reason, &changed, flags, damage.as_deref()),
             changed,
             flags: flags.to_vec(),
         })
@@ -158,23 +177,25 @@ pub fn verdict(
     if damage.is_some() {
         return quarantine(QuarantineReason::PinsDamaged, Vec::new());
     }
+    // The hash differs but the definition does not: what else the pin covers changed (a
+    // workspace tool's files).
+    let changed = || {
+        pins.get(name)
+            .map(|p| {
+                let parts = pins::changed_parts(&p.definition, def);
+                if parts.is_empty() && p.hash != hash {
+                    vec!["files".to_owned()]
+                } else {
+                    parts
+                }
+            })
+            .unwrap_or_default()
+    };
     match pins.matches(name, hash) {
         Some(true) => Verdict::Accept,
-        _ if !flags.is_empty() => {
-            let changed = pins
-                .get(name)
-                .map(|p| pins::changed_parts(&p.definition, def))
-                .unwrap_or_default();
-            quarantine(QuarantineReason::Flagged, changed)
-        }
+        _ if !flags.is_empty() => quarantine(QuarantineReason::Flagged, changed()),
         Some(false) if trust == Trust::Auto => Verdict::Pin,
-        Some(false) => {
-            let changed = pins
-                .get(name)
-                .map(|p| pins::changed_parts(&p.definition, def))
-                .unwrap_or_default();
-            quarantine(QuarantineReason::Changed, changed)
-        }
+        Some(false) => quarantine(QuarantineReason::Changed, changed()),
         None if trust == Trust::QuarantineNew => quarantine(QuarantineReason::New, Vec::new()),
         None => Verdict::Pin,
     }
@@ -182,6 +203,7 @@ pub fn verdict(
 
 fn message(
     name: &str,
+    server: Option<&str>,
     reason: QuarantineReason,
     changed: &[String],
     flags: &[String],
@@ -201,6 +223,9 @@ fn message(
                 changed.join(", ")
             }
         ),
+        QuarantineReason::New if server.is_none() => {
+            "it is new in a workspace folder, and workspace tools wait for approval".to_owned()
+        }
         QuarantineReason::New => "it is new and its server needs new tools approved".to_owned(),
         QuarantineReason::Flagged => format!(
             "its description looks like an injection attempt ({})",
@@ -295,6 +320,7 @@ mod tests {
             "c",
             ToolSource::Custom {
                 dir: PathBuf::from("/x"),
+                workspace_digest: None,
             },
             true,
         );

@@ -15,6 +15,11 @@ pub enum ToolSource {
     /// A custom tool program living in `dir`.
     Custom {
         dir: PathBuf,
+        /// For a tool found in a workspace folder (which the session's own programs can
+        /// write): the digest of its folder's files, pinned with the definition, so a
+        /// changed program is quarantined like a changed definition. `None` for the
+        /// user's and configured folders.
+        workspace_digest: Option<String>,
     },
     /// A tool of the MCP server `server`; `remote_name` is its name on that server.
     Mcp {

@@ -2,6 +2,10 @@
 //! are run with `TOOLHOST_EVENT=session` and `{"event", "session_id"}` on stdin when a
 //! session starts, resumes or is deleted, and when the daemon shuts down.
 //!
+//! A workspace tool's runs (only once it is approved, see [`super::trust`]) are confined
+//! like a call under the config's default sandbox; the user's own tools run as they always
+//! did.
+//!
 //! These runs never sit on the session call's path: they are spawned after it answered,
 //! bounded by [`EVENT_TIMEOUT`], and a failure is logged and kept for `host.health`.
 
@@ -15,7 +19,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::{CustomTool, CustomTools};
 use crate::process::runner::{self, End};
+use crate::config::SandboxConfig;
 use crate::process::Processes;
+use crate::sandbox::{CallSandbox, Plan};
 
 /// The longest a session-event run may take (or the tool's `timeout_ms`, when smaller);
 /// then its group is killed.
@@ -56,7 +62,8 @@ impl CustomTools {
             let id = session_id.map(str::to_owned);
             let ws = workspace.to_path_buf();
             tracker.spawn(async move {
-                let run = run_event(&me.0.processes, &tool, event, id.as_deref(), &ws);
+                let sandbox = me.0.sandbox.load_full();
+                let run = run_event(&me.0.processes, &sandbox, &tool, event, id.as_deref(), &ws);
                 if let Err(e) = run.await {
                     me.record_event_failure(format!(
                         "{} ({} event{}): {e}",
@@ -74,8 +81,10 @@ impl CustomTools {
         let runs = self.event_listeners().into_iter().map(|tool| {
             let me = self.clone();
             async move {
+                let sandbox = me.0.sandbox.load_full();
                 let run = run_event(
                     &me.0.processes,
+                    &sandbox,
                     &tool,
                     SessionEvent::Shutdown,
                     None,
@@ -95,6 +104,7 @@ impl CustomTools {
 
 async fn run_event(
     processes: &Processes,
+    sandbox: &SandboxConfig,
     tool: &Arc<CustomTool>,
     event: SessionEvent,
     session_id: Option<&str>,
@@ -120,6 +130,15 @@ async fn run_event(
         EVENT_TIMEOUT.min(Duration::from_millis(ms))
     });
     spec.timeout = Some(limit);
+    if tool.workspace_digest().is_some() {
+        tool.check_unchanged().await.map_err(|e| e.message)?;
+        let call = CallSandbox::resolve(sandbox, None, None);
+        let plan = crate::sandbox::plan(&call, workspace, &tool.sandbox_extras(sandbox))
+            .map_err(|r| r.message)?;
+        if let Plan::Confined(c) = plan {
+            spec.confine = Some(c);
+        }
+    }
     let outcome = runner::run(
         processes,
         spec,

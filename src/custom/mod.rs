@@ -7,9 +7,13 @@
 //! - [`events`]: session lifecycle events for tools that ask for them;
 //! - [`scaffold`]: `toolhost tool new` / `tool check`.
 //!
+//! - [`trust`]: tools from the workspace folder are pinned with their files and wait for
+//!   approval.
+//!
 //! Discovery order (the first definition of a name wins; later ones are reported as
 //! collisions by the registry, like MCP clashes): config `custom_tools.paths`, then
-//! `<workspace>/.toolhost/tools/`, then `$XDG_CONFIG_HOME/toolhost/tools/`.
+//! `$XDG_CONFIG_HOME/toolhost/tools/`, then `<workspace>/.toolhost/tools/` — the user's own
+//! folders first, so a workspace tool can never take the name of one of the user's.
 //!
 //! Architecture Invariant: every scan publishes the whole custom source in one registry
 //! swap, and a tool whose manifest bytes are unchanged keeps its tool object, so editing a
@@ -19,6 +23,7 @@ pub mod events;
 pub mod manifest;
 pub mod scaffold;
 pub mod tool;
+pub mod trust;
 mod watch;
 
 use std::collections::{BTreeMap, HashMap};
@@ -34,27 +39,43 @@ use crate::registry::{Change, Registry, SourceKey, SourceUpdate, Tool};
 pub use manifest::{Manifest, ManifestError};
 pub use tool::CustomTool;
 
-/// The folders searched, in precedence order.
-pub fn roots(cfg: &Config, config_path: &Path, workspace: &Path) -> Vec<PathBuf> {
+/// A folder searched for tools.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Root {
+    pub path: PathBuf,
+    /// The workspace's `.toolhost/tools/`: its tools follow the [`trust`] rule.
+    pub workspace: bool,
+}
+
+/// The folders searched, in precedence order: the user's own (configured, then the user
+/// folder), then the workspace's. A folder named twice keeps its first (the user's) place.
+pub fn roots(cfg: &Config, config_path: &Path, workspace: &Path) -> Vec<Root> {
     let base = config_path.parent().unwrap_or(Path::new("/"));
-    let mut out: Vec<PathBuf> = cfg
+    let own = |path: PathBuf| Root {
+        path,
+        workspace: false,
+    };
+    let mut out: Vec<Root> = cfg
         .custom_tools
         .paths
         .iter()
         .map(|p| {
-            if p.is_absolute() {
+            own(if p.is_absolute() {
                 p.clone()
             } else {
                 base.join(p)
-            }
+            })
         })
         .collect();
     if cfg.custom_tools.discover {
-        out.push(workspace.join(".toolhost").join("tools"));
-        out.push(user_tools_dir());
+        out.push(own(user_tools_dir()));
+        out.push(Root {
+            path: workspace.join(".toolhost").join("tools"),
+            workspace: true,
+        });
     }
     let mut seen = std::collections::HashSet::new();
-    out.retain(|p| seen.insert(p.clone()));
+    out.retain(|r| seen.insert(r.path.clone()));
     out
 }
 
@@ -69,15 +90,24 @@ pub fn user_tools_dir() -> PathBuf {
 #[derive(Debug, Clone)]
 pub struct Found {
     pub dir: PathBuf,
-    pub result: Result<(Manifest, Vec<u8>), ManifestError>,
+    pub result: Result<Scanned, ManifestError>,
+}
+
+/// A tool folder whose manifest loaded.
+#[derive(Debug, Clone)]
+pub struct Scanned {
+    pub manifest: Manifest,
+    pub bytes: Vec<u8>,
+    /// For a workspace tool, [`trust::folder_digest`] of its folder.
+    pub workspace_digest: Option<String>,
 }
 
 /// Every sub-folder of `roots` holding a `tool.json`, in precedence order (folders sorted
 /// by name inside each root, so the order is stable).
-pub fn scan(roots: &[PathBuf]) -> Vec<Found> {
+pub fn scan(roots: &[Root]) -> Vec<Found> {
     let mut out = Vec::new();
     for root in roots {
-        let Ok(entries) = std::fs::read_dir(root) else {
+        let Ok(entries) = std::fs::read_dir(&root.path) else {
             continue;
         };
         let mut dirs: Vec<PathBuf> = entries
@@ -87,7 +117,22 @@ pub fn scan(roots: &[PathBuf]) -> Vec<Found> {
             .collect();
         dirs.sort();
         for dir in dirs {
-            let result = manifest::load(&dir);
+            let result = manifest::load(&dir).and_then(|(manifest, bytes)| {
+                let workspace_digest = if root.workspace {
+                    Some(trust::folder_digest(&dir).map_err(|message| ManifestError {
+                        file: dir.clone(),
+                        field: None,
+                        message,
+                    })?)
+                } else {
+                    None
+                };
+                Ok(Scanned {
+                    manifest,
+                    bytes,
+                    workspace_digest,
+                })
+            });
             out.push(Found { dir, result });
         }
     }
@@ -101,6 +146,8 @@ pub struct CustomTools(Arc<Inner>);
 struct Inner {
     registry: Registry,
     providers: tool::Providers,
+    /// The config's sandbox section, for the session-event runs of workspace tools.
+    sandbox: Arc<ArcSwap<crate::config::SandboxConfig>>,
     state: Mutex<State>,
     /// Serialises scans, so two scans never publish out of order.
     scan_lock: tokio::sync::Mutex<()>,
@@ -111,7 +158,7 @@ struct Inner {
 
 #[derive(Default)]
 struct State {
-    roots: Vec<PathBuf>,
+    roots: Vec<Root>,
     /// By folder: the manifest bytes and the tool built from them.
     tools: Vec<(PathBuf, Vec<u8>, Arc<CustomTool>)>,
     errors: Vec<ManifestError>,
@@ -128,6 +175,7 @@ impl CustomTools {
             registry,
             processes,
             providers: Arc::new(ArcSwap::from_pointee(BTreeMap::new())),
+            sandbox: Arc::default(),
             state: Mutex::default(),
             scan_lock: tokio::sync::Mutex::new(()),
             watch: Mutex::new(None),
@@ -143,6 +191,7 @@ impl CustomTools {
         workspace: &Path,
     ) -> Option<SourceUpdate> {
         self.0.providers.store(Arc::new(cfg.providers.clone()));
+        self.0.sandbox.store(Arc::new(cfg.sandbox.clone()));
         let roots = roots(cfg, config_path, workspace);
         {
             let mut st = lock(&self.0.state);
@@ -152,7 +201,7 @@ impl CustomTools {
             st.roots = roots.clone();
         }
         if let Some(w) = lock(&self.0.watch).as_mut() {
-            w.set_roots(&roots);
+            w.set_roots(&paths(&roots));
         }
         let _one = self.0.scan_lock.lock().await;
         Some((SourceKey::Custom, Some(self.build(roots).await)))
@@ -166,7 +215,7 @@ impl CustomTools {
     ) {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let roots = lock(&self.0.state).roots.clone();
-        match watch::Watch::new(&roots, tx) {
+        match watch::Watch::new(&paths(&roots), tx) {
             Ok(w) => *lock(&self.0.watch) = Some(w),
             Err(e) => {
                 tracing::warn!("not watching custom tool folders: {e:#}");
@@ -195,7 +244,7 @@ impl CustomTools {
         let roots = lock(&self.0.state).roots.clone();
         if let Some(w) = lock(&self.0.watch).as_mut() {
             // A folder may have appeared (or gone): watch what exists now.
-            w.set_roots(&roots);
+            w.set_roots(&paths(&roots));
         }
         let tools = self.build(roots).await;
         self.0.registry.apply(Change {
@@ -205,7 +254,7 @@ impl CustomTools {
     }
 
     /// Scans `roots`, reusing the tool objects of unchanged manifests.
-    async fn build(&self, roots: Vec<PathBuf>) -> Vec<Arc<dyn Tool>> {
+    async fn build(&self, roots: Vec<Root>) -> Vec<Arc<dyn Tool>> {
         let found = tokio::task::spawn_blocking(move || scan(&roots))
             .await
             .unwrap_or_default();
@@ -215,16 +264,22 @@ impl CustomTools {
         let mut errors = Vec::new();
         for f in found {
             match f.result {
-                Ok((manifest, bytes)) => {
+                Ok(found) => {
                     let tool = match old.get(&f.dir) {
-                        Some((b, t)) if *b == bytes => t.clone(),
+                        Some((b, t))
+                            if *b == found.bytes
+                                && t.workspace_digest() == found.workspace_digest.as_deref() =>
+                        {
+                            t.clone()
+                        }
                         _ => Arc::new(CustomTool::new(
-                            manifest,
+                            found.manifest,
                             f.dir.clone(),
                             self.0.providers.clone(),
+                            found.workspace_digest,
                         )),
                     };
-                    st.tools.push((f.dir, bytes, tool));
+                    st.tools.push((f.dir, found.bytes, tool));
                 }
                 Err(e) => {
                     tracing::warn!("custom tool skipped: {e}");
@@ -261,13 +316,25 @@ impl CustomTools {
         st.event_failures.drain(..excess);
     }
 
-    /// The live tools that asked for session events.
+    /// The live tools that asked for session events. A workspace tool only while it is
+    /// listed as approved: a quarantined one (new, or changed since approval) is not run.
     fn event_listeners(&self) -> Vec<Arc<CustomTool>> {
+        let snapshot = self.0.registry.snapshot();
         lock(&self.0.state)
             .tools
             .iter()
             .filter(|(_, _, t)| t.manifest.session_events)
+            .filter(|(_, _, t)| {
+                t.workspace_digest().is_none()
+                    || snapshot
+                        .get(t.name())
+                        .is_some_and(|e| e.tool.spec().source == t.spec().source)
+            })
             .map(|(_, _, t)| t.clone())
             .collect()
     }
+}
+
+fn paths(roots: &[Root]) -> Vec<PathBuf> {
+    roots.iter().map(|r| r.path.clone()).collect()
 }

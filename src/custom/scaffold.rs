@@ -73,6 +73,9 @@ pub fn cli(command: ToolCommand, config_path: &Path) -> std::process::ExitCode {
                         .map(|l| l.config)
                         .unwrap_or_default();
                     super::roots(&cfg, config_path, &workspace.unwrap_or(cwd))
+                        .into_iter()
+                        .map(|r| r.path)
+                        .collect()
                 }
             };
             let mut bad = 0;
@@ -235,7 +238,10 @@ pub fn check(dir: &Path) -> Vec<Checked> {
     let dirs: Vec<PathBuf> = if dir.join(MANIFEST).exists() {
         vec![dir.to_path_buf()]
     } else {
-        super::scan(&[dir.to_path_buf()])
+        super::scan(&[super::Root {
+            path: dir.to_path_buf(),
+            workspace: false,
+        }])
             .into_iter()
             .map(|f| f.dir)
             .collect()

@@ -45,13 +45,23 @@ pub struct CustomTool {
 }
 
 impl CustomTool {
-    pub fn new(manifest: Manifest, dir: PathBuf, providers: Providers) -> Self {
+    /// `workspace_digest` is `Some` for a tool from the workspace folder (see
+    /// [`super::trust`]).
+    pub fn new(
+        manifest: Manifest,
+        dir: PathBuf,
+        providers: Providers,
+        workspace_digest: Option<String>,
+    ) -> Self {
         let spec = ToolSpec {
             name: manifest.name.clone(),
             description: manifest.description.clone(),
             parameters: manifest.parameters.clone(),
             approval: manifest.approval,
-            source: ToolSource::Custom { dir: dir.clone() },
+            source: ToolSource::Custom {
+                dir: dir.clone(),
+                workspace_digest,
+            },
             hidden: manifest.hidden,
             deferrable: manifest.deferrable,
             annotations: None,
@@ -61,6 +71,40 @@ impl CustomTool {
             manifest,
             dir,
             providers,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// The digest its folder was pinned with, for a tool from the workspace folder.
+    pub fn workspace_digest(&self) -> Option<&str> {
+        match &self.spec.source {
+            ToolSource::Custom {
+                workspace_digest, ..
+            } => workspace_digest.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// Refuses to run a workspace tool whose folder no longer matches what was listed (and
+    /// approved): the watcher's rescan quarantines it, and until then no changed program
+    /// runs under an old approval.
+    pub async fn check_unchanged(&self) -> Result<(), ToolError> {
+        let Some(pinned) = self.workspace_digest().map(str::to_owned) else {
+            return Ok(());
+        };
+        let dir = self.dir.clone();
+        let now = tokio::task::spawn_blocking(move || super::trust::folder_digest(&dir))
+            .await
+            .map_err(|e| ToolError::failed(format!("could not check the tool's folder: {e}")))?;
+        match now {
+            Ok(d) if d == pinned => Ok(()),
+            _ => Err(ToolError::failed(format!(
+                "Tool '{}' is a workspace tool whose files changed since it was approved; it is quarantined until `toolhost tools approve {}`",
+                self.spec.name, self.spec.name
+            ))),
         }
     }
 
@@ -100,6 +144,7 @@ impl CustomTool {
     }
 
     async fn run(&self, args: Map<String, Value>, ctx: CallContext) -> ToolResult {
+        self.check_unchanged().await?;
         let own = self.manifest.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
         let timeout = ctx.own_timeout(own);
         let mut stdin = Value::Object(args).to_string().into_bytes();
@@ -119,7 +164,7 @@ impl CustomTool {
         let mut spec = self.process_spec(env, stdin);
         spec.cwd = ctx.workspace.clone();
         spec.timeout = Some(timeout);
-        let plan = sandbox::plan(&ctx.sandbox, &ctx.workspace, &self.sandbox_extras(&ctx))?;
+        let plan = sandbox::plan(&ctx.sandbox, &ctx.workspace, &self.sandbox_extras(&ctx.sandbox.config))?;
         if let Plan::Confined(c) = &plan {
             spec.confine = Some(c.clone());
         }
@@ -152,15 +197,11 @@ impl CustomTool {
         }
     }
 
-    /// What the manifest asks of the sandbox, as far as config `sandbox.tools` grants it.
-    fn sandbox_extras(&self, ctx: &CallContext) -> sandbox::Extras {
-        let grant = ctx
-            .sandbox
-            .config
-            .tools
-            .get(&self.spec.name)
-            .copied()
-            .unwrap_or_default();
+    /// What the manifest asks of the sandbox, as far as config `sandbox.tools` grants it —
+    /// the grant of this tool's own source ([`super::trust::grant_key`]).
+    pub fn sandbox_extras(&self, config: &crate::config::SandboxConfig) -> sandbox::Extras {
+        let key = super::trust::grant_key(&self.spec.name, self.workspace_digest().is_some());
+        let grant = config.tools.get(&key).copied().unwrap_or_default();
         let home = std::env::var_os("HOME").map(PathBuf::from);
         sandbox::Extras {
             network: grant.network && self.manifest.sandbox.network,

@@ -65,7 +65,7 @@ impl Entry {
         let (pin_hash, flags) = match spec.source {
             ToolSource::Builtin => (String::new(), Vec::new()),
             _ => (
-                catalog::pins::hash_of(&mcp),
+                catalog::pin_hash(spec, &mcp),
                 catalog::screen_definition(&mcp),
             ),
         };

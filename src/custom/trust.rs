@@ -1,0 +1,164 @@
+//! The trust rule of workspace tools. A workspace's `.toolhost/tools/` can be written by
+//! the programs the host runs there (a sandboxed `bash` in `workspace-write` may write the
+//! workspace), so a tool found there is not the user's word: it is pinned like an MCP tool,
+//! with a pin that covers its manifest *and* every file of its folder ([`folder_digest`]).
+//! A new or changed one is quarantined until `toolhost tools approve`; only then is it
+//! callable, handed provider credentials or run for session events, and it always runs
+//! under the sandbox of the session that calls it (its manifest's `sandbox` requests are
+//! granted only by a config grant naming it as a workspace tool, [`grant_key`]).
+//!
+//! Tools in the user's folder and in configured folders are the user's own and keep the
+//! `custom_tools.trust` rule.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+/// The most entries and bytes a workspace tool's folder may hold to be pinned (a script
+/// and its helpers fit many times over; a vendored environment does not belong there).
+const MAX_ENTRIES: usize = 4096;
+const MAX_BYTES: u64 = 64 * 1024 * 1024;
+/// How deep the folder is walked.
+const MAX_DEPTH: usize = 16;
+
+/// The key of a workspace tool's grant in config `sandbox.tools`. A bare name grants the
+/// tool of that name from the user's or a configured folder only, so a workspace tool that
+/// takes a user tool's name never inherits what the user granted their own tool.
+pub fn grant_key(name: &str, from_workspace: bool) -> String {
+    if from_workspace {
+        format!("workspace:{name}")
+    } else {
+        name.to_owned()
+    }
+}
+
+/// SHA-256 over every entry of `dir`, walked without following symlinks, in name order:
+/// relative path, kind, and a regular file's bytes or a symlink's target. Any change to a
+/// file the program could run or read from its folder changes the digest.
+pub fn folder_digest(dir: &Path) -> Result<String, String> {
+    let mut walk = Walk {
+        hash: Sha256::new(),
+        entries: 0,
+        bytes: 0,
+    };
+    walk.folder(dir, Path::new(""), 0)?;
+    Ok(hex::encode(&walk.hash.finalize()[..16]))
+}
+
+struct Walk {
+    hash: Sha256,
+    entries: usize,
+    bytes: u64,
+}
+
+impl Walk {
+    fn folder(&mut self, dir: &Path, rel: &Path, depth: usize) -> Result<(), String> {
+        if depth > MAX_DEPTH {
+            return Err(format!(
+                "the tool folder is nested deeper than {MAX_DEPTH} levels, too deep to pin as a workspace tool"
+            ));
+        }
+        let read = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let mut names: Vec<_> = read
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        names.sort();
+        for name in names {
+            self.entries += 1;
+            if self.entries > MAX_ENTRIES {
+                return Err(format!(
+                    "the tool folder holds more than {MAX_ENTRIES} entries, too many to pin as a workspace tool"
+                ));
+            }
+            let path = dir.join(&name);
+            let rel = rel.join(&name);
+            let meta =
+                std::fs::symlink_metadata(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            self.hash.update(rel.as_os_str().as_encoded_bytes());
+            self.hash.update([0]);
+            let kind = meta.file_type();
+            if kind.is_dir() {
+                self.hash.update(b"d\0");
+                self.folder(&path, &rel, depth + 1)?;
+            } else if kind.is_symlink() {
+                let target =
+                    std::fs::read_link(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+                self.hash.update(b"l\0");
+                self.hash.update(target.as_os_str().as_encoded_bytes());
+            } else if kind.is_file() {
+                self.hash.update(b"f\0");
+                self.file(&path)?;
+            } else {
+                // FIFOs, sockets, devices: their presence is pinned, never their content.
+                self.hash.update(b"o\0");
+            }
+            self.hash.update([0]);
+        }
+        Ok(())
+    }
+
+    /// Hashes one regular file, opened once without following a symlink and without
+    /// blocking (a file swapped for a FIFO after the listing is refused, not waited on).
+    fn file(&mut self, path: &Path) -> Result<(), String> {
+        let fail = |e: std::io::Error| format!("{}: {e}", path.display());
+        let file = File::options()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)
+            .map_err(fail)?;
+        let meta = file.metadata().map_err(fail)?;
+        if !meta.is_file() {
+            return Err(format!("{}: not a regular file", path.display()));
+        }
+        self.bytes += meta.len();
+        if self.bytes > MAX_BYTES {
+            return Err(format!(
+                "the tool folder holds more than {} MiB, too much to pin as a workspace tool",
+                MAX_BYTES / 1024 / 1024
+            ));
+        }
+        self.hash.update(meta.len().to_le_bytes());
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut left = meta.len();
+        let mut reader = file.take(meta.len());
+        while left > 0 {
+            let n = reader.read(&mut buf).map_err(fail)?;
+            if n == 0 {
+                break;
+            }
+            self.hash.update(&buf[..n]);
+            left = left.saturating_sub(n as u64);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn any_file_of_the_folder_changes_the_digest() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("tool.json"), "{}").unwrap();
+        std::fs::create_dir(dir.path().join("lib")).unwrap();
+        std::fs::write(dir.path().join("lib/helper.py"), "x = 1").unwrap();
+        let first = folder_digest(dir.path()).unwrap();
+        assert_eq!(folder_digest(dir.path()).unwrap(), first);
+        std::fs::write(dir.path().join("lib/helper.py"), "x = 2").unwrap();
+        let second = folder_digest(dir.path()).unwrap();
+        assert_ne!(second, first);
+        std::os::unix::fs::symlink("/bin/sh", dir.path().join("run")).unwrap();
+        assert_ne!(folder_digest(dir.path()).unwrap(), second);
+    }
+
+    #[test]
+    fn a_workspace_grant_names_its_source() {
+        assert_eq!(grant_key("cachetool", false), "cachetool");
+        assert_eq!(grant_key("cachetool", true), "workspace:cachetool");
+    }
+}
