@@ -470,7 +470,15 @@ fn user_xattrs_work(path: &Path) -> bool {
     let probe = path.join("xattr-probe");
     std::fs::write(&probe, "").unwrap();
     let c = std::ffi::CString::new(probe.as_os_str().as_encoded_bytes()).unwrap();
-    let r = unsafe { libc::setxattr(c.as_ptr(), c"user.probe".as_ptr(), b"1".as_ptr().cast(), 1, 0) };
+    let r = unsafe {
+        libc::setxattr(
+            c.as_ptr(),
+            c"user.probe".as_ptr(),
+            b"1".as_ptr().cast(),
+            1,
+            0,
+        )
+    };
     r == 0
 }
 

@@ -64,7 +64,8 @@ pub(super) fn compile(policy: SandboxPolicy) -> io::Result<Programs> {
 /// no allocation), for the child between fork and exec; `no_new_privs` must be set.
 pub(super) fn apply(programs: &[BpfProgram]) -> io::Result<()> {
     for program in programs {
-        let len = u16::try_from(program.len()).map_err(|_| io::Error::from_raw_os_error(libc::E2BIG))?;
+        let len =
+            u16::try_from(program.len()).map_err(|_| io::Error::from_raw_os_error(libc::E2BIG))?;
         let prog = libc::sock_fprog {
             len,
             // Same layout: both are the kernel's `struct sock_filter`.
