@@ -22,6 +22,7 @@ use seccompiler::{
 };
 
 use super::SandboxPolicy;
+use SeccompCmpArgLen::{Dword, Qword};
 
 /// Syscall numbers `libc` does not name on every architecture (one table since Linux 5.1).
 const SYS_FCHMODAT2: i64 = 452;
@@ -124,7 +125,7 @@ fn rules(policy: SandboxPolicy) -> io::Result<BTreeMap<i64, Vec<SeccompRule>>> {
     }
     let ioctl = DENIED_IOCTLS
         .iter()
-        .map(|&cmd| rule(&[(1, SeccompCmpOp::Eq, cmd)]))
+        .map(|&cmd| when(1, Dword, SeccompCmpOp::Eq, cmd))
         .collect::<io::Result<_>>()?;
     rules.insert(libc::SYS_ioctl, ioctl);
 
@@ -144,7 +145,7 @@ fn rules(policy: SandboxPolicy) -> io::Result<BTreeMap<i64, Vec<SeccompRule>>> {
                 rules.insert(nr, Vec::new());
             }
             for (nr, arg) in times {
-                rules.insert(nr, vec![rule(&[(arg, SeccompCmpOp::Ne, 0)])?]);
+                rules.insert(nr, vec![when(arg, Qword, SeccompCmpOp::Ne, 0)?]);
             }
         }
         // workspace-write (`off` gets no filter at all)
@@ -152,7 +153,7 @@ fn rules(policy: SandboxPolicy) -> io::Result<BTreeMap<i64, Vec<SeccompRule>>> {
             for (nr, arg) in chmod {
                 let set_id = SET_ID_BITS
                     .iter()
-                    .map(|&bit| rule(&[(arg, SeccompCmpOp::MaskedEq(bit), bit)]))
+                    .map(|&bit| when(arg, Dword, SeccompCmpOp::MaskedEq(bit), bit))
                     .collect::<io::Result<_>>()?;
                 rules.insert(nr, set_id);
             }
@@ -161,22 +162,11 @@ fn rules(policy: SandboxPolicy) -> io::Result<BTreeMap<i64, Vec<SeccompRule>>> {
     Ok(rules)
 }
 
-/// A rule matching when every `(argument, comparison, value)` holds on the argument's low
-/// 32 bits (modes, ioctl requests) or whole (pointers, compared with `Ne`).
-fn rule(conditions: &[(u8, SeccompCmpOp, u64)]) -> io::Result<SeccompRule> {
-    let conditions = conditions
-        .iter()
-        .map(|(arg, op, value)| {
-            let len = if *op == SeccompCmpOp::Ne {
-                SeccompCmpArgLen::Qword
-            } else {
-                SeccompCmpArgLen::Dword
-            };
-            SeccompCondition::new(*arg, len, op.clone(), *value)
-        })
-        .collect::<Result<_, _>>()
-        .map_err(io::Error::other)?;
-    SeccompRule::new(conditions).map_err(io::Error::other)
+/// A rule matching when argument `arg` compares to `value`: modes and ioctl requests are
+/// 32-bit in the kernel (`Dword`, the low half), pointers are whole (`Qword`).
+fn when(arg: u8, len: SeccompCmpArgLen, op: SeccompCmpOp, value: u64) -> io::Result<SeccompRule> {
+    let condition = SeccompCondition::new(arg, len, op, value).map_err(io::Error::other)?;
+    SeccompRule::new(vec![condition]).map_err(io::Error::other)
 }
 
 /// The path-based calls only x86_64 still has (newer architectures have just the `*at`
