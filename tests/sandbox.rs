@@ -411,7 +411,7 @@ async fn a_kernel_without_landlock_refuses_or_runs_unconfined_as_configured() {
     let h = d.call("host.health", json!({})).await;
     assert_eq!(
         h["result"]["sandbox"],
-        json!({"abi": 0, "filesystem": false, "network": false, "scopes": false})
+        json!({"abi": 0, "filesystem": false, "network": false, "scopes": false, "seccomp": false})
     );
     let reason = "the kernel has no Landlock (needs Linux 5.13+ with landlock in the `lsm=` list), so sandbox policy workspace-write cannot be enforced";
     // Unconfined commands are not auto-approved in strict mode...
@@ -451,6 +451,157 @@ async fn health_shows_the_kernels_landlock_abi() {
     let h = d.call("host.health", json!({})).await;
     assert_eq!(
         h["result"]["sandbox"],
-        json!({"abi": abi, "filesystem": abi >= 1, "network": abi >= 4, "scopes": abi >= 6})
+        json!({"abi": abi, "filesystem": abi >= 1, "network": abi >= 4, "scopes": abi >= 6, "seccomp": abi >= 1})
     );
+}
+
+/// What a metadata change would alter: mode, owner, group, mtime, and the number of bytes
+/// of extended-attribute names.
+fn metadata_of(path: &Path) -> (u32, u32, u32, i64, isize) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).unwrap();
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    let xattrs = unsafe { libc::listxattr(c.as_ptr(), std::ptr::null_mut(), 0) };
+    (m.mode(), m.uid(), m.gid(), m.mtime(), xattrs)
+}
+
+/// Whether the file system under `path` takes `user.` extended attributes at all.
+fn user_xattrs_work(path: &Path) -> bool {
+    let probe = path.join("xattr-probe");
+    std::fs::write(&probe, "").unwrap();
+    let c = std::ffi::CString::new(probe.as_os_str().as_encoded_bytes()).unwrap();
+    let r = unsafe {
+        libc::setxattr(
+            c.as_ptr(),
+            c"user.probe".as_ptr(),
+            b"1".as_ptr().cast(),
+            1,
+            0,
+        )
+    };
+    r == 0
+}
+
+/// Runs each command in a fresh call and expects it to be refused (`touch` reports its
+/// refused `open`, EACCES, rather than the refused time change, EPERM).
+async fn all_refused(d: &Daemon, commands: &[String], extra: &Value) {
+    for command in commands {
+        let r = bash(d, command, extra.clone()).await;
+        assert_ne!(r["exit_code"], 0, "{command}: {r}");
+        let stderr = r["stderr"].as_str().unwrap();
+        assert!(
+            stderr.contains("Operation not permitted") || stderr.contains("Permission denied"),
+            "{command}: {r}"
+        );
+    }
+}
+
+/// The changes Landlock has no right for, on a file outside the workspace (issue 32 item 8):
+/// under read-only, no mode, owner, time or extended-attribute change gets through; the
+/// run's own temp dir still takes `touch`.
+#[tokio::test]
+async fn read_only_refuses_metadata_changes_outside() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let d = Daemon::start_with(Some(json!({"sandbox": {"policy": "read-only"}}))).await;
+    let victim = d.dir.path().join("victim.txt");
+    std::fs::write(&victim, "x").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let before = metadata_of(&victim);
+    let v = victim.display();
+    let mut commands = vec![
+        format!("chmod 0777 {v}"),
+        format!("chmod 4755 {v}"),
+        format!("chown 1234:1234 {v}"),
+        format!("chgrp 1234 {v}"),
+        format!("touch -d 2001-01-01 {v}"),
+        format!("touch -r /etc/hostname {v}"),
+    ];
+    if user_xattrs_work(d.dir.path()) {
+        commands.push(format!(
+            "python3 -c 'import os; os.setxattr(\"{v}\", \"user.x\", b\"1\")'"
+        ));
+    }
+    all_refused(&d, &commands, &json!({})).await;
+    assert_eq!(metadata_of(&victim), before);
+
+    // Plain `touch` of a new file in $TMPDIR (times set to now) keeps working.
+    let r = bash(&d, "touch \"$TMPDIR/marker\" && echo ok", json!({})).await;
+    assert_eq!(r["stdout"], "ok\n", "{r}");
+}
+
+/// Under workspace-write the filter cannot tell the workspace from outside, so it refuses
+/// what no build needs anywhere: set-ID bits and owner changes. Ordinary builds (create,
+/// `chmod +x`, run, `touch -d`) keep working in the workspace.
+#[tokio::test]
+async fn workspace_write_refuses_set_id_and_owner_changes_and_builds_still_work() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let d = Daemon::start_with(Some(json!({"sandbox": {"policy": "workspace-write"}}))).await;
+    let victim = d.dir.path().join("victim.sh");
+    std::fs::write(&victim, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let before = metadata_of(&victim);
+    let v = victim.display();
+    let commands = [
+        format!("chmod 4755 {v}"),
+        format!("chmod g+s {v}"),
+        format!("chown 1234 {v}"),
+        "printf '#!/bin/sh\\n' > own.sh && chmod u+s own.sh".to_owned(),
+    ];
+    all_refused(&d, &commands, &json!({})).await;
+    assert_eq!(metadata_of(&victim), before);
+    let own = std::fs::metadata(d.workspace().join("own.sh")).unwrap();
+    assert_eq!(own.permissions().mode() & 0o6000, 0);
+
+    let r = bash(
+        &d,
+        "printf '#!/bin/sh\\necho built\\n' > build.sh && chmod +x build.sh && ./build.sh \
+         && touch -d 2001-01-01 build.sh && chmod 0600 build.sh && stat -c %a build.sh",
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        r,
+        json!({"ok": true, "exit_code": 0, "stdout": "built\n600\n", "stderr": ""})
+    );
+}
+
+/// A confined program cannot fake terminal input (issue 32 item 9): `TIOCSTI` is refused
+/// even on a terminal it opened itself, where a root daemon's unconfined child succeeds.
+#[tokio::test]
+async fn confined_programs_cannot_fake_terminal_input() {
+    if !landlock_or_skip() {
+        return;
+    }
+    let d = Daemon::start().await;
+    let inject = "python3 -c 'import os, fcntl, termios; m, s = os.openpty(); \
+                  fcntl.ioctl(s, termios.TIOCSTI, b\"x\"); print(os.read(m, 1))'";
+    if unsafe { libc::geteuid() } == 0 {
+        // The check below can fail: unconfined, root may inject.
+        let r = bash(&d, inject, json!({})).await;
+        assert_eq!(r["exit_code"], 0, "{r}");
+    }
+    for policy in ["read-only", "workspace-write"] {
+        let id = session(&d, json!({"sandbox": {"policy": policy}})).await;
+        let r = bash(&d, inject, json!({"session_id": id})).await;
+        assert_eq!(r["exit_code"], 1, "{r}");
+        assert!(
+            r["stderr"]
+                .as_str()
+                .unwrap()
+                .contains("PermissionError: [Errno 1] Operation not permitted"),
+            "{r}"
+        );
+        // Neither stdin nor a controlling terminal reaches a terminal.
+        let r = bash(
+            &d,
+            "test -t 0 || echo no-tty-stdin; exec 3</dev/tty || echo no-ctty",
+            json!({"session_id": id}),
+        )
+        .await;
+        assert_eq!(r["stdout"], "no-tty-stdin\nno-ctty\n", "{r}");
+    }
 }

@@ -78,6 +78,10 @@ pub struct SandboxStatus {
     /// Signals to and abstract Unix sockets of processes outside the sandbox are blocked
     /// (ABI 6+).
     pub scopes: bool,
+    /// The seccomp filter runs with every confined program: no owner, extended-attribute or
+    /// set-ID changes, no faked terminal input (and no mode or time changes under
+    /// `read-only`).
+    pub seccomp: bool,
 }
 
 impl SandboxStatus {
@@ -92,6 +96,9 @@ impl SandboxStatus {
         }
         if self.scopes {
             can.push("signal and abstract-socket scoping");
+        }
+        if self.seccomp {
+            can.push("metadata and terminal-input filter (seccomp)");
         }
         format!("Landlock ABI {}: {}", self.abi, can.join(", "))
     }

@@ -1,9 +1,11 @@
-//! Building a Landlock ruleset before the fork and applying it in the child.
+//! Building a Landlock ruleset and the seccomp filters before the fork, and applying them
+//! in the child.
 //!
 //! The `landlock` crate builds the ruleset in the parent (it allocates and opens path fds);
 //! its `restrict_self` is not used in the child because it consumes and drops Rust objects
-//! and builds errors that may allocate. Between fork and exec the child makes only
-//! `prctl(PR_SET_NO_NEW_PRIVS)` and `landlock_restrict_self(fd)`, both plain syscalls.
+//! and builds errors that may allocate. Between fork and exec the child makes only plain
+//! syscalls: it gives up its controlling terminal, then `prctl(PR_SET_NO_NEW_PRIVS)`,
+//! `landlock_restrict_self(fd)` and `seccomp(SET_MODE_FILTER)` with the compiled programs.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -15,6 +17,7 @@ use landlock::{
     Scope, ABI,
 };
 
+use super::seccomp;
 use super::{Network, SandboxPolicy, ABI_SCOPES};
 
 /// The newest ABI whose rights we ask for; on older kernels the crate drops what the kernel
@@ -31,10 +34,12 @@ const DEVICES: &[&str] = &[
     "/dev/pts",
 ];
 
-/// A ready ruleset (one fd) and the run's private temp dir; cloning shares both.
+/// A ready ruleset (one fd), the compiled seccomp filters and the run's private temp dir;
+/// cloning shares them.
 #[derive(Debug, Clone)]
 pub struct Confinement {
     ruleset: Arc<OwnedFd>,
+    filters: Arc<seccomp::Programs>,
     tmp: Arc<tempfile::TempDir>,
     policy: SandboxPolicy,
     network: Network,
@@ -43,7 +48,8 @@ pub struct Confinement {
 impl Confinement {
     /// Read everywhere; write in `writable`, the devices above and a new temp dir; with
     /// `Network::Deny`, no TCP connect/bind and no abstract Unix sockets outside; never
-    /// signals to processes outside the sandbox (where the ABI has scopes).
+    /// signals to processes outside the sandbox (where the ABI has scopes); no metadata
+    /// changes and no terminal input faking ([`seccomp`]).
     pub(super) fn build(
         policy: SandboxPolicy,
         network: Network,
@@ -57,6 +63,7 @@ impl Confinement {
             .ok_or_else(|| io::Error::other("the kernel refused to create a Landlock ruleset"))?;
         Ok(Confinement {
             ruleset: Arc::new(fd),
+            filters: Arc::new(seccomp::compile(policy)?),
             tmp: Arc::new(tmp),
             policy,
             network,
@@ -108,16 +115,20 @@ fn ruleset(
 /// Makes the child restrict itself with `c` right before exec.
 pub fn install(cmd: &mut tokio::process::Command, c: &Confinement) {
     let ruleset = c.ruleset.clone();
-    // SAFETY: runs between fork and exec; two syscalls on an fd opened before the fork, no
-    // allocation, no locks (the error is built from the raw errno).
+    let filters = c.filters.clone();
+    // SAFETY: runs between fork and exec; plain syscalls on an fd and programs made before
+    // the fork, no allocation, no locks (errors are built from the raw errno).
     unsafe {
-        cmd.pre_exec(move || restrict(ruleset.as_raw_fd()));
+        cmd.pre_exec(move || {
+            detach_terminal();
+            restrict(ruleset.as_raw_fd(), &filters)
+        });
     }
 }
 
-/// `no_new_privs`, then the ruleset on the calling thread. Async-signal-safe: two syscalls,
-/// no allocation.
-fn restrict(ruleset: RawFd) -> io::Result<()> {
+/// `no_new_privs`, the ruleset, then the seccomp filters, on the calling thread.
+/// Async-signal-safe: plain syscalls, no allocation.
+fn restrict(ruleset: RawFd, filters: &[seccompiler::BpfProgram]) -> io::Result<()> {
     // SAFETY: plain syscalls on integers; they touch no memory of ours.
     unsafe {
         if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
@@ -127,7 +138,25 @@ fn restrict(ruleset: RawFd) -> io::Result<()> {
             return Err(io::Error::last_os_error());
         }
     }
-    Ok(())
+    seccomp::apply(filters)
+}
+
+/// Gives up the controlling terminal a daemon started from a shell passes on, so a confined
+/// program cannot open `/dev/tty` to reach the user's terminal. The child leads its own
+/// process group already, so `setsid` is not possible; `TIOCNOTTY` from a process that does
+/// not lead its session detaches that process only. Without a terminal there is nothing to do.
+fn detach_terminal() {
+    // SAFETY: open, ioctl and close on a static path and the fd it returned.
+    unsafe {
+        let fd = libc::open(
+            c"/dev/tty".as_ptr(),
+            libc::O_RDONLY | libc::O_NOCTTY | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        );
+        if fd >= 0 {
+            libc::ioctl(fd, libc::TIOCNOTTY);
+            libc::close(fd);
+        }
+    }
 }
 
 /// For the benchmark: the parent-side work of one confined call (temp dir, path fds,
@@ -145,10 +174,10 @@ pub fn bench_setup(
         &[workspace.to_path_buf()],
     )?;
     let built = t.elapsed();
-    let fd = c.ruleset.clone();
+    let (fd, filters) = (c.ruleset.clone(), c.filters.clone());
     let thread = std::thread::spawn(move || {
         let t = std::time::Instant::now();
-        restrict(fd.as_raw_fd()).map(|()| t.elapsed())
+        restrict(fd.as_raw_fd(), &filters).map(|()| t.elapsed())
     });
     let restricted = thread
         .join()

@@ -1,14 +1,16 @@
 //! Kernel-enforced confinement of the programs we start for calls (`bash`, custom tool
-//! programs, and stdio MCP servers that ask for it), with Linux Landlock.
+//! programs, and stdio MCP servers that ask for it), with Linux Landlock for files and
+//! network and a seccomp filter for what Landlock has no right for (metadata, `TIOCSTI`).
 //!
 //! The policy is resolved per call (config default → session → the call's `sandbox: "off"`),
 //! then [`plan`] turns it into a [`Plan`]: nothing to do, a refusal or an unconfined run
-//! (when the kernel cannot enforce it), or a [`Confinement`] whose Landlock ruleset is built
-//! *before* the fork. The child then only makes two raw syscalls between fork and exec
-//! (`no_new_privs`, `landlock_restrict_self`; see [`confine`]), because allocating there
-//! is unsafe in a multi-threaded parent.
+//! (when the kernel cannot enforce it), or a [`Confinement`] whose Landlock ruleset and
+//! seccomp programs are built *before* the fork. The child then only makes raw syscalls
+//! between fork and exec (see [`confine`]), because allocating there is unsafe in a
+//! multi-threaded parent.
 
 mod confine;
+mod seccomp;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -90,6 +92,13 @@ pub fn abi() -> u32 {
 const ABI_NET: u32 = 4;
 const ABI_SCOPES: u32 = 6;
 
+/// Whether the kernel runs seccomp filters, probed once. The test switch's ABI 0 stands
+/// for an old kernel with neither.
+fn seccomp_available() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(|| abi() > 0 && seccomp::available())
+}
+
 /// What the kernel can enforce, for `host.health`.
 pub fn status() -> SandboxStatus {
     let abi = abi();
@@ -98,6 +107,7 @@ pub fn status() -> SandboxStatus {
         filesystem: abi >= 1,
         network: abi >= ABI_NET,
         scopes: abi >= ABI_SCOPES,
+        seccomp: seccomp_available(),
     }
 }
 
@@ -110,6 +120,12 @@ fn unsupported(policy: SandboxPolicy, network: Network) -> Option<String> {
     if abi == 0 {
         return Some(format!(
             "the kernel has no Landlock (needs Linux 5.13+ with landlock in the `lsm=` list), so sandbox policy {} cannot be enforced",
+            policy.as_str()
+        ));
+    }
+    if !seccomp_available() {
+        return Some(format!(
+            "the kernel runs no seccomp filters (CONFIG_SECCOMP_FILTER), so sandbox policy {} cannot keep programs from changing modes, owners and times outside",
             policy.as_str()
         ));
     }
