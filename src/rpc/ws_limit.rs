@@ -294,3 +294,71 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for FrameLimit<I> {
         Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    /// A masked client frame (the key is zero; the filter never unmasks).
+    fn frame(first: u8, payload: &[u8]) -> Vec<u8> {
+        let mut f = vec![first];
+        match payload.len() {
+            n if n < 126 => f.push(0x80 | n as u8),
+            n if n <= 0xffff => {
+                f.push(0x80 | 126);
+                f.extend_from_slice(&(n as u16).to_be_bytes());
+            }
+            n => {
+                f.push(0x80 | 127);
+                f.extend_from_slice(&(n as u64).to_be_bytes());
+            }
+        }
+        f.extend_from_slice(&[0; 4]);
+        f.extend_from_slice(payload);
+        f
+    }
+
+    async fn filtered(input: Vec<u8>, max: usize) -> (Vec<u8>, Arc<Oversized>) {
+        let oversized = Arc::new(Oversized::default());
+        let mut out = Vec::new();
+        FrameLimit::new(&input[..], max, oversized.clone())
+            .read_to_end(&mut out)
+            .await
+            .unwrap();
+        (out, oversized)
+    }
+
+    #[tokio::test]
+    async fn messages_over_the_limit_are_cut_and_the_rest_passes() {
+        let ping = frame(0x89, b"hi");
+        let mut input = frame(0x81, b"fits");
+        input.extend(frame(0x82, &[b'x'; 70_000]));
+        // A fragmented message that goes over in its second fragment, a ping in between.
+        input.extend(frame(0x01, b"abc"));
+        input.extend(frame(0x00, &[b'y'; 20]));
+        input.extend(&ping);
+        input.extend(frame(0x80, b"z"));
+        input.extend(frame(0x81, b"last"));
+        let (out, oversized) = filtered(input, 10).await;
+
+        let mut want = frame(0x82, b"fits");
+        want.extend([0x82, 0x80, 0, 0, 0, 0]);
+        want.extend(frame(0x02, b"abc"));
+        want.extend([0x80, 0x80, 0, 0, 0, 0]);
+        want.extend(&ping);
+        want.extend(frame(0x82, b"last"));
+        assert_eq!(out, want);
+        let cut: Vec<u64> = (1..=4).filter(|n| oversized.was_cut(*n)).collect();
+        assert_eq!(cut, [2, 3]);
+    }
+
+    #[tokio::test]
+    async fn unmasked_frames_pass_as_they_are_for_tungstenite_to_refuse() {
+        let mut unmasked = vec![0x81, 20];
+        unmasked.extend([b'x'; 20]);
+        let (out, _) = filtered(unmasked.clone(), 10).await;
+        assert_eq!(out, unmasked);
+    }
+}
