@@ -1052,3 +1052,200 @@ async fn a_call_id_in_flight_is_refused_on_invoke_and_subscribe_invoke() {
     };
     assert_eq!(r["result"]["result"]["error_kind"], "cancelled", "{r}");
 }
+
+// ---------------------------------------------------------------------------------------
+// Connection budgets and the handshake deadline
+
+/// The port of the daemon's TCP listener on `host`, from its start-up log.
+fn tcp_port(d: &Daemon, host: &str) -> u16 {
+    let log = d.log();
+    log.split(&format!("+ tcp {host}:"))
+        .nth(1)
+        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no tcp address in log: {log}"))
+}
+
+/// A keep-alive JSON-RPC POST of `host.health` with `Authorization: Bearer <token>`.
+fn authorized_health(token: &str) -> String {
+    let body = health("1");
+    format!(
+        "POST / HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// Whether the daemon closes `s` (EOF or reset, nothing written) within 5 s.
+async fn closed_silently<S: tokio::io::AsyncRead + Unpin>(s: &mut S) -> bool {
+    let mut out = Vec::new();
+    match tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await {
+        Ok(_) => out.is_empty(),
+        Err(_) => false,
+    }
+}
+
+#[tokio::test]
+async fn idle_tcp_connections_lock_out_neither_the_unix_socket_nor_a_client_with_the_token() {
+    let mut d = Daemon::unstarted();
+    let limits = json!({"listen": {
+        "tcp": "127.0.0.1:0",
+        "max_tcp_connections": 6,
+        "max_tcp_unauthenticated": 3,
+        "handshake_timeout_ms": 1500,
+    }});
+    std::fs::write(d.config_path(), limits.to_string()).unwrap();
+    d.spawn(&[("TOOLHOST_TOKEN", "s3cret")]).await;
+    let addr = ("127.0.0.1", tcp_port(&d, "127.0.0.1"));
+
+    // Many more idle TCP connections than either TCP budget, and an idle Unix one.
+    let mut idle = Vec::new();
+    for _ in 0..40 {
+        idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+    }
+    let mut idle_unix = UnixStream::connect(d.socket()).await.unwrap();
+    // The Unix socket is served at once, by the CLI too.
+    assert_eq!(
+        d.call("host.health", json!({})).await["result"]["status"],
+        "ok"
+    );
+    let mut cli = common::toolhost(d.dir.path());
+    cli.arg("--socket").arg(d.socket()).arg("health");
+    let status = cli.output().await.unwrap().status;
+    assert!(status.success(), "toolhost health: {status}");
+    // A client that presents the token at once gets in, although idle connections hold
+    // every unauthenticated slot, and stays in past the deadline.
+    let mut authed = tokio::net::TcpStream::connect(addr).await.unwrap();
+    authed
+        .write_all(authorized_health("s3cret").as_bytes())
+        .await
+        .unwrap();
+    assert!(read_tcp_response(&mut authed)
+        .await
+        .starts_with("HTTP/1.1 200"));
+    // The newest idle connection, opened after it, is closed by its deadline (as are all the
+    // others, sooner), and nothing was written to any of them.
+    let mut last = tokio::net::TcpStream::connect(addr).await.unwrap();
+    for s in idle.iter_mut().chain([&mut last]) {
+        assert!(
+            closed_silently(s).await,
+            "an idle tcp connection stayed open"
+        );
+    }
+    assert!(
+        closed_silently(&mut idle_unix).await,
+        "an idle unix connection stayed open"
+    );
+    authed
+        .write_all(authorized_health("s3cret").as_bytes())
+        .await
+        .unwrap();
+    assert!(read_tcp_response(&mut authed)
+        .await
+        .starts_with("HTTP/1.1 200"));
+
+    // Authenticated connections fill the TCP budget; the next is closed at accept, and the
+    // Unix socket is not affected.
+    let mut full = vec![authed];
+    for _ in 1..6 {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(authorized_health("s3cret").as_bytes())
+            .await
+            .unwrap();
+        assert!(read_tcp_response(&mut s).await.starts_with("HTTP/1.1 200"));
+        full.push(s);
+    }
+    let mut over = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let _ = over.write_all(authorized_health("s3cret").as_bytes()).await;
+    assert!(
+        closed_silently(&mut over).await,
+        "a 7th tcp connection was served"
+    );
+    assert_eq!(d.http("GET", "/health", "").await.0, 200);
+    // A slot comes back when a connection ends.
+    drop(full.pop());
+    eventually(5, "a tcp slot comes back", || async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let mut out = Vec::new();
+        let _ = s.write_all(authorized_health("s3cret").as_bytes()).await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_buf(&mut out)).await;
+        out.starts_with(b"HTTP/1.1 200")
+    })
+    .await;
+}
+
+/// Reads one HTTP response whose body is a JSON object from a TCP stream.
+async fn read_tcp_response(s: &mut tokio::net::TcpStream) -> String {
+    let mut out = Vec::new();
+    let mut chunk = [0u8; 4096];
+    while !out.ends_with(b"}") {
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut chunk))
+            .await
+            .expect("the daemon answers")
+            .unwrap();
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&out));
+        out.extend_from_slice(&chunk[..n]);
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test]
+async fn an_oversized_websocket_message_is_answered_too_big_and_the_connection_stays() {
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+    let d = Daemon::start_with(Some(json!({"limits": {"max_request_bytes": 4096}}))).await;
+    let mut ws = ws_connect(&d.socket()).await;
+    let answer = async |ws: &mut tokio_tungstenite::WebSocketStream<UnixStream>| {
+        let m = tokio::time::timeout(Duration::from_secs(10), ws.next())
+            .await
+            .expect("an answer")
+            .expect("the connection stays open")
+            .unwrap();
+        parse(m.to_text().unwrap())
+    };
+    let fits = format!(
+        r#"{{"jsonrpc":"2.0","id":"fits","method":"host.health","params":{{"pad":"{}"}}}}"#,
+        "x".repeat(3000)
+    );
+    let frame = |data: &str, op: Data, fin: bool| {
+        Message::Frame(Frame::message(data.to_owned(), OpCode::Data(op), fin))
+    };
+    let oversized = [
+        // One text frame, a binary one far larger than a read buffer, and a message whose
+        // second fragment takes it over the limit (its first was already passed on).
+        vec![Message::text("x".repeat(5000))],
+        vec![Message::binary(vec![b'x'; 300_000])],
+        vec![
+            frame(&fits[..2000], Data::Text, false),
+            frame(&"y".repeat(3000), Data::Continue, false),
+            frame("z", Data::Continue, true),
+        ],
+    ];
+    for (i, message) in oversized.into_iter().enumerate() {
+        for m in message {
+            ws.send(m).await.unwrap();
+        }
+        let reply = answer(&mut ws).await;
+        assert_eq!(reply["error"]["code"], -32007, "message {i}: {reply}");
+        assert_eq!(reply["id"], Value::Null, "message {i}: {reply}");
+        ws.send(Message::text(health(&i.to_string())))
+            .await
+            .unwrap();
+        let reply = answer(&mut ws).await;
+        assert_eq!(
+            reply["result"]["status"], "ok",
+            "after message {i}: {reply}"
+        );
+    }
+    // A message under the limit in fragments runs as one (and its params are checked).
+    ws.send(frame(&fits[..2000], Data::Text, false))
+        .await
+        .unwrap();
+    ws.send(frame(&fits[2000..], Data::Continue, true))
+        .await
+        .unwrap();
+    let reply = answer(&mut ws).await;
+    assert!(
+        reply["id"] == "fits" && reply["error"]["code"] == -32602,
+        "{reply}"
+    );
+}

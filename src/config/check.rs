@@ -603,6 +603,7 @@ mod tests {
                 socket_mode: Some("0660".into()),
                 tcp: Some("127.0.0.1:1".into()),
                 token_file: Some("/t".into()),
+                ..Listen::default()
             },
             ..Config::default()
         };

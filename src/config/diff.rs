@@ -78,7 +78,7 @@ impl ConfigDiff {
 /// Compares `old` (live) with `new`.
 ///
 /// Restart-only settings: `listen.socket`, `listen.socket_mode`, `listen.tcp`,
-/// `listen.token_file`, `data_dir`, `workspace` (built-in tools are rooted at the
+/// `listen.token_file`, the `listen` connection limits, `data_dir`, `workspace` (built-in tools are rooted at the
 /// workspace resolved at start) and `limits.max_request_bytes` (baked into the transport
 /// when it starts). Note these compare config values only: a `--workspace`/`--socket`
 /// command-line flag that overrides them is not known here.
@@ -126,6 +126,20 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
     restart(
         old.listen.token_file != new.listen.token_file,
         "listen.token_file",
+    );
+    restart(
+        (
+            old.listen.max_unix_connections,
+            old.listen.max_tcp_connections,
+            old.listen.max_tcp_unauthenticated,
+            old.listen.handshake_timeout_ms,
+        ) != (
+            new.listen.max_unix_connections,
+            new.listen.max_tcp_connections,
+            new.listen.max_tcp_unauthenticated,
+            new.listen.handshake_timeout_ms,
+        ),
+        "listen connection limits",
     );
     restart(
         old.limits.max_request_bytes != new.limits.max_request_bytes,

@@ -97,7 +97,7 @@ pub enum Trust {
     QuarantineNew,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default)]
 pub struct Listen {
     /// The Unix socket path; default `$XDG_RUNTIME_DIR/toolhost/toolhost.sock`.
@@ -118,6 +118,35 @@ pub struct Listen {
     /// The file holding the bearer token that TCP clients must present.
     #[schemars(length(min = 1))]
     pub token_file: Option<PathBuf>,
+    /// Open connections on the Unix socket at most; more are closed at accept.
+    #[schemars(range(min = 1))]
+    pub max_unix_connections: usize,
+    /// Open TCP connections at most, authenticated or not; more are closed at accept.
+    #[schemars(range(min = 1))]
+    pub max_tcp_connections: usize,
+    /// TCP connections that have not yet passed the bearer check, at most; a new one past
+    /// this closes the oldest of them.
+    #[schemars(range(min = 1))]
+    pub max_tcp_unauthenticated: usize,
+    /// How long a new connection may take to send its first byte and, on TCP, to pass the
+    /// bearer check; it is closed otherwise.
+    #[schemars(range(min = 1))]
+    pub handshake_timeout_ms: u64,
+}
+
+impl Default for Listen {
+    fn default() -> Self {
+        Listen {
+            socket: None,
+            socket_mode: None,
+            tcp: None,
+            token_file: None,
+            max_unix_connections: 4096,
+            max_tcp_connections: 1024,
+            max_tcp_unauthenticated: 64,
+            handshake_timeout_ms: 10_000,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

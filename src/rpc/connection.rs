@@ -25,6 +25,7 @@ use tokio_util::task::AbortOnDropHandle;
 use super::envelope::{self, Call, Item, Message};
 use super::subscription::{Accepted, Open, Out};
 use super::websocket::WsServer;
+use super::ws_limit::Oversized;
 use super::Shared;
 use crate::audit::{Caller, CALLER};
 use crate::bounded_lines::read_line_or_drop;
@@ -251,7 +252,14 @@ pub(super) enum Source {
         max: usize,
         frame_timeout: Duration,
     },
-    Ws(SplitStream<WsServer>),
+    Ws {
+        rx: SplitStream<WsServer>,
+        /// The messages `FrameLimit` cut for being over `max`, by number.
+        oversized: Arc<Oversized>,
+        /// Data messages read so far.
+        messages: u64,
+        max: usize,
+    },
 }
 
 impl Source {
@@ -288,18 +296,28 @@ impl Source {
                     return frame;
                 }
             },
-            Source::Ws(rx) => loop {
-                match rx.next().await {
-                    Some(Ok(WsMessage::Text(t))) => return Frame::Text(t.as_str().to_owned()),
-                    Some(Ok(WsMessage::Binary(b))) => {
-                        return match String::from_utf8(b.to_vec()) {
-                            Ok(t) => Frame::Text(t),
-                            Err(_) => Frame::Error(not_utf8()),
-                        }
+            Source::Ws {
+                rx,
+                oversized,
+                messages,
+                max,
+            } => loop {
+                let data = match rx.next().await {
+                    Some(Ok(WsMessage::Text(t))) => t.as_str().as_bytes().to_vec(),
+                    Some(Ok(WsMessage::Binary(b))) => b.to_vec(),
+                    Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_) | WsMessage::Frame(_))) => {
+                        continue
                     }
-                    Some(Ok(WsMessage::Ping(_) | WsMessage::Pong(_) | WsMessage::Frame(_))) => {}
                     Some(Ok(WsMessage::Close(_))) | Some(Err(_)) | None => return Frame::End,
+                };
+                *messages += 1;
+                if oversized.was_cut(*messages) {
+                    return Frame::Error(too_big(*max));
                 }
+                return match String::from_utf8(data) {
+                    Ok(t) => Frame::Text(t),
+                    Err(_) => Frame::Error(not_utf8()),
+                };
             },
         }
     }
@@ -313,7 +331,8 @@ pub(super) fn not_utf8() -> String {
     )
 }
 
-/// The answer to a message over `limits.max_request_bytes` (a line, a POST body).
+/// The answer to a message over `limits.max_request_bytes` (a line, a POST body, a
+/// WebSocket message).
 pub(super) fn too_big(max: usize) -> String {
     let msg = format!("Request is too big: the limit is {max} bytes (limits.max_request_bytes)");
     envelope::error_reply(None, codes::TOO_BIG, &msg)

@@ -8,16 +8,27 @@ use std::sync::Arc;
 use tokio::io::BufReader;
 use tokio::net::UnixStream;
 
+use super::admission::Ticket;
 use super::connection::{run_messages, Source, Wire, READ_BUFFER};
 use super::http::serve_http;
 use super::Shared;
 use crate::audit::Caller;
 use crate::metrics::Framing;
 
-/// Serves a Unix-socket connection in whichever framing its first byte announces.
-pub(super) async fn serve_unix(stream: UnixStream, shared: Arc<Shared>) {
-    // Waiting for the first byte holds no buffer, so an idle client may wait as long as it likes.
-    match first_byte(&stream).await {
+/// Serves a Unix-socket connection in whichever framing its first byte announces. An
+/// accepted connection holds its `ticket` while open and must send its first byte within
+/// the ticket's handshake time; the daemon's own in-process connection has no ticket.
+pub(super) async fn serve_unix(stream: UnixStream, shared: Arc<Shared>, ticket: Option<Ticket>) {
+    let first = match &ticket {
+        Some(t) => tokio::time::timeout(t.handshake(), first_byte(&stream))
+            .await
+            .unwrap_or_else(|_| {
+                tracing::debug!("a unix client sent nothing in time; closing");
+                None
+            }),
+        None => first_byte(&stream).await,
+    };
+    match first {
         None => {}
         Some(b'{' | b'[' | b' ' | b'\t' | b'\r' | b'\n') => {
             let caller = Caller::of_unix(&stream);
@@ -25,7 +36,7 @@ pub(super) async fn serve_unix(stream: UnixStream, shared: Arc<Shared>) {
         }
         Some(_) => {
             let caller = Caller::of_unix(&stream);
-            serve_http(stream, shared, None, caller).await
+            serve_http(stream, shared, ticket, None, caller).await
         }
     }
 }

@@ -11,6 +11,7 @@ use hyper_util::rt::TokioIo;
 use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse};
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use super::admission::{Pending, Ticket};
 use super::connection::{not_utf8, too_big, Session};
 use super::envelope;
 use super::head_timeout::{HeadClock, HeadTimeout};
@@ -22,11 +23,35 @@ use crate::protocol::codes;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
-/// Serves HTTP/1.1 (and WebSocket upgrades) on `io`. `token` demands a bearer token (TCP).
+/// The bearer token a TCP connection must present, and its place among the connections
+/// that have not yet done so (`admission`).
+pub(super) struct Bearer {
+    token: Arc<str>,
+    pending: Pending,
+}
+
+impl Bearer {
+    pub(super) fn new(token: Arc<str>, pending: Pending) -> Bearer {
+        Bearer { token, pending }
+    }
+
+    /// Whether `req` carries the token; the first that does authenticates the connection.
+    fn admits<B>(&self, req: &HttpRequest<B>) -> bool {
+        let ok = bearer_matches(req, &self.token);
+        if ok {
+            self.pending.authenticated();
+        }
+        ok
+    }
+}
+
+/// Serves HTTP/1.1 (and WebSocket upgrades) on `io`. `ticket` is the connection's slot,
+/// which a WebSocket keeps after the upgrade; `bearer` demands a token (TCP).
 pub(super) async fn serve_http<I>(
     io: I,
     shared: Arc<Shared>,
-    token: Option<Arc<str>>,
+    ticket: Option<Ticket>,
+    bearer: Option<Bearer>,
     caller: Option<Arc<Caller>>,
 ) where
     I: AsyncRead + AsyncWrite + Send + Unpin + 'static,
@@ -48,7 +73,8 @@ pub(super) async fn serve_http<I>(
             TokioIo::new(io),
             HttpService {
                 shared,
-                token,
+                ticket,
+                bearer,
                 caller,
                 clock,
             },
@@ -70,7 +96,8 @@ pub(super) async fn serve_http<I>(
 /// Per-connection HTTP service: auth (TCP), `GET /health`, WebSocket upgrade, POST.
 struct HttpService {
     shared: Arc<Shared>,
-    token: Option<Arc<str>>,
+    ticket: Option<Ticket>,
+    bearer: Option<Bearer>,
     caller: Option<Arc<Caller>>,
     clock: Arc<HeadClock>,
 }
@@ -117,8 +144,8 @@ impl HttpService {
         &self,
         req: HttpRequest<Incoming>,
     ) -> BoxFuture<'static, Result<HttpResponse, BoxError>> {
-        if let Some(token) = &self.token {
-            if !bearer_matches(&req, token) {
+        if let Some(bearer) = &self.bearer {
+            if !bearer.admits(&req) {
                 return ready(plain(401, "missing or wrong Authorization: Bearer token\n"));
             }
         }
@@ -141,7 +168,7 @@ impl HttpService {
         }
         let caller = self.caller.as_ref().map(|c| c.with_agent(&req));
         if jsonrpsee::server::ws::is_upgrade_request(&req) {
-            let response = upgrade(req, self.shared.clone(), caller);
+            let response = upgrade(req, self.shared.clone(), caller, self.ticket.clone());
             if response.status() == hyper::StatusCode::SWITCHING_PROTOCOLS {
                 self.clock.upgraded();
             }

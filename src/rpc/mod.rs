@@ -6,6 +6,7 @@
 //! error object types, the HTTP request/body types, the WebSocket upgrade check and the
 //! stop handle that ends the server.
 
+mod admission;
 mod connection;
 mod envelope;
 mod framing;
@@ -17,6 +18,7 @@ mod openrpc;
 mod ops;
 mod subscription;
 mod websocket;
+mod ws_limit;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,9 +28,6 @@ use jsonrpsee::server::{stop_channel, ServerHandle, StopHandle};
 use crate::host::Host;
 
 pub use listener::Listeners;
-
-/// Open connections at most, over all listeners and framings; more are closed at accept.
-const MAX_CONNECTIONS: usize = 4096;
 
 /// How long a started frame (a line, HTTP headers, an HTTP body) may take to arrive in full.
 /// Idle time between frames is not limited.
@@ -106,14 +105,21 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
         frame_timeout: frame_timeout(),
         mcp: crate::facade::Endpoint::new(host.clone(), in_process(weak.clone())),
     });
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let accept = host.shutdown_token().child_token();
+    let handshake = Duration::from_millis(cfg.listen.handshake_timeout_ms);
+    let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
 
     let Listeners {
         unix, owned, tcp, ..
     } = listeners;
     {
-        let (shared, accept, slots) = (shared.clone(), accept.clone(), slots.clone());
+        let budget = admission::Budget::new(
+            "unix",
+            cfg.listen.max_unix_connections,
+            handshake,
+            open.clone(),
+        );
+        let (shared, accept) = (shared.clone(), accept.clone());
         tokio::spawn(async move {
             loop {
                 let stream = tokio::select! {
@@ -123,20 +129,18 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
                     },
                     _ = accept.cancelled() => break,
                 };
-                let Some(slot) = take_slot(&slots) else {
+                let Some(ticket) = budget.admit() else {
                     continue;
                 };
-                let shared = shared.clone();
-                tokio::spawn(async move {
-                    framing::serve_unix(stream, shared).await;
-                    release(slot);
-                });
+                tokio::spawn(framing::serve_unix(stream, shared.clone(), Some(ticket)));
             }
         });
     }
     if let Some((tcp, token)) = tcp {
         let token: Arc<str> = token.into();
-        let (shared, accept, slots) = (shared.clone(), accept.clone(), slots.clone());
+        let budget = admission::Budget::new("tcp", cfg.listen.max_tcp_connections, handshake, open);
+        let unauthenticated = admission::Unauthenticated::new(cfg.listen.max_tcp_unauthenticated);
+        let (shared, accept) = (shared.clone(), accept.clone());
         tokio::spawn(async move {
             loop {
                 let stream = tokio::select! {
@@ -147,13 +151,20 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
                     _ = accept.cancelled() => break,
                 };
                 let _ = stream.set_nodelay(true);
-                let Some(slot) = take_slot(&slots) else {
+                let Some(ticket) = budget.admit() else {
                     continue;
                 };
-                let (shared, token) = (shared.clone(), token.clone());
+                let pending = unauthenticated.admit(handshake);
+                let bearer = http::Bearer::new(token.clone(), pending.clone());
+                let serve =
+                    http::serve_http(stream, shared.clone(), Some(ticket), Some(bearer), None);
                 tokio::spawn(async move {
-                    http::serve_http(stream, shared, Some(token), None).await;
-                    release(slot);
+                    tokio::select! {
+                        _ = serve => {}
+                        _ = pending.refused() => {
+                            tracing::debug!("a tcp connection did not authenticate in time, or newer ones pushed it out; closing it");
+                        }
+                    }
                 });
             }
         });
@@ -173,49 +184,7 @@ fn in_process(shared: std::sync::Weak<Shared>) -> crate::facade::Connect {
             .upgrade()
             .ok_or_else(|| std::io::Error::other("the server has stopped"))?;
         let (ours, theirs) = tokio::net::UnixStream::pair()?;
-        tokio::spawn(framing::serve_unix(theirs, shared));
+        tokio::spawn(framing::serve_unix(theirs, shared, None));
         Ok(ours)
     })
 }
-
-/// A connection slot, or `None` (and a warning) when all are taken: the connection is
-/// closed at once rather than queued, and the slot comes back when a connection ends.
-fn take_slot(slots: &Arc<tokio::sync::Semaphore>) -> Option<tokio::sync::OwnedSemaphorePermit> {
-    let slot = slots.clone().try_acquire_owned().ok();
-    if slot.is_none() {
-        tracing::warn!("{MAX_CONNECTIONS} connections are open; refusing a new one");
-    }
-    slot
-}
-
-/// Gives a connection slot back; when it was the last connection, hands the heap's free
-/// memory back to the system (at most once a second). glibc otherwise keeps freed memory
-/// in its arenas: measured with tests/rpc_edges.rs `memory_comes_back_after_clients_leave`,
-/// RSS stayed at the peak after 2,000 connections had all left.
-fn release(slot: tokio::sync::OwnedSemaphorePermit) {
-    let slots = slot.semaphore().clone();
-    drop(slot);
-    if slots.available_permits() == MAX_CONNECTIONS {
-        trim_heap();
-    }
-}
-
-/// Gives freed heap back to the system (at most once a second) after the last client leaves.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn trim_heap() {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static LAST: AtomicU64 = AtomicU64::new(0);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    if LAST.swap(now, Ordering::Relaxed) == now {
-        return;
-    }
-    tokio::task::spawn_blocking(|| {
-        // SAFETY: malloc_trim only walks glibc's own heap under its own locks.
-        unsafe { nix::libc::malloc_trim(0) };
-    });
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn trim_heap() {}

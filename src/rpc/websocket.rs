@@ -10,20 +10,25 @@ use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse};
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_tungstenite::WebSocketStream;
 
+use super::admission::Ticket;
 use super::connection::{run_messages, Source, Wire, READ_BUFFER};
 use super::http::plain;
+use super::ws_limit::{FrameLimit, Oversized};
 use super::Shared;
 use crate::audit::Caller;
 use crate::metrics::Framing;
 
-/// A server-side WebSocket over an upgraded HTTP connection.
-pub(super) type WsServer = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
+/// A server-side WebSocket over an upgraded HTTP connection, its messages size-checked
+/// by `FrameLimit`.
+pub(super) type WsServer = WebSocketStream<FrameLimit<TokioIo<hyper::upgrade::Upgraded>>>;
 
-/// Accepts a WebSocket upgrade and serves JSON-RPC messages on it.
+/// Accepts a WebSocket upgrade and serves JSON-RPC messages on it, holding the
+/// connection's `ticket` (its slot) until the WebSocket closes.
 pub(super) fn upgrade(
     req: HttpRequest<Incoming>,
     shared: Arc<Shared>,
     caller: Option<Arc<Caller>>,
+    ticket: Option<Ticket>,
 ) -> HttpResponse {
     use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
     let headers = req.headers();
@@ -50,17 +55,26 @@ pub(super) fn upgrade(
             }
         };
         // Client frames must be masked (RFC 6455 §5.1; tungstenite's default refuses
-        // unmasked ones and closes); one message is at most one request's worth.
+        // unmasked ones and closes). `FrameLimit` cuts messages over the limit before
+        // tungstenite sees them, so tungstenite's own limit (the same) is never reached.
         let cfg = WebSocketConfig::default()
             .read_buffer_size(READ_BUFFER)
             .max_message_size(Some(max))
             .max_frame_size(Some(max))
             .accept_unmasked_frames(false);
-        let ws =
-            WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(cfg)).await;
+        let oversized = Arc::new(Oversized::default());
+        let io = FrameLimit::new(TokioIo::new(upgraded), max, oversized.clone());
+        let ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(cfg)).await;
         let _open = shared.host.metrics().connection(Framing::websocket);
         let (tx, rx) = ws.split();
-        run_messages(shared, Source::Ws(rx), Wire::Ws(tx), caller).await;
+        let source = Source::Ws {
+            rx,
+            oversized,
+            messages: 0,
+            max,
+        };
+        run_messages(shared, source, Wire::Ws(tx), caller).await;
+        drop(ticket);
     });
     let mut r = HttpResponse::new(HttpBody::default());
     *r.status_mut() = hyper::StatusCode::SWITCHING_PROTOCOLS;
