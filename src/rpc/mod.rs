@@ -15,6 +15,7 @@ mod listener;
 mod methods;
 mod openrpc;
 mod ops;
+mod peer;
 mod subscription;
 mod websocket;
 
@@ -56,6 +57,8 @@ pub(crate) struct Shared {
     frame_timeout: Duration,
     /// `/mcp`: the MCP facade over streamable HTTP.
     mcp: crate::facade::Endpoint,
+    /// The sessions host-started peers created, the only ones they may use (see `peer`).
+    started_sessions: peer::StartedSessions,
 }
 
 /// A running server: stop accepting, then wait for connections to drain.
@@ -105,6 +108,7 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
         max_request_bytes: max_request,
         frame_timeout: frame_timeout(),
         mcp: crate::facade::Endpoint::new(in_process(weak.clone()), host.shutdown_token().clone()),
+        started_sessions: peer::StartedSessions::default(),
     });
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     let accept = host.shutdown_token().child_token();
