@@ -21,6 +21,8 @@ requests = json.loads(sys.argv[3])
 s = socket.socket(socket.AF_UNIX); s.connect(sock); f = s.makefile("rw")
 replies = {}
 for n, (label, method, params) in enumerate(requests):
+    own = replies.get("own session", {}).get("result", {}).get("id", "")
+    params = json.loads(json.dumps(params).replace("$OWN", own))
     f.write(json.dumps({"jsonrpc": "2.0", "id": n, "method": method, "params": params}) + "\n"); f.flush()
     replies[label] = json.loads(f.readline())
 h = socket.socket(socket.AF_UNIX); h.connect(sock)
@@ -42,8 +44,10 @@ fn requests(outside: &Path) -> Value {
         ["mcp.add", "mcp.add", {"name": "evil", "server": {"command": "/bin/sh", "args": ["-c", touch("4")]}}],
         ["config.reload", "config.reload", {}],
         ["session.list", "session.list", {}],
-        ["plain call", "invoke", {"name": "bash", "arguments": {"command": "echo nested"}}],
+        ["sessionless", "invoke", {"name": "list_dir", "arguments": {"path": "."}}],
         ["own session", "session.create", {}],
+        ["own call", "invoke", {"name": "list_dir", "arguments": {"path": "."}, "session_id": "$OWN"}],
+        ["own bash", "invoke", {"name": "bash", "arguments": {"command": touch("5")}, "session_id": "$OWN"}],
     ])
 }
 
@@ -87,6 +91,7 @@ fn assert_refused(replies: &Value, outside: &Path) {
         "mcp.add",
         "config.reload",
         "session.list",
+        "sessionless",
     ] {
         let e = &replies[label]["error"];
         assert_eq!(e["code"], -32008, "{label}: {}", replies[label]);
@@ -100,9 +105,11 @@ fn assert_refused(replies: &Value, outside: &Path) {
         "{}",
         replies["mcp facade"]
     );
-    // What a call may do anyway still works.
-    assert_eq!(replies["plain call"]["result"]["result"]["ok"], true, "{replies}");
+    // What a call may do anyway still works, in a session of its own that is the most
+    // restricted: a read runs, a command waits for an approval it cannot give.
     assert!(replies["own session"]["result"]["id"].is_string(), "{replies}");
+    assert_eq!(replies["own call"]["result"]["result"]["ok"], true, "{replies}");
+    assert_eq!(replies["own bash"]["result"]["result"]["ok"], false, "{replies}");
     let written: Vec<_> = std::fs::read_dir(outside).unwrap().collect();
     assert!(written.is_empty(), "written outside: {written:?}");
 }
@@ -125,6 +132,8 @@ async fn a_calls_command_cannot_raise_its_rights_through_the_socket() {
         .call("session.get", json!({"id": own}))
         .await;
     assert_eq!(r["result"]["workspace"], d.workspace().canonicalize().unwrap().display().to_string());
+    assert_eq!(r["result"]["sandbox"]["policy"], "read-only", "{r}");
+    assert_eq!(r["result"]["approval"], "strict", "{r}");
 }
 
 #[tokio::test]

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use jsonrpsee::types::{ErrorObject, ErrorObjectOwned};
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 
 use crate::audit::Caller;
 use crate::host::Host;
@@ -37,7 +37,9 @@ impl StartedSessions {
 }
 
 /// A host-started peer's limits: the daemon's workspace (canonical), the outer bound of
-/// every workspace it may name.
+/// every workspace it may name. Such a peer is not mapped to the one call that started it,
+/// so it gets the most restricted: its calls run in sessions it created, which are
+/// read-only, without network and strict.
 pub(super) struct Limited {
     workspace: PathBuf,
 }
@@ -180,6 +182,13 @@ impl Limited {
         match access {
             Access::Call => {
                 own("session_id")?;
+                let sessionless = p.get("session_id").is_none_or(Value::is_null);
+                if sessionless && matches!(name, method::INVOKE | method::SUBSCRIBE_INVOKE) {
+                    return Err(refused(
+                        "a call must name a session it created (whose calls run read-only, strict)"
+                            .into(),
+                    ));
+                }
                 if p.get("approved").is_some_and(|a| a != &Value::Bool(false)) {
                     return Err(refused("`approved` is the user's to give".into()));
                 }
@@ -204,6 +213,9 @@ impl Limited {
                         _ => format!("s_{}", uuid::Uuid::new_v4().simple()),
                     };
                     p.insert("id".into(), Value::String(id.clone()));
+                    // It cannot be mapped to the call that started it: the most restricted.
+                    p.insert("sandbox".into(), json!({"policy": "read-only", "network": "deny"}));
+                    p.insert("approval".into(), json!("strict"));
                     Some(id)
                 } else {
                     own("id")?;
@@ -288,9 +300,9 @@ mod tests {
     fn calls_keep_their_limits() {
         let s = StartedSessions::default();
         let l = limited();
-        let plain = r#"{"name":"bash","arguments":{"command":"true"}}"#;
-        assert!(l.admit(&s, method::INVOKE, Some(plain)).is_ok());
+        assert!(l.admit(&s, method::LIST_TOOLS, Some("{}")).is_ok());
         for bad in [
+            r#"{"name":"bash"}"#,
             r#"{"name":"bash","approved":true}"#,
             r#"{"name":"bash","sandbox":"off"}"#,
             r#"{"name":"bash","session_id":"someone_else"}"#,
@@ -310,7 +322,10 @@ mod tests {
             panic!("create is rewritten");
         };
         let id = created.clone().unwrap();
-        assert!(params.contains(&id));
+        let p: Value = serde_json::from_str(&params).unwrap();
+        assert_eq!(p["id"], id.as_str());
+        assert_eq!(p["sandbox"]["policy"], "read-only");
+        assert_eq!(p["approval"], "strict");
         s.settle(method::SESSION_CREATE, Some(&params), created);
         let call = format!(r#"{{"name":"bash","session_id":"{id}"}}"#);
         assert!(l.admit(&s, method::INVOKE, Some(&call)).is_ok());
