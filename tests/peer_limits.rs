@@ -96,7 +96,10 @@ fn assert_refused(replies: &Value, outside: &Path) {
         let e = &replies[label]["error"];
         assert_eq!(e["code"], -32008, "{label}: {}", replies[label]);
         assert!(
-            e["message"].as_str().unwrap().starts_with("Not allowed from a process the host started"),
+            e["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("Not allowed from a process the host started"),
             "{label}: {e}"
         );
     }
@@ -107,9 +110,18 @@ fn assert_refused(replies: &Value, outside: &Path) {
     );
     // What a call may do anyway still works, in a session of its own that is the most
     // restricted: a read runs, a command waits for an approval it cannot give.
-    assert!(replies["own session"]["result"]["id"].is_string(), "{replies}");
-    assert_eq!(replies["own call"]["result"]["result"]["ok"], true, "{replies}");
-    assert_eq!(replies["own bash"]["result"]["result"]["ok"], false, "{replies}");
+    assert!(
+        replies["own session"]["result"]["id"].is_string(),
+        "{replies}"
+    );
+    assert_eq!(
+        replies["own call"]["result"]["result"]["ok"], true,
+        "{replies}"
+    );
+    assert_eq!(
+        replies["own bash"]["result"]["result"]["ok"], false,
+        "{replies}"
+    );
     let written: Vec<_> = std::fs::read_dir(outside).unwrap().collect();
     assert!(written.is_empty(), "written outside: {written:?}");
 }
@@ -128,10 +140,11 @@ async fn a_calls_command_cannot_raise_its_rights_through_the_socket() {
     assert_refused(&replies, &outside);
     // A created session is the command's own: it may call into it.
     let own = replies["own session"]["result"]["id"].as_str().unwrap();
-    let r = d
-        .call("session.get", json!({"id": own}))
-        .await;
-    assert_eq!(r["result"]["workspace"], d.workspace().canonicalize().unwrap().display().to_string());
+    let r = d.call("session.get", json!({"id": own})).await;
+    assert_eq!(
+        r["result"]["workspace"],
+        d.workspace().canonicalize().unwrap().display().to_string()
+    );
     assert_eq!(r["result"]["sandbox"]["policy"], "read-only", "{r}");
     assert_eq!(r["result"]["approval"], "strict", "{r}");
 }
@@ -142,7 +155,8 @@ async fn an_escaped_process_without_environment_is_still_limited() {
     // A new session and an empty environment: neither the group nor the cookie says it is
     // ours, only its parent chain (re-parented to the daemon, the child subreaper).
     let path = std::env::var("PATH").unwrap();
-    let launch = format!("setsid -f env -i PATH='{path}' HOME=/nonexistent {{}} </dev/null >/dev/null 2>&1");
+    let launch =
+        format!("setsid -f env -i PATH='{path}' HOME=/nonexistent {{}} </dev/null >/dev/null 2>&1");
     let replies = attack(&d, &outside, &launch).await;
     assert_refused(&replies, &outside);
 }
@@ -151,12 +165,18 @@ async fn an_escaped_process_without_environment_is_still_limited() {
 async fn the_users_own_client_is_unaffected() {
     let (d, outside) = daemon_and_outside().await;
     let r = d
-        .call("session.create", json!({"workspace": outside.display().to_string(), "approval": "auto"}))
+        .call(
+            "session.create",
+            json!({"workspace": outside.display().to_string(), "approval": "auto"}),
+        )
         .await;
     assert!(r["result"]["id"].is_string(), "{r}");
     let touch = format!("touch {}", outside.join("mine").display());
     let r = d
-        .call("invoke", json!({"name": "bash", "arguments": {"command": touch}, "approved": true}))
+        .call(
+            "invoke",
+            json!({"name": "bash", "arguments": {"command": touch}, "approved": true}),
+        )
         .await;
     assert_eq!(r["result"]["result"]["ok"], true, "{r}");
     assert!(outside.join("mine").exists());

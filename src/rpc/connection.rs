@@ -189,9 +189,7 @@ impl Session {
         let Some((family, s)) = subscribe else {
             return Err(error(codes::INTERNAL_ERROR, "Internal error".to_owned()));
         };
-        let stream = self
-            .as_caller((s.subscribe)(&shared.host, params))
-            .await?;
+        let stream = self.as_caller((s.subscribe)(&shared.host, params)).await?;
         streams
             .open
             .accept(family, s.notification, stream)

@@ -151,7 +151,10 @@ pub(super) enum Admitted {
     AsSent,
     /// Rewritten params (a session's id made explicit, a workspace made canonical); a
     /// `session.create` with them makes session `created`, the peer's own from then on.
-    Rewritten { params: String, created: Option<String> },
+    Rewritten {
+        params: String,
+        created: Option<String>,
+    },
 }
 
 impl Limited {
@@ -170,8 +173,7 @@ impl Limited {
             return Ok(Admitted::AsSent);
         }
         // Params the method cannot parse are left to it: it answers with its own error.
-        let Some(Value::Object(mut p)) = params.and_then(|s| serde_json::from_str(s).ok())
-        else {
+        let Some(Value::Object(mut p)) = params.and_then(|s| serde_json::from_str(s).ok()) else {
             return Ok(Admitted::AsSent);
         };
         let own = |key: &str| match p.get(key) {
@@ -214,7 +216,10 @@ impl Limited {
                     };
                     p.insert("id".into(), Value::String(id.clone()));
                     // It cannot be mapped to the call that started it: the most restricted.
-                    p.insert("sandbox".into(), json!({"policy": "read-only", "network": "deny"}));
+                    p.insert(
+                        "sandbox".into(),
+                        json!({"policy": "read-only", "network": "deny"}),
+                    );
                     p.insert("approval".into(), json!("strict"));
                     Some(id)
                 } else {
@@ -290,7 +295,12 @@ mod tests {
     #[test]
     fn unlisted_methods_are_closed() {
         let s = StartedSessions::default();
-        for name in [method::MCP_ADD, method::CONFIG_RELOAD, method::TOOLS_APPROVE, "future.admin"] {
+        for name in [
+            method::MCP_ADD,
+            method::CONFIG_RELOAD,
+            method::TOOLS_APPROVE,
+            "future.admin",
+        ] {
             assert!(limited().admit(&s, name, None).is_err(), "{name}");
         }
         assert!(limited().admit(&s, method::HEALTH, None).is_ok());
