@@ -44,6 +44,9 @@ pub mod codes {
     pub const SESSION_NOT_FOUND: i32 = -32001;
     /// A server-side failure that is not the caller's fault (store I/O, config write).
     pub const SERVER_ERROR: i32 = -32000;
+    /// A process the host started asked for more than its call has (an admin method, an
+    /// approval flag, a sandbox override, a workspace outside, another's session).
+    pub const PEER_NOT_ALLOWED: i32 = -32008;
 }
 
 /// Method and notification names: one spelling for the server, the client and the docs.

@@ -10,7 +10,7 @@
 //! HTTP POST (one message per request) is `http`'s.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::stream::{SplitSink, SplitStream};
@@ -23,6 +23,7 @@ use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_util::task::AbortOnDropHandle;
 
 use super::envelope::{self, Call, Item, Message};
+use super::peer::{self, Admitted, Limited};
 use super::subscription::{Accepted, Open, Out};
 use super::websocket::WsServer;
 use super::ws_limit::Oversized;
@@ -47,8 +48,11 @@ pub(super) struct Session {
     shared: Arc<Shared>,
     /// The connection's writer and its subscriptions; `None` on HTTP POST (calls only).
     streams: Option<Streams>,
-    /// The peer (Unix socket), for the audit log.
+    /// The peer (Unix socket), for the audit log and its limits.
     caller: Option<Arc<Caller>>,
+    /// A host-started peer's limits (`None`: a client of the user), worked out on the
+    /// connection's first call.
+    limits: OnceLock<Option<Limited>>,
 }
 
 /// What a connection that can carry notifications has.
@@ -68,6 +72,7 @@ impl Session {
             shared,
             streams: None,
             caller,
+            limits: OnceLock::new(),
         }
     }
 
@@ -123,12 +128,43 @@ impl Session {
         }
     }
 
+    /// Runs a call within the peer's limits: the one place they are checked.
     async fn dispatch(&self, call: &Call) -> Result<Answer, ErrorObjectOwned> {
+        let shared = &self.shared;
+        let name = call.method.as_str();
+        let limits = self
+            .limits
+            .get_or_init(|| peer::limits(&shared.host, self.caller.as_deref()));
+        let (rewritten, created) = match limits {
+            Some(l) if self.is_method(name) => {
+                match l.admit(&shared.started_sessions, name, call.params())? {
+                    Admitted::AsSent => (None, None),
+                    Admitted::Rewritten { params, created } => (Some(params), created),
+                }
+            }
+            _ => (None, None),
+        };
+        let params = rewritten.as_deref().or(call.params());
+        let answer = self.run(call, params).await;
+        if limits.is_some() && answer.is_ok() {
+            shared.started_sessions.settle(name, params, created);
+        }
+        answer
+    }
+
+    fn is_method(&self, name: &str) -> bool {
+        let shared = &self.shared;
+        shared.plain.contains_key(name)
+            || shared.subscriptions.contains_key(name)
+            || shared.unsubscribes.contains_key(name)
+    }
+
+    async fn run(&self, call: &Call, params: Option<&str>) -> Result<Answer, ErrorObjectOwned> {
         let shared = &self.shared;
         let name = call.method.as_str();
         if let Some(method) = shared.plain.get(name) {
             // Plain methods run inline in this task, so the caller is visible to them.
-            let run = method(&shared.host, call.params(), call.id.clone());
+            let run = method(&shared.host, params, call.id.clone());
             return self.as_caller(run).await.map(Answer::Reply);
         }
         let subscribe = shared.subscriptions.get_key_value(name);
@@ -148,16 +184,13 @@ impl Session {
             ));
         };
         if let Some(family) = unsubscribe {
-            let ended =
-                subscription_id(call.params()).is_some_and(|id| streams.open.end(family, id));
+            let ended = subscription_id(params).is_some_and(|id| streams.open.end(family, id));
             return super::methods::reply(call.id.clone(), &ended).map(Answer::Reply);
         }
         let Some((family, s)) = subscribe else {
             return Err(error(codes::INTERNAL_ERROR, "Internal error".to_owned()));
         };
-        let stream = self
-            .as_caller((s.subscribe)(&shared.host, call.params()))
-            .await?;
+        let stream = self.as_caller((s.subscribe)(&shared.host, params)).await?;
         streams
             .open
             .accept(family, s.notification, stream)
@@ -421,6 +454,7 @@ pub(super) async fn run_messages(
             open: Open::default(),
         }),
         caller,
+        limits: OnceLock::new(),
     });
     let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
     let stop = shared.stop.clone();

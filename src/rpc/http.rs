@@ -150,6 +150,13 @@ impl HttpService {
             }
         }
         if req.uri().path() == "/mcp" {
+            // The facade calls the daemon as the daemon itself: closed to host-started peers.
+            if super::peer::limits(&self.shared.host, self.caller.as_deref()).is_some() {
+                return ready(plain(
+                    403,
+                    "the MCP facade is not open to processes the host started\n",
+                ));
+            }
             let mcp = self.shared.mcp.clone();
             return async move { Ok(mcp.handle(req).await.map(HttpBody::new)) }.boxed();
         }

@@ -16,6 +16,7 @@ mod listener;
 mod methods;
 mod openrpc;
 mod ops;
+mod peer;
 mod subscription;
 mod websocket;
 mod ws_limit;
@@ -55,6 +56,8 @@ pub(crate) struct Shared {
     frame_timeout: Duration,
     /// `/mcp`: the MCP facade over streamable HTTP.
     mcp: crate::facade::Endpoint,
+    /// The sessions host-started peers created, the only ones they may use (see `peer`).
+    started_sessions: peer::StartedSessions,
 }
 
 /// A running server: stop accepting, then wait for connections to drain.
@@ -104,6 +107,7 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
         max_request_bytes: max_request,
         frame_timeout: frame_timeout(),
         mcp: crate::facade::Endpoint::new(host.clone(), in_process(weak.clone())),
+        started_sessions: peer::StartedSessions::default(),
     });
     let accept = host.shutdown_token().child_token();
     let handshake = Duration::from_millis(cfg.listen.handshake_timeout_ms);
