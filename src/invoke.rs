@@ -9,14 +9,14 @@ use serde_json::{Map, Value};
 
 use crate::approval::{self, Decision};
 use crate::audit;
+use crate::catalog::ToolSource;
 use crate::error::{Error, Result};
 use crate::host::Host;
 use crate::metrics::{self, Source};
 use crate::protocol::{
-    ApprovalClass, ApprovalMode, ApprovalVerdict as Verdict, AuditRecord, CallOutcome, Control, ErrorKind, InvokeParams,
-    InvokeResult,
+    ApprovalClass, ApprovalMode, ApprovalVerdict as Verdict, AuditRecord, CallOutcome, Control,
+    ErrorKind, InvokeParams, InvokeResult,
 };
-use crate::catalog::ToolSource;
 use crate::registry::{CallContext, ToolError, ToolResult, UpdateSink};
 use crate::sandbox::CallSandbox;
 

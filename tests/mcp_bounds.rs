@@ -90,13 +90,18 @@ async fn reload_removes_and_kills(d: &Daemon, names: &[&str]) {
     let r = d.call("config.reload", json!({})).await;
     assert_eq!(r["result"]["applied"], true, "{r}");
     for g in groups {
-        eventually(10, &format!("process group {g} to be gone"), || async move {
-            group_members(g).is_empty()
-        })
+        eventually(
+            10,
+            &format!("process group {g} to be gone"),
+            || async move { group_members(g).is_empty() },
+        )
         .await;
     }
     let took = started.elapsed();
-    assert!(took < Duration::from_secs(6), "the groups took {took:?} to go");
+    assert!(
+        took < Duration::from_secs(6),
+        "the groups took {took:?} to go"
+    );
     assert_eq!(
         d.call("mcp.status", json!({})).await["result"]["servers"],
         json!([])
@@ -117,14 +122,20 @@ async fn a_server_that_pages_forever_or_lists_too_many_tools_is_refused() {
         error_of(&st).contains("tools/list returned more than 100 pages (max_list_pages)"),
         "{st}"
     );
-    assert_eq!(st["tools"], 0, "a listing over the cap is refused whole: {st}");
+    assert_eq!(
+        st["tools"], 0,
+        "a listing over the cap is refused whole: {st}"
+    );
     let st = wait_status(&d, "many", |s| s["state"] == "failed").await;
     assert!(
         error_of(&st).contains("tools/list returned more than 3 tools (max_tools)"),
         "{st}"
     );
     // The next attempt is under way or waiting its backoff; either way reload ends it.
-    wait_status(&d, "endless", |s| s["consecutive_failures"].as_u64() >= Some(2)).await;
+    wait_status(&d, "endless", |s| {
+        s["consecutive_failures"].as_u64() >= Some(2)
+    })
+    .await;
     reload_removes_and_kills(&d, &["endless", "many"]).await;
 }
 
@@ -142,7 +153,10 @@ async fn a_server_that_hangs_in_tools_list_times_out_and_is_killed_mid_request()
         "{st}"
     );
     // Removed while its next attempt hangs in tools/list.
-    eventually(20, "the second attempt to hang", || async { hangs(&d, "hung") >= 2 }).await;
+    eventually(20, "the second attempt to hang", || async {
+        hangs(&d, "hung") >= 2
+    })
+    .await;
     reload_removes_and_kills(&d, &["hung"]).await;
 }
 
@@ -165,12 +179,16 @@ async fn a_server_that_hangs_after_list_changed_keeps_its_tools_and_is_killed_by
         error_of(&st),
         format!("tools/list did not answer within 1000 ms (timeout_ms), after tools/list_changed; the {tools} tools listed before stay")
     );
-    eventually(20, "wedged's listing to hang", || async { hangs(&d, "wedged") == 1 }).await;
+    eventually(20, "wedged's listing to hang", || async {
+        hangs(&d, "wedged") == 1
+    })
+    .await;
     let st = status(&d, "wedged").await;
     assert_eq!(st["state"], "ready", "{st}");
     // The connection still serves its tools while the listing hangs.
     assert_eq!(
-        d.invoke("mcp_wedged_echo", json!({"text": "still here"})).await["output"],
+        d.invoke("mcp_wedged_echo", json!({"text": "still here"}))
+            .await["output"],
         "still here"
     );
     reload_removes_and_kills(&d, &["quick", "wedged"]).await;

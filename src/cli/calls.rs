@@ -13,8 +13,8 @@ use clap::Args;
 
 use super::Globals;
 use crate::audit::FILE_NAME;
-use crate::protocol::AuditRecord as Record;
 use crate::client::Client;
+use crate::protocol::AuditRecord as Record;
 
 #[derive(Args, Debug)]
 pub struct CallsArgs {

@@ -10,8 +10,8 @@ use serde_json::{Map, Value};
 use super::render::{emit, first_line, list_or_none, print_table, wire, Output};
 use super::{parse_json_object, Globals};
 use crate::client::{Client, ClientError};
-use crate::protocol::*;
 use crate::protocol::ApprovalMode;
+use crate::protocol::*;
 
 #[derive(Subcommand, Debug)]
 pub enum SessionCommand {

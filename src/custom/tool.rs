@@ -19,9 +19,7 @@ use crate::catalog::{ToolSource, ToolSpec};
 use crate::config::Provider;
 use crate::process::runner::{self, Capture, End, Sink, Spec, Stream};
 use crate::protocol::{ContentBlock, Control, ErrorKind, ImageDataUrl, Progress, ToolOutput};
-use crate::registry::{
-    CallContext, Tool, ToolError, ToolResult, ToolUpdate, UpdateSink,
-};
+use crate::registry::{CallContext, Tool, ToolError, ToolResult, ToolUpdate, UpdateSink};
 use crate::sandbox::{self, Plan};
 
 /// The tool's own timeout when its manifest names none.

@@ -19,8 +19,8 @@ use tokio::time::Instant;
 
 use super::server::{Link, Server};
 use super::stdio::DirectCalls;
-use crate::protocol::{ContentBlock, Control, ErrorKind, ImageDataUrl, Progress, ToolOutput};
 use crate::catalog::ToolSpec;
+use crate::protocol::{ContentBlock, Control, ErrorKind, ImageDataUrl, Progress, ToolOutput};
 use crate::registry::{CallContext, Tool, ToolError, ToolResult, ToolUpdate};
 
 pub struct McpTool {

@@ -31,9 +31,7 @@ pub fn compile_schema(schema: &serde_json::Value) -> Result<jsonschema::Validato
         .build(schema)
         .map_err(|e| e.to_string())
 }
-pub use tool::{
-    CallContext, Tool, ToolError, ToolResult, ToolUpdate, UpdateSink,
-};
+pub use tool::{CallContext, Tool, ToolError, ToolResult, ToolUpdate, UpdateSink};
 
 /// A group of tools that changes together. The order of the variants is the precedence on a
 /// name clash: the earlier source keeps the name.

@@ -9,9 +9,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::super::paths::{open_workspace, resolve_target, shown_rel};
 use super::super::{int_arg, object_schema, opt_str_arg, run_blocking, stopped};
+use crate::catalog::ToolSpec;
 use crate::protocol::ApprovalClass;
 use crate::protocol::ToolOutput;
-use crate::catalog::ToolSpec;
 use crate::registry::{CallContext, Tool, ToolError, ToolResult};
 
 /// `list_dir`: default and largest `depth`.

@@ -9,9 +9,9 @@ use serde_json::{json, Map, Value};
 use super::super::paths::{open_workspace, resolve_target};
 use super::super::{bool_arg, object_schema, run_blocking, str_arg};
 use super::{is_binary, open_regular, write_atomic};
+use crate::catalog::ToolSpec;
 use crate::protocol::ApprovalClass;
 use crate::protocol::ToolOutput;
-use crate::catalog::ToolSpec;
 use crate::registry::{CallContext, Tool, ToolError, ToolResult};
 
 /// Replaces an exact string in a file.

@@ -11,9 +11,9 @@ use tokio_util::sync::CancellationToken;
 use super::super::paths::{open_workspace, resolve_target, Root};
 use super::super::{int_arg, object_schema, run_blocking, stopped, str_arg};
 use super::{is_binary, open_regular, BINARY_SNIFF_BYTES};
+use crate::catalog::ToolSpec;
 use crate::protocol::ApprovalClass;
 use crate::protocol::ToolOutput;
-use crate::catalog::ToolSpec;
 use crate::registry::{CallContext, Tool, ToolError, ToolResult};
 
 /// `read_file`: lines returned when `limit` is not given.

@@ -14,9 +14,9 @@ use super::super::{
     bool_arg, clip_str, int_arg, object_schema, opt_str_arg, run_blocking, stopped, str_arg,
 };
 use super::{is_binary, not_regular, open_node, Node};
+use crate::catalog::ToolSpec;
 use crate::protocol::ApprovalClass;
 use crate::protocol::ToolOutput;
-use crate::catalog::ToolSpec;
 use crate::registry::{CallContext, Tool, ToolError, ToolResult};
 
 /// `search_files`: default and largest `max_results`.

@@ -8,9 +8,9 @@ use serde_json::{json, Map, Value};
 use super::super::paths::{open_workspace, resolve_target};
 use super::super::{object_schema, run_blocking, str_arg};
 use super::write_atomic;
+use crate::catalog::ToolSpec;
 use crate::protocol::ApprovalClass;
 use crate::protocol::ToolOutput;
-use crate::catalog::ToolSpec;
 use crate::registry::{CallContext, Tool, ToolResult};
 
 /// Creates or replaces a file with the given content.
