@@ -484,9 +484,8 @@ impl Drop for DaemonProcesses {
 /// owner, while an adopted orphan has nobody else.
 const ADOPTED_ZOMBIE_AGE: Duration = Duration::from_secs(1);
 
-/// Reaps adopted zombies on SIGCHLD and every second while any is pending, and records and
-/// kills escapees (see [`escapees`]) at each of those scans and every
-/// [`escapees::SCAN_EVERY`] while any group runs. Never `waitpid(-1)`: that would steal
+/// Reaps adopted zombies, and records and kills escapees (see [`escapees`]), on SIGCHLD and
+/// every [`escapees::SCAN_EVERY`] while a zombie is pending or any group runs. Never `waitpid(-1)`: that would steal
 /// the statuses tokio waits for.
 async fn reap_adopted_forever() {
     use tokio::signal::unix::{signal, SignalKind};
@@ -495,21 +494,21 @@ async fn reap_adopted_forever() {
     // Unknown zombies by when this reaper first saw them.
     let mut seen = HashMap::new();
     loop {
-        let running = escapees::any_running();
-        let period = if running {
-            escapees::SCAN_EVERY
-        } else {
-            Duration::from_secs(1)
-        };
-        let tick = tokio::time::sleep(period);
-        match sigchld.as_mut() {
-            Some(s) => {
-                tokio::select! {
-                    _ = s.recv() => {},
-                    () = tick, if pending || running => {},
-                }
+        // A group can start at any time and escape without a SIGCHLD reaching us (its
+        // processes' parents get those), so the tick runs always; it scans only when needed.
+        let tick = tokio::time::sleep(escapees::SCAN_EVERY);
+        let child_exited = match sigchld.as_mut() {
+            Some(s) => tokio::select! {
+                _ = s.recv() => true,
+                () = tick => false,
+            },
+            None => {
+                tick.await;
+                false
             }
-            None => tick.await,
+        };
+        if !child_exited && !pending && !escapees::any_running() {
+            continue;
         }
         // Run on the spawner thread: no spawn can be half-recorded while we scan.
         let scan = spawner::on_spawner(move || {
