@@ -8,9 +8,8 @@
 //! snapshot of /proc and attribute, by pid and start time (so a reused pid is never
 //! mistaken for ours):
 //! - processes in a live leader's tree but outside its group, to that group;
-//! - processes adopted by us (not a direct child, not in our own group or session unless
-//!   they left theirs), to the group whose pgid they still carry, else to the latest group
-//!   started before them;
+//! - processes adopted by us, to the group whose pgid they still carry, else to the latest
+//!   group started before them (with two calls running, a guess: see `guarantees.md`);
 //! - descendants of an attributed process, to the same group.
 //!
 //! Attributed processes are recorded in their daemon's ledger and watchdog, so they die with
@@ -81,9 +80,9 @@ pub(super) fn any_running() -> bool {
     !crate::lock(&TRACKER).groups.is_empty()
 }
 
-/// Processes we adopted as child subreaper: our children that we did not start ourselves
-/// through `process/` (`ours`) and that are not plain children forked elsewhere in the
-/// daemon (those stay in our group, or lead their own group in our session).
+/// Processes we adopted as child subreaper: our children that we did not start through
+/// `process/` (`ours`) and that cannot be children the daemon forked elsewhere (those stay
+/// in our session and either in our group or leading their own, like the watchdog).
 pub(super) fn adopted<'a>(all: &'a [Stat], ours: impl Fn(Key) -> bool + 'a) -> Vec<&'a Stat> {
     let me = std::process::id() as i32;
     let Some(mine) = all.iter().find(|s| s.pid == me).copied() else {

@@ -2,8 +2,9 @@
 //!
 //! Architecture Invariant: every process the host starts (bash calls, custom tools, stdio MCP
 //! servers) is spawned through [`Processes::spawn_group`]/[`Processes::spawn_with`] and owned
-//! by a [`GroupGuard`]. Dropping the guard sends SIGTERM to the group and to every process
-//! carrying the group's cookie (one that escaped with `setsid`), and SIGKILL after a grace,
+//! by a [`GroupGuard`]. Dropping the guard sends SIGTERM to the group and to its escapees
+//! (processes that left it with `setsid`: those carrying its cookie and those [`escapees`]
+//! ties to it by ancestry), and SIGKILL after a grace,
 //! so a child — and anything it forked, like the `node` under `npx` — dies with its call, its
 //! server or the daemon. If the daemon itself is killed with -9: each direct child gets
 //! SIGKILL from `PR_SET_PDEATHSIG` (all forks happen on one long-lived thread, see
@@ -233,9 +234,10 @@ impl Processes {
     }
 
     /// A process that escaped one of our groups: into the ledger and the watchdog's list.
+    /// The watchdog first: it is the one that acts at once if the daemon dies now.
     fn record_escapee(&self, (pid, start): escapees::Key) {
-        lock(&self.0.ledger).record_escapee(self.instance(), pid, start);
         self.tell_watchdog('+', &format!("{pid}@{start}"));
+        lock(&self.0.ledger).record_escapee(self.instance(), pid, start);
     }
 
     /// A group ended (and its escapees were killed): out of the ledger and the watchdog's

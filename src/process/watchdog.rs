@@ -16,6 +16,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 
 const SCRIPT: &str = r#"
 trap '' HUP INT TERM
+instance=$1
 listed=' '
 while read -r op it; do
   case "$op" in
@@ -35,7 +36,7 @@ for it in $listed; do
   esac
 done
 for e in /proc/[0-9]*/environ; do
-  if grep -qzxF "TOOLHOST_INSTANCE=$1" "$e" 2>/dev/null; then
+  if grep -qzxF "TOOLHOST_INSTANCE=$instance" "$e" 2>/dev/null; then
     p=${e#/proc/}; kill -KILL "${p%/environ}" 2>/dev/null
   fi
 done
