@@ -364,3 +364,178 @@ async fn setsid_escapes_die_with_the_daemon_on_sigterm() {
     assert!(!d.data_dir().join("process-groups").exists());
     assert_eq!(watchdog_of(&instance), None);
 }
+
+/// Two escapes that leave the group, the parent and the environment behind, each ending in
+/// `sleep 1000 <marker>`: `setsid -f env -i`, and a double fork + `setsid` + `execve` with an
+/// empty environment. Neither carries a cookie; only their ancestry ties them to the call.
+fn envless_escapes(marker: &str) -> String {
+    let python = format!(
+        "import os\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        \
+         os.execve('/usr/bin/sleep', ['sleep', '1000', '{marker}'], {{}})\n    os._exit(0)\n\
+         os.wait()\n"
+    );
+    format!(
+        "setsid -f env -i sleep 1000 {marker} </dev/null >/dev/null 2>&1; \
+         python3 -c \"{python}\" </dev/null >/dev/null 2>&1"
+    )
+}
+
+/// A marker no other test (nor another run of this one) uses: `sleep` adds it to its 1000 s.
+fn unique_marker(n: u32) -> String {
+    format!("0.{}{n}", std::process::id())
+}
+
+/// Live processes whose command line is exactly `sleep 1000 <marker>`.
+fn sleepers(marker: &str) -> Vec<i32> {
+    let want = format!("sleep\01000\0{marker}\0");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| c == want.as_bytes())
+                && alive(*p)
+        })
+        .collect()
+}
+
+/// Waits for both envless escapes to run, outside the call's group, with no environment.
+async fn both_escaped(marker: &str) -> Vec<i32> {
+    eventually(10, "both envless escapes to run", || async {
+        sleepers(marker).len() == 2
+    })
+    .await;
+    let found = sleepers(marker);
+    for p in &found {
+        let env = std::fs::read(format!("/proc/{p}/environ")).unwrap();
+        assert!(env.is_empty(), "pid {p} kept an environment");
+    }
+    found
+}
+
+#[tokio::test]
+async fn envless_escapes_die_when_the_call_ends_or_times_out() {
+    let d = Daemon::start().await;
+    for (n, mode) in ["exit", "timeout"].into_iter().enumerate() {
+        let marker = unique_marker(n as u32);
+        let go = d.workspace().join(format!("go-{mode}"));
+        let (command, arguments) = match mode {
+            "exit" => (
+                format!(
+                    "{}; while [ ! -e {go} ]; do sleep 0.05; done; echo done",
+                    envless_escapes(&marker),
+                    go = go.display()
+                ),
+                json!({}),
+            ),
+            _ => (
+                format!("{}; sleep 30", envless_escapes(&marker)),
+                json!({"timeout_ms": 4000}),
+            ),
+        };
+        let mut arguments = arguments;
+        arguments["command"] = json!(command);
+        let mut c = d.raw_lines().await;
+        c.send(
+            "invoke",
+            json!({"name": "bash", "arguments": arguments, "call_id": format!("envless-{mode}")}),
+        )
+        .await;
+        let escaped = both_escaped(&marker).await;
+        std::fs::write(&go, "").unwrap();
+        let r: Value = c.recv().await;
+        let result = &r["result"]["result"];
+        match mode {
+            "exit" => assert_eq!(result["exit_code"], 0, "{r}"),
+            _ => assert_eq!(result["error_kind"], "timeout", "{r}"),
+        }
+        wait_dead(
+            &escaped,
+            &format!("the envless escapes of the `{mode}` call to die"),
+        )
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn envless_escapes_die_with_the_daemon_on_sigterm() {
+    let mut d = Daemon::start().await;
+    let marker = unique_marker(0);
+    let _c = start_bash(
+        &d,
+        "term",
+        &format!("{}; sleep 300", envless_escapes(&marker)),
+    )
+    .await;
+    let escaped = both_escaped(&marker).await;
+    let status = d.stop().await;
+    assert!(status.success(), "{status:?}");
+    wait_dead(&escaped, "the envless escapes to die with the daemon").await;
+}
+
+/// Waits until the daemon's ledger lists every pid of `escaped` as an escapee.
+async fn ledger_lists(d: &Daemon, escaped: &[i32]) {
+    let path = d.data_dir().join("process-groups");
+    eventually(10, "the escapees to be recorded", || async {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        escaped.iter().all(|p| {
+            let start = stat(*p).map(|s| s.3);
+            text.lines().any(|l| {
+                let f: Vec<&str> = l.split(' ').collect();
+                f.len() == 5
+                    && f[2] == p.to_string()
+                    && Some(f[3].to_owned()) == start.map(|s| s.to_string())
+                    && f[4] == "escapee"
+            })
+        })
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn envless_escapes_die_when_the_daemon_is_sigkilled() {
+    let mut d = Daemon::start().await;
+    let marker = unique_marker(0);
+    let _c = start_bash(
+        &d,
+        "k9",
+        &format!("{}; sleep 300", envless_escapes(&marker)),
+    )
+    .await;
+    let escaped = both_escaped(&marker).await;
+    ledger_lists(&d, &escaped).await;
+    d.kill9().await;
+    // The watchdog kills them by pid and start time.
+    wait_dead(&escaped, "the envless escapes to die with the daemon").await;
+}
+
+#[tokio::test]
+async fn the_restart_sweep_kills_envless_escapes() {
+    let mut d = Daemon::start().await;
+    let marker = unique_marker(0);
+    let cookie_file = d.workspace().join("cookie");
+    let command = format!(
+        "{}; echo $TOOLHOST_INSTANCE > {}; sleep 300",
+        envless_escapes(&marker),
+        cookie_file.display()
+    );
+    let _c = start_bash(&d, "k9", &command).await;
+    let instance = read_words(&cookie_file).await.remove(0);
+    let escaped = both_escaped(&marker).await;
+    ledger_lists(&d, &escaped).await;
+    // As if everything of ours was killed at once: the watchdog cannot help this time.
+    let watchdog = watchdog_of(&instance).expect("the daemon has a watchdog");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(watchdog),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_dead(&[watchdog], "the watchdog to die").await;
+    d.kill9().await;
+    assert!(
+        escaped.iter().all(|p| alive(*p)),
+        "the escapes should outlive a daemon without its watchdog"
+    );
+    d.spawn(&[]).await;
+    wait_dead(&escaped, "the envless escapes to be swept").await;
+}

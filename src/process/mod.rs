@@ -2,8 +2,9 @@
 //!
 //! Architecture Invariant: every process the host starts (bash calls, custom tools, stdio MCP
 //! servers) is spawned through [`Processes::spawn_group`]/[`Processes::spawn_with`] and owned
-//! by a [`GroupGuard`]. Dropping the guard sends SIGTERM to the group and to every process
-//! carrying the group's cookie (one that escaped with `setsid`), and SIGKILL after a grace,
+//! by a [`GroupGuard`]. Dropping the guard sends SIGTERM to the group and to its escapees
+//! (processes that left it with `setsid`: those carrying its cookie and those [`escapees`]
+//! ties to it by ancestry), and SIGKILL after a grace,
 //! so a child — and anything it forked, like the `node` under `npx` — dies with its call, its
 //! server or the daemon. If the daemon itself is killed with -9: each direct child gets
 //! SIGKILL from `PR_SET_PDEATHSIG` (all forks happen on one long-lived thread, see
@@ -13,7 +14,9 @@
 //!
 //! Cookies: every child carries `TOOLHOST_INSTANCE=<its daemon's id>` and
 //! `TOOLHOST_GROUP=<id of its group>` in its environment; they survive `setsid` and double
-//! forks, and are how we recognise our escaped processes in /proc.
+//! forks. A process can clear its environment, though, so the cookies are only one of two
+//! ways we recognise our escaped processes in /proc: the other is their ancestry, recorded
+//! by pid and start time while it is still visible ([`escapees`]).
 //!
 //! What belongs to one daemon — its cookie, its children's environment, its ledger, its
 //! watchdog — is a [`Processes`] value its host owns, so several daemons can share one
@@ -39,6 +42,7 @@ use tokio::process::{Child, Command};
 use crate::lock;
 
 pub mod child_env;
+mod escapees;
 pub mod ledger;
 pub mod procfs;
 pub mod runner;
@@ -78,12 +82,24 @@ pub const INSTANCE_VAR: &str = "TOOLHOST_INSTANCE";
 pub const GROUP_VAR: &str = "TOOLHOST_GROUP";
 
 /// Direct children of this process, by (pid, start time): their exit statuses belong to
-/// tokio, so the adopted-zombie reaper must never wait for them.
+/// tokio, so the adopted-zombie reaper must never wait for them, and they are not escapees.
+/// Held across each spawn and its record, and across each /proc scan, so a scan never sees
+/// a child we started but have not recorded yet.
 ///
 /// Process-wide on purpose, unlike the rest of a daemon's process state: being a child is
 /// an attribute of the process, and with two daemons in one process either one's reaper
 /// must leave the other's children alone.
 static OURS: Mutex<Option<HashSet<(i32, u64)>>> = Mutex::new(None);
+
+/// One snapshot of /proc with every escaped process attributed to its group (see
+/// [`escapees`]), and the adopted processes that no running group can own.
+fn scan() -> (Vec<procfs::Stat>, Vec<procfs::Stat>) {
+    let mut ours = lock(&OURS);
+    let ours = ours.get_or_insert_with(HashSet::new);
+    let all = procfs::all();
+    let strays = escapees::scan(&all, |k| ours.contains(&k));
+    (all, strays)
+}
 
 /// One daemon's children: its instance cookie, the environment they start with, its
 /// ledger and its watchdog. Cheap to clone; the daemon's host owns it and hands it to
@@ -190,15 +206,15 @@ impl Processes {
         }
         let owner = self.clone();
         spawner::on_spawner(move || {
+            let mut ours = lock(&OURS);
             let (handle, pid) = spawn(cmd)?;
             let pid = pid
                 .and_then(|p| i32::try_from(p).ok())
                 .ok_or_else(|| io::Error::other("child exited before its pid could be read"))?;
             let start = procfs::stat(pid).map_or(0, |s| s.starttime);
-            if let Ok(mut ours) = OURS.lock() {
-                ours.get_or_insert_with(HashSet::new).insert((pid, start));
-            }
+            ours.get_or_insert_with(HashSet::new).insert((pid, start));
             owner.record(pid, start);
+            drop(ours);
             let guard = GroupGuard {
                 owner,
                 pgid: Some(Pid::from_raw(pid)),
@@ -210,22 +226,36 @@ impl Processes {
         .await?
     }
 
-    /// A group started: into the ledger and the watchdog's list.
+    /// A group started: into the ledger, the watchdog's list and the escapee tracker.
     fn record(&self, pgid: i32, start: u64) {
         lock(&self.0.ledger).record(self.instance(), pgid, start);
-        self.tell_watchdog('+', pgid);
+        self.tell_watchdog('+', &pgid.to_string());
+        escapees::begin((pgid, start), self);
     }
 
-    /// A group ended: out of the ledger and the watchdog's list.
+    /// A process that escaped one of our groups: into the ledger and the watchdog's list.
+    /// The watchdog first: it is the one that acts at once if the daemon dies now.
+    fn record_escapee(&self, (pid, start): escapees::Key) {
+        self.tell_watchdog('+', &format!("{pid}@{start}"));
+        lock(&self.0.ledger).record_escapee(self.instance(), pid, start);
+    }
+
+    /// A group ended (and its escapees were killed): out of the ledger and the watchdog's
+    /// list, with its escapees.
     fn forget(&self, pgid: i32, start: u64) {
+        let gone = escapees::end((pgid, start));
+        lock(&self.0.ledger).forget_escapees(self.instance(), &gone);
+        for (pid, start) in gone {
+            self.tell_watchdog('-', &format!("{pid}@{start}"));
+        }
         if lock(&self.0.ledger).forget(self.instance(), pgid, start) {
-            self.tell_watchdog('-', pgid);
+            self.tell_watchdog('-', &pgid.to_string());
         }
     }
 
-    fn tell_watchdog(&self, op: char, pgid: i32) {
+    fn tell_watchdog(&self, op: char, item: &str) {
         let mut slot = lock(&self.0.watchdog);
-        if slot.as_mut().is_some_and(|w| !w.tell(op, pgid)) {
+        if slot.as_mut().is_some_and(|w| !w.tell(op, item)) {
             *slot = None;
         }
     }
@@ -280,8 +310,9 @@ impl Drop for GroupGuard {
     }
 }
 
-/// TERM to the group and to escaped holders of its cookie, KILL to whatever is left after
-/// `grace`, then the group leaves `owner`'s ledger.
+/// TERM to the group and to its escapees (holders of its cookie, and the processes
+/// [`escapees`] attributes to it), KILL to whatever is left after `grace`, then the group
+/// leaves `owner`'s ledger.
 fn finish(
     owner: &Processes,
     pgid: Option<Pid>,
@@ -290,26 +321,29 @@ fn finish(
     grace: Duration,
 ) {
     let entry = cookie.map(|c| format!("{GROUP_VAR}={c}"));
+    // The group's live processes that `killpg` does not reach, from a fresh scan. The
+    // first scan runs while the leader still lives (timeout, cancel), so its whole tree is
+    // attributed before it dies and its children move to us.
     let escaped = || {
-        entry
-            .as_ref()
-            .map(|e| procfs::holders(e.as_bytes()))
-            .unwrap_or_default()
-    };
-    // Escapees that cleared their environment are still reachable through the leader while
-    // it lives (timeout, cancel): take them first, before the leader dies and they move.
-    // Only while the leader is still the process we started: its pid may have been reused.
-    let tree = pgid
-        .filter(|p| procfs::stat(p.as_raw()).is_some_and(|s| s.starttime == start))
-        .map(|p| procfs::descendants(p.as_raw()))
-        .unwrap_or_default();
-    let group_there = pgid.is_some_and(|p| signal_group(p, Signal::SIGTERM));
-    let mut first = escaped();
-    for t in tree {
-        if !first.iter().any(|f| f.pid == t.pid) {
-            first.push(t);
+        let (all, _) = scan();
+        let mut found =
+            pgid.map_or_else(Vec::new, |p| escapees::members((p.as_raw(), start), &all));
+        if let Some(e) = &entry {
+            let holders = procfs::holders(e.as_bytes());
+            let roots: Vec<i32> = holders.iter().map(|h| h.pid).collect();
+            for p in holders
+                .into_iter()
+                .chain(procfs::descendants_in(&all, &roots))
+            {
+                if !found.iter().any(|f| f.pid == p.pid) {
+                    found.push(p);
+                }
+            }
         }
-    }
+        found
+    };
+    let first = escaped();
+    let group_there = pgid.is_some_and(|p| signal_group(p, Signal::SIGTERM));
     for p in &first {
         procfs::signal_exact(p.pid, p.starttime, Signal::SIGTERM);
     }
@@ -416,7 +450,17 @@ impl Drop for DaemonProcesses {
     fn drop(&mut self) {
         self.reaper.abort();
         let entry = format!("{INSTANCE_VAR}={}", self.processes.instance());
-        let left = procfs::holders(entry.as_bytes());
+        let mut left = procfs::holders(entry.as_bytes());
+        // Escapees that cleared their environment: those attributed to our groups, and
+        // adopted processes no running group owns (leftovers of our ended calls).
+        let (all, strays) = scan();
+        let mut without_cookie = escapees::of_daemon(self.processes.instance(), &all);
+        without_cookie.extend(strays);
+        for p in without_cookie {
+            if !left.iter().any(|l| l.pid == p.pid) {
+                left.push(p);
+            }
+        }
         for p in &left {
             procfs::signal_exact(p.pid, p.starttime, Signal::SIGTERM);
         }
@@ -442,8 +486,9 @@ impl Drop for DaemonProcesses {
 /// owner, while an adopted orphan has nobody else.
 const ADOPTED_ZOMBIE_AGE: Duration = Duration::from_secs(1);
 
-/// Reaps adopted zombies on SIGCHLD and every second while any is pending. Never
-/// `waitpid(-1)`: that would steal the statuses tokio waits for.
+/// Reaps adopted zombies, and records and kills escapees (see [`escapees`]), on SIGCHLD and
+/// every [`escapees::SCAN_EVERY`] while a zombie is pending or any group runs. Never `waitpid(-1)`: that would steal
+/// the statuses tokio waits for.
 async fn reap_adopted_forever() {
     use tokio::signal::unix::{signal, SignalKind};
     let mut sigchld = signal(SignalKind::child()).ok();
@@ -451,15 +496,21 @@ async fn reap_adopted_forever() {
     // Unknown zombies by when this reaper first saw them.
     let mut seen = HashMap::new();
     loop {
-        let tick = tokio::time::sleep(Duration::from_secs(1));
-        match sigchld.as_mut() {
-            Some(s) => {
-                tokio::select! {
-                    _ = s.recv() => {},
-                    () = tick, if pending => {},
-                }
+        // A group can start at any time and escape without a SIGCHLD reaching us (its
+        // processes' parents get those), so the tick runs always; it scans only when needed.
+        let tick = tokio::time::sleep(escapees::SCAN_EVERY);
+        let child_exited = match sigchld.as_mut() {
+            Some(s) => tokio::select! {
+                _ = s.recv() => true,
+                () = tick => false,
+            },
+            None => {
+                tick.await;
+                false
             }
-            None => tick.await,
+        };
+        if !child_exited && !pending && !escapees::any_running() {
+            continue;
         }
         // Run on the spawner thread: no spawn can be half-recorded while we scan.
         let scan = spawner::on_spawner(move || {
@@ -473,19 +524,21 @@ async fn reap_adopted_forever() {
     }
 }
 
-/// One scan: wait for zombie children that are not ours and have been zombies long enough.
-/// `seen` holds when each unknown zombie was first seen. True while some are left for a
-/// later scan.
+/// One scan: kill adopted processes no running group owns (leftovers of ended groups; the
+/// rest are recorded by [`scan`]) and wait for zombie children that are not ours and have
+/// been zombies long enough. `seen` holds when each unknown zombie was first seen. True
+/// while some are left for a later scan.
 fn reap_adopted(seen: &mut HashMap<(i32, u64), Instant>) -> bool {
     let me = std::process::id() as i32;
-    let zombies: Vec<procfs::Stat> = procfs::pids()
-        .into_iter()
-        .filter_map(procfs::stat)
+    let (all, strays) = scan();
+    for s in strays {
+        procfs::signal_exact(s.pid, s.starttime, Signal::SIGKILL);
+    }
+    let zombies: Vec<&procfs::Stat> = all
+        .iter()
         .filter(|s| s.ppid == me && s.is_zombie())
         .collect();
-    let Ok(mut ours) = OURS.lock() else {
-        return false;
-    };
+    let mut ours = lock(&OURS);
     let ours = ours.get_or_insert_with(HashSet::new);
     // Forget our children that are gone (tokio reaped them) or whose pid was reused.
     ours.retain(|(pid, start)| procfs::stat(*pid).is_some_and(|s| s.starttime == *start));

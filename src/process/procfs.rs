@@ -13,6 +13,8 @@ pub struct Stat {
     pub state: u8,
     pub ppid: i32,
     pub pgrp: i32,
+    /// The session id: a process that called `setsid` has left its starter's session.
+    pub sid: i32,
     /// Clock ticks after boot; with the pid it names one process across pid reuse.
     pub starttime: u64,
 }
@@ -38,6 +40,7 @@ fn parse_stat(pid: i32, text: &str) -> Option<Stat> {
         state: *f.first()?.as_bytes().first()?,
         ppid: f.get(1)?.parse().ok()?,
         pgrp: f.get(2)?.parse().ok()?,
+        sid: f.get(3)?.parse().ok()?,
         starttime: f.get(19)?.parse().ok()?,
     })
 }
@@ -74,13 +77,17 @@ pub fn holders(entry: &[u8]) -> Vec<Stat> {
         .collect()
 }
 
-/// Live descendants of `root` (children, their children, ...), whatever their group or
-/// session: a process that left the group with `setsid` and cleared its environment is still
-/// found while its parent chain leads back to `root`.
-pub fn descendants(root: i32) -> Vec<Stat> {
-    let all: Vec<Stat> = pids().into_iter().filter_map(stat).collect();
+/// Every process in /proc (zombies included), read once so a scan sees one moment.
+pub fn all() -> Vec<Stat> {
+    pids().into_iter().filter_map(stat).collect()
+}
+
+/// Live descendants of `roots` (children, their children, ...) within the snapshot `all`,
+/// whatever their group or session: a process that left the group with `setsid` and
+/// cleared its environment is still found while its parent chain leads back to a root.
+pub fn descendants_in(all: &[Stat], roots: &[i32]) -> Vec<Stat> {
     let mut found: Vec<Stat> = Vec::new();
-    let mut frontier = vec![root];
+    let mut frontier = roots.to_vec();
     while let Some(parent) = frontier.pop() {
         for s in all.iter().filter(|s| s.ppid == parent && !s.is_zombie()) {
             if !found.iter().any(|f| f.pid == s.pid) {
@@ -148,6 +155,7 @@ mod tests {
                 state: b'S',
                 ppid: 1,
                 pgrp: 40,
+                sid: 40,
                 starttime: 12345
             })
         );

@@ -3,10 +3,12 @@
 //! a call's background grandchildren would run until the next daemon's ledger sweep.
 //!
 //! The daemon writes `+ <pgid>` / `- <pgid>` for every group it starts and ends on the
-//! watchdog's stdin (the same set as the ledger). When the daemon dies, for whatever reason,
-//! the pipe reaches end of file: the watchdog SIGKILLs the groups still listed (their live
-//! members pin the pgid numbers, so they were not reused) and every process carrying the
-//! daemon's instance cookie, then exits. A clean shutdown tells it `q` to just exit.
+//! watchdog's stdin, and `+ <pid>@<starttime>` / `- <pid>@<starttime>` for every escaped
+//! process it attributes to a group (the same sets as the ledger). When the daemon dies, for
+//! whatever reason, the pipe reaches end of file: the watchdog SIGKILLs the groups still
+//! listed (their live members pin the pgid numbers, so they were not reused), the listed
+//! escapees that still have their start time, and every process carrying the daemon's
+//! instance cookie, then exits. A clean shutdown tells it `q` to just exit.
 //! It runs in its own process group, with a scrubbed environment and no cookie.
 
 use std::io::Write;
@@ -14,17 +16,27 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 
 const SCRIPT: &str = r#"
 trap '' HUP INT TERM
-groups=' '
-while read -r op pg; do
+instance=$1
+listed=' '
+while read -r op it; do
   case "$op" in
-    +) groups="$groups$pg " ;;
-    -) case "$groups" in *" $pg "*) groups="${groups%%" $pg "*} ${groups#*" $pg "}" ;; esac ;;
+    +) listed="$listed$it " ;;
+    -) case "$listed" in *" $it "*) listed="${listed%%" $it "*} ${listed#*" $it "}" ;; esac ;;
     q) exit 0 ;;
   esac
 done
-for pg in $groups; do kill -KILL -- "-$pg" 2>/dev/null; done
+for it in $listed; do
+  case "$it" in
+    *@*)
+      p=${it%@*}
+      read -r st < "/proc/$p/stat" 2>/dev/null || continue
+      set -- ${st##*) }
+      [ "${20}" = "${it#*@}" ] && kill -KILL "$p" 2>/dev/null ;;
+    *) kill -KILL -- "-$it" 2>/dev/null ;;
+  esac
+done
 for e in /proc/[0-9]*/environ; do
-  if grep -qzxF "TOOLHOST_INSTANCE=$1" "$e" 2>/dev/null; then
+  if grep -qzxF "TOOLHOST_INSTANCE=$instance" "$e" 2>/dev/null; then
     p=${e#/proc/}; kill -KILL "${p%/environ}" 2>/dev/null
   fi
 done
@@ -64,9 +76,10 @@ impl Watchdog {
         }
     }
 
-    /// Tells the watchdog that a group started (`+`) or ended (`-`); false once it is gone.
-    pub(super) fn tell(&mut self, op: char, pgid: i32) -> bool {
-        match writeln!(self.stdin, "{op} {pgid}") {
+    /// Tells the watchdog that a group (`<pgid>`) or an escapee (`<pid>@<starttime>`)
+    /// started (`+`) or ended (`-`); false once it is gone.
+    pub(super) fn tell(&mut self, op: char, item: &str) -> bool {
+        match writeln!(self.stdin, "{op} {item}") {
             Ok(()) => true,
             Err(e) => {
                 tracing::warn!("the process watchdog is gone: {e}");
