@@ -141,10 +141,7 @@ async fn a_workspace_tool_waits_for_approval_and_a_changed_one_waits_again() {
     .await;
     let r = invoke_in(&d, "dropped", &after).await;
     assert_eq!(r["error_kind"], "quarantined", "{r}");
-    assert!(
-        r["error"].as_str().unwrap().contains("(files)"),
-        "{r}"
-    );
+    assert!(r["error"].as_str().unwrap().contains("(files)"), "{r}");
     approve(&d, "dropped").await;
     let r = invoke_in(&d, "dropped", &after).await;
     assert_eq!(r, json!({"ok": true, "output": "v2\n"}));
@@ -154,8 +151,18 @@ async fn a_workspace_tool_waits_for_approval_and_a_changed_one_waits_again() {
 async fn a_workspace_tool_never_takes_a_user_tools_name() {
     let d = start(
         |dir| {
-            write_tool(&dir.join("xdg/toolhost/tools"), "cachetool", json!({}), "echo user");
-            write_tool(&dir.join("ws/.toolhost/tools"), "cachetool", json!({}), "echo workspace");
+            write_tool(
+                &dir.join("xdg/toolhost/tools"),
+                "cachetool",
+                json!({}),
+                "echo user",
+            );
+            write_tool(
+                &dir.join("ws/.toolhost/tools"),
+                "cachetool",
+                json!({}),
+                "echo workspace",
+            );
         },
         json!({}),
     )
@@ -204,9 +211,7 @@ async fn a_grant_by_name_goes_to_the_users_tool_only() {
     let asks = json!({"sandbox": {"writable": [cache]}});
     let user = write_tool(&user_root, "cachetool", asks.clone(), &writes("user"));
     write_tool(&ws_root, "cachetool", asks, &writes("workspace"));
-    let cfg = |tools: Value| {
-        json!({"sandbox": {"policy": "workspace-write", "tools": tools}})
-    };
+    let cfg = |tools: Value| json!({"sandbox": {"policy": "workspace-write", "tools": tools}});
     std::fs::write(
         d.config_path(),
         cfg(json!({"cachetool": {"writable": true}})).to_string(),
@@ -218,7 +223,10 @@ async fn a_grant_by_name_goes_to_the_users_tool_only() {
     // The user's tool keeps the name and the grant.
     let r = d.invoke("cachetool", json!({})).await;
     assert_eq!(r["output"], "user\n", "{r}");
-    assert_eq!(std::fs::read_to_string(cache.join("user")).unwrap(), "user\n");
+    assert_eq!(
+        std::fs::read_to_string(cache.join("user")).unwrap(),
+        "user\n"
+    );
 
     // With the user's tool gone the workspace one takes the name, once approved, but the
     // grant by bare name is not its.

@@ -18,8 +18,8 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::{CustomTool, CustomTools};
-use crate::process::runner::{self, End};
 use crate::config::SandboxConfig;
+use crate::process::runner::{self, End};
 use crate::process::Processes;
 use crate::sandbox::{CallSandbox, Plan};
 

@@ -242,9 +242,9 @@ pub fn check(dir: &Path) -> Vec<Checked> {
             path: dir.to_path_buf(),
             workspace: false,
         }])
-            .into_iter()
-            .map(|f| f.dir)
-            .collect()
+        .into_iter()
+        .map(|f| f.dir)
+        .collect()
     };
     dirs.into_iter()
         .map(|d| {

@@ -164,7 +164,11 @@ impl CustomTool {
         let mut spec = self.process_spec(env, stdin);
         spec.cwd = ctx.workspace.clone();
         spec.timeout = Some(timeout);
-        let plan = sandbox::plan(&ctx.sandbox, &ctx.workspace, &self.sandbox_extras(&ctx.sandbox.config))?;
+        let plan = sandbox::plan(
+            &ctx.sandbox,
+            &ctx.workspace,
+            &self.sandbox_extras(&ctx.sandbox.config),
+        )?;
         if let Plan::Confined(c) = &plan {
             spec.confine = Some(c.clone());
         }
