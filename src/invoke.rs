@@ -423,27 +423,11 @@ impl Text {
     }
 }
 
-/// The length of `value` as JSON, counted without writing it anywhere.
-fn json_len(value: &impl serde::Serialize) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    serde_json::to_writer(&mut count, value).map_or(0, |()| count.0)
-}
-
 /// Keeps the result under `max` bytes: the longest string fields are cut with a visible
 /// marker and the whole text is saved to a file the model can page through with `read_file`.
 /// Returns the result's size before cutting.
 fn cap_output(result: &mut CallOutcome, max: usize, outputs_dir: &Path, call_id: &str) -> usize {
-    let size = json_len(result);
+    let size = crate::protocol::json_len(result);
     if size <= max {
         return size;
     }

@@ -217,7 +217,10 @@ impl EventLog {
     }
 
     fn store(&self, stream: &str, event: &ServerSseMessage) -> String {
-        let size = event.message.as_deref().map_or(0, json_size);
+        let size = event
+            .message
+            .as_deref()
+            .map_or(0, crate::protocol::json_len);
         let answered = event.message.as_deref().and_then(answered_request);
         let mut state = lock(&self.state);
         let seq = state.next;
@@ -377,21 +380,4 @@ fn answered_request(message: &ServerJsonRpcMessage) -> Option<RequestId> {
         ServerJsonRpcMessage::Error(e) => e.id.clone(),
         _ => None,
     }
-}
-
-/// The length of a message's JSON, without keeping the text.
-fn json_size(message: &ServerJsonRpcMessage) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut n = Count(0);
-    let _ = serde_json::to_writer(&mut n, message);
-    n.0
 }

@@ -149,6 +149,23 @@ pub struct OkResult {
     pub ok: bool,
 }
 
+/// The length of `value` as JSON, counted without writing it anywhere (0 if it cannot be
+/// serialised): how the output cap and the facade's event budget measure a message.
+pub fn json_len(value: &impl serde::Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value).map_or(0, |()| count.0)
+}
+
 #[cfg(test)]
 mod wire_names {
     use super::*;
