@@ -11,7 +11,9 @@
 
 mod calls;
 mod config;
+mod import;
 mod invoke;
+mod locate;
 mod login;
 mod mcp;
 mod render;
@@ -121,6 +123,13 @@ enum Command {
         #[arg(long)]
         session: Option<String>,
     },
+    /// Show the socket this client uses, whether a daemon answers there, the config file
+    /// and the data directory (exit 3 when no daemon answers).
+    Where,
+    /// Bring the MCP servers of other frontends (Claude Code, Claude Desktop, Cursor,
+    /// VS Code, Codex, Gemini CLI) into config.json: show the plan, `--apply` it, `--rewrite`
+    /// the frontends to use toolhost.
+    Import(import::ImportArgs),
     /// Create and check custom tools (no daemon needed).
     Tool {
         #[command(subcommand)]
@@ -228,6 +237,8 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Config { command } => config::run(&g, command).await,
         Command::Session { command } => session::run(&g, command).await,
         Command::Mcp { command, session } => mcp::run(&g, command, session).await,
+        Command::Where => Ok(locate::run(&g).await),
+        Command::Import(args) => Ok(import::run(&g, args).await),
         Command::Tool { command } => Ok(crate::custom::scaffold::cli(
             command,
             &g.config.unwrap_or_else(crate::config::default_path),

@@ -22,7 +22,7 @@ pub use model::*;
 pub use schema::schema;
 pub use validate::env_patterns;
 pub use watch::{watch, ConfigWatcher};
-pub use write::{add_mcp_server, remove_mcp_server};
+pub use write::{add_mcp_server, mcp_server_blocks, remove_mcp_server};
 
 // What `tool.json` shares with config.json: the JSON-message machinery (paths, "did you
 // mean", duplicate keys) and the debounced file watching (the tool folders).

@@ -48,6 +48,26 @@ pub fn remove_mcp_server(path: &Path, name: &str) -> Result<bool, ConfigError> {
     })
 }
 
+/// The MCP server blocks of the config file at `path` as written (`${NAME}` references
+/// unexpanded), under whichever key the file uses; empty when there is no file. What
+/// `toolhost import` compares its plan with.
+pub fn mcp_server_blocks(path: &Path) -> Result<Map<String, Value>, ConfigError> {
+    let Some(bytes) = load::read_file(&resolve(path))? else {
+        return Ok(Map::new());
+    };
+    let root = load::parse(&bytes)?;
+    let Value::Object(obj) = root else {
+        return Ok(Map::new());
+    };
+    let key = load::servers_key(&obj)
+        .map_err(|p| ConfigError::new(ConfigErrorKind::Invalid, vec![p]))?
+        .unwrap_or(SERVERS_KEY);
+    Ok(match obj.get(key) {
+        Some(Value::Object(servers)) => servers.clone(),
+        _ => Map::new(),
+    })
+}
+
 /// Read → `f` edits the servers map (returns whether it changed anything) → validate →
 /// atomic write. Returns what `f` returned.
 pub(crate) fn edit(
