@@ -209,7 +209,11 @@ fn print_plan(out: &Outcome) {
             .iter()
             .map(|o| format!("{} {} {}", o.frontend.label(), o.file.display(), o.at))
             .collect();
-        say!("{state:<8}{:<20} {transport:<6} from {}", p.name, from.join("; "));
+        say!(
+            "{state:<8}{:<20} {transport:<6} from {}",
+            p.name,
+            from.join("; ")
+        );
         if p.from.len() > 1 {
             say!("{:8}merged: {} identical definitions", "", p.from.len());
         }
@@ -250,8 +254,13 @@ fn print_plan(out: &Outcome) {
         say!("before --apply, which refuses a server whose variable is not set:");
         for (p, s) in secrets {
             let o = &p.from[0];
+            let whence = if s.value.is_some() {
+                "its value is in"
+            } else {
+                "already read from the environment by"
+            };
             say!(
-                "  {:<24} its value is in {} at {}.{}",
+                "  {:<24} {whence} {} at {}.{}",
                 s.var,
                 o.file.display(),
                 o.at,

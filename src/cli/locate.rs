@@ -98,10 +98,7 @@ pub async fn run(g: &Globals) -> ExitCode {
 fn print(w: &Whereabouts) {
     say!("toolhost {}", w.version);
     match &w.daemon {
-        Daemon::Answering {
-            version,
-            uptime_s,
-        } => say!(
+        Daemon::Answering { version, uptime_s } => say!(
             "socket    {} (daemon {version} answering, up {uptime_s}s)",
             w.socket
         ),

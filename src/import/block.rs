@@ -23,10 +23,10 @@ pub struct Secret {
     pub var: String,
     /// Where the value is in the frontend's block (`env.GITHUB_TOKEN`).
     pub field: String,
-    /// The value itself: compared to tell identical blocks from different ones, never
-    /// printed or written.
+    /// The value itself (`None`: the frontend already read it from its environment):
+    /// compared to tell identical blocks from different ones, never printed or written.
     #[serde(skip)]
-    pub value: String,
+    pub value: Option<String>,
 }
 
 /// Converts `raw` (frontend `f`'s block for server `name`). `Err` says why the block
@@ -54,9 +54,10 @@ pub fn convert(f: Frontend, name: &str, raw: &Value) -> Result<Converted, String
     }
     for (key, value) in raw {
         let target = match (f, key.as_str()) {
-            (_, "command" | "args" | "cwd" | "url" | "headers" | "env" | "disabled" | "enabled") => {
-                key.as_str()
-            }
+            (
+                _,
+                "command" | "args" | "cwd" | "url" | "headers" | "env" | "disabled" | "enabled",
+            ) => key.as_str(),
             (_, "type" | "transport") => continue,
             (Frontend::Gemini, "httpUrl") => "url",
             (Frontend::Gemini, "timeout") => "timeout_ms",
@@ -79,7 +80,16 @@ pub fn convert(f: Frontend, name: &str, raw: &Value) -> Result<Converted, String
             }
             (Frontend::Codex, "bearer_token_env_var") => {
                 if let Some(var) = value.as_str() {
-                    add_header(&mut out.server, "Authorization", format!("Bearer ${{{var}}}"));
+                    add_header(
+                        &mut out.server,
+                        "Authorization",
+                        format!("Bearer ${{{var}}}"),
+                    );
+                    out.secrets.push(Secret {
+                        var: var.to_owned(),
+                        field: key.clone(),
+                        value: None,
+                    });
                 }
                 continue;
             }
@@ -87,6 +97,11 @@ pub fn convert(f: Frontend, name: &str, raw: &Value) -> Result<Converted, String
                 for (h, var) in value.as_object().into_iter().flatten() {
                     if let Some(var) = var.as_str() {
                         add_header(&mut out.server, h, format!("${{{var}}}"));
+                        out.secrets.push(Secret {
+                            var: var.to_owned(),
+                            field: format!("{key}.{h}"),
+                            value: None,
+                        });
                     }
                 }
                 continue;
@@ -130,7 +145,8 @@ fn add_header(server: &mut Map<String, Value>, name: &str, value: String) {
 
 fn seconds_to_ms(out: &mut Converted, key: &str, value: &Value) {
     if let Some(s) = value.as_f64().filter(|s| *s > 0.0) {
-        out.server.insert(key.to_owned(), Value::from((s * 1000.0) as u64));
+        out.server
+            .insert(key.to_owned(), Value::from((s * 1000.0) as u64));
     }
 }
 
@@ -205,7 +221,7 @@ fn take_secrets(server_name: &str, out: &mut Converted) {
                 out.secrets.push(Secret {
                     var: key.clone(),
                     field: format!("env.{key}"),
-                    value: std::mem::take(v),
+                    value: Some(std::mem::take(v)),
                 });
                 *v = format!("${{{key}}}");
             }
@@ -231,7 +247,7 @@ fn take_secrets(server_name: &str, out: &mut Converted) {
             out.secrets.push(Secret {
                 var: var.clone(),
                 field: format!("headers.{key}"),
-                value: secret,
+                value: Some(secret),
             });
             *v = format!("{prefix}${{{var}}}");
         }
@@ -298,8 +314,12 @@ mod tests {
                    "headers": {"Authorization": "Bearer ${GH_PAT}", "X-Api-Key": "${GH_X_API_KEY}", "X-Region": "eu"},
                    "timeout_ms": 2500, "startup_timeout_ms": 10000})
         );
-        assert_eq!(c.secrets.len(), 1);
-        assert_eq!(c.secrets[0].value, "abc123");
+        let vars: Vec<(&str, Option<&str>)> = c
+            .secrets
+            .iter()
+            .map(|s| (s.var.as_str(), s.value.as_deref()))
+            .collect();
+        assert_eq!(vars, [("GH_PAT", None), ("GH_X_API_KEY", Some("abc123"))]);
 
         let c = convert(
             Frontend::VsCode,

@@ -10,7 +10,9 @@ const KEY: &str = "mcp_servers";
 
 /// Parses `text` into its entries.
 pub fn read(text: &str) -> Result<Vec<Entry>, String> {
-    let doc: DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| e.to_string())?;
+    let doc: DocumentMut = text
+        .parse()
+        .map_err(|e: toml_edit::TomlError| e.to_string())?;
     let Some(servers) = doc.get(KEY).and_then(Item::as_table_like) else {
         return Ok(Vec::new());
     };
@@ -26,8 +28,15 @@ pub fn read(text: &str) -> Result<Vec<Entry>, String> {
 
 /// `text` without the servers named in `remove`, with a `[mcp_servers.toolhost]` running
 /// `command args…`.
-pub fn rewrite(text: &str, remove: &[String], command: &str, args: &[&str]) -> Result<String, String> {
-    let mut doc: DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| e.to_string())?;
+pub fn rewrite(
+    text: &str,
+    remove: &[String],
+    command: &str,
+    args: &[&str],
+) -> Result<String, String> {
+    let mut doc: DocumentMut = text
+        .parse()
+        .map_err(|e: toml_edit::TomlError| e.to_string())?;
     let servers = doc
         .entry(KEY)
         .or_insert_with(|| {

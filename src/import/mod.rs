@@ -102,7 +102,12 @@ pub fn sources(home: &Path, workspace: &Path, codex_home: Option<PathBuf>) -> Ve
             false,
         ),
         json(Cursor, home.join(".cursor/mcp.json"), "mcpServers", false),
-        json(Cursor, workspace.join(".cursor/mcp.json"), "mcpServers", false),
+        json(
+            Cursor,
+            workspace.join(".cursor/mcp.json"),
+            "mcpServers",
+            false,
+        ),
         json(VsCode, workspace.join(".vscode/mcp.json"), "servers", false),
         Source {
             frontend: Codex,
@@ -111,7 +116,12 @@ pub fn sources(home: &Path, workspace: &Path, codex_home: Option<PathBuf>) -> Ve
                 .join("config.toml"),
             block: Block::CodexToml,
         },
-        json(Gemini, home.join(".gemini/settings.json"), "mcpServers", false),
+        json(
+            Gemini,
+            home.join(".gemini/settings.json"),
+            "mcpServers",
+            false,
+        ),
     ]
 }
 
@@ -318,14 +328,18 @@ fn same_values(a: &[Secret], b: &[Secret]) -> bool {
 /// A renamed block's secrets get their own variables (`GITHUB_TOKEN_CURSOR`): its values
 /// differ from those of the block that kept the name.
 fn suffix_secrets(c: &mut block::Converted, slug: &str) {
-    for s in &mut c.secrets {
+    for s in c.secrets.iter_mut().filter(|s| s.value.is_some()) {
         let new = format!("{}_{}", s.var, block::env_name(slug));
         let (from, to) = (format!("${{{}}}", s.var), format!("${{{new}}}"));
         for (key, value) in c.server.iter_mut() {
             if key != "env" && key != "headers" {
                 continue;
             }
-            for v in value.as_object_mut().into_iter().flat_map(|m| m.values_mut()) {
+            for v in value
+                .as_object_mut()
+                .into_iter()
+                .flat_map(|m| m.values_mut())
+            {
                 if let Value::String(text) = v {
                     *text = text.replace(&from, &to);
                 }
@@ -386,12 +400,8 @@ pub fn rewrite(source: &Source, origins: &[&Origin], command: &str) -> Result<Re
     .map_err(|e| format!("{}: {e}", file.display()))?;
     // The backup keeps the original's mode: these files hold tokens.
     std::fs::copy(file, &backup).map_err(|e| format!("cannot back up {}: {e}", file.display()))?;
-    crate::atomic_file::write_atomic(
-        file,
-        new.as_bytes(),
-        crate::atomic_file::Durability::Synced,
-    )
-    .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    crate::atomic_file::write_atomic(file, new.as_bytes(), crate::atomic_file::Durability::Synced)
+        .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
     Ok(Rewritten {
         file: file.clone(),
         backup,

@@ -1,0 +1,374 @@
+//! A newcomer's first steps: `toolhost --version` / `where`, and `toolhost import` of the
+//! MCP servers other frontends hold, with real files in each frontend's format written into
+//! a temp HOME and workspace, run through the real binary.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+use serde_json::{json, Value};
+
+/// Runs `toolhost ARGS` in `cwd` with the user directories of `root`; (exit, stdout, stderr).
+async fn run(
+    root: &Path,
+    cwd: &Path,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> (i32, String, String) {
+    let mut cmd = toolhost(root);
+    cmd.current_dir(cwd).args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().await.unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn version_and_where_name_the_paths_a_client_uses() {
+    let root = tempfile::tempdir().unwrap();
+    let (code, out, _) = run(root.path(), root.path(), &[], &["--version"]).await;
+    assert_eq!(code, 0);
+    assert_eq!(
+        out.trim(),
+        format!("toolhost {}", env!("CARGO_PKG_VERSION"))
+    );
+
+    // No daemon: the default socket under XDG_RUNTIME_DIR, exit 3, the default config.
+    let (code, out, _) = run(root.path(), root.path(), &[], &["where"]).await;
+    assert_eq!(code, 3, "{out}");
+    let sock = root.path().join("runtime/toolhost/toolhost.sock");
+    assert!(
+        out.contains(&format!(
+            "socket    {} (no daemon answering",
+            sock.display()
+        )),
+        "{out}"
+    );
+    let config = root.path().join("xdg/toolhost/config.json");
+    assert!(
+        out.contains(&format!("config    {} (not there yet", config.display())),
+        "{out}"
+    );
+
+    // A daemon answering: its own config file and data directory.
+    let d = Daemon::start().await;
+    let (code, out, err) = run(
+        d.dir.path(),
+        d.dir.path(),
+        &[],
+        &["--json", "--socket", d.socket().to_str().unwrap(), "where"],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let w: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(w["daemon"]["state"], "answering", "{w}");
+    assert_eq!(w["daemon"]["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(w["socket"], d.socket().display().to_string());
+    assert_eq!(w["config"], d.config_path().display().to_string());
+    assert_eq!(w["config_exists"], true);
+    assert_eq!(w["data_dir"], d.data_dir().display().to_string());
+}
+
+/// A home and a project holding servers in every frontend's format.
+struct Frontends {
+    root: tempfile::TempDir,
+}
+
+impl Frontends {
+    fn home(&self) -> PathBuf {
+        self.root.path().join("home")
+    }
+    fn project(&self) -> PathBuf {
+        self.root.path().join("project")
+    }
+    fn config(&self) -> PathBuf {
+        self.root.path().join("xdg/toolhost/config.json")
+    }
+    fn claude(&self) -> PathBuf {
+        self.home().join(".claude.json")
+    }
+    fn desktop(&self) -> PathBuf {
+        self.home()
+            .join(".config/Claude/claude_desktop_config.json")
+    }
+    fn cursor(&self) -> PathBuf {
+        self.home().join(".cursor/mcp.json")
+    }
+    fn vscode(&self) -> PathBuf {
+        self.project().join(".vscode/mcp.json")
+    }
+    fn codex(&self) -> PathBuf {
+        self.home().join(".codex/config.toml")
+    }
+    fn gemini(&self) -> PathBuf {
+        self.home().join(".gemini/settings.json")
+    }
+    fn mcp_json(&self) -> PathBuf {
+        self.project().join(".mcp.json")
+    }
+
+    const CODEX: &'static str = "# my Codex settings\nmodel = \"o4\"\n\n[mcp_servers.docs]\n# the docs server\nurl = \"https://docs.example/mcp\"\nbearer_token_env_var = \"DOCS_TOKEN\"\n\n[profiles.fast]\nmodel = \"o4-mini\"\n";
+
+    fn new() -> Frontends {
+        let f = Frontends {
+            root: tempfile::tempdir().unwrap(),
+        };
+        let p = f.project().display().to_string();
+        // Claude Code: a user-scope server, a project-scope one, other keys beside them.
+        write(
+            &f.claude(),
+            &json!({
+                "numStartups": 7,
+                "mcpServers": {"fs": {"type": "stdio", "command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/a"], "env": {}}},
+                "projects": {p.clone(): {"allowedTools": ["Bash"], "mcpServers": {"proj": {"command": "proj-mcp", "args": []}}}}
+            })
+            .to_string(),
+        );
+        // Claude Desktop and Gemini CLI hold the same server: merged.
+        let everything =
+            json!({"command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"]});
+        write(
+            &f.desktop(),
+            &json!({"mcpServers": {"everything": everything}, "globalShortcut": "Ctrl+Space"})
+                .to_string(),
+        );
+        write(
+            &f.gemini(),
+            &json!({"theme": "dark", "mcpServers": {"everything": everything, "legacy": {"url": "https://old.example/sse"}}})
+                .to_string(),
+        );
+        // Cursor: `fs` with a different folder (a clash) and a server with a literal token.
+        write(
+            &f.cursor(),
+            &json!({"mcpServers": {
+                "fs": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/b"]},
+                "github": {"command": "github-mcp", "args": ["stdio"], "env": {"GITHUB_TOKEN": "ghp_s3cretvalue", "GITHUB_HOST": "github.com"}}
+            }})
+            .to_string(),
+        );
+        write(
+            &f.vscode(),
+            &json!({"inputs": [], "servers": {"time": {"type": "stdio", "command": "uvx", "args": ["mcp-server-time"]}}}).to_string(),
+        );
+        write(&f.codex(), Self::CODEX);
+        write(
+            &f.mcp_json(),
+            &json!({"mcpServers": {"notes": {"command": "notes-mcp"}}}).to_string(),
+        );
+        f
+    }
+
+    async fn import(&self, env: &[(&str, &str)], args: &[&str]) -> (i32, String, String) {
+        let mut all = vec!["import"];
+        all.extend_from_slice(args);
+        run(self.root.path(), &self.project(), env, &all).await
+    }
+}
+
+#[tokio::test]
+async fn import_plans_applies_and_rewrites_every_frontend() {
+    let f = Frontends::new();
+    let originals: Vec<(PathBuf, String)> = [
+        f.claude(),
+        f.desktop(),
+        f.cursor(),
+        f.vscode(),
+        f.codex(),
+        f.gemini(),
+        f.mcp_json(),
+    ]
+    .into_iter()
+    .map(|p| {
+        let text = std::fs::read_to_string(&p).unwrap();
+        (p, text)
+    })
+    .collect();
+
+    // The plan: nothing written.
+    let (code, out, err) = f.import(&[], &[]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    for name in [
+        "fs ",
+        "proj",
+        "everything",
+        "github",
+        "time",
+        "docs",
+        "notes",
+        "fs-cursor",
+    ] {
+        assert!(
+            out.contains(&format!("add     {name}")),
+            "{name} planned:\n{out}"
+        );
+    }
+    assert!(out.contains("merged: 2 identical definitions"), "{out}");
+    assert!(
+        out.contains("name clash: fs is taken by a different definition, so this one is fs-cursor"),
+        "{out}"
+    );
+    assert!(out.contains("skip    legacy"), "{out}");
+    assert!(out.contains("legacy SSE transport"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "GITHUB_TOKEN             its value is in {} at mcpServers.github.env.GITHUB_TOKEN",
+            f.cursor().display()
+        )),
+        "{out}"
+    );
+    assert!(
+        !out.contains("ghp_s3cretvalue"),
+        "a secret is never shown: {out}"
+    );
+    assert!(!f.config().exists());
+
+    // --apply without the secret in the environment: that one server is refused, the rest land.
+    let (code, out, err) = f.import(&[("DOCS_TOKEN", "d")], &["--apply"]).await;
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(err.contains("github not added"), "{err}");
+    assert!(err.contains("GITHUB_TOKEN"), "{err}");
+    let cfg = read_json(&f.config());
+    let servers = cfg["mcp_servers"].as_object().unwrap();
+    assert!(!servers.contains_key("github"));
+    assert_eq!(servers["fs"]["args"][2], "/a");
+    assert_eq!(servers["fs-cursor"]["args"][2], "/b");
+    assert_eq!(
+        servers["docs"]["headers"]["Authorization"],
+        "Bearer ${DOCS_TOKEN}"
+    );
+    assert_eq!(servers["proj"]["command"], "proj-mcp");
+
+    // With the secret set, the rest is added; everything else is already there.
+    let env = [("DOCS_TOKEN", "d"), ("GITHUB_TOKEN", "ghp_s3cretvalue")];
+    let (code, out, err) = f.import(&env, &["--apply"]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("present fs "), "{out}");
+    assert!(out.contains("added github"), "{out}");
+    let text = std::fs::read_to_string(f.config()).unwrap();
+    assert!(!text.contains("ghp_s3cretvalue"), "{text}");
+    let cfg: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        cfg["mcp_servers"]["github"]["env"],
+        json!({"GITHUB_TOKEN": "${GITHUB_TOKEN}", "GITHUB_HOST": "github.com"})
+    );
+
+    // --rewrite: each file keeps its other keys, loses the imported servers, gains toolhost.
+    let (code, out, err) = f.import(&env, &["--rewrite"]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    let entry = json!({"command": BIN, "args": ["mcp"]});
+    for (path, original) in &originals {
+        let backup = PathBuf::from(format!("{}.toolhost-backup", path.display()));
+        assert_eq!(
+            &std::fs::read_to_string(&backup).unwrap(),
+            original,
+            "{}",
+            backup.display()
+        );
+    }
+    let claude = read_json(&f.claude());
+    assert_eq!(claude["numStartups"], 7);
+    assert_eq!(claude["mcpServers"], json!({"toolhost": entry}));
+    let project = &claude["projects"][f.project().display().to_string()];
+    assert_eq!(project["allowedTools"], json!(["Bash"]));
+    assert_eq!(project["mcpServers"], json!({}));
+    assert_eq!(read_json(&f.desktop())["globalShortcut"], "Ctrl+Space");
+    assert_eq!(
+        read_json(&f.desktop())["mcpServers"],
+        json!({"toolhost": entry})
+    );
+    assert_eq!(
+        read_json(&f.cursor())["mcpServers"],
+        json!({"toolhost": entry})
+    );
+    // The SSE server was not imported, so Gemini keeps it.
+    let gemini = read_json(&f.gemini());
+    assert_eq!(gemini["theme"], "dark");
+    assert_eq!(
+        gemini["mcpServers"],
+        json!({"legacy": {"url": "https://old.example/sse"}, "toolhost": entry})
+    );
+    let vscode = read_json(&f.vscode());
+    assert_eq!(vscode["inputs"], json!([]));
+    assert_eq!(
+        vscode["servers"],
+        json!({"toolhost": {"type": "stdio", "command": BIN, "args": ["mcp"]}})
+    );
+    assert_eq!(
+        read_json(&f.mcp_json())["mcpServers"],
+        json!({"toolhost": entry})
+    );
+    // Codex: comments and the other tables as they were.
+    let codex = std::fs::read_to_string(f.codex()).unwrap();
+    assert!(
+        codex.starts_with("# my Codex settings\nmodel = \"o4\"\n"),
+        "{codex}"
+    );
+    assert!(
+        codex.contains("[profiles.fast]\nmodel = \"o4-mini\"\n"),
+        "{codex}"
+    );
+    assert!(!codex.contains("docs"), "{codex}");
+    assert!(
+        codex.contains(&format!(
+            "[mcp_servers.toolhost]\ncommand = \"{BIN}\"\nargs = [\"mcp\"]\n"
+        )),
+        "{codex}"
+    );
+
+    // Again: nothing left to import, and the backups are never overwritten.
+    let (code, out, err) = f.import(&env, &["--apply", "--rewrite"]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(!out.lines().any(|l| l.starts_with("add ")), "{out}");
+    assert!(!out.contains("rewrote"), "{out}");
+}
+
+#[tokio::test]
+async fn import_apply_goes_through_the_running_daemon() {
+    let d = Daemon::start_with(Some(json!({}))).await;
+    let root = d.dir.path();
+    write(
+        &root.join("home/.cursor/mcp.json"),
+        &json!({"mcpServers": {"fx": {"command": FIXTURE, "args": []}}}).to_string(),
+    );
+    let sock = d.socket();
+    let (code, out, err) = run(
+        root,
+        root,
+        &[],
+        &["--socket", sock.to_str().unwrap(), "import", "--apply"],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains(&format!("config.json: {}", d.config_path().display())),
+        "the daemon's config file: {out}"
+    );
+    assert_eq!(
+        read_json(&d.config_path())["mcp_servers"]["fx"]["command"],
+        FIXTURE
+    );
+    // The daemon applied its own edit and started the server.
+    eventually(20, "the imported server to be ready", || async {
+        let s = d.call("mcp.status", json!({})).await;
+        s["result"]["servers"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|s| s["name"] == "fx" && s["state"] == "ready"))
+    })
+    .await;
+}
