@@ -38,6 +38,12 @@ pub fn status(host: &Host) -> ConfigStatusResult {
         last_error: s.last_error,
         warnings: s.warnings,
         custom_tool_errors: host.custom().errors(),
+        custom_tool_folders: host
+            .custom()
+            .folders()
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect(),
     }
 }
 
@@ -63,6 +69,11 @@ pub async fn start_custom_tools(host: &Host) {
     }
     host.custom()
         .watch(host.tracker(), host.shutdown_token().clone());
+    // The workspaces of the sessions kept in the store bring their projects' tools back.
+    let workspaces = crate::session::workspaces(host.sessions()).await;
+    host.custom()
+        .add_session_workspaces(&workspaces, cfg.custom_tools.discover)
+        .await;
 }
 
 /// Reloads when the watched file's content differs from the last file read.

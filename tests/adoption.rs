@@ -372,3 +372,75 @@ async fn import_apply_goes_through_the_running_daemon() {
     })
     .await;
 }
+
+/// The README's custom-tool loop, from a project that is not the daemon's workspace: the
+/// CLI says the folder is not searched and how to make it so; a session there makes the
+/// daemon search it (also after a restart), and the tool runs once approved.
+#[tokio::test]
+async fn custom_tool_loop_from_a_directory_other_than_the_daemons() {
+    let mut d = Daemon::start().await;
+    let project = d.dir.path().join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    let project = project.canonicalize().unwrap();
+    let sock = d.socket();
+    let sock = sock.to_str().unwrap();
+    let cli = |args: &[&str]| {
+        let mut all = vec!["--socket", sock];
+        all.extend_from_slice(args);
+        let all: Vec<String> = all.iter().map(|s| s.to_string()).collect();
+        let (root, cwd) = (d.dir.path().to_path_buf(), project.clone());
+        async move {
+            let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+            run(&root, &cwd, &[], &refs).await
+        }
+    };
+    let folder = project.join(".toolhost/tools");
+    let not_searched = format!(
+        "note: the running daemon does not search {}",
+        folder.display()
+    );
+    let command = format!("toolhost session create --workspace {}", project.display());
+
+    let (code, out, err) = cli(&["tool", "new", "greet"]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains(&not_searched), "{out}");
+    assert!(
+        out.contains(&format!("to have it searched: {command}")),
+        "{out}"
+    );
+    assert!(out.contains("toolhost tools approve greet"), "{out}");
+    let (code, out, _) = cli(&["tool", "check"]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("ok      greet"), "{out}");
+    assert!(out.contains(&not_searched), "{out}");
+    let (code, _, err) = cli(&["invoke", "greet"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("Unknown tool: greet"), "{err}");
+
+    // The printed command: the daemon now searches the project (the tool waits for approval).
+    let args: Vec<&str> = command.split(' ').skip(1).collect();
+    let (code, out, err) = cli(&args).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    let health = d.call("host.health", json!({})).await;
+    assert_eq!(
+        health["result"]["quarantined"],
+        json!(["greet"]),
+        "{health}"
+    );
+    let (code, out, _) = cli(&["tool", "check"]).await;
+    assert!(code == 0 && !out.contains("note:"), "{out}");
+    let (code, out, err) = cli(&["tools", "approve", "greet"]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    let (code, out, err) = cli(&["invoke", "greet", "--args", r#"{"name": "you"}"#]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("Hello, you!"), "{out}");
+
+    // After a restart the stored session's workspace is searched again.
+    d.stop().await;
+    d.spawn(&[]).await;
+    eventually(10, "greet to be listed after the restart", || async {
+        let r = d.call("list_tools", json!({})).await;
+        tool_names(&r["result"]).contains(&"greet")
+    })
+    .await;
+}

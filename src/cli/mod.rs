@@ -19,6 +19,7 @@ mod mcp;
 mod render;
 mod session;
 mod status;
+mod tool;
 mod tools;
 
 use std::path::PathBuf;
@@ -239,10 +240,7 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Mcp { command, session } => mcp::run(&g, command, session).await,
         Command::Where => Ok(locate::run(&g).await),
         Command::Import(args) => Ok(import::run(&g, args).await),
-        Command::Tool { command } => Ok(crate::custom::scaffold::cli(
-            command,
-            &g.config.unwrap_or_else(crate::config::default_path),
-        )),
+        Command::Tool { command } => Ok(tool::run(&g, command).await),
     };
     done.unwrap_or_else(|e| {
         say_err!("toolhost: {e}");

@@ -12,8 +12,10 @@
 //!
 //! Discovery order (the first definition of a name wins; later ones are reported as
 //! collisions by the registry, like MCP clashes): config `custom_tools.paths`, then
-//! `$XDG_CONFIG_HOME/toolhost/tools/`, then `<workspace>/.toolhost/tools/` — the user's own
-//! folders first, so a workspace tool can never take the name of one of the user's.
+//! `$XDG_CONFIG_HOME/toolhost/tools/`, then `<workspace>/.toolhost/tools/`, then the same
+//! folder of every session's workspace (in the order the daemon learnt of them) — the
+//! user's own folders first, so a workspace tool can never take the name of one of the
+//! user's. Every workspace folder, the daemon's or a session's, follows the [`trust`] rule.
 //!
 //! Architecture Invariant: every scan publishes the whole custom source in one registry
 //! swap, and a tool whose manifest bytes are unchanged keeps its tool object, so editing a
@@ -158,6 +160,11 @@ struct Inner {
 
 #[derive(Default)]
 struct State {
+    /// What the config and the daemon's workspace give ([`roots`]).
+    configured: Vec<Root>,
+    /// The workspaces of sessions, each searched like the daemon's (`.toolhost/tools/`).
+    session_workspaces: Vec<PathBuf>,
+    /// `configured`, then the session workspaces' folders: what is scanned and watched.
     roots: Vec<Root>,
     /// By folder: the manifest bytes and the tool built from them.
     tools: Vec<(PathBuf, Vec<u8>, Arc<CustomTool>)>,
@@ -192,19 +199,51 @@ impl CustomTools {
     ) -> Option<SourceUpdate> {
         self.0.providers.store(Arc::new(cfg.providers.clone()));
         self.0.sandbox.store(Arc::new(cfg.sandbox.clone()));
-        let roots = roots(cfg, config_path, workspace);
-        {
+        let roots = {
             let mut st = lock(&self.0.state);
+            st.configured = roots(cfg, config_path, workspace);
+            let discover = cfg.custom_tools.discover;
+            let roots = with_sessions(&st.configured, discover, &st.session_workspaces);
             if st.roots == roots && !st.roots.is_empty() {
                 return None;
             }
             st.roots = roots.clone();
-        }
+            roots
+        };
         if let Some(w) = lock(&self.0.watch).as_mut() {
             w.set_roots(&paths(&roots));
         }
         let _one = self.0.scan_lock.lock().await;
         Some((SourceKey::Custom, Some(self.build(roots).await)))
+    }
+
+    /// Searches the `.toolhost/tools/` of these session workspaces too (a session created
+    /// in a project brings that project's tools, under the [`trust`] rule), and publishes
+    /// the result once they are scanned. Workspaces already searched change nothing.
+    pub async fn add_session_workspaces(&self, workspaces: &[PathBuf], discover: bool) {
+        {
+            let mut st = lock(&self.0.state);
+            let before = st.session_workspaces.len();
+            for w in workspaces {
+                if !st.session_workspaces.contains(w) {
+                    st.session_workspaces.push(w.clone());
+                }
+            }
+            if st.session_workspaces.len() == before {
+                return;
+            }
+            let roots = with_sessions(&st.configured, discover, &st.session_workspaces);
+            if roots == st.roots {
+                return;
+            }
+            st.roots = roots;
+        }
+        self.rescan().await;
+    }
+
+    /// The folders searched now, in precedence order.
+    pub fn folders(&self) -> Vec<PathBuf> {
+        paths(&lock(&self.0.state).roots)
     }
 
     /// Starts watching the folders; events rescan until `shutdown` fires.
@@ -333,6 +372,24 @@ impl CustomTools {
             .map(|(_, _, t)| t.clone())
             .collect()
     }
+}
+
+/// `configured` followed by the tool folder of each session workspace (with `discover`
+/// off, none), each folder once in its first place.
+fn with_sessions(configured: &[Root], discover: bool, sessions: &[PathBuf]) -> Vec<Root> {
+    let mut out = configured.to_vec();
+    if discover {
+        for w in sessions {
+            let path = w.join(".toolhost").join("tools");
+            if !out.iter().any(|r| r.path == path) {
+                out.push(Root {
+                    path,
+                    workspace: true,
+                });
+            }
+        }
+    }
+    out
 }
 
 fn paths(roots: &[Root]) -> Vec<PathBuf> {

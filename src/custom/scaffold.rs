@@ -37,8 +37,18 @@ pub enum ToolCommand {
     },
 }
 
+/// What `tool new` / `tool check` did, for the caller to say what comes next.
+pub struct Done {
+    pub code: std::process::ExitCode,
+    /// The folders written (`new`) or read (`check`).
+    pub folders: Vec<super::Root>,
+    /// The tool `new` created.
+    pub created: Option<String>,
+}
+
 /// Runs `toolhost tool …`; `config_path` is the config whose `custom_tools` are searched.
-pub fn cli(command: ToolCommand, config_path: &Path) -> std::process::ExitCode {
+/// Whether a running daemon searches the folders is the CLI's to say (cli/tool.rs).
+pub fn cli(command: ToolCommand, config_path: &Path) -> Done {
     use std::process::ExitCode;
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     match command {
@@ -48,40 +58,56 @@ pub fn cli(command: ToolCommand, config_path: &Path) -> std::process::ExitCode {
             user,
             dir,
         } => {
-            let dest = match (user, dir) {
-                (true, _) => super::user_tools_dir(),
-                (false, Some(d)) => d,
-                (false, None) => cwd.join(".toolhost").join("tools"),
+            let (dest, workspace) = match (user, dir) {
+                (true, _) => (super::user_tools_dir(), false),
+                (false, Some(d)) => (d, false),
+                (false, None) => (cwd.join(".toolhost").join("tools"), true),
+            };
+            let folder = super::Root {
+                path: dest.clone(),
+                workspace,
             };
             match new_tool(&dest, &name, lang) {
                 Ok(dir) => {
                     println!("created {}", dir.display());
-                    println!("try it: toolhost invoke {name} --args '{{\"name\": \"you\"}}'");
-                    ExitCode::SUCCESS
+                    Done {
+                        code: ExitCode::SUCCESS,
+                        folders: vec![folder],
+                        created: Some(name),
+                    }
                 }
                 Err(e) => {
                     eprintln!("toolhost: {e}");
-                    ExitCode::from(1)
+                    Done {
+                        code: ExitCode::from(1),
+                        folders: Vec::new(),
+                        created: None,
+                    }
                 }
             }
         }
         ToolCommand::Check { dir, workspace } => {
             let roots = match dir {
-                Some(d) => vec![d],
+                Some(d) => vec![super::Root {
+                    path: d,
+                    workspace: false,
+                }],
                 None => {
                     let cfg = crate::config::load(config_path)
                         .map(|l| l.config)
                         .unwrap_or_default();
                     super::roots(&cfg, config_path, &workspace.unwrap_or(cwd))
-                        .into_iter()
-                        .map(|r| r.path)
-                        .collect()
                 }
             };
             let mut bad = 0;
             let mut seen = 0;
+            let mut read = Vec::new();
             for root in &roots {
-                for (d, r) in check(root) {
+                let found = check(&root.path);
+                if !found.is_empty() {
+                    read.push(root.clone());
+                }
+                for (d, r) in found {
                     seen += 1;
                     match r {
                         Ok(name) => println!("ok      {name} ({})", d.display()),
@@ -93,13 +119,18 @@ pub fn cli(command: ToolCommand, config_path: &Path) -> std::process::ExitCode {
                 }
             }
             if seen == 0 {
-                let shown: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+                let shown: Vec<String> =
+                    roots.iter().map(|r| r.path.display().to_string()).collect();
                 println!("no tools found in {}", shown.join(", "));
             }
-            if bad > 0 {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
+            Done {
+                code: if bad > 0 {
+                    ExitCode::from(1)
+                } else {
+                    ExitCode::SUCCESS
+                },
+                folders: read,
+                created: None,
             }
         }
     }

@@ -184,6 +184,10 @@ pub struct ConfigStatusResult {
     /// Custom tool manifests that were skipped: `<file>: <field>: <problem>`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub custom_tool_errors: Vec<String>,
+    /// The folders searched and watched for custom tools, in precedence order (config
+    /// paths, the user's, the daemon's workspace's, then each session workspace's).
+    #[serde(default)]
+    pub custom_tool_folders: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -457,12 +457,22 @@ fn catalog_methods(api: &mut Api) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A session's workspace brings its `.toolhost/tools/` (custom/mod.rs): scanned before
+/// the answer, so the caller's next `list_tools` already shows what is there.
+async fn discover_in(host: &Host, workspace: &str) {
+    let discover = host.config().custom_tools.discover;
+    host.custom()
+        .add_session_workspaces(&[std::path::PathBuf::from(workspace)], discover)
+        .await;
+}
+
 fn session_methods(api: &mut Api) -> anyhow::Result<()> {
     api.method(
         method::SESSION_CREATE,
         "Creates a session; records the tools visible now as its view.",
         |host, p: SessionCreateParams| async move {
             let s = crate::session::create(&host.session_scope(), p).await?;
+            discover_in(&host, &s.workspace).await;
             session_event(&host, SessionEvent::Start, &s.id, &s.workspace);
             Ok(s)
         },
@@ -485,7 +495,9 @@ fn session_methods(api: &mut Api) -> anyhow::Result<()> {
         method::SESSION_UPDATE,
         "Merges meta key by key (null deletes), sets approval or workspace.",
         |host, p: SessionUpdateParams| async move {
-            crate::session::update(&host.session_scope(), p).await
+            let s = crate::session::update(&host.session_scope(), p).await?;
+            discover_in(&host, &s.workspace).await;
+            Ok(s)
         },
     )?;
     api.method(

@@ -59,6 +59,30 @@ fn workspace_of(host: &Scope<'_>, requested: Option<String>) -> Result<String> {
     Ok(path.display().to_string())
 }
 
+/// The distinct workspaces of the stored sessions, the oldest session's first: the
+/// daemon searches each for a project's custom tools. An unreadable page ends the list
+/// (what was read still counts; the store reports its damage elsewhere).
+pub async fn workspaces(sessions: &super::Sessions) -> Vec<std::path::PathBuf> {
+    let mut all = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let Ok((page, next)) = sessions.list(1000, after.as_deref()).await else {
+            break;
+        };
+        all.extend(page.into_iter().map(|s| s.workspace));
+        match next {
+            Some(n) => after = Some(n),
+            None => break,
+        }
+    }
+    let mut seen = HashSet::new();
+    all.into_iter()
+        .rev()
+        .filter(|w| seen.insert(w.clone()))
+        .map(std::path::PathBuf::from)
+        .collect()
+}
+
 /// Largest `meta` a session may carry, serialised: meta is runtime state for frontends
 /// (model, provider, flags), not a document store, and small records keep the store fast.
 pub const MAX_META_BYTES: usize = 64 * 1024;

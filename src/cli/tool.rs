@@ -1,0 +1,93 @@
+//! `toolhost tool new|check` ([`crate::custom::scaffold`], no daemon needed), then what
+//! comes next as the running daemon sees it: a folder it does not search is named, with
+//! the command that makes it searched, and a project's tool is named with the approval it
+//! waits for — so "try it" is only said of a call that can work.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use super::render::say;
+use super::Globals;
+use crate::client::Client;
+use crate::custom::scaffold::{self, ToolCommand};
+use crate::custom::Root;
+
+/// How long the hint waits for a daemon: the command itself never needs one.
+const PROBE: Duration = Duration::from_secs(2);
+
+pub async fn run(g: &Globals, command: ToolCommand) -> ExitCode {
+    let config = g.config.clone().unwrap_or_else(crate::config::default_path);
+    let done = scaffold::cli(command, &config);
+    let searched = daemon_folders(g).await;
+    let unsearched: Vec<&Root> = match &searched {
+        Some(folders) => done
+            .folders
+            .iter()
+            .filter(|r| !folders.iter().any(|f| same_dir(f, &r.path)))
+            .collect(),
+        None => Vec::new(),
+    };
+    for root in &unsearched {
+        say!(
+            "note: the running daemon does not search {} (not its workspace, nor a session's)",
+            root.path.display()
+        );
+        match project_of(root) {
+            Some(project) => say!(
+                "  to have it searched: toolhost session create --workspace {}",
+                project.display()
+            ),
+            None => say!(
+                "  to have it searched: add {} to custom_tools.paths in the daemon's config.json",
+                root.path.display()
+            ),
+        }
+    }
+    if let Some(name) = &done.created {
+        if searched.is_none() {
+            say!("start the daemon (toolhost serve) to call it");
+        }
+        if done.folders.iter().any(|r| r.workspace) {
+            say!("a project's tools wait for approval (again after any change to their folder):");
+            say!("  toolhost tools approve {name}");
+        }
+        say!("try it: toolhost invoke {name} --args '{{\"name\": \"you\"}}'");
+    }
+    done.code
+}
+
+/// The folders the daemon on the socket searches, or `None` when none answers.
+async fn daemon_folders(g: &Globals) -> Option<Vec<PathBuf>> {
+    let client = Client::connect(&g.socket_path())
+        .await
+        .ok()?
+        .with_timeout(PROBE);
+    let status = client.config_status().await.ok()?;
+    Some(
+        status
+            .custom_tool_folders
+            .into_iter()
+            .map(PathBuf::from)
+            .collect(),
+    )
+}
+
+/// The project whose `.toolhost/tools/` `root` is, when it is one.
+fn project_of(root: &Root) -> Option<PathBuf> {
+    if !root.workspace && !root.path.ends_with(".toolhost/tools") {
+        return None;
+    }
+    let project = root.path.parent()?.parent()?;
+    Some(
+        project
+            .canonicalize()
+            .unwrap_or_else(|_| project.to_path_buf()),
+    )
+}
+
+/// Whether two paths name the same folder (the daemon resolves session workspaces, the
+/// CLI's working directory may not be).
+fn same_dir(a: &Path, b: &Path) -> bool {
+    a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+}
