@@ -373,6 +373,11 @@ async fn import_apply_goes_through_the_running_daemon() {
     .await;
 }
 
+async fn greet_listed(d: &Daemon) -> bool {
+    let r = d.call("list_tools", json!({})).await;
+    tool_names(&r["result"]).contains(&"greet")
+}
+
 /// The README's custom-tool loop, from a project that is not the daemon's workspace: the
 /// CLI says the folder is not searched and how to make it so; a session there makes the
 /// daemon search it (also after a restart), and the tool runs once approved.
@@ -438,9 +443,31 @@ async fn custom_tool_loop_from_a_directory_other_than_the_daemons() {
     // After a restart the stored session's workspace is searched again.
     d.stop().await;
     d.spawn(&[]).await;
-    eventually(10, "greet to be listed after the restart", || async {
-        let r = d.call("list_tools", json!({})).await;
-        tool_names(&r["result"]).contains(&"greet")
+    eventually(10, "greet to be listed after the restart", || {
+        greet_listed(&d)
     })
     .await;
+
+    // Without a session there, a restarted daemon does not search the project; a new
+    // session brings it back, in that session's own view at once (the pin was kept).
+    let sessions = d.call("session.list", json!({})).await;
+    for s in sessions["result"]["sessions"].as_array().unwrap() {
+        d.call("session.delete", json!({"id": s["id"]})).await;
+    }
+    d.stop().await;
+    d.spawn(&[]).await;
+    assert!(!greet_listed(&d).await);
+    let s = d
+        .call(
+            "session.create",
+            json!({"workspace": project.display().to_string()}),
+        )
+        .await;
+    assert!(
+        s["result"]["tool_names"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("greet")),
+        "{s}"
+    );
 }

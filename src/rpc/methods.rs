@@ -458,7 +458,8 @@ fn catalog_methods(api: &mut Api) -> anyhow::Result<()> {
 }
 
 /// A session's workspace brings its `.toolhost/tools/` (custom/mod.rs): scanned before
-/// the answer, so the caller's next `list_tools` already shows what is there.
+/// the session is answered, so its view and the caller's next `list_tools` show what is
+/// there.
 async fn discover_in(host: &Host, workspace: &str) {
     let discover = host.config().custom_tools.discover;
     host.custom()
@@ -471,8 +472,11 @@ fn session_methods(api: &mut Api) -> anyhow::Result<()> {
         method::SESSION_CREATE,
         "Creates a session; records the tools visible now as its view.",
         |host, p: SessionCreateParams| async move {
+            // The project's tools are searched first, so the view records those approved.
+            let workspace =
+                crate::session::workspace_of(&host.session_scope(), p.workspace.clone())?;
+            discover_in(&host, &workspace).await;
             let s = crate::session::create(&host.session_scope(), p).await?;
-            discover_in(&host, &s.workspace).await;
             session_event(&host, SessionEvent::Start, &s.id, &s.workspace);
             Ok(s)
         },

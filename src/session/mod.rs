@@ -12,4 +12,6 @@ mod views;
 pub use recover::cli as recover_cli;
 pub use recover::resolve_data_dir;
 pub use store::Sessions;
-pub use views::{create, refresh_tools, remember_loaded, resume, tools, update, workspaces, Scope};
+pub use views::{
+    create, refresh_tools, remember_loaded, resume, tools, update, workspace_of, workspaces, Scope,
+};

@@ -41,7 +41,7 @@ impl Scope<'_> {
 }
 
 /// Resolves a session workspace: relative paths are taken from the host's workspace.
-fn workspace_of(host: &Scope<'_>, requested: Option<String>) -> Result<String> {
+pub fn workspace_of(host: &Scope<'_>, requested: Option<String>) -> Result<String> {
     let Some(w) = requested else {
         return Ok(host.workspace().display().to_string());
     };
