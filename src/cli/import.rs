@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 
 use super::render::{emit, say, say_err};
 use super::Globals;
-use crate::client::Client;
+use crate::client::{Client, ClientError};
 use crate::import::{self, Plan, Rewritten};
 use crate::protocol::McpAddParams;
 
@@ -79,10 +79,15 @@ pub async fn run(g: &Globals, a: ImportArgs) -> ExitCode {
                 return ExitCode::from(super::exit_code(&e));
             }
         },
-        Err(_) => (
+        Err(ClientError::NoDaemon { .. }) => (
             Writer::File,
             g.config.clone().unwrap_or_else(crate::config::default_path),
         ),
+        // A daemon is there but did not answer: writing behind its back would race it.
+        Err(e) => {
+            say_err!("toolhost: {e}");
+            return ExitCode::from(super::exit_code(&e));
+        }
     };
     let existing = match crate::config::mcp_server_blocks(&config) {
         Ok(m) => m,
@@ -254,18 +259,23 @@ fn print_plan(out: &Outcome) {
         say!("before --apply, which refuses a server whose variable is not set:");
         for (p, s) in secrets {
             let o = &p.from[0];
-            let whence = if s.value.is_some() {
-                "its value is in"
+            if s.value.is_some() {
+                say!(
+                    "  {:<24} its value is in {} at {}.{}",
+                    s.var,
+                    o.file.display(),
+                    o.at,
+                    s.field
+                );
             } else {
-                "already read from the environment by"
-            };
-            say!(
-                "  {:<24} {whence} {} at {}.{}",
-                s.var,
-                o.file.display(),
-                o.at,
-                s.field
-            );
+                say!(
+                    "  {:<24} named by {} at {} ({})",
+                    s.var,
+                    o.file.display(),
+                    o.at,
+                    s.field
+                );
+            }
         }
     }
 }

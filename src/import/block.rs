@@ -23,7 +23,8 @@ pub struct Secret {
     pub var: String,
     /// Where the value is in the frontend's block (`env.GITHUB_TOKEN`).
     pub field: String,
-    /// The value itself (`None`: the frontend already read it from its environment):
+    /// The value itself (`None`: the frontend's block only names it — Codex's
+    /// `bearer_token_env_var`, VS Code's `${input:id}`):
     /// compared to tell identical blocks from different ones, never printed or written.
     #[serde(skip)]
     pub value: Option<String>,
@@ -122,7 +123,13 @@ pub fn convert(f: Frontend, name: &str, raw: &Value) -> Result<Converted, String
         }
     }
     if f == Frontend::VsCode {
-        vscode_variables(&mut out.server)?;
+        for id in vscode_variables(&mut out.server)? {
+            out.secrets.push(Secret {
+                var: env_name(&id),
+                field: format!("${{input:{id}}}"),
+                value: None,
+            });
+        }
     }
     take_secrets(name, &mut out);
     Ok(out)
@@ -151,9 +158,10 @@ fn seconds_to_ms(out: &mut Converted, key: &str, value: &Value) {
 }
 
 /// VS Code's `${env:NAME}` is our `${NAME}`; its prompted `${input:id}` becomes `${ID}`, a
-/// variable the user sets once; any other `${…:…}` cannot be carried over.
-fn vscode_variables(server: &mut Map<String, Value>) -> Result<(), String> {
-    fn fix(s: &str) -> Result<String, String> {
+/// variable the user sets once; any other `${…}` is VS Code's own and cannot be carried
+/// over.
+fn vscode_variables(server: &mut Map<String, Value>) -> Result<Vec<String>, String> {
+    fn fix(s: &str, inputs: &mut Vec<String>) -> Result<String, String> {
         let mut out = String::with_capacity(s.len());
         let mut rest = s;
         while let Some(start) = rest.find("${") {
@@ -166,29 +174,36 @@ fn vscode_variables(server: &mut Map<String, Value>) -> Result<(), String> {
             let inner = &after[..end];
             match inner.split_once(':') {
                 Some(("env", var)) => out.push_str(&format!("${{{var}}}")),
-                Some(("input", id)) => out.push_str(&format!("${{{}}}", env_name(id))),
-                Some(_) => {
+                Some(("input", id)) => {
+                    out.push_str(&format!("${{{}}}", env_name(id)));
+                    if !inputs.iter().any(|i| i == id) {
+                        inputs.push(id.to_owned());
+                    }
+                }
+                // `${workspaceFolder}`, `${userHome}`, `${config:…}`, …
+                _ => {
                     return Err(format!(
                         "it uses the VS Code variable ${{{inner}}}, which only VS Code can fill in"
                     ))
                 }
-                None => out.push_str(&format!("${{{inner}}}")),
             }
             rest = &after[end + 1..];
         }
         out.push_str(rest);
         Ok(out)
     }
-    fn walk(v: &mut Value) -> Result<(), String> {
+    fn walk(v: &mut Value, inputs: &mut Vec<String>) -> Result<(), String> {
         match v {
-            Value::String(s) if s.contains("${") => *s = fix(s)?,
-            Value::Array(a) => a.iter_mut().try_for_each(walk)?,
-            Value::Object(m) => m.values_mut().try_for_each(walk)?,
+            Value::String(s) if s.contains("${") => *s = fix(s, inputs)?,
+            Value::Array(a) => a.iter_mut().try_for_each(|v| walk(v, inputs))?,
+            Value::Object(m) => m.values_mut().try_for_each(|v| walk(v, inputs))?,
             _ => {}
         }
         Ok(())
     }
-    server.values_mut().try_for_each(walk)
+    let mut inputs = Vec::new();
+    server.values_mut().try_for_each(|v| walk(v, &mut inputs))?;
+    Ok(inputs)
 }
 
 /// `text` as an environment variable name: upper case, anything else than A-Z, 0-9 and `_`
@@ -261,7 +276,8 @@ fn looks_secret(key: &str, value: &str) -> bool {
     if value.is_empty() || value.contains("${") {
         return false;
     }
-    let key = key.to_ascii_uppercase();
+    // Header names spell words with `-` (`X-Api-Key`), variables with `_`.
+    let key = key.to_ascii_uppercase().replace('-', "_");
     const NAMES: &[&str] = &[
         "TOKEN",
         "SECRET",
@@ -331,10 +347,12 @@ mod tests {
             c.server["env"],
             json!({"DB_PASSWORD": "${DB_PASS}", "HOME_DIR": "${HOME}"})
         );
+        assert_eq!(c.secrets[0].var, "DB_PASS");
+        assert_eq!(c.secrets[0].field, "${input:db-pass}");
         assert!(convert(
             Frontend::VsCode,
             "x",
-            &json!({"command": "x", "args": ["${workspaceFolder:a}"]})
+            &json!({"command": "x", "args": ["${workspaceFolder}"]})
         )
         .is_err());
         assert!(convert(Frontend::Gemini, "old", &json!({"url": "https://h/sse"})).is_err());
