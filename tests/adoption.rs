@@ -439,6 +439,21 @@ async fn custom_tool_loop_from_a_directory_other_than_the_daemons() {
     let (code, out, err) = cli(&["invoke", "greet", "--args", r#"{"name": "you"}"#]).await;
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("Hello, you!"), "{out}");
+    // Listed for sessions in the project only: a session elsewhere does not see it.
+    let elsewhere = d.call("session.create", json!({})).await;
+    let names = elsewhere["result"]["tool_names"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert!(!names.contains(&json!("greet")), "{elsewhere}");
+    let here = d
+        .call(
+            "session.create",
+            json!({"workspace": project.display().to_string()}),
+        )
+        .await;
+    let names = here["result"]["tool_names"].as_array().unwrap().clone();
+    assert!(names.contains(&json!("greet")), "{here}");
 
     // After a restart the stored session's workspace is searched again.
     d.stop().await;

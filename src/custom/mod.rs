@@ -302,6 +302,17 @@ impl CustomTools {
             st.tools.drain(..).map(|(d, b, t)| (d, (b, t))).collect();
         let mut errors = Vec::new();
         for f in found {
+            // A tool of a session workspace's folder is listed for that workspace's sessions.
+            let scope = st
+                .session_workspaces
+                .iter()
+                .find(|w| Some(w.join(".toolhost").join("tools").as_path()) == f.dir.parent())
+                .filter(|_| {
+                    !st.configured
+                        .iter()
+                        .any(|r| Some(r.path.as_path()) == f.dir.parent())
+                })
+                .cloned();
             match f.result {
                 Ok(found) => {
                     let tool = match old.get(&f.dir) {
@@ -316,6 +327,7 @@ impl CustomTools {
                             f.dir.clone(),
                             self.0.providers.clone(),
                             found.workspace_digest,
+                            scope,
                         )),
                     };
                     st.tools.push((f.dir, found.bytes, tool));

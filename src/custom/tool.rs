@@ -42,6 +42,8 @@ pub struct CustomTool {
     pub manifest: Manifest,
     pub dir: PathBuf,
     providers: Providers,
+    /// The session workspace it was found in, when it came from one.
+    scope: Option<PathBuf>,
 }
 
 impl CustomTool {
@@ -52,6 +54,7 @@ impl CustomTool {
         dir: PathBuf,
         providers: Providers,
         workspace_digest: Option<String>,
+        scope: Option<PathBuf>,
     ) -> Self {
         let spec = ToolSpec {
             name: manifest.name.clone(),
@@ -71,6 +74,7 @@ impl CustomTool {
             manifest,
             dir,
             providers,
+            scope,
         }
     }
 
@@ -380,6 +384,9 @@ fn with_stderr(mut e: ToolError, tail: &str) -> ToolError {
 impl Tool for CustomTool {
     fn spec(&self) -> &ToolSpec {
         &self.spec
+    }
+    fn workspace_scope(&self) -> Option<&std::path::Path> {
+        self.scope.as_deref()
     }
 
     fn call(&self, args: Map<String, Value>, ctx: CallContext) -> BoxFuture<'_, ToolResult> {

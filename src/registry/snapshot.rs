@@ -377,11 +377,22 @@ impl Snapshot {
 
     /// Names of listed (not hidden, not deferred) tools, in listing order.
     pub fn visible_names(&self) -> Vec<String> {
+        self.visible().map(|(n, _)| n.clone()).collect()
+    }
+
+    /// [`visible_names`](Self::visible_names) for a session in `workspace`: without the
+    /// tools of other sessions' workspaces.
+    pub fn visible_names_in(&self, workspace: &std::path::Path) -> Vec<String> {
+        self.visible()
+            .filter(|(_, e)| e.tool.workspace_scope().is_none_or(|w| w == workspace))
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    fn visible(&self) -> impl Iterator<Item = (&String, &Arc<Entry>)> {
         self.tools
             .iter()
             .filter(|(n, e)| !e.hidden() && !self.deferred.contains(*n))
-            .map(|(n, _)| n.clone())
-            .collect()
     }
 
     pub fn collisions(&self) -> &[Collision] {

@@ -168,6 +168,11 @@ pub trait Tool: Send + Sync + 'static {
     fn sandboxed(&self) -> bool {
         false
     }
+    /// The one workspace whose sessions list this tool (a custom tool found in a
+    /// session's workspace); `None`: every session's.
+    fn workspace_scope(&self) -> Option<&std::path::Path> {
+        None
+    }
     /// Whether `call` itself ends at the call's deadline (`ctx.timeout_ms`, counted from
     /// the start of `call`) with [`ToolError::timed_out`] and at `ctx.cancel` with
     /// [`ToolError::cancelled`], so the pipeline arms no timer of its own. MCP tools do:

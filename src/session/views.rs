@@ -109,13 +109,15 @@ pub async fn create(host: &Scope<'_>, p: SessionCreateParams) -> Result<Session>
     }
     let snapshot = host.registry().snapshot();
     let now = now_ms();
+    let workspace = workspace_of(host, p.workspace)?;
     let session = Session {
         id: p
             .id
             .unwrap_or_else(|| format!("s_{}", uuid::Uuid::new_v4().simple())),
         created_at: now,
         updated_at: now,
-        workspace: workspace_of(host, p.workspace)?,
+        tool_names: snapshot.visible_names_in(Path::new(&workspace)),
+        workspace,
         approval: p.approval.unwrap_or(host.default_approval),
         meta: p
             .meta
@@ -124,7 +126,6 @@ pub async fn create(host: &Scope<'_>, p: SessionCreateParams) -> Result<Session>
             .filter(|(_, v)| !v.is_null())
             .collect(),
         sandbox: p.sandbox,
-        tool_names: snapshot.visible_names(),
         tools_etag: snapshot.etag().to_owned(),
         loaded_tools: Vec::new(),
     };
@@ -203,9 +204,9 @@ pub async fn tools(host: &Scope<'_>, p: SessionToolsParams) -> Result<SessionToo
 
 pub async fn resume(host: &Scope<'_>, id: &str) -> Result<SessionResumeResult> {
     let snapshot = host.registry().snapshot();
-    let live = snapshot.visible_names();
-    let live_set: HashSet<&str> = live.iter().map(String::as_str).collect();
     let before = host.sessions().get(id).await?;
+    let live = snapshot.visible_names_in(Path::new(&before.workspace));
+    let live_set: HashSet<&str> = live.iter().map(String::as_str).collect();
     let known: HashSet<&str> = before.tool_names.iter().map(String::as_str).collect();
     let added: Vec<String> = live
         .iter()
@@ -271,9 +272,9 @@ fn merged(names: &[String], added: &[String]) -> Vec<String> {
 
 pub async fn refresh_tools(host: &Scope<'_>, id: &str) -> Result<SessionRefreshResult> {
     let snapshot = host.registry().snapshot();
-    let live = snapshot.visible_names();
     let etag = snapshot.etag().to_owned();
     let before = host.sessions().get(id).await?;
+    let live = snapshot.visible_names_in(Path::new(&before.workspace));
     let old: HashSet<&str> = before.tool_names.iter().map(String::as_str).collect();
     let new: HashSet<&str> = live.iter().map(String::as_str).collect();
     let added = live
