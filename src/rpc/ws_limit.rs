@@ -8,7 +8,10 @@
 //! that would not fit is dropped from there to its last fragment, and tungstenite is given
 //! an empty frame that ends the message instead. Which messages were cut is recorded in
 //! [`Oversized`], where the reader looks each message up in turn and answers `-32007`
-//! for those. Nothing beyond the limit is ever buffered.
+//! for those. Nothing beyond the limit is ever buffered. A message larger than
+//! `frame_budget::FREE` also takes its size (as its frame headers announce it) from the
+//! server's frame budget until its last frame has passed; one that finds no room is cut
+//! the same way, at once, and answered saying so.
 //!
 //! Data frames are also passed on as binary: the reader checks UTF-8 itself (answering
 //! `-32700`), so a message cut mid-character, or a text message that is not UTF-8, gets
@@ -22,6 +25,7 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, ReadBuf};
 
+use super::frame_budget::Share;
 use crate::lock;
 
 /// The longest frame header: 2 bytes, an 8-byte length, a 4-byte mask key.
@@ -30,24 +34,35 @@ const MAX_HEADER: usize = 14;
 /// How much of the client's input is read at once.
 const CHUNK: usize = 8 * 1024;
 
+/// Why a data message was cut.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Cut {
+    /// Over `limits.max_request_bytes`.
+    TooBig,
+    /// No room in the frame budget, of `limit` bytes.
+    NoRoom { limit: usize },
+}
+
 /// The numbers (counted from 1, in the order they arrive) of the data messages that were
-/// over the limit.
+/// cut, and why.
 #[derive(Debug, Default)]
-pub(super) struct Oversized(Mutex<VecDeque<u64>>);
+pub(super) struct Oversized(Mutex<VecDeque<(u64, Cut)>>);
 
 impl Oversized {
-    /// Whether data message number `n` was cut; ask for every message, in order.
-    pub(super) fn was_cut(&self, n: u64) -> bool {
+    /// Whether (and why) data message number `n` was cut; ask for every message, in order.
+    pub(super) fn was_cut(&self, n: u64) -> Option<Cut> {
         let mut cut = lock(&self.0);
-        if cut.front() == Some(&n) {
-            cut.pop_front();
-            return true;
+        match cut.front() {
+            Some(&(m, why)) if m == n => {
+                cut.pop_front();
+                Some(why)
+            }
+            _ => None,
         }
-        false
     }
 
-    fn cut(&self, n: u64) {
-        lock(&self.0).push_back(n);
+    fn cut(&self, n: u64, why: Cut) {
+        lock(&self.0).push_back((n, why));
     }
 }
 
@@ -82,10 +97,14 @@ pub(super) struct FrameLimit<I> {
     message_len: u64,
     /// The rest of the current message is being dropped.
     cutting: bool,
+    /// The frame being passed is the current message's last.
+    ends_message: bool,
+    /// What the current message holds of the server's frame budget.
+    share: Share,
 }
 
 impl<I> FrameLimit<I> {
-    pub(super) fn new(io: I, max: usize, oversized: Arc<Oversized>) -> Self {
+    pub(super) fn new(io: I, max: usize, oversized: Arc<Oversized>, share: Share) -> Self {
         FrameLimit {
             io,
             max: u64::try_from(max).unwrap_or(u64::MAX),
@@ -101,6 +120,8 @@ impl<I> FrameLimit<I> {
             messages: 0,
             message_len: 0,
             cutting: false,
+            ends_message: false,
+            share,
         }
     }
 
@@ -148,6 +169,7 @@ impl<I> FrameLimit<I> {
                     buf.put_slice(&self.input[self.pos..self.pos + n]);
                     self.pos += n;
                     self.at = payload_left(left, n, At::Pass);
+                    self.passed();
                 }
                 At::Drop(left) => {
                     let n = usize::try_from(left).unwrap_or(usize::MAX).min(available);
@@ -183,8 +205,20 @@ impl<I> FrameLimit<I> {
             return;
         }
         let total = self.message_len.saturating_add(payload);
-        if total > self.max {
-            self.oversized.cut(self.messages);
+        let size = usize::try_from(total).unwrap_or(usize::MAX);
+        let cut = if total > self.max {
+            Some(Cut::TooBig)
+        } else if !self.share.cover(size) {
+            Some(Cut::NoRoom {
+                limit: self.share.limit(),
+            })
+        } else {
+            None
+        };
+        if let Some(why) = cut {
+            self.oversized.cut(self.messages, why);
+            // tungstenite drops what it collected of the message on the empty final frame.
+            self.share.release();
             // An empty final frame ends the message in tungstenite: a new binary one, or
             // the continuation that ends one already begun.
             let first = if opcode == 0 { 0x80 } else { 0x82 };
@@ -200,7 +234,18 @@ impl<I> FrameLimit<I> {
             header[0] = (h[0] & 0xf0) | 0x02;
         }
         self.owe(&header[..len]);
+        self.ends_message = fin;
         self.at = payload_left(payload, 0, At::Pass);
+        self.passed();
+    }
+
+    /// After payload was passed: once the last frame of a message has passed whole,
+    /// tungstenite holds the complete message, and its share of the budget is given back.
+    fn passed(&mut self) {
+        if self.ends_message && matches!(self.at, At::Header { .. }) {
+            self.ends_message = false;
+            self.share.release();
+        }
     }
 }
 
@@ -271,6 +316,7 @@ writes_pass_through!(FrameLimit);
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::rpc::frame_budget::{FrameBudget, FREE};
     use tokio::io::AsyncReadExt;
 
     /// A masked client frame (the key is zero; the filter never unmasks).
@@ -295,7 +341,8 @@ mod tests {
     async fn filtered(input: Vec<u8>, max: usize) -> (Vec<u8>, Arc<Oversized>) {
         let oversized = Arc::new(Oversized::default());
         let mut out = Vec::new();
-        FrameLimit::new(&input[..], max, oversized.clone())
+        let share = FrameBudget::new(usize::MAX).share();
+        FrameLimit::new(&input[..], max, oversized.clone(), share)
             .read_to_end(&mut out)
             .await
             .unwrap();
@@ -322,7 +369,9 @@ mod tests {
         want.extend(&ping);
         want.extend(frame(0x82, b"last"));
         assert_eq!(out, want);
-        let cut: Vec<u64> = (1..=4).filter(|n| oversized.was_cut(*n)).collect();
+        let cut: Vec<u64> = (1..=4)
+            .filter(|n| oversized.was_cut(*n).is_some())
+            .collect();
         assert_eq!(cut, [2, 3]);
     }
 
@@ -332,5 +381,42 @@ mod tests {
         unmasked.extend([b'x'; 20]);
         let (out, _) = filtered(unmasked.clone(), 10).await;
         assert_eq!(out, unmasked);
+    }
+
+    #[tokio::test]
+    async fn a_message_without_room_in_the_budget_is_cut_and_the_room_comes_back() {
+        let budget = FrameBudget::new(10);
+        let mut other = budget.share();
+        assert!(
+            other.cover(FREE + 5),
+            "another connection holds half the budget"
+        );
+        let big = vec![b'x'; FREE + 8];
+        let mut input = frame(0x82, &big);
+        input.extend(frame(0x81, b"small"));
+        input.extend(frame(0x02, &big[..FREE]));
+        input.extend(frame(0x80, &[b'y'; 4]));
+        input.extend(frame(0x82, &big));
+        let oversized = Arc::new(Oversized::default());
+        let mut out = Vec::new();
+        let mut limit = FrameLimit::new(&input[..], usize::MAX, oversized.clone(), budget.share());
+        // Read the first three messages' bytes, then let the other connection go.
+        let first_three = 6 + frame(0x82, b"small").len() + frame(0x02, &big[..FREE]).len();
+        let mut head = vec![0; first_three + frame(0x80, &[b'y'; 4]).len()];
+        limit.read_exact(&mut head).await.unwrap();
+        drop(other);
+        limit.read_to_end(&mut out).await.unwrap();
+        assert_eq!(&head[..6], [0x82, 0x80, 0, 0, 0, 0]);
+        assert_eq!(
+            out,
+            frame(0x82, &big),
+            "with room again, the same size passes"
+        );
+        let why: Vec<Option<Cut>> = (1..=4).map(|n| oversized.was_cut(n)).collect();
+        assert_eq!(why, [Some(Cut::NoRoom { limit: 10 }), None, None, None]);
+        assert!(
+            budget.share().cover(FREE + 10),
+            "every message gave its share back"
+        );
     }
 }
