@@ -49,6 +49,9 @@ struct Tracker {
 
 static TRACKER: LazyLock<Mutex<Tracker>> = LazyLock::new(Mutex::default);
 
+/// Woken when a group starts, so an idle reaper (no group running) need not tick.
+static STARTED: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
 fn key(s: &Stat) -> Key {
     (s.pid, s.starttime)
 }
@@ -60,6 +63,13 @@ pub(super) fn begin(group: Key, owner: &Processes, call: Option<Arc<str>>) {
         owner: owner.clone(),
         call,
     });
+    STARTED.notify_waiters();
+}
+
+/// Resolves at the next group start after this call (see [`any_running`] for the state
+/// before it).
+pub(super) fn group_started() -> tokio::sync::futures::Notified<'static> {
+    STARTED.notified()
 }
 
 /// A group ended (after its kill): returns its escapees, for its ledger to forget.

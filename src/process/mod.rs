@@ -513,8 +513,9 @@ impl Drop for DaemonProcesses {
 const ADOPTED_ZOMBIE_AGE: Duration = Duration::from_secs(1);
 
 /// Reaps adopted zombies, and records and kills escapees (see [`escapees`]), on SIGCHLD and
-/// every [`escapees::SCAN_EVERY`] while a zombie is pending or any group runs. Never `waitpid(-1)`: that would steal
-/// the statuses tokio waits for.
+/// every [`escapees::SCAN_EVERY`] while a zombie is pending or any group runs; an idle
+/// daemon (no group, nothing pending) wakes only for SIGCHLD or a group's start. Never
+/// `waitpid(-1)`: that would steal the statuses tokio waits for.
 async fn reap_adopted_forever() {
     use tokio::signal::unix::{signal, SignalKind};
     let mut sigchld = signal(SignalKind::child()).ok();
@@ -522,13 +523,17 @@ async fn reap_adopted_forever() {
     // Unknown zombies by when this reaper first saw them.
     let mut seen = HashMap::new();
     loop {
-        // A group can start at any time and escape without a SIGCHLD reaching us (its
-        // processes' parents get those), so the tick runs always; it scans only when needed.
+        // A running group's process can escape and be orphaned to us without a SIGCHLD
+        // reaching us (its parents get those), so while groups run a tick scans too. Asked
+        // for before looking, so a group starting in between is not missed.
+        let started = escapees::group_started();
+        let busy = pending || escapees::any_running() || sigchld.is_none();
         let tick = tokio::time::sleep(escapees::SCAN_EVERY);
         let child_exited = match sigchld.as_mut() {
             Some(s) => tokio::select! {
                 _ = s.recv() => true,
-                () = tick => false,
+                () = tick, if busy => false,
+                () = started, if !busy => continue,
             },
             None => {
                 tick.await;
