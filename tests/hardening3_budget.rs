@@ -168,3 +168,40 @@ async fn past_the_budget_large_requests_are_refused_in_every_framing_and_small_o
     let (status, body) = http_request(&sock, "POST", "/", &large).await;
     assert_ne!(status, 503, "{body}");
 }
+
+#[tokio::test]
+async fn a_websocket_message_begun_must_end_in_time_and_idle_websockets_stay() {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let mut d = Daemon::unstarted();
+    d.spawn(&[("TOOLHOST_FRAME_TIMEOUT_MS", "300")]).await;
+    let sock = d.socket();
+    let connect = || async {
+        let s = UnixStream::connect(&sock).await.unwrap();
+        tokio_tungstenite::client_async("ws://localhost/", s)
+            .await
+            .unwrap()
+            .0
+    };
+    let mut idle = connect().await;
+    let mut slow = connect().await;
+    // A masked binary frame announcing 1,000 bytes, of which 10 come.
+    let mut frame = vec![0x82, 0x80 | 126, 0x03, 0xe8, 0, 0, 0, 0];
+    frame.extend([b'x'; 10]);
+    slow.get_mut().write_all(&frame).await.unwrap();
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        while let Some(Ok(m)) = slow.next().await {
+            if m.is_close() {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(ended.is_ok(), "an unfinished message held its connection");
+    // The WebSocket idle all that time (between messages) is still served.
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "host.health"}).to_string();
+    idle.send(Message::text(call)).await.unwrap();
+    let reply = idle.next().await.unwrap().unwrap();
+    let reply: Value = serde_json::from_str(reply.to_text().unwrap()).unwrap();
+    assert_eq!(reply["result"]["status"], "ok", "{reply}");
+}

@@ -64,7 +64,13 @@ pub(super) fn upgrade(
             .accept_unmasked_frames(false);
         let oversized = Arc::new(Oversized::default());
         let share = shared.frame_budget.share();
-        let io = FrameLimit::new(TokioIo::new(upgraded), max, oversized.clone(), share);
+        let io = FrameLimit::new(
+            TokioIo::new(upgraded),
+            max,
+            oversized.clone(),
+            share,
+            shared.frame_timeout,
+        );
         let ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(cfg)).await;
         let _open = shared.host.metrics().connection(Framing::websocket);
         let (tx, rx) = ws.split();

@@ -11,19 +11,24 @@
 //! for those. Nothing beyond the limit is ever buffered. A message larger than
 //! `frame_budget::FREE` also takes its size (as its frame headers announce it) from the
 //! server's frame budget until its last frame has passed; one that finds no room is cut
-//! the same way, at once, and answered saying so.
+//! the same way, at once, and answered saying so. A data message, once begun, must end
+//! within the frame timeout (as a line or an HTTP body must), or the connection's reads
+//! fail with `TimedOut` and it closes; idle time between messages is not limited.
 //!
 //! Data frames are also passed on as binary: the reader checks UTF-8 itself (answering
 //! `-32700`), so a message cut mid-character, or a text message that is not UTF-8, gets
 //! an answer instead of tungstenite closing the connection.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, ReadBuf};
+use tokio::time::Sleep;
 
 use super::frame_budget::Share;
 use crate::lock;
@@ -97,14 +102,23 @@ pub(super) struct FrameLimit<I> {
     message_len: u64,
     /// The rest of the current message is being dropped.
     cutting: bool,
-    /// The frame being passed is the current message's last.
+    /// The frame being passed or dropped is the current message's last.
     ends_message: bool,
     /// What the current message holds of the server's frame budget.
     share: Share,
+    /// How long a begun message may take to arrive, and when the current one must be in.
+    frame_timeout: Duration,
+    deadline: Option<Pin<Box<Sleep>>>,
 }
 
 impl<I> FrameLimit<I> {
-    pub(super) fn new(io: I, max: usize, oversized: Arc<Oversized>, share: Share) -> Self {
+    pub(super) fn new(
+        io: I,
+        max: usize,
+        oversized: Arc<Oversized>,
+        share: Share,
+        frame_timeout: Duration,
+    ) -> Self {
         FrameLimit {
             io,
             max: u64::try_from(max).unwrap_or(u64::MAX),
@@ -122,6 +136,8 @@ impl<I> FrameLimit<I> {
             cutting: false,
             ends_message: false,
             share,
+            frame_timeout,
+            deadline: None,
         }
     }
 
@@ -175,6 +191,7 @@ impl<I> FrameLimit<I> {
                     let n = usize::try_from(left).unwrap_or(usize::MAX).min(available);
                     self.pos += n;
                     self.at = payload_left(left, n, At::Drop);
+                    self.passed();
                 }
             }
         }
@@ -198,10 +215,13 @@ impl<I> FrameLimit<I> {
             self.messages += 1;
             self.message_len = 0;
             self.cutting = false;
+            self.deadline = Some(Box::pin(tokio::time::sleep(self.frame_timeout)));
         }
+        self.ends_message = fin;
         if self.cutting {
             self.cutting = !fin;
             self.at = payload_left(payload, 0, At::Drop);
+            self.passed();
             return;
         }
         let total = self.message_len.saturating_add(payload);
@@ -225,6 +245,7 @@ impl<I> FrameLimit<I> {
             self.owe(&[first, 0x80, 0, 0, 0, 0]);
             self.cutting = !fin;
             self.at = payload_left(payload, 0, At::Drop);
+            self.passed();
             return;
         }
         self.message_len = total;
@@ -234,17 +255,18 @@ impl<I> FrameLimit<I> {
             header[0] = (h[0] & 0xf0) | 0x02;
         }
         self.owe(&header[..len]);
-        self.ends_message = fin;
         self.at = payload_left(payload, 0, At::Pass);
         self.passed();
     }
 
-    /// After payload was passed: once the last frame of a message has passed whole,
-    /// tungstenite holds the complete message, and its share of the budget is given back.
+    /// After payload was passed or dropped: once the last frame of a message is through,
+    /// tungstenite holds the complete message (or the empty end of a cut one), its share of
+    /// the budget is given back and its deadline no longer applies.
     fn passed(&mut self) {
         if self.ends_message && matches!(self.at, At::Header { .. }) {
             self.ends_message = false;
             self.share.release();
+            self.deadline = None;
         }
     }
 }
@@ -304,6 +326,19 @@ impl<I: AsyncRead + Unpin> AsyncRead for FrameLimit<I> {
                     }
                     (this.pos, this.end) = (0, n);
                 }
+                Poll::Pending => {
+                    let late = this
+                        .deadline
+                        .as_mut()
+                        .is_some_and(|d| d.as_mut().poll(cx).is_ready());
+                    if late {
+                        return Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "a websocket message did not arrive in time",
+                        )));
+                    }
+                    return Poll::Pending;
+                }
                 other => return other,
             }
         }
@@ -342,10 +377,16 @@ mod tests {
         let oversized = Arc::new(Oversized::default());
         let mut out = Vec::new();
         let share = FrameBudget::new(usize::MAX).share();
-        FrameLimit::new(&input[..], max, oversized.clone(), share)
-            .read_to_end(&mut out)
-            .await
-            .unwrap();
+        FrameLimit::new(
+            &input[..],
+            max,
+            oversized.clone(),
+            share,
+            Duration::from_secs(30),
+        )
+        .read_to_end(&mut out)
+        .await
+        .unwrap();
         (out, oversized)
     }
 
@@ -399,7 +440,14 @@ mod tests {
         input.extend(frame(0x82, &big));
         let oversized = Arc::new(Oversized::default());
         let mut out = Vec::new();
-        let mut limit = FrameLimit::new(&input[..], usize::MAX, oversized.clone(), budget.share());
+        let share = budget.share();
+        let mut limit = FrameLimit::new(
+            &input[..],
+            usize::MAX,
+            oversized.clone(),
+            share,
+            Duration::from_secs(30),
+        );
         // Read the first three messages' bytes, then let the other connection go.
         let first_three = 6 + frame(0x82, b"small").len() + frame(0x02, &big[..FREE]).len();
         let mut head = vec![0; first_three + frame(0x80, &[b'y'; 4]).len()];
