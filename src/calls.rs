@@ -1,7 +1,9 @@
-//! The calls in flight, by `call_id`: how `cancel` reaches a call from any connection and
-//! how shutdown knows when the host is idle.
+//! The calls in flight, by `call_id`: how `cancel` reaches a call from any connection, how
+//! shutdown knows when the host is idle, and what a call may do, for the processes it
+//! started when they call the daemon back (`rpc/peer.rs`).
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -9,13 +11,26 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::lock;
+use crate::protocol::{ApprovalMode, Network, SandboxPolicy};
 
-/// One call in flight: how to cancel it, and what `host.status` shows of it.
+/// What a call may do: its workspace, its session's sandbox (the session's, also when the
+/// call itself was approved to leave it) and its approval mode. A process the call started
+/// gets no more when it calls the daemon back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallRights {
+    pub workspace: PathBuf,
+    pub sandbox: SandboxPolicy,
+    pub network: Network,
+    pub approval: ApprovalMode,
+}
+
+/// One call in flight: how to cancel it, what `host.status` shows of it, and its rights.
 struct Entry {
     token: CancellationToken,
     tool: String,
     session: Option<String>,
     started: Instant,
+    rights: CallRights,
 }
 
 /// Calls in flight by `call_id`.
@@ -35,6 +50,7 @@ impl CallTable {
         token: CancellationToken,
         tool: &str,
         session: Option<&str>,
+        rights: CallRights,
     ) -> Option<CallGuard> {
         let mut calls = lock(&self.calls);
         if calls.contains_key(call_id) {
@@ -47,6 +63,7 @@ impl CallTable {
                 tool: tool.to_owned(),
                 session: session.map(str::to_owned),
                 started: Instant::now(),
+                rights,
             },
         );
         Some(CallGuard {
@@ -64,6 +81,11 @@ impl CallTable {
             }
             None => false,
         }
+    }
+
+    /// The rights of the call `call_id`, while it is in flight.
+    pub fn rights(&self, call_id: &str) -> Option<CallRights> {
+        lock(&self.calls).get(call_id).map(|e| e.rights.clone())
     }
 
     /// Whether a call `call_id` is in flight.
@@ -123,13 +145,23 @@ impl Drop for CallGuard {
 mod tests {
     use super::*;
 
+    fn rights() -> CallRights {
+        CallRights {
+            workspace: "/w".into(),
+            sandbox: SandboxPolicy::ReadOnly,
+            network: Network::Deny,
+            approval: ApprovalMode::Strict,
+        }
+    }
+
     #[tokio::test]
     async fn ids_are_unique_while_in_flight_and_idle_wakes_when_empty() {
         let table = Arc::new(CallTable::default());
-        let a = table.register("a", CancellationToken::new(), "bash", None);
+        let a = table.register("a", CancellationToken::new(), "bash", None, rights());
         assert!(a.is_some());
+        assert_eq!(table.rights("a"), Some(rights()));
         assert!(table
-            .register("a", CancellationToken::new(), "bash", None)
+            .register("a", CancellationToken::new(), "bash", None, rights())
             .is_none());
         let waiter = tokio::spawn({
             let t = table.clone();
@@ -140,8 +172,9 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
+        assert_eq!(table.rights("a"), None);
         assert!(table
-            .register("a", CancellationToken::new(), "bash", None)
+            .register("a", CancellationToken::new(), "bash", None, rights())
             .is_some());
     }
 }

@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::approval::{self, Decision};
 use crate::audit;
+use crate::calls::CallRights;
 use crate::catalog::ToolSource;
 use crate::error::{Error, Result};
 use crate::host::Host;
@@ -87,6 +88,12 @@ pub async fn invoke(
             token.clone(),
             &params.name,
             params.session_id.as_deref(),
+            CallRights {
+                workspace: workspace.clone(),
+                sandbox: sandbox.left.unwrap_or(sandbox.policy),
+                network: sandbox.network,
+                approval: mode,
+            },
         )
         .ok_or_else(|| call_id_in_use(&call_id))?;
     let timeout_ms = params
@@ -108,7 +115,7 @@ pub async fn invoke(
             cancel: token,
             updates,
             sandbox,
-            processes: host.processes().clone(),
+            processes: host.processes().for_call(&call_id),
         },
     )
     .await;

@@ -2,7 +2,8 @@
 //! (issue 32 item 6): a `bash` call's command calls the socket itself and tries to leave
 //! its sandbox, approve itself, make a session outside, add an MCP server and reach the MCP
 //! facade; each is refused and nothing is written outside, while the same command's plain
-//! calls and a client of the user are unaffected.
+//! calls and a client of the user are unaffected. A peer gets its own call's rights: the
+//! call's workspace (not the daemon's) and its session's sandbox and approval as a floor.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -54,10 +55,21 @@ fn requests(outside: &Path) -> Value {
 /// Runs the attacker from a `bash` call (`launch` wraps the python command line) and
 /// returns its replies.
 async fn attack(d: &Daemon, outside: &Path, launch: &str) -> Value {
-    let ws = d.workspace();
+    attack_in(d, None, &d.workspace(), &requests(outside), launch).await
+}
+
+/// Runs the attacker sending `reqs` from a `bash` call in `session` (or none), whose
+/// workspace is `ws`.
+async fn attack_in(
+    d: &Daemon,
+    session: Option<&str>,
+    ws: &Path,
+    reqs: &Value,
+    launch: &str,
+) -> Value {
     std::fs::write(ws.join("attack.py"), ATTACK).unwrap();
     let out = ws.join("replies.json");
-    let reqs = requests(outside).to_string();
+    let reqs = reqs.to_string();
     let python = format!(
         "python3 '{}' '{}' '{}' '{}'",
         ws.join("attack.py").display(),
@@ -71,7 +83,13 @@ async fn attack(d: &Daemon, outside: &Path, launch: &str) -> Value {
         launch.replace("{}", &python),
         out.display()
     );
-    let r = d.invoke("bash", json!({"command": command})).await;
+    let r = d
+        .call(
+            "invoke",
+            json!({"name": "bash", "arguments": {"command": command}, "session_id": session}),
+        )
+        .await;
+    let r = &r["result"]["result"];
     assert_eq!(r["ok"], true, "{r}");
     eventually(20, "the attacker's replies", || {
         let out = out.clone();
@@ -108,8 +126,8 @@ fn assert_refused(replies: &Value, outside: &Path) {
         "{}",
         replies["mcp facade"]
     );
-    // What a call may do anyway still works, in a session of its own that is the most
-    // restricted: a read runs, a command waits for an approval it cannot give.
+    // What a call may do anyway still works, in a session of its own with the call's rights
+    // (confined to the workspace): a read runs, a command cannot write outside.
     assert!(
         replies["own session"]["result"]["id"].is_string(),
         "{replies}"
@@ -118,16 +136,24 @@ fn assert_refused(replies: &Value, outside: &Path) {
         replies["own call"]["result"]["result"]["ok"], true,
         "{replies}"
     );
-    assert_eq!(
-        replies["own bash"]["result"]["result"]["ok"], false,
-        "{replies}"
-    );
+    let own_bash = &replies["own bash"]["result"]["result"];
+    assert_eq!(own_bash["sandbox"]["status"], "denied", "{replies}");
     let written: Vec<_> = std::fs::read_dir(outside).unwrap().collect();
     assert!(written.is_empty(), "written outside: {written:?}");
 }
 
+/// A daemon whose calls run confined (`workspace-write`, strict, confined commands without
+/// approval), and a folder outside its workspace.
 async fn daemon_and_outside() -> (Daemon, std::path::PathBuf) {
-    let d = Daemon::start().await;
+    daemon_with_outside(Some(json!({
+        "sandbox": {"policy": "workspace-write"},
+        "approval": {"mode": "strict", "sandboxed_commands": "auto"}
+    })))
+    .await
+}
+
+async fn daemon_with_outside(config: Option<Value>) -> (Daemon, std::path::PathBuf) {
+    let d = Daemon::start_with(config).await;
     let outside = d.workspace().parent().unwrap().join("outside");
     std::fs::create_dir_all(&outside).unwrap();
     (d, outside)
@@ -145,7 +171,52 @@ async fn a_calls_command_cannot_raise_its_rights_through_the_socket() {
         r["result"]["workspace"],
         d.workspace().canonicalize().unwrap().display().to_string()
     );
-    assert_eq!(r["result"]["sandbox"]["policy"], "read-only", "{r}");
+    // The call's own rights, not more and not the most restricted.
+    assert_eq!(r["result"]["sandbox"]["policy"], "workspace-write", "{r}");
+    assert_eq!(r["result"]["approval"], "strict", "{r}");
+}
+
+#[tokio::test]
+async fn a_peer_gets_its_own_calls_workspace_and_sandbox() {
+    let (d, _) = daemon_and_outside().await;
+    // The call runs in a session whose workspace is a folder inside the daemon's.
+    let sub = d.workspace().join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    std::fs::write(sub.join("notes.txt"), "inside").unwrap();
+    let session = d
+        .call(
+            "session.create",
+            json!({"workspace": sub.display().to_string()}),
+        )
+        .await;
+    let session = session["result"]["id"].as_str().unwrap().to_owned();
+    let daemons = d.workspace().display().to_string();
+    let reqs = json!([
+        ["daemon's workspace", "session.create", {"workspace": daemons}],
+        ["looser sandbox", "session.create", {"sandbox": {"policy": "off"}}],
+        ["own session", "session.create", {}],
+        ["tools", "list_tools", {"session_id": "$OWN"}],
+        ["read inside", "invoke", {"name": "read_file", "arguments": {"path": "notes.txt"}, "session_id": "$OWN"}],
+    ]);
+    let replies = attack_in(&d, Some(&session), &sub, &reqs, "{}").await;
+    for label in ["daemon's workspace", "looser sandbox"] {
+        assert_eq!(
+            replies[label]["error"]["code"], -32008,
+            "{label}: {replies}"
+        );
+    }
+    assert!(replies["tools"]["result"]["tools"].is_array(), "{replies}");
+    let read = &replies["read inside"]["result"]["result"];
+    assert_eq!(read["ok"], true, "{replies}");
+    assert!(read.to_string().contains("inside"), "{read}");
+    let own = replies["own session"]["result"]["id"].as_str().unwrap();
+    let r = d.call("session.get", json!({"id": own})).await;
+    assert_eq!(
+        r["result"]["workspace"],
+        sub.canonicalize().unwrap().display().to_string()
+    );
+    // The call's sandbox and approval, not the most restricted a peer of no call gets.
+    assert_eq!(r["result"]["sandbox"]["policy"], "workspace-write", "{r}");
     assert_eq!(r["result"]["approval"], "strict", "{r}");
 }
 
@@ -163,7 +234,7 @@ async fn an_escaped_process_without_environment_is_still_limited() {
 
 #[tokio::test]
 async fn the_users_own_client_is_unaffected() {
-    let (d, outside) = daemon_and_outside().await;
+    let (d, outside) = daemon_with_outside(None).await;
     let r = d
         .call(
             "session.create",

@@ -79,8 +79,8 @@ impl ConfigDiff {
 ///
 /// Restart-only settings: `listen.socket`, `listen.socket_mode`, `listen.tcp`,
 /// `listen.token_file`, the `listen` connection limits, `data_dir`, `workspace` (built-in tools are rooted at the
-/// workspace resolved at start) and `limits.max_request_bytes` (baked into the transport
-/// when it starts). Note these compare config values only: a `--workspace`/`--socket`
+/// workspace resolved at start), `limits.max_request_bytes` and
+/// `limits.max_buffered_request_bytes` (baked into the transport when it starts). Note these compare config values only: a `--workspace`/`--socket`
 /// command-line flag that overrides them is not known here.
 pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
     let mut d = ConfigDiff::default();
@@ -144,6 +144,10 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
     restart(
         old.limits.max_request_bytes != new.limits.max_request_bytes,
         "limits.max_request_bytes",
+    );
+    restart(
+        old.limits.max_buffered_request_bytes != new.limits.max_buffered_request_bytes,
+        "limits.max_buffered_request_bytes",
     );
     d
 }

@@ -178,6 +178,11 @@ pub struct Limits {
     /// The largest request a client may send.
     #[schemars(range(min = 1))]
     pub max_request_bytes: usize,
+    /// The bytes that requests still arriving may hold over all connections together
+    /// (each request's first 16 KiB are not counted); a large request that finds no room
+    /// is refused at once. Never less than `max_request_bytes`.
+    #[schemars(range(min = 1))]
+    pub max_buffered_request_bytes: usize,
     /// Tool output beyond this is cut (the rest is spilled to a file).
     #[schemars(range(min = 1))]
     pub max_output_bytes: usize,
@@ -186,10 +191,19 @@ pub struct Limits {
     pub default_timeout_ms: u64,
 }
 
+impl Limits {
+    /// The budget of requests still arriving: `max_buffered_request_bytes`, but never less
+    /// than one request of the largest size, which must always be able to arrive.
+    pub fn request_buffer_budget(&self) -> usize {
+        self.max_buffered_request_bytes.max(self.max_request_bytes)
+    }
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_request_bytes: 10 * 1024 * 1024,
+            max_buffered_request_bytes: 32 * 1024 * 1024,
             max_output_bytes: 1024 * 1024,
             default_timeout_ms: 120_000,
         }

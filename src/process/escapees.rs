@@ -19,7 +19,7 @@
 //! whichever daemon in it started their call.
 
 use std::collections::HashMap;
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use super::procfs::Stat;
@@ -35,6 +35,8 @@ pub(super) type Key = (i32, u64);
 struct Live {
     group: Key,
     owner: Processes,
+    /// The call whose tool started the group (`None`: an MCP server, a session event).
+    call: Option<Arc<str>>,
 }
 
 #[derive(Default)]
@@ -47,16 +49,27 @@ struct Tracker {
 
 static TRACKER: LazyLock<Mutex<Tracker>> = LazyLock::new(Mutex::default);
 
+/// Woken when a group starts, so an idle reaper (no group running) need not tick.
+static STARTED: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
 fn key(s: &Stat) -> Key {
     (s.pid, s.starttime)
 }
 
-/// A group started.
-pub(super) fn begin(group: Key, owner: &Processes) {
+/// A group started, for `call` if a call's tool started it.
+pub(super) fn begin(group: Key, owner: &Processes, call: Option<Arc<str>>) {
     crate::lock(&TRACKER).groups.push(Live {
         group,
         owner: owner.clone(),
+        call,
     });
+    STARTED.notify_waiters();
+}
+
+/// Resolves at the next group start after this call (see [`any_running`] for the state
+/// before it).
+pub(super) fn group_started() -> tokio::sync::futures::Notified<'static> {
+    STARTED.notified()
 }
 
 /// A group ended (after its kill): returns its escapees, for its ledger to forget.
@@ -184,4 +197,31 @@ pub(super) fn of_daemon(instance: &str, all: &[Stat]) -> Vec<Stat> {
         .filter(|s| t.owners.get(&key(s)).is_some_and(|g| groups.contains(g)))
         .copied()
         .collect()
+}
+
+/// The call of the running group of daemon `instance` that `pid` (in the snapshot `all`)
+/// belongs to: the first process up its parent chain that leads a group, is in one's
+/// process group (and started after it), or was attributed to one as an escapee. Run after
+/// a [`scan`], so an orphan adopted since the last scan is attributed too.
+pub(super) fn call_of(pid: i32, all: &[Stat], instance: &str) -> Option<Arc<str>> {
+    let t = crate::lock(&TRACKER);
+    let ours = |g: &&Live| g.owner.instance() == instance;
+    let mut cur = pid;
+    // Bounded: a chain can be no longer than the snapshot.
+    for _ in 0..=all.len() {
+        let s = all.iter().find(|s| s.pid == cur)?;
+        let group = t.groups.iter().filter(ours).find(|g| {
+            g.group == key(s)
+                || (g.group.0 == s.pgrp && g.group.1 <= s.starttime)
+                || t.owners.get(&key(s)) == Some(&g.group)
+        });
+        if let Some(g) = group {
+            return g.call.clone();
+        }
+        if s.ppid <= 1 {
+            return None;
+        }
+        cur = s.ppid;
+    }
+    None
 }

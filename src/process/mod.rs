@@ -104,9 +104,14 @@ fn scan() -> (Vec<procfs::Stat>, Vec<procfs::Stat>) {
 /// One daemon's children: its instance cookie, the environment they start with, its
 /// ledger and its watchdog. Cheap to clone; the daemon's host owns it and hands it to
 /// everything that starts a program, so two daemons in one process never mix their
-/// children, environments or ledgers.
+/// children, environments or ledgers. A call's tools get it through [`Processes::for_call`],
+/// so the groups they start are known as that call's ([`Processes::call_of`]).
 #[derive(Clone)]
-pub struct Processes(Arc<State>);
+pub struct Processes {
+    state: Arc<State>,
+    /// The call whose tools start programs through this handle, if any.
+    call: Option<Arc<str>>,
+}
 
 struct State {
     /// This daemon's id: random, so a later daemon (or another one in this process) can
@@ -124,7 +129,7 @@ struct State {
 impl std::fmt::Debug for Processes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Processes")
-            .field("instance", &self.0.instance)
+            .field("instance", &self.state.instance)
             .finish_non_exhaustive()
     }
 }
@@ -139,23 +144,44 @@ impl Default for Processes {
 
 impl Processes {
     pub fn new(env: child_env::Policy) -> Processes {
-        Processes(Arc::new(State {
-            instance: uuid::Uuid::new_v4().simple().to_string(),
-            next_group: AtomicU64::new(1),
-            env: ArcSwap::from_pointee(env),
-            ledger: Mutex::default(),
-            watchdog: Mutex::new(None),
-        }))
+        Processes {
+            state: Arc::new(State {
+                instance: uuid::Uuid::new_v4().simple().to_string(),
+                next_group: AtomicU64::new(1),
+                env: ArcSwap::from_pointee(env),
+                ledger: Mutex::default(),
+                watchdog: Mutex::new(None),
+            }),
+            call: None,
+        }
+    }
+
+    /// The same daemon's processes, for the tools of call `call_id`: every group started
+    /// through it is that call's.
+    pub fn for_call(&self, call_id: &str) -> Processes {
+        Processes {
+            state: self.state.clone(),
+            call: Some(call_id.into()),
+        }
+    }
+
+    /// The call (its `call_id`) whose process tree `pid` belongs to, among this daemon's
+    /// running groups: by its ancestry, by its process group, or as an escapee attributed
+    /// to a call's group (see [`escapees`]). `None` for processes of no call (MCP servers,
+    /// session events) and for processes not ours.
+    pub fn call_of(&self, pid: i32) -> Option<String> {
+        let (all, _) = scan();
+        escapees::call_of(pid, &all, self.instance()).map(|c| c.to_string())
     }
 
     /// This daemon's id, the value of every child's [`INSTANCE_VAR`].
     pub fn instance(&self) -> &str {
-        &self.0.instance
+        &self.state.instance
     }
 
     /// Sets the top-level `env` and `env_passthrough` for children started from now on.
     pub fn set_env(&self, env: child_env::Policy) {
-        self.0.env.store(Arc::new(env));
+        self.state.env.store(Arc::new(env));
     }
 
     /// Clears the command's environment and passes only the allow-list, what config
@@ -163,7 +189,7 @@ impl Processes {
     /// (plus what the caller adds afterwards), so tokens in the daemon's environment do not
     /// leak into children.
     pub fn scrub_env(&self, cmd: &mut Command, extra_passthrough: &GlobSet) {
-        self.0.env.load().apply(cmd, extra_passthrough);
+        self.state.env.load().apply(cmd, extra_passthrough);
     }
 
     /// Spawns `cmd` as the leader of a new process group.
@@ -185,7 +211,7 @@ impl Processes {
         mut cmd: Command,
         spawn: impl FnOnce(Command) -> io::Result<(T, Option<u32>)> + Send + 'static,
     ) -> io::Result<(T, GroupGuard)> {
-        let n = self.0.next_group.fetch_add(1, Ordering::Relaxed);
+        let n = self.state.next_group.fetch_add(1, Ordering::Relaxed);
         let cookie = format!("{}.{n}", self.instance());
         cmd.process_group(0)
             .kill_on_drop(true)
@@ -228,33 +254,33 @@ impl Processes {
 
     /// A group started: into the ledger, the watchdog's list and the escapee tracker.
     fn record(&self, pgid: i32, start: u64) {
-        lock(&self.0.ledger).record(self.instance(), pgid, start);
+        lock(&self.state.ledger).record(self.instance(), pgid, start);
         self.tell_watchdog('+', &pgid.to_string());
-        escapees::begin((pgid, start), self);
+        escapees::begin((pgid, start), self, self.call.clone());
     }
 
     /// A process that escaped one of our groups: into the ledger and the watchdog's list.
     /// The watchdog first: it is the one that acts at once if the daemon dies now.
     fn record_escapee(&self, (pid, start): escapees::Key) {
         self.tell_watchdog('+', &format!("{pid}@{start}"));
-        lock(&self.0.ledger).record_escapee(self.instance(), pid, start);
+        lock(&self.state.ledger).record_escapee(self.instance(), pid, start);
     }
 
     /// A group ended (and its escapees were killed): out of the ledger and the watchdog's
     /// list, with its escapees.
     fn forget(&self, pgid: i32, start: u64) {
         let gone = escapees::end((pgid, start));
-        lock(&self.0.ledger).forget_escapees(self.instance(), &gone);
+        lock(&self.state.ledger).forget_escapees(self.instance(), &gone);
         for (pid, start) in gone {
             self.tell_watchdog('-', &format!("{pid}@{start}"));
         }
-        if lock(&self.0.ledger).forget(self.instance(), pgid, start) {
+        if lock(&self.state.ledger).forget(self.instance(), pgid, start) {
             self.tell_watchdog('-', &pgid.to_string());
         }
     }
 
     fn tell_watchdog(&self, op: char, item: &str) {
-        let mut slot = lock(&self.0.watchdog);
+        let mut slot = lock(&self.state.watchdog);
         if slot.as_mut().is_some_and(|w| !w.tell(op, item)) {
             *slot = None;
         }
@@ -421,9 +447,9 @@ impl Processes {
                 "killed processes left running by a previous daemon"
             );
         }
-        lock(&self.0.ledger).open(self.instance(), data_dir);
+        lock(&self.state.ledger).open(self.instance(), data_dir);
         {
-            let mut slot = lock(&self.0.watchdog);
+            let mut slot = lock(&self.state.watchdog);
             if slot.is_none() {
                 *slot = watchdog::Watchdog::start(self.instance());
             }
@@ -473,8 +499,8 @@ impl Drop for DaemonProcesses {
         for p in rest {
             procfs::signal_exact(p.pid, p.starttime, Signal::SIGKILL);
         }
-        lock(&self.processes.0.ledger).close();
-        let watchdog = lock(&self.processes.0.watchdog).take();
+        lock(&self.processes.state.ledger).close();
+        let watchdog = lock(&self.processes.state.watchdog).take();
         if let Some(w) = watchdog {
             w.stop();
         }
@@ -487,8 +513,9 @@ impl Drop for DaemonProcesses {
 const ADOPTED_ZOMBIE_AGE: Duration = Duration::from_secs(1);
 
 /// Reaps adopted zombies, and records and kills escapees (see [`escapees`]), on SIGCHLD and
-/// every [`escapees::SCAN_EVERY`] while a zombie is pending or any group runs. Never `waitpid(-1)`: that would steal
-/// the statuses tokio waits for.
+/// every [`escapees::SCAN_EVERY`] while a zombie is pending or any group runs; an idle
+/// daemon (no group, nothing pending) wakes only for SIGCHLD or a group's start. Never
+/// `waitpid(-1)`: that would steal the statuses tokio waits for.
 async fn reap_adopted_forever() {
     use tokio::signal::unix::{signal, SignalKind};
     let mut sigchld = signal(SignalKind::child()).ok();
@@ -496,13 +523,17 @@ async fn reap_adopted_forever() {
     // Unknown zombies by when this reaper first saw them.
     let mut seen = HashMap::new();
     loop {
-        // A group can start at any time and escape without a SIGCHLD reaching us (its
-        // processes' parents get those), so the tick runs always; it scans only when needed.
+        // A running group's process can escape and be orphaned to us without a SIGCHLD
+        // reaching us (its parents get those), so while groups run a tick scans too. Asked
+        // for before looking, so a group starting in between is not missed.
+        let started = escapees::group_started();
+        let busy = pending || escapees::any_running() || sigchld.is_none();
         let tick = tokio::time::sleep(escapees::SCAN_EVERY);
         let child_exited = match sigchld.as_mut() {
             Some(s) => tokio::select! {
                 _ = s.recv() => true,
-                () = tick => false,
+                () = tick, if busy => false,
+                () = started, if !busy => continue,
             },
             None => {
                 tick.await;

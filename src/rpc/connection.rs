@@ -19,17 +19,19 @@ use jsonrpsee::types::{ErrorObject, ErrorObjectOwned};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
 use tokio_util::task::AbortOnDropHandle;
 
 use super::envelope::{self, Call, Item, Message};
+use super::frame_budget::{self, Share};
 use super::peer::{self, Admitted, Limited};
 use super::subscription::{Accepted, Open, Out};
 use super::websocket::WsServer;
-use super::ws_limit::Oversized;
+use super::ws_limit::{Cut, Oversized};
 use super::Shared;
 use crate::audit::{Caller, CALLER};
-use crate::bounded_lines::read_line_or_drop;
+use crate::bounded_lines::{read_line_or_drop, skip_line, LineRead};
 use crate::protocol::codes;
 
 /// Messages of one connection running at once; more wait, so a client that pipelines
@@ -37,11 +39,13 @@ use crate::protocol::codes;
 const MAX_IN_FLIGHT: usize = 256;
 
 /// The read buffer of a newline connection; lines longer than this grow the line buffer
-/// (up to `limits.max_request_bytes`), which is released after the line.
+/// (up to `limits.max_request_bytes`, beyond `frame_budget::FREE` with the budget's
+/// leave), which is released after the line.
 pub(super) const READ_BUFFER: usize = 8 * 1024;
 
-/// A line buffer above this size is freed after use instead of kept for the next line.
-const KEEP_LINE_BUFFER: usize = 64 * 1024;
+/// A line buffer above this size is freed after use instead of kept for the next line:
+/// what the budget does not count.
+const KEEP_LINE_BUFFER: usize = frame_budget::FREE;
 
 /// The per-connection state every message of that connection runs against.
 pub(super) struct Session {
@@ -284,6 +288,11 @@ pub(super) enum Source {
         line: Vec<u8>,
         max: usize,
         frame_timeout: Duration,
+        /// What the line being read holds of the server's frame budget.
+        share: Share,
+        /// A line was refused for want of budget: its rest is still to be skipped, by the
+        /// line's deadline.
+        refused: Option<Instant>,
     },
     Ws {
         rx: SplitStream<WsServer>,
@@ -303,28 +312,44 @@ impl Source {
                 line,
                 max,
                 frame_timeout,
+                share,
+                refused,
             } => loop {
+                if let Some(deadline) = refused.take() {
+                    // Its refusal is answered; the rest of the line is read and dropped.
+                    match tokio::time::timeout_at(deadline, skip_line(rd)).await {
+                        Ok(Ok(1..)) => continue,
+                        _ => return Frame::End,
+                    }
+                }
                 // Idle between frames is fine; once a frame starts it must end in time.
                 match rd.fill_buf().await {
                     Ok([]) | Err(_) => return Frame::End,
                     Ok(_) => {}
                 }
+                let deadline = Instant::now() + *frame_timeout;
+                let room = |capacity| share.cover(capacity);
                 let read =
-                    tokio::time::timeout(*frame_timeout, read_line_or_drop(rd, *max + 1, line))
+                    tokio::time::timeout_at(deadline, read_line_or_drop(rd, *max + 1, line, room))
                         .await;
                 let frame = match read {
                     Err(_) => {
                         tracing::debug!("newline client left a line incomplete; closing");
                         return Frame::End;
                     }
-                    Ok(Err(_) | Ok(0)) => return Frame::End,
-                    Ok(Ok(len)) => line_frame(line, len, *max),
+                    Ok(Err(_) | Ok(LineRead::Read(0))) => return Frame::End,
+                    Ok(Ok(LineRead::Refused)) => {
+                        *refused = Some(deadline);
+                        Some(Frame::Error(no_room(share.limit())))
+                    }
+                    Ok(Ok(LineRead::Read(len))) => line_frame(line, len, *max),
                 };
                 if line.capacity() > KEEP_LINE_BUFFER {
                     *line = Vec::new();
                 } else {
                     line.clear();
                 }
+                share.release();
                 if let Some(frame) = frame {
                     return frame;
                 }
@@ -344,8 +369,10 @@ impl Source {
                     Some(Ok(WsMessage::Close(_))) | Some(Err(_)) | None => return Frame::End,
                 };
                 *messages += 1;
-                if oversized.was_cut(*messages) {
-                    return Frame::Error(too_big(*max));
+                match oversized.was_cut(*messages) {
+                    Some(Cut::TooBig) => return Frame::Error(too_big(*max)),
+                    Some(Cut::NoRoom { limit }) => return Frame::Error(no_room(limit)),
+                    None => {}
                 }
                 return match String::from_utf8(data) {
                     Ok(t) => Frame::Text(t),
@@ -368,6 +395,16 @@ pub(super) fn not_utf8() -> String {
 /// WebSocket message).
 pub(super) fn too_big(max: usize) -> String {
     let msg = format!("Request is too big: the limit is {max} bytes (limits.max_request_bytes)");
+    envelope::error_reply(None, codes::TOO_BIG, &msg)
+}
+
+/// The answer to a message refused because the requests still arriving on all connections
+/// hold the whole `limits.max_buffered_request_bytes` (`frame_budget`): it may pass later.
+pub(super) fn no_room(limit: usize) -> String {
+    let msg = format!(
+        "Request is too big to take now: requests still arriving on other connections hold \
+         the {limit} bytes all may buffer at once (limits.max_buffered_request_bytes); retry"
+    );
     envelope::error_reply(None, codes::TOO_BIG, &msg)
 }
 

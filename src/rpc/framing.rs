@@ -72,6 +72,8 @@ async fn serve_newline(stream: UnixStream, shared: Arc<Shared>, caller: Option<A
         line: Vec::new(),
         max: shared.max_request_bytes,
         frame_timeout: shared.frame_timeout,
+        share: shared.frame_budget.share(),
+        refused: None,
     };
     run_messages(shared, source, Wire::Lines(wr), caller).await;
 }

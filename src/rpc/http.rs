@@ -6,14 +6,16 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use http_body_util::BodyExt;
+use hyper::body::Body;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::admission::{Pending, Ticket};
-use super::connection::{not_utf8, too_big, Session};
+use super::connection::{no_room, not_utf8, too_big, Session};
 use super::envelope;
+use super::frame_budget::Share;
 use super::head_timeout::{HeadClock, HeadTimeout};
 use super::websocket::upgrade;
 use super::Shared;
@@ -22,6 +24,11 @@ use crate::metrics::Framing;
 use crate::protocol::codes;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// The largest request head (request line and headers) hyper buffers; a longer one is
+/// answered 431. hyper's default, about 400 KiB, let every open connection hold that much
+/// outside the frame budget (`frame_budget`) while its head arrived.
+const MAX_HEAD: usize = 64 * 1024;
 
 /// The bearer token a TCP connection must present, and its place among the connections
 /// that have not yet done so (`admission`).
@@ -65,7 +72,8 @@ pub(super) async fn serve_http<I>(
         // requests is not limited: `HeadTimeout` times a head from its first byte.
         .header_read_timeout(None)
         // A client that half-closes after its last request still gets every response.
-        .half_close(true);
+        .half_close(true)
+        .max_buf_size(MAX_HEAD);
     let clock = Arc::new(HeadClock::default());
     let io = HeadTimeout::new(io, clock.clone(), shared.frame_timeout);
     let conn = builder
@@ -199,8 +207,10 @@ async fn post(
     caller: Option<Arc<Caller>>,
 ) -> HttpResponse {
     let max = shared.max_request_bytes;
-    let body = http_body_util::Limited::new(req.into_body(), max);
-    let bytes = match tokio::time::timeout(shared.frame_timeout, body.collect()).await {
+    let mut body = req.into_body();
+    let deadline = tokio::time::Instant::now() + shared.frame_timeout;
+    let read = read_body(&mut body, max, shared.frame_budget.share());
+    let bytes = match tokio::time::timeout_at(deadline, read).await {
         Err(_) => {
             let msg = "Invalid request: the request body did not arrive in time";
             return json(
@@ -208,17 +218,26 @@ async fn post(
                 envelope::error_reply(None, codes::INVALID_REQUEST, msg),
             );
         }
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
-            return json(413, too_big(max));
+        Ok(Err(Unread::TooBig)) => return json(413, too_big(max)),
+        Ok(Err(Unread::NoRoom { limit })) => {
+            // The rest is read and dropped meanwhile, so the client reads this answer
+            // rather than a reset. The body may well fit later, when others have arrived.
+            tokio::spawn(tokio::time::timeout_at(deadline, drain(body)));
+            let mut r = json(503, no_room(limit));
+            r.headers_mut().insert(
+                hyper::header::RETRY_AFTER,
+                hyper::header::HeaderValue::from_static("1"),
+            );
+            return r;
         }
-        Ok(Err(e)) => {
+        Ok(Err(Unread::Malformed(e))) => {
             let msg = format!("Invalid request: the request body is malformed: {e}");
             return json(
                 400,
                 envelope::error_reply(None, codes::INVALID_REQUEST, &msg),
             );
         }
-        Ok(Ok(c)) => c.to_bytes(),
+        Ok(Ok(bytes)) => bytes,
     };
     let msg = match std::str::from_utf8(&bytes) {
         Ok(text) => envelope::parse(text),
@@ -230,6 +249,52 @@ async fn post(
         // Only notifications: nothing to say.
         None => plain(204, ""),
     }
+}
+
+/// Why a POST body was not read whole.
+enum Unread {
+    /// Over `limits.max_request_bytes`.
+    TooBig,
+    /// No room in the frame budget, of `limit` bytes.
+    NoRoom {
+        limit: usize,
+    },
+    Malformed(hyper::Error),
+}
+
+/// Reads a POST body whole, at most `max` bytes; what it holds beyond `frame_budget::FREE`
+/// comes from `share`, which is given back once the body is read (or refused).
+async fn read_body(body: &mut Incoming, max: usize, mut share: Share) -> Result<Vec<u8>, Unread> {
+    if body.size_hint().lower() > u64::try_from(max).unwrap_or(u64::MAX) {
+        return Err(Unread::TooBig);
+    }
+    let mut bytes = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(Unread::Malformed)?.into_data() else {
+            continue; // trailers
+        };
+        let size = bytes.len().saturating_add(data.len());
+        if size > max {
+            return Err(Unread::TooBig);
+        }
+        if size > bytes.capacity() {
+            // Grow as a Vec would, with the budget's leave for what it then holds.
+            let capacity = size.max(bytes.capacity().saturating_mul(2)).min(max);
+            if !share.cover(capacity) {
+                return Err(Unread::NoRoom {
+                    limit: share.limit(),
+                });
+            }
+            bytes.reserve_exact(capacity - bytes.len());
+        }
+        bytes.extend_from_slice(&data);
+    }
+    Ok(bytes)
+}
+
+/// Reads the rest of a body, keeping none of it.
+async fn drain(mut body: Incoming) {
+    while let Some(Ok(_)) = body.frame().await {}
 }
 
 fn ready(r: HttpResponse) -> BoxFuture<'static, Result<HttpResponse, BoxError>> {

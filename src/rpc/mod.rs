@@ -51,6 +51,7 @@ macro_rules! writes_pass_through {
 mod admission;
 mod connection;
 mod envelope;
+mod frame_budget;
 mod framing;
 mod head_timeout;
 mod http;
@@ -95,6 +96,8 @@ pub(crate) struct Shared {
     unsubscribes: std::collections::HashMap<&'static str, &'static str>,
     stop: StopHandle,
     max_request_bytes: usize,
+    /// What requests still arriving may hold over all connections (`frame_budget`).
+    frame_budget: Arc<frame_budget::FrameBudget>,
     frame_timeout: Duration,
     /// `/mcp`: the MCP facade over streamable HTTP.
     mcp: crate::facade::Endpoint,
@@ -147,6 +150,7 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
         unsubscribes,
         stop,
         max_request_bytes: max_request,
+        frame_budget: frame_budget::FrameBudget::new(cfg.limits.request_buffer_budget()),
         frame_timeout: frame_timeout(),
         mcp: crate::facade::Endpoint::new(host.clone(), in_process(weak.clone())),
         started_sessions: peer::StartedSessions::default(),

@@ -6,24 +6,29 @@
 //! Who the peer is comes from the kernel (`SO_PEERCRED`, see [`Caller`]): a process is
 //! *started by the host* when its parent chain leads to the daemon (the daemon is the child
 //! subreaper, so a double-forked or `setsid` escapee is re-parented to it and still leads
-//! there) or it carries this daemon's instance cookie. Such a peer is [`Limited`]: the
+//! there) or it carries this daemon's instance cookie. Such a peer is [`Limited`] to the
+//! rights of the call whose process tree it is in (`Processes::call_of`, `CallTable`): its
+//! workspace, its session's sandbox and approval mode as a floor. A peer of no call (an MCP
+//! server, a session event, a call that has ended) gets the most restricted rights. The
 //! check runs once, where the connection dispatches every method, and refuses what would
-//! give it more than the defaults — approval flags, sandbox overrides, workspaces outside
-//! the daemon's, admin methods, sessions it did not create. A method this table does not
-//! name is refused: a new admin method is closed to such peers until listed here.
+//! give it more — approval flags, sandbox overrides, a looser sandbox or approval mode,
+//! workspaces outside its call's, admin methods, sessions it did not create. A method this
+//! table does not name is refused: a new admin method is closed to such peers until listed
+//! here.
 
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 use jsonrpsee::types::{ErrorObject, ErrorObjectOwned};
 use serde_json::{json, Map, Value};
 
 use crate::audit::Caller;
+use crate::calls::CallRights;
 use crate::host::Host;
 use crate::lock;
 use crate::process::{procfs, INSTANCE_VAR};
-use crate::protocol::{codes, method};
+use crate::protocol::{codes, method, ApprovalMode, Network, SandboxPolicy};
 
 /// The sessions created by host-started peers: the only ones such a peer may use. Kept in
 /// memory, so after a restart they are closed to such peers too (the safe side).
@@ -36,12 +41,11 @@ impl StartedSessions {
     }
 }
 
-/// A host-started peer's limits: the daemon's workspace (canonical), the outer bound of
-/// every workspace it may name. Such a peer is not mapped to the one call that started it,
-/// so it gets the most restricted: its calls run in sessions it created, which are
-/// read-only, without network and strict.
+/// A host-started peer's limits: the rights of its call (the workspace canonical, the
+/// outer bound of every workspace it may name), which the sessions it creates get and may
+/// only tighten.
 pub(super) struct Limited {
-    workspace: PathBuf,
+    rights: CallRights,
 }
 
 /// Whether the peer is a process the host started; `None` (no limits) for the user's own
@@ -55,12 +59,52 @@ pub(super) fn limits(host: &Host, caller: Option<&Caller>) -> Option<Limited> {
         Some(pid) => descends_from(pid, me) || carries_cookie(pid, host.processes().instance()),
         None => true,
     };
-    started.then(|| Limited {
-        workspace: host
-            .workspace()
-            .canonicalize()
-            .unwrap_or_else(|_| host.workspace().to_path_buf()),
-    })
+    if !started {
+        return None;
+    }
+    let call = caller.pid.and_then(|pid| host.processes().call_of(pid));
+    let mut rights = call
+        .and_then(|c| host.calls().rights(&c))
+        .unwrap_or_else(|| most_restricted(host.workspace()));
+    if let Ok(canonical) = rights.workspace.canonicalize() {
+        rights.workspace = canonical;
+    }
+    Some(Limited { rights })
+}
+
+/// The rights of a peer that is no call's: the daemon's workspace, read-only, no network,
+/// strict (reads run; writes and commands wait for an approval it cannot give).
+fn most_restricted(workspace: &Path) -> CallRights {
+    CallRights {
+        workspace: workspace.to_path_buf(),
+        sandbox: SandboxPolicy::ReadOnly,
+        network: Network::Deny,
+        approval: ApprovalMode::Strict,
+    }
+}
+
+/// How strict each setting is, loosest first: a peer may ask for its call's or stricter.
+fn policy_rank(p: SandboxPolicy) -> u8 {
+    match p {
+        SandboxPolicy::Off => 0,
+        SandboxPolicy::WorkspaceWrite => 1,
+        SandboxPolicy::ReadOnly => 2,
+    }
+}
+
+fn network_rank(n: Network) -> u8 {
+    match n {
+        Network::Allow => 0,
+        Network::Deny => 1,
+    }
+}
+
+fn approval_rank(a: ApprovalMode) -> u8 {
+    match a {
+        ApprovalMode::Auto => 0,
+        ApprovalMode::Strict => 1,
+        ApprovalMode::ReadOnly => 2,
+    }
 }
 
 /// Whether `pid`'s parent chain reaches `root`, or cannot be followed (the peer is gone, or
@@ -106,8 +150,8 @@ enum Access {
     Call,
     /// Names a session in `id`, which must be one of its own.
     OwnSession,
-    /// `session.create`/`session.update`: no sandbox or approval, a workspace inside the
-    /// daemon's.
+    /// `session.create`/`session.update`: a sandbox and approval mode no looser than the
+    /// call's, a workspace inside the call's.
     SessionSettings,
 }
 
@@ -187,7 +231,7 @@ impl Limited {
                 let sessionless = p.get("session_id").is_none_or(Value::is_null);
                 if sessionless && matches!(name, method::INVOKE | method::SUBSCRIBE_INVOKE) {
                     return Err(refused(
-                        "a call must name a session it created (whose calls run read-only, strict)"
+                        "a call must name a session it created (whose calls keep its call's limits)"
                             .into(),
                     ));
                 }
@@ -204,29 +248,21 @@ impl Limited {
                 Ok(Admitted::AsSent)
             }
             Access::SessionSettings => {
-                for key in ["sandbox", "approval"] {
-                    if p.get(key).is_some_and(|v| !v.is_null()) {
-                        return Err(refused(format!("a session's `{key}` is the user's to set")));
-                    }
-                }
-                let created = if name == method::SESSION_CREATE {
+                let create = name == method::SESSION_CREATE;
+                let created = if create {
                     let id = match p.get("id") {
                         Some(Value::String(id)) => id.clone(),
                         _ => format!("s_{}", uuid::Uuid::new_v4().simple()),
                     };
                     p.insert("id".into(), Value::String(id.clone()));
-                    // It cannot be mapped to the call that started it: the most restricted.
-                    p.insert(
-                        "sandbox".into(),
-                        json!({"policy": "read-only", "network": "deny"}),
-                    );
-                    p.insert("approval".into(), json!("strict"));
                     Some(id)
                 } else {
                     own("id")?;
                     None
                 };
-                self.confine_workspace(&mut p)?;
+                self.floor_sandbox(&mut p, create)?;
+                self.floor_approval(&mut p, create)?;
+                self.confine_workspace(&mut p, create)?;
                 let params = Value::Object(p).to_string();
                 Ok(Admitted::Rewritten { params, created })
             }
@@ -234,26 +270,103 @@ impl Limited {
         }
     }
 
+    /// A session's `sandbox`: each part given must be no looser than the call's; on
+    /// `create` the parts not given are the call's.
+    fn floor_sandbox(
+        &self,
+        p: &mut Map<String, Value>,
+        create: bool,
+    ) -> Result<(), ErrorObjectOwned> {
+        let given = match p.get("sandbox") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(o)) => o.clone(),
+            Some(_) => return Ok(()), // the method refuses a mistyped sandbox itself
+        };
+        let floor = &self.rights;
+        let policy = given
+            .get("policy")
+            .map(|v| serde_json::from_value::<SandboxPolicy>(v.clone()));
+        let network = given
+            .get("network")
+            .map(|v| serde_json::from_value::<Network>(v.clone()));
+        let (Ok(policy), Ok(network)) = (policy.transpose(), network.transpose()) else {
+            return Ok(()); // unknown values: the method answers with its own error
+        };
+        if policy.is_some_and(|p| policy_rank(p) < policy_rank(floor.sandbox))
+            || network.is_some_and(|n| network_rank(n) < network_rank(floor.network))
+        {
+            return Err(refused(format!(
+                "a session's sandbox cannot be looser than its call's (policy {}, network {})",
+                floor.sandbox.as_str(),
+                json!(floor.network)
+            )));
+        }
+        if create {
+            p.insert(
+                "sandbox".into(),
+                json!({
+                    "policy": policy.unwrap_or(floor.sandbox),
+                    "network": network.unwrap_or(floor.network),
+                }),
+            );
+        }
+        Ok(())
+    }
+
+    /// A session's `approval`: no looser than the call's; on `create`, the call's if not
+    /// given.
+    fn floor_approval(
+        &self,
+        p: &mut Map<String, Value>,
+        create: bool,
+    ) -> Result<(), ErrorObjectOwned> {
+        let floor = self.rights.approval;
+        let given = match p.get("approval") {
+            None | Some(Value::Null) => None,
+            Some(v) => match serde_json::from_value::<ApprovalMode>(v.clone()) {
+                Ok(mode) => Some(mode),
+                Err(_) => return Ok(()), // the method refuses it itself
+            },
+        };
+        if given.is_some_and(|m| approval_rank(m) < approval_rank(floor)) {
+            return Err(refused(format!(
+                "a session's approval cannot be looser than its call's ({})",
+                json!(floor)
+            )));
+        }
+        if create {
+            p.insert("approval".into(), json!(given.unwrap_or(floor)));
+        }
+        Ok(())
+    }
+
     /// Replaces a requested workspace by its canonical path, which must lie inside the
-    /// daemon's workspace (the session stores the path checked here, not one a symlink
-    /// swapped in later could redirect).
-    fn confine_workspace(&self, p: &mut Map<String, Value>) -> Result<(), ErrorObjectOwned> {
+    /// call's workspace (the session stores the path checked here, not one a symlink
+    /// swapped in later could redirect); on `create` without one, the call's.
+    fn confine_workspace(
+        &self,
+        p: &mut Map<String, Value>,
+        create: bool,
+    ) -> Result<(), ErrorObjectOwned> {
+        let workspace = &self.rights.workspace;
         let Some(requested) = p.get("workspace").filter(|w| !w.is_null()) else {
+            if create {
+                p.insert("workspace".into(), path_value(workspace));
+            }
             return Ok(());
         };
         let Value::String(w) = requested else {
             return Ok(()); // the method refuses a mistyped workspace itself
         };
-        let inside = self
-            .workspace
+        let inside = workspace
             .join(w)
             .canonicalize()
             .ok()
-            .filter(|c| c.starts_with(&self.workspace));
+            .filter(|c| c.starts_with(workspace));
         let Some(canonical) = inside else {
             return Err(refused(format!(
-                "workspace {w:?} is not inside the daemon's workspace {}",
-                self.workspace.display()
+                "workspace {w:?} is not inside its call's workspace {}",
+                workspace.display()
             )));
         };
         p.insert("workspace".into(), path_value(&canonical));
@@ -288,7 +401,7 @@ mod tests {
 
     fn limited() -> Limited {
         Limited {
-            workspace: std::env::temp_dir().canonicalize().unwrap(),
+            rights: most_restricted(&std::env::temp_dir().canonicalize().unwrap()),
         }
     }
 
@@ -343,6 +456,45 @@ mod tests {
         assert!(l.admit(&s, method::SESSION_CREATE, Some(outside)).is_err());
         let sandbox = r#"{"sandbox":{"policy":"off"}}"#;
         assert!(l.admit(&s, method::SESSION_CREATE, Some(sandbox)).is_err());
+    }
+
+    #[test]
+    fn a_calls_rights_are_the_floor_of_its_sessions() {
+        let s = StartedSessions::default();
+        let ws = std::env::temp_dir().canonicalize().unwrap();
+        let l = Limited {
+            rights: CallRights {
+                workspace: ws.clone(),
+                sandbox: SandboxPolicy::WorkspaceWrite,
+                network: Network::Allow,
+                approval: ApprovalMode::Auto,
+            },
+        };
+        let created = |params: &str| match l.admit(&s, method::SESSION_CREATE, Some(params)) {
+            Ok(Admitted::Rewritten { params, .. }) => {
+                Ok(serde_json::from_str::<Value>(&params).unwrap())
+            }
+            Ok(Admitted::AsSent) => panic!("create is rewritten"),
+            Err(e) => Err(e.code()),
+        };
+        let p = created("{}").unwrap();
+        assert_eq!(
+            p["sandbox"],
+            json!({"policy": "workspace-write", "network": "allow"})
+        );
+        assert_eq!(
+            (&p["approval"], &p["workspace"]),
+            (&json!("auto"), &path_value(&ws))
+        );
+        let p = created(r#"{"sandbox":{"network":"deny"},"approval":"strict"}"#).unwrap();
+        assert_eq!(
+            p["sandbox"],
+            json!({"policy": "workspace-write", "network": "deny"})
+        );
+        assert_eq!(p["approval"], "strict");
+        for looser in [r#"{"sandbox":{"policy":"off"}}"#, r#"{"workspace":"/"}"#] {
+            assert_eq!(created(looser), Err(codes::PEER_NOT_ALLOWED), "{looser}");
+        }
     }
 
     #[test]

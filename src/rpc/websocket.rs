@@ -63,7 +63,14 @@ pub(super) fn upgrade(
             .max_frame_size(Some(max))
             .accept_unmasked_frames(false);
         let oversized = Arc::new(Oversized::default());
-        let io = FrameLimit::new(TokioIo::new(upgraded), max, oversized.clone());
+        let share = shared.frame_budget.share();
+        let io = FrameLimit::new(
+            TokioIo::new(upgraded),
+            max,
+            oversized.clone(),
+            share,
+            shared.frame_timeout,
+        );
         let ws = WebSocketStream::from_raw_socket(io, Role::Server, Some(cfg)).await;
         let _open = shared.host.metrics().connection(Framing::websocket);
         let (tx, rx) = ws.split();

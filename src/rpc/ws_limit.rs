@@ -8,20 +8,29 @@
 //! that would not fit is dropped from there to its last fragment, and tungstenite is given
 //! an empty frame that ends the message instead. Which messages were cut is recorded in
 //! [`Oversized`], where the reader looks each message up in turn and answers `-32007`
-//! for those. Nothing beyond the limit is ever buffered.
+//! for those. Nothing beyond the limit is ever buffered. A message larger than
+//! `frame_budget::FREE` also takes its size (as its frame headers announce it) from the
+//! server's frame budget until its last frame has passed; one that finds no room is cut
+//! the same way, at once, and answered saying so. A data message, once begun, must end
+//! within the frame timeout (as a line or an HTTP body must), or the connection's reads
+//! fail with `TimedOut` and it closes; idle time between messages is not limited.
 //!
 //! Data frames are also passed on as binary: the reader checks UTF-8 itself (answering
 //! `-32700`), so a message cut mid-character, or a text message that is not UTF-8, gets
 //! an answer instead of tungstenite closing the connection.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, ReadBuf};
+use tokio::time::Sleep;
 
+use super::frame_budget::Share;
 use crate::lock;
 
 /// The longest frame header: 2 bytes, an 8-byte length, a 4-byte mask key.
@@ -30,24 +39,35 @@ const MAX_HEADER: usize = 14;
 /// How much of the client's input is read at once.
 const CHUNK: usize = 8 * 1024;
 
+/// Why a data message was cut.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Cut {
+    /// Over `limits.max_request_bytes`.
+    TooBig,
+    /// No room in the frame budget, of `limit` bytes.
+    NoRoom { limit: usize },
+}
+
 /// The numbers (counted from 1, in the order they arrive) of the data messages that were
-/// over the limit.
+/// cut, and why.
 #[derive(Debug, Default)]
-pub(super) struct Oversized(Mutex<VecDeque<u64>>);
+pub(super) struct Oversized(Mutex<VecDeque<(u64, Cut)>>);
 
 impl Oversized {
-    /// Whether data message number `n` was cut; ask for every message, in order.
-    pub(super) fn was_cut(&self, n: u64) -> bool {
+    /// Whether (and why) data message number `n` was cut; ask for every message, in order.
+    pub(super) fn was_cut(&self, n: u64) -> Option<Cut> {
         let mut cut = lock(&self.0);
-        if cut.front() == Some(&n) {
-            cut.pop_front();
-            return true;
+        match cut.front() {
+            Some(&(m, why)) if m == n => {
+                cut.pop_front();
+                Some(why)
+            }
+            _ => None,
         }
-        false
     }
 
-    fn cut(&self, n: u64) {
-        lock(&self.0).push_back(n);
+    fn cut(&self, n: u64, why: Cut) {
+        lock(&self.0).push_back((n, why));
     }
 }
 
@@ -82,10 +102,23 @@ pub(super) struct FrameLimit<I> {
     message_len: u64,
     /// The rest of the current message is being dropped.
     cutting: bool,
+    /// The frame being passed or dropped is the current message's last.
+    ends_message: bool,
+    /// What the current message holds of the server's frame budget.
+    share: Share,
+    /// How long a begun message may take to arrive, and when the current one must be in.
+    frame_timeout: Duration,
+    deadline: Option<Pin<Box<Sleep>>>,
 }
 
 impl<I> FrameLimit<I> {
-    pub(super) fn new(io: I, max: usize, oversized: Arc<Oversized>) -> Self {
+    pub(super) fn new(
+        io: I,
+        max: usize,
+        oversized: Arc<Oversized>,
+        share: Share,
+        frame_timeout: Duration,
+    ) -> Self {
         FrameLimit {
             io,
             max: u64::try_from(max).unwrap_or(u64::MAX),
@@ -101,6 +134,10 @@ impl<I> FrameLimit<I> {
             messages: 0,
             message_len: 0,
             cutting: false,
+            ends_message: false,
+            share,
+            frame_timeout,
+            deadline: None,
         }
     }
 
@@ -148,11 +185,13 @@ impl<I> FrameLimit<I> {
                     buf.put_slice(&self.input[self.pos..self.pos + n]);
                     self.pos += n;
                     self.at = payload_left(left, n, At::Pass);
+                    self.passed();
                 }
                 At::Drop(left) => {
                     let n = usize::try_from(left).unwrap_or(usize::MAX).min(available);
                     self.pos += n;
                     self.at = payload_left(left, n, At::Drop);
+                    self.passed();
                 }
             }
         }
@@ -176,21 +215,37 @@ impl<I> FrameLimit<I> {
             self.messages += 1;
             self.message_len = 0;
             self.cutting = false;
+            self.deadline = Some(Box::pin(tokio::time::sleep(self.frame_timeout)));
         }
+        self.ends_message = fin;
         if self.cutting {
             self.cutting = !fin;
             self.at = payload_left(payload, 0, At::Drop);
+            self.passed();
             return;
         }
         let total = self.message_len.saturating_add(payload);
-        if total > self.max {
-            self.oversized.cut(self.messages);
+        let size = usize::try_from(total).unwrap_or(usize::MAX);
+        let cut = if total > self.max {
+            Some(Cut::TooBig)
+        } else if !self.share.cover(size) {
+            Some(Cut::NoRoom {
+                limit: self.share.limit(),
+            })
+        } else {
+            None
+        };
+        if let Some(why) = cut {
+            self.oversized.cut(self.messages, why);
+            // tungstenite drops what it collected of the message on the empty final frame.
+            self.share.release();
             // An empty final frame ends the message in tungstenite: a new binary one, or
             // the continuation that ends one already begun.
             let first = if opcode == 0 { 0x80 } else { 0x82 };
             self.owe(&[first, 0x80, 0, 0, 0, 0]);
             self.cutting = !fin;
             self.at = payload_left(payload, 0, At::Drop);
+            self.passed();
             return;
         }
         self.message_len = total;
@@ -201,6 +256,18 @@ impl<I> FrameLimit<I> {
         }
         self.owe(&header[..len]);
         self.at = payload_left(payload, 0, At::Pass);
+        self.passed();
+    }
+
+    /// After payload was passed or dropped: once the last frame of a message is through,
+    /// tungstenite holds the complete message (or the empty end of a cut one), its share of
+    /// the budget is given back and its deadline no longer applies.
+    fn passed(&mut self) {
+        if self.ends_message && matches!(self.at, At::Header { .. }) {
+            self.ends_message = false;
+            self.share.release();
+            self.deadline = None;
+        }
     }
 }
 
@@ -259,6 +326,19 @@ impl<I: AsyncRead + Unpin> AsyncRead for FrameLimit<I> {
                     }
                     (this.pos, this.end) = (0, n);
                 }
+                Poll::Pending => {
+                    let late = this
+                        .deadline
+                        .as_mut()
+                        .is_some_and(|d| d.as_mut().poll(cx).is_ready());
+                    if late {
+                        return Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "a websocket message did not arrive in time",
+                        )));
+                    }
+                    return Poll::Pending;
+                }
                 other => return other,
             }
         }
@@ -271,6 +351,7 @@ writes_pass_through!(FrameLimit);
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::rpc::frame_budget::{FrameBudget, FREE};
     use tokio::io::AsyncReadExt;
 
     /// A masked client frame (the key is zero; the filter never unmasks).
@@ -295,10 +376,17 @@ mod tests {
     async fn filtered(input: Vec<u8>, max: usize) -> (Vec<u8>, Arc<Oversized>) {
         let oversized = Arc::new(Oversized::default());
         let mut out = Vec::new();
-        FrameLimit::new(&input[..], max, oversized.clone())
-            .read_to_end(&mut out)
-            .await
-            .unwrap();
+        let share = FrameBudget::new(usize::MAX).share();
+        FrameLimit::new(
+            &input[..],
+            max,
+            oversized.clone(),
+            share,
+            Duration::from_secs(30),
+        )
+        .read_to_end(&mut out)
+        .await
+        .unwrap();
         (out, oversized)
     }
 
@@ -322,7 +410,9 @@ mod tests {
         want.extend(&ping);
         want.extend(frame(0x82, b"last"));
         assert_eq!(out, want);
-        let cut: Vec<u64> = (1..=4).filter(|n| oversized.was_cut(*n)).collect();
+        let cut: Vec<u64> = (1..=4)
+            .filter(|n| oversized.was_cut(*n).is_some())
+            .collect();
         assert_eq!(cut, [2, 3]);
     }
 
@@ -332,5 +422,49 @@ mod tests {
         unmasked.extend([b'x'; 20]);
         let (out, _) = filtered(unmasked.clone(), 10).await;
         assert_eq!(out, unmasked);
+    }
+
+    #[tokio::test]
+    async fn a_message_without_room_in_the_budget_is_cut_and_the_room_comes_back() {
+        let budget = FrameBudget::new(10);
+        let mut other = budget.share();
+        assert!(
+            other.cover(FREE + 5),
+            "another connection holds half the budget"
+        );
+        let big = vec![b'x'; FREE + 8];
+        let mut input = frame(0x82, &big);
+        input.extend(frame(0x81, b"small"));
+        input.extend(frame(0x02, &big[..FREE]));
+        input.extend(frame(0x80, &[b'y'; 4]));
+        input.extend(frame(0x82, &big));
+        let oversized = Arc::new(Oversized::default());
+        let mut out = Vec::new();
+        let share = budget.share();
+        let mut limit = FrameLimit::new(
+            &input[..],
+            usize::MAX,
+            oversized.clone(),
+            share,
+            Duration::from_secs(30),
+        );
+        // Read the first three messages' bytes, then let the other connection go.
+        let first_three = 6 + frame(0x82, b"small").len() + frame(0x02, &big[..FREE]).len();
+        let mut head = vec![0; first_three + frame(0x80, &[b'y'; 4]).len()];
+        limit.read_exact(&mut head).await.unwrap();
+        drop(other);
+        limit.read_to_end(&mut out).await.unwrap();
+        assert_eq!(&head[..6], [0x82, 0x80, 0, 0, 0, 0]);
+        assert_eq!(
+            out,
+            frame(0x82, &big),
+            "with room again, the same size passes"
+        );
+        let why: Vec<Option<Cut>> = (1..=4).map(|n| oversized.was_cut(n)).collect();
+        assert_eq!(why, [Some(Cut::NoRoom { limit: 10 }), None, None, None]);
+        assert!(
+            budget.share().cover(FREE + 10),
+            "every message gave its share back"
+        );
     }
 }
