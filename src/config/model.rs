@@ -275,6 +275,10 @@ pub struct McpServer {
     pub sandbox: ServerSandbox,
     /// Defer all of this server's tools from `list_tools` (found through `tool_search`).
     pub defer: bool,
+    /// `false` exposes the server's tools and prompts under their own names instead of
+    /// `mcp_<server>_<name>`; a name another source already holds stays with that source
+    /// (proto-docs/config.md).
+    pub prefix: bool,
     /// What a new or changed tool definition of this server needs before it is listed.
     pub trust: Trust,
 }
@@ -304,6 +308,7 @@ impl Default for McpServer {
             approval: HashMap::new(),
             sandbox: ServerSandbox::default(),
             defer: false,
+            prefix: true,
             trust: Trust::Pin,
         }
     }
@@ -318,8 +323,8 @@ impl McpServer {
         }
     }
 
-    /// Whether a change from `self` to `new` needs the connection restarted; tool filters
-    /// and approval classes apply without one.
+    /// Whether a change from `self` to `new` needs the connection restarted; tool filters,
+    /// naming and approval classes apply without one.
     pub fn needs_restart(&self, new: &McpServer) -> bool {
         let strip = |s: &McpServer| McpServer {
             transport_type: None,
@@ -328,6 +333,7 @@ impl McpServer {
             approval: HashMap::new(),
             trust_annotations: false,
             defer: false,
+            prefix: true,
             trust: Trust::Pin,
             ..s.clone()
         };

@@ -451,7 +451,7 @@ impl Server {
             .or(trusted_read_only.then_some(ApprovalClass::ReadOnly));
         McpTool {
             spec: ToolSpec {
-                name: public_name(&self.name, &remote_name),
+                name: public_name(&self.name, cfg.prefix, &remote_name),
                 description: t["description"].as_str().unwrap_or("").to_owned(),
                 parameters,
                 approval,

@@ -226,20 +226,15 @@ impl Snapshot {
         catalog: &CatalogState,
     ) -> Snapshot {
         let mut tools: IndexMap<String, Arc<Entry>> = IndexMap::new();
-        let mut owner: HashMap<String, SourceKey> = HashMap::new();
-        let mut collisions = Vec::new();
+        let (winners, collisions) = claim_names(sources, &catalog.policy);
         let mut quarantined = IndexMap::new();
         let mut new_pins = Vec::new();
-        for (key, list) in sources {
+        // Listed in source order (built-ins, custom, MCP servers by name), each tool only
+        // where it won its name.
+        for list in sources.values() {
             for tool in list {
                 let name = tool.spec().name.clone();
-                if let Some(kept) = owner.get(&name) {
-                    tracing::warn!(tool = %name, kept = ?kept, dropped = ?key, "tool name collision; the earlier source keeps the name");
-                    collisions.push(Collision {
-                        name,
-                        kept: kept.clone(),
-                        dropped: key.clone(),
-                    });
+                if !winners.get(&name).is_some_and(|w| Arc::ptr_eq(w, tool)) {
                     continue;
                 }
                 let approval = overrides.get(&name).copied().or(tool.spec().approval);
@@ -251,7 +246,6 @@ impl Snapshot {
                     Some(e) if Arc::ptr_eq(&e.tool, tool) && e.approval == approval => e.clone(),
                     _ => Arc::new(Entry::new(tool.clone(), approval)),
                 };
-                owner.insert(name.clone(), key.clone());
                 if let Some(trust) = catalog.policy.trust(&tool.spec().source) {
                     match catalog::verdict(
                         &catalog.pins,
@@ -446,6 +440,42 @@ impl Snapshot {
         let etag = etag_of(tools.iter());
         (tools, etag)
     }
+}
+
+/// Which tool gets each name: built-ins, then custom tools, then the MCP servers in config
+/// order; the first to claim a name keeps it, and every later claim is a [`Collision`].
+fn claim_names<'a>(
+    sources: &'a BTreeMap<SourceKey, Vec<Arc<dyn Tool>>>,
+    policy: &Policy,
+) -> (HashMap<String, &'a Arc<dyn Tool>>, Vec<Collision>) {
+    let mut ordered: Vec<(&SourceKey, &Vec<Arc<dyn Tool>>)> = sources.iter().collect();
+    ordered.sort_by_key(|(key, _)| match key {
+        SourceKey::Builtin => (0, 0),
+        SourceKey::Custom => (1, 0),
+        SourceKey::Mcp(server) => (2, policy.server_rank(server)),
+    });
+    let mut owner: HashMap<String, (&SourceKey, &Arc<dyn Tool>)> = HashMap::new();
+    let mut collisions = Vec::new();
+    for (key, list) in ordered {
+        for tool in list {
+            let name = &tool.spec().name;
+            match owner.get(name) {
+                Some((kept, _)) => {
+                    tracing::warn!(tool = %name, kept = %kept, dropped = %key, "tool name collision; the earlier source keeps the name");
+                    collisions.push(Collision {
+                        name: name.clone(),
+                        kept: (*kept).clone(),
+                        dropped: key.clone(),
+                    });
+                }
+                None => {
+                    owner.insert(name.clone(), (key, tool));
+                }
+            }
+        }
+    }
+    let winners = owner.into_iter().map(|(n, (_, t))| (n, t)).collect();
+    (winners, collisions)
 }
 
 /// Content hash of a list of tools: equal lists give equal etags.
