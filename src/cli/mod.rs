@@ -120,6 +120,9 @@ enum Command {
         /// Stdio server: use this host session (created when missing) instead of a new one.
         #[arg(long)]
         session: Option<String>,
+        /// Stdio server: serve only what this config profile selects.
+        #[arg(long)]
+        profile: Option<String>,
     },
     /// Create and check custom tools (no daemon needed).
     Tool {
@@ -227,7 +230,11 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Calls(args) => Ok(calls::run(&g, args).await),
         Command::Config { command } => config::run(&g, command).await,
         Command::Session { command } => session::run(&g, command).await,
-        Command::Mcp { command, session } => mcp::run(&g, command, session).await,
+        Command::Mcp {
+            command,
+            session,
+            profile,
+        } => mcp::run(&g, command, session, profile).await,
         Command::Tool { command } => Ok(crate::custom::scaffold::cli(
             command,
             &g.config.unwrap_or_else(crate::config::default_path),

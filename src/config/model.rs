@@ -48,6 +48,29 @@ pub struct Config {
     pub catalog: Catalog,
     /// The MCP facade's streamable HTTP endpoint `/mcp` (proto-docs/mcp-facade.md).
     pub facade: FacadeConfig,
+    /// Named views for frontends: `toolhost mcp --profile NAME`, `/mcp?profile=NAME`, or a
+    /// session's `profile` (proto-docs/config.md#profiles).
+    #[schemars(extend("propertyNames" = {"pattern": "^[A-Za-z0-9_-]+$"}))]
+    pub profiles: BTreeMap<String, Profile>,
+}
+
+/// What one frontend is served: the tools (and prompts, resources) `servers` or `tools`
+/// select (everything when both are empty), of the `approval` classes when given, minus
+/// `exclude`. The rule itself is `ProfileView` (src/config/profile.rs).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct Profile {
+    /// MCP servers whose tools it serves.
+    #[schemars(inner(length(min = 1)))]
+    pub servers: Vec<String>,
+    /// Public tool names or glob patterns (`*`, `?`, `[...]`, `{a,b}`) it serves.
+    #[schemars(inner(length(min = 1)))]
+    pub tools: Vec<String>,
+    /// Public names or glob patterns never served, whatever selects them.
+    #[schemars(inner(length(min = 1)))]
+    pub exclude: Vec<String>,
+    /// When not empty, only tools of these approval classes (unclassified ones are left out).
+    pub approval: Vec<ApprovalClass>,
 }
 
 /// Bounds on the sessions of `/mcp`, so abandoned clients cannot pile up.

@@ -112,6 +112,60 @@ pub(crate) fn sandbox_rules(root: &Value, r: &mut Report) {
     }
 }
 
+/// Profiles: names usable in a URL query (`/mcp?profile=NAME`), patterns that compile,
+/// and a warning for a server no block defines (it selects nothing).
+pub(crate) fn profile_rules(root: &Value, r: &mut Report) {
+    let Some(Value::Object(profiles)) = root.get("profiles") else {
+        return;
+    };
+    let servers = root.get("mcp_servers").and_then(Value::as_object);
+    for (name, profile) in profiles {
+        let base = JsonPath(vec![Seg::Key("profiles".into()), Seg::Key(name.clone())]);
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            r.key_problem(
+                &base,
+                format!(
+                    "profile name {} must match ^[A-Za-z0-9_-]+$",
+                    Value::String(name.clone())
+                ),
+            );
+        }
+        let at = |k: &str, i: usize| {
+            let mut p = base.clone();
+            p.0.push(Seg::Key(k.to_owned()));
+            p.0.push(Seg::Index(i));
+            p
+        };
+        for key in ["tools", "exclude"] {
+            let Some(Value::Array(patterns)) = profile.get(key) else {
+                continue;
+            };
+            for (i, p) in patterns.iter().enumerate() {
+                if let Some(Err(e)) = p.as_str().map(super::profile::name_glob) {
+                    r.problem(&at(key, i), format!("is not a valid glob pattern: {e}"));
+                }
+            }
+        }
+        if let Some(Value::Array(names)) = profile.get("servers") {
+            for (i, s) in names.iter().enumerate() {
+                if let Some(s) = s
+                    .as_str()
+                    .filter(|s| servers.is_none_or(|m| !m.contains_key(*s)))
+                {
+                    r.warn(
+                        &at("servers", i),
+                        format_args!("no MCP server named {s:?}; it selects nothing"),
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// What a schema cannot express: server names, one MCP server block's fields together, and
 /// values that could never be handed to a program (NUL bytes, `=` in variable names).
 pub(crate) fn server_rules(root: &Value, r: &mut Report) {

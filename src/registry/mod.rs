@@ -21,7 +21,7 @@ use crate::protocol::ToolsChanged;
 
 pub use search_tool::{is_search_tool, search_tool_result};
 use snapshot::CatalogState;
-pub use snapshot::Snapshot;
+pub use snapshot::{Entry, Snapshot};
 
 /// Compiles a tool's JSON Schema (arguments or output). A schema that names no `$schema`
 /// is read as draft 7, the draft tool schemas in the wild are written in.

@@ -165,15 +165,19 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// Ranks the snapshot's deferred tools for `query` and returns full definitions.
+    /// Ranks the snapshot's deferred tools for `query` and returns full definitions of
+    /// those `serves` lets through (a profile's view).
     pub fn search(
         &self,
         query: &str,
         limit: Option<usize>,
         format: ToolFormat,
+        serves: impl Fn(&Entry) -> bool,
     ) -> ToolsSearchResult {
         let limit = limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
-        let hits = self.search_index().search(query, limit);
+        let mut hits = self.search_index().search(query, MAX_LIMIT);
+        hits.retain(|(n, _)| self.tools.get(*n).is_some_and(|e| serves(e)));
+        hits.truncate(limit);
         let names: Vec<&str> = hits.iter().map(|(n, _)| *n).collect();
         let list = self.list(&names, format);
         ToolsSearchResult {
@@ -382,6 +386,20 @@ impl Snapshot {
         &self.collisions
     }
 
+    /// The tools `list_tools` lists, in order, with the flags' choice of hidden and
+    /// deferred ones.
+    pub fn listed(
+        &self,
+        include_hidden: bool,
+        include_deferred: bool,
+    ) -> impl Iterator<Item = (&str, &Arc<Entry>)> {
+        self.tools
+            .iter()
+            .filter(move |(_, e)| include_hidden || !e.hidden())
+            .filter(move |(n, _)| include_deferred || !self.deferred.contains(*n))
+            .map(|(n, e)| (n.as_str(), e))
+    }
+
     /// The whole `list_tools` answer for the live registry, serialised once per revision.
     pub fn list_json(
         &self,
@@ -393,11 +411,8 @@ impl Snapshot {
             [usize::from(include_deferred)];
         slot.get_or_init(|| {
             let names: Vec<&str> = self
-                .tools
-                .iter()
-                .filter(|(_, e)| include_hidden || !e.hidden())
-                .filter(|(n, _)| include_deferred || !self.deferred.contains(*n))
-                .map(|(n, _)| n.as_str())
+                .listed(include_hidden, include_deferred)
+                .map(|(n, _)| n)
                 .collect();
             let result = self.list(&names, format);
             serde_json::value::to_raw_value(&result).unwrap_or_else(|e| {

@@ -12,4 +12,4 @@ mod views;
 pub use recover::cli as recover_cli;
 pub use recover::resolve_data_dir;
 pub use store::Sessions;
-pub use views::{create, refresh_tools, remember_loaded, resume, tools, update, Scope};
+pub use views::{create, refresh_tools, remember_loaded, resume, serves, tools, update, Scope};
