@@ -234,9 +234,10 @@ pub struct Provider {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default)]
 pub struct McpServer {
-    /// `"stdio"` or `"http"`: accepted because pasted Claude Desktop / Cursor blocks carry
-    /// it, checked against `command`/`url`, otherwise unused (the transport follows from
-    /// which of the two is set).
+    /// `"stdio"`, `"http"` or `"sse"`: accepted because pasted Claude Desktop / Cursor
+    /// blocks carry it and checked against `command`/`url`. Only `"sse"` (the legacy
+    /// HTTP+SSE transport of a `url`) changes anything: otherwise the transport follows from
+    /// which of the two is set.
     #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
     pub transport_type: Option<String>,
     /// The program of a stdio server (looked up in `PATH`).
@@ -339,18 +340,28 @@ impl Default for McpServer {
 
 impl McpServer {
     pub fn transport(&self) -> &'static str {
-        if self.url.is_some() {
-            "http"
-        } else {
+        if self.url.is_none() {
             "stdio"
+        } else if self.legacy_sse() {
+            "sse"
+        } else {
+            "http"
         }
+    }
+
+    /// `"type": "sse"`: the server speaks the legacy HTTP+SSE transport at `url`.
+    pub fn legacy_sse(&self) -> bool {
+        self.transport_type
+            .as_deref()
+            .is_some_and(|t| t.eq_ignore_ascii_case("sse"))
     }
 
     /// Whether a change from `self` to `new` needs the connection restarted; tool filters,
     /// naming and approval classes apply without one.
     pub fn needs_restart(&self, new: &McpServer) -> bool {
         let strip = |s: &McpServer| McpServer {
-            transport_type: None,
+            // Only `sse` picks a transport; the other spellings are decoration.
+            transport_type: s.legacy_sse().then(|| "sse".to_owned()),
             include_tools: Vec::new(),
             exclude_tools: Vec::new(),
             approval: HashMap::new(),

@@ -214,12 +214,11 @@ fn one_server(m: &Map<String, Value>, base: &JsonPath, r: &mut Report) {
             {
                 Some("is an HTTP type but the server has a \"command\"")
             }
-            "stdio" | "http" | "streamable-http" | "streamable_http" | "streamablehttp" => None,
-            "sse" => Some(
-                "the legacy SSE transport is not supported; use the server's streamable \
-                 HTTP endpoint",
-            ),
-            _ => Some("expected \"stdio\" or \"http\""),
+            "sse" if command && !url => Some("is \"sse\" but the server has a \"command\""),
+            "stdio" | "http" | "streamable-http" | "streamable_http" | "streamablehttp" | "sse" => {
+                None
+            }
+            _ => Some("expected \"stdio\", \"http\" or \"sse\""),
         };
         if let Some(p) = problem {
             r.problem(&at("type"), p);
@@ -473,10 +472,15 @@ mod tests {
         let c = run(json!({"mcp_servers": {"d": {"command": "x", "mcpx": 1},
             "a": {"type": "stdio", "command": "x"},
             "b": {"type": "http", "url": "https://h/mcp"},
-            "c": {"type": "sse", "url": "https://h/sse"}
+            "c": {"type": "sse", "url": "https://h/sse"},
+            "e": {"type": "SSE", "command": "x"}
         }}));
         let p: Vec<String> = c.problems.iter().map(ToString::to_string).collect();
-        assert_eq!(p, vec!["mcp_servers.c.type: the legacy SSE transport is not supported; use the server's streamable HTTP endpoint"]);
+        // The legacy HTTP+SSE transport is accepted (issue 25), for a `url` only.
+        assert_eq!(
+            p,
+            vec!["mcp_servers.e.type: is \"sse\" but the server has a \"command\""]
+        );
         assert_eq!(c.warnings, vec!["mcp_servers.d.mcpx: unknown key"]);
         // `type` is part of the model (documented by the schema), not an unknown key.
         let c = run(json!({"mcp_servers": {"a": {"type": "stdio", "command": "x"}}}));

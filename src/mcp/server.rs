@@ -296,10 +296,10 @@ impl Server {
         let state = self.state.borrow();
         McpServerStatus {
             name: self.name.clone(),
-            transport: if cfg.url.is_some() {
-                McpTransport::Http
-            } else {
-                McpTransport::Stdio
+            transport: match cfg.transport() {
+                "stdio" => McpTransport::Stdio,
+                "sse" => McpTransport::Sse,
+                _ => McpTransport::Http,
             },
             state: state.wire(),
             tools,

@@ -76,6 +76,9 @@ pub struct McpServerParams {
 pub enum McpTransport {
     Stdio,
     Http,
+    // The legacy HTTP+SSE transport (`"type": "sse"`; a `url` that fell back to it stays
+    // `http`). A plain comment: a doc comment would turn the schema's `enum` into a `oneOf`.
+    Sse,
 }
 
 /// Where an MCP server's supervisor is.
