@@ -25,7 +25,11 @@ async fn start() -> Daemon {
     let cfg = json!({
         "listen": {"tcp": "127.0.0.1:0"},
         "mcp_servers": {"fx": {"command": FIXTURE}},
-        "profiles": {"editor": {"servers": ["fx"], "tools": ["read_*"], "exclude": ["mcp_fx_crash"]}},
+        "profiles": {
+            "editor": {"servers": ["fx"], "tools": ["read_*"], "exclude": ["mcp_fx_crash"]},
+            "builtins": {"tools": ["read_*"]},
+        },
+        "catalog": {"defer": ["mcp_fx_add"]},
     });
     std::fs::write(d.config_path(), cfg.to_string()).unwrap();
     d.spawn(&[("TOOLHOST_TOKEN", TOKEN)]).await;
@@ -119,7 +123,7 @@ async fn an_unknown_profile_is_refused_at_connect() {
     let d = start().await;
     let err = http(&d, "?profile=nope").await.unwrap_err();
     assert!(
-        err.contains("unknown profile 'nope'; config.json defines: editor"),
+        err.contains("unknown profile 'nope'; config.json defines: builtins, editor"),
         "{err}"
     );
 
@@ -187,4 +191,39 @@ async fn a_sessions_profile_governs_its_listing_search_and_calls_and_follows_rel
         r["tools"] == json!([])
     })
     .await;
+}
+
+#[tokio::test]
+async fn tool_search_finds_only_what_the_profile_serves() {
+    let d = start().await;
+    for (profile, found) in [("editor", json!(["mcp_fx_add"])), ("builtins", json!([]))] {
+        let s = d.call("session.create", json!({"profile": profile})).await["result"].clone();
+        let id = s["id"].as_str().unwrap();
+        let listed = d.call("list_tools", json!({"session_id": id})).await["result"].clone();
+        assert!(tool_names(&listed).contains(&"tool_search"), "{listed}");
+        let r = d
+            .call(
+                "tools.search",
+                json!({"query": "add two numbers", "session_id": id}),
+            )
+            .await["result"]
+            .clone();
+        let names: Vec<&str> = r["matches"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(json!(names), found, "{profile}: {r}");
+        let call = d
+            .call("invoke", json!({"name": "tool_search", "arguments": {"query": "add two numbers"}, "session_id": id}))
+            .await["result"]["result"]
+            .clone();
+        assert_eq!(call["ok"], true, "{call}");
+        assert_eq!(
+            call.to_string().contains("mcp_fx_add"),
+            profile == "editor",
+            "{call}"
+        );
+    }
 }

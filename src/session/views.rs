@@ -92,8 +92,13 @@ fn check_profile(host: &Scope<'_>, profile: Option<&str>) -> Result<()> {
 }
 
 /// Whether `view` serves the registered tool `entry` (by its name, MCP server and approval
-/// class in force): the one mapping from a registry entry to the profile rule.
+/// class in force): the one mapping from a registry entry to the profile rule. The built-in
+/// `tool_search` is served under any profile that serves anything: it is the way to the
+/// deferred tools, and it finds only those the profile serves.
 pub fn serves(view: &ProfileView<'_>, entry: &Entry) -> bool {
+    if crate::registry::is_search_tool(&entry.tool) {
+        return !matches!(view, ProfileView::Nothing);
+    }
     let spec = entry.tool.spec();
     let server = match &spec.source {
         ToolSource::Mcp { server, .. } => Some(server.as_str()),
