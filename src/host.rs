@@ -220,6 +220,7 @@ impl Host {
             registry: &self.0.registry,
             workspace: &self.0.dirs.workspace,
             default_approval: self.0.config.load().approval.mode,
+            config: self.0.config.load_full(),
         }
     }
 }

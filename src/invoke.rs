@@ -3,6 +3,7 @@
 //! result normalisation (control fields, output cap with spill file).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
@@ -11,6 +12,7 @@ use crate::approval::{self, Decision};
 use crate::audit;
 use crate::calls::CallRights;
 use crate::catalog::ToolSource;
+use crate::config::ProfileView;
 use crate::error::{Error, Result};
 use crate::host::Host;
 use crate::metrics::{self, Source};
@@ -18,7 +20,7 @@ use crate::protocol::{
     ApprovalClass, ApprovalMode, ApprovalVerdict as Verdict, AuditRecord, CallOutcome, Control,
     ErrorKind, InvokeParams, InvokeResult,
 };
-use crate::registry::{CallContext, ToolError, ToolResult, UpdateSink};
+use crate::registry::{CallContext, Entry, ToolError, ToolResult, UpdateSink};
 use crate::sandbox::CallSandbox;
 
 /// A fresh call id for calls whose caller gave none: a random prefix drawn once per
@@ -54,7 +56,8 @@ pub async fn invoke(
     let call_id = params.call_id.clone().unwrap_or_else(new_call_id);
     let config = host.config();
 
-    let (workspace, mode, session_meta, client, session_sandbox) = match &params.session_id {
+    let (workspace, mode, session_meta, client, session_sandbox, profile) = match &params.session_id
+    {
         Some(id) => {
             let s = host.sessions().get(id).await?;
             let client = audit::client_name(&s.meta);
@@ -64,6 +67,7 @@ pub async fn invoke(
                 Value::Object(s.meta),
                 client,
                 s.sandbox,
+                s.profile,
             )
         }
         None => (
@@ -72,8 +76,10 @@ pub async fn invoke(
             Value::Object(Map::new()),
             None,
             None,
+            None,
         ),
     };
+    let view = config.view(profile.as_deref());
     let sandbox = CallSandbox::resolve(&config.sandbox, session_sandbox.as_ref(), params.sandbox);
 
     let token = host.shutdown_token().child_token();
@@ -104,6 +110,7 @@ pub async fn invoke(
         host,
         &params,
         &mut facts,
+        &view,
         mode,
         timeout_ms,
         CallContext {
@@ -218,13 +225,19 @@ async fn run_checked(
     host: &Host,
     params: &InvokeParams,
     facts: &mut Facts,
+    view: &ProfileView<'_>,
     mode: ApprovalMode,
     timeout_ms: u64,
     ctx: CallContext,
 ) -> ToolResult {
     let snapshot = host.registry().snapshot();
-    let Some(entry) = snapshot.get(&params.name) else {
-        if let Some((_, q)) = snapshot.quarantined(&params.name) {
+    // A tool the session's profile does not serve is, to that session, no tool at all.
+    let served = |e: &Arc<Entry>| crate::session::serves(view, e);
+    let Some(entry) = snapshot.get(&params.name).filter(|e| served(e)) else {
+        if let Some((_, q)) = snapshot
+            .quarantined(&params.name)
+            .filter(|(e, _)| served(e))
+        {
             return Err(ToolError::new(ErrorKind::Quarantined, q.message.clone())
                 .with_field("quarantine", serde_json::to_value(q).unwrap_or(Value::Null)));
         }
@@ -292,7 +305,7 @@ async fn run_checked(
     }
 
     if crate::registry::is_search_tool(&entry.tool) {
-        return tool_search(host, &snapshot, &args, ctx.session_id.as_deref()).await;
+        return tool_search(host, &snapshot, &args, ctx.session_id.as_deref(), view).await;
     }
 
     let cancel = ctx.cancel.clone();
@@ -318,13 +331,16 @@ async fn tool_search(
     snapshot: &crate::registry::Snapshot,
     args: &Map<String, Value>,
     session_id: Option<&str>,
+    view: &ProfileView<'_>,
 ) -> ToolResult {
     let query = args.get("query").and_then(Value::as_str).unwrap_or("");
     let limit = args
         .get("limit")
         .and_then(Value::as_u64)
         .and_then(|n| usize::try_from(n).ok());
-    let result = snapshot.search(query, limit, crate::protocol::ToolFormat::Openai);
+    let result = snapshot.search(query, limit, crate::protocol::ToolFormat::Openai, |e| {
+        crate::session::serves(view, e)
+    });
     if let Some(id) = session_id {
         let found = result.matches.iter().map(|m| m.name.clone()).collect();
         crate::session::remember_loaded(host.sessions(), id, found)

@@ -10,7 +10,7 @@ pub mod pins;
 pub mod screen;
 mod spec;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use serde_json::Value;
 
@@ -30,8 +30,9 @@ pub const MAX_LIMIT: usize = 50;
 pub struct Policy {
     pub max_tokens: Option<usize>,
     pub defer: HashSet<String>,
-    /// Per MCP server: (`defer`, `trust`).
-    pub servers: HashMap<String, (bool, Trust)>,
+    /// Per MCP server, in config order (which is also their precedence on a name clash):
+    /// (`defer`, `trust`).
+    pub servers: indexmap::IndexMap<String, (bool, Trust)>,
     pub custom_trust: Trust,
 }
 
@@ -47,6 +48,12 @@ impl Policy {
                 .collect(),
             custom_trust: cfg.custom_tools.trust,
         }
+    }
+
+    /// Where MCP server `server` stands among the servers on a name clash: its place in
+    /// the config; one the config does not name (yet) comes after all of them.
+    pub fn server_rank(&self, server: &str) -> usize {
+        self.servers.get_index_of(server).unwrap_or(usize::MAX)
     }
 
     /// The trust rule of a tool's source; `None` for built-ins, which are never pinned.

@@ -40,11 +40,12 @@ pub async fn run(
     g: &Globals,
     command: Option<McpCommand>,
     session: Option<String>,
+    profile: Option<String>,
 ) -> Result<ExitCode, ClientError> {
     match command {
         Some(command) => manage(&g.connect().await?, command, g.out).await,
         None => {
-            crate::facade::run_stdio(&g.socket_path(), session).await?;
+            crate::facade::run_stdio(&g.socket_path(), session, profile).await?;
             // A pending stdin read cannot be cancelled: exit rather than wait for it.
             std::process::exit(0)
         }

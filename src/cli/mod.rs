@@ -123,6 +123,9 @@ enum Command {
         /// Stdio server: use this host session (created when missing) instead of a new one.
         #[arg(long)]
         session: Option<String>,
+        /// Stdio server: serve only what this config profile selects.
+        #[arg(long)]
+        profile: Option<String>,
     },
     /// Show the socket this client uses, whether a daemon answers there, the config file
     /// and the data directory (exit 3 when no daemon answers).
@@ -237,7 +240,11 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Calls(args) => Ok(calls::run(&g, args).await),
         Command::Config { command } => config::run(&g, command).await,
         Command::Session { command } => session::run(&g, command).await,
-        Command::Mcp { command, session } => mcp::run(&g, command, session).await,
+        Command::Mcp {
+            command,
+            session,
+            profile,
+        } => mcp::run(&g, command, session, profile).await,
         Command::Where => Ok(locate::run(&g).await),
         Command::Import(args) => Ok(import::run(&g, args).await),
         Command::Tool { command } => Ok(tool::run(&g, command).await),

@@ -57,6 +57,7 @@ fn check_against_schema(root: &Value, env_origin: &HashMap<String, String>) -> C
     let bad = schema_problems(&value, &mut r);
     server_rules(&value, &mut r);
     super::validate::sandbox_rules(&value, &mut r);
+    super::validate::profile_rules(&value, &mut r);
     let mut order = HashMap::new();
     post_order(&value, &mut JsonPath::default(), &mut order);
     r.problems

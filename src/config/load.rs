@@ -629,15 +629,21 @@ mod tests {
         .unwrap();
         assert!(w.is_empty(), "{w:?}");
         assert_eq!(c.mcp_servers["web"].transport(), "http");
-        let e = eval(
+        // The legacy HTTP+SSE transport is accepted (issue 25); a command is not its kind.
+        let (c, _) = eval(
             json!({"servers": {"old": {"type": "sse", "url": "https://h/sse"}}}),
+            &env,
+        )
+        .unwrap();
+        assert_eq!(c.mcp_servers["old"].transport(), "sse");
+        let e = eval(
+            json!({"servers": {"old": {"type": "sse", "command": "x"}}}),
             &env,
         )
         .unwrap_err();
         assert_eq!(
             e.to_string(),
-            "servers.old.type: the legacy SSE transport is not supported; use the server's \
-             streamable HTTP endpoint"
+            "servers.old.type: is \"sse\" but the server has a \"command\""
         );
     }
 

@@ -48,6 +48,29 @@ pub struct Config {
     pub catalog: Catalog,
     /// The MCP facade's streamable HTTP endpoint `/mcp` (proto-docs/mcp-facade.md).
     pub facade: FacadeConfig,
+    /// Named views for frontends: `toolhost mcp --profile NAME`, `/mcp?profile=NAME`, or a
+    /// session's `profile` (proto-docs/config.md#profiles).
+    #[schemars(extend("propertyNames" = {"pattern": "^[A-Za-z0-9_-]+$"}))]
+    pub profiles: BTreeMap<String, Profile>,
+}
+
+/// What one frontend is served: the tools (and prompts, resources) `servers` or `tools`
+/// select (everything when both are empty), of the `approval` classes when given, minus
+/// `exclude`. The rule itself is `ProfileView` (src/config/profile.rs).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct Profile {
+    /// MCP servers whose tools it serves.
+    #[schemars(inner(length(min = 1)))]
+    pub servers: Vec<String>,
+    /// Public tool names or glob patterns (`*`, `?`, `[...]`, `{a,b}`) it serves.
+    #[schemars(inner(length(min = 1)))]
+    pub tools: Vec<String>,
+    /// Public names or glob patterns never served, whatever selects them.
+    #[schemars(inner(length(min = 1)))]
+    pub exclude: Vec<String>,
+    /// When not empty, only tools of these approval classes (unclassified ones are left out).
+    pub approval: Vec<ApprovalClass>,
 }
 
 /// Bounds on the sessions of `/mcp`, so abandoned clients cannot pile up.
@@ -225,9 +248,10 @@ pub struct Provider {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default)]
 pub struct McpServer {
-    /// `"stdio"` or `"http"`: accepted because pasted Claude Desktop / Cursor blocks carry
-    /// it, checked against `command`/`url`, otherwise unused (the transport follows from
-    /// which of the two is set).
+    /// `"stdio"`, `"http"` or `"sse"`: accepted because pasted Claude Desktop / Cursor
+    /// blocks carry it and checked against `command`/`url`. Only `"sse"` (the legacy
+    /// HTTP+SSE transport of a `url`) changes anything: otherwise the transport follows from
+    /// which of the two is set.
     #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
     pub transport_type: Option<String>,
     /// The program of a stdio server (looked up in `PATH`).
@@ -289,6 +313,10 @@ pub struct McpServer {
     pub sandbox: ServerSandbox,
     /// Defer all of this server's tools from `list_tools` (found through `tool_search`).
     pub defer: bool,
+    /// `false` exposes the server's tools and prompts under their own names instead of
+    /// `mcp_<server>_<name>`; a name another source already holds stays with that source
+    /// (proto-docs/config.md).
+    pub prefix: bool,
     /// What a new or changed tool definition of this server needs before it is listed.
     pub trust: Trust,
 }
@@ -318,6 +346,7 @@ impl Default for McpServer {
             approval: HashMap::new(),
             sandbox: ServerSandbox::default(),
             defer: false,
+            prefix: true,
             trust: Trust::Pin,
         }
     }
@@ -325,23 +354,34 @@ impl Default for McpServer {
 
 impl McpServer {
     pub fn transport(&self) -> &'static str {
-        if self.url.is_some() {
-            "http"
-        } else {
+        if self.url.is_none() {
             "stdio"
+        } else if self.legacy_sse() {
+            "sse"
+        } else {
+            "http"
         }
     }
 
-    /// Whether a change from `self` to `new` needs the connection restarted; tool filters
-    /// and approval classes apply without one.
+    /// `"type": "sse"`: the server speaks the legacy HTTP+SSE transport at `url`.
+    pub fn legacy_sse(&self) -> bool {
+        self.transport_type
+            .as_deref()
+            .is_some_and(|t| t.eq_ignore_ascii_case("sse"))
+    }
+
+    /// Whether a change from `self` to `new` needs the connection restarted; tool filters,
+    /// naming and approval classes apply without one.
     pub fn needs_restart(&self, new: &McpServer) -> bool {
         let strip = |s: &McpServer| McpServer {
-            transport_type: None,
+            // Only `sse` picks a transport; the other spellings are decoration.
+            transport_type: s.legacy_sse().then(|| "sse".to_owned()),
             include_tools: Vec::new(),
             exclude_tools: Vec::new(),
             approval: HashMap::new(),
             trust_annotations: false,
             defer: false,
+            prefix: true,
             trust: Trust::Pin,
             ..s.clone()
         };

@@ -112,6 +112,60 @@ pub(crate) fn sandbox_rules(root: &Value, r: &mut Report) {
     }
 }
 
+/// Profiles: names usable in a URL query (`/mcp?profile=NAME`), patterns that compile,
+/// and a warning for a server no block defines (it selects nothing).
+pub(crate) fn profile_rules(root: &Value, r: &mut Report) {
+    let Some(Value::Object(profiles)) = root.get("profiles") else {
+        return;
+    };
+    let servers = root.get("mcp_servers").and_then(Value::as_object);
+    for (name, profile) in profiles {
+        let base = JsonPath(vec![Seg::Key("profiles".into()), Seg::Key(name.clone())]);
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            r.key_problem(
+                &base,
+                format!(
+                    "profile name {} must match ^[A-Za-z0-9_-]+$",
+                    Value::String(name.clone())
+                ),
+            );
+        }
+        let at = |k: &str, i: usize| {
+            let mut p = base.clone();
+            p.0.push(Seg::Key(k.to_owned()));
+            p.0.push(Seg::Index(i));
+            p
+        };
+        for key in ["tools", "exclude"] {
+            let Some(Value::Array(patterns)) = profile.get(key) else {
+                continue;
+            };
+            for (i, p) in patterns.iter().enumerate() {
+                if let Some(Err(e)) = p.as_str().map(super::profile::name_glob) {
+                    r.problem(&at(key, i), format!("is not a valid glob pattern: {e}"));
+                }
+            }
+        }
+        if let Some(Value::Array(names)) = profile.get("servers") {
+            for (i, s) in names.iter().enumerate() {
+                if let Some(s) = s
+                    .as_str()
+                    .filter(|s| servers.is_none_or(|m| !m.contains_key(*s)))
+                {
+                    r.warn(
+                        &at("servers", i),
+                        format_args!("no MCP server named {s:?}; it selects nothing"),
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// What a schema cannot express: server names, one MCP server block's fields together, and
 /// values that could never be handed to a program (NUL bytes, `=` in variable names).
 pub(crate) fn server_rules(root: &Value, r: &mut Report) {
@@ -160,12 +214,11 @@ fn one_server(m: &Map<String, Value>, base: &JsonPath, r: &mut Report) {
             {
                 Some("is an HTTP type but the server has a \"command\"")
             }
-            "stdio" | "http" | "streamable-http" | "streamable_http" | "streamablehttp" => None,
-            "sse" => Some(
-                "the legacy SSE transport is not supported; use the server's streamable \
-                 HTTP endpoint",
-            ),
-            _ => Some("expected \"stdio\" or \"http\""),
+            "sse" if command && !url => Some("is \"sse\" but the server has a \"command\""),
+            "stdio" | "http" | "streamable-http" | "streamable_http" | "streamablehttp" | "sse" => {
+                None
+            }
+            _ => Some("expected \"stdio\", \"http\" or \"sse\""),
         };
         if let Some(p) = problem {
             r.problem(&at("type"), p);
@@ -419,10 +472,15 @@ mod tests {
         let c = run(json!({"mcp_servers": {"d": {"command": "x", "mcpx": 1},
             "a": {"type": "stdio", "command": "x"},
             "b": {"type": "http", "url": "https://h/mcp"},
-            "c": {"type": "sse", "url": "https://h/sse"}
+            "c": {"type": "sse", "url": "https://h/sse"},
+            "e": {"type": "SSE", "command": "x"}
         }}));
         let p: Vec<String> = c.problems.iter().map(ToString::to_string).collect();
-        assert_eq!(p, vec!["mcp_servers.c.type: the legacy SSE transport is not supported; use the server's streamable HTTP endpoint"]);
+        // The legacy HTTP+SSE transport is accepted (issue 25), for a `url` only.
+        assert_eq!(
+            p,
+            vec!["mcp_servers.e.type: is \"sse\" but the server has a \"command\""]
+        );
         assert_eq!(c.warnings, vec!["mcp_servers.d.mcpx: unknown key"]);
         // `type` is part of the model (documented by the schema), not an unknown key.
         let c = run(json!({"mcp_servers": {"a": {"type": "stdio", "command": "x"}}}));

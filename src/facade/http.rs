@@ -67,7 +67,7 @@ impl Endpoint {
             .with_sse_keep_alive(Some(SSE_KEEP_ALIVE))
             .with_cancellation_token(shutdown);
         let service = StreamableHttpService::new(
-            move || Ok(Facade::with_link(Link::Shared(shared.clone()), None)),
+            move || Ok(Facade::with_link(Link::Shared(shared.clone()), None, None)),
             sessions.clone(),
             config,
         );
@@ -107,6 +107,17 @@ impl Endpoint {
         }
         self.service.handle(req).await
     }
+}
+
+/// The profile an HTTP session asks for: `/mcp?profile=NAME` on its `initialize` request
+/// (rmcp hands the request's head to the handler).
+pub(super) fn profile_of(
+    context: &rmcp::service::RequestContext<rmcp::RoleServer>,
+) -> Option<String> {
+    let parts = context.extensions.get::<http::request::Parts>()?;
+    url::form_urlencoded::parse(parts.uri.query()?.as_bytes())
+        .find(|(k, _)| k == "profile")
+        .map(|(_, v)| v.into_owned())
 }
 
 fn plain(status: http::StatusCode, text: &str) -> http::Response<BoxBody<Bytes, Infallible>> {

@@ -105,6 +105,8 @@ pub struct Facade {
     link: Link,
     /// `--session`: use (or create) this host session instead of a new one.
     fixed_session: Option<String>,
+    /// `--profile` (stdio); an HTTP session names its own in `/mcp?profile=` instead.
+    profile: Option<String>,
     page_size: usize,
     state: Arc<State>,
 }
@@ -114,6 +116,8 @@ struct State {
     client: OnceCell<Arc<Client>>,
     /// The host session of this connection, set by `initialize`.
     session: OnceCell<String>,
+    /// The config profile this connection is served under, set by `initialize`.
+    profile: OnceCell<String>,
     /// `tools_changed`, subscribed in `initialize` (so no change between the first list and
     /// `initialized` is missed) and forwarded from `initialized` on.
     tools_changed: Mutex<Option<ToolsFeed>>,
@@ -163,10 +167,11 @@ impl Drop for State {
 }
 
 impl Facade {
-    fn with_link(link: Link, fixed_session: Option<String>) -> Facade {
+    fn with_link(link: Link, fixed_session: Option<String>, profile: Option<String>) -> Facade {
         Facade {
             link,
             fixed_session,
+            profile,
             page_size: page_size(),
             state: Arc::default(),
         }
@@ -219,12 +224,14 @@ impl Facade {
         let mut meta = Map::new();
         meta.insert("frontend".into(), "mcp".into());
         meta.insert("mcp_client".into(), Value::Object(mcp_client));
+        let profile = self.state.profile.get().cloned();
         if let Some(id) = &self.fixed_session {
             match client.session_get(id).await {
                 Ok(_) => {
                     let params = SessionUpdateParams {
                         id: id.clone(),
                         meta: Some(meta),
+                        profile,
                         ..Default::default()
                     };
                     return client.session_update(&params).await.map(|s| s.id);
@@ -237,6 +244,7 @@ impl Facade {
         let params = SessionCreateParams {
             id: self.fixed_session.clone(),
             meta: Some(meta),
+            profile,
             ..Default::default()
         };
         client.session_create(&params).await.map(|s| s.id)
@@ -384,6 +392,9 @@ impl ServerHandler for Facade {
         context.peer.set_peer_info(request.clone());
         let result = self.negotiate_initialize(&request)?;
         let client = self.client().await?.clone();
+        if let Some(profile) = self.profile.clone().or_else(|| http::profile_of(&context)) {
+            let _ = self.state.profile.set(profile);
+        }
         let session = self
             .open_session(&client, &request)
             .await
@@ -439,6 +450,7 @@ impl ServerHandler for Facade {
         let client = self.client().await?;
         let params = ListToolsParams {
             format: ToolFormat::Mcp,
+            profile: self.state.profile.get().cloned(),
             ..Default::default()
         };
         let list = client.list_tools(&params).await.map_err(host_error)?;

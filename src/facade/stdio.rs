@@ -13,11 +13,24 @@ use crate::client::{Client, ClientError};
 
 /// Serves MCP on stdin/stdout until the client closes stdin or the daemon goes away.
 /// `Err` only when no daemon answers at first (the CLI exits 3).
-pub async fn run_stdio(socket: &Path, session: Option<String>) -> Result<(), ClientError> {
+/// `profile` names the config profile to serve; an unknown one fails here, at start.
+pub async fn run_stdio(
+    socket: &Path,
+    session: Option<String>,
+    profile: Option<String>,
+) -> Result<(), ClientError> {
     let client = Arc::new(Client::connect(socket).await?);
-    // Fail now, not at the client's first request, when the socket is not a live daemon.
+    // Fail now, not at the client's first request, when the socket is not a live daemon
+    // or the profile is not in its config.
     client.health().await?;
-    let facade = Facade::with_link(Link::Client(client.clone()), session);
+    if profile.is_some() {
+        let params = crate::protocol::ListToolsParams {
+            profile: profile.clone(),
+            ..Default::default()
+        };
+        client.list_tools(&params).await?;
+    }
+    let facade = Facade::with_link(Link::Client(client.clone()), session, profile);
     let state = facade.state.clone();
     let running = match facade.serve(streams()).await {
         Ok(r) => r,

@@ -1,5 +1,7 @@
 //! Opening a connection to one MCP server: a stdio child in its own process group (spawned
-//! through the process module, so it dies with the daemon), or a streamable HTTP endpoint.
+//! through the process module, so it dies with the daemon), a streamable HTTP endpoint, or
+//! a legacy HTTP+SSE one (`sse.rs`; also the fallback of an HTTP server that refuses the
+//! streamable POST).
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -53,6 +55,7 @@ pub async fn connect(
             (Some(command), None) => {
                 connect_stdio(name, command, cfg, client, &runtime.processes).await
             }
+            (None, Some(url)) if cfg.legacy_sse() => connect_sse(url, cfg, client).await,
             (None, Some(url)) => connect_http(name, url, cfg, client, &runtime.oauth).await,
             _ => bail!("a server needs exactly one of command or url"),
         }
@@ -157,6 +160,7 @@ async fn connect_http(
     oauth: &OAuth,
 ) -> anyhow::Result<Connection> {
     let service = match client
+        .clone()
         .serve(http_transport(name, url, cfg, oauth).await?)
         .await
     {
@@ -164,6 +168,16 @@ async fn connect_http(
         // A 401/403 is not a failure to retry: the server waits for `toolhost mcp login`.
         Err(e) => match oauth.needs_auth(name, e.auth_challenge()) {
             Some(needed) => return Err(needed.into()),
+            // The spec's backwards compatibility: a server that refuses the POST with 400,
+            // 404 or 405 may be a legacy HTTP+SSE one at the same URL.
+            None if refused_as_legacy(&e) => {
+                tracing::info!(server = %name, %url, "POST initialize refused; trying the legacy HTTP+SSE transport");
+                return connect_sse(url, cfg, client).await.map_err(|sse| {
+                    anyhow::Error::new(e).context(format!(
+                        "cannot initialise MCP session with {url} (nor as a legacy SSE server: {sse:#})"
+                    ))
+                });
+            }
             None => {
                 return Err(anyhow::Error::new(e)
                     .context(format!("cannot initialise MCP session with {url}")))
@@ -179,13 +193,44 @@ async fn connect_http(
     })
 }
 
-async fn http_transport(
-    name: &str,
-    url: &str,
-    cfg: &McpServer,
-    oauth: &OAuth,
-) -> anyhow::Result<StreamableHttpClientTransport<AuthClient<reqwest::Client>>> {
-    let mut headers = HashMap::new();
+/// A legacy HTTP+SSE server (`"type": "sse"`, or the fallback of a refused POST).
+async fn connect_sse(url: &str, cfg: &McpServer, client: Client) -> anyhow::Result<Connection> {
+    let http = reqwest::Client::builder()
+        .build()
+        .context("cannot build the HTTP client")?;
+    let halves = super::sse::connect(http, url, header_map(cfg)?).await?;
+    let service = client.serve(halves).await.map_err(|e| {
+        anyhow::Error::new(e).context(format!("cannot initialise MCP session with {url}"))
+    })?;
+    Ok(Connection {
+        service,
+        group: None,
+        _child: None,
+        _sandbox: None,
+        direct: None,
+    })
+}
+
+/// Whether initialising over streamable HTTP failed on a 400, 404 or 405 answer to the
+/// POST (rmcp reports those as `unexpected server response: HTTP <status> …`).
+fn refused_as_legacy(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(e);
+    while let Some(current) = source {
+        let text = current.to_string();
+        if ["400", "404", "405"]
+            .iter()
+            .any(|code| text.contains(&format!("unexpected server response: HTTP {code} ")))
+        {
+            return true;
+        }
+        source = current.source();
+    }
+    false
+}
+
+/// The config's `headers` in typed form (validation refused the ones that do not fit).
+fn header_map(cfg: &McpServer) -> anyhow::Result<http::HeaderMap> {
+    let mut headers = http::HeaderMap::new();
     for (k, v) in &cfg.headers {
         let name = http::HeaderName::from_bytes(k.as_bytes())
             .with_context(|| format!("bad header name {k:?}"))?;
@@ -193,6 +238,19 @@ async fn http_transport(
             http::HeaderValue::from_str(v).with_context(|| format!("bad value for header {k}"))?;
         headers.insert(name, value);
     }
+    Ok(headers)
+}
+
+async fn http_transport(
+    name: &str,
+    url: &str,
+    cfg: &McpServer,
+    oauth: &OAuth,
+) -> anyhow::Result<StreamableHttpClientTransport<AuthClient<reqwest::Client>>> {
+    let headers: HashMap<_, _> = header_map(cfg)?
+        .into_iter()
+        .filter_map(|(k, v)| Some((k?, v)))
+        .collect();
     let config = StreamableHttpClientTransportConfig::with_uri(url.to_owned())
         .custom_headers(headers)
         .reinit_on_expired_session(true);

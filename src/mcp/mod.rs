@@ -12,6 +12,7 @@ mod launcher;
 mod listing;
 pub mod naming;
 mod server;
+mod sse;
 mod stdio;
 mod tool;
 

@@ -296,10 +296,10 @@ impl Server {
         let state = self.state.borrow();
         McpServerStatus {
             name: self.name.clone(),
-            transport: if cfg.url.is_some() {
-                McpTransport::Http
-            } else {
-                McpTransport::Stdio
+            transport: match cfg.transport() {
+                "stdio" => McpTransport::Stdio,
+                "sse" => McpTransport::Sse,
+                _ => McpTransport::Http,
             },
             state: state.wire(),
             tools,
@@ -451,7 +451,7 @@ impl Server {
             .or(trusted_read_only.then_some(ApprovalClass::ReadOnly));
         McpTool {
             spec: ToolSpec {
-                name: public_name(&self.name, &remote_name),
+                name: public_name(&self.name, cfg.prefix, &remote_name),
                 description: t["description"].as_str().unwrap_or("").to_owned(),
                 parameters,
                 approval,

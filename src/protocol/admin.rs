@@ -34,6 +34,9 @@ pub struct HealthResult {
     /// Tool names claimed by more than one source (the earlier source keeps the name).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub collisions: Vec<String>,
+    /// The same clashes with both owners, one entry per name lost.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clashes: Vec<NameClash>,
     /// Custom tool manifests that were skipped: `<file>: <field>: <problem>`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub custom_tool_errors: Vec<String>,
@@ -51,6 +54,15 @@ pub struct HealthResult {
     pub pins_error: Option<String>,
 }
 
+/// A tool name two sources claim. Owners are `builtin`, `custom` or `mcp:<server>`; the
+/// first keeps the name (built-ins, then custom tools, then MCP servers in config order).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct NameClash {
+    pub name: String,
+    pub kept: String,
+    pub dropped: String,
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerParams {
@@ -64,6 +76,9 @@ pub struct McpServerParams {
 pub enum McpTransport {
     Stdio,
     Http,
+    // The legacy HTTP+SSE transport (`"type": "sse"`; a `url` that fell back to it stays
+    // `http`). A plain comment: a doc comment would turn the schema's `enum` into a `oneOf`.
+    Sse,
 }
 
 /// Where an MCP server's supervisor is.

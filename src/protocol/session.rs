@@ -25,6 +25,10 @@ pub struct Session {
     /// Deferred tools loaded through `tool_search` in this session; listed with its view.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub loaded_tools: Vec<String>,
+    /// The config profile this session is served under: its listings, searches and calls
+    /// see only what the profile selects (as config.json defines it now).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
@@ -40,6 +44,9 @@ pub struct SessionCreateParams {
     pub meta: Option<Map<String, Value>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SessionSandbox>,
+    /// Serve the session under this config profile (an unknown one is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -81,6 +88,9 @@ pub struct SessionUpdateParams {
     /// Replaces the session's sandbox whole (`{}` returns to the config's defaults).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SessionSandbox>,
+    /// Serves the session under this config profile from now on (an unknown one is refused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

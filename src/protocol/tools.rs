@@ -33,6 +33,9 @@ pub struct ListToolsParams {
     /// Also list deferred tools (by default they are left out and `tool_search` finds them).
     #[serde(default)]
     pub include_deferred: bool,
+    /// List only what this config profile serves (a session's own profile applies too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
 }
 
 /// Where a tool comes from.

@@ -21,7 +21,7 @@ use crate::protocol::ToolsChanged;
 
 pub use search_tool::{is_search_tool, search_tool_result};
 use snapshot::CatalogState;
-pub use snapshot::Snapshot;
+pub use snapshot::{Entry, Snapshot};
 
 /// Compiles a tool's JSON Schema (arguments or output). A schema that names no `$schema`
 /// is read as draft 7, the draft tool schemas in the wild are written in.
@@ -33,13 +33,25 @@ pub fn compile_schema(schema: &serde_json::Value) -> Result<jsonschema::Validato
 }
 pub use tool::{CallContext, Tool, ToolError, ToolResult, ToolUpdate, UpdateSink};
 
-/// A group of tools that changes together. The order of the variants is the precedence on a
-/// name clash: the earlier source keeps the name.
+/// A group of tools that changes together. The order of the variants (and of server names)
+/// is the listing order; on a name clash built-ins, then custom tools, then MCP servers in
+/// config order keep the name (`snapshot::claim_names`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SourceKey {
     Builtin,
     Custom,
     Mcp(String),
+}
+
+/// How `host.health` names an owner: `builtin`, `custom`, `mcp:<server>`.
+impl std::fmt::Display for SourceKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SourceKey::Builtin => f.write_str("builtin"),
+            SourceKey::Custom => f.write_str("custom"),
+            SourceKey::Mcp(server) => write!(f, "mcp:{server}"),
+        }
+    }
 }
 
 /// The tools of one source.

@@ -165,15 +165,19 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    /// Ranks the snapshot's deferred tools for `query` and returns full definitions.
+    /// Ranks the snapshot's deferred tools for `query` and returns full definitions of
+    /// those `serves` lets through (a profile's view).
     pub fn search(
         &self,
         query: &str,
         limit: Option<usize>,
         format: ToolFormat,
+        serves: impl Fn(&Entry) -> bool,
     ) -> ToolsSearchResult {
         let limit = limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
-        let hits = self.search_index().search(query, limit);
+        let mut hits = self.search_index().search(query, MAX_LIMIT);
+        hits.retain(|(n, _)| self.tools.get(*n).is_some_and(|e| serves(e)));
+        hits.truncate(limit);
         let names: Vec<&str> = hits.iter().map(|(n, _)| *n).collect();
         let list = self.list(&names, format);
         ToolsSearchResult {
@@ -226,20 +230,15 @@ impl Snapshot {
         catalog: &CatalogState,
     ) -> Snapshot {
         let mut tools: IndexMap<String, Arc<Entry>> = IndexMap::new();
-        let mut owner: HashMap<String, SourceKey> = HashMap::new();
-        let mut collisions = Vec::new();
+        let (winners, collisions) = claim_names(sources, &catalog.policy);
         let mut quarantined = IndexMap::new();
         let mut new_pins = Vec::new();
-        for (key, list) in sources {
+        // Listed in source order (built-ins, custom, MCP servers by name), each tool only
+        // where it won its name.
+        for list in sources.values() {
             for tool in list {
                 let name = tool.spec().name.clone();
-                if let Some(kept) = owner.get(&name) {
-                    tracing::warn!(tool = %name, kept = ?kept, dropped = ?key, "tool name collision; the earlier source keeps the name");
-                    collisions.push(Collision {
-                        name,
-                        kept: kept.clone(),
-                        dropped: key.clone(),
-                    });
+                if !winners.get(&name).is_some_and(|w| Arc::ptr_eq(w, tool)) {
                     continue;
                 }
                 let approval = overrides.get(&name).copied().or(tool.spec().approval);
@@ -251,7 +250,6 @@ impl Snapshot {
                     Some(e) if Arc::ptr_eq(&e.tool, tool) && e.approval == approval => e.clone(),
                     _ => Arc::new(Entry::new(tool.clone(), approval)),
                 };
-                owner.insert(name.clone(), key.clone());
                 if let Some(trust) = catalog.policy.trust(&tool.spec().source) {
                     match catalog::verdict(
                         &catalog.pins,
@@ -399,6 +397,20 @@ impl Snapshot {
         &self.collisions
     }
 
+    /// The tools `list_tools` lists, in order, with the flags' choice of hidden and
+    /// deferred ones.
+    pub fn listed(
+        &self,
+        include_hidden: bool,
+        include_deferred: bool,
+    ) -> impl Iterator<Item = (&str, &Arc<Entry>)> {
+        self.tools
+            .iter()
+            .filter(move |(_, e)| include_hidden || !e.hidden())
+            .filter(move |(n, _)| include_deferred || !self.deferred.contains(*n))
+            .map(|(n, e)| (n.as_str(), e))
+    }
+
     /// The whole `list_tools` answer for the live registry, serialised once per revision.
     pub fn list_json(
         &self,
@@ -410,11 +422,8 @@ impl Snapshot {
             [usize::from(include_deferred)];
         slot.get_or_init(|| {
             let names: Vec<&str> = self
-                .tools
-                .iter()
-                .filter(|(_, e)| include_hidden || !e.hidden())
-                .filter(|(n, _)| include_deferred || !self.deferred.contains(*n))
-                .map(|(n, _)| n.as_str())
+                .listed(include_hidden, include_deferred)
+                .map(|(n, _)| n)
                 .collect();
             let result = self.list(&names, format);
             serde_json::value::to_raw_value(&result).unwrap_or_else(|e| {
@@ -457,6 +466,42 @@ impl Snapshot {
         let etag = etag_of(tools.iter());
         (tools, etag)
     }
+}
+
+/// Which tool gets each name: built-ins, then custom tools, then the MCP servers in config
+/// order; the first to claim a name keeps it, and every later claim is a [`Collision`].
+fn claim_names<'a>(
+    sources: &'a BTreeMap<SourceKey, Vec<Arc<dyn Tool>>>,
+    policy: &Policy,
+) -> (HashMap<String, &'a Arc<dyn Tool>>, Vec<Collision>) {
+    let mut ordered: Vec<(&SourceKey, &Vec<Arc<dyn Tool>>)> = sources.iter().collect();
+    ordered.sort_by_key(|(key, _)| match key {
+        SourceKey::Builtin => (0, 0),
+        SourceKey::Custom => (1, 0),
+        SourceKey::Mcp(server) => (2, policy.server_rank(server)),
+    });
+    let mut owner: HashMap<String, (&SourceKey, &Arc<dyn Tool>)> = HashMap::new();
+    let mut collisions = Vec::new();
+    for (key, list) in ordered {
+        for tool in list {
+            let name = &tool.spec().name;
+            match owner.get(name) {
+                Some((kept, _)) => {
+                    tracing::warn!(tool = %name, kept = %kept, dropped = %key, "tool name collision; the earlier source keeps the name");
+                    collisions.push(Collision {
+                        name: name.clone(),
+                        kept: (*kept).clone(),
+                        dropped: key.clone(),
+                    });
+                }
+                None => {
+                    owner.insert(name.clone(), (key, tool));
+                }
+            }
+        }
+    }
+    let winners = owner.into_iter().map(|(n, (_, t))| (n, t)).collect();
+    (winners, collisions)
 }
 
 /// Content hash of a list of tools: equal lists give equal etags.

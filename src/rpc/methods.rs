@@ -384,23 +384,43 @@ impl Serialize for ListAnswer {
 
 async fn list_tools(host: &Host, p: ListToolsParams) -> Result<ListAnswer, Error> {
     let snapshot = host.registry().snapshot();
-    match &p.session_id {
-        None => Ok(ListAnswer::Live(snapshot, p)),
-        Some(id) => {
-            let session = host.sessions().get(id).await?;
+    let config = host.config();
+    if let Some(name) = &p.profile {
+        config
+            .profile(name)
+            .map_err(|e| Error::InvalidParams(e.to_string()))?;
+    }
+    let asked = config.view(p.profile.as_deref());
+    let session = match &p.session_id {
+        Some(id) => Some(host.sessions().get(id).await?),
+        None => None,
+    };
+    let names: Vec<&str> = match &session {
+        None if p.profile.is_none() => return Ok(ListAnswer::Live(snapshot, p)),
+        None => snapshot
+            .listed(p.include_hidden, p.include_deferred)
+            .filter(|(_, e)| crate::session::serves(&asked, e))
+            .map(|(n, _)| n)
+            .collect(),
+        Some(session) => {
+            let own = config.view(session.profile.as_deref());
             // The view, then the tools this session loaded through tool_search.
-            let names: Vec<&str> = session
+            session
                 .tool_names
                 .iter()
                 .chain(session.loaded_tools.iter())
-                .map(String::as_str)
-                .filter(|n| p.include_hidden || snapshot.get(n).is_some_and(|e| !e.hidden()))
-                .collect();
-            serde_json::value::to_raw_value(&snapshot.list(&names, p.format))
-                .map(ListAnswer::View)
-                .map_err(Error::server)
+                .filter_map(|n| snapshot.get(n).map(|e| (n, e)))
+                .filter(|(_, e)| p.include_hidden || !e.hidden())
+                .filter(|(_, e)| {
+                    crate::session::serves(&asked, e) && crate::session::serves(&own, e)
+                })
+                .map(|(n, _)| n.as_str())
+                .collect()
         }
-    }
+    };
+    serde_json::value::to_raw_value(&snapshot.list(&names, p.format))
+        .map(ListAnswer::View)
+        .map_err(Error::server)
 }
 
 fn catalog_methods(api: &mut Api) -> anyhow::Result<()> {
@@ -409,7 +429,15 @@ fn catalog_methods(api: &mut Api) -> anyhow::Result<()> {
         "Ranks deferred tools by relevance to a query (BM25, or a regex) and returns full definitions; with session_id, the matches are remembered as loaded in that session.",
         |host, p: ToolsSearchParams| async move {
             let snapshot = host.registry().snapshot();
-            let result = snapshot.search(&p.query, p.limit, p.format);
+            let profile = match &p.session_id {
+                Some(id) => host.sessions().get(id).await?.profile,
+                None => None,
+            };
+            let config = host.config();
+            let view = config.view(profile.as_deref());
+            let result = snapshot.search(&p.query, p.limit, p.format, |e| {
+                crate::session::serves(&view, e)
+            });
             if let Some(id) = &p.session_id {
                 let found: Vec<String> = result.matches.iter().map(|m| m.name.clone()).collect();
                 crate::session::remember_loaded(host.sessions(), id, found).await?;

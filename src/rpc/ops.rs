@@ -58,6 +58,15 @@ pub(super) fn health(host: &Host) -> HealthResult {
         .iter()
         .map(|c| c.name.clone())
         .collect();
+    let clashes = snapshot
+        .collisions()
+        .iter()
+        .map(|c| crate::protocol::NameClash {
+            name: c.name.clone(),
+            kept: c.kept.to_string(),
+            dropped: c.dropped.to_string(),
+        })
+        .collect();
     let mcp = host.mcp().counts();
     // A configured server that cannot start, or whose circuit is open, needs the operator.
     let custom_tool_errors = host.custom().errors();
@@ -86,6 +95,7 @@ pub(super) fn health(host: &Host) -> HealthResult {
         mcp,
         config_error,
         collisions,
+        clashes,
         custom_tool_errors,
         session_event_errors: host.custom().event_failures(),
         quarantined,

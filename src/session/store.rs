@@ -319,6 +319,7 @@ mod tests {
             tool_names: vec!["read_file".into(), "bash".into()],
             tools_etag: "e1".into(),
             loaded_tools: Vec::new(),
+            profile: None,
         }
     }
 

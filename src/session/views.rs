@@ -8,6 +8,8 @@ use std::collections::HashSet;
 
 use std::path::Path;
 
+use crate::catalog::ToolSource;
+use crate::config::ProfileView;
 use crate::error::{Error, Result};
 use crate::now_ms;
 use crate::protocol::ApprovalMode;
@@ -16,7 +18,7 @@ use crate::protocol::{
     Session, SessionCreateParams, SessionRefreshResult, SessionResumeResult, SessionToolsParams,
     SessionToolsResult, SessionUpdateParams,
 };
-use crate::registry::Registry;
+use crate::registry::{Entry, Registry, Snapshot};
 
 /// What the session operations need of the host: the store, the live registry and the
 /// defaults a new session starts from. (Borrowed, so `session` never depends on the host.)
@@ -26,6 +28,8 @@ pub struct Scope<'a> {
     /// The host's workspace: the default, and the base of relative session workspaces.
     pub workspace: &'a Path,
     pub default_approval: ApprovalMode,
+    /// The config as it is now (profiles named by sessions are checked against it).
+    pub config: std::sync::Arc<crate::config::Config>,
 }
 
 impl Scope<'_> {
@@ -99,7 +103,36 @@ fn check_meta_size(meta: &serde_json::Map<String, serde_json::Value>) -> Result<
     Ok(())
 }
 
+/// A profile a session is to be served under must be in config.json.
+fn check_profile(host: &Scope<'_>, profile: Option<&str>) -> Result<()> {
+    match profile {
+        Some(name) => host
+            .config
+            .profile(name)
+            .map(|_| ())
+            .map_err(|e| Error::InvalidParams(e.to_string())),
+        None => Ok(()),
+    }
+}
+
+/// Whether `view` serves the registered tool `entry` (by its name, MCP server and approval
+/// class in force): the one mapping from a registry entry to the profile rule. The built-in
+/// `tool_search` is served under any profile that serves anything: it is the way to the
+/// deferred tools, and it finds only those the profile serves.
+pub fn serves(view: &ProfileView<'_>, entry: &Entry) -> bool {
+    if crate::registry::is_search_tool(&entry.tool) {
+        return !matches!(view, ProfileView::Nothing);
+    }
+    let spec = entry.tool.spec();
+    let server = match &spec.source {
+        ToolSource::Mcp { server, .. } => Some(server.as_str()),
+        ToolSource::Builtin | ToolSource::Custom { .. } => None,
+    };
+    view.allows_tool(&spec.name, server, entry.approval)
+}
+
 pub async fn create(host: &Scope<'_>, p: SessionCreateParams) -> Result<Session> {
+    check_profile(host, p.profile.as_deref())?;
     if let Some(id) = &p.id {
         if id.is_empty() || id.len() > 128 || id.chars().any(|c| c.is_control()) {
             return Err(Error::InvalidParams(
@@ -128,12 +161,14 @@ pub async fn create(host: &Scope<'_>, p: SessionCreateParams) -> Result<Session>
         sandbox: p.sandbox,
         tools_etag: snapshot.etag().to_owned(),
         loaded_tools: Vec::new(),
+        profile: p.profile,
     };
     check_meta_size(&session.meta)?;
     host.sessions().create(session).await
 }
 
 pub async fn update(host: &Scope<'_>, p: SessionUpdateParams) -> Result<Session> {
+    check_profile(host, p.profile.as_deref())?;
     let workspace = match p.workspace {
         Some(w) => Some(workspace_of(host, Some(w))?),
         None => None,
@@ -174,6 +209,9 @@ pub async fn update(host: &Scope<'_>, p: SessionUpdateParams) -> Result<Session>
             if let Some(sb) = p.sandbox {
                 s.sandbox = (sb != SessionSandbox::default()).then_some(sb);
             }
+            if let Some(profile) = &p.profile {
+                s.profile = Some(profile.clone());
+            }
             s.updated_at = now.max(s.updated_at);
         })
         .await?;
@@ -187,7 +225,8 @@ pub async fn update(host: &Scope<'_>, p: SessionUpdateParams) -> Result<Session>
 
 pub async fn tools(host: &Scope<'_>, p: SessionToolsParams) -> Result<SessionToolsResult> {
     let session = host.sessions().get(&p.id).await?;
-    let (tools, etag) = host.registry().snapshot().view(&with_loaded(&session));
+    let snapshot = host.registry().snapshot();
+    let (tools, etag) = snapshot.view(&profiled(host, &session, &snapshot, with_loaded(&session)));
     if p.if_etag.as_deref() == Some(etag.as_str()) {
         return Ok(SessionToolsResult {
             etag,
@@ -229,13 +268,30 @@ pub async fn resume(host: &Scope<'_>, id: &str) -> Result<SessionResumeResult> {
             s.updated_at = now_ms().max(s.updated_at);
         })
         .await?;
-    let (tools, _) = snapshot.view(&with_loaded(&session));
+    let (tools, _) = snapshot.view(&profiled(host, &session, &snapshot, with_loaded(&session)));
     Ok(SessionResumeResult {
         session,
         tools,
         added,
         missing,
     })
+}
+
+/// `names` cut to what the session's profile serves now.
+fn profiled(
+    host: &Scope<'_>,
+    session: &Session,
+    snapshot: &Snapshot,
+    names: Vec<String>,
+) -> Vec<String> {
+    if session.profile.is_none() {
+        return names;
+    }
+    let view = host.config.view(session.profile.as_deref());
+    names
+        .into_iter()
+        .filter(|n| snapshot.get(n).is_some_and(|e| serves(&view, e)))
+        .collect()
 }
 
 /// The session's view followed by the tools it loaded through `tool_search`.

@@ -1,0 +1,189 @@
+//! Profiles: the one rule of what a named profile serves. Listing, search and calls under
+//! a profile (and the facade's prompt and resource lists) all ask
+//! [`ProfileView::allows_tool`] or [`ProfileView::allows_item`] of [`Config::view`], so the
+//! views cannot drift apart.
+
+use std::collections::BTreeMap;
+
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+
+use super::{Config, Profile};
+use crate::protocol::ApprovalClass;
+
+/// What one frontend is served, compiled once per listing or call: everything (no
+/// profile), what a profile selects, or nothing (its profile is gone from config.json, so
+/// it fails closed rather than open).
+pub enum ProfileView<'a> {
+    All,
+    Only(Matcher<'a>),
+    Nothing,
+}
+
+/// A profile with its name patterns compiled.
+pub struct Matcher<'a> {
+    profile: &'a Profile,
+    tools: GlobSet,
+    exclude: GlobSet,
+}
+
+impl Profile {
+    pub fn matcher(&self) -> Matcher<'_> {
+        Matcher {
+            profile: self,
+            tools: name_patterns(&self.tools),
+            exclude: name_patterns(&self.exclude),
+        }
+    }
+}
+
+impl ProfileView<'_> {
+    /// Whether the tool `name` (its public name) of MCP server `server` (`None` for
+    /// built-in and custom tools), whose approval class in force is `approval`, is served.
+    pub fn allows_tool(
+        &self,
+        name: &str,
+        server: Option<&str>,
+        approval: Option<ApprovalClass>,
+    ) -> bool {
+        match self {
+            ProfileView::All => true,
+            ProfileView::Nothing => false,
+            ProfileView::Only(m) => {
+                let classes = &m.profile.approval;
+                (classes.is_empty() || approval.is_some_and(|c| classes.contains(&c)))
+                    && m.selects(name, server)
+            }
+        }
+    }
+
+    /// Whether a prompt or resource `name` (a prompt's public name, a resource's URI) of
+    /// `server` is served: selected by `servers` or `tools`, not `exclude`d (approval
+    /// classes are a property of tools only).
+    pub fn allows_item(&self, name: &str, server: Option<&str>) -> bool {
+        match self {
+            ProfileView::All => true,
+            ProfileView::Nothing => false,
+            ProfileView::Only(m) => m.selects(name, server),
+        }
+    }
+}
+
+impl Matcher<'_> {
+    fn selects(&self, name: &str, server: Option<&str>) -> bool {
+        let p = self.profile;
+        let everything = p.servers.is_empty() && p.tools.is_empty();
+        let selected = everything
+            || server.is_some_and(|s| p.servers.iter().any(|x| x == s))
+            || self.tools.is_match(name);
+        selected && !self.exclude.is_match(name)
+    }
+}
+
+/// No profile by that name in config.json; the message lists the ones there are.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("unknown profile '{name}'; config.json {defined}")]
+pub struct UnknownProfile {
+    pub name: String,
+    defined: String,
+}
+
+impl Config {
+    /// What a frontend under `profile` is served now (profile edits apply at once).
+    pub fn view(&self, profile: Option<&str>) -> ProfileView<'_> {
+        match profile {
+            None => ProfileView::All,
+            Some(name) => self
+                .profiles
+                .get(name)
+                .map_or(ProfileView::Nothing, |p| ProfileView::Only(p.matcher())),
+        }
+    }
+
+    /// The profile `name`, or why there is none.
+    pub fn profile(&self, name: &str) -> Result<&Profile, UnknownProfile> {
+        self.profiles.get(name).ok_or_else(|| UnknownProfile {
+            name: name.to_owned(),
+            defined: defined(&self.profiles),
+        })
+    }
+}
+
+fn defined(profiles: &BTreeMap<String, Profile>) -> String {
+    if profiles.is_empty() {
+        "defines no profiles".to_owned()
+    } else {
+        let names: Vec<&str> = profiles.keys().map(String::as_str).collect();
+        format!("defines: {}", names.join(", "))
+    }
+}
+
+/// How a profile's name pattern is read: a glob over the whole name, case-sensitive (the
+/// same reading as `env_passthrough`). Config validation refuses a pattern that does not
+/// compile, so one that gets here anyway only matches nothing.
+pub(super) fn name_glob(pattern: &str) -> Result<globset::Glob, globset::Error> {
+    GlobBuilder::new(pattern).literal_separator(false).build()
+}
+
+fn name_patterns(patterns: &[String]) -> GlobSet {
+    if patterns.is_empty() {
+        return GlobSet::empty();
+    }
+    let mut set = GlobSetBuilder::new();
+    for g in patterns.iter().filter_map(|p| name_glob(p).ok()) {
+        set.add(g);
+    }
+    set.build().unwrap_or_else(|_| GlobSet::empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profile(v: serde_json::Value) -> Profile {
+        serde_json::from_value(v).unwrap_or_default()
+    }
+
+    #[test]
+    fn an_empty_profile_serves_everything_and_a_missing_one_nothing() {
+        let p = Profile::default();
+        let v = ProfileView::Only(p.matcher());
+        assert!(v.allows_tool("bash", None, None));
+        assert!(v.allows_item("mcp_git_status", Some("git")));
+        let c = Config::default();
+        assert!(c.view(None).allows_tool("bash", None, None));
+        assert!(!c.view(Some("gone")).allows_tool("bash", None, None));
+    }
+
+    #[test]
+    fn servers_and_tools_select_exclude_and_approval_restrict() {
+        let p = profile(serde_json::json!({
+            "servers": ["git"], "tools": ["read_*", "grep"],
+            "exclude": ["mcp_git_push"], "approval": ["read_only", "write"],
+        }));
+        let p = ProfileView::Only(p.matcher());
+        let ro = Some(ApprovalClass::ReadOnly);
+        assert!(p.allows_tool("mcp_git_status", Some("git"), ro));
+        assert!(p.allows_tool("read_file", None, ro));
+        assert!(!p.allows_tool("mcp_gh_issue", Some("gh"), ro));
+        assert!(!p.allows_tool("mcp_git_push", Some("git"), ro));
+        assert!(!p.allows_tool("read_file", None, Some(ApprovalClass::Command)));
+        assert!(!p.allows_tool("read_file", None, None));
+        // Prompts and resources have no class.
+        assert!(p.allows_item("mcp_git_commit_message", Some("git")));
+    }
+
+    #[test]
+    fn an_unknown_profile_names_the_defined_ones() {
+        let mut c = Config::default();
+        assert_eq!(
+            c.profile("x").unwrap_err().to_string(),
+            "unknown profile 'x'; config.json defines no profiles"
+        );
+        c.profiles.insert("editor".into(), Profile::default());
+        c.profiles.insert("cli".into(), Profile::default());
+        assert_eq!(
+            c.profile("x").unwrap_err().to_string(),
+            "unknown profile 'x'; config.json defines: cli, editor"
+        );
+    }
+}
