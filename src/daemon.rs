@@ -156,6 +156,14 @@ pub async fn run(
     // Owns every child (subreaper, adopted-zombie reaper, ledger sweep); dropped when run
     // returns, it kills whatever is left of this daemon's.
     let _processes = host.processes().own(host.data_dir());
+    match host.sessions().reap_ephemeral().await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(
+            sessions = n,
+            "deleted the MCP connections' sessions the last daemon left"
+        ),
+        Err(e) => tracing::warn!(%e, "cannot delete the sessions the last daemon left"),
+    }
     tracing::info!(socket = %listeners.describe(), activated = listeners.owned.is_none(), workspace = %host.workspace().display(), data_dir = %host.data_dir().display(), "toolhost serving");
     // Custom tools are listed from the first answer on; their folders are watched from now.
     reload::start_custom_tools(&host).await;

@@ -237,6 +237,7 @@ impl Facade {
         let params = SessionCreateParams {
             id: self.fixed_session.clone(),
             meta: Some(meta),
+            ephemeral: self.fixed_session.is_none(),
             ..Default::default()
         };
         client.session_create(&params).await.map(|s| s.id)

@@ -25,6 +25,10 @@ pub struct Session {
     /// Deferred tools loaded through `tool_search` in this session; listed with its view.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub loaded_tools: Vec<String>,
+    /// Made by a frontend for one connection of its own (an MCP facade connection): it
+    /// ends with that connection, and a daemon that starts deletes every one left over.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ephemeral: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
@@ -40,6 +44,9 @@ pub struct SessionCreateParams {
     pub meta: Option<Map<String, Value>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<SessionSandbox>,
+    /// The session lives only as long as the caller's connection (see [`Session::ephemeral`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ephemeral: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

@@ -103,6 +103,7 @@ pub async fn create(host: &Scope<'_>, p: SessionCreateParams) -> Result<Session>
         tool_names: snapshot.visible_names(),
         tools_etag: snapshot.etag().to_owned(),
         loaded_tools: Vec::new(),
+        ephemeral: p.ephemeral,
     };
     check_meta_size(&session.meta)?;
     host.sessions().create(session).await

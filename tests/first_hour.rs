@@ -1,0 +1,165 @@
+//! Issue 27, the papercuts of a first hour: facade sessions that end with their
+//! connection, finding the daemon, the CLI as a CLI, and config checks.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{eventually, toolhost, Daemon};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdin, ChildStdout};
+
+const INIT: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"first-hour","version":"1"}}}"#;
+
+/// `toolhost mcp` on `d`, spoken to line by line as an MCP client would, past `initialize`.
+struct Stdio_ {
+    child: Child,
+    /// `None` once closed.
+    stdin: Option<ChildStdin>,
+    stdout: Lines<BufReader<ChildStdout>>,
+}
+
+impl Stdio_ {
+    async fn start(d: &Daemon, args: &[&str]) -> Stdio_ {
+        let mut cmd = toolhost(d.dir.path());
+        cmd.arg("mcp").arg("--socket").arg(d.socket()).args(args);
+        cmd.env("RUST_LOG", "warn")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut mcp = Stdio_ {
+            child,
+            stdin: Some(stdin),
+            stdout,
+        };
+        let init = mcp.request(INIT).await;
+        assert!(init["result"]["protocolVersion"].is_string(), "{init}");
+        mcp.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+            .await;
+        mcp
+    }
+
+    async fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(line.as_bytes()).await.unwrap();
+        stdin.write_all(b"\n").await.unwrap();
+    }
+
+    /// Sends a request and returns its answer (skipping notifications).
+    async fn request(&mut self, line: &str) -> Value {
+        self.send(line).await;
+        loop {
+            let next = tokio::time::timeout(Duration::from_secs(20), self.stdout.next_line())
+                .await
+                .expect("an answer from toolhost mcp")
+                .unwrap()
+                .expect("toolhost mcp closed stdout");
+            let v: Value = serde_json::from_str(&next).unwrap();
+            if v.get("id").is_some() {
+                return v;
+            }
+        }
+    }
+
+    fn signal(&self, sig: Signal) {
+        kill(Pid::from_raw(self.child.id().unwrap() as i32), sig).unwrap();
+    }
+
+    /// Waits for the process to exit; returns what it wrote on stderr.
+    async fn finish(self) -> String {
+        let Stdio_ {
+            mut child, stdin, ..
+        } = self;
+        // Open until the end: a closed stdin would end it on its own.
+        let mut stderr = child.stderr.take().unwrap();
+        let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+            .await
+            .expect("toolhost mcp exits")
+            .unwrap();
+        drop(stdin);
+        let mut text = String::new();
+        stderr.read_to_string(&mut text).await.unwrap();
+        assert!(
+            status.code().is_some(),
+            "killed by a signal: {status:?}\n{text}"
+        );
+        text
+    }
+
+    /// Closes stdin, as a client that is done does; returns what was written on stderr.
+    async fn close(mut self) -> String {
+        self.stdin = None;
+        self.finish().await
+    }
+}
+
+async fn sessions(d: &Daemon) -> Vec<Value> {
+    let list = d.call("session.list", json!({})).await;
+    list["result"]["sessions"].as_array().unwrap().clone()
+}
+
+/// Each signal a client may stop `toolhost mcp` with ends its session with it; a session
+/// named with `--session` stays.
+#[tokio::test]
+async fn a_stdio_facade_session_ends_on_every_stop_signal() {
+    let d = Daemon::start().await;
+    for sig in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        let mcp = Stdio_::start(&d, &[]).await;
+        let open = sessions(&d).await;
+        assert_eq!(open.len(), 1, "{open:?}");
+        assert_eq!(open[0]["ephemeral"], true, "{open:?}");
+        mcp.signal(sig);
+        mcp.finish().await;
+        eventually(10, &format!("the session to end after {sig}"), || async {
+            sessions(&d).await.is_empty()
+        })
+        .await;
+    }
+    let mcp = Stdio_::start(&d, &["--session", "mine"]).await;
+    mcp.signal(Signal::SIGTERM);
+    mcp.finish().await;
+    let left = sessions(&d).await;
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(left[0]["id"], "mine");
+    assert!(left[0].get("ephemeral").is_none(), "{left:?}");
+}
+
+/// A daemon that starts deletes the facade sessions the last one left (here: the daemon
+/// was killed under a live `toolhost mcp`), and keeps every other.
+#[tokio::test]
+async fn a_restarted_daemon_reaps_the_ephemeral_sessions_left_over() {
+    let mut d = Daemon::start().await;
+    let mcp = Stdio_::start(&d, &[]).await;
+    let named = d.call("session.create", json!({"id": "kept"})).await;
+    assert_eq!(named["result"]["id"], "kept", "{named}");
+    assert_eq!(sessions(&d).await.len(), 2);
+    d.kill9().await;
+    mcp.finish().await;
+    d.spawn(&[]).await;
+    let left = sessions(&d).await;
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert_eq!(left[0]["id"], "kept");
+    assert!(d.log().contains("the last daemon left"), "{}", d.log());
+}
+
+/// An unknown tool is the client's error, answered to it: not a warning in the log.
+#[tokio::test]
+async fn an_unknown_tool_is_not_logged_as_a_warning() {
+    let d = Daemon::start().await;
+    let mut mcp = Stdio_::start(&d, &[]).await;
+    let r = mcp
+        .request(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"nope","arguments":{}}}"#)
+        .await;
+    assert_eq!(r["error"]["message"], "Unknown tool: nope", "{r}");
+    let text = mcp.close().await;
+    assert!(!text.contains("response error"), "{text}");
+}
