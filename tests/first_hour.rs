@@ -163,3 +163,95 @@ async fn an_unknown_tool_is_not_logged_as_a_warning() {
     let text = mcp.close().await;
     assert!(!text.contains("response error"), "{text}");
 }
+
+/// `/run/user/<uid>` made for a user of its own (only root can), removed again on drop.
+struct LoginRuntimeDir {
+    uid: u32,
+    path: std::path::PathBuf,
+}
+
+impl LoginRuntimeDir {
+    fn create(uid: u32) -> LoginRuntimeDir {
+        use std::os::unix::fs::PermissionsExt;
+        let path = std::path::PathBuf::from(format!("/run/user/{uid}"));
+        std::fs::create_dir_all(&path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o700)).unwrap();
+        nix::unistd::chown(&path, Some(nix::unistd::Uid::from_raw(uid)), None).unwrap();
+        LoginRuntimeDir { uid, path }
+    }
+}
+
+impl Drop for LoginRuntimeDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+        let _ = std::fs::remove_dir_all(format!("/tmp/toolhost-{}", self.uid));
+    }
+}
+
+/// `toolhost` as user `uid` with an empty environment (`env -i`: no `XDG_RUNTIME_DIR`, as
+/// the MCP SDKs start their servers) but `HOME`.
+fn bare(uid: u32, home: &std::path::Path) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(common::BIN);
+    cmd.env_clear()
+        .env("HOME", home)
+        .uid(uid)
+        .gid(uid)
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    cmd
+}
+
+/// Without `XDG_RUNTIME_DIR` the daemon and its clients agree on `/run/user/<uid>` (when it
+/// is there and ours) before `/tmp`; a client that finds no daemon names every path tried.
+#[tokio::test]
+async fn without_xdg_runtime_dir_daemon_and_client_meet_in_run_user() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: making /run/user/<uid> for a user of its own needs root");
+        return;
+    }
+    // A user of this test alone, so no other daemon of this machine is on its paths.
+    let uid = 40_000 + std::process::id() % 20_000;
+    let runtime = LoginRuntimeDir::create(uid);
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let ws = dir.path().join("ws");
+    for d in [&home, &ws] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(dir.path().join("config.json"), "{}").unwrap();
+    for entry in [dir.path(), &home, &ws, &dir.path().join("config.json")] {
+        nix::unistd::chown(entry, Some(nix::unistd::Uid::from_raw(uid)), None).unwrap();
+    }
+
+    // No daemon yet: both places are named.
+    let out = bare(uid, &home).arg("health").output().await.unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    let run_user = format!("/run/user/{uid}/toolhost/toolhost.sock");
+    let tmp = format!("/tmp/toolhost-{uid}/toolhost.sock");
+    assert!(err.contains(&run_user) && err.contains(&tmp), "{err}");
+
+    let mut daemon = bare(uid, &home);
+    daemon
+        .arg("--config")
+        .arg(dir.path().join("config.json"))
+        .arg("serve")
+        .arg("--workspace")
+        .arg(&ws)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .stderr(Stdio::null());
+    let mut daemon = daemon.spawn().unwrap();
+    let socket = runtime.path.join("toolhost").join("toolhost.sock");
+    eventually(20, "the daemon's socket in /run/user", || async {
+        socket.exists()
+    })
+    .await;
+    eventually(20, "a bare client to find the daemon", || async {
+        let out = bare(uid, &home).arg("health").output().await.unwrap();
+        out.status.success()
+    })
+    .await;
+    daemon.start_kill().unwrap();
+    let _ = daemon.wait().await;
+}

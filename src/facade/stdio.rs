@@ -2,7 +2,7 @@
 //! child processes. It is a client of the running daemon like any other frontend.
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use rmcp::ServiceExt;
@@ -14,11 +14,11 @@ use crate::client::{Client, ClientError};
 /// Serves MCP on stdin/stdout until the client closes stdin, stops us with SIGTERM, SIGINT
 /// or SIGHUP, or the daemon goes away; the host session this connection made goes with it.
 /// `Err` only when no daemon answers at first (the CLI exits 3).
-pub async fn run_stdio(socket: &Path, session: Option<String>) -> Result<(), ClientError> {
+pub async fn run_stdio(sockets: &[PathBuf], session: Option<String>) -> Result<(), ClientError> {
     // First: a signal that comes once the client may have talked to us must be ours.
     let mut stop = StopSignals::install()
         .map_err(|e| ClientError::Io(format!("cannot handle stop signals: {e}")))?;
-    let client = Arc::new(Client::connect(socket).await?);
+    let client = Arc::new(Client::connect_first(sockets).await?);
     // Fail now, not at the client's first request, when the socket is not a live daemon.
     client.health().await?;
     let facade = Facade::with_link(Link::Client(client.clone()), session);
