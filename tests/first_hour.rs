@@ -255,3 +255,65 @@ async fn without_xdg_runtime_dir_daemon_and_client_meet_in_run_user() {
     daemon.start_kill().unwrap();
     let _ = daemon.wait().await;
 }
+
+/// `toolhost …` as a client of `d`.
+fn cli(d: &Daemon) -> tokio::process::Command {
+    let mut cmd = toolhost(d.dir.path());
+    cmd.arg("--socket")
+        .arg(d.socket())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    cmd
+}
+
+/// Ctrl-C (or SIGTERM) on `toolhost invoke` cancels the call and exits 130; the call's
+/// updates reach stderr while it runs, under the `--call-id` given.
+#[tokio::test]
+async fn an_interrupted_invoke_cancels_its_call_and_exits_130() {
+    let d = Daemon::start().await;
+    for sig in [Signal::SIGINT, Signal::SIGTERM] {
+        let mut child = cli(&d)
+            .args(["invoke", "bash", "--call-id", "ctrl-c"])
+            .args(["--args", r#"{"command":"echo started; exec sleep 60"}"#])
+            .spawn()
+            .unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+        // Streamed: the update comes while the call is still running.
+        let first = tokio::time::timeout(Duration::from_secs(20), stderr.next_line())
+            .await
+            .expect("an update on stderr")
+            .unwrap();
+        assert_eq!(first.as_deref(), Some("started"));
+        d.wait_for_call("ctrl-c").await;
+        kill(Pid::from_raw(child.id().unwrap() as i32), sig).unwrap();
+        let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+            .await
+            .expect("toolhost invoke exits")
+            .unwrap();
+        assert_eq!(status.code(), Some(130), "{sig}");
+        let said = stderr.next_line().await.unwrap().unwrap_or_default();
+        assert!(said.contains("cancelled ctrl-c"), "{said}");
+        eventually(10, "the call to be gone", || async {
+            let s = d.call("host.status", json!({})).await;
+            s["result"]["calls"].as_array().is_some_and(Vec::is_empty)
+        })
+        .await;
+    }
+}
+
+/// `--quiet` keeps the updates off stderr; the result is on stdout either way.
+#[tokio::test]
+async fn a_quiet_invoke_prints_only_its_result() {
+    let d = Daemon::start().await;
+    let args = r#"{"command":"echo streamed; sleep 1; echo done"}"#;
+    let out = cli(&d)
+        .args(["invoke", "bash", "--quiet", "--args", args])
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("streamed\ndone"));
+}

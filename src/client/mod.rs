@@ -175,11 +175,17 @@ impl Client {
 
     /// One tool call; waits at least as long as the call's own deadline.
     pub async fn invoke(&self, params: &InvokeParams) -> Result<InvokeResult, ClientError> {
-        let wait = params
+        self.call_within(method::INVOKE, params, self.invoke_wait(params))
+            .await
+    }
+
+    /// How long to wait for a call's result: the client's wait, extended to cover the
+    /// call's own deadline.
+    pub fn invoke_wait(&self, params: &InvokeParams) -> Duration {
+        params
             .timeout_ms
             .map(|ms| Duration::from_millis(ms) + Duration::from_secs(5))
-            .map_or(self.timeout, |w| w.max(self.timeout));
-        self.call_within(method::INVOKE, params, wait).await
+            .map_or(self.timeout, |w| w.max(self.timeout))
     }
 
     pub async fn cancel(&self, call_id: &str) -> Result<CancelResult, ClientError> {
