@@ -317,3 +317,23 @@ async fn a_quiet_invoke_prints_only_its_result() {
     assert_eq!(String::from_utf8_lossy(&out.stderr), "");
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("streamed\ndone"));
 }
+
+/// `toolhost health` names each cause of `degraded`: here a custom tool whose manifest is
+/// broken, which `host.health` counts.
+#[tokio::test]
+async fn health_names_a_broken_custom_tool_as_the_cause_of_degraded() {
+    let mut d = Daemon::unstarted();
+    let tool = d.dir.path().join("xdg/toolhost/tools/broken");
+    std::fs::create_dir_all(&tool).unwrap();
+    std::fs::write(tool.join("tool.json"), "{").unwrap();
+    d.spawn(&[]).await;
+    let out = cli(&d).arg("health").output().await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.starts_with("degraded"), "{text}");
+    let cause = text
+        .lines()
+        .find(|l| l.contains("custom tool skipped"))
+        .unwrap_or_else(|| panic!("no cause named: {text}"));
+    assert!(cause.contains("broken/tool.json"), "{cause}");
+}
