@@ -337,3 +337,24 @@ async fn health_names_a_broken_custom_tool_as_the_cause_of_degraded() {
         .unwrap_or_else(|| panic!("no cause named: {text}"));
     assert!(cause.contains("broken/tool.json"), "{cause}");
 }
+
+/// A daemon with nothing in flight stops at once, MCP server included: its stop used to
+/// wait out the 2 s kill grace on the server's unreaped process.
+#[tokio::test]
+async fn an_idle_daemon_with_an_mcp_server_stops_at_once() {
+    let mut d = Daemon::start_with(Some(
+        json!({"mcp_servers": {"fx": {"command": common::FIXTURE}}}),
+    ))
+    .await;
+    eventually(20, "the fixture server to be ready", || async {
+        let s = d.call("mcp.status", json!({})).await;
+        s["result"]["servers"][0]["state"] == "ready"
+    })
+    .await;
+    let started = std::time::Instant::now();
+    assert!(d.stop().await.success());
+    let took = started.elapsed();
+    eprintln!("stopped in {took:?}");
+    // Generous, yet under the kill grace it used to wait out (2 s).
+    assert!(took < Duration::from_millis(1900), "{took:?}");
+}
