@@ -358,3 +358,53 @@ async fn an_idle_daemon_with_an_mcp_server_stops_at_once() {
     // Generous, yet under the kill grace it used to wait out (2 s).
     assert!(took < Duration::from_millis(1900), "{took:?}");
 }
+
+/// Strict mode's refusal of an unclassified tool names the places that classify it, by
+/// the tool's source: the MCP server's `approval` map, or the custom tool's own tool.json.
+#[tokio::test]
+async fn a_strict_refusal_says_where_to_classify_the_tool() {
+    let mut d = Daemon::unstarted();
+    let tools = d.dir.path().join("xdg/toolhost/tools/plain");
+    std::fs::create_dir_all(&tools).unwrap();
+    let prog = tools.join("run.sh");
+    std::fs::write(&prog, "#!/bin/sh\necho '{\"result\": {}}'\n").unwrap();
+    std::fs::set_permissions(&prog, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let manifest = json!({"name": "plain", "description": "no class", "command": ["./run.sh"]});
+    std::fs::write(tools.join("tool.json"), manifest.to_string()).unwrap();
+    let cfg = json!({"mcp_servers": {"fx": {"command": common::FIXTURE}}});
+    std::fs::write(d.config_path(), cfg.to_string()).unwrap();
+    d.spawn(&[]).await;
+    eventually(20, "the fixture's tools", || async {
+        let s = d.call("mcp.status", json!({})).await;
+        s["result"]["servers"][0]["state"] == "ready"
+    })
+    .await;
+    let s = d
+        .call("session.create", json!({"approval": "strict"}))
+        .await;
+    let session = s["result"]["id"].as_str().unwrap().to_owned();
+    let refusal = |name: &'static str| {
+        let session = session.clone();
+        let d = &d;
+        async move {
+            let r = d
+                .call(
+                    "invoke",
+                    json!({"name": name, "session_id": session, "arguments": {"text": "x"}}),
+                )
+                .await;
+            assert_eq!(r["result"]["result"]["error_kind"], "denied", "{r}");
+            r["result"]["result"]["error"].as_str().unwrap().to_owned()
+        }
+    };
+    let mcp = refusal("mcp_fx_echo").await;
+    assert!(
+        mcp.contains(r#"under mcp_servers.fx.approval ("echo": "#),
+        "{mcp}"
+    );
+    assert!(!mcp.contains("tool.json"), "{mcp}");
+    let custom = refusal("plain").await;
+    let at = format!("in {}", tools.join("tool.json").display());
+    assert!(custom.contains(&at), "{custom}");
+    assert!(custom.contains("approval.tools"), "{custom}");
+}
