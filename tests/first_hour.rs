@@ -408,3 +408,74 @@ async fn a_strict_refusal_says_where_to_classify_the_tool() {
     assert!(custom.contains(&at), "{custom}");
     assert!(custom.contains("approval.tools"), "{custom}");
 }
+
+/// `toolhost config check` runs what `serve` checks at start: a workspace that is not
+/// there fails the check as it fails the start, with the same words, and the checks only a
+/// start can run are named.
+#[tokio::test]
+async fn config_check_says_what_serve_will_say() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("config.json");
+    std::fs::write(
+        &cfg,
+        json!({"workspace": "/nonexistent/project"}).to_string(),
+    )
+    .unwrap();
+    let check = toolhost(dir.path())
+        .args(["config", "check", "--config"])
+        .arg(&cfg)
+        .output()
+        .await
+        .unwrap();
+    let said = String::from_utf8_lossy(&check.stdout);
+    assert_eq!(check.status.code(), Some(1), "{said}");
+    let refusal = "workspace /nonexistent/project is not accessible";
+    assert!(said.contains(refusal), "{said}");
+    assert!(said.contains("not checked without starting"), "{said}");
+    let serve = toolhost(dir.path())
+        .arg("--config")
+        .arg(&cfg)
+        .args(["serve", "--socket"])
+        .arg(dir.path().join("s.sock"))
+        .output()
+        .await
+        .unwrap();
+    assert!(!serve.status.success());
+    assert!(String::from_utf8_lossy(&serve.stderr).contains(refusal));
+
+    // TCP without a token: refused by both.
+    std::fs::write(&cfg, json!({"listen": {"tcp": "127.0.0.1:0"}}).to_string()).unwrap();
+    let check = toolhost(dir.path())
+        .args(["--json", "config", "check", "--config"])
+        .arg(&cfg)
+        .output()
+        .await
+        .unwrap();
+    let r: Value = serde_json::from_slice(&check.stdout).unwrap();
+    assert_eq!(r["valid"], false, "{r}");
+    assert!(
+        r["problems"][0].as_str().unwrap().contains("no token"),
+        "{r}"
+    );
+}
+
+/// The shipped example passes the check, and so it is one `serve` starts on (its MCP
+/// server left out here: npx would fetch it).
+#[tokio::test]
+async fn the_example_config_passes_the_check_and_serve_takes_it() {
+    let example = concat!(env!("CARGO_MANIFEST_DIR"), "/config/config.example.json");
+    let d = Daemon::unstarted();
+    let check = toolhost(d.dir.path())
+        .args(["config", "check", "--config", example])
+        .output()
+        .await
+        .unwrap();
+    let said = String::from_utf8_lossy(&check.stdout);
+    assert_eq!(check.status.code(), Some(0), "{said}");
+    let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(example).unwrap()).unwrap();
+    cfg["mcp_servers"]["everything"]["enabled"] = json!(false);
+    std::fs::write(d.config_path(), cfg.to_string()).unwrap();
+    let mut d = d;
+    d.spawn(&[]).await;
+    assert!(d.stop().await.success());
+}
