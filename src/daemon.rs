@@ -244,9 +244,9 @@ pub async fn run(
     Ok(())
 }
 
-/// Watches config.json; the returned guard keeps the watch alive, the receiver gets its
-/// signals. Without a watch (the directory is missing) the daemon still serves and SIGHUP /
-/// `config.reload` still work.
+/// Watches config.json (or, while its directory is missing, the nearest ancestor, until it
+/// appears); the returned guard keeps the watch alive, the receiver gets its signals.
+/// Without a watch the daemon still serves and SIGHUP / `config.reload` still work.
 fn watch_config(
     host: &Host,
 ) -> Option<(
@@ -257,16 +257,12 @@ fn watch_config(
     let watcher = match config::watch(host.config_path(), tx) {
         Ok(w) => w,
         Err(e) => {
-            // With no config directory at all the daemon runs on defaults: say so quietly.
-            let defaults = host.config_path().parent().is_some_and(|d| !d.exists());
-            if defaults {
-                tracing::info!(path = %host.config_path().display(), "no config directory; running on defaults, not watching: {e:#}");
-            } else {
-                tracing::warn!(path = %host.config_path().display(), "not watching config.json: {e:#}");
-            }
+            tracing::warn!(path = %host.config_path().display(), "not watching config.json: {e:#}");
             return None;
         }
     };
+    let watching = watcher.watching();
+    host.update_config_state(|s| s.watching = watching);
     Some((watcher, rx))
 }
 

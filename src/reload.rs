@@ -38,6 +38,7 @@ pub fn status(host: &Host) -> ConfigStatusResult {
         last_error: s.last_error,
         warnings: s.warnings,
         custom_tool_errors: host.custom().errors(),
+        watching: s.watching.now().map(|d| d.display().to_string()),
     }
 }
 

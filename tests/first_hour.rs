@@ -479,3 +479,40 @@ async fn the_example_config_passes_the_check_and_serve_takes_it() {
     d.spawn(&[]).await;
     assert!(d.stop().await.success());
 }
+
+/// A fresh machine has no `~/.config/toolhost`: the daemon watches the nearest directory
+/// there is, says so in `config.status`, and takes the config up once it is written.
+#[tokio::test]
+async fn a_config_written_after_start_into_a_new_directory_is_taken_up() {
+    let d = Daemon::unstarted();
+    let xdg = d.dir.path().join("xdg");
+    let mut cmd = toolhost(d.dir.path());
+    cmd.arg("serve")
+        .arg("--socket")
+        .arg(d.socket())
+        .arg("--workspace")
+        .arg(d.workspace())
+        .arg("--data-dir")
+        .arg(d.data_dir())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().unwrap();
+    d.wait_ready().await;
+    let status = d.call("config.status", json!({})).await["result"].clone();
+    assert_eq!(status["watching"], xdg.display().to_string(), "{status}");
+    let dir = xdg.join("toolhost");
+    std::fs::create_dir(&dir).unwrap();
+    common::write_atomic(
+        &dir.join("config.json"),
+        &json!({"limits": {"max_output_bytes": 4096}}),
+    );
+    eventually(10, "the new config to be applied", || async {
+        let s = d.call("config.status", json!({})).await["result"].clone();
+        s["revision"] == 2 && s["watching"] == dir.display().to_string()
+    })
+    .await;
+    child.start_kill().unwrap();
+    let _ = child.wait().await;
+}

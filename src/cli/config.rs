@@ -67,6 +67,10 @@ fn print_status(s: &ConfigStatusResult) {
     for e in &s.custom_tool_errors {
         say!("custom tool error: {e}");
     }
+    match &s.watching {
+        Some(dir) => say!("watching {dir} for edits"),
+        None => say!("not watching for edits (SIGHUP or `toolhost config reload` reload it)"),
+    }
 }
 
 /// Loads the config as `serve` would and reports what it found.

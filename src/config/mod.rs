@@ -21,7 +21,7 @@ pub use load::{file_state, FileState};
 pub use model::*;
 pub use schema::schema;
 pub use validate::env_patterns;
-pub use watch::{watch, ConfigWatcher};
+pub use watch::{watch, ConfigWatcher, Watching};
 pub use write::{add_mcp_server, remove_mcp_server};
 
 // What `tool.json` shares with config.json: the JSON-message machinery (paths, "did you

@@ -184,6 +184,11 @@ pub struct ConfigStatusResult {
     /// Custom tool manifests that were skipped: `<file>: <field>: <problem>`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub custom_tool_errors: Vec<String>,
+    /// The directory watched for edits: config.json's own, or while that does not exist,
+    /// its nearest existing ancestor (the file is picked up once it appears). Absent: hot
+    /// reload is off (SIGHUP and `config.reload` still work).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watching: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
