@@ -516,3 +516,27 @@ async fn a_config_written_after_start_into_a_new_directory_is_taken_up() {
     child.start_kill().unwrap();
     let _ = child.wait().await;
 }
+
+/// An `approval.tools` entry that names no tool has no effect: `config.status` says so,
+/// with the likeliest tool meant.
+#[tokio::test]
+async fn an_approval_entry_for_no_tool_is_warned_about_with_a_suggestion() {
+    let d = Daemon::start_with(Some(
+        json!({"approval": {"tools": {"red_file": "read_only", "bash": "command"}}}),
+    ))
+    .await;
+    let s = d.call("config.status", json!({})).await["result"].clone();
+    let warnings: Vec<&str> = s["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        warnings,
+        [
+            r#"approval.tools.red_file: no tool has this name (did you mean "read_file"?); the entry has no effect"#
+        ],
+        "{s}"
+    );
+}
