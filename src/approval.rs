@@ -4,6 +4,7 @@
 //! One function, [`decide`], owns the rule table of proto-docs/tools.md ("Approval") so the invoke pipeline,
 //! the docs and the tests all point at the same place.
 
+use crate::catalog::ToolSource;
 use crate::config::SandboxedCommands;
 use crate::protocol::{ApprovalClass, ApprovalMode};
 
@@ -34,6 +35,7 @@ pub fn decide(
     class: Option<ApprovalClass>,
     approved: bool,
     tool: &str,
+    source: &ToolSource,
 ) -> Decision {
     use ApprovalClass::*;
     match (mode, class) {
@@ -42,9 +44,8 @@ pub fn decide(
         (ApprovalMode::Strict, Some(Write | Command)) if approved => Decision::Allow,
         (ApprovalMode::Strict, Some(Write | Command)) => Decision::NeedsApproval,
         (ApprovalMode::Strict, None) => Decision::Deny(format!(
-            "Tool '{tool}' has no approval class, so strict mode refuses it. Classify it in \
-             config.json under approval.tools (\"{tool}\": \"read_only\"|\"write\"|\"command\"), \
-             in the MCP server's \"approval\" map, or in its tool.json."
+            "Tool '{tool}' has no approval class, so strict mode refuses it. {}",
+            where_to_classify(tool, source)
         )),
         (ApprovalMode::ReadOnly, Some(c)) => Decision::Deny(format!(
             "Tool '{tool}' is classified '{}' and this session is read_only: only read_only \
@@ -58,6 +59,26 @@ pub fn decide(
     }
 }
 
+/// Where the user gives `tool` its approval class: the places that apply to its source.
+fn where_to_classify(tool: &str, source: &ToolSource) -> String {
+    const CLASSES: &str = "\"read_only\"|\"write\"|\"command\"";
+    let config = format!("in config.json under approval.tools (\"{tool}\": {CLASSES})");
+    match source {
+        ToolSource::Mcp {
+            server,
+            remote_name,
+        } => format!(
+            "Classify it in config.json under mcp_servers.{server}.approval \
+             (\"{remote_name}\": {CLASSES}), or {config}."
+        ),
+        ToolSource::Custom { dir, .. } => format!(
+            "Classify it with \"approval\": {CLASSES} in {}, or {config}.",
+            dir.join("tool.json").display()
+        ),
+        ToolSource::Builtin => format!("Classify it {config}."),
+    }
+}
+
 /// [`decide`] with the sandbox: leaving the sandbox always needs `approved: true` (in
 /// every mode that lets the tool run at all), and with `approval.sandboxed_commands: auto`
 /// a strict session runs confined `command` tools without asking.
@@ -66,9 +87,10 @@ pub fn decide_sandboxed(
     class: Option<ApprovalClass>,
     approved: bool,
     tool: &str,
+    source: &ToolSource,
     sandbox: Sandboxing,
 ) -> Decision {
-    let base = decide(mode, class, approved, tool);
+    let base = decide(mode, class, approved, tool, source);
     match base {
         Decision::Deny(_) => base,
         _ if sandbox.leaves && !approved => Decision::NeedsApproval,
@@ -98,7 +120,7 @@ mod tests {
             leaves: false,
             commands: SandboxedCommands::Auto,
         };
-        let d = |m, c, a, s| decide_sandboxed(m, Some(c), a, "t", s);
+        let d = |m, c, a, s| decide_sandboxed(m, Some(c), a, "t", &ToolSource::Builtin, s);
         assert_eq!(d(M::Strict, Command, false, auto), Decision::Allow);
         // Writes and unconfined commands still ask.
         assert_eq!(d(M::Strict, Write, false, auto), Decision::NeedsApproval);
@@ -137,26 +159,38 @@ mod tests {
     fn rule_table() {
         use ApprovalClass::*;
         use ApprovalMode as M;
-        assert_eq!(decide(M::Auto, None, false, "t"), Decision::Allow);
         assert_eq!(
-            decide(M::Strict, Some(ReadOnly), false, "t"),
+            decide(M::Auto, None, false, "t", &ToolSource::Builtin),
             Decision::Allow
         );
         assert_eq!(
-            decide(M::Strict, Some(Write), false, "t"),
+            decide(M::Strict, Some(ReadOnly), false, "t", &ToolSource::Builtin),
+            Decision::Allow
+        );
+        assert_eq!(
+            decide(M::Strict, Some(Write), false, "t", &ToolSource::Builtin),
             Decision::NeedsApproval
         );
-        assert_eq!(decide(M::Strict, Some(Command), true, "t"), Decision::Allow);
+        assert_eq!(
+            decide(M::Strict, Some(Command), true, "t", &ToolSource::Builtin),
+            Decision::Allow
+        );
         assert!(matches!(
-            decide(M::Strict, None, true, "t"),
+            decide(M::Strict, None, true, "t", &ToolSource::Builtin),
             Decision::Deny(_)
         ));
         assert!(matches!(
-            decide(M::ReadOnly, Some(Write), true, "t"),
+            decide(M::ReadOnly, Some(Write), true, "t", &ToolSource::Builtin),
             Decision::Deny(_)
         ));
         assert_eq!(
-            decide(M::ReadOnly, Some(ReadOnly), false, "t"),
+            decide(
+                M::ReadOnly,
+                Some(ReadOnly),
+                false,
+                "t",
+                &ToolSource::Builtin
+            ),
             Decision::Allow
         );
     }

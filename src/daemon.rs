@@ -53,6 +53,51 @@ impl ServeOptions {
     }
 }
 
+/// What `toolhost config check` can tell of a start-up before starting: the problems
+/// `serve` would refuse to start with, and what only starting can show.
+#[derive(Debug, Default)]
+pub struct Preflight {
+    pub problems: Vec<String>,
+    pub warnings: Vec<String>,
+    /// Checks `serve` runs that need the running daemon (binding, opening the store).
+    pub unchecked: Vec<&'static str>,
+}
+
+/// The start-up checks of [`serve`] on a valid `cfg`, run with the same code: the
+/// workspace, the workspace of `/`, and a TCP listener's token.
+pub fn preflight(opts: &ServeOptions, cfg: &config::Config) -> Preflight {
+    let mut p = Preflight::default();
+    match opts.dirs(cfg) {
+        Ok(dirs) => p.warnings.extend(workspace_warning(&dirs)),
+        Err(e) => p.problems.push(format!("{e:#}")),
+    }
+    if opts.workspace.is_none() && cfg.workspace.is_none() {
+        p.unchecked.push(
+            "the workspace: without `workspace` (or --workspace) it is the directory serve starts in",
+        );
+    }
+    if cfg.listen.tcp.is_some() {
+        if let Err(e) = rpc::tcp_token(cfg) {
+            p.problems.push(format!("{e:#}"));
+        }
+    }
+    p.unchecked.extend([
+        "binding the socket and the TCP address (another daemon, a port in use)",
+        "opening the data directory and its session store",
+        "starting the MCP servers (each one's own state is in `toolhost status`)",
+    ]);
+    p
+}
+
+/// The warning for a workspace of `/`, where the built-in tools reach the whole system.
+fn workspace_warning(dirs: &Dirs) -> Option<String> {
+    (dirs.workspace == std::path::Path::new("/")).then(|| {
+        "the workspace is / (no --workspace, no config `workspace`, started in /): \
+         built-in tools resolve paths against the whole file system; set one"
+            .to_owned()
+    })
+}
+
 /// Process-wide set-up, first thing in `main`, before any thread or file exists.
 ///
 /// - fds 0–2 are opened on /dev/null when closed, so no socket, store file or epoll fd
@@ -121,12 +166,7 @@ async fn start(
         );
     }
     let dirs = opts.dirs(&loaded.config)?;
-    if dirs.workspace == std::path::Path::new("/") {
-        let note = "the workspace is / (no --workspace, no config `workspace`, started in /): \
-                    built-in tools resolve paths against the whole file system; set one"
-            .to_owned();
-        loaded.warnings.push(note);
-    }
+    loaded.warnings.extend(workspace_warning(&dirs));
     let processes = Processes::new(reload::child_env(&loaded.config));
     // The socket first: a second daemon must fail on the live socket, not on the store lock.
     let listeners = Listeners::bind(opts.socket.as_deref(), &loaded.config).await?;
@@ -156,6 +196,14 @@ pub async fn run(
     // Owns every child (subreaper, adopted-zombie reaper, ledger sweep); dropped when run
     // returns, it kills whatever is left of this daemon's.
     let _processes = host.processes().own(host.data_dir());
+    match host.sessions().reap_ephemeral().await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(
+            sessions = n,
+            "deleted the MCP connections' sessions the last daemon left"
+        ),
+        Err(e) => tracing::warn!(%e, "cannot delete the sessions the last daemon left"),
+    }
     tracing::info!(socket = %listeners.describe(), activated = listeners.owned.is_none(), workspace = %host.workspace().display(), data_dir = %host.data_dir().display(), "toolhost serving");
     // Custom tools are listed from the first answer on; their folders are watched from now.
     reload::start_custom_tools(&host).await;
@@ -196,9 +244,9 @@ pub async fn run(
     Ok(())
 }
 
-/// Watches config.json; the returned guard keeps the watch alive, the receiver gets its
-/// signals. Without a watch (the directory is missing) the daemon still serves and SIGHUP /
-/// `config.reload` still work.
+/// Watches config.json (or, while its directory is missing, the nearest ancestor, until it
+/// appears); the returned guard keeps the watch alive, the receiver gets its signals.
+/// Without a watch the daemon still serves and SIGHUP / `config.reload` still work.
 fn watch_config(
     host: &Host,
 ) -> Option<(
@@ -209,16 +257,12 @@ fn watch_config(
     let watcher = match config::watch(host.config_path(), tx) {
         Ok(w) => w,
         Err(e) => {
-            // With no config directory at all the daemon runs on defaults: say so quietly.
-            let defaults = host.config_path().parent().is_some_and(|d| !d.exists());
-            if defaults {
-                tracing::info!(path = %host.config_path().display(), "no config directory; running on defaults, not watching: {e:#}");
-            } else {
-                tracing::warn!(path = %host.config_path().display(), "not watching config.json: {e:#}");
-            }
+            tracing::warn!(path = %host.config_path().display(), "not watching config.json: {e:#}");
             return None;
         }
     };
+    let watching = watcher.watching();
+    host.update_config_state(|s| s.watching = watching);
     Some((watcher, rx))
 }
 

@@ -82,6 +82,8 @@ pub struct ConfigState {
     pub last_read: Option<config::ContentHash>,
     /// Whether the live config came from a file (false: the defaults of a missing file).
     pub from_file: bool,
+    /// What the config watcher watches; `None` before it is armed or when it cannot be.
+    pub watching: config::Watching,
 }
 
 impl Host {
@@ -112,6 +114,7 @@ impl Host {
                 warnings: loaded.warnings,
                 last_read: Some(loaded.content_hash),
                 from_file,
+                watching: config::Watching::default(),
             }),
             mcp: McpManager::new(
                 registry.clone(),

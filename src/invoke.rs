@@ -277,6 +277,7 @@ async fn run_checked(
         entry.approval,
         params.approved,
         &params.name,
+        &entry.tool.spec().source,
         sandboxing,
     );
     facts.approval = Some(match &decision {

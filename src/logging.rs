@@ -1,6 +1,10 @@
 //! The daemon's and the CLI's log: plain text or JSON lines on stderr.
 
-use tracing_subscriber::EnvFilter;
+use tracing::{Level, Metadata};
+use tracing_subscriber::filter::{filter_fn, LevelFilter};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -32,17 +36,36 @@ pub fn init(daemon: bool, format: LogFormat) {
             filter = filter.add_directive(d);
         }
     }
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    // Read before the filter moves into the layer.
+    let debug_wanted = filter
+        .max_level_hint()
+        .is_some_and(|max| max >= LevelFilter::DEBUG);
+    let lines = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         // A broken stderr (its reader gone) must not turn every log line into a panic:
         // tracing's fallback report is an eprintln!, which panics on EPIPE.
         .log_internal_errors(false);
-    let _ = match format {
+    let lines = match format {
         // Colours only on a terminal: journald, Docker and log files get plain text.
-        LogFormat::Text => builder
+        LogFormat::Text => lines
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .try_init(),
-        LogFormat::Json => builder.json().with_ansi(false).try_init(),
+            .boxed(),
+        LogFormat::Json => lines.json().with_ansi(false).boxed(),
     };
+    let routine = filter_fn(move |meta| debug_wanted || !is_answered_error(meta));
+    let _ = tracing_subscriber::registry()
+        .with(lines.with_filter(filter).with_filter(routine))
+        .try_init();
+}
+
+/// rmcp's `WARN response error`: a request its handler answered with an error (an unknown
+/// tool, a cancelled call). The client has the error; for the facade that is ordinary
+/// traffic, so it is shown only when debug logging is on. Told apart by its fields, since
+/// rmcp logs it at WARN and a filter cannot lower a level.
+fn is_answered_error(meta: &Metadata<'_>) -> bool {
+    meta.is_event()
+        && *meta.level() == Level::WARN
+        && meta.target() == "rmcp::service"
+        && meta.fields().field("id").is_some()
+        && meta.fields().field("error").is_some()
 }

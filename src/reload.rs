@@ -36,7 +36,11 @@ pub fn status(host: &Host) -> ConfigStatusResult {
         loaded_at: s.loaded_at,
         revision: s.revision,
         last_error: s.last_error,
-        warnings: s.warnings,
+        warnings: s
+            .warnings
+            .into_iter()
+            .chain(unknown_tool_names(host))
+            .collect(),
         custom_tool_errors: host.custom().errors(),
         custom_tool_folders: host
             .custom()
@@ -44,7 +48,38 @@ pub fn status(host: &Host) -> ConfigStatusResult {
             .iter()
             .map(|p| p.display().to_string())
             .collect(),
+        watching: s.watching.now().map(|d| d.display().to_string()),
     }
+}
+
+/// `approval.tools` entries that name no tool, with the likeliest meant one: such an entry
+/// is silently without effect. Judged only while every MCP server is ready, since a server
+/// still connecting has not listed its tools yet.
+fn unknown_tool_names(host: &Host) -> Vec<String> {
+    let mcp = host.mcp().counts();
+    if mcp.connecting > 0 || mcp.failed > 0 {
+        return Vec::new();
+    }
+    let snapshot = host.registry().snapshot();
+    let known: Vec<&str> = snapshot.names().collect();
+    let cfg = host.config();
+    let mut unknown: Vec<&str> = cfg
+        .approval
+        .tools
+        .keys()
+        .map(String::as_str)
+        .filter(|n| !known.contains(n))
+        .collect();
+    unknown.sort_unstable();
+    unknown
+        .into_iter()
+        .map(|name| {
+            let hint = config::suggest(name, known.clone())
+                .map(|s| format!(" (did you mean {s:?}?)"))
+                .unwrap_or_default();
+            format!("approval.tools.{name}: no tool has this name{hint}; the entry has no effect")
+        })
+        .collect()
 }
 
 /// Starts every configured MCP server; their tools arrive as each connects.

@@ -57,7 +57,7 @@ pub async fn run(g: &Globals, a: CallsArgs) -> ExitCode {
 /// Where the audit log is: the running daemon's data dir, else the one `serve` would use.
 async fn data_dir(g: &Globals) -> PathBuf {
     let asked = async {
-        let c = Client::connect(&g.socket_path()).await.ok()?;
+        let c = Client::connect_first(&g.socket_paths()).await.ok()?;
         c.status().await.ok().map(|s| PathBuf::from(s.data_dir))
     };
     match tokio::time::timeout(Duration::from_secs(2), asked).await {

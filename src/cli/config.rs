@@ -67,9 +67,15 @@ fn print_status(s: &ConfigStatusResult) {
     for e in &s.custom_tool_errors {
         say!("custom tool error: {e}");
     }
+    match &s.watching {
+        Some(dir) => say!("watching {dir} for edits"),
+        None => say!("not watching for edits (SIGHUP or `toolhost config reload` reload it)"),
+    }
 }
 
 /// Loads the config as `serve` would and reports what it found.
+/// Checks the file as the daemon loads it, then runs the start-up checks `serve` would
+/// run on it ([`crate::daemon::preflight`]) and names those that need a running daemon.
 fn check(path: Option<&Path>, out: Output) -> ExitCode {
     let named = config::is_named(path);
     let path = path.map_or_else(config::default_path, Path::to_path_buf);
@@ -78,14 +84,26 @@ fn check(path: Option<&Path>, out: Output) -> ExitCode {
     } else {
         config::load(&path)
     };
-    let (valid, problems, warnings) = match &loaded {
-        Ok(l) => (true, Vec::new(), l.warnings.clone()),
+    let startup = loaded.as_ref().ok().map(|l| {
+        let opts = crate::daemon::ServeOptions {
+            config: Some(path.clone()),
+            ..Default::default()
+        };
+        crate::daemon::preflight(&opts, &l.config)
+    });
+    let (mut problems, mut warnings) = match &loaded {
+        Ok(l) => (Vec::new(), l.warnings.clone()),
         Err(e) => (
-            false,
             e.problems.iter().map(ToString::to_string).collect(),
             e.warnings.clone(),
         ),
     };
+    let unchecked = startup.as_ref().map_or(&[][..], |s| &s.unchecked[..]);
+    if let Some(s) = &startup {
+        problems.extend(s.problems.iter().cloned());
+        warnings.extend(s.warnings.iter().cloned());
+    }
+    let valid = loaded.is_ok() && problems.is_empty();
     if out.json {
         emit(
             out,
@@ -94,20 +112,31 @@ fn check(path: Option<&Path>, out: Output) -> ExitCode {
                 "valid": valid,
                 "problems": problems,
                 "warnings": warnings,
+                "unchecked": unchecked,
             }),
         );
-    } else {
-        match loaded {
-            Ok(loaded) => {
-                for w in &loaded.warnings {
-                    say!("warning: {w}");
-                }
-                say!("{}: valid", path.display());
+        return success_if(valid);
+    }
+    for w in &warnings {
+        say!("warning: {w}");
+    }
+    match &loaded {
+        Ok(_) if valid => say!("{}: valid", path.display()),
+        Ok(_) => {
+            say!("{}: serve would refuse to start:", path.display());
+            for p in &problems {
+                say!("  {p}");
             }
-            Err(e) => {
-                say!("{}: invalid", path.display());
-                say!("{e:#}");
-            }
+        }
+        Err(e) => {
+            say!("{}: invalid", path.display());
+            say!("{e:#}");
+        }
+    }
+    if !unchecked.is_empty() {
+        say!("not checked without starting the daemon:");
+        for u in unchecked {
+            say!("  {u}");
         }
     }
     success_if(valid)

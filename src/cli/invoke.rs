@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use super::render::{emit, print_json, say, say_err, wire};
 use super::{parse_json_object, success_if, Globals};
 use crate::client::ClientError;
-use crate::protocol::{ErrorKind, InvokeParams};
+use crate::protocol::{ContentBlock, ErrorKind, InvokeEvent, InvokeParams, InvokeUpdate};
 
 #[derive(Args, Debug)]
 pub struct InvokeArgs {
@@ -24,22 +24,70 @@ pub struct InvokeArgs {
     /// Approve a write/command tool in a strict session.
     #[arg(long)]
     approved: bool,
+    /// The call's id (for `toolhost cancel`, the audit log); a fresh one when not given.
+    #[arg(long)]
+    call_id: Option<String>,
+    /// Do not print the call's updates on stderr as they come.
+    #[arg(long, short)]
+    quiet: bool,
 }
 
-/// `toolhost invoke NAME`: exit 0 when the tool answered `ok`, 1 when it failed.
+/// The exit status of a call interrupted by SIGINT or SIGTERM (the shell's 128 + SIGINT).
+const INTERRUPTED: u8 = 130;
+
+/// `toolhost invoke NAME`: exit 0 when the tool answered `ok`, 1 when it failed, 130 when
+/// interrupted (the call is cancelled first). The call's updates go to stderr as they come.
 pub async fn invoke(g: &Globals, a: InvokeArgs) -> Result<ExitCode, ClientError> {
+    // First: from here on, Ctrl-C must cancel the call rather than leave it running.
+    let mut interrupted = Interrupt::install()
+        .map_err(|e| ClientError::Io(format!("cannot handle SIGINT/SIGTERM: {e}")))?;
     let client = g.connect().await?;
     let arguments = match parse_json_object("--args", &a.args) {
         Ok(args) => args,
         Err(code) => return Ok(code),
     };
+    let call_id = a
+        .call_id
+        .clone()
+        .unwrap_or_else(|| format!("cli_{}", uuid::Uuid::new_v4().simple()));
     let params = InvokeParams {
         session_id: a.session,
         timeout_ms: a.timeout_ms,
         approved: a.approved,
+        call_id: Some(call_id.clone()),
         ..InvokeParams::new(a.name.clone(), arguments)
     };
-    let r = client.invoke(&params).await?;
+    let wait = client.invoke_wait(&params);
+    let gave_up = tokio::time::sleep(wait);
+    tokio::pin!(gave_up);
+    let mut events = client.subscribe_invoke(&params).await?;
+    let r = loop {
+        let event = tokio::select! {
+            e = events.next() => e,
+            () = &mut gave_up => {
+                return Err(ClientError::Timeout { method: crate::protocol::method::INVOKE.into(), after: wait });
+            }
+            () = interrupted.recv() => {
+                if let Err(e) = client.cancel(&call_id).await {
+                    say_err!("toolhost: cannot cancel {call_id}: {e}");
+                } else {
+                    say_err!("toolhost: interrupted; cancelled {call_id}");
+                }
+                return Ok(ExitCode::from(INTERRUPTED));
+            }
+        };
+        match event {
+            Some(Ok(InvokeEvent::Update(u))) if !a.quiet => show_update(g, &u),
+            Some(Ok(InvokeEvent::Update(_))) => {}
+            Some(Ok(InvokeEvent::Result(r))) => break r,
+            Some(Err(e)) => return Err(e),
+            None => {
+                return Err(ClientError::Io(
+                    "the daemon ended the call without a result".into(),
+                ))
+            }
+        }
+    };
     let ok = r.result.ok;
     if g.out.json {
         emit(g.out, &r);
@@ -67,6 +115,50 @@ pub async fn invoke(g: &Globals, a: InvokeArgs) -> Result<ExitCode, ClientError>
         }
     }
     Ok(success_if(ok))
+}
+
+/// One update of a call in flight, on stderr: with `--json` the update as the protocol
+/// has it (one line each), else its progress and text.
+fn show_update(g: &Globals, u: &InvokeUpdate) {
+    if g.out.json {
+        if let Ok(line) = serde_json::to_string(u) {
+            eprintln!("{line}");
+        }
+        return;
+    }
+    if let Some(p) = &u.progress {
+        let of = p.total.map(|t| format!("/{t}")).unwrap_or_default();
+        let message = p.message.as_deref().unwrap_or("");
+        say_err!("[{}{of}] {message}", p.progress);
+    }
+    for block in &u.content {
+        if let ContentBlock::Text { text } = block {
+            say_err!("{}", text.strip_suffix('\n').unwrap_or(text));
+        }
+    }
+}
+
+/// SIGINT and SIGTERM, handled from [`Interrupt::install`] on.
+struct Interrupt {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+}
+
+impl Interrupt {
+    fn install() -> std::io::Result<Interrupt> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Interrupt {
+            int: signal(SignalKind::interrupt())?,
+            term: signal(SignalKind::terminate())?,
+        })
+    }
+
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.int.recv() => {}
+            _ = self.term.recv() => {}
+        }
+    }
 }
 
 /// `toolhost cancel CALL_ID`: exit 1 when no such call is in flight.

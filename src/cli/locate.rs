@@ -44,10 +44,20 @@ enum Daemon {
 
 /// `toolhost where`: exit 0 when a daemon answers, 3 when none does (as any client command).
 pub async fn run(g: &Globals) -> ExitCode {
-    let socket = g.socket_path();
+    let sockets = g.socket_paths();
+    // The daemon's socket is the first path that answers; with none, the first path is
+    // where a daemon started now would serve.
+    let mut socket = sockets.first().cloned().unwrap_or_default();
+    for path in &sockets {
+        if Client::connect(path).await.is_ok() {
+            socket = path.clone();
+            break;
+        }
+    }
     let local_config = g.config.clone().unwrap_or_else(crate::config::default_path);
     let answer = async {
-        let c = Client::connect(&socket).await?.with_timeout(PROBE);
+        // Tried in order again, so a daemon that stops meanwhile is reported with every path.
+        let c = Client::connect_first(&sockets).await?.with_timeout(PROBE);
         Ok::<_, client::ClientError>((c.health().await?, c.status().await?))
     }
     .await;

@@ -45,7 +45,7 @@ pub async fn run(
     match command {
         Some(command) => manage(&g.connect().await?, command, g.out).await,
         None => {
-            crate::facade::run_stdio(&g.socket_path(), session, profile).await?;
+            crate::facade::run_stdio(&g.socket_paths(), session, profile).await?;
             // A pending stdin read cannot be cancelled: exit rather than wait for it.
             std::process::exit(0)
         }

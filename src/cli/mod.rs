@@ -151,15 +151,16 @@ struct Globals {
 }
 
 impl Globals {
-    /// The daemon's socket as `--socket`, the environment and the config say.
-    fn socket_path(&self) -> PathBuf {
-        client::default_socket(self.socket.as_deref(), self.config.as_deref())
+    /// The daemon's socket as `--socket`, the environment and the config say: every one
+    /// to try, in order (one unless the default locations are used).
+    fn socket_paths(&self) -> Vec<PathBuf> {
+        client::default_sockets(self.socket.as_deref(), self.config.as_deref())
     }
 
     /// A client of the daemon, waiting at most `--timeout` for each answer.
     async fn connect(&self) -> Result<Client, ClientError> {
         let wait = self.timeout.unwrap_or(client::DEFAULT_TIMEOUT);
-        Ok(Client::connect(&self.socket_path())
+        Ok(Client::connect_first(&self.socket_paths())
             .await?
             .with_timeout(wait))
     }

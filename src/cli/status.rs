@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::render::{emit, printable, say, wire};
 use super::{success_if, Globals};
 use crate::client::ClientError;
-use crate::protocol::{HealthStatus, HostStatusResult};
+use crate::protocol::{HealthResult, HealthStatus, HostStatusResult};
 
 /// Prints the status once, or every `watch` seconds until interrupted. Exit 0 when the
 /// host is `ok`, 1 when `degraded` (as `toolhost health`).
@@ -53,24 +53,42 @@ pub async fn health(g: &Globals) -> Result<ExitCode, ClientError> {
             r.version,
             r.uptime_s, r.tools, r.sessions, r.mcp.ready, r.mcp.failed, r.mcp.connecting
         );
-        if let Some(e) = &r.config_error {
-            say!("config error: {e}");
-        }
-        if !r.collisions.is_empty() {
-            say!("name collisions: {}", r.collisions.join(", "));
+        for cause in degraded_causes(&r) {
+            say!("  {cause}");
         }
         say!("sandbox: {}", r.sandbox.summary());
-        if let Some(e) = &r.pins_error {
-            say!("{e}: pinned tools are quarantined until it is repaired or `toolhost tools pins reset` moves it aside");
-        }
-        if !r.quarantined.is_empty() {
-            say!(
-                "quarantined tools (see `toolhost tools diff NAME`): {}",
-                r.quarantined.join(", ")
-            );
-        }
     }
     Ok(success_if(r.status == HealthStatus::Ok))
+}
+
+/// Each reason `host.health` says `degraded`, one line each, with where to look next.
+fn degraded_causes(h: &HealthResult) -> Vec<String> {
+    let mut causes = Vec::new();
+    if let Some(e) = &h.config_error {
+        causes.push(format!("config error: {e}"));
+    }
+    if !h.collisions.is_empty() {
+        causes.push(format!("name collisions: {}", h.collisions.join(", ")));
+    }
+    if h.mcp.failed > 0 {
+        causes.push(format!(
+            "{} MCP server(s) failed (`toolhost mcp status` says which and why)",
+            h.mcp.failed
+        ));
+    }
+    for e in &h.custom_tool_errors {
+        causes.push(format!("custom tool skipped: {e}"));
+    }
+    if let Some(e) = &h.pins_error {
+        causes.push(format!("{e}: pinned tools are quarantined until it is repaired or `toolhost tools pins reset` moves it aside"));
+    }
+    if !h.quarantined.is_empty() {
+        causes.push(format!(
+            "quarantined tools (see `toolhost tools diff NAME`): {}",
+            h.quarantined.join(", ")
+        ));
+    }
+    causes
 }
 
 fn print(s: &HostStatusResult, json: bool) {

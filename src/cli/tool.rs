@@ -59,7 +59,7 @@ pub async fn run(g: &Globals, command: ToolCommand) -> ExitCode {
 
 /// The folders the daemon on the socket searches, or `None` when none answers.
 async fn daemon_folders(g: &Globals) -> Option<Vec<PathBuf>> {
-    let client = Client::connect(&g.socket_path())
+    let client = Client::connect_first(&g.socket_paths())
         .await
         .ok()?
         .with_timeout(PROBE);

@@ -57,14 +57,26 @@ impl ClientError {
 /// `listen.socket` (read from `config` without evaluating the rest of the file), else the
 /// default location — the same resolution as the daemon's.
 pub fn default_socket(explicit: Option<&Path>, config: Option<&Path>) -> PathBuf {
+    let configured = configured_socket(explicit, config);
+    protocol::socket_path(explicit, configured.as_deref())
+}
+
+/// Every socket a client tries, in order, when none is given ([`protocol::socket_paths`]):
+/// the one named socket, else each default location.
+pub fn default_sockets(explicit: Option<&Path>, config: Option<&Path>) -> Vec<PathBuf> {
+    let configured = configured_socket(explicit, config);
+    protocol::socket_paths(explicit, configured.as_deref())
+}
+
+/// Config `listen.socket`, read only when neither `--socket` nor `TOOLHOST_SOCKET` names one.
+fn configured_socket(explicit: Option<&Path>, config: Option<&Path>) -> Option<PathBuf> {
     if explicit.is_some() || std::env::var_os("TOOLHOST_SOCKET").is_some_and(|v| !v.is_empty()) {
-        return protocol::socket_path(explicit, None);
+        return None;
     }
     let config = config
         .map(Path::to_path_buf)
         .unwrap_or_else(crate::config::default_path);
-    let configured = crate::config::socket_from_file(&config).ok().flatten();
-    protocol::socket_path(None, configured.as_deref())
+    crate::config::socket_from_file(&config).ok().flatten()
 }
 
 /// A typed, multiplexed connection to the daemon. Cheap to share: every method takes
@@ -81,6 +93,30 @@ impl Client {
             conn: Connection::open(socket).await?,
             timeout: DEFAULT_TIMEOUT,
         })
+    }
+
+    /// Connects to the first of `sockets` that a daemon answers on; when none does, the
+    /// error names each path tried and why it failed.
+    pub async fn connect_first(sockets: &[PathBuf]) -> Result<Client, ClientError> {
+        let mut failed = Vec::new();
+        for socket in sockets {
+            match Client::connect(socket).await {
+                Ok(c) => return Ok(c),
+                Err(ClientError::NoDaemon { path, reason }) => failed.push((path, reason)),
+                Err(e) => return Err(e),
+            }
+        }
+        let mut tried = failed.into_iter();
+        let Some((path, first)) = tried.next() else {
+            return Err(ClientError::NoDaemon {
+                path: PathBuf::new(),
+                reason: "no socket to try".into(),
+            });
+        };
+        let reason = tried.fold(first, |reason, (other, why)| {
+            format!("{reason}; nor on {}: {why}", other.display())
+        });
+        Err(ClientError::NoDaemon { path, reason })
     }
 
     /// A client over an already connected stream (one end of a socket pair whose other
@@ -139,11 +175,17 @@ impl Client {
 
     /// One tool call; waits at least as long as the call's own deadline.
     pub async fn invoke(&self, params: &InvokeParams) -> Result<InvokeResult, ClientError> {
-        let wait = params
+        self.call_within(method::INVOKE, params, self.invoke_wait(params))
+            .await
+    }
+
+    /// How long to wait for a call's result: the client's wait, extended to cover the
+    /// call's own deadline.
+    pub fn invoke_wait(&self, params: &InvokeParams) -> Duration {
+        params
             .timeout_ms
             .map(|ms| Duration::from_millis(ms) + Duration::from_secs(5))
-            .map_or(self.timeout, |w| w.max(self.timeout));
-        self.call_within(method::INVOKE, params, wait).await
+            .map_or(self.timeout, |w| w.max(self.timeout))
     }
 
     pub async fn cancel(&self, call_id: &str) -> Result<CancelResult, ClientError> {

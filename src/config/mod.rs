@@ -23,7 +23,7 @@ pub use model::*;
 pub use profile::ProfileView;
 pub use schema::schema;
 pub use validate::env_patterns;
-pub use watch::{watch, ConfigWatcher};
+pub use watch::{watch, ConfigWatcher, Watching};
 pub use write::{add_mcp_server, mcp_server_blocks, remove_mcp_server};
 
 // What `tool.json` shares with config.json: the JSON-message machinery (paths, "did you

@@ -2,8 +2,8 @@
 //! because editors save by writing a temp file and renaming it over the original (a watch
 //! on the file itself would follow the old inode and go deaf).
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -47,18 +47,59 @@ pub(crate) fn signal_on_change(
     })
 }
 
-/// Keeps the watch alive; dropping it stops the watching thread.
+/// Keeps the watch alive; dropping it stops the watching thread (and the wait for a
+/// missing directory).
 pub struct ConfigWatcher {
+    /// Kept alive here (the climber replaces it as it moves the watch down).
+    _armed: Arc<Mutex<Armed>>,
+    watching: Watching,
+    /// While config.json's directory does not exist: the task that moves the watch down
+    /// towards it as its components appear.
+    climber: Option<tokio::task::AbortHandle>,
+}
+
+/// One armed watch: on config.json's own directory, or on the nearest existing ancestor
+/// of a directory that does not exist yet.
+struct Armed {
     _debouncer: SignalDebouncer,
-    dir: PathBuf,
-    file: OsString,
+}
+
+/// What a [`ConfigWatcher`] watches now, readable while it runs (`config.status`).
+#[derive(Debug, Clone, Default)]
+pub struct Watching(Arc<Mutex<Option<PathBuf>>>);
+
+impl Watching {
+    /// The directory watched now (config.json's own, or while that is missing, the nearest
+    /// ancestor that exists), and whether it is config.json's own.
+    pub fn now(&self) -> Option<PathBuf> {
+        crate::lock(&self.0).clone()
+    }
+
+    fn set(&self, dir: &Path) {
+        *crate::lock(&self.0) = Some(dir.to_path_buf());
+    }
+}
+
+impl ConfigWatcher {
+    /// A handle on what this watcher watches, for status.
+    pub fn watching(&self) -> Watching {
+        self.watching.clone()
+    }
+}
+
+impl Drop for ConfigWatcher {
+    fn drop(&mut self) {
+        if let Some(c) = self.climber.take() {
+            c.abort();
+        }
+        *crate::lock(&self.watching.0) = None;
+    }
 }
 
 impl std::fmt::Debug for ConfigWatcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ConfigWatcher")
-            .field("dir", &self.dir)
-            .field("file", &self.file)
+            .field("watching", &self.watching.now())
             .finish()
     }
 }
@@ -75,10 +116,13 @@ impl std::fmt::Debug for ConfigWatcher {
 /// reloads (`config.reload`, SIGHUP) should not skip, since the environment may have
 /// changed.
 ///
-/// Errors if the directory does not exist (it is not created); the daemon logs that and
-/// serves on, reloading only on request. Limits: a symlinked config is watched at the link's
-/// directory (edits to the target elsewhere are not seen); Kubernetes-style `..data`
-/// symlink swaps are not seen either.
+/// When the directory does not exist yet (a fresh machine: no `~/.config/toolhost`), its
+/// nearest existing ancestor is watched for the next component on the way to it, and the
+/// watch moves down as each appears; once the directory is there, the file is watched as
+/// above and `()` is sent (the file may have come with it). Must be called inside a tokio
+/// runtime. Limits: a symlinked config is watched at the link's directory (edits to the
+/// target elsewhere are not seen); Kubernetes-style `..data` symlink swaps are not seen
+/// either.
 pub fn watch(path: &Path, tx: UnboundedSender<()>) -> anyhow::Result<ConfigWatcher> {
     watch_with(path, tx, DEBOUNCE)
 }
@@ -96,14 +140,60 @@ pub(crate) fn watch_with(
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    if !dir.is_dir() {
-        anyhow::bail!(
-            "cannot watch {} for config changes: the directory does not exist (create it, \
-             then restart, or use config.reload / SIGHUP)",
-            dir.display()
-        );
+    let watching = Watching::default();
+    if dir.is_dir() {
+        let armed = arm_file(&dir, &file, tx, debounce)?;
+        watching.set(&dir);
+        return Ok(ConfigWatcher {
+            _armed: Arc::new(Mutex::new(armed)),
+            watching,
+            climber: None,
+        });
     }
-    let wanted = file.clone();
+    let (step_tx, mut steps) = tokio::sync::mpsc::unbounded_channel();
+    let armed = Arc::new(Mutex::new(arm_ancestor(
+        &dir, &step_tx, debounce, &watching,
+    )?));
+    let (slot, seen) = (armed.clone(), watching.clone());
+    let climber = tokio::spawn(async move {
+        while steps.recv().await.is_some() {
+            while steps.try_recv().is_ok() {}
+            let next = if dir.is_dir() {
+                arm_file(&dir, &file, tx.clone(), debounce).map(|a| (a, true))
+            } else {
+                arm_ancestor(&dir, &step_tx, debounce, &seen).map(|a| (a, false))
+            };
+            match next {
+                Ok((a, done)) => {
+                    *crate::lock(&slot) = a;
+                    if done {
+                        seen.set(&dir);
+                        tracing::info!(dir = %dir.display(), "the config directory appeared; watching it");
+                        let _ = tx.send(());
+                        return;
+                    }
+                }
+                // It may have gone again: the next event says where to look.
+                Err(e) => tracing::debug!("config watcher: {e:#}"),
+            }
+        }
+    })
+    .abort_handle();
+    Ok(ConfigWatcher {
+        _armed: armed,
+        watching,
+        climber: Some(climber),
+    })
+}
+
+/// Watches `dir` for events on `file`.
+fn arm_file(
+    dir: &Path,
+    file: &std::ffi::OsStr,
+    tx: UnboundedSender<()>,
+    debounce: Duration,
+) -> anyhow::Result<Armed> {
+    let wanted = file.to_os_string();
     let mut debouncer = signal_on_change(
         debounce,
         move |ev| {
@@ -116,12 +206,46 @@ pub(crate) fn watch_with(
     )
     .context("cannot start the config file watcher")?;
     debouncer
-        .watch(&dir, RecursiveMode::NonRecursive)
+        .watch(dir, RecursiveMode::NonRecursive)
         .with_context(|| format!("cannot watch {} for config changes", dir.display()))?;
-    Ok(ConfigWatcher {
+    Ok(Armed {
         _debouncer: debouncer,
-        dir,
-        file,
+    })
+}
+
+/// Watches the nearest existing ancestor of the missing `dir` for events on the paths
+/// leading to it; signals `step` on one (and at once, when the next component appeared
+/// while the watch was being armed).
+fn arm_ancestor(
+    dir: &Path,
+    step: &UnboundedSender<()>,
+    debounce: Duration,
+    watching: &Watching,
+) -> anyhow::Result<Armed> {
+    let ancestor = dir
+        .ancestors()
+        .skip(1)
+        .find(|a| a.is_dir())
+        .map(Path::to_path_buf)
+        .with_context(|| format!("no directory above {} exists", dir.display()))?;
+    let target = dir.to_path_buf();
+    let mut debouncer = signal_on_change(
+        debounce,
+        move |ev| ev.paths.iter().any(|p| target.starts_with(p)),
+        step.clone(),
+        "config watcher",
+    )
+    .context("cannot start the config file watcher")?;
+    debouncer
+        .watch(&ancestor, RecursiveMode::NonRecursive)
+        .with_context(|| format!("cannot watch {} for config changes", ancestor.display()))?;
+    watching.set(&ancestor);
+    let next = dir.ancestors().take_while(|a| *a != ancestor).last();
+    if next.is_some_and(Path::exists) {
+        let _ = step.send(());
+    }
+    Ok(Armed {
+        _debouncer: debouncer,
     })
 }
 
@@ -200,11 +324,25 @@ mod tests {
         expect_signal(&mut rx, "creating the file").await;
     }
 
-    #[test]
-    fn missing_directory_is_an_error() {
+    /// A fresh machine: no config directory at all. The watch waits on the nearest
+    /// ancestor, follows the directories down as they appear and signals once the file's
+    /// directory is there, then sees the file's edits.
+    #[tokio::test]
+    async fn a_missing_directory_is_waited_for() {
         let dir = tempfile::tempdir().unwrap();
-        let (tx, _rx) = unbounded_channel();
-        let e = watch(&dir.path().join("nope/config.json"), tx).unwrap_err();
-        assert!(e.to_string().contains("does not exist"), "{e}");
+        let path = dir.path().join("a/b/config.json");
+        let (tx, mut rx) = unbounded_channel();
+        let w = watch_with(&path, tx, Duration::from_millis(50)).unwrap();
+        assert_eq!(w.watching().now().as_deref(), Some(dir.path()));
+        std::fs::create_dir(dir.path().join("a")).unwrap();
+        std::fs::create_dir(dir.path().join("a/b")).unwrap();
+        expect_signal(&mut rx, "the directory appearing").await;
+        assert_eq!(
+            w.watching().now().as_deref(),
+            Some(dir.path().join("a/b").as_path())
+        );
+        settle(&mut rx).await;
+        std::fs::write(&path, "{}").unwrap();
+        expect_signal(&mut rx, "the file appearing").await;
     }
 }

@@ -105,7 +105,14 @@ impl Endpoint {
             }
             _ => {}
         }
-        self.service.handle(req).await
+        let delete = req.method() == http::Method::DELETE;
+        let mut res = self.service.handle(req).await;
+        // rmcp answers a DELETE with 202, which the SDKs take for a failed termination
+        // (the Python SDK logs "Session termination failed: 202"): the session is gone, so 200.
+        if delete && res.status() == http::StatusCode::ACCEPTED {
+            *res.status_mut() = http::StatusCode::OK;
+        }
+        res
     }
 }
 

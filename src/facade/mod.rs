@@ -245,6 +245,7 @@ impl Facade {
             id: self.fixed_session.clone(),
             meta: Some(meta),
             profile,
+            ephemeral: self.fixed_session.is_none(),
             ..Default::default()
         };
         client.session_create(&params).await.map(|s| s.id)

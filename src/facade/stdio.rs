@@ -2,7 +2,7 @@
 //! child processes. It is a client of the running daemon like any other frontend.
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use rmcp::ServiceExt;
@@ -11,15 +11,19 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use super::{Facade, Link};
 use crate::client::{Client, ClientError};
 
-/// Serves MCP on stdin/stdout until the client closes stdin or the daemon goes away.
+/// Serves MCP on stdin/stdout until the client closes stdin, stops us with SIGTERM, SIGINT
+/// or SIGHUP, or the daemon goes away; the host session this connection made goes with it.
 /// `Err` only when no daemon answers at first (the CLI exits 3).
 /// `profile` names the config profile to serve; an unknown one fails here, at start.
 pub async fn run_stdio(
-    socket: &Path,
+    sockets: &[PathBuf],
     session: Option<String>,
     profile: Option<String>,
 ) -> Result<(), ClientError> {
-    let client = Arc::new(Client::connect(socket).await?);
+    // First: a signal that comes once the client may have talked to us must be ours.
+    let mut stop = StopSignals::install()
+        .map_err(|e| ClientError::Io(format!("cannot handle stop signals: {e}")))?;
+    let client = Arc::new(Client::connect_first(sockets).await?);
     // Fail now, not at the client's first request, when the socket is not a live daemon
     // or the profile is not in its config.
     client.health().await?;
@@ -32,31 +36,64 @@ pub async fn run_stdio(
     }
     let facade = Facade::with_link(Link::Client(client.clone()), session, profile);
     let state = facade.state.clone();
-    let running = match facade.serve(streams()).await {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::warn!(%e, "the MCP client did not complete the handshake");
-            return Ok(());
-        }
+    let served = tokio::select! {
+        served = facade.serve(streams()) => Some(served),
+        () = stop.first() => None,
     };
-    let ct = running.cancellation_token();
-    // Stop when the daemon goes away: nothing could be served any more.
-    let watch = tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-            if client.health().await.is_err() {
-                tracing::warn!("the toolhost daemon went away; ending the MCP session");
+    match served {
+        Some(Ok(running)) => {
+            let ct = running.cancellation_token();
+            let stopped = tokio::spawn(async move {
+                stop.first().await;
                 ct.cancel();
-                return;
-            }
+            });
+            let ct = running.cancellation_token();
+            // Stop when the daemon goes away: nothing could be served any more.
+            let watch = tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+                    if client.health().await.is_err() {
+                        tracing::warn!("the toolhost daemon went away; ending the MCP session");
+                        ct.cancel();
+                        return;
+                    }
+                }
+            });
+            let _ = running.waiting().await;
+            watch.abort();
+            stopped.abort();
         }
-    });
-    let _ = running.waiting().await;
-    watch.abort();
-    // The client closed stdin: its own host session goes with it (bounded: the daemon may
-    // be gone).
+        Some(Err(e)) => tracing::warn!(%e, "the MCP client did not complete the handshake"),
+        None => tracing::debug!("stopped by a signal during the handshake"),
+    }
+    // Bounded: the daemon may be gone.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), state.end()).await;
     Ok(())
+}
+
+/// SIGTERM, SIGINT and SIGHUP, handled from [`StopSignals::install`] on.
+struct StopSignals([tokio::signal::unix::Signal; 3]);
+
+impl StopSignals {
+    fn install() -> std::io::Result<StopSignals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(StopSignals([
+            signal(SignalKind::terminate())?,
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::hangup())?,
+        ]))
+    }
+
+    /// Resolves on the first of them.
+    async fn first(&mut self) {
+        let [term, int, hup] = &mut self.0;
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+            _ = hup.recv() => {}
+        }
+        tracing::debug!("stopped by a signal: ending the MCP session");
+    }
 }
 
 type Reader = Box<dyn AsyncRead + Send + Unpin>;

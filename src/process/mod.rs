@@ -420,10 +420,20 @@ fn signal_group(pgid: Pid, sig: Signal) -> bool {
     !matches!(killpg(pgid, sig), Err(Errno::ESRCH))
 }
 
+/// Whether anything of the group can still run. Signal 0 checks existence, but a group of
+/// zombies exists too: a leader that exited at once on TERM (an MCP server whose stdin was
+/// closed) stays a zombie until its waiter reaps it, and counting it made every stop wait
+/// out the whole grace. So once the leader is a zombie, the group is alive only while a
+/// member that is not one is left (the /proc scan runs only then, at the group's end).
 fn group_alive(pgid: Pid) -> bool {
-    // Signal 0 checks existence. Zombies of an unreaped leader still count, which is fine:
-    // SIGKILL to a group of zombies is harmless.
-    !matches!(killpg(pgid, None), Err(Errno::ESRCH))
+    if matches!(killpg(pgid, None), Err(Errno::ESRCH)) {
+        return false;
+    }
+    let leader_gone = procfs::stat(pgid.as_raw()).is_none_or(|s| s.is_zombie());
+    !leader_gone
+        || procfs::all()
+            .iter()
+            .any(|p| p.pgrp == pgid.as_raw() && !p.is_zombie())
 }
 
 /// Whether any process of the group `pgid` is alive (for tests).
@@ -595,6 +605,28 @@ fn reap_adopted(seen: &mut HashMap<(i32, u64), Instant>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A group whose leader exited and is not reaped yet has nothing left to stop: waiting
+    /// on it made every MCP server's stop take the whole grace.
+    #[tokio::test]
+    async fn a_group_of_an_unreaped_leader_is_gone() {
+        let cmd = Command::new("true");
+        // Held and never waited on: the leader stays a zombie.
+        let (child, guard) = Processes::default().spawn_group(cmd).await.unwrap();
+        let pgid = guard.pgid().unwrap();
+        for _ in 0..500 {
+            if procfs::stat(pgid).is_some_and(|s| s.is_zombie()) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(procfs::stat(pgid).is_some_and(|s| s.is_zombie()));
+        assert!(!group_exists(pgid));
+        let started = std::time::Instant::now();
+        guard.terminate(KILL_GRACE).await;
+        assert!(started.elapsed() < KILL_GRACE, "{:?}", started.elapsed());
+        drop(child);
+    }
 
     #[tokio::test]
     async fn dropping_the_guard_kills_grandchildren() {

@@ -203,6 +203,11 @@ pub struct ConfigStatusResult {
     /// paths, the user's, the daemon's workspace's, then each session workspace's).
     #[serde(default)]
     pub custom_tool_folders: Vec<String>,
+    /// The directory watched for edits: config.json's own, or while that does not exist,
+    /// its nearest existing ancestor (the file is picked up once it appears). Absent: hot
+    /// reload is off (SIGHUP and `config.reload` still work).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watching: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -24,7 +24,7 @@ pub use invoke::*;
 pub use output::*;
 pub use sandbox::*;
 pub use session::*;
-pub use socket::{default_socket, socket_path};
+pub use socket::{default_socket, default_sockets, socket_path, socket_paths};
 pub use status::*;
 pub use tools::*;
 

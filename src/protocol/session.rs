@@ -29,6 +29,10 @@ pub struct Session {
     /// see only what the profile selects (as config.json defines it now).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
+    /// Made by a frontend for one connection of its own (an MCP facade connection): it
+    /// ends with that connection, and a daemon that starts deletes every one left over.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ephemeral: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
@@ -47,6 +51,9 @@ pub struct SessionCreateParams {
     /// Serve the session under this config profile (an unknown one is refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
+    /// The session lives only as long as the caller's connection (see [`Session::ephemeral`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ephemeral: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

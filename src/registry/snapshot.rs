@@ -373,6 +373,11 @@ impl Snapshot {
         self.tools.is_empty()
     }
 
+    /// Every tool's public name (hidden and deferred ones too).
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tools.keys().map(String::as_str)
+    }
+
     /// Names of listed (not hidden, not deferred) tools, in listing order.
     pub fn visible_names(&self) -> Vec<String> {
         self.visible().map(|(n, _)| n.clone()).collect()

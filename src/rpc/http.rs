@@ -154,7 +154,13 @@ impl HttpService {
     ) -> BoxFuture<'static, Result<HttpResponse, BoxError>> {
         if let Some(bearer) = &self.bearer {
             if !bearer.admits(&req) {
-                return ready(plain(401, "missing or wrong Authorization: Bearer token\n"));
+                // RFC 6750: a 401 names its scheme, so clients know a bearer token is wanted.
+                let mut refused = plain(401, "missing or wrong Authorization: Bearer token\n");
+                refused.headers_mut().insert(
+                    hyper::header::WWW_AUTHENTICATE,
+                    hyper::header::HeaderValue::from_static("Bearer"),
+                );
+                return ready(refused);
             }
         }
         if req.uri().path() == "/mcp" {

@@ -116,7 +116,7 @@ impl Listeners {
         let tcp = match &cfg.listen.tcp {
             None => None,
             Some(addr) => {
-                let token = read_token(cfg)?;
+                let token = tcp_token(cfg)?;
                 let l = TcpListener::bind(addr)
                     .await
                     .with_context(|| format!("cannot listen on tcp {addr}"))?;
@@ -281,7 +281,8 @@ async fn answers(path: &Path) -> bool {
     !matches!(tokio::time::timeout(ANSWER_WAIT, probe).await, Ok(Err(_)))
 }
 
-fn read_token(cfg: &Config) -> anyhow::Result<String> {
+/// The TCP listener's bearer token: `TOOLHOST_TOKEN`, else `listen.token_file`.
+pub fn tcp_token(cfg: &Config) -> anyhow::Result<String> {
     let token = match (&cfg.listen.token_file, crate::secrets::get("TOOLHOST_TOKEN")) {
         (_, Some(t)) if !t.is_empty() => t,
         (Some(f), _) => std::fs::read_to_string(f).with_context(|| format!("cannot read listen.token_file {}", f.display()))?,

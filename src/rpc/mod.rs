@@ -71,7 +71,7 @@ use jsonrpsee::server::{stop_channel, ServerHandle, StopHandle};
 
 use crate::host::Host;
 
-pub use listener::Listeners;
+pub use listener::{tcp_token, Listeners};
 
 /// How long a started frame (a line, HTTP headers, an HTTP body) may take to arrive in full.
 /// Idle time between frames is not limited.

@@ -243,6 +243,43 @@ impl Sessions {
     pub fn count(&self) -> u64 {
         self.store.count()
     }
+
+    /// Deletes every ephemeral session; returns how many. Run at start, before anything is
+    /// served: the connections those sessions were made for ended with the last daemon
+    /// (a facade ends when its daemon goes), so whatever is left is an orphan.
+    pub async fn reap_ephemeral(&self) -> Result<usize> {
+        let orphans = self
+            .blocking(|store| {
+                let mut orphans = Vec::new();
+                let mut after: Option<String> = None;
+                loop {
+                    let page = store.list(1000, after.as_deref())?;
+                    orphans.extend(
+                        page.sessions
+                            .into_iter()
+                            .filter(|s| s.ephemeral)
+                            .map(|s| s.id),
+                    );
+                    match page.next {
+                        Some(next) => after = Some(next),
+                        None => return Ok(orphans),
+                    }
+                }
+            })
+            .await?;
+        if orphans.is_empty() {
+            return Ok(0);
+        }
+        let n = orphans.len();
+        self.write(move |store| {
+            for id in &orphans {
+                store.delete(id)?;
+            }
+            Ok(((), true))
+        })
+        .await?;
+        Ok(n)
+    }
 }
 
 impl Drop for Sessions {
@@ -320,7 +357,24 @@ mod tests {
             tools_etag: "e1".into(),
             loaded_tools: Vec::new(),
             profile: None,
+            ephemeral: false,
         }
+    }
+
+    #[tokio::test]
+    async fn reaping_deletes_the_ephemeral_sessions_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Sessions::open(&dir.path().join("sessions")).unwrap();
+        for i in 0..1500 {
+            let mut one = sess(&format!("e{i}"), i);
+            one.ephemeral = true;
+            s.create(one).await.unwrap();
+        }
+        s.create(sess("kept", 1)).await.unwrap();
+        assert_eq!(s.reap_ephemeral().await.unwrap(), 1500);
+        assert_eq!(s.count(), 1);
+        assert!(s.get("kept").await.is_ok());
+        assert_eq!(s.reap_ephemeral().await.unwrap(), 0);
     }
 
     #[tokio::test]

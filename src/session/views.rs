@@ -162,6 +162,7 @@ pub async fn create(host: &Scope<'_>, p: SessionCreateParams) -> Result<Session>
         tools_etag: snapshot.etag().to_owned(),
         loaded_tools: Vec::new(),
         profile: p.profile,
+        ephemeral: p.ephemeral,
     };
     check_meta_size(&session.meta)?;
     host.sessions().create(session).await
