@@ -8,11 +8,14 @@ use std::time::Instant;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::inputs::CallInputs;
 use crate::lock;
 
-/// One call in flight: how to cancel it, and what `host.status` shows of it.
+/// One call in flight: how to cancel it, how `invoke.respond` reaches its questions, and
+/// what `host.status` shows of it.
 struct Entry {
     token: CancellationToken,
+    inputs: Arc<CallInputs>,
     tool: String,
     session: Option<String>,
     started: Instant,
@@ -33,6 +36,7 @@ impl CallTable {
         self: &Arc<Self>,
         call_id: &str,
         token: CancellationToken,
+        inputs: Arc<CallInputs>,
         tool: &str,
         session: Option<&str>,
     ) -> Option<CallGuard> {
@@ -44,6 +48,7 @@ impl CallTable {
             call_id.to_owned(),
             Entry {
                 token,
+                inputs,
                 tool: tool.to_owned(),
                 session: session.map(str::to_owned),
                 started: Instant::now(),
@@ -64,6 +69,11 @@ impl CallTable {
             }
             None => false,
         }
+    }
+
+    /// The questions of call `call_id`, if it is in flight.
+    pub fn inputs(&self, call_id: &str) -> Option<Arc<CallInputs>> {
+        lock(&self.calls).get(call_id).map(|e| e.inputs.clone())
     }
 
     /// Whether a call `call_id` is in flight.
@@ -123,13 +133,17 @@ impl Drop for CallGuard {
 mod tests {
     use super::*;
 
+    fn unanswered() -> Arc<CallInputs> {
+        Arc::new(CallInputs::unanswered("a"))
+    }
+
     #[tokio::test]
     async fn ids_are_unique_while_in_flight_and_idle_wakes_when_empty() {
         let table = Arc::new(CallTable::default());
-        let a = table.register("a", CancellationToken::new(), "bash", None);
+        let a = table.register("a", CancellationToken::new(), unanswered(), "bash", None);
         assert!(a.is_some());
         assert!(table
-            .register("a", CancellationToken::new(), "bash", None)
+            .register("a", CancellationToken::new(), unanswered(), "bash", None)
             .is_none());
         let waiter = tokio::spawn({
             let t = table.clone();
@@ -141,7 +155,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert!(table
-            .register("a", CancellationToken::new(), "bash", None)
+            .register("a", CancellationToken::new(), unanswered(), "bash", None)
             .is_some());
     }
 }

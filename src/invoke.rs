@@ -12,6 +12,7 @@ use crate::audit;
 use crate::catalog::ToolSource;
 use crate::error::{Error, Result};
 use crate::host::Host;
+use crate::inputs::CallInputs;
 use crate::metrics::{self, Source};
 use crate::protocol::{
     ApprovalClass, ApprovalMode, ApprovalVerdict as Verdict, AuditRecord, CallOutcome, Control,
@@ -43,11 +44,13 @@ pub fn call_id_in_use(call_id: &str) -> Error {
 }
 
 /// Runs one call. Tool failures come back as `ok:false` results; only protocol-level
-/// problems (an unknown session) are errors.
+/// problems (an unknown session) are errors. `events` is the call's stream (for
+/// `subscribe_invoke`), where its input requests and log messages go.
 pub async fn invoke(
     host: &Host,
     params: InvokeParams,
     updates: UpdateSink,
+    events: Option<tokio::sync::mpsc::Sender<crate::protocol::InvokeEvent>>,
 ) -> Result<InvokeResult> {
     let started = Instant::now();
     let call_id = params.call_id.clone().unwrap_or_else(new_call_id);
@@ -80,11 +83,18 @@ pub async fn invoke(
     // (a closed streaming connection) — the token fires, so tools that outlive this future
     // (an MCP request in flight) learn it was abandoned.
     let _abandon = token.clone().drop_guard();
+    let inputs = std::sync::Arc::new(CallInputs::new(
+        &call_id,
+        params.inputs.clone(),
+        events,
+        token.clone(),
+    ));
     let _guard = host
         .calls()
         .register(
             &call_id,
             token.clone(),
+            inputs.clone(),
             &params.name,
             params.session_id.as_deref(),
         )
@@ -107,6 +117,7 @@ pub async fn invoke(
             timeout_ms: Some(timeout_ms),
             cancel: token,
             updates,
+            inputs,
             sandbox,
             processes: host.processes().clone(),
         },

@@ -34,6 +34,7 @@ mod error;
 mod facade;
 mod fds;
 mod host;
+mod inputs;
 mod invoke;
 mod logging;
 mod mcp;

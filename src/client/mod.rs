@@ -146,6 +146,11 @@ impl Client {
         self.call_within(method::INVOKE, params, wait).await
     }
 
+    /// Answers an `input_request` of a call in flight.
+    pub async fn respond(&self, params: &RespondParams) -> Result<RespondResult, ClientError> {
+        self.call(method::INVOKE_RESPOND, params).await
+    }
+
     pub async fn cancel(&self, call_id: &str) -> Result<CancelResult, ClientError> {
         let params = CancelParams {
             call_id: call_id.to_owned(),
@@ -326,13 +331,15 @@ impl<N: Notification> Subscription<N> {
 }
 
 impl Subscription<InvokeEvent> {
-    /// Collects the call's updates and waits for its one result.
+    /// Collects the call's updates and waits for its one result (a call that asks
+    /// nothing: its subscriber listed no `inputs`; log messages are skipped).
     pub async fn finish(mut self) -> Result<(Vec<InvokeUpdate>, InvokeResult), ClientError> {
         let mut updates = Vec::new();
         while let Some(event) = self.next().await {
             match event? {
                 InvokeEvent::Update(u) => updates.push(u),
                 InvokeEvent::Result(r) => return Ok((updates, r)),
+                InvokeEvent::InputRequest(_) | InvokeEvent::Log(_) => {}
             }
         }
         Err(ClientError::Io(

@@ -17,6 +17,7 @@
 mod convert;
 mod events;
 mod http;
+mod inputs;
 mod sessions;
 mod stdio;
 
@@ -283,7 +284,9 @@ impl Facade {
     }
 
     /// Runs one call: through `subscribe_invoke` when the client asked for progress (updates
-    /// become progress notifications), else a plain `invoke`; either way a cancelled request
+    /// become progress notifications) or can answer input requests (they become the same
+    /// MCP requests to it, answered with `invoke.respond`; log messages become
+    /// `notifications/message`), else a plain `invoke`; either way a cancelled request
     /// cancels the call (killing its process group).
     async fn run(
         &self,
@@ -292,26 +295,40 @@ impl Facade {
         ctx: &RequestContext<RoleServer>,
         progress: Option<&ProgressToken>,
     ) -> Result<InvokeResult, ErrorData> {
-        // No progress wanted: a plain `invoke` skips the subscription machinery.
-        let Some(token) = progress else {
+        let inputs = inputs::answerable(ctx);
+        // Nothing to stream: a plain `invoke` skips the subscription machinery.
+        if progress.is_none() && inputs.is_empty() {
             return tokio::select! {
                 r = client.invoke(params) => r.map_err(host_error),
                 _ = ctx.ct.cancelled() => Err(cancel_call(client, params).await),
             };
+        }
+        let params = InvokeParams {
+            inputs,
+            ..params.clone()
         };
-        let mut sub = client.subscribe_invoke(params).await.map_err(host_error)?;
+        let mut sub = client.subscribe_invoke(&params).await.map_err(host_error)?;
         let mut step = 0.0;
+        // Questions put to the client, answered while the call goes on (polled on this
+        // task: over HTTP they then go on the call's own response stream).
+        let mut asking = futures::stream::FuturesUnordered::new();
         loop {
             let event = tokio::select! {
                 e = sub.next() => e,
-                _ = ctx.ct.cancelled() => return Err(cancel_call(client, params).await),
+                Some(()) = futures::StreamExt::next(&mut asking) => continue,
+                _ = ctx.ct.cancelled() => return Err(cancel_call(client, &params).await),
             };
             match event {
                 Some(Ok(InvokeEvent::Update(u))) => {
+                    let Some(token) = progress else { continue };
                     step += 1.0;
                     let note = progress_note(token.clone(), &u, step);
                     let _ = ctx.peer.notify_progress(note).await;
                 }
+                Some(Ok(InvokeEvent::InputRequest(q))) => {
+                    asking.push(inputs::answer(client, &ctx.peer, q));
+                }
+                Some(Ok(InvokeEvent::Log(log))) => inputs::log(&ctx.peer, log).await,
                 Some(Ok(InvokeEvent::Result(r))) => return Ok(r),
                 Some(Err(e)) => return Err(host_error(e)),
                 None => return Err(internal("the host ended the call without a result")),
@@ -357,11 +374,13 @@ impl Facade {
 }
 
 impl ServerHandler for Facade {
+    #[allow(deprecated)] // logging: deprecated by SEP-2577, still what servers send
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tool_list_changed()
+                .enable_logging()
                 .build(),
         )
         .with_server_info(Implementation::new("toolhost", env!("CARGO_PKG_VERSION")))
@@ -424,6 +443,17 @@ impl ServerHandler for Facade {
         if has_roots {
             self.refresh_roots(context.peer);
         }
+    }
+
+    /// Log messages are those of the MCP servers behind the host, passed on as they come;
+    /// the level is theirs to choose.
+    #[allow(deprecated)] // logging: deprecated by SEP-2577, still sent by servers
+    async fn set_level(
+        &self,
+        _: rmcp::model::SetLevelRequestParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        Ok(())
     }
 
     async fn on_roots_list_changed(&self, context: NotificationContext<RoleServer>) {

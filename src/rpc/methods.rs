@@ -228,8 +228,13 @@ pub(crate) fn methods() -> anyhow::Result<Methods> {
         method::INVOKE,
         "Runs one tool call and returns its envelope; tool failures are ok:false results.",
         |host, p: InvokeParams| async move {
-            crate::invoke::invoke(&host, p, UpdateSink::default()).await
+            crate::invoke::invoke(&host, p, UpdateSink::default(), None).await
         },
+    )?;
+    api.method(
+        method::INVOKE_RESPOND,
+        "Answers an `input_request` event of a call in flight (from any connection): `result`, the MCP result of the request's kind, or `error`.",
+        |host, p: RespondParams| async move { respond(&host, p) },
     )?;
     api.method(
         method::CANCEL,
@@ -540,6 +545,25 @@ fn session_event(host: &Host, event: SessionEvent, id: &str, workspace: &str) {
     );
 }
 
+/// `invoke.respond`: hands an answer to the question of a call in flight.
+fn respond(host: &Host, p: RespondParams) -> Result<RespondResult, Error> {
+    let answer = match (p.result, p.error) {
+        (Some(result), None) => Ok(result),
+        (None, Some(error)) => Err(error),
+        _ => {
+            return Err(Error::InvalidParams(
+                "give exactly one of result and error".into(),
+            ))
+        }
+    };
+    let inputs = host
+        .calls()
+        .inputs(&p.call_id)
+        .ok_or_else(|| Error::InvalidParams(format!("no call {:?} in flight", p.call_id)))?;
+    inputs.respond(&p.request_id, answer)?;
+    Ok(RespondResult { accepted: true })
+}
+
 fn subscribe_invoke(api: &mut Api) -> anyhow::Result<()> {
     api.subscription::<InvokeParams, InvokeEvent, _, _>(
         [method::SUBSCRIBE_INVOKE, method::INVOKE_EVENT, method::UNSUBSCRIBE_INVOKE],
@@ -566,7 +590,8 @@ async fn stream_invoke(host: Host, mut p: InvokeParams, sink: Sink) {
         .get_or_insert_with(crate::invoke::new_call_id)
         .clone();
     let (tx, mut rx) = mpsc::channel(256);
-    let call = crate::invoke::invoke(&host, p, UpdateSink::new(tx));
+    let (events_tx, mut events) = mpsc::channel(64);
+    let call = crate::invoke::invoke(&host, p, UpdateSink::new(tx), Some(events_tx));
     tokio::pin!(call);
     let update = |u: crate::registry::ToolUpdate, call_id: &str| {
         InvokeEvent::Update(InvokeUpdate {
@@ -593,6 +618,12 @@ async fn stream_invoke(host: Host, mut p: InvokeParams, sink: Sink) {
             }
             // A slow reader loses updates, never the call or the connection.
             Some(u) = rx.recv() => sink.try_send(&update(u, &call_id)),
+            // A question waits for room (its asker waits for the answer anyway); a log
+            // message is dropped like an update.
+            Some(e) = events.recv() => match e {
+                InvokeEvent::InputRequest(_) => if !sink.send(&e).await { return },
+                _ => sink.try_send(&e),
+            },
             _ = sink.closed() => return,
         }
     }
