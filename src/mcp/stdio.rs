@@ -14,6 +14,12 @@
 //! progress go out together in the next one. A writer dropped mid-write (a call given up)
 //! leaves the rest of its bytes for the next writer, so a line is never cut.
 //!
+//! The reader also hands a direct call its own `notifications/progress` (by token) and, while
+//! it is the only call in flight, the server's `notifications/message`, in the order they
+//! were read: everything the server sent before its answer is in the call's queue before the
+//! answer is. Through rmcp each notification ran in a task of its own, so the last progress
+//! before a result often came after it and was lost.
+//!
 //! An incoming message over [`MAX_MESSAGE`] is not kept: the reader skips the rest of its
 //! line and reads in its place a JSON-RPC error for the same id, so the call it answered
 //! fails at once, saying why, instead of waiting out its timeout.
@@ -22,14 +28,18 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use rmcp::model::{ErrorData, NumberOrString, RequestId, ServerJsonRpcMessage};
+#[allow(deprecated)] // logging: deprecated by SEP-2577, still sent by servers
+use rmcp::model::{
+    ErrorData, LoggingMessageNotificationParam, NumberOrString, ProgressNotificationParam,
+    RequestId, ServerJsonRpcMessage,
+};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use rmcp::RoleClient;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::lock;
 
@@ -49,6 +59,13 @@ type Pipe = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// The server's answer to a direct call: its `result`, or its JSON-RPC error.
 pub type DirectAnswer = Result<Value, ErrorData>;
+
+/// A notification of the server that belongs to one call in flight.
+#[allow(deprecated)] // logging: deprecated by SEP-2577, still sent by servers
+pub enum Note {
+    Progress(ProgressNotificationParam),
+    Log(LoggingMessageNotificationParam),
+}
 
 pub struct StdioTransport<R> {
     read: BufReader<R>,
@@ -143,13 +160,20 @@ impl<R: AsyncRead + Unpin> StdioTransport<R> {
         }
     }
 
-    /// One message for rmcp, or `None` when the line was the answer to a direct call (handed
-    /// over here) or is not JSON-RPC (logged and skipped, as rmcp does).
+    /// One message for rmcp, or `None` when the line was the answer to a direct call or
+    /// one of its notifications (handed over here) or is not JSON-RPC (logged and skipped,
+    /// as rmcp does).
     fn parse(&self, line: &[u8]) -> Option<ServerJsonRpcMessage> {
-        /// An answer; whose, and whether it is one at all, is decided after.
+        /// An answer or a notification; whose, and whether it is one at all, is decided
+        /// after.
         #[derive(Deserialize)]
-        struct Answer {
-            id: RequestId,
+        struct Incoming<'a> {
+            #[serde(default)]
+            id: Option<RequestId>,
+            #[serde(default, borrow)]
+            method: Option<std::borrow::Cow<'a, str>>,
+            #[serde(default)]
+            params: Option<Value>,
             /// `null` is kept (a bad answer the call must hear of), only absence is `None`.
             #[serde(default, deserialize_with = "present")]
             result: Option<Value>,
@@ -160,16 +184,28 @@ impl<R: AsyncRead + Unpin> StdioTransport<R> {
             Value::deserialize(d).map(Some)
         }
         if self.direct.waiting() {
-            if let Ok(answer) = serde_json::from_slice::<Answer>(line) {
-                let outcome = match (answer.result, answer.error) {
-                    (Some(result), _) => Some(Ok(result)),
-                    (None, Some(error)) => Some(Err(error)),
-                    // A request from the server (it has an id too): rmcp's.
-                    (None, None) => None,
-                };
-                if let Some(outcome) = outcome {
-                    if self.direct.answer(&answer.id, outcome) {
-                        return None;
+            if let Ok(incoming) = serde_json::from_slice::<Incoming>(line) {
+                match (incoming.id, incoming.method) {
+                    (None, Some(method)) => {
+                        if let Some(params) = incoming.params {
+                            if self.direct.notify(&method, params) {
+                                return None;
+                            }
+                        }
+                    }
+                    // A request from the server (it has an id and a method): rmcp's.
+                    (Some(_), Some(_)) | (None, None) => {}
+                    (Some(id), None) => {
+                        let outcome = match (incoming.result, incoming.error) {
+                            (Some(result), _) => Some(Ok(result)),
+                            (None, Some(error)) => Some(Err(error)),
+                            (None, None) => None,
+                        };
+                        if let Some(outcome) = outcome {
+                            if self.direct.answer(&id, outcome) {
+                                return None;
+                            }
+                        }
                     }
                 }
             }
@@ -396,13 +432,22 @@ impl Outbox {
 pub struct DirectCalls {
     out: Arc<Outbox>,
     /// Calls waiting for their answer by number; `None` once the server is gone.
-    pending: Mutex<Option<HashMap<u64, oneshot::Sender<DirectAnswer>>>>,
+    pending: Mutex<Option<HashMap<u64, Waiter>>>,
     next: AtomicU64,
 }
 
-/// A direct call sent: its id (also its progress token) and where its answer comes.
+/// Where a direct call's answer and notifications go.
+struct Waiter {
+    answer: oneshot::Sender<DirectAnswer>,
+    notes: mpsc::UnboundedSender<Note>,
+}
+
+/// A direct call sent: its id (also its progress token), where its notifications come
+/// (all of those sent before the answer are queued before the answer arrives), and where
+/// its answer comes.
 pub struct DirectCall {
     pub id: Arc<str>,
+    pub notes: mpsc::UnboundedReceiver<Note>,
     pub answer: oneshot::Receiver<DirectAnswer>,
 }
 
@@ -435,8 +480,13 @@ impl DirectCalls {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let id: Arc<str> = format!("{ID_PREFIX}{n}").into();
         let (tx, answer) = oneshot::channel();
+        let (notes_tx, notes) = mpsc::unbounded_channel();
+        let waiter = Waiter {
+            answer: tx,
+            notes: notes_tx,
+        };
         match lock(&self.pending).as_mut() {
-            Some(pending) => pending.insert(n, tx),
+            Some(pending) => pending.insert(n, waiter),
             None => return Err(closed()),
         };
         let request = Request {
@@ -471,7 +521,7 @@ impl DirectCalls {
             self.forget(n);
             return Err(e);
         }
-        Ok(DirectCall { id, answer })
+        Ok(DirectCall { id, notes, answer })
     }
 
     /// Queues `notifications/cancelled` for call `id`.
@@ -513,12 +563,49 @@ impl DirectCalls {
         let Some(n) = number(id) else { return false };
         let waiter = lock(&self.pending).as_mut().and_then(|p| p.remove(&n));
         match waiter {
-            Some(tx) => {
-                let _ = tx.send(outcome);
+            Some(w) => {
+                let _ = w.answer.send(outcome);
                 true
             }
             None => false,
         }
+    }
+
+    /// Hands a notification to the direct call it belongs to: progress by its token, a log
+    /// message to the only call in flight (see `origin.rs` for the rule). False when it
+    /// belongs to none (then it is rmcp's).
+    fn notify(&self, method: &str, params: Value) -> bool {
+        let pending = lock(&self.pending);
+        let Some(pending) = pending.as_ref() else {
+            return false;
+        };
+        let (waiter, note) = match method {
+            "notifications/progress" => {
+                let Ok(p) = serde_json::from_value::<ProgressNotificationParam>(params) else {
+                    return false;
+                };
+                let NumberOrString::String(token) = &p.progress_token.0 else {
+                    return false;
+                };
+                match number(token).and_then(|n| pending.get(&n)) {
+                    Some(w) => (w, Note::Progress(p)),
+                    None => return false,
+                }
+            }
+            "notifications/message" if pending.len() == 1 => {
+                #[allow(deprecated)]
+                let Ok(m) = serde_json::from_value::<LoggingMessageNotificationParam>(params)
+                else {
+                    return false;
+                };
+                match pending.values().next() {
+                    Some(w) => (w, Note::Log(m)),
+                    None => return false,
+                }
+            }
+            _ => return false,
+        };
+        waiter.notes.send(note).is_ok()
     }
 
     /// The server is gone: every waiting call fails, and new ones are refused.
