@@ -63,11 +63,18 @@ impl Client {
         params: serde_json::Value,
         ctx: &RequestContext<RoleClient>,
     ) -> Option<Result<T, ErrorData>> {
-        let inputs = match self.origins.owner(ctx.extensions.get::<InboundStreamOrigin>()) {
+        let inputs = match self
+            .origins
+            .owner(ctx.extensions.get::<InboundStreamOrigin>())
+        {
             Owner::Call(inputs) if inputs.accepts(kind) => inputs,
             Owner::Call(_) | Owner::Nobody => return None,
             Owner::Ambiguous(n) => {
-                tracing::debug!(method = kind.method(), calls = n, "an MCP server's request could belong to any of its calls in flight");
+                tracing::debug!(
+                    method = kind.method(),
+                    calls = n,
+                    "an MCP server's request could belong to any of its calls in flight"
+                );
                 return None;
             }
         };
@@ -173,7 +180,10 @@ impl ClientHandler for Client {
         params: LoggingMessageNotificationParam,
         ctx: NotificationContext<RoleClient>,
     ) {
-        match self.origins.owner(ctx.extensions.get::<InboundStreamOrigin>()) {
+        match self
+            .origins
+            .owner(ctx.extensions.get::<InboundStreamOrigin>())
+        {
             Owner::Call(inputs) => log_to(&inputs, params),
             Owner::Nobody | Owner::Ambiguous(_) => {
                 tracing::info!(level = ?params.level, logger = ?params.logger, data = %params.data, "MCP server log message");

@@ -594,8 +594,7 @@ impl DirectCalls {
             }
             "notifications/message" if pending.len() == 1 => {
                 #[allow(deprecated)]
-                let Ok(m) = serde_json::from_value::<LoggingMessageNotificationParam>(params)
-                else {
+                let Ok(m) = serde_json::from_value::<LoggingMessageNotificationParam>(params) else {
                     return false;
                 };
                 match pending.values().next() {

@@ -18,8 +18,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 
-use super::server::{Link, Server};
 use super::origin::InFlight;
+use super::server::{Link, Server};
 use super::stdio::{DirectCalls, Note};
 use crate::catalog::ToolSpec;
 use crate::protocol::{ContentBlock, Control, ErrorKind, ImageDataUrl, Progress, ToolOutput};
@@ -211,8 +211,7 @@ async fn call_upstream(tool: &McpTool, args: Map<String, Value>, ctx: CallContex
         let link = server.link_for_call()?;
         // Entered before the request is written: the server may ask at once.
         let in_flight = server.origins().enter(ctx.inputs.clone());
-        let outgoing =
-            send_call(server, link, tool.remote_name.clone(), args, &in_flight).await?;
+        let outgoing = send_call(server, link, tool.remote_name.clone(), args, &in_flight).await?;
         Ok::<_, ToolError>((slot, in_flight, outgoing))
     };
     let (

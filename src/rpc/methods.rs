@@ -613,6 +613,12 @@ async fn stream_invoke(host: Host, mut p: InvokeParams, sink: Sink) {
                         return;
                     }
                 }
+                // Log messages sent before the result (no question outlives its call).
+                while let Ok(e) = events.try_recv() {
+                    if !sink.send(&e).await {
+                        return;
+                    }
+                }
                 sink.send(&InvokeEvent::Result(envelope)).await;
                 return;
             }
