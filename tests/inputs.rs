@@ -358,3 +358,93 @@ async fn server_everythings_sampling_reaches_the_socket_frontend() {
         "{result}"
     );
 }
+
+/// Runs `tests/facade_py/inputs.py` (the Python MCP SDK through `toolhost mcp`) against
+/// `d`; `None` when python3 is absent.
+async fn python_inputs(d: &Daemon, root: &Path, mode: &str) -> Option<Value> {
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    if std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("SKIPPED: python3 is not installed, so the Python MCP SDK tests cannot run");
+        return None;
+    }
+    let install = tokio::process::Command::new(tests.join("facade_py/install.sh"))
+        .status()
+        .await
+        .unwrap();
+    assert!(install.success(), "installing the Python MCP SDK failed");
+    let home = tempfile::tempdir().unwrap();
+    let mut client = tokio::process::Command::new(tests.join(".venv/bin/python"));
+    isolate(client.as_std_mut(), home.path());
+    let out = client
+        .arg(tests.join("facade_py/inputs.py"))
+        .args([
+            BIN,
+            d.socket().to_str().unwrap(),
+            root.to_str().unwrap(),
+            mode,
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "inputs.py failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(serde_json::from_slice(&out.stdout).unwrap())
+}
+
+#[tokio::test]
+async fn the_python_sdk_answers_its_calls_questions_through_the_facade() {
+    let d = daemon_with(json!({"everything": everything(), "fx": fixture()})).await;
+    let root = tempfile::tempdir().unwrap();
+    let Some(seen) = python_inputs(&d, root.path(), "with").await else {
+        return;
+    };
+    let text = |k: &str| seen[k]["text"].as_str().unwrap_or("").to_owned();
+    assert_eq!(seen["elicitation"]["is_error"], false, "{seen}");
+    assert!(text("elicitation").contains("Ada"), "{seen}");
+    assert_eq!(seen["sampling"]["is_error"], false, "{seen}");
+    assert!(text("sampling").contains("hi from python"), "{seen}");
+    let root_uri = url::Url::from_file_path(root.path()).unwrap().to_string();
+    assert_eq!(text("roots"), root_uri, "{seen}");
+    assert_eq!(seen["progress"], json!([1.0, 2.0, 3.0, 4.0]), "{seen}");
+    assert_eq!(seen["notes"]["text"], "done", "{seen}");
+    assert_eq!(seen["logs"], json!(["about to answer"]), "{seen}");
+    for kind in ["elicitation", "sampling", "roots"] {
+        assert!(
+            seen["asked"].as_array().unwrap().iter().any(|a| a == kind),
+            "{seen}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_client_without_the_capabilities_is_never_asked_and_the_server_hears_the_error() {
+    let d = daemon_with(json!({"everything": everything(), "fx": fixture()})).await;
+    let root = tempfile::tempdir().unwrap();
+    let Some(seen) = python_inputs(&d, root.path(), "without").await else {
+        return;
+    };
+    assert_eq!(seen["asked"], json!([]), "{seen}");
+    // server-everything's tools fail on the refusal (a tool error, not a hang).
+    for k in ["elicitation", "sampling"] {
+        assert!(
+            seen[k]["is_error"] == true || seen[k]["error"].is_i64(),
+            "{k}: {seen}"
+        );
+    }
+    // roots/list: the server's own root, as before.
+    assert!(
+        seen["roots"]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("file:///"),
+        "{seen}"
+    );
+    assert_eq!(seen["progress"], json!([1.0, 2.0, 3.0, 4.0]), "{seen}");
+}
