@@ -448,3 +448,68 @@ async fn a_client_without_the_capabilities_is_never_asked_and_the_server_hears_t
     );
     assert_eq!(seen["progress"], json!([1.0, 2.0, 3.0, 4.0]), "{seen}");
 }
+
+/// A daemon with one custom tool `asker` whose program asks an elicitation question and
+/// returns the `input_response` line it read back.
+async fn daemon_with_asking_tool() -> Daemon {
+    let mut d = Daemon::unstarted();
+    let dir = d.dir.path().to_path_buf();
+    let tool = dir.join("tools/asker");
+    std::fs::create_dir_all(&tool).unwrap();
+    std::fs::create_dir_all(dir.join("xdg")).unwrap();
+    let script = r#"#!/bin/sh
+read args
+echo '{"input_request": {"id": "q1", "kind": "elicitation", "params": {"message": "go?", "requestedSchema": {"type": "object", "properties": {}}}}}'
+read answer
+printf '{"result": {"answer": %s}}\n' "$answer"
+"#;
+    let prog = tool.join("run.sh");
+    std::fs::write(&prog, script).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write_atomic(
+        &tool.join("tool.json"),
+        &json!({"name": "asker", "description": "asks the user", "command": ["./run.sh"],
+                "approval": "read_only", "asks": true}),
+    );
+    let cfg = json!({"custom_tools": {"paths": [dir.join("tools")]}});
+    std::fs::write(d.config_path(), cfg.to_string()).unwrap();
+    let xdg = dir.join("xdg");
+    d.spawn(&[("XDG_CONFIG_HOME", xdg.to_str().unwrap())]).await;
+    d
+}
+
+#[tokio::test]
+async fn a_custom_tool_asks_the_frontend_and_reads_the_answer_on_stdin() {
+    let d = daemon_with_asking_tool().await;
+    let mut c = d.raw_lines().await;
+    subscribe(
+        &mut c,
+        json!({"name": "asker", "call_id": "cu-1", "inputs": ["elicitation"]}),
+    )
+    .await;
+    let q = events_until(&mut c, "input_request").await.pop().unwrap();
+    assert_eq!(q["input"], "elicitation");
+    assert_eq!(q["params"]["message"], "go?");
+    let r = c
+        .call(
+            "invoke.respond",
+            json!({"call_id": "cu-1", "request_id": q["request_id"],
+                   "result": {"action": "accept", "content": {}}}),
+        )
+        .await;
+    assert_eq!(r["result"]["accepted"], true, "{r}");
+    let result = events_until(&mut c, "result").await.pop().unwrap();
+    assert_eq!(
+        result["result"]["answer"],
+        json!({"input_response": {"id": "q1", "result": {"action": "accept", "content": {}}}}),
+        "{result}"
+    );
+    // A plain invoke cannot be asked: the program reads the refusal at once.
+    let r = d.invoke("asker", json!({})).await;
+    assert_eq!(r["answer"]["input_response"]["id"], "q1", "{r}");
+    assert_eq!(
+        r["answer"]["input_response"]["error"]["code"], -32601,
+        "{r}"
+    );
+}
