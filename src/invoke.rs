@@ -16,7 +16,7 @@ use crate::inputs::CallInputs;
 use crate::metrics::{self, Source};
 use crate::protocol::{
     ApprovalClass, ApprovalMode, ApprovalVerdict as Verdict, AuditRecord, CallOutcome, Control,
-    ErrorKind, InvokeParams, InvokeResult,
+    ErrorKind, InputKind, InvokeParams, InvokeResult,
 };
 use crate::registry::{CallContext, ToolError, ToolResult, UpdateSink};
 use crate::sandbox::CallSandbox;
@@ -289,8 +289,29 @@ async fn run_checked(
                 }
                 None => format!("Tool '{}' needs approval in strict mode; repeat the call with \"approved\": true once the user agrees.", params.name),
             };
-            return Err(ToolError::new(ErrorKind::ApprovalRequired, message)
-                .with_field("approval", summary));
+            // A frontend that answers elicitation is asked itself, within the call's timeout.
+            if !ctx.inputs.accepts(InputKind::Elicitation) {
+                return Err(ToolError::new(ErrorKind::ApprovalRequired, message)
+                    .with_field("approval", summary));
+            }
+            let asked = ask_approval(&ctx, &params.name, &summary);
+            match tokio::time::timeout(Duration::from_millis(timeout_ms), asked).await {
+                Ok(Ok(true)) => {}
+                Ok(Ok(false)) => {
+                    return Err(ToolError::new(
+                        ErrorKind::Denied,
+                        format!("The user declined the tool call {summary}; it did not run."),
+                    ))
+                }
+                Ok(Err(why)) => {
+                    return Err(ToolError::new(
+                        ErrorKind::ApprovalRequired,
+                        format!("{message} Asking the user failed: {why}"),
+                    )
+                    .with_field("approval", summary))
+                }
+                Err(_) => return Err(ToolError::timed_out(&params.name, timeout_ms)),
+            }
         }
         Decision::Deny(msg) => return Err(ToolError::new(ErrorKind::Denied, msg)),
     }
@@ -313,6 +334,25 @@ async fn run_checked(
         }
         _ = cancel.cancelled() => Err(ToolError::cancelled(&params.name)),
     }
+}
+
+/// Puts a call that needs approval to the user through the call's frontend (an
+/// `elicitation/create` with an empty form); `Ok(true)` on accept.
+async fn ask_approval(
+    ctx: &CallContext,
+    tool: &str,
+    summary: &str,
+) -> std::result::Result<bool, String> {
+    let params = serde_json::json!({
+        "message": format!("Allow the tool call {summary}? (tool '{tool}', toolhost strict session)"),
+        "requestedSchema": {"type": "object", "properties": {}},
+    });
+    let answer = ctx
+        .inputs
+        .ask(InputKind::Elicitation, params)
+        .await
+        .map_err(|e| e.message)?;
+    Ok(answer.get("action").and_then(Value::as_str) == Some("accept"))
 }
 
 /// `tool_search` called as a tool: the matches go to the model, and to the session's loaded

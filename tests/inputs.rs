@@ -513,3 +513,36 @@ async fn a_custom_tool_asks_the_frontend_and_reads_the_answer_on_stdin() {
         "{r}"
     );
 }
+
+#[tokio::test]
+async fn a_strict_sessions_approval_is_an_input_request_of_the_call() {
+    let d = Daemon::start_with(Some(json!({"approval": {"mode": "strict"}}))).await;
+    let marker = d.workspace().join("ran");
+    let mut c = d.raw_lines().await;
+    for (action, runs) in [("decline", false), ("accept", true)] {
+        let call_id = format!("ap-{action}");
+        subscribe(
+            &mut c,
+            json!({"name": "bash", "arguments": {"command": "touch ran"},
+                   "call_id": call_id, "inputs": ["elicitation"]}),
+        )
+        .await;
+        let q = events_until(&mut c, "input_request").await.pop().unwrap();
+        let message = q["params"]["message"].as_str().unwrap();
+        assert!(message.contains("command=\"touch ran\""), "{q}");
+        let r = c
+            .call(
+                "invoke.respond",
+                json!({"call_id": call_id, "request_id": q["request_id"],
+                       "result": {"action": action}}),
+            )
+            .await;
+        assert_eq!(r["result"]["accepted"], true, "{r}");
+        let result = events_until(&mut c, "result").await.pop().unwrap();
+        assert_eq!(result["result"]["ok"], runs, "{result}");
+        assert_eq!(marker.exists(), runs);
+    }
+    // A frontend that does not answer elicitation gets approval_required, as before.
+    let r = d.invoke("bash", json!({"command": "true"})).await;
+    assert_eq!(r["error_kind"], "approval_required", "{r}");
+}

@@ -11,8 +11,9 @@
 //!
 //! Per MCP connection: one host session (created, or the one `--session` names) with the
 //! client's `clientInfo` in its meta; MCP roots set that session's workspace; the daemon's
-//! `tools_changed` becomes `notifications/tools/list_changed`; a strict session's approval
-//! is asked of the user through elicitation.
+//! `tools_changed` becomes `notifications/tools/list_changed`; a call's input requests (a
+//! server's elicitation, sampling and roots, a strict session's approval) become the same
+//! requests to the client, when it declared them (`inputs.rs`).
 
 mod convert;
 mod events;
@@ -26,11 +27,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ClientResult, ContentBlock,
-    ElicitRequest, ElicitRequestParams, ElicitationAction, ElicitationSchema, ErrorCode,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
     Implementation, InitializeRequestParams, InitializeResult, ListToolsResult,
     PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ProtocolVersion,
-    ServerCapabilities, ServerConfig, ServerRequest,
+    ServerCapabilities, ServerConfig,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -55,9 +55,6 @@ const PAGE_SIZE: usize = 200;
 /// How long a tool call waits for the client's roots to be applied to the session before
 /// it runs anyway (a client that declares roots but never answers `roots/list`).
 const ROOTS_WAIT: Duration = Duration::from_secs(5);
-
-/// How long the user has to answer an approval prompt.
-const ELICIT_TIMEOUT: Duration = Duration::from_secs(600);
 
 fn page_size() -> usize {
     std::env::var("TOOLHOST_MCP_PAGE_SIZE")
@@ -335,42 +332,6 @@ impl Facade {
             }
         }
     }
-
-    /// Puts a call that needs approval to the user; `Ok(true)` on accept.
-    async fn ask_user(
-        &self,
-        ctx: &RequestContext<RoleServer>,
-        tool: &str,
-        summary: &str,
-    ) -> Result<bool, ErrorData> {
-        let schema: ElicitationSchema =
-            serde_json::from_value(serde_json::json!({"type": "object", "properties": {}}))
-                .map_err(|e| internal(e.to_string()))?;
-        let request = ElicitRequest::new(ElicitRequestParams::FormElicitationParams {
-            meta: None,
-            message: format!(
-                "Allow the tool call {summary}? (tool '{tool}', toolhost strict session)"
-            ),
-            requested_schema: schema,
-        });
-        let options = rmcp::service::PeerRequestOptions::with_timeout(ELICIT_TIMEOUT);
-        let handle = ctx
-            .peer
-            .send_request_with_option(ServerRequest::ElicitRequest(request), options)
-            .await
-            .map_err(|e| internal(format!("cannot ask the user: {e}")))?;
-        let answer = tokio::select! {
-            a = handle.await_response() => a,
-            _ = ctx.ct.cancelled() => return Ok(false),
-        };
-        match answer {
-            Ok(ClientResult::ElicitResult(r)) => Ok(r.action == ElicitationAction::Accept),
-            Ok(_) => Err(internal(
-                "the client answered the approval prompt with something else",
-            )),
-            Err(e) => Err(internal(format!("the approval prompt failed: {e}"))),
-        }
-    }
 }
 
 impl ServerHandler for Facade {
@@ -501,14 +462,14 @@ impl ServerHandler for Facade {
         let client = self.client().await?.clone();
         self.roots_ready().await;
         let progress = context.meta.get_progress_token();
-        let mut params = InvokeParams {
+        let params = InvokeParams {
             name: request.name.to_string(),
             arguments: request.arguments.clone(),
             session_id: self.session_id(),
             call_id: Some(crate::invoke::new_call_id()),
             ..Default::default()
         };
-        let mut r = self
+        let r = self
             .run(&client, &params, &context, progress.as_ref())
             .await?;
         if r.result.error_kind == Some(ErrorKind::UnknownTool) {
@@ -530,10 +491,16 @@ impl ServerHandler for Facade {
                     other => other.to_string(),
                 })
                 .unwrap_or_else(|| request.name.to_string());
+            // A client that answers elicitation was asked by the host already (an input
+            // request of the call); it is left here only when asking failed.
             let can_ask = context
                 .client_capabilities()
                 .is_some_and(|c| c.elicitation.is_some());
-            if !can_ask {
+            if can_ask {
+                let text = r.result.error.unwrap_or(summary);
+                return Ok(CallToolResult::error(vec![ContentBlock::text(text)]).into());
+            }
+            {
                 let session = self.session_id().unwrap_or_default();
                 let text = format!(
                     "Tool '{}' needs the user's approval in this strict session: {summary}. \
@@ -545,15 +512,6 @@ impl ServerHandler for Facade {
                 );
                 return Ok(CallToolResult::error(vec![ContentBlock::text(text)]).into());
             }
-            if !self.ask_user(&context, &request.name, &summary).await? {
-                let text = format!("The user declined the tool call {summary}; it did not run.");
-                return Ok(CallToolResult::error(vec![ContentBlock::text(text)]).into());
-            }
-            params.approved = true;
-            params.call_id = Some(crate::invoke::new_call_id());
-            r = self
-                .run(&client, &params, &context, progress.as_ref())
-                .await?;
         }
         Ok(convert::call_result(&r.result).into())
     }
