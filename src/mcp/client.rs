@@ -24,6 +24,12 @@ use tokio::sync::mpsc;
 use super::origin::{Origins, Owner};
 use crate::protocol::{codes, InputKind};
 
+/// A notification of the server that belongs to one call in flight.
+pub enum Note {
+    Progress(ProgressNotificationParam),
+    Log(LoggingMessageNotificationParam),
+}
+
 /// What a connection tells its supervisor.
 #[derive(Debug)]
 pub enum Notice {

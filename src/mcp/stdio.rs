@@ -14,11 +14,9 @@
 //! progress go out together in the next one. A writer dropped mid-write (a call given up)
 //! leaves the rest of its bytes for the next writer, so a line is never cut.
 //!
-//! The reader also hands a direct call its own `notifications/progress` (by token) and, while
-//! it is the only call in flight, the server's `notifications/message`, in the order they
-//! were read: everything the server sent before its answer is in the call's queue before the
-//! answer is. Through rmcp each notification ran in a task of its own, so the last progress
-//! before a result often came after it and was lost.
+//! The reader also queues for a direct call its progress (by token) and, while it is the only
+//! call, the server's log messages, in read order: all sent before the answer are queued before
+//! it. Through rmcp each ran in a task of its own, and the last progress often lost the race.
 //!
 //! An incoming message over [`MAX_MESSAGE`] is not kept: the reader skips the rest of its
 //! line and reads in its place a JSON-RPC error for the same id, so the call it answered
@@ -41,6 +39,7 @@ use serde_json::{Map, Value};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
 
+use super::client::Note;
 use crate::lock;
 
 /// The most one incoming message may hold (rmcp's own limit for a line).
@@ -59,13 +58,6 @@ type Pipe = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// The server's answer to a direct call: its `result`, or its JSON-RPC error.
 pub type DirectAnswer = Result<Value, ErrorData>;
-
-/// A notification of the server that belongs to one call in flight.
-#[allow(deprecated)] // logging: deprecated by SEP-2577, still sent by servers
-pub enum Note {
-    Progress(ProgressNotificationParam),
-    Log(LoggingMessageNotificationParam),
-}
 
 pub struct StdioTransport<R> {
     read: BufReader<R>,
@@ -185,28 +177,18 @@ impl<R: AsyncRead + Unpin> StdioTransport<R> {
         }
         if self.direct.waiting() {
             if let Ok(incoming) = serde_json::from_slice::<Incoming>(line) {
-                match (incoming.id, incoming.method) {
-                    (None, Some(method)) => {
-                        if let Some(params) = incoming.params {
-                            if self.direct.notify(&method, params) {
-                                return None;
-                            }
-                        }
-                    }
+                let taken = match (incoming.id, incoming.method, incoming.params) {
+                    (None, Some(method), Some(params)) => self.direct.notify(&method, params),
+                    (Some(id), None, _) => match (incoming.result, incoming.error) {
+                        (Some(result), _) => self.direct.answer(&id, Ok(result)),
+                        (None, Some(error)) => self.direct.answer(&id, Err(error)),
+                        (None, None) => false,
+                    },
                     // A request from the server (it has an id and a method): rmcp's.
-                    (Some(_), Some(_)) | (None, None) => {}
-                    (Some(id), None) => {
-                        let outcome = match (incoming.result, incoming.error) {
-                            (Some(result), _) => Some(Ok(result)),
-                            (None, Some(error)) => Some(Err(error)),
-                            (None, None) => None,
-                        };
-                        if let Some(outcome) = outcome {
-                            if self.direct.answer(&id, outcome) {
-                                return None;
-                            }
-                        }
-                    }
+                    _ => false,
+                };
+                if taken {
+                    return None;
                 }
             }
         }
@@ -442,9 +424,7 @@ struct Waiter {
     notes: mpsc::UnboundedSender<Note>,
 }
 
-/// A direct call sent: its id (also its progress token), where its notifications come
-/// (all of those sent before the answer are queued before the answer arrives), and where
-/// its answer comes.
+/// A direct call sent: its id (also its progress token), its notifications, its answer.
 pub struct DirectCall {
     pub id: Arc<str>,
     pub notes: mpsc::UnboundedReceiver<Note>,
@@ -479,10 +459,10 @@ impl DirectCalls {
         }
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let id: Arc<str> = format!("{ID_PREFIX}{n}").into();
-        let (tx, answer) = oneshot::channel();
+        let (answers, answer) = oneshot::channel();
         let (notes_tx, notes) = mpsc::unbounded_channel();
         let waiter = Waiter {
-            answer: tx,
+            answer: answers,
             notes: notes_tx,
         };
         match lock(&self.pending).as_mut() {
@@ -571,40 +551,34 @@ impl DirectCalls {
         }
     }
 
-    /// Hands a notification to the direct call it belongs to: progress by its token, a log
-    /// message to the only call in flight (see `origin.rs` for the rule). False when it
-    /// belongs to none (then it is rmcp's).
+    /// Queues a notification for the direct call it belongs to (progress by token, a log to
+    /// the only call: `origin.rs`'s rule); false when it is none's (then it is rmcp's).
     fn notify(&self, method: &str, params: Value) -> bool {
         let pending = lock(&self.pending);
         let Some(pending) = pending.as_ref() else {
             return false;
         };
-        let (waiter, note) = match method {
-            "notifications/progress" => {
-                let Ok(p) = serde_json::from_value::<ProgressNotificationParam>(params) else {
-                    return false;
-                };
-                let NumberOrString::String(token) = &p.progress_token.0 else {
-                    return false;
-                };
-                match number(token).and_then(|n| pending.get(&n)) {
-                    Some(w) => (w, Note::Progress(p)),
-                    None => return false,
-                }
-            }
-            "notifications/message" if pending.len() == 1 => {
-                #[allow(deprecated)]
-                let Ok(m) = serde_json::from_value::<LoggingMessageNotificationParam>(params) else {
-                    return false;
-                };
-                match pending.values().next() {
-                    Some(w) => (w, Note::Log(m)),
-                    None => return false,
-                }
-            }
-            _ => return false,
+        #[allow(deprecated)] // logging: deprecated by SEP-2577, still sent by servers
+        let routed = match method {
+            "notifications/progress" => serde_json::from_value::<ProgressNotificationParam>(params)
+                .ok()
+                .and_then(|p| {
+                    match &p.progress_token.0 {
+                        NumberOrString::String(token) => {
+                            number(token).and_then(|n| pending.get(&n))
+                        }
+                        NumberOrString::Number(_) => None,
+                    }
+                    .map(|w| (w, Note::Progress(p)))
+                }),
+            "notifications/message" if pending.len() == 1 => pending.values().next().zip(
+                serde_json::from_value::<LoggingMessageNotificationParam>(params)
+                    .ok()
+                    .map(Note::Log),
+            ),
+            _ => None,
         };
-        waiter.notes.send(note).is_ok()
+        routed.is_some_and(|(waiter, note)| waiter.notes.send(note).is_ok())
     }
 
     /// The server is gone: every waiting call fails, and new ones are refused.

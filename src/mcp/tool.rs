@@ -18,9 +18,10 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 
+use super::client::Note;
 use super::origin::InFlight;
 use super::server::{Link, Server};
-use super::stdio::{DirectCalls, Note};
+use super::stdio::DirectCalls;
 use crate::catalog::ToolSpec;
 use crate::protocol::{ContentBlock, Control, ErrorKind, ImageDataUrl, Progress, ToolOutput};
 use crate::registry::{CallContext, Tool, ToolError, ToolResult, ToolUpdate};
