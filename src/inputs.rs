@@ -146,7 +146,7 @@ impl CallInputs {
         if let Ok(result) = &answer {
             check_shape(question.kind, result).map_err(|why| {
                 Error::InvalidParams(format!(
-                    "result is not a {} result: {why}",
+                    "result is not the result of {}: {why}",
                     question.kind.method()
                 ))
             })?;
