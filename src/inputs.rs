@@ -252,6 +252,26 @@ mod tests {
             .is_err());
     }
 
+    #[test]
+    fn subscribe_invoke_takes_inputs_beside_the_call_and_still_refuses_unknown_fields() {
+        use crate::protocol::SubscribeInvokeParams;
+        let p: SubscribeInvokeParams =
+            serde_json::from_value(json!({"name": "bash", "inputs": ["roots"]})).unwrap();
+        assert_eq!(
+            (p.call.name.as_str(), p.inputs),
+            ("bash", vec![InputKind::Roots])
+        );
+        assert!(
+            serde_json::from_value::<SubscribeInvokeParams>(json!({"name": "x", "bogus": 1}))
+                .is_err()
+        );
+        // `invoke` itself takes no `inputs`: only a stream can answer.
+        assert!(serde_json::from_value::<crate::protocol::InvokeParams>(
+            json!({"name": "x", "inputs": []})
+        )
+        .is_err());
+    }
+
     #[tokio::test]
     async fn a_kind_not_accepted_is_refused_at_once_and_the_end_of_the_call_ends_a_wait() {
         let ended = CancellationToken::new();

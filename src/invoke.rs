@@ -44,13 +44,13 @@ pub fn call_id_in_use(call_id: &str) -> Error {
 }
 
 /// Runs one call. Tool failures come back as `ok:false` results; only protocol-level
-/// problems (an unknown session) are errors. `events` is the call's stream (for
-/// `subscribe_invoke`), where its input requests and log messages go.
+/// problems (an unknown session) are errors. `stream` is the call's `subscribe_invoke`
+/// stream, if it has one.
 pub async fn invoke(
     host: &Host,
     params: InvokeParams,
     updates: UpdateSink,
-    events: Option<tokio::sync::mpsc::Sender<crate::protocol::InvokeEvent>>,
+    stream: Option<Stream>,
 ) -> Result<InvokeResult> {
     let started = Instant::now();
     let call_id = params.call_id.clone().unwrap_or_else(new_call_id);
@@ -83,12 +83,8 @@ pub async fn invoke(
     // (a closed streaming connection) — the token fires, so tools that outlive this future
     // (an MCP request in flight) learn it was abandoned.
     let _abandon = token.clone().drop_guard();
-    let inputs = std::sync::Arc::new(CallInputs::new(
-        &call_id,
-        params.inputs.clone(),
-        events,
-        token.clone(),
-    ));
+    let (events, accepts) = stream.map_or((None, Vec::new()), |s| (Some(s.events), s.inputs));
+    let inputs = std::sync::Arc::new(CallInputs::new(&call_id, accepts, events, token.clone()));
     let _guard = host
         .calls()
         .register(
@@ -142,6 +138,13 @@ pub async fn invoke(
         duration_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
         revision: host.registry().snapshot().revision(),
     })
+}
+
+/// Where a streamed call's input requests and log messages go, and which kinds of
+/// question its frontend answers.
+pub struct Stream {
+    pub events: tokio::sync::mpsc::Sender<crate::protocol::InvokeEvent>,
+    pub inputs: Vec<InputKind>,
 }
 
 /// What the pipeline learnt about a call, for its metrics and its audit line.

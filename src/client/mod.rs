@@ -246,6 +246,16 @@ impl Client {
             .await
     }
 
+    /// Starts a call whose frontend answers the input requests of `params.inputs`
+    /// (`input_request` events, answered with [`Client::respond`]).
+    pub async fn subscribe_invoke_answering(
+        &self,
+        params: &SubscribeInvokeParams,
+    ) -> Result<Subscription<InvokeEvent>, ClientError> {
+        self.subscribe(method::SUBSCRIBE_INVOKE, method::UNSUBSCRIBE_INVOKE, params)
+            .await
+    }
+
     /// A `tools_changed` notification whenever the live registry changes.
     pub async fn subscribe_tools_changed(&self) -> Result<Subscription<ToolsChanged>, ClientError> {
         self.subscribe(

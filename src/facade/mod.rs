@@ -42,7 +42,8 @@ use crate::client::{Client, ClientError, Subscription};
 use crate::lock;
 use crate::protocol::{
     ErrorKind, InvokeEvent, InvokeParams, InvokeResult, InvokeUpdate, ListToolsParams,
-    SessionCreateParams, SessionUpdateParams, ToolEntry, ToolFormat, ToolsChanged,
+    SessionCreateParams, SessionUpdateParams, SubscribeInvokeParams, ToolEntry, ToolFormat,
+    ToolsChanged,
 };
 
 pub use http::Endpoint;
@@ -300,11 +301,14 @@ impl Facade {
                 _ = ctx.ct.cancelled() => Err(cancel_call(client, params).await),
             };
         }
-        let params = InvokeParams {
+        let streamed = SubscribeInvokeParams {
+            call: params.clone(),
             inputs,
-            ..params.clone()
         };
-        let mut sub = client.subscribe_invoke(&params).await.map_err(host_error)?;
+        let mut sub = client
+            .subscribe_invoke_answering(&streamed)
+            .await
+            .map_err(host_error)?;
         let mut step = 0.0;
         // Questions put to the client, answered while the call goes on (polled on this
         // task: over HTTP they then go on the call's own response stream).
@@ -313,7 +317,7 @@ impl Facade {
             let event = tokio::select! {
                 e = sub.next() => e,
                 Some(()) = futures::StreamExt::next(&mut asking) => continue,
-                _ = ctx.ct.cancelled() => return Err(cancel_call(client, &params).await),
+                _ = ctx.ct.cancelled() => return Err(cancel_call(client, params).await),
             };
             match event {
                 Some(Ok(InvokeEvent::Update(u))) => {

@@ -26,12 +26,33 @@ pub struct InvokeParams {
     /// `"off"`: run this call's program outside the session's sandbox (needs `approved: true`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<super::SandboxOverride>,
-    /// `subscribe_invoke` only: the kinds of `input_request` this frontend answers with
-    /// `invoke.respond`. A request of another kind is refused at once (the asker gets
-    /// `-32601`), so a frontend that knows nothing of input requests never holds a call
-    /// up until its timeout.
+}
+
+/// `subscribe_invoke`: the call, and the input requests its frontend answers.
+#[derive(Debug, Clone, Default, Serialize, JsonSchema)]
+pub struct SubscribeInvokeParams {
+    #[serde(flatten)]
+    pub call: InvokeParams,
+    /// The kinds of `input_request` this frontend answers with `invoke.respond`. A request
+    /// of another kind is refused at once (the asker gets `-32601`), so a frontend that
+    /// knows nothing of input requests never holds a call up until its timeout.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inputs: Vec<InputKind>,
+}
+
+/// By hand: serde's `flatten` would let unknown fields through (it cannot be combined with
+/// `deny_unknown_fields`), and an unknown field is an error like on `invoke`.
+impl<'de> Deserialize<'de> for SubscribeInvokeParams {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut fields = Map::<String, Value>::deserialize(d)?;
+        let inputs = match fields.remove("inputs") {
+            Some(v) => serde_json::from_value(v).map_err(D::Error::custom)?,
+            None => Vec::new(),
+        };
+        let call = InvokeParams::deserialize(Value::Object(fields)).map_err(D::Error::custom)?;
+        Ok(SubscribeInvokeParams { call, inputs })
+    }
 }
 
 impl InvokeParams {

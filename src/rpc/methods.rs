@@ -565,16 +565,16 @@ fn respond(host: &Host, p: RespondParams) -> Result<RespondResult, Error> {
 }
 
 fn subscribe_invoke(api: &mut Api) -> anyhow::Result<()> {
-    api.subscription::<InvokeParams, InvokeEvent, _, _>(
+    api.subscription::<SubscribeInvokeParams, InvokeEvent, _, _>(
         [method::SUBSCRIBE_INVOKE, method::INVOKE_EVENT, method::UNSUBSCRIBE_INVOKE],
         "Runs a call and streams its partial results, then exactly one `result` event. Unsubscribing or closing the connection cancels the call. WebSocket and newline framing only.",
-        |host, p: InvokeParams| async move {
+        |host, p: SubscribeInvokeParams| async move {
             // An unknown session or a call_id in use is a protocol error, answered before the
             // subscription exists (the call's own check stays the authority on a race).
-            if let Some(id) = &p.session_id {
+            if let Some(id) = &p.call.session_id {
                 host.sessions().get(id).await?;
             }
-            if let Some(id) = p.call_id.as_deref().filter(|id| host.calls().is_running(id)) {
+            if let Some(id) = p.call.call_id.as_deref().filter(|id| host.calls().is_running(id)) {
                 return Err(crate::invoke::call_id_in_use(id));
             }
             Ok(subscription::stream(move |sink| stream_invoke(host, p, sink)))
@@ -584,14 +584,22 @@ fn subscribe_invoke(api: &mut Api) -> anyhow::Result<()> {
 
 /// Runs one call, sending its updates and then its one result; dropped (unsubscribed, or
 /// the connection ended), it cancels the call.
-async fn stream_invoke(host: Host, mut p: InvokeParams, sink: Sink) {
+async fn stream_invoke(host: Host, p: SubscribeInvokeParams, sink: Sink) {
+    let SubscribeInvokeParams {
+        call: mut p,
+        inputs,
+    } = p;
     let call_id = p
         .call_id
         .get_or_insert_with(crate::invoke::new_call_id)
         .clone();
     let (tx, mut rx) = mpsc::channel(256);
     let (events_tx, mut events) = mpsc::channel(64);
-    let call = crate::invoke::invoke(&host, p, UpdateSink::new(tx), Some(events_tx));
+    let stream = crate::invoke::Stream {
+        events: events_tx,
+        inputs,
+    };
+    let call = crate::invoke::invoke(&host, p, UpdateSink::new(tx), Some(stream));
     tokio::pin!(call);
     let update = |u: crate::registry::ToolUpdate, call_id: &str| {
         InvokeEvent::Update(InvokeUpdate {
