@@ -183,6 +183,7 @@ async fn updates(client: &Client, n: usize) {
                 lat.push((now - sent) / 1e6);
             }
             InvokeEvent::Result(_) => break,
+            InvokeEvent::InputRequest(_) | InvokeEvent::Log(_) => {}
         }
     }
     println!(

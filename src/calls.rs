@@ -10,6 +10,7 @@ use std::time::Instant;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+use crate::inputs::CallInputs;
 use crate::lock;
 use crate::protocol::{ApprovalMode, Network, SandboxPolicy};
 
@@ -24,9 +25,11 @@ pub struct CallRights {
     pub approval: ApprovalMode,
 }
 
-/// One call in flight: how to cancel it, what `host.status` shows of it, and its rights.
+/// One call in flight: how to cancel it, how `invoke.respond` reaches its questions, what
+/// `host.status` shows of it, and its rights.
 struct Entry {
     token: CancellationToken,
+    inputs: Arc<CallInputs>,
     tool: String,
     session: Option<String>,
     started: Instant,
@@ -48,6 +51,7 @@ impl CallTable {
         self: &Arc<Self>,
         call_id: &str,
         token: CancellationToken,
+        inputs: Arc<CallInputs>,
         tool: &str,
         session: Option<&str>,
         rights: CallRights,
@@ -60,6 +64,7 @@ impl CallTable {
             call_id.to_owned(),
             Entry {
                 token,
+                inputs,
                 tool: tool.to_owned(),
                 session: session.map(str::to_owned),
                 started: Instant::now(),
@@ -86,6 +91,11 @@ impl CallTable {
     /// The rights of the call `call_id`, while it is in flight.
     pub fn rights(&self, call_id: &str) -> Option<CallRights> {
         lock(&self.calls).get(call_id).map(|e| e.rights.clone())
+    }
+
+    /// The questions of call `call_id`, if it is in flight.
+    pub fn inputs(&self, call_id: &str) -> Option<Arc<CallInputs>> {
+        lock(&self.calls).get(call_id).map(|e| e.inputs.clone())
     }
 
     /// Whether a call `call_id` is in flight.
@@ -154,14 +164,32 @@ mod tests {
         }
     }
 
+    fn unanswered() -> Arc<CallInputs> {
+        Arc::new(CallInputs::unanswered("a"))
+    }
+
     #[tokio::test]
     async fn ids_are_unique_while_in_flight_and_idle_wakes_when_empty() {
         let table = Arc::new(CallTable::default());
-        let a = table.register("a", CancellationToken::new(), "bash", None, rights());
+        let a = table.register(
+            "a",
+            CancellationToken::new(),
+            unanswered(),
+            "bash",
+            None,
+            rights(),
+        );
         assert!(a.is_some());
         assert_eq!(table.rights("a"), Some(rights()));
         assert!(table
-            .register("a", CancellationToken::new(), "bash", None, rights())
+            .register(
+                "a",
+                CancellationToken::new(),
+                unanswered(),
+                "bash",
+                None,
+                rights()
+            )
             .is_none());
         let waiter = tokio::spawn({
             let t = table.clone();
@@ -174,7 +202,14 @@ mod tests {
             .unwrap();
         assert_eq!(table.rights("a"), None);
         assert!(table
-            .register("a", CancellationToken::new(), "bash", None, rights())
+            .register(
+                "a",
+                CancellationToken::new(),
+                unanswered(),
+                "bash",
+                None,
+                rights()
+            )
             .is_some());
     }
 }

@@ -15,10 +15,11 @@ use crate::catalog::ToolSource;
 use crate::config::ProfileView;
 use crate::error::{Error, Result};
 use crate::host::Host;
+use crate::inputs::CallInputs;
 use crate::metrics::{self, Source};
 use crate::protocol::{
     ApprovalClass, ApprovalMode, ApprovalVerdict as Verdict, AuditRecord, CallOutcome, Control,
-    ErrorKind, InvokeParams, InvokeResult,
+    ErrorKind, InputKind, InvokeParams, InvokeResult,
 };
 use crate::registry::{CallContext, Entry, ToolError, ToolResult, UpdateSink};
 use crate::sandbox::CallSandbox;
@@ -46,11 +47,13 @@ pub fn call_id_in_use(call_id: &str) -> Error {
 }
 
 /// Runs one call. Tool failures come back as `ok:false` results; only protocol-level
-/// problems (an unknown session) are errors.
+/// problems (an unknown session) are errors. `stream` is the call's `subscribe_invoke`
+/// stream, if it has one.
 pub async fn invoke(
     host: &Host,
     params: InvokeParams,
     updates: UpdateSink,
+    stream: Option<Stream>,
 ) -> Result<InvokeResult> {
     let started = Instant::now();
     let call_id = params.call_id.clone().unwrap_or_else(new_call_id);
@@ -87,11 +90,14 @@ pub async fn invoke(
     // (a closed streaming connection) — the token fires, so tools that outlive this future
     // (an MCP request in flight) learn it was abandoned.
     let _abandon = token.clone().drop_guard();
+    let (events, accepts) = stream.map_or((None, Vec::new()), |s| (Some(s.events), s.inputs));
+    let inputs = std::sync::Arc::new(CallInputs::new(&call_id, accepts, events, token.clone()));
     let _guard = host
         .calls()
         .register(
             &call_id,
             token.clone(),
+            inputs.clone(),
             &params.name,
             params.session_id.as_deref(),
             CallRights {
@@ -121,6 +127,7 @@ pub async fn invoke(
             timeout_ms: Some(timeout_ms),
             cancel: token,
             updates,
+            inputs,
             sandbox,
             processes: host.processes().for_call(&call_id),
         },
@@ -145,6 +152,13 @@ pub async fn invoke(
         duration_ms: u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX),
         revision: host.registry().snapshot().revision(),
     })
+}
+
+/// Where a streamed call's input requests and log messages go, and which kinds of
+/// question its frontend answers.
+pub struct Stream {
+    pub events: tokio::sync::mpsc::Sender<crate::protocol::InvokeEvent>,
+    pub inputs: Vec<InputKind>,
 }
 
 /// What the pipeline learnt about a call, for its metrics and its audit line.
@@ -299,8 +313,29 @@ async fn run_checked(
                 }
                 None => format!("Tool '{}' needs approval in strict mode; repeat the call with \"approved\": true once the user agrees.", params.name),
             };
-            return Err(ToolError::new(ErrorKind::ApprovalRequired, message)
-                .with_field("approval", summary));
+            // A frontend that answers elicitation is asked itself, within the call's timeout.
+            if !ctx.inputs.accepts(InputKind::Elicitation) {
+                return Err(ToolError::new(ErrorKind::ApprovalRequired, message)
+                    .with_field("approval", summary));
+            }
+            let asked = ask_approval(&ctx, &params.name, &summary);
+            match tokio::time::timeout(Duration::from_millis(timeout_ms), asked).await {
+                Ok(Ok(true)) => {}
+                Ok(Ok(false)) => {
+                    return Err(ToolError::new(
+                        ErrorKind::Denied,
+                        format!("The user declined the tool call {summary}; it did not run."),
+                    ))
+                }
+                Ok(Err(why)) => {
+                    return Err(ToolError::new(
+                        ErrorKind::ApprovalRequired,
+                        format!("{message} Asking the user failed: {why}"),
+                    )
+                    .with_field("approval", summary))
+                }
+                Err(_) => return Err(ToolError::timed_out(&params.name, timeout_ms)),
+            }
         }
         Decision::Deny(msg) => return Err(ToolError::new(ErrorKind::Denied, msg)),
     }
@@ -323,6 +358,25 @@ async fn run_checked(
         }
         _ = cancel.cancelled() => Err(ToolError::cancelled(&params.name)),
     }
+}
+
+/// Puts a call that needs approval to the user through the call's frontend (an
+/// `elicitation/create` with an empty form); `Ok(true)` on accept.
+async fn ask_approval(
+    ctx: &CallContext,
+    tool: &str,
+    summary: &str,
+) -> std::result::Result<bool, String> {
+    let params = serde_json::json!({
+        "message": format!("Allow the tool call {summary}? (tool '{tool}', toolhost strict session)"),
+        "requestedSchema": {"type": "object", "properties": {}},
+    });
+    let answer = ctx
+        .inputs
+        .ask(InputKind::Elicitation, params)
+        .await
+        .map_err(|e| e.message)?;
+    Ok(answer.get("action").and_then(Value::as_str) == Some("accept"))
 }
 
 /// `tool_search` called as a tool: the matches go to the model, and to the session's loaded

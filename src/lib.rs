@@ -35,6 +35,7 @@ mod facade;
 mod fds;
 mod host;
 mod import;
+mod inputs;
 mod invoke;
 mod logging;
 mod mcp;

@@ -78,7 +78,7 @@ async fn call_checked(
 async fn every_answer_validates_against_the_openrpc_document() {
     let fixture = env!("CARGO_BIN_EXE_toolhost-fixture-mcp");
     let d = Daemon::start_in(|dir| {
-        json!({"mcp_servers": {"fx": {"command": fixture, "env": {"FIXTURE_PID_FILE": dir.join("pids")}}}})
+        json!({"mcp_servers": {"fx": {"command": fixture, "env": {"FIXTURE_PID_FILE": dir.join("pids"), "FIXTURE_INPUTS": "1"}}}})
     })
     .await;
     let doc = d.call("rpc.discover", json!({})).await["result"].clone();
@@ -296,6 +296,30 @@ async fn every_answer_validates_against_the_openrpc_document() {
         }
     }
     assert!(kinds.contains(&"update".to_owned()), "{kinds:?}");
+    // An input request, answered with invoke.respond.
+    let sub = ws
+        .call(
+            "subscribe_invoke",
+            json!({"name": "mcp_fx_ask_user", "arguments": {"message": "ok?"},
+                   "call_id": "asking", "inputs": ["elicitation"]}),
+        )
+        .await;
+    assert!(sub.get("result").is_some(), "{sub}");
+    let mut kinds = Vec::new();
+    while !kinds.contains(&"result".to_owned()) {
+        let n = ws.recv().await;
+        if n["method"] == "invoke_event" {
+            check_notification(&doc, "subscribe_invoke", &n["params"]);
+            let event = &n["params"]["result"];
+            kinds.push(event["kind"].as_str().unwrap().to_owned());
+            if event["kind"] == "input_request" {
+                let answer = json!({"call_id": "asking", "request_id": event["request_id"],
+                                    "result": {"action": "decline"}});
+                call_checked(&d, &doc, &mut seen, "invoke.respond", answer).await;
+            }
+        }
+    }
+    assert!(kinds.contains(&"input_request".to_owned()), "{kinds:?}");
     // Only now, as it reconnects the server the calls above used.
     call_checked(&d, &doc, &mut seen, "mcp.reload", json!({"server": "fx"})).await;
     // A config change gives one tools_changed.

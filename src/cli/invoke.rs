@@ -9,7 +9,9 @@ use serde_json::{Map, Value};
 use super::render::{emit, print_json, say, say_err, wire};
 use super::{parse_json_object, success_if, Globals};
 use crate::client::ClientError;
-use crate::protocol::{ContentBlock, ErrorKind, InvokeEvent, InvokeParams, InvokeUpdate};
+use crate::protocol::{
+    ContentBlock, ErrorKind, InvokeEvent, InvokeLog, InvokeParams, InvokeUpdate,
+};
 
 #[derive(Args, Debug)]
 pub struct InvokeArgs {
@@ -78,7 +80,11 @@ pub async fn invoke(g: &Globals, a: InvokeArgs) -> Result<ExitCode, ClientError>
         };
         match event {
             Some(Ok(InvokeEvent::Update(u))) if !a.quiet => show_update(g, &u),
-            Some(Ok(InvokeEvent::Update(_))) => {}
+            Some(Ok(InvokeEvent::Log(l))) if !a.quiet => show_log(g, &l),
+            // Questions come only to a subscriber that offered to answer them; this one did not.
+            Some(Ok(
+                InvokeEvent::Update(_) | InvokeEvent::Log(_) | InvokeEvent::InputRequest(_),
+            )) => {}
             Some(Ok(InvokeEvent::Result(r))) => break r,
             Some(Err(e)) => return Err(e),
             None => {
@@ -136,6 +142,21 @@ fn show_update(g: &Globals, u: &InvokeUpdate) {
             say_err!("{}", text.strip_suffix('\n').unwrap_or(text));
         }
     }
+}
+
+/// A log message of the call's MCP server, on stderr like an update.
+fn show_log(g: &Globals, l: &InvokeLog) {
+    if g.out.json {
+        if let Ok(line) = serde_json::to_string(l) {
+            eprintln!("{line}");
+        }
+        return;
+    }
+    let text = match &l.data {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    say_err!("[{}] {text}", l.level);
 }
 
 /// SIGINT and SIGTERM, handled from [`Interrupt::install`] on.

@@ -188,6 +188,11 @@ impl Client {
             .map_or(self.timeout, |w| w.max(self.timeout))
     }
 
+    /// Answers an `input_request` of a call in flight.
+    pub async fn respond(&self, params: &RespondParams) -> Result<RespondResult, ClientError> {
+        self.call(method::INVOKE_RESPOND, params).await
+    }
+
     pub async fn cancel(&self, call_id: &str) -> Result<CancelResult, ClientError> {
         let params = CancelParams {
             call_id: call_id.to_owned(),
@@ -283,6 +288,16 @@ impl Client {
             .await
     }
 
+    /// Starts a call whose frontend answers the input requests of `params.inputs`
+    /// (`input_request` events, answered with [`Client::respond`]).
+    pub async fn subscribe_invoke_answering(
+        &self,
+        params: &SubscribeInvokeParams,
+    ) -> Result<Subscription<InvokeEvent>, ClientError> {
+        self.subscribe(method::SUBSCRIBE_INVOKE, method::UNSUBSCRIBE_INVOKE, params)
+            .await
+    }
+
     /// A `tools_changed` notification whenever the live registry changes.
     pub async fn subscribe_tools_changed(&self) -> Result<Subscription<ToolsChanged>, ClientError> {
         self.subscribe(
@@ -368,13 +383,15 @@ impl<N: Notification> Subscription<N> {
 }
 
 impl Subscription<InvokeEvent> {
-    /// Collects the call's updates and waits for its one result.
+    /// Collects the call's updates and waits for its one result (a call that asks
+    /// nothing: its subscriber listed no `inputs`; log messages are skipped).
     pub async fn finish(mut self) -> Result<(Vec<InvokeUpdate>, InvokeResult), ClientError> {
         let mut updates = Vec::new();
         while let Some(event) = self.next().await {
             match event? {
                 InvokeEvent::Update(u) => updates.push(u),
                 InvokeEvent::Result(r) => return Ok((updates, r)),
+                InvokeEvent::InputRequest(_) | InvokeEvent::Log(_) => {}
             }
         }
         Err(ClientError::Io(

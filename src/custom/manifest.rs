@@ -38,6 +38,10 @@ pub struct Manifest {
     pub deferrable: bool,
     pub strict: bool,
     pub session_events: bool,
+    /// The program may print `input_request` lines; its stdin then stays open after the
+    /// arguments, for the `input_response` lines (a program that reads stdin to its end
+    /// would wait forever otherwise).
+    pub asks: bool,
     /// Names of config `providers` whose credentials this tool receives.
     pub providers: Vec<String>,
     /// What the program asks of the sandbox beyond the call's policy; granted only when
@@ -196,6 +200,7 @@ struct RawManifest {
     deferrable: Option<bool>,
     strict: Option<bool>,
     session_events: Option<bool>,
+    asks: Option<bool>,
     providers: Option<Vec<String>>,
     sandbox: Option<RawSandbox>,
 }
@@ -369,6 +374,7 @@ pub fn parse(bytes: &[u8]) -> Result<Manifest, FieldError> {
         deferrable: raw.deferrable.unwrap_or(false),
         strict,
         session_events: raw.session_events.unwrap_or(false),
+        asks: raw.asks.unwrap_or(false),
         providers,
         sandbox,
     })

@@ -178,6 +178,9 @@ impl CustomTool {
         }
         let program = spec.program.clone();
         let mut lines = LineSink::new(&ctx.updates);
+        if self.manifest.asks {
+            lines = lines.asking(ctx.inputs.clone());
+        }
         let outcome = runner::run(&ctx.processes, spec, &ctx.cancel, &mut lines)
             .await
             .map_err(|e| {
@@ -427,6 +430,16 @@ pub struct LineSink<'a> {
     updates: &'a UpdateSink,
     pub answer: Option<Answer>,
     pub plain: Capture,
+    /// A program that asks (manifest `asks`): where its questions go, and the feed of its
+    /// stdin that carries the answers back.
+    asking: Option<Asking>,
+}
+
+/// The questions of a program that asks, and the way their answers reach its stdin.
+struct Asking {
+    inputs: std::sync::Arc<crate::inputs::CallInputs>,
+    stdin: tokio::sync::mpsc::UnboundedSender<Vec<u8>>,
+    feed: Option<tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>>,
 }
 
 impl<'a> LineSink<'a> {
@@ -435,7 +448,62 @@ impl<'a> LineSink<'a> {
             updates,
             answer: None,
             plain: Capture::new(OUTPUT_CAP),
+            asking: None,
         }
+    }
+
+    /// The program may ask the call's frontend (`input_request` lines).
+    fn asking(mut self, inputs: std::sync::Arc<crate::inputs::CallInputs>) -> Self {
+        let (stdin, feed) = tokio::sync::mpsc::unbounded_channel();
+        self.asking = Some(Asking {
+            inputs,
+            stdin,
+            feed: Some(feed),
+        });
+        self
+    }
+
+    /// An `input_request` line: `{"id", "kind", "params"}`. The question goes to the call's
+    /// frontend from a task of its own (the program keeps running meanwhile, and may ask
+    /// more); the answer, or the error, comes back as one `input_response` line on stdin.
+    /// A question the program may not ask (no `asks` in its manifest) or cannot be read is
+    /// answered with an error at once, when the program can hear it.
+    fn input_request(&mut self, request: Value) {
+        #[derive(serde::Deserialize)]
+        struct Question {
+            id: Value,
+            kind: crate::protocol::InputKind,
+            #[serde(default)]
+            params: Value,
+        }
+        let Some(asking) = &self.asking else {
+            return;
+        };
+        let (id, asked) = match serde_json::from_value::<Question>(request.clone()) {
+            Ok(q) => (q.id, Ok((q.kind, q.params))),
+            Err(e) => (
+                request.get("id").cloned().unwrap_or(Value::Null),
+                Err(format!("input_request: {e}")),
+            ),
+        };
+        let inputs = asking.inputs.clone();
+        let stdin = asking.stdin.clone();
+        tokio::spawn(async move {
+            let answer = match asked {
+                Ok((kind, params)) => inputs.ask(kind, params).await,
+                Err(message) => Err(crate::protocol::InputError::new(
+                    crate::protocol::codes::INVALID_PARAMS,
+                    message,
+                )),
+            };
+            let response = match answer {
+                Ok(result) => serde_json::json!({"input_response": {"id": id, "result": result}}),
+                Err(error) => serde_json::json!({"input_response": {"id": id, "error": error}}),
+            };
+            let mut line = response.to_string().into_bytes();
+            line.push(b'\n');
+            let _ = stdin.send(line);
+        });
     }
 
     fn line(&mut self, line: &[u8]) {
@@ -447,6 +515,12 @@ impl<'a> LineSink<'a> {
                     if let Some(u) = obj.remove("update") {
                         self.update(u);
                         return;
+                    }
+                    if self.asking.is_some() {
+                        if let Some(q) = obj.remove("input_request") {
+                            self.input_request(q);
+                            return;
+                        }
                     }
                     // The first result or error is the answer; later ones are ignored.
                     if let Some(r) = obj.remove("result") {
@@ -507,6 +581,10 @@ impl Sink for LineSink<'_> {
     /// the runner ends a program that keeps running after it.
     fn answered(&self) -> bool {
         self.answer.is_some()
+    }
+
+    fn stdin_feed(&mut self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>> {
+        self.asking.as_mut().and_then(|a| a.feed.take())
     }
 }
 

@@ -11,12 +11,14 @@
 //!
 //! Per MCP connection: one host session (created, or the one `--session` names) with the
 //! client's `clientInfo` in its meta; MCP roots set that session's workspace; the daemon's
-//! `tools_changed` becomes `notifications/tools/list_changed`; a strict session's approval
-//! is asked of the user through elicitation.
+//! `tools_changed` becomes `notifications/tools/list_changed`; a call's input requests (a
+//! server's elicitation, sampling and roots, a strict session's approval) become the same
+//! requests to the client, when it declared them (`inputs.rs`).
 
 mod convert;
 mod events;
 mod http;
+mod inputs;
 mod sessions;
 mod stdio;
 
@@ -25,11 +27,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ClientResult, ContentBlock,
-    ElicitRequest, ElicitRequestParams, ElicitationAction, ElicitationSchema, ErrorCode,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
     Implementation, InitializeRequestParams, InitializeResult, ListToolsResult,
     PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ProtocolVersion,
-    ServerCapabilities, ServerConfig, ServerRequest,
+    ServerCapabilities, ServerConfig,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -41,7 +42,8 @@ use crate::client::{Client, ClientError, Subscription};
 use crate::lock;
 use crate::protocol::{
     ErrorKind, InvokeEvent, InvokeParams, InvokeResult, InvokeUpdate, ListToolsParams,
-    SessionCreateParams, SessionUpdateParams, ToolEntry, ToolFormat, ToolsChanged,
+    SessionCreateParams, SessionUpdateParams, SubscribeInvokeParams, ToolEntry, ToolFormat,
+    ToolsChanged,
 };
 
 pub use http::Endpoint;
@@ -54,9 +56,6 @@ const PAGE_SIZE: usize = 200;
 /// How long a tool call waits for the client's roots to be applied to the session before
 /// it runs anyway (a client that declares roots but never answers `roots/list`).
 const ROOTS_WAIT: Duration = Duration::from_secs(5);
-
-/// How long the user has to answer an approval prompt.
-const ELICIT_TIMEOUT: Duration = Duration::from_secs(600);
 
 fn page_size() -> usize {
     std::env::var("TOOLHOST_MCP_PAGE_SIZE")
@@ -292,7 +291,9 @@ impl Facade {
     }
 
     /// Runs one call: through `subscribe_invoke` when the client asked for progress (updates
-    /// become progress notifications), else a plain `invoke`; either way a cancelled request
+    /// become progress notifications) or can answer input requests (they become the same
+    /// MCP requests to it, answered with `invoke.respond`; log messages become
+    /// `notifications/message`), else a plain `invoke`; either way a cancelled request
     /// cancels the call (killing its process group).
     async fn run(
         &self,
@@ -301,76 +302,59 @@ impl Facade {
         ctx: &RequestContext<RoleServer>,
         progress: Option<&ProgressToken>,
     ) -> Result<InvokeResult, ErrorData> {
-        // No progress wanted: a plain `invoke` skips the subscription machinery.
-        let Some(token) = progress else {
+        let inputs = inputs::answerable(ctx);
+        // Nothing to stream: a plain `invoke` skips the subscription machinery.
+        if progress.is_none() && inputs.is_empty() {
             return tokio::select! {
                 r = client.invoke(params) => r.map_err(host_error),
                 _ = ctx.ct.cancelled() => Err(cancel_call(client, params).await),
             };
+        }
+        let streamed = SubscribeInvokeParams {
+            call: params.clone(),
+            inputs,
         };
-        let mut sub = client.subscribe_invoke(params).await.map_err(host_error)?;
+        let mut sub = client
+            .subscribe_invoke_answering(&streamed)
+            .await
+            .map_err(host_error)?;
         let mut step = 0.0;
+        // Questions put to the client, answered while the call goes on (polled on this
+        // task: over HTTP they then go on the call's own response stream).
+        let mut asking = futures::stream::FuturesUnordered::new();
         loop {
             let event = tokio::select! {
                 e = sub.next() => e,
+                Some(()) = futures::StreamExt::next(&mut asking) => continue,
                 _ = ctx.ct.cancelled() => return Err(cancel_call(client, params).await),
             };
             match event {
                 Some(Ok(InvokeEvent::Update(u))) => {
+                    let Some(token) = progress else { continue };
                     step += 1.0;
                     let note = progress_note(token.clone(), &u, step);
                     let _ = ctx.peer.notify_progress(note).await;
                 }
+                Some(Ok(InvokeEvent::InputRequest(q))) => {
+                    asking.push(inputs::answer(client, &ctx.peer, q));
+                }
+                Some(Ok(InvokeEvent::Log(log))) => inputs::log(&ctx.peer, log).await,
                 Some(Ok(InvokeEvent::Result(r))) => return Ok(r),
                 Some(Err(e)) => return Err(host_error(e)),
                 None => return Err(internal("the host ended the call without a result")),
             }
         }
     }
-
-    /// Puts a call that needs approval to the user; `Ok(true)` on accept.
-    async fn ask_user(
-        &self,
-        ctx: &RequestContext<RoleServer>,
-        tool: &str,
-        summary: &str,
-    ) -> Result<bool, ErrorData> {
-        let schema: ElicitationSchema =
-            serde_json::from_value(serde_json::json!({"type": "object", "properties": {}}))
-                .map_err(|e| internal(e.to_string()))?;
-        let request = ElicitRequest::new(ElicitRequestParams::FormElicitationParams {
-            meta: None,
-            message: format!(
-                "Allow the tool call {summary}? (tool '{tool}', toolhost strict session)"
-            ),
-            requested_schema: schema,
-        });
-        let options = rmcp::service::PeerRequestOptions::with_timeout(ELICIT_TIMEOUT);
-        let handle = ctx
-            .peer
-            .send_request_with_option(ServerRequest::ElicitRequest(request), options)
-            .await
-            .map_err(|e| internal(format!("cannot ask the user: {e}")))?;
-        let answer = tokio::select! {
-            a = handle.await_response() => a,
-            _ = ctx.ct.cancelled() => return Ok(false),
-        };
-        match answer {
-            Ok(ClientResult::ElicitResult(r)) => Ok(r.action == ElicitationAction::Accept),
-            Ok(_) => Err(internal(
-                "the client answered the approval prompt with something else",
-            )),
-            Err(e) => Err(internal(format!("the approval prompt failed: {e}"))),
-        }
-    }
 }
 
 impl ServerHandler for Facade {
+    #[allow(deprecated)] // logging: deprecated by SEP-2577, still what servers send
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tool_list_changed()
+                .enable_logging()
                 .build(),
         )
         .with_server_info(Implementation::new("toolhost", env!("CARGO_PKG_VERSION")))
@@ -438,6 +422,17 @@ impl ServerHandler for Facade {
         }
     }
 
+    /// Log messages are those of the MCP servers behind the host, passed on as they come;
+    /// the level is theirs to choose.
+    #[allow(deprecated)] // logging: deprecated by SEP-2577, still sent by servers
+    async fn set_level(
+        &self,
+        _: rmcp::model::SetLevelRequestParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        Ok(())
+    }
+
     async fn on_roots_list_changed(&self, context: NotificationContext<RoleServer>) {
         self.state.roots_applied.send_replace(false);
         self.refresh_roots(context.peer);
@@ -484,14 +479,14 @@ impl ServerHandler for Facade {
         let client = self.client().await?.clone();
         self.roots_ready().await;
         let progress = context.meta.get_progress_token();
-        let mut params = InvokeParams {
+        let params = InvokeParams {
             name: request.name.to_string(),
             arguments: request.arguments.clone(),
             session_id: self.session_id(),
             call_id: Some(crate::invoke::new_call_id()),
             ..Default::default()
         };
-        let mut r = self
+        let r = self
             .run(&client, &params, &context, progress.as_ref())
             .await?;
         if r.result.error_kind == Some(ErrorKind::UnknownTool) {
@@ -513,10 +508,16 @@ impl ServerHandler for Facade {
                     other => other.to_string(),
                 })
                 .unwrap_or_else(|| request.name.to_string());
+            // A client that answers elicitation was asked by the host already (an input
+            // request of the call); it is left here only when asking failed.
             let can_ask = context
                 .client_capabilities()
                 .is_some_and(|c| c.elicitation.is_some());
-            if !can_ask {
+            if can_ask {
+                let text = r.result.error.unwrap_or(summary);
+                return Ok(CallToolResult::error(vec![ContentBlock::text(text)]).into());
+            }
+            {
                 let session = self.session_id().unwrap_or_default();
                 let text = format!(
                     "Tool '{}' needs the user's approval in this strict session: {summary}. \
@@ -528,15 +529,6 @@ impl ServerHandler for Facade {
                 );
                 return Ok(CallToolResult::error(vec![ContentBlock::text(text)]).into());
             }
-            if !self.ask_user(&context, &request.name, &summary).await? {
-                let text = format!("The user declined the tool call {summary}; it did not run.");
-                return Ok(CallToolResult::error(vec![ContentBlock::text(text)]).into());
-            }
-            params.approved = true;
-            params.call_id = Some(crate::invoke::new_call_id());
-            r = self
-                .run(&client, &params, &context, progress.as_ref())
-                .await?;
         }
         Ok(convert::call_result(&r.result).into())
     }

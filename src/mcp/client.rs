@@ -1,16 +1,34 @@
 //! Our rmcp client handler: routes progress to the waiting call, reports
-//! `tools/list_changed` to the server's supervisor, and answers `roots/list` with the
-//! directory the server works in.
+//! `tools/list_changed` to the server's supervisor, and hands the server's own requests
+//! (`elicitation/create`, `sampling/createMessage`, `roots/list`) and log messages to the
+//! frontend of the call that caused them (`origin.rs` says which). `roots/list` outside any
+//! call, or from a call whose frontend does not answer it, gets the directory the server
+//! works in.
+// Roots, sampling and logging are deprecated by SEP-2577, but servers still use them.
+#![allow(deprecated)]
+
+use std::sync::Arc;
 
 use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam, ProtocolVersion,
+    ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult,
+    ElicitRequestParams, ElicitResult, ElicitationCapability, FormElicitationCapability,
+    Implementation, ListRootsResult, LoggingMessageNotificationParam, ProgressNotificationParam,
+    ProtocolVersion, Root, SamplingCapability,
 };
-#[allow(deprecated)] // roots: deprecated by SEP-2577, still asked for by servers
-use rmcp::model::{ListRootsResult, Root};
-use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::service::{InboundStreamOrigin, NotificationContext, RequestContext};
 use rmcp::{ClientHandler, ErrorData, RoleClient};
+use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
+
+use super::origin::{Origins, Owner};
+use crate::protocol::{codes, InputKind};
+
+/// A notification of the server that belongs to one call in flight.
+pub enum Note {
+    Progress(ProgressNotificationParam),
+    Log(LoggingMessageNotificationParam),
+}
 
 /// What a connection tells its supervisor.
 #[derive(Debug)]
@@ -24,6 +42,8 @@ pub struct Client {
     notices: mpsc::UnboundedSender<Notice>,
     /// The one root offered (a `file://` URI).
     root: String,
+    /// The calls in flight to this server, whose frontends its requests go to.
+    origins: Arc<Origins>,
 }
 
 impl Client {
@@ -31,13 +51,71 @@ impl Client {
         progress: ProgressDispatcher,
         notices: mpsc::UnboundedSender<Notice>,
         root: String,
+        origins: Arc<Origins>,
     ) -> Self {
         Client {
             progress,
             notices,
             root,
+            origins,
         }
     }
+
+    /// Puts the server's request to the frontend of the call it belongs to. `None`: it
+    /// belongs to no call whose frontend answers `kind` (the caller decides what then).
+    async fn ask<T: DeserializeOwned>(
+        &self,
+        kind: InputKind,
+        params: serde_json::Value,
+        ctx: &RequestContext<RoleClient>,
+    ) -> Option<Result<T, ErrorData>> {
+        let inputs = match self
+            .origins
+            .owner(ctx.extensions.get::<InboundStreamOrigin>())
+        {
+            Owner::Call(inputs) if inputs.accepts(kind) => inputs,
+            Owner::Call(_) | Owner::Nobody => return None,
+            Owner::Ambiguous(n) => {
+                tracing::debug!(
+                    method = kind.method(),
+                    calls = n,
+                    "an MCP server's request could belong to any of its calls in flight"
+                );
+                return None;
+            }
+        };
+        Some(match inputs.ask(kind, params).await {
+            Ok(answer) => serde_json::from_value(answer).map_err(|e| {
+                ErrorData::internal_error(format!("the frontend's answer: {e}"), None)
+            }),
+            Err(e) => Err(ErrorData::new(
+                rmcp::model::ErrorCode(i32::try_from(e.code).unwrap_or(codes::INTERNAL_ERROR)),
+                e.message,
+                e.data,
+            )),
+        })
+    }
+}
+
+/// Passes a server's log message on to the frontend of the call it belongs to.
+pub(super) fn log_to(inputs: &crate::inputs::CallInputs, m: LoggingMessageNotificationParam) {
+    let level = serde_json::to_value(m.level)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "info".to_owned());
+    inputs.log(&level, m.logger, m.data);
+}
+
+/// The answer to an `elicitation/create` or `sampling/createMessage` no frontend can take.
+fn no_frontend(kind: InputKind) -> ErrorData {
+    ErrorData::new(
+        rmcp::model::ErrorCode(codes::METHOD_NOT_FOUND),
+        format!(
+            "{}: no frontend of a call in flight to this server answers it",
+            kind.method()
+        ),
+        None,
+    )
 }
 
 /// `path` as a `file://` URI (RFC 8089), any bytes a URI cannot hold percent-encoded, so
@@ -53,6 +131,12 @@ impl ClientHandler for Client {
         // Roots without `listChanged`: the root of a connection never changes.
         let mut caps = ClientCapabilities::default();
         caps.roots = Some(Default::default());
+        // Offered on behalf of the frontends: a call whose frontend cannot answer gets
+        // `-32601` for its request.
+        let mut elicitation = ElicitationCapability::new();
+        elicitation.form = Some(FormElicitationCapability::new());
+        caps.elicitation = Some(elicitation);
+        caps.sampling = Some(SamplingCapability::default());
         // We speak the `initialize` lifecycle, so offer its newest version (rmcp's `LATEST`
         // is a revision without `initialize`); the launcher checks what the server picks.
         ClientConfig::new(
@@ -62,13 +146,55 @@ impl ClientHandler for Client {
         .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
     }
 
-    // Roots are deprecated by SEP-2577, but servers (server-filesystem) still ask for them.
-    #[allow(deprecated)]
     async fn list_roots(
         &self,
-        _: RequestContext<RoleClient>,
+        ctx: RequestContext<RoleClient>,
     ) -> Result<ListRootsResult, ErrorData> {
-        Ok(ListRootsResult::new(vec![Root::new(self.root.clone())]))
+        let params = serde_json::Value::Object(Default::default());
+        match self.ask(InputKind::Roots, params, &ctx).await {
+            Some(answer) => answer,
+            None => Ok(ListRootsResult::new(vec![Root::new(self.root.clone())])),
+        }
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        ctx: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let params = serde_json::to_value(request)
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        self.ask(InputKind::Elicitation, params, &ctx)
+            .await
+            .unwrap_or_else(|| Err(no_frontend(InputKind::Elicitation)))
+    }
+
+    async fn create_message(
+        &self,
+        request: CreateMessageRequestParams,
+        ctx: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        let params = serde_json::to_value(request)
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        self.ask(InputKind::Sampling, params, &ctx)
+            .await
+            .unwrap_or_else(|| Err(no_frontend(InputKind::Sampling)))
+    }
+
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        ctx: NotificationContext<RoleClient>,
+    ) {
+        match self
+            .origins
+            .owner(ctx.extensions.get::<InboundStreamOrigin>())
+        {
+            Owner::Call(inputs) => log_to(&inputs, params),
+            Owner::Nobody | Owner::Ambiguous(_) => {
+                tracing::info!(level = ?params.level, logger = ?params.logger, data = %params.data, "MCP server log message");
+            }
+        }
     }
 
     async fn on_progress(

@@ -11,6 +11,7 @@ mod client;
 mod launcher;
 mod listing;
 pub mod naming;
+mod origin;
 mod server;
 mod sse;
 mod stdio;

@@ -153,6 +153,8 @@ pub struct Server {
     config: ArcSwap<McpServer>,
     state: watch::Sender<ServerState>,
     progress: ProgressDispatcher,
+    /// The calls in flight, to which the server's own requests and log messages go.
+    origins: Arc<super::origin::Origins>,
     /// Bounds calls in flight (`max_concurrency`); waiters are the queue. Closed when the
     /// server is retired.
     permits: Arc<Semaphore>,
@@ -203,6 +205,7 @@ impl Server {
                 ServerState::Disabled
             }),
             progress: ProgressDispatcher::new(),
+            origins: Arc::default(),
             in_flight: AtomicUsize::new(0),
             queued: AtomicUsize::new(0),
             restarts: AtomicU32::new(0),
@@ -230,6 +233,9 @@ impl Server {
     }
     pub fn progress(&self) -> &ProgressDispatcher {
         &self.progress
+    }
+    pub(super) fn origins(&self) -> &Arc<super::origin::Origins> {
+        &self.origins
     }
     pub fn state(&self) -> State {
         self.state.borrow().wire()
@@ -547,7 +553,12 @@ async fn run(server: &Arc<Server>) {
             Some(cwd) => super::client::file_uri(cwd),
             None => server.root.clone(),
         };
-        let client = Client::new(server.progress.clone(), notice_tx, root);
+        let client = Client::new(
+            server.progress.clone(),
+            notice_tx,
+            root,
+            server.origins.clone(),
+        );
         let attempt = tokio::select! {
             r = connect_and_list(server, client) => r,
             _ = server.reconnect.notified() => continue,

@@ -14,6 +14,10 @@
 //! progress go out together in the next one. A writer dropped mid-write (a call given up)
 //! leaves the rest of its bytes for the next writer, so a line is never cut.
 //!
+//! The reader also queues for a direct call its progress (by token) and, while it is the only
+//! call, the server's log messages, in read order: all sent before the answer are queued before
+//! it. Through rmcp each ran in a task of its own, and the last progress often lost the race.
+//!
 //! An incoming message over [`MAX_MESSAGE`] is not kept: the reader skips the rest of its
 //! line and reads in its place a JSON-RPC error for the same id, so the call it answered
 //! fails at once, saying why, instead of waiting out its timeout.
@@ -22,15 +26,20 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use rmcp::model::{ErrorData, NumberOrString, RequestId, ServerJsonRpcMessage};
+#[allow(deprecated)] // logging: deprecated by SEP-2577, still sent by servers
+use rmcp::model::{
+    ErrorData, LoggingMessageNotificationParam, NumberOrString, ProgressNotificationParam,
+    RequestId, ServerJsonRpcMessage,
+};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use rmcp::RoleClient;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
+use super::client::Note;
 use crate::lock;
 
 /// The most one incoming message may hold (rmcp's own limit for a line).
@@ -143,13 +152,20 @@ impl<R: AsyncRead + Unpin> StdioTransport<R> {
         }
     }
 
-    /// One message for rmcp, or `None` when the line was the answer to a direct call (handed
-    /// over here) or is not JSON-RPC (logged and skipped, as rmcp does).
+    /// One message for rmcp, or `None` when the line was the answer to a direct call or
+    /// one of its notifications (handed over here) or is not JSON-RPC (logged and skipped,
+    /// as rmcp does).
     fn parse(&self, line: &[u8]) -> Option<ServerJsonRpcMessage> {
-        /// An answer; whose, and whether it is one at all, is decided after.
+        /// An answer or a notification; whose, and whether it is one at all, is decided
+        /// after.
         #[derive(Deserialize)]
-        struct Answer {
-            id: RequestId,
+        struct Incoming<'a> {
+            #[serde(default)]
+            id: Option<RequestId>,
+            #[serde(default, borrow)]
+            method: Option<std::borrow::Cow<'a, str>>,
+            #[serde(default)]
+            params: Option<Value>,
             /// `null` is kept (a bad answer the call must hear of), only absence is `None`.
             #[serde(default, deserialize_with = "present")]
             result: Option<Value>,
@@ -160,17 +176,19 @@ impl<R: AsyncRead + Unpin> StdioTransport<R> {
             Value::deserialize(d).map(Some)
         }
         if self.direct.waiting() {
-            if let Ok(answer) = serde_json::from_slice::<Answer>(line) {
-                let outcome = match (answer.result, answer.error) {
-                    (Some(result), _) => Some(Ok(result)),
-                    (None, Some(error)) => Some(Err(error)),
-                    // A request from the server (it has an id too): rmcp's.
-                    (None, None) => None,
+            if let Ok(incoming) = serde_json::from_slice::<Incoming>(line) {
+                let taken = match (incoming.id, incoming.method, incoming.params) {
+                    (None, Some(method), Some(params)) => self.direct.notify(&method, params),
+                    (Some(id), None, _) => match (incoming.result, incoming.error) {
+                        (Some(result), _) => self.direct.answer(&id, Ok(result)),
+                        (None, Some(error)) => self.direct.answer(&id, Err(error)),
+                        (None, None) => false,
+                    },
+                    // A request from the server (it has an id and a method): rmcp's.
+                    _ => false,
                 };
-                if let Some(outcome) = outcome {
-                    if self.direct.answer(&answer.id, outcome) {
-                        return None;
-                    }
+                if taken {
+                    return None;
                 }
             }
         }
@@ -396,13 +414,20 @@ impl Outbox {
 pub struct DirectCalls {
     out: Arc<Outbox>,
     /// Calls waiting for their answer by number; `None` once the server is gone.
-    pending: Mutex<Option<HashMap<u64, oneshot::Sender<DirectAnswer>>>>,
+    pending: Mutex<Option<HashMap<u64, Waiter>>>,
     next: AtomicU64,
 }
 
-/// A direct call sent: its id (also its progress token) and where its answer comes.
+/// Where a direct call's answer and notifications go.
+struct Waiter {
+    answer: oneshot::Sender<DirectAnswer>,
+    notes: mpsc::UnboundedSender<Note>,
+}
+
+/// A direct call sent: its id (also its progress token), its notifications, its answer.
 pub struct DirectCall {
     pub id: Arc<str>,
+    pub notes: mpsc::UnboundedReceiver<Note>,
     pub answer: oneshot::Receiver<DirectAnswer>,
 }
 
@@ -434,9 +459,14 @@ impl DirectCalls {
         }
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let id: Arc<str> = format!("{ID_PREFIX}{n}").into();
-        let (tx, answer) = oneshot::channel();
+        let (answers, answer) = oneshot::channel();
+        let (notes_tx, notes) = mpsc::unbounded_channel();
+        let waiter = Waiter {
+            answer: answers,
+            notes: notes_tx,
+        };
         match lock(&self.pending).as_mut() {
-            Some(pending) => pending.insert(n, tx),
+            Some(pending) => pending.insert(n, waiter),
             None => return Err(closed()),
         };
         let request = Request {
@@ -471,7 +501,7 @@ impl DirectCalls {
             self.forget(n);
             return Err(e);
         }
-        Ok(DirectCall { id, answer })
+        Ok(DirectCall { id, notes, answer })
     }
 
     /// Queues `notifications/cancelled` for call `id`.
@@ -513,12 +543,42 @@ impl DirectCalls {
         let Some(n) = number(id) else { return false };
         let waiter = lock(&self.pending).as_mut().and_then(|p| p.remove(&n));
         match waiter {
-            Some(tx) => {
-                let _ = tx.send(outcome);
+            Some(w) => {
+                let _ = w.answer.send(outcome);
                 true
             }
             None => false,
         }
+    }
+
+    /// Queues a notification for the direct call it belongs to (progress by token, a log to
+    /// the only call: `origin.rs`'s rule); false when it is none's (then it is rmcp's).
+    fn notify(&self, method: &str, params: Value) -> bool {
+        let pending = lock(&self.pending);
+        let Some(pending) = pending.as_ref() else {
+            return false;
+        };
+        #[allow(deprecated)] // logging: deprecated by SEP-2577, still sent by servers
+        let routed = match method {
+            "notifications/progress" => serde_json::from_value::<ProgressNotificationParam>(params)
+                .ok()
+                .and_then(|p| {
+                    match &p.progress_token.0 {
+                        NumberOrString::String(token) => {
+                            number(token).and_then(|n| pending.get(&n))
+                        }
+                        NumberOrString::Number(_) => None,
+                    }
+                    .map(|w| (w, Note::Progress(p)))
+                }),
+            "notifications/message" if pending.len() == 1 => pending.values().next().zip(
+                serde_json::from_value::<LoggingMessageNotificationParam>(params)
+                    .ok()
+                    .map(Note::Log),
+            ),
+            _ => None,
+        };
+        routed.is_some_and(|(waiter, note)| waiter.notes.send(note).is_ok())
     }
 
     /// The server is gone: every waiting call fails, and new ones are refused.

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam,
-    ClientRequest, NumberOrString, ProgressToken, RequestId, ServerResult,
+    ClientRequest, RequestId, ServerResult,
 };
 use rmcp::service::{Peer, PeerRequestOptions, ServiceError};
 use rmcp::RoleClient;
@@ -17,6 +18,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 
+use super::client::Note;
+use super::origin::InFlight;
 use super::server::{Link, Server};
 use super::stdio::DirectCalls;
 use crate::catalog::ToolSpec;
@@ -115,11 +118,11 @@ impl Drop for Unanswered {
     }
 }
 
-/// A call on its way: what was sent, the token its progress comes under, and its answer
-/// (the result as JSON).
+/// A call on its way: what was sent, its notifications (progress, log messages), and its
+/// answer (the result as JSON).
 struct Outgoing {
     sent: Sent,
-    progress: ProgressToken,
+    notes: BoxStream<'static, Note>,
     answer: BoxFuture<'static, Result<Value, ServiceError>>,
 }
 
@@ -129,6 +132,7 @@ async fn send_call(
     link: Link,
     remote_name: String,
     args: Map<String, Value>,
+    in_flight: &InFlight,
 ) -> Result<Outgoing, ToolError> {
     if let Some(calls) = link.direct {
         let call = calls.call(&remote_name, &args).await.map_err(|e| {
@@ -141,7 +145,8 @@ async fn send_call(
                 )
             }
         })?;
-        let progress = ProgressToken(NumberOrString::String(call.id.clone()));
+        let mut queued = call.notes;
+        let notes = futures::stream::poll_fn(move |cx| queued.poll_recv(cx));
         let answer = async move {
             match call.answer.await {
                 Ok(Ok(result)) => Ok(result),
@@ -151,7 +156,7 @@ async fn send_call(
         };
         return Ok(Outgoing {
             sent: Sent::Direct { calls, id: call.id },
-            progress,
+            notes: notes.boxed(),
             answer: answer.boxed(),
         });
     }
@@ -162,11 +167,18 @@ async fn send_call(
         .send_request_with_option(request, PeerRequestOptions::no_options())
         .await
         .map_err(|e| server.call_error(e))?;
+    in_flight.sent(handle.id.clone());
     let sent = Sent::Peer {
         peer: link.peer,
         id: handle.id.clone(),
     };
-    let progress = handle.progress_token.clone();
+    // Through rmcp each notification is handled in a task of its own, so progress sent
+    // right before the answer can still come after it (stdio calls take the direct way).
+    let notes = server
+        .progress()
+        .subscribe(handle.progress_token.clone())
+        .await
+        .map(Note::Progress);
     let answer = async move {
         match handle.await_response().await? {
             ServerResult::CallToolResult(r) => {
@@ -178,7 +190,7 @@ async fn send_call(
     };
     Ok(Outgoing {
         sent,
-        progress,
+        notes: notes.boxed(),
         answer: answer.boxed(),
     })
 }
@@ -198,14 +210,17 @@ async fn call_upstream(tool: &McpTool, args: Map<String, Value>, ctx: CallContex
         let slot = server.acquire_slot().await?;
         // The connection now (the wait for a slot may have outlived the one seen above).
         let link = server.link_for_call()?;
-        let outgoing = send_call(server, link, tool.remote_name.clone(), args).await?;
-        Ok::<_, ToolError>((slot, outgoing))
+        // Entered before the request is written: the server may ask at once.
+        let in_flight = server.origins().enter(ctx.inputs.clone());
+        let outgoing = send_call(server, link, tool.remote_name.clone(), args, &in_flight).await?;
+        Ok::<_, ToolError>((slot, in_flight, outgoing))
     };
     let (
         _slot,
+        _in_flight,
         Outgoing {
             sent,
-            progress,
+            notes,
             answer: response,
         },
     ) = tokio::select! {
@@ -221,23 +236,23 @@ async fn call_upstream(tool: &McpTool, args: Map<String, Value>, ctx: CallContex
     let idle = Duration::from_millis(server.config().timeout_ms);
     let wake_at = |now: Instant| deadline.map_or(now + idle, |d| d.min(now + idle));
     let mut unanswered = Unanswered { sent: Some(sent) };
-    let mut progress = server.progress().subscribe(progress).await;
+    let mut notes = notes;
     let timer = tokio::time::sleep_until(wake_at(Instant::now()));
     tokio::pin!(response, timer);
     let outcome = loop {
         tokio::select! {
-            r = &mut response => break r,
-            Some(p) = progress.next() => {
-                timer.as_mut().reset(wake_at(Instant::now()));
-                let text = p.message.clone().unwrap_or_else(|| match p.total {
-                    Some(t) => format!("progress {}/{}", p.progress, t),
-                    None => format!("progress {}", p.progress),
-                });
-                ctx.updates.send(ToolUpdate {
-                    content: vec![ContentBlock::text(text)],
-                    details: None,
-                    progress: Some(Progress { progress: p.progress, total: p.total, message: p.message.clone() }),
-                });
+            r = &mut response => {
+                // What came before the answer goes out before the result.
+                while let Some(Some(note)) = notes.next().now_or_never() {
+                    pass_on(note, &ctx);
+                }
+                break r;
+            }
+            Some(note) = notes.next() => {
+                if matches!(note, Note::Progress(_)) {
+                    timer.as_mut().reset(wake_at(Instant::now()));
+                }
+                pass_on(note, &ctx);
             }
             _ = &mut timer => {
                 unanswered.cancel("timeout");
@@ -264,6 +279,29 @@ async fn call_upstream(tool: &McpTool, args: Map<String, Value>, ctx: CallContex
             server.name()
         ))),
         Err(e) => Err(server.call_error(e)),
+    }
+}
+
+/// A notification of the call's server, passed on to the call's frontend: progress as an
+/// update, a log message as a `log` event.
+fn pass_on(note: Note, ctx: &CallContext) {
+    match note {
+        Note::Progress(p) => {
+            let text = p.message.clone().unwrap_or_else(|| match p.total {
+                Some(t) => format!("progress {}/{}", p.progress, t),
+                None => format!("progress {}", p.progress),
+            });
+            ctx.updates.send(ToolUpdate {
+                content: vec![ContentBlock::text(text)],
+                details: None,
+                progress: Some(Progress {
+                    progress: p.progress,
+                    total: p.total,
+                    message: p.message,
+                }),
+            });
+        }
+        Note::Log(m) => super::client::log_to(&ctx.inputs, m),
     }
 }
 

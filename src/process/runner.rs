@@ -81,6 +81,12 @@ pub trait Sink: Send {
         None
     }
     fn flush(&mut self) {}
+    /// More input for the program, written to its stdin after [`Spec::stdin`] as it comes;
+    /// stdin is closed once the feed ends. Taken once, when the program starts; `None`
+    /// (the default) closes stdin after [`Spec::stdin`].
+    fn stdin_feed(&mut self) -> Option<tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>> {
+        None
+    }
 }
 
 /// A sink that only keeps the capped copies in the [`Outcome`].
@@ -249,9 +255,16 @@ pub async fn run(
     // of its input cannot deadlock us. A program that never reads it just gets EPIPE.
     let stdin_pipe = child.stdin.take();
     let input = spec.stdin.unwrap_or_default();
+    let mut feed = sink.stdin_feed();
     let mut write_stdin = std::pin::pin!(async move {
         if let Some(mut pipe) = stdin_pipe {
-            let _ = pipe.write_all(&input).await;
+            let mut written = pipe.write_all(&input).await;
+            while let (Ok(()), Some(more)) = (&written, feed.as_mut()) {
+                match more.recv().await {
+                    Some(bytes) => written = pipe.write_all(&bytes).await,
+                    None => break,
+                }
+            }
             let _ = pipe.shutdown().await;
         }
     });

@@ -28,6 +28,33 @@ pub struct InvokeParams {
     pub sandbox: Option<super::SandboxOverride>,
 }
 
+/// `subscribe_invoke`: the call, and the input requests its frontend answers.
+#[derive(Debug, Clone, Default, Serialize, JsonSchema)]
+pub struct SubscribeInvokeParams {
+    #[serde(flatten)]
+    pub call: InvokeParams,
+    /// The kinds of `input_request` this frontend answers with `invoke.respond`. A request
+    /// of another kind is refused at once (the asker gets `-32601`), so a frontend that
+    /// knows nothing of input requests never holds a call up until its timeout.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<InputKind>,
+}
+
+/// By hand: serde's `flatten` would let unknown fields through (it cannot be combined with
+/// `deny_unknown_fields`), and an unknown field is an error like on `invoke`.
+impl<'de> Deserialize<'de> for SubscribeInvokeParams {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut fields = Map::<String, Value>::deserialize(d)?;
+        let inputs = match fields.remove("inputs") {
+            Some(v) => serde_json::from_value(v).map_err(D::Error::custom)?,
+            None => Vec::new(),
+        };
+        let call = InvokeParams::deserialize(Value::Object(fields)).map_err(D::Error::custom)?;
+        Ok(SubscribeInvokeParams { call, inputs })
+    }
+}
+
 impl InvokeParams {
     /// A call of `name` with `arguments` and nothing else set.
     pub fn new(name: impl Into<String>, arguments: Map<String, Value>) -> Self {
@@ -145,7 +172,96 @@ pub struct InvokeUpdate {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum InvokeEvent {
     Update(InvokeUpdate),
+    /// The tool asks the frontend something (answered with `invoke.respond`).
+    InputRequest(InputRequest),
+    /// A log message the tool's MCP server sent during the call.
+    Log(InvokeLog),
     Result(InvokeResult),
+}
+
+/// What a tool may ask of the frontend of its call: the MCP client requests, by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum InputKind {
+    /// `elicitation/create`: ask the user; `params` and the answer are MCP's.
+    Elicitation,
+    /// `sampling/createMessage`: ask the frontend's model; `params` and the answer are MCP's.
+    Sampling,
+    /// `roots/list`: the frontend's roots; `params` and the answer are MCP's.
+    Roots,
+}
+
+impl InputKind {
+    /// The MCP method this kind is.
+    pub fn method(self) -> &'static str {
+        match self {
+            InputKind::Elicitation => "elicitation/create",
+            InputKind::Sampling => "sampling/createMessage",
+            InputKind::Roots => "roots/list",
+        }
+    }
+}
+
+/// An `invoke_event` of kind `input_request`: answer it with `invoke.respond`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct InputRequest {
+    pub call_id: String,
+    /// Unique within the call.
+    pub request_id: String,
+    /// What is asked (the event's `kind` is `input_request`).
+    pub input: InputKind,
+    /// The MCP request's params, as the tool sent them.
+    #[serde(default)]
+    pub params: Value,
+}
+
+/// An `invoke_event` of kind `log`: an MCP `notifications/message` of the call's server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct InvokeLog {
+    pub call_id: String,
+    /// MCP's syslog level name (`debug` … `emergency`).
+    pub level: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logger: Option<String>,
+    pub data: Value,
+}
+
+/// `invoke.respond`: the frontend's answer to one `input_request`, exactly one of
+/// `result` (the MCP result of the request's kind) and `error`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RespondParams {
+    pub call_id: String,
+    pub request_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<InputError>,
+}
+
+/// A refused or failed input request, as a JSON-RPC error object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct InputError {
+    pub code: i64,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+impl InputError {
+    pub fn new(code: i32, message: impl Into<String>) -> Self {
+        InputError {
+            code: i64::from(code),
+            message: message.into(),
+            data: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RespondResult {
+    /// Always true: a respond that is not taken is an error.
+    pub accepted: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

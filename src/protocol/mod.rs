@@ -54,6 +54,7 @@ pub mod method {
     pub const LIST_TOOLS: &str = "list_tools";
     pub const INVOKE: &str = "invoke";
     pub const CANCEL: &str = "cancel";
+    pub const INVOKE_RESPOND: &str = "invoke.respond";
     pub const SUBSCRIBE_INVOKE: &str = "subscribe_invoke";
     pub const UNSUBSCRIBE_INVOKE: &str = "unsubscribe_invoke";
     pub const INVOKE_EVENT: &str = "invoke_event";

@@ -55,6 +55,8 @@ pub struct CallContext {
     /// Fired on cancel, timeout and shutdown; tools that do not poll it are simply dropped.
     pub cancel: CancellationToken,
     pub updates: UpdateSink,
+    /// What the tool may ask the call's frontend (elicitation, sampling, roots).
+    pub inputs: std::sync::Arc<crate::inputs::CallInputs>,
     /// The sandbox the call's programs run in (tools that start programs apply it).
     pub sandbox: crate::sandbox::CallSandbox,
     /// The daemon's processes: every program a tool starts is one of them.
@@ -73,6 +75,7 @@ impl CallContext {
             timeout_ms: None,
             cancel: CancellationToken::new(),
             updates: UpdateSink::default(),
+            inputs: std::sync::Arc::new(crate::inputs::CallInputs::unanswered("call_test")),
             sandbox: Default::default(),
             processes: Default::default(),
         }

@@ -228,8 +228,13 @@ pub(crate) fn methods() -> anyhow::Result<Methods> {
         method::INVOKE,
         "Runs one tool call and returns its envelope; tool failures are ok:false results.",
         |host, p: InvokeParams| async move {
-            crate::invoke::invoke(&host, p, UpdateSink::default()).await
+            crate::invoke::invoke(&host, p, UpdateSink::default(), None).await
         },
+    )?;
+    api.method(
+        method::INVOKE_RESPOND,
+        "Answers an `input_request` event of a call in flight (from any connection): `result`, the MCP result of the request's kind, or `error`.",
+        |host, p: RespondParams| async move { respond(&host, p) },
     )?;
     api.method(
         method::CANCEL,
@@ -584,17 +589,36 @@ fn session_event(host: &Host, event: SessionEvent, id: &str, workspace: &str) {
     );
 }
 
+/// `invoke.respond`: hands an answer to the question of a call in flight.
+fn respond(host: &Host, p: RespondParams) -> Result<RespondResult, Error> {
+    let answer = match (p.result, p.error) {
+        (Some(result), None) => Ok(result),
+        (None, Some(error)) => Err(error),
+        _ => {
+            return Err(Error::InvalidParams(
+                "give exactly one of result and error".into(),
+            ))
+        }
+    };
+    let inputs = host
+        .calls()
+        .inputs(&p.call_id)
+        .ok_or_else(|| Error::InvalidParams(format!("no call {:?} in flight", p.call_id)))?;
+    inputs.respond(&p.request_id, answer)?;
+    Ok(RespondResult { accepted: true })
+}
+
 fn subscribe_invoke(api: &mut Api) -> anyhow::Result<()> {
-    api.subscription::<InvokeParams, InvokeEvent, _, _>(
+    api.subscription::<SubscribeInvokeParams, InvokeEvent, _, _>(
         [method::SUBSCRIBE_INVOKE, method::INVOKE_EVENT, method::UNSUBSCRIBE_INVOKE],
         "Runs a call and streams its partial results, then exactly one `result` event. Unsubscribing or closing the connection cancels the call. WebSocket and newline framing only.",
-        |host, p: InvokeParams| async move {
+        |host, p: SubscribeInvokeParams| async move {
             // An unknown session or a call_id in use is a protocol error, answered before the
             // subscription exists (the call's own check stays the authority on a race).
-            if let Some(id) = &p.session_id {
+            if let Some(id) = &p.call.session_id {
                 host.sessions().get(id).await?;
             }
-            if let Some(id) = p.call_id.as_deref().filter(|id| host.calls().is_running(id)) {
+            if let Some(id) = p.call.call_id.as_deref().filter(|id| host.calls().is_running(id)) {
                 return Err(crate::invoke::call_id_in_use(id));
             }
             Ok(subscription::stream(move |sink| stream_invoke(host, p, sink)))
@@ -604,13 +628,22 @@ fn subscribe_invoke(api: &mut Api) -> anyhow::Result<()> {
 
 /// Runs one call, sending its updates and then its one result; dropped (unsubscribed, or
 /// the connection ended), it cancels the call.
-async fn stream_invoke(host: Host, mut p: InvokeParams, sink: Sink) {
+async fn stream_invoke(host: Host, p: SubscribeInvokeParams, sink: Sink) {
+    let SubscribeInvokeParams {
+        call: mut p,
+        inputs,
+    } = p;
     let call_id = p
         .call_id
         .get_or_insert_with(crate::invoke::new_call_id)
         .clone();
     let (tx, mut rx) = mpsc::channel(256);
-    let call = crate::invoke::invoke(&host, p, UpdateSink::new(tx));
+    let (events_tx, mut events) = mpsc::channel(64);
+    let stream = crate::invoke::Stream {
+        events: events_tx,
+        inputs,
+    };
+    let call = crate::invoke::invoke(&host, p, UpdateSink::new(tx), Some(stream));
     tokio::pin!(call);
     let update = |u: crate::registry::ToolUpdate, call_id: &str| {
         InvokeEvent::Update(InvokeUpdate {
@@ -632,11 +665,23 @@ async fn stream_invoke(host: Host, mut p: InvokeParams, sink: Sink) {
                         return;
                     }
                 }
+                // Log messages sent before the result (no question outlives its call).
+                while let Ok(e) = events.try_recv() {
+                    if !sink.send(&e).await {
+                        return;
+                    }
+                }
                 sink.send(&InvokeEvent::Result(envelope)).await;
                 return;
             }
             // A slow reader loses updates, never the call or the connection.
             Some(u) = rx.recv() => sink.try_send(&update(u, &call_id)),
+            // A question waits for room (its asker waits for the answer anyway); a log
+            // message is dropped like an update.
+            Some(e) = events.recv() => match e {
+                InvokeEvent::InputRequest(_) => if !sink.send(&e).await { return },
+                _ => sink.try_send(&e),
+            },
             _ = sink.closed() => return,
         }
     }

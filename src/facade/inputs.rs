@@ -1,0 +1,126 @@
+//! A call's input requests and log messages, turned into MCP for the facade's client: an
+//! `input_request` becomes the same MCP request to the client (only of a kind it declared),
+//! answered back with `invoke.respond`; a `log` event becomes `notifications/message`.
+// Sampling, roots and logging are deprecated by SEP-2577, but servers still send them and
+// clients still answer them: relaying them faithfully is the point.
+#![allow(deprecated)]
+
+use rmcp::model::{
+    ClientResult, CreateMessageRequest, CreateMessageRequestParams, ElicitRequest,
+    ElicitRequestParams, ListRootsRequest, LoggingLevel, LoggingMessageNotificationParam,
+    ServerRequest,
+};
+use rmcp::service::{Peer, RequestContext, ServiceError};
+use rmcp::RoleServer;
+use serde_json::Value;
+
+use crate::client::Client;
+use crate::protocol::{codes, InputError, InputKind, InputRequest, InvokeLog, RespondParams};
+
+/// The kinds of input request the client of `ctx` declared it answers.
+pub fn answerable(ctx: &RequestContext<RoleServer>) -> Vec<InputKind> {
+    let Some(caps) = ctx.client_capabilities() else {
+        return Vec::new();
+    };
+    [
+        (caps.elicitation.is_some(), InputKind::Elicitation),
+        (caps.sampling.is_some(), InputKind::Sampling),
+        (caps.roots.is_some(), InputKind::Roots),
+    ]
+    .into_iter()
+    .filter_map(|(declared, kind)| declared.then_some(kind))
+    .collect()
+}
+
+/// Puts `q` to the client and hands its answer to the host.
+pub async fn answer(client: &Client, peer: &Peer<RoleServer>, q: InputRequest) {
+    let answer = ask(peer, q.input, q.params).await;
+    let (result, error) = match answer {
+        Ok(result) => (Some(result), None),
+        Err(error) => (None, Some(error)),
+    };
+    let params = RespondParams {
+        call_id: q.call_id,
+        request_id: q.request_id,
+        result,
+        error,
+    };
+    if let Err(e) = client.respond(&params).await {
+        // The call ended meanwhile, or the client's answer was not of the right shape.
+        tracing::debug!(%e, "the host did not take the MCP client's answer");
+    }
+}
+
+/// The MCP request of `kind` with `params`, sent to the client; its result as JSON.
+async fn ask(peer: &Peer<RoleServer>, kind: InputKind, params: Value) -> Result<Value, InputError> {
+    let declared = peer.peer_info().is_some_and(|info| {
+        let caps = &info.capabilities;
+        match kind {
+            InputKind::Elicitation => caps.elicitation.is_some(),
+            InputKind::Sampling => caps.sampling.is_some(),
+            InputKind::Roots => caps.roots.is_some(),
+        }
+    });
+    if !declared {
+        return Err(InputError::new(
+            codes::METHOD_NOT_FOUND,
+            format!("{}: the MCP client did not declare it", kind.method()),
+        ));
+    }
+    let bad_params = |e: serde_json::Error| {
+        InputError::new(
+            codes::INVALID_PARAMS,
+            format!("{} params: {e}", kind.method()),
+        )
+    };
+    let request = match kind {
+        InputKind::Elicitation => {
+            let p: ElicitRequestParams = serde_json::from_value(params).map_err(bad_params)?;
+            ServerRequest::ElicitRequest(ElicitRequest::new(p))
+        }
+        InputKind::Sampling => {
+            let p: CreateMessageRequestParams =
+                serde_json::from_value(params).map_err(bad_params)?;
+            ServerRequest::CreateMessageRequest(CreateMessageRequest::new(p))
+        }
+        InputKind::Roots => ServerRequest::ListRootsRequest(ListRootsRequest::default()),
+    };
+    let result = match peer.send_request(request).await {
+        Ok(ClientResult::ElicitResult(r)) => serde_json::to_value(r),
+        Ok(ClientResult::CreateMessageResult(r)) => serde_json::to_value(r),
+        Ok(ClientResult::ListRootsResult(r)) => serde_json::to_value(r),
+        Ok(_) | Err(ServiceError::UnexpectedResponse) => {
+            return Err(InputError::new(
+                codes::INTERNAL_ERROR,
+                format!(
+                    "the MCP client answered {} with something else",
+                    kind.method()
+                ),
+            ))
+        }
+        Err(ServiceError::McpError(e)) => {
+            return Err(InputError {
+                code: i64::from(e.code.0),
+                message: e.message.into_owned(),
+                data: e.data,
+            })
+        }
+        Err(e) => {
+            return Err(InputError::new(
+                codes::INTERNAL_ERROR,
+                format!("{} failed: {e}", kind.method()),
+            ))
+        }
+    };
+    result.map_err(|e| InputError::new(codes::INTERNAL_ERROR, e.to_string()))
+}
+
+/// A log message of the call's MCP server, passed on as `notifications/message`.
+pub async fn log(peer: &Peer<RoleServer>, log: InvokeLog) {
+    let Ok(level) = serde_json::from_value::<LoggingLevel>(Value::String(log.level)) else {
+        return;
+    };
+    let mut note = LoggingMessageNotificationParam::new(level, log.data);
+    note.logger = log.logger;
+    let _ = peer.notify_logging_message(note).await;
+}
