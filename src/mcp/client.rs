@@ -1,10 +1,12 @@
 //! Our rmcp client handler: routes progress to the waiting call, reports
-//! `tools/list_changed` to the server's supervisor, and answers `roots/list` with the
+//! `tools/list_changed`, `prompts/list_changed`, `resources/list_changed` and
+//! `resources/updated` to the server's supervisor, and answers `roots/list` with the
 //! directory the server works in.
 
 use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::model::{
     ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam, ProtocolVersion,
+    ResourceUpdatedNotificationParam,
 };
 #[allow(deprecated)] // roots: deprecated by SEP-2577, still asked for by servers
 use rmcp::model::{ListRootsResult, Root};
@@ -16,6 +18,10 @@ use tokio::sync::mpsc;
 #[derive(Debug)]
 pub enum Notice {
     ToolListChanged,
+    /// `prompts/list_changed` or `resources/list_changed`.
+    ListChanged(super::surface::Kind),
+    /// `resources/updated` for this URI.
+    ResourceUpdated(String),
 }
 
 #[derive(Clone)]
@@ -81,6 +87,26 @@ impl ClientHandler for Client {
 
     async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
         let _ = self.notices.send(Notice::ToolListChanged);
+    }
+
+    async fn on_prompt_list_changed(&self, _: NotificationContext<RoleClient>) {
+        let _ = self
+            .notices
+            .send(Notice::ListChanged(super::surface::Kind::Prompts));
+    }
+
+    async fn on_resource_list_changed(&self, _: NotificationContext<RoleClient>) {
+        let _ = self
+            .notices
+            .send(Notice::ListChanged(super::surface::Kind::Resources));
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _: NotificationContext<RoleClient>,
+    ) {
+        let _ = self.notices.send(Notice::ResourceUpdated(params.uri));
     }
 }
 
