@@ -688,6 +688,11 @@ async fn python_sdk_sees_prompts_resources_and_completions() {
         s["result"]["servers"][0]["state"] == "ready"
     })
     .await;
+    // Its simulated updates of subscribed resources, every 5 s from now on.
+    let on = d
+        .invoke("mcp_everything_toggle-subscriber-updates", json!({}))
+        .await;
+    assert_eq!(on["ok"], true, "{on}");
     let expected = json!({
         "capabilities": {"prompts": true, "resources": true, "completions": true},
         "prompts": ["mcp_everything_args-prompt", "mcp_everything_completable-prompt",

@@ -3,7 +3,8 @@
 Usage: client.py stdio TOOLHOST_BIN SOCKET | client.py http URL TOKEN
        client.py surface stdio TOOLHOST_BIN SOCKET | client.py surface http URL TOKEN
 (`surface`: prompts, resources, templates, completion and a resource subscription of a
-host whose MCP server is server-everything, named `everything`.)
+host whose MCP server is server-everything, named `everything`, with its simulated resource
+updates turned on.)
 """
 
 import base64
@@ -100,8 +101,8 @@ async def surface(mode: str, a: str, b: str) -> dict:
             context_arguments={"department": "Sales"},
         )
         seen["completion_in_context"] = r.completion.values
+        # The caller has turned server-everything's updates on (one every 5 s).
         await session.subscribe_resource("demo://resource/dynamic/text/1")
-        await session.call_tool("mcp_everything_toggle-subscriber-updates", {})
         with anyio.fail_after(20):
             await updated.wait()
         await session.unsubscribe_resource("demo://resource/dynamic/text/1")
