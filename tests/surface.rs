@@ -265,6 +265,30 @@ async fn a_uri_two_servers_list_is_the_first_ones_and_the_clash_is_reported() {
     assert_eq!(content["mimeType"], "application/octet-stream");
     assert!(content.get("text").is_none());
 
+    // An image inside a prompt message passes whole.
+    let r = c
+        .call(
+            "get_prompt",
+            json!({"name": "mcp_two_greet", "arguments": {"name": "Ada"}}),
+        )
+        .await;
+    assert_eq!(
+        r["result"]["messages"],
+        json!([{"role": "user", "content": {"type": "text", "text": "Hello, Ada!"}},
+               {"role": "user", "content": {"type": "image", "data": RED_PIXEL_PNG, "mimeType": "image/png"}}]),
+        "{r}"
+    );
+    let e = c
+        .call(
+            "get_prompt",
+            json!({"name": "mcp_two_greet", "arguments": {"name": "Ada", "nick": "A"}}),
+        )
+        .await;
+    assert_eq!(
+        e["error"]["message"], "prompt 'mcp_two_greet' has no argument 'nick'",
+        "{e}"
+    );
+
     let status = c.call("mcp.status", json!({})).await["result"]["servers"].clone();
     let two = status
         .as_array()
@@ -344,10 +368,10 @@ async fn a_reload_that_adds_or_removes_a_server_changes_the_lists_once() {
     let r = d.call("config.reload", json!({})).await;
     assert!(r.get("result").is_some(), "{r}");
     let (prompts, resources) = both_changed(&mut c).await;
-    assert_eq!(prompts, json!({"prompts": 4}));
+    assert_eq!(prompts, json!({"prompts": 5}));
     assert_eq!(resources["templates"], 3, "{resources}");
     let prompts = d.call("list_prompts", json!({})).await["result"].clone();
-    assert_eq!(prompts["prompts"].as_array().unwrap().len(), 4, "{prompts}");
+    assert_eq!(prompts["prompts"].as_array().unwrap().len(), 5, "{prompts}");
 
     let removed = json!({"mcp_servers": {"fx": fixture(&dir, "fx")}});
     write_atomic(&d.config_path(), &removed);
@@ -355,7 +379,7 @@ async fn a_reload_that_adds_or_removes_a_server_changes_the_lists_once() {
     let r = d.call("config.reload", json!({})).await;
     assert!(r.get("result").is_some(), "{r}");
     let (prompts, resources) = both_changed(&mut c).await;
-    assert_eq!(prompts, json!({"prompts": 0}));
+    assert_eq!(prompts, json!({"prompts": 1}));
     assert_eq!(resources, json!({"resources": 2, "templates": 1}));
     let e = d
         .call(
@@ -365,6 +389,10 @@ async fn a_reload_that_adds_or_removes_a_server_changes_the_lists_once() {
         .await;
     assert_eq!(e["error"]["code"], -32602, "{e}");
 }
+
+/// The fixture's 1x1 red PNG, base64-encoded.
+const RED_PIXEL_PNG: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP4z8AAAAMBAQDJ/pLvAAAAAElFTkSuQmCC";
 
 /// The 256 byte values 0..=255, base64-encoded (what `fixture://<label>/bytes` holds).
 const ALL_BYTES_BASE64: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4vMDEyMzQ1Njc4OTo7PD0+P0BBQkNERUZHSElKS0xNTk9QUVJTVFVWV1hZWltcXV5fYGFiY2RlZmdoaWprbG1ub3BxcnN0dXZ3eHl6e3x9fn+AgYKDhIWGh4iJiouMjY6PkJGSk5SVlpeYmZqbnJ2en6ChoqOkpaanqKmqq6ytrq+wsbKztLW2t7i5uru8vb6/wMHCw8TFxsfIycrLzM3Oz9DR0tPU1dbX2Nna29zd3t/g4eLj5OXm5+jp6uvs7e7v8PHy8/T19vf4+fr7/P3+/w==";
