@@ -1,4 +1,5 @@
-//! Listing a server's tools, bounded. We follow `tools/list` cursors ourselves rather than
+//! Listing a server's tools, bounded (and with the same bounds its prompts, resources and
+//! resource templates, [`list_pages`]). We follow `tools/list` cursors ourselves rather than
 //! through rmcp's `list_all_tools`, which follows them without limit: a server that hung on
 //! a page, or answered every page with another cursor, held its supervisor for as long as it
 //! liked, with the listing growing in memory, and a supervisor stuck in a request saw no

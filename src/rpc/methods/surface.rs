@@ -1,6 +1,6 @@
 //! The methods of the MCP surface besides tools: prompts, resources, resource templates,
 //! completions, resource subscriptions and the `prompts_changed` / `resources_changed`
-//! notifications (proto-docs/catalog.md). Each answers from the MCP servers' live
+//! notifications (proto-docs/surface.md). Each answers from the MCP servers' live
 //! catalog (`mcp::surface`) or relays to the server that owns the entry.
 
 use tokio::sync::broadcast;
