@@ -209,6 +209,26 @@ async fn server_everything_prompts_resources_and_completions_over_the_socket() {
         .await;
     assert_eq!(r["result"]["completion"]["values"], json!(["12"]), "{r}");
 
+    // A resource the server adds (a session resource of gzip-file-as-resource) comes with
+    // its resources/list_changed: the host lists again and says so once.
+    let mut watch = d.raw_lines().await;
+    let sub = watch.call("subscribe_resources_changed", json!({})).await;
+    assert!(sub.get("result").is_some(), "{sub}");
+    let before = uris.len();
+    let gz = json!({"name": "mcp_everything_gzip-file-as-resource",
+                    "arguments": {"name": "hi.gz", "data": "data:text/plain;base64,aGk=", "outputType": "resourceLink"}});
+    let r = c.call("invoke", gz).await;
+    assert_eq!(r["result"]["result"]["ok"], true, "{r}");
+    let changed = next_notification(&mut watch, "resources_changed").await;
+    assert_eq!(changed["resources"], before + 1, "{changed}");
+    let resources = c.call("list_resources", json!({})).await["result"].clone();
+    assert!(
+        names(&resources, "resources", "uri")
+            .iter()
+            .any(|u| u.ends_with("hi.gz")),
+        "{resources}"
+    );
+
     // Subscribed, the server's update arrives as `resource_updated`.
     let uri = "demo://resource/dynamic/text/1";
     let sub = c.call("subscribe_resource", json!({"uri": uri})).await;

@@ -85,21 +85,23 @@ enum Link {
     Shared(Arc<http::SharedClient>),
 }
 
-/// Where a connection learns that the live registry changed.
-enum ToolsFeed {
-    /// Its own `tools_changed` subscription (stdio).
-    Own(Subscription<ToolsChanged>),
+/// Where a connection learns that a live list (tools, prompts, resources) changed.
+enum Feed<N> {
+    /// Its own subscription (stdio).
+    Own(Subscription<N>),
     /// The shared connection's one subscription, fanned out (HTTP).
     Shared(tokio::sync::broadcast::Receiver<()>),
 }
 
-impl ToolsFeed {
+type ToolsFeed = Feed<ToolsChanged>;
+
+impl<N: crate::client::Notification> Feed<N> {
     /// Waits for the next change; `false` once no more can come.
     async fn changed(&mut self) -> bool {
         use tokio::sync::broadcast::error::RecvError;
         match self {
-            ToolsFeed::Own(sub) => matches!(sub.next().await, Some(Ok(_))),
-            ToolsFeed::Shared(rx) => !matches!(rx.recv().await, Err(RecvError::Closed)),
+            Feed::Own(sub) => matches!(sub.next().await, Some(Ok(_))),
+            Feed::Shared(rx) => !matches!(rx.recv().await, Err(RecvError::Closed)),
         }
     }
 }
@@ -412,7 +414,7 @@ impl ServerHandler for Facade {
             Ok(feed) => *lock(&self.state.tools_changed) = Some(feed),
             Err(e) => tracing::warn!(%e, "cannot follow tools_changed"),
         }
-        self.state.following.subscribe(&client).await;
+        self.state.following.subscribe(&self.link, &client).await;
         if request.capabilities.roots.is_none() {
             self.state.roots_applied.send_replace(true);
         }

@@ -15,8 +15,8 @@ use rmcp::service::Peer;
 use rmcp::{ErrorData, RoleServer};
 use serde_json::Value;
 
-use super::{convert, host_error, Facade};
-use crate::client::{Client, Subscription};
+use super::{convert, host_error, Facade, Feed, Link};
+use crate::client::Client;
 use crate::lock;
 use crate::protocol::{self, CompletionRef, PromptsChanged, ResourcesChanged};
 
@@ -32,8 +32,8 @@ pub(super) struct Following {
 }
 
 struct Feeds {
-    prompts: Subscription<PromptsChanged>,
-    resources: Subscription<ResourcesChanged>,
+    prompts: Feed<PromptsChanged>,
+    resources: Feed<ResourcesChanged>,
 }
 
 impl Drop for Following {
@@ -46,11 +46,17 @@ impl Drop for Following {
 
 impl Following {
     /// Subscribes to the host's list changes (in `initialize`, before the first list).
-    pub(super) async fn subscribe(&self, client: &Client) {
+    pub(super) async fn subscribe(&self, link: &Link, client: &Client) {
         let feeds = async {
-            Ok::<_, crate::client::ClientError>(Feeds {
-                prompts: client.subscribe_prompts_changed().await?,
-                resources: client.subscribe_resources_changed().await?,
+            Ok::<_, crate::client::ClientError>(match link {
+                Link::Client(_) => Feeds {
+                    prompts: Feed::Own(client.subscribe_prompts_changed().await?),
+                    resources: Feed::Own(client.subscribe_resources_changed().await?),
+                },
+                Link::Shared(shared) => Feeds {
+                    prompts: Feed::Shared(shared.prompts_changed()),
+                    resources: Feed::Shared(shared.resources_changed()),
+                },
             })
         };
         match feeds.await {
@@ -70,7 +76,7 @@ impl Following {
         };
         let to = peer.clone();
         facade.spawn(async move {
-            while let Some(Ok(_)) = prompts.next().await {
+            while prompts.changed().await {
                 if to.notify_prompt_list_changed().await.is_err() {
                     break;
                 }
@@ -78,7 +84,7 @@ impl Following {
         });
         let to = peer.clone();
         facade.spawn(async move {
-            while let Some(Ok(_)) = resources.next().await {
+            while resources.changed().await {
                 if to.notify_resource_list_changed().await.is_err() {
                     break;
                 }
