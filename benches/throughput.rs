@@ -67,6 +67,7 @@ async fn main() {
     }
     if selected("mcp") {
         mcp().await;
+        mcp_surface().await;
     }
     if selected("sessions") {
         sessions().await;
@@ -901,6 +902,97 @@ async fn mcp() {
     if failed > 0 {
         row("    !! failed sleep calls", failed, None);
     }
+    d.stop().await;
+}
+
+/// `prompts/get` and `resources/read` through the stdio facade (`toolhost mcp` → host →
+/// fixture) against the fixture called directly, sequentially, in alternating blocks.
+async fn mcp_surface() {
+    header("mcp: prompts/get and resources/read through the facade vs the server directly");
+    use rmcp::model::{GetPromptRequestParams, ReadResourceRequestParams};
+    use rmcp::transport::TokioChildProcess;
+    use rmcp::ServiceExt;
+
+    let resources = json!({"FIXTURE_RESOURCES": "fx"});
+    let mut d = start(|dir| {
+        let cfg = json!({"mcp_servers": {"fx": fixture_block(resources.clone(), json!({}))}});
+        std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+    })
+    .await;
+    wait_server(&d, "fx", 60, ready).await;
+    let spawn = |mut cmd: Command| async move {
+        cmd.stderr(Stdio::null()).kill_on_drop(true);
+        let (transport, _) = TokioChildProcess::builder(cmd)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn an MCP server");
+        ().serve(transport).await.expect("MCP initialise")
+    };
+    let mut fixture = Command::new(FIXTURE);
+    fixture.env("FIXTURE_RESOURCES", "fx");
+    let direct = spawn(fixture).await;
+    let mut facade = Command::new(BIN);
+    facade.arg("mcp").arg("--socket").arg(d.socket());
+    let facade = spawn(facade).await;
+    let name = json!({"name": "Ada"}).as_object().unwrap().clone();
+
+    for (what, through, plain) in [
+        ("prompts/get", "mcp_fx_greet", "greet"),
+        ("resources/read", "fixture://shared", "fixture://shared"),
+    ] {
+        let ask = |peer: rmcp::Peer<rmcp::RoleClient>, target: &'static str| {
+            let name = name.clone();
+            async move {
+                if what == "prompts/get" {
+                    let req = GetPromptRequestParams::new(target).with_arguments(name);
+                    peer.get_prompt(req).await.is_ok()
+                } else {
+                    peer.read_resource(ReadResourceRequestParams::new(target))
+                        .await
+                        .is_ok()
+                }
+            }
+        };
+        let (mut host_lat, mut direct_lat) = (Lat::default(), Lat::default());
+        let mut failed = 0;
+        for round in 0..5 {
+            let n = if round == 0 { 100 } else { 400 }; // the first round warms up
+            let (mut a, mut b) = (Lat::default(), Lat::default());
+            for _ in 0..n {
+                let t = Instant::now();
+                if !ask(direct.peer().clone(), plain).await {
+                    failed += 1;
+                }
+                a.0.push(t.elapsed());
+                let t = Instant::now();
+                if !ask(facade.peer().clone(), through).await {
+                    failed += 1;
+                }
+                b.0.push(t.elapsed());
+            }
+            if round > 0 {
+                direct_lat.extend(a);
+                host_lat.extend(b);
+            }
+        }
+        let (hp, dp) = (host_lat.p50(), direct_lat.p50());
+        let ratio = hp.as_secs_f64() / dp.as_secs_f64().max(1e-9);
+        row(
+            &format!("{what}: p50 direct / through the facade"),
+            format!("{} / {}", fmt_dur(dp), fmt_dur(hp)),
+            None,
+        );
+        row(
+            &format!("{what}: facade / direct p50"),
+            format!("{ratio:.2}×"),
+            Some(("≤ 1.5×", ratio <= 1.5)),
+        );
+        if failed > 0 {
+            row("    !! failed requests", failed, None);
+        }
+    }
+    let _ = direct.cancel().await;
+    let _ = facade.cancel().await;
     d.stop().await;
 }
 

@@ -16,6 +16,13 @@ pub enum Error {
     /// `-32602`: no MCP server by that name.
     #[error(transparent)]
     UnknownServer(#[from] UnknownServer),
+    /// `-32002`: no MCP server lists or matches this resource URI (MCP's own code).
+    #[error("resource not found: {0}")]
+    ResourceNotFound(String),
+    /// An MCP server answered a relayed request (prompt, resource, completion) with an
+    /// error: its code and message, named after the server.
+    #[error("{message}")]
+    Upstream { code: i32, message: String },
 }
 
 /// There is no MCP server by this name: among the live servers, or in config.json (for

@@ -460,6 +460,7 @@ mod tests {
                     in_flight: 0,
                     queued: 0,
                     collisions: Vec::new(),
+                    resource_clashes: Vec::new(),
                 })
                 .collect(),
         }

@@ -166,9 +166,10 @@ async fn config_reload_and_status() {
     assert_eq!(
         human.stdout,
         format!(
-            "{} (revision {})\n",
+            "{} (revision {})\nwatching {} for edits\n",
             d.config_path().display(),
-            status["revision"]
+            status["revision"],
+            d.config_path().parent().unwrap().display()
         )
     );
 }

@@ -672,6 +672,56 @@ async fn python_sdk_over_stdio_and_http() {
     .await;
 }
 
+/// Prompts, resources, templates, completion and a resource subscription of
+/// server-everything through the facade, with the Python SDK, over stdio and HTTP: paged
+/// lists, a prompt with a missing argument (-32602), an embedded resource in a prompt, a
+/// binary resource, a URI no server owns (-32002), completions with and without context,
+/// and `resources/updated` after `resources/subscribe`.
+#[tokio::test]
+async fn python_sdk_sees_prompts_resources_and_completions() {
+    let everything = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let server = json!({"command": "node", "args": [everything, "stdio"]});
+    let d = start(json!({"mcp_servers": {"everything": server}})).await;
+    eventually(30, "server-everything to be ready", || async {
+        let s = d.call("mcp.status", json!({"server": "everything"})).await;
+        s["result"]["servers"][0]["state"] == "ready"
+    })
+    .await;
+    // Its simulated updates of subscribed resources, every 5 s from now on.
+    let on = d
+        .invoke("mcp_everything_toggle-subscriber-updates", json!({}))
+        .await;
+    assert_eq!(on["ok"], true, "{on}");
+    let expected = json!({
+        "capabilities": {"prompts": true, "resources": true, "completions": true},
+        "prompts": ["mcp_everything_args-prompt", "mcp_everything_completable-prompt",
+                    "mcp_everything_resource-prompt", "mcp_everything_simple-prompt"],
+        "prompt_pages": 2,
+        "args_prompt": ["What's weather in Paris?"],
+        "missing_argument": -32602,
+        "embedded": ["text", "resource"],
+        "static_resources": true,
+        "templates": ["demo://resource/dynamic/blob/{resourceId}", "demo://resource/dynamic/text/{resourceId}"],
+        "blob": "Resource 3",
+        "not_found": -32002,
+        "completion": ["Engineering"],
+        "completion_in_context": ["David", "Eve", "Frank"],
+        "updated": "demo://resource/dynamic/text/1",
+    });
+    let socket = d.socket();
+    let args = ["surface", "stdio", BIN, socket.to_str().unwrap()];
+    let Some(stdio) = python_client(&args).await else {
+        return;
+    };
+    assert_eq!(stdio, expected);
+    let url = format!("http://{}/mcp", tcp_addr(&d));
+    let http = python_client(&["surface", "http", &url, TOKEN])
+        .await
+        .unwrap();
+    assert_eq!(http, expected);
+}
+
 /// The names (`clientInfo.name`) of the MCP connections that have a host session.
 async fn session_clients(d: &Daemon) -> Vec<String> {
     let sessions = d.call("session.list", json!({})).await["result"]["sessions"].clone();

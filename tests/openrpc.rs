@@ -78,7 +78,7 @@ async fn call_checked(
 async fn every_answer_validates_against_the_openrpc_document() {
     let fixture = env!("CARGO_BIN_EXE_toolhost-fixture-mcp");
     let d = Daemon::start_in(|dir| {
-        json!({"mcp_servers": {"fx": {"command": fixture, "env": {"FIXTURE_PID_FILE": dir.join("pids"), "FIXTURE_INPUTS": "1"}}}})
+        json!({"mcp_servers": {"fx": {"command": fixture, "env": {"FIXTURE_PID_FILE": dir.join("pids"), "FIXTURE_INPUTS": "1", "FIXTURE_RESOURCES": "fx"}}}})
     })
     .await;
     let doc = d.call("rpc.discover", json!({})).await["result"].clone();
@@ -274,11 +274,44 @@ async fn every_answer_validates_against_the_openrpc_document() {
     seen.insert("tools.pins_reset".into());
     call_checked(&d, &doc, &mut seen, "session.delete", json!({"id": id})).await;
 
+    // The MCP surface besides tools (the fixture's FIXTURE_RESOURCES).
+    call_checked(&d, &doc, &mut seen, "list_prompts", json!({})).await;
+    let prompt = json!({"name": "mcp_fx_greet", "arguments": {"name": "Ada"}});
+    call_checked(&d, &doc, &mut seen, "get_prompt", prompt).await;
+    call_checked(&d, &doc, &mut seen, "list_resources", json!({})).await;
+    call_checked(&d, &doc, &mut seen, "list_resource_templates", json!({})).await;
+    let uri = json!({"uri": "fixture://fx/bytes"});
+    call_checked(&d, &doc, &mut seen, "read_resource", uri).await;
+    let complete = json!({"ref": {"type": "ref/prompt", "name": "mcp_fx_greet"},
+                          "argument": {"name": "name", "value": "A"}});
+    call_checked(&d, &doc, &mut seen, "complete", complete).await;
+
     // Subscriptions: their notifications and their unsubscribe answers.
     let mut ws = d.ws().await;
     let sub = ws.call("subscribe_tools_changed", json!({})).await;
     let tools_sub = sub["result"].clone();
     seen.insert("subscribe_tools_changed".into());
+    let mut surface_subs = Vec::new();
+    for method in ["subscribe_prompts_changed", "subscribe_resources_changed"] {
+        let sub = ws.call(method, json!({})).await;
+        surface_subs.push(sub["result"].clone());
+        seen.insert(method.into());
+    }
+    let sub = ws
+        .call("subscribe_resource", json!({"uri": "fixture://shared"}))
+        .await;
+    let resource_sub = sub["result"].clone();
+    seen.insert("subscribe_resource".into());
+    loop {
+        let n = ws.recv().await;
+        if n["method"] == "resource_updated" {
+            check_notification(&doc, "subscribe_resource", &n["params"]);
+            break;
+        }
+    }
+    let r = ws.call("unsubscribe_resource", json!([resource_sub])).await;
+    check(&doc, "unsubscribe_resource", &r["result"]);
+    seen.insert("unsubscribe_resource".into());
     let sub = ws
         .call(
             "subscribe_invoke",
@@ -322,14 +355,31 @@ async fn every_answer_validates_against_the_openrpc_document() {
     assert!(kinds.contains(&"input_request".to_owned()), "{kinds:?}");
     // Only now, as it reconnects the server the calls above used.
     call_checked(&d, &doc, &mut seen, "mcp.reload", json!({"server": "fx"})).await;
-    // A config change gives one tools_changed.
+    // A config change gives one tools_changed; removing fx, also one prompts_changed and
+    // one resources_changed.
     write_atomic(&d.config_path(), &json!({}));
-    loop {
+    let mut notified = BTreeSet::new();
+    while notified.len() < 3 {
         let n = ws.recv().await;
-        if n["method"] == "tools_changed" {
-            check_notification(&doc, "subscribe_tools_changed", &n["params"]);
-            break;
-        }
+        let subscribe = match n["method"].as_str() {
+            Some("tools_changed") => "subscribe_tools_changed",
+            Some("prompts_changed") => "subscribe_prompts_changed",
+            Some("resources_changed") => "subscribe_resources_changed",
+            _ => continue,
+        };
+        check_notification(&doc, subscribe, &n["params"]);
+        notified.insert(subscribe);
+    }
+    for (method, sub) in [
+        "unsubscribe_prompts_changed",
+        "unsubscribe_resources_changed",
+    ]
+    .into_iter()
+    .zip(surface_subs)
+    {
+        let r = ws.call(method, json!([sub])).await;
+        check(&doc, method, &r["result"]);
+        seen.insert(method.into());
     }
     let r = ws
         .call("unsubscribe_tools_changed", json!([tools_sub]))

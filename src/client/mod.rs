@@ -308,6 +308,79 @@ impl Client {
         .await
     }
 
+    pub async fn list_prompts(&self) -> Result<ListPromptsResult, ClientError> {
+        self.call(method::LIST_PROMPTS, &EmptyParams {}).await
+    }
+
+    pub async fn get_prompt(
+        &self,
+        params: &GetPromptParams,
+    ) -> Result<GetPromptResult, ClientError> {
+        self.call(method::GET_PROMPT, params).await
+    }
+
+    pub async fn list_resources(&self) -> Result<ListResourcesResult, ClientError> {
+        self.call(method::LIST_RESOURCES, &EmptyParams {}).await
+    }
+
+    pub async fn list_resource_templates(
+        &self,
+    ) -> Result<ListResourceTemplatesResult, ClientError> {
+        self.call(method::LIST_RESOURCE_TEMPLATES, &EmptyParams {})
+            .await
+    }
+
+    pub async fn read_resource(&self, uri: &str) -> Result<ReadResourceResult, ClientError> {
+        let params = ResourceUri {
+            uri: uri.to_owned(),
+        };
+        self.call(method::READ_RESOURCE, &params).await
+    }
+
+    pub async fn complete(&self, params: &CompleteParams) -> Result<CompleteResult, ClientError> {
+        self.call(method::COMPLETE, params).await
+    }
+
+    /// A `resource_updated` notification whenever the resource's server says it changed.
+    pub async fn subscribe_resource(
+        &self,
+        uri: &str,
+    ) -> Result<Subscription<ResourceUri>, ClientError> {
+        let params = ResourceUri {
+            uri: uri.to_owned(),
+        };
+        self.subscribe(
+            method::SUBSCRIBE_RESOURCE,
+            method::UNSUBSCRIBE_RESOURCE,
+            &params,
+        )
+        .await
+    }
+
+    /// A `prompts_changed` notification whenever the live prompts change.
+    pub async fn subscribe_prompts_changed(
+        &self,
+    ) -> Result<Subscription<PromptsChanged>, ClientError> {
+        self.subscribe(
+            method::SUBSCRIBE_PROMPTS_CHANGED,
+            method::UNSUBSCRIBE_PROMPTS_CHANGED,
+            &EmptyParams {},
+        )
+        .await
+    }
+
+    /// A `resources_changed` notification whenever the live resources or templates change.
+    pub async fn subscribe_resources_changed(
+        &self,
+    ) -> Result<Subscription<ResourcesChanged>, ClientError> {
+        self.subscribe(
+            method::SUBSCRIBE_RESOURCES_CHANGED,
+            method::UNSUBSCRIBE_RESOURCES_CHANGED,
+            &EmptyParams {},
+        )
+        .await
+    }
+
     async fn subscribe<P: Serialize, N: Notification>(
         &self,
         subscribe: &str,
@@ -357,6 +430,9 @@ impl Notification for InvokeEvent {
 }
 
 impl Notification for ToolsChanged {}
+impl Notification for PromptsChanged {}
+impl Notification for ResourcesChanged {}
+impl Notification for ResourceUri {}
 
 impl<N: Notification> Subscription<N> {
     /// The next notification; `None` once the daemon ended the subscription or the

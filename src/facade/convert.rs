@@ -1,5 +1,6 @@
 //! Shapes between the host protocol and MCP: a `list_tools` entry as an MCP `Tool`, an
-//! `invoke` result as a `CallToolResult`, MCP roots as a workspace path.
+//! `invoke` result as a `CallToolResult`, catalog entries and results of prompts and
+//! resources as their MCP types, MCP roots as a workspace path.
 //!
 //! rmcp's model types deserialise from the JSON the MCP spec defines, and our protocol
 //! types serialise to the same spelling (`inputSchema`, `mimeType`, content `type`s), so
@@ -114,6 +115,40 @@ pub fn root_path(uri: &str) -> Option<String> {
     }
     // `file://localhost/x` names `/x`; any other host is not local.
     url.to_file_path().ok()?.into_os_string().into_string().ok()
+}
+
+/// Our catalog entries (prompts, resources, templates) as the MCP items of the same
+/// spelling, without the host's `server` field; an entry MCP cannot hold is left out.
+pub fn listed<T: serde::Serialize, M: serde::de::DeserializeOwned>(entries: &[T]) -> Vec<M> {
+    entries
+        .iter()
+        .filter_map(|e| {
+            let mut json = serde_json::to_value(e).ok()?;
+            if let Value::Object(o) = &mut json {
+                o.remove("server");
+            }
+            serde_json::from_value(json)
+                .map_err(
+                    |err| tracing::warn!(%err, "an entry cannot be described over MCP; left out"),
+                )
+                .ok()
+        })
+        .collect()
+}
+
+/// One of our results as the MCP result of the same spelling (prompt messages, resource
+/// contents and completions are MCP's own shapes on both sides).
+pub fn via_json<M: serde::de::DeserializeOwned>(
+    ours: &impl serde::Serialize,
+) -> Result<M, rmcp::ErrorData> {
+    serde_json::to_value(ours)
+        .and_then(serde_json::from_value)
+        .map_err(|e| {
+            rmcp::ErrorData::internal_error(
+                format!("cannot pass the answer on over MCP: {e}"),
+                None,
+            )
+        })
 }
 
 #[cfg(test)]

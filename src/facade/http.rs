@@ -20,7 +20,7 @@ use tokio::sync::{broadcast, OnceCell};
 
 use super::sessions::{Sessions, SSE_RETRY};
 use super::{Connect, Facade, Link};
-use crate::client::Client;
+use crate::client::{Client, Notification, Subscription};
 use crate::host::Host;
 
 /// How often an idle SSE stream gets a keep-alive comment. The listeners allow half-close,
@@ -137,12 +137,25 @@ fn plain(status: http::StatusCode, text: &str) -> http::Response<BoxBody<Bytes, 
     res
 }
 
-/// The one in-process connection every HTTP session uses, opened on first use, and the
-/// one `tools_changed` subscription whose notifications every session forwards.
+/// The one in-process connection every HTTP session uses, opened on first use, and its
+/// one subscription to each list change (`tools_changed`, `prompts_changed`,
+/// `resources_changed`), whose notifications every session forwards: a subscription per
+/// session would fill the connection's budget of subscriptions.
 pub(super) struct SharedClient {
     connect: Connect,
     client: OnceCell<Arc<Client>>,
     tools_changed: broadcast::Sender<()>,
+    prompts_changed: broadcast::Sender<()>,
+    resources_changed: broadcast::Sender<()>,
+}
+
+/// Fans the notifications of `sub` out to `tx`, for as long as the subscription lasts.
+fn fan_out<N: Notification + Send + 'static>(mut sub: Subscription<N>, tx: broadcast::Sender<()>) {
+    tokio::spawn(async move {
+        while let Some(Ok(_)) = sub.next().await {
+            let _ = tx.send(());
+        }
+    });
 }
 
 impl SharedClient {
@@ -151,6 +164,8 @@ impl SharedClient {
             connect,
             client: OnceCell::new(),
             tools_changed: broadcast::Sender::new(1),
+            prompts_changed: broadcast::Sender::new(1),
+            resources_changed: broadcast::Sender::new(1),
         }
     }
 
@@ -158,16 +173,13 @@ impl SharedClient {
         self.client
             .get_or_try_init(|| async {
                 let client = Arc::new(Client::from_stream((self.connect)()?));
-                let mut sub = client
-                    .subscribe_tools_changed()
-                    .await
-                    .map_err(|e| std::io::Error::other(e.to_string()))?;
-                let tx = self.tools_changed.clone();
-                tokio::spawn(async move {
-                    while let Some(Ok(_)) = sub.next().await {
-                        let _ = tx.send(());
-                    }
-                });
+                let io = |e: crate::client::ClientError| std::io::Error::other(e.to_string());
+                let tools = client.subscribe_tools_changed().await.map_err(io)?;
+                fan_out(tools, self.tools_changed.clone());
+                let prompts = client.subscribe_prompts_changed().await.map_err(io)?;
+                fan_out(prompts, self.prompts_changed.clone());
+                let resources = client.subscribe_resources_changed().await.map_err(io)?;
+                fan_out(resources, self.resources_changed.clone());
                 Ok(client)
             })
             .await
@@ -177,5 +189,15 @@ impl SharedClient {
     /// Fires on every change of the live registry (a lagging receiver counts as one).
     pub(super) fn tools_changed(&self) -> broadcast::Receiver<()> {
         self.tools_changed.subscribe()
+    }
+
+    /// Fires on every change of the live prompts.
+    pub(super) fn prompts_changed(&self) -> broadcast::Receiver<()> {
+        self.prompts_changed.subscribe()
+    }
+
+    /// Fires on every change of the live resources or templates.
+    pub(super) fn resources_changed(&self) -> broadcast::Receiver<()> {
+        self.resources_changed.subscribe()
     }
 }

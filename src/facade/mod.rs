@@ -21,16 +21,19 @@ mod http;
 mod inputs;
 mod sessions;
 mod stdio;
+mod surface;
 
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
-    Implementation, InitializeRequestParams, InitializeResult, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ProtocolVersion,
-    ServerCapabilities, ServerConfig,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
+    ContentBlock, ErrorCode, GetPromptRequestParams, GetPromptResponse, Implementation,
+    InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ProgressToken, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig, SubscribeRequestParams, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -80,21 +83,23 @@ enum Link {
     Shared(Arc<http::SharedClient>),
 }
 
-/// Where a connection learns that the live registry changed.
-enum ToolsFeed {
-    /// Its own `tools_changed` subscription (stdio).
-    Own(Subscription<ToolsChanged>),
+/// Where a connection learns that a live list (tools, prompts, resources) changed.
+enum Feed<N> {
+    /// Its own subscription (stdio).
+    Own(Subscription<N>),
     /// The shared connection's one subscription, fanned out (HTTP).
     Shared(tokio::sync::broadcast::Receiver<()>),
 }
 
-impl ToolsFeed {
+type ToolsFeed = Feed<ToolsChanged>;
+
+impl<N: crate::client::Notification> Feed<N> {
     /// Waits for the next change; `false` once no more can come.
     async fn changed(&mut self) -> bool {
         use tokio::sync::broadcast::error::RecvError;
         match self {
-            ToolsFeed::Own(sub) => matches!(sub.next().await, Some(Ok(_))),
-            ToolsFeed::Shared(rx) => !matches!(rx.recv().await, Err(RecvError::Closed)),
+            Feed::Own(sub) => matches!(sub.next().await, Some(Ok(_))),
+            Feed::Shared(rx) => !matches!(rx.recv().await, Err(RecvError::Closed)),
         }
     }
 }
@@ -124,6 +129,8 @@ struct State {
     roots_applied: tokio::sync::watch::Sender<bool>,
     /// Tasks that live as long as this connection.
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+    /// The host's prompts and resources as this connection follows them.
+    following: surface::Following,
     /// The host session this connection created for itself (not a `--session` one): it
     /// is deleted when the connection ends, so the store does not fill with the sessions
     /// of every MCP connection there ever was.
@@ -355,6 +362,12 @@ impl ServerHandler for Facade {
                 .enable_tools()
                 .enable_tool_list_changed()
                 .enable_logging()
+                .enable_prompts()
+                .enable_prompts_list_changed()
+                .enable_resources()
+                .enable_resources_list_changed()
+                .enable_resources_subscribe()
+                .enable_completions()
                 .build(),
         )
         .with_server_info(Implementation::new("toolhost", env!("CARGO_PKG_VERSION")))
@@ -396,6 +409,7 @@ impl ServerHandler for Facade {
             Ok(feed) => *lock(&self.state.tools_changed) = Some(feed),
             Err(e) => tracing::warn!(%e, "cannot follow tools_changed"),
         }
+        self.state.following.subscribe(&self.link, &client).await;
         if request.capabilities.roots.is_none() {
             self.state.roots_applied.send_replace(true);
         }
@@ -413,6 +427,7 @@ impl ServerHandler for Facade {
                 }
             });
         }
+        self.state.following.forward(self, &context.peer);
         let has_roots = context
             .peer
             .peer_info()
@@ -469,6 +484,73 @@ impl ServerHandler for Facade {
         let mut result = ListToolsResult::with_all_items(page);
         result.next_cursor = (end < list.tools.len()).then(|| end.to_string());
         Ok(result)
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        self.prompts_page(request).await
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        self.prompt(request).await.map(Into::into)
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        self.resources_page(request).await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        self.templates_page(request).await
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        self.resource(request).await.map(Into::into)
+    }
+
+    #[allow(deprecated)] // resources/subscribe: what clients before 2026-07-28 send
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.subscribe_resource(request.uri, context.peer).await
+    }
+
+    #[allow(deprecated)] // resources/unsubscribe, as for subscribe
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.unsubscribe_resource(&request.uri);
+        Ok(())
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        self.completion(request).await
     }
 
     async fn call_tool(

@@ -1,5 +1,6 @@
 //! Our rmcp client handler: routes progress to the waiting call, reports
-//! `tools/list_changed` to the server's supervisor, and hands the server's own requests
+//! `tools/list_changed`, `prompts/list_changed`, `resources/list_changed` and
+//! `resources/updated` to the server's supervisor, and hands the server's own requests
 //! (`elicitation/create`, `sampling/createMessage`, `roots/list`) and log messages to the
 //! frontend of the call that caused them (`origin.rs` says which). `roots/list` outside any
 //! call, or from a call whose frontend does not answer it, gets the directory the server
@@ -14,7 +15,7 @@ use rmcp::model::{
     ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult,
     ElicitRequestParams, ElicitResult, ElicitationCapability, FormElicitationCapability,
     Implementation, ListRootsResult, LoggingMessageNotificationParam, ProgressNotificationParam,
-    ProtocolVersion, Root, SamplingCapability,
+    ProtocolVersion, ResourceUpdatedNotificationParam, Root, SamplingCapability,
 };
 use rmcp::service::{InboundStreamOrigin, NotificationContext, RequestContext};
 use rmcp::{ClientHandler, ErrorData, RoleClient};
@@ -34,6 +35,10 @@ pub enum Note {
 #[derive(Debug)]
 pub enum Notice {
     ToolListChanged,
+    /// `prompts/list_changed` or `resources/list_changed`.
+    ListChanged(super::surface::Kind),
+    /// `resources/updated` for this URI.
+    ResourceUpdated(String),
 }
 
 #[derive(Clone)]
@@ -207,6 +212,26 @@ impl ClientHandler for Client {
 
     async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
         let _ = self.notices.send(Notice::ToolListChanged);
+    }
+
+    async fn on_prompt_list_changed(&self, _: NotificationContext<RoleClient>) {
+        let _ = self
+            .notices
+            .send(Notice::ListChanged(super::surface::Kind::Prompts));
+    }
+
+    async fn on_resource_list_changed(&self, _: NotificationContext<RoleClient>) {
+        let _ = self
+            .notices
+            .send(Notice::ListChanged(super::surface::Kind::Resources));
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _: NotificationContext<RoleClient>,
+    ) {
+        let _ = self.notices.send(Notice::ResourceUpdated(params.uri));
     }
 }
 

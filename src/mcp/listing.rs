@@ -1,4 +1,5 @@
-//! Listing a server's tools, bounded. We follow `tools/list` cursors ourselves rather than
+//! Listing a server's tools, bounded (and with the same bounds its prompts, resources and
+//! resource templates, [`list_pages`]). We follow `tools/list` cursors ourselves rather than
 //! through rmcp's `list_all_tools`, which follows them without limit: a server that hung on
 //! a page, or answered every page with another cursor, held its supervisor for as long as it
 //! liked, with the listing growing in memory, and a supervisor stuck in a request saw no
@@ -37,17 +38,50 @@ impl Bounds {
     }
 }
 
+/// Which list a listing follows: the method asked and what its items are called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listing {
+    Tools,
+    Prompts,
+    Resources,
+    ResourceTemplates,
+}
+
+impl Listing {
+    fn method(self) -> &'static str {
+        match self {
+            Listing::Tools => "tools/list",
+            Listing::Prompts => "prompts/list",
+            Listing::Resources => "resources/list",
+            Listing::ResourceTemplates => "resources/templates/list",
+        }
+    }
+    fn items(self) -> &'static str {
+        match self {
+            Listing::Tools => "tools",
+            Listing::Prompts => "prompts",
+            Listing::Resources => "resources",
+            Listing::ResourceTemplates => "resource templates",
+        }
+    }
+}
+
 /// Why a listing was given up; shown as the server's `last_error`.
 #[derive(Debug, thiserror::Error)]
 pub enum ListError {
-    #[error("tools/list did not answer within {} ms (timeout_ms){}", .timeout.as_millis(), page_note(*.page))]
-    Timeout { page: usize, timeout: Duration },
-    #[error("tools/list returned more than {0} pages (max_list_pages)")]
-    TooManyPages(usize),
-    #[error("tools/list returned more than {0} tools (max_tools)")]
-    TooManyTools(usize),
-    #[error("tools/list failed{}: {source}", page_note(*.page))]
+    #[error("{} did not answer within {} ms (timeout_ms){}", .list.method(), .timeout.as_millis(), page_note(*.page))]
+    Timeout {
+        list: Listing,
+        page: usize,
+        timeout: Duration,
+    },
+    #[error("{} returned more than {max} pages (max_list_pages)", .list.method())]
+    TooManyPages { list: Listing, max: usize },
+    #[error("{} returned more than {max} {} (max_tools)", .list.method(), .list.items())]
+    TooManyItems { list: Listing, max: usize },
+    #[error("{} failed{}: {source}", .list.method(), page_note(*.page))]
     Failed {
+        list: Listing,
         page: usize,
         #[source]
         source: ServiceError,
@@ -63,36 +97,64 @@ fn page_note(page: usize) -> String {
     }
 }
 
-/// Every tool the server lists (as JSON), within `bounds`. A page request given up at its
-/// timeout is cancelled upstream (rmcp sends `notifications/cancelled` when its request
-/// future is dropped).
+/// Every tool the server lists (as JSON), within `bounds`.
 pub async fn list_tools(peer: &Peer<RoleClient>, bounds: Bounds) -> Result<Vec<Value>, ListError> {
-    let mut tools = Vec::new();
-    let mut cursor = None;
-    for page in 1..=bounds.max_pages {
+    list_pages(Listing::Tools, bounds, |cursor| async move {
         let params = PaginatedRequestParams::default().with_cursor(cursor);
-        let listed = tokio::time::timeout(bounds.page_timeout, peer.list_tools(Some(params)))
+        let listed = peer.list_tools(Some(params)).await?;
+        let tools = listed
+            .tools
+            .iter()
+            .filter_map(|t| serde_json::to_value(t).ok());
+        Ok((tools.collect(), listed.next_cursor))
+    })
+    .await
+}
+
+/// Every item of a paged list, within `bounds` (`max_tools` caps the items of every kind
+/// of list). `page` asks for the page at a cursor and answers its items and next cursor.
+/// A page request given up at its timeout is cancelled upstream (rmcp sends
+/// `notifications/cancelled` when its request future is dropped).
+pub async fn list_pages<T, F, Fut>(
+    list: Listing,
+    bounds: Bounds,
+    mut page: F,
+) -> Result<Vec<T>, ListError>
+where
+    F: FnMut(Option<String>) -> Fut,
+    Fut: std::future::Future<Output = Result<(Vec<T>, Option<String>), ServiceError>>,
+{
+    let mut items = Vec::new();
+    let mut cursor = None;
+    for n in 1..=bounds.max_pages {
+        let (listed, next) = tokio::time::timeout(bounds.page_timeout, page(cursor))
             .await
             .map_err(|_| ListError::Timeout {
-                page,
+                list,
+                page: n,
                 timeout: bounds.page_timeout,
             })?
-            .map_err(|source| ListError::Failed { page, source })?;
-        if tools.len() + listed.tools.len() > bounds.max_tools {
-            return Err(ListError::TooManyTools(bounds.max_tools));
+            .map_err(|source| ListError::Failed {
+                list,
+                page: n,
+                source,
+            })?;
+        if items.len() + listed.len() > bounds.max_tools {
+            return Err(ListError::TooManyItems {
+                list,
+                max: bounds.max_tools,
+            });
         }
-        tools.extend(
-            listed
-                .tools
-                .iter()
-                .filter_map(|t| serde_json::to_value(t).ok()),
-        );
-        match listed.next_cursor {
+        items.extend(listed);
+        match next {
             Some(next) => cursor = Some(next),
-            None => return Ok(tools),
+            None => return Ok(items),
         }
     }
-    Err(ListError::TooManyPages(bounds.max_pages))
+    Err(ListError::TooManyPages {
+        list,
+        max: bounds.max_pages,
+    })
 }
 
 #[cfg(test)]
@@ -102,6 +164,7 @@ mod tests {
     #[test]
     fn errors_name_the_setting_to_change() {
         let t = ListError::Timeout {
+            list: Listing::Tools,
             page: 1,
             timeout: Duration::from_secs(30),
         };
@@ -110,6 +173,7 @@ mod tests {
             "tools/list did not answer within 30000 ms (timeout_ms)"
         );
         let t = ListError::Timeout {
+            list: Listing::Tools,
             page: 3,
             timeout: Duration::from_millis(500),
         };
@@ -118,12 +182,28 @@ mod tests {
             "tools/list did not answer within 500 ms (timeout_ms) on page 3"
         );
         assert_eq!(
-            ListError::TooManyPages(100).to_string(),
+            ListError::TooManyPages {
+                list: Listing::Tools,
+                max: 100
+            }
+            .to_string(),
             "tools/list returned more than 100 pages (max_list_pages)"
         );
         assert_eq!(
-            ListError::TooManyTools(10_000).to_string(),
+            ListError::TooManyItems {
+                list: Listing::Tools,
+                max: 10_000
+            }
+            .to_string(),
             "tools/list returned more than 10000 tools (max_tools)"
+        );
+        assert_eq!(
+            ListError::TooManyItems {
+                list: Listing::ResourceTemplates,
+                max: 5
+            }
+            .to_string(),
+            "resources/templates/list returned more than 5 resource templates (max_tools)"
         );
     }
 }

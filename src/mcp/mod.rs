@@ -12,9 +12,11 @@ mod launcher;
 mod listing;
 pub mod naming;
 mod origin;
+mod relay;
 mod server;
 mod sse;
 mod stdio;
+pub mod surface;
 mod tool;
 
 use std::sync::{Arc, Mutex};
@@ -35,6 +37,8 @@ pub use server::{Server, State};
 pub struct Runtime {
     pub processes: crate::process::Processes,
     pub oauth: Arc<auth::OAuth>,
+    /// Every server's prompts, resources and templates, and their live catalog.
+    pub surface: Arc<surface::Hub>,
 }
 
 /// The set of configured servers.
@@ -65,6 +69,7 @@ impl McpManager {
             runtime: Runtime {
                 processes,
                 oauth: Arc::new(auth::OAuth::new(data_dir)),
+                surface: Arc::default(),
             },
         }
     }
@@ -76,6 +81,7 @@ impl McpManager {
     /// Starts a server. With `publish` its tools go to the registry as soon as it connects
     /// (daemon start); without, the caller collects them for a single reload swap.
     pub fn start(&self, name: &str, config: McpServer, publish: bool) -> Arc<Server> {
+        self.runtime.surface.started(name, config.enabled);
         let server = Server::spawn(
             name,
             config,
@@ -100,6 +106,7 @@ impl McpManager {
         let s = self.lock().shift_remove(name);
         if let Some(s) = &s {
             s.retire();
+            self.runtime.surface.removed(name);
         }
         s
     }
@@ -118,6 +125,7 @@ impl McpManager {
 
     pub fn status(&self, name: Option<&str>) -> Vec<McpServerStatus> {
         let snapshot = self.registry.snapshot();
+        let surface = self.surface();
         self.lock()
             .values()
             .filter(|s| name.is_none_or(|n| n == s.name()))
@@ -129,7 +137,10 @@ impl McpManager {
                     .filter(|c| c.dropped == key)
                     .map(|c| c.name.clone())
                     .collect();
-                s.status(collisions)
+                let mut status = s.status(collisions);
+                status.resource_clashes =
+                    surface.clashes.get(s.name()).cloned().unwrap_or_default();
+                status
             })
             .collect()
     }

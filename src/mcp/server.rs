@@ -178,8 +178,8 @@ pub struct Server {
     /// The `file://` URI answered to the server's `roots/list`: its `cwd`, else the host
     /// workspace.
     root: String,
-    /// The daemon's processes and OAuth tokens.
-    runtime: super::Runtime,
+    /// The daemon's processes, OAuth tokens and surface hub.
+    pub(super) runtime: super::Runtime,
 }
 
 impl Server {
@@ -320,6 +320,7 @@ impl Server {
             in_flight: self.in_flight.load(Ordering::Relaxed),
             queued: self.queued.load(Ordering::Relaxed),
             collisions,
+            resource_clashes: Vec::new(),
         }
     }
 
@@ -487,6 +488,14 @@ impl Server {
                 sources: vec![(SourceKey::Mcp(self.name.clone()), Some(tools))],
                 approval_overrides: None,
             });
+        }
+    }
+
+    /// Hands a new listing of prompts, resources and templates to the hub (unless retired:
+    /// a replacement may already own the entry).
+    pub(super) fn surface_listed(&self, surface: super::surface::ServerSurface) {
+        if !self.stop.is_cancelled() {
+            self.runtime.surface.listed(&self.name, surface);
         }
     }
 
@@ -671,7 +680,34 @@ async fn connect_and_list(server: &Arc<Server>, client: Client) -> anyhow::Resul
         )
     })??;
     server.listed(tools);
+    list_surface(server, conn.service.peer(), &cfg).await;
     Ok(conn)
+}
+
+/// Lists prompts, resources and templates (within `startup_timeout_ms` again) and
+/// subscribes again to the resources that have subscribers. A failure does not fail the
+/// connection: its tools serve, and the previous listing stays.
+async fn list_surface(server: &Arc<Server>, peer: &Peer<RoleClient>, cfg: &McpServer) {
+    use super::surface::{self, Kind};
+    let base = server.runtime.surface.of(&server.name);
+    let listing = surface::list(
+        &server.name,
+        cfg.prefix,
+        peer,
+        Bounds::of(cfg),
+        &[Kind::Prompts, Kind::Resources],
+        base,
+    );
+    match tokio::time::timeout(Duration::from_millis(cfg.startup_timeout_ms), listing).await {
+        Ok(Ok(listed)) => server.surface_listed(listed),
+        Ok(Err(e)) => {
+            tracing::warn!(server = %server.name, error = %e, "listing prompts and resources failed")
+        }
+        Err(_) => {
+            tracing::warn!(server = %server.name, "listing prompts and resources did not finish within startup_timeout_ms")
+        }
+    }
+    super::relay::resubscribe(server, peer).await;
 }
 
 enum Ended {
@@ -701,6 +737,8 @@ async fn serve_connection(
         async move { listing::list_tools(&peer, bounds).await }.boxed()
     };
     let mut relisting: Option<Relisting> = None;
+    // Prompts and resources listed again after their list_changed, ended with the connection.
+    let mut surface = super::surface::Follower::default();
     // A list_changed came during the listing under way: list once more after it.
     let mut stale = false;
     let ended = loop {
@@ -708,12 +746,21 @@ async fn serve_connection(
             quit = &mut waiting => break Ended::Closed(format!("the server closed the connection ({quit:?})")),
             _ = server.stop.cancelled() => break Ended::Stop,
             _ = server.reconnect.notified() => break Ended::Reconnect,
-            Some(Notice::ToolListChanged) = notices.recv() => {
+            Some(notice) = notices.recv() => {
                 // A burst of list_changed is one listing; listings never overlap.
-                while notices.try_recv().is_ok() {}
-                match relisting {
-                    Some(_) => stale = true,
-                    None => relisting = Some(relist()),
+                let burst = std::iter::once(notice).chain(std::iter::from_fn(|| notices.try_recv().ok()));
+                let mut tools = false;
+                for notice in burst {
+                    match notice {
+                        Notice::ToolListChanged => tools = true,
+                        Notice::ListChanged(kind) => surface.changed(server, &peer, kind),
+                        Notice::ResourceUpdated(uri) => server.runtime.surface.updated(&server.name, uri),
+                    }
+                }
+                match (&relisting, tools) {
+                    (_, false) => {}
+                    (Some(_), true) => stale = true,
+                    (None, true) => relisting = Some(relist()),
                 }
             }
             outcome = finished(&mut relisting) => {

@@ -140,6 +140,9 @@ pub struct McpServerStatus {
     /// Tool names this server could not get because an earlier source holds them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub collisions: Vec<String>,
+    /// Resource URIs and templates this server lists that an earlier server holds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_clashes: Vec<super::ResourceClash>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -15,6 +15,7 @@ mod sandbox;
 mod session;
 mod socket;
 mod status;
+mod surface;
 mod tools;
 
 pub use admin::*;
@@ -26,6 +27,7 @@ pub use sandbox::*;
 pub use session::*;
 pub use socket::{default_socket, default_sockets, socket_path, socket_paths};
 pub use status::*;
+pub use surface::*;
 pub use tools::*;
 
 use schemars::JsonSchema;
@@ -47,6 +49,8 @@ pub mod codes {
     /// A process the host started asked for more than its call has (an admin method, an
     /// approval flag, a sandbox override, a workspace outside, another's session).
     pub const PEER_NOT_ALLOWED: i32 = -32008;
+    /// `read_resource` of a URI no server lists or matches: MCP's resource-not-found.
+    pub const RESOURCE_NOT_FOUND: i32 = -32002;
 }
 
 /// Method and notification names: one spelling for the server, the client and the docs.
@@ -83,6 +87,21 @@ pub mod method {
     pub const TOOLS_APPROVE: &str = "tools.approve";
     pub const TOOLS_DIFF: &str = "tools.diff";
     pub const TOOLS_PINS_RESET: &str = "tools.pins_reset";
+    pub const LIST_PROMPTS: &str = "list_prompts";
+    pub const GET_PROMPT: &str = "get_prompt";
+    pub const LIST_RESOURCES: &str = "list_resources";
+    pub const LIST_RESOURCE_TEMPLATES: &str = "list_resource_templates";
+    pub const READ_RESOURCE: &str = "read_resource";
+    pub const COMPLETE: &str = "complete";
+    pub const SUBSCRIBE_RESOURCE: &str = "subscribe_resource";
+    pub const UNSUBSCRIBE_RESOURCE: &str = "unsubscribe_resource";
+    pub const RESOURCE_UPDATED: &str = "resource_updated";
+    pub const SUBSCRIBE_PROMPTS_CHANGED: &str = "subscribe_prompts_changed";
+    pub const UNSUBSCRIBE_PROMPTS_CHANGED: &str = "unsubscribe_prompts_changed";
+    pub const PROMPTS_CHANGED: &str = "prompts_changed";
+    pub const SUBSCRIBE_RESOURCES_CHANGED: &str = "subscribe_resources_changed";
+    pub const UNSUBSCRIBE_RESOURCES_CHANGED: &str = "unsubscribe_resources_changed";
+    pub const RESOURCES_CHANGED: &str = "resources_changed";
     pub const DISCOVER: &str = "rpc.discover";
 }
 

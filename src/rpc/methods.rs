@@ -33,12 +33,16 @@ use crate::protocol::*;
 use crate::registry::UpdateSink;
 use crate::reload;
 
+mod surface;
+
 /// Maps a protocol-level failure to its JSON-RPC error (the one place that does).
 fn rpc_error(e: Error) -> ErrorObjectOwned {
     let code = match &e {
         Error::SessionNotFound(_) => codes::SESSION_NOT_FOUND,
         Error::InvalidParams(_) | Error::UnknownServer(_) => codes::INVALID_PARAMS,
         Error::Server(_) => codes::SERVER_ERROR,
+        Error::ResourceNotFound(_) => codes::RESOURCE_NOT_FOUND,
+        Error::Upstream { code, .. } => *code,
     };
     ErrorObject::owned(code, e.to_string(), None::<()>)
 }
@@ -346,6 +350,7 @@ pub(crate) fn methods() -> anyhow::Result<Methods> {
 
     subscribe_invoke(&mut api)?;
     subscribe_tools_changed(&mut api)?;
+    surface::register(&mut api)?;
 
     // rpc.discover documents itself too, then serves the finished document.
     api.docs.push(Box::new(|| {

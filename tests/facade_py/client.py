@@ -1,8 +1,13 @@
 """Drives toolhost's MCP facade with the Python MCP SDK and prints what it saw as JSON.
 
 Usage: client.py stdio TOOLHOST_BIN SOCKET | client.py http URL TOKEN
+       client.py surface stdio TOOLHOST_BIN SOCKET | client.py surface http URL TOKEN
+(`surface`: prompts, resources, templates, completion and a resource subscription of a
+host whose MCP server is server-everything, named `everything`, with its simulated resource
+updates turned on.)
 """
 
+import base64
 import json
 import os
 import sys
@@ -17,25 +22,101 @@ from mcp.shared.exceptions import MCPError
 import mcp_types as types
 
 
+async def connect(stack: AsyncExitStack, mode: str, a: str, b: str, **kwargs) -> ClientSession:
+    if mode == "stdio":
+        env = get_default_environment()
+        if "TOOLHOST_MCP_PAGE_SIZE" in os.environ:
+            env["TOOLHOST_MCP_PAGE_SIZE"] = os.environ["TOOLHOST_MCP_PAGE_SIZE"]
+        params = StdioServerParameters(command=a, args=["mcp", "--socket", b], env=env)
+        read, write = await stack.enter_async_context(stdio_client(params))
+    else:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {b}"})
+        await stack.enter_async_context(http)
+        streams = await stack.enter_async_context(streamable_http_client(a, http_client=http))
+        read, write = streams[0], streams[1]
+    return await stack.enter_async_context(
+        ClientSession(read, write, client_info=types.Implementation(name=f"python-{mode}", version="1"), **kwargs)
+    )
+
+
+async def error_code(call) -> int | None:
+    try:
+        await call
+        return None
+    except MCPError as e:
+        return e.error.code
+
+
+async def surface(mode: str, a: str, b: str) -> dict:
+    seen: dict = {}
+    updated = anyio.Event()
+
+    async def on_message(message) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            seen["updated"] = message.params.uri
+            updated.set()
+
+    async with AsyncExitStack() as stack:
+        session = await connect(stack, mode, a, b, message_handler=on_message)
+        init = await session.initialize()
+        caps = init.capabilities
+        seen["capabilities"] = {
+            "prompts": caps.prompts is not None and caps.prompts.list_changed,
+            "resources": caps.resources is not None and caps.resources.subscribe,
+            "completions": caps.completions is not None,
+        }
+        prompts, pages, cursor = [], 0, None
+        while True:
+            page = await session.list_prompts(params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
+            pages += 1
+            prompts += [p.name for p in page.prompts]
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        seen["prompts"] = sorted(prompts)
+        seen["prompt_pages"] = pages
+        r = await session.get_prompt("mcp_everything_args-prompt", {"city": "Paris"})
+        seen["args_prompt"] = [m.content.text for m in r.messages]
+        seen["missing_argument"] = await error_code(session.get_prompt("mcp_everything_args-prompt", {}))
+        r = await session.get_prompt("mcp_everything_resource-prompt", {"resourceType": "Blob", "resourceId": "2"})
+        seen["embedded"] = [m.content.model_dump(exclude_none=True, by_alias=True)["type"] for m in r.messages]
+        resources, cursor = [], None
+        while True:
+            page = await session.list_resources(params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
+            resources += [r.uri for r in page.resources]
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        seen["static_resources"] = len([u for u in resources if u.startswith("demo://resource/static/")]) > 0
+        templates = await session.list_resource_templates()
+        seen["templates"] = sorted(t.uri_template for t in templates.resource_templates)
+        r = await session.read_resource("demo://resource/dynamic/blob/3")
+        seen["blob"] = base64.b64decode(r.contents[0].blob).decode().split(":")[0]
+        seen["not_found"] = await error_code(session.read_resource("nothing://here"))
+        r = await session.complete(types.PromptReference(name="mcp_everything_completable-prompt"), {"name": "department", "value": "Eng"})
+        seen["completion"] = r.completion.values
+        r = await session.complete(
+            types.PromptReference(name="mcp_everything_completable-prompt"),
+            {"name": "name", "value": ""},
+            context_arguments={"department": "Sales"},
+        )
+        seen["completion_in_context"] = r.completion.values
+        # The caller has turned server-everything's updates on (one every 5 s).
+        await session.subscribe_resource("demo://resource/dynamic/text/1")
+        with anyio.fail_after(20):
+            await updated.wait()
+        await session.unsubscribe_resource("demo://resource/dynamic/text/1")
+    return seen
+
+
 async def main() -> None:
+    if sys.argv[1] == "surface":
+        print(json.dumps(await surface(*sys.argv[2:5]), sort_keys=True))
+        return
     mode = sys.argv[1]
     seen: dict = {"progress": []}
     async with AsyncExitStack() as stack:
-        if mode == "stdio":
-            env = get_default_environment()
-            if "TOOLHOST_MCP_PAGE_SIZE" in os.environ:
-                env["TOOLHOST_MCP_PAGE_SIZE"] = os.environ["TOOLHOST_MCP_PAGE_SIZE"]
-            params = StdioServerParameters(command=sys.argv[2], args=["mcp", "--socket", sys.argv[3]], env=env)
-            read, write = await stack.enter_async_context(stdio_client(params))
-        else:
-            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {sys.argv[3]}"})
-            await stack.enter_async_context(http)
-            streams = await stack.enter_async_context(streamable_http_client(sys.argv[2], http_client=http))
-            read, write = streams[0], streams[1]
-
-        session = await stack.enter_async_context(
-            ClientSession(read, write, client_info=types.Implementation(name=f"python-{mode}", version="1"))
-        )
+        session = await connect(stack, mode, sys.argv[2], sys.argv[3])
         init = await session.initialize()
         seen["server"] = init.server_info.name
         seen["protocol"] = init.protocol_version

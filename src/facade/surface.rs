@@ -1,0 +1,260 @@
+//! The facade's prompts, resources, templates, completions and resource subscriptions:
+//! each MCP request becomes the host method of the same meaning (proto-docs/mcp-facade.md),
+//! and the host's `prompts_changed`, `resources_changed` and `resource_updated` become
+//! MCP's list-changed and updated notifications.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use rmcp::model::{
+    CompleteRequestParams, CompleteResult, GetPromptRequestParams, GetPromptResult,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResult, Reference, ResourceUpdatedNotificationParam,
+};
+use rmcp::service::Peer;
+use rmcp::{ErrorData, RoleServer};
+use serde_json::Value;
+
+use super::{convert, host_error, Facade, Feed, Link};
+use crate::client::Client;
+use crate::lock;
+use crate::protocol::{self, CompletionRef, PromptsChanged, ResourcesChanged};
+
+/// What one MCP connection follows of the host's surface.
+#[derive(Default)]
+pub(super) struct Following {
+    /// `prompts_changed` and `resources_changed`, subscribed in `initialize` and forwarded
+    /// from `initialized` on (as for tools).
+    feeds: Mutex<Option<Feeds>>,
+    /// The client's `resources/subscribe`s by URI: each a task forwarding the host's
+    /// `resource_updated`; aborting it ends the host subscription.
+    resources: Mutex<HashMap<String, tokio::task::AbortHandle>>,
+}
+
+struct Feeds {
+    prompts: Feed<PromptsChanged>,
+    resources: Feed<ResourcesChanged>,
+}
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        for (_, task) in lock(&self.resources).drain() {
+            task.abort();
+        }
+    }
+}
+
+impl Following {
+    /// Subscribes to the host's list changes (in `initialize`, before the first list).
+    pub(super) async fn subscribe(&self, link: &Link, client: &Client) {
+        let feeds = async {
+            Ok::<_, crate::client::ClientError>(match link {
+                Link::Client(_) => Feeds {
+                    prompts: Feed::Own(client.subscribe_prompts_changed().await?),
+                    resources: Feed::Own(client.subscribe_resources_changed().await?),
+                },
+                Link::Shared(shared) => Feeds {
+                    prompts: Feed::Shared(shared.prompts_changed()),
+                    resources: Feed::Shared(shared.resources_changed()),
+                },
+            })
+        };
+        match feeds.await {
+            Ok(f) => *lock(&self.feeds) = Some(f),
+            Err(e) => tracing::warn!(%e, "cannot follow prompts_changed and resources_changed"),
+        }
+    }
+
+    /// Forwards the list changes to the MCP client, from `initialized` on.
+    pub(super) fn forward(&self, facade: &Facade, peer: &Peer<RoleServer>) {
+        let Some(Feeds {
+            mut prompts,
+            mut resources,
+        }) = lock(&self.feeds).take()
+        else {
+            return;
+        };
+        let to = peer.clone();
+        facade.spawn(async move {
+            while prompts.changed().await {
+                if to.notify_prompt_list_changed().await.is_err() {
+                    break;
+                }
+            }
+        });
+        let to = peer.clone();
+        facade.spawn(async move {
+            while resources.changed().await {
+                if to.notify_resource_list_changed().await.is_err() {
+                    break;
+                }
+            }
+        });
+    }
+}
+
+/// `page` of `items` at `cursor` (the index of its first item, as `tools/list` pages).
+fn page<T: Clone>(
+    items: &[T],
+    cursor: Option<String>,
+    size: usize,
+) -> Result<(Vec<T>, Option<String>), ErrorData> {
+    let start = match cursor {
+        None => 0,
+        Some(c) => c
+            .parse::<usize>()
+            .ok()
+            .filter(|&i| i <= items.len())
+            .ok_or_else(|| ErrorData::invalid_params(format!("invalid cursor {c:?}"), None))?,
+    };
+    let end = start.saturating_add(size).min(items.len());
+    let next = (end < items.len()).then(|| end.to_string());
+    Ok((items[start..end].to_vec(), next))
+}
+
+impl Facade {
+    pub(super) async fn prompts_page(
+        &self,
+        request: Option<PaginatedRequestParams>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let list = self
+            .client()
+            .await?
+            .list_prompts()
+            .await
+            .map_err(host_error)?;
+        let (items, next) = page(
+            &list.prompts,
+            request.and_then(|r| r.cursor),
+            self.page_size,
+        )?;
+        let mut result = ListPromptsResult::with_all_items(convert::listed(&items));
+        result.next_cursor = next;
+        Ok(result)
+    }
+
+    pub(super) async fn resources_page(
+        &self,
+        request: Option<PaginatedRequestParams>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let client = self.client().await?;
+        let list = client.list_resources().await.map_err(host_error)?;
+        let (items, next) = page(
+            &list.resources,
+            request.and_then(|r| r.cursor),
+            self.page_size,
+        )?;
+        let mut result = ListResourcesResult::with_all_items(convert::listed(&items));
+        result.next_cursor = next;
+        Ok(result)
+    }
+
+    pub(super) async fn templates_page(
+        &self,
+        request: Option<PaginatedRequestParams>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let client = self.client().await?;
+        let list = client.list_resource_templates().await.map_err(host_error)?;
+        let cursor = request.and_then(|r| r.cursor);
+        let (items, next) = page(&list.resource_templates, cursor, self.page_size)?;
+        let mut result = ListResourceTemplatesResult::with_all_items(convert::listed(&items));
+        result.next_cursor = next;
+        Ok(result)
+    }
+
+    pub(super) async fn prompt(
+        &self,
+        request: GetPromptRequestParams,
+    ) -> Result<GetPromptResult, ErrorData> {
+        // MCP prompt arguments are strings; a client that sends another JSON value gets
+        // it as its JSON text.
+        let arguments = request.arguments.unwrap_or_default().into_iter();
+        let params = protocol::GetPromptParams {
+            name: request.name,
+            arguments: arguments
+                .map(|(k, v)| match v {
+                    Value::String(s) => (k, s),
+                    other => (k, other.to_string()),
+                })
+                .collect(),
+        };
+        let client = self.client().await?;
+        let answer = client.get_prompt(&params).await.map_err(host_error)?;
+        convert::via_json(&answer)
+    }
+
+    pub(super) async fn resource(
+        &self,
+        request: ReadResourceRequestParams,
+    ) -> Result<ReadResourceResult, ErrorData> {
+        let client = self.client().await?;
+        let answer = client
+            .read_resource(&request.uri)
+            .await
+            .map_err(host_error)?;
+        convert::via_json(&answer)
+    }
+
+    pub(super) async fn completion(
+        &self,
+        request: CompleteRequestParams,
+    ) -> Result<CompleteResult, ErrorData> {
+        let reference = match request.r#ref {
+            Reference::Prompt(p) => CompletionRef::Prompt { name: p.name },
+            Reference::Resource(r) => CompletionRef::Resource { uri: r.uri },
+            _ => {
+                return Err(ErrorData::invalid_params(
+                    "unknown completion reference",
+                    None,
+                ))
+            }
+        };
+        let params = protocol::CompleteParams {
+            reference,
+            argument: protocol::CompletionArgument {
+                name: request.argument.name,
+                value: request.argument.value,
+            },
+            context: request.context.map(|c| protocol::CompletionContext {
+                arguments: c.arguments.unwrap_or_default().into_iter().collect(),
+            }),
+        };
+        let client = self.client().await?;
+        let answer = client.complete(&params).await.map_err(host_error)?;
+        convert::via_json(&answer)
+    }
+
+    /// `resources/subscribe`: one host subscription per URI and connection (a second
+    /// subscribe of the same URI changes nothing), forwarded as `resources/updated`.
+    pub(super) async fn subscribe_resource(
+        &self,
+        uri: String,
+        peer: Peer<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        if lock(&self.state.following.resources).contains_key(&uri) {
+            return Ok(());
+        }
+        let client = self.client().await?;
+        let mut sub = client.subscribe_resource(&uri).await.map_err(host_error)?;
+        let task = tokio::spawn(async move {
+            while let Some(Ok(updated)) = sub.next().await {
+                let note = ResourceUpdatedNotificationParam::new(updated.uri);
+                if peer.notify_resource_updated(note).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let old = lock(&self.state.following.resources).insert(uri, task.abort_handle());
+        if let Some(old) = old {
+            old.abort();
+        }
+        Ok(())
+    }
+
+    /// `resources/unsubscribe`: ends the URI's host subscription, if any.
+    pub(super) fn unsubscribe_resource(&self, uri: &str) {
+        if let Some(task) = lock(&self.state.following.resources).remove(uri) {
+            task.abort();
+        }
+    }
+}

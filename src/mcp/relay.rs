@@ -1,0 +1,429 @@
+//! Requests relayed to the server that owns a prompt, resource or template: `get_prompt`,
+//! `read_resource`, `complete` and resource subscriptions. Each goes to the live
+//! connection of its owner in the [`surface::Catalog`](super::surface::Catalog) under the
+//! server's `timeout_ms`; a server's error keeps its MCP code.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{
+    ArgumentInfo, CompleteRequestParams, CompletionContext, GetPromptRequestParams,
+    PromptReference, ReadResourceRequestParams, Reference, ResourceContents as McpContents,
+    ResourceTemplateReference, SubscribeRequestParams, UnsubscribeRequestParams,
+};
+use rmcp::service::{Peer, ServiceError};
+use rmcp::RoleClient;
+use serde_json::{Map, Value};
+
+use super::surface::{Catalog, Event};
+use super::{McpManager, Server};
+use crate::error::Error;
+use crate::lock;
+use crate::protocol::{
+    self, CompleteParams, CompleteResult, Completion, CompletionRef, GetPromptParams,
+    GetPromptResult, PromptMessage, ReadResourceResult, ResourceContents,
+};
+
+impl McpManager {
+    /// The live catalog of prompts, resources and templates.
+    pub fn surface(&self) -> Arc<Catalog> {
+        self.runtime.surface.catalog()
+    }
+
+    /// Catalog events: list changes and resource updates.
+    pub fn surface_events(&self) -> tokio::sync::broadcast::Receiver<Event> {
+        self.runtime.surface.subscribe()
+    }
+
+    /// `get_prompt`: checked against the prompt's declared arguments, then asked of its
+    /// server under the server's own name for it.
+    pub async fn get_prompt(&self, p: GetPromptParams) -> Result<GetPromptResult, Error> {
+        let catalog = self.surface();
+        let (entry, remote) = catalog
+            .prompts
+            .get(&p.name)
+            .ok_or_else(|| Error::InvalidParams(format!("unknown prompt: {}", p.name)))?;
+        if let Some(missing) = entry
+            .arguments
+            .iter()
+            .find(|a| a.required && !p.arguments.contains_key(&a.name))
+        {
+            return Err(Error::InvalidParams(format!(
+                "prompt '{}' needs the argument '{}'",
+                p.name, missing.name
+            )));
+        }
+        if let Some(unknown) = p
+            .arguments
+            .keys()
+            .find(|k| !entry.arguments.iter().any(|a| &a.name == *k))
+        {
+            return Err(Error::InvalidParams(format!(
+                "prompt '{}' has no argument '{unknown}'",
+                p.name
+            )));
+        }
+        let (server, peer) = self.owner(&entry.server)?;
+        let arguments: Map<String, Value> = p
+            .arguments
+            .into_iter()
+            .map(|(k, v)| (k, Value::String(v)))
+            .collect();
+        let request = GetPromptRequestParams::new(remote.clone()).with_arguments(arguments);
+        let answer = relay(&server, peer.get_prompt(request)).await?;
+        let messages = answer.messages.into_iter().map(|m| PromptMessage {
+            role: serde_json::to_value(m.role)
+                .ok()
+                .and_then(|r| r.as_str().map(str::to_owned))
+                .unwrap_or_default(),
+            content: serde_json::to_value(m.content).unwrap_or(Value::Null),
+        });
+        Ok(GetPromptResult {
+            description: answer.description,
+            messages: messages.collect(),
+        })
+    }
+
+    /// `read_resource`: from the server that lists the URI, else the one whose template
+    /// matches it. Contents pass as they came, moved rather than copied; a result over
+    /// `max_bytes` (the output cap) is refused whole, since a cut resource is another
+    /// resource.
+    pub async fn read_resource(
+        &self,
+        uri: &str,
+        max_bytes: usize,
+    ) -> Result<ReadResourceResult, Error> {
+        let owner = owner_of(&self.surface(), uri)?;
+        let (server, peer) = self.owner(&owner)?;
+        let answer = relay(
+            &server,
+            peer.read_resource(ReadResourceRequestParams::new(uri)),
+        )
+        .await?;
+        let size: usize = answer
+            .contents
+            .iter()
+            .map(|c| match c {
+                McpContents::TextResourceContents { text, .. } => text.len(),
+                McpContents::BlobResourceContents { blob, .. } => blob.len(),
+                other => protocol::json_len(other),
+            })
+            .sum();
+        if size > max_bytes {
+            return Err(Error::Server(format!(
+                "resource {uri} is {size} bytes, over the output cap of {max_bytes} bytes (limits.max_output_bytes)"
+            )));
+        }
+        let contents = answer.contents.into_iter().filter_map(contents);
+        Ok(ReadResourceResult {
+            contents: contents.collect(),
+        })
+    }
+
+    /// `complete`: a prompt argument by the prompt's catalog name, or a template variable.
+    pub async fn complete(&self, p: CompleteParams) -> Result<CompleteResult, Error> {
+        let catalog = self.surface();
+        let (owner, reference) = match &p.reference {
+            CompletionRef::Prompt { name } => {
+                let (entry, remote) = catalog
+                    .prompts
+                    .get(name)
+                    .ok_or_else(|| Error::InvalidParams(format!("unknown prompt: {name}")))?;
+                (
+                    entry.server.clone(),
+                    Reference::Prompt(PromptReference::new(remote.clone())),
+                )
+            }
+            CompletionRef::Resource { uri } => {
+                let owner = catalog
+                    .templates
+                    .get(uri)
+                    .map(|t| t.server.clone())
+                    .or_else(|| catalog.resources.get(uri).map(|r| r.server.clone()))
+                    .ok_or_else(|| {
+                        Error::InvalidParams(format!("unknown resource template: {uri}"))
+                    })?;
+                (
+                    owner,
+                    Reference::Resource(ResourceTemplateReference::new(uri.clone())),
+                )
+            }
+        };
+        let (server, peer) = self.owner(&owner)?;
+        let mut request = CompleteRequestParams::new(
+            reference,
+            ArgumentInfo::new(p.argument.name, p.argument.value),
+        );
+        if let Some(context) = p.context {
+            request.context = Some(CompletionContext::with_arguments(
+                context.arguments.into_iter().collect(),
+            ));
+        }
+        let answer = relay(&server, peer.complete(request)).await?;
+        Ok(CompleteResult {
+            completion: Completion {
+                values: answer.completion.values,
+                total: answer.completion.total,
+                has_more: answer.completion.has_more,
+            },
+        })
+    }
+
+    /// Opens one subscriber's interest in `uri`: the first one for a (server, URI)
+    /// subscribes upstream. The returned guard, dropped, closes it again; the
+    /// `resource_updated` events to forward are the hub's [`Event::Updated`] for the
+    /// owner and URI.
+    pub async fn subscribe_resource(&self, uri: &str) -> Result<ResourceInterest, Error> {
+        let owner = owner_of(&self.surface(), uri)?;
+        let (server, peer) = self.owner(&owner)?;
+        if !self.runtime.surface.of(&owner).subscribe {
+            return Err(Error::InvalidParams(format!(
+                "MCP server '{owner}' does not offer resource subscriptions"
+            )));
+        }
+        let key = (owner.clone(), uri.to_owned());
+        let first = {
+            let mut subs = lock(&self.runtime.surface.subscribers);
+            let n = subs.entry(key.clone()).or_default();
+            *n += 1;
+            *n == 1
+        };
+        let interest = ResourceInterest {
+            server: server.clone(),
+            key,
+        };
+        if first {
+            #[allow(deprecated)] // resources/subscribe: what servers before 2026-07-28 speak
+            relay(&server, peer.subscribe(SubscribeRequestParams::new(uri))).await?;
+        }
+        Ok(interest)
+    }
+
+    /// A server that owns `name`'s entries, and its live connection.
+    fn owner(&self, name: &str) -> Result<(Arc<Server>, Peer<RoleClient>), Error> {
+        let server = self.known(name)?;
+        let link = server
+            .link_for_call()
+            .map_err(|e| Error::Server(e.message))?;
+        Ok((server, link.peer))
+    }
+}
+
+/// One subscriber's interest in a resource; dropped, it unsubscribes upstream when it
+/// was the last.
+pub struct ResourceInterest {
+    server: Arc<Server>,
+    key: (String, String),
+}
+
+impl ResourceInterest {
+    /// The server and URI whose `Event::Updated` this subscriber wants.
+    pub fn wants(&self, server: &str, uri: &str) -> bool {
+        self.key.0 == server && self.key.1 == uri
+    }
+}
+
+impl Drop for ResourceInterest {
+    fn drop(&mut self) {
+        let last = {
+            let mut subs = lock(&self.server.runtime.surface.subscribers);
+            match subs.get_mut(&self.key) {
+                Some(n) if *n > 1 => {
+                    *n -= 1;
+                    false
+                }
+                _ => {
+                    subs.remove(&self.key);
+                    true
+                }
+            }
+        };
+        if !last {
+            return;
+        }
+        let (Ok(link), Ok(runtime)) = (
+            self.server.link_for_call(),
+            tokio::runtime::Handle::try_current(),
+        ) else {
+            return;
+        };
+        {
+            let uri = self.key.1.clone();
+            let timeout = timeout_of(&self.server);
+            runtime.spawn(async move {
+                #[allow(deprecated)] // resources/unsubscribe, as for subscribe
+                let unsubscribe = link.peer.unsubscribe(UnsubscribeRequestParams::new(uri));
+                let _ = tokio::time::timeout(timeout, unsubscribe).await;
+            });
+        }
+    }
+}
+
+/// One part of a resource in our type, its strings moved, not copied (a kind of contents
+/// newer than this host goes through its JSON).
+fn contents(c: McpContents) -> Option<ResourceContents> {
+    Some(match c {
+        McpContents::TextResourceContents {
+            uri,
+            mime_type,
+            text,
+            meta,
+        } => ResourceContents {
+            uri,
+            mime_type,
+            text: Some(text),
+            blob: None,
+            meta: meta.map(|m| m.0),
+        },
+        McpContents::BlobResourceContents {
+            uri,
+            mime_type,
+            blob,
+            meta,
+        } => ResourceContents {
+            uri,
+            mime_type,
+            text: None,
+            blob: Some(blob),
+            meta: meta.map(|m| m.0),
+        },
+        other => serde_json::from_value(serde_json::to_value(other).ok()?).ok()?,
+    })
+}
+
+/// Subscribes upstream again, after a reconnect, to every URI of `server` that still has
+/// subscribers.
+pub(super) async fn resubscribe(server: &Server, peer: &Peer<RoleClient>) {
+    let uris: Vec<String> = lock(&server.runtime.surface.subscribers)
+        .keys()
+        .filter(|(s, _)| s == server.name())
+        .map(|(_, uri)| uri.clone())
+        .collect();
+    for uri in uris {
+        #[allow(deprecated)] // resources/subscribe, as above
+        let subscribe = peer.subscribe(SubscribeRequestParams::new(uri.clone()));
+        if let Err(e) = relay(server, subscribe).await {
+            tracing::warn!(server = %server.name(), %uri, error = %e, "cannot subscribe to the resource again after a reconnect");
+        }
+    }
+}
+
+fn timeout_of(server: &Server) -> Duration {
+    Duration::from_millis(server.config().timeout_ms)
+}
+
+/// Runs one request to `server` under its `timeout_ms`, its failure as a method error.
+async fn relay<T>(
+    server: &Server,
+    request: impl std::future::Future<Output = Result<T, ServiceError>>,
+) -> Result<T, Error> {
+    let timeout = timeout_of(server);
+    match tokio::time::timeout(timeout, request).await {
+        Err(_) => Err(Error::Server(format!(
+            "MCP server '{}' did not answer within {} ms (timeout_ms)",
+            server.name(),
+            timeout.as_millis()
+        ))),
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(ServiceError::McpError(e))) => Err(Error::Upstream {
+            code: e.code.0,
+            message: format!("MCP server '{}': {}", server.name(), e.message),
+        }),
+        Ok(Err(e)) => Err(Error::Server(server.call_error(e).message)),
+    }
+}
+
+/// The server that serves `uri`: the one that lists it, else the first whose template
+/// matches it.
+fn owner_of(catalog: &Catalog, uri: &str) -> Result<String, Error> {
+    if let Some(r) = catalog.resources.get(uri) {
+        return Ok(r.server.clone());
+    }
+    catalog
+        .templates
+        .values()
+        .find(|t| matches_template(&t.uri_template, uri))
+        .map(|t| t.server.clone())
+        .ok_or_else(|| Error::ResourceNotFound(uri.to_owned()))
+}
+
+/// Whether `uri` is one expansion of the RFC 6570 `template`. Literal parts must match
+/// exactly; a simple `{var}` stands for one or more characters other than `/`, `?` and
+/// `#`; a reserved `{+var}` or fragment `{#var}` for any; a query `{?a,b}` or `{&a}` for
+/// the rest of the URI when it starts with `?` or `&` (or nothing); other operators
+/// (`{/var}`, `{.var}`, `{;var}`) for any run that starts with their character.
+pub fn matches_template(template: &str, uri: &str) -> bool {
+    let mut parts = Vec::new();
+    let mut rest = template;
+    while let Some(open) = rest.find('{') {
+        let Some(close) = rest[open..].find('}') else {
+            break;
+        };
+        parts.push(Part::Literal(&rest[..open]));
+        parts.push(Part::Var(&rest[open + 1..open + close]));
+        rest = &rest[open + close + 1..];
+    }
+    parts.push(Part::Literal(rest));
+    matches_parts(&parts, uri)
+}
+
+enum Part<'a> {
+    Literal(&'a str),
+    Var(&'a str),
+}
+
+fn matches_parts(parts: &[Part], uri: &str) -> bool {
+    let Some((first, rest)) = parts.split_first() else {
+        return uri.is_empty();
+    };
+    match first {
+        Part::Literal(l) => uri
+            .strip_prefix(l)
+            .is_some_and(|tail| matches_parts(rest, tail)),
+        Part::Var(expr) => {
+            let op = expr.chars().next().unwrap_or(' ');
+            let ok: &dyn Fn(char) -> bool = match op {
+                '+' | '#' => &|_| true,
+                '?' | '&' | '/' | '.' | ';' => &|_| true,
+                _ => &|c| !matches!(c, '/' | '?' | '#'),
+            };
+            let optional = matches!(op, '?' | '&' | '/' | '.' | ';');
+            if optional && matches_parts(rest, uri) {
+                return true;
+            }
+            if optional && !uri.starts_with(op) {
+                return false;
+            }
+            // Try every length of the variable's run, longest first.
+            let run = uri
+                .char_indices()
+                .find(|(_, c)| !ok(*c))
+                .map_or(uri.len(), |(i, _)| i);
+            (1..=run)
+                .rev()
+                .filter(|n| uri.is_char_boundary(*n))
+                .any(|n| matches_parts(rest, &uri[n..]))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::matches_template;
+
+    #[test]
+    fn uris_match_the_templates_that_expand_to_them() {
+        let t = "demo://resource/dynamic/text/{resourceId}";
+        assert!(matches_template(t, "demo://resource/dynamic/text/7"));
+        assert!(!matches_template(t, "demo://resource/dynamic/text/"));
+        assert!(!matches_template(t, "demo://resource/dynamic/text/7/8"));
+        assert!(!matches_template(t, "demo://resource/dynamic/blob/7"));
+        assert!(matches_template("file:///{+path}", "file:///a/b/c.txt"));
+        assert!(matches_template("x://{a}-{b}", "x://one-two"));
+        assert!(matches_template("x://s{?q,n}", "x://s"));
+        assert!(matches_template("x://s{?q,n}", "x://s?q=1&n=2"));
+        assert!(!matches_template("x://s{?q}", "x://sx"));
+        assert!(matches_template("x://fixed", "x://fixed"));
+        assert!(!matches_template("x://fixed", "x://fixed2"));
+    }
+}
