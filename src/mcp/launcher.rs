@@ -38,6 +38,19 @@ pub struct Connection {
     pub direct: Option<Arc<DirectCalls>>,
 }
 
+impl Connection {
+    /// A server over HTTP (streamable or legacy SSE): no process of ours, calls through rmcp.
+    fn remote(service: RunningService<RoleClient, Client>) -> Connection {
+        Connection {
+            service,
+            group: None,
+            _child: None,
+            _sandbox: None,
+            direct: None,
+        }
+    }
+}
+
 /// Most stderr lines kept per second from one server; the rest are counted and dropped.
 const STDERR_LINES_PER_SEC: u32 = 50;
 /// Longest stderr line logged (longer lines are cut).
@@ -184,13 +197,7 @@ async fn connect_http(
             }
         },
     };
-    Ok(Connection {
-        service,
-        group: None,
-        _child: None,
-        _sandbox: None,
-        direct: None,
-    })
+    Ok(Connection::remote(service))
 }
 
 /// A legacy HTTP+SSE server (`"type": "sse"`, or the fallback of a refused POST).
@@ -202,13 +209,7 @@ async fn connect_sse(url: &str, cfg: &McpServer, client: Client) -> anyhow::Resu
     let service = client.serve(halves).await.map_err(|e| {
         anyhow::Error::new(e).context(format!("cannot initialise MCP session with {url}"))
     })?;
-    Ok(Connection {
-        service,
-        group: None,
-        _child: None,
-        _sandbox: None,
-        direct: None,
-    })
+    Ok(Connection::remote(service))
 }
 
 /// Whether initialising over streamable HTTP failed on a 400, 404 or 405 answer to the
