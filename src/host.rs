@@ -52,6 +52,7 @@ struct Inner {
     registry: Registry,
     mcp: McpManager,
     custom: crate::custom::CustomTools,
+    skills: crate::skills::Skills,
     sessions: Sessions,
     calls: Arc<CallTable>,
     /// Event counters for `GET /metrics`.
@@ -122,6 +123,7 @@ impl Host {
             ),
             dirs,
             custom: crate::custom::CustomTools::new(registry.clone(), processes.clone()),
+            skills: crate::skills::Skills::default(),
             reload_lock: tokio::sync::Mutex::new(()),
             registry,
             sessions,
@@ -174,6 +176,9 @@ impl Host {
     }
     pub fn custom(&self) -> &crate::custom::CustomTools {
         &self.0.custom
+    }
+    pub fn skills(&self) -> &crate::skills::Skills {
+        &self.0.skills
     }
     pub fn sessions(&self) -> &Sessions {
         &self.0.sessions

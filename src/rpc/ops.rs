@@ -61,6 +61,7 @@ pub(super) fn health(host: &Host) -> HealthResult {
     let mcp = host.mcp().counts();
     // A configured server that cannot start, or whose circuit is open, needs the operator.
     let custom_tool_errors = host.custom().errors();
+    let skill_errors: Vec<String> = host.skills().catalog().problems().collect();
     let quarantined: Vec<String> = snapshot
         .quarantined_tools()
         .map(|q| q.name.clone())
@@ -71,7 +72,8 @@ pub(super) fn health(host: &Host) -> HealthResult {
         || config_error.is_some()
         || !collisions.is_empty()
         || mcp.failed > 0
-        || !custom_tool_errors.is_empty();
+        || !custom_tool_errors.is_empty()
+        || !skill_errors.is_empty();
     HealthResult {
         status: if degraded {
             HealthStatus::Degraded
@@ -88,6 +90,7 @@ pub(super) fn health(host: &Host) -> HealthResult {
         collisions,
         custom_tool_errors,
         session_event_errors: host.custom().event_failures(),
+        skill_errors,
         quarantined,
         pins_error,
     }

@@ -1,0 +1,1 @@
+//! `toolhost skills …`: listing, checking and scaffolding skills without a daemon.

@@ -1,0 +1,301 @@
+//! Agent Skills end to end: real skill folders written by the tests, the real daemon and
+//! the real CLI.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{write_atomic, Daemon, RawLines};
+use serde_json::{json, Value};
+
+/// Writes `root/<dir>/SKILL.md` (atomically, last, as an editor or `cp` ends up) with this
+/// front matter and body, after the extra `files`.
+fn write_skill(root: &Path, dir: &str, front: &str, body: &str, files: &[(&str, &str)]) -> PathBuf {
+    let to = root.join(dir);
+    for (rel, text) in files {
+        let f = to.join(rel);
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(f, text).unwrap();
+    }
+    std::fs::create_dir_all(&to).unwrap();
+    let tmp = to.join(".SKILL.md.tmp");
+    std::fs::write(&tmp, format!("---\n{front}---\n{body}")).unwrap();
+    std::fs::rename(tmp, to.join("SKILL.md")).unwrap();
+    to
+}
+
+fn front(name: &str, description: &str) -> String {
+    format!("name: {name}\ndescription: {description}\n")
+}
+
+async fn result(d: &Daemon, method: &str, params: Value) -> Value {
+    let r = d.call(method, params).await;
+    r.get("result")
+        .cloned()
+        .unwrap_or_else(|| panic!("{method} failed: {r}"))
+}
+
+async fn names(d: &Daemon) -> Vec<String> {
+    result(d, "list_skills", json!({})).await["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+async fn skill_errors(d: &Daemon) -> Vec<String> {
+    let h = result(d, "host.health", json!({})).await;
+    serde_json::from_value(h["skill_errors"].clone()).unwrap_or_default()
+}
+
+#[tokio::test]
+async fn skills_are_found_in_order_validated_and_confined() {
+    let d = Daemon::start_in(|dir| {
+        let ws = dir.join("ws");
+        let agents = ws.join(".agents/skills");
+        let claude = ws.join(".claude/skills");
+        write_skill(
+            &dir.join("configured"),
+            "from-config",
+            &front("from-config", "A configured skill."),
+            "Configured.\n",
+            &[],
+        );
+        write_skill(
+            &agents,
+            "pdf",
+            &front("pdf", "Fill PDF forms. Use when a PDF is mentioned."),
+            "# PDF\nRun scripts/fill.py.\n",
+            &[
+                ("scripts/fill.py", "print('fill')\n"),
+                ("references/REF.md", "ref\n"),
+            ],
+        );
+        // The same name in .claude/skills: a clash; the first (.agents) wins.
+        write_skill(
+            &claude,
+            "pdf",
+            &front("pdf", "Another PDF skill."),
+            "Other.\n",
+            &[],
+        );
+        write_skill(
+            &claude,
+            "review",
+            &front("review", "Reviews code."),
+            "Review.\n",
+            &[],
+        );
+        // Invalid: the name differs from the folder's.
+        write_skill(&claude, "wrong-folder", &front("right-name", "x"), "", &[]);
+        // Invalid: the description is too long.
+        let long = "d".repeat(1025);
+        write_skill(&claude, "too-long", &front("too-long", &long), "", &[]);
+        // Invalid: no front matter at all.
+        let bare = claude.join("bare");
+        std::fs::create_dir_all(&bare).unwrap();
+        std::fs::write(bare.join("SKILL.md"), "# Just Markdown\n").unwrap();
+        // SKILL.md a symlink out of its folder: refused, the file is not read.
+        let secret = dir.join("secret.md");
+        std::fs::write(
+            &secret,
+            format!("---\n{}---\nsecret\n", front("escape", "x")),
+        )
+        .unwrap();
+        let escape = claude.join("escape");
+        std::fs::create_dir_all(&escape).unwrap();
+        std::os::unix::fs::symlink(&secret, escape.join("SKILL.md")).unwrap();
+        // A skill file that is a symlink out of the folder: left out, and never read.
+        let leaky = write_skill(&claude, "leaky", &front("leaky", "Leaks."), "", &[]);
+        std::os::unix::fs::symlink(&secret, leaky.join("notes.md")).unwrap();
+        // The user's folders come after the workspace's.
+        write_skill(
+            &dir.join("home/.claude/skills"),
+            "mine",
+            &front("mine", "The user's own."),
+            "Mine.\n",
+            &[],
+        );
+        json!({"skills": {"paths": [dir.join("configured")]}})
+    })
+    .await;
+    let ws = d.workspace();
+    assert_eq!(
+        names(&d).await,
+        ["from-config", "pdf", "leaky", "review", "mine"]
+    );
+    let list = result(&d, "list_skills", json!({})).await;
+    let pdf = &list["skills"][1];
+    assert_eq!(pdf["source"], "workspace_agents");
+    assert_eq!(
+        pdf["path"],
+        ws.join(".agents/skills/pdf").display().to_string()
+    );
+    assert!(pdf["etag"].as_str().unwrap().starts_with("sha256:"));
+    assert_eq!(list["skills"][0]["source"], "config");
+    assert_eq!(list["skills"][4]["source"], "user_claude");
+
+    let errors = skill_errors(&d).await;
+    let claude = ws.join(".claude/skills");
+    let has = |file: &Path, what: &str| {
+        let prefix = format!("{}: ", file.display());
+        errors
+            .iter()
+            .any(|e| e.starts_with(&prefix) && e.contains(what))
+    };
+    assert!(
+        has(
+            &claude.join("wrong-folder/SKILL.md"),
+            "name: 'right-name' differs from the folder's name"
+        ),
+        "{errors:#?}"
+    );
+    assert!(
+        has(
+            &claude.join("too-long/SKILL.md"),
+            "description: is 1025 characters long"
+        ),
+        "{errors:#?}"
+    );
+    assert!(
+        has(&claude.join("bare/SKILL.md"), "no YAML front matter"),
+        "{errors:#?}"
+    );
+    assert!(
+        has(&claude.join("escape/SKILL.md"), "leads outside its folder"),
+        "{errors:#?}"
+    );
+    assert!(
+        has(&claude.join("leaky/notes.md"), "leads outside its folder"),
+        "{errors:#?}"
+    );
+    let clash = format!(
+        "skill 'pdf' is defined twice: {} is used, {} is ignored",
+        ws.join(".agents/skills/pdf").display(),
+        claude.join("pdf").display()
+    );
+    assert!(errors.contains(&clash), "{errors:#?}");
+    assert_eq!(
+        result(&d, "host.health", json!({})).await["status"],
+        "degraded"
+    );
+
+    // get_skill: the text and the files.
+    let g = result(&d, "get_skill", json!({"name": "pdf"})).await;
+    assert!(g["text"].as_str().unwrap().contains("Run scripts/fill.py."));
+    assert_eq!(
+        g["files"],
+        json!([
+            {"path": "SKILL.md", "size": g["files"][0]["size"]},
+            {"path": "references/REF.md", "size": 4},
+            {"path": "scripts/fill.py", "size": 14}
+        ])
+    );
+    let leaky = result(&d, "get_skill", json!({"name": "leaky"})).await;
+    assert_eq!(
+        leaky["files"],
+        json!([{"path": "SKILL.md", "size": leaky["files"][0]["size"]}])
+    );
+
+    // read_skill_file: confined to the skill's folder.
+    let f = result(
+        &d,
+        "read_skill_file",
+        json!({"name": "pdf", "path": "scripts/fill.py"}),
+    )
+    .await;
+    assert_eq!(f["text"], "print('fill')\n");
+    for path in ["notes.md", "../pdf/SKILL.md", "/etc/passwd"] {
+        let r = d
+            .call("read_skill_file", json!({"name": "leaky", "path": path}))
+            .await;
+        assert_eq!(r["error"]["code"], -32602, "{path}: {r}");
+    }
+    let r = d
+        .call(
+            "read_skill_file",
+            json!({"name": "leaky", "path": "notes.md"}),
+        )
+        .await;
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("outside its folder"),
+        "{r}"
+    );
+    let r = d.call("get_skill", json!({"name": "nope"})).await;
+    assert_eq!(r["error"]["message"], "no skill named 'nope'", "{r}");
+
+    // discover: false keeps only the configured folder (applied by a reload).
+    let cfg = json!({"skills": {"paths": [d.dir.path().join("configured")], "discover": false}});
+    write_atomic(&d.config_path(), &cfg);
+    let r = d.call("config.reload", json!({})).await;
+    assert_eq!(r["result"]["applied"], true, "{r}");
+    assert_eq!(names(&d).await, ["from-config"]);
+    assert!(skill_errors(&d).await.is_empty());
+}
+
+/// A newline connection subscribed to `skills_changed`.
+async fn subscribe(d: &Daemon) -> RawLines {
+    let mut c = d.raw_lines().await;
+    let r = c.call("subscribe_skills_changed", json!({})).await;
+    assert!(r.get("result").is_some(), "{r}");
+    c
+}
+
+async fn next_change(c: &mut RawLines) -> Value {
+    let n = c.recv().await;
+    assert_eq!(n["method"], "skills_changed", "{n}");
+    n["params"]["result"].clone()
+}
+
+/// Asserts that no notification arrives for `ms` (the watcher settles in 100 ms).
+async fn quiet(c: &mut RawLines, ms: u64) {
+    let r = tokio::time::timeout(Duration::from_millis(ms), c.recv()).await;
+    assert!(r.is_err(), "unexpected notification: {r:?}");
+}
+
+#[tokio::test]
+async fn adding_editing_and_removing_a_skill_notifies_once_each() {
+    let d = Daemon::start_in(|_| json!({})).await;
+    let mut c = subscribe(&d).await;
+    // The folder does not exist yet: it is picked up when created.
+    let root = d.workspace().join(".toolhost/skills");
+    let dir = write_skill(
+        &root,
+        "deploy",
+        &front("deploy", "Deploys."),
+        "Step 1.\n",
+        &[("scripts/run.sh", "echo\n")],
+    );
+    let n = next_change(&mut c).await;
+    assert_eq!(n["count"], 1, "{n}");
+    quiet(&mut c, 600).await;
+    assert_eq!(names(&d).await, ["deploy"]);
+    let before = result(&d, "list_skills", json!({})).await["etag"].clone();
+    assert_eq!(n["etag"], before);
+
+    write_skill(
+        &root,
+        "deploy",
+        &front("deploy", "Deploys, now better."),
+        "Step 2.\n",
+        &[],
+    );
+    let n = next_change(&mut c).await;
+    assert_ne!(n["etag"], before);
+    quiet(&mut c, 600).await;
+    let g = result(&d, "get_skill", json!({"name": "deploy"})).await;
+    assert_eq!(g["description"], "Deploys, now better.");
+    assert!(g["text"].as_str().unwrap().ends_with("Step 2.\n"));
+
+    std::fs::remove_dir_all(&dir).unwrap();
+    let n = next_change(&mut c).await;
+    assert_eq!(n["count"], 0, "{n}");
+    quiet(&mut c, 600).await;
+    assert!(names(&d).await.is_empty());
+}
