@@ -123,7 +123,7 @@ impl Host {
             ),
             dirs,
             custom: crate::custom::CustomTools::new(registry.clone(), processes.clone()),
-            skills: crate::skills::Skills::default(),
+            skills: crate::skills::Skills::new(registry.clone()),
             reload_lock: tokio::sync::Mutex::new(()),
             registry,
             sessions,

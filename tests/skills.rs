@@ -230,6 +230,40 @@ async fn skills_are_found_in_order_validated_and_confined() {
     let r = d.call("get_skill", json!({"name": "nope"})).await;
     assert_eq!(r["error"]["message"], "no skill named 'nope'", "{r}");
 
+    // load_skill: listed with the skills in its description, returns the instructions.
+    let tools = result(&d, "list_tools", json!({})).await;
+    let load = tools["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "load_skill")
+        .expect("load_skill is listed");
+    let description = load["function"]["description"].as_str().unwrap();
+    assert!(
+        description.contains("  - pdf: Fill PDF forms. Use when a PDF is mentioned."),
+        "{description}"
+    );
+    assert!(!description.contains("Another PDF skill."), "{description}");
+    let out = d.invoke("load_skill", json!({"name": "pdf"})).await;
+    let text = out["text"].as_str().unwrap();
+    assert!(
+        text.starts_with("# Skill: pdf\n\n# PDF\nRun scripts/fill.py."),
+        "{text}"
+    );
+    assert!(
+        text.contains("references/REF.md, scripts/fill.py"),
+        "{text}"
+    );
+    assert!(!text.contains("description:"), "{text}");
+    let r = d
+        .call(
+            "invoke",
+            json!({"name": "load_skill", "arguments": {"name": "nope"}}),
+        )
+        .await;
+    assert_eq!(r["result"]["result"]["ok"], false, "{r}");
+    assert_eq!(r["result"]["result"]["error_kind"], "invalid_arguments", "{r}");
+
     // discover: false keeps only the configured folder (applied by a reload).
     let cfg = json!({"skills": {"paths": [d.dir.path().join("configured")], "discover": false}});
     write_atomic(&d.config_path(), &cfg);
@@ -237,6 +271,8 @@ async fn skills_are_found_in_order_validated_and_confined() {
     assert_eq!(r["result"]["applied"], true, "{r}");
     assert_eq!(names(&d).await, ["from-config"]);
     assert!(skill_errors(&d).await.is_empty());
+    let out = d.invoke("load_skill", json!({"name": "pdf"})).await;
+    assert_eq!(out["error_kind"], "invalid_arguments", "pdf is no longer a skill: {out}");
 }
 
 /// A newline connection subscribed to `skills_changed`.

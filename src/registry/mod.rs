@@ -38,6 +38,8 @@ pub use tool::{CallContext, Tool, ToolError, ToolResult, ToolUpdate, UpdateSink}
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SourceKey {
     Builtin,
+    /// `load_skill`, rebuilt with each skill catalog (`crate::skills`).
+    Skills,
     Custom,
     Mcp(String),
 }

@@ -4,6 +4,7 @@
 //! - [`skill`]: one folder — `SKILL.md` read safely, its front matter checked, its files;
 //! - [`catalog`]: every root scanned into one immutable [`Catalog`] (first name wins,
 //!   clashes and invalid skills kept for `host.health`);
+//! - [`tool`]: the built-in `load_skill`, whose description lists the skills;
 //! - [`scaffold`]: `toolhost skills new|check|list`, without a daemon.
 //!
 //! Search order: config `skills.paths`, then `<workspace>/.toolhost/skills`,
@@ -18,6 +19,7 @@
 pub mod catalog;
 pub mod scaffold;
 pub mod skill;
+pub mod tool;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -29,6 +31,7 @@ use crate::config::Config;
 use crate::custom::watch::Watch;
 use crate::lock;
 use crate::protocol::{SkillSource, SkillsChanged};
+use crate::registry::{Change, Registry, SourceKey, Tool};
 
 pub use catalog::Catalog;
 pub use skill::Skill;
@@ -85,6 +88,8 @@ pub fn roots(cfg: &Config, config_path: &Path, workspace: &Path) -> Vec<Root> {
 pub struct Skills(Arc<Inner>);
 
 struct Inner {
+    /// Where `load_skill` is published.
+    registry: Registry,
     catalog: ArcSwap<Catalog>,
     roots: Mutex<Vec<Root>>,
     /// Serialises scans, so two never publish out of order.
@@ -93,9 +98,10 @@ struct Inner {
     changed: broadcast::Sender<SkillsChanged>,
 }
 
-impl Default for Skills {
-    fn default() -> Self {
+impl Skills {
+    pub fn new(registry: Registry) -> Self {
         Skills(Arc::new(Inner {
+            registry,
             catalog: ArcSwap::from_pointee(Catalog::default()),
             roots: Mutex::default(),
             scan_lock: tokio::sync::Mutex::new(()),
@@ -103,9 +109,7 @@ impl Default for Skills {
             changed: broadcast::channel(64).0,
         }))
     }
-}
 
-impl Skills {
     /// The catalog in force.
     pub fn catalog(&self) -> Arc<Catalog> {
         self.0.catalog.load_full()
@@ -165,7 +169,8 @@ impl Skills {
         lock(&self.0.roots).iter().map(|r| r.path.clone()).collect()
     }
 
-    /// Scans the folders again; publishes and notifies only when the etag moved.
+    /// Scans the folders again; publishes (the catalog, and `load_skill` in one registry
+    /// swap) and notifies only when the etag moved.
     pub async fn rescan(&self) -> bool {
         let _one = self.0.scan_lock.lock().await;
         let roots = lock(&self.0.roots).clone();
@@ -188,7 +193,14 @@ impl Skills {
             etag: catalog.etag().to_owned(),
             count: catalog.len(),
         };
-        self.0.catalog.store(Arc::new(catalog));
+        let catalog = Arc::new(catalog);
+        self.0.catalog.store(catalog.clone());
+        let load_skill =
+            tool::LoadSkill::for_catalog(catalog).map(|t| Arc::new(t) as Arc<dyn Tool>);
+        self.0.registry.apply(Change {
+            sources: vec![(SourceKey::Skills, Some(load_skill.into_iter().collect()))],
+            approval_overrides: None,
+        });
         let _ = self.0.changed.send(note);
         true
     }
