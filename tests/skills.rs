@@ -262,7 +262,10 @@ async fn skills_are_found_in_order_validated_and_confined() {
         )
         .await;
     assert_eq!(r["result"]["result"]["ok"], false, "{r}");
-    assert_eq!(r["result"]["result"]["error_kind"], "invalid_arguments", "{r}");
+    assert_eq!(
+        r["result"]["result"]["error_kind"], "invalid_arguments",
+        "{r}"
+    );
 
     // discover: false keeps only the configured folder (applied by a reload).
     let cfg = json!({"skills": {"paths": [d.dir.path().join("configured")], "discover": false}});
@@ -272,7 +275,10 @@ async fn skills_are_found_in_order_validated_and_confined() {
     assert_eq!(names(&d).await, ["from-config"]);
     assert!(skill_errors(&d).await.is_empty());
     let out = d.invoke("load_skill", json!({"name": "pdf"})).await;
-    assert_eq!(out["error_kind"], "invalid_arguments", "pdf is no longer a skill: {out}");
+    assert_eq!(
+        out["error_kind"], "invalid_arguments",
+        "pdf is no longer a skill: {out}"
+    );
 }
 
 /// A newline connection subscribed to `skills_changed`.
@@ -334,4 +340,77 @@ async fn adding_editing_and_removing_a_skill_notifies_once_each() {
     assert_eq!(n["count"], 0, "{n}");
     quiet(&mut c, 600).await;
     assert!(names(&d).await.is_empty());
+}
+
+/// `toolhost skills …` in `ws`, with the user directories under `root`: (exit code, stdout).
+async fn skills_cli(root: &Path, ws: &Path, args: &[&str]) -> (i32, String) {
+    let out = common::toolhost(root)
+        .arg("--config")
+        .arg(root.join("no-config.json"))
+        .arg("skills")
+        .args(args)
+        .current_dir(ws)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    (out.status.code().unwrap(), stdout)
+}
+
+#[tokio::test]
+async fn skills_new_writes_a_valid_skill_and_check_and_list_need_no_daemon() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, ws) = (tmp.path(), tmp.path().join("project"));
+    std::fs::create_dir_all(&ws).unwrap();
+    let (code, out) = skills_cli(root, &ws, &["new", "release-notes"]).await;
+    assert_eq!(code, 0, "{out}");
+    let md = ws.join(".toolhost/skills/release-notes/SKILL.md");
+    assert!(out.contains(&md.display().to_string()), "{out}");
+    let (code, out) = skills_cli(root, &ws, &["check"]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("ok      release-notes ("), "{out}");
+    // A second `new` of the same name never overwrites it; a bad name is refused.
+    let (code, _) = skills_cli(root, &ws, &["new", "release-notes"]).await;
+    assert_eq!(code, 1);
+    let (code, _) = skills_cli(root, &ws, &["new", "Bad_Name"]).await;
+    assert_eq!(code, 1);
+    assert!(!ws.join(".toolhost/skills/Bad_Name").exists());
+
+    // The user's skill is listed after the project's, as the daemon would.
+    write_skill(
+        &root.join("home/.agents/skills"),
+        "mine",
+        &front("mine", "The user's own."),
+        "",
+        &[],
+    );
+    let (code, out) = skills_cli(root, &ws, &["--json"]).await;
+    assert_eq!(code, 0, "{out}");
+    let list: Value = serde_json::from_str(&out).unwrap();
+    let sources: Vec<&str> = list["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["source"].as_str().unwrap())
+        .collect();
+    assert_eq!(sources, ["workspace_toolhost", "user_agents"]);
+
+    // An invalid skill fails the check, naming the file and the field.
+    write_skill(
+        &ws.join(".claude/skills"),
+        "broken",
+        &front("other", "x"),
+        "",
+        &[],
+    );
+    let (code, out) = skills_cli(root, &ws, &["check"]).await;
+    assert_eq!(code, 1, "{out}");
+    let file = ws.join(".claude/skills/broken/SKILL.md");
+    assert!(
+        out.contains(&format!(
+            "invalid {}: name: 'other' differs",
+            file.display()
+        )),
+        "{out}"
+    );
 }
