@@ -414,3 +414,56 @@ async fn skills_new_writes_a_valid_skill_and_check_and_list_need_no_daemon() {
         "{out}"
     );
 }
+
+#[tokio::test]
+async fn sync_links_into_an_empty_and_a_populated_claude_folder_leaving_foreign_skills_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (root, ws) = (tmp.path(), tmp.path().join("project"));
+    let ours = ws.join(".toolhost/skills");
+    write_skill(&ours, "alpha", &front("alpha", "Ours."), "", &[]);
+    write_skill(&ours, "beta", &front("beta", "Ours too."), "", &[]);
+    // Into an empty .agents/skills (it does not exist yet).
+    let (code, out) = skills_cli(root, &ws, &["sync", "--target", "agents", "--check"]).await;
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("outdated alpha"), "{out}");
+    assert!(!ws.join(".agents").exists(), "--check writes nothing");
+    let (code, out) = skills_cli(root, &ws, &["sync", "--target", "agents"]).await;
+    assert_eq!(code, 0, "{out}");
+    let link = ws.join(".agents/skills/alpha");
+    assert_eq!(
+        std::fs::read_link(&link).unwrap(),
+        ours.join("alpha").canonicalize().unwrap()
+    );
+
+    // Into a populated .claude/skills: its own beta is not ours and is left alone.
+    let foreign = write_skill(
+        &ws.join(".claude/skills"),
+        "beta",
+        &front("beta", "Theirs."),
+        "",
+        &[],
+    );
+    let (code, out) = skills_cli(root, &ws, &["sync", "--target", "claude"]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(&format!(
+            "foreign  beta {} (not ours: left alone)",
+            foreign.display()
+        )),
+        "{out}"
+    );
+    assert!(std::fs::symlink_metadata(&foreign).unwrap().is_dir());
+    assert!(std::fs::read_to_string(foreign.join("SKILL.md"))
+        .unwrap()
+        .contains("Theirs."));
+    assert!(std::fs::read_link(ws.join(".claude/skills/alpha")).is_ok());
+    // Everything ours is linked now; the links are one skill, not clashes.
+    let (code, out) = skills_cli(root, &ws, &["sync", "--check"]).await;
+    assert_eq!(code, 0, "{out}");
+    let (_, out) = skills_cli(root, &ws, &["check"]).await;
+    let clashes: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("defined twice"))
+        .collect();
+    assert_eq!(clashes.len(), 1, "only the foreign beta clashes: {out}");
+}

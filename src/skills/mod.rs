@@ -5,7 +5,8 @@
 //! - [`catalog`]: every root scanned into one immutable [`Catalog`] (first name wins,
 //!   clashes and invalid skills kept for `host.health`);
 //! - [`tool`]: the built-in `load_skill`, whose description lists the skills;
-//! - [`scaffold`]: `toolhost skills new|check|list`, without a daemon.
+//! - [`scaffold`]: `toolhost skills new|check|list`, without a daemon;
+//! - [`sync`]: `toolhost skills sync`, links into each frontend's folder.
 //!
 //! Search order: config `skills.paths`, then `<workspace>/.toolhost/skills`,
 //! `<workspace>/.agents/skills`, `<workspace>/.claude/skills`, then the user's
@@ -19,6 +20,7 @@
 pub mod catalog;
 pub mod scaffold;
 pub mod skill;
+pub mod sync;
 pub mod tool;
 
 use std::path::{Path, PathBuf};

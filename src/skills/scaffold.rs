@@ -25,6 +25,24 @@ pub enum SkillsCommand {
         #[arg(long)]
         workspace: Option<PathBuf>,
     },
+    /// Link each skill into the frontends' folders (`.claude/skills`, `.agents/skills`) of
+    /// the workspace, or the user's (`--user`); a folder there that is not ours is left
+    /// alone and reported.
+    Sync {
+        #[arg(long, value_enum, default_value = "all")]
+        target: super::sync::Target,
+        /// The workspace whose skills are linked into its own folders (default: the
+        /// current directory).
+        #[arg(long, conflicts_with = "user")]
+        workspace: Option<PathBuf>,
+        /// Link the user's skills (config paths, `$XDG_CONFIG_HOME/toolhost/skills`, …)
+        /// into `~/.claude/skills` and `~/.agents/skills`.
+        #[arg(long)]
+        user: bool,
+        /// Only list what is out of date (exit 1 when anything is).
+        #[arg(long)]
+        check: bool,
+    },
     /// Write a valid skill folder into the project's `.toolhost/skills/` (or the user's,
     /// `--user`).
     New {
@@ -83,6 +101,52 @@ pub fn cli(command: Option<SkillsCommand>, config_path: &Path, json: bool) -> Ex
                 println!("no skills found in {}", shown.join(", "));
             }
             if problems.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        SkillsCommand::Sync {
+            target,
+            workspace,
+            user,
+            check,
+        } => {
+            let ws = workspace.unwrap_or_else(|| cwd.clone());
+            let catalog = Catalog::scan(&searched(Some(ws.clone())));
+            let base = if user {
+                crate::config::xdg_dir("HOME", "")
+            } else {
+                ws
+            };
+            let mut ok = true;
+            for step in
+                super::sync::sync(&catalog, user, &super::sync::folders(&base, target), check)
+            {
+                use super::sync::Outcome;
+                match step {
+                    Ok(s) => {
+                        let what = match (&s.outcome, check) {
+                            (Outcome::UpToDate, _) => "ok       ",
+                            (Outcome::Linked, true) => "outdated ",
+                            (Outcome::Linked, false) => "linked   ",
+                            (Outcome::Foreign, _) => "foreign  ",
+                        };
+                        ok &= !(check && s.outcome == Outcome::Linked);
+                        let note = if s.outcome == Outcome::Foreign {
+                            " (not ours: left alone)"
+                        } else {
+                            ""
+                        };
+                        println!("{what}{} {}{note}", s.skill, s.at.display());
+                    }
+                    Err(e) => {
+                        ok = false;
+                        eprintln!("toolhost: {e}");
+                    }
+                }
+            }
+            if ok {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)
