@@ -207,6 +207,7 @@ pub async fn run(
     tracing::info!(socket = %listeners.describe(), activated = listeners.owned.is_none(), workspace = %host.workspace().display(), data_dir = %host.data_dir().display(), "toolhost serving");
     // Custom tools are listed from the first answer on; their folders are watched from now.
     reload::start_custom_tools(&host).await;
+    reload::start_skills(&host).await;
     // Armed before the first answer, so an edit made as soon as the daemon answers is seen.
     let watched = watch_config(&host);
     let server = rpc::start(host.clone(), listeners)?;

@@ -52,6 +52,7 @@ struct Inner {
     registry: Registry,
     mcp: McpManager,
     custom: crate::custom::CustomTools,
+    skills: crate::skills::Skills,
     sessions: Sessions,
     calls: Arc<CallTable>,
     /// Event counters for `GET /metrics`.
@@ -125,6 +126,7 @@ impl Host {
             ),
             dirs,
             custom: crate::custom::CustomTools::new(registry.clone(), processes.clone()),
+            skills: crate::skills::Skills::new(registry.clone()),
             reload_lock: tokio::sync::Mutex::new(()),
             registry,
             sessions,
@@ -177,6 +179,9 @@ impl Host {
     }
     pub fn custom(&self) -> &crate::custom::CustomTools {
         &self.0.custom
+    }
+    pub fn skills(&self) -> &crate::skills::Skills {
+        &self.0.skills
     }
     pub fn sessions(&self) -> &Sessions {
         &self.0.sessions

@@ -50,6 +50,7 @@ mod safe_read;
 mod sandbox;
 mod secrets;
 mod session;
+mod skills;
 mod tools;
 
 #[doc(hidden)]

@@ -111,6 +111,15 @@ pub async fn start_custom_tools(host: &Host) {
         .await;
 }
 
+/// Scans the skill folders of the config in force and starts watching them.
+pub async fn start_skills(host: &Host) {
+    host.skills()
+        .configure(&host.config(), host.config_path(), host.workspace())
+        .await;
+    host.skills()
+        .watch(host.tracker(), host.shutdown_token().clone());
+}
+
 /// Reloads when the watched file's content differs from the last file read.
 pub async fn reload_if_changed(host: &Host) {
     let path = host.config_path().to_path_buf();
@@ -246,6 +255,9 @@ async fn apply_file(host: &Host) -> ConfigReloadResult {
     {
         sources.push(update);
     }
+    host.skills()
+        .configure(&new, host.config_path(), host.workspace())
+        .await;
     let approval_overrides = new.approval.tools.clone();
     host.processes().set_env(child_env(&new));
     host.registry()

@@ -125,6 +125,16 @@ pub(crate) fn read_in_folder(path: &Path, cap: u64) -> Result<Vec<u8>, ReadError
     read_node(open_node(&dir, Path::new(name))?, cap)
 }
 
+/// Reads the regular file at `rel` beneath `folder`, at most `cap` bytes: `rel` and every
+/// symlink on its way must stay inside `folder` (a skill's `scripts/run.sh`).
+pub(crate) fn read_beneath(folder: &Path, rel: &Path, cap: u64) -> Result<Vec<u8>, ReadError> {
+    if rel.is_absolute() {
+        return Err(ReadError::Escapes);
+    }
+    let dir = Dir::open_ambient_dir(folder, cap_std::ambient_authority())?;
+    read_node(open_node(&dir, rel)?, cap)
+}
+
 /// Reads the regular file at `path` (symlinks followed), at most `cap` bytes.
 pub(crate) fn read_path(path: &Path, cap: u64) -> Result<Vec<u8>, ReadError> {
     let file = std::fs::OpenOptions::new()
@@ -195,6 +205,20 @@ mod tests {
         assert_eq!(refused("sub").to_string(), "is a directory, not a file");
         assert!(matches!(refused("out"), ReadError::Escapes));
         assert!(matches!(refused("up"), ReadError::Escapes));
+        std::fs::write(t.join("sub").join("f"), b"in").unwrap();
+        std::os::unix::fs::symlink("../p", t.join("sub").join("back")).unwrap();
+        let beneath = |rel: &str| read_beneath(t, Path::new(rel), 1 << 20);
+        assert_eq!(beneath("sub/f").unwrap(), b"in");
+        assert!(matches!(
+            beneath("sub/back"),
+            Err(ReadError::NotRegular("fifo"))
+        ));
+        assert!(matches!(beneath("../x"), Err(ReadError::Escapes)));
+        assert!(matches!(beneath("/etc/passwd"), Err(ReadError::Escapes)));
+        assert!(matches!(
+            read_beneath(&t.join("sub"), Path::new("back"), 9),
+            Err(ReadError::Escapes)
+        ));
         assert!(matches!(
             read_path(&t.join("p"), 10),
             Err(ReadError::NotRegular("fifo"))

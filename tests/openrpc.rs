@@ -78,6 +78,9 @@ async fn call_checked(
 async fn every_answer_validates_against_the_openrpc_document() {
     let fixture = env!("CARGO_BIN_EXE_toolhost-fixture-mcp");
     let d = Daemon::start_in(|dir| {
+        let skill = dir.join("ws/.toolhost/skills/demo");
+        std::fs::create_dir_all(&skill).unwrap();
+        std::fs::write(skill.join("SKILL.md"), "---\nname: demo\ndescription: A demo.\n---\nDo it.\n").unwrap();
         json!({"mcp_servers": {"fx": {"command": fixture, "env": {"FIXTURE_PID_FILE": dir.join("pids"), "FIXTURE_INPUTS": "1", "FIXTURE_RESOURCES": "fx"}}}})
     })
     .await;
@@ -273,6 +276,11 @@ async fn every_answer_validates_against_the_openrpc_document() {
     // Resetting pins needs a damaged pin file: tests/hardening3_pins.rs checks that answer.
     seen.insert("tools.pins_reset".into());
     call_checked(&d, &doc, &mut seen, "session.delete", json!({"id": id})).await;
+    let skills = call_checked(&d, &doc, &mut seen, "list_skills", json!({})).await;
+    assert_eq!(skills["skills"][0]["name"], "demo");
+    call_checked(&d, &doc, &mut seen, "get_skill", json!({"name": "demo"})).await;
+    let file = json!({"name": "demo", "path": "SKILL.md"});
+    call_checked(&d, &doc, &mut seen, "read_skill_file", file).await;
 
     // The MCP surface besides tools (the fixture's FIXTURE_RESOURCES).
     call_checked(&d, &doc, &mut seen, "list_prompts", json!({})).await;
@@ -381,6 +389,24 @@ async fn every_answer_validates_against_the_openrpc_document() {
         check(&doc, method, &r["result"]);
         seen.insert(method.into());
     }
+    // An edited skill gives one skills_changed.
+    let sub = ws.call("subscribe_skills_changed", json!({})).await;
+    let skills_sub = sub["result"].clone();
+    seen.insert("subscribe_skills_changed".into());
+    let skill_md = d.workspace().join(".toolhost/skills/demo/SKILL.md");
+    std::fs::write(skill_md, "---\nname: demo\ndescription: Edited.\n---\n").unwrap();
+    loop {
+        let n = ws.recv().await;
+        if n["method"] == "skills_changed" {
+            check_notification(&doc, "subscribe_skills_changed", &n["params"]);
+            break;
+        }
+    }
+    let r = ws
+        .call("unsubscribe_skills_changed", json!([skills_sub]))
+        .await;
+    check(&doc, "unsubscribe_skills_changed", &r["result"]);
+    seen.insert("unsubscribe_skills_changed".into());
     let r = ws
         .call("unsubscribe_tools_changed", json!([tools_sub]))
         .await;

@@ -139,6 +139,11 @@ enum Command {
         #[command(subcommand)]
         command: crate::custom::scaffold::ToolCommand,
     },
+    /// List, check and create Agent Skills (no daemon needed); `skills` alone lists them.
+    Skills {
+        #[command(subcommand)]
+        command: Option<crate::skills::scaffold::SkillsCommand>,
+    },
 }
 
 /// The global flags every subcommand may use: where the daemon and the config are, how to
@@ -249,6 +254,10 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Where => Ok(locate::run(&g).await),
         Command::Import(args) => Ok(import::run(&g, args).await),
         Command::Tool { command } => Ok(tool::run(&g, command).await),
+        Command::Skills { command } => {
+            let config = g.config.clone().unwrap_or_else(crate::config::default_path);
+            Ok(crate::skills::scaffold::cli(command, &config, g.out.json))
+        }
     };
     done.unwrap_or_else(|e| {
         say_err!("toolhost: {e}");

@@ -34,6 +34,8 @@ pub struct Config {
     #[schemars(with = "BTreeMap<String, McpServer>")]
     pub mcp_servers: indexmap::IndexMap<String, McpServer>,
     pub custom_tools: CustomTools,
+    /// Where Agent Skills are found (proto-docs/skills.md).
+    pub skills: Skills,
     /// Variables set for every child (`bash`, custom tools, stdio MCP servers), on top of
     /// the allow-list and `env_passthrough`.
     #[schemars(extend("propertyNames" = {"minLength": 1}))]
@@ -451,6 +453,27 @@ impl Default for CustomTools {
             paths: Vec::new(),
             discover: true,
             trust: Trust::Auto,
+        }
+    }
+}
+
+/// The `skills` section: folders searched for skills before the usual places.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct Skills {
+    /// Folders holding skill folders, searched first (relative to config.json's folder).
+    #[schemars(inner(length(min = 1)))]
+    pub paths: Vec<PathBuf>,
+    /// Also search the workspace's and the user's `.toolhost/skills`, `.agents/skills` and
+    /// `.claude/skills`; `false` keeps only `paths`.
+    pub discover: bool,
+}
+
+impl Default for Skills {
+    fn default() -> Self {
+        Skills {
+            paths: Vec::new(),
+            discover: true,
         }
     }
 }

@@ -26,7 +26,7 @@ pub mod manifest;
 pub mod scaffold;
 pub mod tool;
 pub mod trust;
-mod watch;
+pub(crate) mod watch;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -254,7 +254,7 @@ impl CustomTools {
     ) {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let roots = lock(&self.0.state).roots.clone();
-        match watch::Watch::new(&paths(&roots), tx) {
+        match watch::Watch::new(&paths(&roots), tx, "custom tool folder") {
             Ok(w) => *lock(&self.0.watch) = Some(w),
             Err(e) => {
                 tracing::warn!("not watching custom tool folders: {e:#}");

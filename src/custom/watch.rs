@@ -1,4 +1,4 @@
-//! Watching the tool folders. A folder that exists is watched recursively (a tool's
+//! Watching the tool folders (and the skill folders, `crate::skills`, the same way). A folder that exists is watched recursively (a tool's
 //! manifest and program live one level down); a folder that does not exist yet is covered
 //! by a watch on its nearest existing ancestor, so a project's `.toolhost/tools/` created
 //! after start is picked up. Events go through the same debouncer as config.json's
@@ -19,6 +19,7 @@ use crate::lock;
 const SETTLE: Duration = Duration::from_millis(100);
 
 pub struct Watch {
+    what: &'static str,
     debouncer: SignalDebouncer,
     roots: Arc<Mutex<Vec<PathBuf>>>,
     /// What is watched now, and how.
@@ -26,7 +27,12 @@ pub struct Watch {
 }
 
 impl Watch {
-    pub fn new(roots: &[PathBuf], tx: UnboundedSender<()>) -> notify::Result<Watch> {
+    /// `what` names the folders in log lines ("custom tool folder", "skill folder").
+    pub fn new(
+        roots: &[PathBuf],
+        tx: UnboundedSender<()>,
+        what: &'static str,
+    ) -> notify::Result<Watch> {
         let shared: Arc<Mutex<Vec<PathBuf>>> = Arc::default();
         let filter = shared.clone();
         let debouncer = signal_on_change(
@@ -39,9 +45,10 @@ impl Watch {
                 })
             },
             tx,
-            "custom tool watcher",
+            what,
         )?;
         let mut w = Watch {
+            what,
             debouncer,
             roots: shared,
             watched: Vec::new(),
@@ -82,7 +89,7 @@ impl Watch {
             match self.debouncer.watch(&w.0, w.1) {
                 Ok(()) => self.watched.push(w),
                 Err(e) => {
-                    tracing::warn!(path = %w.0.display(), "cannot watch custom tool folder: {e}")
+                    tracing::warn!(path = %w.0.display(), "cannot watch {}: {e}", self.what)
                 }
             }
         }

@@ -43,6 +43,10 @@ pub struct HealthResult {
     /// Recent failures of custom tools' session-event runs (they never block a session).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub session_event_errors: Vec<String>,
+    /// Skills skipped, or files left out of one: `<file>: <field>: <reason>`; and names
+    /// defined twice, with both paths (proto-docs/skills.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skill_errors: Vec<String>,
     /// What the kernel's Landlock can enforce (proto-docs/sandbox.md).
     pub sandbox: super::SandboxStatus,
     /// Tools held back until approved (`toolhost tools diff NAME`, then `tools approve NAME`).

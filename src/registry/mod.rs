@@ -34,20 +34,23 @@ pub fn compile_schema(schema: &serde_json::Value) -> Result<jsonschema::Validato
 pub use tool::{CallContext, Tool, ToolError, ToolResult, ToolUpdate, UpdateSink};
 
 /// A group of tools that changes together. The order of the variants (and of server names)
-/// is the listing order; on a name clash built-ins, then custom tools, then MCP servers in
+/// is the listing order; on a name clash built-ins (`load_skill` among them), then custom tools, then MCP servers in
 /// config order keep the name (`snapshot::claim_names`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SourceKey {
     Builtin,
+    /// `load_skill`, rebuilt with each skill catalog (`crate::skills`).
+    Skills,
     Custom,
     Mcp(String),
 }
 
-/// How `host.health` names an owner: `builtin`, `custom`, `mcp:<server>`.
+/// How `host.health` names an owner: `builtin`, `skills`, `custom`, `mcp:<server>`.
 impl std::fmt::Display for SourceKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SourceKey::Builtin => f.write_str("builtin"),
+            SourceKey::Skills => f.write_str("skills"),
             SourceKey::Custom => f.write_str("custom"),
             SourceKey::Mcp(server) => write!(f, "mcp:{server}"),
         }

@@ -482,6 +482,7 @@ fn claim_names<'a>(
     let mut ordered: Vec<(&SourceKey, &Vec<Arc<dyn Tool>>)> = sources.iter().collect();
     ordered.sort_by_key(|(key, _)| match key {
         SourceKey::Builtin => (0, 0),
+        SourceKey::Skills => (0, 1),
         SourceKey::Custom => (1, 0),
         SourceKey::Mcp(server) => (2, policy.server_rank(server)),
     });

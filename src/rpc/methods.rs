@@ -24,6 +24,8 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 
+mod skills;
+
 use super::openrpc::{self, MethodDoc};
 use super::subscription::{self, Sink, Stream, Subscribe, Subscription};
 use crate::custom::events::SessionEvent;
@@ -351,6 +353,7 @@ pub(crate) fn methods() -> anyhow::Result<Methods> {
     subscribe_invoke(&mut api)?;
     subscribe_tools_changed(&mut api)?;
     surface::register(&mut api)?;
+    skills::register(&mut api)?;
 
     // rpc.discover documents itself too, then serves the finished document.
     api.docs.push(Box::new(|| {
@@ -694,23 +697,35 @@ async fn stream_invoke(host: Host, p: SubscribeInvokeParams, sink: Sink) {
 
 fn subscribe_tools_changed(api: &mut Api) -> anyhow::Result<()> {
     api.subscription::<EmptyParams, ToolsChanged, _, _>(
-        [method::SUBSCRIBE_TOOLS_CHANGED, method::TOOLS_CHANGED, method::UNSUBSCRIBE_TOOLS_CHANGED],
+        [
+            method::SUBSCRIBE_TOOLS_CHANGED,
+            method::TOOLS_CHANGED,
+            method::UNSUBSCRIBE_TOOLS_CHANGED,
+        ],
         "A notification whenever the live registry changes. WebSocket and newline framing only.",
         |host, _: EmptyParams| async move {
             // Subscribed before the reply goes out: no change after it is missed.
-            let mut rx = host.registry().subscribe();
-            Ok(subscription::stream(move |sink: Sink| async move {
-                loop {
-                    tokio::select! {
-                        r = rx.recv() => match r {
-                            Ok(note) => if !sink.send(&note).await { return },
-                            Err(broadcast::error::RecvError::Lagged(n)) => tracing::warn!(n, "tools_changed subscriber lagged"),
-                            Err(broadcast::error::RecvError::Closed) => return,
-                        },
-                        _ = sink.closed() => return,
-                    }
-                }
-            }))
+            Ok(forward(host.registry().subscribe(), method::TOOLS_CHANGED))
         },
     )
+}
+
+/// A change-notification stream: every message of `rx` to the subscriber, until either
+/// side ends. A subscriber that falls behind loses messages (logged), never the stream.
+fn forward<N>(mut rx: broadcast::Receiver<N>, what: &'static str) -> Stream
+where
+    N: Serialize + Clone + Send + Sync + 'static,
+{
+    subscription::stream(move |sink: Sink| async move {
+        loop {
+            tokio::select! {
+                r = rx.recv() => match r {
+                    Ok(note) => if !sink.send(&note).await { return },
+                    Err(broadcast::error::RecvError::Lagged(n)) => tracing::warn!(n, "{what} subscriber lagged"),
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+                _ = sink.closed() => return,
+            }
+        }
+    })
 }

@@ -70,6 +70,7 @@ pub(super) fn health(host: &Host) -> HealthResult {
     let mcp = host.mcp().counts();
     // A configured server that cannot start, or whose circuit is open, needs the operator.
     let custom_tool_errors = host.custom().errors();
+    let skill_errors: Vec<String> = host.skills().catalog().problems().collect();
     let quarantined: Vec<String> = snapshot
         .quarantined_tools()
         .map(|q| q.name.clone())
@@ -80,7 +81,8 @@ pub(super) fn health(host: &Host) -> HealthResult {
         || config_error.is_some()
         || !collisions.is_empty()
         || mcp.failed > 0
-        || !custom_tool_errors.is_empty();
+        || !custom_tool_errors.is_empty()
+        || !skill_errors.is_empty();
     HealthResult {
         status: if degraded {
             HealthStatus::Degraded
@@ -98,6 +100,7 @@ pub(super) fn health(host: &Host) -> HealthResult {
         clashes,
         custom_tool_errors,
         session_event_errors: host.custom().event_failures(),
+        skill_errors,
         quarantined,
         pins_error,
     }

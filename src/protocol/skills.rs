@@ -1,0 +1,100 @@
+//! Agent Skills on the socket (proto-docs/skills.md): `list_skills`, `get_skill`,
+//! `read_skill_file` and the `skills_changed` notification.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Where a skill was found, in search order (the first definition of a name wins).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SkillSource {
+    /// A folder of config `skills.paths`.
+    Config,
+    /// `<workspace>/.toolhost/skills`.
+    WorkspaceToolhost,
+    /// `<workspace>/.agents/skills` (Codex and the cross-client convention).
+    WorkspaceAgents,
+    /// `<workspace>/.claude/skills` (Claude Code).
+    WorkspaceClaude,
+    /// `$XDG_CONFIG_HOME/toolhost/skills`.
+    UserToolhost,
+    /// `~/.agents/skills`.
+    UserAgents,
+    /// `~/.claude/skills`.
+    UserClaude,
+}
+
+/// One skill as listed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SkillEntry {
+    pub name: String,
+    pub description: String,
+    /// The skill's folder.
+    pub path: String,
+    pub source: SkillSource,
+    /// `sha256:` of its `SKILL.md` and file list; changes with any edit.
+    pub etag: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ListSkillsResult {
+    /// In search order.
+    pub skills: Vec<SkillEntry>,
+    /// Changes whenever the list or any skill changes.
+    pub etag: String,
+}
+
+/// A file of a skill, relative to its folder.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SkillFile {
+    pub path: String,
+    pub size: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SkillNameParams {
+    #[schemars(length(min = 1))]
+    pub name: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct GetSkillResult {
+    #[serde(flatten)]
+    pub skill: SkillEntry,
+    /// The whole `SKILL.md`, front matter included.
+    pub text: String,
+    /// Every file of the skill, `SKILL.md` included, sorted by path.
+    pub files: Vec<SkillFile>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadSkillFileParams {
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// Relative to the skill's folder (e.g. `scripts/run.sh`); it may not lead out of it.
+    #[schemars(length(min = 1))]
+    pub path: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ReadSkillFileResult {
+    pub name: String,
+    pub path: String,
+    pub size: u64,
+    /// The content, when it is UTF-8 text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// The content in standard base64, when it is not text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base64: Option<String>,
+}
+
+/// Sent once per change of the skill set (a skill added, edited or removed).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SkillsChanged {
+    /// The new [`ListSkillsResult::etag`].
+    pub etag: String,
+    pub count: usize,
+}
