@@ -711,21 +711,12 @@ fn subscribe_tools_changed(api: &mut Api) -> anyhow::Result<()> {
 }
 
 /// A change-notification stream: every message of `rx` to the subscriber, until either
-/// side ends. A subscriber that falls behind loses messages (logged), never the stream.
+/// side ends (see [`subscription::relay`]).
 fn forward<N>(mut rx: broadcast::Receiver<N>, what: &'static str) -> Stream
 where
     N: Serialize + Clone + Send + Sync + 'static,
 {
     subscription::stream(move |sink: Sink| async move {
-        loop {
-            tokio::select! {
-                r = rx.recv() => match r {
-                    Ok(note) => if !sink.send(&note).await { return },
-                    Err(broadcast::error::RecvError::Lagged(n)) => tracing::warn!(n, "{what} subscriber lagged"),
-                    Err(broadcast::error::RecvError::Closed) => return,
-                },
-                _ = sink.closed() => return,
-            }
-        }
+        subscription::relay(&mut rx, &sink, what, Some).await;
     })
 }

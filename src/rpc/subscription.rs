@@ -231,3 +231,26 @@ where
 {
     Box::new(move |sink| f(sink).boxed())
 }
+
+/// Sends what `pick` makes of each message of `rx` to the subscriber, until either side
+/// ends. A subscriber that falls behind loses messages (logged as `what`), never the stream.
+pub(crate) async fn relay<E: Clone, N: Serialize>(
+    rx: &mut tokio::sync::broadcast::Receiver<E>,
+    sink: &Sink,
+    what: &str,
+    pick: impl Fn(E) -> Option<N>,
+) {
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        tokio::select! {
+            r = rx.recv() => match r {
+                Ok(message) => if let Some(note) = pick(message) {
+                    if !sink.send(&note).await { return }
+                },
+                Err(RecvError::Lagged(n)) => tracing::warn!(n, "{what} subscriber lagged"),
+                Err(RecvError::Closed) => return,
+            },
+            _ = sink.closed() => return,
+        }
+    }
+}

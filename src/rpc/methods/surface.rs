@@ -3,8 +3,6 @@
 //! notifications (proto-docs/surface.md). Each answers from the MCP servers' live
 //! catalog (`mcp::surface`) or relays to the server that owns the entry.
 
-use tokio::sync::broadcast;
-
 use super::{Api, Sink};
 use crate::host::Host;
 use crate::mcp::surface::Event;
@@ -65,7 +63,7 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
             let mut rx = host.mcp().surface_events();
             let interest = host.mcp().subscribe_resource(&p.uri).await?;
             Ok(subscription::stream(move |sink: Sink| async move {
-                forward(&mut rx, &sink, |e| match e {
+                subscription::relay(&mut rx, &sink, "MCP resource", |e| match e {
                     Event::Updated { server, uri } if interest.wants(&server, &uri) => {
                         Some(ResourceUri { uri })
                     }
@@ -95,25 +93,7 @@ fn changes<N: serde::Serialize + Send + Sync + 'static>(
     pick: fn(Event) -> Option<N>,
 ) -> subscription::Stream {
     let mut rx = host.mcp().surface_events();
-    subscription::stream(move |sink: Sink| async move { forward(&mut rx, &sink, pick).await })
-}
-
-/// Sends what `pick` makes of each event until the subscriber or the hub goes away.
-async fn forward<N: serde::Serialize>(
-    rx: &mut broadcast::Receiver<Event>,
-    sink: &Sink,
-    pick: impl Fn(Event) -> Option<N>,
-) {
-    loop {
-        tokio::select! {
-            r = rx.recv() => match r {
-                Ok(event) => if let Some(note) = pick(event) {
-                    if !sink.send(&note).await { return }
-                },
-                Err(broadcast::error::RecvError::Lagged(n)) => tracing::warn!(n, "MCP surface subscriber lagged"),
-                Err(broadcast::error::RecvError::Closed) => return,
-            },
-            _ = sink.closed() => return,
-        }
-    }
+    subscription::stream(move |sink: Sink| async move {
+        subscription::relay(&mut rx, &sink, "MCP surface", pick).await;
+    })
 }
