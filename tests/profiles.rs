@@ -1,14 +1,14 @@
 //! Profiles (issue 25): a frontend served under a config profile sees only what it selects,
 //! over `toolhost mcp --profile`, `/mcp?profile=` and a socket session; a hidden tool
-//! called anyway is `Unknown tool`; profile edits apply on reload. Real daemon, real
-//! fixture server, rmcp's MCP client.
+//! called anyway is `Unknown tool`, a hidden prompt or resource is unknown too; profile
+//! edits apply on reload. Real daemon, real fixture server, rmcp's MCP client.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
 use common::*;
-use rmcp::model::CallToolRequestParams;
-use rmcp::service::RunningService;
+use rmcp::model::{CallToolRequestParams, GetPromptRequestParams, ReadResourceRequestParams};
+use rmcp::service::{RunningService, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{RoleClient, ServiceExt};
@@ -226,4 +226,143 @@ async fn tool_search_finds_only_what_the_profile_serves() {
             "{call}"
         );
     }
+}
+
+/// A daemon whose fixture server `fx` offers its prompt and resources, and a profile
+/// `reader` that hides the prompt `greet`, the resource `fixture://fx/bytes` and, of the
+/// template `fixture://big/{bytes}`, the URIs `fixture://big/1…`.
+async fn start_surface() -> Daemon {
+    let mut d = Daemon::unstarted();
+    let cfg = json!({
+        "listen": {"tcp": "127.0.0.1:0"},
+        "mcp_servers": {"fx": {"command": FIXTURE, "env": {"FIXTURE_RESOURCES": "fx"}}},
+        "profiles": {
+            "reader": {"servers": ["fx"], "exclude": ["mcp_fx_greet", "fixture://fx/*", "fixture://big/1*"]},
+        },
+    });
+    std::fs::write(d.config_path(), cfg.to_string()).unwrap();
+    d.spawn(&[("TOOLHOST_TOKEN", TOKEN)]).await;
+    eventually(20, "fx's prompt listed", || async {
+        let r = d.call("list_prompts", json!({})).await;
+        r["result"]["prompts"].to_string().contains("mcp_fx_greet")
+    })
+    .await;
+    d
+}
+
+fn field<'a>(list: &'a Value, key: &str, field: &str) -> Vec<&'a str> {
+    let items = list[key].as_array().unwrap_or_else(|| panic!("{list}"));
+    items.iter().map(|i| i[field].as_str().unwrap()).collect()
+}
+
+/// What the socket serves `view` (`{"profile": …}` or `{"session_id": …}`) of the
+/// fixture's surface: only what `reader` selects, and a hidden entry is unknown.
+async fn assert_reader_socket_view(d: &Daemon, view: Value) {
+    let with = |extra: Value| {
+        let mut p = view.clone();
+        p.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        p
+    };
+    let prompts = d.call("list_prompts", view.clone()).await["result"].clone();
+    assert_eq!(
+        field(&prompts, "prompts", "name"),
+        Vec::<&str>::new(),
+        "{prompts}"
+    );
+    let resources = d.call("list_resources", view.clone()).await["result"].clone();
+    assert_eq!(
+        field(&resources, "resources", "uri"),
+        ["fixture://shared"],
+        "{resources}"
+    );
+    let templates = d.call("list_resource_templates", view.clone()).await["result"].clone();
+    assert_eq!(
+        field(&templates, "resourceTemplates", "uriTemplate"),
+        ["fixture://big/{bytes}"],
+        "{templates}"
+    );
+
+    let greet = json!({"name": "mcp_fx_greet", "arguments": {"name": "Ada"}});
+    let e = d.call("get_prompt", with(greet)).await;
+    assert_eq!(e["error"]["code"], -32602, "{e}");
+    assert_eq!(e["error"]["message"], "unknown prompt: mcp_fx_greet", "{e}");
+    let complete = json!({"ref": {"type": "ref/prompt", "name": "mcp_fx_greet"},
+        "argument": {"name": "name", "value": "A"}});
+    let e = d.call("complete", with(complete)).await;
+    assert_eq!(e["error"]["message"], "unknown prompt: mcp_fx_greet", "{e}");
+
+    for hidden in ["fixture://fx/bytes", "fixture://big/10"] {
+        let e = d.call("read_resource", with(json!({"uri": hidden}))).await;
+        assert_eq!(e["error"]["code"], -32002, "{hidden}: {e}");
+    }
+    let shown = d
+        .call("read_resource", with(json!({"uri": "fixture://big/5"})))
+        .await;
+    assert_eq!(shown["result"]["contents"][0]["text"], "xxxxx", "{shown}");
+}
+
+async fn prompt_names(mcp: &Mcp) -> Vec<String> {
+    let prompts = mcp.peer().list_all_prompts().await.unwrap();
+    prompts.into_iter().map(|p| p.name).collect()
+}
+
+async fn resource_uris(mcp: &Mcp) -> Vec<String> {
+    let resources = mcp.peer().list_all_resources().await.unwrap();
+    resources.into_iter().map(|r| r.uri).collect()
+}
+
+fn mcp_code(e: ServiceError) -> i32 {
+    match e {
+        ServiceError::McpError(e) => e.code.0,
+        other => panic!("not an MCP error: {other}"),
+    }
+}
+
+/// The same through an MCP frontend under `reader`.
+async fn assert_reader_mcp_view(mcp: &Mcp) {
+    assert_eq!(prompt_names(mcp).await, Vec::<String>::new());
+    assert_eq!(resource_uris(mcp).await, ["fixture://shared"]);
+    let greet = GetPromptRequestParams::new("mcp_fx_greet");
+    let e = mcp.peer().get_prompt(greet).await.unwrap_err();
+    assert!(
+        e.to_string().contains("unknown prompt: mcp_fx_greet"),
+        "{e}"
+    );
+    let read = ReadResourceRequestParams::new("fixture://fx/bytes");
+    let e = mcp.peer().read_resource(read).await.unwrap_err();
+    assert_eq!(mcp_code(e), -32002);
+    let read = ReadResourceRequestParams::new("fixture://shared");
+    let shared = mcp.peer().read_resource(read).await.unwrap();
+    assert!(format!("{shared:?}").contains("served by fx"), "{shared:?}");
+}
+
+#[tokio::test]
+async fn a_profile_hides_prompts_and_resources_on_the_socket_and_through_the_facade() {
+    let d = start_surface().await;
+    let all = d.call("list_resources", json!({})).await["result"].clone();
+    assert_eq!(
+        field(&all, "resources", "uri"),
+        ["fixture://shared", "fixture://fx/bytes"],
+        "{all}"
+    );
+    assert_reader_socket_view(&d, json!({"profile": "reader"})).await;
+    let s = d.call("session.create", json!({"profile": "reader"})).await["result"].clone();
+    assert_reader_socket_view(&d, json!({"session_id": s["id"]})).await;
+    let e = d.call("list_prompts", json!({"profile": "nope"})).await;
+    assert_eq!(e["error"]["code"], -32602, "{e}");
+    let mut c = d.raw_lines().await;
+    let sub = |uri: &str| json!({"uri": uri, "profile": "reader"});
+    let e = c
+        .call("subscribe_resource", sub("fixture://fx/bytes"))
+        .await;
+    assert_eq!(e["error"]["code"], -32002, "{e}");
+    let ok = c.call("subscribe_resource", sub("fixture://shared")).await;
+    assert!(ok["result"].is_string() || ok["result"].is_number(), "{ok}");
+
+    let unprofiled = http(&d, "").await.unwrap();
+    assert_eq!(prompt_names(&unprofiled).await, ["mcp_fx_greet"]);
+    assert_reader_mcp_view(&http(&d, "?profile=reader").await.unwrap()).await;
+    assert_reader_mcp_view(&stdio(&d, "reader").await).await;
 }

@@ -416,3 +416,41 @@ const RED_PIXEL_PNG: &str =
 
 /// The 256 byte values 0..=255, base64-encoded (what `fixture://<label>/bytes` holds).
 const ALL_BYTES_BASE64: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4vMDEyMzQ1Njc4OTo7PD0+P0BBQkNERUZHSElKS0xNTk9QUVJTVFVWV1hZWltcXV5fYGFiY2RlZmdoaWprbG1ub3BxcnN0dXZ3eHl6e3x9fn+AgYKDhIWGh4iJiouMjY6PkJGSk5SVlpeYmZqbnJ2en6ChoqOkpaanqKmqq6ytrq+wsbKztLW2t7i5uru8vb6/wMHCw8TFxsfIycrLzM3Oz9DR0tPU1dbX2Nna29zd3t/g4eLj5OXm5+jp6uvs7e7v8PHy8/T19vf4+fr7/P3+/w==";
+
+#[tokio::test]
+async fn a_prompt_name_two_servers_share_is_the_first_ones_and_a_health_clash() {
+    let unprefixed = |dir: &Path, label: &str| {
+        let mut s = fixture(dir, label);
+        s["prefix"] = json!(false);
+        s
+    };
+    let d = Daemon::start_in(
+        |dir| json!({"mcp_servers": {"one": unprefixed(dir, "one"), "two": unprefixed(dir, "two")}}),
+    )
+    .await;
+    wait_ready(&d, "one").await;
+    wait_ready(&d, "two").await;
+    eventually(10, "both servers' prompts listed", || async {
+        let h = d.call("host.health", json!({})).await["result"].clone();
+        h["clashes"].to_string().contains("\"greet\"")
+    })
+    .await;
+    let prompts = d.call("list_prompts", json!({})).await["result"].clone();
+    let greet: Vec<&Value> = prompts["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["name"] == "greet")
+        .collect();
+    assert_eq!(greet.len(), 1, "{prompts}");
+    assert_eq!(greet[0]["server"], "one");
+    let health = d.call("host.health", json!({})).await["result"].clone();
+    assert_eq!(health["status"], "degraded", "{health}");
+    assert!(
+        health["clashes"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({"name": "greet", "kept": "mcp:one", "dropped": "mcp:two"})),
+        "{health}"
+    );
+}

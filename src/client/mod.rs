@@ -308,8 +308,11 @@ impl Client {
         .await
     }
 
-    pub async fn list_prompts(&self) -> Result<ListPromptsResult, ClientError> {
-        self.call(method::LIST_PROMPTS, &EmptyParams {}).await
+    pub async fn list_prompts(
+        &self,
+        params: &SurfaceListParams,
+    ) -> Result<ListPromptsResult, ClientError> {
+        self.call(method::LIST_PROMPTS, params).await
     }
 
     pub async fn get_prompt(
@@ -319,22 +322,25 @@ impl Client {
         self.call(method::GET_PROMPT, params).await
     }
 
-    pub async fn list_resources(&self) -> Result<ListResourcesResult, ClientError> {
-        self.call(method::LIST_RESOURCES, &EmptyParams {}).await
+    pub async fn list_resources(
+        &self,
+        params: &SurfaceListParams,
+    ) -> Result<ListResourcesResult, ClientError> {
+        self.call(method::LIST_RESOURCES, params).await
     }
 
     pub async fn list_resource_templates(
         &self,
+        params: &SurfaceListParams,
     ) -> Result<ListResourceTemplatesResult, ClientError> {
-        self.call(method::LIST_RESOURCE_TEMPLATES, &EmptyParams {})
-            .await
+        self.call(method::LIST_RESOURCE_TEMPLATES, params).await
     }
 
-    pub async fn read_resource(&self, uri: &str) -> Result<ReadResourceResult, ClientError> {
-        let params = ResourceUri {
-            uri: uri.to_owned(),
-        };
-        self.call(method::READ_RESOURCE, &params).await
+    pub async fn read_resource(
+        &self,
+        params: &ResourceParams,
+    ) -> Result<ReadResourceResult, ClientError> {
+        self.call(method::READ_RESOURCE, params).await
     }
 
     pub async fn complete(&self, params: &CompleteParams) -> Result<CompleteResult, ClientError> {
@@ -344,15 +350,12 @@ impl Client {
     /// A `resource_updated` notification whenever the resource's server says it changed.
     pub async fn subscribe_resource(
         &self,
-        uri: &str,
+        params: &ResourceParams,
     ) -> Result<Subscription<ResourceUri>, ClientError> {
-        let params = ResourceUri {
-            uri: uri.to_owned(),
-        };
         self.subscribe(
             method::SUBSCRIBE_RESOURCE,
             method::UNSUBSCRIBE_RESOURCE,
-            &params,
+            params,
         )
         .await
     }

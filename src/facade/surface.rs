@@ -1,7 +1,8 @@
 //! The facade's prompts, resources, templates, completions and resource subscriptions:
 //! each MCP request becomes the host method of the same meaning (proto-docs/mcp-facade.md),
 //! and the host's `prompts_changed`, `resources_changed` and `resource_updated` become
-//! MCP's list-changed and updated notifications.
+//! MCP's list-changed and updated notifications. Each is asked in this connection's view
+//! (its profile and session), as `tools/list` is.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -113,6 +114,24 @@ fn page<T: Clone>(
 }
 
 impl Facade {
+    /// This connection's view, for the host's list methods.
+    fn view(&self) -> protocol::SurfaceListParams {
+        protocol::SurfaceListParams {
+            profile: self.state.profile.get().cloned(),
+            session_id: self.session_id(),
+        }
+    }
+
+    /// The resource `uri` in this connection's view.
+    fn viewed_resource(&self, uri: String) -> protocol::ResourceParams {
+        let view = self.view();
+        protocol::ResourceParams {
+            uri,
+            profile: view.profile,
+            session_id: view.session_id,
+        }
+    }
+
     pub(super) async fn prompts_page(
         &self,
         request: Option<PaginatedRequestParams>,
@@ -120,7 +139,7 @@ impl Facade {
         let list = self
             .client()
             .await?
-            .list_prompts()
+            .list_prompts(&self.view())
             .await
             .map_err(host_error)?;
         let (items, next) = page(
@@ -138,7 +157,10 @@ impl Facade {
         request: Option<PaginatedRequestParams>,
     ) -> Result<ListResourcesResult, ErrorData> {
         let client = self.client().await?;
-        let list = client.list_resources().await.map_err(host_error)?;
+        let list = client
+            .list_resources(&self.view())
+            .await
+            .map_err(host_error)?;
         let (items, next) = page(
             &list.resources,
             request.and_then(|r| r.cursor),
@@ -154,7 +176,10 @@ impl Facade {
         request: Option<PaginatedRequestParams>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         let client = self.client().await?;
-        let list = client.list_resource_templates().await.map_err(host_error)?;
+        let list = client
+            .list_resource_templates(&self.view())
+            .await
+            .map_err(host_error)?;
         let cursor = request.and_then(|r| r.cursor);
         let (items, next) = page(&list.resource_templates, cursor, self.page_size)?;
         let mut result = ListResourceTemplatesResult::with_all_items(convert::listed(&items));
@@ -169,7 +194,10 @@ impl Facade {
         // MCP prompt arguments are strings; a client that sends another JSON value gets
         // it as its JSON text.
         let arguments = request.arguments.unwrap_or_default().into_iter();
+        let view = self.view();
         let params = protocol::GetPromptParams {
+            profile: view.profile,
+            session_id: view.session_id,
             name: request.name,
             arguments: arguments
                 .map(|(k, v)| match v {
@@ -189,7 +217,7 @@ impl Facade {
     ) -> Result<ReadResourceResult, ErrorData> {
         let client = self.client().await?;
         let answer = client
-            .read_resource(&request.uri)
+            .read_resource(&self.viewed_resource(request.uri))
             .await
             .map_err(host_error)?;
         convert::via_json(&answer)
@@ -209,7 +237,10 @@ impl Facade {
                 ))
             }
         };
+        let view = self.view();
         let params = protocol::CompleteParams {
+            profile: view.profile,
+            session_id: view.session_id,
             reference,
             argument: protocol::CompletionArgument {
                 name: request.argument.name,
@@ -235,7 +266,10 @@ impl Facade {
             return Ok(());
         }
         let client = self.client().await?;
-        let mut sub = client.subscribe_resource(&uri).await.map_err(host_error)?;
+        let mut sub = client
+            .subscribe_resource(&self.viewed_resource(uri.clone()))
+            .await
+            .map_err(host_error)?;
         let task = tokio::spawn(async move {
             while let Some(Ok(updated)) = sub.next().await {
                 let note = ResourceUpdatedNotificationParam::new(updated.uri);

@@ -1,7 +1,8 @@
 //! Requests relayed to the server that owns a prompt, resource or template: `get_prompt`,
 //! `read_resource`, `complete` and resource subscriptions. Each goes to the live
 //! connection of its owner in the [`surface::Catalog`](super::surface::Catalog) under the
-//! server's `timeout_ms`; a server's error keeps its MCP code.
+//! server's `timeout_ms`; a server's error keeps its MCP code. Each is asked in a
+//! frontend's view ([`Serves`]): what it is not served does not exist for it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,8 +22,13 @@ use crate::error::Error;
 use crate::lock;
 use crate::protocol::{
     self, CompleteParams, CompleteResult, Completion, CompletionRef, GetPromptParams,
-    GetPromptResult, PromptMessage, ReadResourceResult, ResourceContents,
+    GetPromptResult, PromptEntry, PromptMessage, ReadResourceResult, ResourceContents,
 };
+
+/// A frontend's view of the catalog (its profile): whether it is served the prompt,
+/// resource or template `name` (a prompt's catalog name, a URI, a `uriTemplate`) of MCP
+/// server `server`. A hidden entry is refused with the same error as a missing one.
+pub type Serves<'a> = &'a (dyn Fn(&str, &str) -> bool + Sync);
 
 impl McpManager {
     /// The live catalog of prompts, resources and templates.
@@ -37,12 +43,13 @@ impl McpManager {
 
     /// `get_prompt`: checked against the prompt's declared arguments, then asked of its
     /// server under the server's own name for it.
-    pub async fn get_prompt(&self, p: GetPromptParams) -> Result<GetPromptResult, Error> {
+    pub async fn get_prompt(
+        &self,
+        p: GetPromptParams,
+        serves: Serves<'_>,
+    ) -> Result<GetPromptResult, Error> {
         let catalog = self.surface();
-        let (entry, remote) = catalog
-            .prompts
-            .get(&p.name)
-            .ok_or_else(|| Error::InvalidParams(format!("unknown prompt: {}", p.name)))?;
+        let (entry, remote) = prompt(&catalog, &p.name, serves)?;
         if let Some(missing) = entry
             .arguments
             .iter()
@@ -92,8 +99,9 @@ impl McpManager {
         &self,
         uri: &str,
         max_bytes: usize,
+        serves: Serves<'_>,
     ) -> Result<ReadResourceResult, Error> {
-        let owner = owner_of(&self.surface(), uri)?;
+        let owner = owner_of(&self.surface(), uri, serves)?;
         let (server, peer) = self.owner(&owner)?;
         let answer = relay(
             &server,
@@ -121,14 +129,15 @@ impl McpManager {
     }
 
     /// `complete`: a prompt argument by the prompt's catalog name, or a template variable.
-    pub async fn complete(&self, p: CompleteParams) -> Result<CompleteResult, Error> {
+    pub async fn complete(
+        &self,
+        p: CompleteParams,
+        serves: Serves<'_>,
+    ) -> Result<CompleteResult, Error> {
         let catalog = self.surface();
         let (owner, reference) = match &p.reference {
             CompletionRef::Prompt { name } => {
-                let (entry, remote) = catalog
-                    .prompts
-                    .get(name)
-                    .ok_or_else(|| Error::InvalidParams(format!("unknown prompt: {name}")))?;
+                let (entry, remote) = prompt(&catalog, name, serves)?;
                 (
                     entry.server.clone(),
                     Reference::Prompt(PromptReference::new(remote.clone())),
@@ -140,6 +149,7 @@ impl McpManager {
                     .get(uri)
                     .map(|t| t.server.clone())
                     .or_else(|| catalog.resources.get(uri).map(|r| r.server.clone()))
+                    .filter(|owner| serves(uri, owner))
                     .ok_or_else(|| {
                         Error::InvalidParams(format!("unknown resource template: {uri}"))
                     })?;
@@ -173,8 +183,12 @@ impl McpManager {
     /// subscribes upstream. The returned guard, dropped, closes it again; the
     /// `resource_updated` events to forward are the hub's [`Event::Updated`] for the
     /// owner and URI.
-    pub async fn subscribe_resource(&self, uri: &str) -> Result<ResourceInterest, Error> {
-        let owner = owner_of(&self.surface(), uri)?;
+    pub async fn subscribe_resource(
+        &self,
+        uri: &str,
+        serves: Serves<'_>,
+    ) -> Result<ResourceInterest, Error> {
+        let owner = owner_of(&self.surface(), uri, serves)?;
         let (server, peer) = self.owner(&owner)?;
         if !self.runtime.surface.of(&owner).subscribe {
             return Err(Error::InvalidParams(format!(
@@ -333,18 +347,33 @@ async fn relay<T>(
     }
 }
 
-/// The server that serves `uri`: the one that lists it, else the first whose template
-/// matches it.
-fn owner_of(catalog: &Catalog, uri: &str) -> Result<String, Error> {
-    if let Some(r) = catalog.resources.get(uri) {
-        return Ok(r.server.clone());
-    }
+/// The prompt `name` of the catalog, with the server's own name for it, if `serves`.
+fn prompt<'c>(
+    catalog: &'c Catalog,
+    name: &str,
+    serves: Serves<'_>,
+) -> Result<&'c (PromptEntry, String), Error> {
     catalog
-        .templates
-        .values()
-        .find(|t| matches_template(&t.uri_template, uri))
-        .map(|t| t.server.clone())
-        .ok_or_else(|| Error::ResourceNotFound(uri.to_owned()))
+        .prompts
+        .get(name)
+        .filter(|(entry, _)| serves(name, &entry.server))
+        .ok_or_else(|| Error::InvalidParams(format!("unknown prompt: {name}")))
+}
+
+/// The server that serves `uri`: the one that lists it, else the first whose template
+/// matches it. Through a template, the view must serve both the template and the URI
+/// itself, so a profile can hide either.
+fn owner_of(catalog: &Catalog, uri: &str, serves: Serves<'_>) -> Result<String, Error> {
+    let owner = match catalog.resources.get(uri) {
+        Some(r) => serves(uri, &r.server).then(|| r.server.clone()),
+        None => catalog
+            .templates
+            .values()
+            .find(|t| matches_template(&t.uri_template, uri))
+            .filter(|t| serves(&t.uri_template, &t.server) && serves(uri, &t.server))
+            .map(|t| t.server.clone()),
+    };
+    owner.ok_or_else(|| Error::ResourceNotFound(uri.to_owned()))
 }
 
 /// Whether `uri` is one expansion of the RFC 6570 `template`. Literal parts must match

@@ -12,7 +12,8 @@
 //! A resource's URI stays the server's own. A URI or template that two servers both list
 //! is served by the first in config order; the other's claim is a [`ResourceClash`] in
 //! its `mcp.status`. Prompts are named like tools ([`public_name`]); a prompt name taken
-//! by an earlier server is left out in the same way as a tool's.
+//! by an earlier server is left out in the same way as a tool's, and reported like one in
+//! `host.health` `clashes`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -30,9 +31,10 @@ use super::listing::{self, Bounds, ListError, Listing};
 use super::naming::public_name;
 use crate::lock;
 use crate::protocol::{
-    PromptArgument, PromptEntry, PromptsChanged, ResourceClash, ResourceEntry,
+    NameClash, PromptArgument, PromptEntry, PromptsChanged, ResourceClash, ResourceEntry,
     ResourceTemplateEntry, ResourcesChanged,
 };
+use crate::registry::SourceKey;
 
 /// What one server offers besides tools, as last listed.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -172,6 +174,8 @@ pub struct Catalog {
     pub templates: IndexMap<String, ResourceTemplateEntry>,
     /// The URIs and templates each server lists but does not serve.
     pub clashes: HashMap<String, Vec<ResourceClash>>,
+    /// Prompt names a later prompt (of another server, or the same) also came out as.
+    pub prompt_clashes: Vec<NameClash>,
 }
 
 impl Catalog {
@@ -179,9 +183,16 @@ impl Catalog {
         let mut c = Catalog::default();
         for (name, s) in servers {
             for (p, remote) in &s.prompts {
-                c.prompts
-                    .entry(p.name.clone())
-                    .or_insert_with(|| (p.clone(), remote.clone()));
+                match c.prompts.entry(p.name.clone()) {
+                    indexmap::map::Entry::Vacant(v) => {
+                        v.insert((p.clone(), remote.clone()));
+                    }
+                    indexmap::map::Entry::Occupied(o) => c.prompt_clashes.push(NameClash {
+                        name: p.name.clone(),
+                        kept: SourceKey::Mcp(o.get().0.server.clone()).to_string(),
+                        dropped: SourceKey::Mcp(name.clone()).to_string(),
+                    }),
+                }
             }
             let mut clash = |uri: &str, kept: &str| {
                 if kept != name {

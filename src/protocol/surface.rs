@@ -40,6 +40,19 @@ pub struct PromptArgument {
     pub required: bool,
 }
 
+/// `list_prompts`, `list_resources` and `list_resource_templates`: whose view to list (as
+/// for `list_tools`, what a profile hides is left out).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SurfaceListParams {
+    /// Serve only what this config profile selects (a session's own profile applies too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// Serve only what this session's profile selects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ListPromptsResult {
     pub prompts: Vec<PromptEntry>,
@@ -53,6 +66,12 @@ pub struct GetPromptParams {
     /// Argument values by name (MCP prompt arguments are strings).
     #[serde(default)]
     pub arguments: BTreeMap<String, String>,
+    /// Serve only what this config profile selects (a session's own profile applies too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// Serve only what this session's profile selects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -117,11 +136,25 @@ pub struct ListResourceTemplatesResult {
     pub resource_templates: Vec<ResourceTemplateEntry>,
 }
 
-/// `read_resource`, `subscribe_resource` and `resource_updated`: one resource by URI.
+/// `resource_updated`: the resource that changed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResourceUri {
     pub uri: String,
+}
+
+/// `read_resource` and `subscribe_resource`: one resource by URI, in whose view (a
+/// resource the profile hides is as unknown as one no server offers).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResourceParams {
+    pub uri: String,
+    /// Serve only what this config profile selects (a session's own profile applies too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// Serve only what this session's profile selects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -152,6 +185,12 @@ pub struct CompleteParams {
     pub argument: CompletionArgument,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<CompletionContext>,
+    /// Serve only what this config profile selects (a session's own profile applies too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// Serve only what this session's profile selects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
 }
 
 /// What is being completed: a prompt by its catalog name, or a resource template.

@@ -58,7 +58,8 @@ pub(super) fn health(host: &Host) -> HealthResult {
         .iter()
         .map(|c| c.name.clone())
         .collect();
-    let clashes = snapshot
+    // Tool names, then prompt names (named by the same rule, so clashing the same way).
+    let clashes: Vec<_> = snapshot
         .collisions()
         .iter()
         .map(|c| crate::protocol::NameClash {
@@ -66,6 +67,7 @@ pub(super) fn health(host: &Host) -> HealthResult {
             kept: c.kept.to_string(),
             dropped: c.dropped.to_string(),
         })
+        .chain(host.mcp().surface().prompt_clashes.iter().cloned())
         .collect();
     let mcp = host.mcp().counts();
     // A configured server that cannot start, or whose circuit is open, needs the operator.
@@ -79,7 +81,7 @@ pub(super) fn health(host: &Host) -> HealthResult {
     let degraded = !quarantined.is_empty()
         || pins_error.is_some()
         || config_error.is_some()
-        || !collisions.is_empty()
+        || !clashes.is_empty()
         || mcp.failed > 0
         || !custom_tool_errors.is_empty()
         || !skill_errors.is_empty();

@@ -1,9 +1,14 @@
 //! The methods of the MCP surface besides tools: prompts, resources, resource templates,
 //! completions, resource subscriptions and the `prompts_changed` / `resources_changed`
 //! notifications (proto-docs/surface.md). Each answers from the MCP servers' live
-//! catalog (`mcp::surface`) or relays to the server that owns the entry.
+//! catalog (`mcp::surface`) or relays to the server that owns the entry, in the view of
+//! the caller's profile ([`View`]), as `list_tools` is.
+
+use std::sync::Arc;
 
 use super::{Api, Sink};
+use crate::config::Config;
+use crate::error::Error;
 use crate::host::Host;
 use crate::mcp::surface::Event;
 use crate::protocol::*;
@@ -13,55 +18,79 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
     api.method(
         method::LIST_PROMPTS,
         "The prompts of every MCP server, named like tools (mcp_<server>_<prompt>).",
-        |host, _: EmptyParams| async move {
+        |host, p: SurfaceListParams| async move {
+            let view = View::of(&host, p.profile, p.session_id).await?;
+            let serves = view.serves();
             let catalog = host.mcp().surface();
-            let prompts = catalog.prompts.values().map(|(p, _)| p.clone()).collect();
+            let prompts = catalog.prompts.values().map(|(p, _)| p);
+            let prompts = prompts
+                .filter(|p| serves(&p.name, &p.server))
+                .cloned()
+                .collect();
             Ok(ListPromptsResult { prompts })
         },
     )?;
     api.method(
         method::GET_PROMPT,
         "One prompt's messages, its arguments checked against the ones it declares.",
-        |host, p: GetPromptParams| async move { host.mcp().get_prompt(p).await },
+        |host, mut p: GetPromptParams| async move {
+            let view = View::of(&host, p.profile.take(), p.session_id.take()).await?;
+            let serves = view.serves();
+            host.mcp().get_prompt(p, &serves).await
+        },
     )?;
     api.method(
         method::LIST_RESOURCES,
         "The resources of every MCP server, by their own URIs (a URI two servers list is the first's).",
-        |host, _: EmptyParams| async move {
-            let resources = host.mcp().surface().resources.values().cloned().collect();
-            Ok(ListResourcesResult { resources })
+        |host, p: SurfaceListParams| async move {
+            let view = View::of(&host, p.profile, p.session_id).await?;
+            let serves = view.serves();
+            let catalog = host.mcp().surface();
+            let resources = catalog.resources.values().filter(|r| serves(&r.uri, &r.server));
+            Ok(ListResourcesResult { resources: resources.cloned().collect() })
         },
     )?;
     api.method(
         method::LIST_RESOURCE_TEMPLATES,
         "The resource templates (RFC 6570) of every MCP server.",
-        |host, _: EmptyParams| async move {
-            let templates = host.mcp().surface().templates.values().cloned().collect();
+        |host, p: SurfaceListParams| async move {
+            let view = View::of(&host, p.profile, p.session_id).await?;
+            let serves = view.serves();
+            let catalog = host.mcp().surface();
+            let templates = catalog.templates.values();
+            let templates = templates.filter(|t| serves(&t.uri_template, &t.server));
             Ok(ListResourceTemplatesResult {
-                resource_templates: templates,
+                resource_templates: templates.cloned().collect(),
             })
         },
     )?;
     api.method(
         method::READ_RESOURCE,
         "Reads a resource from the server that lists it (or whose template matches it); -32002 when none does. A resource over limits.max_output_bytes is refused.",
-        |host, p: ResourceUri| async move {
-            let cap = host.config().limits.max_output_bytes;
-            host.mcp().read_resource(&p.uri, cap).await
+        |host, p: ResourceParams| async move {
+            let view = View::of(&host, p.profile, p.session_id).await?;
+            let cap = view.config.limits.max_output_bytes;
+            let serves = view.serves();
+            host.mcp().read_resource(&p.uri, cap, &serves).await
         },
     )?;
     api.method(
         method::COMPLETE,
         "Completions for a prompt argument or a resource-template variable, from the server that owns it.",
-        |host, p: CompleteParams| async move { host.mcp().complete(p).await },
+        |host, mut p: CompleteParams| async move {
+            let view = View::of(&host, p.profile.take(), p.session_id.take()).await?;
+            let serves = view.serves();
+            host.mcp().complete(p, &serves).await
+        },
     )?;
-    api.subscription::<ResourceUri, ResourceUri, _, _>(
+    api.subscription::<ResourceParams, ResourceUri, _, _>(
         [method::SUBSCRIBE_RESOURCE, method::RESOURCE_UPDATED, method::UNSUBSCRIBE_RESOURCE],
         "A resource_updated notification whenever the server that owns the resource says it changed. WebSocket and newline framing only.",
-        |host, p: ResourceUri| async move {
+        |host, p: ResourceParams| async move {
+            let view = View::of(&host, p.profile, p.session_id).await?;
             // Listening before subscribing upstream: no update after the reply is missed.
             let mut rx = host.mcp().surface_events();
-            let interest = host.mcp().subscribe_resource(&p.uri).await?;
+            let interest = host.mcp().subscribe_resource(&p.uri, &view.serves()).await?;
             Ok(subscription::stream(move |sink: Sink| async move {
                 subscription::relay(&mut rx, &sink, "MCP resource", |e| match e {
                     Event::Updated { server, uri } if interest.wants(&server, &uri) => {
@@ -85,6 +114,49 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
         |host, _: EmptyParams| async move { Ok(changes(&host, |e| match e { Event::Resources(n) => Some(n), _ => None })) },
     )?;
     Ok(())
+}
+
+/// What a caller is served: what the profile it names selects and what its session's own
+/// profile selects (the rule of `list_tools`), against the config as it is now.
+struct View {
+    config: Arc<Config>,
+    asked: Option<String>,
+    own: Option<String>,
+}
+
+impl View {
+    /// An unknown `profile` is an error naming the defined ones, as for `list_tools`.
+    async fn of(
+        host: &Host,
+        profile: Option<String>,
+        session_id: Option<String>,
+    ) -> Result<View, Error> {
+        let config = host.config();
+        if let Some(name) = &profile {
+            config
+                .profile(name)
+                .map_err(|e| Error::InvalidParams(e.to_string()))?;
+        }
+        let own = match &session_id {
+            Some(id) => host.sessions().get(id).await?.profile,
+            None => None,
+        };
+        Ok(View {
+            config,
+            asked: profile,
+            own,
+        })
+    }
+
+    /// Whether a prompt (by catalog name) or a resource or template (by URI or
+    /// `uriTemplate`) of a server is served; the profiles compiled once.
+    fn serves(&self) -> impl Fn(&str, &str) -> bool + Sync + '_ {
+        let asked = self.config.view(self.asked.as_deref());
+        let own = self.config.view(self.own.as_deref());
+        move |name, server| {
+            asked.allows_item(name, Some(server)) && own.allows_item(name, Some(server))
+        }
+    }
 }
 
 /// A stream of the catalog events `pick` keeps, subscribed before the reply goes out.
