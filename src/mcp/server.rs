@@ -589,6 +589,7 @@ async fn run(server: &Arc<Server>) {
                     since: now_ms(),
                     trouble: None,
                 });
+                server.publish_tools();
                 match serve_connection(server, conn, &mut notices).await {
                     Ended::Stop => return,
                     Ended::Reconnect => {
@@ -663,7 +664,9 @@ fn backoff(failures: u32) -> Duration {
     exp / 2 + exp.mul_f64(fastrand::f64() / 2.0)
 }
 
-/// Connects and lists the tools (publishing them), all within `startup_timeout_ms`.
+/// Connects and lists the tools, all within `startup_timeout_ms`, then the rest of the
+/// server's surface. The tools are kept, not yet published: the caller publishes them once
+/// the server is `Ready`, so no frontend sees a tool it cannot call yet.
 async fn connect_and_list(server: &Arc<Server>, client: Client) -> anyhow::Result<Connection> {
     let cfg = server.config();
     let conn = launcher::connect(&server.name, &cfg, client, &server.runtime).await?;
@@ -679,7 +682,7 @@ async fn connect_and_list(server: &Arc<Server>, client: Client) -> anyhow::Resul
             cfg.startup_timeout_ms
         )
     })??;
-    server.listed(tools);
+    *lock(&server.remote_tools) = tools;
     list_surface(server, conn.service.peer(), &cfg).await;
     Ok(conn)
 }
