@@ -52,7 +52,8 @@ pub fn status(host: &Host) -> ConfigStatusResult {
     }
 }
 
-/// `approval.tools` entries that name no tool, with the likeliest meant one: such an entry
+/// `approval.tools` entries that name no tool, and a server's `include_tools`/`exclude_tools`
+/// entries that name none of its tools, with the likeliest meant one: such an entry
 /// is silently without effect. Judged only while every MCP server is ready, since a server
 /// still connecting has not listed its tools yet.
 fn unknown_tool_names(host: &Host) -> Vec<String> {
@@ -71,15 +72,40 @@ fn unknown_tool_names(host: &Host) -> Vec<String> {
         .filter(|n| !known.contains(n))
         .collect();
     unknown.sort_unstable();
-    unknown
+    let mut warnings: Vec<String> = unknown
         .into_iter()
         .map(|name| {
-            let hint = config::suggest(name, known.clone())
-                .map(|s| format!(" (did you mean {s:?}?)"))
-                .unwrap_or_default();
+            let hint = did_you_mean(name, &known);
             format!("approval.tools.{name}: no tool has this name{hint}; the entry has no effect")
         })
-        .collect()
+        .collect();
+    // A server's include/exclude lists name its own tools (before the `mcp_<server>_` prefix).
+    for (server, sc) in &cfg.mcp_servers {
+        let Some(live) = host.mcp().get(server) else {
+            continue;
+        };
+        let remote = live.remote_tool_names();
+        let remote: Vec<&str> = remote.iter().map(String::as_str).collect();
+        for (key, names) in [
+            ("include_tools", &sc.include_tools),
+            ("exclude_tools", &sc.exclude_tools),
+        ] {
+            for name in names.iter().filter(|n| !remote.contains(&n.as_str())) {
+                let hint = did_you_mean(name, &remote);
+                warnings.push(format!(
+                    "mcp_servers.{server}.{key}: {name:?} is no tool of {server}{hint}; the entry has no effect"
+                ));
+            }
+        }
+    }
+    warnings
+}
+
+/// ` (did you mean "x"?)` when one of `known` is close to `name`, else nothing.
+fn did_you_mean(name: &str, known: &[&str]) -> String {
+    config::suggest(name, known.to_vec())
+        .map(|s| format!(" (did you mean {s:?}?)"))
+        .unwrap_or_default()
 }
 
 /// Starts every configured MCP server; their tools arrive as each connects.

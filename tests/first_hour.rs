@@ -540,3 +540,33 @@ async fn an_approval_entry_for_no_tool_is_warned_about_with_a_suggestion() {
         "{s}"
     );
 }
+
+/// A server's `exclude_tools`/`include_tools` entry that names none of its tools has no
+/// effect either: `config.status` names it, once the server has listed its tools.
+#[tokio::test]
+async fn a_server_filter_entry_for_no_tool_is_warned_about_with_a_suggestion() {
+    let d = Daemon::start_with(Some(json!({"mcp_servers": {"fx": {
+        "command": common::FIXTURE,
+        "exclude_tools": ["ecoh"],
+    }}})))
+    .await;
+    eventually(20, "the fixture server to be ready", || async {
+        let s = d.call("mcp.status", json!({})).await;
+        s["result"]["servers"][0]["state"] == "ready"
+    })
+    .await;
+    let s = d.call("config.status", json!({})).await["result"].clone();
+    let warnings: Vec<&str> = s["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        warnings,
+        [
+            r#"mcp_servers.fx.exclude_tools: "ecoh" is no tool of fx (did you mean "echo"?); the entry has no effect"#
+        ],
+        "{s}"
+    );
+}

@@ -293,6 +293,14 @@ impl Server {
         self.permits.close();
     }
 
+    /// The server's own names of the tools it last listed (before include/exclude).
+    pub fn remote_tool_names(&self) -> Vec<String> {
+        lock(&self.remote_tools)
+            .iter()
+            .filter_map(|t| t["name"].as_str().map(str::to_owned))
+            .collect()
+    }
+
     pub fn status(self: &Arc<Self>, collisions: Vec<String>) -> McpServerStatus {
         let cfg = self.config();
         let tools = lock(&self.remote_tools)
