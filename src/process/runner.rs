@@ -368,6 +368,13 @@ mod tests {
         spec
     }
 
+    /// Runs `spec` to its end with a daemon-less `Processes` and no cancellation.
+    async fn finish(spec: Spec, sink: &mut (dyn Sink + Send)) -> Outcome {
+        run(&Processes::default(), spec, &CancellationToken::new(), sink)
+            .await
+            .unwrap()
+    }
+
     fn code(end: End) -> Option<i32> {
         match end {
             End::Exited(s) | End::ExitedPipesHeld(s) => s.code(),
@@ -381,14 +388,7 @@ mod tests {
         spec.stdin = Some(b"{\"a\":1}\nsecond".to_vec());
         spec.stdout_lines = Some(1024);
         let mut rec = Record::default();
-        let o = run(
-            &Processes::default(),
-            spec,
-            &CancellationToken::new(),
-            &mut rec,
-        )
-        .await
-        .unwrap();
+        let o = finish(spec, &mut rec).await;
         assert_eq!(code(o.end), Some(0));
         // `read` returns false on the unterminated last line, so it is not echoed.
         assert_eq!(
@@ -415,14 +415,7 @@ mod tests {
             }
         }
         let mut t = Timed(Vec::new());
-        let o = run(
-            &Processes::default(),
-            spec,
-            &CancellationToken::new(),
-            &mut t,
-        )
-        .await
-        .unwrap();
+        let o = finish(spec, &mut t).await;
         assert_eq!(code(o.end), Some(0));
         let texts: Vec<&str> = t.0.iter().map(|(s, _)| s.as_str()).collect();
         assert_eq!(texts, ["one\n", "two\n"]);
@@ -434,14 +427,7 @@ mod tests {
         let mut spec = sh("head -c 100 /dev/zero | tr '\\0' x; echo; echo next");
         spec.stdout_lines = Some(10);
         let mut rec = Record::default();
-        run(
-            &Processes::default(),
-            spec,
-            &CancellationToken::new(),
-            &mut rec,
-        )
-        .await
-        .unwrap();
+        finish(spec, &mut rec).await;
         assert_eq!(
             rec.0,
             vec![
@@ -454,25 +440,11 @@ mod tests {
     #[tokio::test]
     async fn exit_code_signal_and_stderr_tail() {
         let spec = sh("for i in 1 2 3 4 5; do echo line$i >&2; done; exit 7");
-        let o = run(
-            &Processes::default(),
-            spec,
-            &CancellationToken::new(),
-            &mut Discard,
-        )
-        .await
-        .unwrap();
+        let o = finish(spec, &mut Discard).await;
         assert_eq!(code(o.end), Some(7));
         assert_eq!(o.stderr.tail_lines(2), "line4\nline5");
         assert_eq!(o.stderr.tail_lines(10), "line1\nline2\nline3\nline4\nline5");
-        let o = run(
-            &Processes::default(),
-            sh("kill -9 $$"),
-            &CancellationToken::new(),
-            &mut Discard,
-        )
-        .await
-        .unwrap();
+        let o = finish(sh("kill -9 $$"), &mut Discard).await;
         let End::Exited(s) = o.end else {
             panic!("{:?}", o.end)
         };
@@ -484,14 +456,7 @@ mod tests {
         let mut spec =
             sh("printf HEAD; head -c 5000 /dev/zero | tr '\\0' x; printf TAIL >&2; printf TAIL");
         spec.output_cap = 100;
-        let o = run(
-            &Processes::default(),
-            spec,
-            &CancellationToken::new(),
-            &mut Discard,
-        )
-        .await
-        .unwrap();
+        let o = finish(spec, &mut Discard).await;
         assert_eq!(o.stdout.total(), 5008);
         assert_eq!(o.stdout.dropped(), 4908);
         let text = o.stdout.text();
@@ -514,14 +479,7 @@ mod tests {
         let mut spec = sh("pwd; echo \"$EXTRA|${CARGO_PKG_NAME:-unset}\"");
         spec.cwd = cwd.clone();
         spec.env = vec![("EXTRA".into(), "yes".into())];
-        let o = run(
-            &Processes::default(),
-            spec,
-            &CancellationToken::new(),
-            &mut Discard,
-        )
-        .await
-        .unwrap();
+        let o = finish(spec, &mut Discard).await;
         assert_eq!(o.stdout.text(), format!("{}\nyes|unset\n", cwd.display()));
     }
 
@@ -529,14 +487,7 @@ mod tests {
     async fn timeout_and_cancel_end_the_run_with_partial_output() {
         let mut spec = sh("echo started; sleep 30");
         spec.timeout = Some(Duration::from_millis(200));
-        let o = run(
-            &Processes::default(),
-            spec,
-            &CancellationToken::new(),
-            &mut Discard,
-        )
-        .await
-        .unwrap();
+        let o = finish(spec, &mut Discard).await;
         assert_eq!(o.end, End::TimedOut);
         assert_eq!(o.stdout.text(), "started\n");
         let cancel = CancellationToken::new();
