@@ -17,17 +17,17 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::Stdio;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
-use tokio::process::Command;
 use toolhost::client::Client;
 use toolhost::protocol::{
     InvokeEvent, InvokeParams, Network, SandboxPolicy, SessionCreateParams, SessionSandbox,
 };
 
-const BIN: &str = env!("CARGO_BIN_EXE_toolhost");
+#[path = "support/daemon.rs"]
+mod daemon;
+use daemon::{percentiles, stop};
 
 fn write_tool(root: &Path, name: &str, command: Value, program: Option<(&str, &str)>) {
     let dir = root.join(name);
@@ -41,18 +41,6 @@ fn write_tool(root: &Path, name: &str, command: Value, program: Option<(&str, &s
     std::fs::write(dir.join("tool.json"), m.to_string()).unwrap();
 }
 
-fn percentiles(mut v: Vec<f64>) -> String {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
-    format!(
-        "p50 {:.2} ms  p90 {:.2} ms  p99 {:.2} ms  (n={})",
-        at(0.5),
-        at(0.9),
-        at(0.99),
-        v.len()
-    )
-}
-
 #[tokio::main]
 async fn main() {
     let n: usize = std::env::var("TOOLHOST_BENCH_N")
@@ -62,9 +50,6 @@ async fn main() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let tools = dir.join("tools");
-    for d in ["ws", "data", "xdg"] {
-        std::fs::create_dir_all(dir.join(d)).unwrap();
-    }
     write_tool(&tools, "true_bin", json!(["true"]), None);
     write_tool(
         &tools,
@@ -81,38 +66,8 @@ async fn main() {
             "import json, sys, time\nargs = json.load(sys.stdin)\nfor i in range(args['n']):\n    print(json.dumps({'update': {'details': {'t_ns': time.time_ns()}}}), flush=True)\n    time.sleep(0.005)\nprint(json.dumps({'result': {}}), flush=True)\n",
         )),
     );
-    std::fs::write(
-        dir.join("config.json"),
-        json!({"custom_tools": {"paths": [tools], "discover": false}}).to_string(),
-    )
-    .unwrap();
-    let socket = dir.join("toolhost.sock");
-    let mut daemon = Command::new(BIN)
-        .arg("--socket")
-        .arg(&socket)
-        .arg("--config")
-        .arg(dir.join("config.json"))
-        .args(["serve", "--workspace"])
-        .arg(dir.join("ws"))
-        .arg("--data-dir")
-        .arg(dir.join("data"))
-        .env("XDG_CONFIG_HOME", dir.join("xdg"))
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let client = loop {
-        if let Ok(c) = Client::connect(&socket).await {
-            if c.health().await.is_ok() {
-                break c;
-            }
-        }
-        assert!(Instant::now() < deadline, "daemon did not start");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let config = json!({"custom_tools": {"paths": [tools], "discover": false}});
+    let (daemon, client, _) = daemon::start(dir, &config).await;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("toolhost custom tool benchmark ({cpus} CPUs shared by client, daemon and tools)");
     let sections: Vec<String> = std::env::args()
@@ -129,11 +84,7 @@ async fn main() {
     if run("sandbox") {
         sandbox(&client, n).await;
     }
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(daemon.id().unwrap() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    );
-    let _ = tokio::time::timeout(Duration::from_secs(10), daemon.wait()).await;
+    stop(daemon).await;
 }
 
 async fn calls(client: &Client, n: usize) {

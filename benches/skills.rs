@@ -10,27 +10,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 use toolhost::client::Client;
 
-const BIN: &str = env!("CARGO_BIN_EXE_toolhost");
-const SKILLS: usize = 1000;
+#[path = "support/daemon.rs"]
+mod daemon;
+use daemon::{percentiles, stop};
 
-fn percentiles(mut v: Vec<f64>) -> String {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
-    format!(
-        "p50 {:.2} ms  p90 {:.2} ms  p99 {:.2} ms  (n={})",
-        at(0.5),
-        at(0.9),
-        at(0.99),
-        v.len()
-    )
-}
+const SKILLS: usize = 1000;
 
 /// `count` skills of a realistic size (a paragraph of description, a page of body, a script).
 fn write_skills(root: &Path, count: usize) {
@@ -49,55 +39,13 @@ fn write_skills(root: &Path, count: usize) {
     }
 }
 
-/// Starts a daemon on `dir` whose config searches `skills` only; returns it, a client and
-/// the time from spawn to the first answer.
+/// A daemon on `dir` whose config searches `skills` only.
 async fn start(dir: &Path, skills: &Path) -> (Child, Client, Duration) {
-    for d in ["ws", "data", "xdg", "home"] {
-        std::fs::create_dir_all(dir.join(d)).unwrap();
-    }
-    std::fs::write(
-        dir.join("config.json"),
-        json!({"skills": {"paths": [skills], "discover": false}}).to_string(),
+    daemon::start(
+        dir,
+        &json!({"skills": {"paths": [skills], "discover": false}}),
     )
-    .unwrap();
-    let socket = dir.join("toolhost.sock");
-    let started = Instant::now();
-    let daemon = Command::new(BIN)
-        .arg("--socket")
-        .arg(&socket)
-        .arg("--config")
-        .arg(dir.join("config.json"))
-        .args(["serve", "--workspace"])
-        .arg(dir.join("ws"))
-        .arg("--data-dir")
-        .arg(dir.join("data"))
-        .env("XDG_CONFIG_HOME", dir.join("xdg"))
-        .env("HOME", dir.join("home"))
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let client = loop {
-        if let Ok(c) = Client::connect(&socket).await {
-            if c.health().await.is_ok() {
-                break c;
-            }
-        }
-        assert!(Instant::now() < deadline, "daemon did not start");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    };
-    (daemon, client, started.elapsed())
-}
-
-async fn stop(mut daemon: Child) {
-    let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(daemon.id().unwrap() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    );
-    let _ = tokio::time::timeout(Duration::from_secs(10), daemon.wait()).await;
+    .await
 }
 
 #[tokio::main]
