@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{alive, eventually, isolate, toolhost, write_atomic, Daemon, BIN};
+use common::{alive, eventually, toolhost, write_atomic, Daemon, BIN};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest,
     ElicitRequestParams, ElicitResult, ElicitationAction, Implementation, ListRootsResult,
@@ -591,39 +591,9 @@ async fn strict_sessions_ask_the_user_through_elicitation() {
     mcp.cancel().await.unwrap();
 }
 
-/// Runs `tests/facade_py/client.py` with the pinned Python MCP SDK (installed into
-/// `tests/.venv` when missing); `None` when python3 is absent.
+/// Runs `tests/facade_py/client.py` (lists paged 3 at a time); `None` when python3 is absent.
 async fn python_client(args: &[&str]) -> Option<Value> {
-    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
-    if std::process::Command::new("python3")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("SKIPPED: python3 is not installed, so the Python MCP SDK tests cannot run");
-        return None;
-    }
-    let install = tokio::process::Command::new(tests.join("facade_py/install.sh"))
-        .status()
-        .await
-        .unwrap();
-    assert!(install.success(), "installing the Python MCP SDK failed");
-    let home = tempfile::tempdir().unwrap();
-    let mut client = tokio::process::Command::new(tests.join(".venv/bin/python"));
-    isolate(client.as_std_mut(), home.path());
-    let out = client
-        .arg(tests.join("facade_py/client.py"))
-        .args(args)
-        .env("TOOLHOST_MCP_PAGE_SIZE", "3")
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "client.py failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(serde_json::from_slice(&out.stdout).unwrap())
+    common::python_sdk("client.py", args, &[("TOOLHOST_MCP_PAGE_SIZE", "3")]).await
 }
 
 /// What client.py must see, over either transport.

@@ -362,40 +362,9 @@ async fn server_everythings_sampling_reaches_the_socket_frontend() {
 /// Runs `tests/facade_py/inputs.py` (the Python MCP SDK through `toolhost mcp`) against
 /// `d`; `None` when python3 is absent.
 async fn python_inputs(d: &Daemon, root: &Path, mode: &str) -> Option<Value> {
-    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
-    if std::process::Command::new("python3")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("SKIPPED: python3 is not installed, so the Python MCP SDK tests cannot run");
-        return None;
-    }
-    let install = tokio::process::Command::new(tests.join("facade_py/install.sh"))
-        .status()
-        .await
-        .unwrap();
-    assert!(install.success(), "installing the Python MCP SDK failed");
-    let home = tempfile::tempdir().unwrap();
-    let mut client = tokio::process::Command::new(tests.join(".venv/bin/python"));
-    isolate(client.as_std_mut(), home.path());
-    let out = client
-        .arg(tests.join("facade_py/inputs.py"))
-        .args([
-            BIN,
-            d.socket().to_str().unwrap(),
-            root.to_str().unwrap(),
-            mode,
-        ])
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "inputs.py failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Some(serde_json::from_slice(&out.stdout).unwrap())
+    let socket = d.socket();
+    let args = [BIN, socket.to_str().unwrap(), root.to_str().unwrap(), mode];
+    common::python_sdk("inputs.py", &args, &[]).await
 }
 
 #[tokio::test]

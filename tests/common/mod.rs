@@ -600,3 +600,39 @@ pub fn write_atomic(path: &Path, value: &Value) {
     std::fs::write(&tmp, serde_json::to_string_pretty(value).unwrap()).unwrap();
     std::fs::rename(&tmp, path).unwrap();
 }
+
+/// Runs `tests/facade_py/<script>` with the pinned Python MCP SDK (installed into
+/// `tests/.venv` when missing) and parses what it prints as JSON; `None` when python3 is
+/// absent. `env` is added to the script's isolated environment.
+pub async fn python_sdk(script: &str, args: &[&str], env: &[(&str, &str)]) -> Option<Value> {
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    if std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("SKIPPED: python3 is not installed, so the Python MCP SDK tests cannot run");
+        return None;
+    }
+    let install = Command::new(tests.join("facade_py/install.sh"))
+        .status()
+        .await
+        .unwrap();
+    assert!(install.success(), "installing the Python MCP SDK failed");
+    let home = tempfile::tempdir().unwrap();
+    let mut client = Command::new(tests.join(".venv/bin/python"));
+    isolate(client.as_std_mut(), home.path());
+    let out = client
+        .arg(tests.join("facade_py").join(script))
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{script} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(serde_json::from_slice(&out.stdout).unwrap())
+}
