@@ -508,3 +508,88 @@ fn masked_value(v: &Value) -> Value {
         other => other.clone(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn request<'a>(call_id: &'a str, args: &'a Map<String, Value>) -> Request<'a> {
+        Request {
+            call_id,
+            tool: "bash",
+            session_id: Some("s"),
+            client: None,
+            class: Some(ApprovalClass::Command),
+            summary: "bash (command)",
+            arguments: args,
+            caller_asked: false,
+            wait: Duration::from_secs(60),
+        }
+    }
+
+    fn decision(id: &str, decision: ApprovalDecision) -> ApprovalsDecideParams {
+        ApprovalsDecideParams {
+            id: id.into(),
+            decision,
+            reason: None,
+            via: DecidedVia::Socket,
+        }
+    }
+
+    #[test]
+    fn the_queue_is_bounded_and_a_dropped_ticket_leaves_it() {
+        let queue = Arc::new(Approvals::default());
+        let args = Map::new();
+        let tickets: Vec<Ticket> = (0..MAX_PENDING)
+            .map(|n| queue.enqueue(request(&n.to_string(), &args)).unwrap())
+            .collect();
+        assert!(queue.enqueue(request("one more", &args)).is_none());
+        let (waiting, mut events) = queue.subscribe();
+        assert_eq!(waiting.len(), MAX_PENDING);
+        drop(tickets);
+        assert!(queue.list().is_empty());
+        let Ok(ApprovalEvent::ApprovalDecided(d)) = events.try_recv() else {
+            panic!("no event")
+        };
+        assert_eq!(d.verdict.outcome, ApprovalOutcome::Withdrawn);
+    }
+
+    #[tokio::test]
+    async fn the_first_ending_wins_and_allow_session_is_remembered() {
+        let queue = Arc::new(Approvals::default());
+        let args = Map::new();
+        let mut ticket = queue.enqueue(request("c", &args)).unwrap();
+        let id = queue.list()[0].id.clone();
+        let d = queue
+            .decide(decision(&id, ApprovalDecision::AllowSession), None)
+            .unwrap();
+        assert_eq!(d.verdict.outcome, ApprovalOutcome::AllowSession);
+        // The caller's answer, coming second, gets the operator's decision.
+        let v = ticket.close(ApprovalOutcome::Deny, None);
+        assert_eq!(v.outcome, ApprovalOutcome::AllowSession);
+        let again = queue.decide(decision(&id, ApprovalDecision::Deny), None);
+        let message = again.unwrap_err().to_string();
+        assert!(
+            message.contains("already decided: allow_session by an unnamed peer via socket"),
+            "{message}"
+        );
+        assert!(queue.allowed_in_session("s", "bash"));
+        assert!(!queue.allowed_in_session("s", "write_file"));
+        queue.forget_session("s");
+        assert!(!queue.allowed_in_session("s", "bash"));
+    }
+
+    #[test]
+    fn secret_looking_arguments_are_masked_at_any_depth() {
+        let Value::Object(args) =
+            json!({"command": "ls", "API_KEY": "k", "nested": [{"auth_token": "t", "x": 1}]})
+        else {
+            unreachable!()
+        };
+        assert_eq!(
+            Value::Object(masked(&args)),
+            json!({"command": "ls", "API_KEY": "***", "nested": [{"auth_token": "***", "x": 1}]})
+        );
+    }
+}

@@ -174,6 +174,10 @@ impl ApprovalDecider {
         if let Some(p) = &self.process {
             who.push_str(&format!("({p}) "));
         }
+        if who.is_empty() {
+            // A TCP client: the kernel names no peer.
+            who.push_str("an unnamed peer ");
+        }
         format!("{who}via {}", self.via.as_str())
     }
 }
