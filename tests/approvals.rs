@@ -70,10 +70,15 @@ impl Watch {
 
     /// The next event about `call_id` of `kind` (`approval_pending`, `approval_decided`).
     async fn event(&mut self, kind: &str, call_id: &str) -> Value {
+        self.event_where(kind, "call_id", call_id).await
+    }
+
+    /// The next event of `kind` whose `key` is `value`.
+    async fn event_where(&mut self, kind: &str, key: &str, value: &str) -> Value {
         loop {
             let n = self.0.recv().await;
             let e = &n["params"]["result"];
-            if n["method"] == "approval_event" && e["kind"] == kind && e["call_id"] == call_id {
+            if n["method"] == "approval_event" && e["kind"] == kind && e[key] == value {
                 return e.clone();
             }
         }
@@ -217,6 +222,36 @@ async fn allow_for_the_session_lets_the_tools_next_calls_in_that_session_run_wit
         "allow_once"
     );
     assert_eq!(outcome(&mut none).await["ok"], true);
+}
+
+#[tokio::test]
+async fn an_mcp_client_without_elicitation_waits_for_an_operator() {
+    if std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("SKIPPED: python3 is not installed");
+        return;
+    }
+    let d = start(60).await;
+    let mut watch = Watch::new(&d).await;
+    let sock = d.socket().display().to_string();
+    let client = tokio::spawn(async move {
+        let args = [env!("CARGO_BIN_EXE_toolhost"), sock.as_str()];
+        common::python_sdk("approvals.py", &args, &[]).await
+    });
+    let p = watch
+        .event_where("approval_pending", "client", "python-approvals")
+        .await;
+    assert_eq!(p["summary"], "bash (command) command=\"touch ran\"", "{p}");
+    assert!(p.get("caller_asked").is_none(), "{p}");
+    assert!(!d.workspace().join("ran").exists());
+    let r = decide(&d, &p["id"], "allow_once").await;
+    assert_eq!(r["result"]["outcome"], "allow_once", "{r}");
+    let seen = client.await.unwrap().unwrap();
+    assert_eq!(seen["is_error"], false, "{seen}");
+    assert!(d.workspace().join("ran").exists());
 }
 
 #[tokio::test]
