@@ -14,7 +14,6 @@
 //! is deleted or the daemon stops: a restart asks again (the safe side).
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -44,7 +43,6 @@ pub struct Approvals {
     /// Sent under the state's lock, so a subscriber's snapshot and its events never
     /// overlap or leave a gap.
     events: broadcast::Sender<ApprovalEvent>,
-    next: AtomicU64,
 }
 
 #[derive(Default)]
@@ -54,6 +52,8 @@ struct State {
     decided: VecDeque<DecidedApproval>,
     /// Tools allowed for the rest of a session, by session id.
     allowed: HashMap<String, HashSet<String>>,
+    /// The number of the last entry (ids are `ap-<number>`, never reused).
+    last: u64,
 }
 
 struct Waiting {
@@ -80,7 +80,6 @@ impl Default for Approvals {
         Approvals {
             state: Mutex::default(),
             events: broadcast::channel(256).0,
-            next: AtomicU64::new(1),
         }
     }
 }
@@ -92,7 +91,8 @@ impl Approvals {
         if state.pending.len() >= MAX_PENDING {
             return None;
         }
-        let key = self.next.fetch_add(1, Ordering::Relaxed);
+        state.last += 1;
+        let key = state.last;
         let since_ms = crate::now_ms();
         let wait_ms = u64::try_from(r.wait.as_millis()).unwrap_or(u64::MAX);
         let entry = PendingApproval {
