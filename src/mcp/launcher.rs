@@ -188,7 +188,8 @@ async fn connect_http(
 
 /// A session over streamable HTTP: rmcp's probe and fallback, bounded. rmcp's transport
 /// sends nothing else until its first POST is answered, so a server that never answers the
-/// probe gets a fresh transport with the `initialize` handshake alone.
+/// probe (or answers it with no discover result) gets a fresh transport with the
+/// `initialize` handshake alone.
 async fn serve_http(
     name: &str,
     url: &str,
@@ -202,13 +203,30 @@ async fn serve_http(
         // A server of the `initialize` era that refused that too: the second refusal is
         // the one that says why (and whether it is a legacy SSE server).
         Ok(Err(ClientInitializeError::LegacyFallbackFailed { fallback, .. })) => Ok(Err(*fallback)),
+        // A server that answers the probe with something else (some answer every unknown
+        // method with an empty result) is no server of the new era either.
+        Ok(Err(ClientInitializeError::ExpectedInitResult(_))) => {
+            tracing::info!(server = %name, %url, "server/discover answered with no discover result; trying initialize");
+            initialize_http(name, url, cfg, client, oauth).await
+        }
         Ok(probed) => Ok(probed),
         Err(_) => {
             tracing::info!(server = %name, %url, "no answer to server/discover within {} ms; trying initialize", bound.as_millis());
-            let transport = http_transport(name, url, cfg, oauth).await?;
-            Ok(client.serve(transport).await)
+            initialize_http(name, url, cfg, client, oauth).await
         }
     }
+}
+
+/// The `initialize` handshake alone, on a fresh transport.
+async fn initialize_http(
+    name: &str,
+    url: &str,
+    cfg: &McpServer,
+    client: Client,
+    oauth: &OAuth,
+) -> anyhow::Result<Result<RunningService<RoleClient, Client>, ClientInitializeError>> {
+    let transport = http_transport(name, url, cfg, oauth).await?;
+    Ok(client.serve(transport).await)
 }
 
 /// A legacy HTTP+SSE server (`"type": "sse"`, or the fallback of a refused POST).

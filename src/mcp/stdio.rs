@@ -36,7 +36,7 @@ use std::time::Duration;
 #[allow(deprecated)] // logging: deprecated by SEP-2577, still sent by servers
 use rmcp::model::{
     ClientRequest, ErrorCode, ErrorData, JsonRpcMessage, LoggingMessageNotificationParam,
-    NumberOrString, ProgressNotificationParam, RequestId, ServerJsonRpcMessage,
+    NumberOrString, ProgressNotificationParam, RequestId, ServerJsonRpcMessage, ServerResult,
 };
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
@@ -243,23 +243,41 @@ impl<R: AsyncRead + Unpin> StdioTransport<R> {
         )
     }
 
-    /// Settles the probe when `message` answers it; false for the late answer to a probe
-    /// given up (dropped: rmcp has moved on to `initialize`).
-    fn not_a_late_probe_answer(&mut self, message: &ServerJsonRpcMessage) -> bool {
-        let id = match message {
+    /// Settles the probe when `message` answers it, and returns what rmcp is to see of
+    /// it: `None` for the late answer to a probe given up (rmcp has moved on to
+    /// `initialize`); method-not-found for an answer that is no discover result (some
+    /// servers answer every unknown method with an empty one), which would fail rmcp's
+    /// probe instead of falling back.
+    fn settle_probe(&mut self, message: ServerJsonRpcMessage) -> Option<ServerJsonRpcMessage> {
+        let id = match &message {
             JsonRpcMessage::Response(r) => Some(&r.id),
             JsonRpcMessage::Error(e) => e.id.as_ref(),
             _ => None,
         };
-        let Some(id) = id else { return true };
-        if self.probe.as_ref().is_some_and(|(probe, _)| probe == id) {
-            self.probe = None;
-        }
+        let Some(id) = id else {
+            return Some(message);
+        };
         if self.abandoned_probe.as_ref() == Some(id) {
             self.abandoned_probe = None;
-            return false;
+            return None;
         }
-        true
+        if self.probe.as_ref().is_none_or(|(probe, _)| probe != id) {
+            return Some(message);
+        }
+        self.probe = None;
+        match &message {
+            JsonRpcMessage::Response(r) if !matches!(r.result, ServerResult::DiscoverResult(_)) => {
+                Some(ServerJsonRpcMessage::error(
+                    ErrorData::new(
+                        ErrorCode::METHOD_NOT_FOUND,
+                        "server/discover answered with no discover result",
+                        None,
+                    ),
+                    Some(r.id.clone()),
+                ))
+            }
+            _ => Some(message),
+        }
     }
 }
 
@@ -382,7 +400,7 @@ where
                 self.parse(text)
             };
             self.line.clear();
-            if let Some(message) = message.filter(|m| self.not_a_late_probe_answer(m)) {
+            if let Some(message) = message.and_then(|m| self.settle_probe(m)) {
                 return Some(message);
             }
         }

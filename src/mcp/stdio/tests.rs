@@ -289,3 +289,26 @@ async fn a_direct_call_carries_the_era_meta_and_a_retrys_params() {
     assert_eq!(request["params"]["requestState"], " s ");
     assert_eq!(request["params"]["inputResponses"], retry["inputResponses"]);
 }
+
+#[tokio::test]
+async fn a_probe_answered_with_no_discover_result_is_a_refusal_for_rmcp() {
+    let (mut t, mut server_out, mut server_in) = pipes();
+    let discover = rmcp::model::ClientJsonRpcMessage::request(
+        rmcp::model::ClientRequest::DiscoverRequest(rmcp::model::DiscoverRequest::new(
+            rmcp::model::DiscoverRequestParams {},
+        )),
+        RequestId::Number(0),
+    );
+    t.send(discover).await.unwrap();
+    let _ = read_json(&mut server_in).await;
+    let empty = json!({"jsonrpc": "2.0", "id": 0, "result": {}});
+    server_out
+        .write_all(format!("{empty}\n").as_bytes())
+        .await
+        .unwrap();
+    let m = t.receive().await.unwrap();
+    let JsonRpcMessage::Error(e) = m else {
+        panic!("{m:?}")
+    };
+    assert_eq!(e.error.code, ErrorCode::METHOD_NOT_FOUND);
+}
