@@ -155,8 +155,14 @@ async fn a_server_silent_on_discover_gets_initialize_within_its_startup_timeout(
 
 #[tokio::test]
 async fn progress_and_cancel_reach_a_new_era_server_over_stdio_and_http() {
-    let (_http, url) = http_fixture(&[]).await;
+    let web_dir = tempfile::tempdir().unwrap();
+    let web_events = web_dir.path().join("web.events");
+    let (_http, url) = http_fixture(&[("FIXTURE_EVENTS_FILE", web_events.to_str().unwrap())]).await;
     let d = daemon_with(|dir| json!({"fx": fixture(dir, json!({})), "web": {"url": url}})).await;
+    let events_of = |server: &str| match server {
+        "fx" => events(&d),
+        _ => std::fs::read_to_string(&web_events).unwrap_or_default(),
+    };
     for server in ["fx", "web"] {
         assert_eq!(ready(&d, server).await["protocol_version"], NEW);
         let mut c = d.raw_lines().await;
@@ -169,26 +175,27 @@ async fn progress_and_cancel_reach_a_new_era_server_over_stdio_and_http() {
         assert!(update["progress"]["progress"].is_number(), "{update}");
         let result = event_of(&mut c, "result").await;
         assert_eq!(result["result"]["output"], "slept 300 ms", "{result}");
+
+        // Cancelled once the server has it: the server hears the cancel.
+        let call_id = format!("long-{server}");
+        subscribe(
+            &mut c,
+            json!({"name": format!("mcp_{server}_sleep"), "arguments": {"ms": 20000}, "call_id": call_id}),
+        )
+        .await;
+        eventually(10, "the long sleep to reach the server", || async {
+            events_of(server).matches("called sleep").count() == 2
+        })
+        .await;
+        let r = d.call("cancel", json!({"call_id": call_id})).await;
+        assert_eq!(r["result"]["cancelled"], true, "{r}");
+        let result = event_of(&mut c, "result").await;
+        assert_eq!(result["result"]["error_kind"], "cancelled", "{result}");
+        eventually(10, "the server to hear the cancel", || async {
+            events_of(server).contains("cancelled sleep")
+        })
+        .await;
     }
-    // Cancel, over stdio where the event file shows the server heard it.
-    let mut c = d.raw_lines().await;
-    subscribe(
-        &mut c,
-        json!({"name": "mcp_fx_sleep", "arguments": {"ms": 20000}, "call_id": "long"}),
-    )
-    .await;
-    eventually(10, "the sleep to reach the server", || async {
-        events(&d).contains("called sleep")
-    })
-    .await;
-    let r = d.call("cancel", json!({"call_id": "long"})).await;
-    assert_eq!(r["result"]["cancelled"], true, "{r}");
-    let result = event_of(&mut c, "result").await;
-    assert_eq!(result["result"]["error_kind"], "cancelled", "{result}");
-    eventually(10, "the server to hear the cancel", || async {
-        events(&d).contains("cancelled sleep")
-    })
-    .await;
 }
 
 /// Calls `mrtr_ask` of `server` as a frontend that answers elicitation, answers it, and

@@ -32,8 +32,8 @@ pub(super) async fn follow(
     let timeout = Duration::from_millis(server.config().timeout_ms);
     loop {
         uris_changed.mark_unchanged();
-        let filter = filter(server);
-        let reopen = match tokio::time::timeout(timeout, peer.listen(filter)).await {
+        let wanted = filter(server);
+        let reopen = match tokio::time::timeout(timeout, peer.listen(wanted.clone())).await {
             Ok(Ok(mut subscription)) => loop {
                 tokio::select! {
                     next = subscription.next() => match next {
@@ -46,7 +46,8 @@ pub(super) async fn follow(
                         // on it (a lost connection ends this future with it).
                         Ok(None) | Err(_) => break false,
                     },
-                    _ = uris_changed.changed() => break true,
+                    // Another server's URIs changed: this listen stays as it is.
+                    _ = uris_changed.changed() => if filter(server) != wanted { break true },
                 }
             },
             Ok(Err(e)) => {
