@@ -19,9 +19,7 @@ use crate::protocol::{codes, InputError, InputKind, InputRequest, InvokeLog, Res
 
 /// The kinds of input request the client of `ctx` declared it answers.
 pub fn answerable(ctx: &RequestContext<RoleServer>) -> Vec<InputKind> {
-    let Some(caps) = ctx.client_capabilities() else {
-        return Vec::new();
-    };
+    let caps = super::era::of(ctx).client_capabilities;
     [
         (caps.elicitation.is_some(), InputKind::Elicitation),
         (caps.sampling.is_some(), InputKind::Sampling),

@@ -16,6 +16,7 @@
 //! requests to the client, when it declared them (`inputs.rs`).
 
 mod convert;
+pub(crate) mod era;
 mod events;
 mod http;
 mod inputs;
@@ -438,13 +439,19 @@ impl ServerHandler for Facade {
     }
 
     /// Log messages are those of the MCP servers behind the host, passed on as they come;
-    /// the level is theirs to choose.
+    /// the level is theirs to choose. 2026-07-28 removed the method (a request names its
+    /// level in `_meta`).
     #[allow(deprecated)] // logging: deprecated by SEP-2577, still sent by servers
     async fn set_level(
         &self,
         _: rmcp::model::SetLevelRequestParams,
-        _: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
+        if era::is_modern(&context) {
+            return Err(ErrorData::method_not_found::<
+                rmcp::model::SetLevelRequestMethod,
+            >());
+        }
         Ok(())
     }
 
