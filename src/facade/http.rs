@@ -147,6 +147,8 @@ pub(super) struct SharedClient {
     tools_changed: broadcast::Sender<()>,
     prompts_changed: broadcast::Sender<()>,
     resources_changed: broadcast::Sender<()>,
+    /// The calls held for new-era clients' retries, which may come on any connection.
+    held: Arc<super::mrtr::HeldCalls>,
 }
 
 /// Fans the notifications of `sub` out to `tx`, for as long as the subscription lasts.
@@ -166,6 +168,7 @@ impl SharedClient {
             tools_changed: broadcast::Sender::new(1),
             prompts_changed: broadcast::Sender::new(1),
             resources_changed: broadcast::Sender::new(1),
+            held: Arc::default(),
         }
     }
 
@@ -184,6 +187,11 @@ impl SharedClient {
             })
             .await
             .cloned()
+    }
+
+    /// The daemon's calls held for new-era clients' retries.
+    pub(super) fn held_calls(&self) -> Arc<super::mrtr::HeldCalls> {
+        self.held.clone()
     }
 
     /// Fires on every change of the live registry (a lagging receiver counts as one).

@@ -20,6 +20,7 @@ pub(crate) mod era;
 mod events;
 mod http;
 mod inputs;
+mod mrtr;
 mod sessions;
 mod stdio;
 mod surface;
@@ -45,9 +46,9 @@ use tokio::sync::OnceCell;
 use crate::client::{Client, ClientError, Subscription};
 use crate::lock;
 use crate::protocol::{
-    ErrorKind, InvokeEvent, InvokeParams, InvokeResult, InvokeUpdate, ListToolsParams,
-    SessionCreateParams, SessionUpdateParams, SubscribeInvokeParams, ToolEntry, ToolFormat,
-    ToolsChanged,
+    ErrorKind, InputKind, InputRequest, InvokeEvent, InvokeParams, InvokeResult, InvokeUpdate,
+    ListToolsParams, SessionCreateParams, SessionUpdateParams, SubscribeInvokeParams, ToolEntry,
+    ToolFormat, ToolsChanged,
 };
 
 pub use http::Endpoint;
@@ -114,6 +115,9 @@ pub struct Facade {
     profile: Option<String>,
     page_size: usize,
     state: Arc<State>,
+    /// The calls held for new-era clients' retries: the process's own (stdio), or the
+    /// daemon's, which every HTTP request shares.
+    held: Arc<mrtr::HeldCalls>,
 }
 
 #[derive(Default)]
@@ -175,7 +179,12 @@ impl Drop for State {
 
 impl Facade {
     fn with_link(link: Link, fixed_session: Option<String>, profile: Option<String>) -> Facade {
+        let held = match &link {
+            Link::Client(_) => Arc::default(),
+            Link::Shared(shared) => shared.held_calls(),
+        };
         Facade {
+            held,
             link,
             fixed_session,
             profile,
@@ -311,30 +320,69 @@ impl Facade {
         progress: Option<&ProgressToken>,
     ) -> Result<InvokeResult, ErrorData> {
         let inputs = inputs::answerable(ctx);
+        let call_id = params.call_id.as_deref().unwrap_or_default();
         // Nothing to stream: a plain `invoke` skips the subscription machinery.
         if progress.is_none() && inputs.is_empty() {
             return tokio::select! {
                 r = client.invoke(params) => r.map_err(host_error),
-                _ = ctx.ct.cancelled() => Err(cancel_call(client, params).await),
+                _ = ctx.ct.cancelled() => Err(cancel_call(client, call_id).await),
             };
         }
+        let mut sub = self.subscribe(client, params, inputs).await?;
+        match self
+            .follow(client, &mut sub, call_id, ctx, progress, false)
+            .await?
+        {
+            Followed::Done(r) => Ok(r),
+            Followed::Asked(_) => Err(internal("a classic call's questions were held")),
+        }
+    }
+
+    /// Starts the call as a stream whose questions of kinds `inputs` come to this facade.
+    async fn subscribe(
+        &self,
+        client: &Client,
+        params: &InvokeParams,
+        inputs: Vec<InputKind>,
+    ) -> Result<Subscription<InvokeEvent>, ErrorData> {
         let streamed = SubscribeInvokeParams {
             call: params.clone(),
             inputs,
         };
-        let mut sub = client
+        client
             .subscribe_invoke_answering(&streamed)
             .await
-            .map_err(host_error)?;
+            .map_err(host_error)
+    }
+
+    /// Follows the stream `sub` of call `call_id` until its result. Updates become progress
+    /// notifications and log messages `notifications/message`; questions become the same
+    /// MCP requests to the client, or, when `hold` (a new-era client, which has no such
+    /// requests), end the following: the call is asked these questions (those that come
+    /// within [`GATHER`] of the first are asked together). A cancelled request cancels
+    /// the call.
+    async fn follow(
+        &self,
+        client: &Client,
+        sub: &mut Subscription<InvokeEvent>,
+        call_id: &str,
+        ctx: &RequestContext<RoleServer>,
+        progress: Option<&ProgressToken>,
+        hold: bool,
+    ) -> Result<Followed, ErrorData> {
         let mut step = 0.0;
         // Questions put to the client, answered while the call goes on (polled on this
         // task: over HTTP they then go on the call's own response stream).
         let mut asking = futures::stream::FuturesUnordered::new();
+        let mut held = Vec::new();
+        let gather = tokio::time::sleep(GATHER);
+        tokio::pin!(gather);
         loop {
             let event = tokio::select! {
                 e = sub.next() => e,
                 Some(()) = futures::StreamExt::next(&mut asking) => continue,
-                _ = ctx.ct.cancelled() => return Err(cancel_call(client, params).await),
+                () = &mut gather, if !held.is_empty() => return Ok(Followed::Asked(held)),
+                _ = ctx.ct.cancelled() => return Err(cancel_call(client, call_id).await),
             };
             match event {
                 Some(Ok(InvokeEvent::Update(u))) => {
@@ -343,16 +391,34 @@ impl Facade {
                     let note = progress_note(token.clone(), &u, step);
                     let _ = ctx.peer.notify_progress(note).await;
                 }
+                Some(Ok(InvokeEvent::InputRequest(q))) if hold => {
+                    if held.is_empty() {
+                        gather.as_mut().reset(tokio::time::Instant::now() + GATHER);
+                    }
+                    held.push(q);
+                }
                 Some(Ok(InvokeEvent::InputRequest(q))) => {
                     asking.push(inputs::answer(client, &ctx.peer, q));
                 }
                 Some(Ok(InvokeEvent::Log(log))) => inputs::log(&ctx.peer, log).await,
-                Some(Ok(InvokeEvent::Result(r))) => return Ok(r),
+                Some(Ok(InvokeEvent::Result(r))) => return Ok(Followed::Done(r)),
                 Some(Err(e)) => return Err(host_error(e)),
                 None => return Err(internal("the host ended the call without a result")),
             }
         }
     }
+}
+
+/// How long questions asked one after another are gathered into one `input_required`
+/// result (a tool that asks two at once gets both answered in one round).
+const GATHER: Duration = Duration::from_millis(20);
+
+/// Where following a call's stream ended.
+enum Followed {
+    /// The call ended with this result.
+    Done(InvokeResult),
+    /// The call waits for the answers to these questions (new-era clients only).
+    Asked(Vec<InputRequest>),
 }
 
 impl ServerHandler for Facade {
@@ -575,9 +641,18 @@ impl ServerHandler for Facade {
             call_id: Some(crate::invoke::new_call_id()),
             ..Default::default()
         };
-        let r = self
-            .run(&client, &params, &context, progress.as_ref())
-            .await?;
+        let r = if era::is_modern(&context) {
+            match self
+                .call_in_rounds(&client, &request, &params, &context, progress.as_ref())
+                .await?
+            {
+                mrtr::Round::Done(r) => r,
+                mrtr::Round::InputRequired(asked) => return Ok(asked.into()),
+            }
+        } else {
+            self.run(&client, &params, &context, progress.as_ref())
+                .await?
+        };
         if r.result.error_kind == Some(ErrorKind::UnknownTool) {
             return Err(ErrorData::invalid_params(
                 r.result
@@ -624,10 +699,8 @@ impl ServerHandler for Facade {
 }
 
 /// Cancels the call the client gave up on (its process group is killed) and says so.
-async fn cancel_call(client: &Client, params: &InvokeParams) -> ErrorData {
-    if let Some(id) = &params.call_id {
-        let _ = client.cancel(id).await;
-    }
+async fn cancel_call(client: &Client, call_id: &str) -> ErrorData {
+    let _ = client.cancel(call_id).await;
     ErrorData::new(ErrorCode::INTERNAL_ERROR, "cancelled", None)
 }
 
