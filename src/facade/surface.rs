@@ -32,9 +32,28 @@ pub(super) struct Following {
     resources: Mutex<HashMap<String, tokio::task::AbortHandle>>,
 }
 
-struct Feeds {
-    prompts: Feed<PromptsChanged>,
-    resources: Feed<ResourcesChanged>,
+/// Where a connection hears of changes of the live prompts and resources.
+pub(super) struct Feeds {
+    pub(super) prompts: Feed<PromptsChanged>,
+    pub(super) resources: Feed<ResourcesChanged>,
+}
+
+impl Feeds {
+    pub(super) async fn open(
+        link: &Link,
+        client: &Client,
+    ) -> Result<Feeds, crate::client::ClientError> {
+        Ok(match link {
+            Link::Client(_) => Feeds {
+                prompts: Feed::Own(client.subscribe_prompts_changed().await?),
+                resources: Feed::Own(client.subscribe_resources_changed().await?),
+            },
+            Link::Shared(shared) => Feeds {
+                prompts: Feed::Shared(shared.prompts_changed()),
+                resources: Feed::Shared(shared.resources_changed()),
+            },
+        })
+    }
 }
 
 impl Drop for Following {
@@ -48,19 +67,7 @@ impl Drop for Following {
 impl Following {
     /// Subscribes to the host's list changes (in `initialize`, before the first list).
     pub(super) async fn subscribe(&self, link: &Link, client: &Client) {
-        let feeds = async {
-            Ok::<_, crate::client::ClientError>(match link {
-                Link::Client(_) => Feeds {
-                    prompts: Feed::Own(client.subscribe_prompts_changed().await?),
-                    resources: Feed::Own(client.subscribe_resources_changed().await?),
-                },
-                Link::Shared(shared) => Feeds {
-                    prompts: Feed::Shared(shared.prompts_changed()),
-                    resources: Feed::Shared(shared.resources_changed()),
-                },
-            })
-        };
-        match feeds.await {
+        match Feeds::open(link, client).await {
             Ok(f) => *lock(&self.feeds) = Some(f),
             Err(e) => tracing::warn!(%e, "cannot follow prompts_changed and resources_changed"),
         }
@@ -123,7 +130,7 @@ impl Facade {
     }
 
     /// The resource `uri` in this connection's view.
-    fn viewed_resource(&self, uri: String) -> protocol::ResourceParams {
+    pub(super) fn viewed_resource(&self, uri: String) -> protocol::ResourceParams {
         let view = self.view();
         protocol::ResourceParams {
             uri,
