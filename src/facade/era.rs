@@ -201,13 +201,17 @@ impl Facade {
         }
         let client = self.client().await?.clone();
         if self.state.profile.get().is_none() {
-            if let Some(p) = self.profile.clone().or_else(|| super::http::profile_of(ctx)) {
+            if let Some(p) = self
+                .profile
+                .clone()
+                .or_else(|| super::http::profile_of(ctx))
+            {
                 let _ = self.state.profile.set(p);
             }
         }
         let peer = Peer::of(ctx);
         match &self.link {
-            Link::Client(_) => {
+            Link::Client(..) => {
                 self.state
                     .session
                     .get_or_try_init(|| async {

@@ -17,11 +17,11 @@ use std::time::Duration;
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::Bytes;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use tokio::sync::{broadcast, OnceCell};
+use tokio::sync::OnceCell;
 
 use super::sessions::{Sessions, SSE_RETRY};
-use super::{Connect, Facade, Link};
-use crate::client::{Client, Notification, Subscription};
+use super::{Changes, Connect, Facade, Link};
+use crate::client::Client;
 use crate::host::Host;
 
 /// How often an idle SSE stream gets a keep-alive comment. The listeners allow half-close,
@@ -157,9 +157,7 @@ pub(super) struct SharedClient {
     /// The host sessions that sessionless (new-era) calls run in, one per client and
     /// profile, oldest first.
     sessions: tokio::sync::Mutex<VecDeque<(SessionKey, String)>>,
-    tools_changed: broadcast::Sender<()>,
-    prompts_changed: broadcast::Sender<()>,
-    resources_changed: broadcast::Sender<()>,
+    changes: Changes,
 }
 
 /// Distinct new-era clients whose host sessions are kept (the key is the client's own
@@ -174,24 +172,13 @@ struct SessionKey {
     version: String,
 }
 
-/// Fans the notifications of `sub` out to `tx`, for as long as the subscription lasts.
-fn fan_out<N: Notification + Send + 'static>(mut sub: Subscription<N>, tx: broadcast::Sender<()>) {
-    tokio::spawn(async move {
-        while let Some(Ok(_)) = sub.next().await {
-            let _ = tx.send(());
-        }
-    });
-}
-
 impl SharedClient {
     fn new(connect: Connect) -> SharedClient {
         SharedClient {
             connect,
             client: OnceCell::new(),
             sessions: tokio::sync::Mutex::default(),
-            tools_changed: broadcast::Sender::new(1),
-            prompts_changed: broadcast::Sender::new(1),
-            resources_changed: broadcast::Sender::new(1),
+            changes: Changes::new(),
         }
     }
 
@@ -199,13 +186,10 @@ impl SharedClient {
         self.client
             .get_or_try_init(|| async {
                 let client = Arc::new(Client::from_stream((self.connect)()?));
-                let io = |e: crate::client::ClientError| std::io::Error::other(e.to_string());
-                let tools = client.subscribe_tools_changed().await.map_err(io)?;
-                fan_out(tools, self.tools_changed.clone());
-                let prompts = client.subscribe_prompts_changed().await.map_err(io)?;
-                fan_out(prompts, self.prompts_changed.clone());
-                let resources = client.subscribe_resources_changed().await.map_err(io)?;
-                fan_out(resources, self.resources_changed.clone());
+                self.changes
+                    .follow(&client)
+                    .await
+                    .map_err(|e| std::io::Error::other(e.to_string()))?;
                 Ok(client)
             })
             .await
@@ -250,18 +234,8 @@ impl SharedClient {
         Ok(id)
     }
 
-    /// Fires on every change of the live registry (a lagging receiver counts as one).
-    pub(super) fn tools_changed(&self) -> broadcast::Receiver<()> {
-        self.tools_changed.subscribe()
-    }
-
-    /// Fires on every change of the live prompts.
-    pub(super) fn prompts_changed(&self) -> broadcast::Receiver<()> {
-        self.prompts_changed.subscribe()
-    }
-
-    /// Fires on every change of the live resources or templates.
-    pub(super) fn resources_changed(&self) -> broadcast::Receiver<()> {
-        self.resources_changed.subscribe()
+    /// The host's list changes, as this connection follows them.
+    pub(super) fn changes(&self) -> &Changes {
+        &self.changes
     }
 }

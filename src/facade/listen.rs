@@ -29,7 +29,7 @@ impl Facade {
         let sink = subscription.sink().clone();
         let mut forwarders: FuturesUnordered<Forwarder> = FuturesUnordered::new();
         if accepted.tools_list_changed == Some(true) {
-            let feed = self.tools_feed(&client).await.map_err(host_error)?;
+            let feed = self.changes().tools();
             let sink = sink.clone();
             forwarders.push(Box::pin(forward(feed, move || {
                 let sink = sink.clone();
@@ -39,9 +39,7 @@ impl Facade {
         let wants_prompts = accepted.prompts_list_changed == Some(true);
         let wants_resources = accepted.resources_list_changed == Some(true);
         if wants_prompts || wants_resources {
-            let Feeds { prompts, resources } = Feeds::open(&self.link, &client)
-                .await
-                .map_err(host_error)?;
+            let Feeds { prompts, resources } = Feeds::open(self.changes());
             if wants_prompts {
                 let sink = sink.clone();
                 forwarders.push(Box::pin(forward(prompts, move || {
@@ -85,9 +83,8 @@ impl Facade {
 }
 
 /// Calls `notify` on every change of `feed`, until the feed or the subscription ends.
-async fn forward<N, F, Fut>(mut feed: Feed<N>, notify: F)
+async fn forward<F, Fut>(mut feed: Feed, notify: F)
 where
-    N: crate::client::Notification,
     F: Fn() -> Fut,
     Fut: Future<Output = bool>,
 {

@@ -15,6 +15,7 @@
 //! server's elicitation, sampling and roots, a strict session's approval) become the same
 //! requests to the client, when it declared them (`inputs.rs`).
 
+mod changes;
 mod convert;
 pub(crate) mod era;
 mod events;
@@ -33,9 +34,8 @@ use rmcp::model::{
     ContentBlock, ErrorCode, GetPromptRequestParams, GetPromptResponse, Implementation,
     InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult,
     ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
-    ProgressToken, ReadResourceRequestParams, ReadResourceResponse,
-    ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter,
-    UnsubscribeRequestParams,
+    ProgressToken, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+    ServerConfig, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -43,14 +43,14 @@ use serde_json::{Map, Value};
 use tokio::net::UnixStream;
 use tokio::sync::OnceCell;
 
-use crate::client::{Client, ClientError, Subscription};
+use crate::client::{Client, ClientError};
 use crate::lock;
 use crate::protocol::{
     ErrorKind, InvokeEvent, InvokeParams, InvokeResult, InvokeUpdate, ListToolsParams,
     SessionCreateParams, SessionUpdateParams, SubscribeInvokeParams, ToolEntry, ToolFormat,
-    ToolsChanged,
 };
 
+use changes::{Changes, Feed};
 pub use http::Endpoint;
 pub use stdio::run_stdio;
 
@@ -77,33 +77,13 @@ pub type Connect = Arc<dyn Fn() -> std::io::Result<UnixStream> + Send + Sync>;
 /// How a facade reaches the daemon.
 #[derive(Clone)]
 enum Link {
-    /// Already connected (stdio: the CLI connects first, to report a missing daemon).
-    Client(Arc<Client>),
+    /// Already connected (stdio: the CLI connects first, to report a missing daemon), and
+    /// following the host's changes from the start.
+    Client(Arc<Client>, Arc<Changes>),
     /// The daemon's one in-process connection for every HTTP session (rmcp builds a
     /// handler per session, and also for requests that never reach `initialize`, so
     /// building one must cost nothing).
     Shared(Arc<http::SharedClient>),
-}
-
-/// Where a connection learns that a live list (tools, prompts, resources) changed.
-enum Feed<N> {
-    /// Its own subscription (stdio).
-    Own(Subscription<N>),
-    /// The shared connection's one subscription, fanned out (HTTP).
-    Shared(tokio::sync::broadcast::Receiver<()>),
-}
-
-type ToolsFeed = Feed<ToolsChanged>;
-
-impl<N: crate::client::Notification> Feed<N> {
-    /// Waits for the next change; `false` once no more can come.
-    async fn changed(&mut self) -> bool {
-        use tokio::sync::broadcast::error::RecvError;
-        match self {
-            Feed::Own(sub) => matches!(sub.next().await, Some(Ok(_))),
-            Feed::Shared(rx) => !matches!(rx.recv().await, Err(RecvError::Closed)),
-        }
-    }
 }
 
 /// The MCP server handler of one MCP connection (one stdio peer or one HTTP session).
@@ -126,7 +106,7 @@ struct State {
     profile: OnceCell<String>,
     /// `tools_changed`, subscribed in `initialize` (so no change between the first list and
     /// `initialized` is missed) and forwarded from `initialized` on.
-    tools_changed: Mutex<Option<ToolsFeed>>,
+    tools_changed: Mutex<Option<Feed>>,
     /// Set once the client's roots (if it declared any) are applied to the session.
     roots_applied: tokio::sync::watch::Sender<bool>,
     /// Tasks that live as long as this connection.
@@ -190,7 +170,7 @@ impl Facade {
             .client
             .get_or_try_init(|| async {
                 match &self.link {
-                    Link::Client(c) => Ok(c.clone()),
+                    Link::Client(c, _) => Ok(c.clone()),
                     Link::Shared(shared) => shared
                         .client()
                         .await
@@ -242,11 +222,11 @@ impl Facade {
         client.session_create(&params).await.map(|s| s.id)
     }
 
-    /// Where this connection hears of changes of the live registry.
-    async fn tools_feed(&self, client: &Client) -> Result<ToolsFeed, ClientError> {
+    /// Where this connection hears of the host's list changes.
+    fn changes(&self) -> &Changes {
         match &self.link {
-            Link::Client(_) => client.subscribe_tools_changed().await.map(ToolsFeed::Own),
-            Link::Shared(shared) => Ok(ToolsFeed::Shared(shared.tools_changed())),
+            Link::Client(_, changes) => changes,
+            Link::Shared(shared) => shared.changes(),
         }
     }
 
@@ -409,11 +389,8 @@ impl ServerHandler for Facade {
             *lock(&self.state.owned_session) = Some(session.clone());
         }
         let _ = self.state.session.set(session);
-        match self.tools_feed(&client).await {
-            Ok(feed) => *lock(&self.state.tools_changed) = Some(feed),
-            Err(e) => tracing::warn!(%e, "cannot follow tools_changed"),
-        }
-        self.state.following.subscribe(&self.link, &client).await;
+        *lock(&self.state.tools_changed) = Some(self.changes().tools());
+        self.state.following.subscribe(self.changes());
         if request.capabilities.roots.is_none() {
             self.state.roots_applied.send_replace(true);
         }
@@ -628,7 +605,10 @@ impl ServerHandler for Facade {
                 .is_some_and(|c| c.elicitation.is_some());
             if can_ask {
                 let text = r.result.error.unwrap_or(summary);
-                return Ok(finish(&context, CallToolResult::error(vec![ContentBlock::text(text)])));
+                return Ok(finish(
+                    &context,
+                    CallToolResult::error(vec![ContentBlock::text(text)]),
+                ));
             }
             {
                 let session = self.session_id().unwrap_or_default();
@@ -640,7 +620,10 @@ impl ServerHandler for Facade {
                      or run the call yourself with `toolhost invoke {} --session {session} --approved`.",
                     request.name, request.name
                 );
-                return Ok(finish(&context, CallToolResult::error(vec![ContentBlock::text(text)])));
+                return Ok(finish(
+                    &context,
+                    CallToolResult::error(vec![ContentBlock::text(text)]),
+                ));
             }
         }
         Ok(finish(&context, convert::call_result(&r.result)))

@@ -16,10 +16,9 @@ use rmcp::service::Peer;
 use rmcp::{ErrorData, RoleServer};
 use serde_json::Value;
 
-use super::{convert, host_error, Facade, Feed, Link};
-use crate::client::Client;
+use super::{convert, host_error, Changes, Facade, Feed};
 use crate::lock;
-use crate::protocol::{self, CompletionRef, PromptsChanged, ResourcesChanged};
+use crate::protocol::{self, CompletionRef};
 
 /// What one MCP connection follows of the host's surface.
 #[derive(Default)]
@@ -34,25 +33,16 @@ pub(super) struct Following {
 
 /// Where a connection hears of changes of the live prompts and resources.
 pub(super) struct Feeds {
-    pub(super) prompts: Feed<PromptsChanged>,
-    pub(super) resources: Feed<ResourcesChanged>,
+    pub(super) prompts: Feed,
+    pub(super) resources: Feed,
 }
 
 impl Feeds {
-    pub(super) async fn open(
-        link: &Link,
-        client: &Client,
-    ) -> Result<Feeds, crate::client::ClientError> {
-        Ok(match link {
-            Link::Client(_) => Feeds {
-                prompts: Feed::Own(client.subscribe_prompts_changed().await?),
-                resources: Feed::Own(client.subscribe_resources_changed().await?),
-            },
-            Link::Shared(shared) => Feeds {
-                prompts: Feed::Shared(shared.prompts_changed()),
-                resources: Feed::Shared(shared.resources_changed()),
-            },
-        })
+    pub(super) fn open(changes: &Changes) -> Feeds {
+        Feeds {
+            prompts: changes.prompts(),
+            resources: changes.resources(),
+        }
     }
 }
 
@@ -66,11 +56,8 @@ impl Drop for Following {
 
 impl Following {
     /// Subscribes to the host's list changes (in `initialize`, before the first list).
-    pub(super) async fn subscribe(&self, link: &Link, client: &Client) {
-        match Feeds::open(link, client).await {
-            Ok(f) => *lock(&self.feeds) = Some(f),
-            Err(e) => tracing::warn!(%e, "cannot follow prompts_changed and resources_changed"),
-        }
+    pub(super) fn subscribe(&self, changes: &Changes) {
+        *lock(&self.feeds) = Some(Feeds::open(changes));
     }
 
     /// Forwards the list changes to the MCP client, from `initialized` on.
