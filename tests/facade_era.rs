@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{http_request_with, toolhost, write_atomic, Daemon, BIN};
+use common::{alive, eventually, http_request_with, toolhost, write_atomic, Daemon, BIN};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
@@ -66,6 +66,14 @@ async fn start() -> Daemon {
         "zeta",
         r#"echo '{"update": {"content": [{"type": "text", "text": "half"}], "progress": {"progress": 1, "total": 2}}}'
 echo '{"result": {"content": [{"type": "text", "text": "done"}]}}'"#,
+    );
+    write_tool(
+        &tools,
+        "slow",
+        &format!(
+            "echo $$ > {}/slow.pid\nexec sleep 30",
+            d.dir.path().display()
+        ),
     );
     write_tool(
         &tools,
@@ -228,6 +236,16 @@ async fn stdio_new_era_discovers_lists_and_calls_without_initialize() {
     assert_eq!(err["error"]["code"], -32602, "{err}");
     assert_eq!(err["id"], 21);
 
+    // A resource nobody serves: -32602 in this era (-32002 in the old one).
+    let (err, _) = mcp
+        .request(
+            22,
+            "resources/read",
+            with_meta(json!({"uri": "test://nothing"})),
+        )
+        .await;
+    assert_eq!(err["error"]["code"], -32602, "{err}");
+
     // The process made one host session, named after the client.
     let sessions = d.call("session.list", json!({})).await;
     let named: Vec<&Value> = sessions["result"]["sessions"]
@@ -238,6 +256,37 @@ async fn stdio_new_era_discovers_lists_and_calls_without_initialize() {
         .collect();
     assert_eq!(named.len(), 1, "{sessions}");
     assert_eq!(named[0]["meta"]["mcp_client"]["protocol_version"], NEW);
+}
+
+/// `notifications/cancelled` ends a new-era call and kills its process group.
+#[tokio::test]
+async fn stdio_new_era_cancels_a_call() {
+    let d = start().await;
+    let mut mcp = RawStdio::open(&d).await;
+    let call = with_meta(json!({"name": "slow", "arguments": {}}));
+    mcp.send(json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": call}))
+        .await;
+    let pid_file = d.dir.path().join("slow.pid");
+    let mut pid = 0;
+    eventually(10, "the slow tool started", || {
+        pid = std::fs::read_to_string(&pid_file)
+            .unwrap_or_default()
+            .trim()
+            .parse()
+            .unwrap_or(0);
+        async move { pid > 0 }
+    })
+    .await;
+    assert!(alive(pid));
+    mcp.send(
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                    "params": {"requestId": 5, "reason": "user"}}),
+    )
+    .await;
+    eventually(10, "the cancelled call's process to die", || async move {
+        !alive(pid)
+    })
+    .await;
 }
 
 /// Claude Code probes with `server/discover`, then initializes anyway: the connection is
