@@ -15,17 +15,18 @@
 //! server's elicitation, sampling and roots, a strict session's approval) become the same
 //! requests to the client, when it declared them (`inputs.rs`).
 
+mod changes;
 mod convert;
 pub(crate) mod era;
 mod events;
 mod http;
 mod inputs;
+mod listen;
 mod mrtr;
 mod sessions;
 mod stdio;
 mod surface;
 
-use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -34,10 +35,10 @@ use rmcp::model::{
     ContentBlock, ErrorCode, GetPromptRequestParams, GetPromptResponse, Implementation,
     InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult,
     ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
-    ProgressToken, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
-    ServerCapabilities, ServerConfig, SubscribeRequestParams, UnsubscribeRequestParams,
+    ProgressToken, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+    ServerConfig, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
 };
-use rmcp::service::{NotificationContext, Peer, RequestContext};
+use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Map, Value};
 use tokio::net::UnixStream;
@@ -48,9 +49,10 @@ use crate::lock;
 use crate::protocol::{
     ErrorKind, InputKind, InputRequest, InvokeEvent, InvokeParams, InvokeResult, InvokeUpdate,
     ListToolsParams, SessionCreateParams, SessionUpdateParams, SubscribeInvokeParams, ToolEntry,
-    ToolFormat, ToolsChanged,
+    ToolFormat,
 };
 
+use changes::{Changes, Feed};
 pub use http::Endpoint;
 pub use stdio::run_stdio;
 
@@ -77,33 +79,13 @@ pub type Connect = Arc<dyn Fn() -> std::io::Result<UnixStream> + Send + Sync>;
 /// How a facade reaches the daemon.
 #[derive(Clone)]
 enum Link {
-    /// Already connected (stdio: the CLI connects first, to report a missing daemon).
-    Client(Arc<Client>),
+    /// Already connected (stdio: the CLI connects first, to report a missing daemon), and
+    /// following the host's changes from the start.
+    Client(Arc<Client>, Arc<Changes>),
     /// The daemon's one in-process connection for every HTTP session (rmcp builds a
     /// handler per session, and also for requests that never reach `initialize`, so
     /// building one must cost nothing).
     Shared(Arc<http::SharedClient>),
-}
-
-/// Where a connection learns that a live list (tools, prompts, resources) changed.
-enum Feed<N> {
-    /// Its own subscription (stdio).
-    Own(Subscription<N>),
-    /// The shared connection's one subscription, fanned out (HTTP).
-    Shared(tokio::sync::broadcast::Receiver<()>),
-}
-
-type ToolsFeed = Feed<ToolsChanged>;
-
-impl<N: crate::client::Notification> Feed<N> {
-    /// Waits for the next change; `false` once no more can come.
-    async fn changed(&mut self) -> bool {
-        use tokio::sync::broadcast::error::RecvError;
-        match self {
-            Feed::Own(sub) => matches!(sub.next().await, Some(Ok(_))),
-            Feed::Shared(rx) => !matches!(rx.recv().await, Err(RecvError::Closed)),
-        }
-    }
 }
 
 /// The MCP server handler of one MCP connection (one stdio peer or one HTTP session).
@@ -129,7 +111,7 @@ struct State {
     profile: OnceCell<String>,
     /// `tools_changed`, subscribed in `initialize` (so no change between the first list and
     /// `initialized` is missed) and forwarded from `initialized` on.
-    tools_changed: Mutex<Option<ToolsFeed>>,
+    tools_changed: Mutex<Option<Feed>>,
     /// Set once the client's roots (if it declared any) are applied to the session.
     roots_applied: tokio::sync::watch::Sender<bool>,
     /// Tasks that live as long as this connection.
@@ -180,7 +162,7 @@ impl Drop for State {
 impl Facade {
     fn with_link(link: Link, fixed_session: Option<String>, profile: Option<String>) -> Facade {
         let held = match &link {
-            Link::Client(_) => Arc::default(),
+            Link::Client(..) => Arc::default(),
             Link::Shared(shared) => shared.held_calls(),
         };
         Facade {
@@ -198,7 +180,7 @@ impl Facade {
             .client
             .get_or_try_init(|| async {
                 match &self.link {
-                    Link::Client(c) => Ok(c.clone()),
+                    Link::Client(c, _) => Ok(c.clone()),
                     Link::Shared(shared) => shared
                         .client()
                         .await
@@ -221,25 +203,8 @@ impl Facade {
 
     /// The host session for this connection: `--session` (created when missing), else a
     /// new one; either way the client's identity goes into its meta.
-    async fn open_session(
-        &self,
-        client: &Client,
-        request: &InitializeRequestParams,
-    ) -> Result<String, ClientError> {
-        let info = &request.client_info;
-        let mut mcp_client = Map::new();
-        mcp_client.insert("name".into(), info.name.clone().into());
-        mcp_client.insert("version".into(), info.version.clone().into());
-        if let Some(title) = &info.title {
-            mcp_client.insert("title".into(), title.clone().into());
-        }
-        mcp_client.insert(
-            "protocol_version".into(),
-            request.protocol_version.to_string().into(),
-        );
-        let mut meta = Map::new();
-        meta.insert("frontend".into(), "mcp".into());
-        meta.insert("mcp_client".into(), Value::Object(mcp_client));
+    async fn open_session(&self, client: &Client, peer: &era::Peer) -> Result<String, ClientError> {
+        let meta = session_meta(peer);
         let profile = self.state.profile.get().cloned();
         if let Some(id) = &self.fixed_session {
             match client.session_get(id).await {
@@ -265,6 +230,14 @@ impl Facade {
             ..Default::default()
         };
         client.session_create(&params).await.map(|s| s.id)
+    }
+
+    /// Where this connection hears of the host's list changes.
+    fn changes(&self) -> &Changes {
+        match &self.link {
+            Link::Client(_, changes) => changes,
+            Link::Shared(shared) => shared.changes(),
+        }
     }
 
     /// Asks the client for its roots and makes the first local one the session's
@@ -400,7 +373,11 @@ impl Facade {
                 Some(Ok(InvokeEvent::InputRequest(q))) => {
                     asking.push(inputs::answer(client, &ctx.peer, q));
                 }
-                Some(Ok(InvokeEvent::Log(log))) => inputs::log(&ctx.peer, log).await,
+                Some(Ok(InvokeEvent::Log(log))) => {
+                    if era::wants_log(ctx, &log.level) {
+                        inputs::log(&ctx.peer, log).await;
+                    }
+                }
                 Some(Ok(InvokeEvent::Result(r))) => return Ok(Followed::Done(r)),
                 Some(Err(e)) => return Err(host_error(e)),
                 None => return Err(internal("the host ended the call without a result")),
@@ -437,16 +414,27 @@ impl ServerHandler for Facade {
                 .enable_completions()
                 .build(),
         )
-        .with_server_info(Implementation::new("toolhost", env!("CARGO_PKG_VERSION")))
+        .with_server_info(server_info())
         .with_instructions(
             "toolhost: the shared tool host of this machine (built-in file and shell tools, custom tools, and the tools of its MCP servers).",
         )
     }
 
-    /// Up to 2025-11-25: 2026-07-28 drops `initialize` and sessions, and forbids the
-    /// server-to-client requests (roots, elicitation) this facade relies on.
-    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
+    // Every version rmcp knows (its default `supported_protocol_versions`): the
+    // `initialize` era negotiates in `initialize`, 2026-07-28 names its version in each
+    // request's `_meta` (`era.rs`).
+
+    /// `subscriptions/listen` (new era): every kind this facade announces (rmcp narrows
+    /// the request to what `get_info` advertises).
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(requested.clone())
+    }
+
+    async fn listen(&self, subscription: SubscriptionContext) -> Result<(), ErrorData> {
+        self.forward_subscription(subscription).await
     }
 
     async fn initialize(
@@ -461,22 +449,15 @@ impl ServerHandler for Facade {
             let _ = self.state.profile.set(profile);
         }
         let session = self
-            .open_session(&client, &request)
+            .open_session(&client, &era::Peer::initialized(&request))
             .await
             .map_err(host_error)?;
         if self.fixed_session.is_none() {
             *lock(&self.state.owned_session) = Some(session.clone());
         }
         let _ = self.state.session.set(session);
-        let feed = match &self.link {
-            Link::Client(_) => client.subscribe_tools_changed().await.map(ToolsFeed::Own),
-            Link::Shared(shared) => Ok(ToolsFeed::Shared(shared.tools_changed())),
-        };
-        match feed {
-            Ok(feed) => *lock(&self.state.tools_changed) = Some(feed),
-            Err(e) => tracing::warn!(%e, "cannot follow tools_changed"),
-        }
-        self.state.following.subscribe(&self.link, &client).await;
+        *lock(&self.state.tools_changed) = Some(self.changes().tools());
+        self.state.following.subscribe(self.changes());
         if request.capabilities.roots.is_none() {
             self.state.roots_applied.send_replace(true);
         }
@@ -529,8 +510,9 @@ impl ServerHandler for Facade {
     async fn list_tools(
         &self,
         request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        self.ready(&context, false).await?;
         let client = self.client().await?;
         let params = ListToolsParams {
             format: ToolFormat::Mcp,
@@ -556,47 +538,63 @@ impl ServerHandler for Facade {
             .collect();
         let mut result = ListToolsResult::with_all_items(page);
         result.next_cursor = (end < list.tools.len()).then(|| end.to_string());
+        era::stamp_cached(&context, &mut result, era::LIST_TTL_MS, self.shaped());
         Ok(result)
     }
 
     async fn list_prompts(
         &self,
         request: Option<PaginatedRequestParams>,
-        _: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        self.prompts_page(request).await
+        self.ready(&context, false).await?;
+        let mut result = self.prompts_page(request).await?;
+        era::stamp_cached(&context, &mut result, era::LIST_TTL_MS, self.shaped());
+        Ok(result)
     }
 
     async fn get_prompt(
         &self,
         request: GetPromptRequestParams,
-        _: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        self.prompt(request).await.map(Into::into)
+        self.ready(&context, false).await?;
+        let mut result = self.prompt(request).await?;
+        era::stamp(&context, &mut result);
+        Ok(result.into())
     }
 
     async fn list_resources(
         &self,
         request: Option<PaginatedRequestParams>,
-        _: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        self.resources_page(request).await
+        self.ready(&context, false).await?;
+        let mut result = self.resources_page(request).await?;
+        era::stamp_cached(&context, &mut result, era::LIST_TTL_MS, self.shaped());
+        Ok(result)
     }
 
     async fn list_resource_templates(
         &self,
         request: Option<PaginatedRequestParams>,
-        _: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        self.templates_page(request).await
+        self.ready(&context, false).await?;
+        let mut result = self.templates_page(request).await?;
+        era::stamp_cached(&context, &mut result, era::LIST_TTL_MS, self.shaped());
+        Ok(result)
     }
 
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        self.resource(request).await.map(Into::into)
+        self.ready(&context, false).await?;
+        let mut result = self.resource(request).await?;
+        era::stamp_cached(&context, &mut result, era::CONTENT_TTL_MS, self.shaped());
+        Ok(result.into())
     }
 
     #[allow(deprecated)] // resources/subscribe: what clients before 2026-07-28 send
@@ -621,9 +619,12 @@ impl ServerHandler for Facade {
     async fn complete(
         &self,
         request: CompleteRequestParams,
-        _: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        self.completion(request).await
+        self.ready(&context, false).await?;
+        let mut result = self.completion(request).await?;
+        era::stamp(&context, &mut result);
+        Ok(result)
     }
 
     async fn call_tool(
@@ -631,6 +632,7 @@ impl ServerHandler for Facade {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        self.ready(&context, true).await?;
         let client = self.client().await?.clone();
         self.roots_ready().await;
         let progress = context.meta.get_progress_token();
@@ -647,7 +649,10 @@ impl ServerHandler for Facade {
                 .await?
             {
                 mrtr::Round::Done(r) => r,
-                mrtr::Round::InputRequired(asked) => return Ok(asked.into()),
+                mrtr::Round::InputRequired(mut asked) => {
+                    era::stamp(&context, &mut asked);
+                    return Ok(asked.into());
+                }
             }
         } else {
             self.run(&client, &params, &context, progress.as_ref())
@@ -679,7 +684,10 @@ impl ServerHandler for Facade {
                 .is_some_and(|c| c.elicitation.is_some());
             if can_ask {
                 let text = r.result.error.unwrap_or(summary);
-                return Ok(CallToolResult::error(vec![ContentBlock::text(text)]).into());
+                return Ok(finish(
+                    &context,
+                    CallToolResult::error(vec![ContentBlock::text(text)]),
+                ));
             }
             {
                 let session = self.session_id().unwrap_or_default();
@@ -691,11 +699,46 @@ impl ServerHandler for Facade {
                      or run the call yourself with `toolhost invoke {} --session {session} --approved`.",
                     request.name, request.name
                 );
-                return Ok(CallToolResult::error(vec![ContentBlock::text(text)]).into());
+                return Ok(finish(
+                    &context,
+                    CallToolResult::error(vec![ContentBlock::text(text)]),
+                ));
             }
         }
-        Ok(convert::call_result(&r.result).into())
+        Ok(finish(&context, convert::call_result(&r.result)))
     }
+}
+
+/// What a host session made for an MCP client records of it (the audit log names the
+/// client from it).
+fn session_meta(peer: &era::Peer) -> Map<String, Value> {
+    let info = &peer.info;
+    let mut mcp_client = Map::new();
+    mcp_client.insert("name".into(), info.name.clone().into());
+    mcp_client.insert("version".into(), info.version.clone().into());
+    if let Some(title) = &info.title {
+        mcp_client.insert("title".into(), title.clone().into());
+    }
+    mcp_client.insert(
+        "protocol_version".into(),
+        peer.protocol_version.clone().into(),
+    );
+    let mut meta = Map::new();
+    meta.insert("frontend".into(), "mcp".into());
+    meta.insert("mcp_client".into(), Value::Object(mcp_client));
+    meta
+}
+
+/// The facade as an MCP server names itself (in `initialize`, `server/discover` and, for
+/// new-era peers, every result's `_meta`).
+fn server_info() -> Implementation {
+    Implementation::new("toolhost", env!("CARGO_PKG_VERSION"))
+}
+
+/// A call's result as the peer of `ctx` gets it.
+fn finish(ctx: &RequestContext<RoleServer>, mut result: CallToolResult) -> CallToolResponse {
+    era::stamp(ctx, &mut result);
+    result.into()
 }
 
 /// Cancels the call the client gave up on (its process group is killed) and says so.
