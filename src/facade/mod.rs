@@ -306,7 +306,7 @@ impl Facade {
             .follow(client, &mut sub, call_id, ctx, progress, false)
             .await?
         {
-            Followed::Done(r) => Ok(r),
+            Followed::Done(r) => Ok(*r),
             Followed::Asked(_) => Err(internal("a classic call's questions were held")),
         }
     }
@@ -378,7 +378,7 @@ impl Facade {
                         inputs::log(&ctx.peer, log).await;
                     }
                 }
-                Some(Ok(InvokeEvent::Result(r))) => return Ok(Followed::Done(r)),
+                Some(Ok(InvokeEvent::Result(r))) => return Ok(Followed::Done(Box::new(r))),
                 Some(Err(e)) => return Err(host_error(e)),
                 None => return Err(internal("the host ended the call without a result")),
             }
@@ -393,7 +393,7 @@ const GATHER: Duration = Duration::from_millis(20);
 /// Where following a call's stream ended.
 enum Followed {
     /// The call ended with this result.
-    Done(InvokeResult),
+    Done(Box<InvokeResult>),
     /// The call waits for the answers to these questions (new-era clients only).
     Asked(Vec<InputRequest>),
 }
@@ -648,7 +648,7 @@ impl ServerHandler for Facade {
                 .call_in_rounds(&client, &request, &params, &context, progress.as_ref())
                 .await?
             {
-                mrtr::Round::Done(r) => r,
+                mrtr::Round::Done(r) => *r,
                 mrtr::Round::InputRequired(mut asked) => {
                     era::stamp(&context, &mut asked);
                     return Ok(asked.into());

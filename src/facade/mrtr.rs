@@ -44,7 +44,7 @@ pub const HOLD_LIMIT: Duration = Duration::from_secs(600);
 /// A `tools/call` of a new-era client, after one round.
 pub enum Round {
     /// The call ended with this result.
-    Done(InvokeResult),
+    Done(Box<InvokeResult>),
     /// The call waits for the answers to these questions.
     InputRequired(InputRequiredResult),
 }
