@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{alive, eventually, http_request_with, toolhost, write_atomic, Daemon, FIXTURE};
+use common::{alive, eventually, http_request_with, toolhost, write_atomic, Daemon, BIN, FIXTURE};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout};
@@ -482,4 +482,25 @@ async fn an_old_era_client_is_still_asked_with_a_classic_request() {
     };
     assert!(done["result"].get("resultType").is_none(), "{done}");
     assert_eq!(text(&done), r#"accept {"name":"Bo"}"#);
+}
+
+/// The Python MCP SDK's `Client` pinned to 2026-07-28 answers the fixture's elicitation
+/// through `input_required` rounds (the SDK drives them), over stdio and HTTP.
+#[tokio::test]
+async fn the_python_sdk_in_new_era_mode_answers_through_input_required() {
+    let d = start(json!({})).await;
+    let socket = d.socket();
+    let args = ["mrtr", BIN, socket.to_str().unwrap()];
+    let Some(seen) = common::python_sdk("client.py", &args, &[]).await else {
+        return;
+    };
+    for transport in ["stdio", "http"] {
+        assert_eq!(seen[transport]["is_error"], false, "{seen}");
+        assert_eq!(seen[transport]["text"], r#"accept {"name":"Py"}"#, "{seen}");
+    }
+    assert_eq!(
+        seen["asked"],
+        json!(["name over stdio?", "name over http?"]),
+        "{seen}"
+    );
 }
