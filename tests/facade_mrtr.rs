@@ -66,7 +66,8 @@ fn question(id: &str, message: &str) -> String {
 
 /// A daemon with the fixture server (`mcp_fx_ask_user`) and custom tools: `pair` asks two
 /// questions at once, then (after both answers) a third, and returns the three answers;
-/// `stuck` writes its pid, asks, and waits; its own timeout is 1.5 s.
+/// `stuck` writes its pid, asks, and waits; its own timeout is 1.5 s; `patient` is the same
+/// with a timeout of a minute.
 async fn start(config: Value) -> Daemon {
     let mut d = Daemon::unstarted();
     let dir = d.dir.path().to_path_buf();
@@ -92,6 +93,16 @@ async fn start(config: Value) -> Daemon {
             question("q", "still there?")
         ),
         json!({"timeout_ms": 1500}),
+    );
+    write_tool(
+        &tools,
+        "patient",
+        &format!(
+            "echo $$ > {}/patient.pid\nread args\necho '{}'\nread answer\nsleep 30",
+            dir.display(),
+            question("q", "anyone?")
+        ),
+        json!({"timeout_ms": 60000}),
     );
     let mut cfg = json!({
         "custom_tools": {"paths": [tools]},
@@ -120,8 +131,13 @@ struct RawStdio {
 
 impl RawStdio {
     async fn open(d: &Daemon) -> RawStdio {
+        Self::open_with(d, &[]).await
+    }
+
+    async fn open_with(d: &Daemon, env: &[(&str, &str)]) -> RawStdio {
         let mut cmd = toolhost(d.dir.path());
         cmd.arg("mcp").arg("--socket").arg(d.socket());
+        cmd.envs(env.iter().copied());
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true);
@@ -503,4 +519,38 @@ async fn the_python_sdk_in_new_era_mode_answers_through_input_required() {
         json!(["name over stdio?", "name over http?"]),
         "{seen}"
     );
+}
+
+/// A call whose own timeout is far away is cancelled by the facade when its hold expires
+/// (`TOOLHOST_MCP_HOLD_MS`): nothing of a client that never retries stays behind.
+#[tokio::test]
+async fn a_held_call_is_cancelled_when_its_hold_expires() {
+    let d = start(json!({})).await;
+    let mut mcp = RawStdio::open_with(&d, &[("TOOLHOST_MCP_HOLD_MS", "1000")]).await;
+    let first = mcp
+        .request("tools/call", call("patient", json!({}), json!({})))
+        .await;
+    let (key, _, state) = sole_request(&first);
+    let pid: i32 = std::fs::read_to_string(d.dir.path().join("patient.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    eventually(
+        20,
+        "the expired held call's program to be stopped",
+        || async { !alive(pid) },
+    )
+    .await;
+    eventually(10, "no call in flight", || async {
+        let s = d.call("host.status", json!({})).await;
+        s["result"]["calls"].as_array().is_some_and(Vec::is_empty)
+    })
+    .await;
+    let retry = json!({"inputResponses": {key: {"action": "accept", "content": {}}},
+                       "requestState": state});
+    let late = mcp
+        .request("tools/call", call("patient", json!({}), retry))
+        .await;
+    refused(&late, "not one this server issued, or it expired");
 }

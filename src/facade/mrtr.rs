@@ -8,7 +8,7 @@
 //! The host call keeps running in between: it is *held* here. A held call's stream is
 //! parked with a task that keeps the questions the call asks meanwhile, ends the hold when
 //! the call ends by itself (its own timeout, a cancel), and cancels the call when the hold
-//! outlives [`HOLD_LIMIT`] (a client that never retries leaks nothing).
+//! outlives its limit ([`HOLD_LIMIT`]; a client that never retries leaks nothing).
 //!
 //! The `requestState` is a handle to the held call, sealed with an HMAC (rmcp's
 //! `RequestStateCodec`) under a key drawn at random when the process starts (the daemon's
@@ -36,10 +36,19 @@ use crate::client::{Client, Subscription};
 use crate::lock;
 use crate::protocol::{InputRequest, InvokeEvent, InvokeParams, InvokeResult};
 
-/// How long a call may be held for a retry at most. A call usually ends sooner, by its own
-/// timeout (which runs while it waits for its answers); this bounds the ones that keep a
-/// deadline of their own.
+/// How long a call may be held for a retry at most, unless `TOOLHOST_MCP_HOLD_MS` says
+/// otherwise (tests use a short one). A call usually ends sooner, by its own timeout (which
+/// runs while it waits for its answers); this bounds the ones that keep a deadline of
+/// their own.
 pub const HOLD_LIMIT: Duration = Duration::from_secs(600);
+
+fn hold_limit() -> Duration {
+    std::env::var("TOOLHOST_MCP_HOLD_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&ms: &u64| ms > 0)
+        .map_or(HOLD_LIMIT, Duration::from_millis)
+}
 
 /// A `tools/call` of a new-era client, after one round.
 pub enum Round {
@@ -119,6 +128,7 @@ impl HeldCalls {
         binding: String,
     ) -> Result<String, ErrorData> {
         let handle = uuid::Uuid::new_v4().simple().to_string();
+        let limit = hold_limit();
         let sealed = Sealed {
             handle: handle.clone(),
             call: call_id.clone(),
@@ -127,7 +137,7 @@ impl HeldCalls {
         };
         let state = self
             .codec()?
-            .seal_json_with(&sealed, &SealOptions::new().ttl(HOLD_LIMIT))
+            .seal_json_with(&sealed, &SealOptions::new().ttl(limit))
             .map_err(|e| super::internal(format!("cannot seal the requestState: {e}")))?;
         let (resume, resumed) = oneshot::channel();
         let parked = tokio::spawn(park(
@@ -137,6 +147,7 @@ impl HeldCalls {
             call_id.clone(),
             sub,
             resumed,
+            limit,
         ));
         let held = Held {
             call_id,
@@ -235,9 +246,10 @@ async fn park(
     call_id: String,
     mut sub: Subscription<InvokeEvent>,
     mut resumed: oneshot::Receiver<()>,
+    limit: Duration,
 ) -> Option<Parked> {
     let mut later = Vec::new();
-    let expired = tokio::time::sleep(HOLD_LIMIT);
+    let expired = tokio::time::sleep(limit);
     tokio::pin!(expired);
     let forget = || {
         if let Some(table) = table.upgrade() {
