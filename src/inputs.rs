@@ -79,6 +79,12 @@ impl CallInputs {
 
     /// Asks the frontend and waits for its answer (or the end of the call).
     pub async fn ask(&self, kind: InputKind, params: Value) -> Answer {
+        self.ask_as(kind, params, None).await
+    }
+
+    /// [`ask`](Self::ask), naming the question `key` as its asker does (an upstream
+    /// server's `inputRequests` key).
+    pub async fn ask_as(&self, kind: InputKind, params: Value, key: Option<String>) -> Answer {
         let Some(events) = self.events.as_ref().filter(|_| self.accepts(kind)) else {
             return Err(InputError::new(
                 codes::METHOD_NOT_FOUND,
@@ -101,6 +107,7 @@ impl CallInputs {
             request_id: request_id.clone(),
             input: kind,
             params,
+            key,
         });
         let ended = || {
             InputError::new(

@@ -245,6 +245,9 @@ async fn stdio_an_upstream_elicitation_becomes_input_required_and_only_its_own_r
     let (key, request, state) = sole_request(&first);
     assert_eq!(request["method"], "elicitation/create", "{first}");
     assert_eq!(request["params"]["message"], "your name?", "{first}");
+    // The fixture speaks 2026-07-28 and names its question `user`: the name reaches the
+    // client unchanged (not the host's own `in-1`).
+    assert_eq!(key, "user", "{first}");
     assert_eq!(
         first["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"], "toolhost",
         "{first}"

@@ -336,8 +336,15 @@ impl Facade {
             for q in asking.drain(..) {
                 match inputs::request(q.input, q.params.clone()) {
                     Ok(r) => {
-                        requests.insert(q.request_id.clone(), r);
-                        asked.insert(q.request_id.clone(), q);
+                        // The asker's own name when it has one (an upstream server's key
+                        // reaches the client unchanged), else the host's id of the question.
+                        let key = q
+                            .key
+                            .clone()
+                            .filter(|k| !asked.contains_key(k))
+                            .unwrap_or_else(|| q.request_id.clone());
+                        requests.insert(key.clone(), r);
+                        asked.insert(key, q);
                     }
                     // Not a request MCP can carry: the asker hears why, and the call goes on.
                     Err(e) => inputs::hand_back(client, q, Err(e)).await,

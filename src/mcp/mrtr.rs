@@ -70,7 +70,7 @@ pub async fn answer(
         return Err("it has neither inputRequests nor requestState".to_owned());
     }
     let asked = requests.into_iter().map(|(key, request)| async move {
-        Ok::<_, String>((key, ask(request, inputs, root).await?))
+        Ok::<_, String>((key.clone(), ask(key, request, inputs, root).await?))
     });
     let responses: std::collections::BTreeMap<String, Value> =
         try_join_all(asked).await?.into_iter().collect();
@@ -80,8 +80,14 @@ pub async fn answer(
     })
 }
 
-/// One input request (`{method, params}`) put to the frontend; its answer.
-async fn ask(mut request: Value, inputs: &CallInputs, root: &str) -> Result<Value, String> {
+/// One input request (`{method, params}`), named `key` by its server, put to the frontend;
+/// its answer.
+async fn ask(
+    key: String,
+    mut request: Value,
+    inputs: &CallInputs,
+    root: &str,
+) -> Result<Value, String> {
     let kind = match request.get("method").and_then(Value::as_str) {
         Some("elicitation/create") => InputKind::Elicitation,
         Some("sampling/createMessage") => InputKind::Sampling,
@@ -97,7 +103,7 @@ async fn ask(mut request: Value, inputs: &CallInputs, root: &str) -> Result<Valu
         _ => Value::Object(Map::new()),
     };
     inputs
-        .ask(kind, params)
+        .ask_as(kind, params, Some(key))
         .await
         .map_err(|e| format!("{}: {}", kind.method(), e.message))
 }

@@ -213,6 +213,11 @@ pub struct InputRequest {
     /// The MCP request's params, as the tool sent them.
     #[serde(default)]
     pub params: Value,
+    /// The asker's own name for the question, when it has one: the key of an upstream
+    /// server's 2026-07-28 `inputRequests` entry. The MCP facade puts the question to a
+    /// new-era client under this key, so the server's names reach the client unchanged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 /// An `invoke_event` of kind `log`: an MCP `notifications/message` of the call's server.
