@@ -501,6 +501,43 @@ async fn http_serves_both_eras_side_by_side() {
     assert_eq!(r["result"]["content"][0]["text"], "A", "{r}");
     assert_eq!(r["result"]["resultType"], "complete");
 
+    // The shared host session of this client, deleted from outside, is made anew.
+    let sessions = d.call("session.list", json!({})).await;
+    let shared: Vec<&str> = sessions["result"]["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["meta"]["mcp_client"]["name"] == "era-test")
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(shared.len(), 1, "{sessions}");
+    let deleted = d.call("session.delete", json!({"id": shared[0]})).await;
+    assert!(deleted.get("result").is_some(), "{deleted}");
+    let call = request(
+        5,
+        "tools/call",
+        with_meta(json!({"name": "alpha", "arguments": {}})),
+    );
+    let (_, r) = post(&d, &new_era_headers("tools/call", Some("alpha")), call).await;
+    assert_eq!(r["result"]["content"][0]["text"], "A", "{r}");
+
+    // Progress goes on the call's own response stream.
+    let call = with_meta(json!({"name": "zeta", "arguments": {}, "_meta": {"progressToken": 9}}));
+    let mut headers = vec![("Accept", "application/json, text/event-stream")];
+    headers.extend(new_era_headers("tools/call", Some("zeta")));
+    let (_, text) = http_request_with(
+        &d.socket(),
+        "POST",
+        "/mcp",
+        &request(4, "tools/call", call).to_string(),
+        &headers,
+    )
+    .await;
+    let progress = text
+        .find("notifications/progress")
+        .expect("progress on the stream");
+    assert!(progress < text.find("\"done\"").unwrap(), "{text}");
+
     // The socket lists in the same order.
     assert_eq!(names, socket_order(&d).await);
 }

@@ -239,6 +239,31 @@ impl Facade {
         Ok(())
     }
 
+    /// A sessionless HTTP call that failed because its shared host session is gone
+    /// (someone deleted it with `session.delete`): that session is forgotten and a new one
+    /// made, for the call to run in; `None` for any other failure.
+    pub(super) async fn replace_lost_session(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        error: &ErrorData,
+    ) -> Result<Option<String>, ErrorData> {
+        let Link::Shared(shared) = &self.link else {
+            return Ok(None);
+        };
+        let lost = error.code.0 == crate::protocol::codes::SESSION_NOT_FOUND;
+        let (true, Some(session)) = (lost && is_modern(ctx), self.session_id()) else {
+            return Ok(None);
+        };
+        shared.forget(&session).await;
+        let client = self.client().await?;
+        let profile = self.state.profile.get().cloned();
+        shared
+            .session_for(client, profile, &Peer::of(ctx))
+            .await
+            .map(Some)
+            .map_err(host_error)
+    }
+
     /// Whether this connection's session or profile shapes what it lists.
     pub(super) fn shaped(&self) -> bool {
         self.state.session.get().is_some() || self.state.profile.get().is_some()

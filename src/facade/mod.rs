@@ -569,16 +569,28 @@ impl ServerHandler for Facade {
         let client = self.client().await?.clone();
         self.roots_ready().await;
         let progress = context.meta.get_progress_token();
-        let params = InvokeParams {
+        let mut params = InvokeParams {
             name: request.name.to_string(),
             arguments: request.arguments.clone(),
             session_id: self.session_id(),
             call_id: Some(crate::invoke::new_call_id()),
             ..Default::default()
         };
-        let r = self
+        let r = match self
             .run(&client, &params, &context, progress.as_ref())
-            .await?;
+            .await
+        {
+            Err(e) => match self.replace_lost_session(&context, &e).await? {
+                // The call did not run: the host looks the session up first.
+                Some(session) => {
+                    params.session_id = Some(session);
+                    self.run(&client, &params, &context, progress.as_ref())
+                        .await?
+                }
+                None => return Err(e),
+            },
+            Ok(r) => r,
+        };
         if r.result.error_kind == Some(ErrorKind::UnknownTool) {
             return Err(ErrorData::invalid_params(
                 r.result
