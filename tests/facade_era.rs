@@ -252,6 +252,7 @@ async fn stdio_new_era_discovers_lists_and_calls_without_initialize() {
         )
         .await;
     assert_eq!(err["error"]["code"], -32602, "{err}");
+    assert_eq!(err["error"]["data"]["uri"], "test://nothing");
 
     // The process made one host session, named after the client.
     let sessions = d.call("session.list", json!({})).await;

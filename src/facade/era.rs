@@ -11,7 +11,7 @@
 use rmcp::model::{
     CacheScope, CallToolResult, ClientCapabilities, CompleteResult, GetPromptResult,
     Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-    ListToolsResult, LoggingLevel, MetaObject, ProtocolVersion, ReadResourceResult,
+    ListToolsResult, LoggingLevel, MetaObject, ProtocolVersion, ReadResourceResult, ResultType,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
@@ -75,9 +75,11 @@ pub const CONTENT_TTL_MS: u64 = 0;
 /// The `_meta` key under which a new-era result names its server.
 const SERVER_INFO_KEY: &str = "io.modelcontextprotocol/serverInfo";
 
-/// A result whose `_meta` can carry `serverInfo` (every result the facade returns).
+/// A result whose `_meta` can carry `serverInfo` and that carries `resultType` (every
+/// result the facade returns).
 pub trait Stamped {
     fn meta_mut(&mut self) -> &mut Option<MetaObject>;
+    fn result_type_mut(&mut self) -> &mut Option<ResultType>;
 }
 
 /// A result that carries caching hints for new-era peers.
@@ -90,6 +92,9 @@ macro_rules! stamped {
         impl Stamped for $t {
             fn meta_mut(&mut self) -> &mut Option<MetaObject> {
                 &mut self.meta
+            }
+            fn result_type_mut(&mut self) -> &mut Option<ResultType> {
+                &mut self.result_type
             }
         }
     )*};
@@ -116,12 +121,14 @@ cached!(
     ReadResourceResult
 );
 
-/// For a new-era peer: `serverInfo` in the result's `_meta`. An old-era peer gets the
-/// result as before (rmcp strips `resultType` for it).
+/// For a new-era peer: `resultType` (results read back from the host's JSON have none)
+/// and `serverInfo` in the result's `_meta`. An old-era peer gets the result as before
+/// (rmcp strips `resultType` for it).
 pub fn stamp<R: Stamped>(ctx: &RequestContext<RoleServer>, result: &mut R) {
     if !is_modern(ctx) {
         return;
     }
+    result.result_type_mut().get_or_insert(ResultType::COMPLETE);
     if let Ok(info) = serde_json::to_value(super::server_info()) {
         result
             .meta_mut()

@@ -525,7 +525,17 @@ impl ServerHandler for Facade {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         self.ready(&context, false).await?;
-        let mut result = self.resource(request).await?;
+        let uri = request.uri.clone();
+        let mut result = self.resource(request).await.map_err(|mut e| {
+            // 2026-07-28 names the URI that was not found (rmcp gives it its new code).
+            if e.code == ErrorCode::RESOURCE_NOT_FOUND
+                && e.data.is_none()
+                && era::is_modern(&context)
+            {
+                e.data = Some(serde_json::json!({ "uri": uri }));
+            }
+            e
+        })?;
         era::stamp_cached(&context, &mut result, era::CONTENT_TTL_MS, self.shaped());
         Ok(result.into())
     }
