@@ -56,8 +56,8 @@ fn tools_dir(d: &Daemon) -> PathBuf {
     d.dir.path().join("tools")
 }
 
-/// A daemon with custom tools `zeta` (progress, then "done") and `alpha` (says "A"), listed
-/// in that order of creation, so a sorted list proves the sorting.
+/// A daemon with custom tools `zeta` (progress, then "done"), `slow` (records its pid,
+/// sleeps) and `alpha` (says "A").
 async fn start() -> Daemon {
     let mut d = Daemon::unstarted();
     let tools = d.dir.path().join("tools");
@@ -148,8 +148,15 @@ fn tool_names(list: &Value) -> Vec<&str> {
         .collect()
 }
 
-fn is_sorted(names: &[&str]) -> bool {
-    names.windows(2).all(|w| w[0] <= w[1])
+/// The tool names the socket's `list_tools` gives, in its order.
+async fn socket_order(d: &Daemon) -> Vec<String> {
+    let list = d.call("list_tools", json!({"format": "mcp"})).await;
+    list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 #[tokio::test]
@@ -181,8 +188,8 @@ async fn stdio_new_era_discovers_lists_and_calls_without_initialize() {
         "toolhost"
     );
     let names = tool_names(&list);
-    assert!(is_sorted(&names), "{names:?}");
     assert!(names.contains(&"alpha") && names.contains(&"zeta"));
+    assert_eq!(names, socket_order(&d).await);
 
     // Progress goes on the call's own stream; no log message without a logLevel.
     let call = with_meta(json!({"name": "zeta", "arguments": {},
@@ -245,6 +252,7 @@ async fn stdio_new_era_discovers_lists_and_calls_without_initialize() {
         )
         .await;
     assert_eq!(err["error"]["code"], -32602, "{err}");
+    assert_eq!(err["error"]["data"]["uri"], "test://nothing");
 
     // The process made one host session, named after the client.
     let sessions = d.call("session.list", json!({})).await;
@@ -313,7 +321,7 @@ async fn stdio_tolerates_initialize_after_discover() {
     assert!(r.get("resultType").is_none(), "{list}");
     assert!(r.get("ttlMs").is_none() && r.get("cacheScope").is_none());
     assert!(r.get("_meta").is_none());
-    assert!(is_sorted(&tool_names(&list)));
+    assert_eq!(tool_names(&list), socket_order(&d).await);
     let (ping, _) = mcp.request(4, "ping", json!({})).await;
     assert!(ping["result"].is_object(), "{ping}");
 }
@@ -482,7 +490,7 @@ async fn http_serves_both_eras_side_by_side() {
         "toolhost"
     );
     let names = tool_names(&first);
-    assert!(is_sorted(&names) && names.contains(&"alpha"), "{names:?}");
+    assert!(names.contains(&"alpha"), "{names:?}");
 
     let call = request(
         3,
@@ -494,15 +502,45 @@ async fn http_serves_both_eras_side_by_side() {
     assert_eq!(r["result"]["content"][0]["text"], "A", "{r}");
     assert_eq!(r["result"]["resultType"], "complete");
 
-    // The socket lists in the same order.
-    let socket = d.call("list_tools", json!({"format": "mcp"})).await;
-    let socket_names: Vec<&str> = socket["result"]["tools"]
+    // The shared host session of this client, deleted from outside, is made anew.
+    let sessions = d.call("session.list", json!({})).await;
+    let shared: Vec<&str> = sessions["result"]["sessions"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|t| t["name"].as_str().unwrap())
+        .filter(|s| s["meta"]["mcp_client"]["name"] == "era-test")
+        .map(|s| s["id"].as_str().unwrap())
         .collect();
-    assert_eq!(socket_names, names);
+    assert_eq!(shared.len(), 1, "{sessions}");
+    let deleted = d.call("session.delete", json!({"id": shared[0]})).await;
+    assert!(deleted.get("result").is_some(), "{deleted}");
+    let call = request(
+        5,
+        "tools/call",
+        with_meta(json!({"name": "alpha", "arguments": {}})),
+    );
+    let (_, r) = post(&d, &new_era_headers("tools/call", Some("alpha")), call).await;
+    assert_eq!(r["result"]["content"][0]["text"], "A", "{r}");
+
+    // Progress goes on the call's own response stream.
+    let call = with_meta(json!({"name": "zeta", "arguments": {}, "_meta": {"progressToken": 9}}));
+    let mut headers = vec![("Accept", "application/json, text/event-stream")];
+    headers.extend(new_era_headers("tools/call", Some("zeta")));
+    let (_, text) = http_request_with(
+        &d.socket(),
+        "POST",
+        "/mcp",
+        &request(4, "tools/call", call).to_string(),
+        &headers,
+    )
+    .await;
+    let progress = text
+        .find("notifications/progress")
+        .expect("progress on the stream");
+    assert!(progress < text.find("\"done\"").unwrap(), "{text}");
+
+    // The socket lists in the same order.
+    assert_eq!(names, socket_order(&d).await);
 }
 
 /// `subscriptions/listen`: the acknowledgement first, then only the kinds asked for, each
@@ -547,7 +585,69 @@ async fn listen_hears_a_new_tool_and_only_what_it_asked_for() {
     let (list, before) = mcp.request(8, "tools/list", with_meta(json!({}))).await;
     assert!(before.is_empty(), "{before:?}");
     let names = tool_names(&list);
-    assert!(is_sorted(&names) && names.contains(&"middle"), "{names:?}");
+    assert!(names.contains(&"middle"), "{names:?}");
+    assert_eq!(names, socket_order(&d).await);
+}
+
+/// `subscriptions/listen` over sessionless HTTP: the acknowledgement, then a tool added by
+/// a config reload, on the listen request's own stream.
+#[tokio::test]
+async fn http_listen_hears_a_reload() {
+    let d = start().await;
+    let body = request(
+        40,
+        "subscriptions/listen",
+        with_meta(json!({"notifications": {"toolsListChanged": true, "promptsListChanged": true}})),
+    )
+    .to_string();
+    let mut s = tokio::net::UnixStream::connect(d.socket()).await.unwrap();
+    let mut head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: localhost\r\nAccept: application/json, text/event-stream\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in new_era_headers("subscriptions/listen", None) {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    s.write_all(format!("{head}\r\n{body}").as_bytes())
+        .await
+        .unwrap();
+    let mut stream = BufReader::new(s);
+    let mut next_data = async || loop {
+        let mut line = String::new();
+        tokio::time::timeout(Duration::from_secs(20), stream.read_line(&mut line))
+            .await
+            .expect("an event in time")
+            .unwrap();
+        if let Some(data) = line.strip_prefix("data:") {
+            if let Ok(v) = serde_json::from_str::<Value>(data.trim()) {
+                return v;
+            }
+        }
+    };
+    let ack = next_data().await;
+    assert_eq!(
+        ack["method"], "notifications/subscriptions/acknowledged",
+        "{ack}"
+    );
+    assert_eq!(
+        ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        40
+    );
+
+    let more = d.dir.path().join("more");
+    write_tool(&more, "beta", r#"echo '{"result": {"content": []}}'"#);
+    let cfg = json!({"custom_tools": {"paths": [tools_dir(&d), more]}});
+    write_atomic(&d.config_path(), &cfg);
+    let changed = next_data().await;
+    assert_eq!(
+        changed["method"], "notifications/tools/list_changed",
+        "{changed}"
+    );
+    assert_eq!(
+        changed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        40
+    );
 }
 
 /// The Python MCP SDK pinned to 2026-07-28 (no probe, no initialize) over stdio and HTTP
@@ -570,9 +670,7 @@ async fn python_sdk_in_new_era_mode() {
         );
         assert_eq!(seen["alpha"], "A", "{mode}: {seen}");
         assert_eq!(seen["http_alpha"], "A", "{mode}: {seen}");
-        let sorted: Vec<String> = serde_json::from_value(seen["tools"].clone()).unwrap();
-        let mut expected = sorted.clone();
-        expected.sort();
-        assert_eq!(sorted, expected);
+        let tools: Vec<String> = serde_json::from_value(seen["tools"].clone()).unwrap();
+        assert_eq!(tools, socket_order(&d).await);
     }
 }

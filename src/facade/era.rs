@@ -12,7 +12,7 @@ use rmcp::model::{
     CacheScope, CallToolResult, ClientCapabilities, CompleteResult, GetPromptResult,
     Implementation, InputRequiredResult, ListPromptsResult, ListResourceTemplatesResult,
     ListResourcesResult, ListToolsResult, LoggingLevel, MetaObject, ProtocolVersion,
-    ReadResourceResult,
+    ReadResourceResult, ResultType,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
@@ -76,9 +76,12 @@ pub const CONTENT_TTL_MS: u64 = 0;
 /// The `_meta` key under which a new-era result names its server.
 const SERVER_INFO_KEY: &str = "io.modelcontextprotocol/serverInfo";
 
-/// A result whose `_meta` can carry `serverInfo` (every result the facade returns).
+/// A result whose `_meta` can carry `serverInfo` and that carries `resultType` (every
+/// result the facade returns).
 pub trait Stamped {
     fn meta_mut(&mut self) -> &mut Option<MetaObject>;
+    /// Says `resultType: "complete"` unless the result already says what it is.
+    fn mark_complete(&mut self);
 }
 
 /// A result that carries caching hints for new-era peers.
@@ -91,6 +94,9 @@ macro_rules! stamped {
         impl Stamped for $t {
             fn meta_mut(&mut self) -> &mut Option<MetaObject> {
                 &mut self.meta
+            }
+            fn mark_complete(&mut self) {
+                self.result_type.get_or_insert(ResultType::COMPLETE);
             }
         }
     )*};
@@ -108,12 +114,15 @@ macro_rules! cached {
     )*};
 }
 
-stamped!(
-    CallToolResult,
-    GetPromptResult,
-    CompleteResult,
-    InputRequiredResult
-);
+stamped!(CallToolResult, GetPromptResult, CompleteResult);
+
+/// An `input_required` result always says so (its `resultType` is no option).
+impl Stamped for InputRequiredResult {
+    fn meta_mut(&mut self) -> &mut Option<MetaObject> {
+        &mut self.meta
+    }
+    fn mark_complete(&mut self) {}
+}
 cached!(
     ListToolsResult,
     ListPromptsResult,
@@ -122,12 +131,14 @@ cached!(
     ReadResourceResult
 );
 
-/// For a new-era peer: `serverInfo` in the result's `_meta`. An old-era peer gets the
-/// result as before (rmcp strips `resultType` for it).
+/// For a new-era peer: `resultType` (results read back from the host's JSON have none)
+/// and `serverInfo` in the result's `_meta`. An old-era peer gets the result as before
+/// (rmcp strips `resultType` for it).
 pub fn stamp<R: Stamped>(ctx: &RequestContext<RoleServer>, result: &mut R) {
     if !is_modern(ctx) {
         return;
     }
+    result.mark_complete();
     if let Ok(info) = serde_json::to_value(super::server_info()) {
         result
             .meta_mut()
@@ -243,6 +254,31 @@ impl Facade {
         // New-era clients are never asked for roots.
         self.state.roots_applied.send_replace(true);
         Ok(())
+    }
+
+    /// A sessionless HTTP call that failed because its shared host session is gone
+    /// (someone deleted it with `session.delete`): that session is forgotten and a new one
+    /// made, for the call to run in; `None` for any other failure.
+    pub(super) async fn replace_lost_session(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        error: &ErrorData,
+    ) -> Result<Option<String>, ErrorData> {
+        let Link::Shared(shared) = &self.link else {
+            return Ok(None);
+        };
+        let lost = error.code.0 == crate::protocol::codes::SESSION_NOT_FOUND;
+        let (true, Some(session)) = (lost && is_modern(ctx), self.session_id()) else {
+            return Ok(None);
+        };
+        shared.forget(&session).await;
+        let client = self.client().await?;
+        let profile = self.state.profile.get().cloned();
+        shared
+            .session_for(client, profile, &Peer::of(ctx))
+            .await
+            .map(Some)
+            .map_err(host_error)
     }
 
     /// Whether this connection's session or profile shapes what it lists.

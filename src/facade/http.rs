@@ -242,6 +242,11 @@ impl SharedClient {
         Ok(id)
     }
 
+    /// Forgets the sessionless clients' session `id` (it was deleted from outside).
+    pub(super) async fn forget(&self, id: &str) {
+        self.sessions.lock().await.retain(|(_, s)| s != id);
+    }
+
     /// The host's list changes, as this connection follows them.
     pub(super) fn changes(&self) -> &Changes {
         &self.changes

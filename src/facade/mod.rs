@@ -592,7 +592,17 @@ impl ServerHandler for Facade {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         self.ready(&context, false).await?;
-        let mut result = self.resource(request).await?;
+        let uri = request.uri.clone();
+        let mut result = self.resource(request).await.map_err(|mut e| {
+            // 2026-07-28 names the URI that was not found (rmcp gives it its new code).
+            if e.code == ErrorCode::RESOURCE_NOT_FOUND
+                && e.data.is_none()
+                && era::is_modern(&context)
+            {
+                e.data = Some(serde_json::json!({ "uri": uri }));
+            }
+            e
+        })?;
         era::stamp_cached(&context, &mut result, era::CONTENT_TTL_MS, self.shaped());
         Ok(result.into())
     }
@@ -636,7 +646,7 @@ impl ServerHandler for Facade {
         let client = self.client().await?.clone();
         self.roots_ready().await;
         let progress = context.meta.get_progress_token();
-        let params = InvokeParams {
+        let mut params = InvokeParams {
             name: request.name.to_string(),
             arguments: request.arguments.clone(),
             session_id: self.session_id(),
@@ -644,10 +654,30 @@ impl ServerHandler for Facade {
             ..Default::default()
         };
         let r = if era::is_modern(&context) {
-            match self
+            let rounds = match self
                 .call_in_rounds(&client, &request, &params, &context, progress.as_ref())
-                .await?
+                .await
             {
+                // A first round whose shared session was deleted: the call did not run.
+                Err(e) if request.request_state.is_none() => {
+                    match self.replace_lost_session(&context, &e).await? {
+                        Some(session) => {
+                            params.session_id = Some(session);
+                            self.call_in_rounds(
+                                &client,
+                                &request,
+                                &params,
+                                &context,
+                                progress.as_ref(),
+                            )
+                            .await?
+                        }
+                        None => return Err(e),
+                    }
+                }
+                other => other?,
+            };
+            match rounds {
                 mrtr::Round::Done(r) => *r,
                 mrtr::Round::InputRequired(mut asked) => {
                     era::stamp(&context, &mut asked);
@@ -655,8 +685,21 @@ impl ServerHandler for Facade {
                 }
             }
         } else {
-            self.run(&client, &params, &context, progress.as_ref())
-                .await?
+            match self
+                .run(&client, &params, &context, progress.as_ref())
+                .await
+            {
+                Err(e) => match self.replace_lost_session(&context, &e).await? {
+                    // The call did not run: the host looks the session up first.
+                    Some(session) => {
+                        params.session_id = Some(session);
+                        self.run(&client, &params, &context, progress.as_ref())
+                            .await?
+                    }
+                    None => return Err(e),
+                },
+                Ok(r) => r,
+            }
         };
         if r.result.error_kind == Some(ErrorKind::UnknownTool) {
             return Err(ErrorData::invalid_params(
