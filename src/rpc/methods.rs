@@ -36,6 +36,7 @@ use crate::registry::UpdateSink;
 use crate::reload;
 
 mod surface;
+mod ui;
 
 /// Maps a protocol-level failure to its JSON-RPC error (the one place that does).
 fn rpc_error(e: Error) -> ErrorObjectOwned {
@@ -222,7 +223,8 @@ impl Api {
     }
 }
 
-pub(crate) fn methods() -> anyhow::Result<Methods> {
+/// Every method; `access` is the operator's page's, whose codes `ui.login` mints.
+pub(crate) fn methods(access: Arc<crate::ui::Access>) -> anyhow::Result<Methods> {
     let mut api = Api::default();
 
     api.method_as::<ListToolsParams, ListToolsResult, _, _, _>(
@@ -354,6 +356,7 @@ pub(crate) fn methods() -> anyhow::Result<Methods> {
     subscribe_tools_changed(&mut api)?;
     surface::register(&mut api)?;
     skills::register(&mut api)?;
+    ui::register(&mut api, access)?;
 
     // rpc.discover documents itself too, then serves the finished document.
     api.docs.push(Box::new(|| {
