@@ -267,7 +267,7 @@ async fn read_until(s: &mut tokio::net::UnixStream, seen: &mut String, what: &st
 }
 
 #[tokio::test]
-async fn the_event_stream_carries_tools_changed_calls_and_metrics() {
+async fn the_event_stream_carries_tools_changed_calls_config_and_metrics() {
     let d = Daemon::start().await;
     let (_, _, body) = unix(&d, "POST", "/ui/login", &[], "").await;
     let page = page_token_of(&body);
@@ -298,6 +298,10 @@ async fn the_event_stream_carries_tools_changed_calls_and_metrics() {
     read_until(&mut s, &mut seen, "\"name\":\"fx\"").await;
     assert_eq!(d.invoke("list_dir", json!({"path": "."})).await["ok"], true);
     read_until(&mut s, &mut seen, "event: calls").await;
+    // A config that is refused is told with its error (and the live one stays).
+    std::fs::write(d.config_path(), "{\"mcp_servers\": 3}").unwrap();
+    read_until(&mut s, &mut seen, "event: config").await;
+    read_until(&mut s, &mut seen, "\"last_error\":\"").await;
 }
 
 /// Runs `python` from a `bash` call of the daemon (a process the host started) and returns

@@ -41,6 +41,8 @@ pub mod ui_event {
     pub const CALLS: &str = "calls";
     /// [`super::UiMetrics`]: once a second.
     pub const METRICS: &str = "metrics";
+    /// [`super::super::ConfigStatusResult`]: a config was applied or refused.
+    pub const CONFIG: &str = "config";
     /// `{}`: the stream missed changes (its reader fell behind); read everything again.
     pub const RESYNC: &str = "resync";
 }

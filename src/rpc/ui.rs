@@ -182,6 +182,8 @@ fn events(host: Host) -> HttpResponse {
 
 /// What the stream last told its reader, to send only what changed.
 struct Told {
+    /// The config's revision and last error.
+    config: (u64, Option<String>),
     calls: u64,
     servers: Vec<McpServerStatus>,
     metrics: Instant,
@@ -190,7 +192,7 @@ struct Told {
 
 /// Gathers the host's changes and writes them every [`BATCH`]: tools changed as they come,
 /// the calls in flight when calls started or ended, the servers when one's state, tools or
-/// error changed, the metrics every second.
+/// error changed, the config's status after a reload, the metrics every second.
 async fn produce(host: Host, tx: mpsc::Sender<Bytes>) {
     let mut tools = host.registry().subscribe();
     let mut tick = tokio::time::interval(BATCH);
@@ -198,7 +200,9 @@ async fn produce(host: Host, tx: mpsc::Sender<Bytes>) {
     let long_ago = Instant::now()
         .checked_sub(METRICS_EVERY)
         .unwrap_or_else(Instant::now);
+    let state = host.config_state();
     let mut told = Told {
+        config: (state.revision, state.last_error),
         calls: u64::MAX,
         servers: Vec::new(),
         metrics: long_ago,
@@ -241,6 +245,12 @@ async fn produce(host: Host, tx: mpsc::Sender<Bytes>) {
 
 /// Adds to `batch` what changed since `told`.
 fn gather(host: &Host, told: &mut Told, batch: &mut Batch) {
+    let state = host.config_state();
+    let config = (state.revision, state.last_error);
+    if config != told.config {
+        told.config = config;
+        batch.push(ui_event::CONFIG, &crate::reload::status(host));
+    }
     let calls = host.calls().changes();
     if calls != told.calls {
         told.calls = calls;

@@ -88,7 +88,8 @@ function dispatch(block) {
   const event = JSON.parse(data);
   const handler = {
     tools_changed: () => { later(refreshTools); later(refreshStatus); later(refreshQuarantine); },
-    servers: () => renderServers(event.servers),
+    servers: () => { renderServers(event.servers); later(refreshStatus, 500); },
+    config: () => { renderConfig(event); later(refreshStatus); },
     calls: () => { renderCalls(event.calls); later(refreshAudit, 1000); },
     metrics: () => charts.add(event.exposition),
     approvals: () => renderApprovals(event),
