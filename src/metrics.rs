@@ -462,6 +462,8 @@ mod tests {
                     last_error: None,
                     connected_since: None,
                     consecutive_failures: 0,
+                    pid: None,
+                    rss_kib: None,
                     restarts: 0,
                     circuit_opens: 0,
                     in_flight: 0,

@@ -296,6 +296,19 @@ async fn the_event_stream_carries_tools_changed_calls_config_and_metrics() {
     read_until(&mut s, &mut seen, "event: tools_changed").await;
     read_until(&mut s, &mut seen, "\"added\":[\"mcp_fx_").await;
     read_until(&mut s, &mut seen, "\"name\":\"fx\"").await;
+    // A stdio server's process and memory, as mcp.status tells them.
+    read_until(&mut s, &mut seen, "\"rss_kib\":").await;
+    let status = d.call("mcp.status", json!({"server": "fx"})).await;
+    let pid = status["result"]["servers"][0]["pid"].as_u64().unwrap();
+    let recorded = std::fs::read_to_string(dir.join("pids")).unwrap();
+    assert!(
+        recorded.split_whitespace().any(|p| p == pid.to_string()),
+        "{pid} in {recorded}"
+    );
+    assert!(
+        status["result"]["servers"][0]["rss_kib"].as_u64().unwrap() > 0,
+        "{status}"
+    );
     assert_eq!(d.invoke("list_dir", json!({"path": "."})).await["ok"], true);
     read_until(&mut s, &mut seen, "event: calls").await;
     // A config that is refused is told with its error (and the live one stays).
@@ -483,6 +496,11 @@ async fn an_operator_watches_cancels_and_approves_in_a_browser() {
     });
     write_atomic(&d.config_path(), &config);
     shown(&b, r#"tr[data-server="fx"] td.state-ready"#).await;
+    let process = shown(&b, r#"tr[data-server="fx"] td:nth-child(4)"#).await;
+    assert!(
+        process.text().await.unwrap().starts_with("pid "),
+        "the server's process"
+    );
     shown(&b, r#"tr[data-tool="mcp_fx_weather"]"#).await;
     shown(&b, r#"[data-quarantined="mcp_nu_w"]"#).await;
 

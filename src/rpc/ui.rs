@@ -262,12 +262,14 @@ fn gather(host: &Host, told: &mut Told, batch: &mut Batch) {
         );
     }
     let servers = host.mcp().status(None);
-    // Calls running and queued change with every call: the calls event tells of them.
+    // Calls running and queued change with every call (the calls event tells of them), and
+    // memory all the time (the page reads it with the status).
     let steady = |s: &[McpServerStatus]| -> Vec<McpServerStatus> {
         s.iter()
             .map(|s| McpServerStatus {
                 in_flight: 0,
                 queued: 0,
+                rss_kib: None,
                 ..s.clone()
             })
             .collect()

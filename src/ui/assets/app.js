@@ -200,10 +200,11 @@ function renderServers(servers) {
         h("td", {}, h("b", {}, s.name), h("div", { class: "muted" }, s.transport)),
         h("td", { class: "state-" + s.state }, s.state.replace("_", " ")),
         h("td", { class: "num" }, String(s.tools)),
+        h("td", { class: "num" }, s.pid ? `pid ${s.pid}` : "", s.rss_kib ? h("div", { class: "muted" }, `${(s.rss_kib / 1024).toFixed(1)} MiB`) : ""),
         h("td", {}, when(s.connected_since)),
         h("td", { class: "num" }, String(s.restarts)),
         h("td", {}, signIn)),
-      s.last_error ? h("tr", { class: "detail" }, h("td", { colspan: 6, class: "error" }, s.last_error)) : null,
+      s.last_error ? h("tr", { class: "detail" }, h("td", { colspan: 7, class: "error" }, s.last_error)) : null,
     ].filter(Boolean);
   }).flat(), "no MCP servers configured");
 }
@@ -525,4 +526,6 @@ $("login").addEventListener("submit", async (e) => {
 for (const id of ["f-tool", "f-session", "f-client", "f-outcome"]) $(id).addEventListener("input", renderAudit);
 $("tools-filter").addEventListener("input", renderTools);
 setInterval(tickElapsed, 1000);
+// Uptime and the servers' memory change without an event.
+setInterval(() => { if (pageToken && !$("main").hidden) later(refreshStatus); }, 10000);
 start();
