@@ -1,8 +1,9 @@
 //! The operator's page (issue 31): `GET /ui` and its files, page tokens and login codes,
 //! the Origin rule, the event stream, and a real browser (Debian's `chromium` through
 //! `chromedriver`, driven over WebDriver by fantoccini) that watches a server and its tools
-//! appear, cancels a running call and approves a quarantined tool. Its screenshot is
-//! written to `target/ui-screenshots/operator-page.png`.
+//! appear, cancels a running call, allows a strict session's waiting command and approves a
+//! quarantined tool. Its screenshots are written to `target/ui-screenshots/`
+//! (`operator-page.png` at the end, `operator-page-approval.png` with a call waiting).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -79,6 +80,11 @@ async fn tcp_daemon(config: Value) -> (Daemon, String) {
     config["listen"] = json!({"tcp": "127.0.0.1:0"});
     std::fs::write(d.config_path(), config.to_string()).unwrap();
     d.spawn(&[("TOOLHOST_TOKEN", TOKEN)]).await;
+    // The line naming the address may reach the log just after the socket answers.
+    eventually(10, "the tcp address in the log", || async {
+        d.log().contains(" + tcp ")
+    })
+    .await;
     let log = d.log();
     let addr = log
         .split("tcp ")
@@ -267,7 +273,7 @@ async fn read_until(s: &mut tokio::net::UnixStream, seen: &mut String, what: &st
 }
 
 #[tokio::test]
-async fn the_event_stream_carries_tools_changed_calls_config_and_metrics() {
+async fn the_event_stream_carries_tools_servers_calls_approvals_config_and_metrics() {
     let d = Daemon::start().await;
     let (_, _, body) = unix(&d, "POST", "/ui/login", &[], "").await;
     let page = page_token_of(&body);
@@ -311,6 +317,37 @@ async fn the_event_stream_carries_tools_changed_calls_config_and_metrics() {
     );
     assert_eq!(d.invoke("list_dir", json!({"path": "."})).await["ok"], true);
     read_until(&mut s, &mut seen, "event: calls").await;
+    // A call waiting for approval is told, and so is its end.
+    let session = d
+        .call("session.create", json!({"approval": "strict"}))
+        .await;
+    let session = session["result"]["id"].as_str().unwrap().to_owned();
+    let client = d.client().await;
+    let waiting = tokio::spawn(async move {
+        let params = toolhost::protocol::InvokeParams {
+            session_id: Some(session),
+            ..toolhost::protocol::InvokeParams::new(
+                "bash",
+                args(json!({"command": "echo allowed"})),
+            )
+        };
+        client.invoke(&params).await.unwrap()
+    });
+    read_until(&mut s, &mut seen, "\"kind\":\"approval_pending\"").await;
+    let pending = d.call("approvals.list", json!({})).await;
+    let id = pending["result"]["pending"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let decided = d
+        .call(
+            "approvals.decide",
+            json!({"id": id, "decision": "allow_once"}),
+        )
+        .await;
+    assert!(decided["result"].is_object(), "{decided}");
+    read_until(&mut s, &mut seen, "\"kind\":\"approval_decided\"").await;
+    assert!(waiting.await.unwrap().result.ok);
     // A config that is refused is told with its error (and the live one stays).
     std::fs::write(d.config_path(), "{\"mcp_servers\": 3}").unwrap();
     read_until(&mut s, &mut seen, "event: config").await;
@@ -540,6 +577,52 @@ async fn an_operator_watches_cancels_and_approves_in_a_browser() {
     );
     eventually(20, "the sleep to be gone", || async move { !alive(pid) }).await;
     gone(&b, r#"tr[data-call="ui-sleep"]"#).await;
+
+    // A strict session's command waits in the queue; allowed once from the page, it runs
+    // for its caller.
+    let session = d
+        .call("session.create", json!({"approval": "strict"}))
+        .await;
+    let session = session["result"]["id"].as_str().unwrap().to_owned();
+    let client = d.client().await;
+    let waiting = tokio::spawn(async move {
+        let params = toolhost::protocol::InvokeParams {
+            session_id: Some(session),
+            call_id: Some("ui-held".into()),
+            ..toolhost::protocol::InvokeParams::new(
+                "bash",
+                args(json!({"command": "echo allowed from the page"})),
+            )
+        };
+        client.invoke(&params).await.unwrap()
+    });
+    shown(&b, r#"[data-approval][data-call="ui-held"] pre"#).await;
+    let shot = b.screenshot().await.unwrap();
+    std::fs::create_dir_all(screenshot_dir()).unwrap();
+    std::fs::write(screenshot_dir().join("operator-page-approval.png"), shot).unwrap();
+    click(
+        &b,
+        r#"[data-approval][data-call="ui-held"] button.allow-once"#,
+    )
+    .await;
+    let done = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(done.result.ok, "{done:?}");
+    assert!(
+        format!("{:?}", done.result.output).contains("allowed from the page"),
+        "{done:?}"
+    );
+    gone(&b, r#"[data-approval][data-call="ui-held"]"#).await;
+    // The audit log says who decided, and from where.
+    click(&b, r#"tr[data-audit="ui-held"]"#).await;
+    let detail = shown(&b, r#"tr[data-audit="ui-held"] + tr.detail"#).await;
+    let said = detail.text().await.unwrap();
+    assert!(
+        said.contains("allow once by") && said.contains("via ui"),
+        "{said}"
+    );
 
     // The quarantined tool, approved from its card: listed and callable.
     click(&b, r#"[data-quarantined="mcp_nu_w"] button"#).await;

@@ -23,7 +23,9 @@ use super::http::{plain, post, Bearer, BoxError};
 use super::Shared;
 use crate::audit::Caller;
 use crate::host::Host;
-use crate::protocol::{method, ui_event, McpServerStatus, McpStatusResult, UiCalls, UiMetrics};
+use crate::protocol::{
+    method, ui_event, ApprovalEvent, McpServerStatus, McpStatusResult, UiCalls, UiMetrics,
+};
 use crate::ui::sse::Batch;
 
 /// The header that carries the page token.
@@ -190,7 +192,8 @@ struct Told {
     written: Instant,
 }
 
-/// Gathers the host's changes and writes them every [`BATCH`]: tools changed as they come,
+/// Gathers the host's changes and writes them every [`BATCH`]: tools changed and the
+/// approval queue's events as they come,
 /// the calls in flight when calls started or ended, the servers when one's state, tools or
 /// error changed, the config's status after a reload, the metrics every second.
 async fn produce(host: Host, tx: mpsc::Sender<Bytes>) {
@@ -208,20 +211,33 @@ async fn produce(host: Host, tx: mpsc::Sender<Bytes>) {
         metrics: long_ago,
         written: Instant::now(),
     };
+    let (waiting, mut approvals) = host.approvals().subscribe();
     let mut batch = Batch::default();
-    // The first batch tells the servers even when there are none, so the page knows.
+    // The first batch tells the servers even when there are none, so the page knows, and
+    // each call waiting for approval now (as `subscribe_approvals` does).
     batch.push(
         ui_event::SERVERS,
         &McpStatusResult {
             servers: Vec::new(),
         },
     );
+    for entry in waiting {
+        batch.push(
+            method::APPROVAL_EVENT,
+            &ApprovalEvent::ApprovalPending(entry),
+        );
+    }
     loop {
         tokio::select! {
             _ = host.shutdown_token().cancelled() => return,
             _ = tx.closed() => return,
             change = tools.recv() => match change {
                 Ok(change) => batch.push(method::TOOLS_CHANGED, &change),
+                Err(broadcast::error::RecvError::Lagged(_)) => batch.push(ui_event::RESYNC, &serde_json::json!({})),
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+            event = approvals.recv() => match event {
+                Ok(event) => batch.push(method::APPROVAL_EVENT, &event),
                 Err(broadcast::error::RecvError::Lagged(_)) => batch.push(ui_event::RESYNC, &serde_json::json!({})),
                 Err(broadcast::error::RecvError::Closed) => return,
             },

@@ -90,9 +90,10 @@ function dispatch(block) {
     tools_changed: () => { later(refreshTools); later(refreshStatus); later(refreshQuarantine); },
     servers: () => { renderServers(event.servers); later(refreshStatus, 500); },
     config: () => { renderConfig(event); later(refreshStatus); },
-    calls: () => { renderCalls(event.calls); later(refreshAudit, 1000); },
+    // A call's end is in the audit log, and a new session shows first with its calls.
+    calls: () => { renderCalls(event.calls); later(refreshAudit, 1000); later(refreshSessions, 1000); },
     metrics: () => charts.add(event.exposition),
-    approvals: () => renderApprovals(event),
+    approval_event: () => later(refreshApprovals),
     resync: () => refreshAll(),
   }[name];
   if (handler) handler();
@@ -341,42 +342,47 @@ function renderAudit() {
   }), "no calls yet");
 }
 
+// Who decided an approval, as `toolhost approvals` says it.
+function describe(by) {
+  if (by.via === "caller") return "the caller";
+  const who = [by.uid !== undefined && `uid ${by.uid}`, by.pid && `pid ${by.pid}`, by.process && `(${by.process})`].filter(Boolean).join(" ");
+  return `${who || "an unnamed peer"} via ${by.via}`;
+}
+
 function auditDetail(r) {
   const facts = [["call", r.call_id], ["source", r.source], ["approval", (r.approval || "not asked") + (r.approved ? " (approved: true)" : "")],
     ["arguments", `${r.args_bytes} bytes, sha256 ${r.args_sha256 || "?"} (never stored themselves)`],
     ["result", `${r.output_bytes} bytes` + (r.error_kind ? `, ${r.error_kind}` : "")],
     ["peer", [r.peer_process, r.peer_pid && `pid ${r.peer_pid}`, r.peer_uid !== undefined && `uid ${r.peer_uid}`].filter(Boolean).join(", ")]];
-  if (r.approval_decision) facts.push(["decided", JSON.stringify(r.approval_decision)]);
+  const d = r.approval_decision;
+  if (d) facts.push(["decided", [d.outcome.replace("_", " "), d.by && `by ${describe(d.by)}`, `after ${elapsed(d.waited_ms)}`, d.reason && `(${d.reason})`].filter(Boolean).join(" ")]);
   return h("dl", {}, facts.flatMap(([k, v]) => [h("dt", {}, k), h("dd", { class: "mono" }, v)]));
 }
 
-// --- pending approvals (shown when the daemon has the queue) ------------------------------
+// --- pending approvals: one queue for every frontend (approvals.list / approvals.decide) ---
 
-let approvalsKnown = true;
 async function refreshApprovals() {
-  if (!approvalsKnown) return;
-  try {
-    renderApprovals(await rpc("approvals.list"));
-  } catch (e) {
-    if (e instanceof LoginNeeded) throw e;
-    approvalsKnown = false; // a daemon without the queue
-  }
+  renderApprovals((await rpc("approvals.list")).pending);
 }
 
-function renderApprovals(event) {
-  const pendingCalls = event.pending || event.approvals || [];
-  $("approvals").hidden = false;
-  count("approvals-count", pendingCalls.length);
-  fill("approvals-list", pendingCalls.map((a) => {
-    const decide = (decision) => () => rpc("approvals.decide", { id: a.id, decision });
-    return h("div", { class: "card", "data-approval": a.id },
-      h("b", {}, a.tool), " ", h("span", { class: "muted" }, [a.class, a.session_id, a.client].filter(Boolean).join(" · ")),
-      a.summary ? h("p", {}, a.summary) : "",
-      a.arguments !== undefined ? h("pre", {}, JSON.stringify(a.arguments, null, 2)) : "",
+function renderApprovals(waiting) {
+  count("approvals-count", waiting.length);
+  fill("approvals-list", waiting.map((a) => {
+    const decide = (decision) => async () => {
+      await rpc("approvals.decide", { id: a.id, decision, via: "ui" });
+      await refreshApprovals();
+    };
+    const left = Math.max(0, Math.round((a.deadline_ms - Date.now()) / 1000));
+    return h("div", { class: "card", "data-approval": a.id, "data-call": a.call_id },
+      h("b", {}, a.tool), " ",
+      h("span", { class: "muted" }, [a.class, a.session_id && `session ${a.session_id}`, a.client, a.caller_asked && "its frontend was asked too"].filter(Boolean).join(" · ")),
+      h("p", {}, a.summary),
+      h("pre", {}, JSON.stringify(a.arguments, null, 2)),
+      h("p", { class: "muted" }, `waiting since ${when(a.since_ms)}; refused in ${left} s without a decision`),
       h("div", { class: "actions" },
-        action("Allow once", "primary", decide("allow_once")),
-        action("Allow for this session", "", decide("allow_session")),
-        action("Deny", "danger", decide("deny"))));
+        action("Allow once", "primary allow-once", decide("allow_once")),
+        action("Allow for this session", "allow-session", decide("allow_session")),
+        action("Deny", "danger deny", decide("deny"))));
   }), "nothing is waiting");
 }
 
