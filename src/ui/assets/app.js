@@ -164,6 +164,9 @@ function frontendOf(session) {
   return m.client || (m.clientInfo && m.clientInfo.name) || (m.mcp_client && m.mcp_client.name) || "";
 }
 
+// How a session's frontend reaches the host: through the MCP facade, or the socket itself.
+const reachOf = (session) => (session.meta || {}).mcp_client ? "MCP facade" : "socket";
+
 const state = { sessions: new Map(), calls: [], callsAt: 0, audit: [], tools: null };
 
 async function refreshAll() {
@@ -256,7 +259,7 @@ async function refreshSessions() {
   count("sessions-count", sessions.length);
   fill("sessions-rows", sessions.map((s) => h("tr", {},
     h("td", { class: "mono" }, s.id, s.ephemeral ? h("div", { class: "muted" }, "ephemeral") : ""),
-    h("td", {}, frontendOf(s)),
+    h("td", {}, frontendOf(s), h("div", { class: "muted" }, reachOf(s))),
     h("td", {}, s.approval),
     h("td", {}, s.sandbox ? [s.sandbox.policy, s.sandbox.network].filter(Boolean).join(", ") : "config's"),
     h("td", { class: "mono" }, s.workspace, s.profile ? h("div", { class: "muted" }, `profile ${s.profile}`) : ""))), "none");
