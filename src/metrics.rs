@@ -461,6 +461,7 @@ mod tests {
                     tools: 0,
                     last_error: None,
                     connected_since: None,
+                    protocol_version: None,
                     consecutive_failures: 0,
                     pid: None,
                     rss_kib: None,
