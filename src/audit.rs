@@ -230,6 +230,66 @@ fn rotate(path: &Path, keep: usize) {
     }
 }
 
+/// The last `limit` records, oldest first: the live file's tail, then the newest rotated
+/// file's when the live one holds fewer. Read backwards from the end, so a full 16 MiB log
+/// costs about as much as a short one; a line that does not parse is skipped.
+pub fn recent(data_dir: &Path, limit: usize) -> Vec<AuditRecord> {
+    let live = data_dir.join(FILE_NAME);
+    let rotated = PathBuf::from(format!("{}.1", live.display()));
+    let mut newest_first: Vec<AuditRecord> = Vec::new();
+    for path in [live, rotated] {
+        if newest_first.len() >= limit {
+            break;
+        }
+        let want = limit - newest_first.len();
+        newest_first.extend(
+            tail_lines(&path, want)
+                .iter()
+                .rev()
+                .filter_map(|line| serde_json::from_slice::<AuditRecord>(line).ok()),
+        );
+    }
+    newest_first.truncate(limit);
+    newest_first.reverse();
+    newest_first
+}
+
+/// The last `n` complete lines of the file at `path` (oldest first), read backwards in
+/// blocks; none when it cannot be opened.
+fn tail_lines(path: &Path, n: usize) -> Vec<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    const BLOCK: u64 = 64 * 1024;
+    let Ok(mut file) = File::open(path) else {
+        return Vec::new();
+    };
+    let mut end = file.metadata().map(|m| m.len()).unwrap_or(0);
+    // Bytes from `end` to the file's end as read so far, and the lines found in them.
+    let mut buf: Vec<u8> = Vec::new();
+    while end > 0 && buf.iter().filter(|b| **b == b'\n').count() <= n {
+        let start = end.saturating_sub(BLOCK);
+        let mut block = vec![0; usize::try_from(end - start).unwrap_or(0)];
+        if file.seek(SeekFrom::Start(start)).is_err() || file.read_exact(&mut block).is_err() {
+            break;
+        }
+        block.extend_from_slice(&buf);
+        buf = block;
+        end = start;
+    }
+    let mut lines: Vec<&[u8]> = buf.split(|b| *b == b'\n').collect();
+    // The last piece follows the final newline (empty, or a line still being written);
+    // the first is cut unless the file's start was reached.
+    lines.pop();
+    if end > 0 && !lines.is_empty() {
+        lines.remove(0);
+    }
+    let skip = lines.len().saturating_sub(n);
+    lines[skip..]
+        .iter()
+        .filter(|l| !l.is_empty())
+        .map(|l| l.to_vec())
+        .collect()
+}
+
 /// SHA-256 (hex) of a call's arguments and their size as JSON.
 pub fn digest_args(args: &serde_json::Value) -> (Option<String>, u64) {
     use sha2::Digest;
@@ -318,6 +378,33 @@ mod tests {
         )
         .unwrap();
         assert_eq!(first, record(19));
+    }
+
+    #[test]
+    fn recent_reads_the_last_records_across_the_rotated_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, range: std::ops::Range<u64>| {
+            let mut text = String::new();
+            for n in range {
+                text.push_str(&serde_json::to_string(&record(n)).unwrap());
+                text.push('\n');
+            }
+            std::fs::write(dir.path().join(name), text).unwrap();
+        };
+        // 3,000 lines in the live file: more than one 64 KiB block back.
+        write("audit.jsonl.1", 0..10);
+        write("audit.jsonl", 10..3010);
+        let times = |limit| -> Vec<u64> {
+            recent(dir.path(), limit)
+                .iter()
+                .map(|r| r.time_ms)
+                .collect()
+        };
+        assert_eq!(times(2), vec![3008, 3009]);
+        assert_eq!(times(500), (2510..3010).collect::<Vec<_>>());
+        assert_eq!(times(3005)[..6], [5, 6, 7, 8, 9, 10]);
+        assert_eq!(times(10_000).len(), 3010);
+        assert!(recent(&dir.path().join("none"), 5).is_empty());
     }
 
     #[test]

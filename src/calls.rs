@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -42,6 +43,9 @@ pub struct CallTable {
     calls: Mutex<HashMap<String, Entry>>,
     /// Woken whenever the table becomes empty (shutdown waits on it instead of polling).
     idle: Notify,
+    /// Calls started plus calls ended: the operator's page compares it every 100 ms
+    /// instead of hearing of each call.
+    changes: AtomicU64,
 }
 
 impl CallTable {
@@ -71,6 +75,7 @@ impl CallTable {
                 rights,
             },
         );
+        self.changes.fetch_add(1, Ordering::Relaxed);
         Some(CallGuard {
             table: self.clone(),
             call_id: call_id.to_owned(),
@@ -101,6 +106,11 @@ impl CallTable {
     /// Whether a call `call_id` is in flight.
     pub fn is_running(&self, call_id: &str) -> bool {
         lock(&self.calls).contains_key(call_id)
+    }
+
+    /// Calls started plus calls ended so far: a different number means a different table.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Relaxed)
     }
 
     pub fn in_flight(&self) -> usize {
@@ -145,6 +155,7 @@ impl Drop for CallGuard {
     fn drop(&mut self) {
         let mut calls = lock(&self.table.calls);
         calls.remove(&self.call_id);
+        self.table.changes.fetch_add(1, Ordering::Relaxed);
         if calls.is_empty() {
             self.table.idle.notify_waiters();
         }

@@ -14,6 +14,7 @@
 //!   (the rmcp server side);
 //! - `metrics`, `audit`: what the host is doing (`/metrics`, the call audit log);
 //! - `session`: persisted sessions; `config`: config.json; `approval`: the policy;
+//! - `ui`: the operator's page (`GET /ui`): its files, page tokens, the event framing;
 //! - [`cli`]: the command line.
 //!
 //! Only the client side (protocol, client, CLI) and the daemon's entry points are public:
@@ -53,6 +54,7 @@ mod secrets;
 mod session;
 mod skills;
 mod tools;
+mod ui;
 
 #[doc(hidden)]
 pub use sandbox::bench_setup as sandbox_bench_setup;

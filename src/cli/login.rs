@@ -94,7 +94,7 @@ pub async fn logout(client: &Client, name: &str) -> Result<ExitCode, ClientError
 
 /// `$BROWSER` when set (a command, maybe with arguments), else `xdg-open` when there is a
 /// display; otherwise the printed URL is all there is.
-fn open_browser(url: &str) {
+pub(super) fn open_browser(url: &str) {
     let browser = std::env::var("BROWSER")
         .ok()
         .filter(|b| !b.trim().is_empty());

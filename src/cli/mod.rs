@@ -22,6 +22,7 @@ mod session;
 mod status;
 mod tool;
 mod tools;
+mod ui;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -134,6 +135,12 @@ enum Command {
     /// Show the socket this client uses, whether a daemon answers there, the config file
     /// and the data directory (exit 3 when no daemon answers).
     Where,
+    /// Print a link to the operator's page in the browser (one-time login code).
+    Ui {
+        /// Open the link in the browser too ($BROWSER, else xdg-open).
+        #[arg(long)]
+        open: bool,
+    },
     /// Bring the MCP servers of other frontends (Claude Code, Claude Desktop, Cursor,
     /// VS Code, Codex, Gemini CLI) into config.json: show the plan, `--apply` it, `--rewrite`
     /// the frontends to use toolhost.
@@ -257,6 +264,7 @@ async fn run(cli: Cli) -> ExitCode {
             profile,
         } => mcp::run(&g, command, session, profile).await,
         Command::Where => Ok(locate::run(&g).await),
+        Command::Ui { open } => ui::run(&g, open).await,
         Command::Import(args) => Ok(import::run(&g, args).await),
         Command::Tool { command } => Ok(tool::run(&g, command).await),
         Command::Skills { command } => {

@@ -32,8 +32,8 @@ const SSE_KEEP_ALIVE: Duration = Duration::from_secs(2);
 
 /// Browser origins allowed to call `/mcp` (any port): pages on this machine only, so a
 /// remote page cannot drive the host through a DNS-rebound name. Requests without an
-/// `Origin` (every non-browser client) pass.
-const ALLOWED_ORIGINS: [&str; 6] = [
+/// `Origin` (every non-browser client) pass. The operator's page (`ui`) follows the same rule.
+pub const LOCAL_ORIGINS: [&str; 6] = [
     "http://localhost:*",
     "https://localhost:*",
     "http://127.0.0.1:*",
@@ -62,7 +62,7 @@ impl Endpoint {
         // know); the Origin check still refuses foreign browser pages.
         let config = StreamableHttpServerConfig::default()
             .disable_allowed_hosts()
-            .with_allowed_origins(ALLOWED_ORIGINS)
+            .with_allowed_origins(LOCAL_ORIGINS)
             .enforce_origin_validation()
             .with_sse_retry(Some(SSE_RETRY))
             .with_sse_keep_alive(Some(SSE_KEEP_ALIVE))

@@ -53,7 +53,7 @@ use crate::protocol::{
 };
 
 use changes::{Changes, Feed};
-pub use http::Endpoint;
+pub use http::{Endpoint, LOCAL_ORIGINS};
 pub use stdio::run_stdio;
 
 /// Tools per `tools/list` page unless `TOOLHOST_MCP_PAGE_SIZE` says otherwise (tests use a

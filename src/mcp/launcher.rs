@@ -33,6 +33,8 @@ pub struct Connection {
     pub group: Option<GroupGuard>,
     /// The stdio server itself: killed and reaped when the connection goes.
     pub _child: Option<tokio::process::Child>,
+    /// Its process id, for `mcp.status`.
+    pub pid: Option<u32>,
     /// A sandboxed stdio server's ruleset and temp dir, kept while it runs.
     pub _sandbox: Option<crate::sandbox::Confinement>,
     /// A stdio server's tool calls, beside rmcp (none for HTTP: calls go through rmcp).
@@ -46,6 +48,7 @@ impl Connection {
             service,
             group: None,
             _child: None,
+            pid: None,
             _sandbox: None,
             direct: None,
         }
@@ -149,6 +152,7 @@ async fn connect_stdio(
     Ok(Connection {
         service,
         group,
+        pid: child.id(),
         _child: Some(child),
         _sandbox: sandbox,
         direct: Some(direct),

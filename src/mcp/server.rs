@@ -73,6 +73,8 @@ pub(super) enum ServerState {
     Ready {
         link: Link,
         since: u64,
+        /// A stdio server's process.
+        pid: Option<u32>,
         trouble: Option<Trouble>,
     },
     /// The last attempt failed; the next one comes after a backoff, or at once when a call
@@ -317,6 +319,10 @@ impl Server {
             .filter(|t| t["name"].as_str().is_some_and(|n| serves(&cfg, n)))
             .count();
         let state = self.state.borrow();
+        let pid = match &*state {
+            ServerState::Ready { pid, .. } => *pid,
+            _ => None,
+        };
         McpServerStatus {
             name: self.name.clone(),
             transport: match cfg.transport() {
@@ -336,6 +342,8 @@ impl Server {
                 _ => None,
             },
             consecutive_failures: state.failures(),
+            pid,
+            rss_kib: pid.and_then(crate::process::procfs::rss_kib),
             restarts: self.restarts.load(Ordering::Relaxed),
             circuit_opens: self.circuit_opens.load(Ordering::Relaxed),
             in_flight: self.in_flight.load(Ordering::Relaxed),
@@ -605,6 +613,7 @@ async fn run(server: &Arc<Server>) {
                 server.state.send_replace(ServerState::Ready {
                     link,
                     since: now_ms(),
+                    pid: conn.pid,
                     trouble: None,
                 });
                 server.publish_tools();

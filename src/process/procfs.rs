@@ -30,6 +30,15 @@ pub fn stat(pid: i32) -> Option<Stat> {
     parse_stat(pid, &text)
 }
 
+/// The resident memory of `pid` in KiB (`/proc/<pid>/statm`'s second field, in pages).
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    let page =
+        u64::try_from(nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE).ok()??).ok()?;
+    Some(pages * page / 1024)
+}
+
 /// `pid (comm) state ppid pgrp ... starttime(22nd)`; comm may hold spaces and parentheses,
 /// so fields are counted after the last ')'.
 fn parse_stat(pid: i32, text: &str) -> Option<Stat> {

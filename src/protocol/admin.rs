@@ -140,6 +140,12 @@ pub struct McpServerStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub protocol_version: Option<String>,
     pub consecutive_failures: u32,
+    /// A connected stdio server's process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// That process's resident memory, in KiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss_kib: Option<u64>,
     pub restarts: u32,
     /// Times the circuit breaker opened since the server was configured.
     #[serde(default)]

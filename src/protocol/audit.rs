@@ -1,12 +1,13 @@
 //! The audit log's record: one JSON line per finished call in `<data_dir>/audit.jsonl`
 //! (proto-docs/operations.md), read by operators and their tools.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{ApprovalVerdictRecord, ErrorKind};
 
 /// What the approval policy said about a call that got that far.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ApprovalVerdict {
     Allow,
@@ -15,7 +16,7 @@ pub enum ApprovalVerdict {
 }
 
 /// One finished call.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct AuditRecord {
     /// Milliseconds since the Unix epoch when the call finished.
     pub time_ms: u64,

@@ -18,6 +18,7 @@ mod socket;
 mod status;
 mod surface;
 mod tools;
+mod ui;
 
 pub use admin::*;
 pub use approval::*;
@@ -31,6 +32,7 @@ pub use socket::{default_socket, default_sockets, socket_path, socket_paths};
 pub use status::*;
 pub use surface::*;
 pub use tools::*;
+pub use ui::*;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -116,6 +118,8 @@ pub mod method {
     pub const UNSUBSCRIBE_APPROVALS: &str = "unsubscribe_approvals";
     pub const APPROVAL_EVENT: &str = "approval_event";
     pub const DISCOVER: &str = "rpc.discover";
+    pub const UI_LOGIN: &str = "ui.login";
+    pub const AUDIT_RECENT: &str = "audit.recent";
 }
 
 /// Why a tool call failed; the `error_kind` of an `ok:false` result.

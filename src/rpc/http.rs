@@ -1,5 +1,6 @@
-//! HTTP/1.1 on a connection: the bearer check (TCP), the router (`/mcp`, `GET /health`,
-//! `GET /metrics`, a WebSocket upgrade, a JSON-RPC POST) and the POST framing.
+//! HTTP/1.1 on a connection: the bearer check (TCP), the router (`/ui`, `/mcp`,
+//! `GET /health`, `GET /metrics`, a WebSocket upgrade, a JSON-RPC POST) and the POST
+//! framing.
 
 use std::sync::Arc;
 
@@ -23,7 +24,7 @@ use crate::audit::Caller;
 use crate::metrics::Framing;
 use crate::protocol::codes;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// The largest request head (request line and headers) hyper buffers; a longer one is
 /// answered 431. hyper's default, about 400 KiB, let every open connection hold that much
@@ -44,11 +45,22 @@ impl Bearer {
 
     /// Whether `req` carries the token; the first that does authenticates the connection.
     fn admits<B>(&self, req: &HttpRequest<B>) -> bool {
-        let ok = bearer_matches(req, &self.token);
+        let ok = self.holds_token(req);
         if ok {
-            self.pending.authenticated();
+            self.let_in();
         }
         ok
+    }
+
+    /// Whether `req` carries the token (the connection's standing unchanged).
+    pub(super) fn holds_token<B>(&self, req: &HttpRequest<B>) -> bool {
+        bearer_matches(req, &self.token)
+    }
+
+    /// Counts the connection as authenticated: it presented the token or, for the
+    /// operator's page, a page token or login code (`rpc/ui.rs`).
+    pub(super) fn let_in(&self) {
+        self.pending.authenticated();
     }
 }
 
@@ -146,12 +158,18 @@ impl std::future::Future for Answering {
 }
 
 impl HttpService {
-    /// Answers one request: auth (TCP), `/mcp`, `GET /health`, `GET /metrics`, a WebSocket
-    /// upgrade, or a JSON-RPC POST.
+    /// Answers one request: `/ui` (its own checks), auth (TCP), `/mcp`, `GET /health`,
+    /// `GET /metrics`, a WebSocket upgrade, or a JSON-RPC POST.
     fn route(
         &self,
         req: HttpRequest<Incoming>,
     ) -> BoxFuture<'static, Result<HttpResponse, BoxError>> {
+        if crate::ui::is_ui_path(req.uri().path()) {
+            // A browser cannot send the bearer token with a page load: the page's files are
+            // open, and its data and actions take a page token (see `rpc/ui.rs`).
+            let (shared, caller) = (self.shared.clone(), self.caller.clone());
+            return super::ui::serve(req, shared, self.bearer.as_ref(), caller);
+        }
         if let Some(bearer) = &self.bearer {
             if !bearer.admits(&req) {
                 // RFC 6750: a 401 names its scheme, so clients know a bearer token is wanted.
@@ -200,14 +218,14 @@ impl HttpService {
         }
         ready(plain(
             405,
-            "use POST / for JSON-RPC, GET / with Upgrade: websocket, GET /health or GET /metrics\n",
+            "use POST / for JSON-RPC, GET / with Upgrade: websocket, GET /health, GET /metrics or GET /ui\n",
         ))
     }
 }
 
 /// A JSON-RPC request or batch in a POST body (any content type: `curl -d` sends a form
 /// type, and on this socket a POST body is JSON-RPC).
-async fn post(
+pub(super) async fn post(
     req: HttpRequest<Incoming>,
     shared: Arc<Shared>,
     caller: Option<Arc<Caller>>,

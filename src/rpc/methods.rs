@@ -37,6 +37,7 @@ use crate::registry::UpdateSink;
 use crate::reload;
 
 mod surface;
+mod ui;
 
 /// Maps a protocol-level failure to its JSON-RPC error (the one place that does).
 fn rpc_error(e: Error) -> ErrorObjectOwned {
@@ -223,7 +224,8 @@ impl Api {
     }
 }
 
-pub(crate) fn methods() -> anyhow::Result<Methods> {
+/// Every method; `access` is the operator's page's, whose codes `ui.login` mints.
+pub(crate) fn methods(access: Arc<crate::ui::Access>) -> anyhow::Result<Methods> {
     let mut api = Api::default();
 
     api.method_as::<ListToolsParams, ListToolsResult, _, _, _>(
@@ -356,6 +358,7 @@ pub(crate) fn methods() -> anyhow::Result<Methods> {
     surface::register(&mut api)?;
     skills::register(&mut api)?;
     approvals::register(&mut api)?;
+    ui::register(&mut api, access)?;
 
     // rpc.discover documents itself too, then serves the finished document.
     api.docs.push(Box::new(|| {

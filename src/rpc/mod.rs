@@ -61,6 +61,7 @@ mod openrpc;
 mod ops;
 mod peer;
 mod subscription;
+mod ui;
 mod websocket;
 mod ws_limit;
 
@@ -103,6 +104,8 @@ pub(crate) struct Shared {
     mcp: crate::facade::Endpoint,
     /// The sessions host-started peers created, the only ones they may use (see `peer`).
     started_sessions: peer::StartedSessions,
+    /// `/ui`: the operator's page's login codes and page tokens.
+    ui: Arc<crate::ui::Access>,
 }
 
 /// A running server: stop accepting, then wait for connections to drain.
@@ -137,11 +140,19 @@ impl RunningServer {
 pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> {
     let cfg = host.config();
     let max_request = cfg.limits.max_request_bytes;
+    let ui_access = Arc::new(crate::ui::Access::default());
+    if let Some(addr) = listeners
+        .tcp
+        .as_ref()
+        .and_then(|(l, _)| l.local_addr().ok())
+    {
+        ui_access.set_tcp(addr);
+    }
     let methods::Methods {
         plain,
         subscriptions,
         unsubscribes,
-    } = methods::methods()?;
+    } = methods::methods(ui_access.clone())?;
     let (stop, handle) = stop_channel();
     let shared = Arc::new_cyclic(|weak: &std::sync::Weak<Shared>| Shared {
         host: host.clone(),
@@ -154,6 +165,7 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
         frame_timeout: frame_timeout(),
         mcp: crate::facade::Endpoint::new(host.clone(), in_process(weak.clone())),
         started_sessions: peer::StartedSessions::default(),
+        ui: ui_access,
     });
     let accept = host.shutdown_token().child_token();
     let handshake = Duration::from_millis(cfg.listen.handshake_timeout_ms);

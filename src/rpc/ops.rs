@@ -10,21 +10,31 @@ use crate::protocol::{HealthResult, HealthStatus, HostStatusResult};
 
 /// `GET /metrics`: the Prometheus text exposition.
 pub(super) fn metrics_response(host: &Host) -> HttpResponse {
+    let text = with_scrape(host, |scrape| host.metrics().render(scrape));
+    let mut r = HttpResponse::new(HttpBody::from(text));
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(CONTENT_TYPE),
+    );
+    r
+}
+
+/// The exposition for the operator's page's charts: the same counters, none dropped.
+pub(super) fn metrics_peek(host: &Host) -> String {
+    with_scrape(host, |scrape| host.metrics().peek(scrape))
+}
+
+/// Runs `f` on what the host knows now, for the metrics exposition.
+fn with_scrape<R>(host: &Host, f: impl FnOnce(&Scrape) -> R) -> R {
     let snapshot = host.registry().snapshot();
-    let scrape = Scrape {
+    f(&Scrape {
         in_flight: host.calls().in_flight(),
         sessions: host.sessions().count(),
         tools: snapshot.len(),
         is_registered: &|name| snapshot.get(name).is_some(),
         config_revision: host.config_state().revision,
         servers: host.mcp().status(None),
-    };
-    let mut r = HttpResponse::new(HttpBody::from(host.metrics().render(&scrape)));
-    r.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static(CONTENT_TYPE),
-    );
-    r
+    })
 }
 
 /// `host.status`: health, config, servers, custom tools and calls in flight in one answer.

@@ -1,0 +1,306 @@
+//! `/ui`: the operator's page on the daemon's own listeners. Its files are open to anyone
+//! who reaches the listener (they hold no data); its data and actions need a page token
+//! (`crate::ui`) and a request from no browser page or one on this machine:
+//!
+//! - `POST /ui/login`: a page token, for nothing on the Unix socket, on TCP for the
+//!   listener's bearer token (`Authorization`) or a login code (`X-Toolhost-Login`);
+//! - `POST /ui/rpc`: JSON-RPC as on `POST /`, the page token in `X-Toolhost-Page`;
+//! - `GET /ui/events`: the page's server-sent events, the page token likewise.
+//!
+//! A process the host started gets none of it (as with `/mcp`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use hyper::body::{Bytes, Frame, Incoming};
+use hyper::header::{HeaderName, HeaderValue};
+use jsonrpsee::server::{HttpBody, HttpRequest, HttpResponse};
+use tokio::sync::{broadcast, mpsc};
+
+use super::http::{plain, post, Bearer, BoxError};
+use super::Shared;
+use crate::audit::Caller;
+use crate::host::Host;
+use crate::protocol::{
+    method, ui_event, ApprovalEvent, McpServerStatus, McpStatusResult, UiCalls, UiMetrics,
+};
+use crate::ui::sse::Batch;
+
+/// The header that carries the page token.
+const PAGE_HEADER: &str = "x-toolhost-page";
+/// The header that carries a login code from `toolhost ui`.
+const LOGIN_HEADER: &str = "x-toolhost-login";
+
+/// How long the event stream gathers events before one write.
+const BATCH: Duration = Duration::from_millis(100);
+/// How often the stream carries the metrics for the charts.
+const METRICS_EVERY: Duration = Duration::from_secs(1);
+/// How long an idle stream waits before a keep-alive comment.
+const KEEP_ALIVE: Duration = Duration::from_secs(5);
+/// Batches a reader may leave unread; one more and the stream ends (a slow page is
+/// dropped and reconnects, rather than the daemon buffering for it without end).
+const MAX_UNREAD: usize = 16;
+
+/// Answers a request for a `/ui` path. `bearer` is the TCP listener's token check.
+pub(super) fn serve(
+    req: HttpRequest<Incoming>,
+    shared: Arc<Shared>,
+    bearer: Option<&Bearer>,
+    caller: Option<Arc<Caller>>,
+) -> BoxFuture<'static, Result<HttpResponse, BoxError>> {
+    let answer = |r| futures::future::ready(Ok(r)).boxed();
+    if super::peer::limits(&shared.host, caller.as_deref()).is_some() {
+        return answer(plain(
+            403,
+            "the operator's page is not open to processes the host started\n",
+        ));
+    }
+    let path = req.uri().path();
+    if req.method() == hyper::Method::GET {
+        if let Some(asset) = crate::ui::asset(path) {
+            return answer(with_page_headers(
+                HttpResponse::new(HttpBody::from(asset.body)),
+                asset.content_type,
+            ));
+        }
+    }
+    let origin = req
+        .headers()
+        .get(hyper::header::ORIGIN)
+        .map(|v| v.to_str().unwrap_or("?"));
+    if !crate::ui::origin_allowed(origin) {
+        return answer(plain(403, "the operator's page refuses other origins\n"));
+    }
+    let route = (req.method().clone(), path);
+    if route == (hyper::Method::POST, "/ui/login") {
+        return answer(login(&req, &shared, bearer));
+    }
+    let known = matches!(
+        (&route.0, route.1),
+        (&hyper::Method::POST, "/ui/rpc") | (&hyper::Method::GET, "/ui/events")
+    );
+    if !known {
+        return answer(plain(404, "no such page\n"));
+    }
+    let page = header(&req, PAGE_HEADER);
+    if !page.is_some_and(|token| shared.ui.page_ok(token)) {
+        return answer(plain(401, "missing or stale page token: log in again\n"));
+    }
+    if let Some(bearer) = bearer {
+        bearer.let_in();
+    }
+    if route.0 == hyper::Method::GET {
+        return answer(events(shared.host.clone()));
+    }
+    let caller = caller.map(|c| c.with_agent(&req));
+    post(req, shared, caller).map(Ok).boxed()
+}
+
+/// `POST /ui/login`: a fresh page token for whoever may have one.
+fn login(req: &HttpRequest<Incoming>, shared: &Shared, bearer: Option<&Bearer>) -> HttpResponse {
+    if let Some(bearer) = bearer {
+        let code = header(req, LOGIN_HEADER).is_some_and(|c| shared.ui.redeem(c));
+        if !code && !bearer.holds_token(req) {
+            return plain(
+                401,
+                "give the TCP token or a login code from `toolhost ui`\n",
+            );
+        }
+        bearer.let_in();
+    }
+    let body = serde_json::json!({ "page_token": shared.ui.new_page() }).to_string();
+    let mut r = HttpResponse::new(HttpBody::from(body));
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    no_store(r)
+}
+
+fn header<'a>(req: &'a HttpRequest<Incoming>, name: &str) -> Option<&'a str> {
+    req.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+/// A page file's headers: its type, no caching (a new binary serves a new page), no
+/// framing by other pages, scripts and styles only from itself, no referrer.
+fn with_page_headers(mut r: HttpResponse, content_type: &'static str) -> HttpResponse {
+    let h = r.headers_mut();
+    h.insert(
+        hyper::header::CONTENT_TYPE,
+        HeaderValue::from_static(content_type),
+    );
+    h.insert(
+        hyper::header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(
+            "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+        ),
+    );
+    h.insert(
+        hyper::header::X_FRAME_OPTIONS,
+        HeaderValue::from_static("DENY"),
+    );
+    h.insert(
+        hyper::header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        hyper::header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    no_store(r)
+}
+
+fn no_store(mut r: HttpResponse) -> HttpResponse {
+    r.headers_mut().insert(
+        hyper::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-store"),
+    );
+    r
+}
+
+/// `GET /ui/events`: the stream's response; its producer runs until the reader goes away,
+/// falls behind, or the daemon shuts down.
+fn events(host: Host) -> HttpResponse {
+    let (tx, rx) = mpsc::channel::<Bytes>(MAX_UNREAD);
+    tokio::spawn(produce(host, tx));
+    let frames = futures::stream::unfold(rx, |mut rx| async move {
+        let bytes = rx.recv().await?;
+        Some((Ok::<_, std::convert::Infallible>(Frame::data(bytes)), rx))
+    });
+    let mut r = HttpResponse::new(HttpBody::new(http_body_util::StreamBody::new(frames)));
+    let h = r.headers_mut();
+    h.insert(
+        hyper::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(
+        HeaderName::from_static("x-accel-buffering"),
+        HeaderValue::from_static("no"),
+    );
+    no_store(r)
+}
+
+/// What the stream last told its reader, to send only what changed.
+struct Told {
+    /// The config's revision and last error.
+    config: (u64, Option<String>),
+    calls: u64,
+    servers: Vec<McpServerStatus>,
+    metrics: Instant,
+    written: Instant,
+}
+
+/// Gathers the host's changes and writes them every [`BATCH`]: tools changed and the
+/// approval queue's events as they come,
+/// the calls in flight when calls started or ended, the servers when one's state, tools or
+/// error changed, the config's status after a reload, the metrics every second.
+async fn produce(host: Host, tx: mpsc::Sender<Bytes>) {
+    let mut tools = host.registry().subscribe();
+    let mut tick = tokio::time::interval(BATCH);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let long_ago = Instant::now()
+        .checked_sub(METRICS_EVERY)
+        .unwrap_or_else(Instant::now);
+    let state = host.config_state();
+    let mut told = Told {
+        config: (state.revision, state.last_error),
+        calls: u64::MAX,
+        servers: Vec::new(),
+        metrics: long_ago,
+        written: Instant::now(),
+    };
+    let (waiting, mut approvals) = host.approvals().subscribe();
+    let mut batch = Batch::default();
+    // The first batch tells the servers even when there are none, so the page knows, and
+    // each call waiting for approval now (as `subscribe_approvals` does).
+    batch.push(
+        ui_event::SERVERS,
+        &McpStatusResult {
+            servers: Vec::new(),
+        },
+    );
+    for entry in waiting {
+        batch.push(
+            method::APPROVAL_EVENT,
+            &ApprovalEvent::ApprovalPending(entry),
+        );
+    }
+    loop {
+        tokio::select! {
+            _ = host.shutdown_token().cancelled() => return,
+            _ = tx.closed() => return,
+            change = tools.recv() => match change {
+                Ok(change) => batch.push(method::TOOLS_CHANGED, &change),
+                Err(broadcast::error::RecvError::Lagged(_)) => batch.push(ui_event::RESYNC, &serde_json::json!({})),
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+            event = approvals.recv() => match event {
+                Ok(event) => batch.push(method::APPROVAL_EVENT, &event),
+                Err(broadcast::error::RecvError::Lagged(_)) => batch.push(ui_event::RESYNC, &serde_json::json!({})),
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+            _ = tick.tick() => {
+                gather(&host, &mut told, &mut batch);
+                if batch.is_empty() && told.written.elapsed() >= KEEP_ALIVE {
+                    batch.keep_alive();
+                }
+                if batch.is_empty() {
+                    continue;
+                }
+                if tx.try_send(Bytes::from(batch.take())).is_err() {
+                    tracing::debug!("an operator page fell behind its event stream; ending the stream");
+                    return;
+                }
+                told.written = Instant::now();
+            }
+        }
+    }
+}
+
+/// Adds to `batch` what changed since `told`.
+fn gather(host: &Host, told: &mut Told, batch: &mut Batch) {
+    let state = host.config_state();
+    let config = (state.revision, state.last_error);
+    if config != told.config {
+        told.config = config;
+        batch.push(ui_event::CONFIG, &crate::reload::status(host));
+    }
+    let calls = host.calls().changes();
+    if calls != told.calls {
+        told.calls = calls;
+        batch.push(
+            ui_event::CALLS,
+            &UiCalls {
+                calls: host.calls().list(),
+            },
+        );
+    }
+    let servers = host.mcp().status(None);
+    // Calls running and queued change with every call (the calls event tells of them), and
+    // memory all the time (the page reads it with the status).
+    let steady = |s: &[McpServerStatus]| -> Vec<McpServerStatus> {
+        s.iter()
+            .map(|s| McpServerStatus {
+                in_flight: 0,
+                queued: 0,
+                rss_kib: None,
+                ..s.clone()
+            })
+            .collect()
+    };
+    if steady(&servers) != steady(&told.servers) {
+        told.servers = servers.clone();
+        batch.push(ui_event::SERVERS, &McpStatusResult { servers });
+    }
+    if told.metrics.elapsed() >= METRICS_EVERY {
+        told.metrics = Instant::now();
+        batch.push(
+            ui_event::METRICS,
+            &UiMetrics {
+                exposition: super::ops::metrics_peek(host),
+            },
+        );
+    }
+}
