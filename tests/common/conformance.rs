@@ -45,15 +45,13 @@ pub fn required_client_scenarios(version: &str) -> Vec<String> {
     let path = suite_dir().join(format!("requirements/{version}.yaml"));
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    let mut in_client = false;
-    let mut names = Vec::new();
-    for line in text.lines() {
-        if !line.starts_with(' ') && !line.starts_with('#') && !line.is_empty() {
-            in_client = line.trim_end() == "client:";
-        } else if let Some(name) = line.strip_prefix("  - ").filter(|_| in_client) {
-            names.push(name.trim().to_owned());
-        }
-    }
+    let docs = yaml_rust2::YamlLoader::load_from_str(&text).unwrap();
+    let names: Vec<String> = docs[0]["client"]
+        .as_vec()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n.as_str().map(str::to_owned))
+        .collect();
     assert!(
         !names.is_empty(),
         "no client scenarios in {}",
