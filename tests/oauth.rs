@@ -81,6 +81,9 @@ struct AuthState {
     token_as: HashMap<String, String>,
     /// The secret dynamic registration issues (none: a public client).
     registration_secret: Option<String>,
+    /// The secret of each registered confidential client: a token request that
+    /// authenticates with another is refused (`invalid_client`).
+    client_secrets: HashMap<String, String>,
     /// What the metadata says of `iss`, and what the authorization response carries.
     iss_supported: bool,
     iss: Iss,
@@ -231,8 +234,9 @@ async fn route(
             st.seen.push(format!("{auth_server} register {body}"));
             let mut registered =
                 json!({"client_id": client_id, "redirect_uris": body["redirect_uris"]});
-            if let Some(secret) = &st.registration_secret {
+            if let Some(secret) = st.registration_secret.clone() {
                 registered["client_secret"] = json!(secret);
+                st.client_secrets.insert(client_id, secret);
             }
             reply(201, &[], registered)
         }
@@ -296,6 +300,11 @@ async fn route(
                 "{auth_server} token basic={basic} {}",
                 String::from_utf8_lossy(&body)
             ));
+            if let Some((id, secret)) = basic.split_once(':') {
+                if st.client_secrets.get(id).is_some_and(|s| s != secret) {
+                    return Ok(reply(401, &[], json!({"error": "invalid_client"})));
+                }
+            }
             let scopes = match f.get("grant_type").map(String::as_str) {
                 Some("authorization_code") => {
                     assert!(f.contains_key("code_verifier"));
@@ -674,4 +683,37 @@ async fn authorization_server_migration_reauthorizes() {
     for s in seen.iter().filter(|s| s.contains(" register ")) {
         assert!(s.contains(r#""application_type":"native""#), "{s}");
     }
+}
+
+/// A sign-in started and never finished registers a new client, but the tokens stored are
+/// still the old client's: refreshing them, after a restart too, keeps using the old
+/// client's secret.
+#[tokio::test]
+async fn an_abandoned_sign_in_keeps_the_working_client() {
+    let p = Provider::start(3600).await;
+    p.state().registration_secret = Some("first-secret".to_owned());
+    let mut d = Daemon::start_with(Some(config(&p.url()))).await;
+    wait_state(&d, "auth_required").await;
+    login(&d).await;
+    wait_state(&d, "ready").await;
+
+    // The first half of a sign-in only: a new client with another secret is registered.
+    p.state().registration_secret = Some("second-secret".to_owned());
+    let r = d
+        .call(
+            "mcp.login",
+            json!({"name": "notes", "redirect_uri": "http://127.0.0.1:9/callback"}),
+        )
+        .await;
+    assert!(r["result"]["authorization_url"].is_string(), "{r}");
+
+    // A restart reads the client's secret back from the token file.
+    d.stop().await;
+    d.spawn(&[]).await;
+    wait_state(&d, "ready").await;
+    let refreshes = p.state().refreshes;
+    p.state().access.clear();
+    let r = d.invoke("mcp_notes_hello", json!({})).await;
+    assert_eq!(r, json!({"ok": true, "output": "hello done"}));
+    assert_eq!(p.state().refreshes, refreshes + 1);
 }
