@@ -275,6 +275,7 @@ mod tests {
             source: "builtin".into(),
             server: None,
             approval: Some(ApprovalVerdict::Allow),
+            approval_decision: None,
             approved: false,
             ok: true,
             error_kind: None,

@@ -55,6 +55,8 @@ struct Inner {
     skills: crate::skills::Skills,
     sessions: Sessions,
     calls: Arc<CallTable>,
+    /// Calls waiting for an operator's approval.
+    approvals: Arc<crate::approvals::Approvals>,
     /// Event counters for `GET /metrics`.
     metrics: Arc<crate::metrics::Metrics>,
     /// One line per finished call in the data dir.
@@ -131,6 +133,7 @@ impl Host {
             registry,
             sessions,
             calls: Arc::default(),
+            approvals: Arc::default(),
             metrics: Arc::default(),
             audit,
             started: Instant::now(),
@@ -188,6 +191,9 @@ impl Host {
     }
     pub fn calls(&self) -> &Arc<CallTable> {
         &self.0.calls
+    }
+    pub fn approvals(&self) -> &Arc<crate::approvals::Approvals> {
+        &self.0.approvals
     }
     pub fn metrics(&self) -> &Arc<crate::metrics::Metrics> {
         &self.0.metrics

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Map, Value};
 
 use crate::approval::{self, Decision};
+use crate::approvals;
 use crate::audit;
 use crate::calls::CallRights;
 use crate::catalog::ToolSource;
@@ -111,7 +112,10 @@ pub async fn invoke(
     let timeout_ms = params
         .timeout_ms
         .unwrap_or(config.limits.default_timeout_ms);
-    let mut facts = Facts::default();
+    let mut facts = Facts {
+        client,
+        ..Facts::default()
+    };
     let outcome = run_checked(
         host,
         &params,
@@ -142,7 +146,6 @@ pub async fn invoke(
     );
     let elapsed = started.elapsed();
     facts.output_bytes = output_bytes as u64;
-    facts.client = client;
     record_finished(host, &call_id, &params, facts, &result, elapsed);
     Ok(InvokeResult {
         call_id,
@@ -166,6 +169,7 @@ struct Facts {
     source: Source,
     server: Option<String>,
     approval: Option<Verdict>,
+    approval_decision: Option<crate::protocol::ApprovalVerdictRecord>,
     args_sha256: Option<String>,
     args_bytes: u64,
     output_bytes: u64,
@@ -178,6 +182,7 @@ impl Default for Facts {
             source: Source::unknown,
             server: None,
             approval: None,
+            approval_decision: None,
             args_sha256: None,
             args_bytes: 0,
             output_bytes: 0,
@@ -222,6 +227,7 @@ fn record_finished(
         source: facts.source.as_str().to_owned(),
         server: facts.server,
         approval: facts.approval,
+        approval_decision: facts.approval_decision,
         approved: params.approved,
         ok: result.ok,
         error_kind: result.error_kind,
@@ -301,41 +307,51 @@ async fn run_checked(
     });
     match decision {
         Decision::Allow => {}
+        // A tool allowed for the rest of the session (`allow_session`) runs without asking;
+        // leaving the sandbox is asked every time.
+        Decision::NeedsApproval
+            if !sandboxing.leaves
+                && ctx.session_id.as_deref().is_some_and(|session| {
+                    host.approvals().allowed_in_session(session, &params.name)
+                }) =>
+        {
+            facts.approval_decision = Some(crate::protocol::ApprovalVerdictRecord {
+                outcome: crate::protocol::ApprovalOutcome::AllowSession,
+                by: None,
+                reason: None,
+                waited_ms: 0,
+            });
+        }
         Decision::NeedsApproval => {
             let mut summary = entry
                 .tool
                 .approval_details(&args)
                 .unwrap_or_else(|| approval_summary(&params.name, entry.approval, &args));
-            let message = match ctx.sandbox.left.filter(|_| sandboxing.leaves) {
+            let refusal = match ctx.sandbox.left.filter(|_| sandboxing.leaves) {
                 Some(left) => {
                     summary.push_str(&format!(" — OUTSIDE THE SANDBOX (sandbox: \"off\"; the session's policy is {})", left.as_str()));
                     format!("Tool '{}' asks to run outside the sandbox (sandbox: \"off\"), which always needs approval; repeat the call with \"approved\": true once the user agrees.", params.name)
                 }
                 None => format!("Tool '{}' needs approval in strict mode; repeat the call with \"approved\": true once the user agrees.", params.name),
             };
-            // A frontend that answers elicitation is asked itself, within the call's timeout.
-            if !ctx.inputs.accepts(InputKind::Elicitation) {
-                return Err(ToolError::new(ErrorKind::ApprovalRequired, message)
-                    .with_field("approval", summary));
-            }
-            let asked = ask_approval(&ctx, &params.name, &summary);
-            match tokio::time::timeout(Duration::from_millis(timeout_ms), asked).await {
-                Ok(Ok(true)) => {}
-                Ok(Ok(false)) => {
-                    return Err(ToolError::new(
-                        ErrorKind::Denied,
-                        format!("The user declined the tool call {summary}; it did not run."),
-                    ))
-                }
-                Ok(Err(why)) => {
-                    return Err(ToolError::new(
-                        ErrorKind::ApprovalRequired,
-                        format!("{message} Asking the user failed: {why}"),
-                    )
-                    .with_field("approval", summary))
-                }
-                Err(_) => return Err(ToolError::timed_out(&params.name, timeout_ms)),
-            }
+            // The call's own frontend is asked (if it answers elicitation) and the call
+            // waits in the approval queue (if `approval.wait_s` allows); the first answer wins.
+            let ask = approvals::Ask {
+                tool: &params.name,
+                class: entry.approval,
+                summary,
+                refusal,
+                arguments: &args,
+                client: facts
+                    .client
+                    .clone()
+                    .or_else(|| audit::current_caller().and_then(|c| c.agent.clone())),
+                wait_s: host.config().approval.wait_s,
+                timeout_ms,
+            };
+            let (allowed, verdict) = approvals::settle(host.approvals(), &ctx, ask).await;
+            facts.approval_decision = verdict;
+            allowed?;
         }
         Decision::Deny(msg) => return Err(ToolError::new(ErrorKind::Denied, msg)),
     }
@@ -358,25 +374,6 @@ async fn run_checked(
         }
         _ = cancel.cancelled() => Err(ToolError::cancelled(&params.name)),
     }
-}
-
-/// Puts a call that needs approval to the user through the call's frontend (an
-/// `elicitation/create` with an empty form); `Ok(true)` on accept.
-async fn ask_approval(
-    ctx: &CallContext,
-    tool: &str,
-    summary: &str,
-) -> std::result::Result<bool, String> {
-    let params = serde_json::json!({
-        "message": format!("Allow the tool call {summary}? (tool '{tool}', toolhost strict session)"),
-        "requestedSchema": {"type": "object", "properties": {}},
-    });
-    let answer = ctx
-        .inputs
-        .ask(InputKind::Elicitation, params)
-        .await
-        .map_err(|e| e.message)?;
-    Ok(answer.get("action").and_then(Value::as_str) == Some("accept"))
 }
 
 /// `tool_search` called as a tool: the matches go to the model, and to the session's loaded

@@ -20,6 +20,7 @@
 //! nothing outside this crate links the daemon's internals.
 
 mod approval;
+mod approvals;
 mod atomic_file;
 mod audit;
 mod bounded_lines;

@@ -176,7 +176,7 @@ async fn config_reload_and_status() {
 
 #[tokio::test]
 async fn strict_mode_refusal_names_the_approved_flag() {
-    let d = Daemon::start_with(Some(json!({"approval": {"mode": "strict"}}))).await;
+    let d = Daemon::start_with(Some(json!({"approval": {"mode": "strict", "wait_s": 0}}))).await;
     let denied = cli(
         &d,
         &["invoke", "bash", "--args", r#"{"command":"echo hi"}"#],

@@ -64,7 +64,7 @@ async fn a_security_key_typo_refuses_the_config_at_check_start_and_reload() {
     .await;
 
     // A running daemon keeps its strict policy when an edit misspells it.
-    let d = Daemon::start_with(Some(json!({"approval": {"mode": "strict"}}))).await;
+    let d = Daemon::start_with(Some(json!({"approval": {"mode": "strict", "wait_s": 0}}))).await;
     write_atomic(&d.config_path(), &json!({"approval": {"mdoe": "auto"}}));
     let r = d.call("config.reload", json!({})).await;
     assert_eq!(r["result"]["applied"], json!(false));

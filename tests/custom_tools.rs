@@ -799,7 +799,7 @@ async fn hidden_strict_and_approval_details_flags() {
             write_tool(&root, "loose", m, "echo");
             copy_fixture("modes", &root);
         },
-        json!({}),
+        json!({"approval": {"wait_s": 0}}),
     )
     .await;
     assert!(!names(&d).await.contains(&"secret_tool".to_owned()));

@@ -541,7 +541,7 @@ async fn roots_set_the_session_workspace() {
 
 #[tokio::test]
 async fn strict_sessions_ask_the_user_through_elicitation() {
-    let d = start(json!({"approval": {"mode": "strict"}})).await;
+    let d = start(json!({"approval": {"mode": "strict", "wait_s": 0}})).await;
     let marker = d.workspace().join("ran");
     let command = json!({"command": "touch ran"});
 

@@ -485,7 +485,7 @@ async fn a_custom_tool_asks_the_frontend_and_reads_the_answer_on_stdin() {
 
 #[tokio::test]
 async fn a_strict_sessions_approval_is_an_input_request_of_the_call() {
-    let d = Daemon::start_with(Some(json!({"approval": {"mode": "strict"}}))).await;
+    let d = Daemon::start_with(Some(json!({"approval": {"mode": "strict", "wait_s": 0}}))).await;
     let marker = d.workspace().join("ran");
     let mut c = d.raw_lines().await;
     for (action, runs) in [("decline", false), ("accept", true)] {

@@ -418,6 +418,47 @@ async fn every_answer_validates_against_the_openrpc_document() {
     check(&doc, "unsubscribe_invoke", &r["result"]);
     seen.insert("unsubscribe_invoke".into());
 
+    // The approval queue: a strict session's call waits, is listed, is denied.
+    let sub = ws.call("subscribe_approvals", json!({})).await;
+    let approvals_sub = sub["result"].clone();
+    seen.insert("subscribe_approvals".into());
+    let strict = d
+        .call("session.create", json!({"approval": "strict"}))
+        .await["result"]["id"]
+        .clone();
+    let mut caller = d.raw_lines().await;
+    caller
+        .send(
+            "subscribe_invoke",
+            json!({"name": "bash", "arguments": {"command": "true"}, "session_id": strict}),
+        )
+        .await;
+    let pending = loop {
+        let n = ws.recv().await;
+        if n["method"] == "approval_event" {
+            check_notification(&doc, "subscribe_approvals", &n["params"]);
+            break n["params"]["result"].clone();
+        }
+    };
+    assert_eq!(pending["kind"], "approval_pending", "{pending}");
+    let list = call_checked(&d, &doc, &mut seen, "approvals.list", json!({})).await;
+    assert_eq!(list["pending"][0]["id"], pending["id"], "{list}");
+    let deny = json!({"id": pending["id"], "decision": "deny", "reason": "not now"});
+    call_checked(&d, &doc, &mut seen, "approvals.decide", deny).await;
+    loop {
+        let n = ws.recv().await;
+        if n["method"] == "approval_event" {
+            check_notification(&doc, "subscribe_approvals", &n["params"]);
+            assert_eq!(n["params"]["result"]["kind"], "approval_decided", "{n}");
+            break;
+        }
+    }
+    let r = ws
+        .call("unsubscribe_approvals", json!([approvals_sub]))
+        .await;
+    check(&doc, "unsubscribe_approvals", &r["result"]);
+    seen.insert("unsubscribe_approvals".into());
+
     let documented: BTreeSet<String> = doc["methods"]
         .as_array()
         .unwrap()

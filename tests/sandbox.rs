@@ -353,7 +353,7 @@ async fn strict_sessions_run_sandboxed_commands_and_must_approve_leaving() {
         return;
     }
     let d = Daemon::start_with(Some(json!({
-        "approval": {"mode": "strict", "sandboxed_commands": "auto"},
+        "approval": {"mode": "strict", "sandboxed_commands": "auto", "wait_s": 0},
         "sandbox": {"policy": "workspace-write"},
     })))
     .await;
@@ -403,7 +403,7 @@ async fn a_kernel_without_landlock_refuses_or_runs_unconfined_as_configured() {
     // The switch only lowers what the daemon believes the kernel can do.
     let cfg = |required: bool| {
         json!({
-            "approval": {"mode": "strict", "sandboxed_commands": "auto"},
+            "approval": {"mode": "strict", "sandboxed_commands": "auto", "wait_s": 0},
             "sandbox": {"policy": "workspace-write", "required": required},
         })
     };

@@ -91,7 +91,7 @@ async fn session_methods_and_errors() {
 
 #[tokio::test]
 async fn invoke_with_a_session_uses_its_workspace_approval_and_live_meta() {
-    let d = Daemon::start().await;
+    let d = Daemon::start_with(Some(json!({"approval": {"wait_s": 0}}))).await;
     std::fs::create_dir_all(d.workspace().join("sub")).unwrap();
     let s = create(
         &d,

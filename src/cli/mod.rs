@@ -9,6 +9,7 @@
 //! an invalid config for `config check`); 2 usage errors (bad flags or JSON); 3 no daemon
 //! answering on the socket, the connection broke, or no answer in time.
 
+mod approvals;
 mod calls;
 mod config;
 mod import;
@@ -95,6 +96,9 @@ enum Command {
         #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "2")]
         watch: Option<f64>,
     },
+    /// The calls waiting for an operator's approval; `approvals allow|deny ID` decides one,
+    /// `--follow` prints the queue's events as they come.
+    Approvals(approvals::ApprovalsArgs),
     /// Finished calls from the audit log (no daemon needed).
     Calls(calls::CallsArgs),
     /// Show the daemon's health.
@@ -243,6 +247,7 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Call { method, params } => invoke::call(&g, &method, params.as_deref()).await,
         Command::Status { watch } => status::run(&g, watch).await,
         Command::Health => status::health(&g).await,
+        Command::Approvals(args) => approvals::run(&g, args).await,
         Command::Calls(args) => Ok(calls::run(&g, args).await),
         Command::Config { command } => config::run(&g, command).await,
         Command::Session { command } => session::run(&g, command).await,

@@ -308,6 +308,29 @@ impl Client {
         .await
     }
 
+    /// The calls waiting in the approval queue.
+    pub async fn approvals_list(&self) -> Result<ApprovalsListResult, ClientError> {
+        self.call(method::APPROVALS_LIST, &EmptyParams {}).await
+    }
+
+    /// Decides a call waiting in the approval queue.
+    pub async fn approvals_decide(
+        &self,
+        params: &ApprovalsDecideParams,
+    ) -> Result<DecidedApproval, ClientError> {
+        self.call(method::APPROVALS_DECIDE, params).await
+    }
+
+    /// The approval queue's events: the calls waiting now, then every change.
+    pub async fn subscribe_approvals(&self) -> Result<Subscription<ApprovalEvent>, ClientError> {
+        self.subscribe(
+            method::SUBSCRIBE_APPROVALS,
+            method::UNSUBSCRIBE_APPROVALS,
+            &EmptyParams {},
+        )
+        .await
+    }
+
     pub async fn list_prompts(
         &self,
         params: &SurfaceListParams,
@@ -433,6 +456,7 @@ impl Notification for InvokeEvent {
 }
 
 impl Notification for ToolsChanged {}
+impl Notification for ApprovalEvent {}
 impl Notification for PromptsChanged {}
 impl Notification for ResourcesChanged {}
 impl Notification for ResourceUri {}

@@ -174,7 +174,7 @@ impl Default for Listen {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default)]
 pub struct Approval {
     /// The mode of calls without a session and the default for new sessions.
@@ -184,6 +184,22 @@ pub struct Approval {
     pub tools: HashMap<String, ApprovalClass>,
     /// `auto`: strict sessions run `command` tools confined by the sandbox without approval.
     pub sandboxed_commands: SandboxedCommands,
+    /// Seconds a call that needs approval waits in the approval queue for an operator
+    /// (`toolhost approvals`, the page, `approvals.decide`); 0: it fails at once with
+    /// `approval_required` unless its own frontend is asked.
+    #[schemars(range(max = 86_400))]
+    pub wait_s: u64,
+}
+
+impl Default for Approval {
+    fn default() -> Self {
+        Approval {
+            mode: ApprovalMode::default(),
+            tools: HashMap::new(),
+            sandboxed_commands: SandboxedCommands::default(),
+            wait_s: 120,
+        }
+    }
 }
 
 /// Whether strict sessions must approve `command` tools that run confined by the sandbox.

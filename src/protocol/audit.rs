@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::ErrorKind;
+use super::{ApprovalVerdictRecord, ErrorKind};
 
 /// What the approval policy said about a call that got that far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,6 +41,10 @@ pub struct AuditRecord {
     /// `None` when the call failed before the policy was asked (unknown tool, bad args).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<ApprovalVerdict>,
+    /// How the call's approval was decided when it was asked for: the approval queue's
+    /// or the caller's own answer, who gave it, and from where.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_decision: Option<ApprovalVerdictRecord>,
     /// The call carried `approved: true`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub approved: bool,

@@ -110,6 +110,11 @@ pub mod method {
     pub const SUBSCRIBE_RESOURCES_CHANGED: &str = "subscribe_resources_changed";
     pub const UNSUBSCRIBE_RESOURCES_CHANGED: &str = "unsubscribe_resources_changed";
     pub const RESOURCES_CHANGED: &str = "resources_changed";
+    pub const APPROVALS_LIST: &str = "approvals.list";
+    pub const APPROVALS_DECIDE: &str = "approvals.decide";
+    pub const SUBSCRIBE_APPROVALS: &str = "subscribe_approvals";
+    pub const UNSUBSCRIBE_APPROVALS: &str = "unsubscribe_approvals";
+    pub const APPROVAL_EVENT: &str = "approval_event";
     pub const DISCOVER: &str = "rpc.discover";
 }
 

@@ -24,6 +24,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 
+mod approvals;
 mod skills;
 
 use super::openrpc::{self, MethodDoc};
@@ -354,6 +355,7 @@ pub(crate) fn methods() -> anyhow::Result<Methods> {
     subscribe_tools_changed(&mut api)?;
     surface::register(&mut api)?;
     skills::register(&mut api)?;
+    approvals::register(&mut api)?;
 
     // rpc.discover documents itself too, then serves the finished document.
     api.docs.push(Box::new(|| {
@@ -552,6 +554,7 @@ fn session_methods(api: &mut Api) -> anyhow::Result<()> {
             // The workspace is read first: the handler may clean up files there.
             let workspace = host.sessions().get(&p.id).await.ok().map(|s| s.workspace);
             let deleted = host.sessions().delete(&p.id).await?;
+            host.approvals().forget_session(&p.id);
             if deleted {
                 let ws = workspace.unwrap_or_else(|| host.workspace().display().to_string());
                 session_event(&host, SessionEvent::Delete, &p.id, &ws);

@@ -175,6 +175,12 @@ fn access(name: &str) -> Access {
         | method::SESSION_RESUME
         | method::SESSION_REFRESH_TOOLS => Access::OwnSession,
         method::SESSION_CREATE | method::SESSION_UPDATE => Access::SessionSettings,
+        // The approval queue: a process the host started never sees others' calls' arguments
+        // nor decides an approval (its own call's, least of all).
+        method::APPROVALS_LIST
+        | method::APPROVALS_DECIDE
+        | method::SUBSCRIBE_APPROVALS
+        | method::UNSUBSCRIBE_APPROVALS => Access::Admin,
         // config.reload, mcp.add/remove/reload/login/logout, tools.approve, cancel (of any
         // call), session.list (everyone's sessions), and whatever is added later.
         _ => Access::Admin,
@@ -412,6 +418,9 @@ mod tests {
             method::MCP_ADD,
             method::CONFIG_RELOAD,
             method::TOOLS_APPROVE,
+            method::APPROVALS_LIST,
+            method::APPROVALS_DECIDE,
+            method::SUBSCRIBE_APPROVALS,
             "future.admin",
         ] {
             assert!(limited().admit(&s, name, None).is_err(), "{name}");

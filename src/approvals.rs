@@ -1,0 +1,595 @@
+//! The approval queue: one per daemon, where a strict session's call that needs approval
+//! waits for an operator (`approvals.decide` from `toolhost approvals`, the page, or any
+//! socket client) instead of failing at once because its own frontend cannot be asked.
+//!
+//! A call enters with [`Approvals::enqueue`] and holds a [`Ticket`] while it waits. Every
+//! way a wait can end goes through the queue's one lock, so exactly one ending wins: an
+//! operator's decision, the caller's own answer (when its frontend was asked too, the two
+//! race), the deadline, or the call leaving (its ticket dropped: cancelled, caller gone,
+//! shutdown). Each ending is announced once as an `approval_decided` event; a decision
+//! that comes second is refused with the first one's name. [`settle`] is the pipeline's
+//! whole approval step, queue or not.
+//!
+//! `allow_session` is remembered here in memory, per session and tool, until the session
+//! is deleted or the daemon stops: a restart asks again (the safe side).
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value};
+use tokio::sync::{broadcast, oneshot};
+
+use crate::audit::Caller;
+use crate::error::Error;
+use crate::lock;
+use crate::protocol::{
+    ApprovalClass, ApprovalDecider, ApprovalDecision, ApprovalEvent, ApprovalOutcome,
+    ApprovalVerdictRecord, ApprovalsDecideParams, DecidedApproval, DecidedVia, ErrorKind,
+    InputKind, PendingApproval,
+};
+use crate::registry::{CallContext, ToolError};
+
+/// Calls waiting at most; one more fails at once, as without a queue.
+pub const MAX_PENDING: usize = 256;
+/// Endings remembered, so that a late decision hears who came first.
+const KEEP_DECIDED: usize = 256;
+/// A decision's reason is kept to this many characters.
+const MAX_REASON_CHARS: usize = 500;
+
+/// The daemon's approval queue.
+pub struct Approvals {
+    state: Mutex<State>,
+    /// Sent under the state's lock, so a subscriber's snapshot and its events never
+    /// overlap or leave a gap.
+    events: broadcast::Sender<ApprovalEvent>,
+}
+
+#[derive(Default)]
+struct State {
+    /// By number, so oldest first.
+    pending: BTreeMap<u64, Waiting>,
+    decided: VecDeque<DecidedApproval>,
+    /// Tools allowed for the rest of a session, by session id.
+    allowed: HashMap<String, HashSet<String>>,
+    /// The number of the last entry (ids are `ap-<number>`, never reused).
+    last: u64,
+}
+
+struct Waiting {
+    entry: PendingApproval,
+    since: Instant,
+    answer: oneshot::Sender<ApprovalVerdictRecord>,
+}
+
+/// What a call puts to the queue.
+pub struct Request<'a> {
+    pub call_id: &'a str,
+    pub tool: &'a str,
+    pub session_id: Option<&'a str>,
+    pub client: Option<String>,
+    pub class: Option<ApprovalClass>,
+    pub summary: &'a str,
+    pub arguments: &'a Map<String, Value>,
+    pub caller_asked: bool,
+    pub wait: Duration,
+}
+
+impl Default for Approvals {
+    fn default() -> Self {
+        Approvals {
+            state: Mutex::default(),
+            events: broadcast::channel(256).0,
+        }
+    }
+}
+
+impl Approvals {
+    /// Puts a call in the queue; `None` when [`MAX_PENDING`] calls wait already.
+    pub fn enqueue(self: &Arc<Self>, r: Request<'_>) -> Option<Ticket> {
+        let mut state = lock(&self.state);
+        if state.pending.len() >= MAX_PENDING {
+            return None;
+        }
+        state.last += 1;
+        let key = state.last;
+        let since_ms = crate::now_ms();
+        let wait_ms = u64::try_from(r.wait.as_millis()).unwrap_or(u64::MAX);
+        let entry = PendingApproval {
+            id: format!("ap-{key}"),
+            call_id: r.call_id.to_owned(),
+            tool: r.tool.to_owned(),
+            session_id: r.session_id.map(str::to_owned),
+            client: r.client,
+            class: r.class,
+            summary: r.summary.to_owned(),
+            arguments: masked(r.arguments),
+            caller_asked: r.caller_asked,
+            since_ms,
+            deadline_ms: since_ms.saturating_add(wait_ms),
+        };
+        let (answer, rx) = oneshot::channel();
+        let _ = self
+            .events
+            .send(ApprovalEvent::ApprovalPending(entry.clone()));
+        state.pending.insert(
+            key,
+            Waiting {
+                entry,
+                since: Instant::now(),
+                answer,
+            },
+        );
+        Some(Ticket {
+            queue: self.clone(),
+            key,
+            rx,
+        })
+    }
+
+    /// The calls waiting now, oldest first.
+    pub fn list(&self) -> Vec<PendingApproval> {
+        let state = lock(&self.state);
+        state.pending.values().map(|w| w.entry.clone()).collect()
+    }
+
+    /// The calls waiting now and every event from this moment on.
+    pub fn subscribe(&self) -> (Vec<PendingApproval>, broadcast::Receiver<ApprovalEvent>) {
+        let state = lock(&self.state);
+        let rx = self.events.subscribe();
+        (
+            state.pending.values().map(|w| w.entry.clone()).collect(),
+            rx,
+        )
+    }
+
+    /// An operator's decision on entry `p.id`, made from the connection of `peer`; the
+    /// first one wins.
+    pub fn decide(
+        &self,
+        p: ApprovalsDecideParams,
+        peer: Option<&Caller>,
+    ) -> Result<DecidedApproval, Error> {
+        if p.via == DecidedVia::Caller {
+            return Err(Error::InvalidParams(
+                "via \"caller\" is the call's own answer; an operator decides via socket, cli or ui"
+                    .into(),
+            ));
+        }
+        let by = ApprovalDecider {
+            via: p.via,
+            uid: peer.map(|c| c.uid),
+            pid: peer.and_then(|c| c.pid),
+            process: peer.and_then(|c| c.process.clone()),
+        };
+        let mut state = lock(&self.state);
+        let unknown = || {
+            Error::InvalidParams(format!(
+                "no call waits for approval as {:?} (see approvals.list)",
+                p.id
+            ))
+        };
+        let Some(key) = key_of(&p.id).filter(|k| state.pending.contains_key(k)) else {
+            return Err(match state.decided.iter().find(|d| d.id == p.id) {
+                Some(first) => already_decided(first),
+                None => unknown(),
+            });
+        };
+        let sessionless = state
+            .pending
+            .get(&key)
+            .is_some_and(|w| w.entry.session_id.is_none());
+        if p.decision == ApprovalDecision::AllowSession && sessionless {
+            return Err(Error::InvalidParams(format!(
+                "{} has no session, so it cannot be allowed for one; use allow_once",
+                p.id
+            )));
+        }
+        let waiting = state.pending.remove(&key).ok_or_else(unknown)?;
+        let reason = p
+            .reason
+            .map(|r| r.chars().take(MAX_REASON_CHARS).collect::<String>());
+        Ok(self.finish(&mut state, waiting, p.decision.into(), Some(by), reason))
+    }
+
+    /// Whether `tool` was allowed for the rest of session `session`.
+    pub fn allowed_in_session(&self, session: &str, tool: &str) -> bool {
+        lock(&self.state)
+            .allowed
+            .get(session)
+            .is_some_and(|tools| tools.contains(tool))
+    }
+
+    /// Forgets a deleted session's allowances (a new session of the same id starts afresh).
+    pub fn forget_session(&self, session: &str) {
+        lock(&self.state).allowed.remove(session);
+    }
+
+    /// Ends a wait just taken out of `state.pending` with `outcome`: tells its call,
+    /// remembers it, announces it.
+    fn finish(
+        &self,
+        state: &mut State,
+        waiting: Waiting,
+        outcome: ApprovalOutcome,
+        by: Option<ApprovalDecider>,
+        reason: Option<String>,
+    ) -> DecidedApproval {
+        let verdict = ApprovalVerdictRecord {
+            outcome,
+            by,
+            reason,
+            waited_ms: u64::try_from(waiting.since.elapsed().as_millis()).unwrap_or(u64::MAX),
+        };
+        let e = waiting.entry;
+        if let (ApprovalOutcome::AllowSession, Some(session)) = (outcome, &e.session_id) {
+            state
+                .allowed
+                .entry(session.clone())
+                .or_default()
+                .insert(e.tool.clone());
+        }
+        let decided = DecidedApproval {
+            id: e.id,
+            call_id: e.call_id,
+            tool: e.tool,
+            session_id: e.session_id,
+            verdict: verdict.clone(),
+        };
+        if state.decided.len() >= KEEP_DECIDED {
+            state.decided.pop_front();
+        }
+        state.decided.push_back(decided.clone());
+        let _ = waiting.answer.send(verdict);
+        let _ = self
+            .events
+            .send(ApprovalEvent::ApprovalDecided(decided.clone()));
+        decided
+    }
+}
+
+fn key_of(id: &str) -> Option<u64> {
+    id.strip_prefix("ap-")?.parse().ok()
+}
+
+fn already_decided(first: &DecidedApproval) -> Error {
+    let v = &first.verdict;
+    let who = match &v.by {
+        Some(by) => by.describe(),
+        None => "nobody".into(),
+    };
+    Error::InvalidParams(format!(
+        "{} is already decided: {} by {who}",
+        first.id,
+        v.outcome.as_str()
+    ))
+}
+
+/// A call's place in the queue while it waits; dropped while still waiting (the call was
+/// cancelled, its caller left), the entry is withdrawn.
+pub struct Ticket {
+    queue: Arc<Approvals>,
+    key: u64,
+    rx: oneshot::Receiver<ApprovalVerdictRecord>,
+}
+
+impl Ticket {
+    /// Waits for an operator's decision.
+    async fn decided(&mut self) -> ApprovalVerdictRecord {
+        match (&mut self.rx).await {
+            Ok(v) => v,
+            // The entry always answers before it goes; should it not, the call waits on
+            // for its other endings rather than run.
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    /// Ends the wait with `outcome`, unless a decision came first: then that one.
+    fn close(
+        &mut self,
+        outcome: ApprovalOutcome,
+        by: Option<ApprovalDecider>,
+    ) -> ApprovalVerdictRecord {
+        let mut state = lock(&self.queue.state);
+        if let Some(waiting) = state.pending.remove(&self.key) {
+            return self
+                .queue
+                .finish(&mut state, waiting, outcome, by, None)
+                .verdict;
+        }
+        drop(state);
+        match self.rx.try_recv() {
+            Ok(v) => v,
+            Err(_) => ApprovalVerdictRecord {
+                outcome: ApprovalOutcome::Withdrawn,
+                by: None,
+                reason: None,
+                waited_ms: 0,
+            },
+        }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let mut state = lock(&self.queue.state);
+        if let Some(waiting) = state.pending.remove(&self.key) {
+            self.queue
+                .finish(&mut state, waiting, ApprovalOutcome::Withdrawn, None, None);
+        }
+    }
+}
+
+/// A call that needs approval, as the pipeline found it.
+pub struct Ask<'a> {
+    pub tool: &'a str,
+    pub class: Option<ApprovalClass>,
+    /// The one-line summary shown to whoever decides.
+    pub summary: String,
+    /// Why the call cannot run yet and how to approve it (the `approval_required` text).
+    pub refusal: String,
+    pub arguments: &'a Map<String, Value>,
+    pub client: Option<String>,
+    /// `approval.wait_s`: 0 keeps the call out of the queue.
+    pub wait_s: u64,
+    /// The call's timeout, which bounds the question to its own frontend when there is no
+    /// queue.
+    pub timeout_ms: u64,
+}
+
+/// The approval step of a call that needs approval: asks the call's frontend (when it
+/// answers elicitation) and puts the call in the queue (when `wait_s` > 0), and returns
+/// whether it may run, with the decision for the audit log.
+pub async fn settle(
+    queue: &Arc<Approvals>,
+    ctx: &CallContext,
+    ask: Ask<'_>,
+) -> (Result<(), ToolError>, Option<ApprovalVerdictRecord>) {
+    let asks_caller = ctx.inputs.accepts(InputKind::Elicitation);
+    let wait = Duration::from_secs(ask.wait_s);
+    let ticket = (ask.wait_s > 0)
+        .then(|| {
+            queue.enqueue(Request {
+                call_id: &ctx.call_id,
+                tool: ask.tool,
+                session_id: ctx.session_id.as_deref(),
+                client: ask.client.clone(),
+                class: ask.class,
+                summary: &ask.summary,
+                arguments: ask.arguments,
+                caller_asked: asks_caller,
+                wait,
+            })
+        })
+        .flatten();
+    let since = Instant::now();
+    let caller = || ApprovalDecider {
+        via: DecidedVia::Caller,
+        uid: None,
+        pid: None,
+        process: None,
+    };
+    let Some(mut ticket) = ticket else {
+        if !asks_caller {
+            let mut refusal = ask.refusal.clone();
+            if ask.wait_s > 0 {
+                refusal.push_str(&format!(
+                    " The approval queue is full ({MAX_PENDING} calls wait), so it did not wait there."
+                ));
+            }
+            return (Err(approval_required(&ask, refusal)), None);
+        }
+        let asked = ask_caller(ctx, ask.tool, &ask.summary);
+        let accepted =
+            match tokio::time::timeout(Duration::from_millis(ask.timeout_ms), asked).await {
+                Ok(Ok(accepted)) => accepted,
+                Ok(Err(why)) => {
+                    let refusal = format!("{} Asking the user failed: {why}", ask.refusal);
+                    return (Err(approval_required(&ask, refusal)), None);
+                }
+                Err(_) => return (Err(ToolError::timed_out(ask.tool, ask.timeout_ms)), None),
+            };
+        let verdict = ApprovalVerdictRecord {
+            outcome: if accepted {
+                ApprovalOutcome::AllowOnce
+            } else {
+                ApprovalOutcome::Deny
+            },
+            by: Some(caller()),
+            reason: None,
+            waited_ms: u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX),
+        };
+        return (outcome(&ask, &verdict), Some(verdict));
+    };
+    // The caller's own answer; a question it cannot answer leaves the queue to decide.
+    let asked = async {
+        if asks_caller {
+            if let Ok(accepted) = ask_caller(ctx, ask.tool, &ask.summary).await {
+                return accepted;
+            }
+        }
+        std::future::pending().await
+    };
+    let verdict = tokio::select! {
+        v = ticket.decided() => v,
+        accepted = asked => {
+            let answer = if accepted { ApprovalOutcome::AllowOnce } else { ApprovalOutcome::Deny };
+            ticket.close(answer, Some(caller()))
+        }
+        _ = tokio::time::sleep(wait) => ticket.close(ApprovalOutcome::TimedOut, None),
+        _ = ctx.cancel.cancelled() => ticket.close(ApprovalOutcome::Withdrawn, None),
+    };
+    (outcome(&ask, &verdict), Some(verdict))
+}
+
+/// What a verdict means for the call.
+fn outcome(ask: &Ask<'_>, v: &ApprovalVerdictRecord) -> Result<(), ToolError> {
+    let summary = &ask.summary;
+    match v.outcome {
+        ApprovalOutcome::AllowOnce | ApprovalOutcome::AllowSession => Ok(()),
+        ApprovalOutcome::Deny => {
+            let mut message = match &v.by {
+                Some(by) if by.via != DecidedVia::Caller => format!(
+                    "The tool call {summary} was denied by {}; it did not run.",
+                    by.describe()
+                ),
+                _ => format!("The user declined the tool call {summary}; it did not run."),
+            };
+            if let Some(reason) = &v.reason {
+                message.push_str(&format!(" Reason: {reason}"));
+            }
+            Err(ToolError::new(ErrorKind::Denied, message))
+        }
+        ApprovalOutcome::TimedOut => {
+            let refusal = format!(
+                "{} It waited {} s in the approval queue (toolhost approvals) and nobody decided.",
+                ask.refusal, ask.wait_s
+            );
+            Err(approval_required(ask, refusal))
+        }
+        ApprovalOutcome::Withdrawn => Err(ToolError::cancelled(ask.tool)),
+    }
+}
+
+fn approval_required(ask: &Ask<'_>, message: String) -> ToolError {
+    ToolError::new(ErrorKind::ApprovalRequired, message).with_field("approval", ask.summary.clone())
+}
+
+/// Puts the call to the user through its own frontend (an `elicitation/create` with an
+/// empty form); `Ok(true)` on accept.
+async fn ask_caller(ctx: &CallContext, tool: &str, summary: &str) -> Result<bool, String> {
+    let params = serde_json::json!({
+        "message": format!("Allow the tool call {summary}? (tool '{tool}', toolhost strict session)"),
+        "requestedSchema": {"type": "object", "properties": {}},
+    });
+    let answer = ctx
+        .inputs
+        .ask(InputKind::Elicitation, params)
+        .await
+        .map_err(|e| e.message)?;
+    Ok(answer.get("action").and_then(Value::as_str) == Some("accept"))
+}
+
+/// Names whose values an operator surface never shows.
+const SECRET_NAMES: &[&str] = &[
+    "password",
+    "passwd",
+    "secret",
+    "token",
+    "api_key",
+    "apikey",
+    "authorization",
+    "credential",
+    "private_key",
+    "cookie",
+];
+
+/// `args` with the value of every member whose name looks like a secret (at any depth)
+/// replaced by `"***"`: the queue shows arguments to every operator surface, and an
+/// argument named `api_key` is one nobody needs to read to decide.
+fn masked(args: &Map<String, Value>) -> Map<String, Value> {
+    args.iter()
+        .map(|(k, v)| {
+            let lower = k.to_ascii_lowercase();
+            let value = if SECRET_NAMES.iter().any(|s| lower.contains(s)) {
+                Value::String("***".into())
+            } else {
+                masked_value(v)
+            };
+            (k.clone(), value)
+        })
+        .collect()
+}
+
+fn masked_value(v: &Value) -> Value {
+    match v {
+        Value::Object(o) => Value::Object(masked(o)),
+        Value::Array(a) => Value::Array(a.iter().map(masked_value).collect()),
+        other => other.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn request<'a>(call_id: &'a str, args: &'a Map<String, Value>) -> Request<'a> {
+        Request {
+            call_id,
+            tool: "bash",
+            session_id: Some("s"),
+            client: None,
+            class: Some(ApprovalClass::Command),
+            summary: "bash (command)",
+            arguments: args,
+            caller_asked: false,
+            wait: Duration::from_secs(60),
+        }
+    }
+
+    fn decision(id: &str, decision: ApprovalDecision) -> ApprovalsDecideParams {
+        ApprovalsDecideParams {
+            id: id.into(),
+            decision,
+            reason: None,
+            via: DecidedVia::Socket,
+        }
+    }
+
+    #[test]
+    fn the_queue_is_bounded_and_a_dropped_ticket_leaves_it() {
+        let queue = Arc::new(Approvals::default());
+        let args = Map::new();
+        let tickets: Vec<Ticket> = (0..MAX_PENDING)
+            .map(|n| queue.enqueue(request(&n.to_string(), &args)).unwrap())
+            .collect();
+        assert!(queue.enqueue(request("one more", &args)).is_none());
+        let (waiting, mut events) = queue.subscribe();
+        assert_eq!(waiting.len(), MAX_PENDING);
+        drop(tickets);
+        assert!(queue.list().is_empty());
+        let Ok(ApprovalEvent::ApprovalDecided(d)) = events.try_recv() else {
+            panic!("no event")
+        };
+        assert_eq!(d.verdict.outcome, ApprovalOutcome::Withdrawn);
+    }
+
+    #[tokio::test]
+    async fn the_first_ending_wins_and_allow_session_is_remembered() {
+        let queue = Arc::new(Approvals::default());
+        let args = Map::new();
+        let mut ticket = queue.enqueue(request("c", &args)).unwrap();
+        let id = queue.list()[0].id.clone();
+        let d = queue
+            .decide(decision(&id, ApprovalDecision::AllowSession), None)
+            .unwrap();
+        assert_eq!(d.verdict.outcome, ApprovalOutcome::AllowSession);
+        // The caller's answer, coming second, gets the operator's decision.
+        let v = ticket.close(ApprovalOutcome::Deny, None);
+        assert_eq!(v.outcome, ApprovalOutcome::AllowSession);
+        let again = queue.decide(decision(&id, ApprovalDecision::Deny), None);
+        let message = again.unwrap_err().to_string();
+        assert!(
+            message.contains("already decided: allow_session by an unnamed peer via socket"),
+            "{message}"
+        );
+        assert!(queue.allowed_in_session("s", "bash"));
+        assert!(!queue.allowed_in_session("s", "write_file"));
+        queue.forget_session("s");
+        assert!(!queue.allowed_in_session("s", "bash"));
+    }
+
+    #[test]
+    fn secret_looking_arguments_are_masked_at_any_depth() {
+        let Value::Object(args) =
+            json!({"command": "ls", "API_KEY": "k", "nested": [{"auth_token": "t", "x": 1}]})
+        else {
+            unreachable!()
+        };
+        assert_eq!(
+            Value::Object(masked(&args)),
+            json!({"command": "ls", "API_KEY": "***", "nested": [{"auth_token": "***", "x": 1}]})
+        );
+    }
+}
