@@ -2,7 +2,8 @@
 //! MCP client by the shared runner in tests/common/conformance.rs: every scenario the
 //! frozen requirement sets of 2025-11-25 and 2026-07-28 list, each at its revision's wire,
 //! plus the 2025-03-26 endpoint fallback and the client-credentials extension. Checks known
-//! to fail are in the per-version baselines beside client.sh; proto-docs/oauth.md says why.
+//! to fail are in the per-version baselines, tests/conformance/client-<version>.yaml;
+//! proto-docs/oauth.md says why.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -7,7 +7,7 @@
 //! A scenario runs at one spec version (`--spec-version`), which picks the wire the
 //! suite's mock server speaks: the same scenario passes or fails separately per era. Each
 //! era has a baseline of the checks known to fail
-//! (`tests/fixtures/conformance/client-expected-failures-<version>.yaml`, the suite's own
+//! (`tests/conformance/client-<version>.yaml`, beside the server baselines; the suite's own
 //! `--expected-failures` format, a reason per entry): a scenario run at that version
 //! passes when every failing check is in it and no entry of it passes, so a fix shows up
 //! as a stale entry to remove.
@@ -33,9 +33,7 @@ pub fn suite_dir() -> PathBuf {
 
 /// The baseline of known failures for scenarios run at `version`, if it has one.
 pub fn baseline(version: &str) -> Option<PathBuf> {
-    let path = tests_dir().join(format!(
-        "fixtures/conformance/client-expected-failures-{version}.yaml"
-    ));
+    let path = tests_dir().join(format!("conformance/client-{version}.yaml"));
     path.exists().then_some(path)
 }
 
