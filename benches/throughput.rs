@@ -80,6 +80,7 @@ async fn main() {
     }
     if selected("facade") {
         facade().await;
+        facade_new_era().await;
     }
     println!("\ntotal time: {:.1} s", started.elapsed().as_secs_f64());
 }
@@ -1586,5 +1587,121 @@ async fn facade() {
     }
     let _ = http.cancel().await;
     let _ = stdio.cancel().await;
+    d.stop().await;
+}
+
+/// A 2026-07-28 client spoken to as raw JSON lines over stdio: no `initialize`, every
+/// request carries its `_meta` (what the Python and TypeScript v2 SDKs send).
+struct NewEraStdio {
+    _child: tokio::process::Child,
+    stdin: tokio::process::ChildStdin,
+    stdout: BufReader<tokio::process::ChildStdout>,
+    id: u64,
+    line: String,
+}
+
+impl NewEraStdio {
+    fn spawn(mut cmd: Command) -> NewEraStdio {
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true);
+        let mut child = cmd.spawn().expect("spawn an MCP server");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        NewEraStdio {
+            _child: child,
+            stdin,
+            stdout,
+            id: 0,
+            line: String::new(),
+        }
+    }
+
+    /// One `tools/call` of `name`; whether it answered a result that is not an error.
+    async fn call(&mut self, name: &str, args: &Value) -> bool {
+        self.id += 1;
+        let request = json!({"jsonrpc": "2.0", "id": self.id, "method": "tools/call",
+            "params": {"name": name, "arguments": args, "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"}}}});
+        let mut out = request.to_string();
+        out.push('\n');
+        if self.stdin.write_all(out.as_bytes()).await.is_err() {
+            return false;
+        }
+        loop {
+            self.line.clear();
+            match self.stdout.read_line(&mut self.line).await {
+                Ok(n) if n > 0 => {}
+                _ => return false,
+            }
+            let Ok(v) = serde_json::from_str::<Value>(&self.line) else {
+                continue;
+            };
+            if v["id"] == self.id {
+                return v["result"]["resultType"] == "complete" && v["result"]["isError"] != true;
+            }
+        }
+    }
+}
+
+/// A new-era client (no session, per-request `_meta`) calling the fixture's `echo` through
+/// `toolhost mcp` vs calling the same fixture directly.
+async fn facade_new_era() {
+    header("facade: a 2026-07-28 client through toolhost mcp vs the fixture directly");
+    let mut d = start(|dir| {
+        let cfg = json!({"mcp_servers": {"fx": fixture_block(json!({}), json!({}))}});
+        std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+    })
+    .await;
+    wait_server(&d, "fx", 60, ready).await;
+    let mut direct = NewEraStdio::spawn(Command::new(FIXTURE));
+    let mut cmd = Command::new(BIN);
+    cmd.arg("mcp").arg("--socket").arg(d.socket());
+    let mut facade = NewEraStdio::spawn(cmd);
+    let args = json!({"text": "hi"});
+    let (mut floor, mut relayed) = (Lat::default(), Lat::default());
+    let mut failed = 0;
+    for round in 0..5 {
+        let n = if round == 0 { 100 } else { 400 }; // the first round warms up
+        let (mut a, mut b) = (Lat::default(), Lat::default());
+        for _ in 0..n {
+            let t = Instant::now();
+            if !direct.call("echo", &args).await {
+                failed += 1;
+            }
+            a.0.push(t.elapsed());
+            let t = Instant::now();
+            if !facade.call("mcp_fx_echo", &args).await {
+                failed += 1;
+            }
+            b.0.push(t.elapsed());
+        }
+        if round > 0 {
+            floor.extend(a);
+            relayed.extend(b);
+        }
+    }
+    let ratio = relayed.p50().as_secs_f64() / floor.p50().as_secs_f64().max(1e-9);
+    row(
+        "tools/call echo on the fixture directly, p50 / p99",
+        floor.p50_p99(),
+        None,
+    );
+    row(
+        "tools/call mcp_fx_echo through toolhost mcp, p50 / p99",
+        relayed.p50_p99(),
+        None,
+    );
+    row(
+        "  through the facade / direct, p50",
+        format!("{ratio:.2}×"),
+        Some(("≤ 1.5×", ratio <= 1.5)),
+    );
+    if failed > 0 {
+        row("  !! failed calls", failed, None);
+    }
     d.stop().await;
 }

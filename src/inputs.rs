@@ -144,12 +144,7 @@ impl CallInputs {
             )));
         };
         if let Ok(result) = &answer {
-            check_shape(question.kind, result).map_err(|why| {
-                Error::InvalidParams(format!(
-                    "result is not the result of {}: {why}",
-                    question.kind.method()
-                ))
-            })?;
+            check_answer(question.kind, result).map_err(Error::InvalidParams)?;
         }
         if let Some(question) = pending.remove(request_id) {
             let _ = question.answer.send(answer);
@@ -168,6 +163,12 @@ impl Drop for Forget<'_> {
     fn drop(&mut self) {
         lock(&self.inputs.pending).remove(self.request_id);
     }
+}
+
+/// Whether `result` has the members MCP requires of an answer of `kind`; if not, why.
+pub fn check_answer(kind: InputKind, result: &Value) -> Result<(), String> {
+    check_shape(kind, result)
+        .map_err(|why| format!("result is not the result of {}: {why}", kind.method()))
 }
 
 /// Whether `result` has the members MCP requires of an answer of `kind` (its other

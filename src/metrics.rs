@@ -454,6 +454,7 @@ mod tests {
                     tools: 0,
                     last_error: None,
                     connected_since: None,
+                    protocol_version: None,
                     consecutive_failures: 0,
                     restarts: 0,
                     circuit_opens: 0,

@@ -10,9 +10,10 @@ use std::path::{Path, PathBuf};
 use common::*;
 use serde_json::{json, Value};
 
-/// A stdio server block running our fixture with its asking tools.
+/// A stdio server block running our fixture with its asking tools, in the `initialize` era
+/// (whose server asks mid-call; `tests/mcp_era.rs` covers `input_required`).
 fn fixture() -> Value {
-    json!({"command": FIXTURE, "env": {"FIXTURE_INPUTS": "1"}})
+    json!({"command": FIXTURE, "env": {"FIXTURE_INPUTS": "1", "FIXTURE_ERA": "2025"}})
 }
 
 fn everything() -> Value {
@@ -196,6 +197,7 @@ async fn two_frontends_on_one_http_server_each_get_only_their_own_question() {
     let mut fx = tokio::process::Command::new(FIXTURE)
         .args(["--http", "127.0.0.1:0"])
         .env("FIXTURE_INPUTS", "1")
+        .env("FIXTURE_ERA", "2025")
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()

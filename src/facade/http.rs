@@ -9,6 +9,7 @@
 //! client multiplexes calls, so a session costs no file descriptor of its own, and an
 //! abandoned one holds only memory until it is evicted or idles out.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,11 +17,11 @@ use std::time::Duration;
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::Bytes;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use tokio::sync::{broadcast, OnceCell};
+use tokio::sync::OnceCell;
 
 use super::sessions::{Sessions, SSE_RETRY};
-use super::{Connect, Facade, Link};
-use crate::client::{Client, Notification, Subscription};
+use super::{Changes, Connect, Facade, Link};
+use crate::client::Client;
 use crate::host::Host;
 
 /// How often an idle SSE stream gets a keep-alive comment. The listeners allow half-close,
@@ -98,7 +99,8 @@ impl Endpoint {
                      start a new session with initialize",
                 );
             }
-            None if req.method() == http::Method::POST => {
+            // A new-era request opens no session (rmcp serves it statelessly).
+            None if req.method() == http::Method::POST && !names_new_era(req.headers()) => {
                 if let Some(why) = self.sessions.refusal() {
                     return plain(http::StatusCode::SERVICE_UNAVAILABLE, &why);
                 }
@@ -114,6 +116,14 @@ impl Endpoint {
         }
         res
     }
+}
+
+/// Whether the request's `MCP-Protocol-Version` header names 2026-07-28 or later.
+fn names_new_era(headers: &http::HeaderMap) -> bool {
+    headers
+        .get("mcp-protocol-version")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v >= rmcp::model::ProtocolVersion::NO_INITIALIZE.as_str())
 }
 
 /// The profile an HTTP session asks for: `/mcp?profile=NAME` on its `initialize` request
@@ -144,18 +154,24 @@ fn plain(status: http::StatusCode, text: &str) -> http::Response<BoxBody<Bytes, 
 pub(super) struct SharedClient {
     connect: Connect,
     client: OnceCell<Arc<Client>>,
-    tools_changed: broadcast::Sender<()>,
-    prompts_changed: broadcast::Sender<()>,
-    resources_changed: broadcast::Sender<()>,
+    /// The host sessions that sessionless (new-era) calls run in, one per client and
+    /// profile, oldest first.
+    sessions: tokio::sync::Mutex<VecDeque<(SessionKey, String)>>,
+    changes: Changes,
+    /// The calls held for new-era clients' retries, which may come on any connection.
+    held: Arc<super::mrtr::HeldCalls>,
 }
 
-/// Fans the notifications of `sub` out to `tx`, for as long as the subscription lasts.
-fn fan_out<N: Notification + Send + 'static>(mut sub: Subscription<N>, tx: broadcast::Sender<()>) {
-    tokio::spawn(async move {
-        while let Some(Ok(_)) = sub.next().await {
-            let _ = tx.send(());
-        }
-    });
+/// Distinct new-era clients whose host sessions are kept (the key is the client's own
+/// `clientInfo`, so it must not grow without bound).
+const SESSIONLESS_CLIENTS: usize = 64;
+
+/// Who a sessionless request comes from, as far as it says.
+#[derive(PartialEq, Eq)]
+struct SessionKey {
+    profile: Option<String>,
+    name: String,
+    version: String,
 }
 
 impl SharedClient {
@@ -163,9 +179,9 @@ impl SharedClient {
         SharedClient {
             connect,
             client: OnceCell::new(),
-            tools_changed: broadcast::Sender::new(1),
-            prompts_changed: broadcast::Sender::new(1),
-            resources_changed: broadcast::Sender::new(1),
+            sessions: tokio::sync::Mutex::default(),
+            changes: Changes::new(),
+            held: Arc::default(),
         }
     }
 
@@ -173,31 +189,61 @@ impl SharedClient {
         self.client
             .get_or_try_init(|| async {
                 let client = Arc::new(Client::from_stream((self.connect)()?));
-                let io = |e: crate::client::ClientError| std::io::Error::other(e.to_string());
-                let tools = client.subscribe_tools_changed().await.map_err(io)?;
-                fan_out(tools, self.tools_changed.clone());
-                let prompts = client.subscribe_prompts_changed().await.map_err(io)?;
-                fan_out(prompts, self.prompts_changed.clone());
-                let resources = client.subscribe_resources_changed().await.map_err(io)?;
-                fan_out(resources, self.resources_changed.clone());
+                self.changes
+                    .follow(&client)
+                    .await
+                    .map_err(|e| std::io::Error::other(e.to_string()))?;
                 Ok(client)
             })
             .await
             .cloned()
     }
 
-    /// Fires on every change of the live registry (a lagging receiver counts as one).
-    pub(super) fn tools_changed(&self) -> broadcast::Receiver<()> {
-        self.tools_changed.subscribe()
+    /// The daemon's calls held for new-era clients' retries.
+    pub(super) fn held_calls(&self) -> Arc<super::mrtr::HeldCalls> {
+        self.held.clone()
     }
 
-    /// Fires on every change of the live prompts.
-    pub(super) fn prompts_changed(&self) -> broadcast::Receiver<()> {
-        self.prompts_changed.subscribe()
+    /// The host session the sessionless calls of `peer` under `profile` run in: made on
+    /// the first one, shared by every later one (a new-era client has no MCP session of
+    /// its own, so this is what names it in the audit log and carries its profile). At most
+    /// [`SESSIONLESS_CLIENTS`] are kept: past that the oldest is deleted, and its client
+    /// gets a new one at its next call.
+    pub(super) async fn session_for(
+        &self,
+        client: &Client,
+        profile: Option<String>,
+        peer: &super::era::Peer,
+    ) -> Result<String, crate::client::ClientError> {
+        let key = SessionKey {
+            profile: profile.clone(),
+            name: peer.info.name.clone(),
+            version: peer.info.version.clone(),
+        };
+        let mut sessions = self.sessions.lock().await;
+        if let Some((_, id)) = sessions.iter().find(|(k, _)| *k == key) {
+            return Ok(id.clone());
+        }
+        let params = crate::protocol::SessionCreateParams {
+            meta: Some(super::session_meta(peer)),
+            profile,
+            ephemeral: true,
+            ..Default::default()
+        };
+        let id = client.session_create(&params).await?.id;
+        sessions.push_back((key, id.clone()));
+        while sessions.len() > SESSIONLESS_CLIENTS {
+            if let Some((_, old)) = sessions.pop_front() {
+                if let Err(e) = client.session_delete(&old).await {
+                    tracing::debug!(%e, session = %old, "cannot delete a sessionless client's session");
+                }
+            }
+        }
+        Ok(id)
     }
 
-    /// Fires on every change of the live resources or templates.
-    pub(super) fn resources_changed(&self) -> broadcast::Receiver<()> {
-        self.resources_changed.subscribe()
+    /// The host's list changes, as this connection follows them.
+    pub(super) fn changes(&self) -> &Changes {
+        &self.changes
     }
 }

@@ -7,8 +7,8 @@
 
 use rmcp::model::{
     ClientResult, CreateMessageRequest, CreateMessageRequestParams, ElicitRequest,
-    ElicitRequestParams, ListRootsRequest, LoggingLevel, LoggingMessageNotificationParam,
-    ServerRequest,
+    ElicitRequestParams, InputRequest as McpInputRequest, ListRootsRequest, LoggingLevel,
+    LoggingMessageNotificationParam, ServerRequest,
 };
 use rmcp::service::{Peer, RequestContext, ServiceError};
 use rmcp::RoleServer;
@@ -19,9 +19,7 @@ use crate::protocol::{codes, InputError, InputKind, InputRequest, InvokeLog, Res
 
 /// The kinds of input request the client of `ctx` declared it answers.
 pub fn answerable(ctx: &RequestContext<RoleServer>) -> Vec<InputKind> {
-    let Some(caps) = ctx.client_capabilities() else {
-        return Vec::new();
-    };
+    let caps = super::era::of(ctx).client_capabilities;
     [
         (caps.elicitation.is_some(), InputKind::Elicitation),
         (caps.sampling.is_some(), InputKind::Sampling),
@@ -33,8 +31,13 @@ pub fn answerable(ctx: &RequestContext<RoleServer>) -> Vec<InputKind> {
 }
 
 /// Puts `q` to the client and hands its answer to the host.
-pub async fn answer(client: &Client, peer: &Peer<RoleServer>, q: InputRequest) {
-    let answer = ask(peer, q.input, q.params).await;
+pub async fn answer(client: &Client, peer: &Peer<RoleServer>, mut q: InputRequest) {
+    let answer = ask(peer, q.input, q.params.take()).await;
+    hand_back(client, q, answer).await;
+}
+
+/// Hands the client's answer to question `q` to the host (`invoke.respond`).
+pub async fn hand_back(client: &Client, q: InputRequest, answer: Result<Value, InputError>) {
     let (result, error) = match answer {
         Ok(result) => (Some(result), None),
         Err(error) => (None, Some(error)),
@@ -67,23 +70,16 @@ async fn ask(peer: &Peer<RoleServer>, kind: InputKind, params: Value) -> Result<
             format!("{}: the MCP client did not declare it", kind.method()),
         ));
     }
-    let bad_params = |e: serde_json::Error| {
-        InputError::new(
-            codes::INVALID_PARAMS,
-            format!("{} params: {e}", kind.method()),
-        )
-    };
-    let request = match kind {
-        InputKind::Elicitation => {
-            let p: ElicitRequestParams = serde_json::from_value(params).map_err(bad_params)?;
-            ServerRequest::ElicitRequest(ElicitRequest::new(p))
+    let request = match request(kind, params)? {
+        McpInputRequest::Elicitation(r) => ServerRequest::ElicitRequest(r),
+        McpInputRequest::CreateMessage(r) => ServerRequest::CreateMessageRequest(r),
+        McpInputRequest::ListRoots(r) => ServerRequest::ListRootsRequest(r),
+        _ => {
+            return Err(InputError::new(
+                codes::INTERNAL_ERROR,
+                format!("{} has no classic request", kind.method()),
+            ))
         }
-        InputKind::Sampling => {
-            let p: CreateMessageRequestParams =
-                serde_json::from_value(params).map_err(bad_params)?;
-            ServerRequest::CreateMessageRequest(CreateMessageRequest::new(p))
-        }
-        InputKind::Roots => ServerRequest::ListRootsRequest(ListRootsRequest::default()),
     };
     let result = match peer.send_request(request).await {
         Ok(ClientResult::ElicitResult(r)) => serde_json::to_value(r),
@@ -113,6 +109,29 @@ async fn ask(peer: &Peer<RoleServer>, kind: InputKind, params: Value) -> Result<
         }
     };
     result.map_err(|e| InputError::new(codes::INTERNAL_ERROR, e.to_string()))
+}
+
+/// The MCP request a question of `kind` with `params` is, in both eras (a classic request
+/// to the client, or one entry of an `input_required` result's `inputRequests`).
+pub fn request(kind: InputKind, params: Value) -> Result<McpInputRequest, InputError> {
+    let bad_params = |e: serde_json::Error| {
+        InputError::new(
+            codes::INVALID_PARAMS,
+            format!("{} params: {e}", kind.method()),
+        )
+    };
+    Ok(match kind {
+        InputKind::Elicitation => {
+            let p: ElicitRequestParams = serde_json::from_value(params).map_err(bad_params)?;
+            McpInputRequest::Elicitation(ElicitRequest::new(p))
+        }
+        InputKind::Sampling => {
+            let p: CreateMessageRequestParams =
+                serde_json::from_value(params).map_err(bad_params)?;
+            McpInputRequest::CreateMessage(CreateMessageRequest::new(p))
+        }
+        InputKind::Roots => McpInputRequest::ListRoots(ListRootsRequest::default()),
+    })
 }
 
 /// A log message of the call's MCP server, passed on as `notifications/message`.

@@ -15,15 +15,18 @@
 //! server's elicitation, sampling and roots, a strict session's approval) become the same
 //! requests to the client, when it declared them (`inputs.rs`).
 
+mod changes;
 mod convert;
+pub(crate) mod era;
 mod events;
 mod http;
 mod inputs;
+mod listen;
+mod mrtr;
 mod sessions;
 mod stdio;
 mod surface;
 
-use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -32,10 +35,10 @@ use rmcp::model::{
     ContentBlock, ErrorCode, GetPromptRequestParams, GetPromptResponse, Implementation,
     InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult,
     ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
-    ProgressToken, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
-    ServerCapabilities, ServerConfig, SubscribeRequestParams, UnsubscribeRequestParams,
+    ProgressToken, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+    ServerConfig, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
 };
-use rmcp::service::{NotificationContext, Peer, RequestContext};
+use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Map, Value};
 use tokio::net::UnixStream;
@@ -44,11 +47,12 @@ use tokio::sync::OnceCell;
 use crate::client::{Client, ClientError, Subscription};
 use crate::lock;
 use crate::protocol::{
-    ErrorKind, InvokeEvent, InvokeParams, InvokeResult, InvokeUpdate, ListToolsParams,
-    SessionCreateParams, SessionUpdateParams, SubscribeInvokeParams, ToolEntry, ToolFormat,
-    ToolsChanged,
+    ErrorKind, InputKind, InputRequest, InvokeEvent, InvokeParams, InvokeResult, InvokeUpdate,
+    ListToolsParams, SessionCreateParams, SessionUpdateParams, SubscribeInvokeParams, ToolEntry,
+    ToolFormat,
 };
 
+use changes::{Changes, Feed};
 pub use http::Endpoint;
 pub use stdio::run_stdio;
 
@@ -75,33 +79,13 @@ pub type Connect = Arc<dyn Fn() -> std::io::Result<UnixStream> + Send + Sync>;
 /// How a facade reaches the daemon.
 #[derive(Clone)]
 enum Link {
-    /// Already connected (stdio: the CLI connects first, to report a missing daemon).
-    Client(Arc<Client>),
+    /// Already connected (stdio: the CLI connects first, to report a missing daemon), and
+    /// following the host's changes from the start.
+    Client(Arc<Client>, Arc<Changes>),
     /// The daemon's one in-process connection for every HTTP session (rmcp builds a
     /// handler per session, and also for requests that never reach `initialize`, so
     /// building one must cost nothing).
     Shared(Arc<http::SharedClient>),
-}
-
-/// Where a connection learns that a live list (tools, prompts, resources) changed.
-enum Feed<N> {
-    /// Its own subscription (stdio).
-    Own(Subscription<N>),
-    /// The shared connection's one subscription, fanned out (HTTP).
-    Shared(tokio::sync::broadcast::Receiver<()>),
-}
-
-type ToolsFeed = Feed<ToolsChanged>;
-
-impl<N: crate::client::Notification> Feed<N> {
-    /// Waits for the next change; `false` once no more can come.
-    async fn changed(&mut self) -> bool {
-        use tokio::sync::broadcast::error::RecvError;
-        match self {
-            Feed::Own(sub) => matches!(sub.next().await, Some(Ok(_))),
-            Feed::Shared(rx) => !matches!(rx.recv().await, Err(RecvError::Closed)),
-        }
-    }
 }
 
 /// The MCP server handler of one MCP connection (one stdio peer or one HTTP session).
@@ -113,6 +97,9 @@ pub struct Facade {
     profile: Option<String>,
     page_size: usize,
     state: Arc<State>,
+    /// The calls held for new-era clients' retries: the process's own (stdio), or the
+    /// daemon's, which every HTTP request shares.
+    held: Arc<mrtr::HeldCalls>,
 }
 
 #[derive(Default)]
@@ -124,7 +111,7 @@ struct State {
     profile: OnceCell<String>,
     /// `tools_changed`, subscribed in `initialize` (so no change between the first list and
     /// `initialized` is missed) and forwarded from `initialized` on.
-    tools_changed: Mutex<Option<ToolsFeed>>,
+    tools_changed: Mutex<Option<Feed>>,
     /// Set once the client's roots (if it declared any) are applied to the session.
     roots_applied: tokio::sync::watch::Sender<bool>,
     /// Tasks that live as long as this connection.
@@ -174,7 +161,12 @@ impl Drop for State {
 
 impl Facade {
     fn with_link(link: Link, fixed_session: Option<String>, profile: Option<String>) -> Facade {
+        let held = match &link {
+            Link::Client(..) => Arc::default(),
+            Link::Shared(shared) => shared.held_calls(),
+        };
         Facade {
+            held,
             link,
             fixed_session,
             profile,
@@ -188,7 +180,7 @@ impl Facade {
             .client
             .get_or_try_init(|| async {
                 match &self.link {
-                    Link::Client(c) => Ok(c.clone()),
+                    Link::Client(c, _) => Ok(c.clone()),
                     Link::Shared(shared) => shared
                         .client()
                         .await
@@ -211,25 +203,8 @@ impl Facade {
 
     /// The host session for this connection: `--session` (created when missing), else a
     /// new one; either way the client's identity goes into its meta.
-    async fn open_session(
-        &self,
-        client: &Client,
-        request: &InitializeRequestParams,
-    ) -> Result<String, ClientError> {
-        let info = &request.client_info;
-        let mut mcp_client = Map::new();
-        mcp_client.insert("name".into(), info.name.clone().into());
-        mcp_client.insert("version".into(), info.version.clone().into());
-        if let Some(title) = &info.title {
-            mcp_client.insert("title".into(), title.clone().into());
-        }
-        mcp_client.insert(
-            "protocol_version".into(),
-            request.protocol_version.to_string().into(),
-        );
-        let mut meta = Map::new();
-        meta.insert("frontend".into(), "mcp".into());
-        meta.insert("mcp_client".into(), Value::Object(mcp_client));
+    async fn open_session(&self, client: &Client, peer: &era::Peer) -> Result<String, ClientError> {
+        let meta = session_meta(peer);
         let profile = self.state.profile.get().cloned();
         if let Some(id) = &self.fixed_session {
             match client.session_get(id).await {
@@ -255,6 +230,14 @@ impl Facade {
             ..Default::default()
         };
         client.session_create(&params).await.map(|s| s.id)
+    }
+
+    /// Where this connection hears of the host's list changes.
+    fn changes(&self) -> &Changes {
+        match &self.link {
+            Link::Client(_, changes) => changes,
+            Link::Shared(shared) => shared.changes(),
+        }
     }
 
     /// Asks the client for its roots and makes the first local one the session's
@@ -310,30 +293,69 @@ impl Facade {
         progress: Option<&ProgressToken>,
     ) -> Result<InvokeResult, ErrorData> {
         let inputs = inputs::answerable(ctx);
+        let call_id = params.call_id.as_deref().unwrap_or_default();
         // Nothing to stream: a plain `invoke` skips the subscription machinery.
         if progress.is_none() && inputs.is_empty() {
             return tokio::select! {
                 r = client.invoke(params) => r.map_err(host_error),
-                _ = ctx.ct.cancelled() => Err(cancel_call(client, params).await),
+                _ = ctx.ct.cancelled() => Err(cancel_call(client, call_id).await),
             };
         }
+        let mut sub = self.subscribe(client, params, inputs).await?;
+        match self
+            .follow(client, &mut sub, call_id, ctx, progress, false)
+            .await?
+        {
+            Followed::Done(r) => Ok(*r),
+            Followed::Asked(_) => Err(internal("a classic call's questions were held")),
+        }
+    }
+
+    /// Starts the call as a stream whose questions of kinds `inputs` come to this facade.
+    async fn subscribe(
+        &self,
+        client: &Client,
+        params: &InvokeParams,
+        inputs: Vec<InputKind>,
+    ) -> Result<Subscription<InvokeEvent>, ErrorData> {
         let streamed = SubscribeInvokeParams {
             call: params.clone(),
             inputs,
         };
-        let mut sub = client
+        client
             .subscribe_invoke_answering(&streamed)
             .await
-            .map_err(host_error)?;
+            .map_err(host_error)
+    }
+
+    /// Follows the stream `sub` of call `call_id` until its result. Updates become progress
+    /// notifications and log messages `notifications/message`; questions become the same
+    /// MCP requests to the client, or, when `hold` (a new-era client, which has no such
+    /// requests), end the following: the call is asked these questions (those that come
+    /// within [`GATHER`] of the first are asked together). A cancelled request cancels
+    /// the call.
+    async fn follow(
+        &self,
+        client: &Client,
+        sub: &mut Subscription<InvokeEvent>,
+        call_id: &str,
+        ctx: &RequestContext<RoleServer>,
+        progress: Option<&ProgressToken>,
+        hold: bool,
+    ) -> Result<Followed, ErrorData> {
         let mut step = 0.0;
         // Questions put to the client, answered while the call goes on (polled on this
         // task: over HTTP they then go on the call's own response stream).
         let mut asking = futures::stream::FuturesUnordered::new();
+        let mut held = Vec::new();
+        let gather = tokio::time::sleep(GATHER);
+        tokio::pin!(gather);
         loop {
             let event = tokio::select! {
                 e = sub.next() => e,
                 Some(()) = futures::StreamExt::next(&mut asking) => continue,
-                _ = ctx.ct.cancelled() => return Err(cancel_call(client, params).await),
+                () = &mut gather, if !held.is_empty() => return Ok(Followed::Asked(held)),
+                _ = ctx.ct.cancelled() => return Err(cancel_call(client, call_id).await),
             };
             match event {
                 Some(Ok(InvokeEvent::Update(u))) => {
@@ -342,16 +364,38 @@ impl Facade {
                     let note = progress_note(token.clone(), &u, step);
                     let _ = ctx.peer.notify_progress(note).await;
                 }
+                Some(Ok(InvokeEvent::InputRequest(q))) if hold => {
+                    if held.is_empty() {
+                        gather.as_mut().reset(tokio::time::Instant::now() + GATHER);
+                    }
+                    held.push(q);
+                }
                 Some(Ok(InvokeEvent::InputRequest(q))) => {
                     asking.push(inputs::answer(client, &ctx.peer, q));
                 }
-                Some(Ok(InvokeEvent::Log(log))) => inputs::log(&ctx.peer, log).await,
-                Some(Ok(InvokeEvent::Result(r))) => return Ok(r),
+                Some(Ok(InvokeEvent::Log(log))) => {
+                    if era::wants_log(ctx, &log.level) {
+                        inputs::log(&ctx.peer, log).await;
+                    }
+                }
+                Some(Ok(InvokeEvent::Result(r))) => return Ok(Followed::Done(Box::new(r))),
                 Some(Err(e)) => return Err(host_error(e)),
                 None => return Err(internal("the host ended the call without a result")),
             }
         }
     }
+}
+
+/// How long questions asked one after another are gathered into one `input_required`
+/// result (a tool that asks two at once gets both answered in one round).
+const GATHER: Duration = Duration::from_millis(20);
+
+/// Where following a call's stream ended.
+enum Followed {
+    /// The call ended with this result.
+    Done(Box<InvokeResult>),
+    /// The call waits for the answers to these questions (new-era clients only).
+    Asked(Vec<InputRequest>),
 }
 
 impl ServerHandler for Facade {
@@ -370,16 +414,27 @@ impl ServerHandler for Facade {
                 .enable_completions()
                 .build(),
         )
-        .with_server_info(Implementation::new("toolhost", env!("CARGO_PKG_VERSION")))
+        .with_server_info(server_info())
         .with_instructions(
             "toolhost: the shared tool host of this machine (built-in file and shell tools, custom tools, and the tools of its MCP servers).",
         )
     }
 
-    /// Up to 2025-11-25: 2026-07-28 drops `initialize` and sessions, and forbids the
-    /// server-to-client requests (roots, elicitation) this facade relies on.
-    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
-        Cow::Borrowed(ProtocolVersion::known_up_to(&ProtocolVersion::V_2025_11_25))
+    // Every version rmcp knows (its default `supported_protocol_versions`): the
+    // `initialize` era negotiates in `initialize`, 2026-07-28 names its version in each
+    // request's `_meta` (`era.rs`).
+
+    /// `subscriptions/listen` (new era): every kind this facade announces (rmcp narrows
+    /// the request to what `get_info` advertises).
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(requested.clone())
+    }
+
+    async fn listen(&self, subscription: SubscriptionContext) -> Result<(), ErrorData> {
+        self.forward_subscription(subscription).await
     }
 
     async fn initialize(
@@ -394,22 +449,15 @@ impl ServerHandler for Facade {
             let _ = self.state.profile.set(profile);
         }
         let session = self
-            .open_session(&client, &request)
+            .open_session(&client, &era::Peer::initialized(&request))
             .await
             .map_err(host_error)?;
         if self.fixed_session.is_none() {
             *lock(&self.state.owned_session) = Some(session.clone());
         }
         let _ = self.state.session.set(session);
-        let feed = match &self.link {
-            Link::Client(_) => client.subscribe_tools_changed().await.map(ToolsFeed::Own),
-            Link::Shared(shared) => Ok(ToolsFeed::Shared(shared.tools_changed())),
-        };
-        match feed {
-            Ok(feed) => *lock(&self.state.tools_changed) = Some(feed),
-            Err(e) => tracing::warn!(%e, "cannot follow tools_changed"),
-        }
-        self.state.following.subscribe(&self.link, &client).await;
+        *lock(&self.state.tools_changed) = Some(self.changes().tools());
+        self.state.following.subscribe(self.changes());
         if request.capabilities.roots.is_none() {
             self.state.roots_applied.send_replace(true);
         }
@@ -438,13 +486,19 @@ impl ServerHandler for Facade {
     }
 
     /// Log messages are those of the MCP servers behind the host, passed on as they come;
-    /// the level is theirs to choose.
+    /// the level is theirs to choose. 2026-07-28 removed the method (a request names its
+    /// level in `_meta`).
     #[allow(deprecated)] // logging: deprecated by SEP-2577, still sent by servers
     async fn set_level(
         &self,
         _: rmcp::model::SetLevelRequestParams,
-        _: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
+        if era::is_modern(&context) {
+            return Err(ErrorData::method_not_found::<
+                rmcp::model::SetLevelRequestMethod,
+            >());
+        }
         Ok(())
     }
 
@@ -456,8 +510,9 @@ impl ServerHandler for Facade {
     async fn list_tools(
         &self,
         request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        self.ready(&context, false).await?;
         let client = self.client().await?;
         let params = ListToolsParams {
             format: ToolFormat::Mcp,
@@ -483,47 +538,63 @@ impl ServerHandler for Facade {
             .collect();
         let mut result = ListToolsResult::with_all_items(page);
         result.next_cursor = (end < list.tools.len()).then(|| end.to_string());
+        era::stamp_cached(&context, &mut result, era::LIST_TTL_MS, self.shaped());
         Ok(result)
     }
 
     async fn list_prompts(
         &self,
         request: Option<PaginatedRequestParams>,
-        _: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        self.prompts_page(request).await
+        self.ready(&context, false).await?;
+        let mut result = self.prompts_page(request).await?;
+        era::stamp_cached(&context, &mut result, era::LIST_TTL_MS, self.shaped());
+        Ok(result)
     }
 
     async fn get_prompt(
         &self,
         request: GetPromptRequestParams,
-        _: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        self.prompt(request).await.map(Into::into)
+        self.ready(&context, false).await?;
+        let mut result = self.prompt(request).await?;
+        era::stamp(&context, &mut result);
+        Ok(result.into())
     }
 
     async fn list_resources(
         &self,
         request: Option<PaginatedRequestParams>,
-        _: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        self.resources_page(request).await
+        self.ready(&context, false).await?;
+        let mut result = self.resources_page(request).await?;
+        era::stamp_cached(&context, &mut result, era::LIST_TTL_MS, self.shaped());
+        Ok(result)
     }
 
     async fn list_resource_templates(
         &self,
         request: Option<PaginatedRequestParams>,
-        _: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        self.templates_page(request).await
+        self.ready(&context, false).await?;
+        let mut result = self.templates_page(request).await?;
+        era::stamp_cached(&context, &mut result, era::LIST_TTL_MS, self.shaped());
+        Ok(result)
     }
 
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        self.resource(request).await.map(Into::into)
+        self.ready(&context, false).await?;
+        let mut result = self.resource(request).await?;
+        era::stamp_cached(&context, &mut result, era::CONTENT_TTL_MS, self.shaped());
+        Ok(result.into())
     }
 
     #[allow(deprecated)] // resources/subscribe: what clients before 2026-07-28 send
@@ -548,9 +619,12 @@ impl ServerHandler for Facade {
     async fn complete(
         &self,
         request: CompleteRequestParams,
-        _: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        self.completion(request).await
+        self.ready(&context, false).await?;
+        let mut result = self.completion(request).await?;
+        era::stamp(&context, &mut result);
+        Ok(result)
     }
 
     async fn call_tool(
@@ -558,6 +632,7 @@ impl ServerHandler for Facade {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        self.ready(&context, true).await?;
         let client = self.client().await?.clone();
         self.roots_ready().await;
         let progress = context.meta.get_progress_token();
@@ -568,9 +643,21 @@ impl ServerHandler for Facade {
             call_id: Some(crate::invoke::new_call_id()),
             ..Default::default()
         };
-        let r = self
-            .run(&client, &params, &context, progress.as_ref())
-            .await?;
+        let r = if era::is_modern(&context) {
+            match self
+                .call_in_rounds(&client, &request, &params, &context, progress.as_ref())
+                .await?
+            {
+                mrtr::Round::Done(r) => *r,
+                mrtr::Round::InputRequired(mut asked) => {
+                    era::stamp(&context, &mut asked);
+                    return Ok(asked.into());
+                }
+            }
+        } else {
+            self.run(&client, &params, &context, progress.as_ref())
+                .await?
+        };
         if r.result.error_kind == Some(ErrorKind::UnknownTool) {
             return Err(ErrorData::invalid_params(
                 r.result
@@ -597,7 +684,10 @@ impl ServerHandler for Facade {
                 .is_some_and(|c| c.elicitation.is_some());
             if can_ask {
                 let text = r.result.error.unwrap_or(summary);
-                return Ok(CallToolResult::error(vec![ContentBlock::text(text)]).into());
+                return Ok(finish(
+                    &context,
+                    CallToolResult::error(vec![ContentBlock::text(text)]),
+                ));
             }
             {
                 let session = self.session_id().unwrap_or_default();
@@ -609,18 +699,51 @@ impl ServerHandler for Facade {
                      or run the call yourself with `toolhost invoke {} --session {session} --approved`.",
                     request.name, request.name
                 );
-                return Ok(CallToolResult::error(vec![ContentBlock::text(text)]).into());
+                return Ok(finish(
+                    &context,
+                    CallToolResult::error(vec![ContentBlock::text(text)]),
+                ));
             }
         }
-        Ok(convert::call_result(&r.result).into())
+        Ok(finish(&context, convert::call_result(&r.result)))
     }
 }
 
-/// Cancels the call the client gave up on (its process group is killed) and says so.
-async fn cancel_call(client: &Client, params: &InvokeParams) -> ErrorData {
-    if let Some(id) = &params.call_id {
-        let _ = client.cancel(id).await;
+/// What a host session made for an MCP client records of it (the audit log names the
+/// client from it).
+fn session_meta(peer: &era::Peer) -> Map<String, Value> {
+    let info = &peer.info;
+    let mut mcp_client = Map::new();
+    mcp_client.insert("name".into(), info.name.clone().into());
+    mcp_client.insert("version".into(), info.version.clone().into());
+    if let Some(title) = &info.title {
+        mcp_client.insert("title".into(), title.clone().into());
     }
+    mcp_client.insert(
+        "protocol_version".into(),
+        peer.protocol_version.clone().into(),
+    );
+    let mut meta = Map::new();
+    meta.insert("frontend".into(), "mcp".into());
+    meta.insert("mcp_client".into(), Value::Object(mcp_client));
+    meta
+}
+
+/// The facade as an MCP server names itself (in `initialize`, `server/discover` and, for
+/// new-era peers, every result's `_meta`).
+fn server_info() -> Implementation {
+    Implementation::new("toolhost", env!("CARGO_PKG_VERSION"))
+}
+
+/// A call's result as the peer of `ctx` gets it.
+fn finish(ctx: &RequestContext<RoleServer>, mut result: CallToolResult) -> CallToolResponse {
+    era::stamp(ctx, &mut result);
+    result.into()
+}
+
+/// Cancels the call the client gave up on (its process group is killed) and says so.
+async fn cancel_call(client: &Client, call_id: &str) -> ErrorData {
+    let _ = client.cancel(call_id).await;
     ErrorData::new(ErrorCode::INTERNAL_ERROR, "cancelled", None)
 }
 

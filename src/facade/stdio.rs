@@ -8,7 +8,7 @@ use std::sync::Arc;
 use rmcp::ServiceExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::{Facade, Link};
+use super::{Changes, Facade, Link};
 use crate::client::{Client, ClientError};
 
 /// Serves MCP on stdin/stdout until the client closes stdin, stops us with SIGTERM, SIGINT
@@ -34,7 +34,9 @@ pub async fn run_stdio(
         };
         client.list_tools(&params).await?;
     }
-    let facade = Facade::with_link(Link::Client(client.clone()), session, profile);
+    let changes = Arc::new(Changes::new());
+    changes.follow(&client).await?;
+    let facade = Facade::with_link(Link::Client(client.clone(), changes), session, profile);
     let state = facade.state.clone();
     let served = tokio::select! {
         served = facade.serve(streams()) => Some(served),

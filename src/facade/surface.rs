@@ -16,10 +16,9 @@ use rmcp::service::Peer;
 use rmcp::{ErrorData, RoleServer};
 use serde_json::Value;
 
-use super::{convert, host_error, Facade, Feed, Link};
-use crate::client::Client;
+use super::{convert, host_error, Changes, Facade, Feed};
 use crate::lock;
-use crate::protocol::{self, CompletionRef, PromptsChanged, ResourcesChanged};
+use crate::protocol::{self, CompletionRef};
 
 /// What one MCP connection follows of the host's surface.
 #[derive(Default)]
@@ -32,9 +31,19 @@ pub(super) struct Following {
     resources: Mutex<HashMap<String, tokio::task::AbortHandle>>,
 }
 
-struct Feeds {
-    prompts: Feed<PromptsChanged>,
-    resources: Feed<ResourcesChanged>,
+/// Where a connection hears of changes of the live prompts and resources.
+pub(super) struct Feeds {
+    pub(super) prompts: Feed,
+    pub(super) resources: Feed,
+}
+
+impl Feeds {
+    pub(super) fn open(changes: &Changes) -> Feeds {
+        Feeds {
+            prompts: changes.prompts(),
+            resources: changes.resources(),
+        }
+    }
 }
 
 impl Drop for Following {
@@ -47,23 +56,8 @@ impl Drop for Following {
 
 impl Following {
     /// Subscribes to the host's list changes (in `initialize`, before the first list).
-    pub(super) async fn subscribe(&self, link: &Link, client: &Client) {
-        let feeds = async {
-            Ok::<_, crate::client::ClientError>(match link {
-                Link::Client(_) => Feeds {
-                    prompts: Feed::Own(client.subscribe_prompts_changed().await?),
-                    resources: Feed::Own(client.subscribe_resources_changed().await?),
-                },
-                Link::Shared(shared) => Feeds {
-                    prompts: Feed::Shared(shared.prompts_changed()),
-                    resources: Feed::Shared(shared.resources_changed()),
-                },
-            })
-        };
-        match feeds.await {
-            Ok(f) => *lock(&self.feeds) = Some(f),
-            Err(e) => tracing::warn!(%e, "cannot follow prompts_changed and resources_changed"),
-        }
+    pub(super) fn subscribe(&self, changes: &Changes) {
+        *lock(&self.feeds) = Some(Feeds::open(changes));
     }
 
     /// Forwards the list changes to the MCP client, from `initialized` on.
@@ -123,7 +117,7 @@ impl Facade {
     }
 
     /// The resource `uri` in this connection's view.
-    fn viewed_resource(&self, uri: String) -> protocol::ResourceParams {
+    pub(super) fn viewed_resource(&self, uri: String) -> protocol::ResourceParams {
         let view = self.view();
         protocol::ResourceParams {
             uri,

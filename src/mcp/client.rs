@@ -66,6 +66,11 @@ impl Client {
         }
     }
 
+    /// Where notices for the supervisor go (also those of a `subscriptions/listen`).
+    pub fn notices(&self) -> mpsc::UnboundedSender<Notice> {
+        self.notices.clone()
+    }
+
     /// Puts the server's request to the frontend of the call it belongs to. `None`: it
     /// belongs to no call whose frontend answers `kind` (the caller decides what then).
     async fn ask<T: DeserializeOwned>(
@@ -142,8 +147,8 @@ impl ClientHandler for Client {
         elicitation.form = Some(FormElicitationCapability::new());
         caps.elicitation = Some(elicitation);
         caps.sampling = Some(SamplingCapability::default());
-        // We speak the `initialize` lifecycle, so offer its newest version (rmcp's `LATEST`
-        // is a revision without `initialize`); the launcher checks what the server picks.
+        // The version offered in `initialize`, to a server that refused `server/discover`
+        // (`era.rs`): the newest revision that still has the handshake.
         ClientConfig::new(
             caps,
             Implementation::new("toolhost", env!("CARGO_PKG_VERSION")),

@@ -9,12 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context};
-use rmcp::model::ProtocolVersion;
-use rmcp::service::RunningService;
+use rmcp::service::{ClientInitializeError, RunningService};
 use rmcp::transport::auth::AuthClient;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{RoleClient, ServiceExt};
+
+use super::era;
 use tokio::io::BufReader;
 
 use crate::bounded_lines::read_line_bounded;
@@ -82,23 +83,8 @@ pub async fn connect(
                 cfg.startup_timeout_ms
             )
         })??;
-    check_version(&conn.service)?;
+    super::era::check(&conn.service)?;
     Ok(conn)
-}
-
-/// Version negotiation, client side: we offer the newest `initialize`-based revision and
-/// the server may answer with an older one; we accept any revision we know that still has
-/// `initialize`, and refuse anything else rather than talk a protocol we cannot follow.
-fn check_version(service: &RunningService<RoleClient, Client>) -> anyhow::Result<()> {
-    let Some(info) = service.peer_info() else {
-        bail!("the server sent no initialize result");
-    };
-    let version = &info.protocol_version;
-    if ProtocolVersion::KNOWN_VERSIONS.contains(version) && version.has_initialize() {
-        Ok(())
-    } else {
-        bail!("the server chose protocol version {version}, which toolhost does not support")
-    }
 }
 
 async fn connect_stdio(
@@ -138,9 +124,10 @@ async fn connect_stdio(
         bail!("`{command}` started without its stdio pipes");
     };
     // If initialisation fails, `group` is dropped here and the child's group is killed.
-    let transport = StdioTransport::new(stdout, stdin);
+    let startup = Duration::from_millis(cfg.startup_timeout_ms);
+    let transport = StdioTransport::new(stdout, stdin).probe_bound(era::probe_bound(startup));
     let direct = transport.direct();
-    let service = match client.serve(transport).await {
+    let service = match era::serve(client, transport).await {
         Ok(s) => s,
         Err(e) => {
             // The real cause (`Cannot find module …`) is usually on stderr: let the reader
@@ -156,6 +143,9 @@ async fn connect_stdio(
             });
         }
     };
+    if let Some(meta) = era::request_meta(&service) {
+        direct.set_era_meta(meta);
+    }
     Ok(Connection {
         service,
         group,
@@ -172,11 +162,7 @@ async fn connect_http(
     client: Client,
     oauth: &OAuth,
 ) -> anyhow::Result<Connection> {
-    let service = match client
-        .clone()
-        .serve(http_transport(name, url, cfg, oauth).await?)
-        .await
-    {
+    let service = match serve_http(name, url, cfg, client.clone(), oauth).await? {
         Ok(s) => s,
         // A 401/403 is not a failure to retry: the server waits for `toolhost mcp login`.
         Err(e) => match oauth.needs_auth(name, e.auth_challenge()) {
@@ -198,6 +184,49 @@ async fn connect_http(
         },
     };
     Ok(Connection::remote(service))
+}
+
+/// A session over streamable HTTP: rmcp's probe and fallback, bounded. rmcp's transport
+/// sends nothing else until its first POST is answered, so a server that never answers the
+/// probe (or answers it with no discover result) gets a fresh transport with the
+/// `initialize` handshake alone.
+async fn serve_http(
+    name: &str,
+    url: &str,
+    cfg: &McpServer,
+    client: Client,
+    oauth: &OAuth,
+) -> anyhow::Result<Result<RunningService<RoleClient, Client>, ClientInitializeError>> {
+    let bound = era::probe_bound(Duration::from_millis(cfg.startup_timeout_ms));
+    let transport = http_transport(name, url, cfg, oauth).await?;
+    match tokio::time::timeout(bound, era::serve(client.clone(), transport)).await {
+        // A server of the `initialize` era that refused that too: the second refusal is
+        // the one that says why (and whether it is a legacy SSE server).
+        Ok(Err(ClientInitializeError::LegacyFallbackFailed { fallback, .. })) => Ok(Err(*fallback)),
+        // A server that answers the probe with something else (some answer every unknown
+        // method with an empty result) is no server of the new era either.
+        Ok(Err(ClientInitializeError::ExpectedInitResult(_))) => {
+            tracing::info!(server = %name, %url, "server/discover answered with no discover result; trying initialize");
+            initialize_http(name, url, cfg, client, oauth).await
+        }
+        Ok(probed) => Ok(probed),
+        Err(_) => {
+            tracing::info!(server = %name, %url, "no answer to server/discover within {} ms; trying initialize", bound.as_millis());
+            initialize_http(name, url, cfg, client, oauth).await
+        }
+    }
+}
+
+/// The `initialize` handshake alone, on a fresh transport.
+async fn initialize_http(
+    name: &str,
+    url: &str,
+    cfg: &McpServer,
+    client: Client,
+    oauth: &OAuth,
+) -> anyhow::Result<Result<RunningService<RoleClient, Client>, ClientInitializeError>> {
+    let transport = http_transport(name, url, cfg, oauth).await?;
+    Ok(client.serve(transport).await)
 }
 
 /// A legacy HTTP+SSE server (`"type": "sse"`, or the fallback of a refused POST).

@@ -8,8 +8,11 @@
 
 mod auth;
 mod client;
+mod era;
 mod launcher;
+mod listen;
 mod listing;
+mod mrtr;
 pub mod naming;
 mod origin;
 mod relay;

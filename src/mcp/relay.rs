@@ -206,7 +206,10 @@ impl McpManager {
             server: server.clone(),
             key,
         };
-        if first {
+        if first && super::era::peer_is_new(&peer) {
+            // The server's listen is opened again with this URI (`listen.rs`).
+            self.runtime.surface.subscribers_changed();
+        } else if first {
             #[allow(deprecated)] // resources/subscribe: what servers before 2026-07-28 speak
             relay(&server, peer.subscribe(SubscribeRequestParams::new(uri))).await?;
         }
@@ -261,6 +264,10 @@ impl Drop for ResourceInterest {
         ) else {
             return;
         };
+        if super::era::peer_is_new(&link.peer) {
+            self.server.runtime.surface.subscribers_changed();
+            return;
+        }
         {
             let uri = self.key.1.clone();
             let timeout = timeout_of(&self.server);
@@ -306,8 +313,11 @@ fn contents(c: McpContents) -> Option<ResourceContents> {
 }
 
 /// Subscribes upstream again, after a reconnect, to every URI of `server` that still has
-/// subscribers.
+/// subscribers (a server of the 2026-07-28 era gets them in its listen instead).
 pub(super) async fn resubscribe(server: &Server, peer: &Peer<RoleClient>) {
+    if super::era::peer_is_new(peer) {
+        return; // the connection's listen names them all (`listen.rs`)
+    }
     let uris: Vec<String> = lock(&server.runtime.surface.subscribers)
         .keys()
         .filter(|(s, _)| s == server.name())

@@ -145,6 +145,8 @@ impl ServerState {
 pub(super) struct Link {
     pub peer: Peer<RoleClient>,
     pub direct: Option<Arc<super::stdio::DirectCalls>>,
+    /// The revision negotiated (`2026-07-28` after `server/discover`).
+    pub version: Option<rmcp::model::ProtocolVersion>,
 }
 
 pub struct Server {
@@ -234,6 +236,13 @@ impl Server {
     pub fn progress(&self) -> &ProgressDispatcher {
         &self.progress
     }
+    /// The root the server is offered: its `cwd`, else the host workspace.
+    pub(super) fn root(&self) -> String {
+        match &self.config().cwd {
+            Some(cwd) => super::client::file_uri(cwd),
+            None => self.root.clone(),
+        }
+    }
     pub(super) fn origins(&self) -> &Arc<super::origin::Origins> {
         &self.origins
     }
@@ -320,6 +329,10 @@ impl Server {
             last_error: state.last_error().map(str::to_owned),
             connected_since: match &*state {
                 ServerState::Ready { since, .. } => Some(*since),
+                _ => None,
+            },
+            protocol_version: match &*state {
+                ServerState::Ready { link, .. } => link.version.as_ref().map(|v| v.to_string()),
                 _ => None,
             },
             consecutive_failures: state.failures(),
@@ -566,14 +579,10 @@ async fn run(server: &Arc<Server>) {
             });
         }
         let (notice_tx, mut notices) = mpsc::unbounded_channel();
-        let root = match &server.config().cwd {
-            Some(cwd) => super::client::file_uri(cwd),
-            None => server.root.clone(),
-        };
         let client = Client::new(
             server.progress.clone(),
             notice_tx,
-            root,
+            server.root(),
             server.origins.clone(),
         );
         let attempt = tokio::select! {
@@ -591,6 +600,7 @@ async fn run(server: &Arc<Server>) {
                 let link = Link {
                     peer: conn.service.peer().clone(),
                     direct: conn.direct.clone(),
+                    version: super::era::version(&conn.service),
                 };
                 server.state.send_replace(ServerState::Ready {
                     link,
@@ -741,6 +751,7 @@ async fn serve_connection(
     let Connection { service, group, .. } = conn;
     let peer = service.peer().clone();
     let cancel = service.cancellation_token();
+    let notes_to_self = service.service().notices();
     let waiting = service.waiting();
     tokio::pin!(waiting);
     let relist = || -> Relisting {
@@ -748,6 +759,9 @@ async fn serve_connection(
         async move { listing::list_tools(&peer, bounds).await }.boxed()
     };
     let mut relisting: Option<Relisting> = None;
+    // A server of the 2026-07-28 era sends list changes on a listen only.
+    let listening = super::listen::follow(server, peer.clone(), notes_to_self);
+    tokio::pin!(listening);
     // Prompts and resources listed again after their list_changed, ended with the connection.
     let mut surface = super::surface::Follower::default();
     // A list_changed came during the listing under way: list once more after it.
@@ -757,6 +771,7 @@ async fn serve_connection(
             quit = &mut waiting => break Ended::Closed(format!("the server closed the connection ({quit:?})")),
             _ = server.stop.cancelled() => break Ended::Stop,
             _ = server.reconnect.notified() => break Ended::Reconnect,
+            () = &mut listening => {}
             Some(notice) = notices.recv() => {
                 // A burst of list_changed is one listing; listings never overlap.
                 let burst = std::iter::once(notice).chain(std::iter::from_fn(|| notices.try_recv().ok()));

@@ -18,18 +18,25 @@
 //! call, the server's log messages, in read order: all sent before the answer are queued before
 //! it. Through rmcp each ran in a task of its own, and the last progress often lost the race.
 //!
+//! The `server/discover` probe is bounded here: a server of the `initialize` era that never
+//! answers a method it does not know would otherwise hold rmcp's fallback for its own fixed
+//! ten seconds. Past [`StdioTransport::probe_bound`] the reader hands rmcp a method-not-found
+//! error for the probe (so rmcp falls back to `initialize` on the same pipes) and drops the
+//! server's late answer to it, if one ever comes.
+//!
 //! An incoming message over [`MAX_MESSAGE`] is not kept: the reader skips the rest of its
 //! line and reads in its place a JSON-RPC error for the same id, so the call it answered
 //! fails at once, saying why, instead of waiting out its timeout.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
 #[allow(deprecated)] // logging: deprecated by SEP-2577, still sent by servers
 use rmcp::model::{
-    ErrorData, LoggingMessageNotificationParam, NumberOrString, ProgressNotificationParam,
-    RequestId, ServerJsonRpcMessage,
+    ClientRequest, ErrorCode, ErrorData, JsonRpcMessage, LoggingMessageNotificationParam,
+    NumberOrString, ProgressNotificationParam, RequestId, ServerJsonRpcMessage, ServerResult,
 };
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
@@ -38,6 +45,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
 use super::client::Note;
 use crate::lock;
@@ -68,6 +76,12 @@ pub struct StdioTransport<R> {
     /// The line being skipped for its size, if any.
     oversized: Option<Oversized>,
     direct: Arc<DirectCalls>,
+    /// How long the `server/discover` probe may wait for its answer.
+    probe_bound: Duration,
+    /// The probe sent and not yet answered, with when it is given up.
+    probe: Option<(RequestId, Instant)>,
+    /// A probe given up: its late answer is dropped.
+    abandoned_probe: Option<RequestId>,
 }
 
 /// What is kept of a line over the limit: its length and both ends, where its id is.
@@ -97,8 +111,18 @@ impl<R: AsyncRead + Unpin> StdioTransport<R> {
                 }),
                 pending: Mutex::new(Some(HashMap::new())),
                 next: AtomicU64::new(1),
+                era_meta: OnceLock::new(),
             }),
+            probe_bound: Duration::from_secs(10),
+            probe: None,
+            abandoned_probe: None,
         }
+    }
+
+    /// Bounds the wait for the answer to `server/discover` (see the module doc).
+    pub fn probe_bound(mut self, bound: Duration) -> Self {
+        self.probe_bound = bound;
+        self
     }
 
     /// The direct way to call this server's tools.
@@ -203,6 +227,58 @@ impl<R: AsyncRead + Unpin> StdioTransport<R> {
             }
         }
     }
+    /// The stand-in answer to a probe past its bound: method not found, which rmcp takes
+    /// for a server of the `initialize` era.
+    fn give_up_probe(&mut self, id: RequestId) -> ServerJsonRpcMessage {
+        self.probe = None;
+        self.abandoned_probe = Some(id.clone());
+        let message = format!(
+            "no answer to server/discover within {} ms",
+            self.probe_bound.as_millis()
+        );
+        tracing::info!("{message}; trying initialize");
+        ServerJsonRpcMessage::error(
+            ErrorData::new(ErrorCode::METHOD_NOT_FOUND, message, None),
+            Some(id),
+        )
+    }
+
+    /// Settles the probe when `message` answers it, and returns what rmcp is to see of
+    /// it: `None` for the late answer to a probe given up (rmcp has moved on to
+    /// `initialize`); method-not-found for an answer that is no discover result (some
+    /// servers answer every unknown method with an empty one), which would fail rmcp's
+    /// probe instead of falling back.
+    fn settle_probe(&mut self, message: ServerJsonRpcMessage) -> Option<ServerJsonRpcMessage> {
+        let id = match &message {
+            JsonRpcMessage::Response(r) => Some(&r.id),
+            JsonRpcMessage::Error(e) => e.id.as_ref(),
+            _ => None,
+        };
+        let Some(id) = id else {
+            return Some(message);
+        };
+        if self.abandoned_probe.as_ref() == Some(id) {
+            self.abandoned_probe = None;
+            return None;
+        }
+        if self.probe.as_ref().is_none_or(|(probe, _)| probe != id) {
+            return Some(message);
+        }
+        self.probe = None;
+        match &message {
+            JsonRpcMessage::Response(r) if !matches!(r.result, ServerResult::DiscoverResult(_)) => {
+                Some(ServerJsonRpcMessage::error(
+                    ErrorData::new(
+                        ErrorCode::METHOD_NOT_FOUND,
+                        "server/discover answered with no discover result",
+                        None,
+                    ),
+                    Some(r.id.clone()),
+                ))
+            }
+            _ => Some(message),
+        }
+    }
 }
 
 impl Oversized {
@@ -285,6 +361,11 @@ where
         &mut self,
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send + 'static {
+        if let JsonRpcMessage::Request(r) = &item {
+            if matches!(r.request, ClientRequest::DiscoverRequest(_)) {
+                self.probe = Some((r.id.clone(), Instant::now() + self.probe_bound));
+            }
+        }
         // Queued now, in the order rmcp hands messages over, whatever order the returned
         // futures run in.
         let queued = self.direct.out.queue(&item);
@@ -297,7 +378,14 @@ where
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         loop {
-            match self.read_line().await {
+            let read = match self.probe.clone() {
+                Some((id, at)) => tokio::select! {
+                    read = self.read_line() => read,
+                    _ = tokio::time::sleep_until(at) => return Some(self.give_up_probe(id)),
+                },
+                None => self.read_line().await,
+            };
+            match read {
                 Ok(true) => {}
                 Ok(false) => break,
                 Err(e) => {
@@ -312,8 +400,8 @@ where
                 self.parse(text)
             };
             self.line.clear();
-            if message.is_some() {
-                return message;
+            if let Some(message) = message.and_then(|m| self.settle_probe(m)) {
+                return Some(message);
             }
         }
         // The server is gone: direct calls still waiting fail now, not at their timeout.
@@ -416,6 +504,10 @@ pub struct DirectCalls {
     /// Calls waiting for their answer by number; `None` once the server is gone.
     pending: Mutex<Option<HashMap<u64, Waiter>>>,
     next: AtomicU64,
+    /// The per-request `_meta` of a server of the 2026-07-28 era (protocol version, client
+    /// info and capabilities), set once it has answered `server/discover`; rmcp adds the
+    /// same to the requests it sends itself.
+    era_meta: OnceLock<Map<String, Value>>,
 }
 
 /// Where a direct call's answer and notifications go.
@@ -432,11 +524,19 @@ pub struct DirectCall {
 }
 
 impl DirectCalls {
-    /// Sends `tools/call` for `name`. The id doubles as the progress token.
+    /// Gives every later call the per-request `_meta` of the server's era.
+    pub fn set_era_meta(&self, meta: Map<String, Value>) {
+        let _ = self.era_meta.set(meta);
+    }
+
+    /// Sends `tools/call` for `name`; `retry` holds the params of a retry after
+    /// `input_required` (`inputResponses`, `requestState`). The id doubles as the progress
+    /// token.
     pub async fn call(
         &self,
         name: &str,
         arguments: &Map<String, Value>,
+        retry: &Map<String, Value>,
     ) -> std::io::Result<DirectCall> {
         #[derive(Serialize)]
         struct Request<'a> {
@@ -449,6 +549,8 @@ impl DirectCalls {
         struct Params<'a> {
             name: &'a str,
             arguments: &'a Map<String, Value>,
+            #[serde(flatten)]
+            retry: &'a Map<String, Value>,
             #[serde(rename = "_meta")]
             meta: Meta<'a>,
         }
@@ -456,6 +558,8 @@ impl DirectCalls {
         struct Meta<'a> {
             #[serde(rename = "progressToken")]
             progress_token: &'a str,
+            #[serde(flatten, skip_serializing_if = "Option::is_none")]
+            era: Option<&'a Map<String, Value>>,
         }
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let id: Arc<str> = format!("{ID_PREFIX}{n}").into();
@@ -476,8 +580,10 @@ impl DirectCalls {
             params: Params {
                 name,
                 arguments,
+                retry,
                 meta: Meta {
                     progress_token: &id,
+                    era: self.era_meta.get(),
                 },
             },
         };
@@ -617,230 +723,4 @@ fn closed() -> std::io::Error {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::*;
-    use serde_json::json;
-    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-
-    /// A transport on in-memory pipes: (transport, the server's stdout, the server's stdin).
-    fn pipes() -> (
-        StdioTransport<tokio::io::DuplexStream>,
-        tokio::io::DuplexStream,
-        BufReader<tokio::io::DuplexStream>,
-    ) {
-        let (stdout_theirs, stdout_ours) = tokio::io::duplex(1 << 16);
-        let (stdin_ours, stdin_theirs) = tokio::io::duplex(1 << 16);
-        (
-            StdioTransport::new(stdout_ours, stdin_ours),
-            stdout_theirs,
-            BufReader::new(stdin_theirs),
-        )
-    }
-
-    /// A transport on 16-byte pipes, so a long message cannot be written in one go:
-    /// (transport, the server's stdout, the server's stdin).
-    fn narrow_pipes() -> (
-        StdioTransport<tokio::io::DuplexStream>,
-        tokio::io::DuplexStream,
-        tokio::io::DuplexStream,
-    ) {
-        let (stdout_ours, stdout_theirs) = tokio::io::duplex(16);
-        let (stdin_ours, stdin_theirs) = tokio::io::duplex(16);
-        (
-            StdioTransport::new(stdout_ours, stdin_ours),
-            stdout_theirs,
-            stdin_theirs,
-        )
-    }
-
-    /// Every line a transport with a `limit` of 100 bytes reads from `input`.
-    async fn lines_read(input: &[u8]) -> Vec<String> {
-        let mut t = StdioTransport::new(input, tokio::io::sink());
-        t.limit = 100;
-        let mut lines = Vec::new();
-        while t.read_line().await.unwrap() {
-            lines.push(String::from_utf8(std::mem::take(&mut t.line)).unwrap());
-        }
-        lines
-    }
-
-    #[tokio::test]
-    async fn short_lines_are_read_as_they_are() {
-        let lines = lines_read(b"{\"id\":1,\"result\":{}}\n{\"id\":2}\n").await;
-        assert_eq!(lines, ["{\"id\":1,\"result\":{}}\n", "{\"id\":2}\n"]);
-    }
-
-    #[tokio::test]
-    async fn an_oversized_line_is_read_as_an_error_for_its_id() {
-        let big = format!(
-            "{{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":\"{}\"}}\n{{\"id\":8}}\n",
-            "x".repeat(500)
-        );
-        let lines = lines_read(big.as_bytes()).await;
-        assert_eq!(lines.len(), 2, "{lines:?}");
-        let err: Value = serde_json::from_str(&lines[0]).unwrap();
-        assert_eq!(err["id"], 7);
-        let message = err["error"]["message"].as_str().unwrap();
-        assert!(
-            message.contains("was 536 bytes, over the limit of 100"),
-            "{message}"
-        );
-        assert_eq!(lines[1], "{\"id\":8}\n");
-    }
-
-    #[tokio::test]
-    async fn an_id_after_the_result_is_found_at_the_end_and_no_id_drops_the_line() {
-        let big = format!(
-            "{{\"result\":\"{}\",\"jsonrpc\":\"2.0\",\"id\":\"th-9\"}}\n{}\n{{\"id\":3}}\n",
-            "x".repeat(5000),
-            "y".repeat(300)
-        );
-        let lines = lines_read(big.as_bytes()).await;
-        assert_eq!(lines.len(), 2, "{lines:?}");
-        let err: Value = serde_json::from_str(&lines[0]).unwrap();
-        assert_eq!(err["id"], "th-9");
-        assert_eq!(lines[1], "{\"id\":3}\n");
-    }
-
-    async fn read_json(r: &mut BufReader<tokio::io::DuplexStream>) -> Value {
-        let mut line = String::new();
-        r.read_line(&mut line).await.unwrap();
-        serde_json::from_str(&line).unwrap()
-    }
-
-    #[tokio::test]
-    async fn a_direct_call_gets_its_answer_and_rmcp_the_rest() {
-        let (mut t, mut server_out, mut server_in) = pipes();
-        let direct = t.direct();
-        let args = json!({"text": "hi"}).as_object().unwrap().clone();
-        let call = direct.call("echo", &args).await.unwrap();
-        let request = read_json(&mut server_in).await;
-        assert_eq!(request["method"], "tools/call");
-        assert_eq!(request["id"], &*call.id);
-        assert_eq!(request["params"]["_meta"]["progressToken"], &*call.id);
-        assert_eq!(request["params"]["arguments"]["text"], "hi");
-        let answer = json!({"jsonrpc": "2.0", "id": &*call.id, "result": {"content": []}});
-        let note = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
-        server_out
-            .write_all(format!("{answer}\n{note}\n").as_bytes())
-            .await
-            .unwrap();
-        // The answer goes to the call; rmcp sees only the notification.
-        let m = t.receive().await.unwrap();
-        assert!(
-            matches!(m, rmcp::model::JsonRpcMessage::Notification(_)),
-            "{m:?}"
-        );
-        assert_eq!(call.answer.await.unwrap().unwrap(), json!({"content": []}));
-    }
-
-    #[tokio::test]
-    async fn a_null_result_reaches_the_call_instead_of_being_dropped() {
-        let (mut t, mut server_out, _server_in) = pipes();
-        let direct = t.direct();
-        let call = direct.call("echo", &Map::new()).await.unwrap();
-        let answer = json!({"jsonrpc": "2.0", "id": &*call.id, "result": null});
-        let note = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
-        server_out
-            .write_all(format!("{answer}\n{note}\n").as_bytes())
-            .await
-            .unwrap();
-        let _ = t.receive().await;
-        assert_eq!(call.answer.await.unwrap().unwrap(), Value::Null);
-    }
-
-    #[tokio::test]
-    async fn an_error_answer_fails_the_call_and_a_closed_server_every_waiting_one() {
-        let (mut t, mut server_out, mut server_in) = pipes();
-        let direct = t.direct();
-        let one = direct.call("a", &Map::new()).await.unwrap();
-        let two = direct.call("b", &Map::new()).await.unwrap();
-        let _ = read_json(&mut server_in).await;
-        let error = json!({"jsonrpc": "2.0", "id": &*one.id, "error": {"code": -32602, "message": "no such tool"}});
-        server_out
-            .write_all(format!("{error}\n").as_bytes())
-            .await
-            .unwrap();
-        drop(server_out);
-        assert!(t.receive().await.is_none());
-        let e = one.answer.await.unwrap().unwrap_err();
-        assert_eq!(e.message, "no such tool");
-        assert!(
-            two.answer.await.is_err(),
-            "a waiting call fails when the server goes"
-        );
-        assert!(direct.call("c", &Map::new()).await.is_err());
-    }
-
-    #[tokio::test]
-    async fn a_write_given_up_half_way_is_finished_by_the_next_writer() {
-        let (t, _stdout_theirs, mut stdin_theirs) = narrow_pipes();
-        let out = t.direct.out.clone();
-        let first = json!({"n": 1, "pad": "x".repeat(100)});
-        out.queue(&first).unwrap();
-        // The first writer writes what fits, then is dropped while it waits for room.
-        let given_up = tokio::time::timeout(Duration::from_millis(50), out.flush()).await;
-        assert!(given_up.is_err(), "the pipe is full, the writer waits");
-        let second = json!({"n": 2});
-        out.queue(&second).unwrap();
-        let reader = tokio::spawn(async move {
-            let mut all = Vec::new();
-            let mut buf = [0u8; 64];
-            while !all.ends_with(b"{\"n\":2}\n") {
-                let n = stdin_theirs.read(&mut buf).await.unwrap();
-                all.extend_from_slice(&buf[..n]);
-            }
-            String::from_utf8(all).unwrap()
-        });
-        out.flush().await.unwrap();
-        let written = reader.await.unwrap();
-        assert_eq!(written, format!("{first}\n{second}\n"));
-    }
-
-    #[tokio::test]
-    async fn a_call_given_up_before_its_request_is_written_is_cancelled_behind_it() {
-        let (t, _stdout_theirs, stdin_theirs) = narrow_pipes();
-        let direct = t.direct();
-        let args = json!({"pad": "x".repeat(100)}).as_object().unwrap().clone();
-        let given_up =
-            tokio::time::timeout(Duration::from_millis(50), direct.call("slow", &args)).await;
-        assert!(
-            given_up.is_err(),
-            "the pipe is full, the call waits to send"
-        );
-        assert!(!direct.waiting(), "the abandoned call waits for no answer");
-        let flusher = tokio::spawn({
-            let out = t.direct.out.clone();
-            async move { out.flush().await }
-        });
-        let mut server_in = BufReader::new(stdin_theirs);
-        let request = read_json(&mut server_in).await;
-        assert_eq!(request["method"], "tools/call");
-        let cancel = read_json(&mut server_in).await;
-        assert_eq!(cancel["method"], "notifications/cancelled");
-        assert_eq!(cancel["params"]["requestId"], request["id"]);
-        flusher.await.unwrap().unwrap();
-    }
-
-    #[tokio::test]
-    async fn a_server_that_reads_nothing_refuses_calls_once_its_queue_is_full() {
-        let (t, _stdout_theirs, _stdin_theirs) = narrow_pipes();
-        let direct = t.direct();
-        let big = json!({"pad": "x".repeat(MAX_QUEUED)})
-            .as_object()
-            .unwrap()
-            .clone();
-        // The first call is queued (and waits for room); the next is refused at once.
-        let waiting = tokio::time::timeout(Duration::from_millis(50), direct.call("a", &big)).await;
-        assert!(waiting.is_err());
-        let refused = tokio::time::timeout(Duration::from_secs(5), direct.call("b", &Map::new()))
-            .await
-            .expect("refused at once, not queued behind the first")
-            .err()
-            .unwrap();
-        assert_ne!(refused.kind(), std::io::ErrorKind::BrokenPipe);
-        assert!(refused.to_string().contains("has not read"), "{refused}");
-    }
-}
+mod tests;

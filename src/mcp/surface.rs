@@ -266,6 +266,9 @@ pub struct Hub {
     /// Subscribers per (server, URI): the first one subscribes upstream, the last one
     /// gone unsubscribes.
     pub(super) subscribers: Mutex<HashMap<(String, String), usize>>,
+    /// Told when `subscribers` gains or loses a (server, URI): a server of the 2026-07-28
+    /// era then gets its `subscriptions/listen` again with the new set (`listen.rs`).
+    subscriptions: tokio::sync::watch::Sender<()>,
 }
 
 impl Default for Hub {
@@ -275,11 +278,22 @@ impl Default for Hub {
             catalog: ArcSwap::default(),
             events: broadcast::Sender::new(256),
             subscribers: Mutex::default(),
+            subscriptions: tokio::sync::watch::Sender::new(()),
         }
     }
 }
 
 impl Hub {
+    /// Wakes when the set of subscribed (server, URI) pairs changes.
+    pub(super) fn subscriptions_changed(&self) -> tokio::sync::watch::Receiver<()> {
+        self.subscriptions.subscribe()
+    }
+
+    /// The set of subscribed (server, URI) pairs changed.
+    pub(super) fn subscribers_changed(&self) {
+        self.subscriptions.send_replace(());
+    }
+
     pub fn catalog(&self) -> Arc<Catalog> {
         self.catalog.load_full()
     }

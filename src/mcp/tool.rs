@@ -19,6 +19,7 @@ use serde_json::{Map, Value};
 use tokio::time::Instant;
 
 use super::client::Note;
+use super::mrtr::{self, Retry, MAX_ROUNDS};
 use super::origin::InFlight;
 use super::server::{Link, Server};
 use super::stdio::DirectCalls;
@@ -130,21 +131,25 @@ struct Outgoing {
 async fn send_call(
     server: &Server,
     link: Link,
-    remote_name: String,
-    args: Map<String, Value>,
+    remote_name: &str,
+    args: &Map<String, Value>,
+    retry: &Retry,
     in_flight: &InFlight,
 ) -> Result<Outgoing, ToolError> {
     if let Some(calls) = link.direct {
-        let call = calls.call(&remote_name, &args).await.map_err(|e| {
-            if e.kind() == std::io::ErrorKind::BrokenPipe {
-                server.call_error(ServiceError::TransportClosed)
-            } else {
-                ToolError::new(
-                    ErrorKind::Unavailable,
-                    format!("MCP server '{}' cannot take the call: {e}", server.name()),
-                )
-            }
-        })?;
+        let call = calls
+            .call(remote_name, args, &retry.params())
+            .await
+            .map_err(|e| {
+                if e.kind() == std::io::ErrorKind::BrokenPipe {
+                    server.call_error(ServiceError::TransportClosed)
+                } else {
+                    ToolError::new(
+                        ErrorKind::Unavailable,
+                        format!("MCP server '{}' cannot take the call: {e}", server.name()),
+                    )
+                }
+            })?;
         let mut queued = call.notes;
         let notes = futures::stream::poll_fn(move |cx| queued.poll_recv(cx));
         let answer = async move {
@@ -160,7 +165,10 @@ async fn send_call(
             answer: answer.boxed(),
         });
     }
-    let params = CallToolRequestParams::new(remote_name).with_arguments(args);
+    let mut params =
+        CallToolRequestParams::new(remote_name.to_owned()).with_arguments(args.clone());
+    params.input_responses = retry.input_responses.clone();
+    params.request_state = retry.request_state.clone();
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
     let handle = link
         .peer
@@ -182,6 +190,9 @@ async fn send_call(
     let answer = async move {
         match handle.await_response().await? {
             ServerResult::CallToolResult(r) => {
+                serde_json::to_value(r).map_err(|_| ServiceError::UnexpectedResponse)
+            }
+            ServerResult::InputRequiredResult(r) => {
                 serde_json::to_value(r).map_err(|_| ServiceError::UnexpectedResponse)
             }
             ServerResult::CustomResult(r) => Ok(r.0),
@@ -206,31 +217,72 @@ async fn call_upstream(tool: &McpTool, args: Map<String, Value>, ctx: CallContex
     let timed_out = || ToolError::timed_out(name, ctx.timeout_ms.unwrap_or_default());
     // Not connected: say so at once rather than after waiting for a slot.
     server.link_for_call()?;
-    let sending = async {
+    let acquiring = async {
         let slot = server.acquire_slot().await?;
-        // The connection now (the wait for a slot may have outlived the one seen above).
-        let link = server.link_for_call()?;
         // Entered before the request is written: the server may ask at once.
         let in_flight = server.origins().enter(ctx.inputs.clone());
-        let outgoing = send_call(server, link, tool.remote_name.clone(), args, &in_flight).await?;
-        Ok::<_, ToolError>((slot, in_flight, outgoing))
+        Ok::<_, ToolError>((slot, in_flight))
     };
-    let (
-        _slot,
-        _in_flight,
-        Outgoing {
-            sent,
-            notes,
-            answer: response,
-        },
-    ) = tokio::select! {
-        // A free slot and a pipe with room do not wait: then the deadline's timer is not
-        // armed here.
+    let (_slot, in_flight) = tokio::select! {
+        // A free slot does not wait: then the deadline's timer is not armed here.
         biased;
-        sending = sending => sending?,
+        acquired = acquiring => acquired?,
         _ = ctx.cancel.cancelled() => return Err(ToolError::cancelled(name)),
         _ = sleep_until(deadline) => return Err(timed_out()),
     };
+    // Each round the same request, after an `input_required` answer with the frontend's
+    // answers and the server's state (`mrtr.rs`); all rounds under the one deadline.
+    let mut retry = Retry::default();
+    for _ in 0..=MAX_ROUNDS {
+        let sending = async {
+            // The connection now (the wait for a slot may have outlived the one seen above).
+            let link = server.link_for_call()?;
+            send_call(server, link, &tool.remote_name, &args, &retry, &in_flight).await
+        };
+        let outgoing = tokio::select! {
+            // A pipe with room does not wait.
+            biased;
+            sending = sending => sending?,
+            _ = ctx.cancel.cancelled() => return Err(ToolError::cancelled(name)),
+            _ = sleep_until(deadline) => return Err(timed_out()),
+        };
+        let result = answer_of(server, name, outgoing, &ctx, deadline, &timed_out).await?;
+        if !mrtr::input_required(&result) {
+            return map_result(result);
+        }
+        let root = server.root();
+        let answering = mrtr::answer(result, &ctx.inputs, &root);
+        retry = tokio::select! {
+            // A question ends with its call: the call's own end is the answer then.
+            biased;
+            _ = sleep_until(deadline) => return Err(timed_out()),
+            _ = ctx.cancel.cancelled() => return Err(ToolError::cancelled(name)),
+            answered = answering => answered.map_err(|why| ToolError::failed(format!(
+                "MCP server '{}' asked for input the call cannot give ({why})", server.name()
+            )))?,
+        };
+    }
+    Err(ToolError::failed(format!(
+        "MCP server '{}' asked for input more than {MAX_ROUNDS} times in one call",
+        server.name()
+    )))
+}
+
+/// Waits for the answer to one request sent, passing its notifications on; the server is
+/// told to stop if the call is cancelled or times out meanwhile.
+async fn answer_of(
+    server: &Server,
+    name: &str,
+    outgoing: Outgoing,
+    ctx: &CallContext,
+    deadline: Option<Instant>,
+    timed_out: &(dyn Fn() -> ToolError + Sync),
+) -> Result<Map<String, Value>, ToolError> {
+    let Outgoing {
+        sent,
+        notes,
+        answer: response,
+    } = outgoing;
     // The idle timeout (reset by progress) is kept here rather than in rmcp's request
     // options: one timer in the loop below costs less than rmcp's per-request watchers.
     let idle = Duration::from_millis(server.config().timeout_ms);
@@ -244,7 +296,7 @@ async fn call_upstream(tool: &McpTool, args: Map<String, Value>, ctx: CallContex
             r = &mut response => {
                 // What came before the answer goes out before the result.
                 while let Some(Some(note)) = notes.next().now_or_never() {
-                    pass_on(note, &ctx);
+                    pass_on(note, ctx);
                 }
                 break r;
             }
@@ -252,7 +304,7 @@ async fn call_upstream(tool: &McpTool, args: Map<String, Value>, ctx: CallContex
                 if matches!(note, Note::Progress(_)) {
                     timer.as_mut().reset(wake_at(Instant::now()));
                 }
-                pass_on(note, &ctx);
+                pass_on(note, ctx);
             }
             _ = &mut timer => {
                 unanswered.cancel("timeout");
@@ -273,7 +325,7 @@ async fn call_upstream(tool: &McpTool, args: Map<String, Value>, ctx: CallContex
     };
     unanswered.settle();
     match outcome {
-        Ok(Value::Object(result)) => map_result(result),
+        Ok(Value::Object(result)) => Ok(result),
         Ok(_) | Err(ServiceError::UnexpectedResponse) => Err(ToolError::failed(format!(
             "MCP server '{}' answered tools/call with something that is not a tool result",
             server.name()

@@ -134,6 +134,11 @@ pub struct McpServerStatus {
     /// Milliseconds since the Unix epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub connected_since: Option<u64>,
+    /// The MCP revision of the live connection: `2026-07-28` for a server that answered
+    /// `server/discover`, else the version it chose in `initialize`. Absent while not
+    /// connected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub protocol_version: Option<String>,
     pub consecutive_failures: u32,
     pub restarts: u32,
     /// Times the circuit breaker opened since the server was configured.

@@ -233,8 +233,7 @@ impl Snapshot {
         let (winners, collisions) = claim_names(sources, &catalog.policy);
         let mut quarantined = IndexMap::new();
         let mut new_pins = Vec::new();
-        // Listed in source order (built-ins, custom, MCP servers by name), each tool only
-        // where it won its name.
+        // Each tool only where it won its name (sorted by name below).
         for list in sources.values() {
             for tool in list {
                 let name = tool.spec().name.clone();
@@ -294,6 +293,9 @@ impl Snapshot {
             };
             tools.insert(catalog::SEARCH_TOOL.to_owned(), entry);
         }
+        // By name: one stable order whatever order the sources list in (prompt caches of
+        // the frontends depend on it; MCP 2026-07-28 asks it of `tools/list`).
+        tools.sort_unstable_keys();
         Snapshot::from_tools(tools, collisions, deferred, quarantined)
     }
 

@@ -2,9 +2,13 @@
 
 Usage: client.py stdio TOOLHOST_BIN SOCKET | client.py http URL TOKEN
        client.py surface stdio TOOLHOST_BIN SOCKET | client.py surface http URL TOKEN
+       client.py mrtr TOOLHOST_BIN SOCKET
 (`surface`: prompts, resources, templates, completion and a resource subscription of a
 host whose MCP server is server-everything, named `everything`, with its simulated resource
 updates turned on.)
+(`mrtr`: the SDK's `Client` pinned to 2026-07-28 calls `mcp_fx_ask_user` over stdio and over
+HTTP on the daemon's Unix socket; its elicitation callback answers the `input_required`
+rounds, which the SDK drives itself.)
 """
 
 import base64
@@ -109,7 +113,32 @@ async def surface(mode: str, a: str, b: str) -> dict:
     return seen
 
 
+async def mrtr(binary: str, socket: str) -> dict:
+    from mcp.client.client import Client
+
+    seen: dict = {"asked": []}
+
+    async def elicit(context, params):
+        seen["asked"].append(params.message)
+        return types.ElicitResult(action="accept", content={"name": "Py"})
+
+    info = types.Implementation(name="python-mrtr", version="1")
+    stdio = StdioServerParameters(command=binary, args=["mcp", "--socket", socket], env=get_default_environment())
+    http = httpx2.AsyncClient(transport=httpx2.AsyncHTTPTransport(uds=socket))
+    async with http:
+        transports = {"stdio": stdio, "http": streamable_http_client("http://localhost/mcp", http_client=http)}
+        for name, transport in transports.items():
+            async with Client(transport, mode="2026-07-28", client_info=info, elicitation_callback=elicit) as client:
+                result = await client.call_tool("mcp_fx_ask_user", {"message": f"name over {name}?"})
+                texts = [c.text for c in result.content if isinstance(c, types.TextContent)]
+                seen[name] = {"is_error": result.is_error, "text": "".join(texts)}
+    return seen
+
+
 async def main() -> None:
+    if sys.argv[1] == "mrtr":
+        print(json.dumps(await mrtr(*sys.argv[2:4])))
+        return
     if sys.argv[1] == "surface":
         print(json.dumps(await surface(*sys.argv[2:5]), sort_keys=True))
         return

@@ -1,0 +1,96 @@
+//! `subscriptions/listen`: how a 2026-07-28 client hears of changes (it replaces the GET
+//! stream's list-changed notifications and `resources/subscribe`). rmcp sends the
+//! acknowledgement with the accepted filter, then hands the subscription here; every
+//! notification goes through its sink, which tags it with the `subscriptionId` and lets
+//! through only the kinds the client opted into. It runs until the client cancels it
+//! (stdio: `notifications/cancelled`; HTTP: the stream goes away) or the daemon stops.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use rmcp::service::SubscriptionContext;
+use rmcp::ErrorData;
+
+use super::surface::Feeds;
+use super::{host_error, Facade, Feed};
+
+type Forwarder = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+impl Facade {
+    /// Follows what the subscription accepted, from the host, until it ends.
+    pub(super) async fn forward_subscription(
+        &self,
+        subscription: SubscriptionContext,
+    ) -> Result<(), ErrorData> {
+        self.ready(subscription.request_context(), false).await?;
+        let client = self.client().await?.clone();
+        let accepted = subscription.accepted().clone();
+        let sink = subscription.sink().clone();
+        let mut forwarders: FuturesUnordered<Forwarder> = FuturesUnordered::new();
+        if accepted.tools_list_changed == Some(true) {
+            let feed = self.changes().tools();
+            let sink = sink.clone();
+            forwarders.push(Box::pin(forward(feed, move || {
+                let sink = sink.clone();
+                async move { sink.notify_tool_list_changed().await.is_ok() }
+            })));
+        }
+        let wants_prompts = accepted.prompts_list_changed == Some(true);
+        let wants_resources = accepted.resources_list_changed == Some(true);
+        if wants_prompts || wants_resources {
+            let Feeds { prompts, resources } = Feeds::open(self.changes());
+            if wants_prompts {
+                let sink = sink.clone();
+                forwarders.push(Box::pin(forward(prompts, move || {
+                    let sink = sink.clone();
+                    async move { sink.notify_prompt_list_changed().await.is_ok() }
+                })));
+            }
+            if wants_resources {
+                let sink = sink.clone();
+                forwarders.push(Box::pin(forward(resources, move || {
+                    let sink = sink.clone();
+                    async move { sink.notify_resource_list_changed().await.is_ok() }
+                })));
+            }
+        }
+        for uri in accepted.resource_subscriptions.iter().flatten() {
+            let mut updates = client
+                .subscribe_resource(&self.viewed_resource(uri.clone()))
+                .await
+                .map_err(host_error)?;
+            let sink = sink.clone();
+            forwarders.push(Box::pin(async move {
+                while let Some(Ok(updated)) = updates.next().await {
+                    if sink.notify_resource_updated(updated.uri).await.is_err() {
+                        return;
+                    }
+                }
+            }));
+        }
+        let forwarding = async {
+            while forwarders.next().await.is_some() {}
+            // Nothing more can come; the subscription stays open until the client ends it.
+            std::future::pending::<()>().await;
+        };
+        tokio::select! {
+            () = subscription.cancelled() => {}
+            () = forwarding => {}
+        }
+        Ok(())
+    }
+}
+
+/// Calls `notify` on every change of `feed`, until the feed or the subscription ends.
+async fn forward<F, Fut>(mut feed: Feed, notify: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    while feed.changed().await {
+        if !notify().await {
+            return;
+        }
+    }
+}
