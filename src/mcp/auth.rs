@@ -339,11 +339,21 @@ impl OAuth {
         let scopes = if !configured_scopes.is_empty() {
             configured_scopes
         } else if step_up {
-            // Step-up: what we had plus what the challenge asks for.
+            // Step-up (SEP-2350): the scope granted before plus what the challenge asks for.
             let challenged = challenge.as_deref().and_then(|c| {
                 rmcp::transport::auth::WWWAuthenticateParams::parse(c, &url_of(url)?).scope
             });
-            manager.select_scopes(challenged.as_deref(), &[])
+            let mut scopes = FileStore::new(&self.dir, name, cfg)
+                .read()
+                .and_then(|f| f.credentials)
+                .map(|c| c.granted_scopes)
+                .unwrap_or_default();
+            for scope in manager.select_scopes(challenged.as_deref(), &[]) {
+                if !scopes.contains(&scope) {
+                    scopes.push(scope);
+                }
+            }
+            scopes
         } else {
             // First sign-in: the challenge's scope, else the resource's `scopes_supported`.
             manager.select_initial_scopes(&[]).await
