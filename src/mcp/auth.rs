@@ -10,6 +10,12 @@
 //! Tokens live in `<data_dir>/oauth/<server>.json`, mode 0600, written atomically. Each file
 //! carries a fingerprint of the server's URL and auth settings: a reload that changes
 //! either makes the file stale, and the next connection deletes it.
+//!
+//! Credentials belong to the authorization server that issued them (MCP 2026-07-28): the
+//! tokens carry their issuer, and rmcp drops them when the resource names another one; a
+//! client registered dynamically is kept with its issuer and client ID, so its secret never
+//! goes to another server. The authorization response's RFC 9207 `iss` and the metadata's
+//! `issuer` are checked by rmcp.
 
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
@@ -44,6 +50,9 @@ pub struct OAuth {
 struct Pending {
     session: Arc<AuthorizationSession>,
     fingerprint: String,
+    /// The client this sign-in registered, stored only once the sign-in succeeds (an
+    /// abandoned one leaves the working credentials as they were).
+    registration: Option<Registration>,
 }
 
 /// A connection attempt that needs the user to sign in (or to grant more scope).
@@ -64,11 +73,37 @@ fn login_hint(name: &str, why: &str) -> AuthNeeded {
 struct TokenFile {
     /// Hash of the URL and auth settings the tokens were issued for.
     fingerprint: String,
-    /// A secret issued by dynamic registration (needed again to refresh).
+    /// The client dynamic registration created at the last sign-in, if it was issued a
+    /// secret (needed again to refresh).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    client_secret: Option<String>,
+    registration: Option<Registration>,
+    /// A registration's secret as files before issuer binding kept it: bound, on reading,
+    /// to the stored credentials' client and issuer.
+    #[serde(default, rename = "client_secret", skip_serializing)]
+    legacy_client_secret: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     credentials: Option<StoredCredentials>,
+}
+
+/// A dynamically registered client with a secret, and the authorization server it is
+/// registered with: the secret is sent only with that client ID, to that issuer.
+#[derive(Serialize, Deserialize, Clone)]
+struct Registration {
+    /// The authorization server metadata's `issuer` (none for a legacy server without
+    /// metadata).
+    issuer: Option<String>,
+    client_id: String,
+    client_secret: String,
+}
+
+impl TokenFile {
+    /// The registration secret for the stored credentials: only when they belong to the
+    /// client it was issued to, at the same issuer.
+    fn registered_secret(&self) -> Option<&str> {
+        let (reg, creds) = (self.registration.as_ref()?, self.credentials.as_ref()?);
+        (reg.client_id == creds.client_id && reg.issuer == creds.issuer)
+            .then_some(reg.client_secret.as_str())
+    }
 }
 
 fn fingerprint(cfg: &McpServer) -> String {
@@ -106,7 +141,17 @@ impl FileStore {
     fn read(&self) -> Option<TokenFile> {
         let bytes = std::fs::read(&self.path).ok()?;
         match serde_json::from_slice::<TokenFile>(&bytes) {
-            Ok(f) if f.fingerprint == self.fingerprint => Some(f),
+            Ok(mut f) if f.fingerprint == self.fingerprint => {
+                if let (Some(secret), Some(creds)) = (f.legacy_client_secret.take(), &f.credentials)
+                {
+                    f.registration.get_or_insert_with(|| Registration {
+                        issuer: creds.issuer.clone(),
+                        client_id: creds.client_id.clone(),
+                        client_secret: secret,
+                    });
+                }
+                Some(f)
+            }
             _ => {
                 let _ = std::fs::remove_file(&self.path);
                 None
@@ -262,17 +307,17 @@ impl OAuth {
         {
             return Ok(None);
         }
-        let store = FileStore::new(&self.dir, name, cfg);
         let mut manager = AuthorizationManager::new(url)
             .await
             .map_err(|e| anyhow!("{e}"))?;
-        manager.set_credential_store(store.clone());
+        manager.set_credential_store(FileStore::new(&self.dir, name, cfg));
         let challenge = lock(&self.challenges).get(name).cloned();
         let resolution = manager
             .resolve_metadata_from_challenge(challenge.as_deref())
             .await
             .map_err(|e| anyhow!("authorization server discovery failed: {e}"))?;
         let has_registration = resolution.metadata.registration_endpoint.is_some();
+        let issuer = resolution.metadata.issuer.clone();
         let cimd_supported = resolution
             .metadata
             .additional_fields
@@ -294,11 +339,21 @@ impl OAuth {
         let scopes = if !configured_scopes.is_empty() {
             configured_scopes
         } else if step_up {
-            // Step-up: what we had plus what the challenge asks for.
+            // Step-up (SEP-2350): the scope granted before plus what the challenge asks for.
             let challenged = challenge.as_deref().and_then(|c| {
                 rmcp::transport::auth::WWWAuthenticateParams::parse(c, &url_of(url)?).scope
             });
-            manager.select_scopes(challenged.as_deref(), &[])
+            let mut scopes = FileStore::new(&self.dir, name, cfg)
+                .read()
+                .and_then(|f| f.credentials)
+                .map(|c| c.granted_scopes)
+                .unwrap_or_default();
+            for scope in manager.select_scopes(challenged.as_deref(), &[]) {
+                if !scopes.contains(&scope) {
+                    scopes.push(scope);
+                }
+            }
+            scopes
         } else {
             // First sign-in: the challenge's scope, else the resource's `scopes_supported`.
             manager.select_initial_scopes(&[]).await
@@ -306,7 +361,7 @@ impl OAuth {
         let mut request = AuthorizationRequest::new(redirect_uri)
             .with_client_name(CLIENT_NAME)
             .with_scopes(scopes.clone());
-        let mut issued_secret = None;
+        let mut registration = None;
         if let Some(id) = client_id {
             request = request.with_preregistered_client(id);
             if let Some(secret) = client_secret {
@@ -325,7 +380,11 @@ impl OAuth {
             request = request.with_preregistered_client(registered.client_id.clone());
             if let Some(secret) = registered.client_secret.clone() {
                 request = request.with_client_secret(secret.clone());
-                issued_secret = Some(secret);
+                registration = Some(Registration {
+                    issuer,
+                    client_id: registered.client_id,
+                    client_secret: secret,
+                });
             }
         } else {
             bail!("the authorization server offers no dynamic registration: set auth.client_id (or auth.client_metadata_url) for '{name}' in config.json");
@@ -334,16 +393,12 @@ impl OAuth {
             .await
             .map_err(|(_, e)| anyhow!("cannot start the authorization: {e}"))?;
         let url = session.get_authorization_url().to_owned();
-        if let Some(secret) = issued_secret {
-            store
-                .update(|f| f.client_secret = Some(secret))
-                .map_err(|e| anyhow!("{e}"))?;
-        }
         lock(&self.pending).insert(
             name.to_owned(),
             Pending {
                 session: Arc::new(session),
                 fingerprint: fingerprint(cfg),
+                registration,
             },
         );
         Ok(Some(url))
@@ -367,7 +422,18 @@ impl OAuth {
             .session
             .handle_callback_url(callback_url)
             .await
-            .map_err(|e| anyhow!("the authorization server refused the sign-in: {e}"))?;
+            .map_err(|e| match e {
+                AuthError::AuthorizationServerMismatch { .. }
+                | AuthError::AuthorizationServerMissingIssuer { .. } => {
+                    anyhow!("sign-in refused, the authorization response is not from the expected authorization server: {e}")
+                }
+                e => anyhow!("the authorization server refused the sign-in: {e}"),
+            })?;
+        // The tokens just stored belong to this sign-in's client: its registration replaces
+        // any earlier one (none for a public or pre-registered client).
+        FileStore::new(&self.dir, name, cfg)
+            .update(|f| f.registration = pending.registration)
+            .map_err(|e| anyhow!("{e}"))?;
         lock(&self.challenges).remove(name);
         Ok(())
     }
@@ -398,7 +464,7 @@ impl OAuth {
 }
 
 /// Refreshing needs the client's secret when it has one (configured, or issued by
-/// registration and kept in the token file).
+/// registration to this client at this issuer and kept in the token file).
 fn configure_refresh(
     manager: &mut AuthorizationManager,
     cfg: &McpServer,
@@ -414,7 +480,7 @@ fn configure_refresh(
         .auth
         .as_ref()
         .and_then(|a| a.client_secret.clone())
-        .or_else(|| file.client_secret.clone());
+        .or_else(|| file.registered_secret().map(str::to_owned));
     if let Some(secret) = secret {
         let url = cfg.url.clone().unwrap_or_default();
         manager

@@ -15,6 +15,8 @@ use tokio::net::UnixStream;
 use tokio::process::{Child, Command};
 pub use toolhost::client::{Client, ClientError};
 
+pub mod conformance;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_toolhost");
 pub const FIXTURE: &str = env!("CARGO_BIN_EXE_toolhost-fixture-mcp");
 
