@@ -255,7 +255,7 @@ async fn stdio_an_upstream_elicitation_becomes_input_required_and_only_its_own_r
     let answer = json!({key.clone(): {"action": "accept", "content": {"name": "Ada"}}});
 
     // Refused, each changing nothing: a tampered state, a retry of other arguments or
-    // another tool, answers without a state, an answer of the wrong shape.
+    // another tool, an answer of the wrong shape.
     let tampered = format!("{state}-TAMPERED");
     let r = mcp
         .request(
@@ -290,6 +290,9 @@ async fn stdio_an_upstream_elicitation_becomes_input_required_and_only_its_own_r
         )
         .await;
     refused(&r, "another tool");
+    // Answers without a state are a new call that already knows its answers: the question
+    // of that name is answered with them (the held call is not touched); an answer of the
+    // wrong shape is not used, and its question is put to the client.
     let r = mcp
         .request(
             "tools/call",
@@ -300,7 +303,19 @@ async fn stdio_an_upstream_elicitation_becomes_input_required_and_only_its_own_r
             ),
         )
         .await;
-    refused(&r, "send them with its requestState");
+    assert_eq!(text(&r), r#"accept {"name":"Ada"}"#, "{r}");
+    let r = mcp
+        .request(
+            "tools/call",
+            call(
+                "mcp_fx_ask_user",
+                args.clone(),
+                json!({"inputResponses": {key.clone(): {"action": "maybe"}}}),
+            ),
+        )
+        .await;
+    let (again, _, _) = sole_request(&r);
+    assert_eq!(again, key, "{r}");
     let r = mcp
         .request(
             "tools/call",

@@ -296,13 +296,13 @@ impl Facade {
             params.arguments.as_ref(),
             self.state.profile.get().map(String::as_str),
         );
+        // Answers sent without a state (a client that knows what the tool will ask) answer
+        // the call's questions of the same names; what they do not answer is asked.
+        let mut unasked = match &request.request_state {
+            None => request.input_responses.clone().unwrap_or_default(),
+            Some(_) => InputResponses::new(),
+        };
         let (call_id, mut sub, mut asking) = match &request.request_state {
-            None if request.input_responses.is_some() => {
-                return Err(refused(
-                    "inputResponses answer the questions of an earlier input_required \
-                     result: send them with its requestState",
-                ))
-            }
             None => {
                 let call_id = params.call_id.clone().unwrap_or_default();
                 let sub = self
@@ -334,15 +334,22 @@ impl Facade {
             let mut requests = InputRequests::new();
             let mut asked = BTreeMap::new();
             for q in asking.drain(..) {
+                // The asker's own name when it has one (an upstream server's key reaches the
+                // client unchanged), else the host's id of the question.
+                let key = q
+                    .key
+                    .clone()
+                    .filter(|k| !asked.contains_key(k))
+                    .unwrap_or_else(|| q.request_id.clone());
+                if let Some(answer) = unasked.remove(&key) {
+                    // A malformed answer is not used: the question is put to the client.
+                    if crate::inputs::check_answer(q.input, &answer).is_ok() {
+                        inputs::hand_back(client, q, Ok(answer)).await;
+                        continue;
+                    }
+                }
                 match inputs::request(q.input, q.params.clone()) {
                     Ok(r) => {
-                        // The asker's own name when it has one (an upstream server's key
-                        // reaches the client unchanged), else the host's id of the question.
-                        let key = q
-                            .key
-                            .clone()
-                            .filter(|k| !asked.contains_key(k))
-                            .unwrap_or_else(|| q.request_id.clone());
                         requests.insert(key.clone(), r);
                         asked.insert(key, q);
                     }

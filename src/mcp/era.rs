@@ -11,7 +11,8 @@
 
 use std::time::Duration;
 
-use rmcp::model::{ProtocolVersion, RequestMetaObject};
+#[allow(deprecated)] // logging: deprecated by SEP-2577, still what servers send
+use rmcp::model::{LoggingLevel, ProtocolVersion, RequestMetaObject};
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService};
 use rmcp::{ClientHandler, RoleClient};
 use serde_json::{Map, Value};
@@ -57,11 +58,24 @@ pub fn version(service: &RunningService<RoleClient, Client>) -> Option<ProtocolV
 pub fn request_meta(service: &RunningService<RoleClient, Client>) -> Option<Map<String, Value>> {
     let version = version(service).filter(is_new)?;
     let info = service.service().get_info();
-    let meta = RequestMetaObject::with_client_context(version, info.client_info, info.capabilities);
+    let mut meta =
+        RequestMetaObject::with_client_context(version, info.client_info, info.capabilities);
+    meta.extend(log_meta());
     match serde_json::to_value(meta) {
         Ok(Value::Object(meta)) => Some(meta),
         _ => None,
     }
+}
+
+/// The `_meta` of a tool call to a server of the new era, besides what rmcp adds: the log
+/// level, every message. Such a server sends `notifications/message` only at a level a
+/// request names; one of the `initialize` era sends whatever it logs. Asking for every
+/// message keeps the two alike, and the facade filters for each frontend.
+#[allow(deprecated)]
+pub fn log_meta() -> RequestMetaObject {
+    let mut meta = RequestMetaObject::default();
+    meta.set_log_level(LoggingLevel::Debug);
+    meta
 }
 
 /// Refuses a session on a revision we do not know (we follow every one rmcp knows, both

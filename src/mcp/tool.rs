@@ -169,6 +169,9 @@ async fn send_call(
         CallToolRequestParams::new(remote_name.to_owned()).with_arguments(args.clone());
     params.input_responses = retry.input_responses.clone();
     params.request_state = retry.request_state.clone();
+    if super::era::peer_is_new(&link.peer) {
+        params.meta = Some(super::era::log_meta());
+    }
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
     let handle = link
         .peer
