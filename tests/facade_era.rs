@@ -8,23 +8,16 @@ mod common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::Duration;
 
-use common::{alive, eventually, http_request_with, toolhost, write_atomic, Daemon, BIN};
+use common::new_era::{self, RawStdio};
+use common::{alive, eventually, http_request_with, write_atomic, Daemon, BIN};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, ChildStdout};
-
-const NEW: &str = "2026-07-28";
 
 /// The `_meta` every new-era request carries.
 fn meta(caps: Value) -> Value {
-    json!({
-        "io.modelcontextprotocol/protocolVersion": NEW,
-        "io.modelcontextprotocol/clientCapabilities": caps,
-        "io.modelcontextprotocol/clientInfo": {"name": "era-test", "version": "1"},
-    })
+    new_era::meta("era-test", caps)
 }
 
 /// `params` with the new-era `_meta` merged in.
@@ -86,59 +79,6 @@ echo '{"result": {"content": [{"type": "text", "text": "done"}]}}'"#,
     d
 }
 
-/// `toolhost mcp` spoken to as raw JSON lines.
-struct RawStdio {
-    _child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl RawStdio {
-    async fn open(d: &Daemon) -> RawStdio {
-        let mut cmd = toolhost(d.dir.path());
-        cmd.arg("mcp").arg("--socket").arg(d.socket());
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        RawStdio {
-            _child: child,
-            stdin,
-            stdout,
-        }
-    }
-
-    async fn send(&mut self, message: Value) {
-        let line = format!("{message}\n");
-        self.stdin.write_all(line.as_bytes()).await.unwrap();
-    }
-
-    async fn next(&mut self) -> Value {
-        let mut line = String::new();
-        tokio::time::timeout(Duration::from_secs(20), self.stdout.read_line(&mut line))
-            .await
-            .expect("a message in time")
-            .unwrap();
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
-    }
-
-    /// Sends request `id` and returns its answer, collecting what came before it.
-    async fn request(&mut self, id: u64, method: &str, params: Value) -> (Value, Vec<Value>) {
-        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
-            .await;
-        let mut before = Vec::new();
-        loop {
-            let m = self.next().await;
-            if m["id"] == id && m.get("method").is_none() {
-                return (m, before);
-            }
-            before.push(m);
-        }
-    }
-}
-
 fn tool_names(list: &Value) -> Vec<&str> {
     list["result"]["tools"]
         .as_array()
@@ -168,7 +108,7 @@ async fn stdio_new_era_discovers_lists_and_calls_without_initialize() {
         .await;
     let r = &discover["result"];
     let versions = r["supportedVersions"].as_array().unwrap();
-    assert!(versions.contains(&json!(NEW)), "{discover}");
+    assert!(versions.contains(&json!(new_era::NEW)), "{discover}");
     assert!(versions.contains(&json!("2025-11-25")), "{discover}");
     assert_eq!(
         r["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
@@ -232,12 +172,12 @@ async fn stdio_new_era_discovers_lists_and_calls_without_initialize() {
     assert!(err["error"]["data"]["supported"]
         .as_array()
         .unwrap()
-        .contains(&json!(NEW)));
+        .contains(&json!(new_era::NEW)));
     let (err, _) = mcp
         .request(
             21,
             "tools/list",
-            json!({"_meta": {"io.modelcontextprotocol/protocolVersion": NEW}}),
+            json!({"_meta": {"io.modelcontextprotocol/protocolVersion": new_era::NEW}}),
         )
         .await;
     assert_eq!(err["error"]["code"], -32602, "{err}");
@@ -263,7 +203,10 @@ async fn stdio_new_era_discovers_lists_and_calls_without_initialize() {
         .filter(|s| s["meta"]["mcp_client"]["name"] == "era-test")
         .collect();
     assert_eq!(named.len(), 1, "{sessions}");
-    assert_eq!(named[0]["meta"]["mcp_client"]["protocol_version"], NEW);
+    assert_eq!(
+        named[0]["meta"]["mcp_client"]["protocol_version"],
+        new_era::NEW
+    );
 }
 
 /// `notifications/cancelled` ends a new-era call and kills its process group.
@@ -346,7 +289,10 @@ async fn post(d: &Daemon, headers: &[(&str, &str)], body: Value) -> (u16, Value)
 
 /// The headers a new-era client sends with `method` (and `name`).
 fn new_era_headers<'a>(method: &'a str, name: Option<&'a str>) -> Vec<(&'a str, &'a str)> {
-    let mut h = vec![("MCP-Protocol-Version", NEW), ("Mcp-Method", method)];
+    let mut h = vec![
+        ("MCP-Protocol-Version", new_era::NEW),
+        ("Mcp-Method", method),
+    ];
     if let Some(n) = name {
         h.push(("Mcp-Name", n));
     }
@@ -444,7 +390,7 @@ async fn http_new_era_refuses_bad_input_with_the_specs_codes() {
         &d,
         &[
             ("Origin", "http://evil.example.com"),
-            ("MCP-Protocol-Version", NEW),
+            ("MCP-Protocol-Version", new_era::NEW),
             ("Mcp-Method", "server/discover"),
         ],
         request(301, "server/discover", json!({"_meta": meta(json!({}))})),
@@ -657,7 +603,7 @@ async fn python_sdk_in_new_era_mode() {
     let d = start().await;
     let socket = d.socket();
     let sock = socket.to_str().unwrap();
-    for mode in [NEW, "legacy"] {
+    for mode in [new_era::NEW, "legacy"] {
         let Some(seen) = common::python_sdk("modern.py", &[mode, BIN, sock], &[]).await else {
             return;
         };

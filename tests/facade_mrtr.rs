@@ -10,23 +10,14 @@ mod common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::Stdio;
-use std::time::Duration;
 
-use common::{alive, eventually, http_request_with, toolhost, write_atomic, Daemon, BIN, FIXTURE};
+use common::new_era::{self, RawStdio};
+use common::{alive, eventually, http_request_with, write_atomic, Daemon, BIN, FIXTURE};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, ChildStdout};
-
-const NEW: &str = "2026-07-28";
 
 /// The `_meta` of a new-era request whose client declares `caps`.
 fn meta(caps: Value) -> Value {
-    json!({
-        "io.modelcontextprotocol/protocolVersion": NEW,
-        "io.modelcontextprotocol/clientCapabilities": caps,
-        "io.modelcontextprotocol/clientInfo": {"name": "mrtr-test", "version": "1"},
-    })
+    new_era::meta("mrtr-test", caps)
 }
 
 /// A `tools/call` of a client that answers elicitation; `retry` is merged in
@@ -121,76 +112,12 @@ async fn start(config: Value) -> Daemon {
     d
 }
 
-/// `toolhost mcp` spoken to as raw JSON lines.
-struct RawStdio {
-    _child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    next_id: u64,
-}
-
-impl RawStdio {
-    async fn open(d: &Daemon) -> RawStdio {
-        Self::open_with(d, &[]).await
-    }
-
-    async fn open_with(d: &Daemon, env: &[(&str, &str)]) -> RawStdio {
-        let mut cmd = toolhost(d.dir.path());
-        cmd.arg("mcp").arg("--socket").arg(d.socket());
-        cmd.envs(env.iter().copied());
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        RawStdio {
-            _child: child,
-            stdin,
-            stdout,
-            next_id: 1,
-        }
-    }
-
-    /// Sends a request and returns its answer; nothing but notifications may come first
-    /// (a new-era peer is never sent a request).
-    async fn request(&mut self, method: &str, params: Value) -> Value {
-        let id = self.next_id;
-        self.next_id += 1;
-        let line = format!(
-            "{}\n",
-            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
-        );
-        self.stdin.write_all(line.as_bytes()).await.unwrap();
-        loop {
-            let m = read_json(&mut self.stdout).await;
-            assert!(
-                m.get("method").is_none() || m.get("id").is_none(),
-                "a request to a new-era peer: {m}"
-            );
-            if m["id"] == id {
-                return m;
-            }
-        }
-    }
-}
-
-/// The next JSON line of `stdout`.
-async fn read_json(stdout: &mut BufReader<ChildStdout>) -> Value {
-    let mut line = String::new();
-    tokio::time::timeout(Duration::from_secs(20), stdout.read_line(&mut line))
-        .await
-        .expect("a message in time")
-        .unwrap();
-    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"))
-}
-
 /// One sessionless new-era POST to `/mcp` over the Unix socket: (status, answer).
 async fn post(d: &Daemon, params: Value) -> (u16, Value) {
     let name = params["name"].as_str().unwrap_or_default().to_owned();
     let headers = [
         ("Accept", "application/json, text/event-stream"),
-        ("MCP-Protocol-Version", NEW),
+        ("MCP-Protocol-Version", new_era::NEW),
         ("Mcp-Method", "tools/call"),
         ("Mcp-Name", name.as_str()),
     ];
@@ -237,7 +164,7 @@ async fn stdio_an_upstream_elicitation_becomes_input_required_and_only_its_own_r
     let mut mcp = RawStdio::open(&d).await;
     let args = json!({"message": "your name?"});
     let first = mcp
-        .request(
+        .rpc(
             "tools/call",
             call("mcp_fx_ask_user", args.clone(), json!({})),
         )
@@ -258,7 +185,7 @@ async fn stdio_an_upstream_elicitation_becomes_input_required_and_only_its_own_r
     // another tool, an answer of the wrong shape.
     let tampered = format!("{state}-TAMPERED");
     let r = mcp
-        .request(
+        .rpc(
             "tools/call",
             call(
                 "mcp_fx_ask_user",
@@ -269,7 +196,7 @@ async fn stdio_an_upstream_elicitation_becomes_input_required_and_only_its_own_r
         .await;
     refused(&r, "not one this server issued");
     let r = mcp
-        .request(
+        .rpc(
             "tools/call",
             call(
                 "mcp_fx_ask_user",
@@ -280,7 +207,7 @@ async fn stdio_an_upstream_elicitation_becomes_input_required_and_only_its_own_r
         .await;
     refused(&r, "other arguments");
     let r = mcp
-        .request(
+        .rpc(
             "tools/call",
             call(
                 "mcp_fx_echo",
@@ -294,7 +221,7 @@ async fn stdio_an_upstream_elicitation_becomes_input_required_and_only_its_own_r
     // of that name is answered with them (the held call is not touched); an answer of the
     // wrong shape is not used, and its question is put to the client.
     let r = mcp
-        .request(
+        .rpc(
             "tools/call",
             call(
                 "mcp_fx_ask_user",
@@ -305,7 +232,7 @@ async fn stdio_an_upstream_elicitation_becomes_input_required_and_only_its_own_r
         .await;
     assert_eq!(text(&r), r#"accept {"name":"Ada"}"#, "{r}");
     let r = mcp
-        .request(
+        .rpc(
             "tools/call",
             call(
                 "mcp_fx_ask_user",
@@ -317,7 +244,7 @@ async fn stdio_an_upstream_elicitation_becomes_input_required_and_only_its_own_r
     let (again, _, _) = sole_request(&r);
     assert_eq!(again, key, "{r}");
     let r = mcp
-        .request(
+        .rpc(
             "tools/call",
             call(
                 "mcp_fx_ask_user",
@@ -332,7 +259,7 @@ async fn stdio_an_upstream_elicitation_becomes_input_required_and_only_its_own_r
     // The held call still waits: the right retry completes it, with the arguments' keys in
     // another order.
     let done = mcp
-        .request(
+        .rpc(
             "tools/call",
             call(
                 "mcp_fx_ask_user",
@@ -345,7 +272,7 @@ async fn stdio_an_upstream_elicitation_becomes_input_required_and_only_its_own_r
     assert_eq!(text(&done), r#"accept {"name":"Ada"}"#);
     // A state works once.
     let replay = mcp
-        .request(
+        .rpc(
             "tools/call",
             call(
                 "mcp_fx_ask_user",
@@ -429,7 +356,7 @@ async fn a_strict_sessions_approval_is_asked_through_input_required() {
     let mut mcp = RawStdio::open(&d).await;
     let args = json!({"command": "touch ran"});
     let first = mcp
-        .request("tools/call", call("bash", args.clone(), json!({})))
+        .rpc("tools/call", call("bash", args.clone(), json!({})))
         .await;
     let (key, request, state) = sole_request(&first);
     let message = request["params"]["message"].as_str().unwrap();
@@ -437,7 +364,7 @@ async fn a_strict_sessions_approval_is_asked_through_input_required() {
     assert!(!marker.exists());
     let retry = json!({"inputResponses": {key: {"action": "accept", "content": {}}},
                        "requestState": state});
-    let done = mcp.request("tools/call", call("bash", args, retry)).await;
+    let done = mcp.rpc("tools/call", call("bash", args, retry)).await;
     assert_eq!(done["result"]["isError"], false, "{done}");
     assert!(marker.exists());
 }
@@ -447,7 +374,7 @@ async fn a_held_call_never_retried_ends_at_its_timeout_and_its_state_is_refused(
     let d = start(json!({})).await;
     let mut mcp = RawStdio::open(&d).await;
     let first = mcp
-        .request("tools/call", call("stuck", json!({}), json!({})))
+        .rpc("tools/call", call("stuck", json!({}), json!({})))
         .await;
     let (key, _, state) = sole_request(&first);
     let pid_file = d.dir.path().join("stuck.pid");
@@ -468,23 +395,14 @@ async fn a_held_call_never_retried_ends_at_its_timeout_and_its_state_is_refused(
     .await;
     let retry = json!({"inputResponses": {key: {"action": "accept", "content": {}}},
                        "requestState": state});
-    let late = mcp
-        .request("tools/call", call("stuck", json!({}), retry))
-        .await;
+    let late = mcp.rpc("tools/call", call("stuck", json!({}), retry)).await;
     refused(&late, "");
 }
 
 #[tokio::test]
 async fn an_old_era_client_is_still_asked_with_a_classic_request() {
     let d = start(json!({})).await;
-    let mut cmd = toolhost(d.dir.path());
-    cmd.arg("mcp").arg("--socket").arg(d.socket());
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = cmd.spawn().unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut mcp = RawStdio::open(&d).await;
     for m in [
         json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
@@ -493,23 +411,20 @@ async fn an_old_era_client_is_still_asked_with_a_classic_request() {
         json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
             "name": "mcp_fx_ask_user", "arguments": {"message": "classic?"}}}),
     ] {
-        stdin.write_all(format!("{m}\n").as_bytes()).await.unwrap();
+        mcp.send(m).await;
     }
     let asked = loop {
-        let m = read_json(&mut stdout).await;
+        let m = mcp.next().await;
         if m["method"] == "elicitation/create" {
             break m;
         }
     };
     assert_eq!(asked["params"]["message"], "classic?", "{asked}");
-    let answer = json!({"jsonrpc": "2.0", "id": asked["id"],
-                        "result": {"action": "accept", "content": {"name": "Bo"}}});
-    stdin
-        .write_all(format!("{answer}\n").as_bytes())
-        .await
-        .unwrap();
+    mcp.send(json!({"jsonrpc": "2.0", "id": asked["id"],
+                    "result": {"action": "accept", "content": {"name": "Bo"}}}))
+        .await;
     let done = loop {
-        let m = read_json(&mut stdout).await;
+        let m = mcp.next().await;
         if m["id"] == 2 {
             break m;
         }
@@ -546,7 +461,7 @@ async fn a_held_call_is_cancelled_when_its_hold_expires() {
     let d = start(json!({})).await;
     let mut mcp = RawStdio::open_with(&d, &[("TOOLHOST_MCP_HOLD_MS", "1000")]).await;
     let first = mcp
-        .request("tools/call", call("patient", json!({}), json!({})))
+        .rpc("tools/call", call("patient", json!({}), json!({})))
         .await;
     let (key, _, state) = sole_request(&first);
     let pid: i32 = std::fs::read_to_string(d.dir.path().join("patient.pid"))
@@ -568,7 +483,7 @@ async fn a_held_call_is_cancelled_when_its_hold_expires() {
     let retry = json!({"inputResponses": {key: {"action": "accept", "content": {}}},
                        "requestState": state});
     let late = mcp
-        .request("tools/call", call("patient", json!({}), retry))
+        .rpc("tools/call", call("patient", json!({}), retry))
         .await;
     refused(&late, "not one this server issued, or it expired");
 }

@@ -16,6 +16,7 @@ use tokio::process::{Child, Command};
 pub use toolhost::client::{Client, ClientError};
 
 pub mod conformance;
+pub mod new_era;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_toolhost");
 pub const FIXTURE: &str = env!("CARGO_BIN_EXE_toolhost-fixture-mcp");
