@@ -559,15 +559,19 @@ async fn http_listen_hears_a_reload() {
         .await
         .unwrap();
     let mut stream = BufReader::new(s);
-    let mut next_data = async || loop {
-        let mut line = String::new();
-        tokio::time::timeout(Duration::from_secs(20), stream.read_line(&mut line))
-            .await
-            .expect("an event in time")
-            .unwrap();
-        if let Some(data) = line.strip_prefix("data:") {
-            if let Ok(v) = serde_json::from_str::<Value>(data.trim()) {
-                return v;
+    // Within 20 s of asking (SSE keep-alive comments do not count as an event).
+    let mut next_data = async || {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let mut line = String::new();
+            tokio::time::timeout_at(deadline, stream.read_line(&mut line))
+                .await
+                .expect("an event in time")
+                .unwrap();
+            if let Some(data) = line.strip_prefix("data:") {
+                if let Ok(v) = serde_json::from_str::<Value>(data.trim()) {
+                    return v;
+                }
             }
         }
     };

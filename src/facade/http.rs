@@ -47,6 +47,7 @@ pub const LOCAL_ORIGINS: [&str; 6] = [
 pub struct Endpoint {
     service: StreamableHttpService<Facade, Sessions>,
     sessions: Arc<Sessions>,
+    shared: Arc<SharedClient>,
 }
 
 impl Endpoint {
@@ -67,12 +68,30 @@ impl Endpoint {
             .with_sse_retry(Some(SSE_RETRY))
             .with_sse_keep_alive(Some(SSE_KEEP_ALIVE))
             .with_cancellation_token(shutdown);
+        let link = shared.clone();
         let service = StreamableHttpService::new(
-            move || Ok(Facade::with_link(Link::Shared(shared.clone()), None, None)),
+            move || Ok(Facade::with_link(Link::Shared(link.clone()), None, None)),
             sessions.clone(),
             config,
         );
-        Endpoint { service, sessions }
+        Endpoint {
+            service,
+            sessions,
+            shared,
+        }
+    }
+
+    /// Opens the shared connection to the host now (once the host can take it), so it
+    /// follows the host's list changes before any request: the first
+    /// `subscriptions/listen`, acknowledged before it runs, then misses none. Without it the
+    /// connection opens at the first request.
+    pub fn connect_early(&self) {
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            if let Err(e) = shared.client().await {
+                tracing::debug!(%e, "the /mcp endpoint connects to the host at its first request");
+            }
+        });
     }
 
     /// Serves one HTTP request addressed to `/mcp`. Before rmcp sees it: a request of an

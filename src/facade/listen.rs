@@ -8,7 +8,10 @@
 use std::future::Future;
 use std::pin::Pin;
 
+use std::sync::Mutex;
+
 use futures::stream::{FuturesUnordered, StreamExt};
+use rmcp::model::SubscriptionFilter;
 use rmcp::service::SubscriptionContext;
 use rmcp::ErrorData;
 
@@ -17,21 +20,50 @@ use super::{host_error, Facade, Feed};
 
 type Forwarder = Pin<Box<dyn Future<Output = ()> + Send>>;
 
+/// The feeds of listens that were accepted and are not yet running. rmcp acknowledges a
+/// listen before it runs it, so feeds opened only then would miss a change made right
+/// after the acknowledgement; they are opened when the filter is accepted instead. Any
+/// listen may take any of them: each hears every change from its opening on.
+#[derive(Default)]
+pub(super) struct Accepted(Mutex<Vec<(Feed, Feeds)>>);
+
 impl Facade {
+    /// Accepts a listen's filter as asked, and opens its feeds now (see [`Accepted`]).
+    pub(super) fn accept_listen(&self, requested: &SubscriptionFilter) -> SubscriptionFilter {
+        let changes = self.changes();
+        let opened = (changes.tools(), Feeds::open(changes));
+        if let Ok(mut accepted) = self.state.accepted_listens.0.lock() {
+            accepted.push(opened);
+        }
+        requested.clone()
+    }
+
+    /// The feeds opened for this listen when it was accepted, else new ones.
+    fn accepted_feeds(&self) -> (Feed, Feeds) {
+        let taken = match self.state.accepted_listens.0.lock() {
+            Ok(mut accepted) => accepted.pop(),
+            Err(_) => None,
+        };
+        taken.unwrap_or_else(|| {
+            let changes = self.changes();
+            (changes.tools(), Feeds::open(changes))
+        })
+    }
+
     /// Follows what the subscription accepted, from the host, until it ends.
     pub(super) async fn forward_subscription(
         &self,
         subscription: SubscriptionContext,
     ) -> Result<(), ErrorData> {
+        let (tools, Feeds { prompts, resources }) = self.accepted_feeds();
         self.ready(subscription.request_context(), false).await?;
         let client = self.client().await?.clone();
         let accepted = subscription.accepted().clone();
         let sink = subscription.sink().clone();
         let mut forwarders: FuturesUnordered<Forwarder> = FuturesUnordered::new();
         if accepted.tools_list_changed == Some(true) {
-            let feed = self.changes().tools();
             let sink = sink.clone();
-            forwarders.push(Box::pin(forward(feed, move || {
+            forwarders.push(Box::pin(forward(tools, move || {
                 let sink = sink.clone();
                 async move { sink.notify_tool_list_changed().await.is_ok() }
             })));
@@ -39,7 +71,6 @@ impl Facade {
         let wants_prompts = accepted.prompts_list_changed == Some(true);
         let wants_resources = accepted.resources_list_changed == Some(true);
         if wants_prompts || wants_resources {
-            let Feeds { prompts, resources } = Feeds::open(self.changes());
             if wants_prompts {
                 let sink = sink.clone();
                 forwarders.push(Box::pin(forward(prompts, move || {

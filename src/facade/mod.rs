@@ -118,6 +118,9 @@ struct State {
     tasks: Mutex<Vec<tokio::task::AbortHandle>>,
     /// The host's prompts and resources as this connection follows them.
     following: surface::Following,
+    /// Feeds of accepted `subscriptions/listen` requests, opened before they are
+    /// acknowledged.
+    accepted_listens: listen::Accepted,
     /// The host session this connection created for itself (not a `--session` one): it
     /// is deleted when the connection ends, so the store does not fill with the sessions
     /// of every MCP connection there ever was.
@@ -430,7 +433,7 @@ impl ServerHandler for Facade {
         &self,
         requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
-        Some(requested.clone())
+        Some(self.accept_listen(requested))
     }
 
     async fn listen(&self, subscription: SubscriptionContext) -> Result<(), ErrorData> {

@@ -167,6 +167,7 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
         started_sessions: peer::StartedSessions::default(),
         ui: ui_access,
     });
+    shared.mcp.connect_early();
     let accept = host.shutdown_token().child_token();
     let handshake = Duration::from_millis(cfg.listen.handshake_timeout_ms);
     let open = Arc::new(std::sync::atomic::AtomicUsize::new(0));
