@@ -36,8 +36,13 @@ pub async fn answer(client: &Client, peer: &Peer<RoleServer>, mut q: InputReques
     hand_back(client, q, answer).await;
 }
 
-/// Hands the client's answer to question `q` to the host (`invoke.respond`).
-pub async fn hand_back(client: &Client, q: InputRequest, answer: Result<Value, InputError>) {
+/// Hands the client's answer to question `q` to the host (`invoke.respond`); whether the
+/// host took it (it does not once the call has ended).
+pub async fn hand_back(
+    client: &Client,
+    q: InputRequest,
+    answer: Result<Value, InputError>,
+) -> bool {
     let (result, error) = match answer {
         Ok(result) => (Some(result), None),
         Err(error) => (None, Some(error)),
@@ -48,9 +53,13 @@ pub async fn hand_back(client: &Client, q: InputRequest, answer: Result<Value, I
         result,
         error,
     };
-    if let Err(e) = client.respond(&params).await {
-        // The call ended meanwhile, or the client's answer was not of the right shape.
-        tracing::debug!(%e, "the host did not take the MCP client's answer");
+    match client.respond(&params).await {
+        Ok(_) => true,
+        Err(e) => {
+            // The call ended meanwhile, or the client's answer was not of the right shape.
+            tracing::debug!(%e, "the host did not take the MCP client's answer");
+            false
+        }
     }
 }
 

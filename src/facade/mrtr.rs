@@ -315,8 +315,16 @@ impl Facade {
                     .held
                     .resume(state, &binding, request.input_responses.as_ref())
                     .await?;
+                // The call may have ended (timed out) just before the retry took it: then
+                // the host takes none of the answers, and the retry is refused.
+                let mut taken = resumed.answered.is_empty();
                 for (question, answer) in resumed.answered {
-                    inputs::hand_back(client, question, Ok(answer)).await;
+                    taken |= inputs::hand_back(client, question, Ok(answer)).await;
+                }
+                if !taken {
+                    return Err(refused(
+                        "the call of this requestState ended before the retry came",
+                    ));
                 }
                 (resumed.call_id, resumed.sub, resumed.unanswered)
             }
@@ -354,7 +362,9 @@ impl Facade {
                         asked.insert(key, q);
                     }
                     // Not a request MCP can carry: the asker hears why, and the call goes on.
-                    Err(e) => inputs::hand_back(client, q, Err(e)).await,
+                    Err(e) => {
+                        inputs::hand_back(client, q, Err(e)).await;
+                    }
                 }
             }
             if requests.is_empty() {
