@@ -252,7 +252,7 @@ impl CustomTools {
         tracker: &tokio_util::task::TaskTracker,
         shutdown: tokio_util::sync::CancellationToken,
     ) {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let roots = lock(&self.0.state).roots.clone();
         match watch::Watch::new(&paths(&roots), tx, "custom tool folder") {
             Ok(w) => *lock(&self.0.watch) = Some(w),
@@ -262,16 +262,10 @@ impl CustomTools {
             }
         }
         let me = self.clone();
-        tracker.spawn(async move {
-            loop {
-                tokio::select! {
-                    Some(()) = rx.recv() => {
-                        // Signals that came while the last scan ran are seen by this one.
-                        while rx.try_recv().is_ok() {}
-                        me.rescan().await;
-                    }
-                    _ = shutdown.cancelled() => return,
-                }
+        watch::rescan_on_signal(tracker, shutdown, rx, move || {
+            let me = me.clone();
+            async move {
+                me.rescan().await;
             }
         });
     }

@@ -102,3 +102,27 @@ fn nearest_existing(path: &Path) -> Option<PathBuf> {
         .find(|a| a.is_dir())
         .map(Path::to_path_buf)
 }
+
+/// Runs `rescan` after each signal of a [`Watch`] until `shutdown`: signals that come while
+/// a rescan runs are folded into the next one, so a burst of changes costs one rescan.
+pub fn rescan_on_signal<F, Fut>(
+    tracker: &tokio_util::task::TaskTracker,
+    shutdown: tokio_util::sync::CancellationToken,
+    mut signals: tokio::sync::mpsc::UnboundedReceiver<()>,
+    rescan: F,
+) where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    tracker.spawn(async move {
+        loop {
+            tokio::select! {
+                Some(()) = signals.recv() => {
+                    while signals.try_recv().is_ok() {}
+                    rescan().await;
+                }
+                _ = shutdown.cancelled() => return,
+            }
+        }
+    });
+}

@@ -142,7 +142,7 @@ impl Skills {
         tracker: &tokio_util::task::TaskTracker,
         shutdown: tokio_util::sync::CancellationToken,
     ) {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let paths = self.folders();
         match Watch::new(&paths, tx, "skill folder") {
             Ok(w) => *lock(&self.0.watch) = Some(w),
@@ -152,16 +152,10 @@ impl Skills {
             }
         }
         let me = self.clone();
-        tracker.spawn(async move {
-            loop {
-                tokio::select! {
-                    Some(()) = rx.recv() => {
-                        // Signals that came while the last scan ran are seen by this one.
-                        while rx.try_recv().is_ok() {}
-                        me.rescan().await;
-                    }
-                    _ = shutdown.cancelled() => return,
-                }
+        crate::custom::watch::rescan_on_signal(tracker, shutdown, rx, move || {
+            let me = me.clone();
+            async move {
+                me.rescan().await;
             }
         });
     }
