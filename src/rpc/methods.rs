@@ -25,6 +25,7 @@ use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 
 mod approvals;
+mod commands;
 mod skills;
 
 use super::openrpc::{self, MethodDoc};
@@ -357,6 +358,7 @@ pub(crate) fn methods(access: Arc<crate::ui::Access>) -> anyhow::Result<Methods>
     subscribe_tools_changed(&mut api)?;
     surface::register(&mut api)?;
     skills::register(&mut api)?;
+    commands::register(&mut api)?;
     approvals::register(&mut api)?;
     ui::register(&mut api, access)?;
 
