@@ -153,6 +153,8 @@ pub async fn start_commands(host: &Host) {
         .await;
     host.commands()
         .watch(host.tracker(), host.shutdown_token().clone());
+    let workspaces = crate::session::workspaces(host.sessions()).await;
+    host.commands().add_session_workspaces(&workspaces).await;
 }
 
 /// Reloads when the watched file's content differs from the last file read.

@@ -364,3 +364,49 @@ async fn a_profile_serves_commands_by_prompt_name() {
     let text = r["messages"][0]["content"]["text"].as_str().unwrap();
     assert!(text.contains("No MCP server is configured."), "{text}");
 }
+
+#[tokio::test]
+async fn a_session_workspace_brings_its_commands_also_after_a_restart() {
+    let mut d = Daemon::start_in(|_| json!({})).await;
+    let project = d.dir.path().join("project");
+    write_command(
+        &project.join(".toolhost/commands"),
+        "release.md",
+        "Release {{version}}.\n",
+    );
+    let project = project.canonicalize().unwrap();
+    let names = |list: Value| -> Vec<String> {
+        list["commands"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert!(!names(result(&d, "list_commands", json!({})).await).contains(&"release".into()));
+    let r = d
+        .call("session.create", json!({"id": "s1", "workspace": project}))
+        .await;
+    assert!(r.get("result").is_some(), "{r}");
+    // Scanned before the session is answered.
+    let list = result(&d, "list_commands", json!({})).await;
+    let release = list["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "release")
+        .unwrap_or_else(|| panic!("{list}"))
+        .clone();
+    assert_eq!(release["source"], "workspace");
+    assert_eq!(
+        release["path"],
+        project
+            .join(".toolhost/commands/release.md")
+            .display()
+            .to_string()
+    );
+    // The session is kept in the store: the next daemon searches its workspace again.
+    d.stop().await;
+    d.spawn(&[]).await;
+    assert!(names(result(&d, "list_commands", json!({})).await).contains(&"release".into()));
+}

@@ -9,7 +9,8 @@
 //! - [`builtin`]: the host's own commands (`tools`, `mcp status`, `mcp reload`, `skills`).
 //!
 //! Search order: config `commands.paths`, then `<workspace>/.toolhost/commands`, then
-//! `$XDG_CONFIG_HOME/toolhost/commands` (`commands.discover: false` keeps only the
+//! `$XDG_CONFIG_HOME/toolhost/commands`, then each session workspace's
+//! `.toolhost/commands`, as for custom tools (`commands.discover: false` keeps only the
 //! configured folders); the first definition of a name wins, and any file overrides the
 //! built-in command of its name.
 //!
@@ -124,13 +125,40 @@ pub async fn expand(
     })
 }
 
+/// The folders of the config in force, and the session workspaces seen so far.
+#[derive(Default)]
+struct Roots {
+    configured: Vec<Root>,
+    discover: bool,
+    sessions: Vec<PathBuf>,
+}
+
+impl Roots {
+    /// Every folder searched, in precedence order: a session workspace's comes last.
+    fn all(&self) -> Vec<Root> {
+        let mut out = self.configured.clone();
+        if self.discover {
+            for w in &self.sessions {
+                let path = w.join(".toolhost/commands");
+                if !out.iter().any(|r| r.path == path) {
+                    out.push(Root {
+                        path,
+                        source: CommandSource::Workspace,
+                    });
+                }
+            }
+        }
+        out
+    }
+}
+
 /// The commands of one daemon: the catalog in force, its folders and its watcher.
 #[derive(Clone)]
 pub struct Commands(Arc<Inner>);
 
 struct Inner {
     catalog: ArcSwap<Catalog>,
-    roots: Mutex<Vec<Root>>,
+    roots: Mutex<Roots>,
     /// Serialises scans, so two never publish out of order.
     scan_lock: tokio::sync::Mutex<()>,
     watch: Mutex<Option<Watch>>,
@@ -165,10 +193,30 @@ impl Commands {
         let roots = roots(cfg, config_path, workspace);
         {
             let mut current = lock(&self.0.roots);
-            if *current == roots && !current.is_empty() {
+            let discover = cfg.commands.discover;
+            if current.configured == roots && current.discover == discover && !roots.is_empty() {
                 return;
             }
-            *current = roots;
+            current.configured = roots;
+            current.discover = discover;
+        }
+        self.rescan().await;
+    }
+
+    /// Adds session workspaces (a session created with one, or kept in the store): their
+    /// `.toolhost/commands` is searched after the other folders. Scans when one is new.
+    pub async fn add_session_workspaces(&self, workspaces: &[PathBuf]) {
+        {
+            let mut current = lock(&self.0.roots);
+            let before = current.all();
+            for w in workspaces {
+                if !current.sessions.contains(w) {
+                    current.sessions.push(w.clone());
+                }
+            }
+            if current.all() == before {
+                return;
+            }
         }
         self.rescan().await;
     }
@@ -196,13 +244,17 @@ impl Commands {
 
     /// The folders searched, in precedence order.
     pub fn folders(&self) -> Vec<PathBuf> {
-        lock(&self.0.roots).iter().map(|r| r.path.clone()).collect()
+        lock(&self.0.roots)
+            .all()
+            .into_iter()
+            .map(|r| r.path)
+            .collect()
     }
 
     /// Scans the folders again; publishes, and notifies only when the etag moved.
     pub async fn rescan(&self) {
         let _one = self.0.scan_lock.lock().await;
-        let roots = lock(&self.0.roots).clone();
+        let roots = lock(&self.0.roots).all();
         if let Some(w) = lock(&self.0.watch).as_mut() {
             // A folder may have appeared (or gone): watch what exists now.
             w.set_roots(&roots.iter().map(|r| r.path.clone()).collect::<Vec<_>>());
