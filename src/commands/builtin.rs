@@ -88,8 +88,10 @@ fn first_line(text: &str) -> &str {
 
 fn tools(host: &Host) -> String {
     let snapshot = host.registry().snapshot();
-    let mut out = format!("# Tools ({})\n\n", snapshot.len());
-    for (name, entry) in snapshot.listed(false, true) {
+    // Deferred tools included (they are callable), hidden ones not (as `list_tools`).
+    let listed: Vec<_> = snapshot.listed(false, true).collect();
+    let mut out = format!("# Tools ({})\n\n", listed.len());
+    for (name, entry) in listed {
         let source = match &entry.tool.spec().source {
             crate::catalog::ToolSource::Builtin => "built-in".to_owned(),
             crate::catalog::ToolSource::Custom { .. } => "custom".to_owned(),

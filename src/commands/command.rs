@@ -90,14 +90,16 @@ impl Command {
         Ok(())
     }
 
-    /// A file's text with `given` substituted (checked first with [`Command::check`]);
-    /// `None` for a built-in command, which renders the host's state instead.
-    pub fn expand_template(&self, given: &BTreeMap<String, String>) -> Option<String> {
-        let Body::Template { text, free_text } = &self.body else {
-            return None;
-        };
+    /// A file's `text` (its [`Body::Template`]) with `given` substituted, after
+    /// [`Command::check`].
+    pub fn substitute(
+        &self,
+        text: &str,
+        free_text: bool,
+        given: &BTreeMap<String, String>,
+    ) -> String {
         let value = |name: &str| given.get(name).map(String::as_str).unwrap_or_default();
-        let positional: Vec<&str> = if *free_text {
+        let positional: Vec<&str> = if free_text {
             value(FREE_TEXT_ARGUMENT).split_whitespace().collect()
         } else {
             self.entry
@@ -106,7 +108,7 @@ impl Command {
                 .map(|a| value(&a.name))
                 .collect()
         };
-        Some(expand(text, &positional, given, &self.entry.arguments))
+        expand(text, &positional, given, &self.entry.arguments)
     }
 
     /// The values `choices` offers for `argument` starting with `prefix`.
@@ -305,9 +307,15 @@ fn valid_argument_name(name: &str) -> bool {
 /// Whether `body` refers to the arguments by position (`$ARGUMENTS`, `$1`…`$9`).
 fn uses_positional(body: &str) -> bool {
     body.match_indices('$').any(|(i, _)| {
-        let rest = &body[i + 1..];
-        rest.starts_with("ARGUMENTS") || rest.starts_with(|c: char| ('1'..='9').contains(&c))
+        let rest = &body[i..];
+        rest.starts_with("$ARGUMENTS") || position(rest).is_some()
     })
+}
+
+/// `n` when `text` starts with `$n`, `n` in 1…9.
+fn position(text: &str) -> Option<usize> {
+    let digit = text.strip_prefix('$')?.chars().next()?.to_digit(10)?;
+    (1..=9).contains(&digit).then_some(digit as usize)
 }
 
 /// Substitutes, in one pass (a value is never expanded again): `$ARGUMENTS` by the
@@ -333,14 +341,8 @@ pub fn expand(
                 .collect();
             out.push_str(&all.join(" "));
             rest = after;
-        } else if let Some(n) = rest[1..]
-            .chars()
-            .next()
-            .filter(|c| rest.starts_with('$') && ('1'..='9').contains(c))
-            .and_then(|c| c.to_digit(10))
-        {
-            let value = positional.get(n as usize - 1).copied().unwrap_or_default();
-            out.push_str(value);
+        } else if let Some(n) = position(rest) {
+            out.push_str(positional.get(n - 1).copied().unwrap_or_default());
             rest = &rest[2..];
         } else if let Some((name, after)) = placeholder(rest) {
             match declared.iter().find(|a| a.name == name) {

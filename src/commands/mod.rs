@@ -113,7 +113,9 @@ pub async fn expand(
     command.check(arguments).map_err(Error::InvalidParams)?;
     let text = match &command.body {
         command::Body::Builtin(b) => b.render(host).await,
-        command::Body::Template { .. } => command.expand_template(arguments).unwrap_or_default(),
+        command::Body::Template { text, free_text } => {
+            command.substitute(text, *free_text, arguments)
+        }
     };
     Ok(GetCommandResult {
         name: command.entry.name.clone(),
