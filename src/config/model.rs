@@ -36,6 +36,8 @@ pub struct Config {
     pub custom_tools: CustomTools,
     /// Where Agent Skills are found (proto-docs/skills.md).
     pub skills: Skills,
+    /// Where slash commands are found (proto-docs/commands.md).
+    pub commands: Commands,
     /// Variables set for every child (`bash`, custom tools, stdio MCP servers), on top of
     /// the allow-list and `env_passthrough`.
     #[schemars(extend("propertyNames" = {"minLength": 1}))]
@@ -488,6 +490,27 @@ pub struct Skills {
 impl Default for Skills {
     fn default() -> Self {
         Skills {
+            paths: Vec::new(),
+            discover: true,
+        }
+    }
+}
+
+/// The `commands` section: folders searched for slash commands before the usual places.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct Commands {
+    /// Folders of command files, searched first (relative to config.json's folder).
+    #[schemars(inner(length(min = 1)))]
+    pub paths: Vec<PathBuf>,
+    /// Also search `<workspace>/.toolhost/commands` and `$XDG_CONFIG_HOME/toolhost/commands`;
+    /// `false` keeps only `paths`.
+    pub discover: bool,
+}
+
+impl Default for Commands {
+    fn default() -> Self {
+        Commands {
             paths: Vec::new(),
             discover: true,
         }

@@ -47,6 +47,10 @@ pub struct HealthResult {
     /// defined twice, with both paths (proto-docs/skills.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skill_errors: Vec<String>,
+    /// Command files skipped: `<file>: <field>: <reason>`; and names defined twice, with
+    /// both paths (proto-docs/commands.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command_errors: Vec<String>,
     /// What the kernel's Landlock can enforce (proto-docs/sandbox.md).
     pub sandbox: super::SandboxStatus,
     /// Tools held back until approved (`toolhost tools diff NAME`, then `tools approve NAME`).

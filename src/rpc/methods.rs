@@ -25,6 +25,7 @@ use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 
 mod approvals;
+mod commands;
 mod skills;
 
 use super::openrpc::{self, MethodDoc};
@@ -357,6 +358,7 @@ pub(crate) fn methods(access: Arc<crate::ui::Access>) -> anyhow::Result<Methods>
     subscribe_tools_changed(&mut api)?;
     surface::register(&mut api)?;
     skills::register(&mut api)?;
+    commands::register(&mut api)?;
     approvals::register(&mut api)?;
     ui::register(&mut api, access)?;
 
@@ -503,14 +505,16 @@ fn catalog_methods(api: &mut Api) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A session's workspace brings its `.toolhost/tools/` (custom/mod.rs): scanned before
-/// the session is answered, so its view and the caller's next `list_tools` show what is
-/// there.
+/// A session's workspace brings its `.toolhost/tools/` (custom/mod.rs) and its
+/// `.toolhost/commands/` (commands/mod.rs): scanned before the session is answered, so its
+/// view and the caller's next `list_tools` show what is there.
 async fn discover_in(host: &Host, workspace: &str) {
     let discover = host.config().custom_tools.discover;
+    let workspace = [std::path::PathBuf::from(workspace)];
     host.custom()
-        .add_session_workspaces(&[std::path::PathBuf::from(workspace)], discover)
+        .add_session_workspaces(&workspace, discover)
         .await;
+    host.commands().add_session_workspaces(&workspace).await;
 }
 
 fn session_methods(api: &mut Api) -> anyhow::Result<()> {
