@@ -95,6 +95,11 @@ impl Stdio_ {
         text
     }
 
+    /// Kills the process with SIGKILL (nothing of it runs after) and waits for it.
+    async fn kill(mut self) {
+        self.child.kill().await.unwrap();
+    }
+
     /// Closes stdin, as a client that is done does; returns what was written on stderr.
     async fn close(mut self) -> String {
         self.stdin = None;
@@ -133,15 +138,139 @@ async fn a_stdio_facade_session_ends_on_every_stop_signal() {
     assert!(left[0].get("ephemeral").is_none(), "{left:?}");
 }
 
+/// The ids of the sessions in the store, sorted.
+async fn session_ids(d: &Daemon) -> Vec<String> {
+    let mut ids: Vec<String> = sessions(d)
+        .await
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_owned())
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// A `toolhost mcp` killed with SIGKILL runs no code of its own at the end: its session
+/// ends because the daemon sees its connection go. A `--session` one stays.
+#[tokio::test]
+async fn a_stdio_facade_killed_with_sigkill_loses_its_session_with_its_connection() {
+    let d = Daemon::start().await;
+    let ephemeral = Stdio_::start(&d, &[]).await;
+    let named = Stdio_::start(&d, &["--session", "mine"]).await;
+    assert_eq!(sessions(&d).await.len(), 2);
+    ephemeral.kill().await;
+    named.kill().await;
+    eventually(10, "the killed facade's session to end", || async {
+        session_ids(&d).await == ["mine"]
+    })
+    .await;
+}
+
+/// A raw socket client's ephemeral sessions end with its connection however it ends, also
+/// one made by a notification (whose id it never heard); its other sessions stay.
+#[tokio::test]
+async fn an_ended_connection_takes_its_ephemeral_sessions_with_it() {
+    let d = Daemon::start().await;
+    // Abandoned: the client goes without a word.
+    let mut raw = common::RawLines::connect(&d.socket()).await;
+    let made = raw
+        .call("session.create", json!({"ephemeral": true, "id": "mine"}))
+        .await;
+    assert_eq!(made["result"]["ephemeral"], true, "{made}");
+    raw.send_line(r#"{"jsonrpc":"2.0","method":"session.create","params":{"ephemeral":true}}"#)
+        .await;
+    let kept = raw.call("session.create", json!({"id": "kept"})).await;
+    assert_eq!(kept["result"]["id"], "kept", "{kept}");
+    // A session it deleted itself and another connection made again is not its own.
+    let again = raw
+        .call("session.create", json!({"ephemeral": true, "id": "again"}))
+        .await;
+    assert_eq!(again["result"]["id"], "again", "{again}");
+    let gone = raw.call("session.delete", json!({"id": "again"})).await;
+    assert_eq!(gone["result"]["deleted"], true, "{gone}");
+    let other = d.call("session.create", json!({"id": "again"})).await;
+    assert_eq!(other["result"]["id"], "again", "{other}");
+    assert_eq!(sessions(&d).await.len(), 4, "{:?}", sessions(&d).await);
+    drop(raw);
+    eventually(10, "the abandoned connection's sessions to end", || async {
+        session_ids(&d).await == ["again", "kept"]
+    })
+    .await;
+    // Half-closed: the client is done sending but still reading.
+    let mut raw = common::RawLines::connect(&d.socket()).await;
+    let made = raw.call("session.create", json!({"ephemeral": true})).await;
+    let id = made["result"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(session_ids(&d).await.len(), 3);
+    raw.writer.shutdown().await.unwrap();
+    eventually(
+        10,
+        "the half-closed connection's session to end",
+        || async { !session_ids(&d).await.contains(&id) },
+    )
+    .await;
+    assert_eq!(session_ids(&d).await, ["again", "kept"]);
+}
+
+/// `initialize` on `/mcp` over a connection of its own; returns the `Mcp-Session-Id`.
+async fn http_session(d: &Daemon) -> String {
+    let mut s = tokio::net::UnixStream::connect(d.socket()).await.unwrap();
+    let req = format!(
+        "POST /mcp HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{INIT}",
+        INIT.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut text = String::new();
+    tokio::time::timeout(Duration::from_secs(30), s.read_to_string(&mut text))
+        .await
+        .expect("the initialize answer")
+        .unwrap();
+    assert!(text.contains("protocolVersion"), "{text}");
+    let (head, _) = text.split_once("\r\n\r\n").unwrap();
+    head.lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("mcp-session-id")
+                .then(|| v.trim().to_owned())
+        })
+        .unwrap_or_else(|| panic!("no session id in {head}"))
+}
+
+/// An HTTP client that never sends DELETE: its session ends once it has idled for
+/// `facade.session_idle_ms`, and the MCP session id is gone with it.
+#[tokio::test]
+async fn an_http_facade_session_that_idles_out_ends_its_host_session() {
+    let d = Daemon::start_with(Some(json!({"facade": {"session_idle_ms": 300}}))).await;
+    let id = http_session(&d).await;
+    let open = sessions(&d).await;
+    assert_eq!(open.len(), 1, "{open:?}");
+    assert_eq!(open[0]["ephemeral"], true, "{open:?}");
+    eventually(10, "the idle HTTP session to end", || async {
+        sessions(&d).await.is_empty()
+    })
+    .await;
+    let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+    let headers = [
+        ("Accept", "application/json, text/event-stream"),
+        ("Mcp-Session-Id", id.as_str()),
+        ("MCP-Protocol-Version", "2025-06-18"),
+    ];
+    let (status, body) =
+        common::http_request_with(&d.socket(), "POST", "/mcp", list, &headers).await;
+    assert_eq!(status, 404, "{body}");
+}
+
 /// A daemon that starts deletes the facade sessions the last one left (here: the daemon
-/// was killed under a live `toolhost mcp`), and keeps every other.
+/// was killed under a live `toolhost mcp` and an HTTP session; an HTTP session's idle
+/// timer dies with the daemon, so reaping at start is what ends it), and keeps every other.
 #[tokio::test]
 async fn a_restarted_daemon_reaps_the_ephemeral_sessions_left_over() {
     let mut d = Daemon::start().await;
     let mcp = Stdio_::start(&d, &[]).await;
+    http_session(&d).await;
     let named = d.call("session.create", json!({"id": "kept"})).await;
     assert_eq!(named["result"]["id"], "kept", "{named}");
-    assert_eq!(sessions(&d).await.len(), 2);
+    assert_eq!(sessions(&d).await.len(), 3);
     d.kill9().await;
     mcp.finish().await;
     d.spawn(&[]).await;
