@@ -397,6 +397,32 @@ fn cli(d: &Daemon) -> tokio::process::Command {
     cmd
 }
 
+/// `toolhost where PATH` prints just that path, for the README's `SOCK=$(toolhost where
+/// socket)`; without a daemon it still prints where one would be, and exits 3.
+#[tokio::test]
+async fn where_prints_one_path_for_scripts() {
+    let mut d = Daemon::start().await;
+    let status = d.call("host.status", json!({})).await;
+    let data_dir = status["result"]["data_dir"].as_str().unwrap().to_owned();
+    for (only, path) in [
+        ("socket", d.socket().display().to_string()),
+        ("config", d.config_path().display().to_string()),
+        ("data-dir", data_dir),
+    ] {
+        let out = cli(&d).args(["where", only]).output().await.unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        assert_eq!(String::from_utf8(out.stdout).unwrap(), format!("{path}\n"));
+    }
+    d.stop().await;
+    let out = cli(&d).args(["where", "socket"]).output().await.unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let socket = d.socket().display().to_string();
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!("{socket}\n")
+    );
+}
+
 /// Ctrl-C (or SIGTERM) on `toolhost invoke` cancels the call and exits 130; the call's
 /// updates reach stderr while it runs, under the `--call-id` given.
 #[tokio::test]
