@@ -163,6 +163,14 @@ async fn a_stdio_facade_killed_with_sigkill_loses_its_session_with_its_connectio
         session_ids(&d).await == ["mine"]
     })
     .await;
+    // A health check's connection (`claude mcp list`: initialize, then stdin closed).
+    let check = Stdio_::start(&d, &[]).await;
+    assert_eq!(sessions(&d).await.len(), 2);
+    check.close().await;
+    eventually(10, "the health check's session to end", || async {
+        session_ids(&d).await == ["mine"]
+    })
+    .await;
 }
 
 /// A raw socket client's ephemeral sessions end with its connection however it ends, also
@@ -280,15 +288,34 @@ async fn a_restarted_daemon_reaps_the_ephemeral_sessions_left_over() {
     assert!(d.log().contains("the last daemon left"), "{}", d.log());
 }
 
-/// An unknown tool is the client's error, answered to it: not a warning in the log.
+/// An unknown tool is the client's error, answered to it, and a cancelled call is the
+/// client's choice: neither is a warning in the log.
 #[tokio::test]
-async fn an_unknown_tool_is_not_logged_as_a_warning() {
+async fn an_unknown_tool_or_a_cancelled_call_is_not_logged_as_a_warning() {
     let d = Daemon::start().await;
     let mut mcp = Stdio_::start(&d, &[]).await;
     let r = mcp
         .request(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"nope","arguments":{}}}"#)
         .await;
     assert_eq!(r["error"]["message"], "Unknown tool: nope", "{r}");
+    // A call the client cancels is ordinary traffic too.
+    let calls = || async {
+        let s = d.call("host.status", json!({})).await;
+        s["result"]["calls"].as_array().unwrap().len()
+    };
+    mcp.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"bash","arguments":{"command":"sleep 30"}}}"#)
+        .await;
+    eventually(10, "the call to run", || async { calls().await == 1 }).await;
+    mcp.send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}"#)
+        .await;
+    eventually(10, "the cancelled call to end", || async {
+        calls().await == 0
+    })
+    .await;
+    let ping = mcp
+        .request(r#"{"jsonrpc":"2.0","id":4,"method":"ping"}"#)
+        .await;
+    assert!(ping["result"].is_object(), "{ping}");
     let text = mcp.close().await;
     assert!(!text.contains("response error"), "{text}");
 }
@@ -724,4 +751,41 @@ async fn a_server_filter_entry_for_no_tool_is_warned_about_with_a_suggestion() {
         ],
         "{s}"
     );
+}
+
+/// Cursor's project file (`.cursor/mcp.json`) is imported and rewritten like its user file.
+#[tokio::test]
+async fn import_takes_cursors_project_file() {
+    let d = Daemon::start_with(Some(json!({}))).await;
+    let project = d.dir.path().join("project");
+    let file = project.join(".cursor/mcp.json");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    let original =
+        r#"{"mcpServers": {"proj-tools": {"command": "proj-tools-mcp", "args": ["--stdio"]}}}"#;
+    std::fs::write(&file, original).unwrap();
+    let out = cli(&d)
+        .current_dir(&project)
+        .args(["import", "--apply", "--rewrite"])
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        text.contains(&format!("from Cursor {}", file.display())),
+        "{text}"
+    );
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.config_path()).unwrap()).unwrap();
+    assert_eq!(
+        config["mcp_servers"]["proj-tools"]["command"], "proj-tools-mcp",
+        "{config}"
+    );
+    let rewritten: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(
+        rewritten["mcpServers"],
+        json!({"toolhost": {"command": common::BIN, "args": ["mcp"]}})
+    );
+    let backup = project.join(".cursor/mcp.json.toolhost-backup");
+    assert_eq!(std::fs::read_to_string(backup).unwrap(), original);
 }
