@@ -268,6 +268,46 @@ async fn an_http_facade_session_that_idles_out_ends_its_host_session() {
     assert_eq!(status, 404, "{body}");
 }
 
+/// A 2026-07-28 client has no MCP session to DELETE: the host session its calls share ends
+/// once it has made no call for `facade.session_idle_ms`, and its next call gets a new one.
+#[tokio::test]
+async fn a_sessionless_http_clients_session_idles_out() {
+    let d = Daemon::start_with(Some(json!({"facade": {"session_idle_ms": 300}}))).await;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "bash", "arguments": {"command": "true"},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "new-era", "version": "1"},
+        }
+    }})
+    .to_string();
+    let headers = [
+        ("Accept", "application/json, text/event-stream"),
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "bash"),
+    ];
+    let mut made = Vec::new();
+    for _ in 0..2 {
+        let (status, body) =
+            common::http_request_with(&d.socket(), "POST", "/mcp", &call, &headers).await;
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains(r#""isError":false"#), "{body}");
+        let open = sessions(&d).await;
+        assert_eq!(open.len(), 1, "{open:?}");
+        assert_eq!(open[0]["meta"]["mcp_client"]["name"], "new-era", "{open:?}");
+        made.push(open[0]["id"].clone());
+        eventually(
+            10,
+            "the sessionless client's session to idle out",
+            || async { sessions(&d).await.is_empty() },
+        )
+        .await;
+    }
+    assert_ne!(made[0], made[1]);
+}
+
 /// A daemon that starts deletes the facade sessions the last one left (here: the daemon
 /// was killed under a live `toolhost mcp` and an HTTP session; an HTTP session's idle
 /// timer dies with the daemon, so reaping at start is what ends it), and keeps every other.
