@@ -253,6 +253,16 @@ async fn an_http_facade_session_that_idles_out_ends_its_host_session() {
     let open = sessions(&d).await;
     assert_eq!(open.len(), 1, "{open:?}");
     assert_eq!(open[0]["ephemeral"], true, "{open:?}");
+    // A GET stream left open (keep-alive comments only) does not keep the session.
+    let mut get = tokio::net::UnixStream::connect(d.socket()).await.unwrap();
+    let req = format!(
+        "GET /mcp HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n\
+         Mcp-Session-Id: {id}\r\nMCP-Protocol-Version: 2025-06-18\r\n\r\n"
+    );
+    get.write_all(req.as_bytes()).await.unwrap();
+    let mut head = [0u8; 12];
+    get.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200", "{}", String::from_utf8_lossy(&head));
     eventually(10, "the idle HTTP session to end", || async {
         sessions(&d).await.is_empty()
     })
@@ -266,6 +276,7 @@ async fn an_http_facade_session_that_idles_out_ends_its_host_session() {
     let (status, body) =
         common::http_request_with(&d.socket(), "POST", "/mcp", list, &headers).await;
     assert_eq!(status, 404, "{body}");
+    drop(get);
 }
 
 /// A 2026-07-28 client has no MCP session to DELETE: the host session its calls share ends
