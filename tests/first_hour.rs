@@ -536,6 +536,31 @@ async fn an_interrupted_invoke_cancels_its_call_and_exits_130() {
     }
 }
 
+/// An update with progress and a text (as `tool new`'s tools send) is one line on stderr.
+#[tokio::test]
+async fn an_update_with_progress_is_one_line() {
+    let d = Daemon::start().await;
+    let made = cli(&d)
+        .args(["tool", "new", "greet", "--user"])
+        .output()
+        .await
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    eventually(10, "greet to be listed", || async {
+        let r = d.call("list_tools", json!({})).await;
+        common::tool_names(&r["result"]).contains(&"greet")
+    })
+    .await;
+    let out = cli(&d)
+        .args(["invoke", "greet", "--args", r#"{"name": "you"}"#])
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "[1/2] working...\n");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Hello, you!"));
+}
+
 /// `--quiet` keeps the updates off stderr; the result is on stdout either way.
 #[tokio::test]
 async fn a_quiet_invoke_prints_only_its_result() {
