@@ -650,3 +650,28 @@ pub(super) async fn run_messages(
         let _ = tokio::time::timeout(Duration::from_secs(5), &mut writer).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    #[test]
+    fn only_an_ephemeral_create_is_claimed_and_its_id_is_known_before_it_runs() {
+        let create = method::SESSION_CREATE;
+        assert!(Owned::claim(method::SESSION_UPDATE, Some(r#"{"ephemeral":true}"#)).is_none());
+        assert!(Owned::claim(create, Some(r#"{"id":"a"}"#)).is_none());
+        assert!(Owned::claim(create, Some(r#"{"ephemeral":false}"#)).is_none());
+        assert!(Owned::claim(create, Some("[true]")).is_none());
+        assert!(Owned::claim(create, None).is_none());
+        let named = Owned::claim(create, Some(r#"{"id":"a","ephemeral":true}"#)).unwrap();
+        assert_eq!(named.id, "a");
+        assert!(named.params.is_none());
+        let made = Owned::claim(create, Some(r#"{"ephemeral":true,"meta":{"k":1}}"#)).unwrap();
+        let params: Value = serde_json::from_str(made.params.as_deref().unwrap()).unwrap();
+        assert!(made.id.starts_with("s_"), "{}", made.id);
+        assert_eq!(params["id"], made.id.as_str());
+        assert_eq!(params["meta"]["k"], 1);
+        assert_eq!(params["ephemeral"], true);
+    }
+}
