@@ -173,11 +173,13 @@ async fn a_stdio_facade_killed_with_sigkill_loses_its_session_with_its_connectio
     .await;
 }
 
-/// A raw socket client's ephemeral sessions end with its connection however it ends, also
-/// one made by a notification (whose id it never heard); its other sessions stay.
+/// A raw socket client's ephemeral sessions end with its connection however it ends
+/// (abandoned, half-closed, cut off half-way through a line), also one made by a
+/// notification (whose id it never heard); its other sessions stay.
 #[tokio::test]
 async fn an_ended_connection_takes_its_ephemeral_sessions_with_it() {
-    let d = Daemon::start().await;
+    let mut d = Daemon::unstarted();
+    d.spawn(&[("TOOLHOST_FRAME_TIMEOUT_MS", "300")]).await;
     // Abandoned: the client goes without a word.
     let mut raw = common::RawLines::connect(&d.socket()).await;
     let made = raw
@@ -216,6 +218,17 @@ async fn an_ended_connection_takes_its_ephemeral_sessions_with_it() {
     )
     .await;
     assert_eq!(session_ids(&d).await, ["again", "kept"]);
+    // Cut off: a line started and never finished, so the daemon closes the connection.
+    let mut raw = common::RawLines::connect(&d.socket()).await;
+    let made = raw.call("session.create", json!({"ephemeral": true})).await;
+    let id = made["result"]["id"].as_str().unwrap().to_owned();
+    raw.writer.write_all(br#"{"jsonrpc":"2.0","#).await.unwrap();
+    eventually(10, "the cut-off connection's session to end", || async {
+        !session_ids(&d).await.contains(&id)
+    })
+    .await;
+    assert_eq!(session_ids(&d).await, ["again", "kept"]);
+    drop(raw);
 }
 
 /// `initialize` on `/mcp` over a connection of its own; returns the `Mcp-Session-Id`.
