@@ -558,14 +558,7 @@ fn session_methods(api: &mut Api) -> anyhow::Result<()> {
         method::SESSION_DELETE,
         "Deletes a session.",
         |host, p: SessionIdParams| async move {
-            // The workspace is read first: the handler may clean up files there.
-            let workspace = host.sessions().get(&p.id).await.ok().map(|s| s.workspace);
-            let deleted = host.sessions().delete(&p.id).await?;
-            host.approvals().forget_session(&p.id);
-            if deleted {
-                let ws = workspace.unwrap_or_else(|| host.workspace().display().to_string());
-                session_event(&host, SessionEvent::Delete, &p.id, &ws);
-            }
+            let deleted = delete_session(&host, &p.id).await?;
             Ok(DeletedResult { deleted })
         },
     )?;
@@ -598,6 +591,20 @@ fn session_methods(api: &mut Api) -> anyhow::Result<()> {
 }
 
 /// Tells custom tools that asked for it about a session event, off the caller's path.
+/// Ends session `id`: `session.delete`, and a connection's end for the ephemeral sessions
+/// it made (`connection.rs`). False when there was no such session.
+pub(super) async fn delete_session(host: &Host, id: &str) -> Result<bool, Error> {
+    // The workspace is read first: the handler may clean up files there.
+    let workspace = host.sessions().get(id).await.ok().map(|s| s.workspace);
+    let deleted = host.sessions().delete(id).await?;
+    host.approvals().forget_session(id);
+    if deleted {
+        let ws = workspace.unwrap_or_else(|| host.workspace().display().to_string());
+        session_event(host, SessionEvent::Delete, id, &ws);
+    }
+    Ok(deleted)
+}
+
 fn session_event(host: &Host, event: SessionEvent, id: &str, workspace: &str) {
     host.custom().session_event(
         host.tracker(),
