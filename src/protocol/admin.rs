@@ -168,8 +168,8 @@ pub struct McpServerStatus {
     /// That process's resident memory, in KiB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rss_kib: Option<u64>,
-    /// Milliseconds since the Unix epoch of the end of the last request to the server
-    /// (a call, a prompt, a resource read, a completion); absent before the first.
+    /// Milliseconds since the Unix epoch of the start or end of the last request to the
+    /// server (a call, a prompt, a resource read, a completion); absent before the first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_used: Option<u64>,
     /// Where the tools listed for the server come from; absent while it has none.
