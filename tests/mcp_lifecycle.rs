@@ -251,32 +251,86 @@ async fn a_server_hanging_in_initialize_delays_none_of_the_others() {
 
 #[tokio::test]
 async fn start_ups_beyond_the_slots_wait_for_one_to_end() {
-    // Nine servers that hang in initialize, for two seconds each: the ninth can only
-    // spawn once one of the first eight has given up.
+    // Nine servers that hang in initialize: eight take the start-up slots, the ninth waits
+    // for one (and says so), and spawns once one of the eight is removed.
     let names: Vec<String> = (0..9).map(|i| format!("h{i}")).collect();
-    let d = Daemon::start_in(|dir| {
+    let hanging = |dir: &Path, names: &[String]| {
         let mut servers = serde_json::Map::new();
-        for name in &names {
-            let extra = json!({"startup_timeout_ms": 2000, "env": {"FIXTURE_INITIALIZE": "hang"}});
+        for name in names {
+            let extra =
+                json!({"startup_timeout_ms": 600_000, "env": {"FIXTURE_INITIALIZE": "hang"}});
             servers.insert(name.clone(), fixture(dir, name, extra));
         }
-        json!({"mcp_servers": servers})
+        Value::Object(servers)
+    };
+    let d = Daemon::start_in(|dir| json!({"mcp_servers": hanging(dir, &names)})).await;
+    let spawned = || -> Vec<String> {
+        names
+            .iter()
+            .filter(|n| !pids(&d, n).is_empty())
+            .cloned()
+            .collect()
+    };
+    eventually(30, "a server to wait for a start-up slot", || async {
+        d.log().contains("waiting for a start-up slot")
     })
     .await;
-    let spawned = || names.iter().filter(|n| !pids(&d, n).is_empty()).count();
-    eventually(30, "all nine servers to have spawned", || async {
-        spawned() == 9
+    eventually(30, "eight servers to have spawned", || async {
+        spawned().len() == 8
     })
     .await;
     let r = d.call("mcp.status", json!({})).await;
-    let failed = r["result"]["servers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["consecutive_failures"].as_u64() > Some(0))
-        .count();
-    assert!(
-        failed >= 1,
-        "the ninth spawned before any start-up ended: {r}"
-    );
+    let servers = r["result"]["servers"].as_array().unwrap();
+    assert!(servers.iter().all(|s| s["state"] == "connecting"), "{r}");
+    // The eight hang for ten minutes: the ninth cannot have spawned.
+    assert_eq!(spawned().len(), 8);
+
+    let gone = spawned()[0].clone();
+    let rest: Vec<String> = names.iter().filter(|n| **n != gone).cloned().collect();
+    let dir = d.dir.path().to_owned();
+    write_config(&d, hanging(&dir, &rest));
+    eventually(
+        30,
+        "the ninth server to spawn in the freed slot",
+        || async { spawned().len() == 9 },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_relayed_request_starts_an_idle_server_and_a_subscription_keeps_it_running() {
+    let d = Daemon::start_in(|dir| {
+        let extra = json!({"idle_stop_s": 1, "env": {"FIXTURE_RESOURCES": "lbl"}});
+        json!({"mcp_servers": {"fx": fixture(dir, "fx", extra)}})
+    })
+    .await;
+    wait_state(&d, "fx", "ready").await;
+    wait_state(&d, "fx", "stopped_idle").await;
+    // Its resources stay listed, and reading one starts the server.
+    let mut c = d.raw_lines().await;
+    let r = c
+        .call("read_resource", json!({"uri": "fixture://shared"}))
+        .await;
+    assert_eq!(r["result"]["contents"][0]["text"], "served by lbl", "{r}");
+    assert_eq!(pids(&d, "fx").len(), 2);
+
+    let sub = c
+        .call("subscribe_resource", json!({"uri": "fixture://shared"}))
+        .await;
+    assert!(sub.get("result").is_some(), "{sub}");
+    // Well past idle_stop_s since the last request, the subscription holds it.
+    eventually(20, "the last use to be 2 s old", || async {
+        let st = status(&d, "fx").await;
+        let last = st["last_used"].as_u64().unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        now.saturating_sub(last) > 2000
+    })
+    .await;
+    assert_eq!(status(&d, "fx").await["state"], "ready");
+    let done = c.call("unsubscribe_resource", json!([sub["result"]])).await;
+    assert_eq!(done["result"], true, "{done}");
+    wait_state(&d, "fx", "stopped_idle").await;
 }

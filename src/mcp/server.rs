@@ -661,8 +661,8 @@ fn backoff(failures: u32) -> Duration {
 /// the server is `Ready`, so no frontend sees a tool it cannot call yet.
 async fn connect_and_list(server: &Arc<Server>, client: Client) -> anyhow::Result<Connection> {
     // One of the daemon's start-up slots: many servers starting at once do not all spawn
-    // at once, and one that hangs holds one slot, never the others (it is never closed).
-    let _slot = server.runtime.startups.acquire().await.ok();
+    // at once, and one that hangs holds one slot, never the others.
+    let _slot = server.startup_slot().await;
     let cfg = server.config();
     let conn = launcher::connect(&server.name, &cfg, client, &server.runtime).await?;
     let startup = Duration::from_millis(cfg.startup_timeout_ms);

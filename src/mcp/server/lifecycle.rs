@@ -182,6 +182,20 @@ impl Server {
     }
 }
 
+impl Server {
+    /// One of the daemon's start-up slots, waited for in order when all are taken (said in
+    /// the log, so an operator sees why a server is slow to come up).
+    pub(super) async fn startup_slot(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        let slots = &self.runtime.startups;
+        if let Ok(slot) = slots.try_acquire() {
+            return Some(slot);
+        }
+        tracing::info!(server = %self.name, "waiting for a start-up slot: {STARTUP_SLOTS} MCP servers are starting");
+        // Never closed, so never an error.
+        slots.acquire().await.ok()
+    }
+}
+
 /// Waits, parked, for a request to wake the server: `false` if it is retired first.
 pub(super) async fn parked(server: &Server) -> bool {
     let mut state = server.state.subscribe();
