@@ -81,11 +81,8 @@ async fn first_run(servers: impl FnOnce(&Path) -> Value, lazy: &str) -> Daemon {
 
 #[tokio::test]
 async fn a_lazy_server_is_listed_from_its_last_run_and_started_by_its_first_call() {
-    let mut d = first_run(
-        |dir| json!({"fx": fixture(dir, "fx", json!({"start": "lazy"}))}),
-        "fx",
-    )
-    .await;
+    let lazy = json!({"start": "lazy", "env": {"FIXTURE_RESOURCES": "lbl"}});
+    let mut d = first_run(|dir| json!({"fx": fixture(dir, "fx", lazy)}), "fx").await;
     assert_eq!(pids(&d, "fx").len(), 1);
 
     d.spawn(&[]).await;
@@ -95,6 +92,15 @@ async fn a_lazy_server_is_listed_from_its_last_run_and_started_by_its_first_call
     assert!(st.get("pid").is_none(), "{st}");
     assert!(st.get("last_used").is_none(), "{st}");
     assert!(listed(&d).await.contains(&"mcp_fx_echo".to_owned()));
+    // Its prompts and resources too.
+    let prompts = d.call("list_prompts", json!({})).await;
+    assert_eq!(
+        prompts["result"]["prompts"][0]["name"], "mcp_fx_greet",
+        "{prompts}"
+    );
+    let resources = d.call("list_resources", json!({})).await;
+    let uris = resources["result"]["resources"].to_string();
+    assert!(uris.contains("fixture://shared"), "{resources}");
     // Listed without running: no process was started for it.
     assert_eq!(pids(&d, "fx").len(), 1);
     let health = d.call("host.health", json!({})).await;

@@ -472,6 +472,9 @@ impl Server {
     /// a replacement may already own the entry).
     pub(super) fn surface_listed(&self, surface: super::surface::ServerSurface) {
         if !self.stop.is_cancelled() {
+            self.runtime
+                .lists
+                .store_surface(&self.name, &self.config(), &surface);
             self.runtime.surface.listed(&self.name, surface);
         }
     }

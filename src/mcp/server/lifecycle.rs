@@ -149,10 +149,13 @@ impl Server {
     /// launch config: the server is then [`Parked::NotStarted`] with those tools published.
     pub(super) fn listed_from_cache(self: &Arc<Self>) -> bool {
         let cfg = self.config();
-        let Some(tools) = self.runtime.lists.load(&self.name, &cfg) else {
+        let Some(kept) = self.runtime.lists.load(&self.name, &cfg) else {
             return false;
         };
-        *lock(&self.remote_tools) = tools;
+        *lock(&self.remote_tools) = kept.tools;
+        if let Some(surface) = kept.surface {
+            self.runtime.surface.listed(&self.name, surface);
+        }
         self.publish_tools();
         // Last: a reload collecting the tools waits for the state to leave `Starting`, and
         // a frontend seeing `not_started` finds the tools listed.
@@ -163,7 +166,9 @@ impl Server {
 
     /// Keeps a listing the server just gave: as the one served, and for its next run.
     pub(super) fn keep_listing(&self, tools: Vec<Value>) {
-        self.runtime.lists.store(&self.name, &self.config(), &tools);
+        self.runtime
+            .lists
+            .store_tools(&self.name, &self.config(), &tools);
         self.listed.store(true, Ordering::SeqCst);
         *lock(&self.remote_tools) = tools;
     }
