@@ -339,6 +339,24 @@ pub struct McpServer {
     pub prefix: bool,
     /// What a new or changed tool definition of this server needs before it is listed.
     pub trust: Trust,
+    /// When the server's process starts: with the daemon, or at its first call.
+    pub start: Start,
+    /// Stop the server after this many seconds without a request (restarted by the next
+    /// one); none keeps it running.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub idle_stop_s: Option<u64>,
+}
+
+/// When an MCP server's process starts (proto-docs/config.md, lifecycle).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Start {
+    /// With the daemon (and with a reload that adds it).
+    #[default]
+    Eager,
+    /// At its first call; until then its tools are listed from the last run's listing.
+    Lazy,
 }
 
 impl Default for McpServer {
@@ -368,6 +386,8 @@ impl Default for McpServer {
             defer: false,
             prefix: true,
             trust: Trust::Pin,
+            start: Start::Eager,
+            idle_stop_s: None,
         }
     }
 }
