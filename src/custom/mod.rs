@@ -147,6 +147,8 @@ pub struct CustomTools(Arc<Inner>);
 
 struct Inner {
     registry: Registry,
+    /// JS/TS tool modules, found by the same scans and published in the same swaps.
+    modules: crate::modules::Modules,
     providers: tool::Providers,
     /// The config's sandbox section, for the session-event runs of workspace tools.
     sandbox: Arc<ArcSwap<crate::config::SandboxConfig>>,
@@ -166,27 +168,70 @@ struct State {
     session_workspaces: Vec<PathBuf>,
     /// `configured`, then the session workspaces' folders: what is scanned and watched.
     roots: Vec<Root>,
+    /// The config's `custom_tools`, its path and the daemon's workspace, for the module
+    /// folders ([`crate::modules::discover::roots`]).
+    module_settings: Option<(crate::config::CustomTools, PathBuf, PathBuf)>,
+    /// The module folders searched now (after `roots` in precedence).
+    module_roots: Vec<crate::modules::discover::Root>,
     /// By folder: the manifest bytes and the tool built from them.
     tools: Vec<(PathBuf, Vec<u8>, Arc<CustomTool>)>,
     errors: Vec<ManifestError>,
     /// Recent session-event failures, newest last.
     event_failures: Vec<String>,
+    /// What the last scan of the module folders could not read.
+    module_scan_problems: Vec<String>,
+}
+
+impl State {
+    /// The module folders for the settings and workspaces known now.
+    fn refresh_module_roots(&mut self) {
+        self.module_roots = match &self.module_settings {
+            Some((cfg, config_path, workspace)) => crate::modules::discover::roots(
+                cfg,
+                config_path,
+                workspace,
+                &self.session_workspaces,
+            ),
+            None => Vec::new(),
+        };
+    }
 }
 
 /// How many session-event failures `host.health` shows.
 const EVENT_FAILURES_KEPT: usize = 20;
 
 impl CustomTools {
-    pub fn new(registry: Registry, processes: crate::process::Processes) -> Self {
-        CustomTools(Arc::new(Inner {
+    pub fn new(
+        registry: Registry,
+        processes: crate::process::Processes,
+        modules: crate::modules::Modules,
+    ) -> Self {
+        let me = CustomTools(Arc::new(Inner {
             registry,
+            modules,
             processes,
             providers: Arc::new(ArcSwap::from_pointee(BTreeMap::new())),
             sandbox: Arc::default(),
             state: Mutex::default(),
             scan_lock: tokio::sync::Mutex::new(()),
             watch: Mutex::new(None),
-        }))
+        }));
+        // A module host that restarted has none of the modules: a rescan loads them again.
+        let weak = Arc::downgrade(&me.0);
+        me.0.modules.on_restart(Arc::new(move || {
+            let Some(inner) = weak.upgrade() else {
+                return;
+            };
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move { CustomTools(inner).rescan().await });
+            }
+        }));
+        me
+    }
+
+    /// The JS/TS tool modules (`host.health`, session events).
+    pub fn modules(&self) -> &crate::modules::Modules {
+        &self.0.modules
     }
 
     /// Applies a config: the providers (read by the next call) and the folders. Returns
@@ -199,20 +244,31 @@ impl CustomTools {
     ) -> Option<SourceUpdate> {
         self.0.providers.store(Arc::new(cfg.providers.clone()));
         self.0.sandbox.store(Arc::new(cfg.sandbox.clone()));
+        self.0
+            .modules
+            .configure(&cfg.custom_tools, config_path, workspace);
         let roots = {
             let mut st = lock(&self.0.state);
             st.configured = roots(cfg, config_path, workspace);
             let discover = cfg.custom_tools.discover;
             let roots = with_sessions(&st.configured, discover, &st.session_workspaces);
-            if st.roots == roots && !st.roots.is_empty() {
+            let settings = (
+                cfg.custom_tools.clone(),
+                config_path.to_path_buf(),
+                workspace.to_path_buf(),
+            );
+            if st.roots == roots
+                && !st.roots.is_empty()
+                && st.module_settings.as_ref() == Some(&settings)
+            {
                 return None;
             }
             st.roots = roots.clone();
+            st.module_settings = Some(settings);
+            st.refresh_module_roots();
             roots
         };
-        if let Some(w) = lock(&self.0.watch).as_mut() {
-            w.set_roots(&paths(&roots));
-        }
+        self.watch_folders();
         let _one = self.0.scan_lock.lock().await;
         Some((SourceKey::Custom, Some(self.build(roots).await)))
     }
@@ -233,7 +289,9 @@ impl CustomTools {
                 return;
             }
             let roots = with_sessions(&st.configured, discover, &st.session_workspaces);
-            if roots == st.roots {
+            let module_roots = st.module_roots.clone();
+            st.refresh_module_roots();
+            if roots == st.roots && module_roots == st.module_roots {
                 return;
             }
             st.roots = roots;
@@ -246,6 +304,22 @@ impl CustomTools {
         paths(&lock(&self.0.state).roots)
     }
 
+    /// The folders watched: the program tools' and the modules'.
+    fn watched(&self) -> Vec<PathBuf> {
+        let st = lock(&self.0.state);
+        let mut out = paths(&st.roots);
+        out.extend(st.module_roots.iter().map(|r| r.path.clone()));
+        out
+    }
+
+    /// Watches what exists now of [`Self::watched`] (a folder may have appeared or gone).
+    fn watch_folders(&self) {
+        let folders = self.watched();
+        if let Some(w) = lock(&self.0.watch).as_mut() {
+            w.set_roots(&folders);
+        }
+    }
+
     /// Starts watching the folders; events rescan until `shutdown` fires.
     pub fn watch(
         &self,
@@ -253,8 +327,7 @@ impl CustomTools {
         shutdown: tokio_util::sync::CancellationToken,
     ) {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let roots = lock(&self.0.state).roots.clone();
-        match watch::Watch::new(&paths(&roots), tx, "custom tool folder") {
+        match watch::Watch::new(&self.watched(), tx, "custom tool folder") {
             Ok(w) => *lock(&self.0.watch) = Some(w),
             Err(e) => {
                 tracing::warn!("not watching custom tool folders: {e:#}");
@@ -275,10 +348,7 @@ impl CustomTools {
     pub async fn rescan(&self) {
         let _one = self.0.scan_lock.lock().await;
         let roots = lock(&self.0.state).roots.clone();
-        if let Some(w) = lock(&self.0.watch).as_mut() {
-            // A folder may have appeared (or gone): watch what exists now.
-            w.set_roots(&paths(&roots));
-        }
+        self.watch_folders();
         let tools = self.build(roots).await;
         self.0.registry.apply(Change {
             sources: vec![(SourceKey::Custom, Some(tools))],
@@ -286,11 +356,25 @@ impl CustomTools {
         });
     }
 
-    /// Scans `roots`, reusing the tool objects of unchanged manifests.
+    /// Scans `roots` and the module folders, reusing the tool objects of unchanged
+    /// manifests and modules; the modules' tools come after the programs'.
     async fn build(&self, roots: Vec<Root>) -> Vec<Arc<dyn Tool>> {
-        let found = tokio::task::spawn_blocking(move || scan(&roots))
-            .await
-            .unwrap_or_default();
+        let module_roots = lock(&self.0.state).module_roots.clone();
+        let (found, (modules, module_problems)) = tokio::task::spawn_blocking(move || {
+            let modules = crate::modules::discover::scan(&module_roots, manifest::MANIFEST);
+            (scan(&roots), modules)
+        })
+        .await
+        .unwrap_or_default();
+        let mut tools = self.build_programs(found);
+        let taken = tools.iter().map(|t| t.spec().name.clone()).collect();
+        tools.extend(self.0.modules.tools(modules, &taken).await);
+        lock(&self.0.state).module_scan_problems = module_problems;
+        tools
+    }
+
+    /// The program tools of a scan, reusing the tool objects of unchanged manifests.
+    fn build_programs(&self, found: Vec<Found>) -> Vec<Arc<dyn Tool>> {
         let mut st = lock(&self.0.state);
         let old: HashMap<PathBuf, (Vec<u8>, Arc<CustomTool>)> =
             st.tools.drain(..).map(|(d, b, t)| (d, (b, t))).collect();
@@ -337,6 +421,12 @@ impl CustomTools {
             .iter()
             .map(|(_, _, t)| t.clone() as Arc<dyn Tool>)
             .collect()
+    }
+
+    /// Problems of the last scan's module folders (a plugin's `package.json`, an
+    /// unreadable file), as `<file>: <problem>`; the modules' own are [`Self::modules`]'.
+    pub fn module_scan_problems(&self) -> Vec<String> {
+        lock(&self.0.state).module_scan_problems.clone()
     }
 
     /// Manifest errors of the last scan, as `<file>: <field>: <problem>`.
