@@ -220,3 +220,290 @@ async fn the_seeds_repo_stats_module_runs_unmodified_through_the_socket() {
         "{r}"
     );
 }
+
+/// The user's own module folder (no approval needed), under the test's `$HOME`.
+fn user_tools(dir: &Path) -> PathBuf {
+    dir.join("home/.musepi/agent/tools")
+}
+
+/// A module whose tool `name` answers `text` (and says "started" first).
+fn echo_module(name: &str, text: &str) -> String {
+    format!(
+        r#"export default (pi) => ({{
+  name: "{name}",
+  description: "- answers {text}",
+  parameters: pi.zod.object({{}}),
+  async execute(id, params, onUpdate) {{
+    onUpdate({{ content: [{{ type: "text", text: "started" }}] }});
+    return {{ content: [{{ type: "text", text: "{text}" }}], details: {{ by: "{name}" }} }};
+  }},
+}});
+"#
+    )
+}
+
+async fn host_pid(d: &Daemon) -> i64 {
+    health(d).await["module_host"]["pid"].as_i64().unwrap()
+}
+
+async fn output_of(d: &Daemon, name: &str) -> Value {
+    d.call("invoke", json!({"name": name, "arguments": {}}))
+        .await["result"]["result"]
+        .clone()
+}
+
+#[tokio::test]
+async fn arrays_load_errors_bad_results_and_duplicates_are_each_reported_alone() {
+    let d = start(
+        |dir| {
+            let tools = user_tools(dir);
+            // A factory returning an array (plain JSON Schema parameters, a JS module).
+            write(
+                &tools.join("pair.mjs"),
+                r#"export default () => [
+  { name: "first", description: "- one", parameters: { type: "object", properties: {} },
+    execute: async () => ({ content: [{ type: "text", text: "one" }] }) },
+  { name: "second", description: "- two", approval: "read_only",
+    execute: async () => ({ content: [{ type: "text", text: "two" }] }) },
+];
+"#,
+            );
+            write(
+                &tools.join("broken.ts"),
+                "throw new Error(\"no config for broken\");\nexport default () => ({});\n",
+            );
+            write(
+                &tools.join("z_odd.js"),
+                r#"export default (pi) => [
+  { description: "no name", execute() {} },
+  { name: "noexec" },
+  { name: "dates", parameters: pi.zod.object({ when: pi.zod.date() }), execute() {} },
+  { name: "first", execute: async () => ({}) },
+  { name: "fine", execute: async () => ({ content: [{ type: "text", text: "fine" }] }) },
+];
+"#,
+            );
+        },
+        json!({}),
+    )
+    .await;
+    eventually(20, "the modules' tools listed", || async {
+        let names = listed(&d).await;
+        ["first", "second", "fine"]
+            .iter()
+            .all(|n| names.contains(&(*n).to_owned()))
+    })
+    .await;
+    assert_eq!(output_of(&d, "first").await["output"], "one");
+    assert_eq!(output_of(&d, "second").await["output"], "two");
+    assert_eq!(output_of(&d, "fine").await["output"], "fine");
+    let names = listed(&d).await;
+    for skipped in ["noexec", "dates"] {
+        assert!(!names.contains(&skipped.to_owned()), "{names:?}");
+    }
+    let h = health(&d).await;
+    assert_eq!(h["status"], "degraded", "{h}");
+    let errors: Vec<&str> = h["module_errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    let tools = user_tools(d.dir.path());
+    let has = |file: &str, what: &str| {
+        let prefix = format!("{}: ", tools.join(file).display());
+        errors
+            .iter()
+            .any(|e| e.starts_with(&prefix) && e.contains(what))
+    };
+    assert!(has("broken.ts", "no config for broken"), "{errors:?}");
+    assert!(has("z_odd.js", "no name"), "{errors:?}");
+    assert!(has("z_odd.js", "'noexec' has no execute"), "{errors:?}");
+    assert!(
+        has(
+            "z_odd.js",
+            "'dates': its parameters schema cannot be converted"
+        ),
+        "{errors:?}"
+    );
+    assert!(
+        has(
+            "z_odd.js",
+            &format!(
+                "tool 'first' skipped: {} already defines it",
+                tools.join("pair.mjs").display()
+            )
+        ),
+        "{errors:?}"
+    );
+    assert_eq!(errors.len(), 5, "{errors:?}");
+}
+
+#[tokio::test]
+async fn a_tool_looping_in_synchronous_code_is_cancelled_and_the_host_recovers() {
+    let d = start(
+        |dir| {
+            let tools = user_tools(dir);
+            write(
+                &tools.join("spin.js"),
+                r#"export default () => ({
+  name: "spin",
+  description: "- never ends",
+  execute(id, params, onUpdate, ctx, signal) {
+    onUpdate({ content: [{ type: "text", text: "spinning" }] });
+    for (;;) {}
+  },
+});
+"#,
+            );
+            write(&tools.join("echo.js"), &echo_module("echo", "still here"));
+        },
+        json!({}),
+    )
+    .await;
+    eventually(20, "the modules' tools listed", || async {
+        listed(&d).await.contains(&"spin".to_owned())
+    })
+    .await;
+    let before = host_pid(&d).await;
+    let mut c = d.raw_lines().await;
+    let r = c
+        .call(
+            "subscribe_invoke",
+            json!({"name": "spin", "arguments": {}, "call_id": "spin-1"}),
+        )
+        .await;
+    assert!(!r["result"].is_null(), "{r}");
+    assert_eq!(c.recv().await["params"]["result"]["kind"], "update");
+    let r = d.call("cancel", json!({"call_id": "spin-1"})).await;
+    assert_eq!(r["result"], json!({"cancelled": true}), "{r}");
+    let end = c.recv().await["params"]["result"].clone();
+    assert_eq!(end["result"]["error_kind"], "cancelled", "{end}");
+    // The host never read the cancel: after the grace it is killed and started again.
+    eventually(20, "the stuck host replaced", || async {
+        let h = health(&d).await;
+        h["module_host"]["restarts"].as_u64() >= Some(1)
+            && h["module_host"]["pid"]
+                .as_i64()
+                .is_some_and(|p| p != before)
+    })
+    .await;
+    assert!(!common::alive(before as i32), "the stuck host still runs");
+    assert_eq!(output_of(&d, "echo").await["output"], "still here");
+}
+
+#[tokio::test]
+async fn a_killed_host_fails_the_calls_in_flight_and_the_next_call_works() {
+    let d = start(
+        |dir| {
+            let tools = user_tools(dir);
+            write(
+                &tools.join("wait.js"),
+                r#"export default () => ({
+  name: "wait",
+  description: "- waits for its signal",
+  execute(id, params, onUpdate, ctx, signal) {
+    onUpdate({ content: [{ type: "text", text: "waiting" }] });
+    return new Promise((resolve) => signal.addEventListener("abort", () => resolve({})));
+  },
+});
+"#,
+            );
+            write(&tools.join("echo.js"), &echo_module("echo", "back"));
+        },
+        json!({}),
+    )
+    .await;
+    eventually(20, "the modules' tools listed", || async {
+        listed(&d).await.contains(&"wait".to_owned())
+    })
+    .await;
+    let pid = host_pid(&d).await;
+    let mut c = d.raw_lines().await;
+    let r = c
+        .call(
+            "subscribe_invoke",
+            json!({"name": "wait", "arguments": {}, "call_id": "wait-1"}),
+        )
+        .await;
+    assert!(!r["result"].is_null(), "{r}");
+    assert_eq!(c.recv().await["params"]["result"]["kind"], "update");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let end = c.recv().await["params"]["result"].clone();
+    assert_eq!(end["result"]["error_kind"], "unavailable", "{end}");
+    assert_eq!(output_of(&d, "echo").await["output"], "back");
+    assert_ne!(host_pid(&d).await, pid);
+}
+
+/// The listed description of tool `name`.
+async fn description(d: &Daemon, name: &str) -> Option<String> {
+    let r = d.call("list_tools", json!({})).await;
+    r["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == name)
+        .map(|t| t["function"]["description"].as_str().unwrap().to_owned())
+}
+
+#[tokio::test]
+async fn a_module_edited_during_a_call_finishes_that_call_on_its_old_code() {
+    let gate_module = |version: &str| {
+        format!(
+            r#"import fs from "node:fs";
+export default (pi) => ({{
+  name: "versioned",
+  description: "- version {version}",
+  async execute(id, params, onUpdate, ctx) {{
+    onUpdate({{ content: [{{ type: "text", text: "started {version}" }}] }});
+    while (!fs.existsSync(ctx.cwd + "/go")) await new Promise((r) => setTimeout(r, 20));
+    return {{ content: [{{ type: "text", text: "{version}" }}] }};
+  }},
+}});
+"#
+        )
+    };
+    let first = gate_module("v1");
+    let d = start(
+        |dir| write(&user_tools(dir).join("versioned.js"), &first),
+        json!({}),
+    )
+    .await;
+    eventually(20, "v1 listed", || async {
+        description(&d, "versioned").await.as_deref() == Some("- version v1")
+    })
+    .await;
+    let mut c = d.raw_lines().await;
+    let mut changes = d.raw_lines().await;
+    let r = changes.call("subscribe_tools_changed", json!({})).await;
+    assert!(!r["result"].is_null(), "{r}");
+    let r = c
+        .call(
+            "subscribe_invoke",
+            json!({"name": "versioned", "arguments": {}, "call_id": "old-1"}),
+        )
+        .await;
+    assert!(!r["result"].is_null(), "{r}");
+    assert_eq!(
+        c.recv().await["params"]["result"]["content"][0]["text"],
+        "started v1"
+    );
+    write(
+        &user_tools(d.dir.path()).join("versioned.js"),
+        &gate_module("v2"),
+    );
+    let n = changes.recv().await;
+    assert_eq!(n["method"], "tools_changed", "{n}");
+    assert_eq!(
+        description(&d, "versioned").await.as_deref(),
+        Some("- version v2")
+    );
+    std::fs::write(d.workspace().join("go"), "").unwrap();
+    let end = c.recv().await["params"]["result"].clone();
+    assert_eq!(end["result"]["output"], "v1", "{end}");
+    assert_eq!(output_of(&d, "versioned").await["output"], "v2");
+}
