@@ -8,7 +8,12 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::{eventually, toolhost, Daemon, RawLines};
+use rmcp::model::{CallToolRequestParams, ProgressNotificationParam};
+use rmcp::service::NotificationContext;
+use rmcp::transport::TokioChildProcess;
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{json, Value};
+use tokio::sync::mpsc;
 
 /// The seed's own example, as a user would have it in `.musepi/tools/repo_stats.ts`.
 const REPO_STATS: &str = r#"import type { CustomToolFactory } from "@musepi/pi-coding-agent";
@@ -506,4 +511,181 @@ export default (pi) => ({{
     let end = c.recv().await["params"]["result"].clone();
     assert_eq!(end["result"]["output"], "v1", "{end}");
     assert_eq!(output_of(&d, "versioned").await["output"], "v2");
+}
+
+/// An MCP client that reports the progress messages it hears.
+#[derive(Clone)]
+struct Progress(mpsc::UnboundedSender<Option<String>>);
+
+impl ClientHandler for Progress {
+    async fn on_progress(&self, p: ProgressNotificationParam, _: NotificationContext<RoleClient>) {
+        let _ = self.0.send(p.message);
+    }
+}
+
+#[tokio::test]
+async fn the_seeds_module_through_the_mcp_facade_streams_progress() {
+    let d = start(|dir| git_workspace(&dir.join("ws")), json!({})).await;
+    eventually(20, "repo_stats quarantined", || async {
+        health(&d).await["quarantined"] == json!(["repo_stats"])
+    })
+    .await;
+    approve(&d, "repo_stats").await;
+    let (tx, mut progress) = mpsc::unbounded_channel();
+    let mut cmd = toolhost(d.dir.path());
+    cmd.arg("mcp").arg("--socket").arg(d.socket());
+    let mcp = Progress(tx)
+        .serve(TokioChildProcess::new(cmd).unwrap())
+        .await
+        .unwrap();
+    let tools = mcp.peer().list_all_tools().await.unwrap();
+    let listed = tools.iter().find(|t| t.name == "repo_stats").unwrap();
+    assert_eq!(listed.title.as_deref(), Some("Repo Stats"));
+    assert_eq!(
+        serde_json::to_value(&listed.input_schema).unwrap(),
+        json!({"type": "object", "properties": {"glob": {"type": "string"}}})
+    );
+    let r = mcp
+        .peer()
+        .call_tool(CallToolRequestParams::new("repo_stats").with_arguments(Default::default()))
+        .await
+        .unwrap();
+    let r = serde_json::to_value(r).unwrap();
+    let count = git(&d.workspace(), &["ls-files", "**/*.ts"])
+        .lines()
+        .count();
+    assert_eq!(r["isError"], false, "{r}");
+    assert_eq!(
+        r["content"],
+        json!([{"type": "text", "text": format!("Found {count} files")}])
+    );
+    assert_eq!(r["structuredContent"]["count"], count, "{r}");
+    let heard = progress.try_recv().expect("no progress was sent");
+    assert_eq!(heard.as_deref(), Some("Scanning files..."));
+    mcp.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn cancelling_a_call_kills_what_pi_exec_started() {
+    let d = start(
+        |dir| {
+            write(
+                &user_tools(dir).join("sleeper.js"),
+                &format!(
+                    r#"export default (pi) => ({{
+  name: "sleeper",
+  description: "- sleeps in a child",
+  async execute(id, params, onUpdate, ctx, signal) {{
+    const run = pi.exec("sh", ["-c", "echo $$ > {pid}; exec sleep 30"], {{ signal }});
+    onUpdate({{ content: [{{ type: "text", text: "started" }}] }});
+    const r = await run;
+    return {{ content: [{{ type: "text", text: r.killed ? "killed" : "slept" }}] }};
+  }},
+}});
+"#,
+                    pid = dir.join("sleep.pid").display()
+                ),
+            );
+        },
+        json!({}),
+    )
+    .await;
+    eventually(20, "sleeper listed", || async {
+        listed(&d).await.contains(&"sleeper".to_owned())
+    })
+    .await;
+    let mut c = d.raw_lines().await;
+    let r = c
+        .call(
+            "subscribe_invoke",
+            json!({"name": "sleeper", "arguments": {}, "call_id": "sleep-1"}),
+        )
+        .await;
+    assert!(!r["result"].is_null(), "{r}");
+    assert_eq!(c.recv().await["params"]["result"]["kind"], "update");
+    let pidfile = d.dir.path().join("sleep.pid");
+    eventually(10, "the child's pid written", || async {
+        std::fs::read_to_string(&pidfile).is_ok_and(|s| s.ends_with('\n'))
+    })
+    .await;
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(common::alive(pid));
+    let r = d.call("cancel", json!({"call_id": "sleep-1"})).await;
+    assert_eq!(r["result"], json!({"cancelled": true}), "{r}");
+    let end = c.recv().await["params"]["result"].clone();
+    assert_eq!(end["result"]["error_kind"], "cancelled", "{end}");
+    eventually(10, "pi.exec's child gone", || async { !common::alive(pid) }).await;
+}
+
+#[tokio::test]
+async fn typescript_on_an_old_node_is_refused_naming_the_fix_and_javascript_still_loads() {
+    let old = Path::new("/usr/bin/node");
+    let version = std::process::Command::new(old).arg("--version").output();
+    let Ok(version) = version else {
+        eprintln!("no /usr/bin/node: skipped");
+        return;
+    };
+    let version = String::from_utf8(version.stdout).unwrap();
+    if !version.starts_with("v20.") && !version.starts_with("v18.") {
+        eprintln!("/usr/bin/node is {version}: skipped");
+        return;
+    }
+    let d = start(
+        |dir| {
+            let tools = user_tools(dir);
+            write(&tools.join("typed.ts"), &echo_module("typed", "typed"));
+            write(&tools.join("plain.js"), &echo_module("plain", "plain"));
+        },
+        json!({"node": old}),
+    )
+    .await;
+    eventually(20, "plain listed", || async {
+        listed(&d).await.contains(&"plain".to_owned())
+    })
+    .await;
+    assert_eq!(output_of(&d, "plain").await["output"], "plain");
+    let h = health(&d).await;
+    assert_eq!(h["module_host"]["typescript"], false, "{h}");
+    let errors = h["module_errors"].to_string();
+    assert!(
+        errors.contains("typed.ts: Node 20.") && errors.contains("set custom_tools.node"),
+        "{errors}"
+    );
+}
+
+#[tokio::test]
+async fn modules_false_leaves_module_files_alone_and_starts_no_node() {
+    let d = start(
+        |dir| {
+            write(
+                &user_tools(dir).join("plain.js"),
+                &echo_module("plain", "plain"),
+            );
+            // A program tool, found by the same scan.
+            let prog = dir.join("xdg/toolhost/tools/prog");
+            write(&prog.join("run.sh"), "#!/bin/sh\necho prog\n");
+            std::fs::set_permissions(
+                prog.join("run.sh"),
+                std::os::unix::fs::PermissionsExt::from_mode(0o755),
+            )
+            .unwrap();
+            write(
+                &prog.join("tool.json"),
+                r#"{"name": "prog", "description": "- a program", "command": ["./run.sh"]}"#,
+            );
+        },
+        json!({"modules": false}),
+    )
+    .await;
+    eventually(20, "the program tool listed", || async {
+        listed(&d).await.contains(&"prog".to_owned())
+    })
+    .await;
+    assert!(!listed(&d).await.contains(&"plain".to_owned()));
+    let h = health(&d).await;
+    assert!(h.get("module_host").is_none(), "{h}");
 }
