@@ -689,3 +689,58 @@ async fn modules_false_leaves_module_files_alone_and_starts_no_node() {
     let h = health(&d).await;
     assert!(h.get("module_host").is_none(), "{h}");
 }
+
+#[tokio::test]
+async fn tool_new_lang_ts_writes_a_seed_shaped_module_that_tool_check_loads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let project = tmp.path().join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    let cfg = tmp.path().join("config.json");
+    std::fs::write(&cfg, config(json!({})).to_string()).unwrap();
+    let run = |args: &[&str]| {
+        let mut cmd = toolhost(tmp.path());
+        cmd.arg("--socket")
+            .arg(tmp.path().join("none.sock"))
+            .arg("--config")
+            .arg(&cfg)
+            .args(args)
+            .current_dir(&project);
+        async move {
+            let out = cmd.output().await.unwrap();
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).into_owned()
+                    + &String::from_utf8_lossy(&out.stderr),
+            )
+        }
+    };
+    let (code, out) = run(&["tool", "new", "greet", "--lang", "ts"]).await;
+    assert_eq!(code, Some(0), "{out}");
+    let file = project.join(".toolhost/tools/greet.ts");
+    assert!(
+        out.contains(&format!("created {}", file.display())),
+        "{out}"
+    );
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(text.contains("import type { CustomToolFactory }"), "{text}");
+    assert!(text.contains("pi.zod.object"), "{text}");
+    let (code, out) = run(&["tool", "check"]).await;
+    assert_eq!(code, Some(0), "{out}");
+    assert_eq!(out, format!("ok      greet ({})\n", file.display()));
+
+    // A module that throws fails the check, naming its file and the error.
+    write(
+        &project.join(".toolhost/tools/bad.ts"),
+        "throw new Error(\"bad at load\");\n",
+    );
+    let (code, out) = run(&["tool", "check"]).await;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains(&format!(
+            "invalid {}: bad at load",
+            project.join(".toolhost/tools/bad.ts").display()
+        )),
+        "{out}"
+    );
+    assert!(out.contains("ok      greet"), "{out}");
+}

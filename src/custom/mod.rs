@@ -168,9 +168,9 @@ struct State {
     session_workspaces: Vec<PathBuf>,
     /// `configured`, then the session workspaces' folders: what is scanned and watched.
     roots: Vec<Root>,
-    /// The config's `custom_tools`, its path and the daemon's workspace, for the module
-    /// folders ([`crate::modules::discover::roots`]).
-    module_settings: Option<(crate::config::CustomTools, PathBuf, PathBuf)>,
+    /// The config's `custom_tools` and the daemon's workspace, for the module folders
+    /// ([`crate::modules::discover::roots`]).
+    module_settings: Option<(crate::config::CustomTools, PathBuf)>,
     /// The module folders searched now (after `roots` in precedence).
     module_roots: Vec<crate::modules::discover::Root>,
     /// By folder: the manifest bytes and the tool built from them.
@@ -185,15 +185,32 @@ struct State {
 impl State {
     /// The module folders for the settings and workspaces known now.
     fn refresh_module_roots(&mut self) {
-        self.module_roots = match &self.module_settings {
-            Some((cfg, config_path, workspace)) => crate::modules::discover::roots(
-                cfg,
-                config_path,
-                workspace,
-                &self.session_workspaces,
-            ),
-            None => Vec::new(),
+        let Some((cfg, workspace)) = &self.module_settings else {
+            self.module_roots = Vec::new();
+            return;
         };
+        let programs: Vec<crate::modules::discover::Root> = self
+            .roots
+            .iter()
+            .map(|r| crate::modules::discover::Root {
+                path: r.path.clone(),
+                workspace: r.workspace,
+                scope: self.scope_of(&r.path),
+                plugins: false,
+            })
+            .collect();
+        self.module_roots =
+            crate::modules::discover::roots(cfg, &programs, workspace, &self.session_workspaces);
+    }
+
+    /// The session workspace whose sessions alone see the tools of folder `root`: the one
+    /// whose `.toolhost/tools/` it is, unless the config names that folder too.
+    fn scope_of(&self, root: &Path) -> Option<PathBuf> {
+        self.session_workspaces
+            .iter()
+            .find(|w| w.join(".toolhost").join("tools") == root)
+            .filter(|_| !self.configured.iter().any(|r| r.path == root))
+            .cloned()
     }
 }
 
@@ -252,11 +269,7 @@ impl CustomTools {
             st.configured = roots(cfg, config_path, workspace);
             let discover = cfg.custom_tools.discover;
             let roots = with_sessions(&st.configured, discover, &st.session_workspaces);
-            let settings = (
-                cfg.custom_tools.clone(),
-                config_path.to_path_buf(),
-                workspace.to_path_buf(),
-            );
+            let settings = (cfg.custom_tools.clone(), workspace.to_path_buf());
             if st.roots == roots
                 && !st.roots.is_empty()
                 && st.module_settings.as_ref() == Some(&settings)
@@ -290,11 +303,12 @@ impl CustomTools {
             }
             let roots = with_sessions(&st.configured, discover, &st.session_workspaces);
             let module_roots = st.module_roots.clone();
+            let programs_unchanged = roots == st.roots;
+            st.roots = roots;
             st.refresh_module_roots();
-            if roots == st.roots && module_roots == st.module_roots {
+            if programs_unchanged && module_roots == st.module_roots {
                 return;
             }
-            st.roots = roots;
         }
         self.rescan().await;
     }
@@ -381,16 +395,7 @@ impl CustomTools {
         let mut errors = Vec::new();
         for f in found {
             // A tool of a session workspace's folder is listed for that workspace's sessions.
-            let scope = st
-                .session_workspaces
-                .iter()
-                .find(|w| Some(w.join(".toolhost").join("tools").as_path()) == f.dir.parent())
-                .filter(|_| {
-                    !st.configured
-                        .iter()
-                        .any(|r| Some(r.path.as_path()) == f.dir.parent())
-                })
-                .cloned();
+            let scope = f.dir.parent().and_then(|root| st.scope_of(root));
             match f.result {
                 Ok(found) => {
                     let tool = match old.get(&f.dir) {

@@ -1,13 +1,15 @@
 //! Where tool modules are found, and which files of those folders are modules.
 //!
-//! Order (the first definition of a name wins, as for program tools): config
-//! `custom_tools.paths`; the user's `~/.musepi/agent/tools`, `~/.claude/tools`,
-//! `~/.codex/tools`; the plugins installed under `~/.musepi/plugins/node_modules` (each
-//! package's `package.json` lists its modules in `"musepi": {"tools": [...]}`); then the
-//! `.musepi/tools`, `.claude/tools` and `.codex/tools` of the daemon's workspace and of each
-//! session's. The user's own folders come before the workspaces', so a module a workspace
-//! holds never takes the name of one of the user's. With `custom_tools.discover: false` only
-//! `paths` are searched; with `custom_tools.modules: false`, nothing.
+//! Order (the first definition of a name wins, as for program tools): the program tools'
+//! own folders of the user's (config `custom_tools.paths`, `$XDG_CONFIG_HOME/toolhost/tools`);
+//! the user's `~/.musepi/agent/tools`, `~/.claude/tools`, `~/.codex/tools`; the plugins
+//! installed under `~/.musepi/plugins/node_modules` (each package's `package.json` lists
+//! its modules in `"musepi": {"tools": [...]}`); then the workspaces' folders: their
+//! `.toolhost/tools`, then the `.musepi/tools`, `.claude/tools` and `.codex/tools` of the
+//! daemon's workspace and of each session's. The user's own folders come before the
+//! workspaces', so a module a workspace holds never takes the name of one of the user's.
+//! With `custom_tools.discover: false` only `paths` are searched; with
+//! `custom_tools.modules: false`, nothing.
 //!
 //! In a folder, a module is a `.js`, `.mjs`, `.ts` or `.mts` file (not `.d.ts`), or a
 //! sub-folder without a `tool.json` that holds an `index.*` of those kinds.
@@ -49,29 +51,29 @@ pub struct Found {
     pub scope: Option<PathBuf>,
 }
 
-/// The folders searched, in precedence order (each once, in its first place).
-/// `workspaces` are the daemon's workspace, then the sessions' (the latter scoped).
+/// The folders searched, in precedence order (each once, in its first place):
+/// `program_roots` (the custom tool programs' folders, which hold modules too) that are the
+/// user's, the user's MusePi, Claude and Codex folders and the plugins, then the workspace
+/// folders of `program_roots`, then the MusePi, Claude and Codex folders of the daemon's
+/// workspace and of each of `session_workspaces` (the latter scoped to their sessions).
 pub fn roots(
     cfg: &Settings,
-    config_path: &Path,
+    program_roots: &[Root],
     daemon_workspace: &Path,
     session_workspaces: &[PathBuf],
 ) -> Vec<Root> {
     if !cfg.modules {
         return Vec::new();
     }
-    let base = config_path.parent().unwrap_or(Path::new("/"));
     let folder = |path: PathBuf, workspace: bool, scope: Option<PathBuf>| Root {
         path,
         workspace,
         scope,
         plugins: false,
     };
-    let mut out: Vec<Root> = cfg
-        .paths
-        .iter()
-        .map(|p| folder(base.join(p), false, None))
-        .collect();
+    let (workspace_programs, user_programs): (Vec<&Root>, Vec<&Root>) =
+        program_roots.iter().partition(|r| r.workspace);
+    let mut out: Vec<Root> = user_programs.into_iter().cloned().collect();
     if cfg.discover {
         if let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
             let home = PathBuf::from(home);
@@ -85,6 +87,9 @@ pub fn roots(
                 plugins: true,
             });
         }
+    }
+    out.extend(workspace_programs.into_iter().cloned());
+    if cfg.discover {
         let workspaces = std::iter::once((daemon_workspace, None)).chain(
             session_workspaces
                 .iter()

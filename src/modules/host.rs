@@ -361,7 +361,11 @@ impl ModuleHost {
             if st.live.as_ref().map(|l| l.generation) == Some(live.generation) {
                 st.live = None;
             }
-            tracing::warn!(pid = live.pid, "module host {exit}");
+            if live.kill.is_cancelled() {
+                tracing::debug!(pid = live.pid, "module host {exit}");
+            } else {
+                tracing::warn!(pid = live.pid, "module host {exit}");
+            }
             st.last_exit = Some(exit);
             if self.0.shutdown.is_cancelled() || !st.wanted {
                 return;

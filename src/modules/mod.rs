@@ -5,7 +5,8 @@
 //! - [`discover`]: where modules are found and which files are modules;
 //! - [`host`]: the one long-lived Node process per daemon that loads them and runs their
 //!   calls (`host.mjs`, embedded), supervised and restarted;
-//! - [`tool`]: a module's tool as a registry [`Tool`](crate::registry::Tool).
+//! - [`tool`]: a module's tool as a registry [`Tool`](crate::registry::Tool);
+//! - [`scaffold`]: `toolhost tool new --lang ts` and the module half of `tool check`.
 //!
 //! The custom tool source (`crate::custom`) owns the scan and the folder watch; it hands
 //! the modules it found to [`Modules::tools`] and publishes them with its programs in one
@@ -17,6 +18,7 @@
 
 pub mod discover;
 pub mod host;
+pub mod scaffold;
 pub mod tool;
 
 use std::collections::{HashMap, HashSet};
