@@ -744,3 +744,43 @@ async fn tool_new_lang_ts_writes_a_seed_shaped_module_that_tool_check_loads() {
     );
     assert!(out.contains("ok      greet"), "{out}");
 }
+
+#[tokio::test]
+async fn on_session_hears_session_starts_and_the_daemons_shutdown() {
+    let mut d = start(
+        |dir| {
+            write(
+                &user_tools(dir).join("listener.mjs"),
+                &format!(
+                    r#"import fs from "node:fs";
+export default () => ({{
+  name: "listener",
+  description: "- records session events",
+  execute: async () => ({{}}),
+  onSession(event) {{
+    fs.appendFileSync({log:?}, `${{event.reason}}:${{event.sessionId ?? ""}}\n`);
+  }},
+}});
+"#,
+                    log = dir.join("events.log").to_str().unwrap()
+                ),
+            );
+        },
+        json!({}),
+    )
+    .await;
+    eventually(20, "listener listed", || async {
+        listed(&d).await.contains(&"listener".to_owned())
+    })
+    .await;
+    let log = d.dir.path().join("events.log");
+    let r = d.call("session.create", json!({})).await;
+    let id = r["result"]["id"].as_str().unwrap().to_owned();
+    eventually(10, "the start event", || async {
+        std::fs::read_to_string(&log).is_ok_and(|s| s.contains(&format!("start:{id}\n")))
+    })
+    .await;
+    d.stop().await;
+    let seen = std::fs::read_to_string(&log).unwrap();
+    assert!(seen.ends_with("shutdown:\n"), "{seen}");
+}

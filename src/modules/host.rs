@@ -58,7 +58,13 @@ struct Inner {
     next_id: AtomicU64,
     /// Told after an automatic restart, so the loaded modules are loaded again.
     on_restart: Mutex<Option<Arc<dyn Fn() + Send + Sync>>>,
+    /// Cancelled once the shutdown event has run: at shutdown the host waits for it (at
+    /// most [`RELEASE_WAIT`]), so `onSession("shutdown")` reaches a live host.
+    released: CancellationToken,
 }
+
+/// How long a host outlives the daemon's shutdown signal, waiting for the shutdown event.
+const RELEASE_WAIT: Duration = Duration::from_secs(7);
 
 #[derive(Default)]
 struct State {
@@ -118,7 +124,13 @@ impl ModuleHost {
             start_lock: tokio::sync::Mutex::new(()),
             next_id: AtomicU64::new(1),
             on_restart: Mutex::new(None),
+            released: CancellationToken::new(),
         }))
+    }
+
+    /// The shutdown event has run: the host may stop now.
+    pub fn release(&self) {
+        self.0.released.cancel();
     }
 
     /// Sets config `custom_tools.node`; a change stops the running host (the next request
@@ -325,7 +337,7 @@ impl ModuleHost {
                     pid,
                     writer,
                     pending: Arc::default(),
-                    kill: self.0.shutdown.child_token(),
+                    kill: CancellationToken::new(),
                 };
                 st.live = Some(live.clone());
                 live
@@ -337,12 +349,20 @@ impl ModuleHost {
             let supervised = live.clone();
             self.0.tracker.spawn(async move {
                 let started = Instant::now();
+                let shutdown = async {
+                    me.0.shutdown.cancelled().await;
+                    let _ = tokio::time::timeout(RELEASE_WAIT, me.0.released.cancelled()).await;
+                };
                 let exit = tokio::select! {
                     status = child.wait() => match status {
                         Ok(s) => format!("exited with {s}"),
                         Err(e) => format!("could not be waited for: {e}"),
                     },
                     _ = supervised.kill.cancelled() => "stopped by the daemon".to_owned(),
+                    _ = shutdown => {
+                        supervised.kill.cancel();
+                        "stopped at shutdown".to_owned()
+                    }
                 };
                 group.terminate(STOP_GRACE).await;
                 drop(child);

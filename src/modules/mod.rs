@@ -409,7 +409,7 @@ impl Modules {
         });
     }
 
-    /// Runs the `shutdown` event and waits for it (bounded).
+    /// Runs the `shutdown` event and waits for it (bounded), then lets the host stop.
     pub async fn shutdown_event(&self, workspace: &Path) {
         let any = lock(&self.0.state).loaded.values().any(|l| {
             l.outcome
@@ -420,14 +420,12 @@ impl Modules {
             let ctx = json!({"session_id": null, "meta": {}, "cwd": workspace});
             self.run_session_event("shutdown", ctx).await;
         }
+        self.0.host.release();
     }
 
     async fn run_session_event(&self, reason: &str, ctx: Value) {
-        let generation = self.0.host.generation();
-        if generation == 0 {
-            return;
-        }
-        let Ok(live) = self.0.host.live().await else {
+        // Only a running host has the modules loaded; none is started for an event.
+        let Some(live) = self.0.host.current() else {
             return;
         };
         let (_, mut replies) = self.0.host.request(
@@ -458,6 +456,12 @@ impl Modules {
         }
         let excess = st.event_failures.len().saturating_sub(EVENT_FAILURES_KEPT);
         st.event_failures.drain(..excess);
+    }
+
+    /// Lets the host stop at shutdown without waiting for a shutdown event (a one-shot
+    /// host, such as `tool check`'s).
+    pub fn release(&self) {
+        self.0.host.release();
     }
 
     pub fn health(&self) -> Health {

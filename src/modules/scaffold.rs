@@ -105,6 +105,7 @@ pub async fn check(
         out.push(Err(e));
     }
     drop(tools);
+    modules.release();
     drop(modules);
     stop.cancel();
     tracker.close();
