@@ -784,3 +784,48 @@ export default () => ({{
     let seen = std::fs::read_to_string(&log).unwrap();
     assert!(seen.ends_with("shutdown:\n"), "{seen}");
 }
+
+#[tokio::test]
+async fn plugins_and_the_claude_and_codex_folders_are_searched() {
+    let d = start(
+        |dir| {
+            let home = dir.join("home");
+            write(
+                &home.join(".claude/tools/c.js"),
+                &echo_module("from_claude", "claude"),
+            );
+            write(
+                &home.join(".codex/tools/folder/index.mjs"),
+                &echo_module("from_codex", "codex"),
+            );
+            let pkg = home.join(".musepi/plugins/node_modules/@acme/tools");
+            write(
+                &pkg.join("dist/t.js"),
+                &echo_module("from_plugin", "plugin"),
+            );
+            write(
+                &pkg.join("package.json"),
+                r#"{"name": "@acme/tools", "type": "module", "musepi": {"tools": ["dist/t.js"]}}"#,
+            );
+        },
+        json!({}),
+    )
+    .await;
+    eventually(20, "the three modules listed", || async {
+        let names = listed(&d).await;
+        ["from_claude", "from_codex", "from_plugin"]
+            .iter()
+            .all(|n| names.contains(&(*n).to_owned()))
+    })
+    .await;
+    for (tool, text) in [
+        ("from_claude", "claude"),
+        ("from_codex", "codex"),
+        ("from_plugin", "plugin"),
+    ] {
+        let out = output_of(&d, tool).await;
+        assert_eq!(out["output"], text, "{out}");
+        assert_eq!(out["structured_content"], json!({"by": tool}), "{out}");
+    }
+    assert_eq!(health(&d).await["module_host"]["tools"], 3);
+}
