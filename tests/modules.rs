@@ -829,3 +829,58 @@ async fn plugins_and_the_claude_and_codex_folders_are_searched() {
     }
     assert_eq!(health(&d).await["module_host"]["tools"], 3);
 }
+
+#[tokio::test]
+async fn hidden_strict_and_approval_flags_reach_the_listing_and_the_pipeline() {
+    let d = start(
+        |dir| {
+            write(
+                &user_tools(dir).join("flags.js"),
+                r#"export default (pi) => [
+  { name: "secret", description: "- hidden", hidden: true, approval: "read_only",
+    execute: async () => ({ content: [{ type: "text", text: "found me" }] }) },
+  { name: "tight", description: "- strict", strict: true, approval: "command",
+    parameters: pi.zod.object({ a: pi.zod.string() }),
+    execute: async (id, p) => ({ content: [{ type: "text", text: p.a }] }) },
+];
+"#,
+            );
+        },
+        json!({}),
+    )
+    .await;
+    eventually(20, "tight listed", || async {
+        listed(&d).await.contains(&"tight".to_owned())
+    })
+    .await;
+    assert!(!listed(&d).await.contains(&"secret".to_owned()));
+    assert_eq!(output_of(&d, "secret").await["output"], "found me");
+    let r = d.call("list_tools", json!({})).await;
+    let tight = r["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "tight")
+        .unwrap()
+        .clone();
+    assert_eq!(tight["function"]["strict"], true, "{tight}");
+    assert_eq!(
+        tight["function"]["parameters"]["additionalProperties"], false,
+        "{tight}"
+    );
+    assert_eq!(r["result"]["meta"]["tight"]["approval"], "command", "{r}");
+    let r = d
+        .call(
+            "invoke",
+            json!({"name": "tight", "arguments": {"a": "x", "b": 1}}),
+        )
+        .await;
+    assert_eq!(
+        r["result"]["result"]["error_kind"], "invalid_arguments",
+        "{r}"
+    );
+    let r = d
+        .call("invoke", json!({"name": "tight", "arguments": {"a": "x"}}))
+        .await;
+    assert_eq!(r["result"]["result"]["output"], "x", "{r}");
+}
