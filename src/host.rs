@@ -108,6 +108,13 @@ impl Host {
         let cfg = Arc::new(loaded.config);
         let approval_overrides = cfg.approval.tools.clone();
         let audit = crate::audit::AuditLog::start(&dirs.data_dir);
+        let shutdown = CancellationToken::new();
+        let modules = crate::modules::Modules::new(
+            processes.clone(),
+            tracker.clone(),
+            shutdown.clone(),
+            dirs.data_dir.join("modules"),
+        );
         let host = Host(Arc::new(Inner {
             config: ArcSwap::new(cfg.clone()),
             started_with: cfg,
@@ -128,7 +135,7 @@ impl Host {
                 processes.clone(),
             ),
             dirs,
-            custom: crate::custom::CustomTools::new(registry.clone(), processes.clone()),
+            custom: crate::custom::CustomTools::new(registry.clone(), processes.clone(), modules),
             skills: crate::skills::Skills::new(registry.clone()),
             commands: crate::commands::Commands::default(),
             reload_lock: tokio::sync::Mutex::new(()),
@@ -139,7 +146,7 @@ impl Host {
             metrics: Arc::default(),
             audit,
             started: Instant::now(),
-            shutdown: CancellationToken::new(),
+            shutdown,
             tracker,
             processes,
         }));

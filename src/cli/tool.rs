@@ -1,4 +1,6 @@
-//! `toolhost tool new|check` ([`crate::custom::scaffold`], no daemon needed), then what
+//! `toolhost tool new|check` ([`crate::custom::scaffold`], no daemon needed; tool modules
+//! are checked by loading them through a module host of the command's own,
+//! [`crate::modules::scaffold`]), then what
 //! comes next as the running daemon sees it: a folder it does not search is named, with
 //! the command that makes it searched, and a project's tool is named with the approval it
 //! waits for — so "try it" is only said of a call that can work.
@@ -18,7 +20,25 @@ const PROBE: Duration = Duration::from_secs(2);
 
 pub async fn run(g: &Globals, command: ToolCommand) -> ExitCode {
     let config = g.config.clone().unwrap_or_else(crate::config::default_path);
-    let done = scaffold::cli(command, &config);
+    let mut done = scaffold::cli(command, &config);
+    if !done.modules.is_empty() {
+        let modules = std::mem::take(&mut done.modules);
+        let mut bad = false;
+        for checked in
+            crate::modules::scaffold::check(modules, &done.settings, &config, &done.workspace).await
+        {
+            match checked {
+                Ok((name, file)) => say!("ok      {name} ({})", file.display()),
+                Err(problem) => {
+                    bad = true;
+                    say!("invalid {problem}");
+                }
+            }
+        }
+        if bad {
+            done.code = ExitCode::from(1);
+        }
+    }
     let searched = daemon_folders(g).await;
     let unsearched: Vec<&Root> = match &searched {
         Some(folders) => done

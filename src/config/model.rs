@@ -483,6 +483,15 @@ pub struct CustomTools {
     /// Custom tools are the user's own files, so edits pass by default (`auto`); the
     /// definitions are still pinned and screened.
     pub trust: Trust,
+    /// Also load JS/TS tool modules (MusePi's factory modules) through the module host
+    /// (proto-docs/modules.md); `false` leaves every module file alone.
+    pub modules: bool,
+    /// The `node` that runs the module host; absent: `node` on `PATH`.
+    pub node: Option<PathBuf>,
+    /// `node_modules` folders searched for `zod` (`pi.zod`) after the module's own folder
+    /// and its parents (relative to config.json's folder).
+    #[schemars(inner(length(min = 1)))]
+    pub node_modules: Vec<PathBuf>,
 }
 
 impl Default for CustomTools {
@@ -491,6 +500,9 @@ impl Default for CustomTools {
             paths: Vec::new(),
             discover: true,
             trust: Trust::Auto,
+            modules: true,
+            node: None,
+            node_modules: Vec::new(),
         }
     }
 }

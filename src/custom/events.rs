@@ -6,6 +6,9 @@
 //! like a call under the config's default sandbox; the user's own tools run as they always
 //! did.
 //!
+//! Tool modules with an `onSession` hear the same events through the module host
+//! ([`crate::modules::Modules::session_event`]).
+//!
 //! These runs never sit on the session call's path: they are spawned after it answered,
 //! bounded by [`EVENT_TIMEOUT`], and a failure is logged and kept for `host.health`.
 
@@ -57,6 +60,8 @@ impl CustomTools {
         session_id: Option<&str>,
         workspace: &Path,
     ) {
+        self.modules()
+            .session_event(event.as_str(), session_id, workspace);
         for tool in self.event_listeners() {
             let me = self.clone();
             let id = session_id.map(str::to_owned);
@@ -98,7 +103,8 @@ impl CustomTools {
                 }
             }
         });
-        futures::future::join_all(runs).await;
+        let modules = self.modules().shutdown_event(workspace);
+        futures::future::join(futures::future::join_all(runs), modules).await;
     }
 }
 

@@ -147,6 +147,8 @@ pub struct CustomTools(Arc<Inner>);
 
 struct Inner {
     registry: Registry,
+    /// JS/TS tool modules, found by the same scans and published in the same swaps.
+    modules: crate::modules::Modules,
     providers: tool::Providers,
     /// The config's sandbox section, for the session-event runs of workspace tools.
     sandbox: Arc<ArcSwap<crate::config::SandboxConfig>>,
@@ -166,27 +168,87 @@ struct State {
     session_workspaces: Vec<PathBuf>,
     /// `configured`, then the session workspaces' folders: what is scanned and watched.
     roots: Vec<Root>,
+    /// The config's `custom_tools` and the daemon's workspace, for the module folders
+    /// ([`crate::modules::discover::roots`]).
+    module_settings: Option<(crate::config::CustomTools, PathBuf)>,
+    /// The module folders searched now (after `roots` in precedence).
+    module_roots: Vec<crate::modules::discover::Root>,
     /// By folder: the manifest bytes and the tool built from them.
     tools: Vec<(PathBuf, Vec<u8>, Arc<CustomTool>)>,
     errors: Vec<ManifestError>,
     /// Recent session-event failures, newest last.
     event_failures: Vec<String>,
+    /// What the last scan of the module folders could not read.
+    module_scan_problems: Vec<String>,
+}
+
+impl State {
+    /// The module folders for the settings and workspaces known now.
+    fn refresh_module_roots(&mut self) {
+        let Some((cfg, workspace)) = &self.module_settings else {
+            self.module_roots = Vec::new();
+            return;
+        };
+        let programs: Vec<crate::modules::discover::Root> = self
+            .roots
+            .iter()
+            .map(|r| crate::modules::discover::Root {
+                path: r.path.clone(),
+                workspace: r.workspace,
+                scope: self.scope_of(&r.path),
+                plugins: false,
+            })
+            .collect();
+        self.module_roots =
+            crate::modules::discover::roots(cfg, &programs, workspace, &self.session_workspaces);
+    }
+
+    /// The session workspace whose sessions alone see the tools of folder `root`: the one
+    /// whose `.toolhost/tools/` it is, unless the config names that folder too.
+    fn scope_of(&self, root: &Path) -> Option<PathBuf> {
+        self.session_workspaces
+            .iter()
+            .find(|w| w.join(".toolhost").join("tools") == root)
+            .filter(|_| !self.configured.iter().any(|r| r.path == root))
+            .cloned()
+    }
 }
 
 /// How many session-event failures `host.health` shows.
 const EVENT_FAILURES_KEPT: usize = 20;
 
 impl CustomTools {
-    pub fn new(registry: Registry, processes: crate::process::Processes) -> Self {
-        CustomTools(Arc::new(Inner {
+    pub fn new(
+        registry: Registry,
+        processes: crate::process::Processes,
+        modules: crate::modules::Modules,
+    ) -> Self {
+        let me = CustomTools(Arc::new(Inner {
             registry,
+            modules,
             processes,
             providers: Arc::new(ArcSwap::from_pointee(BTreeMap::new())),
             sandbox: Arc::default(),
             state: Mutex::default(),
             scan_lock: tokio::sync::Mutex::new(()),
             watch: Mutex::new(None),
-        }))
+        }));
+        // A module host that restarted has none of the modules: a rescan loads them again.
+        let weak = Arc::downgrade(&me.0);
+        me.0.modules.on_restart(Arc::new(move || {
+            let Some(inner) = weak.upgrade() else {
+                return;
+            };
+            if let Ok(rt) = tokio::runtime::Handle::try_current() {
+                rt.spawn(async move { CustomTools(inner).rescan().await });
+            }
+        }));
+        me
+    }
+
+    /// The JS/TS tool modules (`host.health`, session events).
+    pub fn modules(&self) -> &crate::modules::Modules {
+        &self.0.modules
     }
 
     /// Applies a config: the providers (read by the next call) and the folders. Returns
@@ -199,20 +261,27 @@ impl CustomTools {
     ) -> Option<SourceUpdate> {
         self.0.providers.store(Arc::new(cfg.providers.clone()));
         self.0.sandbox.store(Arc::new(cfg.sandbox.clone()));
+        self.0
+            .modules
+            .configure(&cfg.custom_tools, config_path, workspace);
         let roots = {
             let mut st = lock(&self.0.state);
             st.configured = roots(cfg, config_path, workspace);
             let discover = cfg.custom_tools.discover;
             let roots = with_sessions(&st.configured, discover, &st.session_workspaces);
-            if st.roots == roots && !st.roots.is_empty() {
+            let settings = (cfg.custom_tools.clone(), workspace.to_path_buf());
+            if st.roots == roots
+                && !st.roots.is_empty()
+                && st.module_settings.as_ref() == Some(&settings)
+            {
                 return None;
             }
             st.roots = roots.clone();
+            st.module_settings = Some(settings);
+            st.refresh_module_roots();
             roots
         };
-        if let Some(w) = lock(&self.0.watch).as_mut() {
-            w.set_roots(&paths(&roots));
-        }
+        self.watch_folders();
         let _one = self.0.scan_lock.lock().await;
         Some((SourceKey::Custom, Some(self.build(roots).await)))
     }
@@ -233,10 +302,13 @@ impl CustomTools {
                 return;
             }
             let roots = with_sessions(&st.configured, discover, &st.session_workspaces);
-            if roots == st.roots {
+            let module_roots = st.module_roots.clone();
+            let programs_unchanged = roots == st.roots;
+            st.roots = roots;
+            st.refresh_module_roots();
+            if programs_unchanged && module_roots == st.module_roots {
                 return;
             }
-            st.roots = roots;
         }
         self.rescan().await;
     }
@@ -246,6 +318,22 @@ impl CustomTools {
         paths(&lock(&self.0.state).roots)
     }
 
+    /// The folders watched: the program tools' and the modules'.
+    fn watched(&self) -> Vec<PathBuf> {
+        let st = lock(&self.0.state);
+        let mut out = paths(&st.roots);
+        out.extend(st.module_roots.iter().map(|r| r.path.clone()));
+        out
+    }
+
+    /// Watches what exists now of [`Self::watched`] (a folder may have appeared or gone).
+    fn watch_folders(&self) {
+        let folders = self.watched();
+        if let Some(w) = lock(&self.0.watch).as_mut() {
+            w.set_roots(&folders);
+        }
+    }
+
     /// Starts watching the folders; events rescan until `shutdown` fires.
     pub fn watch(
         &self,
@@ -253,8 +341,7 @@ impl CustomTools {
         shutdown: tokio_util::sync::CancellationToken,
     ) {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let roots = lock(&self.0.state).roots.clone();
-        match watch::Watch::new(&paths(&roots), tx, "custom tool folder") {
+        match watch::Watch::new(&self.watched(), tx, "custom tool folder") {
             Ok(w) => *lock(&self.0.watch) = Some(w),
             Err(e) => {
                 tracing::warn!("not watching custom tool folders: {e:#}");
@@ -275,10 +362,7 @@ impl CustomTools {
     pub async fn rescan(&self) {
         let _one = self.0.scan_lock.lock().await;
         let roots = lock(&self.0.state).roots.clone();
-        if let Some(w) = lock(&self.0.watch).as_mut() {
-            // A folder may have appeared (or gone): watch what exists now.
-            w.set_roots(&paths(&roots));
-        }
+        self.watch_folders();
         let tools = self.build(roots).await;
         self.0.registry.apply(Change {
             sources: vec![(SourceKey::Custom, Some(tools))],
@@ -286,27 +370,32 @@ impl CustomTools {
         });
     }
 
-    /// Scans `roots`, reusing the tool objects of unchanged manifests.
+    /// Scans `roots` and the module folders, reusing the tool objects of unchanged
+    /// manifests and modules; the modules' tools come after the programs'.
     async fn build(&self, roots: Vec<Root>) -> Vec<Arc<dyn Tool>> {
-        let found = tokio::task::spawn_blocking(move || scan(&roots))
-            .await
-            .unwrap_or_default();
+        let module_roots = lock(&self.0.state).module_roots.clone();
+        let (found, (modules, module_problems)) = tokio::task::spawn_blocking(move || {
+            let modules = crate::modules::discover::scan(&module_roots, manifest::MANIFEST);
+            (scan(&roots), modules)
+        })
+        .await
+        .unwrap_or_default();
+        let mut tools = self.build_programs(found);
+        let taken = tools.iter().map(|t| t.spec().name.clone()).collect();
+        tools.extend(self.0.modules.tools(modules, &taken).await);
+        lock(&self.0.state).module_scan_problems = module_problems;
+        tools
+    }
+
+    /// The program tools of a scan, reusing the tool objects of unchanged manifests.
+    fn build_programs(&self, found: Vec<Found>) -> Vec<Arc<dyn Tool>> {
         let mut st = lock(&self.0.state);
         let old: HashMap<PathBuf, (Vec<u8>, Arc<CustomTool>)> =
             st.tools.drain(..).map(|(d, b, t)| (d, (b, t))).collect();
         let mut errors = Vec::new();
         for f in found {
             // A tool of a session workspace's folder is listed for that workspace's sessions.
-            let scope = st
-                .session_workspaces
-                .iter()
-                .find(|w| Some(w.join(".toolhost").join("tools").as_path()) == f.dir.parent())
-                .filter(|_| {
-                    !st.configured
-                        .iter()
-                        .any(|r| Some(r.path.as_path()) == f.dir.parent())
-                })
-                .cloned();
+            let scope = f.dir.parent().and_then(|root| st.scope_of(root));
             match f.result {
                 Ok(found) => {
                     let tool = match old.get(&f.dir) {
@@ -337,6 +426,12 @@ impl CustomTools {
             .iter()
             .map(|(_, _, t)| t.clone() as Arc<dyn Tool>)
             .collect()
+    }
+
+    /// Problems of the last scan's module folders (a plugin's `package.json`, an
+    /// unreadable file), as `<file>: <problem>`; the modules' own are [`Self::modules`]'.
+    pub fn module_scan_problems(&self) -> Vec<String> {
+        lock(&self.0.state).module_scan_problems.clone()
     }
 
     /// Manifest errors of the last scan, as `<file>: <field>: <problem>`.

@@ -44,6 +44,29 @@ pub struct Done {
     pub folders: Vec<super::Root>,
     /// The tool `new` created.
     pub created: Option<String>,
+    /// The tool modules `check` found, for the caller to load through a module host
+    /// ([`crate::modules::scaffold::check`]), with the config's `custom_tools` and the
+    /// workspace.
+    pub modules: Vec<crate::modules::discover::Found>,
+    pub settings: crate::config::CustomTools,
+    pub workspace: PathBuf,
+}
+
+impl Done {
+    fn new(
+        code: std::process::ExitCode,
+        folders: Vec<super::Root>,
+        created: Option<String>,
+    ) -> Self {
+        Done {
+            code,
+            folders,
+            created,
+            modules: Vec::new(),
+            settings: Default::default(),
+            workspace: PathBuf::new(),
+        }
+    }
 }
 
 /// Runs `toolhost tool …`; `config_path` is the config whose `custom_tools` are searched.
@@ -67,38 +90,69 @@ pub fn cli(command: ToolCommand, config_path: &Path) -> Done {
                 path: dest.clone(),
                 workspace,
             };
-            match new_tool(&dest, &name, lang) {
+            let made = if lang == Lang::Ts {
+                valid_name(&name)
+                    .then_some(())
+                    .ok_or_else(|| invalid_name(&name))
+                    .and_then(|()| crate::modules::scaffold::new_module(&dest, &name))
+            } else {
+                new_tool(&dest, &name, lang)
+            };
+            match made {
                 Ok(dir) => {
                     println!("created {}", dir.display());
-                    Done {
-                        code: ExitCode::SUCCESS,
-                        folders: vec![folder],
-                        created: Some(name),
-                    }
+                    Done::new(ExitCode::SUCCESS, vec![folder], Some(name))
                 }
                 Err(e) => {
                     eprintln!("toolhost: {e}");
-                    Done {
-                        code: ExitCode::from(1),
-                        folders: Vec::new(),
-                        created: None,
-                    }
+                    Done::new(ExitCode::from(1), Vec::new(), None)
                 }
             }
         }
         ToolCommand::Check { dir, workspace } => {
-            let roots = match dir {
-                Some(d) => vec![super::Root {
-                    path: d,
-                    workspace: false,
-                }],
+            let cfg = crate::config::load(config_path)
+                .map(|l| l.config)
+                .unwrap_or_default();
+            let workspace = workspace.unwrap_or(cwd);
+            // `tool check file.ts`: that module alone.
+            let only = dir
+                .clone()
+                .filter(|d| d.is_file() && crate::modules::discover::is_module_file(d));
+            let (roots, module_roots) = match dir {
+                Some(d) if only.is_some() => (
+                    Vec::new(),
+                    vec![module_root(d.parent().unwrap_or(&d).to_path_buf())],
+                ),
+                Some(d) => (
+                    vec![super::Root {
+                        path: d.clone(),
+                        workspace: false,
+                    }],
+                    vec![module_root(d)],
+                ),
                 None => {
-                    let cfg = crate::config::load(config_path)
-                        .map(|l| l.config)
-                        .unwrap_or_default();
-                    super::roots(&cfg, config_path, &workspace.unwrap_or(cwd))
+                    let roots = super::roots(&cfg, config_path, &workspace);
+                    let programs: Vec<_> = roots
+                        .iter()
+                        .map(|r| crate::modules::discover::Root {
+                            workspace: r.workspace,
+                            ..module_root(r.path.clone())
+                        })
+                        .collect();
+                    let modules = crate::modules::discover::roots(
+                        &cfg.custom_tools,
+                        &programs,
+                        &workspace,
+                        &[],
+                    );
+                    (roots, modules)
                 }
             };
+            let (mut modules, module_problems) =
+                crate::modules::discover::scan(&module_roots, MANIFEST);
+            if let Some(file) = only.as_ref() {
+                modules.retain(|m| &m.file == file);
+            }
             let mut bad = 0;
             let mut seen = 0;
             let mut read = Vec::new();
@@ -118,30 +172,59 @@ pub fn cli(command: ToolCommand, config_path: &Path) -> Done {
                     }
                 }
             }
-            if seen == 0 {
-                let shown: Vec<String> =
-                    roots.iter().map(|r| r.path.display().to_string()).collect();
+            for p in &module_problems {
+                bad += 1;
+                println!("invalid {p}");
+            }
+            if seen == 0 && modules.is_empty() && module_problems.is_empty() {
+                let shown: Vec<String> = roots
+                    .iter()
+                    .map(|r| r.path.display().to_string())
+                    .chain(module_roots.iter().map(|r| r.path.display().to_string()))
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
+                    .collect();
                 println!("no tools found in {}", shown.join(", "));
             }
-            Done {
-                code: if bad > 0 {
+            let mut done = Done::new(
+                if bad > 0 {
                     ExitCode::from(1)
                 } else {
                     ExitCode::SUCCESS
                 },
-                folders: read,
-                created: None,
-            }
+                read,
+                None,
+            );
+            done.modules = modules;
+            done.settings = cfg.custom_tools;
+            done.workspace = workspace;
+            done
         }
     }
 }
 
-/// Languages `tool new` writes a program in.
+/// Languages `tool new` writes a program in (`ts`: a tool module in MusePi's shape,
+/// `<name>.ts`, run by the module host).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Lang {
     Sh,
     Python,
     Node,
+    Ts,
+}
+
+/// A folder searched for modules only.
+fn module_root(path: PathBuf) -> crate::modules::discover::Root {
+    crate::modules::discover::Root {
+        path,
+        workspace: false,
+        scope: None,
+        plugins: false,
+    }
+}
+
+fn invalid_name(name: &str) -> String {
+    format!("{name:?} is not a valid tool name: use 1 to 64 of a-z, A-Z, 0-9, _ and -")
 }
 
 impl Lang {
@@ -149,7 +232,7 @@ impl Lang {
         match self {
             Lang::Sh => ("run.sh", vec!["./run.sh"]),
             Lang::Python => ("run.py", vec!["python3", "run.py"]),
-            Lang::Node => ("run.js", vec!["node", "run.js"]),
+            Lang::Node | Lang::Ts => ("run.js", vec!["node", "run.js"]),
         }
     }
 }
@@ -207,9 +290,7 @@ process.stdin.on("end", () => {
 /// returns a result. Refuses to overwrite an existing folder.
 pub fn new_tool(dest: &Path, name: &str, lang: Lang) -> Result<PathBuf, String> {
     if !valid_name(name) {
-        return Err(format!(
-            "{name:?} is not a valid tool name: use 1 to 64 of a-z, A-Z, 0-9, _ and -"
-        ));
+        return Err(invalid_name(name));
     }
     let dir = dest.join(name);
     if dir.exists() {
@@ -240,7 +321,7 @@ pub fn new_tool(dest: &Path, name: &str, lang: Lang) -> Result<PathBuf, String> 
     let body = match lang {
         Lang::Sh => SH,
         Lang::Python => PY,
-        Lang::Node => JS,
+        Lang::Node | Lang::Ts => JS,
     };
     write_new(&dir.join(file), body.as_bytes(), 0o755)?;
     Ok(dir)

@@ -53,6 +53,14 @@ pub struct HealthResult {
     pub command_errors: Vec<String>,
     /// What the kernel's Landlock can enforce (proto-docs/sandbox.md).
     pub sandbox: super::SandboxStatus,
+    /// The JS/TS tool modules' host (proto-docs/modules.md); absent while no module was
+    /// ever found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module_host: Option<ModuleHostHealth>,
+    /// Tool modules, or tools of one, that were skipped: `<file>: <reason>` (a load error,
+    /// a factory result that is not a tool, a duplicate name, a schema zod cannot convert).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub module_errors: Vec<String>,
     /// Tools held back until approved (`toolhost tools diff NAME`, then `tools approve NAME`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub quarantined: Vec<String>,
@@ -60,6 +68,33 @@ pub struct HealthResult {
     /// the file is repaired or `tools.pins_reset` moves it aside.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pins_error: Option<String>,
+}
+
+/// The module host as `host.health` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ModuleHostHealth {
+    /// The `node` it runs on (config `custom_tools.node`, else `node` on `PATH`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// That Node's version, once it started.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_version: Option<String>,
+    /// Whether it loads `.ts`/`.mts` modules (type stripping, Node 22.6 or later).
+    pub typescript: bool,
+    /// The host process, while one runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// Automatic restarts since the daemon started.
+    pub restarts: u64,
+    /// How the last host process ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_exit: Option<String>,
+    /// Why the last start failed (no Node found, say).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_error: Option<String>,
+    /// Modules loaded, and the tools they define.
+    pub modules: usize,
+    pub tools: usize,
 }
 
 /// A tool name two sources claim. Owners are `builtin`, `custom` or `mcp:<server>`; the

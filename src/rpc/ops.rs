@@ -82,6 +82,13 @@ pub(super) fn health(host: &Host) -> HealthResult {
     let mcp = host.mcp().counts();
     // A configured server that cannot start, or whose circuit is open, needs the operator.
     let custom_tool_errors = host.custom().errors();
+    let modules = host.custom().modules().health();
+    let module_errors: Vec<String> = host
+        .custom()
+        .module_scan_problems()
+        .into_iter()
+        .chain(modules.problems)
+        .collect();
     let skill_errors: Vec<String> = host.skills().catalog().problems().collect();
     let command_errors: Vec<String> = host.commands().catalog().problems().collect();
     let quarantined: Vec<String> = snapshot
@@ -95,6 +102,7 @@ pub(super) fn health(host: &Host) -> HealthResult {
         || !clashes.is_empty()
         || mcp.failed > 0
         || !custom_tool_errors.is_empty()
+        || !module_errors.is_empty()
         || !skill_errors.is_empty()
         || !command_errors.is_empty();
     HealthResult {
@@ -113,7 +121,26 @@ pub(super) fn health(host: &Host) -> HealthResult {
         collisions,
         clashes,
         custom_tool_errors,
-        session_event_errors: host.custom().event_failures(),
+        session_event_errors: host
+            .custom()
+            .event_failures()
+            .into_iter()
+            .chain(modules.event_failures)
+            .collect(),
+        module_host: (modules.host.node.is_some() || modules.host.start_error.is_some()).then(
+            || crate::protocol::ModuleHostHealth {
+                node: modules.host.node.map(|n| n.display().to_string()),
+                node_version: modules.host.node_version,
+                typescript: modules.host.typescript,
+                pid: modules.host.pid,
+                restarts: modules.host.restarts,
+                last_exit: modules.host.last_exit,
+                start_error: modules.host.start_error,
+                modules: modules.modules,
+                tools: modules.tools,
+            },
+        ),
+        module_errors,
         skill_errors,
         command_errors,
         quarantined,

@@ -1,0 +1,572 @@
+//! The module host process: one Node per daemon running `host.mjs`, started on first need
+//! through [`Processes`] (its own group, `PR_SET_PDEATHSIG`, the ledger), supervised, and
+//! restarted with backoff when it dies while modules are loaded.
+//!
+//! Requests are newline JSON objects with an `op` and a numeric `id`; every line the host
+//! writes with an `id` goes to that request's receiver, and a *final* line (`result`,
+//! `error`, `tools`, `done`, `ack`) closes it. When the process ends, every open receiver
+//! is closed, so calls in flight end `unavailable` at once.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::lock;
+use crate::process::Processes;
+
+/// The host program, embedded; written under the data dir at a content-addressed name.
+const SCRIPT: &str = include_str!("host.mjs");
+/// How long a fresh host has to say hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest line read from the host (a result with an embedded image fits).
+const MAX_LINE: usize = 64 * 1024 * 1024;
+/// Between SIGTERM and SIGKILL when the host is stopped.
+const STOP_GRACE: Duration = Duration::from_millis(500);
+/// The first and the longest wait before an automatic restart.
+const BACKOFF_FIRST: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// A host that lived this long before dying restarts without backoff.
+const HEALTHY_RUN: Duration = Duration::from_secs(30);
+
+/// Lines of one request, until its final one.
+pub type Replies = mpsc::UnboundedReceiver<Value>;
+
+/// A handle on the module host (cheap to clone).
+#[derive(Clone)]
+pub struct ModuleHost(Arc<Inner>);
+
+struct Inner {
+    processes: Processes,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+    /// Where `host.mjs` is written.
+    dir: PathBuf,
+    /// The `node` config names, if any.
+    node: Mutex<Option<PathBuf>>,
+    state: Mutex<State>,
+    /// One start at a time.
+    start_lock: tokio::sync::Mutex<()>,
+    next_id: AtomicU64,
+    /// Told after an automatic restart, so the loaded modules are loaded again.
+    on_restart: Mutex<Option<Arc<dyn Fn() + Send + Sync>>>,
+    /// Cancelled once the shutdown event has run: at shutdown the host waits for it (at
+    /// most [`RELEASE_WAIT`]), so `onSession("shutdown")` reaches a live host.
+    released: CancellationToken,
+}
+
+/// How long a host outlives the daemon's shutdown signal, waiting for the shutdown event.
+const RELEASE_WAIT: Duration = Duration::from_secs(7);
+
+#[derive(Default)]
+struct State {
+    live: Option<Live>,
+    /// Counts the processes started; a tool loaded in one generation is unknown to the next.
+    generation: u64,
+    restarts: u64,
+    /// Crashes in a row, for the backoff.
+    crashes: u32,
+    last_exit: Option<String>,
+    node_path: Option<PathBuf>,
+    node_version: Option<String>,
+    typescript: bool,
+    start_error: Option<String>,
+    /// Whether a host should run (modules are loaded): only then is a dead one restarted.
+    wanted: bool,
+}
+
+/// The running process, as requests see it.
+#[derive(Clone)]
+pub struct Live {
+    pub generation: u64,
+    pub pid: u32,
+    writer: mpsc::UnboundedSender<Vec<u8>>,
+    pending: Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<Value>>>>,
+    /// Cancelled to stop this process (and only this one).
+    kill: CancellationToken,
+}
+
+/// What `host.health` says of the module host.
+#[derive(Debug, Clone, Default)]
+pub struct Health {
+    pub node: Option<PathBuf>,
+    pub node_version: Option<String>,
+    pub typescript: bool,
+    pub pid: Option<u32>,
+    pub restarts: u64,
+    pub last_exit: Option<String>,
+    pub start_error: Option<String>,
+}
+
+impl ModuleHost {
+    /// `dir` is a private folder of the daemon's (the data dir's `modules/`).
+    pub fn new(
+        processes: Processes,
+        tracker: TaskTracker,
+        shutdown: CancellationToken,
+        dir: PathBuf,
+    ) -> Self {
+        ModuleHost(Arc::new(Inner {
+            processes,
+            tracker,
+            shutdown,
+            dir,
+            node: Mutex::new(None),
+            state: Mutex::default(),
+            start_lock: tokio::sync::Mutex::new(()),
+            next_id: AtomicU64::new(1),
+            on_restart: Mutex::new(None),
+            released: CancellationToken::new(),
+        }))
+    }
+
+    /// The shutdown event has run: the host may stop now.
+    pub fn release(&self) {
+        self.0.released.cancel();
+    }
+
+    /// Sets config `custom_tools.node`; a change stops the running host (the next request
+    /// starts the new node, and the restart hook loads the modules into it).
+    pub fn set_node(&self, node: Option<PathBuf>) {
+        let changed = {
+            let mut n = lock(&self.0.node);
+            let changed = *n != node;
+            *n = node;
+            changed
+        };
+        if changed {
+            if let Some(live) = lock(&self.0.state).live.clone() {
+                live.kill.cancel();
+            }
+        }
+    }
+
+    /// Called after each automatic restart.
+    pub fn on_restart(&self, f: Arc<dyn Fn() + Send + Sync>) {
+        *lock(&self.0.on_restart) = Some(f);
+    }
+
+    /// Whether a host should be kept running (modules are loaded in it).
+    pub fn set_wanted(&self, wanted: bool) {
+        let live = {
+            let mut st = lock(&self.0.state);
+            st.wanted = wanted;
+            if wanted {
+                None
+            } else {
+                st.live.clone()
+            }
+        };
+        if let Some(live) = live {
+            live.kill.cancel();
+        }
+    }
+
+    /// The running process, if one runs (none is started).
+    pub fn current(&self) -> Option<Live> {
+        lock(&self.0.state).live.clone()
+    }
+
+    /// The generation of the running process (0: none runs).
+    pub fn generation(&self) -> u64 {
+        self.current().map_or(0, |l| l.generation)
+    }
+
+    pub fn health(&self) -> Health {
+        let st = lock(&self.0.state);
+        Health {
+            node: st.node_path.clone(),
+            node_version: st.node_version.clone(),
+            typescript: st.typescript,
+            pid: st.live.as_ref().map(|l| l.pid),
+            restarts: st.restarts,
+            last_exit: st.last_exit.clone(),
+            start_error: st.start_error.clone(),
+        }
+    }
+
+    /// The running process, started if there is none.
+    pub async fn live(&self) -> Result<Live, String> {
+        if let Some(l) = lock(&self.0.state).live.clone() {
+            return Ok(l);
+        }
+        if self.0.shutdown.is_cancelled() {
+            return Err("the daemon is shutting down".into());
+        }
+        let _one = self.0.start_lock.lock().await;
+        if let Some(l) = lock(&self.0.state).live.clone() {
+            return Ok(l);
+        }
+        let started = self.start().await;
+        let mut st = lock(&self.0.state);
+        match started {
+            Ok(live) => {
+                st.start_error = None;
+                Ok(live)
+            }
+            Err(e) => {
+                st.start_error = Some(e.clone());
+                Err(e)
+            }
+        }
+    }
+
+    /// Sends `message` (an object with `op`) under a fresh id; its lines come on the
+    /// receiver, which closes after the final one or when the process ends.
+    pub fn request(&self, live: &Live, mut message: Value) -> (u64, Replies) {
+        let id = self.0.next_id.fetch_add(1, Ordering::Relaxed);
+        message["id"] = json!(id);
+        let (tx, rx) = mpsc::unbounded_channel();
+        lock(&live.pending).insert(id, tx);
+        write(live, &message);
+        (id, rx)
+    }
+
+    /// Sends a message that has no reply.
+    pub fn tell(&self, live: &Live, message: &Value) {
+        write(live, message);
+    }
+
+    /// Cancels request `id` (its caller left): the host aborts the call's signal and
+    /// acknowledges at once. A host that does not acknowledge within `grace` is stuck in
+    /// synchronous code; it is killed, so the supervisor restarts it.
+    pub fn cancel(&self, live: &Live, id: u64, grace: Duration) {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        lock(&live.pending).insert(id, tx);
+        write(live, &json!({"op": "cancel", "id": id}));
+        let live = live.clone();
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        rt.spawn(async move {
+            let acked = tokio::select! {
+                r = tokio::time::timeout(grace, rx.recv()) => r.is_ok(),
+                _ = live.kill.cancelled() => true,
+            };
+            if !acked {
+                tracing::warn!(
+                    pid = live.pid,
+                    "the module host did not acknowledge a cancel within {} ms (stuck in synchronous code?); restarting it",
+                    grace.as_millis()
+                );
+                live.kill.cancel();
+            }
+        });
+    }
+
+    /// Stops the process of `live` (a load that never finished, say).
+    pub fn restart(&self, live: &Live, why: &str) {
+        tracing::warn!(pid = live.pid, "restarting the module host: {why}");
+        live.kill.cancel();
+    }
+
+    /// Starts a process (boxed: its supervisor restarts through [`Self::live`], which
+    /// comes back here).
+    fn start(&self) -> futures::future::BoxFuture<'_, Result<Live, String>> {
+        Box::pin(self.start_once())
+    }
+
+    async fn start_once(&self) -> Result<Live, String> {
+        let node = find_node(lock(&self.0.node).clone())?;
+        let script = write_script(&self.0.dir)?;
+        let mut flags: Vec<&str> = Vec::new();
+        loop {
+            let mut cmd = tokio::process::Command::new(&node);
+            cmd.args(&flags).arg(&script);
+            self.0
+                .processes
+                .scrub_env(&mut cmd, &globset::GlobSet::empty());
+            cmd.current_dir(&self.0.dir)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+            let (mut child, group) = self
+                .0
+                .processes
+                .spawn_group(cmd)
+                .await
+                .map_err(|e| format!("cannot start {}: {e}", node.display()))?;
+            let (Some(stdout), Some(stdin), stderr) =
+                (child.stdout.take(), child.stdin.take(), child.stderr.take())
+            else {
+                return Err("the module host started without its pipes".into());
+            };
+            if let Some(stderr) = stderr {
+                self.0.tracker.spawn(log_stderr(stderr));
+            }
+            let mut reader = BufReader::new(stdout);
+            let hello = tokio::time::timeout(HELLO_TIMEOUT, read_line(&mut reader))
+                .await
+                .map_err(|_| {
+                    format!(
+                        "{} did not start the module host within {} s",
+                        node.display(),
+                        HELLO_TIMEOUT.as_secs()
+                    )
+                })?
+                .and_then(|l| l.get("hello").cloned())
+                .ok_or_else(|| {
+                    format!("{} ended before the module host started", node.display())
+                })?;
+            let version = hello["node"].as_str().unwrap_or_default().to_owned();
+            let typescript = hello["typescript"].as_bool().unwrap_or(false);
+            if !typescript && flags.is_empty() && needs_strip_flag(&version) {
+                // 22.6 to 22.17 (and 23.0 to 23.5) strip types only when asked.
+                group.terminate(STOP_GRACE).await;
+                flags.push("--experimental-strip-types");
+                continue;
+            }
+            let pid = child.id().unwrap_or_default();
+            let (writer, written) = mpsc::unbounded_channel::<Vec<u8>>();
+            let live = {
+                let mut st = lock(&self.0.state);
+                st.generation += 1;
+                st.node_path = Some(node.clone());
+                st.node_version = Some(version.clone());
+                st.typescript = typescript;
+                let live = Live {
+                    generation: st.generation,
+                    pid,
+                    writer,
+                    pending: Arc::default(),
+                    kill: CancellationToken::new(),
+                };
+                st.live = Some(live.clone());
+                live
+            };
+            tracing::info!(pid, node = %node.display(), version, typescript, "module host started");
+            self.0.tracker.spawn(write_lines(stdin, written));
+            self.0.tracker.spawn(route(reader, live.pending.clone()));
+            let me = self.clone();
+            let supervised = live.clone();
+            self.0.tracker.spawn(async move {
+                let started = Instant::now();
+                let shutdown = async {
+                    me.0.shutdown.cancelled().await;
+                    let _ = tokio::time::timeout(RELEASE_WAIT, me.0.released.cancelled()).await;
+                };
+                let exit = tokio::select! {
+                    status = child.wait() => match status {
+                        Ok(s) => format!("exited with {s}"),
+                        Err(e) => format!("could not be waited for: {e}"),
+                    },
+                    _ = supervised.kill.cancelled() => "stopped by the daemon".to_owned(),
+                    _ = shutdown => {
+                        supervised.kill.cancel();
+                        "stopped at shutdown".to_owned()
+                    }
+                };
+                group.terminate(STOP_GRACE).await;
+                drop(child);
+                me.ended(&supervised, exit, started.elapsed()).await;
+            });
+            return Ok(live);
+        }
+    }
+
+    /// The process of `live` ended: its requests fail, and a wanted host comes back after
+    /// the backoff.
+    async fn ended(&self, live: &Live, exit: String, ran: Duration) {
+        lock(&live.pending).clear();
+        let delay = {
+            let mut st = lock(&self.0.state);
+            if st.live.as_ref().map(|l| l.generation) == Some(live.generation) {
+                st.live = None;
+            }
+            if live.kill.is_cancelled() {
+                tracing::debug!(pid = live.pid, "module host {exit}");
+            } else {
+                tracing::warn!(pid = live.pid, "module host {exit}");
+            }
+            st.last_exit = Some(exit);
+            if self.0.shutdown.is_cancelled() || !st.wanted {
+                return;
+            }
+            st.restarts += 1;
+            st.crashes = if ran >= HEALTHY_RUN {
+                0
+            } else {
+                st.crashes + 1
+            };
+            backoff(st.crashes)
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = self.0.shutdown.cancelled() => return,
+        }
+        if !lock(&self.0.state).wanted {
+            return;
+        }
+        if let Err(e) = self.live().await {
+            tracing::warn!("module host not restarted: {e}");
+        }
+        let hook = lock(&self.0.on_restart).clone();
+        if let Some(hook) = hook {
+            hook();
+        }
+    }
+}
+
+fn backoff(crashes: u32) -> Duration {
+    let factor = 2u32.saturating_pow(crashes.saturating_sub(1).min(16));
+    (BACKOFF_FIRST * factor).min(BACKOFF_MAX)
+}
+
+fn write(live: &Live, message: &Value) {
+    let mut line = message.to_string().into_bytes();
+    line.push(b'\n');
+    let _ = live.writer.send(line);
+}
+
+/// Whether Node `version` strips TypeScript only behind `--experimental-strip-types`.
+pub fn needs_strip_flag(version: &str) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    matches!((major, minor), (22, 6..=17) | (23, 0..=5))
+}
+
+/// `configured`, else the first executable `node` on `PATH`.
+pub fn find_node(configured: Option<PathBuf>) -> Result<PathBuf, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |p: &Path| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if let Some(node) = configured {
+        return if runnable(&node) {
+            Ok(node)
+        } else {
+            Err(format!(
+                "config custom_tools.node names {}, which is not an executable file",
+                node.display()
+            ))
+        };
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|d| d.join("node"))
+        .find(|p| runnable(p))
+        .ok_or_else(|| {
+            "no Node.js found: JS/TS tool modules need node; put it on PATH or set config custom_tools.node".to_owned()
+        })
+}
+
+/// Writes `host.mjs` to `dir/host-<digest>.mjs` unless it is there already.
+fn write_script(dir: &Path) -> Result<PathBuf, String> {
+    use sha2::{Digest, Sha256};
+    use std::os::unix::fs::DirBuilderExt;
+    let digest = hex::encode(&Sha256::digest(SCRIPT.as_bytes())[..8]);
+    let path = dir.join(format!("host-{digest}.mjs"));
+    if std::fs::read(&path).is_ok_and(|b| b == SCRIPT.as_bytes()) {
+        return Ok(path);
+    }
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .and_then(|()| {
+            crate::atomic_file::write_atomic(
+                &path,
+                SCRIPT.as_bytes(),
+                crate::atomic_file::Durability::Atomic,
+            )
+        })
+        .map_err(|e| format!("cannot write the module host to {}: {e}", path.display()))?;
+    Ok(path)
+}
+
+/// The next JSON line (an overlong or unreadable line is skipped); `None` at the end.
+async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> Option<Value> {
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let len = crate::bounded_lines::read_line_bounded(r, MAX_LINE, &mut line)
+            .await
+            .ok()?;
+        if len == 0 {
+            return None;
+        }
+        if len > MAX_LINE {
+            tracing::warn!("module host: a line over {MAX_LINE} bytes was dropped");
+            continue;
+        }
+        if let Ok(v) = serde_json::from_slice::<Value>(&line) {
+            return Some(v);
+        }
+        tracing::debug!("module host: unreadable line ignored");
+    }
+}
+
+/// Hands each line with an `id` to its request.
+async fn route<R: tokio::io::AsyncBufRead + Unpin>(
+    mut reader: R,
+    pending: Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<Value>>>>,
+) {
+    const FINAL: [&str; 5] = ["result", "error", "tools", "done", "ack"];
+    while let Some(line) = read_line(&mut reader).await {
+        let Some(id) = line.get("id").and_then(Value::as_u64) else {
+            continue;
+        };
+        let last = FINAL.iter().any(|k| line.get(*k).is_some());
+        let mut p = lock(&pending);
+        let tx = if last {
+            p.remove(&id)
+        } else {
+            p.get(&id).cloned()
+        };
+        drop(p);
+        if let Some(tx) = tx {
+            let _ = tx.send(line);
+        }
+    }
+}
+
+async fn write_lines(
+    mut stdin: tokio::process::ChildStdin,
+    mut lines: mpsc::UnboundedReceiver<Vec<u8>>,
+) {
+    while let Some(line) = lines.recv().await {
+        if stdin.write_all(&line).await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn log_stderr(stderr: tokio::process::ChildStderr) {
+    let mut lines = BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        tracing::info!(target: "toolhost::modules", "{line}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_strip_flag_is_passed_only_where_node_needs_it() {
+        assert!(!needs_strip_flag("20.20.2"));
+        assert!(!needs_strip_flag("22.5.1"));
+        assert!(needs_strip_flag("22.6.0"));
+        assert!(needs_strip_flag("22.17.1"));
+        assert!(!needs_strip_flag("22.18.0"));
+        assert!(needs_strip_flag("23.5.0"));
+        assert!(!needs_strip_flag("23.6.0"));
+        assert!(!needs_strip_flag("24.1.0"));
+    }
+
+    #[test]
+    fn restarts_back_off_up_to_a_limit() {
+        assert_eq!(backoff(1), BACKOFF_FIRST);
+        assert_eq!(backoff(2), BACKOFF_FIRST * 2);
+        assert_eq!(backoff(40), BACKOFF_MAX);
+    }
+}

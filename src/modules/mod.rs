@@ -1,0 +1,482 @@
+//! JS/TS tool modules (MusePi's custom tool modules) run as they are, beside the custom
+//! tool programs: a module exports a factory that takes the host API (`pi`) and returns a
+//! tool or a list of tools (proto-docs/modules.md).
+//!
+//! - [`discover`]: where modules are found and which files are modules;
+//! - [`host`]: the one long-lived Node process per daemon that loads them and runs their
+//!   calls (`host.mjs`, embedded), supervised and restarted;
+//! - [`tool`]: a module's tool as a registry [`Tool`](crate::registry::Tool);
+//! - [`scaffold`]: `toolhost tool new --lang ts` and the module half of `tool check`.
+//!
+//! The custom tool source (`crate::custom`) owns the scan and the folder watch; it hands
+//! the modules it found to [`Modules::tools`] and publishes them with its programs in one
+//! registry swap. A module whose digest is unchanged keeps its tool objects, so a rescan
+//! that changed nothing notifies nobody; an edited one is loaded again as a fresh module
+//! instance, while a call already running finishes on the old one.
+//!
+//! Architecture Invariant: `modules` imports neither `custom` nor `host`; `custom` calls it.
+
+pub mod discover;
+pub mod host;
+pub mod scaffold;
+pub mod tool;
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::lock;
+use crate::protocol::ErrorKind;
+use crate::registry::{Tool, ToolError};
+use discover::Found;
+use host::{Live, ModuleHost};
+use tool::{Entry, Handle, ModuleTool};
+
+/// How long a module may take to load (import and factory) before the host counts as
+/// stuck and is restarted; the module is then skipped until it changes.
+const LOAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the host has to run every `onSession` of one event (each is bounded there).
+const SESSION_EVENT_TIMEOUT: Duration = Duration::from_secs(6);
+/// How many session-event failures `host.health` shows.
+const EVENT_FAILURES_KEPT: usize = 20;
+
+/// The modules of one daemon (cheap to clone).
+#[derive(Clone)]
+pub struct Modules(Arc<Inner>);
+
+pub(crate) struct Inner {
+    host: ModuleHost,
+    /// Config `custom_tools.node_modules`, resolved.
+    node_modules: ArcSwap<Vec<PathBuf>>,
+    /// Where `pi.cwd` points for modules outside a workspace.
+    workspace: ArcSwap<PathBuf>,
+    state: Mutex<State>,
+    /// One load pass at a time (a scan, or a call reloading after a restart).
+    load_lock: tokio::sync::Mutex<()>,
+    tracker: TaskTracker,
+}
+
+#[derive(Default)]
+struct State {
+    loaded: HashMap<PathBuf, Loaded>,
+    /// Modules that did not finish loading, by file and digest: not tried again until
+    /// they change.
+    stuck: HashMap<PathBuf, String>,
+    problems: Vec<String>,
+    event_failures: Vec<String>,
+}
+
+/// One module as last loaded.
+#[derive(Clone)]
+struct Loaded {
+    found: Found,
+    generation: u64,
+    load: u64,
+    outcome: Result<Vec<Arc<ModuleTool>>, String>,
+    /// The factory's results that are not tools, with why.
+    skipped: Vec<String>,
+    /// Whether the failure was the host's, not the module's (tried again at each scan).
+    retry: bool,
+}
+
+/// What `host.health` says of the modules.
+pub struct Health {
+    pub host: host::Health,
+    pub modules: usize,
+    pub tools: usize,
+    pub problems: Vec<String>,
+    pub event_failures: Vec<String>,
+}
+
+impl Modules {
+    /// `dir`: a private folder of the daemon's for the host program.
+    pub fn new(
+        processes: crate::process::Processes,
+        tracker: TaskTracker,
+        shutdown: CancellationToken,
+        dir: PathBuf,
+    ) -> Self {
+        Modules(Arc::new(Inner {
+            host: ModuleHost::new(processes, tracker.clone(), shutdown, dir),
+            node_modules: ArcSwap::default(),
+            workspace: ArcSwap::default(),
+            state: Mutex::default(),
+            load_lock: tokio::sync::Mutex::new(()),
+            tracker,
+        }))
+    }
+
+    /// Applies config `custom_tools` (`node`, `node_modules`). A change of either loads
+    /// every module again at the next [`Modules::tools`].
+    pub fn configure(
+        &self,
+        cfg: &crate::config::CustomTools,
+        config_path: &Path,
+        workspace: &Path,
+    ) {
+        let base = config_path.parent().unwrap_or(Path::new("/"));
+        let node_modules: Vec<PathBuf> = cfg.node_modules.iter().map(|p| base.join(p)).collect();
+        let node = cfg.node.as_ref().map(|p| base.join(p));
+        let changed = **self.0.node_modules.load() != node_modules;
+        self.0.node_modules.store(Arc::new(node_modules));
+        self.0.workspace.store(Arc::new(workspace.to_path_buf()));
+        self.0.host.set_node(node);
+        if changed {
+            lock(&self.0.state).loaded.clear();
+        }
+    }
+
+    /// Runs `f` after each automatic restart of the host (the custom source rescans, which
+    /// loads the modules into the new process).
+    pub fn on_restart(&self, f: Arc<dyn Fn() + Send + Sync>) {
+        self.0.host.on_restart(f);
+    }
+
+    /// The tools of `found` (in its order), loading what is new or changed; names in
+    /// `taken` (the programs') and names an earlier module defined are skipped and
+    /// reported, like everything that is not a tool.
+    pub async fn tools(&self, found: Vec<Found>, taken: &HashSet<String>) -> Vec<Arc<dyn Tool>> {
+        let _one = self.0.load_lock.lock().await;
+        let generation = self.0.host.generation();
+        let todo: Vec<Found> = {
+            let st = lock(&self.0.state);
+            found
+                .iter()
+                .filter(|f| match st.loaded.get(&f.file) {
+                    Some(l) if l.found == **f => {
+                        l.retry || (l.outcome.is_ok() && l.generation != generation)
+                    }
+                    _ => true,
+                })
+                .cloned()
+                .collect()
+        };
+        let loads = futures::future::join_all(todo.iter().map(|f| self.load(f))).await;
+        let mut st = lock(&self.0.state);
+        for loaded in loads {
+            if let Some(old) = st.loaded.insert(loaded.found.file.clone(), loaded) {
+                self.drop_load(&old);
+            }
+        }
+        let keep: HashSet<&PathBuf> = found.iter().map(|f| &f.file).collect();
+        let gone: Vec<PathBuf> = st
+            .loaded
+            .keys()
+            .filter(|k| !keep.contains(k))
+            .cloned()
+            .collect();
+        for file in gone {
+            if let Some(old) = st.loaded.remove(&file) {
+                self.drop_load(&old);
+            }
+        }
+        st.stuck.retain(|file, _| keep.contains(file));
+        let mut problems = Vec::new();
+        let mut names: HashMap<String, PathBuf> = HashMap::new();
+        let mut out: Vec<Arc<dyn Tool>> = Vec::new();
+        for f in &found {
+            let Some(loaded) = st.loaded.get(&f.file) else {
+                continue;
+            };
+            let file = f.file.display();
+            problems.extend(loaded.skipped.iter().map(|s| format!("{file}: {s}")));
+            match &loaded.outcome {
+                Err(e) => problems.push(format!("{file}: {e}")),
+                Ok(tools) => {
+                    for t in tools {
+                        if taken.contains(t.name()) {
+                            problems.push(format!(
+                                "{file}: tool '{}' skipped: a custom tool program already has that name",
+                                t.name()
+                            ));
+                        } else if let Some(first) = names.get(t.name()) {
+                            problems.push(format!(
+                                "{file}: tool '{}' skipped: {} already defines it",
+                                t.name(),
+                                first.display()
+                            ));
+                        } else {
+                            names.insert(t.name().to_owned(), f.file.clone());
+                            out.push(t.clone() as Arc<dyn Tool>);
+                        }
+                    }
+                }
+            }
+        }
+        for p in &problems {
+            tracing::warn!("tool module skipped: {p}");
+        }
+        st.problems = problems;
+        let wanted = st.loaded.values().any(|l| l.outcome.is_ok());
+        drop(st);
+        self.0.host.set_wanted(wanted);
+        out
+    }
+
+    /// Tells the host to forget a load that was replaced (its calls still running keep
+    /// their tool; the host just stops listing it).
+    fn drop_load(&self, old: &Loaded) {
+        if old.outcome.is_err() || old.generation != self.0.host.generation() {
+            return;
+        }
+        if let Some(live) = self
+            .0
+            .host
+            .current()
+            .filter(|l| l.generation == old.generation)
+        {
+            self.0
+                .host
+                .tell(&live, &json!({"op": "drop", "load": old.load}));
+        }
+    }
+
+    /// Loads one module into the running host (started if need be).
+    async fn load(&self, found: &Found) -> Loaded {
+        let failed = |e: String, retry: bool| Loaded {
+            found: found.clone(),
+            generation: 0,
+            load: 0,
+            outcome: Err(e),
+            skipped: Vec::new(),
+            retry,
+        };
+        if lock(&self.0.state).stuck.get(&found.file) == Some(&found.digest) {
+            return failed(format!("did not finish loading within {} s (a loop at its top level or in its factory?); the module host was restarted; skipped until the file changes", LOAD_TIMEOUT.as_secs()), false);
+        }
+        let live = match self.0.host.live().await {
+            Ok(l) => l,
+            Err(e) => return failed(e, true),
+        };
+        // `pi.cwd`: the session workspace the module came from, else the daemon's.
+        let cwd = found
+            .scope
+            .clone()
+            .unwrap_or_else(|| (**self.0.workspace.load()).clone());
+        let (load, mut replies) = self.0.host.request(
+            &live,
+            json!({
+                "op": "load",
+                "file": found.file,
+                "version": found.digest,
+                "cwd": cwd,
+                "node_modules": **self.0.node_modules.load(),
+            }),
+        );
+        let reply = match tokio::time::timeout(LOAD_TIMEOUT, replies.recv()).await {
+            Ok(Some(reply)) => reply,
+            Ok(None) => return failed("the module host ended while loading it".into(), true),
+            Err(_) => {
+                lock(&self.0.state)
+                    .stuck
+                    .insert(found.file.clone(), found.digest.clone());
+                self.0
+                    .host
+                    .restart(&live, "a module did not finish loading");
+                return failed(format!("did not finish loading within {} s (a loop at its top level or in its factory?); the module host was restarted; skipped until the file changes", LOAD_TIMEOUT.as_secs()), false);
+            }
+        };
+        if let Some(error) = reply.get("error") {
+            if let Some(stack) = reply.get("stack").and_then(Value::as_str) {
+                tracing::debug!(file = %found.file.display(), "module load failed: {stack}");
+            }
+            return failed(
+                error.as_str().unwrap_or("could not be loaded").to_owned(),
+                false,
+            );
+        }
+        let mut skipped: Vec<String> = reply["skipped"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| s["reason"].as_str().unwrap_or("not a tool").to_owned())
+            .collect();
+        let mut tools = Vec::new();
+        for entry in reply["tools"].as_array().into_iter().flatten() {
+            let made = serde_json::from_value::<Entry>(entry.clone())
+                .map_err(|e| format!("the module host described a tool oddly: {e}"))
+                .and_then(|entry| {
+                    let handle = Handle {
+                        generation: live.generation,
+                        load,
+                        index: entry.index,
+                    };
+                    ModuleTool::new(entry, found, handle, Arc::downgrade(&self.0))
+                });
+            match made {
+                Ok(t) => tools.push(Arc::new(t)),
+                Err(e) => skipped.push(e),
+            }
+        }
+        Loaded {
+            found: found.clone(),
+            generation: live.generation,
+            load,
+            outcome: Ok(tools),
+            skipped,
+            retry: false,
+        }
+    }
+
+    /// Where a call of `tool` goes: its own load while the host that loaded it runs, else
+    /// (the host restarted) the same tool of the module loaded again in the new host.
+    pub(crate) async fn handle_of(
+        &self,
+        tool: &ModuleTool,
+    ) -> Result<(ModuleHost, Live, Handle), ToolError> {
+        let unavailable = |e: String| ToolError::new(ErrorKind::Unavailable, e);
+        let live = self.0.host.live().await.map_err(unavailable)?;
+        if live.generation == tool.handle.generation {
+            return Ok((self.0.host.clone(), live, tool.handle));
+        }
+        let _one = self.0.load_lock.lock().await;
+        let current = {
+            let st = lock(&self.0.state);
+            st.loaded.get(&tool.file).and_then(|l| match &l.outcome {
+                Ok(tools) if l.generation == live.generation && l.found.digest == tool.digest => {
+                    tools
+                        .iter()
+                        .find(|t| t.name() == tool.name())
+                        .map(|t| t.handle)
+                }
+                _ => None,
+            })
+        };
+        let handle = match current {
+            Some(h) => h,
+            None => {
+                let found = lock(&self.0.state)
+                    .loaded
+                    .get(&tool.file)
+                    .map(|l| l.found.clone())
+                    .filter(|f| f.digest == tool.digest)
+                    .ok_or_else(|| {
+                        unavailable(format!(
+                            "the module {} changed; list the tools again",
+                            tool.file.display()
+                        ))
+                    })?;
+                let loaded = self.load(&found).await;
+                let handle = match &loaded.outcome {
+                    Ok(tools) => tools
+                        .iter()
+                        .find(|t| t.name() == tool.name())
+                        .map(|t| t.handle),
+                    Err(_) => None,
+                };
+                lock(&self.0.state)
+                    .loaded
+                    .insert(found.file.clone(), loaded);
+                handle.ok_or_else(|| {
+                    unavailable(format!(
+                        "tool '{}' is no longer defined by {}",
+                        tool.name(),
+                        tool.file.display()
+                    ))
+                })?
+            }
+        };
+        let live = self.0.host.live().await.map_err(unavailable)?;
+        if live.generation != handle.generation {
+            return Err(unavailable(
+                "the module host restarted again; try the call again".into(),
+            ));
+        }
+        Ok((self.0.host.clone(), live, handle))
+    }
+
+    /// Tells every loaded tool with an `onSession` about a session event (`start`,
+    /// `resume`, `delete`, `shutdown`), off the caller's path (on `tracker`), bounded.
+    pub fn session_event(&self, reason: &'static str, session_id: Option<&str>, workspace: &Path) {
+        let listening = lock(&self.0.state).loaded.values().any(|l| {
+            l.outcome
+                .as_ref()
+                .is_ok_and(|t| t.iter().any(|t| t.session_events))
+        });
+        if !listening {
+            return;
+        }
+        let me = self.clone();
+        let ctx = json!({"session_id": session_id, "meta": {}, "cwd": workspace});
+        self.0.tracker.spawn(async move {
+            me.run_session_event(reason, ctx).await;
+        });
+    }
+
+    /// Runs the `shutdown` event and waits for it (bounded), then lets the host stop.
+    pub async fn shutdown_event(&self, workspace: &Path) {
+        let any = lock(&self.0.state).loaded.values().any(|l| {
+            l.outcome
+                .as_ref()
+                .is_ok_and(|t| t.iter().any(|t| t.session_events))
+        });
+        if any {
+            let ctx = json!({"session_id": null, "meta": {}, "cwd": workspace});
+            self.run_session_event("shutdown", ctx).await;
+        }
+        self.0.host.release();
+    }
+
+    async fn run_session_event(&self, reason: &str, ctx: Value) {
+        // Only a running host has the modules loaded; none is started for an event.
+        let Some(live) = self.0.host.current() else {
+            return;
+        };
+        let (_, mut replies) = self.0.host.request(
+            &live,
+            json!({"op": "session", "reason": reason, "ctx": ctx}),
+        );
+        let failures: Vec<String> =
+            match tokio::time::timeout(SESSION_EVENT_TIMEOUT, replies.recv()).await {
+                Ok(Some(reply)) => reply["errors"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|e| e.as_str().map(str::to_owned))
+                    .collect(),
+                Ok(None) => vec![format!("the module host ended during the {reason} event")],
+                Err(_) => vec![format!(
+                    "the {reason} event did not finish within {} s",
+                    SESSION_EVENT_TIMEOUT.as_secs()
+                )],
+            };
+        if failures.is_empty() {
+            return;
+        }
+        let mut st = lock(&self.0.state);
+        for f in failures {
+            tracing::warn!("tool module session event failed: {f}");
+            st.event_failures.push(f);
+        }
+        let excess = st.event_failures.len().saturating_sub(EVENT_FAILURES_KEPT);
+        st.event_failures.drain(..excess);
+    }
+
+    /// Lets the host stop at shutdown without waiting for a shutdown event (a one-shot
+    /// host, such as `tool check`'s).
+    pub fn release(&self) {
+        self.0.host.release();
+    }
+
+    pub fn health(&self) -> Health {
+        let st = lock(&self.0.state);
+        Health {
+            host: self.0.host.health(),
+            modules: st.loaded.values().filter(|l| l.outcome.is_ok()).count(),
+            tools: st
+                .loaded
+                .values()
+                .filter_map(|l| l.outcome.as_ref().ok())
+                .map(Vec::len)
+                .sum(),
+            problems: st.problems.clone(),
+            event_failures: st.event_failures.clone(),
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! One tool of a loaded module as a registry [`Tool`]: a call is one `call` request to the
+//! module host, its `update` lines are the call's updates, its `result` or `error` line
+//! the call's end. Dropping the call (cancel, timeout, the caller leaving) cancels the
+//! request, which aborts the tool's `signal`, and kills the process groups its `pi.exec`
+//! children run in.
+
+use std::path::PathBuf;
+use std::sync::Weak;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::host::{Live, ModuleHost};
+use crate::catalog::{ToolSource, ToolSpec};
+use crate::protocol::{ApprovalClass, ContentBlock, Control, ErrorKind, ImageDataUrl, ToolOutput};
+use crate::registry::{CallContext, Tool, ToolError, ToolResult, ToolUpdate};
+
+/// How long the host has to acknowledge a cancel before it counts as stuck and is
+/// restarted (a tool looping in synchronous code never reads its stdin).
+pub const CANCEL_GRACE: Duration = Duration::from_secs(2);
+/// Between SIGTERM and SIGKILL of a call's `pi.exec` groups.
+const EXEC_KILL_GRACE: Duration = Duration::from_secs(2);
+
+/// A tool as the module host describes it after a load.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Entry {
+    pub index: u64,
+    pub name: String,
+    pub label: Option<String>,
+    #[serde(default)]
+    pub description: String,
+    pub parameters: Value,
+    #[serde(default)]
+    pub strict: bool,
+    #[serde(default)]
+    pub hidden: bool,
+    #[serde(default)]
+    pub deferrable: bool,
+    pub approval: Option<String>,
+    #[serde(default)]
+    pub session_events: bool,
+}
+
+/// Which instance of a module a tool belongs to: the host process and its load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Handle {
+    pub generation: u64,
+    pub load: u64,
+    pub index: u64,
+}
+
+pub struct ModuleTool {
+    spec: ToolSpec,
+    label: Option<String>,
+    strict: bool,
+    pub session_events: bool,
+    pub file: PathBuf,
+    pub digest: String,
+    pub handle: Handle,
+    scope: Option<PathBuf>,
+    modules: Weak<super::Inner>,
+}
+
+/// The approval class a module names (`read_only`, `readOnly`, `read-only`, `write`,
+/// `command`).
+pub fn approval_class(name: &str) -> Result<ApprovalClass, String> {
+    match name {
+        "read_only" | "readOnly" | "read-only" | "read" => Ok(ApprovalClass::ReadOnly),
+        "write" => Ok(ApprovalClass::Write),
+        "command" => Ok(ApprovalClass::Command),
+        other => Err(format!(
+            "approval \"{other}\" is not one of \"read_only\", \"write\", \"command\""
+        )),
+    }
+}
+
+impl ModuleTool {
+    /// `workspace`: the module came from a workspace folder (pinned with its digest).
+    pub(super) fn new(
+        entry: Entry,
+        found: &super::discover::Found,
+        handle: Handle,
+        modules: Weak<super::Inner>,
+    ) -> Result<Self, String> {
+        let approval = entry
+            .approval
+            .as_deref()
+            .map(approval_class)
+            .transpose()
+            .map_err(|e| format!("tool '{}': {e}", entry.name))?;
+        let spec = ToolSpec {
+            name: entry.name,
+            description: entry.description,
+            parameters: entry.parameters,
+            approval,
+            source: ToolSource::Custom {
+                dir: found.file.clone(),
+                workspace_digest: found.workspace.then(|| found.digest.clone()),
+            },
+            hidden: entry.hidden,
+            deferrable: entry.deferrable,
+            annotations: None,
+        };
+        Ok(ModuleTool {
+            spec,
+            label: entry.label,
+            strict: entry.strict,
+            session_events: entry.session_events,
+            file: found.file.clone(),
+            digest: found.digest.clone(),
+            handle,
+            scope: found.scope.clone(),
+            modules,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    async fn run(&self, args: Map<String, Value>, ctx: CallContext) -> ToolResult {
+        let modules = self.modules.upgrade().ok_or_else(|| {
+            ToolError::new(ErrorKind::Unavailable, "the module host is shutting down")
+        })?;
+        let (host, live, handle) = super::Modules(modules).handle_of(self).await?;
+        let (id, mut replies) = host.request(
+            &live,
+            json!({
+                "op": "call",
+                "load": handle.load,
+                "index": handle.index,
+                "params": args,
+                "ctx": {
+                    "call_id": ctx.call_id,
+                    "session_id": ctx.session_id,
+                    "meta": ctx.session_meta,
+                    "cwd": ctx.workspace,
+                },
+            }),
+        );
+        let mut running = Running {
+            host,
+            live,
+            id,
+            groups: Vec::new(),
+            answered: false,
+        };
+        while let Some(line) = replies.recv().await {
+            if let Some(update) = line.get("update") {
+                if ctx.updates.is_active() {
+                    ctx.updates.send(to_update(update));
+                }
+                continue;
+            }
+            if let Some(pgid) = line.get("pgid").and_then(Value::as_i64) {
+                if let Ok(pgid) = i32::try_from(pgid) {
+                    running.groups.push(pgid);
+                }
+                continue;
+            }
+            running.answered = true;
+            if let Some(result) = line.get("result") {
+                return Ok(to_output(result));
+            }
+            return Err(self.failure(&line, &ctx.call_id));
+        }
+        // The process ended: nothing is left to cancel.
+        running.answered = true;
+        Err(ToolError::new(
+            ErrorKind::Unavailable,
+            format!(
+                "the module host ended during the call to '{}'; it is restarted, so a new call can work",
+                self.spec.name
+            ),
+        ))
+    }
+
+    /// The call's `error` line as its error; the stack goes to the log only.
+    fn failure(&self, line: &Value, call_id: &str) -> ToolError {
+        let message = line["error"]
+            .as_str()
+            .unwrap_or("the tool failed")
+            .to_owned();
+        if let Some(stack) = line.get("stack").and_then(Value::as_str) {
+            tracing::info!(tool = %self.spec.name, call_id, file = %self.file.display(), "module tool threw: {stack}");
+        }
+        let kind = match line.get("kind").and_then(Value::as_str) {
+            Some("invalid_arguments") => ErrorKind::InvalidArguments,
+            Some("unavailable") => ErrorKind::Unavailable,
+            _ => ErrorKind::Failed,
+        };
+        ToolError::new(kind, message)
+    }
+}
+
+/// A call in the module host: when dropped before its answer, the call is cancelled there;
+/// either way the process groups its `pi.exec` children started are killed.
+struct Running {
+    host: ModuleHost,
+    live: Live,
+    id: u64,
+    groups: Vec<i32>,
+    answered: bool,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.host.cancel(&self.live, self.id, CANCEL_GRACE);
+        }
+        kill_groups(std::mem::take(&mut self.groups));
+    }
+}
+
+/// TERM to each group still there, KILL after a grace (from a thread: drop cannot wait).
+fn kill_groups(groups: Vec<i32>) {
+    use nix::sys::signal::{killpg, Signal};
+    use nix::unistd::Pid;
+    let alive: Vec<i32> = groups
+        .into_iter()
+        .filter(|g| killpg(Pid::from_raw(*g), None).is_ok())
+        .collect();
+    if alive.is_empty() {
+        return;
+    }
+    for g in &alive {
+        let _ = killpg(Pid::from_raw(*g), Signal::SIGTERM);
+    }
+    let _ = std::thread::Builder::new()
+        .name("killpg".into())
+        .spawn(move || {
+            std::thread::sleep(EXEC_KILL_GRACE);
+            for g in alive {
+                let _ = killpg(Pid::from_raw(g), Signal::SIGKILL);
+            }
+        });
+}
+
+fn blocks_of(value: &Value) -> Vec<ContentBlock> {
+    value
+        .get("content")
+        .and_then(Value::as_array)
+        .map(|blocks| {
+            blocks
+                .iter()
+                .filter_map(|b| ContentBlock::deserialize(b).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn to_update(update: &Value) -> ToolUpdate {
+    ToolUpdate {
+        content: blocks_of(update),
+        details: update.get("details").filter(|d| !d.is_null()).cloned(),
+        progress: None,
+    }
+}
+
+/// `{content, details}` as the call's output: the blocks pass through (their text is the
+/// `output` field), an object `details` is the structured content, any other the `details`
+/// field.
+fn to_output(result: &Value) -> ToolOutput {
+    let mut out = ToolOutput::default();
+    let blocks = blocks_of(result);
+    let text: Vec<&str> = blocks
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    out.insert("output", text.join("\n"));
+    if let Some(url) = blocks.iter().find_map(|b| match b {
+        ContentBlock::Image { data, mime_type } => ImageDataUrl::new(mime_type, data),
+        _ => None,
+    }) {
+        out.control = Control::image(url);
+    }
+    if let Some(Value::Array(raw)) = result.get("content") {
+        out.content = Some(raw.clone());
+    }
+    match result.get("details") {
+        Some(Value::Object(details)) => out.structured_content = Some(details.clone()),
+        None | Some(Value::Null) => {}
+        Some(other) => out.insert("details", other.clone()),
+    }
+    out
+}
+
+impl Tool for ModuleTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+    fn call(&self, args: Map<String, Value>, ctx: CallContext) -> BoxFuture<'_, ToolResult> {
+        Box::pin(self.run(args, ctx))
+    }
+    fn title(&self) -> Option<&str> {
+        self.label.as_deref()
+    }
+    fn strict(&self) -> bool {
+        self.strict
+    }
+    fn workspace_scope(&self) -> Option<&std::path::Path> {
+        self.scope.as_deref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_result_passes_its_blocks_and_details_through() {
+        let out = to_output(&json!({
+            "content": [{"type": "text", "text": "Found 3 files"}, {"type": "text", "text": "done"}],
+            "details": {"count": 3},
+        }));
+        assert_eq!(out.fields["output"], "Found 3 files\ndone");
+        assert_eq!(out.content.as_ref().map(Vec::len), Some(2));
+        assert_eq!(
+            Value::Object(out.structured_content.unwrap()),
+            json!({"count": 3})
+        );
+        let plain = to_output(&json!({"details": [1, 2]}));
+        assert_eq!(plain.fields["output"], "");
+        assert_eq!(plain.fields["details"], json!([1, 2]));
+        assert!(plain.structured_content.is_none());
+    }
+
+    #[test]
+    fn approval_classes_are_read_in_either_spelling() {
+        assert_eq!(approval_class("readOnly"), Ok(ApprovalClass::ReadOnly));
+        assert_eq!(approval_class("read_only"), Ok(ApprovalClass::ReadOnly));
+        assert_eq!(approval_class("command"), Ok(ApprovalClass::Command));
+        assert!(approval_class("root").is_err());
+    }
+}
