@@ -205,11 +205,18 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(workers)
-        .enable_all()
-        .build()
-    {
+    // The stdio bridge (`toolhost mcp`, one per frontend) relays one connection each way:
+    // one thread does that, and every further thread costs each bridge its stack and a
+    // malloc arena (see `benches/sharing.rs`, the bridge's private memory).
+    let bridge = matches!(cli.command, Command::Mcp { command: None, .. });
+    let mut builder = if bridge {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(workers);
+        b
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             say_err!("toolhost: cannot start the async runtime: {e}");

@@ -88,6 +88,11 @@ pub(super) fn end(group: Key) -> Vec<Key> {
     mine
 }
 
+/// Whether any escaped process is attributed to `group`.
+pub(super) fn has_members(group: Key) -> bool {
+    crate::lock(&TRACKER).owners.values().any(|g| *g == group)
+}
+
 /// Whether any group of any daemon in this process is running.
 pub(super) fn any_running() -> bool {
     !crate::lock(&TRACKER).groups.is_empty()

@@ -7,8 +7,17 @@
 //! `TOOLHOST_INSTANCE` cookie every child of that daemon carried. A process that escaped its
 //! group (see [`super::escapees`]) has a line `boot_id instance pid starttime escapee`: it is
 //! killed by pid and start time, since it may carry neither our group nor our cookie.
+//!
+//! Every call starts and ends a group, so the file is a journal: each change is one line
+//! appended with one `write` (an ended entry is its line again with `ended` after it), the
+//! file is emptied when nothing is left running and rewritten whole (aside, then renamed)
+//! once ended lines outnumber the live ones. A line cut short by a crash does not parse, or
+//! names a start time no process has, and is skipped; an `ended` line lost that way only
+//! makes the sweep look for a process that is gone.
 
 use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use nix::sys::signal::Signal;
@@ -23,42 +32,88 @@ pub const LEDGER_FILE: &str = "process-groups";
 pub(super) struct Ledger {
     /// Unset until the daemon opens it (library users and unit tests keep no ledger).
     path: Option<PathBuf>,
+    /// The file, open for appending, while the ledger is kept.
+    file: Option<File>,
     boot_id: String,
     groups: Vec<(i32, u64)>,
     /// Escaped processes, by pid and start time.
     escapees: Vec<(i32, u64)>,
+    /// Lines in the file (live and ended), to know when to rewrite it.
+    lines: usize,
 }
 
 /// The last word of an escapee's line.
 const ESCAPEE: &str = "escapee";
+/// The word after an entry that has ended.
+const ENDED: &str = "ended";
+/// Ended lines the file may hold beyond its live ones before it is rewritten.
+const SLACK_LINES: usize = 256;
 
 impl Ledger {
-    /// Rewrites the whole file (it holds one line per live group, so it stays tiny);
-    /// written aside and renamed so a crash never leaves half a line. `instance` is the
+    /// Rewrites the whole file with the live entries, aside and renamed so that a crash
+    /// leaves the old file or the new one; appends go to the new one. `instance` is the
     /// owning daemon's cookie.
-    fn save(&self, instance: &str) {
+    fn rewrite(&mut self, instance: &str) {
         let Some(path) = &self.path else { return };
         let mut text = String::new();
-        for (pgid, start) in &self.groups {
-            text.push_str(&format!("{} {instance} {pgid} {start}\n", self.boot_id));
+        for &(pgid, start) in &self.groups {
+            text.push_str(&self.line(instance, pgid, start, false, false));
         }
-        for (pid, start) in &self.escapees {
-            let boot = &self.boot_id;
-            text.push_str(&format!("{boot} {instance} {pid} {start} {ESCAPEE}\n"));
+        for &(pid, start) in &self.escapees {
+            text.push_str(&self.line(instance, pid, start, true, false));
         }
         let written = crate::atomic_file::write_atomic(
             path,
             text.as_bytes(),
             crate::atomic_file::Durability::Atomic,
-        );
+        )
+        .and_then(|()| File::options().append(true).open(path));
+        match written {
+            Ok(file) => self.file = Some(file),
+            Err(e) => {
+                self.file = None;
+                tracing::warn!(path = %path.display(), "cannot write the process ledger: {e}");
+            }
+        }
+        self.lines = self.groups.len() + self.escapees.len();
+    }
+
+    fn line(&self, instance: &str, id: i32, start: u64, escapee: bool, ended: bool) -> String {
+        let boot = &self.boot_id;
+        let escapee = if escapee { " escapee" } else { "" };
+        let ended = if ended { " ended" } else { "" };
+        format!("{boot} {instance} {id} {start}{escapee}{ended}\n")
+    }
+
+    /// Appends one change; empties the file once nothing runs, rewrites it once it holds
+    /// too many ended lines.
+    fn append(&mut self, instance: &str, id: i32, start: u64, escapee: bool, ended: bool) {
+        let line = self.line(instance, id, start, escapee, ended);
+        let Some(file) = self.file.as_mut() else {
+            if self.path.is_some() {
+                self.rewrite(instance); // an earlier write failed: try again whole
+            }
+            return;
+        };
+        let live = self.groups.len() + self.escapees.len();
+        let written = if live == 0 {
+            self.lines = 0;
+            file.set_len(0)
+        } else {
+            self.lines += 1;
+            file.write_all(line.as_bytes())
+        };
         if let Err(e) = written {
-            tracing::warn!(path = %path.display(), "cannot write the process ledger: {e}");
+            tracing::warn!("cannot append to the process ledger: {e}");
+            self.file = None;
+        } else if self.lines > live + SLACK_LINES {
+            self.rewrite(instance);
         }
     }
 
     pub(super) fn record(&mut self, instance: &str, pgid: i32, starttime: u64) {
         self.groups.push((pgid, starttime));
-        self.save(instance);
+        self.append(instance, pgid, starttime, false, false);
     }
 
     /// Whether the group was listed.
@@ -67,22 +122,24 @@ impl Ledger {
         self.groups.retain(|g| *g != (pgid, starttime));
         let listed = self.groups.len() != before;
         if listed {
-            self.save(instance);
+            self.append(instance, pgid, starttime, false, true);
         }
         listed
     }
 
     pub(super) fn record_escapee(&mut self, instance: &str, pid: i32, starttime: u64) {
         self.escapees.push((pid, starttime));
-        self.save(instance);
+        self.append(instance, pid, starttime, true, false);
     }
 
     /// Drops the escapees of an ended group (already killed).
     pub(super) fn forget_escapees(&mut self, instance: &str, gone: &[(i32, u64)]) {
-        let before = self.escapees.len();
-        self.escapees.retain(|p| !gone.contains(p));
-        if self.escapees.len() != before {
-            self.save(instance);
+        for &(pid, start) in gone {
+            let before = self.escapees.len();
+            self.escapees.retain(|p| *p != (pid, start));
+            if self.escapees.len() != before {
+                self.append(instance, pid, start, true, true);
+            }
         }
     }
 
@@ -90,11 +147,12 @@ impl Ledger {
     pub(super) fn open(&mut self, instance: &str, data_dir: &Path) {
         self.path = Some(data_dir.join(LEDGER_FILE));
         self.boot_id = procfs::boot_id();
-        self.save(instance);
+        self.rewrite(instance);
     }
 
     /// Stops keeping the ledger and removes the file (a clean shutdown leaves nothing behind).
     pub(super) fn close(&mut self) {
+        self.file = None;
         if let Some(path) = self.path.take() {
             let _ = std::fs::remove_file(path);
         }
@@ -118,9 +176,11 @@ pub(super) fn sweep(data_dir: &Path, me: &str) -> usize {
     let mut instances = BTreeSet::new();
     for line in text.lines() {
         let f: Vec<&str> = line.split(' ').collect();
-        let (b, inst, pgid, start, escapee) = match f[..] {
-            [b, inst, pgid, start] => (b, inst, pgid, start, false),
-            [b, inst, pid, start, ESCAPEE] => (b, inst, pid, start, true),
+        let (b, inst, pgid, start, escapee, ended) = match f[..] {
+            [b, inst, pgid, start] => (b, inst, pgid, start, false, false),
+            [b, inst, pgid, start, ENDED] => (b, inst, pgid, start, false, true),
+            [b, inst, pid, start, ESCAPEE] => (b, inst, pid, start, true, false),
+            [b, inst, pid, start, ESCAPEE, ENDED] => (b, inst, pid, start, true, true),
             _ => continue,
         };
         let (Ok(pgid), Ok(start)) = (pgid.parse::<i32>(), start.parse::<u64>()) else {
@@ -130,10 +190,11 @@ pub(super) fn sweep(data_dir: &Path, me: &str) -> usize {
             continue;
         }
         instances.insert(inst.to_owned());
-        if escapee {
-            escapees.push((pgid, start));
+        let list = if escapee { &mut escapees } else { &mut groups };
+        if ended {
+            list.retain(|e| *e != (pgid, start));
         } else {
-            groups.push((pgid, start));
+            list.push((pgid, start));
         }
     }
     let mut killed = 0;
@@ -179,4 +240,87 @@ pub(super) fn sweep(data_dir: &Path, me: &str) -> usize {
     }
     let _ = std::fs::remove_file(&path);
     killed
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+    use std::os::unix::process::CommandExt;
+
+    use super::*;
+
+    /// A call's group starting and ending appends to the file: it is not rewritten (a new
+    /// file renamed over it, as it was for every change) while groups come and go.
+    #[test]
+    fn calls_append_to_the_journal_instead_of_rewriting_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(LEDGER_FILE);
+        let mut ledger = Ledger::default();
+        ledger.open("me", dir.path());
+        ledger.record("me", 100, 1);
+        let inode = std::fs::metadata(&path).unwrap().ino();
+        for pgid in 200..210 {
+            ledger.record("me", pgid, 2);
+            assert!(ledger.forget("me", pgid, 2));
+        }
+        assert_eq!(std::fs::metadata(&path).unwrap().ino(), inode);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 21, "{text}");
+        assert!(
+            text.lines().last().unwrap().ends_with(" 209 2 ended"),
+            "{text}"
+        );
+        // Nothing running: the file is emptied.
+        assert!(ledger.forget("me", 100, 1));
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "");
+    }
+
+    /// Ended lines cannot pile up: past the slack the file is rewritten with the live ones.
+    #[test]
+    fn the_journal_is_compacted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(LEDGER_FILE);
+        let mut ledger = Ledger::default();
+        ledger.open("me", dir.path());
+        ledger.record("me", 100, 1);
+        for pgid in 0..SLACK_LINES as i32 {
+            ledger.record("me", 1000 + pgid, 2);
+            ledger.forget("me", 1000 + pgid, 2);
+        }
+        let lines = std::fs::read_to_string(&path).unwrap().lines().count();
+        assert!(lines <= SLACK_LINES + 1, "{lines} lines");
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.lines().any(|l| l.ends_with(" 100 1")), "{text}");
+    }
+
+    /// The sweep reads the journal: an ended group is left alone, a live one killed.
+    #[test]
+    fn the_sweep_kills_only_what_the_journal_left_running() {
+        let dir = tempfile::tempdir().unwrap();
+        let spawn = || {
+            let mut c = std::process::Command::new("sleep");
+            c.arg("300").process_group(0);
+            c.spawn().unwrap()
+        };
+        let (mut live, mut ended) = (spawn(), spawn());
+        let start = |c: &std::process::Child| procfs::stat(c.id() as i32).unwrap().starttime;
+        let mut old = Ledger::default();
+        old.open("old", dir.path());
+        old.record("old", live.id() as i32, start(&live));
+        old.record("old", ended.id() as i32, start(&ended));
+        old.forget("old", ended.id() as i32, start(&ended));
+        assert_eq!(sweep(dir.path(), "new"), 1);
+        let status = live.wait().unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(9)
+        );
+        assert!(
+            ended.try_wait().unwrap().is_none(),
+            "the ended group was killed"
+        );
+        ended.kill().unwrap();
+        ended.wait().unwrap();
+    }
 }

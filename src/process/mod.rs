@@ -24,10 +24,10 @@
 //! follows the forking thread), the child-subreaper flag and the set of our direct children
 //! the adopted-zombie reaper must leave alone.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -35,7 +35,6 @@ use arc_swap::ArcSwap;
 use globset::GlobSet;
 use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
-use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
 
@@ -45,6 +44,7 @@ pub mod child_env;
 mod escapees;
 pub mod ledger;
 pub mod procfs;
+mod reaper;
 pub mod runner;
 pub mod spawner;
 pub mod watchdog;
@@ -82,7 +82,8 @@ pub const INSTANCE_VAR: &str = "TOOLHOST_INSTANCE";
 pub const GROUP_VAR: &str = "TOOLHOST_GROUP";
 
 /// Direct children of this process, by (pid, start time): their exit statuses belong to
-/// tokio, so the adopted-zombie reaper must never wait for them, and they are not escapees.
+/// tokio (or, for the watchdogs, to [`watchdog::Watchdog::stop`]), so the adopted-zombie
+/// reaper must never wait for them, and they are not escapees.
 /// Held across each spawn and its record, and across each /proc scan, so a scan never sees
 /// a child we started but have not recorded yet.
 ///
@@ -90,6 +91,39 @@ pub const GROUP_VAR: &str = "TOOLHOST_GROUP";
 /// an attribute of the process, and with two daemons in one process either one's reaper
 /// must leave the other's children alone.
 static OURS: Mutex<Option<HashSet<(i32, u64)>>> = Mutex::new(None);
+
+/// Set once this process is the child subreaper ([`Processes::own`]): from then on every
+/// orphan of our groups is handed to us, which is what lets [`nothing_left`] answer
+/// without a /proc scan.
+static SUBREAPER: AtomicBool = AtomicBool::new(false);
+
+/// Whether the group `(pgid, start)` has left nothing behind, known without a /proc scan:
+/// no process has its pgid any more (its leader was reaped), no escapee is attributed to it,
+/// and no live child of ours that we did not start is younger than it. As the child
+/// subreaper we adopt whatever outlives its parents, so a process that left the group (a
+/// new group or session, a cleared environment) and outlived the leader would be such a
+/// child, or descend from one. The common end of a call — its program exited and its pipes
+/// closed — then costs a signal and a few small reads instead of reading every process.
+fn nothing_left(pgid: Pid, start: u64) -> bool {
+    if !SUBREAPER.load(Ordering::Relaxed)
+        || !matches!(killpg(pgid, None), Err(Errno::ESRCH))
+        || escapees::has_members((pgid.as_raw(), start))
+    {
+        return false;
+    }
+    // Held so that no spawn is between its fork and its record while we look.
+    let ours = lock(&OURS);
+    let Some(children) = procfs::own_children() else {
+        return false;
+    };
+    children.into_iter().filter_map(procfs::stat).all(|s| {
+        s.is_zombie()
+            || s.starttime < start
+            || ours
+                .as_ref()
+                .is_some_and(|o| o.contains(&(s.pid, s.starttime)))
+    })
+}
 
 /// One snapshot of /proc with every escaped process attributed to its group (see
 /// [`escapees`]), and the adopted processes that no running group can own.
@@ -306,9 +340,24 @@ impl GroupGuard {
         self.pgid.map(Pid::as_raw)
     }
 
+    /// Forgets the group at once when it left nothing behind ([`nothing_left`]); true then,
+    /// and there is nothing to signal.
+    fn ended_quietly(&mut self) -> bool {
+        let Some(pgid) = self.pgid.filter(|p| nothing_left(*p, self.start)) else {
+            return false;
+        };
+        self.pgid = None;
+        self.cookie = None;
+        self.owner.forget(pgid.as_raw(), self.start);
+        true
+    }
+
     /// Terminates the group and waits (asynchronously) until it is gone or has been killed.
     /// If this future is dropped midway, the blocking task still delivers the KILL.
     pub async fn terminate(mut self, grace: Duration) {
+        if self.ended_quietly() {
+            return;
+        }
         let (owner, pgid, start) = (self.owner.clone(), self.pgid.take(), self.start);
         let cookie = self.cookie.take();
         let _ =
@@ -318,6 +367,9 @@ impl GroupGuard {
 
 impl Drop for GroupGuard {
     fn drop(&mut self) {
+        if self.ended_quietly() {
+            return;
+        }
         let (owner, pgid, start) = (self.owner.clone(), self.pgid.take(), self.start);
         let cookie = self.cookie.take();
         if pgid.is_none() && cookie.is_none() {
@@ -462,13 +514,23 @@ impl Processes {
             let mut slot = lock(&self.state.watchdog);
             if slot.is_none() {
                 *slot = watchdog::Watchdog::start(self.instance());
+                // Known, so that [`nothing_left`] never takes it for an escaped process.
+                if let Some(pid) = slot.as_ref().and_then(|w| i32::try_from(w.pid()).ok()) {
+                    let start = procfs::stat(pid).map_or(0, |s| s.starttime);
+                    lock(&OURS)
+                        .get_or_insert_with(HashSet::new)
+                        .insert((pid, start));
+                }
             }
         }
         // A process attribute, not a daemon's: set by every daemon in the process, harmlessly.
-        if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
-            tracing::warn!("cannot become child subreaper; escaped processes go to PID 1: {e}");
+        match nix::sys::prctl::set_child_subreaper(true) {
+            Ok(()) => SUBREAPER.store(true, Ordering::Relaxed),
+            Err(e) => {
+                tracing::warn!("cannot become child subreaper; escaped processes go to PID 1: {e}")
+            }
         }
-        let reaper = tokio::spawn(reap_adopted_forever());
+        let reaper = tokio::spawn(reaper::reap_adopted_forever());
         DaemonProcesses {
             processes: self.clone(),
             reaper,
@@ -515,91 +577,6 @@ impl Drop for DaemonProcesses {
             w.stop();
         }
     }
-}
-
-/// How long an unknown zombie child must stay unreaped before we reap it: a direct child
-/// forked elsewhere (e.g. `std::process::Command::output`) is waited for at once by its
-/// owner, while an adopted orphan has nobody else.
-const ADOPTED_ZOMBIE_AGE: Duration = Duration::from_secs(1);
-
-/// Reaps adopted zombies, and records and kills escapees (see [`escapees`]), on SIGCHLD and
-/// every [`escapees::SCAN_EVERY`] while a zombie is pending or any group runs; an idle
-/// daemon (no group, nothing pending) wakes only for SIGCHLD or a group's start. Never
-/// `waitpid(-1)`: that would steal the statuses tokio waits for.
-async fn reap_adopted_forever() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut sigchld = signal(SignalKind::child()).ok();
-    let mut pending = false;
-    // Unknown zombies by when this reaper first saw them.
-    let mut seen = HashMap::new();
-    loop {
-        // A running group's process can escape and be orphaned to us without a SIGCHLD
-        // reaching us (its parents get those), so while groups run a tick scans too. Asked
-        // for before looking, so a group starting in between is not missed.
-        let started = escapees::group_started();
-        let busy = pending || escapees::any_running() || sigchld.is_none();
-        let tick = tokio::time::sleep(escapees::SCAN_EVERY);
-        let child_exited = match sigchld.as_mut() {
-            Some(s) => tokio::select! {
-                _ = s.recv() => true,
-                () = tick, if busy => false,
-                () = started, if !busy => continue,
-            },
-            None => {
-                tick.await;
-                false
-            }
-        };
-        if !child_exited && !pending && !escapees::any_running() {
-            continue;
-        }
-        // Run on the spawner thread: no spawn can be half-recorded while we scan.
-        let scan = spawner::on_spawner(move || {
-            let pending = reap_adopted(&mut seen);
-            (pending, seen)
-        });
-        (pending, seen) = match scan.await {
-            Ok(done) => done,
-            Err(_) => (true, HashMap::new()),
-        };
-    }
-}
-
-/// One scan: kill adopted processes no running group owns (leftovers of ended groups; the
-/// rest are recorded by [`scan`]) and wait for zombie children that are not ours and have
-/// been zombies long enough. `seen` holds when each unknown zombie was first seen. True
-/// while some are left for a later scan.
-fn reap_adopted(seen: &mut HashMap<(i32, u64), Instant>) -> bool {
-    let me = std::process::id() as i32;
-    let (all, strays) = scan();
-    for s in strays {
-        procfs::signal_exact(s.pid, s.starttime, Signal::SIGKILL);
-    }
-    let zombies: Vec<&procfs::Stat> = all
-        .iter()
-        .filter(|s| s.ppid == me && s.is_zombie())
-        .collect();
-    let mut ours = lock(&OURS);
-    let ours = ours.get_or_insert_with(HashSet::new);
-    // Forget our children that are gone (tokio reaped them) or whose pid was reused.
-    ours.retain(|(pid, start)| procfs::stat(*pid).is_some_and(|s| s.starttime == *start));
-    let now = Instant::now();
-    let mut still = HashMap::new();
-    for z in zombies {
-        let key = (z.pid, z.starttime);
-        if ours.contains(&key) {
-            continue;
-        }
-        let first = seen.get(&key).copied().unwrap_or(now);
-        if now.duration_since(first) >= ADOPTED_ZOMBIE_AGE {
-            let _ = waitpid(Pid::from_raw(z.pid), Some(WaitPidFlag::WNOHANG));
-        } else {
-            still.insert(key, first);
-        }
-    }
-    let pending = !still.is_empty();
-    *seen = still;
-    pending
 }
 
 #[cfg(test)]
@@ -744,6 +721,45 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         panic!("the escaped sleep {pid} survived");
+    }
+
+    /// A group whose program exited with nothing left ends without a /proc scan; one whose
+    /// process left the group and outlived the leader does not, and its guard kills it.
+    #[tokio::test]
+    async fn only_a_group_that_left_nothing_ends_quietly() {
+        let dir = tempfile::tempdir().unwrap();
+        let processes = Processes::default();
+        let _owned = processes.own(dir.path()); // the child subreaper, as a daemon is
+        let (mut child, guard) = processes.spawn_group(Command::new("true")).await.unwrap();
+        child.wait().await.unwrap();
+        let pgid = Pid::from_raw(guard.pgid().unwrap());
+        assert!(nothing_left(pgid, guard.start));
+        drop(guard);
+
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "setsid sleep 36 & echo $!"])
+            .stdout(std::process::Stdio::piped());
+        let (mut child, guard) = processes.spawn_group(cmd).await.unwrap();
+        let mut line = String::new();
+        let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap());
+        tokio::io::AsyncBufReadExt::read_line(&mut out, &mut line)
+            .await
+            .unwrap();
+        child.wait().await.unwrap();
+        let escaped = line.trim().parse::<i32>().unwrap();
+        let pgid = Pid::from_raw(guard.pgid().unwrap());
+        assert!(
+            !nothing_left(pgid, guard.start),
+            "sleep {escaped} outlived its leader"
+        );
+        drop(guard);
+        for _ in 0..250 {
+            if procfs::stat(escaped).is_none_or(|s| s.is_zombie()) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("the escaped sleep {escaped} survived its group");
     }
 
     #[tokio::test]

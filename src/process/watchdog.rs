@@ -76,6 +76,10 @@ impl Watchdog {
         }
     }
 
+    pub(super) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Tells the watchdog that a group (`<pgid>`) or an escapee (`<pid>@<starttime>`)
     /// started (`+`) or ended (`-`); false once it is gone.
     pub(super) fn tell(&mut self, op: char, item: &str) -> bool {
