@@ -503,14 +503,16 @@ fn catalog_methods(api: &mut Api) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A session's workspace brings its `.toolhost/tools/` (custom/mod.rs): scanned before
-/// the session is answered, so its view and the caller's next `list_tools` show what is
-/// there.
+/// A session's workspace brings its `.toolhost/tools/` (custom/mod.rs) and its skill
+/// folders (skills/mod.rs): scanned before the session is answered, so its view and the
+/// caller's next `list_tools` and `list_skills` show what is there.
 async fn discover_in(host: &Host, workspace: &str) {
     let discover = host.config().custom_tools.discover;
+    let workspaces = [std::path::PathBuf::from(workspace)];
     host.custom()
-        .add_session_workspaces(&[std::path::PathBuf::from(workspace)], discover)
+        .add_session_workspaces(&workspaces, discover)
         .await;
+    host.skills().add_session_workspaces(&workspaces).await;
 }
 
 fn session_methods(api: &mut Api) -> anyhow::Result<()> {

@@ -82,7 +82,7 @@ pub(super) fn health(host: &Host) -> HealthResult {
     let mcp = host.mcp().counts();
     // A configured server that cannot start, or whose circuit is open, needs the operator.
     let custom_tool_errors = host.custom().errors();
-    let skill_errors: Vec<String> = host.skills().catalog().problems().collect();
+    let skill_errors = host.skills().problems();
     let quarantined: Vec<String> = snapshot
         .quarantined_tools()
         .map(|q| q.name.clone())
