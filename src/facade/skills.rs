@@ -98,6 +98,7 @@ impl Facade {
         let params = protocol::SkillNameParams {
             name,
             session_id: self.session_id(),
+            manifest: true,
         };
         let found: protocol::GetSkillResult = self
             .client()

@@ -71,8 +71,8 @@ pub struct ListSkillsResult {
 pub struct SkillFile {
     pub path: String,
     pub size: u64,
-    /// `sha256:` and 64 lowercase hex digits of the file's bytes (`get_skill`, and a
-    /// `list_skills` manifest). A file over `read_skill_file`'s cap has none.
+    /// `sha256:` and 64 lowercase hex digits of the file's bytes (a manifest: `get_skill`
+    /// and `list_skills` with `manifest`). A file over `read_skill_file`'s cap has none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub digest: Option<String>,
 }
@@ -85,6 +85,9 @@ pub struct SkillNameParams {
     /// Look the skill up among those this session sees.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    /// Give each file its `digest` (the skills extension's manifest).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub manifest: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -140,10 +140,10 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
     )?;
     api.method(
         method::GET_SKILL,
-        "One skill: its SKILL.md text, its front matter and the list of its files with their digests.",
+        "One skill: its SKILL.md text, its front matter and the list of its files (with `manifest`, each with its digest).",
         |host, p: SkillNameParams| async move {
             let s = skill(&*catalog_for(&host, p.session_id.as_deref()).await?, &p.name)?;
-            let s = match s.has_manifest() {
+            let s = match !p.manifest || s.has_manifest() {
                 true => s,
                 false => blocking(move || {
                     s.manifest();
@@ -157,7 +157,10 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
                     ..catalog::entry(&s)
                 },
                 text: s.text.clone(),
-                files: s.manifest().to_vec(),
+                files: match p.manifest {
+                    true => s.manifest().to_vec(),
+                    false => s.files.clone(),
+                },
             })
         },
     )?;
