@@ -22,8 +22,8 @@ async fn result(d: &Daemon, method: &str, params: Value) -> Value {
         .unwrap_or_else(|| panic!("{method} failed: {r}"))
 }
 
-/// A daemon whose config searches `dir/skills` only, holding the skill `pdf` (with a
-/// script) and `review`.
+/// A daemon whose config searches `dir/skills` (and the empty workspace and user folders),
+/// holding the skill `pdf` (with a script) and `review`.
 async fn start() -> Daemon {
     Daemon::start_in(|dir| {
         let skills = dir.join("skills");
@@ -42,7 +42,7 @@ async fn start() -> Daemon {
             &[],
         );
         std::fs::write(dir.join("secret.txt"), "secret\n").unwrap();
-        json!({"skills": {"paths": [skills], "discover": false}})
+        json!({"skills": {"paths": [skills]}})
     })
     .await
 }
@@ -168,7 +168,9 @@ async fn python_sdk_lists_reads_and_loads_skills_through_the_facade() {
         .contains("# PDF\nRun scripts/fill.py."));
     assert_eq!(seen["script"], "print('fill')\n");
     assert_eq!(seen["load_skill"]["is_error"], false);
-    let loaded = seen["load_skill"]["text"].as_str().unwrap();
+    // The tool's output fields, as the facade writes them for a result of several.
+    let output: Value = serde_json::from_str(seen["load_skill"]["text"].as_str().unwrap()).unwrap();
+    let loaded = output["text"].as_str().unwrap();
     assert!(
         loaded.starts_with("# Skill: pdf\n\n# PDF\nRun scripts/fill.py."),
         "{loaded}"
