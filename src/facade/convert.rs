@@ -151,6 +151,45 @@ pub fn via_json<M: serde::de::DeserializeOwned>(
         })
 }
 
+/// A tool update as an MCP progress notification: the tool's own progress when it gives
+/// one, else a step count with the update's text as the message.
+pub(super) fn progress_note(
+    token: ProgressToken,
+    u: &InvokeUpdate,
+    step: f64,
+) -> ProgressNotificationParam {
+    let text = || {
+        let texts: Vec<&str> = u
+            .content
+            .iter()
+            .filter_map(|c| match c {
+                crate::protocol::ContentBlock::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        (!texts.is_empty()).then(|| texts.join("\n"))
+    };
+    match &u.progress {
+        Some(p) => {
+            let mut n = ProgressNotificationParam::new(token, p.progress);
+            if let Some(t) = p.total {
+                n = n.with_total(t);
+            }
+            match p.message.clone().or_else(text) {
+                Some(m) => n.with_message(m),
+                None => n,
+            }
+        }
+        None => {
+            let n = ProgressNotificationParam::new(token, step);
+            match text() {
+                Some(m) => n.with_message(m),
+                None => n,
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,44 +274,5 @@ mod tests {
             json!({"name": "w", "title": "Write", "description": "d", "inputSchema": {"type": "object"},
                    "outputSchema": {"type": "object"}, "annotations": {"destructiveHint": true, "readOnlyHint": false}})
         );
-    }
-}
-
-/// A tool update as an MCP progress notification: the tool's own progress when it gives
-/// one, else a step count with the update's text as the message.
-pub(super) fn progress_note(
-    token: ProgressToken,
-    u: &InvokeUpdate,
-    step: f64,
-) -> ProgressNotificationParam {
-    let text = || {
-        let texts: Vec<&str> = u
-            .content
-            .iter()
-            .filter_map(|c| match c {
-                crate::protocol::ContentBlock::Text { text } => Some(text.as_str()),
-                _ => None,
-            })
-            .collect();
-        (!texts.is_empty()).then(|| texts.join("\n"))
-    };
-    match &u.progress {
-        Some(p) => {
-            let mut n = ProgressNotificationParam::new(token, p.progress);
-            if let Some(t) = p.total {
-                n = n.with_total(t);
-            }
-            match p.message.clone().or_else(text) {
-                Some(m) => n.with_message(m),
-                None => n,
-            }
-        }
-        None => {
-            let n = ProgressNotificationParam::new(token, step);
-            match text() {
-                Some(m) => n.with_message(m),
-                None => n,
-            }
-        }
     }
 }
