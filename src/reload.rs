@@ -137,11 +137,14 @@ pub async fn start_custom_tools(host: &Host) {
         .await;
 }
 
-/// Scans the skill folders of the config in force and starts watching them.
+/// Scans the skill folders of the config in force and starts watching them; the
+/// workspaces of the sessions kept in the store bring their projects' skills back.
 pub async fn start_skills(host: &Host) {
     host.skills()
         .configure(&host.config(), host.config_path(), host.workspace())
         .await;
+    let workspaces = crate::session::workspaces(host.sessions()).await;
+    host.skills().add_session_workspaces(&workspaces).await;
     host.skills()
         .watch(host.tracker(), host.shutdown_token().clone());
 }

@@ -4,31 +4,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
+use common::skills::{front, write_skill};
 use common::{write_atomic, Daemon, RawLines};
 use serde_json::{json, Value};
-
-/// Writes `root/<dir>/SKILL.md` (atomically, last, as an editor or `cp` ends up) with this
-/// front matter and body, after the extra `files`.
-fn write_skill(root: &Path, dir: &str, front: &str, body: &str, files: &[(&str, &str)]) -> PathBuf {
-    let to = root.join(dir);
-    for (rel, text) in files {
-        let f = to.join(rel);
-        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
-        std::fs::write(f, text).unwrap();
-    }
-    std::fs::create_dir_all(&to).unwrap();
-    let tmp = to.join(".SKILL.md.tmp");
-    std::fs::write(&tmp, format!("---\n{front}---\n{body}")).unwrap();
-    std::fs::rename(tmp, to.join("SKILL.md")).unwrap();
-    to
-}
-
-fn front(name: &str, description: &str) -> String {
-    format!("name: {name}\ndescription: {description}\n")
-}
 
 async fn result(d: &Daemon, method: &str, params: Value) -> Value {
     let r = d.call(method, params).await;

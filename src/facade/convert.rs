@@ -6,12 +6,12 @@
 //! types serialise to the same spelling (`inputSchema`, `mimeType`, content `type`s), so
 //! most conversions go through JSON rather than restating every field by hand.
 
-use rmcp::model::{CallToolResult, ContentBlock, Tool};
+use rmcp::model::{CallToolResult, ContentBlock, ProgressNotificationParam, ProgressToken, Tool};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::protocol::ApprovalClass;
-use crate::protocol::{CallOutcome, McpTool, ToolMeta};
+use crate::protocol::{CallOutcome, InvokeUpdate, McpTool, ToolMeta};
 
 /// One live tool as an MCP `Tool`: title, description, input and output schema kept, and
 /// annotations whose `readOnlyHint` follows the tool's approval class (`destructiveHint`
@@ -149,6 +149,45 @@ pub fn via_json<M: serde::de::DeserializeOwned>(
                 None,
             )
         })
+}
+
+/// A tool update as an MCP progress notification: the tool's own progress when it gives
+/// one, else a step count with the update's text as the message.
+pub(super) fn progress_note(
+    token: ProgressToken,
+    u: &InvokeUpdate,
+    step: f64,
+) -> ProgressNotificationParam {
+    let text = || {
+        let texts: Vec<&str> = u
+            .content
+            .iter()
+            .filter_map(|c| match c {
+                crate::protocol::ContentBlock::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        (!texts.is_empty()).then(|| texts.join("\n"))
+    };
+    match &u.progress {
+        Some(p) => {
+            let mut n = ProgressNotificationParam::new(token, p.progress);
+            if let Some(t) = p.total {
+                n = n.with_total(t);
+            }
+            match p.message.clone().or_else(text) {
+                Some(m) => n.with_message(m),
+                None => n,
+            }
+        }
+        None => {
+            let n = ProgressNotificationParam::new(token, step);
+            match text() {
+                Some(m) => n.with_message(m),
+                None => n,
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -10,9 +10,9 @@
 #[allow(deprecated)] // logging: deprecated by SEP-2577, still what servers send
 use rmcp::model::{
     CacheScope, CallToolResult, ClientCapabilities, CompleteResult, GetPromptResult,
-    Implementation, InputRequiredResult, ListPromptsResult, ListResourceTemplatesResult,
-    ListResourcesResult, ListToolsResult, LoggingLevel, MetaObject, ProtocolVersion,
-    ReadResourceResult, ResultType,
+    GetSkillResult, Implementation, InputRequiredResult, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListSkillsResult, ListToolsResult,
+    LoggingLevel, MetaObject, ProtocolVersion, ReadResourceResult, ResultType,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
@@ -128,7 +128,9 @@ cached!(
     ListPromptsResult,
     ListResourcesResult,
     ListResourceTemplatesResult,
-    ReadResourceResult
+    ReadResourceResult,
+    ListSkillsResult,
+    GetSkillResult
 );
 
 /// For a new-era peer: `resultType` (results read back from the host's JSON have none)

@@ -24,6 +24,7 @@ mod inputs;
 mod listen;
 mod mrtr;
 mod sessions;
+mod skills;
 mod stdio;
 mod surface;
 
@@ -34,9 +35,9 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
     ContentBlock, ErrorCode, GetPromptRequestParams, GetPromptResponse, Implementation,
     InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
-    ProgressToken, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
-    ServerConfig, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressToken,
+    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
+    SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -47,9 +48,8 @@ use tokio::sync::OnceCell;
 use crate::client::{Client, ClientError, Subscription};
 use crate::lock;
 use crate::protocol::{
-    ErrorKind, InputKind, InputRequest, InvokeEvent, InvokeParams, InvokeResult, InvokeUpdate,
-    ListToolsParams, SessionCreateParams, SessionUpdateParams, SubscribeInvokeParams, ToolEntry,
-    ToolFormat,
+    ErrorKind, InputKind, InputRequest, InvokeEvent, InvokeParams, InvokeResult, ListToolsParams,
+    SessionCreateParams, SessionUpdateParams, SubscribeInvokeParams, ToolEntry, ToolFormat,
 };
 
 use changes::{Changes, Feed};
@@ -364,7 +364,7 @@ impl Facade {
                 Some(Ok(InvokeEvent::Update(u))) => {
                     let Some(token) = progress else { continue };
                     step += 1.0;
-                    let note = progress_note(token.clone(), &u, step);
+                    let note = convert::progress_note(token.clone(), &u, step);
                     let _ = ctx.peer.notify_progress(note).await;
                 }
                 Some(Ok(InvokeEvent::InputRequest(q))) if hold => {
@@ -415,6 +415,7 @@ impl ServerHandler for Facade {
                 .enable_resources_list_changed()
                 .enable_resources_subscribe()
                 .enable_completions()
+                .enable_skills()
                 .build(),
         )
         .with_server_info(server_info())
@@ -576,6 +577,22 @@ impl ServerHandler for Facade {
         let mut result = self.resources_page(request).await?;
         era::stamp_cached(&context, &mut result, era::LIST_TTL_MS, self.shaped());
         Ok(result)
+    }
+
+    async fn list_skills(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListSkillsResult, ErrorData> {
+        self.skills_page(request, &context).await
+    }
+
+    async fn get_skill(
+        &self,
+        request: rmcp::model::GetSkillRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetSkillResult, ErrorData> {
+        self.skill(request, &context).await
     }
 
     async fn list_resource_templates(
@@ -791,41 +808,6 @@ fn finish(ctx: &RequestContext<RoleServer>, mut result: CallToolResult) -> CallT
 async fn cancel_call(client: &Client, call_id: &str) -> ErrorData {
     let _ = client.cancel(call_id).await;
     ErrorData::new(ErrorCode::INTERNAL_ERROR, "cancelled", None)
-}
-
-/// A tool update as an MCP progress notification: the tool's own progress when it gives
-/// one, else a step count with the update's text as the message.
-fn progress_note(token: ProgressToken, u: &InvokeUpdate, step: f64) -> ProgressNotificationParam {
-    let text = || {
-        let texts: Vec<&str> = u
-            .content
-            .iter()
-            .filter_map(|c| match c {
-                crate::protocol::ContentBlock::Text { text } => Some(text.as_str()),
-                _ => None,
-            })
-            .collect();
-        (!texts.is_empty()).then(|| texts.join("\n"))
-    };
-    match &u.progress {
-        Some(p) => {
-            let mut n = ProgressNotificationParam::new(token, p.progress);
-            if let Some(t) = p.total {
-                n = n.with_total(t);
-            }
-            match p.message.clone().or_else(text) {
-                Some(m) => n.with_message(m),
-                None => n,
-            }
-        }
-        None => {
-            let n = ProgressNotificationParam::new(token, step);
-            match text() {
-                Some(m) => n.with_message(m),
-                None => n,
-            }
-        }
-    }
 }
 
 fn internal(msg: impl Into<String>) -> ErrorData {

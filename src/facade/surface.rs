@@ -89,7 +89,7 @@ impl Following {
 }
 
 /// `page` of `items` at `cursor` (the index of its first item, as `tools/list` pages).
-fn page<T: Clone>(
+pub(super) fn page<T: Clone>(
     items: &[T],
     cursor: Option<String>,
     size: usize,

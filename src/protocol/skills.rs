@@ -3,9 +3,10 @@
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 /// Where a skill was found, in search order (the first definition of a name wins).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum SkillSource {
     /// A folder of config `skills.paths`.
@@ -34,6 +35,27 @@ pub struct SkillEntry {
     pub source: SkillSource,
     /// `sha256:` of its `SKILL.md` and file list; changes with any edit.
     pub etag: String,
+    /// The front matter as written, every field (YAML as JSON): `get_skill`, and
+    /// `list_skills` with `manifest`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frontmatter: Option<Map<String, Value>>,
+    /// Every file with its `sha256:` digest (`list_skills` with `manifest`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest: Option<Vec<SkillFile>>,
+}
+
+/// `list_skills`: whose skills, and how much of each.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListSkillsParams {
+    /// List the skills this session sees (its workspace's own come first); by default the
+    /// daemon workspace's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// Add each skill's `frontmatter` and `manifest` (what the MCP skills extension
+    /// serves); the digests are computed once per version of a skill.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub manifest: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -49,6 +71,10 @@ pub struct ListSkillsResult {
 pub struct SkillFile {
     pub path: String,
     pub size: u64,
+    /// `sha256:` and 64 lowercase hex digits of the file's bytes (a manifest: `get_skill`
+    /// and `list_skills` with `manifest`). A file over `read_skill_file`'s cap has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
@@ -56,6 +82,12 @@ pub struct SkillFile {
 pub struct SkillNameParams {
     #[schemars(length(min = 1))]
     pub name: String,
+    /// Look the skill up among those this session sees.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// Give each file its `digest` (the skills extension's manifest).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub manifest: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -76,6 +108,9 @@ pub struct ReadSkillFileParams {
     /// Relative to the skill's folder (e.g. `scripts/run.sh`); it may not lead out of it.
     #[schemars(length(min = 1))]
     pub path: String,
+    /// Look the skill up among those this session sees.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -94,7 +129,10 @@ pub struct ReadSkillFileResult {
 /// Sent once per change of the skill set (a skill added, edited or removed).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SkillsChanged {
-    /// The new [`ListSkillsResult::etag`].
+    /// The new [`ListSkillsResult::etag`] of the daemon workspace's skills.
     pub etag: String,
     pub count: usize,
+    /// The session workspaces whose own skills changed (their sessions' `list_skills`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workspaces: Vec<String>,
 }

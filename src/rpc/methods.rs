@@ -505,16 +505,18 @@ fn catalog_methods(api: &mut Api) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A session's workspace brings its `.toolhost/tools/` (custom/mod.rs) and its
-/// `.toolhost/commands/` (commands/mod.rs): scanned before the session is answered, so its
-/// view and the caller's next `list_tools` show what is there.
+/// A session's workspace brings its `.toolhost/tools/` (custom/mod.rs), its skill folders
+/// (skills/mod.rs) and its `.toolhost/commands/` (commands/mod.rs): scanned before the
+/// session is answered, so its view and the caller's next `list_tools`, `list_skills` and
+/// `list_commands` show what is there.
 async fn discover_in(host: &Host, workspace: &str) {
     let discover = host.config().custom_tools.discover;
-    let workspace = [std::path::PathBuf::from(workspace)];
+    let workspaces = [std::path::PathBuf::from(workspace)];
     host.custom()
-        .add_session_workspaces(&workspace, discover)
+        .add_session_workspaces(&workspaces, discover)
         .await;
-    host.commands().add_session_workspaces(&workspace).await;
+    host.skills().add_session_workspaces(&workspaces).await;
+    host.commands().add_session_workspaces(&workspaces).await;
 }
 
 fn session_methods(api: &mut Api) -> anyhow::Result<()> {

@@ -89,7 +89,7 @@ pub(super) fn health(host: &Host) -> HealthResult {
         .into_iter()
         .chain(modules.problems)
         .collect();
-    let skill_errors: Vec<String> = host.skills().catalog().problems().collect();
+    let skill_errors = host.skills().problems();
     let command_errors: Vec<String> = host.commands().catalog().problems().collect();
     let quarantined: Vec<String> = snapshot
         .quarantined_tools()

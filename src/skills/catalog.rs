@@ -1,16 +1,22 @@
 //! Every skill root scanned into one immutable catalog, built once per change and read by
-//! every request: the answer of `list_skills` is serialised here, once.
+//! every request: the answer of `list_skills` is serialised here, once (with manifests,
+//! once more on first use).
+//!
+//! A [`Scanner`] scans each root once per pass, however many catalogs (the daemon
+//! workspace's, each session workspace's) search it, and reuses the skill last loaded from
+//! a folder whose files have not changed ([`skill::load_reusing`]).
 
 use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde_json::value::RawValue;
 use sha2::{Digest, Sha256};
 
 use super::skill::{self, Skill, SkillError, SKILL_FILE};
 use super::Root;
-use crate::protocol::{ListSkillsResult, SkillEntry};
+use crate::protocol::{ListSkillsResult, SkillEntry, SkillSource};
 
 /// The skills found, in search order, and what was wrong on the way.
 pub struct Catalog {
@@ -23,6 +29,8 @@ pub struct Catalog {
     etag: String,
     /// The `list_skills` answer, serialised when built.
     list_json: Box<RawValue>,
+    /// The `list_skills` answer with manifests, serialised on first use.
+    manifest_json: OnceLock<Box<RawValue>>,
 }
 
 impl Default for Catalog {
@@ -31,25 +39,81 @@ impl Default for Catalog {
     }
 }
 
-impl Catalog {
-    /// Scans `roots` in order: a root that does not exist is skipped; inside one, the
-    /// skill folders are taken by name order, so the result is stable.
-    pub fn scan(roots: &[Root]) -> Catalog {
+/// One folder of a root, as scanned.
+struct Found {
+    /// The folder's device and inode: a folder reached twice (`.claude/skills/x` a symlink
+    /// to `.agents/skills/x`, as users keep them) is one skill, not a clash.
+    id: (u64, u64),
+    result: Result<Arc<Skill>, SkillError>,
+    warnings: Vec<SkillError>,
+}
+
+/// One pass over the skill roots: each root read once, the skills of unchanged folders
+/// taken from the last pass.
+#[derive(Default)]
+pub struct Scanner {
+    previous: HashMap<PathBuf, Arc<Skill>>,
+    scanned: HashMap<(PathBuf, SkillSource), Vec<Found>>,
+}
+
+impl Scanner {
+    /// A pass that reuses `previous` (what [`Scanner::loaded`] returned last time).
+    pub fn reusing(previous: HashMap<PathBuf, Arc<Skill>>) -> Scanner {
+        Scanner {
+            previous,
+            scanned: HashMap::new(),
+        }
+    }
+
+    /// The skills loaded in this pass, by folder, for the next one.
+    pub fn loaded(self) -> HashMap<PathBuf, Arc<Skill>> {
+        let mut out = HashMap::new();
+        for found in self.scanned.into_values().flatten() {
+            if let Ok(s) = found.result {
+                out.insert(s.dir.clone(), s);
+            }
+        }
+        out
+    }
+
+    fn root(&mut self, root: &Root) -> &[Found] {
+        let previous = &self.previous;
+        self.scanned
+            .entry((root.path.clone(), root.source))
+            .or_insert_with(|| {
+                skill_dirs(&root.path)
+                    .into_iter()
+                    .map(|(dir, id)| {
+                        let (result, warnings) =
+                            match skill::load_reusing(&dir, root.source, previous.get(&dir)) {
+                                Ok((s, w)) => (Ok(s), w),
+                                Err(e) => (Err(e), Vec::new()),
+                            };
+                        Found {
+                            id,
+                            result,
+                            warnings,
+                        }
+                    })
+                    .collect()
+            })
+    }
+
+    /// The catalog of `roots`, in order: a root that does not exist is skipped; inside
+    /// one, the skill folders are taken by name order, so the result is stable.
+    pub fn catalog(&mut self, roots: &[Root]) -> Catalog {
         let mut skills: Vec<Arc<Skill>> = Vec::new();
         let mut errors = Vec::new();
         let mut clashes = Vec::new();
-        // Canonical folders already taken: a folder reached twice (`.claude/skills/x` a
-        // symlink to `.agents/skills/x`, as users keep them) is one skill, not a clash.
-        let mut seen_dirs: Vec<PathBuf> = Vec::new();
+        let mut seen_dirs: Vec<(u64, u64)> = Vec::new();
         for root in roots {
-            for dir in skill_dirs(&root.path) {
-                let canonical = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
-                if seen_dirs.contains(&canonical) {
+            for found in self.root(root) {
+                if seen_dirs.contains(&found.id) {
                     continue;
                 }
-                match skill::load(&dir, root.source) {
-                    Ok((s, warnings)) => {
-                        errors.extend(warnings);
+                match &found.result {
+                    Ok(s) => {
+                        errors.extend(found.warnings.iter().cloned());
                         if let Some(first) = skills.iter().find(|k| k.name == s.name) {
                             clashes.push(format!(
                                 "skill '{}' is defined twice: {} is used, {} is ignored",
@@ -58,15 +122,22 @@ impl Catalog {
                                 s.dir.display()
                             ));
                         } else {
-                            seen_dirs.push(canonical);
-                            skills.push(Arc::new(s));
+                            seen_dirs.push(found.id);
+                            skills.push(s.clone());
                         }
                     }
-                    Err(e) => errors.push(e),
+                    Err(e) => errors.push(e.clone()),
                 }
             }
         }
         Catalog::build(skills, errors, clashes)
+    }
+}
+
+impl Catalog {
+    /// The catalog of `roots`, read afresh (the CLI's, without a daemon).
+    pub fn scan(roots: &[Root]) -> Catalog {
+        Scanner::default().catalog(roots)
     }
 
     fn build(skills: Vec<Arc<Skill>>, errors: Vec<SkillError>, clashes: Vec<String>) -> Catalog {
@@ -86,21 +157,37 @@ impl Catalog {
             skills: skills.iter().map(|s| entry(s)).collect(),
             etag: etag.clone(),
         };
-        // Strings and numbers always serialise; the fallback (`null`) is never taken.
-        let list_json = serde_json::value::to_raw_value(&list).unwrap_or_default();
         Catalog {
+            list_json: raw(&list),
             skills,
             by_name,
             errors,
             clashes,
             etag,
-            list_json,
+            manifest_json: OnceLock::new(),
         }
     }
 
     /// The `list_skills` answer, as serialised once.
     pub fn list_json(&self) -> &RawValue {
         &self.list_json
+    }
+
+    /// The `list_skills` answer with each skill's front matter and manifest, serialised
+    /// on first use. Blocking until then (the digests read every file once).
+    pub fn manifest_json(&self) -> &RawValue {
+        self.manifest_json.get_or_init(|| {
+            let list = ListSkillsResult {
+                skills: self.skills.iter().map(|s| described(s)).collect(),
+                etag: self.etag.clone(),
+            };
+            raw(&list)
+        })
+    }
+
+    /// Whether [`Catalog::manifest_json`] would answer without touching the disk.
+    pub fn has_manifest_json(&self) -> bool {
+        self.manifest_json.get().is_some()
     }
 
     pub fn skills(&self) -> &[Arc<Skill>] {
@@ -142,6 +229,11 @@ impl Catalog {
     }
 }
 
+/// Our own types always serialise; the fallback (`null`) is never taken.
+fn raw(value: &impl serde::Serialize) -> Box<RawValue> {
+    serde_json::value::to_raw_value(value).unwrap_or_default()
+}
+
 /// One skill as listed.
 pub fn entry(s: &Skill) -> SkillEntry {
     SkillEntry {
@@ -150,19 +242,35 @@ pub fn entry(s: &Skill) -> SkillEntry {
         path: s.dir.display().to_string(),
         source: s.source,
         etag: s.etag.clone(),
+        frontmatter: None,
+        manifest: None,
+    }
+}
+
+/// One skill with its front matter and manifest (blocking: see [`Skill::manifest`]).
+pub fn described(s: &Skill) -> SkillEntry {
+    SkillEntry {
+        frontmatter: Some(s.frontmatter.clone()),
+        manifest: Some(s.manifest().to_vec()),
+        ..entry(s)
     }
 }
 
 /// The sub-folders of `root` that hold a `SKILL.md` (a file or a symlink: whether it
-/// stays inside is [`skill::load`]'s check), sorted by name.
-fn skill_dirs(root: &Path) -> Vec<PathBuf> {
+/// stays inside is [`skill::load`]'s check), sorted by name, each with its device and
+/// inode.
+fn skill_dirs(root: &Path) -> Vec<(PathBuf, (u64, u64))> {
     let Ok(entries) = std::fs::read_dir(root) else {
         return Vec::new();
     };
-    let mut dirs: Vec<PathBuf> = entries
+    let mut dirs: Vec<(PathBuf, (u64, u64))> = entries
         .filter_map(|e| e.ok())
         .map(|e| e.path())
-        .filter(|p| p.is_dir() && p.join(SKILL_FILE).symlink_metadata().is_ok())
+        .filter_map(|p| {
+            let m = std::fs::metadata(&p).ok().filter(|m| m.is_dir())?;
+            p.join(SKILL_FILE).symlink_metadata().ok()?;
+            Some((p, (m.dev(), m.ino())))
+        })
         .collect();
     dirs.sort();
     dirs

@@ -22,7 +22,9 @@ pub mod scaffold;
 pub mod skill;
 pub mod sync;
 pub mod tool;
+pub mod uri;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -47,53 +49,156 @@ pub struct Root {
 
 /// The folders searched, in precedence order; a folder named twice keeps its first place.
 pub fn roots(cfg: &Config, config_path: &Path, workspace: &Path) -> Vec<Root> {
-    let base = config_path.parent().unwrap_or(Path::new("/"));
-    let mut out: Vec<Root> = cfg
-        .skills
-        .paths
-        .iter()
-        .map(|p| Root {
-            path: if p.is_absolute() {
-                p.clone()
-            } else {
-                base.join(p)
-            },
-            source: SkillSource::Config,
-        })
-        .collect();
-    if cfg.skills.discover {
-        // `$HOME` itself (xdg_dir's fallback is relative to it).
-        let home = crate::config::xdg_dir("HOME", "");
-        let user_config = crate::config::xdg_dir("XDG_CONFIG_HOME", ".config");
-        out.extend(
-            [
-                (workspace.join(".toolhost"), SkillSource::WorkspaceToolhost),
-                (workspace.join(".agents"), SkillSource::WorkspaceAgents),
-                (workspace.join(".claude"), SkillSource::WorkspaceClaude),
-                (user_config.join("toolhost"), SkillSource::UserToolhost),
-                (home.join(".agents"), SkillSource::UserAgents),
-                (home.join(".claude"), SkillSource::UserClaude),
-            ]
-            .map(|(dir, source)| Root {
-                path: dir.join("skills"),
-                source,
-            }),
-        );
-    }
-    let mut seen = std::collections::HashSet::new();
-    out.retain(|r| seen.insert(r.path.clone()));
-    out
+    Search::of(cfg, config_path, workspace).roots(None)
 }
 
-/// The skills of one daemon: the catalog in force, its folders and its watcher.
+/// Where skills are searched, for the daemon's workspace and any session's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Search {
+    /// Config `skills.paths`, resolved.
+    configured: Vec<Root>,
+    /// `skills.discover`.
+    discover: bool,
+    /// The daemon's workspace.
+    workspace: PathBuf,
+    /// The workspaces of sessions, in the order the daemon learnt of them.
+    session_workspaces: Vec<PathBuf>,
+}
+
+impl Search {
+    fn of(cfg: &Config, config_path: &Path, workspace: &Path) -> Search {
+        let base = config_path.parent().unwrap_or(Path::new("/"));
+        let configured = cfg
+            .skills
+            .paths
+            .iter()
+            .map(|p| Root {
+                path: if p.is_absolute() {
+                    p.clone()
+                } else {
+                    base.join(p)
+                },
+                source: SkillSource::Config,
+            })
+            .collect();
+        Search {
+            configured,
+            discover: cfg.skills.discover,
+            workspace: workspace.to_path_buf(),
+            session_workspaces: Vec::new(),
+        }
+    }
+
+    /// The search order of a session in `session` (none: the daemon workspace's): the
+    /// configured folders, the session workspace's three, the daemon workspace's three,
+    /// then the user's (`skills.discover: false` keeps only the configured ones).
+    fn roots(&self, session: Option<&Path>) -> Vec<Root> {
+        let mut out = self.configured.clone();
+        if self.discover {
+            // `$HOME` itself (xdg_dir's fallback is relative to it).
+            let home = crate::config::xdg_dir("HOME", "");
+            let user_config = crate::config::xdg_dir("XDG_CONFIG_HOME", ".config");
+            let workspaces = session.into_iter().chain([self.workspace.as_path()]);
+            for ws in workspaces {
+                out.extend(
+                    [
+                        (ws.join(".toolhost"), SkillSource::WorkspaceToolhost),
+                        (ws.join(".agents"), SkillSource::WorkspaceAgents),
+                        (ws.join(".claude"), SkillSource::WorkspaceClaude),
+                    ]
+                    .map(|(dir, source)| Root {
+                        path: dir.join("skills"),
+                        source,
+                    }),
+                );
+            }
+            out.extend(
+                [
+                    (user_config.join("toolhost"), SkillSource::UserToolhost),
+                    (home.join(".agents"), SkillSource::UserAgents),
+                    (home.join(".claude"), SkillSource::UserClaude),
+                ]
+                .map(|(dir, source)| Root {
+                    path: dir.join("skills"),
+                    source,
+                }),
+            );
+        }
+        let mut seen = std::collections::HashSet::new();
+        out.retain(|r| seen.insert(r.path.clone()));
+        out
+    }
+
+    /// The session workspaces that have a search order of their own.
+    fn sessions(&self) -> impl Iterator<Item = &PathBuf> {
+        let discover = self.discover;
+        self.session_workspaces
+            .iter()
+            .filter(move |w| discover && **w != self.workspace)
+    }
+
+    /// Every folder searched by any of the search orders, once each.
+    fn folders(&self) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = Vec::new();
+        let all = std::iter::once(None).chain(self.sessions().map(|w| Some(w.as_path())));
+        for session in all {
+            for r in self.roots(session) {
+                if !out.contains(&r.path) {
+                    out.push(r.path);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The catalogs in force: the daemon workspace's, and each session workspace's whose
+/// skills differ from it.
+#[derive(Default)]
+pub struct Views {
+    pub base: Arc<Catalog>,
+    sessions: Vec<(PathBuf, Arc<Catalog>)>,
+}
+
+impl Views {
+    /// What a session in `workspace` is served.
+    pub fn of(&self, workspace: &Path) -> &Arc<Catalog> {
+        self.sessions
+            .iter()
+            .find(|(w, _)| w == workspace)
+            .map_or(&self.base, |(_, c)| c)
+    }
+
+    fn all(&self) -> impl Iterator<Item = &Arc<Catalog>> {
+        std::iter::once(&self.base).chain(self.sessions.iter().map(|(_, c)| c))
+    }
+
+    /// The session workspaces whose catalog is not the same in `self` and `other`.
+    fn changed_sessions(&self, other: &Views) -> Vec<String> {
+        let etag = |v: &Views, w: &Path| v.of(w).etag().to_owned();
+        let mut out: Vec<String> = Vec::new();
+        for (w, _) in self.sessions.iter().chain(other.sessions.iter()) {
+            let name = w.display().to_string();
+            if etag(self, w) != etag(other, w) && !out.contains(&name) {
+                out.push(name);
+            }
+        }
+        out
+    }
+}
+
+/// The skills of one daemon: the catalogs in force, their folders and the watcher.
 #[derive(Clone)]
 pub struct Skills(Arc<Inner>);
 
 struct Inner {
     /// Where `load_skill` is published.
     registry: Registry,
-    catalog: ArcSwap<Catalog>,
-    roots: Mutex<Vec<Root>>,
+    views: ArcSwap<Views>,
+    search: Mutex<Option<Search>>,
+    /// The skills of the last scan by folder: a folder whose files did not change is not
+    /// read again.
+    loaded: Mutex<HashMap<PathBuf, Arc<Skill>>>,
     /// Serialises scans, so two never publish out of order.
     scan_lock: tokio::sync::Mutex<()>,
     watch: Mutex<Option<Watch>>,
@@ -104,17 +209,39 @@ impl Skills {
     pub fn new(registry: Registry) -> Self {
         Skills(Arc::new(Inner {
             registry,
-            catalog: ArcSwap::from_pointee(Catalog::default()),
-            roots: Mutex::default(),
+            views: ArcSwap::default(),
+            search: Mutex::default(),
+            loaded: Mutex::default(),
             scan_lock: tokio::sync::Mutex::new(()),
             watch: Mutex::new(None),
             changed: broadcast::channel(64).0,
         }))
     }
 
-    /// The catalog in force.
+    /// The daemon workspace's catalog.
     pub fn catalog(&self) -> Arc<Catalog> {
-        self.0.catalog.load_full()
+        self.0.views.load().base.clone()
+    }
+
+    /// Every catalog in force.
+    pub fn views(&self) -> Arc<Views> {
+        self.0.views.load_full()
+    }
+
+    /// What a session in `workspace` is served.
+    pub fn catalog_in(&self, workspace: &Path) -> Arc<Catalog> {
+        self.0.views.load().of(workspace).clone()
+    }
+
+    /// Every catalog's skipped skills, left-out files and clashes, each once.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for p in self.0.views.load().all().flat_map(|c| c.problems()) {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+        out
     }
 
     /// A receiver of every later `skills_changed`.
@@ -123,17 +250,42 @@ impl Skills {
     }
 
     /// Applies a config's folders; scans when they differ from the ones in force.
-    /// Returns whether the catalog changed.
+    /// Returns whether a catalog changed.
     pub async fn configure(&self, cfg: &Config, config_path: &Path, workspace: &Path) -> bool {
-        let roots = roots(cfg, config_path, workspace);
         {
-            let mut current = lock(&self.0.roots);
-            if *current == roots && !current.is_empty() {
+            let mut current = lock(&self.0.search);
+            let mut search = Search::of(cfg, config_path, workspace);
+            if let Some(old) = current.as_ref() {
+                search.session_workspaces = old.session_workspaces.clone();
+            }
+            if current.as_ref() == Some(&search) {
                 return false;
             }
-            *current = roots;
+            *current = Some(search);
         }
         self.rescan().await
+    }
+
+    /// Searches the skill folders of these session workspaces too, for the sessions in
+    /// them (custom tools learn of the same workspaces at the same points), and publishes
+    /// once they are scanned. Workspaces already known change nothing.
+    pub async fn add_session_workspaces(&self, workspaces: &[PathBuf]) {
+        {
+            let mut search = lock(&self.0.search);
+            let Some(search) = search.as_mut() else {
+                return;
+            };
+            let before = search.session_workspaces.len();
+            for w in workspaces {
+                if !search.session_workspaces.contains(w) {
+                    search.session_workspaces.push(w.clone());
+                }
+            }
+            if search.session_workspaces.len() == before {
+                return;
+            }
+        }
+        self.rescan().await;
     }
 
     /// Starts watching the folders; events rescan until `shutdown` fires.
@@ -160,39 +312,60 @@ impl Skills {
         });
     }
 
-    /// The folders searched, in precedence order.
+    /// Every folder searched, the daemon workspace's order first.
     pub fn folders(&self) -> Vec<PathBuf> {
-        lock(&self.0.roots).iter().map(|r| r.path.clone()).collect()
+        lock(&self.0.search)
+            .as_ref()
+            .map(Search::folders)
+            .unwrap_or_default()
     }
 
-    /// Scans the folders again; publishes (the catalog, and `load_skill` in one registry
-    /// swap) and notifies only when the etag moved.
+    /// Scans the folders again (reading only the skills whose files changed); publishes
+    /// (the catalogs, and `load_skill` in one registry swap) and notifies only when an
+    /// etag moved.
     pub async fn rescan(&self) -> bool {
         let _one = self.0.scan_lock.lock().await;
-        let roots = lock(&self.0.roots).clone();
+        let Some(search) = lock(&self.0.search).clone() else {
+            return false;
+        };
         if let Some(w) = lock(&self.0.watch).as_mut() {
             // A folder may have appeared (or gone): watch what exists now.
-            w.set_roots(&roots.iter().map(|r| r.path.clone()).collect::<Vec<_>>());
+            w.set_roots(&search.folders());
         }
-        let catalog = tokio::task::spawn_blocking(move || Catalog::scan(&roots))
-            .await
-            .unwrap_or_default();
-        for e in catalog.problems() {
+        let previous = std::mem::take(&mut *lock(&self.0.loaded));
+        let scan = tokio::task::spawn_blocking(move || {
+            let mut scanner = catalog::Scanner::reusing(previous);
+            let base = Arc::new(scanner.catalog(&search.roots(None)));
+            let sessions = search
+                .sessions()
+                .map(|w| (w.clone(), scanner.catalog(&search.roots(Some(w)))))
+                .filter(|(_, c)| c.etag() != base.etag())
+                .map(|(w, c)| (w, Arc::new(c)))
+                .collect();
+            (Views { base, sessions }, scanner.loaded())
+        });
+        let Ok((views, loaded)) = scan.await else {
+            return false;
+        };
+        *lock(&self.0.loaded) = loaded;
+        for e in views.base.problems() {
             tracing::warn!("skill: {e}");
         }
-        if catalog.etag() == self.0.catalog.load().etag() {
+        let old = self.0.views.load_full();
+        let workspaces = views.changed_sessions(&old);
+        if views.base.etag() == old.base.etag() && workspaces.is_empty() {
             // Problems may differ (a warning fixed) even when the skills did not.
-            self.0.catalog.store(Arc::new(catalog));
+            self.0.views.store(Arc::new(views));
             return false;
         }
         let note = SkillsChanged {
-            etag: catalog.etag().to_owned(),
-            count: catalog.len(),
+            etag: views.base.etag().to_owned(),
+            count: views.base.len(),
+            workspaces,
         };
-        let catalog = Arc::new(catalog);
-        self.0.catalog.store(catalog.clone());
-        let load_skill =
-            tool::LoadSkill::for_catalog(catalog).map(|t| Arc::new(t) as Arc<dyn Tool>);
+        let views = Arc::new(views);
+        self.0.views.store(views.clone());
+        let load_skill = tool::LoadSkill::for_views(views).map(|t| Arc::new(t) as Arc<dyn Tool>);
         self.0.registry.apply(Change {
             sources: vec![(SourceKey::Skills, Some(load_skill.into_iter().collect()))],
             approval_overrides: None,

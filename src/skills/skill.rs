@@ -8,9 +8,13 @@
 //! verbatim in the front matter and not judged.
 
 use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use cap_std::fs::Dir;
+use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 use yaml_rust2::{Yaml, YamlLoader};
 
@@ -21,6 +25,9 @@ use crate::safe_read::{self, Node, ReadError};
 pub const SKILL_FILE: &str = "SKILL.md";
 /// The most of `SKILL.md` read (the spec asks for under 500 lines: this is far above).
 pub const MAX_SKILL_MD_BYTES: u64 = 256 * 1024;
+/// The most of any other file of a skill read (`read_skill_file`, `resources/read`, the
+/// manifest's digests).
+pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
 pub const MAX_NAME_CHARS: usize = 64;
 pub const MAX_DESCRIPTION_CHARS: usize = 1024;
 pub const MAX_COMPATIBILITY_CHARS: usize = 500;
@@ -30,7 +37,7 @@ const MAX_DEPTH: usize = 6;
 const MAX_FILES: usize = 2000;
 
 /// A skill that loaded.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Skill {
     pub name: String,
     pub description: String,
@@ -39,12 +46,19 @@ pub struct Skill {
     pub source: SkillSource,
     /// The whole `SKILL.md`, front matter included.
     pub text: String,
+    /// The front matter as written, every field (its YAML as JSON).
+    pub frontmatter: Map<String, Value>,
     /// Where the Markdown body starts in `text` (after the closing `---`).
     body_start: usize,
     /// Every regular file beneath the folder, `SKILL.md` included, sorted by path.
     pub files: Vec<SkillFile>,
     /// `sha256:` of `SKILL.md` and the file list (path and size): what a client compares.
     pub etag: String,
+    /// The folder's files as last seen (path, size, modification time, inode): a rescan
+    /// that sees the same reuses this skill without reading or parsing anything.
+    fingerprint: u64,
+    /// `files` with their digests, computed on first use (the skills extension's manifest).
+    manifest: OnceLock<Vec<SkillFile>>,
 }
 
 impl Skill {
@@ -52,6 +66,44 @@ impl Skill {
     pub fn body(&self) -> &str {
         self.text.get(self.body_start..).unwrap_or_default().trim()
     }
+
+    /// One file of the skill, by its path inside the folder: never outside it (the kernel
+    /// resolves it beneath the folder), at most [`MAX_FILE_BYTES`]. Blocking.
+    pub(crate) fn read(&self, rel: &str) -> Result<Vec<u8>, ReadError> {
+        safe_read::read_beneath(&self.dir, Path::new(rel), MAX_FILE_BYTES)
+    }
+
+    /// Every file with its `sha256:` digest; a file that cannot be read now (over the cap,
+    /// gone) is left out. Blocking the first time, then kept with this version of the skill.
+    pub fn manifest(&self) -> &[SkillFile] {
+        self.manifest.get_or_init(|| {
+            self.files
+                .iter()
+                .filter_map(|f| {
+                    let bytes = if f.path == SKILL_FILE {
+                        self.text.as_bytes().to_vec()
+                    } else {
+                        self.read(&f.path).ok()?
+                    };
+                    Some(SkillFile {
+                        digest: Some(sha256(&bytes)),
+                        size: bytes.len() as u64,
+                        path: f.path.clone(),
+                    })
+                })
+                .collect()
+        })
+    }
+
+    /// Whether [`Skill::manifest`] would answer without touching the disk.
+    pub fn has_manifest(&self) -> bool {
+        self.manifest.get().is_some()
+    }
+}
+
+/// `sha256:` and the lowercase hex digest of `bytes`.
+pub fn sha256(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
 
 /// Why a skill was skipped (or what of it was left out): `<file>: <field>: <reason>`.
@@ -74,7 +126,22 @@ impl fmt::Display for SkillError {
 
 /// Loads the skill in `dir`. A file beneath it that cannot be listed safely (a symlink out
 /// of the folder) is left out of `files` and returned as a warning beside the skill.
-pub fn load(dir: &Path, source: SkillSource) -> Result<(Skill, Vec<SkillError>), SkillError> {
+pub fn load(dir: &Path, source: SkillSource) -> Result<(Arc<Skill>, Vec<SkillError>), SkillError> {
+    load_reusing(dir, source, None)
+}
+
+/// [`load`], reusing `previous` (the skill last loaded from `dir`) when the folder's
+/// files have the same sizes and modification times: only the folder is walked.
+pub fn load_reusing(
+    dir: &Path,
+    source: SkillSource,
+    previous: Option<&Arc<Skill>>,
+) -> Result<(Arc<Skill>, Vec<SkillError>), SkillError> {
+    let (walked, warnings) = list_files(dir);
+    let fingerprint = fingerprint(&walked);
+    if let Some(p) = previous.filter(|p| p.fingerprint == fingerprint && p.source == source) {
+        return Ok((p.clone(), warnings));
+    }
     let file = dir.join(SKILL_FILE);
     let err = |field, reason: String| SkillError {
         file: file.clone(),
@@ -102,27 +169,30 @@ pub fn load(dir: &Path, source: SkillSource) -> Result<(Skill, Vec<SkillError>),
             ),
         ));
     }
-    let (files, warnings) = list_files(dir);
+    let files: Vec<SkillFile> = walked.into_iter().map(|w| w.file).collect();
     let etag = etag(&text, &files);
-    Ok((
-        Skill {
-            name: meta.name,
-            description: meta.description,
-            dir: dir.to_path_buf(),
-            source,
-            text,
-            body_start,
-            files,
-            etag,
-        },
-        warnings,
-    ))
+    let skill = Skill {
+        name: meta.name,
+        description: meta.description,
+        dir: dir.to_path_buf(),
+        source,
+        frontmatter: meta.all,
+        text,
+        body_start,
+        files,
+        etag,
+        fingerprint,
+        manifest: OnceLock::new(),
+    };
+    Ok((Arc::new(skill), warnings))
 }
 
 /// The checked fields of the front matter.
 struct FrontMatter {
     name: String,
     description: String,
+    /// Every field, verbatim.
+    all: Map<String, Value>,
 }
 
 /// `(front matter, where the body starts)` when `text` opens with a `---` line and a later
@@ -170,7 +240,37 @@ fn parse_front_matter(front: &str) -> Result<FrontMatter, (Option<&'static str>,
     let name = text_field("name", usize::MAX, true)?.unwrap_or_default();
     let description = text_field("description", MAX_DESCRIPTION_CHARS, true)?.unwrap_or_default();
     text_field("compatibility", MAX_COMPATIBILITY_CHARS, false)?;
-    Ok(FrontMatter { name, description })
+    let all = map.iter().map(|(k, v)| (key_text(k), json(v))).collect();
+    Ok(FrontMatter {
+        name,
+        description,
+        all,
+    })
+}
+
+/// A YAML value as JSON (an alias, which yaml-rust2 leaves unresolved, as `null`).
+fn json(y: &Yaml) -> Value {
+    match y {
+        Yaml::Real(r) => r
+            .parse::<f64>()
+            .ok()
+            .and_then(serde_json::Number::from_f64)
+            .map_or_else(|| Value::String(r.clone()), Value::Number),
+        Yaml::Integer(i) => (*i).into(),
+        Yaml::String(s) => s.clone().into(),
+        Yaml::Boolean(b) => (*b).into(),
+        Yaml::Array(a) => a.iter().map(json).collect(),
+        Yaml::Hash(h) => Value::Object(h.iter().map(|(k, v)| (key_text(k), json(v))).collect()),
+        Yaml::Alias(_) | Yaml::Null | Yaml::BadValue => Value::Null,
+    }
+}
+
+/// A YAML mapping key as a JSON object key: a scalar's text, anything else as JSON.
+fn key_text(k: &Yaml) -> String {
+    match json(k) {
+        Value::String(s) => s,
+        other => other.to_string(),
+    }
 }
 
 /// The name rule, as a sentence about what is wrong.
@@ -197,13 +297,20 @@ pub fn check_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A file as the walk saw it: what is listed, and what tells a later walk it changed.
+struct Walked {
+    file: SkillFile,
+    mtime: (i64, i64),
+    inode: u64,
+}
+
 /// Every regular file beneath `dir` (folders are walked, never followed through a
 /// symlink). A symlink counts when it leads to a regular file inside the folder, which the
 /// kernel checks (`RESOLVE_BENEATH`); one that leads out is a warning.
-fn list_files(dir: &Path) -> (Vec<SkillFile>, Vec<SkillError>) {
+fn list_files(dir: &Path) -> (Vec<Walked>, Vec<SkillError>) {
     let mut files = Vec::new();
     let mut warnings = Vec::new();
-    let root = Dir::open_ambient_dir(dir, cap_std::ambient_authority()).ok();
+    let mut root: Option<Option<Dir>> = None;
     let mut pending = vec![(PathBuf::new(), 0usize)];
     while let Some((rel, depth)) = pending.pop() {
         let Ok(entries) = std::fs::read_dir(dir.join(&rel)) else {
@@ -222,13 +329,19 @@ fn list_files(dir: &Path) -> (Vec<SkillFile>, Vec<SkillError>) {
                     pending.push((path, depth + 1));
                 }
             } else if kind.is_file() {
-                let size = entry.metadata().map_or(0, |m| m.len());
-                files.push(skill_file(&path, size));
+                if let Ok(m) = entry.metadata() {
+                    files.push(walked(&path, &m));
+                }
             } else if kind.is_symlink() {
+                // Opened only for a skill that has a symlink.
+                let root = root.get_or_insert_with(|| {
+                    Dir::open_ambient_dir(dir, cap_std::ambient_authority()).ok()
+                });
                 match root.as_ref().map(|r| safe_read::open_node(r, &path)) {
                     Some(Ok(Node::File(f))) => {
-                        let size = f.metadata().map_or(0, |m| m.len());
-                        files.push(skill_file(&path, size));
+                        if let Ok(m) = f.metadata() {
+                            files.push(walked(&path, &m));
+                        }
                     }
                     Some(Err(e)) => {
                         if let ReadError::Escapes = ReadError::from(e) {
@@ -247,15 +360,32 @@ fn list_files(dir: &Path) -> (Vec<SkillFile>, Vec<SkillError>) {
             }
         }
     }
-    files.sort_by(|a, b| a.path.cmp(&b.path));
+    files.sort_by(|a, b| a.file.path.cmp(&b.file.path));
     (files, warnings)
 }
 
-fn skill_file(rel: &Path, size: u64) -> SkillFile {
-    SkillFile {
-        path: rel.to_string_lossy().into_owned(),
-        size,
+fn walked(rel: &Path, m: &std::fs::Metadata) -> Walked {
+    Walked {
+        file: SkillFile {
+            path: rel.to_string_lossy().into_owned(),
+            size: m.len(),
+            digest: None,
+        },
+        mtime: (m.mtime(), m.mtime_nsec()),
+        inode: m.ino(),
     }
+}
+
+/// One number for the folder's files as walked: equal walks, equal fingerprints.
+fn fingerprint(walked: &[Walked]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for w in walked {
+        w.file.path.hash(&mut h);
+        w.file.size.hash(&mut h);
+        w.mtime.hash(&mut h);
+        w.inode.hash(&mut h);
+    }
+    h.finish()
 }
 
 fn etag(text: &str, files: &[SkillFile]) -> String {
@@ -304,6 +434,41 @@ mod tests {
             .err()
             .unwrap();
         assert_eq!(e, (Some("name"), "must be a string".into()));
-        assert!(parse_front_matter("name: a\ndescription: d\nmetadata: {x: y}\n").is_ok());
+        let meta = parse_front_matter("name: a\ndescription: d\nmetadata: {x: y}\nn: 2\n");
+        let all = serde_json::Value::Object(meta.unwrap().all);
+        assert_eq!(
+            all,
+            serde_json::json!({"name": "a", "description": "d", "metadata": {"x": "y"}, "n": 2})
+        );
+    }
+
+    #[test]
+    fn an_unchanged_folder_is_not_read_again() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a");
+        std::fs::create_dir_all(dir.join("scripts")).unwrap();
+        let md = "---\nname: a\ndescription: d\n---\nbody\n";
+        std::fs::write(dir.join(SKILL_FILE), md).unwrap();
+        let (first, _) = load(&dir, SkillSource::Config).unwrap();
+        let (again, _) = load_reusing(&dir, SkillSource::Config, Some(&first)).unwrap();
+        assert!(Arc::ptr_eq(&first, &again));
+        std::fs::write(dir.join("scripts/run.sh"), "echo\n").unwrap();
+        let (added, _) = load_reusing(&dir, SkillSource::Config, Some(&first)).unwrap();
+        assert!(!Arc::ptr_eq(&first, &added));
+        assert_eq!(added.files.len(), 2);
+        // SKILL.md edited in place (the folder's listing unchanged) is read again too.
+        let edited = "---\nname: a\ndescription: changed\n---\nbody\n";
+        std::fs::write(dir.join(SKILL_FILE), edited).unwrap();
+        let (changed, _) = load_reusing(&dir, SkillSource::Config, Some(&added)).unwrap();
+        assert_eq!(changed.description, "changed");
+        let manifest = changed.manifest();
+        assert_eq!(
+            manifest[0].digest.as_deref(),
+            Some(sha256(edited.as_bytes()).as_str())
+        );
+        assert_eq!(
+            manifest[1].digest.as_deref(),
+            Some(sha256(b"echo\n").as_str())
+        );
     }
 }

@@ -1,15 +1,19 @@
 //! The built-in `load_skill`: how a model in any frontend uses a skill. Its description
 //! is the catalog of skills (name and description each, names only past
 //! [`LISTING_TOKENS`], as the tool catalog lists deferred tools), and a call returns the
-//! skill's instructions. A tool object is built per catalog, so what it lists and what it
-//! loads always agree; the registry notifies only when the description changed.
+//! skill's instructions. A tool object is built per set of catalogs, so what it lists and
+//! what it loads always agree; the registry notifies only when the description changed.
+//!
+//! One tool serves every session: a call loads from the catalog of the call's workspace
+//! (a session workspace's own skills included); the description lists the daemon
+//! workspace's skills, since a tool has one description for every session.
 
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use serde_json::{json, Map, Value};
 
-use super::{Catalog, Skill};
+use super::{Skill, Views};
 use crate::catalog::{estimate_tokens, ToolSpec};
 use crate::protocol::{ApprovalClass, ToolOutput};
 use crate::registry::{CallContext, Tool, ToolError, ToolResult};
@@ -21,18 +25,18 @@ pub const LISTING_TOKENS: usize = 2000;
 
 pub struct LoadSkill {
     spec: ToolSpec,
-    catalog: Arc<Catalog>,
+    views: Arc<Views>,
 }
 
 impl LoadSkill {
-    /// The tool for `catalog`, or none while there is no skill to load.
-    pub fn for_catalog(catalog: Arc<Catalog>) -> Option<LoadSkill> {
-        if catalog.is_empty() {
+    /// The tool for `views`, or none while no session has a skill to load.
+    pub fn for_views(views: Arc<Views>) -> Option<LoadSkill> {
+        if views.all().all(|c| c.is_empty()) {
             return None;
         }
         let spec = ToolSpec::builtin(
             LOAD_SKILL,
-            &description(catalog.skills()),
+            &description(views.base.skills()),
             json!({
                 "type": "object",
                 "properties": {
@@ -43,7 +47,7 @@ impl LoadSkill {
             }),
             ApprovalClass::ReadOnly,
         );
-        Some(LoadSkill { spec, catalog })
+        Some(LoadSkill { spec, views })
     }
 }
 
@@ -53,6 +57,9 @@ fn description(skills: &[Arc<Skill>]) -> String {
     let mut text = String::from(
         "- Loads a skill: instructions for a task, written by the user. Load one when the task matches its description, then follow it.\n- Skills:\n",
     );
+    if skills.is_empty() {
+        text.push_str("  - (only those of this session's project: see its skill:// resources)\n");
+    }
     let mut budget = LISTING_TOKENS;
     let mut rest: Vec<&str> = Vec::new();
     for s in skills {
@@ -77,10 +84,11 @@ impl Tool for LoadSkill {
         &self.spec
     }
 
-    fn call(&self, args: Map<String, Value>, _ctx: CallContext) -> BoxFuture<'_, ToolResult> {
+    fn call(&self, args: Map<String, Value>, ctx: CallContext) -> BoxFuture<'_, ToolResult> {
+        let catalog = self.views.of(&ctx.workspace);
         let result = match args.get("name").and_then(Value::as_str) {
             None => Err(ToolError::invalid("arguments.name is required")),
-            Some(name) => match self.catalog.get(name) {
+            Some(name) => match catalog.get(name) {
                 None => Err(ToolError::invalid(format!(
                     "no skill named '{name}'; the skills are listed in this tool's description"
                 ))),
@@ -120,7 +128,7 @@ mod tests {
     use super::*;
     use crate::protocol::SkillSource;
 
-    fn catalog(n: usize) -> Arc<Catalog> {
+    fn catalog(n: usize) -> Arc<Views> {
         let tmp = tempfile::tempdir().unwrap();
         for i in 0..n {
             let dir = tmp.path().join(format!("s{i}"));
@@ -135,16 +143,19 @@ mod tests {
             path: tmp.path().to_path_buf(),
             source: SkillSource::Config,
         }];
-        Arc::new(Catalog::scan(&roots))
+        Arc::new(Views {
+            base: Arc::new(super::super::Catalog::scan(&roots)),
+            sessions: Vec::new(),
+        })
     }
 
     #[test]
     fn descriptions_are_listed_within_the_budget_then_names_only() {
-        assert!(LoadSkill::for_catalog(catalog(0)).is_none());
-        let few = LoadSkill::for_catalog(catalog(3)).unwrap();
+        assert!(LoadSkill::for_views(catalog(0)).is_none());
+        let few = LoadSkill::for_views(catalog(3)).unwrap();
         assert!(few.spec.description.contains("  - s2: word"));
         assert!(!few.spec.description.contains("also"));
-        let many = LoadSkill::for_catalog(catalog(200)).unwrap();
+        let many = LoadSkill::for_views(catalog(200)).unwrap();
         let d = &many.spec.description;
         let listed = d.lines().filter(|l| l.contains(": word")).count();
         assert!(listed > 10 && listed < 200, "{listed}");

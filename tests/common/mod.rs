@@ -17,6 +17,7 @@ pub use toolhost::client::{Client, ClientError};
 
 pub mod conformance;
 pub mod new_era;
+pub mod skills;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_toolhost");
 pub const FIXTURE: &str = env!("CARGO_BIN_EXE_toolhost-fixture-mcp");

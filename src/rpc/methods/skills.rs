@@ -1,26 +1,42 @@
-//! The skills methods (proto-docs/skills.md): every answer reads the catalog in force,
-//! built when the folders last changed; only `read_skill_file` touches the disk.
+//! The skills methods (proto-docs/skills.md): every answer reads a catalog in force,
+//! built when the folders last changed — the daemon workspace's, or the one of the
+//! session's workspace named by `session_id`; only file reads (and a manifest's first
+//! digests) touch the disk. Skills as MCP resources (`skill://`) are read here too
+//! ([`read_resource`], for `surface.rs`).
 
 use std::path::Path;
 use std::sync::Arc;
 
 use base64::Engine as _;
 use serde::Serialize;
+use serde_json::value::RawValue;
 
 use super::{forward, Api, Error};
+use crate::host::Host;
 use crate::protocol::*;
-use crate::skills::{catalog, Catalog, Skill};
+use crate::skills::{catalog, uri, Catalog, Skill};
 
-/// The most of one skill file `read_skill_file` returns.
-pub const MAX_SKILL_FILE_BYTES: u64 = 1024 * 1024;
+/// A `list_skills` answer, written as the catalog serialised it.
+struct Serialised(Arc<Catalog>, fn(&Catalog) -> &RawValue);
 
-/// The `list_skills` answer, written as the catalog serialised it.
-struct ListAnswer(Arc<Catalog>);
-
-impl Serialize for ListAnswer {
+impl Serialize for Serialised {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        self.0.list_json().serialize(s)
+        (self.1)(&self.0).serialize(s)
     }
+}
+
+/// The catalog the caller sees: its session's workspace's, else the daemon workspace's.
+pub(super) async fn catalog_for(
+    host: &Host,
+    session_id: Option<&str>,
+) -> Result<Arc<Catalog>, Error> {
+    Ok(match session_id {
+        None => host.skills().catalog(),
+        Some(id) => {
+            let session = host.sessions().get(id).await?;
+            host.skills().catalog_in(Path::new(&session.workspace))
+        }
+    })
 }
 
 fn skill(catalog: &Catalog, name: &str) -> Result<Arc<Skill>, Error> {
@@ -30,21 +46,121 @@ fn skill(catalog: &Catalog, name: &str) -> Result<Arc<Skill>, Error> {
         .ok_or_else(|| Error::InvalidParams(format!("no skill named '{name}'")))
 }
 
+/// Runs `f` on the blocking pool (it reads files).
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Result<T, Error> {
+    tokio::task::spawn_blocking(f).await.map_err(Error::server)
+}
+
+/// One file of `s`, through [`Skill::read`]: confined to the skill's folder and capped.
+async fn read(s: Arc<Skill>, rel: String) -> Result<Vec<u8>, Error> {
+    blocking(move || {
+        s.read(&rel)
+            .map_err(|e| Error::InvalidParams(format!("{rel} {e}")))
+    })
+    .await?
+}
+
+/// `read_resource` of a `skill://` URI the caller sees (`Ok(None)`: not a skill's, the
+/// MCP servers' to answer).
+pub(super) async fn read_resource(
+    host: &Host,
+    p: &ResourceParams,
+    serves: impl Fn(&str, &str) -> bool,
+) -> Result<Option<ReadResourceResult>, Error> {
+    let Some((name, rel)) = uri::parse(&p.uri) else {
+        return Ok(None);
+    };
+    let catalog = catalog_for(host, p.session_id.as_deref()).await?;
+    let Some(s) = catalog.get(name).filter(|_| serves(&p.uri, uri::SERVER)) else {
+        return Ok(None);
+    };
+    let listed = s.files.iter().any(|f| f.path == rel);
+    let bytes = match listed {
+        true => read(s.clone(), rel.clone()).await,
+        false => Err(Error::InvalidParams(format!("no file {rel}"))),
+    }
+    .map_err(|e| Error::ResourceNotFound(format!("resource {}: {e}", p.uri)))?;
+    let (text, blob) = text_or_base64(bytes);
+    Ok(Some(ReadResourceResult {
+        contents: vec![ResourceContents {
+            uri: p.uri.clone(),
+            mime_type: uri::mime_type(&rel).map(str::to_owned),
+            text,
+            blob,
+            meta: None,
+        }],
+    }))
+}
+
+/// The skills of the caller's catalog as resources, for `list_resources`.
+pub(super) async fn resources(
+    host: &Host,
+    session_id: Option<&str>,
+    serves: impl Fn(&str, &str) -> bool,
+) -> Result<Vec<ResourceEntry>, Error> {
+    let catalog = catalog_for(host, session_id).await?;
+    Ok(catalog
+        .skills()
+        .iter()
+        .flat_map(|s| uri::resources(s))
+        .filter(|r| serves(&r.uri, &r.server))
+        .collect())
+}
+
+/// `(text, None)` for UTF-8, else `(None, base64)`.
+fn text_or_base64(bytes: Vec<u8>) -> (Option<String>, Option<String>) {
+    match String::from_utf8(bytes) {
+        Ok(t) => (Some(t), None),
+        Err(e) => (
+            None,
+            Some(base64::engine::general_purpose::STANDARD.encode(e.into_bytes())),
+        ),
+    }
+}
+
 pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
-    api.method_as::<EmptyParams, ListSkillsResult, _, _, _>(
+    api.method_as::<ListSkillsParams, ListSkillsResult, _, _, _>(
         method::LIST_SKILLS,
-        "The skills found, in search order: name, description, folder, where it was found, etag.",
-        |host, _: EmptyParams| async move { Ok(ListAnswer(host.skills().catalog())) },
+        "The skills found, in search order: name, description, folder, where it was found, etag; with `manifest`, each one's front matter and files with their digests too.",
+        |host, p: ListSkillsParams| async move {
+            let catalog = catalog_for(&host, p.session_id.as_deref()).await?;
+            if !p.manifest {
+                return Ok(Serialised(catalog, Catalog::list_json));
+            }
+            let catalog = match catalog.has_manifest_json() {
+                true => catalog,
+                false => blocking(move || {
+                    catalog.manifest_json();
+                    catalog
+                })
+                .await?,
+            };
+            Ok(Serialised(catalog, Catalog::manifest_json))
+        },
     )?;
     api.method(
         method::GET_SKILL,
-        "One skill: its SKILL.md text and the list of its files.",
+        "One skill: its SKILL.md text, its front matter and the list of its files (with `manifest`, each with its digest).",
         |host, p: SkillNameParams| async move {
-            let s = skill(&host.skills().catalog(), &p.name)?;
+            let s = skill(&*catalog_for(&host, p.session_id.as_deref()).await?, &p.name)?;
+            let s = match !p.manifest || s.has_manifest() {
+                true => s,
+                false => blocking(move || {
+                    s.manifest();
+                    s
+                })
+                .await?,
+            };
             Ok(GetSkillResult {
-                skill: catalog::entry(&s),
+                skill: SkillEntry {
+                    frontmatter: Some(s.frontmatter.clone()),
+                    ..catalog::entry(&s)
+                },
                 text: s.text.clone(),
-                files: s.files.clone(),
+                files: match p.manifest {
+                    true => s.manifest().to_vec(),
+                    false => s.files.clone(),
+                },
             })
         },
     )?;
@@ -52,23 +168,10 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
         method::READ_SKILL_FILE,
         "One file of a skill, by its path inside the skill's folder (never outside it; at most 1 MiB); text, or base64 when it is not UTF-8.",
         |host, p: ReadSkillFileParams| async move {
-            let s = skill(&host.skills().catalog(), &p.name)?;
-            let dir = s.dir.clone();
-            let rel = p.path.clone();
-            let bytes = tokio::task::spawn_blocking(move || {
-                crate::safe_read::read_beneath(&dir, Path::new(&rel), MAX_SKILL_FILE_BYTES)
-            })
-            .await
-            .map_err(Error::server)?
-            .map_err(|e| Error::InvalidParams(format!("{} {e}", p.path)))?;
+            let s = skill(&*catalog_for(&host, p.session_id.as_deref()).await?, &p.name)?;
+            let bytes = read(s, p.path.clone()).await?;
             let size = bytes.len() as u64;
-            let (text, base64) = match String::from_utf8(bytes) {
-                Ok(t) => (Some(t), None),
-                Err(e) => (
-                    None,
-                    Some(base64::engine::general_purpose::STANDARD.encode(e.into_bytes())),
-                ),
-            };
+            let (text, base64) = text_or_base64(bytes);
             Ok(ReadSkillFileResult {
                 name: p.name,
                 path: p.path,

@@ -59,13 +59,19 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
     )?;
     api.method(
         method::LIST_RESOURCES,
-        "The resources of every MCP server, by their own URIs (a URI two servers list is the first's).",
+        "The host's skills (skill://<name>/<file>, server \"toolhost\"), then the resources of every MCP server, by their own URIs (a URI listed twice is the first's).",
         |host, p: SurfaceListParams| async move {
+            let session = p.session_id.clone();
             let view = View::of(&host, p.profile, p.session_id).await?;
             let serves = view.serves();
+            let mut resources = super::skills::resources(&host, session.as_deref(), &serves).await?;
+            let skills: std::collections::HashSet<String> =
+                resources.iter().map(|r| r.uri.clone()).collect();
             let catalog = host.mcp().surface();
-            let resources = catalog.resources.values().filter(|r| serves(&r.uri, &r.server));
-            Ok(ListResourcesResult { resources: resources.cloned().collect() })
+            let upstream = catalog.resources.values();
+            let upstream = upstream.filter(|r| serves(&r.uri, &r.server) && !skills.contains(&r.uri));
+            resources.extend(upstream.cloned());
+            Ok(ListResourcesResult { resources })
         },
     )?;
     api.method(
@@ -84,11 +90,14 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
     )?;
     api.method(
         method::READ_RESOURCE,
-        "Reads a resource from the server that lists it (or whose template matches it); -32002 when none does. A resource over limits.max_output_bytes is refused.",
+        "Reads a resource: a skill's file (at most 1 MiB, never outside its folder), else from the server that lists it (or whose template matches it); -32002 when none does. A resource over limits.max_output_bytes is refused.",
         |host, p: ResourceParams| async move {
-            let view = View::of(&host, p.profile, p.session_id).await?;
-            let cap = view.config.limits.max_output_bytes;
+            let view = View::of(&host, p.profile.clone(), p.session_id.clone()).await?;
             let serves = view.serves();
+            if let Some(skill_file) = super::skills::read_resource(&host, &p, &serves).await? {
+                return Ok(skill_file);
+            }
+            let cap = view.config.limits.max_output_bytes;
             host.mcp().read_resource(&p.uri, cap, &serves).await
         },
     )?;
@@ -133,8 +142,8 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
     )?;
     api.subscription::<EmptyParams, ResourcesChanged, _, _>(
         [method::SUBSCRIBE_RESOURCES_CHANGED, method::RESOURCES_CHANGED, method::UNSUBSCRIBE_RESOURCES_CHANGED],
-        "A notification whenever the live resources or resource templates change. WebSocket and newline framing only.",
-        |host, _: EmptyParams| async move { Ok(changes(&host, |e| match e { Event::Resources(n) => Some(n), _ => None })) },
+        "A notification whenever the live resources or resource templates change, the skills' included. WebSocket and newline framing only.",
+        |host, _: EmptyParams| async move { Ok(resources_changes(&host)) },
     )?;
     Ok(())
 }
@@ -239,5 +248,49 @@ fn changes<N: serde::Serialize + Send + Sync + 'static>(
     let mut rx = host.mcp().surface_events();
     subscription::stream(move |sink: Sink| async move {
         subscription::relay(&mut rx, &sink, "MCP surface", pick).await;
+    })
+}
+
+/// `resources_changed`: the MCP servers' resource lists and the skills (whose files are
+/// resources too), both subscribed before the reply goes out. `resources` counts both (the
+/// daemon workspace's skills).
+fn resources_changes(host: &Host) -> subscription::Stream {
+    let mut upstream = host.mcp().surface_events();
+    let mut skills = host.skills().subscribe();
+    let host = host.clone();
+    subscription::stream(move |sink: Sink| async move {
+        use tokio::sync::broadcast::error::RecvError;
+        loop {
+            let changed = tokio::select! {
+                e = upstream.recv() => match e {
+                    Ok(Event::Resources(_)) | Err(RecvError::Lagged(_)) => true,
+                    Ok(_) => false,
+                    Err(RecvError::Closed) => return,
+                },
+                e = skills.recv() => match e {
+                    Ok(_) | Err(RecvError::Lagged(_)) => true,
+                    Err(RecvError::Closed) => return,
+                },
+                _ = sink.closed() => return,
+            };
+            if !changed {
+                continue;
+            }
+            let catalog = host.mcp().surface();
+            let skill_files: usize = host
+                .skills()
+                .catalog()
+                .skills()
+                .iter()
+                .map(|s| s.files.len())
+                .sum();
+            let note = ResourcesChanged {
+                resources: catalog.resources.len() + skill_files,
+                templates: catalog.templates.len(),
+            };
+            if !sink.send(&note).await {
+                return;
+            }
+        }
     })
 }

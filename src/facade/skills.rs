@@ -1,0 +1,113 @@
+//! The MCP skills extension (`io.modelcontextprotocol/skills`, SEP-2640): `skills/list`
+//! and `skills/get` for the clients that declare it, answered from the host's
+//! `list_skills` (with manifests) and `get_skill` in this connection's session. rmcp
+//! routes the two methods to [`rmcp::ServerHandler`] once `get_info` declares the
+//! extension, and checks every entry it returns against the extension's rules. A skill's
+//! files are its `skill://` resources, read with `resources/read` like any other.
+
+use rmcp::model::{
+    GetSkillRequestParams, GetSkillResult, ListSkillsRequestMethod, ListSkillsResult,
+    PaginatedRequestParams, Skill, SkillFrontmatter, SkillResource, SkillResources,
+    SKILLS_EXTENSION_ID,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer};
+
+use super::{era, host_error, surface::page, Facade};
+use crate::protocol::{self, method};
+use crate::skills::{skill::SKILL_FILE, uri};
+
+/// `-32601` for a client that did not declare the extension, as if it were not there.
+fn declared(ctx: &RequestContext<RoleServer>) -> Result<(), ErrorData> {
+    let caps = era::of(ctx).client_capabilities;
+    match caps
+        .extensions
+        .is_some_and(|e| e.contains_key(SKILLS_EXTENSION_ID))
+    {
+        true => Ok(()),
+        false => Err(ErrorData::method_not_found::<ListSkillsRequestMethod>()),
+    }
+}
+
+/// One skill as the extension lists it: the front matter verbatim, and every file as a
+/// `skill://` URI with its digest and size (a file without a digest, over the read cap,
+/// cannot be read through `resources/read` either and is left out).
+fn skill(entry: &protocol::SkillEntry, files: &[protocol::SkillFile]) -> Skill {
+    let mut frontmatter = SkillFrontmatter::new(&entry.name, &entry.description);
+    let mut extra = entry.frontmatter.clone().unwrap_or_default();
+    extra.remove("name");
+    extra.remove("description");
+    frontmatter.extra = extra;
+    let files = files.iter().filter_map(|f| {
+        let digest = f.digest.as_ref()?;
+        Some(SkillResource::new(
+            uri::of(&entry.name, &f.path),
+            digest,
+            f.size,
+        ))
+    });
+    Skill::new(
+        uri::of(&entry.name, SKILL_FILE),
+        frontmatter,
+        SkillResources::Files(files.collect()),
+    )
+}
+
+impl Facade {
+    pub(super) async fn skills_page(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<ListSkillsResult, ErrorData> {
+        declared(ctx)?;
+        self.ready(ctx, false).await?;
+        let params = protocol::ListSkillsParams {
+            session_id: self.session_id(),
+            manifest: true,
+        };
+        let list: protocol::ListSkillsResult = self
+            .client()
+            .await?
+            .call(method::LIST_SKILLS, &params)
+            .await
+            .map_err(host_error)?;
+        let skills: Vec<Skill> = list
+            .skills
+            .iter()
+            .map(|s| skill(s, s.manifest.as_deref().unwrap_or_default()))
+            .collect();
+        let (items, next) = page(&skills, request.and_then(|r| r.cursor), self.page_size)?;
+        let mut result = ListSkillsResult::with_all_items(items);
+        result.next_cursor = next;
+        era::stamp_cached(ctx, &mut result, era::LIST_TTL_MS, self.shaped());
+        Ok(result)
+    }
+
+    pub(super) async fn skill(
+        &self,
+        request: GetSkillRequestParams,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<GetSkillResult, ErrorData> {
+        declared(ctx)?;
+        self.ready(ctx, false).await?;
+        let unknown = || ErrorData::invalid_params(format!("no skill at {}", request.uri), None);
+        let name = match uri::parse(&request.uri) {
+            Some((name, path)) if path == SKILL_FILE => name.to_owned(),
+            _ => return Err(unknown()),
+        };
+        let params = protocol::SkillNameParams {
+            name,
+            session_id: self.session_id(),
+            manifest: true,
+        };
+        let found: protocol::GetSkillResult = self
+            .client()
+            .await?
+            .call(method::GET_SKILL, &params)
+            .await
+            .map_err(host_error)?;
+        let mut result = GetSkillResult::new(skill(&found.skill, &found.files));
+        era::stamp_cached(ctx, &mut result, era::LIST_TTL_MS, self.shaped());
+        Ok(result)
+    }
+}
