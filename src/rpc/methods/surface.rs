@@ -240,57 +240,29 @@ fn prompt_changes(host: &Host) -> subscription::Stream {
     })
 }
 
-/// A stream of the catalog events `pick` keeps, subscribed before the reply goes out.
-fn changes<N: serde::Serialize + Send + Sync + 'static>(
-    host: &Host,
-    pick: fn(Event) -> Option<N>,
-) -> subscription::Stream {
-    let mut rx = host.mcp().surface_events();
-    subscription::stream(move |sink: Sink| async move {
-        subscription::relay(&mut rx, &sink, "MCP surface", pick).await;
-    })
-}
-
 /// `resources_changed`: the MCP servers' resource lists and the skills (whose files are
 /// resources too), both subscribed before the reply goes out. `resources` counts both (the
 /// daemon workspace's skills).
 fn resources_changes(host: &Host) -> subscription::Stream {
-    let mut upstream = host.mcp().surface_events();
+    let mut servers = host.mcp().surface_events();
     let mut skills = host.skills().subscribe();
     let host = host.clone();
     subscription::stream(move |sink: Sink| async move {
-        use tokio::sync::broadcast::error::RecvError;
-        loop {
-            let changed = tokio::select! {
-                e = upstream.recv() => match e {
-                    Ok(Event::Resources(_)) | Err(RecvError::Lagged(_)) => true,
-                    Ok(_) => false,
-                    Err(RecvError::Closed) => return,
-                },
-                e = skills.recv() => match e {
-                    Ok(_) | Err(RecvError::Lagged(_)) => true,
-                    Err(RecvError::Closed) => return,
-                },
-                _ = sink.closed() => return,
-            };
-            if !changed {
-                continue;
-            }
+        let count = || {
             let catalog = host.mcp().surface();
-            let skill_files: usize = host
-                .skills()
-                .catalog()
-                .skills()
-                .iter()
-                .map(|s| s.files.len())
-                .sum();
-            let note = ResourcesChanged {
+            let skills = host.skills().catalog();
+            let skill_files: usize = skills.skills().iter().map(|s| s.files.len()).sum();
+            ResourcesChanged {
                 resources: catalog.resources.len() + skill_files,
                 templates: catalog.templates.len(),
-            };
-            if !sink.send(&note).await {
-                return;
             }
-        }
+        };
+        tokio::join!(
+            subscription::relay(&mut servers, &sink, "MCP surface", |e| match e {
+                Event::Resources(_) => Some(count()),
+                _ => None,
+            }),
+            subscription::relay(&mut skills, &sink, "skills", |_| Some(count())),
+        );
     })
 }
