@@ -9,6 +9,7 @@
 mod auth;
 mod client;
 mod era;
+mod instances;
 mod launcher;
 mod listen;
 mod listing;
@@ -49,8 +50,8 @@ pub struct McpManager {
     servers: Mutex<IndexMap<String, Arc<Server>>>,
     registry: Registry,
     tracker: tokio_util::task::TaskTracker,
-    /// The host workspace as a `file://` URI: the root offered to servers that ask.
-    root: String,
+    /// The host workspace: where servers run unless told otherwise.
+    workspace: std::path::PathBuf,
     runtime: Runtime,
 }
 
@@ -68,7 +69,7 @@ impl McpManager {
             servers: Mutex::default(),
             registry,
             tracker,
-            root: client::file_uri(workspace),
+            workspace: workspace.to_path_buf(),
             runtime: Runtime {
                 processes,
                 oauth: Arc::new(auth::OAuth::new(data_dir)),
@@ -91,7 +92,7 @@ impl McpManager {
             self.registry.clone(),
             publish,
             &self.tracker,
-            self.root.clone(),
+            &self.workspace,
             self.runtime.clone(),
         );
         if let Some(old) = self.lock().insert(name.to_owned(), server.clone()) {
@@ -207,6 +208,15 @@ impl McpManager {
     /// The live server `name`.
     pub fn known(&self, name: &str) -> Result<Arc<Server>, UnknownServer> {
         self.get(name).ok_or_else(|| UnknownServer::live(name))
+    }
+
+    /// The session `id` was deleted: its instances of per-session servers stop.
+    pub fn session_ended(&self, id: &str) {
+        for s in self.lock().values() {
+            if let Some(set) = s.instances() {
+                set.session_ended(id);
+            }
+        }
     }
 
     /// Stops every server; the caller waits for their supervisors through the task tracker.

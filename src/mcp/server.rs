@@ -2,6 +2,7 @@
 //! (connect → list → serve → on crash back off and reconnect; circuit breaker).
 
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,6 +18,7 @@ use tokio::sync::{mpsc, watch, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::client::{Client, Notice};
+use super::instances::Instances;
 use super::launcher::{self, Connection};
 use super::listing::{self, Bounds, ListError};
 use super::naming::public_name;
@@ -179,27 +181,95 @@ pub struct Server {
     /// Whether the supervisor publishes its tools itself; false while a reload waits to
     /// publish them together with every other change in one swap.
     publish: AtomicBool,
-    /// The `file://` URI answered to the server's `roots/list`: its `cwd`, else the host
-    /// workspace.
-    root: String,
+    /// The host workspace: where a shared server without `cwd` runs, and its root.
+    home: PathBuf,
+    /// Where a scoped server's process runs (the daemon's workspace for the server itself,
+    /// a session's for an instance); `None` for a shared server.
+    workspace: Option<PathBuf>,
+    /// A scoped server's instances for other workspaces or sessions (`instances.rs`).
+    instances: Option<Arc<Instances>>,
     /// The daemon's processes, OAuth tokens and surface hub.
     pub(super) runtime: super::Runtime,
 }
 
 impl Server {
-    /// Creates the server and starts its supervisor. With `publish` false the first tool
-    /// list is left for the caller to collect with [`Server::tools`] and publish.
+    /// Creates the server of the daemon whose workspace is `home` and starts its
+    /// supervisor. With `publish` false the first tool list is left for the caller to
+    /// collect with [`Server::tools`] and publish.
     pub fn spawn(
         name: &str,
         config: McpServer,
         registry: Registry,
         publish: bool,
         tracker: &tokio_util::task::TaskTracker,
-        root: String,
+        home: &Path,
         runtime: super::Runtime,
     ) -> Arc<Server> {
-        let enabled = config.enabled;
+        let instances = Instances::of(&config, home, &registry, tracker, &runtime);
+        let workspace = instances.as_ref().map(|set| set.home().to_path_buf());
+        let server = Self::build(name, config, registry, publish, home, workspace, runtime);
         let server = Arc::new(Server {
+            instances,
+            ..server
+        });
+        if let Some(set) = &server.instances {
+            let stop = server.stop.clone();
+            tracker.spawn(super::instances::reap(
+                set.clone(),
+                Arc::downgrade(&server),
+                stop,
+            ));
+        }
+        server.supervise(tracker)
+    }
+
+    /// An instance of the scoped server `name` in `workspace` (`instances.rs`): an ordinary
+    /// server of its own that publishes nothing, whose prompts and resources go to a hub
+    /// of its own (the daemon's own instance lists them for everyone).
+    pub(super) fn spawn_instance(
+        name: &str,
+        config: McpServer,
+        workspace: &Path,
+        registry: Registry,
+        tracker: &tokio_util::task::TaskTracker,
+        runtime: super::Runtime,
+    ) -> Arc<Server> {
+        let runtime = super::Runtime {
+            surface: Arc::default(),
+            ..runtime
+        };
+        let home = workspace.to_path_buf();
+        let server = Self::build(
+            name,
+            config,
+            registry,
+            false,
+            workspace,
+            Some(home),
+            runtime,
+        );
+        Arc::new(server).supervise(tracker)
+    }
+
+    /// Starts the supervisor of an enabled server.
+    fn supervise(self: Arc<Self>, tracker: &tokio_util::task::TaskTracker) -> Arc<Server> {
+        if self.config().enabled {
+            tracker.spawn(supervise(self.clone()));
+        }
+        self
+    }
+
+    fn build(
+        name: &str,
+        config: McpServer,
+        registry: Registry,
+        publish: bool,
+        home: &Path,
+        workspace: Option<PathBuf>,
+        runtime: super::Runtime,
+    ) -> Server {
+        let enabled = config.enabled;
+        Server {
             name: name.to_owned(),
             permits: Arc::new(Semaphore::new(config.max_concurrency.max(1))),
             config: ArcSwap::from_pointee(config),
@@ -220,13 +290,11 @@ impl Server {
             remote_tools: Mutex::new(Vec::new()),
             registry,
             publish: AtomicBool::new(publish),
-            root,
+            home: home.to_path_buf(),
+            workspace,
+            instances: None,
             runtime,
-        });
-        if enabled {
-            tracker.spawn(supervise(server.clone()));
         }
-        server
     }
 
     pub fn name(&self) -> &str {
@@ -238,11 +306,28 @@ impl Server {
     pub fn progress(&self) -> &ProgressDispatcher {
         &self.progress
     }
-    /// The root the server is offered: its `cwd`, else the host workspace.
-    pub(super) fn root(&self) -> String {
-        match &self.config().cwd {
-            Some(cwd) => super::client::file_uri(cwd),
-            None => self.root.clone(),
+    /// The config the server's process is started with: a scoped server's runs in its
+    /// workspace (`instances::for_workspace`).
+    pub(super) fn launch_config(&self) -> Arc<McpServer> {
+        let cfg = self.config();
+        match &self.workspace {
+            Some(workspace) => Arc::new(super::instances::for_workspace(&cfg, workspace)),
+            None => cfg,
+        }
+    }
+    /// The roots the server is offered (`client::roots_of`).
+    pub(super) fn roots(&self) -> Vec<String> {
+        super::client::roots_of(&self.launch_config(), &self.home)
+    }
+    /// A scoped server's instances beside this one.
+    pub(super) fn instances(&self) -> Option<&Arc<Instances>> {
+        self.instances.as_ref()
+    }
+    /// The process of a connected stdio server.
+    pub(super) fn pid(&self) -> Option<u32> {
+        match &*self.state.borrow() {
+            ServerState::Ready { pid, .. } => *pid,
+            _ => None,
         }
     }
     pub(super) fn origins(&self) -> &Arc<super::origin::Origins> {
@@ -302,6 +387,9 @@ impl Server {
     pub fn retire(&self) {
         self.stop.cancel();
         self.permits.close();
+        if let Some(set) = &self.instances {
+            set.retire();
+        }
     }
 
     /// The server's own names of the tools it last listed (before include/exclude).
@@ -318,11 +406,9 @@ impl Server {
             .iter()
             .filter(|t| t["name"].as_str().is_some_and(|n| serves(&cfg, n)))
             .count();
+        let pid = self.pid();
+        let instances = self.instances.as_ref();
         let state = self.state.borrow();
-        let pid = match &*state {
-            ServerState::Ready { pid, .. } => *pid,
-            _ => None,
-        };
         McpServerStatus {
             name: self.name.clone(),
             transport: match cfg.transport() {
@@ -347,9 +433,11 @@ impl Server {
             restarts: self.restarts.load(Ordering::Relaxed),
             circuit_opens: self.circuit_opens.load(Ordering::Relaxed),
             in_flight: self.in_flight.load(Ordering::Relaxed),
-            queued: self.queued.load(Ordering::Relaxed),
+            queued: self.queued.load(Ordering::Relaxed) + instances.map_or(0, |i| i.waiting()),
             collisions,
             resource_clashes: Vec::new(),
+            scope: cfg.scope,
+            instances: instances.map_or_else(Vec::new, |i| i.status(self)),
         }
     }
 
@@ -590,7 +678,7 @@ async fn run(server: &Arc<Server>) {
         let client = Client::new(
             server.progress.clone(),
             notice_tx,
-            server.root(),
+            server.roots(),
             server.origins.clone(),
         );
         let attempt = tokio::select! {
@@ -695,7 +783,7 @@ fn backoff(failures: u32) -> Duration {
 /// server's surface. The tools are kept, not yet published: the caller publishes them once
 /// the server is `Ready`, so no frontend sees a tool it cannot call yet.
 async fn connect_and_list(server: &Arc<Server>, client: Client) -> anyhow::Result<Connection> {
-    let cfg = server.config();
+    let cfg = server.launch_config();
     let conn = launcher::connect(&server.name, &cfg, client, &server.runtime).await?;
     let startup = Duration::from_millis(cfg.startup_timeout_ms);
     let tools = tokio::time::timeout(

@@ -210,7 +210,6 @@ async fn send_call(
 }
 
 async fn call_upstream(tool: &McpTool, args: Map<String, Value>, ctx: CallContext) -> ToolResult {
-    let server = &tool.server;
     let name = tool.spec.name.as_str();
     // The call's deadline and the server's idle timeout share one timer (see
     // `Tool::keeps_deadline`).
@@ -218,6 +217,18 @@ async fn call_upstream(tool: &McpTool, args: Map<String, Value>, ctx: CallContex
         .timeout_ms
         .map(|ms| Instant::now() + Duration::from_millis(ms));
     let timed_out = || ToolError::timed_out(name, ctx.timeout_ms.unwrap_or_default());
+    // A scoped server's call runs on the caller's instance (`instances.rs`), held busy
+    // until the call ends; waiting for room or for its start counts against the deadline.
+    let lease = match tool.server.instances() {
+        None => None,
+        Some(set) => tokio::select! {
+            biased;
+            routed = set.route(&tool.server, &ctx) => routed?,
+            _ = ctx.cancel.cancelled() => return Err(ToolError::cancelled(name)),
+            _ = sleep_until(deadline) => return Err(timed_out()),
+        },
+    };
+    let server = lease.as_ref().map_or(&tool.server, |l| l.server());
     // Not connected: say so at once rather than after waiting for a slot.
     server.link_for_call()?;
     let acquiring = async {
@@ -253,8 +264,8 @@ async fn call_upstream(tool: &McpTool, args: Map<String, Value>, ctx: CallContex
         if !mrtr::input_required(&result) {
             return map_result(result);
         }
-        let root = server.root();
-        let answering = mrtr::answer(result, &ctx.inputs, &root);
+        let roots = server.roots();
+        let answering = mrtr::answer(result, &ctx.inputs, &roots);
         retry = tokio::select! {
             // A question ends with its call: the call's own end is the answer then.
             biased;

@@ -558,6 +558,7 @@ fn session_methods(api: &mut Api) -> anyhow::Result<()> {
             let workspace = host.sessions().get(&p.id).await.ok().map(|s| s.workspace);
             let deleted = host.sessions().delete(&p.id).await?;
             host.approvals().forget_session(&p.id);
+            host.mcp().session_ended(&p.id);
             if deleted {
                 let ws = workspace.unwrap_or_else(|| host.workspace().display().to_string());
                 session_event(&host, SessionEvent::Delete, &p.id, &ws);
