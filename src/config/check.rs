@@ -581,6 +581,8 @@ mod tests {
             cwd: Some("/w".into()),
             include_tools: vec!["t".into()],
             exclude_tools: vec!["u".into()],
+            idle_stop_s: Some(60),
+            roots: vec!["/r".into()],
             auth: Some(crate::config::McpAuth {
                 kind: crate::config::McpAuthKind::Oauth,
                 client_id: Some("c".into()),

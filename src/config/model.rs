@@ -338,7 +338,7 @@ pub struct McpServer {
     pub prefix: bool,
     /// What a new or changed tool definition of this server needs before it is listed.
     pub trust: Trust,
-    /// Who shares one process of this stdio server (proto-docs/mcp-servers.md#scopes).
+    /// Who shares one process of this stdio server (proto-docs/config.md#server-scopes).
     pub scope: ServerScope,
     /// Processes of a scoped server alive at once, beside the one for the daemon's
     /// workspace; a new one past this stops the least recently used idle one first.

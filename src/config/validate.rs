@@ -167,8 +167,8 @@ pub(crate) fn profile_rules(root: &Value, r: &mut Report) {
 }
 
 /// A server's `scope` with what it needs: a stdio server (one HTTP endpoint serves
-/// everyone), no `cwd` of its own (each instance runs in its workspace), `max_instances`
-/// only when scoped, and absolute `roots` (a scoped server's may start at `${WORKSPACE}`).
+/// everyone), no `cwd` of its own (each instance runs in its workspace), and absolute
+/// `roots` (a scoped server's may start at `${WORKSPACE}`).
 fn scope_rules(m: &Map<String, Value>, base: &JsonPath, http: bool, r: &mut Report) {
     let at = |k: &str| {
         let mut p = base.clone();
@@ -186,12 +186,6 @@ fn scope_rules(m: &Map<String, Value>, base: &JsonPath, http: bool, r: &mut Repo
         r.problem(
             &at("cwd"),
             "a scoped server runs in the workspace of each instance; use ${WORKSPACE} in args",
-        );
-    }
-    if !scoped && m.get("max_instances").is_some_and(|c| !c.is_null()) {
-        r.warn(
-            &at("max_instances"),
-            "ignored: only scoped servers (\"scope\": \"per_workspace\" or \"per_session\") use it",
         );
     }
     let workspace = format!("${{{}}}", super::model::WORKSPACE_VAR);
@@ -564,10 +558,7 @@ mod tests {
                 "mcp_servers.c.roots[1]: expected an absolute path, found \"${WORKSPACE}\"",
             ]
         );
-        assert_eq!(
-            c.warnings,
-            vec!["mcp_servers.c.max_instances: ignored: only scoped servers (\"scope\": \"per_workspace\" or \"per_session\") use it"]
-        );
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
     }
 
     #[test]
