@@ -175,6 +175,20 @@ async fn per_session_runs_one_instance_per_session_until_it_is_deleted() {
     })
     .await;
     assert!(alive(p2 as i32));
+
+    // A session moved to another workspace gets an instance there.
+    let b = workspace(&d, "b");
+    let moved = d
+        .call("session.update", json!({"id": s2, "workspace": b}))
+        .await;
+    assert_eq!(moved["result"]["workspace"], json!(b), "{moved}");
+    let there = whereami(&d, Some(&s2)).await;
+    assert_eq!(there["cwd"], json!(b));
+    assert_ne!(there["pid"], json!(p2));
+    eventually(10, "the instance in the old workspace to exit", || async {
+        !alive(p2 as i32)
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -47,8 +47,8 @@ pub struct Instances {
     closed: AtomicBool,
     /// Woken when an instance becomes idle or leaves: calls waiting for room look again.
     freed: Notify,
-    /// Woken when an idle deadline may have moved: the reaper looks again.
-    used: Notify,
+    /// Woken when an instance starts: the reaper may have had nothing to wait for.
+    started: Notify,
     /// Calls waiting for room for a new instance.
     waiting: AtomicUsize,
     /// When a call last used the daemon's own instance (ms since the epoch; 0: never).
@@ -107,7 +107,6 @@ impl Drop for Lease {
                 instance.server.retire();
             }
             self.set.freed.notify_waiters();
-            self.set.used.notify_one();
         }
     }
 }
@@ -142,7 +141,7 @@ impl Instances {
         runtime: &Runtime,
     ) -> Option<Arc<Instances>> {
         // Only stdio servers have instances (config validation refuses the rest).
-        if !config.scope.is_scoped() || config.url.is_some() {
+        if !config.scope.is_scoped() || config.url.is_some() || !config.enabled {
             return None;
         }
         Some(Arc::new(Instances {
@@ -154,7 +153,7 @@ impl Instances {
             live: Mutex::default(),
             closed: AtomicBool::new(false),
             freed: Notify::new(),
-            used: Notify::new(),
+            started: Notify::new(),
             waiting: AtomicUsize::new(0),
             home_used: AtomicU64::new(0),
         }))
@@ -188,14 +187,12 @@ impl Instances {
             let _waiting = Waiting::enter(&self.waiting);
             freed.await;
         };
-        if !started {
-            return Ok(Some(lease));
-        }
-        // A new instance: its first attempt to connect, or why it cannot serve. One that
-        // failed leaves, so the next call tries afresh and says why again.
+        // An instance still starting (this call's, or an earlier one's that gave up
+        // waiting): its first attempt to connect. A new one that failed it leaves, so the
+        // next call tries afresh and says why again.
         let instance = lease.server().clone();
         instance.first_attempt_done().await;
-        if instance.state() != McpServerState::Ready {
+        if started && instance.state() != McpServerState::Ready {
             let why = instance.status(Vec::new()).last_error.unwrap_or_default();
             self.forget(&lease.instance);
             return Err(ToolError::new(
@@ -263,8 +260,16 @@ impl Instances {
                 format!("MCP server '{}' was removed", server.name()),
             ));
         }
-        if let Some(instance) = live.iter().find(|i| i.key == *key) {
-            return Ok(Some((Lease::new(self, instance), false)));
+        if let Some(at) = live.iter().position(|i| i.key == *key) {
+            if live[at].workspace == workspace {
+                return Ok(Some((Lease::new(self, &live[at]), false)));
+            }
+            // The session moved to another workspace: its instance there replaces this one.
+            let moved = live.swap_remove(at);
+            moved.ended.store(true, Ordering::SeqCst);
+            if moved.busy.load(Ordering::SeqCst) == 0 {
+                moved.server.retire();
+            }
         }
         let cfg = server.config();
         if live.len() >= cfg.max_instances.max(1) {
@@ -297,7 +302,7 @@ impl Instances {
         });
         let lease = Lease::new(self, &instance);
         live.push(instance);
-        self.used.notify_one();
+        self.started.notify_one();
         Ok(Some((lease, true)))
     }
 
@@ -325,6 +330,13 @@ impl Instances {
         let found = lock(&self.live).iter().find(|i| i.key == key).cloned();
         if let Some(instance) = found {
             self.forget(&instance);
+        }
+    }
+
+    /// Asks every instance for a new connection (`mcp.reconnect`).
+    pub fn reconnect(&self) {
+        for instance in lock(&self.live).iter() {
+            instance.server.reconnect();
         }
     }
 
@@ -389,8 +401,10 @@ impl Instances {
 }
 
 /// The set's one timer: stops instances unused for the server's idle time (`idle_stop_s`,
-/// else [`DEFAULT_IDLE`]), sleeping until the earliest idle instance's deadline; a call's
-/// end wakes it to look again. Ends with `stop` (the server retired) or with the server.
+/// else [`DEFAULT_IDLE`]). It sleeps until the earliest time an instance could be due: an
+/// idle one's last use plus the idle time, a busy one's no earlier than now plus the idle
+/// time. A use only moves a deadline later, so calls never wake it; it wakes early at
+/// worst, and looks again. Ends with `stop` (the server retired) or with the server.
 pub async fn reap(set: Arc<Instances>, server: Weak<Server>, stop: CancellationToken) {
     loop {
         let Some(idle) = server.upgrade().map(|s| idle_time(&s.config())) else {
@@ -398,19 +412,17 @@ pub async fn reap(set: Arc<Instances>, server: Weak<Server>, stop: CancellationT
         };
         let idle_ms = u64::try_from(idle.as_millis()).unwrap_or(u64::MAX);
         let now = now_ms();
-        let mut next: Option<u64> = None;
-        let expired: Vec<Arc<Instance>> = {
+        let due = |i: &Instance| match i.busy.load(Ordering::SeqCst) {
+            0 => i.last_used.load(Ordering::Relaxed).saturating_add(idle_ms),
+            _ => now.saturating_add(idle_ms),
+        };
+        let (expired, next) = {
             let mut live = lock(&set.live);
-            let (gone, kept) = std::mem::take(&mut *live).into_iter().partition(|i| {
-                i.busy.load(Ordering::SeqCst) == 0
-                    && now.saturating_sub(i.last_used.load(Ordering::Relaxed)) >= idle_ms
-            });
+            let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut *live)
+                .into_iter()
+                .partition(|i| due(i) <= now);
             *live = kept;
-            for i in live.iter().filter(|i| i.busy.load(Ordering::SeqCst) == 0) {
-                let due = i.last_used.load(Ordering::Relaxed).saturating_add(idle_ms);
-                next = Some(next.map_or(due, |n| n.min(due)));
-            }
-            gone
+            (gone, live.iter().map(|i| due(i)).min())
         };
         for instance in &expired {
             tracing::info!(server = %instance.server.name(), workspace = %instance.workspace.display(), "stopping an instance unused for {} s", idle.as_secs());
@@ -429,7 +441,7 @@ pub async fn reap(set: Arc<Instances>, server: Weak<Server>, stop: CancellationT
         };
         tokio::select! {
             _ = stop.cancelled() => return,
-            _ = set.used.notified() => {}
+            _ = set.started.notified() => {}
             _ = sleep => {}
         }
     }

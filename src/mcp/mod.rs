@@ -123,6 +123,9 @@ impl McpManager {
         };
         for s in &servers {
             s.reconnect();
+            if let Some(set) = s.instances() {
+                set.reconnect();
+            }
         }
         servers.len()
     }
