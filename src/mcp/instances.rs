@@ -288,14 +288,7 @@ impl Instances {
         let instance = Arc::new(Instance {
             key: key.clone(),
             workspace: workspace.to_path_buf(),
-            server: Server::spawn_instance(
-                server.name(),
-                (*cfg).clone(),
-                workspace,
-                self.registry.clone(),
-                &self.tracker,
-                self.runtime.clone(),
-            ),
+            server: self.spawn(server.name(), &cfg, workspace),
             busy: AtomicUsize::new(0),
             last_used: AtomicU64::new(now_ms()),
             ended: AtomicBool::new(false),
@@ -304,6 +297,27 @@ impl Instances {
         live.push(instance);
         self.started.notify_one();
         Ok(Some((lease, true)))
+    }
+
+    /// A new instance of the server `name` in `workspace`: an ordinary server of its own
+    /// that publishes nothing, whose prompts and resources go to a hub of its own (the
+    /// daemon's own instance lists them for everyone).
+    fn spawn(&self, name: &str, cfg: &McpServer, workspace: &Path) -> Arc<Server> {
+        let runtime = Runtime {
+            surface: Arc::default(),
+            ..self.runtime.clone()
+        };
+        let dir = Some(workspace.to_path_buf());
+        let server = Server::build(
+            name,
+            cfg.clone(),
+            self.registry.clone(),
+            false,
+            workspace,
+            dir,
+            runtime,
+        );
+        Arc::new(server).supervise(&self.tracker)
     }
 
     /// Takes `instance` out of the set and stops it (once no call is on it).

@@ -13,7 +13,7 @@ use futures::FutureExt;
 use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::service::{Peer, ServiceError};
 use rmcp::RoleClient;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::{mpsc, watch, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
@@ -21,14 +21,11 @@ use super::client::{Client, Notice};
 use super::instances::Instances;
 use super::launcher::{self, Connection};
 use super::listing::{self, Bounds, ListError};
-use super::naming::public_name;
-use super::tool::{McpTool, Slot};
-use crate::catalog::{ToolSource, ToolSpec};
+use super::tool::{serves, McpTool, Slot};
 use crate::config::McpServer;
 use crate::lock;
 use crate::now_ms;
 use crate::process::KILL_GRACE;
-use crate::protocol::ApprovalClass;
 use crate::protocol::{ErrorKind, McpServerStatus, McpTransport};
 use crate::registry::{Change, Registry, SourceKey, Tool, ToolError};
 
@@ -223,43 +220,20 @@ impl Server {
         server.supervise(tracker)
     }
 
-    /// An instance of the scoped server `name` in `workspace` (`instances.rs`): an ordinary
-    /// server of its own that publishes nothing, whose prompts and resources go to a hub
-    /// of its own (the daemon's own instance lists them for everyone).
-    pub(super) fn spawn_instance(
-        name: &str,
-        config: McpServer,
-        workspace: &Path,
-        registry: Registry,
-        tracker: &tokio_util::task::TaskTracker,
-        runtime: super::Runtime,
-    ) -> Arc<Server> {
-        let runtime = super::Runtime {
-            surface: Arc::default(),
-            ..runtime
-        };
-        let home = workspace.to_path_buf();
-        let server = Self::build(
-            name,
-            config,
-            registry,
-            false,
-            workspace,
-            Some(home),
-            runtime,
-        );
-        Arc::new(server).supervise(tracker)
-    }
-
     /// Starts the supervisor of an enabled server.
-    fn supervise(self: Arc<Self>, tracker: &tokio_util::task::TaskTracker) -> Arc<Server> {
+    pub(super) fn supervise(
+        self: Arc<Self>,
+        tracker: &tokio_util::task::TaskTracker,
+    ) -> Arc<Server> {
         if self.config().enabled {
             tracker.spawn(supervise(self.clone()));
         }
         self
     }
 
-    fn build(
+    /// The server, its supervisor not started; `workspace` is where a scoped server's
+    /// process runs.
+    pub(super) fn build(
         name: &str,
         config: McpServer,
         registry: Registry,
@@ -545,56 +519,10 @@ impl Server {
             .iter()
             .filter_map(|t| {
                 let remote_name = t["name"].as_str().filter(|n| serves(&cfg, n))?;
-                let tool = self.tool_for(&cfg, remote_name.to_owned(), t);
+                let tool = McpTool::new(self, &cfg, remote_name.to_owned(), t);
                 Some(Arc::new(tool) as Arc<dyn Tool>)
             })
             .collect()
-    }
-
-    fn tool_for(self: &Arc<Self>, cfg: &McpServer, remote_name: String, t: &Value) -> McpTool {
-        let mut parameters = t.get("inputSchema").cloned().unwrap_or(Value::Null);
-        match parameters.as_object_mut() {
-            Some(o) if !o.is_empty() => {
-                o.entry("type").or_insert_with(|| json!("object"));
-                if o.get("type") == Some(&json!("object")) {
-                    o.entry("properties").or_insert_with(|| json!({}));
-                }
-            }
-            _ => parameters = json!({"type": "object", "properties": {}}),
-        }
-        let annotations = t.get("annotations").filter(|a| !a.is_null()).cloned();
-        let trusted_read_only = cfg.trust_annotations
-            && annotations
-                .as_ref()
-                .and_then(|a| a["readOnlyHint"].as_bool())
-                == Some(true);
-        let approval = cfg
-            .approval
-            .get(&remote_name)
-            .copied()
-            .or(trusted_read_only.then_some(ApprovalClass::ReadOnly));
-        McpTool {
-            spec: ToolSpec {
-                name: public_name(&self.name, cfg.prefix, &remote_name),
-                description: t["description"].as_str().unwrap_or("").to_owned(),
-                parameters,
-                approval,
-                source: ToolSource::Mcp {
-                    server: self.name.clone(),
-                    remote_name: remote_name.clone(),
-                },
-                hidden: false,
-                deferrable: false,
-                annotations,
-            },
-            title: t["title"]
-                .as_str()
-                .or_else(|| t["annotations"]["title"].as_str())
-                .map(str::to_owned),
-            output_schema: t.get("outputSchema").filter(|s| s.is_object()).cloned(),
-            remote_name,
-            server: self.clone(),
-        }
     }
 
     /// Publishes the current tools as this server's registry source (when publishing).
@@ -647,12 +575,6 @@ impl Server {
             }
         }
     }
-}
-
-/// Whether the config serves the server's tool `name` (`include_tools`, `exclude_tools`).
-fn serves(cfg: &McpServer, name: &str) -> bool {
-    (cfg.include_tools.is_empty() || cfg.include_tools.iter().any(|t| t == name))
-        && !cfg.exclude_tools.iter().any(|t| t == name)
 }
 
 /// The supervisor: one task per server, owning its connection and writing its state.

@@ -15,16 +15,20 @@ use rmcp::model::{
 use rmcp::service::{Peer, PeerRequestOptions, ServiceError};
 use rmcp::RoleClient;
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
 use super::client::Note;
 use super::mrtr::{self, Retry, MAX_ROUNDS};
+use super::naming::public_name;
 use super::origin::InFlight;
 use super::server::{Link, Server};
 use super::stdio::DirectCalls;
-use crate::catalog::ToolSpec;
-use crate::protocol::{ContentBlock, Control, ErrorKind, ImageDataUrl, Progress, ToolOutput};
+use crate::catalog::{ToolSource, ToolSpec};
+use crate::config::McpServer;
+use crate::protocol::{
+    ApprovalClass, ContentBlock, Control, ErrorKind, ImageDataUrl, Progress, ToolOutput,
+};
 use crate::registry::{CallContext, Tool, ToolError, ToolResult, ToolUpdate};
 
 pub struct McpTool {
@@ -35,6 +39,67 @@ pub struct McpTool {
     pub title: Option<String>,
     /// The server's `outputSchema`, kept for the `mcp` list format.
     pub output_schema: Option<Value>,
+}
+
+impl McpTool {
+    /// The host tool for `t`, one entry of `server`'s `tools/list`, under `cfg` (naming,
+    /// approval classes, trusted annotations).
+    pub(super) fn new(
+        server: &Arc<Server>,
+        cfg: &McpServer,
+        remote_name: String,
+        t: &Value,
+    ) -> McpTool {
+        let mut parameters = t.get("inputSchema").cloned().unwrap_or(Value::Null);
+        match parameters.as_object_mut() {
+            Some(o) if !o.is_empty() => {
+                o.entry("type").or_insert_with(|| json!("object"));
+                if o.get("type") == Some(&json!("object")) {
+                    o.entry("properties").or_insert_with(|| json!({}));
+                }
+            }
+            _ => parameters = json!({"type": "object", "properties": {}}),
+        }
+        let annotations = t.get("annotations").filter(|a| !a.is_null()).cloned();
+        let trusted_read_only = cfg.trust_annotations
+            && annotations
+                .as_ref()
+                .and_then(|a| a["readOnlyHint"].as_bool())
+                == Some(true);
+        let approval = cfg
+            .approval
+            .get(&remote_name)
+            .copied()
+            .or(trusted_read_only.then_some(ApprovalClass::ReadOnly));
+        McpTool {
+            spec: ToolSpec {
+                name: public_name(server.name(), cfg.prefix, &remote_name),
+                description: t["description"].as_str().unwrap_or("").to_owned(),
+                parameters,
+                approval,
+                source: ToolSource::Mcp {
+                    server: server.name().to_owned(),
+                    remote_name: remote_name.clone(),
+                },
+                hidden: false,
+                deferrable: false,
+                annotations,
+            },
+            title: t["title"]
+                .as_str()
+                .or_else(|| t["annotations"]["title"].as_str())
+                .map(str::to_owned),
+            output_schema: t.get("outputSchema").filter(|s| s.is_object()).cloned(),
+            remote_name,
+            server: server.clone(),
+        }
+    }
+}
+
+/// Whether the config serves the server's tool `name` (`include_tools`, `exclude_tools`).
+pub(super) fn serves(cfg: &McpServer, name: &str) -> bool {
+    (cfg.include_tools.is_empty() || cfg.include_tools.iter().any(|t| t == name))
+        && !cfg.exclude_tools.iter().any(|t| t == name)
 }
 
 impl Tool for McpTool {
