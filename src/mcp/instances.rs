@@ -308,9 +308,14 @@ impl Instances {
             ..self.runtime.clone()
         };
         let dir = Some(workspace.to_path_buf());
+        // The set's reaper stops idle instances: the server's own idle stop is not theirs.
+        let cfg = McpServer {
+            idle_stop_s: None,
+            ..cfg.clone()
+        };
         let server = Server::build(
             name,
-            cfg.clone(),
+            cfg,
             self.registry.clone(),
             false,
             workspace,
