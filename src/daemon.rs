@@ -208,6 +208,7 @@ pub async fn run(
     // Custom tools are listed from the first answer on; their folders are watched from now.
     reload::start_custom_tools(&host).await;
     reload::start_skills(&host).await;
+    reload::start_commands(&host).await;
     // Armed before the first answer, so an edit made as soon as the daemon answers is seen.
     let watched = watch_config(&host);
     let server = rpc::start(host.clone(), listeners)?;

@@ -53,6 +53,7 @@ struct Inner {
     mcp: McpManager,
     custom: crate::custom::CustomTools,
     skills: crate::skills::Skills,
+    commands: crate::commands::Commands,
     sessions: Sessions,
     calls: Arc<CallTable>,
     /// Calls waiting for an operator's approval.
@@ -129,6 +130,7 @@ impl Host {
             dirs,
             custom: crate::custom::CustomTools::new(registry.clone(), processes.clone()),
             skills: crate::skills::Skills::new(registry.clone()),
+            commands: crate::commands::Commands::default(),
             reload_lock: tokio::sync::Mutex::new(()),
             registry,
             sessions,
@@ -185,6 +187,9 @@ impl Host {
     }
     pub fn skills(&self) -> &crate::skills::Skills {
         &self.0.skills
+    }
+    pub fn commands(&self) -> &crate::commands::Commands {
+        &self.0.commands
     }
     pub fn sessions(&self) -> &Sessions {
         &self.0.sessions

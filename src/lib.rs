@@ -29,6 +29,7 @@ mod calls;
 mod catalog;
 pub mod cli;
 pub mod client;
+mod commands;
 mod config;
 mod custom;
 pub mod daemon;

@@ -465,6 +465,8 @@ mod tests {
                     consecutive_failures: 0,
                     pid: None,
                     rss_kib: None,
+                    last_used: None,
+                    tools_from: None,
                     restarts: 0,
                     circuit_opens: 0,
                     in_flight: 0,

@@ -146,6 +146,17 @@ pub async fn start_skills(host: &Host) {
         .watch(host.tracker(), host.shutdown_token().clone());
 }
 
+/// Scans the command folders of the config in force and starts watching them.
+pub async fn start_commands(host: &Host) {
+    host.commands()
+        .configure(&host.config(), host.config_path(), host.workspace())
+        .await;
+    host.commands()
+        .watch(host.tracker(), host.shutdown_token().clone());
+    let workspaces = crate::session::workspaces(host.sessions()).await;
+    host.commands().add_session_workspaces(&workspaces).await;
+}
+
 /// Reloads when the watched file's content differs from the last file read.
 pub async fn reload_if_changed(host: &Host) {
     let path = host.config_path().to_path_buf();
@@ -282,6 +293,9 @@ async fn apply_file(host: &Host) -> ConfigReloadResult {
         sources.push(update);
     }
     host.skills()
+        .configure(&new, host.config_path(), host.workspace())
+        .await;
+    host.commands()
         .configure(&new, host.config_path(), host.workspace())
         .await;
     let approval_overrides = new.approval.tools.clone();

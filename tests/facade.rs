@@ -665,9 +665,11 @@ async fn python_sdk_sees_prompts_resources_and_completions() {
     assert_eq!(on["ok"], true, "{on}");
     let expected = json!({
         "capabilities": {"prompts": true, "resources": true, "completions": true},
+        // The server's prompts and the host's built-in commands (proto-docs/commands.md).
         "prompts": ["mcp_everything_args-prompt", "mcp_everything_completable-prompt",
-                    "mcp_everything_resource-prompt", "mcp_everything_simple-prompt"],
-        "prompt_pages": 2,
+                    "mcp_everything_resource-prompt", "mcp_everything_simple-prompt",
+                    "mcp_reload", "mcp_status", "skills", "tools"],
+        "prompt_pages": 3,
         "args_prompt": ["What's weather in Paris?"],
         "missing_argument": -32602,
         "embedded": ["text", "resource"],

@@ -95,6 +95,11 @@ impl Stdio_ {
         text
     }
 
+    /// Kills the process with SIGKILL (nothing of it runs after) and waits for it.
+    async fn kill(mut self) {
+        self.child.kill().await.unwrap();
+    }
+
     /// Closes stdin, as a client that is done does; returns what was written on stderr.
     async fn close(mut self) -> String {
         self.stdin = None;
@@ -133,15 +138,211 @@ async fn a_stdio_facade_session_ends_on_every_stop_signal() {
     assert!(left[0].get("ephemeral").is_none(), "{left:?}");
 }
 
+/// The ids of the sessions in the store, sorted.
+async fn session_ids(d: &Daemon) -> Vec<String> {
+    let mut ids: Vec<String> = sessions(d)
+        .await
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_owned())
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// A `toolhost mcp` killed with SIGKILL runs no code of its own at the end: its session
+/// ends because the daemon sees its connection go. A `--session` one stays.
+#[tokio::test]
+async fn a_stdio_facade_killed_with_sigkill_loses_its_session_with_its_connection() {
+    let d = Daemon::start().await;
+    let ephemeral = Stdio_::start(&d, &[]).await;
+    let named = Stdio_::start(&d, &["--session", "mine"]).await;
+    assert_eq!(sessions(&d).await.len(), 2);
+    ephemeral.kill().await;
+    named.kill().await;
+    eventually(10, "the killed facade's session to end", || async {
+        session_ids(&d).await == ["mine"]
+    })
+    .await;
+    // A health check's connection (`claude mcp list`: initialize, then stdin closed).
+    let check = Stdio_::start(&d, &[]).await;
+    assert_eq!(sessions(&d).await.len(), 2);
+    check.close().await;
+    eventually(10, "the health check's session to end", || async {
+        session_ids(&d).await == ["mine"]
+    })
+    .await;
+}
+
+/// A raw socket client's ephemeral sessions end with its connection however it ends
+/// (abandoned, half-closed, cut off half-way through a line), also one made by a
+/// notification (whose id it never heard); its other sessions stay.
+#[tokio::test]
+async fn an_ended_connection_takes_its_ephemeral_sessions_with_it() {
+    let mut d = Daemon::unstarted();
+    d.spawn(&[("TOOLHOST_FRAME_TIMEOUT_MS", "300")]).await;
+    // Abandoned: the client goes without a word.
+    let mut raw = common::RawLines::connect(&d.socket()).await;
+    let made = raw
+        .call("session.create", json!({"ephemeral": true, "id": "mine"}))
+        .await;
+    assert_eq!(made["result"]["ephemeral"], true, "{made}");
+    raw.send_line(r#"{"jsonrpc":"2.0","method":"session.create","params":{"ephemeral":true}}"#)
+        .await;
+    let kept = raw.call("session.create", json!({"id": "kept"})).await;
+    assert_eq!(kept["result"]["id"], "kept", "{kept}");
+    // A session it deleted itself and another connection made again is not its own.
+    let again = raw
+        .call("session.create", json!({"ephemeral": true, "id": "again"}))
+        .await;
+    assert_eq!(again["result"]["id"], "again", "{again}");
+    let gone = raw.call("session.delete", json!({"id": "again"})).await;
+    assert_eq!(gone["result"]["deleted"], true, "{gone}");
+    let other = d.call("session.create", json!({"id": "again"})).await;
+    assert_eq!(other["result"]["id"], "again", "{other}");
+    assert_eq!(sessions(&d).await.len(), 4, "{:?}", sessions(&d).await);
+    drop(raw);
+    eventually(10, "the abandoned connection's sessions to end", || async {
+        session_ids(&d).await == ["again", "kept"]
+    })
+    .await;
+    // Half-closed: the client is done sending but still reading.
+    let mut raw = common::RawLines::connect(&d.socket()).await;
+    let made = raw.call("session.create", json!({"ephemeral": true})).await;
+    let id = made["result"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(session_ids(&d).await.len(), 3);
+    raw.writer.shutdown().await.unwrap();
+    eventually(
+        10,
+        "the half-closed connection's session to end",
+        || async { !session_ids(&d).await.contains(&id) },
+    )
+    .await;
+    assert_eq!(session_ids(&d).await, ["again", "kept"]);
+    // Cut off: a line started and never finished, so the daemon closes the connection.
+    let mut raw = common::RawLines::connect(&d.socket()).await;
+    let made = raw.call("session.create", json!({"ephemeral": true})).await;
+    let id = made["result"]["id"].as_str().unwrap().to_owned();
+    raw.writer.write_all(br#"{"jsonrpc":"2.0","#).await.unwrap();
+    eventually(10, "the cut-off connection's session to end", || async {
+        !session_ids(&d).await.contains(&id)
+    })
+    .await;
+    assert_eq!(session_ids(&d).await, ["again", "kept"]);
+    drop(raw);
+}
+
+/// `initialize` on `/mcp` over a connection of its own; returns the `Mcp-Session-Id`.
+async fn http_session(d: &Daemon) -> String {
+    let mut s = tokio::net::UnixStream::connect(d.socket()).await.unwrap();
+    let req = format!(
+        "POST /mcp HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{INIT}",
+        INIT.len()
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut text = String::new();
+    tokio::time::timeout(Duration::from_secs(30), s.read_to_string(&mut text))
+        .await
+        .expect("the initialize answer")
+        .unwrap();
+    assert!(text.contains("protocolVersion"), "{text}");
+    let (head, _) = text.split_once("\r\n\r\n").unwrap();
+    head.lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("mcp-session-id")
+                .then(|| v.trim().to_owned())
+        })
+        .unwrap_or_else(|| panic!("no session id in {head}"))
+}
+
+/// An HTTP client that never sends DELETE: its session ends once it has idled for
+/// `facade.session_idle_ms`, and the MCP session id is gone with it.
+#[tokio::test]
+async fn an_http_facade_session_that_idles_out_ends_its_host_session() {
+    let d = Daemon::start_with(Some(json!({"facade": {"session_idle_ms": 300}}))).await;
+    let id = http_session(&d).await;
+    let open = sessions(&d).await;
+    assert_eq!(open.len(), 1, "{open:?}");
+    assert_eq!(open[0]["ephemeral"], true, "{open:?}");
+    // A GET stream left open (keep-alive comments only) does not keep the session.
+    let mut get = tokio::net::UnixStream::connect(d.socket()).await.unwrap();
+    let req = format!(
+        "GET /mcp HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n\
+         Mcp-Session-Id: {id}\r\nMCP-Protocol-Version: 2025-06-18\r\n\r\n"
+    );
+    get.write_all(req.as_bytes()).await.unwrap();
+    let mut head = [0u8; 12];
+    get.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200", "{}", String::from_utf8_lossy(&head));
+    eventually(10, "the idle HTTP session to end", || async {
+        sessions(&d).await.is_empty()
+    })
+    .await;
+    let list = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
+    let headers = [
+        ("Accept", "application/json, text/event-stream"),
+        ("Mcp-Session-Id", id.as_str()),
+        ("MCP-Protocol-Version", "2025-06-18"),
+    ];
+    let (status, body) =
+        common::http_request_with(&d.socket(), "POST", "/mcp", list, &headers).await;
+    assert_eq!(status, 404, "{body}");
+    drop(get);
+}
+
+/// A 2026-07-28 client has no MCP session to DELETE: the host session its calls share ends
+/// once it has made no call for `facade.session_idle_ms`, and its next call gets a new one.
+#[tokio::test]
+async fn a_sessionless_http_clients_session_idles_out() {
+    let d = Daemon::start_with(Some(json!({"facade": {"session_idle_ms": 300}}))).await;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "bash", "arguments": {"command": "true"},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "new-era", "version": "1"},
+        }
+    }})
+    .to_string();
+    let headers = [
+        ("Accept", "application/json, text/event-stream"),
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "bash"),
+    ];
+    let mut made = Vec::new();
+    for _ in 0..2 {
+        let (status, body) =
+            common::http_request_with(&d.socket(), "POST", "/mcp", &call, &headers).await;
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains(r#""isError":false"#), "{body}");
+        let open = sessions(&d).await;
+        assert_eq!(open.len(), 1, "{open:?}");
+        assert_eq!(open[0]["meta"]["mcp_client"]["name"], "new-era", "{open:?}");
+        made.push(open[0]["id"].clone());
+        eventually(
+            10,
+            "the sessionless client's session to idle out",
+            || async { sessions(&d).await.is_empty() },
+        )
+        .await;
+    }
+    assert_ne!(made[0], made[1]);
+}
+
 /// A daemon that starts deletes the facade sessions the last one left (here: the daemon
-/// was killed under a live `toolhost mcp`), and keeps every other.
+/// was killed under a live `toolhost mcp` and an HTTP session; an HTTP session's idle
+/// timer dies with the daemon, so reaping at start is what ends it), and keeps every other.
 #[tokio::test]
 async fn a_restarted_daemon_reaps_the_ephemeral_sessions_left_over() {
     let mut d = Daemon::start().await;
     let mcp = Stdio_::start(&d, &[]).await;
+    http_session(&d).await;
     let named = d.call("session.create", json!({"id": "kept"})).await;
     assert_eq!(named["result"]["id"], "kept", "{named}");
-    assert_eq!(sessions(&d).await.len(), 2);
+    assert_eq!(sessions(&d).await.len(), 3);
     d.kill9().await;
     mcp.finish().await;
     d.spawn(&[]).await;
@@ -151,15 +352,34 @@ async fn a_restarted_daemon_reaps_the_ephemeral_sessions_left_over() {
     assert!(d.log().contains("the last daemon left"), "{}", d.log());
 }
 
-/// An unknown tool is the client's error, answered to it: not a warning in the log.
+/// An unknown tool is the client's error, answered to it, and a cancelled call is the
+/// client's choice: neither is a warning in the log.
 #[tokio::test]
-async fn an_unknown_tool_is_not_logged_as_a_warning() {
+async fn an_unknown_tool_or_a_cancelled_call_is_not_logged_as_a_warning() {
     let d = Daemon::start().await;
     let mut mcp = Stdio_::start(&d, &[]).await;
     let r = mcp
         .request(r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"nope","arguments":{}}}"#)
         .await;
     assert_eq!(r["error"]["message"], "Unknown tool: nope", "{r}");
+    // A call the client cancels is ordinary traffic too.
+    let calls = || async {
+        let s = d.call("host.status", json!({})).await;
+        s["result"]["calls"].as_array().unwrap().len()
+    };
+    mcp.send(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"bash","arguments":{"command":"sleep 30"}}}"#)
+        .await;
+    eventually(10, "the call to run", || async { calls().await == 1 }).await;
+    mcp.send(r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":3}}"#)
+        .await;
+    eventually(10, "the cancelled call to end", || async {
+        calls().await == 0
+    })
+    .await;
+    let ping = mcp
+        .request(r#"{"jsonrpc":"2.0","id":4,"method":"ping"}"#)
+        .await;
+    assert!(ping["result"].is_object(), "{ping}");
     let text = mcp.close().await;
     assert!(!text.contains("response error"), "{text}");
 }
@@ -268,6 +488,32 @@ fn cli(d: &Daemon) -> tokio::process::Command {
     cmd
 }
 
+/// `toolhost where PATH` prints just that path, for the README's `SOCK=$(toolhost where
+/// socket)`; without a daemon it still prints where one would be, and exits 3.
+#[tokio::test]
+async fn where_prints_one_path_for_scripts() {
+    let mut d = Daemon::start().await;
+    let status = d.call("host.status", json!({})).await;
+    let data_dir = status["result"]["data_dir"].as_str().unwrap().to_owned();
+    for (only, path) in [
+        ("socket", d.socket().display().to_string()),
+        ("config", d.config_path().display().to_string()),
+        ("data-dir", data_dir),
+    ] {
+        let out = cli(&d).args(["where", only]).output().await.unwrap();
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        assert_eq!(String::from_utf8(out.stdout).unwrap(), format!("{path}\n"));
+    }
+    d.stop().await;
+    let out = cli(&d).args(["where", "socket"]).output().await.unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let socket = d.socket().display().to_string();
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        format!("{socket}\n")
+    );
+}
+
 /// Ctrl-C (or SIGTERM) on `toolhost invoke` cancels the call and exits 130; the call's
 /// updates reach stderr while it runs, under the `--call-id` given.
 #[tokio::test]
@@ -301,6 +547,31 @@ async fn an_interrupted_invoke_cancels_its_call_and_exits_130() {
         })
         .await;
     }
+}
+
+/// An update with progress and a text (as `tool new`'s tools send) is one line on stderr.
+#[tokio::test]
+async fn an_update_with_progress_is_one_line() {
+    let d = Daemon::start().await;
+    let made = cli(&d)
+        .args(["tool", "new", "greet", "--user"])
+        .output()
+        .await
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    eventually(10, "greet to be listed", || async {
+        let r = d.call("list_tools", json!({})).await;
+        common::tool_names(&r["result"]).contains(&"greet")
+    })
+    .await;
+    let out = cli(&d)
+        .args(["invoke", "greet", "--args", r#"{"name": "you"}"#])
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "[1/2] working...\n");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Hello, you!"));
 }
 
 /// `--quiet` keeps the updates off stderr; the result is on stdout either way.
@@ -569,4 +840,41 @@ async fn a_server_filter_entry_for_no_tool_is_warned_about_with_a_suggestion() {
         ],
         "{s}"
     );
+}
+
+/// Cursor's project file (`.cursor/mcp.json`) is imported and rewritten like its user file.
+#[tokio::test]
+async fn import_takes_cursors_project_file() {
+    let d = Daemon::start_with(Some(json!({}))).await;
+    let project = d.dir.path().join("project");
+    let file = project.join(".cursor/mcp.json");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    let original =
+        r#"{"mcpServers": {"proj-tools": {"command": "proj-tools-mcp", "args": ["--stdio"]}}}"#;
+    std::fs::write(&file, original).unwrap();
+    let out = cli(&d)
+        .current_dir(&project)
+        .args(["import", "--apply", "--rewrite"])
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        text.contains(&format!("from Cursor {}", file.display())),
+        "{text}"
+    );
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(d.config_path()).unwrap()).unwrap();
+    assert_eq!(
+        config["mcp_servers"]["proj-tools"]["command"], "proj-tools-mcp",
+        "{config}"
+    );
+    let rewritten: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(
+        rewritten["mcpServers"],
+        json!({"toolhost": {"command": common::BIN, "args": ["mcp"]}})
+    );
+    let backup = project.join(".cursor/mcp.json.toolhost-backup");
+    assert_eq!(std::fs::read_to_string(backup).unwrap(), original);
 }

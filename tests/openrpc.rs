@@ -284,6 +284,10 @@ async fn every_answer_validates_against_the_openrpc_document() {
     call_checked(&d, &doc, &mut seen, "get_skill", json!({"name": "demo"})).await;
     let file = json!({"name": "demo", "path": "SKILL.md"});
     call_checked(&d, &doc, &mut seen, "read_skill_file", file).await;
+    let commands = call_checked(&d, &doc, &mut seen, "list_commands", json!({})).await;
+    assert_eq!(commands["commands"][0]["name"], "mcp reload");
+    let status = json!({"name": "mcp status"});
+    call_checked(&d, &doc, &mut seen, "get_command", status).await;
 
     // The MCP surface besides tools (the fixture's FIXTURE_RESOURCES).
     call_checked(&d, &doc, &mut seen, "list_prompts", json!({})).await;
@@ -410,6 +414,25 @@ async fn every_answer_validates_against_the_openrpc_document() {
         .await;
     check(&doc, "unsubscribe_skills_changed", &r["result"]);
     seen.insert("unsubscribe_skills_changed".into());
+    // A new command file gives one commands_changed.
+    let sub = ws.call("subscribe_commands_changed", json!({})).await;
+    let commands_sub = sub["result"].clone();
+    seen.insert("subscribe_commands_changed".into());
+    let commands_dir = d.workspace().join(".toolhost/commands");
+    std::fs::create_dir_all(&commands_dir).unwrap();
+    std::fs::write(commands_dir.join("hello.md"), "Hello.\n").unwrap();
+    loop {
+        let n = ws.recv().await;
+        if n["method"] == "commands_changed" {
+            check_notification(&doc, "subscribe_commands_changed", &n["params"]);
+            break;
+        }
+    }
+    let r = ws
+        .call("unsubscribe_commands_changed", json!([commands_sub]))
+        .await;
+    check(&doc, "unsubscribe_commands_changed", &r["result"]);
+    seen.insert("unsubscribe_commands_changed".into());
     let r = ws
         .call("unsubscribe_tools_changed", json!([tools_sub]))
         .await;

@@ -362,7 +362,17 @@ async fn a_profile_hides_prompts_and_resources_on_the_socket_and_through_the_fac
     assert!(ok["result"].is_string() || ok["result"].is_number(), "{ok}");
 
     let unprofiled = http(&d, "").await.unwrap();
-    assert_eq!(prompt_names(&unprofiled).await, ["mcp_fx_greet"]);
+    // The host's built-in commands, then the server's prompt (proto-docs/commands.md).
+    assert_eq!(
+        prompt_names(&unprofiled).await,
+        [
+            "mcp_reload",
+            "mcp_status",
+            "skills",
+            "tools",
+            "mcp_fx_greet"
+        ]
+    );
     assert_reader_mcp_view(&http(&d, "?profile=reader").await.unwrap()).await;
     assert_reader_mcp_view(&stdio(&d, "reader").await).await;
 }

@@ -132,15 +132,18 @@ fn show_update(g: &Globals, u: &InvokeUpdate) {
         }
         return;
     }
+    let mut texts = u.content.iter().filter_map(|block| match block {
+        ContentBlock::Text { text } => Some(text.strip_suffix('\n').unwrap_or(text)),
+        _ => None,
+    });
     if let Some(p) = &u.progress {
         let of = p.total.map(|t| format!("/{t}")).unwrap_or_default();
-        let message = p.message.as_deref().unwrap_or("");
+        // Progress without a message of its own reads as the update's first text.
+        let message = p.message.as_deref().or_else(|| texts.next()).unwrap_or("");
         say_err!("[{}{of}] {message}", p.progress);
     }
-    for block in &u.content {
-        if let ContentBlock::Text { text } = block {
-            say_err!("{}", text.strip_suffix('\n').unwrap_or(text));
-        }
+    for text in texts {
+        say_err!("{text}");
     }
 }
 

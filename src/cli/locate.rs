@@ -35,6 +35,14 @@ struct Whereabouts {
     data_dir: String,
 }
 
+/// The one path `toolhost where PATH` prints.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Only {
+    Socket,
+    Config,
+    DataDir,
+}
+
 #[derive(Debug, Serialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 enum Daemon {
@@ -43,7 +51,7 @@ enum Daemon {
 }
 
 /// `toolhost where`: exit 0 when a daemon answers, 3 when none does (as any client command).
-pub async fn run(g: &Globals) -> ExitCode {
+pub async fn run(g: &Globals, only: Option<Only>) -> ExitCode {
     let sockets = g.socket_paths();
     // The daemon's socket is the first path that answers; with none, the first path is
     // where a daemon started now would serve.
@@ -93,10 +101,12 @@ pub async fn run(g: &Globals) -> ExitCode {
         daemon,
         data_dir,
     };
-    if g.out.json {
-        emit(g.out, &w);
-    } else {
-        print(&w);
+    match only {
+        Some(Only::Socket) => say!("{}", w.socket),
+        Some(Only::Config) => say!("{}", w.config),
+        Some(Only::DataDir) => say!("{}", w.data_dir),
+        None if g.out.json => emit(g.out, &w),
+        None => print(&w),
     }
     if answering {
         ExitCode::SUCCESS

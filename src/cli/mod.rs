@@ -134,7 +134,10 @@ enum Command {
     },
     /// Show the socket this client uses, whether a daemon answers there, the config file
     /// and the data directory (exit 3 when no daemon answers).
-    Where,
+    Where {
+        /// Print only this path, for scripts: `SOCK=$(toolhost where socket)`.
+        only: Option<locate::Only>,
+    },
     /// Print a link to the operator's page in the browser (one-time login code).
     Ui {
         /// Open the link in the browser too ($BROWSER, else xdg-open).
@@ -263,7 +266,7 @@ async fn run(cli: Cli) -> ExitCode {
             session,
             profile,
         } => mcp::run(&g, command, session, profile).await,
-        Command::Where => Ok(locate::run(&g).await),
+        Command::Where { only } => Ok(locate::run(&g, only).await),
         Command::Ui { open } => ui::run(&g, open).await,
         Command::Import(args) => Ok(import::run(&g, args).await),
         Command::Tool { command } => Ok(tool::run(&g, command).await),

@@ -436,6 +436,23 @@ mod tests {
     }
 
     #[test]
+    fn lifecycle_keys_are_checked() {
+        let ok =
+            json!({"mcp_servers": {"q": {"command": "x", "start": "lazy", "idle_stop_s": 300}}});
+        assert_eq!(problems(ok), Vec::<String>::new());
+        let p = problems(json!({
+            "mcp_servers": {"q": {"command": "x", "start": "later", "idle_stop_s": 0}}
+        }));
+        assert_eq!(
+            p,
+            [
+                "mcp_servers.q.start: expected one of \"eager\", \"lazy\", found \"later\"",
+                "mcp_servers.q.idle_stop_s: must be at least 1, found 0",
+            ]
+        );
+    }
+
+    #[test]
     fn unknown_keys_warn_with_a_hint() {
         let c = run(json!({
             "limits": {"max_output_byte": 1},

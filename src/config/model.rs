@@ -37,6 +37,8 @@ pub struct Config {
     pub custom_tools: CustomTools,
     /// Where Agent Skills are found (proto-docs/skills.md).
     pub skills: Skills,
+    /// Where slash commands are found (proto-docs/commands.md).
+    pub commands: Commands,
     /// Variables set for every child (`bash`, custom tools, stdio MCP servers), on top of
     /// the allow-list and `env_passthrough`.
     #[schemars(extend("propertyNames" = {"minLength": 1}))]
@@ -344,8 +346,11 @@ pub struct McpServer {
     /// workspace; a new one past this stops the least recently used idle one first.
     #[schemars(range(min = 1))]
     pub max_instances: usize,
-    /// How long the server may go unused before its process is stopped; the instances of a
-    /// scoped server for sessions' workspaces or sessions are stopped after 600 s without it.
+    /// When the server's process starts: with the daemon, or at its first call.
+    pub start: Start,
+    /// Stop the server after this many seconds without a request (restarted by the next
+    /// one); none keeps it running. A scoped server's instances for sessions' workspaces or
+    /// sessions are stopped after this, or 600 s when it is unset.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub idle_stop_s: Option<u64>,
@@ -355,6 +360,17 @@ pub struct McpServer {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     #[schemars(inner(length(min = 1)))]
     pub roots: Vec<String>,
+}
+
+/// When an MCP server's process starts (proto-docs/config.md, lifecycle).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Start {
+    /// With the daemon (and with a reload that adds it).
+    #[default]
+    Eager,
+    /// At its first call; until then its tools are listed from the last run's listing.
+    Lazy,
 }
 
 /// The variable a scoped server's instance expands to its workspace; loading leaves it as
@@ -399,6 +415,7 @@ impl Default for McpServer {
             trust: Trust::Pin,
             scope: ServerScope::Shared,
             max_instances: 16,
+            start: Start::Eager,
             idle_stop_s: None,
             roots: Vec::new(),
         }
@@ -523,6 +540,27 @@ pub struct Skills {
 impl Default for Skills {
     fn default() -> Self {
         Skills {
+            paths: Vec::new(),
+            discover: true,
+        }
+    }
+}
+
+/// The `commands` section: folders searched for slash commands before the usual places.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct Commands {
+    /// Folders of command files, searched first (relative to config.json's folder).
+    #[schemars(inner(length(min = 1)))]
+    pub paths: Vec<PathBuf>,
+    /// Also search `<workspace>/.toolhost/commands` and `$XDG_CONFIG_HOME/toolhost/commands`;
+    /// `false` keeps only `paths`.
+    pub discover: bool,
+}
+
+impl Default for Commands {
+    fn default() -> Self {
+        Commands {
             paths: Vec::new(),
             discover: true,
         }

@@ -12,7 +12,7 @@
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use http_body_util::{combinators::BoxBody, BodyExt, Full};
 use hyper::body::Bytes;
@@ -56,8 +56,8 @@ impl Endpoint {
     /// them).
     pub fn new(host: Host, connect: Connect) -> Endpoint {
         let shutdown = host.shutdown_token().clone();
-        let sessions = Arc::new(Sessions::new(host));
-        let shared = Arc::new(SharedClient::new(connect));
+        let sessions = Arc::new(Sessions::new(host.clone()));
+        let shared = Arc::new(SharedClient::new(host, connect));
         // The Host header is not checked: the Unix socket is reachable only through the
         // file system, and TCP requires the bearer token (which a rebinding page cannot
         // know); the Origin check still refuses foreign browser pages.
@@ -84,12 +84,16 @@ impl Endpoint {
     /// Opens the shared connection to the host now (once the host can take it), so it
     /// follows the host's list changes before any request: the first
     /// `subscriptions/listen`, acknowledged before it runs, then misses none. Without it the
-    /// connection opens at the first request.
+    /// connection opens at the first request. Then, until the daemon stops, it ends the
+    /// sessionless clients' sessions that idle out.
     pub fn connect_early(&self) {
         let shared = self.shared.clone();
         tokio::spawn(async move {
-            if let Err(e) = shared.client().await {
-                tracing::debug!(%e, "the /mcp endpoint connects to the host at its first request");
+            match shared.client().await {
+                Ok(client) => shared.end_idle_sessions(&client).await,
+                Err(e) => {
+                    tracing::debug!(%e, "the /mcp endpoint connects to the host at its first request");
+                }
             }
         });
     }
@@ -171,19 +175,35 @@ fn plain(status: http::StatusCode, text: &str) -> http::Response<BoxBody<Bytes, 
 /// `resources_changed`), whose notifications every session forwards: a subscription per
 /// session would fill the connection's budget of subscriptions.
 pub(super) struct SharedClient {
+    host: Host,
     connect: Connect,
     client: OnceCell<Arc<Client>>,
     /// The host sessions that sessionless (new-era) calls run in, one per client and
     /// profile, oldest first.
-    sessions: tokio::sync::Mutex<VecDeque<(SessionKey, String)>>,
+    sessions: tokio::sync::Mutex<VecDeque<Sessionless>>,
     changes: Changes,
     /// The calls held for new-era clients' retries, which may come on any connection.
     held: Arc<super::mrtr::HeldCalls>,
 }
 
+async fn delete_sessionless(client: &Client, id: &str) {
+    if let Err(e) = client.session_delete(id).await {
+        tracing::debug!(%e, session = %id, "cannot delete a sessionless client's session");
+    }
+}
+
 /// Distinct new-era clients whose host sessions are kept (the key is the client's own
 /// `clientInfo`, so it must not grow without bound).
 const SESSIONLESS_CLIENTS: usize = 64;
+
+/// The host session of one sessionless client.
+struct Sessionless {
+    key: SessionKey,
+    id: String,
+    /// Its last call's start: past `facade.session_idle_ms` after it, the session ends,
+    /// as an HTTP session's does.
+    used: Instant,
+}
 
 /// Who a sessionless request comes from, as far as it says.
 #[derive(PartialEq, Eq)]
@@ -194,8 +214,9 @@ struct SessionKey {
 }
 
 impl SharedClient {
-    fn new(connect: Connect) -> SharedClient {
+    fn new(host: Host, connect: Connect) -> SharedClient {
         SharedClient {
+            host,
             connect,
             client: OnceCell::new(),
             sessions: tokio::sync::Mutex::default(),
@@ -240,8 +261,9 @@ impl SharedClient {
             version: peer.info.version.clone(),
         };
         let mut sessions = self.sessions.lock().await;
-        if let Some((_, id)) = sessions.iter().find(|(k, _)| *k == key) {
-            return Ok(id.clone());
+        if let Some(s) = sessions.iter_mut().find(|s| s.key == key) {
+            s.used = Instant::now();
+            return Ok(s.id.clone());
         }
         let params = crate::protocol::SessionCreateParams {
             meta: Some(super::session_meta(peer)),
@@ -250,20 +272,51 @@ impl SharedClient {
             ..Default::default()
         };
         let id = client.session_create(&params).await?.id;
-        sessions.push_back((key, id.clone()));
+        sessions.push_back(Sessionless {
+            key,
+            id: id.clone(),
+            used: Instant::now(),
+        });
         while sessions.len() > SESSIONLESS_CLIENTS {
-            if let Some((_, old)) = sessions.pop_front() {
-                if let Err(e) = client.session_delete(&old).await {
-                    tracing::debug!(%e, session = %old, "cannot delete a sessionless client's session");
-                }
+            if let Some(old) = sessions.pop_front() {
+                delete_sessionless(client, &old.id).await;
             }
         }
         Ok(id)
     }
 
+    /// Ends each sessionless client's session once it has idled for
+    /// `facade.session_idle_ms` (read anew each round, as reloads may change it), until
+    /// the daemon stops.
+    async fn end_idle_sessions(&self, client: &Client) {
+        let shutdown = self.host.shutdown_token().clone();
+        loop {
+            let idle = Duration::from_millis(self.host.config().facade.session_idle_ms);
+            let now = Instant::now();
+            let (expired, next) = {
+                let mut sessions = self.sessions.lock().await;
+                let (expired, kept) = std::mem::take(&mut *sessions)
+                    .into_iter()
+                    .partition::<VecDeque<_>, _>(|s| s.used + idle <= now);
+                *sessions = kept;
+                let next = sessions.iter().map(|s| s.used + idle).min();
+                (expired, next)
+            };
+            for s in expired {
+                tracing::debug!(session = %s.id, "a sessionless MCP client's session idled out");
+                delete_sessionless(client, &s.id).await;
+            }
+            let wait = next.map_or(idle, |at| at.saturating_duration_since(now));
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = shutdown.cancelled() => return,
+            }
+        }
+    }
+
     /// Forgets the sessionless clients' session `id` (it was deleted from outside).
     pub(super) async fn forget(&self, id: &str) {
-        self.sessions.lock().await.retain(|(_, s)| s != id);
+        self.sessions.lock().await.retain(|s| s.id != id);
     }
 
     /// The host's list changes, as this connection follows them.

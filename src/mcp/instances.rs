@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::{Runtime, Server};
-use crate::config::{McpServer, ServerScope, WORKSPACE_VAR};
+use crate::config::{McpServer, ServerScope, Start, WORKSPACE_VAR};
 use crate::protocol::{ErrorKind, McpInstanceStatus, McpServerState};
 use crate::registry::{CallContext, Registry, ToolError};
 use crate::{lock, now_ms};
@@ -300,17 +300,19 @@ impl Instances {
     }
 
     /// A new instance of the server `name` in `workspace`: an ordinary server of its own
-    /// that publishes nothing, whose prompts and resources go to a hub of its own (the
-    /// daemon's own instance lists them for everyone).
+    /// that publishes nothing and keeps no listing, whose prompts and resources go to a hub
+    /// of its own (the daemon's own instance lists them for everyone).
     fn spawn(&self, name: &str, cfg: &McpServer, workspace: &Path) -> Arc<Server> {
         let runtime = Runtime {
             surface: Arc::default(),
             ..self.runtime.clone()
         };
         let dir = Some(workspace.to_path_buf());
-        // The set's reaper stops idle instances: the server's own idle stop is not theirs.
+        // The set's reaper stops idle instances: the server's own idle stop is not theirs;
+        // and an instance starts with the call that needs it, so never lazily again.
         let cfg = McpServer {
             idle_stop_s: None,
+            start: Start::Eager,
             ..cfg.clone()
         };
         let server = Server::build(
@@ -322,7 +324,7 @@ impl Instances {
             dir,
             runtime,
         );
-        Arc::new(server).supervise(&self.tracker)
+        Arc::new(server.as_instance()).supervise(&self.tracker)
     }
 
     /// Takes `instance` out of the set and stops it (once no call is on it).

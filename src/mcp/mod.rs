@@ -4,13 +4,17 @@
 //! [`McpManager`] owns one [`server::Server`] per configured server; each runs a supervisor
 //! task that connects (stdio child in its own process group, or streamable HTTP), lists
 //! tools, follows `tools/list_changed`, reconnects with backoff and opens a circuit after
-//! repeated failures. Tools are named `mcp_<server>_<tool>` ([`naming`]).
+//! repeated failures. Tools are named `mcp_<server>_<tool>` ([`naming`]). Beyond staying
+//! connected, a server's process has a lifecycle (`server/lifecycle.rs`): a lazy one starts
+//! at its first request, listed until then from the listing kept from its last run
+//! ([`list_cache`]); an idle one stops after `idle_stop_s`; and start-ups are bounded.
 
 mod auth;
 mod client;
 mod era;
 mod instances;
 mod launcher;
+mod list_cache;
 mod listen;
 mod listing;
 mod mrtr;
@@ -43,6 +47,11 @@ pub struct Runtime {
     pub oauth: Arc<auth::OAuth>,
     /// Every server's prompts, resources and templates, and their live catalog.
     pub surface: Arc<surface::Hub>,
+    /// Every server's last tool listing, kept across restarts for lazy servers.
+    pub lists: Arc<list_cache::ListCache>,
+    /// Start-ups (spawn, initialise, list) under way at once, across all servers
+    /// ([`server::STARTUP_SLOTS`]).
+    pub startups: Arc<tokio::sync::Semaphore>,
 }
 
 /// The set of configured servers.
@@ -57,7 +66,8 @@ pub struct McpManager {
 
 impl McpManager {
     /// The servers of the daemon whose workspace and data dir are given, children of
-    /// `processes`; their OAuth tokens live in `<data_dir>/oauth`.
+    /// `processes`; their OAuth tokens live in `<data_dir>/oauth`, their kept tool listings
+    /// in `<data_dir>/mcp-tools`.
     pub fn new(
         registry: Registry,
         tracker: tokio_util::task::TaskTracker,
@@ -74,6 +84,8 @@ impl McpManager {
                 processes,
                 oauth: Arc::new(auth::OAuth::new(data_dir)),
                 surface: Arc::default(),
+                lists: Arc::new(list_cache::ListCache::new(data_dir)),
+                startups: Arc::new(tokio::sync::Semaphore::new(server::STARTUP_SLOTS)),
             },
         }
     }
@@ -166,7 +178,8 @@ impl McpManager {
                 // `ok` between attempts.
                 State::Connecting if s.failing() => c.failed += 1,
                 State::Connecting => c.connecting += 1,
-                State::Disabled => {}
+                // Parked on purpose (lazy, or stopped idle): neither up nor failing.
+                State::Disabled | State::NotStarted | State::StoppedIdle => {}
             }
         }
         c

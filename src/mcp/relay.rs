@@ -16,6 +16,7 @@ use rmcp::service::{Peer, ServiceError};
 use rmcp::RoleClient;
 use serde_json::{Map, Value};
 
+use super::server::InUse;
 use super::surface::{Catalog, Event};
 use super::{McpManager, Server};
 use crate::error::Error;
@@ -70,7 +71,7 @@ impl McpManager {
                 p.name
             )));
         }
-        let (server, peer) = self.owner(&entry.server)?;
+        let (server, peer, _in_use) = self.owner(&entry.server).await?;
         let arguments: Map<String, Value> = p
             .arguments
             .into_iter()
@@ -102,7 +103,7 @@ impl McpManager {
         serves: Serves<'_>,
     ) -> Result<ReadResourceResult, Error> {
         let owner = owner_of(&self.surface(), uri, serves)?;
-        let (server, peer) = self.owner(&owner)?;
+        let (server, peer, _in_use) = self.owner(&owner).await?;
         let answer = relay(
             &server,
             peer.read_resource(ReadResourceRequestParams::new(uri)),
@@ -159,7 +160,7 @@ impl McpManager {
                 )
             }
         };
-        let (server, peer) = self.owner(&owner)?;
+        let (server, peer, _in_use) = self.owner(&owner).await?;
         let mut request = CompleteRequestParams::new(
             reference,
             ArgumentInfo::new(p.argument.name, p.argument.value),
@@ -189,7 +190,7 @@ impl McpManager {
         serves: Serves<'_>,
     ) -> Result<ResourceInterest, Error> {
         let owner = owner_of(&self.surface(), uri, serves)?;
-        let (server, peer) = self.owner(&owner)?;
+        let (server, peer, _in_use) = self.owner(&owner).await?;
         if !self.runtime.surface.of(&owner).subscribe {
             return Err(Error::InvalidParams(format!(
                 "MCP server '{owner}' does not offer resource subscriptions"
@@ -216,13 +217,21 @@ impl McpManager {
         Ok(interest)
     }
 
-    /// A server that owns `name`'s entries, and its live connection.
-    fn owner(&self, name: &str) -> Result<(Arc<Server>, Peer<RoleClient>), Error> {
+    /// A server that owns `name`'s entries, and its live connection, for one request: a
+    /// parked server is started for it, within the server's `timeout_ms`.
+    async fn owner(&self, name: &str) -> Result<(Arc<Server>, Peer<RoleClient>, InUse), Error> {
         let server = self.known(name)?;
-        let link = server
-            .link_for_call()
+        let timeout = timeout_of(&server);
+        let (in_use, link) = tokio::time::timeout(timeout, server.begin_use())
+            .await
+            .map_err(|_| {
+                Error::Server(format!(
+                    "MCP server '{name}' did not start within {} ms (timeout_ms)",
+                    timeout.as_millis()
+                ))
+            })?
             .map_err(|e| Error::Server(e.message))?;
-        Ok((server, link.peer))
+        Ok((server, link.peer, in_use))
     }
 }
 

@@ -1,9 +1,13 @@
 //! One configured MCP server: its state and the supervisor task that keeps it connected
-//! (connect → list → serve → on crash back off and reconnect; circuit breaker).
+//! (connect → list → serve → on crash back off and reconnect; circuit breaker), and, in
+//! [`lifecycle`], when its process runs at all (lazy start, idle stop, bounded start-ups).
+
+mod lifecycle;
+mod status;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,11 +26,11 @@ use super::instances::Instances;
 use super::launcher::{self, Connection};
 use super::listing::{self, Bounds, ListError};
 use super::tool::{serves, McpTool, Slot};
-use crate::config::McpServer;
+use crate::config::{McpServer, Start};
 use crate::lock;
 use crate::now_ms;
 use crate::process::KILL_GRACE;
-use crate::protocol::{ErrorKind, McpServerStatus, McpTransport};
+use crate::protocol::ErrorKind;
 use crate::registry::{Change, Registry, SourceKey, Tool, ToolError};
 
 /// Consecutive failed connection attempts that open the circuit.
@@ -38,6 +42,8 @@ const BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// How long a closed session may take to end by itself before its process group is
 /// terminated (MCP's stdio shutdown: close stdin, wait, then signals).
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
+pub(super) use lifecycle::{InUse, Parked, STARTUP_SLOTS};
 
 /// Where a server's supervisor is, as `mcp.status` shows it.
 pub use crate::protocol::McpServerState as State;
@@ -59,6 +65,11 @@ pub use crate::protocol::McpServerState as State;
 pub(super) enum ServerState {
     /// `enabled: false`: no supervisor runs.
     Disabled,
+    /// No process, on purpose ([`lifecycle`]): its tools are listed from its last listing,
+    /// and the next request wakes it.
+    Parked(Parked),
+    /// A request woke the parked server and waits for it: the first attempt since.
+    Waking,
     /// The first connection attempt is under way.
     Starting,
     /// An attempt is under way, or waits out the backoff after a lost connection;
@@ -100,46 +111,6 @@ pub(super) enum Trouble {
     Listing(String),
 }
 
-impl ServerState {
-    fn wire(&self) -> State {
-        match self {
-            ServerState::Disabled | ServerState::Stopped => State::Disabled,
-            ServerState::Starting | ServerState::Reconnecting { .. } => State::Connecting,
-            ServerState::Ready {
-                trouble: Some(Trouble::SignIn(_)),
-                ..
-            }
-            | ServerState::AuthRequired { .. } => State::AuthRequired,
-            ServerState::Ready { .. } => State::Ready,
-            ServerState::Backoff { .. } => State::Failed,
-            ServerState::CircuitOpen { .. } => State::CircuitOpen,
-        }
-    }
-
-    fn last_error(&self) -> Option<&str> {
-        match self {
-            ServerState::Reconnecting { last_error, .. } => last_error.as_deref(),
-            ServerState::Ready {
-                trouble: Some(Trouble::SignIn(e) | Trouble::Listing(e)),
-                ..
-            }
-            | ServerState::Backoff { error: e, .. }
-            | ServerState::CircuitOpen { error: e, .. }
-            | ServerState::AuthRequired { hint: e } => Some(e),
-            _ => None,
-        }
-    }
-
-    fn failures(&self) -> u32 {
-        match self {
-            ServerState::Reconnecting { failures, .. }
-            | ServerState::Backoff { failures, .. }
-            | ServerState::CircuitOpen { failures, .. } => *failures,
-            _ => 0,
-        }
-    }
-}
-
 /// What a call needs of a live connection: rmcp's peer, and for a stdio server the direct
 /// way to call its tools.
 #[derive(Clone)]
@@ -172,8 +143,17 @@ pub struct Server {
     reconnect: Notify,
     /// Woken by a call that found the server down: attempt now instead of after the backoff.
     wanted: Notify,
-    /// The server's last tool listing, so filters can be re-applied without a reconnect.
+    /// The server's last tool listing, so filters can be re-applied without a reconnect
+    /// (and, for a lazy server not started yet, the one kept from its last run).
     remote_tools: Mutex<Vec<Value>>,
+    /// Whether `remote_tools` came from the server in this run, not from the cache.
+    listed: AtomicBool,
+    /// Requests begun and not ended ([`InUse`]): while any is, the server is not idle.
+    uses: AtomicUsize,
+    /// When the last request began or ended, in ms after `epoch` ([`lifecycle::NEVER`]
+    /// before the first): monotonic, so the idle timer is immune to clock changes.
+    last_use: AtomicU64,
+    epoch: std::time::Instant,
     registry: Registry,
     /// Whether the supervisor publishes its tools itself; false while a reload waits to
     /// publish them together with every other change in one swap.
@@ -185,6 +165,9 @@ pub struct Server {
     workspace: Option<PathBuf>,
     /// A scoped server's instances for other workspaces or sessions (`instances.rs`).
     instances: Option<Arc<Instances>>,
+    /// Whether its listings are kept for the next run (`list_cache.rs`): not an instance's,
+    /// since the daemon's own instance's listing is the server's.
+    keeps_listing: bool,
     /// The daemon's processes, OAuth tokens and surface hub.
     pub(super) runtime: super::Runtime,
 }
@@ -262,12 +245,25 @@ impl Server {
             reconnect: Notify::new(),
             wanted: Notify::new(),
             remote_tools: Mutex::new(Vec::new()),
+            listed: AtomicBool::new(false),
+            uses: AtomicUsize::new(0),
+            last_use: AtomicU64::new(lifecycle::NEVER),
+            epoch: std::time::Instant::now(),
             registry,
             publish: AtomicBool::new(publish),
             home: home.to_path_buf(),
             workspace,
             instances: None,
+            keeps_listing: true,
             runtime,
+        }
+    }
+
+    /// The server as an instance of a scoped server: it keeps no listing for the next run.
+    pub(super) fn as_instance(self) -> Server {
+        Server {
+            keeps_listing: false,
+            ..self
         }
     }
 
@@ -337,6 +333,11 @@ impl Server {
     /// sign-in verdict turns into `connecting` at once: a caller polling `mcp.status` after
     /// `mcp.login` sees neither the old verdict nor the old connection as `ready`.
     pub fn reconnect(&self) {
+        // A parked server has no connection: its next request starts it (a wake-up left
+        // pending would instead cut short that start).
+        if matches!(*self.state.borrow(), ServerState::Parked(_)) {
+            return;
+        }
         self.state.send_if_modified(|s| {
             let hint = match s {
                 ServerState::AuthRequired { hint }
@@ -372,47 +373,6 @@ impl Server {
             .iter()
             .filter_map(|t| t["name"].as_str().map(str::to_owned))
             .collect()
-    }
-
-    pub fn status(self: &Arc<Self>, collisions: Vec<String>) -> McpServerStatus {
-        let cfg = self.config();
-        let tools = lock(&self.remote_tools)
-            .iter()
-            .filter(|t| t["name"].as_str().is_some_and(|n| serves(&cfg, n)))
-            .count();
-        let pid = self.pid();
-        let instances = self.instances.as_ref();
-        let state = self.state.borrow();
-        McpServerStatus {
-            name: self.name.clone(),
-            transport: match cfg.transport() {
-                "stdio" => McpTransport::Stdio,
-                "sse" => McpTransport::Sse,
-                _ => McpTransport::Http,
-            },
-            state: state.wire(),
-            tools,
-            last_error: state.last_error().map(str::to_owned),
-            connected_since: match &*state {
-                ServerState::Ready { since, .. } => Some(*since),
-                _ => None,
-            },
-            protocol_version: match &*state {
-                ServerState::Ready { link, .. } => link.version.as_ref().map(|v| v.to_string()),
-                _ => None,
-            },
-            consecutive_failures: state.failures(),
-            pid,
-            rss_kib: pid.and_then(crate::process::procfs::rss_kib),
-            restarts: self.restarts.load(Ordering::Relaxed),
-            circuit_opens: self.circuit_opens.load(Ordering::Relaxed),
-            in_flight: self.in_flight.load(Ordering::Relaxed),
-            queued: self.queued.load(Ordering::Relaxed) + instances.map_or(0, |i| i.waiting()),
-            collisions,
-            resource_clashes: Vec::new(),
-            scope: cfg.scope,
-            instances: instances.map_or_else(Vec::new, |i| i.status(self)),
-        }
     }
 
     fn unavailable(&self, why: impl std::fmt::Display) -> ToolError {
@@ -540,13 +500,18 @@ impl Server {
     /// a replacement may already own the entry).
     pub(super) fn surface_listed(&self, surface: super::surface::ServerSurface) {
         if !self.stop.is_cancelled() {
+            if self.keeps_listing {
+                self.runtime
+                    .lists
+                    .store_surface(&self.name, &self.config(), &surface);
+            }
             self.runtime.surface.listed(&self.name, surface);
         }
     }
 
     /// Keeps a new listing and publishes it.
     fn listed(self: &Arc<Self>, tools: Vec<Value>) {
-        *lock(&self.remote_tools) = tools;
+        self.keep_listing(tools);
         self.publish_tools();
     }
 
@@ -589,6 +554,13 @@ async fn run(server: &Arc<Server>) {
     let mut attempted = false;
     let mut failures = 0u32;
     let mut last_error: Option<String> = None;
+    // A lazy server listed from its last run waits, parked, for its first request.
+    if server.config().start == Start::Lazy
+        && server.listed_from_cache()
+        && !lifecycle::parked(server).await
+    {
+        return;
+    }
     loop {
         if attempted {
             server.state.send_replace(ServerState::Reconnecting {
@@ -629,6 +601,16 @@ async fn run(server: &Arc<Server>) {
                 server.publish_tools();
                 match serve_connection(server, conn, &mut notices).await {
                     Ended::Stop => return,
+                    Ended::Idle => {
+                        tracing::info!(server = %server.name, "MCP server stopped after idle_stop_s without a request");
+                        if !lifecycle::parked(server).await {
+                            return;
+                        }
+                        // Woken by a request: a start of its own, not a restart.
+                        attempted = false;
+                        last_error = None;
+                        continue;
+                    }
                     Ended::Reconnect => {
                         last_error = None;
                         continue;
@@ -705,6 +687,9 @@ fn backoff(failures: u32) -> Duration {
 /// server's surface. The tools are kept, not yet published: the caller publishes them once
 /// the server is `Ready`, so no frontend sees a tool it cannot call yet.
 async fn connect_and_list(server: &Arc<Server>, client: Client) -> anyhow::Result<Connection> {
+    // One of the daemon's start-up slots: many servers starting at once do not all spawn
+    // at once, and one that hangs holds one slot, never the others.
+    let _slot = server.startup_slot().await;
     let cfg = server.launch_config();
     let conn = launcher::connect(&server.name, &cfg, client, &server.runtime).await?;
     let startup = Duration::from_millis(cfg.startup_timeout_ms);
@@ -719,7 +704,7 @@ async fn connect_and_list(server: &Arc<Server>, client: Client) -> anyhow::Resul
             cfg.startup_timeout_ms
         )
     })??;
-    *lock(&server.remote_tools) = tools;
+    server.keep_listing(tools);
     list_surface(server, conn.service.peer(), &cfg).await;
     Ok(conn)
 }
@@ -752,6 +737,8 @@ async fn list_surface(server: &Arc<Server>, peer: &Peer<RoleClient>, cfg: &McpSe
 
 enum Ended {
     Stop,
+    /// Stopped for want of requests; the server is already [`Parked::Idle`].
+    Idle,
     Reconnect,
     Closed(String),
 }
@@ -785,6 +772,11 @@ async fn serve_connection(
     let mut surface = super::surface::Follower::default();
     // A list_changed came during the listing under way: list once more after it.
     let mut stale = false;
+    // One idle timer for the connection, re-armed from the last use when it fires early.
+    let (idle_after, connected) = (server.config().idle_stop_s, tokio::time::Instant::now());
+    let idle_after = idle_after.map(Duration::from_secs);
+    let idle = tokio::time::sleep(idle_after.unwrap_or_default());
+    tokio::pin!(idle);
     let ended = loop {
         tokio::select! {
             quit = &mut waiting => break Ended::Closed(format!("the server closed the connection ({quit:?})")),
@@ -811,6 +803,13 @@ async fn serve_connection(
             outcome = finished(&mut relisting) => {
                 relisting = std::mem::take(&mut stale).then(&relist);
                 server.relisted(outcome);
+            }
+            () = &mut idle, if idle_after.is_some() => {
+                let after = idle_after.unwrap_or_default();
+                match server.park_if_idle(after, connected) {
+                    None => break Ended::Idle,
+                    Some(next) => idle.as_mut().reset(next),
+                }
             }
         }
     };

@@ -36,8 +36,10 @@ use crate::protocol::{
 };
 use crate::registry::SourceKey;
 
-/// What one server offers besides tools, as last listed.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// What one server offers besides tools, as last listed (also kept across restarts with
+/// its tools, `list_cache.rs`).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct ServerSurface {
     /// Each prompt under its catalog name, with the server's own name for it.
     pub prompts: Vec<(PromptEntry, String)>,

@@ -294,8 +294,14 @@ async fn call_upstream(tool: &McpTool, args: Map<String, Value>, ctx: CallContex
         },
     };
     let server = lease.as_ref().map_or(&tool.server, |l| l.server());
-    // Not connected: say so at once rather than after waiting for a slot.
-    server.link_for_call()?;
+    // Not connected: say so at once rather than after waiting for a slot. A parked server
+    // (lazy, or stopped idle) is started for the call, under its deadline.
+    let _in_use = tokio::select! {
+        biased;
+        used = server.begin_use() => used?.0,
+        _ = ctx.cancel.cancelled() => return Err(ToolError::cancelled(name)),
+        _ = sleep_until(deadline) => return Err(timed_out()),
+    };
     let acquiring = async {
         let slot = server.acquire_slot().await?;
         // Entered before the request is written: the server may ask at once.

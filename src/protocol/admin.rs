@@ -47,6 +47,10 @@ pub struct HealthResult {
     /// defined twice, with both paths (proto-docs/skills.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skill_errors: Vec<String>,
+    /// Command files skipped: `<file>: <field>: <reason>`; and names defined twice, with
+    /// both paths (proto-docs/commands.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub command_errors: Vec<String>,
     /// What the kernel's Landlock can enforce (proto-docs/sandbox.md).
     pub sandbox: super::SandboxStatus,
     /// Tools held back until approved (`toolhost tools diff NAME`, then `tools approve NAME`).
@@ -85,6 +89,19 @@ pub enum McpTransport {
     Sse,
 }
 
+/// Where the tools listed for an MCP server come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum McpToolsFrom {
+    // The live connection's listing.
+    Live,
+    // The server's last listing in this run: it is not connected now (stopped idle,
+    // reconnecting).
+    LastListing,
+    // The listing kept from an earlier run of the daemon: the server has not run since.
+    Cache,
+}
+
 /// Where an MCP server's supervisor is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -97,17 +114,24 @@ pub enum McpServerState {
     // An HTTP server wants OAuth sign-in (`toolhost mcp login NAME`; `last_error` says so).
     // A plain comment: a doc comment would turn the schema's `enum` into a `oneOf`.
     AuthRequired,
+    // A lazy server not started yet: its tools come from the last run's listing, its first
+    // request starts it.
+    NotStarted,
+    // Stopped after `idle_stop_s` without a request; the next one starts it again.
+    StoppedIdle,
 }
 
 impl McpServerState {
     /// Every state, for label sets and checks.
-    pub const ALL: [McpServerState; 6] = [
+    pub const ALL: [McpServerState; 8] = [
         McpServerState::Connecting,
         McpServerState::Ready,
         McpServerState::Failed,
         McpServerState::Disabled,
         McpServerState::CircuitOpen,
         McpServerState::AuthRequired,
+        McpServerState::NotStarted,
+        McpServerState::StoppedIdle,
     ];
 
     /// The wire name, as serialised (a test holds the two together).
@@ -119,6 +143,8 @@ impl McpServerState {
             McpServerState::Disabled => "disabled",
             McpServerState::CircuitOpen => "circuit_open",
             McpServerState::AuthRequired => "auth_required",
+            McpServerState::NotStarted => "not_started",
+            McpServerState::StoppedIdle => "stopped_idle",
         }
     }
 }
@@ -146,6 +172,13 @@ pub struct McpServerStatus {
     /// That process's resident memory, in KiB.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rss_kib: Option<u64>,
+    /// Milliseconds since the Unix epoch of the start or end of the last request to the
+    /// server (a call, a prompt, a resource read, a completion); absent before the first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_used: Option<u64>,
+    /// Where the tools listed for the server come from; absent while it has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools_from: Option<McpToolsFrom>,
     pub restarts: u32,
     /// Times the circuit breaker opened since the server was configured.
     #[serde(default)]

@@ -9,6 +9,7 @@
 mod admin;
 mod approval;
 mod audit;
+mod commands;
 mod invoke;
 mod output;
 mod sandbox;
@@ -23,6 +24,7 @@ mod ui;
 pub use admin::*;
 pub use approval::*;
 pub use audit::*;
+pub use commands::*;
 pub use invoke::*;
 pub use output::*;
 pub use sandbox::*;
@@ -93,6 +95,11 @@ pub mod method {
     pub const SUBSCRIBE_SKILLS_CHANGED: &str = "subscribe_skills_changed";
     pub const UNSUBSCRIBE_SKILLS_CHANGED: &str = "unsubscribe_skills_changed";
     pub const SKILLS_CHANGED: &str = "skills_changed";
+    pub const LIST_COMMANDS: &str = "list_commands";
+    pub const GET_COMMAND: &str = "get_command";
+    pub const SUBSCRIBE_COMMANDS_CHANGED: &str = "subscribe_commands_changed";
+    pub const UNSUBSCRIBE_COMMANDS_CHANGED: &str = "unsubscribe_commands_changed";
+    pub const COMMANDS_CHANGED: &str = "commands_changed";
     pub const TOOLS_SEARCH: &str = "tools.search";
     pub const TOOLS_APPROVE: &str = "tools.approve";
     pub const TOOLS_DIFF: &str = "tools.diff";

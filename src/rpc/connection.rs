@@ -9,8 +9,9 @@
 //! connection slots are lost. Which framing a connection speaks is `framing`'s business;
 //! HTTP POST (one message per request) is `http`'s.
 
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use futures::stream::{SplitSink, SplitStream};
@@ -32,7 +33,8 @@ use super::ws_limit::{Cut, Oversized};
 use super::Shared;
 use crate::audit::{Caller, CALLER};
 use crate::bounded_lines::{read_line_or_drop, skip_line, LineRead};
-use crate::protocol::codes;
+use crate::lock;
+use crate::protocol::{codes, method, SessionIdParams};
 
 /// Messages of one connection running at once; more wait, so a client that pipelines
 /// without reading cannot make the daemon hold unbounded work for it.
@@ -63,6 +65,7 @@ pub(super) struct Session {
 struct Streams {
     out: mpsc::Sender<Out>,
     open: Open,
+    owned: Owned,
 }
 
 /// A message's reply (`None`: nothing owed) and the subscriptions it accepted, which start
@@ -149,9 +152,22 @@ impl Session {
             _ => (None, None),
         };
         let params = rewritten.as_deref().or(call.params());
+        let owned = self.streams.as_ref().map(|s| &s.owned);
+        let claim = owned.and_then(|_| Owned::claim(name, params));
+        let params = match &claim {
+            Some(Claim {
+                params: Some(p), ..
+            }) => Some(p.as_str()),
+            _ => params,
+        };
         let answer = self.run(call, params).await;
-        if limits.is_some() && answer.is_ok() {
-            shared.started_sessions.settle(name, params, created);
+        if answer.is_ok() {
+            if limits.is_some() {
+                shared.started_sessions.settle(name, params, created);
+            }
+            if let Some(owned) = owned {
+                owned.settle(name, params, claim.as_ref().map(|c| c.id.as_str()));
+            }
         }
         answer
     }
@@ -224,6 +240,100 @@ fn subscription_id(params: Option<&str>) -> Option<u64> {
     serde_json::from_str::<[u64; 1]>(params?)
         .ok()
         .map(|[id]| id)
+}
+
+/// The ephemeral sessions a message connection made (`session.create` with `ephemeral:
+/// true`): the connection owns them, and they end with it however it ends (the client
+/// closes it, its process is killed, it is cut off half-way), once its last message has
+/// run, so a session made by a message still running is not missed. A stopping daemon
+/// leaves them to the next start, which deletes every ephemeral session.
+struct Owned {
+    shared: Arc<Shared>,
+    ids: Mutex<HashSet<String>>,
+}
+
+/// A `session.create` of an ephemeral session, as the connection runs it.
+struct Claim {
+    /// The session's id: made here when the params name none, so the connection knows it
+    /// whatever the reply (a notification has none).
+    id: String,
+    /// The params with that id in, when it was made here.
+    params: Option<String>,
+}
+
+impl Owned {
+    fn new(shared: Arc<Shared>) -> Owned {
+        Owned {
+            shared,
+            ids: Mutex::default(),
+        }
+    }
+
+    /// The claim of a call of `name` with `params`, when it creates an ephemeral session.
+    /// Params it cannot read are left to the method, which answers with its own error.
+    fn claim(name: &str, params: Option<&str>) -> Option<Claim> {
+        if name != method::SESSION_CREATE {
+            return None;
+        }
+        let serde_json::Value::Object(mut p) = serde_json::from_str(params?).ok()? else {
+            return None;
+        };
+        if p.get("ephemeral") != Some(&serde_json::Value::Bool(true)) {
+            return None;
+        }
+        match p.get("id") {
+            Some(serde_json::Value::String(id)) => Some(Claim {
+                id: id.clone(),
+                params: None,
+            }),
+            None | Some(serde_json::Value::Null) => {
+                let id = crate::session::new_id();
+                p.insert("id".into(), id.clone().into());
+                let params = Some(serde_json::Value::Object(p).to_string());
+                Some(Claim { id, params })
+            }
+            Some(_) => None,
+        }
+    }
+
+    /// Records what a successful call did: the claimed session is this connection's; one
+    /// it deleted itself is no longer.
+    fn settle(&self, name: &str, params: Option<&str>, claimed: Option<&str>) {
+        if let Some(id) = claimed {
+            lock(&self.ids).insert(id.to_owned());
+        } else if name == method::SESSION_DELETE {
+            if let Some(p) = params.and_then(|p| serde_json::from_str::<SessionIdParams>(p).ok()) {
+                lock(&self.ids).remove(&p.id);
+            }
+        }
+    }
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        let ids = std::mem::take(&mut *lock(&self.ids));
+        let host = &self.shared.host;
+        if ids.is_empty() || host.shutdown_token().is_cancelled() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let host = host.clone();
+        let end = async move {
+            for id in ids {
+                match super::methods::delete_session(&host, &id).await {
+                    Ok(deleted) => tracing::debug!(
+                        session = %id,
+                        deleted,
+                        "the connection that made this ephemeral session ended"
+                    ),
+                    Err(e) => tracing::warn!(%e, session = %id, "cannot end an ephemeral session"),
+                }
+            }
+        };
+        self.shared.host.tracker().spawn_on(end, &runtime);
+    }
 }
 
 /// How a call went, before the client's id is put on its reply.
@@ -489,6 +599,7 @@ pub(super) async fn run_messages(
         streams: Some(Streams {
             out: out.clone(),
             open: Open::default(),
+            owned: Owned::new(shared.clone()),
         }),
         caller,
         limits: OnceLock::new(),
@@ -537,5 +648,30 @@ pub(super) async fn run_messages(
     }
     if out.send(Out::Close).await.is_ok() {
         let _ = tokio::time::timeout(Duration::from_secs(5), &mut writer).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    #[test]
+    fn only_an_ephemeral_create_is_claimed_and_its_id_is_known_before_it_runs() {
+        let create = method::SESSION_CREATE;
+        assert!(Owned::claim(method::SESSION_UPDATE, Some(r#"{"ephemeral":true}"#)).is_none());
+        assert!(Owned::claim(create, Some(r#"{"id":"a"}"#)).is_none());
+        assert!(Owned::claim(create, Some(r#"{"ephemeral":false}"#)).is_none());
+        assert!(Owned::claim(create, Some("[true]")).is_none());
+        assert!(Owned::claim(create, None).is_none());
+        let named = Owned::claim(create, Some(r#"{"id":"a","ephemeral":true}"#)).unwrap();
+        assert_eq!(named.id, "a");
+        assert!(named.params.is_none());
+        let made = Owned::claim(create, Some(r#"{"ephemeral":true,"meta":{"k":1}}"#)).unwrap();
+        let params: Value = serde_json::from_str(made.params.as_deref().unwrap()).unwrap();
+        assert!(made.id.starts_with("s_"), "{}", made.id);
+        assert_eq!(params["id"], made.id.as_str());
+        assert_eq!(params["meta"]["k"], 1);
+        assert_eq!(params["ephemeral"], true);
     }
 }

@@ -25,6 +25,7 @@ use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 
 mod approvals;
+mod commands;
 mod skills;
 
 use super::openrpc::{self, MethodDoc};
@@ -357,6 +358,7 @@ pub(crate) fn methods(access: Arc<crate::ui::Access>) -> anyhow::Result<Methods>
     subscribe_tools_changed(&mut api)?;
     surface::register(&mut api)?;
     skills::register(&mut api)?;
+    commands::register(&mut api)?;
     approvals::register(&mut api)?;
     ui::register(&mut api, access)?;
 
@@ -503,14 +505,16 @@ fn catalog_methods(api: &mut Api) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A session's workspace brings its `.toolhost/tools/` (custom/mod.rs): scanned before
-/// the session is answered, so its view and the caller's next `list_tools` show what is
-/// there.
+/// A session's workspace brings its `.toolhost/tools/` (custom/mod.rs) and its
+/// `.toolhost/commands/` (commands/mod.rs): scanned before the session is answered, so its
+/// view and the caller's next `list_tools` show what is there.
 async fn discover_in(host: &Host, workspace: &str) {
     let discover = host.config().custom_tools.discover;
+    let workspace = [std::path::PathBuf::from(workspace)];
     host.custom()
-        .add_session_workspaces(&[std::path::PathBuf::from(workspace)], discover)
+        .add_session_workspaces(&workspace, discover)
         .await;
+    host.commands().add_session_workspaces(&workspace).await;
 }
 
 fn session_methods(api: &mut Api) -> anyhow::Result<()> {
@@ -554,15 +558,7 @@ fn session_methods(api: &mut Api) -> anyhow::Result<()> {
         method::SESSION_DELETE,
         "Deletes a session.",
         |host, p: SessionIdParams| async move {
-            // The workspace is read first: the handler may clean up files there.
-            let workspace = host.sessions().get(&p.id).await.ok().map(|s| s.workspace);
-            let deleted = host.sessions().delete(&p.id).await?;
-            host.approvals().forget_session(&p.id);
-            host.mcp().session_ended(&p.id);
-            if deleted {
-                let ws = workspace.unwrap_or_else(|| host.workspace().display().to_string());
-                session_event(&host, SessionEvent::Delete, &p.id, &ws);
-            }
+            let deleted = delete_session(&host, &p.id).await?;
             Ok(DeletedResult { deleted })
         },
     )?;
@@ -595,6 +591,21 @@ fn session_methods(api: &mut Api) -> anyhow::Result<()> {
 }
 
 /// Tells custom tools that asked for it about a session event, off the caller's path.
+/// Ends session `id`: `session.delete`, and a connection's end for the ephemeral sessions
+/// it made (`connection.rs`). False when there was no such session.
+pub(super) async fn delete_session(host: &Host, id: &str) -> Result<bool, Error> {
+    // The workspace is read first: the handler may clean up files there.
+    let workspace = host.sessions().get(id).await.ok().map(|s| s.workspace);
+    let deleted = host.sessions().delete(id).await?;
+    host.approvals().forget_session(id);
+    host.mcp().session_ended(id);
+    if deleted {
+        let ws = workspace.unwrap_or_else(|| host.workspace().display().to_string());
+        session_event(host, SessionEvent::Delete, id, &ws);
+    }
+    Ok(deleted)
+}
+
 fn session_event(host: &Host, event: SessionEvent, id: &str, workspace: &str) {
     host.custom().session_event(
         host.tracker(),

@@ -83,6 +83,7 @@ pub(super) fn health(host: &Host) -> HealthResult {
     // A configured server that cannot start, or whose circuit is open, needs the operator.
     let custom_tool_errors = host.custom().errors();
     let skill_errors: Vec<String> = host.skills().catalog().problems().collect();
+    let command_errors: Vec<String> = host.commands().catalog().problems().collect();
     let quarantined: Vec<String> = snapshot
         .quarantined_tools()
         .map(|q| q.name.clone())
@@ -94,7 +95,8 @@ pub(super) fn health(host: &Host) -> HealthResult {
         || !clashes.is_empty()
         || mcp.failed > 0
         || !custom_tool_errors.is_empty()
-        || !skill_errors.is_empty();
+        || !skill_errors.is_empty()
+        || !command_errors.is_empty();
     HealthResult {
         status: if degraded {
             HealthStatus::Degraded
@@ -113,6 +115,7 @@ pub(super) fn health(host: &Host) -> HealthResult {
         custom_tool_errors,
         session_event_errors: host.custom().event_failures(),
         skill_errors,
+        command_errors,
         quarantined,
         pins_error,
     }

@@ -258,7 +258,7 @@ impl Limited {
                 let created = if create {
                     let id = match p.get("id") {
                         Some(Value::String(id)) => id.clone(),
-                        _ => format!("s_{}", uuid::Uuid::new_v4().simple()),
+                        _ => crate::session::new_id(),
                     };
                     p.insert("id".into(), Value::String(id.clone()));
                     Some(id)

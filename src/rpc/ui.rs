@@ -279,14 +279,15 @@ fn gather(host: &Host, told: &mut Told, batch: &mut Batch) {
         );
     }
     let servers = host.mcp().status(None);
-    // Calls running and queued change with every call (the calls event tells of them), and
-    // memory all the time (the page reads it with the status).
+    // Calls running and queued and the last use change with every call (the calls event
+    // tells of them), and memory all the time (the page reads it with the status).
     let steady = |s: &[McpServerStatus]| -> Vec<McpServerStatus> {
         s.iter()
             .map(|s| McpServerStatus {
                 in_flight: 0,
                 queued: 0,
                 rss_kib: None,
+                last_used: None,
                 instances: s
                     .instances
                     .iter()

@@ -131,6 +131,11 @@ pub fn serves(view: &ProfileView<'_>, entry: &Entry) -> bool {
     view.allows_tool(&spec.name, server, entry.approval)
 }
 
+/// A new session id, as `session.create` makes one when the params name none.
+pub fn new_id() -> String {
+    format!("s_{}", uuid::Uuid::new_v4().simple())
+}
+
 pub async fn create(host: &Scope<'_>, p: SessionCreateParams) -> Result<Session> {
     check_profile(host, p.profile.as_deref())?;
     if let Some(id) = &p.id {
@@ -144,9 +149,7 @@ pub async fn create(host: &Scope<'_>, p: SessionCreateParams) -> Result<Session>
     let now = now_ms();
     let workspace = workspace_of(host, p.workspace)?;
     let session = Session {
-        id: p
-            .id
-            .unwrap_or_else(|| format!("s_{}", uuid::Uuid::new_v4().simple())),
+        id: p.id.unwrap_or_else(new_id),
         created_at: now,
         updated_at: now,
         tool_names: snapshot.visible_names_in(Path::new(&workspace)),

@@ -127,7 +127,7 @@ struct FrontMatter {
 
 /// `(front matter, where the body starts)` when `text` opens with a `---` line and a later
 /// `---` line closes it.
-fn split_front_matter(text: &str) -> Option<(&str, usize)> {
+pub(crate) fn split_front_matter(text: &str) -> Option<(&str, usize)> {
     let text_start = text.strip_prefix('\u{feff}').map_or(0, |_| 3);
     let rest = &text[text_start..];
     let first = rest.lines().next()?;

@@ -2,11 +2,14 @@
 //! completions, resource subscriptions and the `prompts_changed` / `resources_changed`
 //! notifications (proto-docs/surface.md). Each answers from the MCP servers' live
 //! catalog (`mcp::surface`) or relays to the server that owns the entry, in the view of
-//! the caller's profile ([`View`]), as `list_tools` is.
+//! the caller's profile ([`View`]), as `list_tools` is. The host's own slash commands
+//! (`crate::commands`) are prompts too, listed first and answered here: a command's
+//! prompt name takes precedence over an upstream prompt of the same name.
 
 use std::sync::Arc;
 
 use super::{Api, Sink};
+use crate::commands::{self, Command, PROMPT_SERVER};
 use crate::config::Config;
 use crate::error::Error;
 use crate::host::Host;
@@ -17,25 +20,40 @@ use crate::rpc::subscription;
 pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
     api.method(
         method::LIST_PROMPTS,
-        "The prompts of every MCP server, named like tools (mcp_<server>_<prompt>).",
+        "The host's slash commands (server `toolhost`, named by their words joined by `_`: mcp_status), then the prompts of every MCP server, named like tools (mcp_<server>_<prompt>).",
         |host, p: SurfaceListParams| async move {
             let view = View::of(&host, p.profile, p.session_id).await?;
             let serves = view.serves();
-            let catalog = host.mcp().surface();
-            let prompts = catalog.prompts.values().map(|(p, _)| p);
-            let prompts = prompts
-                .filter(|p| serves(&p.name, &p.server))
-                .cloned()
+            let commands = host.commands().catalog();
+            let mut prompts: Vec<PromptEntry> = commands
+                .commands()
+                .iter()
+                .filter(|c| serves(&c.entry.prompt, PROMPT_SERVER))
+                .map(|c| commands::prompt_entry(c))
                 .collect();
+            let catalog = host.mcp().surface();
+            let upstream = catalog.prompts.values().map(|(p, _)| p);
+            prompts.extend(
+                upstream
+                    .filter(|p| commands.by_prompt(&p.name).is_none() && serves(&p.name, &p.server))
+                    .cloned(),
+            );
             Ok(ListPromptsResult { prompts })
         },
     )?;
     api.method(
         method::GET_PROMPT,
-        "One prompt's messages, its arguments checked against the ones it declares.",
+        "One prompt's messages, its arguments checked against the ones it declares. A command's prompt is its expansion (getting `mcp_reload` reloads config.json).",
         |host, mut p: GetPromptParams| async move {
             let view = View::of(&host, p.profile.take(), p.session_id.take()).await?;
             let serves = view.serves();
+            if let Some(command) = command_prompt(&host, &p.name, &serves) {
+                let expanded = commands::expand(&host, &command, &p.arguments).await?;
+                return Ok(GetPromptResult {
+                    description: expanded.description,
+                    messages: expanded.messages,
+                });
+            }
             host.mcp().get_prompt(p, &serves).await
         },
     )?;
@@ -76,10 +94,15 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
     )?;
     api.method(
         method::COMPLETE,
-        "Completions for a prompt argument or a resource-template variable, from the server that owns it.",
+        "Completions for a prompt argument or a resource-template variable, from the server that owns it (a command's argument: from its `choices`).",
         |host, mut p: CompleteParams| async move {
             let view = View::of(&host, p.profile.take(), p.session_id.take()).await?;
             let serves = view.serves();
+            if let CompletionRef::Prompt { name } = &p.reference {
+                if let Some(command) = command_prompt(&host, name, &serves) {
+                    return Ok(complete_command(&command, &p.argument));
+                }
+            }
             host.mcp().complete(p, &serves).await
         },
     )?;
@@ -105,8 +128,8 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
     )?;
     api.subscription::<EmptyParams, PromptsChanged, _, _>(
         [method::SUBSCRIBE_PROMPTS_CHANGED, method::PROMPTS_CHANGED, method::UNSUBSCRIBE_PROMPTS_CHANGED],
-        "A notification whenever the live prompts change (a server's list, or a reload that adds or removes a server). WebSocket and newline framing only.",
-        |host, _: EmptyParams| async move { Ok(changes(&host, |e| match e { Event::Prompts(n) => Some(n), _ => None })) },
+        "A notification whenever the live prompts change (a server's list, a reload that adds or removes a server, or a command file added, edited or removed). WebSocket and newline framing only.",
+        |host, _: EmptyParams| async move { Ok(prompt_changes(&host)) },
     )?;
     api.subscription::<EmptyParams, ResourcesChanged, _, _>(
         [method::SUBSCRIBE_RESOURCES_CHANGED, method::RESOURCES_CHANGED, method::UNSUBSCRIBE_RESOURCES_CHANGED],
@@ -157,6 +180,55 @@ impl View {
             asked.allows_item(name, Some(server)) && own.allows_item(name, Some(server))
         }
     }
+}
+
+/// The command whose prompt is `name`, when the view serves it.
+fn command_prompt(
+    host: &Host,
+    name: &str,
+    serves: &impl Fn(&str, &str) -> bool,
+) -> Option<Arc<Command>> {
+    let catalog = host.commands().catalog();
+    catalog
+        .by_prompt(name)
+        .filter(|_| serves(name, PROMPT_SERVER))
+        .cloned()
+}
+
+/// The choices of a command's argument that start with what is typed (MCP sends at most
+/// 100 values).
+fn complete_command(command: &Command, argument: &CompletionArgument) -> CompleteResult {
+    const MAX_VALUES: usize = 100;
+    let mut values = command.complete(&argument.name, &argument.value);
+    let total = values.len();
+    values.truncate(MAX_VALUES);
+    CompleteResult {
+        completion: Completion {
+            values,
+            total: u32::try_from(total).ok(),
+            has_more: Some(total > MAX_VALUES),
+        },
+    }
+}
+
+/// `prompts_changed` from either source of prompts — the MCP servers' catalog and the
+/// command folders — each counting both, subscribed before the reply goes out.
+fn prompt_changes(host: &Host) -> subscription::Stream {
+    let mut servers = host.mcp().surface_events();
+    let mut files = host.commands().subscribe();
+    let host = host.clone();
+    subscription::stream(move |sink: Sink| async move {
+        let count = || PromptsChanged {
+            prompts: host.mcp().surface().prompts.len() + host.commands().catalog().len(),
+        };
+        tokio::join!(
+            subscription::relay(&mut servers, &sink, "MCP surface", |e| match e {
+                Event::Prompts(_) => Some(count()),
+                _ => None,
+            }),
+            subscription::relay(&mut files, &sink, "commands", |_| Some(count())),
+        );
+    })
 }
 
 /// A stream of the catalog events `pick` keeps, subscribed before the reply goes out.

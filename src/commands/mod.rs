@@ -1,0 +1,281 @@
+//! Slash commands: Markdown files that expand into a message, served to every frontend
+//! from one place — on the socket (`list_commands`, `get_command`) and, through the MCP
+//! facade, as MCP prompts (`mcp/status.md` is the prompt `mcp_status`, which Claude Code
+//! offers as `/mcp__toolhost__mcp_status`).
+//!
+//! - [`command`]: one file — read safely, front matter checked, body expanded;
+//! - [`catalog`]: every folder scanned into one immutable [`Catalog`], with the built-in
+//!   commands no file overrides;
+//! - [`builtin`]: the host's own commands (`tools`, `mcp status`, `mcp reload`, `skills`).
+//!
+//! Search order: config `commands.paths`, then `<workspace>/.toolhost/commands`, then
+//! `$XDG_CONFIG_HOME/toolhost/commands`, then each session workspace's
+//! `.toolhost/commands`, as for custom tools (`commands.discover: false` keeps only the
+//! configured folders); the first definition of a name wins, and any file overrides the
+//! built-in command of its name.
+//!
+//! Architecture Invariant: as for skills, the folders are parsed when they change (the
+//! custom tools' watcher, [`crate::custom::watch`]), never per call, and a scan whose
+//! catalog has the etag of the last one notifies nobody.
+
+pub mod builtin;
+pub mod catalog;
+pub mod command;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use serde_json::json;
+use tokio::sync::broadcast;
+
+use crate::config::Config;
+use crate::custom::watch::Watch;
+use crate::error::Error;
+use crate::host::Host;
+use crate::lock;
+use crate::protocol::{
+    CommandSource, CommandsChanged, GetCommandResult, PromptArgument, PromptEntry, PromptMessage,
+};
+
+pub use catalog::Catalog;
+pub use command::Command;
+
+/// The `server` of a command's prompt in `list_prompts`: the host itself. A profile
+/// selects commands by prompt name (its `tools` globs) or with this name in `servers`.
+pub const PROMPT_SERVER: &str = "toolhost";
+
+/// A folder searched for command files, and what kind of place it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Root {
+    pub path: PathBuf,
+    pub source: CommandSource,
+}
+
+/// The folders searched, in precedence order; a folder named twice keeps its first place.
+pub fn roots(cfg: &Config, config_path: &Path, workspace: &Path) -> Vec<Root> {
+    let base = config_path.parent().unwrap_or(Path::new("/"));
+    let mut out: Vec<Root> = cfg
+        .commands
+        .paths
+        .iter()
+        .map(|p| Root {
+            path: base.join(p),
+            source: CommandSource::Config,
+        })
+        .collect();
+    if cfg.commands.discover {
+        let user_config = crate::config::xdg_dir("XDG_CONFIG_HOME", ".config");
+        out.push(Root {
+            path: workspace.join(".toolhost/commands"),
+            source: CommandSource::Workspace,
+        });
+        out.push(Root {
+            path: user_config.join("toolhost/commands"),
+            source: CommandSource::User,
+        });
+    }
+    let mut seen = std::collections::HashSet::new();
+    out.retain(|r| seen.insert(r.path.clone()));
+    out
+}
+
+/// A command as an MCP prompt of the host's `list_prompts`.
+pub fn prompt_entry(c: &Command) -> PromptEntry {
+    PromptEntry {
+        name: c.entry.prompt.clone(),
+        title: Some(format!("/{}", c.entry.name)),
+        description: c.entry.description.clone(),
+        arguments: c
+            .entry
+            .arguments
+            .iter()
+            .map(|a| PromptArgument {
+                name: a.name.clone(),
+                title: None,
+                description: a.description.clone(),
+                required: a.required,
+            })
+            .collect(),
+        server: PROMPT_SERVER.to_owned(),
+    }
+}
+
+/// Expands `command` with `arguments` (checked against the ones it declares: -32602 when
+/// one is unknown, a required one is missing, or a value is not one of its choices). A
+/// built-in command renders the host's state now (`mcp reload` reloads first).
+pub async fn expand(
+    host: &Host,
+    command: &Command,
+    arguments: &BTreeMap<String, String>,
+) -> Result<GetCommandResult, Error> {
+    command.check(arguments).map_err(Error::InvalidParams)?;
+    let text = match &command.body {
+        command::Body::Builtin(b) => b.render(host).await,
+        command::Body::Template { text, free_text } => {
+            command.substitute(text, *free_text, arguments)
+        }
+    };
+    Ok(GetCommandResult {
+        name: command.entry.name.clone(),
+        description: command.entry.description.clone(),
+        messages: vec![PromptMessage {
+            role: "user".into(),
+            content: json!({"type": "text", "text": text}),
+        }],
+    })
+}
+
+/// The folders of the config in force, and the session workspaces seen so far.
+#[derive(Default)]
+struct Roots {
+    configured: Vec<Root>,
+    discover: bool,
+    sessions: Vec<PathBuf>,
+}
+
+impl Roots {
+    /// Every folder searched, in precedence order: a session workspace's comes last.
+    fn all(&self) -> Vec<Root> {
+        let mut out = self.configured.clone();
+        if self.discover {
+            for w in &self.sessions {
+                let path = w.join(".toolhost/commands");
+                if !out.iter().any(|r| r.path == path) {
+                    out.push(Root {
+                        path,
+                        source: CommandSource::Workspace,
+                    });
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The commands of one daemon: the catalog in force, its folders and its watcher.
+#[derive(Clone)]
+pub struct Commands(Arc<Inner>);
+
+struct Inner {
+    catalog: ArcSwap<Catalog>,
+    roots: Mutex<Roots>,
+    /// Serialises scans, so two never publish out of order.
+    scan_lock: tokio::sync::Mutex<()>,
+    watch: Mutex<Option<Watch>>,
+    changed: broadcast::Sender<CommandsChanged>,
+}
+
+impl Default for Commands {
+    fn default() -> Self {
+        Commands(Arc::new(Inner {
+            catalog: ArcSwap::from_pointee(Catalog::default()),
+            roots: Mutex::default(),
+            scan_lock: tokio::sync::Mutex::new(()),
+            watch: Mutex::new(None),
+            changed: broadcast::channel(64).0,
+        }))
+    }
+}
+
+impl Commands {
+    /// The catalog in force.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        self.0.catalog.load_full()
+    }
+
+    /// A receiver of every later `commands_changed`.
+    pub fn subscribe(&self) -> broadcast::Receiver<CommandsChanged> {
+        self.0.changed.subscribe()
+    }
+
+    /// Applies a config's folders; scans when they differ from the ones in force.
+    pub async fn configure(&self, cfg: &Config, config_path: &Path, workspace: &Path) {
+        let roots = roots(cfg, config_path, workspace);
+        {
+            let mut current = lock(&self.0.roots);
+            let discover = cfg.commands.discover;
+            if current.configured == roots && current.discover == discover && !roots.is_empty() {
+                return;
+            }
+            current.configured = roots;
+            current.discover = discover;
+        }
+        self.rescan().await;
+    }
+
+    /// Adds session workspaces (a session created with one, or kept in the store): their
+    /// `.toolhost/commands` is searched after the other folders. Scans when one is new.
+    pub async fn add_session_workspaces(&self, workspaces: &[PathBuf]) {
+        {
+            let mut current = lock(&self.0.roots);
+            let before = current.all();
+            for w in workspaces {
+                if !current.sessions.contains(w) {
+                    current.sessions.push(w.clone());
+                }
+            }
+            if current.all() == before {
+                return;
+            }
+        }
+        self.rescan().await;
+    }
+
+    /// Starts watching the folders; events rescan until `shutdown` fires.
+    pub fn watch(
+        &self,
+        tracker: &tokio_util::task::TaskTracker,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        match Watch::new(&self.folders(), tx, "command folder") {
+            Ok(w) => *lock(&self.0.watch) = Some(w),
+            Err(e) => {
+                tracing::warn!("not watching command folders: {e:#}");
+                return;
+            }
+        }
+        let me = self.clone();
+        crate::custom::watch::rescan_on_signal(tracker, shutdown, rx, move || {
+            let me = me.clone();
+            async move { me.rescan().await }
+        });
+    }
+
+    /// The folders searched, in precedence order.
+    pub fn folders(&self) -> Vec<PathBuf> {
+        lock(&self.0.roots)
+            .all()
+            .into_iter()
+            .map(|r| r.path)
+            .collect()
+    }
+
+    /// Scans the folders again; publishes, and notifies only when the etag moved.
+    pub async fn rescan(&self) {
+        let _one = self.0.scan_lock.lock().await;
+        let roots = lock(&self.0.roots).all();
+        if let Some(w) = lock(&self.0.watch).as_mut() {
+            // A folder may have appeared (or gone): watch what exists now.
+            w.set_roots(&roots.iter().map(|r| r.path.clone()).collect::<Vec<_>>());
+        }
+        let catalog = tokio::task::spawn_blocking(move || Catalog::scan(&roots))
+            .await
+            .unwrap_or_default();
+        for e in catalog.problems() {
+            tracing::warn!("command: {e}");
+        }
+        let moved = catalog.etag() != self.0.catalog.load().etag();
+        let note = CommandsChanged {
+            etag: catalog.etag().to_owned(),
+            count: catalog.len(),
+        };
+        // Stored even when unchanged: the problems may differ (a warning fixed).
+        self.0.catalog.store(Arc::new(catalog));
+        if moved {
+            let _ = self.0.changed.send(note);
+        }
+    }
+}
