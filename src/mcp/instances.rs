@@ -324,7 +324,7 @@ impl Instances {
             dir,
             runtime,
         );
-        Arc::new(server.as_instance()).supervise(&self.tracker)
+        Arc::new(server.into_instance()).supervise(&self.tracker)
     }
 
     /// Takes `instance` out of the set and stops it (once no call is on it).

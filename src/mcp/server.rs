@@ -260,7 +260,7 @@ impl Server {
     }
 
     /// The server as an instance of a scoped server: it keeps no listing for the next run.
-    pub(super) fn as_instance(self) -> Server {
+    pub(super) fn into_instance(self) -> Server {
         Server {
             keeps_listing: false,
             ..self
