@@ -352,3 +352,31 @@ async fn server_filesystem_is_told_the_directory_it_was_given() {
     assert_eq!(r["ok"], true, "{r}");
     assert_eq!(r["output"], "hello from the data dir", "{r}");
 }
+
+#[tokio::test]
+async fn only_the_daemons_own_instance_keeps_the_listing_for_the_next_run() {
+    // Each instance lists its tools under a prefix naming its workspace.
+    let env = json!({"FIXTURE_WHEREAMI": "1", "FIXTURE_TOOL_PREFIX": "t:${WORKSPACE}:"});
+    let d = daemon(scoped("per_workspace", json!({"env": env}))).await;
+    let home = d.workspace().canonicalize().unwrap();
+    let kept = d.data_dir().join("mcp-tools/sc.json");
+    let own = format!("t:{}:whereami", home.display());
+    assert!(std::fs::read_to_string(&kept).unwrap().contains(&own));
+
+    let a = workspace(&d, "a");
+    let sa = session(&d, &a).await;
+    let listed = d.call("list_tools", json!({})).await;
+    let tool = tool_names(&listed["result"])
+        .into_iter()
+        .find(|n| n.ends_with("whereami"))
+        .unwrap()
+        .to_owned();
+    // The call starts the instance in `a` (which lists its own names, so the daemon's own
+    // name of the tool is unknown to it): its listing is not the server's.
+    call_in(&d, Some(&sa), &tool, json!({})).await;
+    let s = status(&d).await;
+    assert_eq!(instances(&s).len(), 2, "{s}");
+    let text = std::fs::read_to_string(&kept).unwrap();
+    assert!(text.contains(&own), "{text}");
+    assert!(!text.contains(&format!("t:{}:", a.display())), "{text}");
+}
