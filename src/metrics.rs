@@ -473,6 +473,8 @@ mod tests {
                     queued: 0,
                     collisions: Vec::new(),
                     resource_clashes: Vec::new(),
+                    scope: Default::default(),
+                    instances: Vec::new(),
                 })
                 .collect(),
         }

@@ -92,12 +92,15 @@ async fn a_lazy_server_is_listed_from_its_last_run_and_started_by_its_first_call
     assert!(st.get("pid").is_none(), "{st}");
     assert!(st.get("last_used").is_none(), "{st}");
     assert!(listed(&d).await.contains(&"mcp_fx_echo".to_owned()));
-    // Its prompts and resources too.
+    // Its prompts and resources too (after the host's own commands).
     let prompts = d.call("list_prompts", json!({})).await;
-    assert_eq!(
-        prompts["result"]["prompts"][0]["name"], "mcp_fx_greet",
-        "{prompts}"
-    );
+    let server_prompts: Vec<&Value> = prompts["result"]["prompts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["server"] == "fx")
+        .collect();
+    assert_eq!(server_prompts[0]["name"], "mcp_fx_greet", "{prompts}");
     let resources = d.call("list_resources", json!({})).await;
     let uris = resources["result"]["resources"].to_string();
     assert!(uris.contains("fixture://shared"), "{resources}");

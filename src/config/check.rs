@@ -599,6 +599,7 @@ mod tests {
             include_tools: vec!["t".into()],
             exclude_tools: vec!["u".into()],
             idle_stop_s: Some(60),
+            roots: vec!["/r".into()],
             auth: Some(crate::config::McpAuth {
                 kind: crate::config::McpAuthKind::Oauth,
                 client_id: Some("c".into()),

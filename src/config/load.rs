@@ -353,9 +353,10 @@ pub(crate) fn evaluate(root: Value, env: &Env) -> Result<(Config, Vec<String>), 
     };
     let mut root = Value::Object(root);
 
-    // 2. ${NAME} in every string of the file (not in environment overrides).
+    // 2. ${NAME} in every string of the file (not in environment overrides), but
+    //    `${WORKSPACE}` where a scoped server's instances expand it.
     let mut path = JsonPath::default();
-    expand_all(&mut root, &mut path, env, &mut problems);
+    expand_all(&mut root, &mut path, env, None, &mut problems);
 
     // 3. TOOLHOST_<SECTION>__<KEY> overrides.
     let mut origin = HashMap::new();
@@ -421,23 +422,38 @@ fn rename_key(m: &mut Map<String, Value>, from: &str, to: &str) {
     }
 }
 
-fn expand_all(v: &mut Value, path: &mut JsonPath, env: &Env, problems: &mut Vec<Problem>) {
+/// `kept`: a variable left as written (`${WORKSPACE}` in a scoped server's
+/// [`WORKSPACE_KEYS`](super::model::WORKSPACE_KEYS)).
+fn expand_all(
+    v: &mut Value,
+    path: &mut JsonPath,
+    env: &Env,
+    kept: Option<&str>,
+    problems: &mut Vec<Problem>,
+) {
     match v {
-        Value::String(s) if s.contains('$') => match expand(s, env) {
+        Value::String(s) if s.contains('$') => match expand_keeping(s, env, kept) {
             Ok(e) => *s = e,
             Err(msg) => problems.push(Problem::new(path.to_string(), msg)),
         },
         Value::Array(items) => {
             for (i, x) in items.iter_mut().enumerate() {
                 path.0.push(Seg::Index(i));
-                expand_all(x, path, env, problems);
+                expand_all(x, path, env, kept, problems);
                 path.0.pop();
             }
         }
         Value::Object(m) => {
+            let scoped = path.0.len() == 2
+                && path.0[0] == Seg::Key(SERVERS_KEY.into())
+                && super::model::names_scoped(m.get("scope"));
             for (k, x) in m.iter_mut() {
+                let kept = match scoped && super::model::WORKSPACE_KEYS.contains(&k.as_str()) {
+                    true => Some(super::model::WORKSPACE_VAR),
+                    false => kept,
+                };
                 path.0.push(Seg::Key(k.clone()));
-                expand_all(x, path, env, problems);
+                expand_all(x, path, env, kept, problems);
                 path.0.pop();
             }
         }
@@ -448,6 +464,11 @@ fn expand_all(v: &mut Value, path: &mut JsonPath, env: &Env, problems: &mut Vec<
 /// Expands `${NAME}` (NAME = `[A-Za-z_][A-Za-z0-9_]*`); `$${` is a literal `${`; any other
 /// `$` is kept as is. An unset variable is an error naming it (all unset ones are listed).
 pub(crate) fn expand(s: &str, env: &Env) -> Result<String, String> {
+    expand_keeping(s, env, None)
+}
+
+/// [`expand`], leaving `${kept}` as written.
+fn expand_keeping(s: &str, env: &Env, kept: Option<&str>) -> Result<String, String> {
     let mut out = String::with_capacity(s.len());
     let mut unset = Vec::new();
     let mut rest = s;
@@ -473,9 +494,14 @@ pub(crate) fn expand(s: &str, env: &Env) -> Result<String, String> {
                      (write $${{ for a literal ${{)"
                 ));
             }
-            match env.var(name)? {
-                Some(value) => out.push_str(&value),
-                None => unset.push(name.to_owned()),
+            if kept == Some(name) {
+                out.push('$');
+                out.push_str(&after[..end + 2]);
+            } else {
+                match env.var(name)? {
+                    Some(value) => out.push_str(&value),
+                    None => unset.push(name.to_owned()),
+                }
             }
             rest = &tail[end + 1..];
         } else {
@@ -569,6 +595,27 @@ mod tests {
         );
         assert!(expand("${A", &env).is_err());
         assert!(expand("${1A}", &env).is_err());
+    }
+
+    #[test]
+    fn workspace_is_left_for_the_instances_of_scoped_servers() {
+        let env = Env::fixed([("A", "x")]);
+        let block = |scope: &str| {
+            json!({"command": "s", "scope": scope, "args": ["${WORKSPACE}/${A}"],
+                   "env": {"W": "${WORKSPACE}"}, "roots": ["${WORKSPACE}"]})
+        };
+        let (c, _) = eval(json!({"mcp_servers": {"w": block("per_workspace")}}), &env).unwrap();
+        let w = &c.mcp_servers["w"];
+        assert_eq!(w.args, ["${WORKSPACE}/x"]);
+        assert_eq!(w.env["W"], "${WORKSPACE}");
+        assert_eq!(w.roots, ["${WORKSPACE}"]);
+        // A shared server has no instances: WORKSPACE is an ordinary variable there.
+        let e = eval(json!({"mcp_servers": {"w": block("shared")}}), &env).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("environment variable WORKSPACE is not set"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+pub use crate::protocol::ServerScope;
 use crate::protocol::{ApprovalClass, ApprovalMode, Network, SandboxPolicy};
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -339,13 +340,26 @@ pub struct McpServer {
     pub prefix: bool,
     /// What a new or changed tool definition of this server needs before it is listed.
     pub trust: Trust,
+    /// Who shares one process of this stdio server (proto-docs/config.md#server-scopes).
+    pub scope: ServerScope,
+    /// Processes of a scoped server alive at once, beside the one for the daemon's
+    /// workspace; a new one past this stops the least recently used idle one first.
+    #[schemars(range(min = 1))]
+    pub max_instances: usize,
     /// When the server's process starts: with the daemon, or at its first call.
     pub start: Start,
     /// Stop the server after this many seconds without a request (restarted by the next
-    /// one); none keeps it running.
+    /// one); none keeps it running. A scoped server's instances for sessions' workspaces or
+    /// sessions are stopped after this, or 600 s when it is unset.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub idle_stop_s: Option<u64>,
+    /// The directories answered to the server's `roots/list` (absolute; `${WORKSPACE}` in a
+    /// scoped server's). Default: the existing directories among `args`, else the
+    /// directory the server runs in.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(length(min = 1)))]
+    pub roots: Vec<String>,
 }
 
 /// When an MCP server's process starts (proto-docs/config.md, lifecycle).
@@ -357,6 +371,19 @@ pub enum Start {
     Eager,
     /// At its first call; until then its tools are listed from the last run's listing.
     Lazy,
+}
+
+/// The variable a scoped server's instance expands to its workspace; loading leaves it as
+/// written in the keys [`WORKSPACE_KEYS`] of a scoped server.
+pub const WORKSPACE_VAR: &str = "WORKSPACE";
+/// The keys of a scoped server where `${WORKSPACE}` names the instance's workspace.
+pub const WORKSPACE_KEYS: [&str; 3] = ["args", "env", "roots"];
+
+/// Whether a server block's raw `scope` value (before the config is typed) names a scoped
+/// server.
+pub(crate) fn names_scoped(raw: Option<&serde_json::Value>) -> bool {
+    raw.and_then(|v| serde_json::from_value::<ServerScope>(v.clone()).ok())
+        .is_some_and(ServerScope::is_scoped)
 }
 
 impl Default for McpServer {
@@ -386,8 +413,11 @@ impl Default for McpServer {
             defer: false,
             prefix: true,
             trust: Trust::Pin,
+            scope: ServerScope::Shared,
+            max_instances: 16,
             start: Start::Eager,
             idle_stop_s: None,
+            roots: Vec::new(),
         }
     }
 }

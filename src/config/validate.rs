@@ -166,6 +166,41 @@ pub(crate) fn profile_rules(root: &Value, r: &mut Report) {
     }
 }
 
+/// A server's `scope` with what it needs: a stdio server (one HTTP endpoint serves
+/// everyone), no `cwd` of its own (each instance runs in its workspace), and absolute
+/// `roots` (a scoped server's may start at `${WORKSPACE}`).
+fn scope_rules(m: &Map<String, Value>, base: &JsonPath, http: bool, r: &mut Report) {
+    let at = |k: &str| {
+        let mut p = base.clone();
+        p.0.push(Seg::Key(k.to_owned()));
+        p
+    };
+    let scoped = super::model::names_scoped(m.get("scope"));
+    if scoped && http {
+        r.problem(
+            &at("scope"),
+            "only stdio servers (\"command\") have instances; an HTTP server is shared",
+        );
+    }
+    if scoped && m.get("cwd").is_some_and(|c| !c.is_null()) {
+        r.problem(
+            &at("cwd"),
+            "a scoped server runs in the workspace of each instance; use ${WORKSPACE} in args",
+        );
+    }
+    let workspace = format!("${{{}}}", super::model::WORKSPACE_VAR);
+    if let Some(Value::Array(roots)) = m.get("roots") {
+        for (i, root) in roots.iter().enumerate() {
+            let Some(path) = root.as_str() else { continue };
+            if !(path.starts_with('/') || scoped && path.starts_with(&workspace)) {
+                let mut p = at("roots");
+                p.0.push(Seg::Index(i));
+                r.problem(&p, format!("expected an absolute path, found {root}"));
+            }
+        }
+    }
+}
+
 /// What a schema cannot express: server names, one MCP server block's fields together, and
 /// values that could never be handed to a program (NUL bytes, `=` in variable names).
 pub(crate) fn server_rules(root: &Value, r: &mut Report) {
@@ -231,6 +266,7 @@ fn one_server(m: &Map<String, Value>, base: &JsonPath, r: &mut Report) {
             }
         }
     }
+    scope_rules(m, base, url && !command, r);
     if command && !url && present("headers") {
         r.warn(
             &at("headers"),
@@ -501,6 +537,28 @@ mod tests {
                 "mcp_servers.b.headers: ignored: only HTTP servers (\"url\") use it",
             ]
         );
+    }
+
+    #[test]
+    fn scopes_belong_to_stdio_servers_that_run_in_their_workspace() {
+        let c = run(json!({"mcp_servers": {
+            "a": {"url": "https://h/mcp", "scope": "per_session"},
+            "b": {"command": "x", "scope": "per_workspace", "cwd": "/w",
+                  "roots": ["${WORKSPACE}/src", "rel"]},
+            "c": {"command": "x", "max_instances": 2, "roots": ["/abs", "${WORKSPACE}"]},
+            "d": {"command": "x", "scope": "per_workspace", "max_instances": 2, "args": ["${WORKSPACE}"]}
+        }}));
+        let p: Vec<String> = c.problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            p,
+            vec![
+                "mcp_servers.a.scope: only stdio servers (\"command\") have instances; an HTTP server is shared",
+                "mcp_servers.b.cwd: a scoped server runs in the workspace of each instance; use ${WORKSPACE} in args",
+                "mcp_servers.b.roots[1]: expected an absolute path, found \"rel\"",
+                "mcp_servers.c.roots[1]: expected an absolute path, found \"${WORKSPACE}\"",
+            ]
+        );
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //! `resources/updated` to the server's supervisor, and hands the server's own requests
 //! (`elicitation/create`, `sampling/createMessage`, `roots/list`) and log messages to the
 //! frontend of the call that caused them (`origin.rs` says which). `roots/list` outside any
-//! call, or from a call whose frontend does not answer it, gets the directory the server
-//! works in.
+//! call, or from a call whose frontend does not answer it, gets the server's own roots
+//! ([`roots_of`]).
 // Roots, sampling and logging are deprecated by SEP-2577, but servers still use them.
 #![allow(deprecated)]
 
@@ -45,8 +45,8 @@ pub enum Notice {
 pub struct Client {
     pub progress: ProgressDispatcher,
     notices: mpsc::UnboundedSender<Notice>,
-    /// The one root offered (a `file://` URI).
-    root: String,
+    /// The roots offered (`file://` URIs, [`roots_of`]).
+    roots: Vec<String>,
     /// The calls in flight to this server, whose frontends its requests go to.
     origins: Arc<Origins>,
 }
@@ -55,13 +55,13 @@ impl Client {
     pub fn new(
         progress: ProgressDispatcher,
         notices: mpsc::UnboundedSender<Notice>,
-        root: String,
+        roots: Vec<String>,
         origins: Arc<Origins>,
     ) -> Self {
         Client {
             progress,
             notices,
-            root,
+            roots,
             origins,
         }
     }
@@ -136,6 +136,37 @@ pub fn file_uri(path: &std::path::Path) -> String {
     url::Url::from_file_path(abs).map_or_else(|()| "file:///".to_owned(), String::from)
 }
 
+/// The roots a server is answered with, as `file://` URIs: its config's `roots`, else the
+/// directories its `args` name (absolute ones that exist, canonical), else the directory it
+/// runs in (`cwd`, else `home`). A server given directories on its command line (such as
+/// server-filesystem, which replaces them with the roots it is told) must not be told
+/// another directory, or it refuses the very ones it was started for. `cfg` is the config
+/// the server was launched with (a scoped instance's, `${WORKSPACE}` expanded).
+pub fn roots_of(cfg: &crate::config::McpServer, home: &std::path::Path) -> Vec<String> {
+    use std::path::Path;
+    if !cfg.roots.is_empty() {
+        return cfg.roots.iter().map(|r| file_uri(Path::new(r))).collect();
+    }
+    let mut named: Vec<String> = Vec::new();
+    let dirs = cfg
+        .args
+        .iter()
+        .map(Path::new)
+        .filter(|a| a.is_absolute())
+        .filter_map(|a| a.canonicalize().ok())
+        .filter(|a| a.is_dir());
+    for dir in dirs {
+        let uri = file_uri(&dir);
+        if !named.contains(&uri) {
+            named.push(uri);
+        }
+    }
+    if named.is_empty() {
+        named.push(file_uri(cfg.cwd.as_deref().unwrap_or(home)));
+    }
+    named
+}
+
 impl ClientHandler for Client {
     fn get_info(&self) -> ClientConfig {
         // Roots without `listChanged`: the root of a connection never changes.
@@ -163,7 +194,9 @@ impl ClientHandler for Client {
         let params = serde_json::Value::Object(Default::default());
         match self.ask(InputKind::Roots, params, &ctx).await {
             Some(answer) => answer,
-            None => Ok(ListRootsResult::new(vec![Root::new(self.root.clone())])),
+            None => Ok(ListRootsResult::new(
+                self.roots.iter().cloned().map(Root::new).collect(),
+            )),
         }
     }
 
@@ -242,6 +275,44 @@ impl ClientHandler for Client {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn roots_are_the_configs_else_the_directories_in_args_else_where_it_runs() {
+        use crate::config::McpServer;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().canonicalize().unwrap();
+        let (a, b) = (dir.join("a"), dir.join("b"));
+        std::fs::create_dir(&a).unwrap();
+        std::fs::create_dir(&b).unwrap();
+        std::fs::write(dir.join("f"), "").unwrap();
+        let home = std::path::Path::new("/home/h");
+        let uri = |p: &std::path::Path| super::file_uri(p);
+        let server = |args: Vec<String>| McpServer {
+            args,
+            ..McpServer::default()
+        };
+        let s = |p: &std::path::Path| p.display().to_string();
+        // Directories named on the command line, canonical, each once; files, relative
+        // paths and flags are not directories it was given.
+        let cfg = server(vec![
+            "-y".into(),
+            s(&a),
+            s(&dir.join("f")),
+            "b".into(),
+            s(&dir.join("a/../b")),
+            s(&a),
+        ]);
+        assert_eq!(super::roots_of(&cfg, home), vec![uri(&a), uri(&b)]);
+        // None: where it runs.
+        let mut cfg = server(vec!["--stdio".into(), s(&dir.join("missing"))]);
+        assert_eq!(super::roots_of(&cfg, home), vec![uri(home)]);
+        cfg.cwd = Some(b.clone());
+        assert_eq!(super::roots_of(&cfg, home), vec![uri(&b)]);
+        // The config's own, as given.
+        cfg.roots = vec!["/srv/data".into()];
+        cfg.args.push(s(&a));
+        assert_eq!(super::roots_of(&cfg, home), vec!["file:///srv/data"]);
+    }
+
     #[test]
     fn file_uris_encode_what_a_uri_cannot_hold() {
         assert_eq!(

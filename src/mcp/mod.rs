@@ -12,6 +12,7 @@
 mod auth;
 mod client;
 mod era;
+mod instances;
 mod launcher;
 mod list_cache;
 mod listen;
@@ -58,8 +59,8 @@ pub struct McpManager {
     servers: Mutex<IndexMap<String, Arc<Server>>>,
     registry: Registry,
     tracker: tokio_util::task::TaskTracker,
-    /// The host workspace as a `file://` URI: the root offered to servers that ask.
-    root: String,
+    /// The host workspace: where servers run unless told otherwise.
+    workspace: std::path::PathBuf,
     runtime: Runtime,
 }
 
@@ -78,7 +79,7 @@ impl McpManager {
             servers: Mutex::default(),
             registry,
             tracker,
-            root: client::file_uri(workspace),
+            workspace: workspace.to_path_buf(),
             runtime: Runtime {
                 processes,
                 oauth: Arc::new(auth::OAuth::new(data_dir)),
@@ -103,7 +104,7 @@ impl McpManager {
             self.registry.clone(),
             publish,
             &self.tracker,
-            self.root.clone(),
+            &self.workspace,
             self.runtime.clone(),
         );
         if let Some(old) = self.lock().insert(name.to_owned(), server.clone()) {
@@ -134,6 +135,9 @@ impl McpManager {
         };
         for s in &servers {
             s.reconnect();
+            if let Some(set) = s.instances() {
+                set.reconnect();
+            }
         }
         servers.len()
     }
@@ -220,6 +224,15 @@ impl McpManager {
     /// The live server `name`.
     pub fn known(&self, name: &str) -> Result<Arc<Server>, UnknownServer> {
         self.get(name).ok_or_else(|| UnknownServer::live(name))
+    }
+
+    /// The session `id` was deleted: its instances of per-session servers stop.
+    pub fn session_ended(&self, id: &str) {
+        for s in self.lock().values() {
+            if let Some(set) = s.instances() {
+                set.session_ended(id);
+            }
+        }
     }
 
     /// Stops every server; the caller waits for their supervisors through the task tracker.

@@ -9,7 +9,7 @@
 //! (`inputs.rs`), exactly as a classic server request does (`client.rs`): so a socket
 //! frontend sees an `input_request` event, and the MCP facade turns it into whatever its own
 //! client's era understands. `roots/list` that the frontend does not answer gets the
-//! server's root, as the classic handler gives it. The caller bounds the rounds
+//! server's roots, as the classic handler gives it. The caller bounds the rounds
 //! ([`MAX_ROUNDS`]) and runs them all within the call's deadline and cancel.
 
 use futures::future::try_join_all;
@@ -54,7 +54,7 @@ pub fn input_required(result: &Map<String, Value>) -> bool {
 pub async fn answer(
     mut result: Map<String, Value>,
     inputs: &CallInputs,
-    root: &str,
+    roots: &[String],
 ) -> Result<Retry, String> {
     let request_state = match result.remove("requestState") {
         None | Some(Value::Null) => None,
@@ -70,7 +70,7 @@ pub async fn answer(
         return Err("it has neither inputRequests nor requestState".to_owned());
     }
     let asked = requests.into_iter().map(|(key, request)| async move {
-        Ok::<_, String>((key.clone(), ask(key, request, inputs, root).await?))
+        Ok::<_, String>((key.clone(), ask(key, request, inputs, roots).await?))
     });
     let responses: std::collections::BTreeMap<String, Value> =
         try_join_all(asked).await?.into_iter().collect();
@@ -86,7 +86,7 @@ async fn ask(
     key: String,
     mut request: Value,
     inputs: &CallInputs,
-    root: &str,
+    roots: &[String],
 ) -> Result<Value, String> {
     let kind = match request.get("method").and_then(Value::as_str) {
         Some("elicitation/create") => InputKind::Elicitation,
@@ -96,7 +96,11 @@ async fn ask(
         None => return Err("one of its inputRequests names no method".to_owned()),
     };
     if kind == InputKind::Roots && !inputs.accepts(kind) {
-        return Ok(serde_json::json!({"roots": [{"uri": root}]}));
+        let roots: Vec<Value> = roots
+            .iter()
+            .map(|uri| serde_json::json!({"uri": uri}))
+            .collect();
+        return Ok(serde_json::json!({ "roots": roots }));
     }
     let params = match request.get_mut("params").map(Value::take) {
         Some(Value::Object(params)) => Value::Object(params),
@@ -127,7 +131,9 @@ mod tests {
             "requestState": state,
         }));
         assert!(input_required(&result));
-        let retry = answer(result, &inputs, "file:///w").await.unwrap();
+        let retry = answer(result, &inputs, &["file:///w".to_owned()])
+            .await
+            .unwrap();
         assert_eq!(retry.request_state.as_deref(), Some(state));
         assert_eq!(
             Value::Object(retry.params()),
@@ -142,10 +148,14 @@ mod tests {
             "resultType": "input_required",
             "inputRequests": {"e": {"method": "elicitation/create", "params": {"message": "?"}}},
         }));
-        let e = answer(result, &inputs, "file:///w").await.unwrap_err();
+        let e = answer(result, &inputs, &["file:///w".to_owned()])
+            .await
+            .unwrap_err();
         assert!(e.starts_with("elicitation/create: "), "{e}");
         let bare = object(json!({"resultType": "input_required"}));
-        assert!(answer(bare, &inputs, "file:///w").await.is_err());
+        assert!(answer(bare, &inputs, &["file:///w".to_owned()])
+            .await
+            .is_err());
         assert!(!input_required(&object(json!({"content": []}))));
     }
 }

@@ -6,6 +6,7 @@ mod lifecycle;
 mod status;
 
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,21 +17,19 @@ use futures::FutureExt;
 use rmcp::handler::client::progress::ProgressDispatcher;
 use rmcp::service::{Peer, ServiceError};
 use rmcp::RoleClient;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::sync::{mpsc, watch, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::client::{Client, Notice};
+use super::instances::Instances;
 use super::launcher::{self, Connection};
 use super::listing::{self, Bounds, ListError};
-use super::naming::public_name;
-use super::tool::{McpTool, Slot};
-use crate::catalog::{ToolSource, ToolSpec};
+use super::tool::{serves, McpTool, Slot};
 use crate::config::{McpServer, Start};
 use crate::lock;
 use crate::now_ms;
 use crate::process::KILL_GRACE;
-use crate::protocol::ApprovalClass;
 use crate::protocol::ErrorKind;
 use crate::registry::{Change, Registry, SourceKey, Tool, ToolError};
 
@@ -159,27 +158,75 @@ pub struct Server {
     /// Whether the supervisor publishes its tools itself; false while a reload waits to
     /// publish them together with every other change in one swap.
     publish: AtomicBool,
-    /// The `file://` URI answered to the server's `roots/list`: its `cwd`, else the host
-    /// workspace.
-    root: String,
+    /// The host workspace: where a shared server without `cwd` runs, and its root.
+    home: PathBuf,
+    /// Where a scoped server's process runs (the daemon's workspace for the server itself,
+    /// a session's for an instance); `None` for a shared server.
+    workspace: Option<PathBuf>,
+    /// A scoped server's instances for other workspaces or sessions (`instances.rs`).
+    instances: Option<Arc<Instances>>,
+    /// Whether its listings are kept for the next run (`list_cache.rs`): not an instance's,
+    /// since the daemon's own instance's listing is the server's.
+    keeps_listing: bool,
     /// The daemon's processes, OAuth tokens and surface hub.
     pub(super) runtime: super::Runtime,
 }
 
 impl Server {
-    /// Creates the server and starts its supervisor. With `publish` false the first tool
-    /// list is left for the caller to collect with [`Server::tools`] and publish.
+    /// Creates the server of the daemon whose workspace is `home` and starts its
+    /// supervisor. With `publish` false the first tool list is left for the caller to
+    /// collect with [`Server::tools`] and publish.
     pub fn spawn(
         name: &str,
         config: McpServer,
         registry: Registry,
         publish: bool,
         tracker: &tokio_util::task::TaskTracker,
-        root: String,
+        home: &Path,
         runtime: super::Runtime,
     ) -> Arc<Server> {
-        let enabled = config.enabled;
+        let instances = Instances::of(&config, home, &registry, tracker, &runtime);
+        let workspace = instances.as_ref().map(|set| set.home().to_path_buf());
+        let server = Self::build(name, config, registry, publish, home, workspace, runtime);
         let server = Arc::new(Server {
+            instances,
+            ..server
+        });
+        if let Some(set) = &server.instances {
+            let stop = server.stop.clone();
+            tracker.spawn(super::instances::reap(
+                set.clone(),
+                Arc::downgrade(&server),
+                stop,
+            ));
+        }
+        server.supervise(tracker)
+    }
+
+    /// Starts the supervisor of an enabled server.
+    pub(super) fn supervise(
+        self: Arc<Self>,
+        tracker: &tokio_util::task::TaskTracker,
+    ) -> Arc<Server> {
+        if self.config().enabled {
+            tracker.spawn(supervise(self.clone()));
+        }
+        self
+    }
+
+    /// The server, its supervisor not started; `workspace` is where a scoped server's
+    /// process runs.
+    pub(super) fn build(
+        name: &str,
+        config: McpServer,
+        registry: Registry,
+        publish: bool,
+        home: &Path,
+        workspace: Option<PathBuf>,
+        runtime: super::Runtime,
+    ) -> Server {
+        let enabled = config.enabled;
+        Server {
             name: name.to_owned(),
             permits: Arc::new(Semaphore::new(config.max_concurrency.max(1))),
             config: ArcSwap::from_pointee(config),
@@ -204,13 +251,20 @@ impl Server {
             epoch: std::time::Instant::now(),
             registry,
             publish: AtomicBool::new(publish),
-            root,
+            home: home.to_path_buf(),
+            workspace,
+            instances: None,
+            keeps_listing: true,
             runtime,
-        });
-        if enabled {
-            tracker.spawn(supervise(server.clone()));
         }
-        server
+    }
+
+    /// The server as an instance of a scoped server: it keeps no listing for the next run.
+    pub(super) fn into_instance(self) -> Server {
+        Server {
+            keeps_listing: false,
+            ..self
+        }
     }
 
     pub fn name(&self) -> &str {
@@ -222,11 +276,28 @@ impl Server {
     pub fn progress(&self) -> &ProgressDispatcher {
         &self.progress
     }
-    /// The root the server is offered: its `cwd`, else the host workspace.
-    pub(super) fn root(&self) -> String {
-        match &self.config().cwd {
-            Some(cwd) => super::client::file_uri(cwd),
-            None => self.root.clone(),
+    /// The config the server's process is started with: a scoped server's runs in its
+    /// workspace (`instances::for_workspace`).
+    pub(super) fn launch_config(&self) -> Arc<McpServer> {
+        let cfg = self.config();
+        match &self.workspace {
+            Some(workspace) => Arc::new(super::instances::for_workspace(&cfg, workspace)),
+            None => cfg,
+        }
+    }
+    /// The roots the server is offered (`client::roots_of`).
+    pub(super) fn roots(&self) -> Vec<String> {
+        super::client::roots_of(&self.launch_config(), &self.home)
+    }
+    /// A scoped server's instances beside this one.
+    pub(super) fn instances(&self) -> Option<&Arc<Instances>> {
+        self.instances.as_ref()
+    }
+    /// The process of a connected stdio server.
+    pub(super) fn pid(&self) -> Option<u32> {
+        match &*self.state.borrow() {
+            ServerState::Ready { pid, .. } => *pid,
+            _ => None,
         }
     }
     pub(super) fn origins(&self) -> &Arc<super::origin::Origins> {
@@ -291,6 +362,9 @@ impl Server {
     pub fn retire(&self) {
         self.stop.cancel();
         self.permits.close();
+        if let Some(set) = &self.instances {
+            set.retire();
+        }
     }
 
     /// The server's own names of the tools it last listed (before include/exclude).
@@ -405,56 +479,10 @@ impl Server {
             .iter()
             .filter_map(|t| {
                 let remote_name = t["name"].as_str().filter(|n| serves(&cfg, n))?;
-                let tool = self.tool_for(&cfg, remote_name.to_owned(), t);
+                let tool = McpTool::new(self, &cfg, remote_name.to_owned(), t);
                 Some(Arc::new(tool) as Arc<dyn Tool>)
             })
             .collect()
-    }
-
-    fn tool_for(self: &Arc<Self>, cfg: &McpServer, remote_name: String, t: &Value) -> McpTool {
-        let mut parameters = t.get("inputSchema").cloned().unwrap_or(Value::Null);
-        match parameters.as_object_mut() {
-            Some(o) if !o.is_empty() => {
-                o.entry("type").or_insert_with(|| json!("object"));
-                if o.get("type") == Some(&json!("object")) {
-                    o.entry("properties").or_insert_with(|| json!({}));
-                }
-            }
-            _ => parameters = json!({"type": "object", "properties": {}}),
-        }
-        let annotations = t.get("annotations").filter(|a| !a.is_null()).cloned();
-        let trusted_read_only = cfg.trust_annotations
-            && annotations
-                .as_ref()
-                .and_then(|a| a["readOnlyHint"].as_bool())
-                == Some(true);
-        let approval = cfg
-            .approval
-            .get(&remote_name)
-            .copied()
-            .or(trusted_read_only.then_some(ApprovalClass::ReadOnly));
-        McpTool {
-            spec: ToolSpec {
-                name: public_name(&self.name, cfg.prefix, &remote_name),
-                description: t["description"].as_str().unwrap_or("").to_owned(),
-                parameters,
-                approval,
-                source: ToolSource::Mcp {
-                    server: self.name.clone(),
-                    remote_name: remote_name.clone(),
-                },
-                hidden: false,
-                deferrable: false,
-                annotations,
-            },
-            title: t["title"]
-                .as_str()
-                .or_else(|| t["annotations"]["title"].as_str())
-                .map(str::to_owned),
-            output_schema: t.get("outputSchema").filter(|s| s.is_object()).cloned(),
-            remote_name,
-            server: self.clone(),
-        }
     }
 
     /// Publishes the current tools as this server's registry source (when publishing).
@@ -472,9 +500,11 @@ impl Server {
     /// a replacement may already own the entry).
     pub(super) fn surface_listed(&self, surface: super::surface::ServerSurface) {
         if !self.stop.is_cancelled() {
-            self.runtime
-                .lists
-                .store_surface(&self.name, &self.config(), &surface);
+            if self.keeps_listing {
+                self.runtime
+                    .lists
+                    .store_surface(&self.name, &self.config(), &surface);
+            }
             self.runtime.surface.listed(&self.name, surface);
         }
     }
@@ -512,12 +542,6 @@ impl Server {
     }
 }
 
-/// Whether the config serves the server's tool `name` (`include_tools`, `exclude_tools`).
-fn serves(cfg: &McpServer, name: &str) -> bool {
-    (cfg.include_tools.is_empty() || cfg.include_tools.iter().any(|t| t == name))
-        && !cfg.exclude_tools.iter().any(|t| t == name)
-}
-
 /// The supervisor: one task per server, owning its connection and writing its state.
 async fn supervise(server: Arc<Server>) {
     run(&server).await;
@@ -548,7 +572,7 @@ async fn run(server: &Arc<Server>) {
         let client = Client::new(
             server.progress.clone(),
             notice_tx,
-            server.root(),
+            server.roots(),
             server.origins.clone(),
         );
         let attempt = tokio::select! {
@@ -666,7 +690,7 @@ async fn connect_and_list(server: &Arc<Server>, client: Client) -> anyhow::Resul
     // One of the daemon's start-up slots: many servers starting at once do not all spawn
     // at once, and one that hangs holds one slot, never the others.
     let _slot = server.startup_slot().await;
-    let cfg = server.config();
+    let cfg = server.launch_config();
     let conn = launcher::connect(&server.name, &cfg, client, &server.runtime).await?;
     let startup = Duration::from_millis(cfg.startup_timeout_ms);
     let tools = tokio::time::timeout(

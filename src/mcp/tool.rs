@@ -15,16 +15,20 @@ use rmcp::model::{
 use rmcp::service::{Peer, PeerRequestOptions, ServiceError};
 use rmcp::RoleClient;
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
 use super::client::Note;
 use super::mrtr::{self, Retry, MAX_ROUNDS};
+use super::naming::public_name;
 use super::origin::InFlight;
 use super::server::{Link, Server};
 use super::stdio::DirectCalls;
-use crate::catalog::ToolSpec;
-use crate::protocol::{ContentBlock, Control, ErrorKind, ImageDataUrl, Progress, ToolOutput};
+use crate::catalog::{ToolSource, ToolSpec};
+use crate::config::McpServer;
+use crate::protocol::{
+    ApprovalClass, ContentBlock, Control, ErrorKind, ImageDataUrl, Progress, ToolOutput,
+};
 use crate::registry::{CallContext, Tool, ToolError, ToolResult, ToolUpdate};
 
 pub struct McpTool {
@@ -35,6 +39,67 @@ pub struct McpTool {
     pub title: Option<String>,
     /// The server's `outputSchema`, kept for the `mcp` list format.
     pub output_schema: Option<Value>,
+}
+
+impl McpTool {
+    /// The host tool for `t`, one entry of `server`'s `tools/list`, under `cfg` (naming,
+    /// approval classes, trusted annotations).
+    pub(super) fn new(
+        server: &Arc<Server>,
+        cfg: &McpServer,
+        remote_name: String,
+        t: &Value,
+    ) -> McpTool {
+        let mut parameters = t.get("inputSchema").cloned().unwrap_or(Value::Null);
+        match parameters.as_object_mut() {
+            Some(o) if !o.is_empty() => {
+                o.entry("type").or_insert_with(|| json!("object"));
+                if o.get("type") == Some(&json!("object")) {
+                    o.entry("properties").or_insert_with(|| json!({}));
+                }
+            }
+            _ => parameters = json!({"type": "object", "properties": {}}),
+        }
+        let annotations = t.get("annotations").filter(|a| !a.is_null()).cloned();
+        let trusted_read_only = cfg.trust_annotations
+            && annotations
+                .as_ref()
+                .and_then(|a| a["readOnlyHint"].as_bool())
+                == Some(true);
+        let approval = cfg
+            .approval
+            .get(&remote_name)
+            .copied()
+            .or(trusted_read_only.then_some(ApprovalClass::ReadOnly));
+        McpTool {
+            spec: ToolSpec {
+                name: public_name(server.name(), cfg.prefix, &remote_name),
+                description: t["description"].as_str().unwrap_or("").to_owned(),
+                parameters,
+                approval,
+                source: ToolSource::Mcp {
+                    server: server.name().to_owned(),
+                    remote_name: remote_name.clone(),
+                },
+                hidden: false,
+                deferrable: false,
+                annotations,
+            },
+            title: t["title"]
+                .as_str()
+                .or_else(|| t["annotations"]["title"].as_str())
+                .map(str::to_owned),
+            output_schema: t.get("outputSchema").filter(|s| s.is_object()).cloned(),
+            remote_name,
+            server: server.clone(),
+        }
+    }
+}
+
+/// Whether the config serves the server's tool `name` (`include_tools`, `exclude_tools`).
+pub(super) fn serves(cfg: &McpServer, name: &str) -> bool {
+    (cfg.include_tools.is_empty() || cfg.include_tools.iter().any(|t| t == name))
+        && !cfg.exclude_tools.iter().any(|t| t == name)
 }
 
 impl Tool for McpTool {
@@ -210,7 +275,6 @@ async fn send_call(
 }
 
 async fn call_upstream(tool: &McpTool, args: Map<String, Value>, ctx: CallContext) -> ToolResult {
-    let server = &tool.server;
     let name = tool.spec.name.as_str();
     // The call's deadline and the server's idle timeout share one timer (see
     // `Tool::keeps_deadline`).
@@ -218,6 +282,18 @@ async fn call_upstream(tool: &McpTool, args: Map<String, Value>, ctx: CallContex
         .timeout_ms
         .map(|ms| Instant::now() + Duration::from_millis(ms));
     let timed_out = || ToolError::timed_out(name, ctx.timeout_ms.unwrap_or_default());
+    // A scoped server's call runs on the caller's instance (`instances.rs`), held busy
+    // until the call ends; waiting for room or for its start counts against the deadline.
+    let lease = match tool.server.instances() {
+        None => None,
+        Some(set) => tokio::select! {
+            biased;
+            routed = set.route(&tool.server, &ctx) => routed?,
+            _ = ctx.cancel.cancelled() => return Err(ToolError::cancelled(name)),
+            _ = sleep_until(deadline) => return Err(timed_out()),
+        },
+    };
+    let server = lease.as_ref().map_or(&tool.server, |l| l.server());
     // Not connected: say so at once rather than after waiting for a slot. A parked server
     // (lazy, or stopped idle) is started for the call, under its deadline.
     let _in_use = tokio::select! {
@@ -259,8 +335,8 @@ async fn call_upstream(tool: &McpTool, args: Map<String, Value>, ctx: CallContex
         if !mrtr::input_required(&result) {
             return map_result(result);
         }
-        let root = server.root();
-        let answering = mrtr::answer(result, &ctx.inputs, &root);
+        let roots = server.roots();
+        let answering = mrtr::answer(result, &ctx.inputs, &roots);
         retry = tokio::select! {
             // A question ends with its call: the call's own end is the answer then.
             biased;

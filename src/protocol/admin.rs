@@ -226,6 +226,60 @@ pub struct McpServerStatus {
     /// Resource URIs and templates this server lists that an earlier server holds.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resource_clashes: Vec<super::ResourceClash>,
+    /// Who shares one process of the server.
+    #[serde(default)]
+    pub scope: ServerScope,
+    /// A scoped server's processes, the daemon's own (which lists the tools) first. The
+    /// server's `pid`, `state` and `rss_kib` are that one's; `queued` also counts calls
+    /// waiting for room for a new instance.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub instances: Vec<McpInstanceStatus>,
+}
+
+/// Who shares one process of a stdio MCP server (`"scope"` in config.json).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ServerScope {
+    /// One process for every session.
+    #[default]
+    Shared,
+    /// One process per distinct session workspace, run in it.
+    PerWorkspace,
+    /// One process per session.
+    PerSession,
+}
+
+impl ServerScope {
+    /// Whether processes are started per workspace or session.
+    pub fn is_scoped(self) -> bool {
+        self != ServerScope::Shared
+    }
+}
+
+/// One process of a scoped MCP server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct McpInstanceStatus {
+    /// The directory it runs in (its `cwd` and `${WORKSPACE}`).
+    pub workspace: String,
+    /// The session it serves (`per_session`); absent for the daemon's own instance and for
+    /// `per_workspace` instances, which every session of the workspace shares.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// The daemon's own instance: it runs from the start, lists the server's tools, prompts
+    /// and resources, and serves calls without a session or from the daemon's workspace.
+    pub default: bool,
+    pub state: McpServerState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// The process's resident memory, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss_bytes: Option<u64>,
+    /// Calls routed to it that have not ended.
+    pub in_flight: usize,
+    /// When a call last started or ended on it, in milliseconds since the Unix epoch;
+    /// absent before its first call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_used: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -600,6 +600,7 @@ pub(super) async fn delete_session(host: &Host, id: &str) -> Result<bool, Error>
     let workspace = host.sessions().get(id).await.ok().map(|s| s.workspace);
     let deleted = host.sessions().delete(id).await?;
     host.approvals().forget_session(id);
+    host.mcp().session_ended(id);
     if deleted {
         let ws = workspace.unwrap_or_else(|| host.workspace().display().to_string());
         session_event(host, SessionEvent::Delete, id, &ws);

@@ -24,7 +24,8 @@ use super::Shared;
 use crate::audit::Caller;
 use crate::host::Host;
 use crate::protocol::{
-    method, ui_event, ApprovalEvent, McpServerStatus, McpStatusResult, UiCalls, UiMetrics,
+    method, ui_event, ApprovalEvent, McpInstanceStatus, McpServerStatus, McpStatusResult, UiCalls,
+    UiMetrics,
 };
 use crate::ui::sse::Batch;
 
@@ -287,6 +288,16 @@ fn gather(host: &Host, told: &mut Told, batch: &mut Batch) {
                 queued: 0,
                 rss_kib: None,
                 last_used: None,
+                instances: s
+                    .instances
+                    .iter()
+                    .map(|i| McpInstanceStatus {
+                        in_flight: 0,
+                        rss_bytes: None,
+                        last_used: None,
+                        ..i.clone()
+                    })
+                    .collect(),
                 ..s.clone()
             })
             .collect()

@@ -166,9 +166,11 @@ impl Server {
 
     /// Keeps a listing the server just gave: as the one served, and for its next run.
     pub(super) fn keep_listing(&self, tools: Vec<Value>) {
-        self.runtime
-            .lists
-            .store_tools(&self.name, &self.config(), &tools);
+        if self.keeps_listing {
+            self.runtime
+                .lists
+                .store_tools(&self.name, &self.config(), &tools);
+        }
         self.listed.store(true, Ordering::SeqCst);
         *lock(&self.remote_tools) = tools;
     }

@@ -59,11 +59,9 @@ impl Server {
             .iter()
             .filter(|t| t["name"].as_str().is_some_and(|n| serves(&cfg, n)))
             .count();
+        let pid = self.pid();
+        let instances = self.instances();
         let state = self.state.borrow();
-        let pid = match &*state {
-            ServerState::Ready { pid, .. } => *pid,
-            _ => None,
-        };
         McpServerStatus {
             name: self.name.clone(),
             transport: match cfg.transport() {
@@ -90,9 +88,12 @@ impl Server {
             restarts: self.restarts.load(Ordering::Relaxed),
             circuit_opens: self.circuit_opens.load(Ordering::Relaxed),
             in_flight: self.in_flight.load(Ordering::Relaxed),
-            queued: self.queued.load(Ordering::Relaxed),
+            // With the calls waiting for room for a new instance of a scoped server.
+            queued: self.queued.load(Ordering::Relaxed) + instances.map_or(0, |i| i.waiting()),
             collisions,
             resource_clashes: Vec::new(),
+            scope: cfg.scope,
+            instances: instances.map_or_else(Vec::new, |i| i.status(self)),
         }
     }
 }
