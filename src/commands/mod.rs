@@ -229,19 +229,20 @@ impl Commands {
         tracker: &tokio_util::task::TaskTracker,
         shutdown: tokio_util::sync::CancellationToken,
     ) {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        match Watch::new(&self.folders(), tx, "command folder") {
-            Ok(w) => *lock(&self.0.watch) = Some(w),
-            Err(e) => {
-                tracing::warn!("not watching command folders: {e:#}");
-                return;
-            }
-        }
         let me = self.clone();
-        crate::custom::watch::rescan_on_signal(tracker, shutdown, rx, move || {
-            let me = me.clone();
-            async move { me.rescan().await }
-        });
+        crate::custom::watch::follow(
+            &self.folders(),
+            "command folder",
+            &self.0.watch,
+            tracker,
+            shutdown,
+            move || {
+                let me = me.clone();
+                async move {
+                    me.rescan().await;
+                }
+            },
+        );
     }
 
     /// The folders searched, in precedence order.

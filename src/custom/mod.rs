@@ -340,21 +340,20 @@ impl CustomTools {
         tracker: &tokio_util::task::TaskTracker,
         shutdown: tokio_util::sync::CancellationToken,
     ) {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        match watch::Watch::new(&self.watched(), tx, "custom tool folder") {
-            Ok(w) => *lock(&self.0.watch) = Some(w),
-            Err(e) => {
-                tracing::warn!("not watching custom tool folders: {e:#}");
-                return;
-            }
-        }
         let me = self.clone();
-        watch::rescan_on_signal(tracker, shutdown, rx, move || {
-            let me = me.clone();
-            async move {
-                me.rescan().await;
-            }
-        });
+        watch::follow(
+            &self.watched(),
+            "custom tool folder",
+            &self.0.watch,
+            tracker,
+            shutdown,
+            move || {
+                let me = me.clone();
+                async move {
+                    me.rescan().await;
+                }
+            },
+        );
     }
 
     /// Scans the folders again and publishes the result (one swap, at most one

@@ -103,17 +103,29 @@ fn nearest_existing(path: &Path) -> Option<PathBuf> {
         .map(Path::to_path_buf)
 }
 
-/// Runs `rescan` after each signal of a [`Watch`] until `shutdown`: signals that come while
-/// a rescan runs are folded into the next one, so a burst of changes costs one rescan.
-pub fn rescan_on_signal<F, Fut>(
+/// Watches `folders` (kept in `slot`, so roots can be changed later) and runs `rescan` after
+/// each signal until `shutdown`: signals that come while a rescan runs are folded into the
+/// next one, so a burst of changes costs one rescan. Custom tools, skills and commands each
+/// follow their folders this way. A watcher that cannot start is logged; nothing rescans.
+pub fn follow<F, Fut>(
+    folders: &[PathBuf],
+    what: &'static str,
+    slot: &Mutex<Option<Watch>>,
     tracker: &tokio_util::task::TaskTracker,
     shutdown: tokio_util::sync::CancellationToken,
-    mut signals: tokio::sync::mpsc::UnboundedReceiver<()>,
     rescan: F,
 ) where
     F: Fn() -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send,
 {
+    let (tx, mut signals) = tokio::sync::mpsc::unbounded_channel();
+    match Watch::new(folders, tx, what) {
+        Ok(w) => *lock(slot) = Some(w),
+        Err(e) => {
+            tracing::warn!("not watching {what}s: {e:#}");
+            return;
+        }
+    }
     tracker.spawn(async move {
         loop {
             tokio::select! {

@@ -294,22 +294,20 @@ impl Skills {
         tracker: &tokio_util::task::TaskTracker,
         shutdown: tokio_util::sync::CancellationToken,
     ) {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let paths = self.folders();
-        match Watch::new(&paths, tx, "skill folder") {
-            Ok(w) => *lock(&self.0.watch) = Some(w),
-            Err(e) => {
-                tracing::warn!("not watching skill folders: {e:#}");
-                return;
-            }
-        }
         let me = self.clone();
-        crate::custom::watch::rescan_on_signal(tracker, shutdown, rx, move || {
-            let me = me.clone();
-            async move {
-                me.rescan().await;
-            }
-        });
+        crate::custom::watch::follow(
+            &self.folders(),
+            "skill folder",
+            &self.0.watch,
+            tracker,
+            shutdown,
+            move || {
+                let me = me.clone();
+                async move {
+                    me.rescan().await;
+                }
+            },
+        );
     }
 
     /// Every folder searched, the daemon workspace's order first.
