@@ -116,7 +116,9 @@ async fn every_answer_validates_against_the_openrpc_document() {
             "failed",
             "disabled",
             "circuit_open",
-            "auth_required"
+            "auth_required",
+            "not_started",
+            "stopped_idle"
         ])
     );
     assert_eq!(schemas["HealthStatus"]["enum"], json!(["ok", "degraded"]));

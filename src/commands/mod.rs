@@ -33,7 +33,6 @@ use tokio::sync::broadcast;
 use crate::config::Config;
 use crate::custom::watch::Watch;
 use crate::error::Error;
-use crate::host::Host;
 use crate::lock;
 use crate::protocol::{
     CommandSource, CommandsChanged, GetCommandResult, PromptArgument, PromptEntry, PromptMessage,
@@ -104,15 +103,20 @@ pub fn prompt_entry(c: &Command) -> PromptEntry {
 
 /// Expands `command` with `arguments` (checked against the ones it declares: -32602 when
 /// one is unknown, a required one is missing, or a value is not one of its choices). A
-/// built-in command renders the host's state now (`mcp reload` reloads first).
-pub async fn expand(
-    host: &Host,
+/// built-in command's text is `render`'s (the host's state now, rendered by the caller:
+/// this module does not know the host).
+pub async fn expand<R, F>(
     command: &Command,
     arguments: &BTreeMap<String, String>,
-) -> Result<GetCommandResult, Error> {
+    render: R,
+) -> Result<GetCommandResult, Error>
+where
+    R: FnOnce(builtin::Builtin) -> F,
+    F: std::future::Future<Output = String>,
+{
     command.check(arguments).map_err(Error::InvalidParams)?;
     let text = match &command.body {
-        command::Body::Builtin(b) => b.render(host).await,
+        command::Body::Builtin(b) => render(*b).await,
         command::Body::Template { text, free_text } => {
             command.substitute(text, *free_text, arguments)
         }

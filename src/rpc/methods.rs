@@ -25,6 +25,7 @@ use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 
 mod approvals;
+mod builtin_commands;
 mod commands;
 mod skills;
 

@@ -32,7 +32,7 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
             let command = catalog
                 .get(&p.name)
                 .ok_or_else(|| Error::InvalidParams(format!("no command named '{}'", p.name)))?;
-            commands::expand(&host, command, &p.arguments).await
+            commands::expand(command, &p.arguments, |b| super::builtin_commands::render(b, &host)).await
         },
     )?;
     api.subscription::<EmptyParams, CommandsChanged, _, _>(

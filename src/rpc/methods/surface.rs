@@ -48,7 +48,7 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
             let view = View::of(&host, p.profile.take(), p.session_id.take()).await?;
             let serves = view.serves();
             if let Some(command) = command_prompt(&host, &p.name, &serves) {
-                let expanded = commands::expand(&host, &command, &p.arguments).await?;
+                let expanded = commands::expand(&command, &p.arguments, |b| super::builtin_commands::render(b, &host)).await?;
                 return Ok(GetPromptResult {
                     description: expanded.description,
                     messages: expanded.messages,
