@@ -715,5 +715,10 @@ async fn an_abandoned_sign_in_keeps_the_working_client() {
     p.state().access.clear();
     let r = d.invoke("mcp_notes_hello", json!({})).await;
     assert_eq!(r, json!({"ok": true, "output": "hello done"}));
-    assert_eq!(p.state().refreshes, refreshes + 1);
+    // The call worked through a refresh with the first client's secret; a request of the
+    // server's own session (its listing, its change feed) may refresh beside it.
+    assert!(
+        p.state().refreshes > refreshes,
+        "the call refreshed the token"
+    );
 }
