@@ -390,3 +390,34 @@ async fn pi_typebox_schemas_are_listed_and_validated_and_strict_refuses_extras()
         "hello Ada"
     );
 }
+
+#[tokio::test]
+async fn an_mcp_client_is_asked_with_the_modules_approval_text() {
+    let d = start(
+        &[("approvals.mjs", APPROVALS)],
+        json!({"approval": {"mode": "strict", "wait_s": 0}}),
+    )
+    .await;
+    wait_listed(&d, &["deploy"]).await;
+    let sock = d.socket().display().to_string();
+    let args = [
+        env!("CARGO_BIN_EXE_toolhost"),
+        sock.as_str(),
+        "deploy",
+        r#"{"target": "prod"}"#,
+    ];
+    let Some(seen) = common::python_sdk("approval_prompt.py", &args, &[]).await else {
+        return;
+    };
+    assert_eq!(seen["is_error"], false, "{seen}");
+    assert_eq!(seen["text"], "deployed to prod", "{seen}");
+    let asked = seen["asked"].as_array().unwrap();
+    assert_eq!(asked.len(), 1, "{seen}");
+    assert!(
+        asked[0]
+            .as_str()
+            .unwrap()
+            .contains("Deploy the site to prod (production!)"),
+        "{seen}"
+    );
+}
