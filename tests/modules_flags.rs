@@ -399,6 +399,13 @@ async fn an_mcp_client_is_asked_with_the_modules_approval_text() {
     )
     .await;
     wait_listed(&d, &["deploy"]).await;
+    // A frontend that cannot be asked hears the text in the refusal.
+    let out = invoke(&d, "deploy", json!({"target": "prod"})).await;
+    assert_eq!(out["error_kind"], "approval_required", "{out}");
+    assert_eq!(
+        out["approval"], "Deploy the site to prod (production!)",
+        "{out}"
+    );
     let sock = d.socket().display().to_string();
     let args = [
         env!("CARGO_BIN_EXE_toolhost"),
