@@ -323,10 +323,10 @@ async fn run_checked(
             });
         }
         Decision::NeedsApproval => {
-            let mut summary = entry
-                .tool
-                .approval_details(&args)
-                .unwrap_or_else(|| approval_summary(&params.name, entry.approval, &args));
+            let mut summary = match entry.tool.approval_details(&args).await {
+                Some(details) => details,
+                None => approval_summary(&params.name, entry.approval, &args),
+            };
             let refusal = match ctx.sandbox.left.filter(|_| sandboxing.leaves) {
                 Some(left) => {
                     summary.push_str(&format!(" — OUTSIDE THE SANDBOX (sandbox: \"off\"; the session's policy is {})", left.as_str()));

@@ -408,8 +408,11 @@ impl Tool for CustomTool {
         self.manifest.strict
     }
 
-    fn approval_details(&self, args: &Map<String, Value>) -> Option<String> {
-        self.manifest.approval_text(args)
+    fn approval_details<'a>(
+        &'a self,
+        args: &'a Map<String, Value>,
+    ) -> BoxFuture<'a, Option<String>> {
+        Box::pin(std::future::ready(self.manifest.approval_text(args)))
     }
 
     fn sandboxed(&self) -> bool {

@@ -17,6 +17,8 @@ const TYPESCRIPT =
   process.execArgv.includes("--experimental-strip-types");
 /** How long a session event's handler may run before it is left behind. */
 const SESSION_EVENT_MS = 5000;
+/** How long `formatApprovalDetails` may run (the daemon waits 1 s, then shows its own summary). */
+const APPROVAL_DETAILS_MS = 900;
 /** After SIGTERM, how long a `pi.exec` child's group has before SIGKILL. */
 const KILL_GRACE_MS = 2000;
 /** The most of a `pi.exec` child's stdout or stderr kept in memory. */
@@ -28,8 +30,9 @@ const loads = new Map();
 const calls = new Map();
 /** The request id of the call whose code is running (read by `pi.exec`). */
 const callScope = new AsyncLocalStorage();
-/** zod, by the file it was resolved to (one instance per installed copy). */
-const zods = new Map();
+/** Packages a module may take through `pi` (zod, TypeBox), by the file each was resolved
+ * to (one instance per installed copy). */
+const packages = new Map();
 
 function send(message) {
   process.stdout.write(JSON.stringify(message) + "\n");
@@ -45,24 +48,65 @@ function messageOf(e) {
   }
 }
 
-/** zod for a module: from its folder upward, then from config `custom_tools.node_modules`. */
-function resolveZod(file, nodeModules) {
+/** The package `name` as a module sees it: from its folder upward, then from config
+ * `custom_tools.node_modules`; `undefined` when none has it. */
+function resolvePackage(name, file, nodeModules) {
   const bases = [file, ...nodeModules.map((d) => path.join(d, "_"))];
   for (const base of bases) {
     try {
       const require = createRequire(base);
-      const where = require.resolve("zod");
-      if (!zods.has(where)) zods.set(where, require("zod"));
-      return zods.get(where);
+      const where = require.resolve(name);
+      if (!packages.has(where)) packages.set(where, require(name));
+      return packages.get(where);
     } catch {
       // not found from here: try the next place
     }
   }
+  return undefined;
+}
+
+function resolveZod(file, nodeModules) {
+  const zod = resolvePackage("zod", file, nodeModules);
+  if (zod !== undefined) return zod;
   throw new Error(
     `pi.zod: the zod package was not found from ${path.dirname(file)} upward nor in config custom_tools.node_modules; ` +
       `install it next to the module (npm install zod@4) or add a node_modules folder that has it to custom_tools.node_modules`,
   );
 }
+
+/** Marks a property of a built-in `Type.Object` as not required (`Type.Optional`). */
+const OPTIONAL = Symbol("optional");
+
+/** `pi.typebox` when `@sinclair/typebox` is not installed: the part of its `Type` builder
+ * tool schemas use, making the same plain JSON Schema objects (which the daemon validates
+ * arguments against, as it does every tool's). */
+const BUILTIN_TYPEBOX = Object.freeze({
+  Type: Object.freeze({
+    String: (options) => ({ ...options, type: "string" }),
+    Number: (options) => ({ ...options, type: "number" }),
+    Integer: (options) => ({ ...options, type: "integer" }),
+    Boolean: (options) => ({ ...options, type: "boolean" }),
+    Null: (options) => ({ ...options, type: "null" }),
+    Any: (options) => ({ ...options }),
+    Unknown: (options) => ({ ...options }),
+    Literal: (value, options) => ({ ...options, const: value, type: typeof value }),
+    Array: (items, options) => ({ ...options, type: "array", items }),
+    Object: (properties, options) => {
+      const required = Object.keys(properties).filter((k) => properties[k]?.[OPTIONAL] !== true);
+      return { ...options, type: "object", properties, ...(required.length > 0 ? { required } : {}) };
+    },
+    Record: (_key, value, options) => ({ ...options, type: "object", additionalProperties: value }),
+    Optional: (schema) => Object.defineProperty({ ...schema }, OPTIONAL, { value: true }),
+    Union: (schemas, options) => ({ ...options, anyOf: schemas }),
+    /** A TypeScript enum or a plain object: its values (not a numeric enum's reverse keys). */
+    Enum: (values, options) => ({
+      ...options,
+      enum: Object.entries(values)
+        .filter(([key]) => !/^\d+$/.test(key))
+        .map(([, value]) => value),
+    }),
+  }),
+});
 
 const NO_OP_UI = new Proxy(
   {},
@@ -144,6 +188,7 @@ function signalNumber(name) {
 
 function makePi(file, cwd, nodeModules) {
   let zod;
+  let typebox;
   const logger = {};
   for (const level of ["debug", "info", "warn", "error"]) {
     logger[level] = (...parts) =>
@@ -153,6 +198,10 @@ function makePi(file, cwd, nodeModules) {
     get zod() {
       zod ??= resolveZod(file, nodeModules);
       return zod;
+    },
+    get typebox() {
+      typebox ??= resolvePackage("@sinclair/typebox", file, nodeModules) ?? BUILTIN_TYPEBOX;
+      return typebox;
     },
     exec: (cmd, args, options) => exec(cwd, cmd, args, options),
     cwd,
@@ -243,10 +292,39 @@ async function load({ id, file, version, cwd, node_modules: nodeModules = [] }) 
       deferrable: tool.deferrable === true,
       approval: typeof tool.approval === "string" ? tool.approval : null,
       session_events: typeof tool.onSession === "function",
+      approval_details: typeof tool.formatApprovalDetails === "function",
+      mcp_server: typeof tool.mcpServerName === "string" && tool.mcpServerName !== "" ? tool.mcpServerName : null,
+      mcp_tool: typeof tool.mcpToolName === "string" && tool.mcpToolName !== "" ? tool.mcpToolName : null,
     });
   }
   loads.set(id, { file, cwd, tools: kept });
   send({ id, tools, skipped });
+}
+
+/** A tool's `formatApprovalDetails(params)`: the text the user approving the call reads. */
+async function approvalDetails({ id, load: loadId, index, params }) {
+  const tool = loads.get(loadId)?.tools[index];
+  if (typeof tool?.formatApprovalDetails !== "function") {
+    send({ id, error: "the tool has no formatApprovalDetails" });
+    return;
+  }
+  let timer;
+  try {
+    const text = await Promise.race([
+      (async () => tool.formatApprovalDetails(params))(),
+      new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`it did not answer within ${APPROVAL_DETAILS_MS} ms`)), APPROVAL_DETAILS_MS);
+      }),
+    ]);
+    if (typeof text !== "string" || text.trim() === "") {
+      throw new Error(`it returned ${text === "" ? "an empty string" : typeof text}, not a text`);
+    }
+    send({ id, result: text });
+  } catch (e) {
+    send({ id, error: messageOf(e) });
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 function normalise(value) {
@@ -344,6 +422,7 @@ const handlers = {
   call,
   cancel,
   session,
+  approval_details: approvalDetails,
   drop: ({ load: loadId }) => loads.delete(loadId),
 };
 

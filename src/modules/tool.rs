@@ -22,6 +22,11 @@ use crate::registry::{CallContext, Tool, ToolError, ToolResult, ToolUpdate};
 pub const CANCEL_GRACE: Duration = Duration::from_secs(2);
 /// Between SIGTERM and SIGKILL of a call's `pi.exec` groups.
 const EXEC_KILL_GRACE: Duration = Duration::from_secs(2);
+/// How long a tool's `formatApprovalDetails` may take before the user is asked with the
+/// generic summary instead (the host bounds it a little tighter, so it answers first).
+const APPROVAL_DETAILS_TIMEOUT: Duration = Duration::from_secs(1);
+/// The longest approval summary a module gives that is shown whole (in characters).
+const APPROVAL_DETAILS_MAX: usize = 2000;
 
 /// A tool as the module host describes it after a load.
 #[derive(Debug, Clone, Deserialize)]
@@ -41,6 +46,12 @@ pub struct Entry {
     pub approval: Option<String>,
     #[serde(default)]
     pub session_events: bool,
+    /// The tool has a `formatApprovalDetails`.
+    #[serde(default)]
+    pub approval_details: bool,
+    /// `mcpServerName` and `mcpToolName`: the MCP tool this one stands in for.
+    pub mcp_server: Option<String>,
+    pub mcp_tool: Option<String>,
 }
 
 /// Which instance of a module a tool belongs to: the host process and its load.
@@ -56,6 +67,9 @@ pub struct ModuleTool {
     label: Option<String>,
     strict: bool,
     pub session_events: bool,
+    approval_details: bool,
+    /// (server, tool on that server) this tool stands in for.
+    wraps: Option<(String, String)>,
     pub file: PathBuf,
     pub digest: String,
     pub handle: Handle,
@@ -90,6 +104,16 @@ impl ModuleTool {
             .map(approval_class)
             .transpose()
             .map_err(|e| format!("tool '{}': {e}", entry.name))?;
+        let wraps = match (entry.mcp_server, entry.mcp_tool) {
+            (Some(server), Some(tool)) => Some((server, tool)),
+            (None, None) => None,
+            _ => {
+                return Err(format!(
+                    "tool '{}': mcpServerName and mcpToolName name the wrapped MCP tool together; one of them is missing",
+                    entry.name
+                ))
+            }
+        };
         let spec = ToolSpec {
             name: entry.name,
             description: entry.description,
@@ -108,6 +132,8 @@ impl ModuleTool {
             label: entry.label,
             strict: entry.strict,
             session_events: entry.session_events,
+            approval_details: entry.approval_details,
+            wraps,
             file: found.file.clone(),
             digest: found.digest.clone(),
             handle,
@@ -175,6 +201,55 @@ impl ModuleTool {
                 self.spec.name
             ),
         ))
+    }
+
+    /// The tool's `formatApprovalDetails(params)`, bounded; `None` (logged) when it has
+    /// none, fails, or does not answer in time, so the user sees the generic summary.
+    async fn approval_text(&self, args: &Map<String, Value>) -> Option<String> {
+        if !self.approval_details {
+            return None;
+        }
+        let asked = tokio::time::timeout(APPROVAL_DETAILS_TIMEOUT, self.ask_approval_details(args));
+        let failure = match asked.await {
+            Ok(Ok(text)) => return Some(text),
+            Ok(Err(e)) => e,
+            Err(_) => format!(
+                "no answer within {} ms",
+                APPROVAL_DETAILS_TIMEOUT.as_millis()
+            ),
+        };
+        tracing::warn!(tool = %self.spec.name, file = %self.file.display(), "formatApprovalDetails failed, the generic approval summary is shown: {failure}");
+        None
+    }
+
+    async fn ask_approval_details(&self, args: &Map<String, Value>) -> Result<String, String> {
+        let modules = self
+            .modules
+            .upgrade()
+            .ok_or("the module host is shutting down")?;
+        let (host, live, handle) = super::Modules(modules)
+            .handle_of(self)
+            .await
+            .map_err(|e| e.message)?;
+        let (_, mut replies) = host.request(
+            &live,
+            json!({"op": "approval_details", "load": handle.load, "index": handle.index, "params": args}),
+        );
+        let reply = replies
+            .recv()
+            .await
+            .ok_or("the module host ended before it answered")?;
+        match reply.get("result").and_then(Value::as_str) {
+            Some(text) if text.chars().count() > APPROVAL_DETAILS_MAX => {
+                let cut: String = text.chars().take(APPROVAL_DETAILS_MAX).collect();
+                Ok(format!("{cut}…"))
+            }
+            Some(text) => Ok(text.to_owned()),
+            None => Err(reply["error"]
+                .as_str()
+                .unwrap_or("the module host answered oddly")
+                .to_owned()),
+        }
     }
 
     /// The call's `error` line as its error; the stack goes to the log only.
@@ -305,6 +380,15 @@ impl Tool for ModuleTool {
     }
     fn workspace_scope(&self) -> Option<&std::path::Path> {
         self.scope.as_deref()
+    }
+    fn approval_details<'a>(
+        &'a self,
+        args: &'a Map<String, Value>,
+    ) -> BoxFuture<'a, Option<String>> {
+        Box::pin(self.approval_text(args))
+    }
+    fn wraps_mcp_tool(&self) -> Option<(&str, &str)> {
+        self.wraps.as_ref().map(|(s, t)| (s.as_str(), t.as_str()))
     }
 }
 

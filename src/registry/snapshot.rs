@@ -230,6 +230,14 @@ impl Snapshot {
         catalog: &CatalogState,
     ) -> Snapshot {
         let mut tools: IndexMap<String, Arc<Entry>> = IndexMap::new();
+        let unwrapped;
+        let (sources, wrapped) = match wrapped_mcp_tools(sources, overrides) {
+            None => (sources, HashMap::new()),
+            Some((rest, wrapped)) => {
+                unwrapped = rest;
+                (&unwrapped, wrapped)
+            }
+        };
         let (winners, collisions) = claim_names(sources, &catalog.policy);
         let mut quarantined = IndexMap::new();
         let mut new_pins = Vec::new();
@@ -241,7 +249,11 @@ impl Snapshot {
                 if !winners.get(&name).is_some_and(|w| Arc::ptr_eq(w, tool)) {
                     continue;
                 }
-                let approval = overrides.get(&name).copied().or(tool.spec().approval);
+                let approval = overrides
+                    .get(&name)
+                    .copied()
+                    .or(tool.spec().approval)
+                    .or_else(|| tool.wraps_mcp_tool().and_then(|w| wrapped.get(&w).copied()));
                 let reused = old
                     .tools
                     .get(&name)
@@ -471,6 +483,56 @@ impl Snapshot {
         let etag = etag_of(tools.iter());
         (tools, etag)
     }
+}
+
+/// A tool standing in for an MCP tool ([`Tool::wraps_mcp_tool`]) takes its place: the
+/// sources without the MCP tools some tool wraps, and the class in force of each wrapped
+/// one (its override, else its own), which its wrapper inherits. `None` when nothing
+/// wraps anything (the common case: nothing is copied).
+#[allow(clippy::type_complexity)]
+fn wrapped_mcp_tools<'a>(
+    sources: &'a BTreeMap<SourceKey, Vec<Arc<dyn Tool>>>,
+    overrides: &HashMap<String, ApprovalClass>,
+) -> Option<(
+    BTreeMap<SourceKey, Vec<Arc<dyn Tool>>>,
+    HashMap<(&'a str, &'a str), ApprovalClass>,
+)> {
+    let wanted: HashSet<(&str, &str)> = sources
+        .values()
+        .flatten()
+        .filter_map(|t| t.wraps_mcp_tool())
+        .collect();
+    if wanted.is_empty() {
+        return None;
+    }
+    let mut classes = HashMap::new();
+    let mut rest = BTreeMap::new();
+    for (key, list) in sources {
+        let kept = list
+            .iter()
+            .filter(|tool| {
+                let spec = tool.spec();
+                let ToolSource::Mcp {
+                    server,
+                    remote_name,
+                } = &spec.source
+                else {
+                    return true;
+                };
+                let key = (server.as_str(), remote_name.as_str());
+                if !wanted.contains(&key) {
+                    return true;
+                }
+                if let Some(class) = overrides.get(&spec.name).copied().or(spec.approval) {
+                    classes.insert(key, class);
+                }
+                false
+            })
+            .cloned()
+            .collect();
+        rest.insert(key.clone(), kept);
+    }
+    Some((rest, classes))
 }
 
 /// Which tool gets each name: built-ins, then custom tools, then the MCP servers in config

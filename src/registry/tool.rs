@@ -162,8 +162,19 @@ pub trait Tool: Send + Sync + 'static {
         false
     }
     /// What this call would do, in words, for the user approving it in strict mode;
-    /// `None` falls back to the generic summary.
-    fn approval_details(&self, _args: &Map<String, Value>) -> Option<String> {
+    /// `None` falls back to the generic summary. Asked only of a call that needs approval,
+    /// and may run the tool's own code (a module's `formatApprovalDetails`), so it is a
+    /// future, which the tool itself keeps short.
+    fn approval_details<'a>(
+        &'a self,
+        _args: &'a Map<String, Value>,
+    ) -> BoxFuture<'a, Option<String>> {
+        Box::pin(std::future::ready(None))
+    }
+    /// The MCP tool this tool stands in for, as (server, the tool's name on that server):
+    /// a module's `mcpServerName`/`mcpToolName`. The registry then leaves that MCP tool
+    /// out and passes its approval class on (`Snapshot::build`).
+    fn wraps_mcp_tool(&self) -> Option<(&str, &str)> {
         None
     }
     /// Whether the tool runs a program confined by the call's sandbox (`bash`, custom
