@@ -292,13 +292,7 @@ impl CustomTools {
     pub async fn add_session_workspaces(&self, workspaces: &[PathBuf], discover: bool) {
         {
             let mut st = lock(&self.0.state);
-            let before = st.session_workspaces.len();
-            for w in workspaces {
-                if !st.session_workspaces.contains(w) {
-                    st.session_workspaces.push(w.clone());
-                }
-            }
-            if st.session_workspaces.len() == before {
+            if !watch::learn_workspaces(&mut st.session_workspaces, workspaces) {
                 return;
             }
             let roots = with_sessions(&st.configured, discover, &st.session_workspaces);

@@ -32,7 +32,7 @@ use arc_swap::ArcSwap;
 use tokio::sync::broadcast;
 
 use crate::config::Config;
-use crate::custom::watch::Watch;
+use crate::custom::watch::{learn_workspaces, Watch};
 use crate::lock;
 use crate::protocol::{SkillSource, SkillsChanged};
 use crate::registry::{Change, Registry, SourceKey, Tool};
@@ -275,13 +275,7 @@ impl Skills {
             let Some(search) = search.as_mut() else {
                 return;
             };
-            let before = search.session_workspaces.len();
-            for w in workspaces {
-                if !search.session_workspaces.contains(w) {
-                    search.session_workspaces.push(w.clone());
-                }
-            }
-            if search.session_workspaces.len() == before {
+            if !learn_workspaces(&mut search.session_workspaces, workspaces) {
                 return;
             }
         }
