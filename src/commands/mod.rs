@@ -229,19 +229,14 @@ impl Commands {
         tracker: &tokio_util::task::TaskTracker,
         shutdown: tokio_util::sync::CancellationToken,
     ) {
-        let me = self.clone();
         crate::custom::watch::follow(
             &self.folders(),
             "command folder",
             &self.0.watch,
             tracker,
             shutdown,
-            move || {
-                let me = me.clone();
-                async move {
-                    me.rescan().await;
-                }
-            },
+            self.clone(),
+            |me: Commands| async move { me.rescan().await },
         );
     }
 

@@ -334,19 +334,14 @@ impl CustomTools {
         tracker: &tokio_util::task::TaskTracker,
         shutdown: tokio_util::sync::CancellationToken,
     ) {
-        let me = self.clone();
         watch::follow(
             &self.watched(),
             "custom tool folder",
             &self.0.watch,
             tracker,
             shutdown,
-            move || {
-                let me = me.clone();
-                async move {
-                    me.rescan().await;
-                }
-            },
+            self.clone(),
+            |me: CustomTools| async move { me.rescan().await },
         );
     }
 

@@ -116,19 +116,22 @@ pub fn learn_workspaces(known: &mut Vec<PathBuf>, workspaces: &[PathBuf]) -> boo
     known.len() != before
 }
 
-/// Watches `folders` (kept in `slot`, so roots can be changed later) and runs `rescan` after
-/// each signal until `shutdown`: signals that come while a rescan runs are folded into the
-/// next one, so a burst of changes costs one rescan. Custom tools, skills and commands each
-/// follow their folders this way. A watcher that cannot start is logged; nothing rescans.
-pub fn follow<F, Fut>(
+/// Watches `folders` (kept in `slot`, so roots can be changed later) and runs
+/// `rescan(owner)` after each signal until `shutdown`: signals that come while a rescan
+/// runs are folded into the next one, so a burst of changes costs one rescan. Custom tools,
+/// skills and commands each follow their folders this way (`owner` is their cheap clone).
+/// A watcher that cannot start is logged; nothing rescans.
+pub fn follow<T, F, Fut>(
     folders: &[PathBuf],
     what: &'static str,
     slot: &Mutex<Option<Watch>>,
     tracker: &tokio_util::task::TaskTracker,
     shutdown: tokio_util::sync::CancellationToken,
+    owner: T,
     rescan: F,
 ) where
-    F: Fn() -> Fut + Send + 'static,
+    T: Clone + Send + 'static,
+    F: Fn(T) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send,
 {
     let (tx, mut signals) = tokio::sync::mpsc::unbounded_channel();
@@ -144,7 +147,7 @@ pub fn follow<F, Fut>(
             tokio::select! {
                 Some(()) = signals.recv() => {
                     while signals.try_recv().is_ok() {}
-                    rescan().await;
+                    rescan(owner.clone()).await;
                 }
                 _ = shutdown.cancelled() => return,
             }

@@ -288,18 +288,15 @@ impl Skills {
         tracker: &tokio_util::task::TaskTracker,
         shutdown: tokio_util::sync::CancellationToken,
     ) {
-        let me = self.clone();
         crate::custom::watch::follow(
             &self.folders(),
             "skill folder",
             &self.0.watch,
             tracker,
             shutdown,
-            move || {
-                let me = me.clone();
-                async move {
-                    me.rescan().await;
-                }
+            self.clone(),
+            |me: Skills| async move {
+                me.rescan().await;
             },
         );
     }
