@@ -98,6 +98,11 @@ impl Search {
             // `$HOME` itself (xdg_dir's fallback is relative to it).
             let home = crate::config::xdg_dir("HOME", "");
             let user_config = crate::config::xdg_dir("XDG_CONFIG_HOME", ".config");
+            // Each frontend keeps its skills in a `skills` folder of its own directory.
+            let skills_in = |(dir, source): (PathBuf, SkillSource)| Root {
+                path: dir.join("skills"),
+                source,
+            };
             let workspaces = session.into_iter().chain([self.workspace.as_path()]);
             for ws in workspaces {
                 out.extend(
@@ -106,10 +111,7 @@ impl Search {
                         (ws.join(".agents"), SkillSource::WorkspaceAgents),
                         (ws.join(".claude"), SkillSource::WorkspaceClaude),
                     ]
-                    .map(|(dir, source)| Root {
-                        path: dir.join("skills"),
-                        source,
-                    }),
+                    .map(skills_in),
                 );
             }
             out.extend(
@@ -118,10 +120,7 @@ impl Search {
                     (home.join(".agents"), SkillSource::UserAgents),
                     (home.join(".claude"), SkillSource::UserClaude),
                 ]
-                .map(|(dir, source)| Root {
-                    path: dir.join("skills"),
-                    source,
-                }),
+                .map(skills_in),
             );
         }
         let mut seen = std::collections::HashSet::new();
