@@ -8,7 +8,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{eventually, Daemon, RawLines, BIN, FIXTURE};
+use common::{eventually, result, Daemon, RawLines, BIN, FIXTURE};
 use serde_json::{json, Value};
 
 /// Writes `root/rel` the way an editor saves (a temp file renamed over it).
@@ -41,13 +41,6 @@ Review PR #$1 at {{level}} depth.
 All: $ARGUMENTS
 PR again: {{ pr }}, not {{unknown}}.
 ";
-
-async fn result(d: &Daemon, method: &str, params: Value) -> Value {
-    let r = d.call(method, params).await;
-    r.get("result")
-        .cloned()
-        .unwrap_or_else(|| panic!("{method} failed: {r}"))
-}
 
 async fn error(d: &Daemon, method: &str, params: Value) -> (i64, String) {
     let r = d.call(method, params).await;

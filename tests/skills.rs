@@ -8,15 +8,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::skills::{front, write_skill};
-use common::{write_atomic, Daemon, RawLines};
+use common::{result, write_atomic, Daemon, RawLines};
 use serde_json::{json, Value};
-
-async fn result(d: &Daemon, method: &str, params: Value) -> Value {
-    let r = d.call(method, params).await;
-    r.get("result")
-        .cloned()
-        .unwrap_or_else(|| panic!("{method} failed: {r}"))
-}
 
 async fn names(d: &Daemon) -> Vec<String> {
     result(d, "list_skills", json!({})).await["skills"]

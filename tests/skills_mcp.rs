@@ -11,16 +11,9 @@ use std::time::Duration;
 
 use common::new_era::{meta, RawStdio};
 use common::skills::{front, write_skill};
-use common::{Daemon, BIN};
+use common::{result, Daemon, BIN};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-
-async fn result(d: &Daemon, method: &str, params: Value) -> Value {
-    let r = d.call(method, params).await;
-    r.get("result")
-        .cloned()
-        .unwrap_or_else(|| panic!("{method} failed: {r}"))
-}
 
 /// A daemon whose config searches `dir/skills` (and the empty workspace and user folders),
 /// holding the skill `pdf` (with a script) and `review`.

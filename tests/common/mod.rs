@@ -365,6 +365,15 @@ pub async fn call_value(
     Ok(serde_json::from_str(&raw).unwrap())
 }
 
+/// One call on a fresh connection that must succeed: its `result` (a failure panics,
+/// naming the method and the answer).
+pub async fn result(d: &Daemon, method: &str, params: Value) -> Value {
+    let r = d.call(method, params).await;
+    r.get("result")
+        .cloned()
+        .unwrap_or_else(|| panic!("{method} failed: {r}"))
+}
+
 /// A call's outcome in the JSON-RPC response shape; a failure that is not an answer of the
 /// daemon (no daemon, timeout, broken connection) panics, as no test expects one here.
 pub fn response_shape(outcome: Result<Value, ClientError>) -> Value {
