@@ -257,9 +257,7 @@ async fn a_session_workspace_brings_its_own_skills_to_its_sessions() {
         "Run make deploy.\n",
         &[],
     );
-    let mut changed = d.raw_lines().await;
-    let r = changed.call("subscribe_skills_changed", json!({})).await;
-    assert!(r.get("result").is_some(), "{r}");
+    let mut changed = d.subscribed("subscribe_skills_changed").await;
     let session = result(
         &d,
         "session.create",
@@ -269,12 +267,8 @@ async fn a_session_workspace_brings_its_own_skills_to_its_sessions() {
     let id = session["id"].as_str().unwrap();
 
     // Scanned before the session is answered, and announced once.
-    let note = changed.recv().await;
-    assert_eq!(note["method"], "skills_changed", "{note}");
-    assert_eq!(
-        note["params"]["result"]["workspaces"],
-        json!([project.display().to_string()])
-    );
+    let note = changed.notification("skills_changed").await;
+    assert_eq!(note["workspaces"], json!([project.display().to_string()]));
     let names = |list: &Value| -> Vec<String> {
         list["skills"]
             .as_array()

@@ -279,6 +279,14 @@ impl Daemon {
         RawLines::connect(&self.socket()).await
     }
 
+    /// A newline connection subscribed with `method` (`subscribe_skills_changed`, …).
+    pub async fn subscribed(&self, method: &str) -> RawLines {
+        let mut c = self.raw_lines().await;
+        let r = c.call(method, json!({})).await;
+        assert!(r.get("result").is_some(), "{r}");
+        c
+    }
+
     /// One call on a fresh connection, answered in the JSON-RPC response shape
     /// (`{"result": …}` or `{"error": {code, message[, data]}}`) so tests can assert on
     /// either outcome alike.
@@ -426,6 +434,19 @@ impl RawLines {
             .unwrap()
             .expect("connection open");
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad line {line}: {e}"))
+    }
+
+    /// The next message, which must be a `method` notification: its payload.
+    pub async fn notification(&mut self, method: &str) -> Value {
+        let n = self.recv().await;
+        assert_eq!(n["method"], method, "{n}");
+        n["params"]["result"].clone()
+    }
+
+    /// Asserts that no message arrives for `ms` (a watcher settles in 100 ms).
+    pub async fn quiet(&mut self, ms: u64) {
+        let r = tokio::time::timeout(Duration::from_millis(ms), self.recv()).await;
+        assert!(r.is_err(), "unexpected notification: {r:?}");
     }
 
     /// Sends a request and returns the whole response object (result or error).
