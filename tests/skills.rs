@@ -6,17 +6,12 @@ mod common;
 
 use std::path::Path;
 
-use common::skills::{front, write_skill};
+use common::skills::{front, skill_names, write_skill};
 use common::{result, write_atomic, Daemon};
 use serde_json::{json, Value};
 
 async fn names(d: &Daemon) -> Vec<String> {
-    result(d, "list_skills", json!({})).await["skills"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["name"].as_str().unwrap().to_owned())
-        .collect()
+    skill_names(&result(d, "list_skills", json!({})).await)
 }
 
 async fn skill_errors(d: &Daemon) -> Vec<String> {

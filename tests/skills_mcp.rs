@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::new_era::{meta, RawStdio};
-use common::skills::{front, write_skill};
+use common::skills::{front, skill_names, write_skill};
 use common::{result, Daemon, BIN};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -269,26 +269,18 @@ async fn a_session_workspace_brings_its_own_skills_to_its_sessions() {
     // Scanned before the session is answered, and announced once.
     let note = changed.notification("skills_changed").await;
     assert_eq!(note["workspaces"], json!([project.display().to_string()]));
-    let names = |list: &Value| -> Vec<String> {
-        list["skills"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s["name"].as_str().unwrap().to_owned())
-            .collect()
-    };
     let own = result(&d, "list_skills", json!({"session_id": id})).await;
-    assert_eq!(names(&own), ["pdf", "review", "deploy"]);
+    assert_eq!(skill_names(&own), ["pdf", "review", "deploy"]);
     assert_eq!(own["skills"][2]["source"], "workspace_claude");
     // Other sessions, and the daemon's own list, do not see them.
     assert_eq!(
-        names(&result(&d, "list_skills", json!({})).await),
+        skill_names(&result(&d, "list_skills", json!({})).await),
         ["pdf", "review"]
     );
     let other = result(&d, "session.create", json!({})).await;
     let other = other["id"].as_str().unwrap();
     let theirs = result(&d, "list_skills", json!({"session_id": other})).await;
-    assert_eq!(names(&theirs), ["pdf", "review"]);
+    assert_eq!(skill_names(&theirs), ["pdf", "review"]);
 
     let got = result(&d, "get_skill", json!({"name": "deploy", "session_id": id})).await;
     assert!(got["text"].as_str().unwrap().contains("Run make deploy."));
