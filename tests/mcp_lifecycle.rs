@@ -7,57 +7,12 @@ mod common;
 
 use std::path::Path;
 
+use common::mcp::{fixture, pids, status, wait_state};
 use common::*;
 use serde_json::{json, Value};
 
-/// A stdio block running the fixture, its pids appended to `dir/<name>.pids`.
-fn fixture(dir: &Path, name: &str, extra: Value) -> Value {
-    let mut block = json!({
-        "command": FIXTURE,
-        "env": {
-            "FIXTURE_PID_FILE": dir.join(format!("{name}.pids")),
-            "FIXTURE_EVENTS_FILE": dir.join(format!("{name}.events")),
-        },
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        if k == "env" {
-            for (ek, ev) in v.as_object().unwrap() {
-                block["env"][ek] = ev.clone();
-            }
-        } else {
-            block[k] = v.clone();
-        }
-    }
-    block
-}
-
-fn pids(d: &Daemon, name: &str) -> Vec<i32> {
-    std::fs::read_to_string(d.dir.path().join(format!("{name}.pids")))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
-}
-
 fn write_config(d: &Daemon, servers: Value) {
     write_atomic(&d.config_path(), &json!({"mcp_servers": servers}));
-}
-
-async fn status(d: &Daemon, server: &str) -> Value {
-    d.call("mcp.status", json!({"server": server})).await["result"]["servers"][0].clone()
-}
-
-/// Polls `mcp.status` (bounded) until `server` is in `state`.
-async fn wait_state(d: &Daemon, server: &str, state: &str) -> Value {
-    let mut last = Value::Null;
-    for _ in 0..800 {
-        last = status(d, server).await;
-        if last["state"] == state {
-            return last;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
-    panic!("server {server} never reached {state}: {last}");
 }
 
 async fn listed(d: &Daemon) -> Vec<String> {
