@@ -23,6 +23,13 @@ async fn listed(d: &Daemon) -> Vec<String> {
         .collect()
 }
 
+/// A daemon running the fixture as `fx` (its block given `extra`), once `fx` is ready.
+async fn ready_fx(extra: Value) -> Daemon {
+    let d = Daemon::start_in(|dir| json!({"mcp_servers": {"fx": fixture(dir, "fx", extra)}})).await;
+    wait_state(&d, "fx", "ready").await;
+    d
+}
+
 /// Runs the daemon once with `servers` so a lazy server (started to learn its tools, having
 /// no kept listing) leaves its listing behind, then stops it.
 async fn first_run(servers: impl FnOnce(&Path) -> Value, lazy: &str) -> Daemon {
@@ -79,11 +86,7 @@ async fn a_lazy_server_is_listed_from_its_last_run_and_started_by_its_first_call
 
 #[tokio::test]
 async fn an_idle_server_is_stopped_and_the_next_call_starts_it_again() {
-    let d = Daemon::start_in(
-        |dir| json!({"mcp_servers": {"fx": fixture(dir, "fx", json!({"idle_stop_s": 1}))}}),
-    )
-    .await;
-    wait_state(&d, "fx", "ready").await;
+    let d = ready_fx(json!({"idle_stop_s": 1})).await;
     assert_eq!(
         d.invoke("mcp_fx_echo", json!({"text": "one"})).await["output"],
         "one"
@@ -107,11 +110,7 @@ async fn an_idle_server_is_stopped_and_the_next_call_starts_it_again() {
 
 #[tokio::test]
 async fn a_call_in_flight_is_not_cut_by_the_idle_stop() {
-    let d = Daemon::start_in(
-        |dir| json!({"mcp_servers": {"fx": fixture(dir, "fx", json!({"idle_stop_s": 1}))}}),
-    )
-    .await;
-    wait_state(&d, "fx", "ready").await;
+    let d = ready_fx(json!({"idle_stop_s": 1})).await;
     // Longer than idle_stop_s, without progress notifications.
     let r = d.invoke("mcp_fx_sleep", json!({"ms": 2500})).await;
     assert!(r["output"].as_str().unwrap().contains("slept"), "{r}");
@@ -263,12 +262,7 @@ async fn start_ups_beyond_the_slots_wait_for_one_to_end() {
 
 #[tokio::test]
 async fn a_relayed_request_starts_an_idle_server_and_a_subscription_keeps_it_running() {
-    let d = Daemon::start_in(|dir| {
-        let extra = json!({"idle_stop_s": 1, "env": {"FIXTURE_RESOURCES": "lbl"}});
-        json!({"mcp_servers": {"fx": fixture(dir, "fx", extra)}})
-    })
-    .await;
-    wait_state(&d, "fx", "ready").await;
+    let d = ready_fx(json!({"idle_stop_s": 1, "env": {"FIXTURE_RESOURCES": "lbl"}})).await;
     wait_state(&d, "fx", "stopped_idle").await;
     // Its resources stay listed, and reading one starts the server.
     let mut c = d.raw_lines().await;
