@@ -6,9 +6,8 @@
 mod common;
 
 use std::path::Path;
-use std::time::Duration;
 
-use common::{eventually, Daemon, RawLines, BIN, FIXTURE};
+use common::{eventually, result, Daemon, BIN, FIXTURE};
 use serde_json::{json, Value};
 
 /// Writes `root/rel` the way an editor saves (a temp file renamed over it).
@@ -41,13 +40,6 @@ Review PR #$1 at {{level}} depth.
 All: $ARGUMENTS
 PR again: {{ pr }}, not {{unknown}}.
 ";
-
-async fn result(d: &Daemon, method: &str, params: Value) -> Value {
-    let r = d.call(method, params).await;
-    r.get("result")
-        .cloned()
-        .unwrap_or_else(|| panic!("{method} failed: {r}"))
-}
 
 async fn error(d: &Daemon, method: &str, params: Value) -> (i64, String) {
     let r = d.call(method, params).await;
@@ -285,31 +277,11 @@ async fn the_socket_lists_expands_and_reports_invalid_files() {
     assert!(reload.contains("- **fx** (stdio): "), "{reload}");
 }
 
-/// A newline connection subscribed with `method`.
-async fn subscribed(d: &Daemon, method: &str) -> RawLines {
-    let mut c = d.raw_lines().await;
-    let r = c.call(method, json!({})).await;
-    assert!(r.get("result").is_some(), "{r}");
-    c
-}
-
-async fn next(c: &mut RawLines, method: &str) -> Value {
-    let n = c.recv().await;
-    assert_eq!(n["method"], method, "{n}");
-    n["params"]["result"].clone()
-}
-
-/// Asserts that no notification arrives for `ms` (the watcher settles in 100 ms).
-async fn quiet(c: &mut RawLines, ms: u64) {
-    let r = tokio::time::timeout(Duration::from_millis(ms), c.recv()).await;
-    assert!(r.is_err(), "unexpected notification: {r:?}");
-}
-
 #[tokio::test]
 async fn adding_editing_and_removing_a_command_notifies_once_each() {
     let d = Daemon::start_in(|_| json!({})).await;
-    let mut commands = subscribed(&d, "subscribe_commands_changed").await;
-    let mut prompts = subscribed(&d, "subscribe_prompts_changed").await;
+    let mut commands = d.subscribed("subscribe_commands_changed").await;
+    let mut prompts = d.subscribed("subscribe_prompts_changed").await;
     // The folder does not exist yet: it is picked up when created.
     let root = d.workspace().join(".toolhost/commands");
     let builtins = 4;
@@ -324,14 +296,14 @@ async fn adding_editing_and_removing_a_command_notifies_once_each() {
             Some(t) => write_command(&root, "ops/restart.md", t),
             None => std::fs::remove_dir_all(root.join("ops")).unwrap(),
         }
-        let n = next(&mut commands, "commands_changed").await;
+        let n = commands.notification("commands_changed").await;
         assert_eq!(n["count"], count, "{step}: {n}");
         assert_ne!(n["etag"], etag, "{step}");
         etag = n["etag"].clone();
-        let p = next(&mut prompts, "prompts_changed").await;
+        let p = prompts.notification("prompts_changed").await;
         assert_eq!(p["prompts"], count, "{step}: {p}");
-        quiet(&mut commands, 600).await;
-        quiet(&mut prompts, 100).await;
+        commands.quiet(600).await;
+        prompts.quiet(100).await;
         let list = result(&d, "list_commands", json!({})).await;
         assert_eq!(list["etag"], etag, "{step}");
         let listed = list["commands"]

@@ -6,6 +6,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
+use common::mcp::{pids, status, wait_state};
 use common::*;
 use serde_json::{json, Value};
 use toolhost::client::Subscription;
@@ -13,30 +14,6 @@ use toolhost::protocol::ToolsChanged;
 
 fn fixture(dir: &Path, name: &str) -> Value {
     json!({"command": FIXTURE, "env": {"FIXTURE_PID_FILE": dir.join(format!("{name}.pids"))}, "include_tools": ["echo", "add"]})
-}
-
-async fn status(d: &Daemon, server: &str) -> Value {
-    d.call("mcp.status", json!({"server": server})).await["result"]["servers"][0].clone()
-}
-
-async fn ready(d: &Daemon, server: &str) -> Value {
-    let mut st = Value::Null;
-    for _ in 0..800 {
-        st = status(d, server).await;
-        if st["state"] == "ready" {
-            return st;
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-    panic!("{server} not ready: {st}");
-}
-
-fn pids(d: &Daemon, name: &str) -> Vec<i32> {
-    std::fs::read_to_string(d.dir.path().join(format!("{name}.pids")))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
 }
 
 /// A daemon whose config is `cfg(dir)`, with a client subscribed to tools_changed.
@@ -65,7 +42,7 @@ async fn no_change_within(sub: &mut Subscription<ToolsChanged>, ms: u64) {
 #[tokio::test]
 async fn file_edits_apply_as_a_diff_with_one_notification_each() {
     let (d, mut sub) = start(|dir| json!({"mcp_servers": {"a": fixture(dir, "a")}})).await;
-    let a = ready(&d, "a").await;
+    let a = wait_state(&d, "a", "ready").await;
     // Drain the notification of a's tools arriving at start.
     let first = next_change(&mut sub).await;
     assert_eq!(first["added"], json!(["mcp_a_echo", "mcp_a_add"]));
@@ -80,7 +57,7 @@ async fn file_edits_apply_as_a_diff_with_one_notification_each() {
     let ch = next_change(&mut sub).await;
     assert_eq!(ch["added"], json!(["mcp_b_echo", "mcp_b_add"]));
     assert_eq!(ch["removed"], json!([]));
-    assert_eq!(ready(&d, "b").await["state"], "ready");
+    assert_eq!(wait_state(&d, "b", "ready").await["state"], "ready");
 
     // Change only b's filters in place (no rename): no restart, a untouched.
     let b_pid = pids(&d, "b");
@@ -103,7 +80,7 @@ async fn file_edits_apply_as_a_diff_with_one_notification_each() {
         &json!({"mcp_servers": {"a": fixture(&dir, "a"), "b": b2}}),
     );
     eventually(20, "b to restart", || async { pids(&d, "b").len() == 2 }).await;
-    ready(&d, "b").await;
+    wait_state(&d, "b", "ready").await;
     no_change_within(&mut sub, 700).await; // same tools after the restart: nothing to notify
                                            // Calls reach the restarted server, not the retired one.
     assert_eq!(
@@ -131,7 +108,7 @@ async fn file_edits_apply_as_a_diff_with_one_notification_each() {
 #[tokio::test]
 async fn broken_configs_keep_the_old_one_and_recover() {
     let (d, mut sub) = start(|dir| json!({"mcp_servers": {"a": fixture(dir, "a")}})).await;
-    ready(&d, "a").await;
+    wait_state(&d, "a", "ready").await;
     next_change(&mut sub).await;
     let dir = d.dir.path().to_path_buf();
     let good = json!({"mcp_servers": {"a": fixture(&dir, "a")}});
@@ -297,7 +274,7 @@ async fn mcp_servers_alias_env_overrides_and_cli() {
     std::fs::write(d.config_path(), cfg.to_string()).unwrap();
     d.spawn(&[("TOOLHOST_LIMITS__MAX_OUTPUT_BYTES", "2000")])
         .await;
-    ready(&d, "al").await;
+    wait_state(&d, "al", "ready").await;
     let r = d.invoke("bash", json!({"command": "seq 1 3000"})).await;
     assert_eq!(r["truncated"], true, "env override not applied: {r}");
 
@@ -316,7 +293,7 @@ async fn mcp_servers_alias_env_overrides_and_cli() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    ready(&d, "cl").await;
+    wait_state(&d, "cl", "ready").await;
     let out = cli(&["mcp", "status"]).await.unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("cl") && text.contains("ready"), "{text}");
@@ -361,7 +338,7 @@ async fn mcp_servers_alias_env_overrides_and_cli() {
 #[tokio::test]
 async fn hardened_refusals_name_the_path_and_keep_the_old_config() {
     let (d, mut sub) = start(|dir| json!({"mcp_servers": {"a": fixture(dir, "a")}})).await;
-    ready(&d, "a").await;
+    wait_state(&d, "a", "ready").await;
     next_change(&mut sub).await;
     let dir = d.dir.path().to_path_buf();
     let a = fixture(&dir, "a");

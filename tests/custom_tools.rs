@@ -86,27 +86,11 @@ async fn health(d: &Daemon) -> Value {
     d.call("host.health", json!({})).await["result"].clone()
 }
 
-/// A newline connection subscribed to `tools_changed`.
-async fn subscribe_changes(d: &Daemon) -> RawLines {
-    let mut c = d.raw_lines().await;
-    let r = c.call("subscribe_tools_changed", json!({})).await;
-    assert!(r.get("result").is_some(), "{r}");
-    c
-}
-
 /// The next `tools_changed`, as (added, removed, changed).
 async fn next_change(c: &mut RawLines) -> (Vec<String>, Vec<String>, Vec<String>) {
-    let n = c.recv().await;
-    assert_eq!(n["method"], "tools_changed", "{n}");
-    let r = &n["params"]["result"];
+    let r = &c.notification("tools_changed").await;
     let v = |k: &str| -> Vec<String> { serde_json::from_value(r[k].clone()).unwrap() };
     (v("added"), v("removed"), v("changed"))
-}
-
-/// Asserts that no notification arrives for `ms` (the watcher settles in 100 ms).
-async fn quiet(c: &mut RawLines, ms: u64) {
-    let r = tokio::time::timeout(Duration::from_millis(ms), c.recv()).await;
-    assert!(r.is_err(), "unexpected notification: {r:?}");
 }
 
 fn s(v: &[&str]) -> Vec<String> {
@@ -236,11 +220,11 @@ async fn bad_manifests_are_skipped_named_in_health_and_status_until_fixed() {
 async fn hot_add_change_and_remove_notify_once_and_program_edits_not_at_all() {
     let d = start(|_| {}, json!({})).await;
     let root = tools(&d);
-    let mut c = subscribe_changes(&d).await;
+    let mut c = d.subscribed("subscribe_tools_changed").await;
 
     let dir = write_tool(&root, "hot", manifest("hot", "- version 1"), "echo one");
     assert_eq!(next_change(&mut c).await, (s(&["hot"]), s(&[]), s(&[])));
-    quiet(&mut c, 500).await;
+    c.quiet(500).await;
     assert_eq!(d.invoke("hot", json!({})).await["output"], "one\n");
 
     // A new program, same manifest: no notification, and the next call runs it.
@@ -249,15 +233,15 @@ async fn hot_add_change_and_remove_notify_once_and_program_edits_not_at_all() {
     std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::rename(&tmp, dir.join("run.sh")).unwrap();
     assert_eq!(d.invoke("hot", json!({})).await["output"], "two\n");
-    quiet(&mut c, 500).await;
+    c.quiet(500).await;
 
     write_atomic(&dir.join("tool.json"), &manifest("hot", "- version 2"));
     assert_eq!(next_change(&mut c).await, (s(&[]), s(&[]), s(&["hot"])));
-    quiet(&mut c, 400).await;
+    c.quiet(400).await;
 
     std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(next_change(&mut c).await, (s(&[]), s(&["hot"]), s(&[])));
-    quiet(&mut c, 400).await;
+    c.quiet(400).await;
     let r = d.invoke("hot", json!({})).await;
     assert_eq!(r["error_kind"], "unknown_tool");
 }
@@ -265,7 +249,7 @@ async fn hot_add_change_and_remove_notify_once_and_program_edits_not_at_all() {
 #[tokio::test]
 async fn a_project_tools_folder_created_after_start_is_picked_up() {
     let d = start(|_| {}, json!({})).await;
-    let mut c = subscribe_changes(&d).await;
+    let mut c = d.subscribed("subscribe_tools_changed").await;
     let project = d.workspace().join(".toolhost");
     // Back to back, as `mkdir -p` does: each level appears before the watcher can have
     // moved down to it, so the scan after each move must find what is already there.
@@ -286,7 +270,7 @@ async fn a_project_tools_folder_created_after_start_is_picked_up() {
     let r = d.call("tools.approve", json!({"name": "late"})).await;
     assert!(r.get("result").is_some(), "{r}");
     assert_eq!(next_change(&mut c).await, (s(&["late"]), s(&[]), s(&[])));
-    quiet(&mut c, 400).await;
+    c.quiet(400).await;
     assert_eq!(
         d.invoke("late", json!({})).await,
         json!({"ok": true, "output": "late\n"})
@@ -609,7 +593,7 @@ async fn updates_stream_as_written_then_exactly_one_result() {
         events[3].1["result"],
         json!({"ok": true, "steps": 3, "output": "done", "content": [{"type": "text", "text": "done"}]})
     );
-    quiet(&mut c, 300).await;
+    c.quiet(300).await;
 }
 
 #[tokio::test]
@@ -964,7 +948,7 @@ async fn repeated_hot_reload_cycles_notify_exactly_once_per_step() {
         .unwrap_or(2);
     let d = start(|_| {}, json!({})).await;
     let root = tools(&d);
-    let mut c = subscribe_changes(&d).await;
+    let mut c = d.subscribed("subscribe_tools_changed").await;
     for i in 0..cycles {
         let name = format!("cyc{i}");
         let dir = write_tool(&root, &name, manifest(&name, "- v1"), &format!("echo {i}"));
@@ -987,7 +971,7 @@ async fn repeated_hot_reload_cycles_notify_exactly_once_per_step() {
             (s(&[]), vec![name.clone()], s(&[]))
         );
     }
-    quiet(&mut c, 400).await;
+    c.quiet(400).await;
 }
 
 /// A key written twice in `tool.json` is a manifest error naming the key's path, as in

@@ -9,29 +9,15 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::mcp::{fixture, pids, status, wait_status};
 use common::*;
 use serde_json::{json, Value};
 
-/// A fixture server block misbehaving as `mode` says, with its pid and events files named
-/// after `name` in `dir`.
-fn server(dir: &Path, name: &str, mode: &str, extra: Value) -> Value {
-    let mut block = json!({"command": FIXTURE, "env": {
-        "FIXTURE_LIST": mode,
-        "FIXTURE_PID_FILE": dir.join(format!("{name}.pids")),
-        "FIXTURE_EVENTS_FILE": dir.join(format!("{name}.events")),
-    }});
-    for (k, v) in extra.as_object().unwrap() {
-        block[k] = v.clone();
-    }
-    block
-}
-
-fn pids(d: &Daemon, name: &str) -> Vec<i32> {
-    std::fs::read_to_string(d.dir.path().join(format!("{name}.pids")))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
+/// A fixture server block misbehaving as `mode` says (`FIXTURE_LIST`), with its pid and
+/// events files named after `name` in `dir`.
+fn server(dir: &Path, name: &str, mode: &str, mut extra: Value) -> Value {
+    extra["env"] = json!({"FIXTURE_LIST": mode});
+    fixture(dir, name, extra)
 }
 
 fn hangs(d: &Daemon, name: &str) -> usize {
@@ -40,23 +26,6 @@ fn hangs(d: &Daemon, name: &str) -> usize {
         .lines()
         .filter(|l| *l == "tools/list hangs")
         .count()
-}
-
-async fn status(d: &Daemon, name: &str) -> Value {
-    d.call("mcp.status", json!({"server": name})).await["result"]["servers"][0].clone()
-}
-
-/// Waits until `name`'s status satisfies `pred`, and returns it.
-async fn wait_status(d: &Daemon, name: &str, pred: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let st = status(d, name).await;
-        if pred(&st) {
-            return st;
-        }
-        assert!(Instant::now() < deadline, "{name} never got there: {st}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 }
 
 fn error_of(st: &Value) -> &str {

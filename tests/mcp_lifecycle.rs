@@ -7,57 +7,12 @@ mod common;
 
 use std::path::Path;
 
+use common::mcp::{fixture, pids, status, wait_state};
 use common::*;
 use serde_json::{json, Value};
 
-/// A stdio block running the fixture, its pids appended to `dir/<name>.pids`.
-fn fixture(dir: &Path, name: &str, extra: Value) -> Value {
-    let mut block = json!({
-        "command": FIXTURE,
-        "env": {
-            "FIXTURE_PID_FILE": dir.join(format!("{name}.pids")),
-            "FIXTURE_EVENTS_FILE": dir.join(format!("{name}.events")),
-        },
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        if k == "env" {
-            for (ek, ev) in v.as_object().unwrap() {
-                block["env"][ek] = ev.clone();
-            }
-        } else {
-            block[k] = v.clone();
-        }
-    }
-    block
-}
-
-fn pids(d: &Daemon, name: &str) -> Vec<i32> {
-    std::fs::read_to_string(d.dir.path().join(format!("{name}.pids")))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
-}
-
 fn write_config(d: &Daemon, servers: Value) {
     write_atomic(&d.config_path(), &json!({"mcp_servers": servers}));
-}
-
-async fn status(d: &Daemon, server: &str) -> Value {
-    d.call("mcp.status", json!({"server": server})).await["result"]["servers"][0].clone()
-}
-
-/// Polls `mcp.status` (bounded) until `server` is in `state`.
-async fn wait_state(d: &Daemon, server: &str, state: &str) -> Value {
-    let mut last = Value::Null;
-    for _ in 0..800 {
-        last = status(d, server).await;
-        if last["state"] == state {
-            return last;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
-    panic!("server {server} never reached {state}: {last}");
 }
 
 async fn listed(d: &Daemon) -> Vec<String> {
@@ -66,6 +21,13 @@ async fn listed(d: &Daemon) -> Vec<String> {
         .into_iter()
         .map(str::to_owned)
         .collect()
+}
+
+/// A daemon running the fixture as `fx` (its block given `extra`), once `fx` is ready.
+async fn ready_fx(extra: Value) -> Daemon {
+    let d = Daemon::start_in(|dir| json!({"mcp_servers": {"fx": fixture(dir, "fx", extra)}})).await;
+    wait_state(&d, "fx", "ready").await;
+    d
 }
 
 /// Runs the daemon once with `servers` so a lazy server (started to learn its tools, having
@@ -124,11 +86,7 @@ async fn a_lazy_server_is_listed_from_its_last_run_and_started_by_its_first_call
 
 #[tokio::test]
 async fn an_idle_server_is_stopped_and_the_next_call_starts_it_again() {
-    let d = Daemon::start_in(
-        |dir| json!({"mcp_servers": {"fx": fixture(dir, "fx", json!({"idle_stop_s": 1}))}}),
-    )
-    .await;
-    wait_state(&d, "fx", "ready").await;
+    let d = ready_fx(json!({"idle_stop_s": 1})).await;
     assert_eq!(
         d.invoke("mcp_fx_echo", json!({"text": "one"})).await["output"],
         "one"
@@ -152,11 +110,7 @@ async fn an_idle_server_is_stopped_and_the_next_call_starts_it_again() {
 
 #[tokio::test]
 async fn a_call_in_flight_is_not_cut_by_the_idle_stop() {
-    let d = Daemon::start_in(
-        |dir| json!({"mcp_servers": {"fx": fixture(dir, "fx", json!({"idle_stop_s": 1}))}}),
-    )
-    .await;
-    wait_state(&d, "fx", "ready").await;
+    let d = ready_fx(json!({"idle_stop_s": 1})).await;
     // Longer than idle_stop_s, without progress notifications.
     let r = d.invoke("mcp_fx_sleep", json!({"ms": 2500})).await;
     assert!(r["output"].as_str().unwrap().contains("slept"), "{r}");
@@ -308,12 +262,7 @@ async fn start_ups_beyond_the_slots_wait_for_one_to_end() {
 
 #[tokio::test]
 async fn a_relayed_request_starts_an_idle_server_and_a_subscription_keeps_it_running() {
-    let d = Daemon::start_in(|dir| {
-        let extra = json!({"idle_stop_s": 1, "env": {"FIXTURE_RESOURCES": "lbl"}});
-        json!({"mcp_servers": {"fx": fixture(dir, "fx", extra)}})
-    })
-    .await;
-    wait_state(&d, "fx", "ready").await;
+    let d = ready_fx(json!({"idle_stop_s": 1, "env": {"FIXTURE_RESOURCES": "lbl"}})).await;
     wait_state(&d, "fx", "stopped_idle").await;
     // Its resources stay listed, and reading one starts the server.
     let mut c = d.raw_lines().await;

@@ -5,26 +5,13 @@
 mod common;
 
 use std::path::Path;
-use std::time::Duration;
 
-use common::skills::{front, write_skill};
-use common::{write_atomic, Daemon, RawLines};
+use common::skills::{front, skill_names, write_skill};
+use common::{result, write_atomic, Daemon};
 use serde_json::{json, Value};
 
-async fn result(d: &Daemon, method: &str, params: Value) -> Value {
-    let r = d.call(method, params).await;
-    r.get("result")
-        .cloned()
-        .unwrap_or_else(|| panic!("{method} failed: {r}"))
-}
-
 async fn names(d: &Daemon) -> Vec<String> {
-    result(d, "list_skills", json!({})).await["skills"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["name"].as_str().unwrap().to_owned())
-        .collect()
+    skill_names(&result(d, "list_skills", json!({})).await)
 }
 
 async fn skill_errors(d: &Daemon) -> Vec<String> {
@@ -262,30 +249,10 @@ async fn skills_are_found_in_order_validated_and_confined() {
     );
 }
 
-/// A newline connection subscribed to `skills_changed`.
-async fn subscribe(d: &Daemon) -> RawLines {
-    let mut c = d.raw_lines().await;
-    let r = c.call("subscribe_skills_changed", json!({})).await;
-    assert!(r.get("result").is_some(), "{r}");
-    c
-}
-
-async fn next_change(c: &mut RawLines) -> Value {
-    let n = c.recv().await;
-    assert_eq!(n["method"], "skills_changed", "{n}");
-    n["params"]["result"].clone()
-}
-
-/// Asserts that no notification arrives for `ms` (the watcher settles in 100 ms).
-async fn quiet(c: &mut RawLines, ms: u64) {
-    let r = tokio::time::timeout(Duration::from_millis(ms), c.recv()).await;
-    assert!(r.is_err(), "unexpected notification: {r:?}");
-}
-
 #[tokio::test]
 async fn adding_editing_and_removing_a_skill_notifies_once_each() {
     let d = Daemon::start_in(|_| json!({})).await;
-    let mut c = subscribe(&d).await;
+    let mut c = d.subscribed("subscribe_skills_changed").await;
     // The folder does not exist yet: it is picked up when created.
     let root = d.workspace().join(".toolhost/skills");
     let dir = write_skill(
@@ -295,9 +262,9 @@ async fn adding_editing_and_removing_a_skill_notifies_once_each() {
         "Step 1.\n",
         &[("scripts/run.sh", "echo\n")],
     );
-    let n = next_change(&mut c).await;
+    let n = c.notification("skills_changed").await;
     assert_eq!(n["count"], 1, "{n}");
-    quiet(&mut c, 600).await;
+    c.quiet(600).await;
     assert_eq!(names(&d).await, ["deploy"]);
     let before = result(&d, "list_skills", json!({})).await["etag"].clone();
     assert_eq!(n["etag"], before);
@@ -309,17 +276,17 @@ async fn adding_editing_and_removing_a_skill_notifies_once_each() {
         "Step 2.\n",
         &[],
     );
-    let n = next_change(&mut c).await;
+    let n = c.notification("skills_changed").await;
     assert_ne!(n["etag"], before);
-    quiet(&mut c, 600).await;
+    c.quiet(600).await;
     let g = result(&d, "get_skill", json!({"name": "deploy"})).await;
     assert_eq!(g["description"], "Deploys, now better.");
     assert!(g["text"].as_str().unwrap().ends_with("Step 2.\n"));
 
     std::fs::remove_dir_all(&dir).unwrap();
-    let n = next_change(&mut c).await;
+    let n = c.notification("skills_changed").await;
     assert_eq!(n["count"], 0, "{n}");
-    quiet(&mut c, 600).await;
+    c.quiet(600).await;
     assert!(names(&d).await.is_empty());
 }
 

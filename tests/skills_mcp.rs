@@ -10,17 +10,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::new_era::{meta, RawStdio};
-use common::skills::{front, write_skill};
-use common::{Daemon, BIN};
+use common::skills::{front, skill_names, write_skill};
+use common::{result, Daemon, BIN};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
-
-async fn result(d: &Daemon, method: &str, params: Value) -> Value {
-    let r = d.call(method, params).await;
-    r.get("result")
-        .cloned()
-        .unwrap_or_else(|| panic!("{method} failed: {r}"))
-}
 
 /// A daemon whose config searches `dir/skills` (and the empty workspace and user folders),
 /// holding the skill `pdf` (with a script) and `review`.
@@ -264,9 +257,7 @@ async fn a_session_workspace_brings_its_own_skills_to_its_sessions() {
         "Run make deploy.\n",
         &[],
     );
-    let mut changed = d.raw_lines().await;
-    let r = changed.call("subscribe_skills_changed", json!({})).await;
-    assert!(r.get("result").is_some(), "{r}");
+    let mut changed = d.subscribed("subscribe_skills_changed").await;
     let session = result(
         &d,
         "session.create",
@@ -276,32 +267,20 @@ async fn a_session_workspace_brings_its_own_skills_to_its_sessions() {
     let id = session["id"].as_str().unwrap();
 
     // Scanned before the session is answered, and announced once.
-    let note = changed.recv().await;
-    assert_eq!(note["method"], "skills_changed", "{note}");
-    assert_eq!(
-        note["params"]["result"]["workspaces"],
-        json!([project.display().to_string()])
-    );
-    let names = |list: &Value| -> Vec<String> {
-        list["skills"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s["name"].as_str().unwrap().to_owned())
-            .collect()
-    };
+    let note = changed.notification("skills_changed").await;
+    assert_eq!(note["workspaces"], json!([project.display().to_string()]));
     let own = result(&d, "list_skills", json!({"session_id": id})).await;
-    assert_eq!(names(&own), ["pdf", "review", "deploy"]);
+    assert_eq!(skill_names(&own), ["pdf", "review", "deploy"]);
     assert_eq!(own["skills"][2]["source"], "workspace_claude");
     // Other sessions, and the daemon's own list, do not see them.
     assert_eq!(
-        names(&result(&d, "list_skills", json!({})).await),
+        skill_names(&result(&d, "list_skills", json!({})).await),
         ["pdf", "review"]
     );
     let other = result(&d, "session.create", json!({})).await;
     let other = other["id"].as_str().unwrap();
     let theirs = result(&d, "list_skills", json!({"session_id": other})).await;
-    assert_eq!(names(&theirs), ["pdf", "review"]);
+    assert_eq!(skill_names(&theirs), ["pdf", "review"]);
 
     let got = result(&d, "get_skill", json!({"name": "deploy", "session_id": id})).await;
     assert!(got["text"].as_str().unwrap().contains("Run make deploy."));

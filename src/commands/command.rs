@@ -9,14 +9,13 @@
 //! files are.
 
 use std::collections::{BTreeMap, HashSet};
-use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use yaml_rust2::{Yaml, YamlLoader};
 
 use crate::protocol::{CommandArgument, CommandEntry, CommandSource};
 use crate::safe_read;
-use crate::skills::skill::{split_front_matter, MAX_DESCRIPTION_CHARS};
+use crate::skills::skill::{split_front_matter, SkillError, MAX_DESCRIPTION_CHARS};
 
 /// The most of one command file read.
 pub const MAX_COMMAND_BYTES: u64 = 256 * 1024;
@@ -24,23 +23,9 @@ pub const MAX_COMMAND_BYTES: u64 = 256 * 1024;
 /// `$1`…`$9`: the free text typed after the command.
 pub const FREE_TEXT_ARGUMENT: &str = "arguments";
 
-/// Why a command file was skipped: `<file>: <field>: <reason>`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommandError {
-    pub file: PathBuf,
-    pub field: Option<&'static str>,
-    pub reason: String,
-}
-
-impl fmt::Display for CommandError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: ", self.file.display())?;
-        if let Some(field) = self.field {
-            write!(f, "{field}: ")?;
-        }
-        f.write_str(&self.reason)
-    }
-}
+/// Why a command file was skipped: `<file>: <field>: <reason>`. A command's Markdown and
+/// front matter are read as a skill's are, so it fails the same way.
+pub type CommandError = SkillError;
 
 /// What a command expands to.
 #[derive(Debug, Clone, PartialEq, Eq)]

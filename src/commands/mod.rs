@@ -31,7 +31,7 @@ use serde_json::json;
 use tokio::sync::broadcast;
 
 use crate::config::Config;
-use crate::custom::watch::Watch;
+use crate::custom::watch::{learn_workspaces, Watch};
 use crate::error::Error;
 use crate::lock;
 use crate::protocol::{
@@ -215,12 +215,8 @@ impl Commands {
         {
             let mut current = lock(&self.0.roots);
             let before = current.all();
-            for w in workspaces {
-                if !current.sessions.contains(w) {
-                    current.sessions.push(w.clone());
-                }
-            }
-            if current.all() == before {
+            // A workspace whose folder is searched already changes nothing.
+            if !learn_workspaces(&mut current.sessions, workspaces) || current.all() == before {
                 return;
             }
         }
@@ -233,19 +229,14 @@ impl Commands {
         tracker: &tokio_util::task::TaskTracker,
         shutdown: tokio_util::sync::CancellationToken,
     ) {
-        let me = self.clone();
         crate::custom::watch::follow(
             &self.folders(),
             "command folder",
             &self.0.watch,
             tracker,
             shutdown,
-            move || {
-                let me = me.clone();
-                async move {
-                    me.rescan().await;
-                }
-            },
+            self.clone(),
+            |me: Commands| async move { me.rescan().await },
         );
     }
 

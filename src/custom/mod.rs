@@ -292,13 +292,7 @@ impl CustomTools {
     pub async fn add_session_workspaces(&self, workspaces: &[PathBuf], discover: bool) {
         {
             let mut st = lock(&self.0.state);
-            let before = st.session_workspaces.len();
-            for w in workspaces {
-                if !st.session_workspaces.contains(w) {
-                    st.session_workspaces.push(w.clone());
-                }
-            }
-            if st.session_workspaces.len() == before {
+            if !watch::learn_workspaces(&mut st.session_workspaces, workspaces) {
                 return;
             }
             let roots = with_sessions(&st.configured, discover, &st.session_workspaces);
@@ -340,19 +334,14 @@ impl CustomTools {
         tracker: &tokio_util::task::TaskTracker,
         shutdown: tokio_util::sync::CancellationToken,
     ) {
-        let me = self.clone();
         watch::follow(
             &self.watched(),
             "custom tool folder",
             &self.0.watch,
             tracker,
             shutdown,
-            move || {
-                let me = me.clone();
-                async move {
-                    me.rescan().await;
-                }
-            },
+            self.clone(),
+            |me: CustomTools| async move { me.rescan().await },
         );
     }
 

@@ -103,19 +103,35 @@ fn nearest_existing(path: &Path) -> Option<PathBuf> {
         .map(Path::to_path_buf)
 }
 
-/// Watches `folders` (kept in `slot`, so roots can be changed later) and runs `rescan` after
-/// each signal until `shutdown`: signals that come while a rescan runs are folded into the
-/// next one, so a burst of changes costs one rescan. Custom tools, skills and commands each
-/// follow their folders this way. A watcher that cannot start is logged; nothing rescans.
-pub fn follow<F, Fut>(
+/// Appends to `known` each of `workspaces` it does not hold yet, in order; true when one
+/// was new, so the caller rescans. Custom tools, skills and commands each learn of session
+/// workspaces this way, and a workspace learnt twice costs no rescan.
+pub fn learn_workspaces(known: &mut Vec<PathBuf>, workspaces: &[PathBuf]) -> bool {
+    let before = known.len();
+    for w in workspaces {
+        if !known.contains(w) {
+            known.push(w.clone());
+        }
+    }
+    known.len() != before
+}
+
+/// Watches `folders` (kept in `slot`, so roots can be changed later) and runs
+/// `rescan(owner)` after each signal until `shutdown`: signals that come while a rescan
+/// runs are folded into the next one, so a burst of changes costs one rescan. Custom tools,
+/// skills and commands each follow their folders this way (`owner` is their cheap clone).
+/// A watcher that cannot start is logged; nothing rescans.
+pub fn follow<T, F, Fut>(
     folders: &[PathBuf],
     what: &'static str,
     slot: &Mutex<Option<Watch>>,
     tracker: &tokio_util::task::TaskTracker,
     shutdown: tokio_util::sync::CancellationToken,
+    owner: T,
     rescan: F,
 ) where
-    F: Fn() -> Fut + Send + 'static,
+    T: Clone + Send + 'static,
+    F: Fn(T) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()> + Send,
 {
     let (tx, mut signals) = tokio::sync::mpsc::unbounded_channel();
@@ -131,10 +147,34 @@ pub fn follow<F, Fut>(
             tokio::select! {
                 Some(()) = signals.recv() => {
                     while signals.try_recv().is_ok() {}
-                    rescan().await;
+                    rescan(owner.clone()).await;
                 }
                 _ = shutdown.cancelled() => return,
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn learning_workspaces_keeps_order_and_reports_only_new_ones() {
+        let (a, b, c) = (
+            PathBuf::from("/a"),
+            PathBuf::from("/b"),
+            PathBuf::from("/c"),
+        );
+        let mut known = vec![a.clone()];
+        assert!(learn_workspaces(
+            &mut known,
+            &[b.clone(), a.clone(), b.clone()]
+        ));
+        assert_eq!(known, [a.clone(), b.clone()]);
+        assert!(!learn_workspaces(&mut known, &[b.clone(), a.clone()]));
+        assert!(!learn_workspaces(&mut known, &[]));
+        assert!(learn_workspaces(&mut known, std::slice::from_ref(&c)));
+        assert_eq!(known, [a, b, c]);
+    }
 }

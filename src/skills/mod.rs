@@ -32,7 +32,7 @@ use arc_swap::ArcSwap;
 use tokio::sync::broadcast;
 
 use crate::config::Config;
-use crate::custom::watch::Watch;
+use crate::custom::watch::{learn_workspaces, Watch};
 use crate::lock;
 use crate::protocol::{SkillSource, SkillsChanged};
 use crate::registry::{Change, Registry, SourceKey, Tool};
@@ -98,6 +98,11 @@ impl Search {
             // `$HOME` itself (xdg_dir's fallback is relative to it).
             let home = crate::config::xdg_dir("HOME", "");
             let user_config = crate::config::xdg_dir("XDG_CONFIG_HOME", ".config");
+            // Each frontend keeps its skills in a `skills` folder of its own directory.
+            let skills_in = |(dir, source): (PathBuf, SkillSource)| Root {
+                path: dir.join("skills"),
+                source,
+            };
             let workspaces = session.into_iter().chain([self.workspace.as_path()]);
             for ws in workspaces {
                 out.extend(
@@ -106,10 +111,7 @@ impl Search {
                         (ws.join(".agents"), SkillSource::WorkspaceAgents),
                         (ws.join(".claude"), SkillSource::WorkspaceClaude),
                     ]
-                    .map(|(dir, source)| Root {
-                        path: dir.join("skills"),
-                        source,
-                    }),
+                    .map(skills_in),
                 );
             }
             out.extend(
@@ -118,10 +120,7 @@ impl Search {
                     (home.join(".agents"), SkillSource::UserAgents),
                     (home.join(".claude"), SkillSource::UserClaude),
                 ]
-                .map(|(dir, source)| Root {
-                    path: dir.join("skills"),
-                    source,
-                }),
+                .map(skills_in),
             );
         }
         let mut seen = std::collections::HashSet::new();
@@ -275,13 +274,7 @@ impl Skills {
             let Some(search) = search.as_mut() else {
                 return;
             };
-            let before = search.session_workspaces.len();
-            for w in workspaces {
-                if !search.session_workspaces.contains(w) {
-                    search.session_workspaces.push(w.clone());
-                }
-            }
-            if search.session_workspaces.len() == before {
+            if !learn_workspaces(&mut search.session_workspaces, workspaces) {
                 return;
             }
         }
@@ -294,18 +287,15 @@ impl Skills {
         tracker: &tokio_util::task::TaskTracker,
         shutdown: tokio_util::sync::CancellationToken,
     ) {
-        let me = self.clone();
         crate::custom::watch::follow(
             &self.folders(),
             "skill folder",
             &self.0.watch,
             tracker,
             shutdown,
-            move || {
-                let me = me.clone();
-                async move {
-                    me.rescan().await;
-                }
+            self.clone(),
+            |me: Skills| async move {
+                me.rescan().await;
             },
         );
     }

@@ -107,6 +107,7 @@ pub fn sha256(bytes: &[u8]) -> String {
 }
 
 /// Why a skill was skipped (or what of it was left out): `<file>: <field>: <reason>`.
+/// Command files fail the same way (`CommandError` is this type).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SkillError {
     pub file: PathBuf,

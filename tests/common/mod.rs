@@ -16,6 +16,7 @@ use tokio::process::{Child, Command};
 pub use toolhost::client::{Client, ClientError};
 
 pub mod conformance;
+pub mod mcp;
 pub mod new_era;
 pub mod skills;
 
@@ -279,6 +280,14 @@ impl Daemon {
         RawLines::connect(&self.socket()).await
     }
 
+    /// A newline connection subscribed with `method` (`subscribe_skills_changed`, …).
+    pub async fn subscribed(&self, method: &str) -> RawLines {
+        let mut c = self.raw_lines().await;
+        let r = c.call(method, json!({})).await;
+        assert!(r.get("result").is_some(), "{r}");
+        c
+    }
+
     /// One call on a fresh connection, answered in the JSON-RPC response shape
     /// (`{"result": …}` or `{"error": {code, message[, data]}}`) so tests can assert on
     /// either outcome alike.
@@ -365,6 +374,15 @@ pub async fn call_value(
     Ok(serde_json::from_str(&raw).unwrap())
 }
 
+/// One call on a fresh connection that must succeed: its `result` (a failure panics,
+/// naming the method and the answer).
+pub async fn result(d: &Daemon, method: &str, params: Value) -> Value {
+    let r = d.call(method, params).await;
+    r.get("result")
+        .cloned()
+        .unwrap_or_else(|| panic!("{method} failed: {r}"))
+}
+
 /// A call's outcome in the JSON-RPC response shape; a failure that is not an answer of the
 /// daemon (no daemon, timeout, broken connection) panics, as no test expects one here.
 pub fn response_shape(outcome: Result<Value, ClientError>) -> Value {
@@ -417,6 +435,19 @@ impl RawLines {
             .unwrap()
             .expect("connection open");
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad line {line}: {e}"))
+    }
+
+    /// The next message, which must be a `method` notification: its payload.
+    pub async fn notification(&mut self, method: &str) -> Value {
+        let n = self.recv().await;
+        assert_eq!(n["method"], method, "{n}");
+        n["params"]["result"].clone()
+    }
+
+    /// Asserts that no message arrives for `ms` (a watcher settles in 100 ms).
+    pub async fn quiet(&mut self, ms: u64) {
+        let r = tokio::time::timeout(Duration::from_millis(ms), self.recv()).await;
+        assert!(r.is_err(), "unexpected notification: {r:?}");
     }
 
     /// Sends a request and returns the whole response object (result or error).

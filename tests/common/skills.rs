@@ -1,6 +1,8 @@
-//! Skill folders as the skills tests write them.
+//! Skill folders as the skills tests write them, and what the daemon says of them.
 
 use std::path::{Path, PathBuf};
+
+use serde_json::Value;
 
 /// Writes `root/<dir>/SKILL.md` (atomically, last, as an editor or `cp` ends up) with this
 /// front matter and body, after the extra `files`.
@@ -26,4 +28,14 @@ pub fn write_skill(
 
 pub fn front(name: &str, description: &str) -> String {
     format!("name: {name}\ndescription: {description}\n")
+}
+
+/// The names of a `list_skills` result, in its order.
+pub fn skill_names(list: &Value) -> Vec<String> {
+    list["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_owned())
+        .collect()
 }

@@ -1,0 +1,66 @@
+//! The fixture MCP server (tests/fixtures/mcp_server.rs) as the MCP tests configure and
+//! watch it: one server block per name, whose pids and events land in files named after
+//! it, and its line of `mcp.status`.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::{Daemon, FIXTURE};
+
+/// A stdio block running the fixture, its pids appended to `dir/<name>.pids` and its
+/// events to `dir/<name>.events`. `extra`'s keys are set on the block, but its `env` is
+/// added to the block's own.
+pub fn fixture(dir: &Path, name: &str, extra: Value) -> Value {
+    let mut block = json!({
+        "command": FIXTURE,
+        "env": {
+            "FIXTURE_PID_FILE": dir.join(format!("{name}.pids")),
+            "FIXTURE_EVENTS_FILE": dir.join(format!("{name}.events")),
+        },
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        if k == "env" {
+            for (ek, ev) in v.as_object().unwrap() {
+                block["env"][ek] = ev.clone();
+            }
+        } else {
+            block[k] = v.clone();
+        }
+    }
+    block
+}
+
+/// Every pid the fixture server `name` has run as, oldest first.
+pub fn pids(d: &Daemon, name: &str) -> Vec<i32> {
+    std::fs::read_to_string(d.dir.path().join(format!("{name}.pids")))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// `server`'s line of `mcp.status`.
+pub async fn status(d: &Daemon, server: &str) -> Value {
+    d.call("mcp.status", json!({"server": server})).await["result"]["servers"][0].clone()
+}
+
+/// Polls `mcp.status` (for 30 s at the most) until `server`'s line satisfies `pred`, and
+/// returns it.
+pub async fn wait_status(d: &Daemon, server: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = status(d, server).await;
+        if pred(&st) {
+            return st;
+        }
+        assert!(Instant::now() < deadline, "{server} never got there: {st}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// [`wait_status`] until `server` is in `state`.
+pub async fn wait_state(d: &Daemon, server: &str, state: &str) -> Value {
+    wait_status(d, server, |st| st["state"] == state).await
+}
