@@ -9,12 +9,15 @@ use std::sync::Weak;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::host::{Live, ModuleHost};
 use crate::catalog::{ToolSource, ToolSpec};
-use crate::protocol::{ApprovalClass, ContentBlock, Control, ErrorKind, ImageDataUrl, ToolOutput};
+use crate::protocol::{
+    ApprovalClass, ContentBlock, Control, ErrorKind, ImageDataUrl, InputKind, ToolOutput,
+};
 use crate::registry::{CallContext, Tool, ToolError, ToolResult, ToolUpdate};
 
 /// How long the host has to acknowledge a cancel before it counts as stuck and is
@@ -137,6 +140,7 @@ impl ModuleTool {
                     "session_id": ctx.session_id,
                     "meta": ctx.session_meta,
                     "cwd": ctx.workspace,
+                    "ui": ctx.inputs.accepts(InputKind::Elicitation),
                 },
             }),
         );
@@ -147,11 +151,29 @@ impl ModuleTool {
             groups: Vec::new(),
             answered: false,
         };
-        while let Some(line) = replies.recv().await {
+        // The questions its `ctx.ui` asked, waiting for the frontend; dropped with the call.
+        let mut asking = FuturesUnordered::new();
+        loop {
+            let line = tokio::select! {
+                line = replies.recv() => line,
+                Some(answer) = asking.next() => {
+                    running.host.tell(
+                        &running.live,
+                        &json!({"op": "input_response", "id": id, "input_response": answer}),
+                    );
+                    continue;
+                }
+            };
+            let Some(line) = line else { break };
             if let Some(update) = line.get("update") {
                 if ctx.updates.is_active() {
                     ctx.updates.send(to_update(update));
                 }
+                continue;
+            }
+            if let Some(question) = line.get("input_request") {
+                let (inputs, question) = (ctx.inputs.clone(), question.clone());
+                asking.push(async move { inputs.answer_written(question).await });
                 continue;
             }
             if let Some(pgid) = line.get("pgid").and_then(Value::as_i64) {

