@@ -271,3 +271,182 @@ async fn ctx_ui_questions_are_elicitations_of_an_mcp_client_through_the_facade()
         "{seen}"
     );
 }
+
+/// A module whose `seen` tool returns what its `ctx.sessionManager` holds.
+const SEEN: &str = r#"export default (pi) => ({
+  name: "seen",
+  description: "- reports the session's history",
+  async execute(id, params, onUpdate, ctx) {
+    const sm = ctx.sessionManager;
+    const entries = sm.getEntries().map((e) => ({
+      type: e.type, id: e.id, parentId: e.parentId, role: e.message.role,
+      tool: e.message.toolName, isError: e.message.isError, dated: !Number.isNaN(Date.parse(e.timestamp)),
+    }));
+    return { details: {
+      session: sm.getSessionId() ?? null, entries, leaf: sm.getLeafId(),
+      branch: sm.getBranch().length, found: sm.getEntry(entries[0]?.id)?.id ?? null,
+    } };
+  },
+});
+"#;
+
+async fn seen(d: &Daemon, session: Option<&str>, call_id: &str) -> Value {
+    let r = d
+        .call(
+            "invoke",
+            json!({"name": "seen", "arguments": {}, "session_id": session, "call_id": call_id}),
+        )
+        .await;
+    r["result"]["result"]["structured_content"].clone()
+}
+
+#[tokio::test]
+async fn ctx_session_manager_holds_the_sessions_earlier_calls() {
+    let d = start(&[("seen.js", SEEN.to_owned())], json!({}), &["seen"]).await;
+    let s = d.call("session.create", json!({})).await["result"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let first = seen(&d, Some(&s), "h-1").await;
+    assert_eq!(first["session"], s.as_str(), "{first}");
+    assert_eq!(first["entries"], json!([]), "{first}");
+    assert_eq!(first["leaf"], Value::Null, "{first}");
+    let r = d
+        .call(
+            "invoke",
+            json!({"name": "read_file", "arguments": {"path": "missing.txt"},
+                   "session_id": s, "call_id": "h-2"}),
+        )
+        .await;
+    assert_eq!(r["result"]["result"]["ok"], false, "{r}");
+    let third = seen(&d, Some(&s), "h-3").await;
+    assert_eq!(
+        third["entries"],
+        json!([
+            {"type": "message", "id": "h-1", "parentId": null, "role": "toolResult",
+             "tool": "seen", "isError": false, "dated": true},
+            {"type": "message", "id": "h-2", "parentId": "h-1", "role": "toolResult",
+             "tool": "read_file", "isError": true, "dated": true},
+        ]),
+        "{third}"
+    );
+    assert_eq!(
+        (&third["leaf"], &third["branch"], &third["found"]),
+        (&json!("h-2"), &json!(2), &json!("h-1")),
+        "{third}"
+    );
+    // Other sessions, and calls of none, see none of it.
+    let other = d.call("session.create", json!({})).await["result"]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(seen(&d, Some(&other), "h-4").await["entries"], json!([]));
+    assert_eq!(seen(&d, None, "h-5").await["entries"], json!([]));
+    // A deleted session's history goes with it.
+    d.call("session.delete", json!({"id": s})).await;
+    let again = d.call("session.create", json!({"id": s})).await;
+    assert!(again["result"].is_object(), "{again}");
+    assert_eq!(seen(&d, Some(&s), "h-6").await["entries"], json!([]));
+}
+
+/// The ledger's live group line (`boot instance pgid start`) for `pgid`, if any.
+fn ledger_group(d: &Daemon, pgid: i32) -> Option<Vec<String>> {
+    let ledger = std::fs::read_to_string(d.data_dir().join("process-groups")).ok()?;
+    let mut found = None;
+    for line in ledger.lines() {
+        let words: Vec<String> = line.split(' ').map(str::to_owned).collect();
+        if words.get(2).map(String::as_str) != Some(&pgid.to_string()) {
+            continue;
+        }
+        match words.len() {
+            4 => found = Some(words),
+            5 if words[4] == "ended" => found = None,
+            _ => {}
+        }
+    }
+    found
+}
+
+/// The pid of daemon `instance`'s watchdog (`sh -c <script> toolhost-watchdog <instance>`).
+fn watchdog_of(instance: &str) -> Option<i32> {
+    let needle = format!("toolhost-watchdog\0{instance}");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .find(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&needle))
+                && common::alive(*p)
+        })
+}
+
+#[tokio::test]
+async fn pi_exec_groups_are_in_the_ledger_and_a_daemon_killed_with_9_has_them_swept() {
+    let mut d = Daemon::unstarted();
+    let pidfile = d.dir.path().join("sleep.pid");
+    // Without the daemon's cookie in its environment: only the ledger knows it.
+    let module = format!(
+        r#"export default (pi) => ({{
+  name: "sleeper",
+  description: "- sleeps in a child",
+  async execute(id, params, onUpdate, ctx, signal) {{
+    const r = await pi.exec("sh", ["-c", "echo $$ > {pid}; exec sleep 300"], {{ signal, env: {{ PATH: process.env.PATH }} }});
+    return {{ content: [{{ type: "text", text: String(r.code) }}] }};
+  }},
+}});
+"#,
+        pid = pidfile.display()
+    );
+    write(
+        &d.dir.path().join("home/.musepi/agent/tools/sleeper.js"),
+        &module,
+    );
+    std::fs::write(d.config_path(), config(json!({})).to_string()).unwrap();
+    d.spawn(&[]).await;
+    eventually(20, "sleeper listed", || async {
+        let r = d.call("list_tools", json!({})).await;
+        common::tool_names(&r["result"]).contains(&"sleeper")
+    })
+    .await;
+    let mut c = d.raw_lines().await;
+    let r = c
+        .call(
+            "subscribe_invoke",
+            json!({"name": "sleeper", "arguments": {}, "call_id": "k9"}),
+        )
+        .await;
+    assert!(!r["result"].is_null(), "{r}");
+    eventually(10, "the child's pid written", || async {
+        std::fs::read_to_string(&pidfile).is_ok_and(|s| s.ends_with('\n'))
+    })
+    .await;
+    let sleep: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    eventually(10, "the pi.exec group in the ledger", || async {
+        ledger_group(&d, sleep).is_some()
+    })
+    .await;
+    let instance = ledger_group(&d, sleep).unwrap()[1].clone();
+    // As if everything of the daemon's died at once: only the next daemon can help.
+    let watchdog = watchdog_of(&instance).expect("the daemon has a watchdog");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(watchdog),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    eventually(10, "the watchdog to die", || async {
+        !common::alive(watchdog)
+    })
+    .await;
+    d.kill9().await;
+    assert!(common::alive(sleep), "the sleep should outlive its daemon");
+    d.spawn(&[]).await;
+    eventually(10, "the sleep to be swept", || async {
+        !common::alive(sleep)
+    })
+    .await;
+}

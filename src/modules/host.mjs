@@ -323,9 +323,43 @@ function normalise(value) {
   return { content: value.content, details: value.details };
 }
 
+/** `ctx.sessionManager`: a read-only view of the session as the daemon keeps it. It keeps
+ * no conversation, only the session's calls that ended before this one (`ctx.history`, the
+ * last 200, oldest first): each is the seed's tool-result entry on one linear branch,
+ * without content (the daemon keeps no results), plus what the daemon knows of it. */
+function sessionManagerOf(ctx) {
+  let entries;
+  const all = () => {
+    entries ??= (Array.isArray(ctx.history) ? ctx.history : []).map((c, i, calls) => {
+      const ended = c.started_ms + c.duration_ms;
+      return {
+        type: "message",
+        id: c.call_id,
+        parentId: i === 0 ? null : calls[i - 1].call_id,
+        timestamp: new Date(ended).toISOString(),
+        message: { role: "toolResult", toolCallId: c.call_id, toolName: c.tool, isError: !c.ok, content: [], timestamp: ended },
+        toolhost: { errorKind: c.error_kind, startedMs: c.started_ms, durationMs: c.duration_ms, argsBytes: c.args_bytes },
+      };
+    });
+    return entries;
+  };
+  return {
+    getSessionId: () => ctx.session_id ?? undefined,
+    getCwd: () => ctx.cwd,
+    getSessionFile: () => undefined,
+    getSessionName: () => undefined,
+    getHeader: () => ({ type: "session", id: ctx.session_id ?? undefined, cwd: ctx.cwd }),
+    getEntries: () => all().slice(),
+    getBranch: () => all().slice(),
+    getLeafId: () => all().at(-1)?.id ?? null,
+    getLeafEntry: () => all().at(-1),
+    getEntry: (id) => all().find((e) => e.id === id),
+    getLabel: () => undefined,
+  };
+}
+
 /** The `ctx` of a call (`running` is its entry in `calls`) or of a session event. */
 function contextOf(ctx, running) {
-  const history = Array.isArray(ctx.history) ? ctx.history : [];
   return {
     sessionId: ctx.session_id ?? undefined,
     meta: ctx.meta ?? {},
@@ -333,11 +367,7 @@ function contextOf(ctx, running) {
     callId: ctx.call_id,
     hasUI: running !== undefined && ctx.ui === true,
     ui: running === undefined ? NO_FRONTEND_UI : uiOf((params, settle) => askFrontend(running, params, settle)),
-    sessionManager: {
-      getSessionId: () => ctx.session_id ?? undefined,
-      getEntries: () => history,
-      getBranch: () => history,
-    },
+    sessionManager: sessionManagerOf(ctx),
   };
 }
 

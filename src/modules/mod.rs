@@ -60,6 +60,8 @@ pub(crate) struct Inner {
     /// One load pass at a time (a scan, or a call reloading after a restart).
     load_lock: tokio::sync::Mutex<()>,
     tracker: TaskTracker,
+    /// The sessions' recent calls: a call's `ctx.sessionManager`.
+    pub(crate) history: crate::session::History,
 }
 
 #[derive(Default)]
@@ -101,6 +103,7 @@ impl Modules {
         tracker: TaskTracker,
         shutdown: CancellationToken,
         dir: PathBuf,
+        history: crate::session::History,
     ) -> Self {
         Modules(Arc::new(Inner {
             host: ModuleHost::new(processes, tracker.clone(), shutdown, dir),
@@ -109,6 +112,7 @@ impl Modules {
             state: Mutex::default(),
             load_lock: tokio::sync::Mutex::new(()),
             tracker,
+            history,
         }))
     }
 

@@ -286,6 +286,24 @@ impl Processes {
         .await?
     }
 
+    /// Takes over a process group that a child of ours started by itself (the module
+    /// host's `pi.exec` children lead groups of their own): from now on it is owned like a
+    /// group spawned here — in the ledger, the watchdog's list and the escapee tracker, so a
+    /// daemon killed with -9 has it swept — and the guard kills it. `None` when `pgid` is
+    /// not a live group leader whose parent is `parent` (it ended already, or the pid was
+    /// reused).
+    pub fn adopt_group(&self, pgid: i32, parent: i32) -> Option<GroupGuard> {
+        let leader =
+            procfs::stat(pgid).filter(|s| s.pgrp == pgid && s.ppid == parent && !s.is_zombie())?;
+        self.record(pgid, leader.starttime);
+        Some(GroupGuard {
+            owner: self.clone(),
+            pgid: Some(Pid::from_raw(pgid)),
+            start: leader.starttime,
+            cookie: None,
+        })
+    }
+
     /// A group started: into the ledger, the watchdog's list and the escapee tracker.
     fn record(&self, pgid: i32, start: u64) {
         lock(&self.state.ledger).record(self.instance(), pgid, start);
