@@ -450,3 +450,60 @@ async fn pi_exec_groups_are_in_the_ledger_and_a_daemon_killed_with_9_has_them_sw
     })
     .await;
 }
+
+/// The kernel's Landlock ABI (the version query of `landlock_create_ruleset`).
+fn landlock_abi() -> u32 {
+    // SAFETY: the version query reads and writes no memory.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            1u32,
+        )
+    };
+    u32::try_from(r).unwrap_or(0)
+}
+
+/// A module whose `writer` tool writes `path` itself and through `pi.exec`.
+const WRITER: &str = r#"import fs from "node:fs";
+export default (pi) => ({
+  name: "writer",
+  description: "- writes a file",
+  parameters: pi.zod.object({ path: pi.zod.string() }),
+  async execute(id, params) {
+    let direct = "written";
+    try { fs.writeFileSync(params.path, "x\n"); } catch (e) { direct = e.code; }
+    const r = await pi.exec("sh", ["-c", 'echo y >> "$0"', params.path]);
+    return { details: { direct, exec: r.code } };
+  },
+});
+"#;
+
+#[tokio::test]
+async fn the_module_host_runs_in_the_custom_tools_sandbox() {
+    if landlock_abi() < 4 {
+        eprintln!("skipped: the sandbox tests need Landlock ABI 4");
+        return;
+    }
+    let d = start(
+        &[("writer.js", WRITER.to_owned())],
+        json!({"sandbox": {"policy": "workspace-write"}}),
+        &["writer"],
+    )
+    .await;
+    let inside = d.workspace().join("inside.txt");
+    let r = d.invoke("writer", json!({"path": inside})).await;
+    assert_eq!(
+        r["structured_content"],
+        json!({"direct": "written", "exec": 0}),
+        "{r}"
+    );
+    assert_eq!(std::fs::read_to_string(&inside).unwrap(), "x\ny\n");
+    // Outside the workspace: refused to the module's own code and to what it starts.
+    let outside = d.dir.path().join("outside.txt");
+    let r = d.invoke("writer", json!({"path": outside})).await;
+    assert_eq!(r["structured_content"]["direct"], "EACCES", "{r}");
+    assert_ne!(r["structured_content"]["exec"], 0, "{r}");
+    assert!(!outside.exists());
+}

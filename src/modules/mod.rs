@@ -136,6 +136,12 @@ impl Modules {
         }
     }
 
+    /// Applies config `sandbox` to the module host as a whole (see
+    /// [`ModuleHost::set_sandbox`]): every module tool runs in that one sandbox.
+    pub fn set_sandbox(&self, sandbox: &crate::config::SandboxConfig, workspace: &Path) {
+        self.0.host.set_sandbox(sandbox, workspace);
+    }
+
     /// Runs `f` after each automatic restart of the host (the custom source rescans, which
     /// loads the modules into the new process).
     pub fn on_restart(&self, f: Arc<dyn Fn() + Send + Sync>) {
