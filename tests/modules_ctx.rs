@@ -507,3 +507,34 @@ async fn the_module_host_runs_in_the_custom_tools_sandbox() {
     assert_ne!(r["structured_content"]["exec"], 0, "{r}");
     assert!(!outside.exists());
 }
+
+#[tokio::test]
+async fn what_a_pi_exec_child_leaves_in_its_group_dies_when_the_call_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("bg.pid");
+    // The shell exits at once; the sleep it started stays in its group.
+    let module = format!(
+        r#"export default (pi) => ({{
+  name: "leaver",
+  description: "- leaves a child behind",
+  async execute() {{
+    const r = await pi.exec("sh", ["-c", "sleep 300 >/dev/null 2>&1 & echo $! > {pid}"]);
+    return {{ content: [{{ type: "text", text: String(r.code) }}] }};
+  }},
+}});
+"#,
+        pid = pidfile.display()
+    );
+    let d = start(&[("leaver.js", module)], json!({}), &["leaver"]).await;
+    let r = d.invoke("leaver", json!({})).await;
+    assert_eq!(r["output"], "0", "{r}");
+    let sleep: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    eventually(10, "the sleep left behind to be killed", || async {
+        !common::alive(sleep)
+    })
+    .await;
+}
