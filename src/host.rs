@@ -114,6 +114,7 @@ impl Host {
             tracker.clone(),
             shutdown.clone(),
             dirs.data_dir.join("modules"),
+            sessions.history().clone(),
         );
         let host = Host(Arc::new(Inner {
             config: ArcSwap::new(cfg.clone()),

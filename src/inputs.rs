@@ -128,6 +128,34 @@ impl CallInputs {
         }
     }
 
+    /// A question as a tool writes it on a channel of its own (a custom program's
+    /// `input_request` line, a module's `ctx.ui`): `{"id", "kind", "params"}`. Asks it and
+    /// returns what the tool reads back, `{"id", "result"}` with the MCP result or
+    /// `{"id", "error": {"code", "message"}}` (`-32602` for a question that cannot be read).
+    pub async fn answer_written(&self, question: Value) -> Value {
+        #[derive(Deserialize)]
+        struct Question {
+            id: Value,
+            kind: InputKind,
+            #[serde(default)]
+            params: Value,
+        }
+        let (id, answer) = match serde_json::from_value::<Question>(question.clone()) {
+            Ok(q) => (q.id, self.ask(q.kind, q.params).await),
+            Err(e) => (
+                question.get("id").cloned().unwrap_or(Value::Null),
+                Err(InputError::new(
+                    codes::INVALID_PARAMS,
+                    format!("input_request: {e}"),
+                )),
+            ),
+        };
+        match answer {
+            Ok(result) => serde_json::json!({"id": id, "result": result}),
+            Err(error) => serde_json::json!({"id": id, "error": error}),
+        }
+    }
+
     /// Passes a log message on to the frontend, if it streams (a slow reader loses it).
     pub fn log(&self, level: &str, logger: Option<String>, data: Value) {
         if let Some(events) = &self.events {

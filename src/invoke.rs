@@ -191,7 +191,8 @@ impl Default for Facts {
     }
 }
 
-/// Counts a finished call and queues its audit line (written off the call path).
+/// Counts a finished call, adds it to its session's history and queues its audit line
+/// (written off the call path).
 fn record_finished(
     host: &Host,
     call_id: &str,
@@ -236,6 +237,20 @@ fn record_finished(
         args_sha256: facts.args_sha256,
         args_bytes: facts.args_bytes,
     };
+    if let Some(session) = &record.session {
+        host.sessions().history().record(
+            session,
+            crate::session::CallRecord {
+                call_id: record.call_id.clone(),
+                tool: record.tool.clone(),
+                ok: record.ok,
+                error_kind: record.error_kind,
+                started_ms: record.time_ms.saturating_sub(record.duration_ms),
+                duration_ms: record.duration_ms,
+                args_bytes: record.args_bytes,
+            },
+        );
+    }
     if !host.audit().record(record) {
         host.metrics().audit_dropped();
     }

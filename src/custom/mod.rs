@@ -264,6 +264,7 @@ impl CustomTools {
         self.0
             .modules
             .configure(&cfg.custom_tools, config_path, workspace);
+        self.0.modules.set_sandbox(&cfg.sandbox, workspace);
         let roots = {
             let mut st = lock(&self.0.state);
             st.configured = roots(cfg, config_path, workspace);

@@ -472,37 +472,14 @@ impl<'a> LineSink<'a> {
     /// A question the program may not ask (no `asks` in its manifest) or cannot be read is
     /// answered with an error at once, when the program can hear it.
     fn input_request(&mut self, request: Value) {
-        #[derive(serde::Deserialize)]
-        struct Question {
-            id: Value,
-            kind: crate::protocol::InputKind,
-            #[serde(default)]
-            params: Value,
-        }
         let Some(asking) = &self.asking else {
             return;
-        };
-        let (id, asked) = match serde_json::from_value::<Question>(request.clone()) {
-            Ok(q) => (q.id, Ok((q.kind, q.params))),
-            Err(e) => (
-                request.get("id").cloned().unwrap_or(Value::Null),
-                Err(format!("input_request: {e}")),
-            ),
         };
         let inputs = asking.inputs.clone();
         let stdin = asking.stdin.clone();
         tokio::spawn(async move {
-            let answer = match asked {
-                Ok((kind, params)) => inputs.ask(kind, params).await,
-                Err(message) => Err(crate::protocol::InputError::new(
-                    crate::protocol::codes::INVALID_PARAMS,
-                    message,
-                )),
-            };
-            let response = match answer {
-                Ok(result) => serde_json::json!({"input_response": {"id": id, "result": result}}),
-                Err(error) => serde_json::json!({"input_response": {"id": id, "error": error}}),
-            };
+            let response =
+                serde_json::json!({"input_response": inputs.answer_written(request).await});
             let mut line = response.to_string().into_bytes();
             line.push(b'\n');
             let _ = stdin.send(line);

@@ -26,7 +26,8 @@ const EXEC_CAPTURE = 16 * 1024 * 1024;
 
 /** Loaded module instances by load id: each edit is a new load with its own tools. */
 const loads = new Map();
-/** Calls running, by request id: their AbortController. */
+/** Calls running, by request id: their AbortController and the questions their `ctx.ui`
+ * asked that wait for the frontend's answer. */
 const calls = new Map();
 /** The request id of the call whose code is running (read by `pi.exec`). */
 const callScope = new AsyncLocalStorage();
@@ -108,15 +109,82 @@ const BUILTIN_TYPEBOX = Object.freeze({
   }),
 });
 
-const NO_OP_UI = new Proxy(
-  {},
-  {
-    get(_, key) {
+/** What `ctx.ui.confirm`/`select`/`input` ask as an MCP elicitation, and how its answer
+ * reads: one property each, so every frontend can render it. */
+const QUESTIONS = {
+  confirm: (title, message) => ({
+    message: message ? `${title}\n\n${message}` : String(title),
+    field: "confirmed",
+    schema: { type: "boolean", title: String(title), ...(message ? { description: String(message) } : {}) },
+    read: (v) => v === true,
+    otherwise: false,
+  }),
+  select: (title, options) => {
+    const choices = (Array.isArray(options) ? options : []).map(String);
+    return {
+      message: String(title),
+      field: "choice",
+      schema: { type: "string", title: String(title), enum: choices },
+      read: (v) => (choices.includes(v) ? v : undefined),
+      otherwise: undefined,
+    };
+  },
+  input: (title, placeholder) => ({
+    message: String(title),
+    field: "value",
+    schema: { type: "string", title: String(title), ...(placeholder ? { description: String(placeholder) } : {}) },
+    read: (v) => (typeof v === "string" ? v : undefined),
+    otherwise: undefined,
+  }),
+};
+
+/** Why the frontend did not answer, as the module reads it. */
+function uiError(method, error) {
+  const why =
+    error?.code === -32601
+      ? "the frontend of this call cannot answer questions (a plain invoke, a subscribe_invoke without \"elicitation\" in its inputs, or an MCP client without the elicitation capability)"
+      : error?.code === -32603
+        ? "the call ended before the frontend answered"
+        : (error?.message ?? "the frontend did not answer");
+  return new Error(`ctx.ui.${method}: ${why}`);
+}
+
+/** `ctx.ui`: `confirm`, `select` and `input` ask the call's frontend (`ask`, or reject when
+ * there is no call to ask through); the rest of the seed's UI context is a no-op here. */
+function uiOf(ask) {
+  const dialog = (method) => (first, second, opts = {}) => {
+    const q = QUESTIONS[method](first, second);
+    const params = {
+      message: q.message,
+      requestedSchema: { type: "object", properties: { [q.field]: q.schema }, required: [q.field] },
+    };
+    return new Promise((resolve, reject) => {
+      // The seed's dialog options: an abort or a timeout dismisses the question.
+      const dismiss = () => resolve(q.otherwise);
+      if (opts?.signal?.aborted) return dismiss();
+      opts?.signal?.addEventListener?.("abort", dismiss, { once: true });
+      const timer = opts?.timeout > 0 ? setTimeout(dismiss, opts.timeout) : undefined;
+      ask(params, (answer) => {
+        clearTimeout(timer);
+        if (answer.error !== undefined) return reject(uiError(method, answer.error));
+        const r = answer.result ?? {};
+        resolve(r.action === "accept" ? q.read(r.content?.[q.field]) : q.otherwise);
+      });
+    });
+  };
+  const ui = { confirm: dialog("confirm"), select: dialog("select"), input: dialog("input") };
+  return new Proxy(ui, {
+    get(target, key) {
+      if (key in target) return target[key];
       if (key === "then") return undefined;
-      if (key === "confirm") return async () => false;
       return async () => undefined;
     },
-  },
+  });
+}
+
+/** A `ctx.ui` with nobody to ask (a session event). */
+const NO_FRONTEND_UI = uiOf((_, settle) =>
+  settle({ error: { message: "there is no frontend to ask outside a call (session events cannot ask)" } }),
 );
 
 /** A `pi.exec` child runs in its own process group (`detached`), which the daemon is told
@@ -333,21 +401,69 @@ function normalise(value) {
   return { content: value.content, details: value.details };
 }
 
-function contextOf(id, ctx) {
-  const history = Array.isArray(ctx.history) ? ctx.history : [];
+/** `ctx.sessionManager`: a read-only view of the session as the daemon keeps it. It keeps
+ * no conversation, only the session's calls that ended before this one (`ctx.history`, the
+ * last 200, oldest first): each is the seed's tool-result entry on one linear branch,
+ * without content (the daemon keeps no results), plus what the daemon knows of it. */
+function sessionManagerOf(ctx) {
+  let entries;
+  const all = () => {
+    entries ??= (Array.isArray(ctx.history) ? ctx.history : []).map((c, i, calls) => {
+      const ended = c.started_ms + c.duration_ms;
+      return {
+        type: "message",
+        id: c.call_id,
+        parentId: i === 0 ? null : calls[i - 1].call_id,
+        timestamp: new Date(ended).toISOString(),
+        message: { role: "toolResult", toolCallId: c.call_id, toolName: c.tool, isError: !c.ok, content: [], timestamp: ended },
+        toolhost: { errorKind: c.error_kind, startedMs: c.started_ms, durationMs: c.duration_ms, argsBytes: c.args_bytes },
+      };
+    });
+    return entries;
+  };
+  return {
+    getSessionId: () => ctx.session_id ?? undefined,
+    getCwd: () => ctx.cwd,
+    getSessionFile: () => undefined,
+    getSessionName: () => undefined,
+    getHeader: () => ({ type: "session", id: ctx.session_id ?? undefined, cwd: ctx.cwd }),
+    getEntries: () => all().slice(),
+    getBranch: () => all().slice(),
+    getLeafId: () => all().at(-1)?.id ?? null,
+    getLeafEntry: () => all().at(-1),
+    getEntry: (id) => all().find((e) => e.id === id),
+    getLabel: () => undefined,
+  };
+}
+
+/** The `ctx` of a call (`running` is its entry in `calls`) or of a session event. */
+function contextOf(ctx, running) {
   return {
     sessionId: ctx.session_id ?? undefined,
     meta: ctx.meta ?? {},
     cwd: ctx.cwd,
     callId: ctx.call_id,
-    hasUI: false,
-    ui: NO_OP_UI,
-    sessionManager: {
-      getSessionId: () => ctx.session_id ?? undefined,
-      getEntries: () => history,
-      getBranch: () => history,
-    },
+    hasUI: running !== undefined && ctx.ui === true,
+    ui: running === undefined ? NO_FRONTEND_UI : uiOf((params, settle) => askFrontend(running, params, settle)),
+    sessionManager: sessionManagerOf(ctx),
   };
+}
+
+/** Sends a question of a running call to the daemon; `settle` hears the `input_response`. */
+function askFrontend(running, params, settle) {
+  if (calls.get(running.id) !== running) {
+    settle({ error: { code: -32603 } });
+    return;
+  }
+  const n = running.nextQuestion++;
+  running.questions.set(n, settle);
+  send({ id: running.id, input_request: { id: n, kind: "elicitation", params } });
+}
+
+/** The call ended: its questions still waiting are answered "the call ended". */
+function endQuestions(running) {
+  for (const settle of running.questions.values()) settle({ error: { code: -32603 } });
+  running.questions.clear();
 }
 
 async function call({ id, load: loadId, index, params, ctx }) {
@@ -356,10 +472,10 @@ async function call({ id, load: loadId, index, params, ctx }) {
     send({ id, error: "the module was unloaded", kind: "unavailable" });
     return;
   }
-  const controller = new AbortController();
-  calls.set(id, controller);
+  const running = { id, controller: new AbortController(), questions: new Map(), nextQuestion: 1 };
+  calls.set(id, running);
   const onUpdate = (update) => {
-    if (calls.get(id) === controller) send({ id, update: normalise(update) });
+    if (calls.get(id) === running) send({ id, update: normalise(update) });
   };
   let reply;
   try {
@@ -373,7 +489,7 @@ async function call({ id, load: loadId, index, params, ctx }) {
     }
     if (reply === undefined) {
       const result = await callScope.run(id, () =>
-        tool.execute(ctx.call_id, args, onUpdate, contextOf(id, ctx), controller.signal),
+        tool.execute(ctx.call_id, args, onUpdate, contextOf(ctx, running), running.controller.signal),
       );
       reply = { id, result: normalise(result) };
     }
@@ -381,17 +497,29 @@ async function call({ id, load: loadId, index, params, ctx }) {
     reply = { id, error: messageOf(e), stack: e?.stack };
   }
   // A cancelled call was answered by its acknowledgement.
-  if (calls.get(id) === controller) {
+  if (calls.get(id) === running) {
     calls.delete(id);
+    endQuestions(running);
     send(reply);
   }
 }
 
+/** The frontend's answer to a question of call `id`. */
+function inputResponse({ id, input_response: answer }) {
+  const running = calls.get(id);
+  const settle = running?.questions.get(answer?.id);
+  if (settle === undefined) return;
+  running.questions.delete(answer.id);
+  settle(answer);
+}
+
 function cancel({ id }) {
-  const controller = calls.get(id);
+  const running = calls.get(id);
   calls.delete(id);
   send({ id, ack: true });
-  controller?.abort(new Error("the call was cancelled"));
+  if (running === undefined) return;
+  running.controller.abort(new Error("the call was cancelled"));
+  endQuestions(running);
 }
 
 async function session({ id, reason, ctx }) {
@@ -400,7 +528,7 @@ async function session({ id, reason, ctx }) {
   for (const { file, tools } of loads.values()) {
     for (const tool of tools) {
       if (typeof tool.onSession !== "function") continue;
-      const run = (async () => tool.onSession({ reason, sessionId: ctx.session_id ?? undefined }, contextOf(id, ctx)))();
+      const run = (async () => tool.onSession({ reason, sessionId: ctx.session_id ?? undefined }, contextOf(ctx)))();
       let timer;
       const bounded = Promise.race([
         run,
@@ -421,6 +549,7 @@ const handlers = {
   load,
   call,
   cancel,
+  input_response: inputResponse,
   session,
   approval_details: approvalDetails,
   drop: ({ load: loadId }) => loads.delete(loadId),

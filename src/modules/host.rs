@@ -1,6 +1,7 @@
 //! The module host process: one Node per daemon running `host.mjs`, started on first need
-//! through [`Processes`] (its own group, `PR_SET_PDEATHSIG`, the ledger), supervised, and
-//! restarted with backoff when it dies while modules are loaded.
+//! through [`Processes`] (its own group, `PR_SET_PDEATHSIG`, the ledger), confined as a
+//! whole by config `sandbox` when a policy applies, supervised, and restarted with backoff
+//! when it dies while modules are loaded.
 //!
 //! Requests are newline JSON objects with an `op` and a numeric `id`; every line the host
 //! writes with an `id` goes to that request's receiver, and a *final* line (`result`,
@@ -20,8 +21,10 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::config::SandboxConfig;
 use crate::lock;
 use crate::process::Processes;
+use crate::sandbox::{self, Confinement, Plan};
 
 /// The host program, embedded; written under the data dir at a content-addressed name.
 const SCRIPT: &str = include_str!("host.mjs");
@@ -52,6 +55,8 @@ struct Inner {
     dir: PathBuf,
     /// The `node` config names, if any.
     node: Mutex<Option<PathBuf>>,
+    /// Config `sandbox` and the daemon's workspace: the sandbox the whole host runs in.
+    sandbox: Mutex<Option<(SandboxConfig, PathBuf)>>,
     state: Mutex<State>,
     /// One start at a time.
     start_lock: tokio::sync::Mutex<()>,
@@ -120,6 +125,7 @@ impl ModuleHost {
             shutdown,
             dir,
             node: Mutex::new(None),
+            sandbox: Mutex::new(None),
             state: Mutex::default(),
             start_lock: tokio::sync::Mutex::new(()),
             next_id: AtomicU64::new(1),
@@ -146,6 +152,47 @@ impl ModuleHost {
             if let Some(live) = lock(&self.0.state).live.clone() {
                 live.kill.cancel();
             }
+        }
+    }
+
+    /// Sets the sandbox the host runs in: config `sandbox`'s policy for calls without a
+    /// session, with `workspace` (the daemon's) as the place workspace-write may write. The
+    /// host is one process for every module, so every module tool shares this sandbox,
+    /// whatever a session's own policy or workspace. A change stops the running host, like
+    /// a new `node`.
+    pub fn set_sandbox(&self, config: &SandboxConfig, workspace: &Path) {
+        let wanted = (config.clone(), workspace.to_path_buf());
+        let changed = {
+            let mut current = lock(&self.0.sandbox);
+            let changed = current.as_ref() != Some(&wanted);
+            *current = Some(wanted);
+            changed
+        };
+        if changed {
+            if let Some(live) = lock(&self.0.state).live.clone() {
+                live.kill.cancel();
+            }
+        }
+    }
+
+    /// The confinement a new host process starts in, if a policy applies and the kernel
+    /// can enforce it (one it cannot is refused when `sandbox.required`, else logged).
+    fn confinement(&self) -> Result<Option<Confinement>, String> {
+        let Some((config, workspace)) = lock(&self.0.sandbox).clone() else {
+            return Ok(None);
+        };
+        let call = sandbox::CallSandbox::resolve(&config, None, None);
+        match sandbox::plan(&call, &workspace, &sandbox::Extras::default()) {
+            Ok(Plan::Confined(c)) => Ok(Some(c)),
+            Ok(Plan::Off { .. }) => Ok(None),
+            Ok(Plan::Unenforced { reason, .. }) => {
+                tracing::warn!("the module host runs unconfined: {reason}");
+                Ok(None)
+            }
+            Err(refused) => Err(format!(
+                "the module host cannot start sandboxed: {}",
+                refused.message
+            )),
         }
     }
 
@@ -277,6 +324,7 @@ impl ModuleHost {
     async fn start_once(&self) -> Result<Live, String> {
         let node = find_node(lock(&self.0.node).clone())?;
         let script = write_script(&self.0.dir)?;
+        let confinement = self.confinement()?;
         let mut flags: Vec<&str> = Vec::new();
         loop {
             let mut cmd = tokio::process::Command::new(&node);
@@ -288,6 +336,10 @@ impl ModuleHost {
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
+            if let Some(c) = &confinement {
+                cmd.env("TMPDIR", c.tmpdir());
+                sandbox::install(&mut cmd, c);
+            }
             let (mut child, group) = self
                 .0
                 .processes
@@ -347,6 +399,8 @@ impl ModuleHost {
             self.0.tracker.spawn(route(reader, live.pending.clone()));
             let me = self.clone();
             let supervised = live.clone();
+            // Its temp dir lives as long as the process.
+            let confinement = confinement.clone();
             self.0.tracker.spawn(async move {
                 let started = Instant::now();
                 let shutdown = async {
@@ -366,6 +420,7 @@ impl ModuleHost {
                 };
                 group.terminate(STOP_GRACE).await;
                 drop(child);
+                drop(confinement);
                 me.ended(&supervised, exit, started.elapsed()).await;
             });
             return Ok(live);

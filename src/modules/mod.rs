@@ -60,6 +60,8 @@ pub(crate) struct Inner {
     /// One load pass at a time (a scan, or a call reloading after a restart).
     load_lock: tokio::sync::Mutex<()>,
     tracker: TaskTracker,
+    /// The sessions' recent calls: a call's `ctx.sessionManager`.
+    pub(crate) history: crate::session::History,
 }
 
 #[derive(Default)]
@@ -101,6 +103,7 @@ impl Modules {
         tracker: TaskTracker,
         shutdown: CancellationToken,
         dir: PathBuf,
+        history: crate::session::History,
     ) -> Self {
         Modules(Arc::new(Inner {
             host: ModuleHost::new(processes, tracker.clone(), shutdown, dir),
@@ -109,6 +112,7 @@ impl Modules {
             state: Mutex::default(),
             load_lock: tokio::sync::Mutex::new(()),
             tracker,
+            history,
         }))
     }
 
@@ -130,6 +134,12 @@ impl Modules {
         if changed {
             lock(&self.0.state).loaded.clear();
         }
+    }
+
+    /// Applies config `sandbox` to the module host as a whole (see
+    /// [`ModuleHost::set_sandbox`]): every module tool runs in that one sandbox.
+    pub fn set_sandbox(&self, sandbox: &crate::config::SandboxConfig, workspace: &Path) {
+        self.0.host.set_sandbox(sandbox, workspace);
     }
 
     /// Runs `f` after each automatic restart of the host (the custom source rescans, which

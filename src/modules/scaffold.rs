@@ -87,6 +87,7 @@ pub async fn check(
         tracker.clone(),
         stop.clone(),
         dir.path().to_path_buf(),
+        crate::session::History::default(),
     );
     modules.configure(settings, config_path, workspace);
     let tools = modules.tools(found, &HashSet::new()).await;

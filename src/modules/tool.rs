@@ -2,26 +2,29 @@
 //! module host, its `update` lines are the call's updates, its `result` or `error` line
 //! the call's end. Dropping the call (cancel, timeout, the caller leaving) cancels the
 //! request, which aborts the tool's `signal`, and kills the process groups its `pi.exec`
-//! children run in.
+//! children run in, which the daemon owns as it owns the groups it spawns (ledger,
+//! watchdog) from the moment the host names them.
 
 use std::path::PathBuf;
 use std::sync::Weak;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::host::{Live, ModuleHost};
 use crate::catalog::{ToolSource, ToolSpec};
-use crate::protocol::{ApprovalClass, ContentBlock, Control, ErrorKind, ImageDataUrl, ToolOutput};
+use crate::process::GroupGuard;
+use crate::protocol::{
+    ApprovalClass, ContentBlock, Control, ErrorKind, ImageDataUrl, InputKind, ToolOutput,
+};
 use crate::registry::{CallContext, Tool, ToolError, ToolResult, ToolUpdate};
 
 /// How long the host has to acknowledge a cancel before it counts as stuck and is
 /// restarted (a tool looping in synchronous code never reads its stdin).
 pub const CANCEL_GRACE: Duration = Duration::from_secs(2);
-/// Between SIGTERM and SIGKILL of a call's `pi.exec` groups.
-const EXEC_KILL_GRACE: Duration = Duration::from_secs(2);
 /// How long a tool's `formatApprovalDetails` may take before the user is asked with the
 /// generic summary instead (the host bounds it a little tighter, so it answers first).
 const APPROVAL_DETAILS_TIMEOUT: Duration = Duration::from_secs(1);
@@ -150,6 +153,12 @@ impl ModuleTool {
         let modules = self.modules.upgrade().ok_or_else(|| {
             ToolError::new(ErrorKind::Unavailable, "the module host is shutting down")
         })?;
+        // `ctx.sessionManager`: the calls of the session that ended before this one.
+        let history = ctx
+            .session_id
+            .as_deref()
+            .map(|s| modules.history.recent(s))
+            .unwrap_or_default();
         let (host, live, handle) = super::Modules(modules).handle_of(self).await?;
         let (id, mut replies) = host.request(
             &live,
@@ -163,6 +172,8 @@ impl ModuleTool {
                     "session_id": ctx.session_id,
                     "meta": ctx.session_meta,
                     "cwd": ctx.workspace,
+                    "ui": ctx.inputs.accepts(InputKind::Elicitation),
+                    "history": history,
                 },
             }),
         );
@@ -173,17 +184,37 @@ impl ModuleTool {
             groups: Vec::new(),
             answered: false,
         };
-        while let Some(line) = replies.recv().await {
+        // The questions its `ctx.ui` asked, waiting for the frontend; dropped with the call.
+        let mut asking = FuturesUnordered::new();
+        loop {
+            let line = tokio::select! {
+                line = replies.recv() => line,
+                Some(answer) = asking.next() => {
+                    running.host.tell(
+                        &running.live,
+                        &json!({"op": "input_response", "id": id, "input_response": answer}),
+                    );
+                    continue;
+                }
+            };
+            let Some(line) = line else { break };
             if let Some(update) = line.get("update") {
                 if ctx.updates.is_active() {
                     ctx.updates.send(to_update(update));
                 }
                 continue;
             }
+            if let Some(question) = line.get("input_request") {
+                let (inputs, question) = (ctx.inputs.clone(), question.clone());
+                asking.push(async move { inputs.answer_written(question).await });
+                continue;
+            }
             if let Some(pgid) = line.get("pgid").and_then(Value::as_i64) {
-                if let Ok(pgid) = i32::try_from(pgid) {
-                    running.groups.push(pgid);
-                }
+                let host_pid = i32::try_from(running.live.pid).unwrap_or(0);
+                let group = i32::try_from(pgid)
+                    .ok()
+                    .and_then(|pgid| ctx.processes.adopt_group(pgid, host_pid));
+                running.groups.extend(group);
                 continue;
             }
             running.answered = true;
@@ -271,12 +302,12 @@ impl ModuleTool {
 }
 
 /// A call in the module host: when dropped before its answer, the call is cancelled there;
-/// either way the process groups its `pi.exec` children started are killed.
+/// either way the process groups its `pi.exec` children started are killed (their guards).
 struct Running {
     host: ModuleHost,
     live: Live,
     id: u64,
-    groups: Vec<i32>,
+    groups: Vec<GroupGuard>,
     answered: bool,
 }
 
@@ -285,32 +316,7 @@ impl Drop for Running {
         if !self.answered {
             self.host.cancel(&self.live, self.id, CANCEL_GRACE);
         }
-        kill_groups(std::mem::take(&mut self.groups));
     }
-}
-
-/// TERM to each group still there, KILL after a grace (from a thread: drop cannot wait).
-fn kill_groups(groups: Vec<i32>) {
-    use nix::sys::signal::{killpg, Signal};
-    use nix::unistd::Pid;
-    let alive: Vec<i32> = groups
-        .into_iter()
-        .filter(|g| killpg(Pid::from_raw(*g), None).is_ok())
-        .collect();
-    if alive.is_empty() {
-        return;
-    }
-    for g in &alive {
-        let _ = killpg(Pid::from_raw(*g), Signal::SIGTERM);
-    }
-    let _ = std::thread::Builder::new()
-        .name("killpg".into())
-        .spawn(move || {
-            std::thread::sleep(EXEC_KILL_GRACE);
-            for g in alive {
-                let _ = killpg(Pid::from_raw(g), Signal::SIGKILL);
-            }
-        });
 }
 
 fn blocks_of(value: &Value) -> Vec<ContentBlock> {

@@ -286,6 +286,30 @@ impl Processes {
         .await?
     }
 
+    /// Takes over a process group that a child of ours started by itself (the module
+    /// host's `pi.exec` children lead groups of their own): from now on it is owned like a
+    /// group spawned here — in the ledger, the watchdog's list and the escapee tracker, so a
+    /// daemon killed with -9 has it swept — and the guard kills it. `parent` is the child
+    /// of ours that started it. `None` when the group is gone already, or `pgid` now names
+    /// another process. A leader that already ended leaves its group keyed by start time 0
+    /// (the sweep then takes any of our processes still in it).
+    pub fn adopt_group(&self, pgid: i32, parent: i32) -> Option<GroupGuard> {
+        let start = match procfs::stat(pgid) {
+            // The leader, running or a zombie its parent has not reaped yet.
+            Some(s) if s.pgrp == pgid && s.ppid == parent => s.starttime,
+            Some(_) => return None,
+            None if group_alive(Pid::from_raw(pgid)) => 0,
+            None => return None,
+        };
+        self.record(pgid, start);
+        Some(GroupGuard {
+            owner: self.clone(),
+            pgid: Some(Pid::from_raw(pgid)),
+            start,
+            cookie: None,
+        })
+    }
+
     /// A group started: into the ledger, the watchdog's list and the escapee tracker.
     fn record(&self, pgid: i32, start: u64) {
         lock(&self.state.ledger).record(self.instance(), pgid, start);

@@ -4,11 +4,13 @@
 //! to the registry (the stable tool view, resume, refresh).
 
 mod backend;
+mod history;
 mod recover;
 mod sled_store;
 mod store;
 mod views;
 
+pub use history::{CallRecord, History};
 pub use recover::cli as recover_cli;
 pub use recover::resolve_data_dir;
 pub use store::Sessions;

@@ -120,6 +120,8 @@ pub struct Sessions {
     flusher: Option<JoinHandle<()>>,
     /// The sled store and its dir, to leave a clean-shutdown record on drop.
     sealable: Option<(Arc<SledStore>, PathBuf)>,
+    /// Each session's recent calls, in memory.
+    history: super::History,
 }
 
 impl Sessions {
@@ -148,6 +150,7 @@ impl Sessions {
             committer,
             flusher: Some(flusher),
             sealable: None,
+            history: super::History::default(),
         })
     }
 
@@ -232,12 +235,18 @@ impl Sessions {
     }
 
     pub async fn delete(&self, id: &str) -> Result<bool> {
+        self.history.forget(id);
         let id = id.to_owned();
         self.write(move |store| {
             let existed = store.delete(&id)?;
             Ok((existed, existed))
         })
         .await
+    }
+
+    /// The sessions' recent calls (what the invoke pipeline records as calls end).
+    pub fn history(&self) -> &super::History {
+        &self.history
     }
 
     pub fn count(&self) -> u64 {

@@ -3,12 +3,15 @@
 Usage: client.py stdio TOOLHOST_BIN SOCKET | client.py http URL TOKEN
        client.py surface stdio TOOLHOST_BIN SOCKET | client.py surface http URL TOKEN
        client.py mrtr TOOLHOST_BIN SOCKET
+       client.py ask TOOLHOST_BIN SOCKET TOOL CALLS_JSON
 (`surface`: prompts, resources, templates, completion and a resource subscription of a
 host whose MCP server is server-everything, named `everything`, with its simulated resource
 updates turned on.)
 (`mrtr`: the SDK's `Client` pinned to 2026-07-28 calls `mcp_fx_ask_user` over stdio and over
 HTTP on the daemon's Unix socket; its elicitation callback answers the `input_required`
 rounds, which the SDK drives itself.)
+(`ask`: calls TOOL over stdio once per arguments object in CALLS_JSON, answering each
+elicitation from its schema: a boolean `true`, an enum its last option, a string "Py".)
 """
 
 import base64
@@ -135,7 +138,35 @@ async def mrtr(binary: str, socket: str) -> dict:
     return seen
 
 
+async def ask(binary: str, socket: str, tool: str, calls: str) -> dict:
+    seen: dict = {"asked": [], "results": []}
+
+    async def elicit(context, params):
+        schema = params.requested_schema
+        seen["asked"].append({"message": params.message, "schema": schema})
+        content = {}
+        for name, prop in schema["properties"].items():
+            if "enum" in prop:
+                content[name] = prop["enum"][-1]
+            elif prop.get("type") == "boolean":
+                content[name] = True
+            else:
+                content[name] = "Py"
+        return types.ElicitResult(action="accept", content=content)
+
+    async with AsyncExitStack() as stack:
+        session = await connect(stack, "stdio", binary, socket, elicitation_callback=elicit)
+        await session.initialize()
+        for args in json.loads(calls):
+            r = await session.call_tool(tool, args)
+            seen["results"].append({"is_error": r.is_error, "structured": r.structured_content})
+    return seen
+
+
 async def main() -> None:
+    if sys.argv[1] == "ask":
+        print(json.dumps(await ask(*sys.argv[2:6])))
+        return
     if sys.argv[1] == "mrtr":
         print(json.dumps(await mrtr(*sys.argv[2:4])))
         return
