@@ -18,7 +18,7 @@ COPY Cargo.toml Cargo.lock ./
 COPY src ./src
 COPY tests ./tests
 COPY benches ./benches
-RUN cargo build --release --locked --bin toolhost
+RUN cargo build --release --locked --bin toolhost --bin toolhost-bridge
 
 # uv/uvx, pinned, so Python MCP servers (`uvx mcp-server-…`) run as on a desktop.
 FROM ghcr.io/astral-sh/uv:0.5.11 AS uv
@@ -33,6 +33,8 @@ RUN apt-get update && apt-get install -y --no-install-recommends tini ca-certifi
     && chown toolhost:toolhost /run/toolhost /var/lib/toolhost /etc/toolhost /etc/toolhost/config.json /workspace
 COPY --from=uv /uv /uvx /usr/local/bin/
 COPY --from=build /src/target/release/toolhost /usr/local/bin/toolhost
+# `toolhost mcp` runs the small stdio bridge from beside `toolhost` (one per frontend).
+COPY --from=build /src/target/release/toolhost-bridge /usr/local/bin/toolhost-bridge
 USER toolhost
 ENV HOME=/var/lib/toolhost \
     npm_config_cache=/var/lib/toolhost/.npm \

@@ -247,14 +247,19 @@ async fn server_states(c: &Client) -> Vec<(String, String)> {
 
 /// Waits (at most 120 s) until every server of `names` is ready.
 async fn wait_ready(c: &Client, names: &[&str]) {
+    wait_in_state(c, names, "ready").await;
+}
+
+/// Waits (at most 120 s) until every server of `names` is in `state`.
+async fn wait_in_state(c: &Client, names: &[&str], state: &str) {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let states = server_states(c).await;
-        let ready = |n: &&str| states.iter().any(|(s, st)| s == n && st == "ready");
-        if names.iter().all(ready) {
+        let there = |n: &&str| states.iter().any(|(s, st)| s == n && st == state);
+        if names.iter().all(there) {
             return;
         }
-        assert!(Instant::now() < deadline, "servers not ready: {states:?}");
+        assert!(Instant::now() < deadline, "servers not {state}: {states:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -313,6 +318,9 @@ struct Sharing {
     first_call: Vec<f64>,
     /// Per bridge (host only).
     bridges: Vec<Mem>,
+    /// The program the bridges run (`toolhost-bridge` when `toolhost mcp` found it beside
+    /// itself; host only).
+    bridge_program: Option<PathBuf>,
     /// The frontend processes themselves (the same in both setups, not in `total`).
     frontends: Mem,
 }
@@ -356,8 +364,10 @@ async fn hosted(n: usize) -> Sharing {
     let daemon_pid = daemon.id().unwrap() as i32;
     let mut total = procs::mem_of(&procs::tree(daemon_pid));
     let mut bridges = Vec::new();
+    let mut bridge_program = None;
     for f in &fronts {
         for b in procs::descendants(f.pid()) {
+            bridge_program = std::fs::read_link(format!("/proc/{b}/exe")).ok();
             let m = procs::mem(b);
             bridges.push(m);
             total += m;
@@ -372,6 +382,7 @@ async fn hosted(n: usize) -> Sharing {
         total,
         first_call,
         bridges,
+        bridge_program,
         frontends,
     }
 }
@@ -396,6 +407,7 @@ async fn spawning(n: usize) -> Sharing {
         total,
         first_call,
         bridges: Vec::new(),
+        bridge_program: None,
         frontends,
     }
 }
@@ -448,6 +460,9 @@ async fn frontends() {
         }
     }
     println!("\n== per-frontend bridge (`toolhost mcp`), KiB per bridge: mean (max)");
+    if let Some(program) = rows.iter().find_map(|(_, h, _)| h.bridge_program.as_ref()) {
+        println!("   each bridge process runs {}", program.display());
+    }
     println!(
         "  {:>3}  {:>16} {:>16} {:>16}",
         "N", "RSS", "PSS", "private"
@@ -732,67 +747,76 @@ fn ten_servers(dir: &Path) -> Vec<(String, Value)> {
     out
 }
 
-/// The daemon's tree once the servers that start at once are ready, with `lazy` of the ten
-/// marked `"start": "lazy"`; `None` when this build does not know the key.
-async fn idle_tree(lazy: usize) -> Option<(Mem, Vec<String>)> {
+/// The daemon's tree, idle, with the ten servers of which the first `lazy` are `"start":
+/// "lazy"`: the processes, their memory, and how many tools are listed.
+///
+/// A lazy server is listed from the listing kept from its last run and started only by a
+/// call; one that never ran has no listing, so it is started to learn its tools. So with
+/// lazy servers the daemon runs twice on one data directory, as on a machine where it has
+/// run before: the first run leaves the listings, the second is the one measured.
+async fn idle_tree(lazy: usize) -> (Mem, usize) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let mut blocks = Map::new();
-    let mut eager = Vec::new();
+    let (mut eager, mut parked) = (Vec::new(), Vec::new());
     for (i, (name, mut block)) in ten_servers(dir).into_iter().enumerate() {
         if i < lazy {
             block["start"] = json!("lazy");
+            parked.push(name.clone());
         } else {
             eager.push(name.clone());
         }
         blocks.insert(name, block);
     }
-    let (daemon, client, _) = daemon::start(dir, &json!({"mcp_servers": blocks})).await;
-    let status = client.config_status().await.unwrap();
-    let refused = status.last_error.is_some()
-        || status
-            .warnings
-            .iter()
-            .any(|w| w.contains("start") && w.contains("unknown"));
-    if refused {
+    let config = json!({"mcp_servers": blocks});
+    let all: Vec<&str> = eager.iter().chain(&parked).map(String::as_str).collect();
+    if lazy > 0 {
+        let (daemon, client, _) = daemon::start(dir, &config).await;
+        wait_in_state(&client, &all, "ready").await;
         daemon::stop(daemon).await;
-        return None;
     }
+    let (daemon, client, _) = daemon::start(dir, &config).await;
     let eager: Vec<&str> = eager.iter().map(String::as_str).collect();
-    wait_ready(&client, &eager).await;
+    let parked: Vec<&str> = parked.iter().map(String::as_str).collect();
+    wait_in_state(&client, &eager, "ready").await;
+    wait_in_state(&client, &parked, "not_started").await;
     // Let start-up garbage settle (node frees its start-up heap within a second or so).
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let pid = daemon.id().unwrap() as i32;
-    let tree = procs::tree(pid);
-    let mem = procs::mem_of(&tree);
-    let names = tree.iter().skip(1).map(|&p| procs::cmdline(p)).collect();
+    let tools = client
+        .list_tools(&Default::default())
+        .await
+        .unwrap()
+        .tools
+        .len();
+    let mem = procs::mem_of(&procs::tree(daemon.id().unwrap() as i32));
+    // Still parked: measuring started nothing.
+    wait_in_state(&client, &parked, "not_started").await;
     daemon::stop(daemon).await;
-    Some((mem, names))
+    (mem, tools)
 }
 
 async fn idle() {
-    println!("\n== idle cost: the daemon with 10 configured servers");
-    let (all, _) = idle_tree(0).await.expect("10 eager servers");
-    let row = |label: &str, m: &Mem| {
+    println!(
+        "\n== idle cost: the daemon with 10 configured servers (the whole process tree, idle)"
+    );
+    let row = |label: &str, (m, tools): &(Mem, usize)| {
         println!(
-            "  {label:<34} {:>3} procs  RSS {:>7} MiB  PSS {:>7} MiB",
+            "  {label:<34} {:>3} procs  RSS {:>7} MiB  PSS {:>7} MiB  {tools:>3} tools listed",
             m.procs,
             mib(m.rss),
             mib(m.pss)
         );
     };
+    let all = idle_tree(0).await;
     row("all 10 running", &all);
-    match idle_tree(8).await {
-        None => println!("  skipped: lazy start not available"),
-        Some((lazy, _)) => {
-            row("8 lazy (not started), 2 running", &lazy);
-            println!(
-                "  saved by lazy start: {} MiB PSS ({:.1}× less)",
-                mib(all.pss.saturating_sub(lazy.pss)),
-                all.pss as f64 / lazy.pss.max(1) as f64
-            );
-        }
-    }
+    let lazy = idle_tree(8).await;
+    row("8 lazy (not started), 2 running", &lazy);
+    println!(
+        "  saved by lazy start: {} MiB PSS ({:.1}× less), {} processes fewer",
+        mib(all.0.pss.saturating_sub(lazy.0.pss)),
+        all.0.pss as f64 / lazy.0.pss.max(1) as f64,
+        all.0.procs.saturating_sub(lazy.0.procs)
+    );
 }
 
 // ---------------------------------------------------------------------------------------

@@ -50,6 +50,8 @@ fn cargo_deb_packages_the_binary_the_units_and_the_example_config() {
     let target = tmp.path().join("target");
     std::fs::create_dir_all(target.join("release")).unwrap();
     std::os::unix::fs::symlink(BIN, target.join("release/toolhost")).unwrap();
+    let bridge = Path::new(BIN).with_file_name("toolhost-bridge");
+    std::os::unix::fs::symlink(bridge, target.join("release/toolhost-bridge")).unwrap();
     let out_dir = tmp.path().join("out");
     let built = Command::new(cargo_deb())
         .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -77,10 +79,13 @@ fn cargo_deb_packages_the_binary_the_units_and_the_example_config() {
             .unwrap_or_else(|| panic!("{path} not in the package:\n{contents}"))
             .to_owned()
     };
-    assert!(
-        entry("usr/bin/toolhost").starts_with("-rwxr-xr-x root/root")
-            || entry("usr/bin/toolhost").starts_with("-rwxr-xr-x 0/0")
-    );
+    // `toolhost mcp` runs the bridge from beside `toolhost`.
+    for bin in ["usr/bin/toolhost", "usr/bin/toolhost-bridge"] {
+        assert!(
+            entry(bin).starts_with("-rwxr-xr-x root/root")
+                || entry(bin).starts_with("-rwxr-xr-x 0/0")
+        );
+    }
     for unit in ["toolhost.service", "toolhost.socket"] {
         assert!(entry(&format!("usr/lib/systemd/system/{unit}")).starts_with("-rw-r--r--"));
     }

@@ -124,17 +124,3 @@ pub fn cpu_secs(pid: i32) -> f64 {
         .unwrap_or(100);
     ticks as f64 / hz as f64
 }
-
-/// The command line's first two words, for labels.
-pub fn cmdline(pid: i32) -> String {
-    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    raw.split(|b| *b == 0)
-        .filter(|w| !w.is_empty())
-        .take(2)
-        .map(|w| {
-            let w = String::from_utf8_lossy(w);
-            w.rsplit('/').next().unwrap_or_default().to_owned()
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}

@@ -1,6 +1,8 @@
 //! `toolhost mcp`: with no subcommand, the host's tools as an MCP server on stdio; with one,
 //! managing the daemon's MCP servers (`login|logout` in `login.rs`).
 
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
@@ -45,11 +47,94 @@ pub async fn run(
     match command {
         Some(command) => manage(&g.connect().await?, command, g.out).await,
         None => {
-            crate::facade::run_stdio(&g.socket_paths(), session, profile).await?;
-            // A pending stdin read cannot be cancelled: exit rather than wait for it.
-            std::process::exit(0)
+            let sockets = g.socket_paths();
+            let bridge = Bridge {
+                sockets,
+                session,
+                profile,
+                log_format: g.log_format,
+            };
+            bridge.exec_beside();
+            bridge.serve().await
         }
     }
+}
+
+/// The file name of the small bridge binary `toolhost mcp` runs when it is installed
+/// beside `toolhost` (see ARCHITECTURE.md, the stdio bridge).
+pub const BRIDGE_BIN: &str = "toolhost-bridge";
+
+/// What the stdio bridge is told: every socket to try, in order (resolved by `toolhost`,
+/// so the bridge reads no config), and the flags of `toolhost mcp`.
+#[derive(clap::Parser, Debug)]
+#[command(
+    name = BRIDGE_BIN,
+    version,
+    about = "The stdio MCP bridge that `toolhost mcp` runs; use `toolhost mcp`"
+)]
+struct Bridge {
+    #[arg(long)]
+    session: Option<String>,
+    #[arg(long)]
+    profile: Option<String>,
+    #[arg(long, value_enum, default_value_t)]
+    log_format: crate::logging::LogFormat,
+    /// The daemon's sockets, tried in order.
+    #[arg(last = true, required = true)]
+    sockets: Vec<PathBuf>,
+}
+
+impl Bridge {
+    /// Replaces this process with [`BRIDGE_BIN`] from `toolhost`'s own directory when it is
+    /// there (same pid, same stdio, so the frontend sees no difference); returns when it is
+    /// not, or cannot be run, and the bridge then runs in this process.
+    fn exec_beside(&self) {
+        let Some(bin) = std::env::current_exe()
+            .ok()
+            .and_then(|exe| Some(exe.parent()?.join(BRIDGE_BIN)))
+            .filter(|bin| bin.is_file())
+        else {
+            return;
+        };
+        let mut cmd = std::process::Command::new(&bin);
+        if let Some(s) = &self.session {
+            cmd.arg("--session").arg(s);
+        }
+        if let Some(p) = &self.profile {
+            cmd.arg("--profile").arg(p);
+        }
+        let format = match self.log_format {
+            crate::logging::LogFormat::Text => "text",
+            crate::logging::LogFormat::Json => "json",
+        };
+        cmd.args(["--log-format", format, "--"]).args(&self.sockets);
+        let e = cmd.exec();
+        tracing::debug!(%e, bin = %bin.display(), "cannot run the bridge binary; bridging in this process");
+    }
+
+    async fn serve(self) -> Result<ExitCode, ClientError> {
+        crate::facade::run_stdio(&self.sockets, self.session, self.profile).await?;
+        // A pending stdin read cannot be cancelled: exit rather than wait for it.
+        std::process::exit(0)
+    }
+}
+
+/// `toolhost-bridge`: the stdio bridge as a process of its own, linking only what relaying
+/// needs. Started by `toolhost mcp` (which has set up the process as every subcommand does).
+pub fn bridge_main() -> ExitCode {
+    use clap::Parser;
+    let bridge = Bridge::parse();
+    super::client_process(bridge.log_format);
+    let runtime = match super::bridge_runtime() {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    runtime.block_on(async {
+        bridge.serve().await.unwrap_or_else(|e| {
+            say_err!("toolhost: {e}");
+            ExitCode::from(super::exit_code(&e))
+        })
+    })
 }
 
 async fn manage(

@@ -167,6 +167,7 @@ struct Globals {
     config: Option<PathBuf>,
     out: Output,
     timeout: Option<Duration>,
+    log_format: crate::logging::LogFormat,
 }
 
 impl Globals {
@@ -188,42 +189,62 @@ impl Globals {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let daemon = matches!(cli.command, Command::Serve { .. });
-    crate::logging::init(daemon, cli.log_format);
-    if !daemon {
-        // A client's reader that goes away (`toolhost tools | head -1`) ends it quietly, as
-        // it does any Unix filter, instead of a panic in `println!` (Rust ignores SIGPIPE).
-        // The daemon keeps ignoring it: a vanished client must never kill it.
-        // SAFETY: set before any thread exists; SIG_DFL needs no handler.
-        unsafe {
-            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        }
+    if daemon {
+        crate::logging::init(true, cli.log_format);
+    } else {
+        client_process(cli.log_format);
     }
-    let workers = match workers() {
-        Ok(n) => n,
+    // The stdio bridge (`toolhost mcp`, one per frontend) runs on one thread: see
+    // `bridge_runtime`.
+    let runtime = if matches!(cli.command, Command::Mcp { command: None, .. }) {
+        bridge_runtime()
+    } else {
+        daemon_runtime()
+    };
+    match runtime {
+        Ok(r) => r.block_on(run(cli)),
+        Err(code) => code,
+    }
+}
+
+pub use mcp::bridge_main;
+
+/// What every client process sets up before it connects (the stdio bridge too): its log,
+/// and SIGPIPE.
+fn client_process(format: crate::logging::LogFormat) {
+    crate::logging::init(false, format);
+    // A client's reader that goes away (`toolhost tools | head -1`) ends it quietly, as
+    // it does any Unix filter, instead of a panic in `println!` (Rust ignores SIGPIPE).
+    // The daemon keeps ignoring it: a vanished client must never kill it.
+    // SAFETY: set before any thread exists; SIG_DFL needs no handler.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+/// The stdio bridge's runtime: one thread, since it relays one connection each way and
+/// every further thread costs each bridge its stack and a malloc arena (see
+/// `benches/sharing.rs`, the bridge's private memory).
+fn bridge_runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    built(&mut tokio::runtime::Builder::new_current_thread())
+}
+
+/// Every other subcommand's runtime, the daemon's included: [`workers`] threads.
+fn daemon_runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    match workers() {
+        Ok(n) => built(tokio::runtime::Builder::new_multi_thread().worker_threads(n)),
         Err(e) => {
             say_err!("toolhost: {e}");
-            return ExitCode::from(2);
+            Err(ExitCode::from(2))
         }
-    };
-    // The stdio bridge (`toolhost mcp`, one per frontend) relays one connection each way:
-    // one thread does that, and every further thread costs each bridge its stack and a
-    // malloc arena (see `benches/sharing.rs`, the bridge's private memory).
-    let bridge = matches!(cli.command, Command::Mcp { command: None, .. });
-    let mut builder = if bridge {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        let mut b = tokio::runtime::Builder::new_multi_thread();
-        b.worker_threads(workers);
-        b
-    };
-    let runtime = match builder.enable_all().build() {
-        Ok(r) => r,
-        Err(e) => {
-            say_err!("toolhost: cannot start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    runtime.block_on(run(cli))
+    }
+}
+
+fn built(builder: &mut tokio::runtime::Builder) -> Result<tokio::runtime::Runtime, ExitCode> {
+    builder.enable_all().build().map_err(|e| {
+        say_err!("toolhost: cannot start the async runtime: {e}");
+        ExitCode::from(1)
+    })
 }
 
 /// Event-loop threads: `TOKIO_WORKER_THREADS`, else one per two cores, at least one. The
@@ -252,6 +273,7 @@ async fn run(cli: Cli) -> ExitCode {
         config: cli.config,
         out: cli.out,
         timeout: cli.timeout,
+        log_format: cli.log_format,
     };
     let done = match cli.command {
         Command::Serve {

@@ -164,12 +164,14 @@ impl Instances {
         &self.home
     }
 
-    /// Where a call of `server` (the daemon's own instance) runs: `None` for the server
-    /// itself, else a lease on the caller's instance, started if need be. Waits while every
-    /// instance is busy and there is no room for another; the caller bounds the wait.
+    /// Where a call of the tool `remote` (the server's own name for it) of `server` (the
+    /// daemon's own instance) runs: `None` for the server itself, else a lease on the
+    /// caller's instance, started if need be. Waits while every instance is busy and there
+    /// is no room for another; the caller bounds the wait.
     pub async fn route(
         self: &Arc<Self>,
         server: &Arc<Server>,
+        remote: &str,
         ctx: &CallContext,
     ) -> Result<Option<Lease>, ToolError> {
         let Some((key, workspace)) = self.key_of(server, ctx)? else {
@@ -201,6 +203,21 @@ impl Instances {
                     "MCP server '{}' did not start for workspace {}: {why}",
                     server.name(),
                     workspace.display()
+                ),
+            ));
+        }
+        // The tools listed are the daemon's own instance's: one in another workspace may
+        // lack one of them (a server whose tools depend on its directory), which its own
+        // answer would not make clear.
+        if instance.lists_tool(remote) == Some(false) {
+            return Err(ToolError::new(
+                ErrorKind::UnknownTool,
+                format!(
+                    "MCP server '{}' has no tool '{remote}' in its instance for workspace {} \
+                     (the tools listed are those of its instance for {})",
+                    server.name(),
+                    lease.instance.workspace.display(),
+                    self.home.display()
                 ),
             ));
         }

@@ -288,7 +288,7 @@ async fn call_upstream(tool: &McpTool, args: Map<String, Value>, ctx: CallContex
         None => None,
         Some(set) => tokio::select! {
             biased;
-            routed = set.route(&tool.server, &ctx) => routed?,
+            routed = set.route(&tool.server, &tool.remote_name, &ctx) => routed?,
             _ = ctx.cancel.cancelled() => return Err(ToolError::cancelled(name)),
             _ = sleep_until(deadline) => return Err(timed_out()),
         },

@@ -175,6 +175,13 @@ impl Server {
         *lock(&self.remote_tools) = tools;
     }
 
+    /// Whether the server's listing names the tool `remote` (its own name for it); `None`
+    /// while it has no listing to tell by.
+    pub(in crate::mcp) fn lists_tool(&self, remote: &str) -> Option<bool> {
+        let tools = lock(&self.remote_tools);
+        (!tools.is_empty()).then(|| tools.iter().any(|t| t["name"] == remote))
+    }
+
     /// Where the listed tools come from, for `mcp.status`.
     pub(super) fn tools_from(&self, state: &ServerState) -> Option<McpToolsFrom> {
         if lock(&self.remote_tools).is_empty() {
