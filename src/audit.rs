@@ -290,16 +290,36 @@ fn tail_lines(path: &Path, n: usize) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// SHA-256 (hex) of a call's arguments and their size as JSON.
+/// SHA-256 (hex) of a call's arguments and their size as JSON. The JSON is hashed as it is
+/// written, not gathered first: this runs on every call.
 pub fn digest_args(args: &serde_json::Value) -> (Option<String>, u64) {
     use sha2::Digest;
-    match serde_json::to_vec(args) {
-        Ok(bytes) => (
-            Some(hex::encode(sha2::Sha256::digest(&bytes))),
-            bytes.len() as u64,
-        ),
-        Err(_) => (None, 0),
+    /// Hashes and counts what serde_json writes.
+    struct Hashing {
+        hasher: sha2::Sha256,
+        len: u64,
     }
+    impl std::io::Write for Hashing {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.hasher.update(buf);
+            self.len += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut out = Hashing {
+        hasher: sha2::Sha256::new(),
+        len: 0,
+    };
+    if serde_json::to_writer(&mut out, args).is_err() {
+        return (None, 0);
+    }
+    let mut hex = [0u8; 64];
+    let hashed = hex::encode_to_slice(out.hasher.finalize(), &mut hex);
+    let text = std::str::from_utf8(&hex).ok().filter(|_| hashed.is_ok());
+    (text.map(str::to_owned), out.len)
 }
 
 /// The frontend's name from session meta: `client`, else `clientInfo.name` (MCP's shape).
@@ -405,6 +425,16 @@ mod tests {
         assert_eq!(times(3005)[..6], [5, 6, 7, 8, 9, 10]);
         assert_eq!(times(10_000).len(), 3010);
         assert!(recent(&dir.path().join("none"), 5).is_empty());
+    }
+
+    #[test]
+    fn digest_args_is_the_sha256_and_size_of_the_arguments_as_json() {
+        use sha2::Digest;
+        let args = serde_json::json!({"message": "hi", "n": [1, 2, {"k": null}]});
+        let json = serde_json::to_vec(&args).unwrap();
+        let (sha, bytes) = digest_args(&args);
+        assert_eq!(sha.unwrap(), hex::encode(sha2::Sha256::digest(&json)));
+        assert_eq!(bytes, json.len() as u64);
     }
 
     #[test]

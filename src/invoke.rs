@@ -52,7 +52,7 @@ pub fn call_id_in_use(call_id: &str) -> Error {
 /// stream, if it has one.
 pub async fn invoke(
     host: &Host,
-    params: InvokeParams,
+    mut params: InvokeParams,
     updates: UpdateSink,
     stream: Option<Stream>,
 ) -> Result<InvokeResult> {
@@ -116,27 +116,19 @@ pub async fn invoke(
         client,
         ..Facts::default()
     };
-    let outcome = run_checked(
-        host,
-        &params,
-        &mut facts,
-        &view,
-        mode,
-        timeout_ms,
-        CallContext {
-            call_id: call_id.clone(),
-            workspace,
-            session_id: params.session_id.clone(),
-            session_meta,
-            timeout_ms: Some(timeout_ms),
-            cancel: token,
-            updates,
-            inputs,
-            sandbox,
-            processes: host.processes().for_call(&call_id),
-        },
-    )
-    .await;
+    let ctx = CallContext {
+        call_id: call_id.clone(),
+        workspace,
+        session_id: params.session_id.clone(),
+        session_meta,
+        timeout_ms: Some(timeout_ms),
+        cancel: token,
+        updates,
+        inputs,
+        sandbox,
+        processes: host.processes().for_call(&call_id),
+    };
+    let outcome = run_checked(host, &mut params, &mut facts, &view, mode, timeout_ms, ctx).await;
 
     let (result, control, output_bytes) = normalise(
         outcome,
@@ -258,7 +250,7 @@ fn record_finished(
 
 async fn run_checked(
     host: &Host,
-    params: &InvokeParams,
+    params: &mut InvokeParams,
     facts: &mut Facts,
     view: &ProfileView<'_>,
     mode: ApprovalMode,
@@ -286,16 +278,22 @@ async fn run_checked(
         ToolSource::Custom { .. } => (Source::custom, None),
         ToolSource::Mcp { server, .. } => (Source::mcp, Some(server.clone())),
     };
-    let args = params.arguments.clone().unwrap_or_default();
+    // The arguments go to the tool, not copied: the audit line keeps only their digest
+    // and size.
+    let args = params.arguments.take().unwrap_or_default();
     let validator = entry.validator().map_err(ToolError::failed)?;
     let args_value = Value::Object(args);
     (facts.args_sha256, facts.args_bytes) = audit::digest_args(&args_value);
-    if let Some(err) = validator.iter_errors(&args_value).next() {
-        return Err(ToolError::invalid(format!(
-            "Invalid arguments for {}: {}",
-            params.name,
-            describe_violation(&err)
-        )));
+    // The yes/no check costs far less than collecting every violation, which only a
+    // refused call needs.
+    if !validator.is_valid(&args_value) {
+        if let Some(err) = validator.iter_errors(&args_value).next() {
+            return Err(ToolError::invalid(format!(
+                "Invalid arguments for {}: {}",
+                params.name,
+                describe_violation(&err)
+            )));
+        }
     }
     let Value::Object(args) = args_value else {
         return Err(ToolError::invalid("arguments must be an object"));
