@@ -10,7 +10,7 @@ use std::ffi::OsString;
 use std::io;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::time::Duration;
 
 use futures::{Stream as FutStream, StreamExt};
@@ -226,26 +226,24 @@ pub async fn run(
     cancel: &CancellationToken,
     sink: &mut (dyn Sink + Send),
 ) -> io::Result<Outcome> {
-    let mut cmd = tokio::process::Command::new(&spec.program);
-    cmd.args(&spec.args)
-        .current_dir(&spec.cwd)
-        .stdin(if spec.stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    processes.scrub_env(&mut cmd, &globset::GlobSet::empty());
-    cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
+    let mut env = spec.env;
     if let Some(c) = &spec.confine {
-        cmd.env("TMPDIR", c.tmpdir());
-        crate::sandbox::install(&mut cmd, c);
+        env.push(("TMPDIR".into(), c.tmpdir().into()));
     }
-    let (mut child, guard) = processes.spawn_group(cmd).await?;
-    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        return Err(io::Error::other("could not capture the program's output"));
+    let program = super::launch::Program {
+        program: spec.program,
+        args: spec.args,
+        cwd: spec.cwd,
+        env,
+        piped_stdin: spec.stdin.is_some(),
+        confine: spec.confine,
     };
+    let ((mut child, pipes), guard) = processes.launch(program).await?;
+    let super::launch::Pipes {
+        stdin: stdin_pipe,
+        stdout,
+        stderr,
+    } = pipes;
     let mut out_stream = match spec.stdout_lines {
         Some(max) => lines(stdout, max),
         None => chunks(stdout),
@@ -253,7 +251,6 @@ pub async fn run(
     let mut err_stream = chunks(stderr);
     // Stdin is written alongside the reads, so a program that answers before reading all
     // of its input cannot deadlock us. A program that never reads it just gets EPIPE.
-    let stdin_pipe = child.stdin.take();
     let input = spec.stdin.unwrap_or_default();
     let mut feed = sink.stdin_feed();
     let mut write_stdin = std::pin::pin!(async move {
