@@ -28,23 +28,37 @@ impl Policy {
         Policy { env, passthrough }
     }
 
-    /// Clears `cmd`'s environment and sets: the allow-list, the daemon's variables matching
-    /// the top-level patterns or `extra_passthrough`, then the top-level `env`. The caller
-    /// adds its own variables afterwards (they win).
+    /// Clears `cmd`'s environment and sets [`Policy::vars`]. The caller adds its own
+    /// variables afterwards (they win).
     pub(super) fn apply(&self, cmd: &mut Command, extra_passthrough: &GlobSet) {
         cmd.env_clear();
-        for key in ENV_ALLOW_LIST {
-            if let Some(v) = std::env::var_os(key) {
-                cmd.env(key, v);
-            }
-        }
+        cmd.envs(self.vars(extra_passthrough));
+    }
+
+    /// A child's environment before its own variables, in order (a later one wins): the
+    /// allow-list, the daemon's variables matching the top-level patterns or
+    /// `extra_passthrough`, then the top-level `env`.
+    pub(super) fn vars(&self, extra_passthrough: &GlobSet) -> Vec<(OsString, OsString)> {
+        let mut vars: Vec<(OsString, OsString)> = ENV_ALLOW_LIST
+            .iter()
+            .filter_map(|key| Some((OsString::from(key), std::env::var_os(key)?)))
+            .collect();
         let sets = [&self.passthrough, extra_passthrough];
         if sets.iter().any(|s| !s.is_empty()) {
-            for (name, value) in passed(std::env::vars_os(), &sets) {
-                cmd.env(name, value);
-            }
+            vars.extend(passed(std::env::vars_os(), &sets));
         }
-        cmd.envs(&self.env);
+        vars.extend(self.env.iter().map(|(k, v)| (k.into(), v.into())));
+        vars
+    }
+
+    /// The whole environment of a child started without a `Command`: [`Policy::vars`],
+    /// then `own` (a later variable replaces an earlier one of the same name).
+    pub(super) fn environment(
+        &self,
+        own: impl IntoIterator<Item = (OsString, OsString)>,
+    ) -> Vec<(OsString, OsString)> {
+        let vars = self.vars(&GlobSet::empty()).into_iter().chain(own);
+        vars.collect::<BTreeMap<_, _>>().into_iter().collect()
     }
 }
 

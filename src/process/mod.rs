@@ -1,8 +1,9 @@
 //! Spawning children in their own process group, and making sure none outlives its reason.
 //!
 //! Architecture Invariant: every process the host starts (bash calls, custom tools, stdio MCP
-//! servers) is spawned through [`Processes::spawn_group`]/[`Processes::spawn_with`] and owned
-//! by a [`GroupGuard`]. Dropping the guard sends SIGTERM to the group and to its escapees
+//! servers) is spawned through [`Processes::spawn_group`]/[`Processes::spawn_with`] (a call's
+//! program through [`runner`], which starts it without forking the daemon, see [`launch`])
+//! and owned by a [`GroupGuard`]. Dropping the guard sends SIGTERM to the group and to its escapees
 //! (processes that left it with `setsid`: those carrying its cookie and those [`escapees`]
 //! ties to it by ancestry), and SIGKILL after a grace,
 //! so a child — and anything it forked, like the `node` under `npx` — dies with its call, its
@@ -42,6 +43,7 @@ use crate::lock;
 
 pub mod child_env;
 mod escapees;
+mod launch;
 pub mod ledger;
 pub mod procfs;
 mod reaper;
@@ -99,10 +101,10 @@ static SUBREAPER: AtomicBool = AtomicBool::new(false);
 
 /// Whether the group `(pgid, start)` has left nothing behind, known without a /proc scan:
 /// no process has its pgid any more (its leader was reaped), no escapee is attributed to it,
-/// and no live child of ours that we did not start is younger than it. As the child
-/// subreaper we adopt whatever outlives its parents, so a process that left the group (a
-/// new group or session, a cleared environment) and outlived the leader would be such a
-/// child, or descend from one. The common end of a call — its program exited and its pipes
+/// and no live process we adopted is younger than it. As the child subreaper we adopt
+/// whatever outlives its parents, so a process that left the group (a new group or session,
+/// a cleared environment) and outlived the leader would be such a child of our main thread
+/// ([`procfs::main_thread_children`]), or descend from one. The common end of a call — its program exited and its pipes
 /// closed — then costs a signal and a few small reads instead of reading every process.
 fn nothing_left(pgid: Pid, start: u64) -> bool {
     if !SUBREAPER.load(Ordering::Relaxed)
@@ -113,7 +115,7 @@ fn nothing_left(pgid: Pid, start: u64) -> bool {
     }
     // Held so that no spawn is between its fork and its record while we look.
     let ours = lock(&OURS);
-    let Some(children) = procfs::own_children() else {
+    let Some(children) = procfs::main_thread_children() else {
         return false;
     };
     children.into_iter().filter_map(procfs::stat).all(|s| {
@@ -245,8 +247,7 @@ impl Processes {
         mut cmd: Command,
         spawn: impl FnOnce(Command) -> io::Result<(T, Option<u32>)> + Send + 'static,
     ) -> io::Result<(T, GroupGuard)> {
-        let n = self.state.next_group.fetch_add(1, Ordering::Relaxed);
-        let cookie = format!("{}.{n}", self.instance());
+        let cookie = self.next_cookie();
         cmd.process_group(0)
             .kill_on_drop(true)
             .env(INSTANCE_VAR, self.instance())
@@ -264,10 +265,27 @@ impl Processes {
                 Ok(())
             });
         }
+        self.start_owned(cookie, move || spawn(cmd)).await
+    }
+
+    /// The `TOOLHOST_GROUP` cookie of the next group.
+    fn next_cookie(&self) -> String {
+        let n = self.state.next_group.fetch_add(1, Ordering::Relaxed);
+        format!("{}.{n}", self.instance())
+    }
+
+    /// Runs `spawn` on the spawner thread (PDEATHSIG follows it) and makes the child it
+    /// started, before anything can look, one of ours: in [`OURS`], the ledger, the
+    /// watchdog's list and the escapee tracker, owned by the returned guard.
+    async fn start_owned<T: Send + 'static>(
+        &self,
+        cookie: String,
+        spawn: impl FnOnce() -> io::Result<(T, Option<u32>)> + Send + 'static,
+    ) -> io::Result<(T, GroupGuard)> {
         let owner = self.clone();
         spawner::on_spawner(move || {
             let mut ours = lock(&OURS);
-            let (handle, pid) = spawn(cmd)?;
+            let (handle, pid) = spawn()?;
             let pid = pid
                 .and_then(|p| i32::try_from(p).ok())
                 .ok_or_else(|| io::Error::other("child exited before its pid could be read"))?;

@@ -86,33 +86,20 @@ pub fn holders(entry: &[u8]) -> Vec<Stat> {
         .collect()
 }
 
-/// This process's direct children (zombies included), from the `children` file of each of
-/// its threads: a few small reads where [`all`] reads every process. The main thread's is
-/// read last, because an orphan we adopt as child subreaper is handed to it: one adopted
-/// while we read is still seen. A thread that exited meanwhile is skipped (threads come and
-/// go with every blocking task; only the spawner thread and the main one get children that
-/// are not known already, and neither exits). `None` when the main thread's file cannot be
-/// read (a kernel without these files).
-pub fn own_children() -> Option<Vec<i32>> {
+/// The children of this process's main thread (zombies included): one small read where
+/// [`all`] reads every process. As child subreaper we are handed every orphan of our groups,
+/// and the kernel hands an orphan to the reaper's first live thread, the main one, which
+/// lives as long as the process. So an adopted process is always here; the children other
+/// threads fork are not (the spawner thread's are all known, see `OURS`). `None` when the
+/// file cannot be read (a kernel without it).
+pub fn main_thread_children() -> Option<Vec<i32>> {
     let me = std::process::id();
-    let mut tids: Vec<u32> = std::fs::read_dir("/proc/self/task")
-        .ok()?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    tids.sort_by_key(|&t| t == me);
-    let mut children = Vec::new();
-    for t in tids {
-        let text = match std::fs::read_to_string(format!("/proc/self/task/{t}/children")) {
-            Ok(text) => text,
-            Err(_) if t != me => continue,
-            Err(_) => return None,
-        };
-        children.extend(
-            text.split_whitespace()
-                .filter_map(|p| p.parse::<i32>().ok()),
-        );
-    }
-    Some(children)
+    let text = std::fs::read_to_string(format!("/proc/self/task/{me}/children")).ok()?;
+    Some(
+        text.split_whitespace()
+            .filter_map(|p| p.parse::<i32>().ok())
+            .collect(),
+    )
 }
 
 /// Every process in /proc (zombies included), read once so a scan sees one moment.

@@ -78,26 +78,26 @@ pub(super) async fn reap_adopted_forever() {
     }
 }
 
-/// Whether every direct child of ours is one we started or one the daemon forked for
-/// itself (see [`escapees::adopted`]), with no unknown zombie to reap; forgets our children
-/// that are gone. False when that cannot be read.
+/// Whether every child handed to our main thread (where adopted orphans go, see
+/// [`procfs::main_thread_children`]) is one we started or one the daemon forked for itself
+/// (see [`escapees::adopted`]), with no unknown zombie to reap. False when that cannot be
+/// read. Our children that are gone are forgotten by the next [`reap_adopted`].
 fn nothing_adopted() -> bool {
-    let mut ours = lock(&OURS);
-    let ours = ours.get_or_insert_with(HashSet::new);
-    let Some(children) = procfs::own_children() else {
+    let ours = lock(&OURS);
+    let known = |k: (i32, u64)| ours.as_ref().is_some_and(|o| o.contains(&k));
+    let Some(children) = procfs::main_thread_children() else {
         return false;
     };
     let me = std::process::id() as i32;
     let mut kids: Vec<procfs::Stat> = children.into_iter().filter_map(procfs::stat).collect();
-    ours.retain(|k| kids.iter().any(|s| (s.pid, s.starttime) == *k));
     let unknown_zombie = kids
         .iter()
-        .any(|s| s.is_zombie() && !ours.contains(&(s.pid, s.starttime)));
+        .any(|s| s.is_zombie() && !known((s.pid, s.starttime)));
     let Some(mine) = procfs::stat(me) else {
         return false;
     };
     kids.push(mine);
-    !unknown_zombie && escapees::adopted(&kids, |k| ours.contains(&k)).is_empty()
+    !unknown_zombie && escapees::adopted(&kids, known).is_empty()
 }
 
 /// One scan: kill adopted processes no running group owns (leftovers of ended groups; the

@@ -10,7 +10,7 @@ use std::ffi::OsString;
 use std::io;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::time::Duration;
 
 use futures::{Stream as FutStream, StreamExt};
@@ -226,26 +226,24 @@ pub async fn run(
     cancel: &CancellationToken,
     sink: &mut (dyn Sink + Send),
 ) -> io::Result<Outcome> {
-    let mut cmd = tokio::process::Command::new(&spec.program);
-    cmd.args(&spec.args)
-        .current_dir(&spec.cwd)
-        .stdin(if spec.stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    processes.scrub_env(&mut cmd, &globset::GlobSet::empty());
-    cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
+    let mut env = spec.env;
     if let Some(c) = &spec.confine {
-        cmd.env("TMPDIR", c.tmpdir());
-        crate::sandbox::install(&mut cmd, c);
+        env.push(("TMPDIR".into(), c.tmpdir().into()));
     }
-    let (mut child, guard) = processes.spawn_group(cmd).await?;
-    let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
-        return Err(io::Error::other("could not capture the program's output"));
+    let program = super::launch::Program {
+        program: spec.program,
+        args: spec.args,
+        cwd: spec.cwd,
+        env,
+        piped_stdin: spec.stdin.is_some(),
+        confine: spec.confine,
     };
+    let ((mut child, pipes), guard) = processes.launch(program).await?;
+    let super::launch::Pipes {
+        stdin: stdin_pipe,
+        stdout,
+        stderr,
+    } = pipes;
     let mut out_stream = match spec.stdout_lines {
         Some(max) => lines(stdout, max),
         None => chunks(stdout),
@@ -253,7 +251,6 @@ pub async fn run(
     let mut err_stream = chunks(stderr);
     // Stdin is written alongside the reads, so a program that answers before reading all
     // of its input cannot deadlock us. A program that never reads it just gets EPIPE.
-    let stdin_pipe = child.stdin.take();
     let input = spec.stdin.unwrap_or_default();
     let mut feed = sink.stdin_feed();
     let mut write_stdin = std::pin::pin!(async move {
@@ -320,21 +317,28 @@ pub async fn run(
         }
     };
 
-    // Whatever happened, the group goes now: SIGTERM to every member at once (SIGKILL follows
-    // from the guard's thread for anything that ignores it).
-    drop(guard);
     match (status, end) {
-        (Some(_), _) => {}
         (None, End::Answered) => {
-            // The answer does not wait for the program: the leader gets the TERM and its
-            // grace like every member of its group, and is reaped in the background.
+            // The answer does not wait for the program. Most programs exit right after their
+            // answer: given the exit grace to do so, their group then ends without a /proc
+            // scan (see `GroupGuard`). One still running after it gets the TERM and its grace
+            // like every member of its group; the leader is reaped in the background.
+            let grace = spec.exit_grace;
             tokio::spawn(async move {
-                let _ = child.wait().await;
+                let exited = tokio::time::timeout(grace, child.wait()).await.is_ok();
+                drop(guard);
+                if !exited {
+                    let _ = child.wait().await;
+                }
             });
         }
+        // Whatever else happened, the group goes now: SIGTERM to every member at once
+        // (SIGKILL follows from the guard's thread for anything that ignores it).
+        (Some(_), _) => drop(guard),
         (None, _) => {
+            drop(guard);
             // Reap the leader promptly so its group is really gone when we return.
-            let _ = child.start_kill();
+            child.start_kill();
             let _ = tokio::time::timeout(Duration::from_millis(500), child.wait()).await;
         }
     }
@@ -500,6 +504,39 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(o.end, End::Cancelled);
+    }
+
+    /// A program that ends on its own soon after its answer is left to do so (its group
+    /// then ends without a /proc scan); only one still running after the exit grace gets
+    /// the TERM.
+    #[tokio::test]
+    async fn after_its_answer_a_program_gets_the_exit_grace_to_end() {
+        struct FirstLine(bool);
+        impl Sink for FirstLine {
+            fn output(&mut self, _: Stream, _: &[u8]) {
+                self.0 = true;
+            }
+            fn answered(&self) -> bool {
+                self.0
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let done = dir.path().join("done");
+        let mut spec = sh(&format!(
+            "echo answer; sleep 0.1; echo finished > '{}'",
+            done.display()
+        ));
+        spec.stdout_lines = Some(1024);
+        spec.exit_grace = Duration::from_secs(10);
+        let o = finish(spec, &mut FirstLine(false)).await;
+        assert_eq!(o.end, End::Answered);
+        for _ in 0..500 {
+            if std::fs::read_to_string(&done).is_ok_and(|t| t == "finished\n") {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("the program was ended before it could finish after its answer");
     }
 
     #[tokio::test]

@@ -83,7 +83,8 @@ impl Watchdog {
     /// Tells the watchdog that a group (`<pgid>`) or an escapee (`<pid>@<starttime>`)
     /// started (`+`) or ended (`-`); false once it is gone.
     pub(super) fn tell(&mut self, op: char, item: &str) -> bool {
-        match writeln!(self.stdin, "{op} {item}") {
+        // One `write` per line (`writeln!` on the unbuffered pipe made four per call).
+        match self.stdin.write_all(format!("{op} {item}\n").as_bytes()) {
             Ok(()) => true,
             Err(e) => {
                 tracing::warn!("the process watchdog is gone: {e}");

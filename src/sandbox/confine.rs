@@ -112,18 +112,22 @@ fn ruleset(
     Ok(created.into())
 }
 
-/// Makes the child restrict itself with `c` right before exec.
+/// Makes a forked child (a stdio server) restrict itself with `c` right before exec.
 pub fn install(cmd: &mut tokio::process::Command, c: &Confinement) {
-    let ruleset = c.ruleset.clone();
-    let filters = c.filters.clone();
-    // SAFETY: runs between fork and exec; plain syscalls on an fd and programs made before
-    // the fork, no allocation, no locks (errors are built from the raw errno).
+    let c = c.clone();
+    // SAFETY: runs between fork and exec; see [`enter`].
     unsafe {
-        cmd.pre_exec(move || {
-            detach_terminal();
-            restrict(ruleset.as_raw_fd(), &filters)
-        });
+        cmd.pre_exec(move || enter(&c));
     }
+}
+
+/// Restricts the calling process with `c`: run by a server between its fork and its exec,
+/// and by a call's program between its clone and its exec (see `process::launch`).
+/// Async-signal-safe: plain syscalls on what `c` prepared, no allocation, no locks (errors
+/// are built from the raw errno).
+pub fn enter(c: &Confinement) -> io::Result<()> {
+    detach_terminal();
+    restrict(c.ruleset.as_raw_fd(), &c.filters)
 }
 
 /// `no_new_privs`, the ruleset, then the seccomp filters, on the calling thread.

@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 
 use serde_json::Value;
 
-pub use confine::{bench_setup, install, Confinement};
+pub use confine::{bench_setup, enter, install, Confinement};
 
 use crate::config::SandboxConfig;
 use crate::protocol::{
