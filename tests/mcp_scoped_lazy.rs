@@ -16,47 +16,24 @@ use serde_json::{json, Value};
 /// The fixture as a lazy per-workspace server: `whereami`, its starts appended to
 /// `dir/sc.pids`, and the block's other keys from `extra` (`env` merged).
 fn lazy_scoped(dir: &Path, extra: Value) -> Value {
-    let mut block = json!({
-        "command": FIXTURE,
-        "scope": "per_workspace",
-        "start": "lazy",
-        "env": {"FIXTURE_WHEREAMI": "1", "FIXTURE_PID_FILE": dir.join("sc.pids")},
-    });
-    for (k, v) in extra.as_object().unwrap() {
-        if k == "env" {
-            for (ek, ev) in v.as_object().unwrap() {
-                block["env"][ek] = ev.clone();
-            }
-        } else {
-            block[k] = v.clone();
-        }
-    }
+    let mut block = mcp::fixture(dir, "sc", extra);
+    block["scope"] = json!("per_workspace");
+    block["start"] = json!("lazy");
+    block["env"]["FIXTURE_WHEREAMI"] = json!("1");
     block
 }
 
 /// Every process the server has started, in order.
-fn starts(d: &Daemon) -> Vec<u64> {
-    std::fs::read_to_string(d.dir.path().join("sc.pids"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .collect()
+fn starts(d: &Daemon) -> Vec<i32> {
+    mcp::pids(d, "sc")
 }
 
 async fn status(d: &Daemon) -> Value {
-    d.call("mcp.status", json!({"server": "sc"})).await["result"]["servers"][0].clone()
+    mcp::status(d, "sc").await
 }
 
 async fn wait_state(d: &Daemon, state: &str) -> Value {
-    let mut last = Value::Null;
-    for _ in 0..800 {
-        last = status(d).await;
-        if last["state"] == state {
-            return last;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
-    }
-    panic!("server sc never reached {state}: {last}");
+    mcp::wait_state(d, "sc", state).await
 }
 
 fn instances(status: &Value) -> Vec<Value> {
