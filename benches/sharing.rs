@@ -37,8 +37,11 @@ use toolhost::protocol::InvokeParams;
 mod daemon;
 #[path = "support/procs.rs"]
 mod procs;
+#[path = "support/sections.rs"]
+mod sections;
 
 use procs::Mem;
+use sections::Selection;
 
 const SECTIONS: &[&str] = &["frontends", "relay", "idle", "process"];
 
@@ -147,43 +150,30 @@ fn mcp_config(servers: &[Server]) -> Value {
 
 #[tokio::main]
 async fn main() {
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let selected = |name: &str| filters.is_empty() || filters.iter().any(|f| name.contains(f));
-    if !SECTIONS.iter().any(|s| selected(s)) {
-        eprintln!(
-            "no section matches {filters:?}; sections: {}",
-            SECTIONS.join(", ")
-        );
-        std::process::exit(2);
-    }
+    let selection = Selection::from_args(SECTIONS);
     let setup = std::process::Command::new("bash")
         .arg(root().join("benches/setup.sh"))
         .status()
         .expect("bash benches/setup.sh");
     assert!(setup.success(), "benches/setup.sh failed");
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let load: Vec<&str> = load.split_whitespace().take(3).collect();
+    let (cpus, load) = sections::machine();
     println!(
         "toolhost sharing benchmark ({cpus} CPUs shared by the load, the host and the servers; \
          load average {})\nbinary: {}",
-        load.join(" "),
+        load,
         daemon::BIN
     );
     let started = Instant::now();
-    if selected("frontends") {
+    if selection.has("frontends") {
         frontends().await;
     }
-    if selected("relay") {
+    if selection.has("relay") {
         relay().await;
     }
-    if selected("idle") {
+    if selection.has("idle") {
         idle().await;
     }
-    if selected("process") {
+    if selection.has("process") {
         process().await;
     }
     println!("\ntotal time: {:.1} s", started.elapsed().as_secs_f64());

@@ -18,6 +18,8 @@
 
 #[path = "../tests/common/mod.rs"]
 mod common;
+#[path = "support/sections.rs"]
+mod sections;
 
 use std::borrow::Cow;
 use std::path::Path;
@@ -27,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use common::{call_value, response_shape, Client, Daemon, BIN, FIXTURE};
 use futures::{SinkExt, StreamExt};
+use sections::Selection;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -40,45 +43,31 @@ const SECTIONS: &[&str] = &["core", "mcp", "sessions", "config", "catalog", "fac
 
 #[tokio::main]
 async fn main() {
-    // `cargo bench` passes `--bench`; anything not starting with `-` is a section filter.
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    let selected = |name: &str| filters.is_empty() || filters.iter().any(|f| name.contains(f));
-    if !SECTIONS.iter().any(|s| selected(s)) {
-        eprintln!(
-            "no section matches {filters:?}; sections: {}",
-            SECTIONS.join(", ")
-        );
-        std::process::exit(2);
-    }
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let load: Vec<&str> = load.split_whitespace().take(3).collect();
+    let selection = Selection::from_args(SECTIONS);
+    let (cpus, load) = sections::machine();
     println!(
         "toolhost throughput benchmark ({cpus} CPUs, shared by client and daemon; \
          load average {})\nbinary: {BIN}",
-        load.join(" ")
+        load
     );
     let started = Instant::now();
-    if selected("core") {
+    if selection.has("core") {
         core().await;
     }
-    if selected("mcp") {
+    if selection.has("mcp") {
         mcp().await;
         mcp_surface().await;
     }
-    if selected("sessions") {
+    if selection.has("sessions") {
         sessions().await;
     }
-    if selected("config") {
+    if selection.has("config") {
         config().await;
     }
-    if selected("catalog") {
+    if selection.has("catalog") {
         catalog().await;
     }
-    if selected("facade") {
+    if selection.has("facade") {
         facade().await;
         facade_new_era().await;
     }
