@@ -200,17 +200,7 @@ async fn sandbox(client: &Client, n: usize) {
             ..InvokeParams::new("bash", args.clone())
         })
         .collect();
-    let mut rtt: Vec<Vec<f64>> = vec![Vec::with_capacity(n); params.len()];
-    for i in 0..n + 10 {
-        for (p, out) in params.iter().zip(rtt.iter_mut()) {
-            let t = Instant::now();
-            let r = client.invoke(p).await.unwrap();
-            assert!(r.result.ok, "{r:?}");
-            if i >= 10 {
-                out.push(t.elapsed().as_secs_f64() * 1000.0);
-            }
-        }
-    }
+    let rtt = interleaved(client, &params, n).await;
     let median = |v: &[f64]| {
         let mut v = v.to_vec();
         v.sort_by(|a, b| a.total_cmp(b));
@@ -268,7 +258,19 @@ async fn module(client: &Client, n: usize) {
         .iter()
         .map(|t| InvokeParams::new(*t, Map::new()))
         .collect();
-    let mut rtt: Vec<Vec<f64>> = vec![Vec::with_capacity(n); tools.len()];
+    let rtt = interleaved(client, &params, n).await;
+    for (tool, v) in tools.iter().zip(rtt) {
+        println!(
+            "per-call overhead, {tool:<14} invoke → result: {}   [module target p50 ≤ 1 ms]",
+            percentiles(v)
+        );
+    }
+}
+
+/// Round trips in ms of `n` calls of each of `params`, taken in turn (so load drifts hit
+/// them alike) after 10 unmeasured rounds, one list per call.
+async fn interleaved(client: &Client, params: &[InvokeParams], n: usize) -> Vec<Vec<f64>> {
+    let mut rtt: Vec<Vec<f64>> = vec![Vec::with_capacity(n); params.len()];
     for i in 0..n + 10 {
         for (p, out) in params.iter().zip(rtt.iter_mut()) {
             let t = Instant::now();
@@ -279,10 +281,5 @@ async fn module(client: &Client, n: usize) {
             }
         }
     }
-    for (tool, v) in tools.iter().zip(rtt) {
-        println!(
-            "per-call overhead, {tool:<14} invoke → result: {}   [module target p50 ≤ 1 ms]",
-            percentiles(v)
-        );
-    }
+    rtt
 }
