@@ -42,19 +42,9 @@ async fn caller(
     c
 }
 
-/// The caller's next event of `kind` (`input_request`, `result`).
-async fn event_of(c: &mut RawLines, kind: &str) -> Value {
-    loop {
-        let n = c.recv().await;
-        if n["method"] == "invoke_event" && n["params"]["result"]["kind"] == kind {
-            return n["params"]["result"].clone();
-        }
-    }
-}
-
 /// The tool's outcome of the caller's call.
 async fn outcome(c: &mut RawLines) -> Value {
-    event_of(c, "result").await["result"].clone()
+    c.invoke_event("result").await["result"].clone()
 }
 
 /// A connection following the queue with `subscribe_approvals`.
@@ -384,7 +374,7 @@ async fn the_callers_own_answer_and_the_queue_race_and_the_first_wins() {
     let mut watch = Watch::new(&d).await;
     // The queue first: the caller's question is withdrawn.
     let mut c = caller(&d, "q-first", "echo ran", None, json!(["elicitation"])).await;
-    let q = event_of(&mut c, "input_request").await;
+    let q = c.invoke_event("input_request").await;
     let p = watch.event("approval_pending", "q-first").await;
     assert_eq!(p["caller_asked"], true, "{p}");
     let r = decide(&d, &p["id"], "allow_once").await;
@@ -400,7 +390,7 @@ async fn the_callers_own_answer_and_the_queue_race_and_the_first_wins() {
 
     // The caller first: the queue entry ends, decided by the caller.
     let mut c = caller(&d, "c-first", "touch ran", None, json!(["elicitation"])).await;
-    let q = event_of(&mut c, "input_request").await;
+    let q = c.invoke_event("input_request").await;
     let p = watch.event("approval_pending", "c-first").await;
     let r = c
         .call(

@@ -82,10 +82,6 @@ async fn custom_names(d: &Daemon) -> Vec<String> {
         .collect()
 }
 
-async fn health(d: &Daemon) -> Value {
-    d.call("host.health", json!({})).await["result"].clone()
-}
-
 /// The next `tools_changed`, as (added, removed, changed).
 async fn next_change(c: &mut RawLines) -> (Vec<String>, Vec<String>, Vec<String>) {
     let r = &c.notification("tools_changed").await;
@@ -153,7 +149,7 @@ async fn discovery_follows_precedence_reports_clashes_and_discover_false_limits_
     assert_eq!(dup["function"]["description"], "- from config paths");
     // read_file stays the built-in.
     assert_eq!(l["meta"]["read_file"]["source"], "builtin");
-    let h = health(&d).await;
+    let h = d.health().await;
     assert_eq!(h["status"], "degraded");
     assert_eq!(h["collisions"], json!(["read_file", "dup", "dup"]));
     assert_eq!(h["quarantined"], json!(["ws_only"]));
@@ -164,7 +160,7 @@ async fn discovery_follows_precedence_reports_clashes_and_discover_false_limits_
     let r = d.call("config.reload", json!({})).await;
     assert_eq!(r["result"]["applied"], true, "{r}");
     assert_eq!(custom_names(&d).await, s(&["dup"]));
-    assert_eq!(health(&d).await["collisions"], json!(["read_file"]));
+    assert_eq!(d.health().await["collisions"], json!(["read_file"]));
 }
 
 #[tokio::test]
@@ -191,7 +187,7 @@ async fn bad_manifests_are_skipped_named_in_health_and_status_until_fixed() {
         format!("{}: is not valid JSON (line 1, column 9): EOF while parsing a value at line 1 column 9", root.join("broken/tool.json").display()),
         format!("{}: timout_ms: unknown field (did you mean \"timeout_ms\"?)", root.join("typo/tool.json").display()),
     ]);
-    let h = health(&d).await;
+    let h = d.health().await;
     assert_eq!(h["status"], "degraded");
     assert_eq!(h["custom_tool_errors"], expected);
     let st = d.call("config.status", json!({})).await["result"].clone();
@@ -209,10 +205,10 @@ async fn bad_manifests_are_skipped_named_in_health_and_status_until_fixed() {
         &manifest("bad_name", "- x"),
     );
     eventually(10, "errors cleared", || async {
-        health(&d).await.get("custom_tool_errors").is_none()
+        d.health().await.get("custom_tool_errors").is_none()
     })
     .await;
-    assert_eq!(health(&d).await["status"], "ok");
+    assert_eq!(d.health().await["status"], "ok");
     assert_eq!(custom_names(&d).await, s(&["bad_name", "good"]));
 }
 
@@ -264,7 +260,7 @@ async fn a_project_tools_folder_created_after_start_is_picked_up() {
     );
     // A workspace tool waits for approval (tests/workspace_trust.rs), then is listed.
     eventually(10, "the late tool quarantined", || async {
-        health(&d).await["quarantined"] == json!(["late"])
+        d.health().await["quarantined"] == json!(["late"])
     })
     .await;
     let r = d.call("tools.approve", json!({"name": "late"})).await;
@@ -498,7 +494,7 @@ async fn provider_credentials_reach_only_the_declaring_tool_and_rotate_on_reload
     );
     // Never in status, health or the daemon's log.
     let st = d.call("config.status", json!({})).await.to_string();
-    let h = health(&d).await.to_string();
+    let h = d.health().await.to_string();
     assert!(!st.contains("SECRET") && !h.contains("SECRET"));
     assert!(!d.log().contains("SECRET"));
 }
@@ -732,13 +728,13 @@ async fn session_events_run_off_the_callers_path_and_failures_show_in_health() {
         t.elapsed()
     );
     eventually(10, "both failures in health", || async {
-        health(&d).await["session_event_errors"]
+        d.health().await["session_event_errors"]
             .as_array()
             .is_some_and(|a| a.len() == 2)
     })
     .await;
     let mut errors: Vec<String> =
-        serde_json::from_value(health(&d).await["session_event_errors"].clone()).unwrap();
+        serde_json::from_value(d.health().await["session_event_errors"].clone()).unwrap();
     errors.sort();
     assert_eq!(
         errors,
@@ -801,7 +797,7 @@ async fn hidden_strict_and_approval_details_flags() {
         .unwrap();
     assert_eq!(strict["function"]["strict"], true);
     assert_eq!(
-        health(&d).await["custom_tool_errors"],
+        d.health().await["custom_tool_errors"],
         json!([format!(
             "{}: parameters.properties.a: strict is true but every property must be listed in \"required\" (make it nullable instead of optional)",
             tools(&d).join("loose/tool.json").display()
@@ -1003,7 +999,7 @@ async fn a_duplicate_key_in_a_manifest_is_refused() {
          would silently keep the last one)",
         file.display()
     );
-    assert_eq!(health(&d).await["custom_tool_errors"], json!([want]));
+    assert_eq!(d.health().await["custom_tool_errors"], json!([want]));
     assert_eq!(custom_names(&d).await, s(&[]));
     let (code, out) = cli(
         &["tool", "check", tools(&d).to_str().unwrap()],
@@ -1047,7 +1043,7 @@ async fn hostile_manifest_files_are_refused_without_blocking_or_swelling_a_scan(
     let root = tools(&d);
     let err = |t: &str, why: &str| format!("{}: {why}", root.join(t).join("tool.json").display());
     assert_eq!(
-        health(&d).await["custom_tool_errors"],
+        d.health().await["custom_tool_errors"],
         json!([
             err("fifo", "is not a regular file (fifo)"),
             err(

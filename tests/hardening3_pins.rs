@@ -55,10 +55,6 @@ async fn spawn(d: &mut Daemon) {
     .await;
 }
 
-async fn health(d: &Daemon) -> Value {
-    d.call("host.health", json!({})).await["result"].clone()
-}
-
 /// Runs the CLI against the daemon; returns (exit code, stdout, stderr).
 fn cli(d: &Daemon, args: &[&str]) -> (i32, String, String) {
     let out = toolhost(d.dir.path())
@@ -108,7 +104,7 @@ fn damage(path: &Path, kind: &str, good: &[u8]) {
 /// Asserts that the store is damaged: health names the file, both pinned tools (custom
 /// and MCP) are quarantined and not callable, and approving is refused.
 async fn assert_damaged(d: &Daemon, pins: &Path, kind: &str) {
-    let h = health(d).await;
+    let h = d.health().await;
     assert_eq!(h["status"], "degraded", "{kind}: {h}");
     let e = h["pins_error"].as_str().unwrap_or_default();
     assert!(e.contains(pins.to_str().unwrap()), "{kind}: {h}");
@@ -140,7 +136,7 @@ async fn a_damaged_pin_store_quarantines_pinned_tools_until_repaired_or_reset() 
     let pins = d.data_dir().join("pins.json");
     let good = std::fs::read(&pins).unwrap();
     assert!(String::from_utf8_lossy(&good).contains("Say hello."));
-    assert_eq!(health(&d).await["status"], "ok");
+    assert_eq!(d.health().await["status"], "ok");
     d.stop().await;
     // Changed while the daemon was down: only a sound pin store can catch it.
     write_tool(
@@ -177,7 +173,7 @@ async fn a_damaged_pin_store_quarantines_pinned_tools_until_repaired_or_reset() 
     std::fs::remove_dir(&pins).unwrap();
     std::fs::write(&pins, &good).unwrap();
     d.call("config.reload", json!({})).await;
-    let h = health(&d).await;
+    let h = d.health().await;
     assert_eq!(h.get("pins_error"), None, "{h}");
     assert_eq!(h["quarantined"], json!(["greet"]), "{h}");
     let r = d.invoke("greet", json!({})).await;

@@ -106,21 +106,6 @@ fn git(ws: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-async fn health(d: &Daemon) -> Value {
-    d.call("host.health", json!({})).await["result"].clone()
-}
-
-async fn approve(d: &Daemon, name: &str) {
-    let out = toolhost(d.dir.path())
-        .arg("--socket")
-        .arg(d.socket())
-        .args(["tools", "approve", name])
-        .output()
-        .await
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-}
-
 async fn listed(d: &Daemon) -> Vec<String> {
     let r = d.call("list_tools", json!({})).await;
     common::tool_names(&r["result"])
@@ -166,12 +151,12 @@ async fn the_seeds_repo_stats_module_runs_unmodified_through_the_socket() {
     let ws = d.workspace();
     // A workspace module follows the workspace rule: held back until approved.
     eventually(20, "repo_stats quarantined", || async {
-        health(&d).await["quarantined"] == json!(["repo_stats"])
+        d.health().await["quarantined"] == json!(["repo_stats"])
     })
     .await;
-    approve(&d, "repo_stats").await;
+    d.approve_tool("repo_stats").await;
     assert!(listed(&d).await.contains(&"repo_stats".to_owned()));
-    let h = health(&d).await;
+    let h = d.health().await;
     assert_eq!(h["module_host"]["node_version"], "22.23.5", "{h}");
     assert_eq!(h["module_host"]["typescript"], true, "{h}");
     assert!(h.get("module_errors").is_none(), "{h}");
@@ -248,7 +233,7 @@ fn echo_module(name: &str, text: &str) -> String {
 }
 
 async fn host_pid(d: &Daemon) -> i64 {
-    health(d).await["module_host"]["pid"].as_i64().unwrap()
+    d.health().await["module_host"]["pid"].as_i64().unwrap()
 }
 
 async fn output_of(d: &Daemon, name: &str) -> Value {
@@ -306,7 +291,7 @@ async fn arrays_load_errors_bad_results_and_duplicates_are_each_reported_alone()
     for skipped in ["noexec", "dates"] {
         assert!(!names.contains(&skipped.to_owned()), "{names:?}");
     }
-    let h = health(&d).await;
+    let h = d.health().await;
     assert_eq!(h["status"], "degraded", "{h}");
     let errors: Vec<&str> = h["module_errors"]
         .as_array()
@@ -386,7 +371,7 @@ async fn a_tool_looping_in_synchronous_code_is_cancelled_and_the_host_recovers()
     assert_eq!(end["result"]["error_kind"], "cancelled", "{end}");
     // The host never read the cancel: after the grace it is killed and started again.
     eventually(20, "the stuck host replaced", || async {
-        let h = health(&d).await;
+        let h = d.health().await;
         h["module_host"]["restarts"].as_u64() >= Some(1)
             && h["module_host"]["pid"]
                 .as_i64()
@@ -527,10 +512,10 @@ impl ClientHandler for Progress {
 async fn the_seeds_module_through_the_mcp_facade_streams_progress() {
     let d = start(|dir| git_workspace(&dir.join("ws")), json!({})).await;
     eventually(20, "repo_stats quarantined", || async {
-        health(&d).await["quarantined"] == json!(["repo_stats"])
+        d.health().await["quarantined"] == json!(["repo_stats"])
     })
     .await;
-    approve(&d, "repo_stats").await;
+    d.approve_tool("repo_stats").await;
     let (tx, mut progress) = mpsc::unbounded_channel();
     let mut cmd = toolhost(d.dir.path());
     cmd.arg("mcp").arg("--socket").arg(d.socket());
@@ -648,7 +633,7 @@ async fn typescript_on_an_old_node_is_refused_naming_the_fix_and_javascript_stil
     })
     .await;
     assert_eq!(output_of(&d, "plain").await["output"], "plain");
-    let h = health(&d).await;
+    let h = d.health().await;
     assert_eq!(h["module_host"]["typescript"], false, "{h}");
     let errors = h["module_errors"].to_string();
     assert!(
@@ -686,7 +671,7 @@ async fn modules_false_leaves_module_files_alone_and_starts_no_node() {
     })
     .await;
     assert!(!listed(&d).await.contains(&"plain".to_owned()));
-    let h = health(&d).await;
+    let h = d.health().await;
     assert!(h.get("module_host").is_none(), "{h}");
 }
 
@@ -827,7 +812,7 @@ async fn plugins_and_the_claude_and_codex_folders_are_searched() {
         assert_eq!(out["output"], text, "{out}");
         assert_eq!(out["structured_content"], json!({"by": tool}), "{out}");
     }
-    assert_eq!(health(&d).await["module_host"]["tools"], 3);
+    assert_eq!(d.health().await["module_host"]["tools"], 3);
 }
 
 #[tokio::test]

@@ -7,7 +7,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{eventually, Daemon, RawLines};
+use common::{eventually, watchdog_of, Daemon, RawLines};
 use serde_json::{json, Value};
 
 fn tests_dir() -> PathBuf {
@@ -365,20 +365,6 @@ fn ledger_group(d: &Daemon, pgid: i32) -> Option<Vec<String>> {
         }
     }
     found
-}
-
-/// The pid of daemon `instance`'s watchdog (`sh -c <script> toolhost-watchdog <instance>`).
-fn watchdog_of(instance: &str) -> Option<i32> {
-    let needle = format!("toolhost-watchdog\0{instance}");
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .find(|p| {
-            std::fs::read(format!("/proc/{p}/cmdline"))
-                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&needle))
-                && common::alive(*p)
-        })
 }
 
 #[tokio::test]

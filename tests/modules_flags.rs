@@ -85,16 +85,6 @@ async fn caller(d: &Daemon, name: &str, args: Value, call_id: &str) -> RawLines 
     c
 }
 
-/// The caller's next event of `kind` (`input_request`, `result`).
-async fn event_of(c: &mut RawLines, kind: &str) -> Value {
-    loop {
-        let n = c.recv().await;
-        if n["method"] == "invoke_event" && n["params"]["result"]["kind"] == kind {
-            return n["params"]["result"].clone();
-        }
-    }
-}
-
 /// The next `approval_pending` event of `call_id` on a `subscribe_approvals` connection.
 async fn pending(watch: &mut RawLines, call_id: &str) -> Value {
     loop {
@@ -139,7 +129,7 @@ async fn format_approval_details_is_the_summary_the_user_approves() {
 
     // The frontend's own prompt (elicitation) and the queue both carry the module's text.
     let mut c = caller(&d, "deploy", json!({"target": "prod"}), "deploy-1").await;
-    let q = event_of(&mut c, "input_request").await;
+    let q = c.invoke_event("input_request").await;
     let message = q["params"]["message"].as_str().unwrap();
     assert!(
         message.contains("Deploy the site to prod (production!)"),
@@ -164,7 +154,7 @@ async fn format_approval_details_is_the_summary_the_user_approves() {
         )
         .await;
     assert_eq!(r["result"]["accepted"], true, "{r}");
-    let result = event_of(&mut c, "result").await;
+    let result = c.invoke_event("result").await;
     assert_eq!(result["result"]["output"], "deployed to prod", "{result}");
 
     // A formatter that throws or never answers leaves the generic summary, and the call
@@ -181,7 +171,7 @@ async fn format_approval_details_is_the_summary_the_user_approves() {
             )
             .await;
         assert_eq!(r["result"]["outcome"], "allow_once", "{r}");
-        let result = event_of(&mut c, "result").await;
+        let result = c.invoke_event("result").await;
         assert_eq!(
             result["result"]["output"],
             format!("ran {tool}"),

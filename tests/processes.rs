@@ -9,7 +9,7 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{alive, eventually, Daemon, FIXTURE};
+use common::{alive, eventually, watchdog_of, Daemon, FIXTURE};
 use serde_json::{json, Value};
 
 /// Three ways out of the call's process group, each leaving a `sleep` running.
@@ -151,20 +151,6 @@ async fn daemon_sigkill_leaves_no_orphans() {
         watchdog_of(&words[2]).is_none()
     })
     .await;
-}
-
-/// The pid of the daemon instance's live watchdog (`sh -c <script> toolhost-watchdog <instance>`).
-fn watchdog_of(instance: &str) -> Option<i32> {
-    let needle = format!("toolhost-watchdog\0{instance}");
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .find(|p| {
-            std::fs::read(format!("/proc/{p}/cmdline"))
-                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&needle))
-                && alive(*p)
-        })
 }
 
 #[tokio::test]

@@ -19,10 +19,6 @@ async fn status(d: &Daemon) -> Value {
     d.call("config.status", json!({})).await["result"].clone()
 }
 
-async fn health(d: &Daemon) -> Value {
-    d.call("host.health", json!({})).await["result"].clone()
-}
-
 async fn fx_ready(d: &Daemon) {
     eventually(20, "fx ready", || async {
         d.call("mcp.status", json!({})).await["result"]["servers"][0]["state"] == "ready"
@@ -49,7 +45,7 @@ async fn a_deleted_config_keeps_the_last_good_one_and_is_reported() {
             .contains("keeping the last good config"),
         "{r}"
     );
-    let h = health(&d).await;
+    let h = d.health().await;
     assert_eq!(h["status"], "degraded", "{h}");
     // The server was not stopped: same process, tools still callable.
     assert_eq!(server_pid(&d), pid);
@@ -61,7 +57,7 @@ async fn a_deleted_config_keeps_the_last_good_one_and_is_reported() {
         status(&d).await.get("last_error").is_none()
     })
     .await;
-    assert_eq!(health(&d).await["status"], "ok");
+    assert_eq!(d.health().await["status"], "ok");
 }
 
 #[tokio::test]
@@ -94,7 +90,7 @@ async fn a_directory_then_the_identical_good_file_clears_the_error() {
         status(&d).await.get("last_error").is_some()
     })
     .await;
-    assert_eq!(health(&d).await["status"], "degraded");
+    assert_eq!(d.health().await["status"], "degraded");
     std::fs::remove_dir(d.config_path()).unwrap();
     let tmp = d.dir.path().join("c.tmp");
     std::fs::write(&tmp, &text).unwrap();
@@ -103,7 +99,7 @@ async fn a_directory_then_the_identical_good_file_clears_the_error() {
         status(&d).await.get("last_error").is_none()
     })
     .await;
-    assert_eq!(health(&d).await["status"], "ok");
+    assert_eq!(d.health().await["status"], "ok");
 }
 
 #[tokio::test]
@@ -119,7 +115,7 @@ async fn a_server_that_cannot_start_makes_health_degraded() {
         s == "failed" || s == "circuit_open"
     })
     .await;
-    let h = health(&d).await;
+    let h = d.health().await;
     assert_eq!(h["status"], "degraded", "{h}");
     assert_eq!(d.http("GET", "/health", "").await.0, 503);
     let last = d.call("mcp.status", json!({})).await["result"]["servers"][0]["last_error"].clone();

@@ -8,7 +8,7 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use common::{eventually, toolhost, write_atomic, Daemon};
+use common::{eventually, write_atomic, Daemon};
 use serde_json::{json, Value};
 
 /// Writes a shell tool: `run.sh`, then `tool.json` atomically.
@@ -41,22 +41,6 @@ async fn start(prepare: impl FnOnce(&Path), cfg: Value) -> Daemon {
     let xdg = dir.join("xdg");
     d.spawn(&[("XDG_CONFIG_HOME", xdg.to_str().unwrap())]).await;
     d
-}
-
-async fn health(d: &Daemon) -> Value {
-    d.call("host.health", json!({})).await["result"].clone()
-}
-
-/// `toolhost tools approve NAME`, as the user runs it.
-async fn approve(d: &Daemon, name: &str) {
-    let out = toolhost(d.dir.path())
-        .arg("--socket")
-        .arg(d.socket())
-        .args(["tools", "approve", name])
-        .output()
-        .await
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
 }
 
 async fn session(d: &Daemon, params: Value) -> String {
@@ -101,7 +85,7 @@ async fn a_workspace_tool_waits_for_approval_and_a_changed_one_waits_again() {
         &script,
     );
     eventually(10, "the dropped tool quarantined", || async {
-        health(&d).await["quarantined"] == json!(["dropped"])
+        d.health().await["quarantined"] == json!(["dropped"])
     })
     .await;
     let before = session(&d, json!({"sandbox": {"policy": "read-only"}})).await;
@@ -119,7 +103,7 @@ async fn a_workspace_tool_waits_for_approval_and_a_changed_one_waits_again() {
     assert!(listed["meta"].get("dropped").is_none(), "{listed}");
 
     // Approved: it runs, with the key, and hears about sessions from now on.
-    approve(&d, "dropped").await;
+    d.approve_tool("dropped").await;
     let after = session(&d, json!({})).await;
     let r = invoke_in(&d, "dropped", &after).await;
     assert_eq!(r, json!({"ok": true, "output": "v1 key=sk-secret\n"}));
@@ -136,13 +120,13 @@ async fn a_workspace_tool_waits_for_approval_and_a_changed_one_waits_again() {
     // Its program changes (not its manifest): quarantined again, and the call is refused.
     std::fs::write(dir.join("run.sh"), "#!/bin/bash\necho v2\n").unwrap();
     eventually(10, "the changed tool quarantined again", || async {
-        health(&d).await["quarantined"] == json!(["dropped"])
+        d.health().await["quarantined"] == json!(["dropped"])
     })
     .await;
     let r = invoke_in(&d, "dropped", &after).await;
     assert_eq!(r["error_kind"], "quarantined", "{r}");
     assert!(r["error"].as_str().unwrap().contains("(files)"), "{r}");
-    approve(&d, "dropped").await;
+    d.approve_tool("dropped").await;
     let r = invoke_in(&d, "dropped", &after).await;
     assert_eq!(r, json!({"ok": true, "output": "v2\n"}));
 }
@@ -169,7 +153,7 @@ async fn a_workspace_tool_never_takes_a_user_tools_name() {
     .await;
     let r = d.invoke("cachetool", json!({})).await;
     assert_eq!(r, json!({"ok": true, "output": "user\n"}));
-    let h = health(&d).await;
+    let h = d.health().await;
     assert_eq!(h["status"], "degraded");
     assert_eq!(h["collisions"], json!(["cachetool"]));
     assert_eq!(h.get("quarantined"), None, "{h}");
@@ -232,10 +216,10 @@ async fn a_grant_by_name_goes_to_the_users_tool_only() {
     // grant by bare name is not its.
     std::fs::remove_dir_all(&user).unwrap();
     eventually(10, "the workspace tool quarantined", || async {
-        health(&d).await["quarantined"] == json!(["cachetool"])
+        d.health().await["quarantined"] == json!(["cachetool"])
     })
     .await;
-    approve(&d, "cachetool").await;
+    d.approve_tool("cachetool").await;
     let r = d.invoke("cachetool", json!({})).await;
     assert_eq!(r["exit_code"], 3, "{r}");
     assert!(!cache.join("workspace").exists());

@@ -287,6 +287,22 @@ impl Daemon {
         assert!(r.get("result").is_some(), "{r}");
         c
     }
+    /// `host.health`'s result.
+    pub async fn health(&self) -> Value {
+        self.call("host.health", json!({})).await["result"].clone()
+    }
+
+    /// `toolhost tools approve NAME`, as the user runs it.
+    pub async fn approve_tool(&self, name: &str) {
+        let out = toolhost(self.dir.path())
+            .arg("--socket")
+            .arg(self.socket())
+            .args(["tools", "approve", name])
+            .output()
+            .await
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
 
     /// One call on a fresh connection, answered in the JSON-RPC response shape
     /// (`{"result": …}` or `{"error": {code, message[, data]}}`) so tests can assert on
@@ -435,6 +451,16 @@ impl RawLines {
             .unwrap()
             .expect("connection open");
         serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad line {line}: {e}"))
+    }
+    /// The next `invoke_event` of `kind` (`input_request`, `result`) on this caller's
+    /// stream: its `result`.
+    pub async fn invoke_event(&mut self, kind: &str) -> Value {
+        loop {
+            let n = self.recv().await;
+            if n["method"] == "invoke_event" && n["params"]["result"]["kind"] == kind {
+                return n["params"]["result"].clone();
+            }
+        }
     }
 
     /// The next message, which must be a `method` notification: its payload.
@@ -627,6 +653,21 @@ pub fn alive(pid: i32) -> bool {
         && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .map(|s| s.contains(") Z "))
             .unwrap_or(true)
+}
+
+/// The pid of daemon `instance`'s live watchdog (`sh -c <script> toolhost-watchdog
+/// <instance>`).
+pub fn watchdog_of(instance: &str) -> Option<i32> {
+    let needle = format!("toolhost-watchdog\0{instance}");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .find(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&needle))
+                && alive(*p)
+        })
 }
 
 /// Writes `value` to `path` atomically (temp + rename), the way editors save.
