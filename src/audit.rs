@@ -316,10 +316,7 @@ pub fn digest_args(args: &serde_json::Value) -> (Option<String>, u64) {
     if serde_json::to_writer(&mut out, args).is_err() {
         return (None, 0);
     }
-    let mut hex = [0u8; 64];
-    let hashed = hex::encode_to_slice(out.hasher.finalize(), &mut hex);
-    let text = std::str::from_utf8(&hex).ok().filter(|_| hashed.is_ok());
-    (text.map(str::to_owned), out.len)
+    (Some(hex::encode(out.hasher.finalize())), out.len)
 }
 
 /// The frontend's name from session meta: `client`, else `clientInfo.name` (MCP's shape).
