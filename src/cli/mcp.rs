@@ -103,11 +103,11 @@ impl Bridge {
         if let Some(p) = &self.profile {
             cmd.arg("--profile").arg(p);
         }
-        let format = match self.log_format {
-            crate::logging::LogFormat::Text => "text",
-            crate::logging::LogFormat::Json => "json",
-        };
-        cmd.args(["--log-format", format, "--"]).args(&self.sockets);
+        // The flag's own spelling, as clap parses it on the other side.
+        if let Some(format) = clap::ValueEnum::to_possible_value(&self.log_format) {
+            cmd.arg("--log-format").arg(format.get_name());
+        }
+        cmd.arg("--").args(&self.sockets);
         let e = cmd.exec();
         tracing::debug!(%e, bin = %bin.display(), "cannot run the bridge binary; bridging in this process");
     }
