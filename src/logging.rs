@@ -53,8 +53,12 @@ pub fn init(daemon: bool, format: LogFormat) {
         LogFormat::Json => lines.json().with_ansi(false).boxed(),
     };
     let routine = filter_fn(move |meta| debug_wanted || !is_answered_error(meta));
+    // The level filter is global, not the layer's own: a span it leaves out (rmcp's
+    // info-level `serve_inner`, around every read of a server's answers) is then never
+    // made, where a per-layer filter has the registry make it and enter it on every poll.
     let _ = tracing_subscriber::registry()
-        .with(lines.with_filter(filter).with_filter(routine))
+        .with(filter)
+        .with(lines.with_filter(routine))
         .try_init();
 }
 
