@@ -562,25 +562,37 @@ impl Wire {
     }
 }
 
-async fn write_loop(mut wire: Wire, mut rx: mpsc::Receiver<Out>, owed: Arc<Owed>) {
-    let mut open = true;
+/// A connection's write side, shared: a call's reply is written by the task that ran the
+/// call (no hop to another task), events and refusals by [`write_loop`]; the lock keeps
+/// each message whole.
+type SharedWire = Arc<tokio::sync::Mutex<Writing>>;
+
+/// The write side, and whether the client still takes what is written.
+struct Writing {
+    wire: Wire,
+    open: bool,
+}
+
+impl Writing {
+    async fn send(&mut self, text: String) {
+        if self.open && !text.is_empty() {
+            self.open = self.wire.send(text).await;
+        }
+    }
+}
+
+async fn write_loop(wire: SharedWire, mut rx: mpsc::Receiver<Out>, owed: Arc<Owed>) {
     while let Some(out) = rx.recv().await {
         match out {
             Out::Reply(text) => {
-                if open && !text.is_empty() {
-                    open = wire.send(text).await;
-                }
+                wire.lock().await.send(text).await;
                 owed.settle();
             }
-            Out::Event(text) => {
-                if open {
-                    open = wire.send(text).await;
-                }
-            }
+            Out::Event(text) => wire.lock().await.send(text).await,
             Out::Close => break,
         }
     }
-    wire.close().await;
+    wire.lock().await.wire.close().await;
 }
 
 /// Serves a message connection (newline or WebSocket) until the client is done and every
@@ -593,7 +605,9 @@ pub(super) async fn run_messages(
 ) {
     let owed = Arc::new(Owed::default());
     let (out, out_rx) = mpsc::channel(64);
-    let mut writer = AbortOnDropHandle::new(tokio::spawn(write_loop(wire, out_rx, owed.clone())));
+    let wire: SharedWire = Arc::new(tokio::sync::Mutex::new(Writing { wire, open: true }));
+    let mut writer =
+        AbortOnDropHandle::new(tokio::spawn(write_loop(wire.clone(), out_rx, owed.clone())));
     let session = Arc::new(Session {
         shared: shared.clone(),
         streams: Some(Streams {
@@ -629,11 +643,12 @@ pub(super) async fn run_messages(
         if owes {
             owed.add();
         }
-        let (session, out) = (session.clone(), out.clone());
+        let (session, wire, owed) = (session.clone(), wire.clone(), owed.clone());
         tokio::spawn(async move {
             let (reply, accepted) = session.handle(msg).await;
             if owes {
-                let _ = out.send(Out::Reply(reply.unwrap_or_default())).await;
+                wire.lock().await.send(reply.unwrap_or_default()).await;
+                owed.settle();
             }
             // After the reply: a client learns the subscription id before its first event.
             session.start(accepted);
