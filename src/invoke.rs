@@ -37,7 +37,15 @@ pub fn new_call_id() -> String {
         id
     });
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    format!("call_{prefix}{n:016x}")
+    // `format!("call_{prefix}{n:016x}")`, without the formatting machinery (a call's cost).
+    let mut digits = [0u8; 16];
+    let mut id = String::with_capacity(5 + prefix.len() + digits.len());
+    id.push_str("call_");
+    id.push_str(prefix);
+    if hex::encode_to_slice(n.to_be_bytes(), &mut digits).is_ok() {
+        id.extend(digits.iter().map(|&d| char::from(d)));
+    }
+    id
 }
 
 /// The refusal of a call whose `call_id` a call in flight already has.

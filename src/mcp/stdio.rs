@@ -184,8 +184,10 @@ impl<R: AsyncRead + Unpin> StdioTransport<R> {
         /// after.
         #[derive(Deserialize)]
         struct Incoming<'a> {
-            #[serde(default)]
-            id: Option<RequestId>,
+            /// Raw: only our own ids (`"th-N"`) are looked at here, and rmcp's id type
+            /// would have every answer go through its untagged number-or-string buffering.
+            #[serde(default, borrow)]
+            id: Option<&'a serde_json::value::RawValue>,
             #[serde(default, borrow)]
             method: Option<std::borrow::Cow<'a, str>>,
             #[serde(default)]
@@ -204,8 +206,8 @@ impl<R: AsyncRead + Unpin> StdioTransport<R> {
                 let taken = match (incoming.id, incoming.method, incoming.params) {
                     (None, Some(method), Some(params)) => self.direct.notify(&method, params),
                     (Some(id), None, _) => match (incoming.result, incoming.error) {
-                        (Some(result), _) => self.direct.answer(&id, Ok(result)),
-                        (None, Some(error)) => self.direct.answer(&id, Err(error)),
+                        (Some(result), _) => self.direct.answer(id.get(), Ok(result)),
+                        (None, Some(error)) => self.direct.answer(id.get(), Err(error)),
                         (None, None) => false,
                     },
                     // A request from the server (it has an id and a method): rmcp's.
@@ -641,9 +643,10 @@ impl DirectCalls {
         lock(&self.pending).as_ref().is_some_and(|p| !p.is_empty())
     }
 
-    /// Hands `outcome` to the direct call `id`; false when `id` is not one.
-    fn answer(&self, id: &RequestId, outcome: DirectAnswer) -> bool {
-        let NumberOrString::String(id) = id else {
+    /// Hands `outcome` to the direct call whose id is the JSON `raw_id`; false when it is
+    /// not one of ours (they are plain strings, never escaped).
+    fn answer(&self, raw_id: &str, outcome: DirectAnswer) -> bool {
+        let Some(id) = raw_id.strip_prefix('"').and_then(|s| s.strip_suffix('"')) else {
             return false;
         };
         let Some(n) = number(id) else { return false };

@@ -95,6 +95,13 @@ pub(crate) fn parse(text: &str) -> Message {
         }
         return Message::Batch(entries.into_iter().map(entry).collect());
     }
+    // A well-formed request object is read in one pass; anything else takes the checks
+    // below, which tell a parse error from an invalid request.
+    if text.starts_with('{') {
+        if let Ok(fields) = serde_json::from_str::<Fields>(text) {
+            return Message::Single(checked(fields));
+        }
+    }
     match serde_json::from_str::<&RawValue>(text) {
         Ok(v) => Message::Single(entry(v)),
         Err(e) => Message::Single(Item::Reply(parse_error(&e))),
@@ -133,10 +140,16 @@ fn entry(raw: &RawValue) -> Item {
     if !raw.get().starts_with('{') {
         return reply(None, INVALID_REQUEST, "Invalid request: not an object");
     }
-    let f: Fields = match serde_json::from_str(raw.get()) {
-        Ok(f) => f,
-        Err(e) => return reply(None, INVALID_REQUEST, &format!("Invalid request: {e}")),
-    };
+    match serde_json::from_str(raw.get()) {
+        Ok(f) => checked(f),
+        Err(e) => reply(None, INVALID_REQUEST, &format!("Invalid request: {e}")),
+    }
+}
+
+/// Checks the fields of one request object.
+fn checked(f: Fields) -> Item {
+    let reply =
+        |id: Option<&RawValue>, code: i32, msg: &str| Item::Reply(error_reply(id, code, msg));
     // Any string or number is an id; null is tolerated (and answered with null).
     let id = match f.id {
         None => None,

@@ -132,7 +132,9 @@ where
     F: Fn(Host, P) -> Fut,
     Fut: Future<Output = Result<O, Error>> + Send + 'static,
 {
-    let call = parse_str::<P>(params).map(|p| f(host.clone(), p));
+    // Boxed where it is made: a handler's future (a call's whole pipeline) is kilobytes,
+    // and each move on its way to the connection's task would copy it.
+    let call = parse_str::<P>(params).map(|p| Box::pin(f(host.clone(), p)));
     async move { call?.await.map_err(rpc_error) }
 }
 
