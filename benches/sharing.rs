@@ -9,8 +9,9 @@
 //!   spawning the 4 servers itself. Processes, RSS and PSS of the whole tree, time to the
 //!   first successful call of every server; and each bridge's RSS, PSS and private memory.
 //! - `relay`: the daemon's own CPU per relayed call over an 8-client phase against a naive
-//!   relay's (benches/support/naive_relay.mjs) in the same run; sequential p50 through the
-//!   host, through the naive relay and direct.
+//!   relay's (benches/support/naive_relay.mjs) and a bare Rust relay's
+//!   (benches/support/bare_relay.rs: the floor of any relay on tokio and serde_json) in the
+//!   same run; sequential p50 through the host, through the naive relay and direct.
 //! - `idle`: the daemon with 10 servers, all running, against 8 of them `"start": "lazy"`.
 //! - `process`: `bash true` and a trivial custom tool through the host against the same
 //!   program spawned and waited for by this process.
@@ -32,6 +33,8 @@ use tokio::process::{Child, Command};
 use toolhost::client::Client;
 use toolhost::protocol::InvokeParams;
 
+#[path = "support/bare_relay.rs"]
+mod bare_relay;
 #[path = "support/daemon.rs"]
 #[allow(dead_code)]
 mod daemon;
@@ -148,8 +151,19 @@ fn mcp_config(servers: &[Server]) -> Value {
     json!({ "mcp_servers": blocks })
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
+    // Re-executed as the relay section's bare relay: that, and nothing else.
+    if bare_relay::run_if_asked() {
+        return;
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(bench());
+}
+
+async fn bench() {
     let selection = Selection::from_args(SECTIONS);
     let setup = std::process::Command::new("bash")
         .arg(root().join("benches/setup.sh"))
@@ -578,6 +592,21 @@ async fn relay() {
     assert_eq!(ready.trim(), "ready");
     let naive_pid = naive.id().unwrap() as i32;
 
+    // The bare relay: the floor of a relay in Rust that does nothing else.
+    let bare_socket = dir.join("bare.sock");
+    let mut bare = bare_relay::command(&bare_socket, &everything.command, &everything.args)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    BufReader::new(bare.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .await
+        .unwrap();
+    assert_eq!(ready.trim(), "ready");
+    let bare_pid = bare.id().unwrap() as i32;
+
     // And the server spawned directly, the floor.
     let mut direct_child = Command::new(&everything.command)
         .args(&everything.args)
@@ -657,32 +686,20 @@ async fn relay() {
     let host_secs = t.elapsed().as_secs_f64();
     let host_cpu = procs::cpu_secs(daemon_pid) - cpu;
 
+    // The two relays: a warm-up first (the naive relay's JIT), then the measured phase.
+    mcp_phase(&relay_socket, CLIENTS, 100).await;
     let cpu = procs::cpu_secs(naive_pid);
-    let t = Instant::now();
-    let tasks: Vec<_> = (0..CLIENTS)
-        .map(|_| {
-            let relay_socket = relay_socket.clone();
-            tokio::spawn(async move {
-                let (r, w) = tokio::net::UnixStream::connect(&relay_socket)
-                    .await
-                    .unwrap()
-                    .into_split();
-                let mut c = LineConn::new(r, w);
-                for _ in 0..per_client {
-                    assert!(echo_ok(&c.call("tools/call", &echo_call()).await));
-                }
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await.unwrap();
-    }
-    let relay_secs = t.elapsed().as_secs_f64();
+    let relay_secs = mcp_phase(&relay_socket, CLIENTS, per_client).await;
     let relay_cpu = procs::cpu_secs(naive_pid) - cpu;
+    mcp_phase(&bare_socket, CLIENTS, 100).await;
+    let cpu = procs::cpu_secs(bare_pid);
+    let bare_secs = mcp_phase(&bare_socket, CLIENTS, per_client).await;
+    let bare_cpu = procs::cpu_secs(bare_pid) - cpu;
 
     let calls = (CLIENTS * per_client) as f64;
     let host_us = host_cpu / calls * 1e6;
     let relay_us = relay_cpu / calls * 1e6;
+    let bare_us = bare_cpu / calls * 1e6;
     println!("\n== relay cost: server-everything `echo`, newline JSON-RPC over a Unix socket");
     println!(
         "  sequential p50: host {:.3} ms, naive relay {:.3} ms, direct {:.3} ms (n={})",
@@ -702,17 +719,54 @@ async fn relay() {
         calls / host_secs,
         calls / relay_secs
     );
+    println!(
+        "  bare Rust relay {:.0} calls/s, own CPU {bare_us:.0} µs per call",
+        calls / bare_secs
+    );
     let cpu_ratio = host_us / relay_us.max(1e-9);
     println!(
         "  host / naive relay CPU per call: {cpu_ratio:.2}×   target ≤ 0.5× {}",
         met(cpu_ratio <= 0.5)
     );
-    let _ = naive.start_kill();
-    let _ = naive.wait().await;
+    println!(
+        "  bare Rust relay / naive relay: {:.2}× (the floor: parse, renumber, write, nothing else); \
+         host / bare Rust relay: {:.2}×",
+        bare_us / relay_us.max(1e-9),
+        host_us / bare_us.max(1e-9)
+    );
+    for relay in [&mut naive, &mut bare] {
+        let _ = relay.start_kill();
+        let _ = relay.wait().await;
+    }
     drop(direct);
     let _ = direct_child.start_kill();
     let _ = direct_child.wait().await;
     daemon::stop(daemon).await;
+}
+
+/// `clients` connections to a relay's socket, each making `per_client` `echo` calls one after
+/// another; the phase's wall time in seconds.
+async fn mcp_phase(socket: &Path, clients: usize, per_client: usize) -> f64 {
+    let t = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|_| {
+            let socket = socket.to_owned();
+            tokio::spawn(async move {
+                let (r, w) = tokio::net::UnixStream::connect(&socket)
+                    .await
+                    .unwrap()
+                    .into_split();
+                let mut c = LineConn::new(r, w);
+                for _ in 0..per_client {
+                    assert!(echo_ok(&c.call("tools/call", &echo_call()).await));
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    t.elapsed().as_secs_f64()
 }
 
 // ---------------------------------------------------------------------------------------
