@@ -44,9 +44,10 @@ impl Retry {
     }
 }
 
-/// Whether a result is `input_required` rather than the final one.
-pub fn input_required(result: &Map<String, Value>) -> bool {
-    result.get("resultType").and_then(Value::as_str) == Some("input_required")
+/// Whether a result whose `resultType` member is `result_type` (as JSON) is
+/// `input_required` rather than the final one.
+pub fn input_required(result_type: Option<&serde_json::value::RawValue>) -> bool {
+    result_type.map(serde_json::value::RawValue::get) == Some(r#""input_required""#)
 }
 
 /// Answers every input request of an `input_required` result through the frontend of the
@@ -130,7 +131,8 @@ mod tests {
             "inputRequests": {"r": {"method": "roots/list", "params": {}}},
             "requestState": state,
         }));
-        assert!(input_required(&result));
+        let result_type = serde_json::value::to_raw_value(&result["resultType"]).unwrap();
+        assert!(input_required(Some(&result_type)));
         let retry = answer(result, &inputs, &["file:///w".to_owned()])
             .await
             .unwrap();
@@ -156,6 +158,8 @@ mod tests {
         assert!(answer(bare, &inputs, &["file:///w".to_owned()])
             .await
             .is_err());
-        assert!(!input_required(&object(json!({"content": []}))));
+        assert!(!input_required(None));
+        let final_result = serde_json::value::to_raw_value("final").unwrap();
+        assert!(!input_required(Some(&final_result)));
     }
 }

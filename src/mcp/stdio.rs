@@ -42,6 +42,7 @@ use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use rmcp::RoleClient;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
@@ -64,8 +65,9 @@ const MAX_QUEUED: usize = MAX_MESSAGE;
 
 type Pipe = Box<dyn AsyncWrite + Send + Unpin>;
 
-/// The server's answer to a direct call: its `result`, or its JSON-RPC error.
-pub type DirectAnswer = Result<Value, ErrorData>;
+/// The server's answer to a direct call: its `result` as the server wrote it (read once,
+/// by the call, into what it needs), or its JSON-RPC error.
+pub type DirectAnswer = Result<Box<RawValue>, ErrorData>;
 
 pub struct StdioTransport<R> {
     read: BufReader<R>,
@@ -187,19 +189,21 @@ impl<R: AsyncRead + Unpin> StdioTransport<R> {
             /// Raw: only our own ids (`"th-N"`) are looked at here, and rmcp's id type
             /// would have every answer go through its untagged number-or-string buffering.
             #[serde(default, borrow)]
-            id: Option<&'a serde_json::value::RawValue>,
+            id: Option<&'a RawValue>,
             #[serde(default, borrow)]
             method: Option<std::borrow::Cow<'a, str>>,
             #[serde(default)]
             params: Option<Value>,
             /// `null` is kept (a bad answer the call must hear of), only absence is `None`.
             #[serde(default, deserialize_with = "present")]
-            result: Option<Value>,
+            result: Option<Box<RawValue>>,
             #[serde(default)]
             error: Option<ErrorData>,
         }
-        fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-            Value::deserialize(d).map(Some)
+        fn present<'de, D: serde::Deserializer<'de>>(
+            d: D,
+        ) -> Result<Option<Box<RawValue>>, D::Error> {
+            Box::<RawValue>::deserialize(d).map(Some)
         }
         if self.direct.waiting() {
             if let Ok(incoming) = serde_json::from_slice::<Incoming>(line) {

@@ -15,6 +15,7 @@ use rmcp::model::{
 use rmcp::service::{Peer, PeerRequestOptions, ServiceError};
 use rmcp::RoleClient;
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
@@ -189,7 +190,7 @@ impl Drop for Unanswered {
 struct Outgoing {
     sent: Sent,
     notes: BoxStream<'static, Note>,
-    answer: BoxFuture<'static, Result<Value, ServiceError>>,
+    answer: BoxFuture<'static, Result<Box<RawValue>, ServiceError>>,
 }
 
 /// Sends the call, by the direct way when the connection has one.
@@ -256,16 +257,13 @@ async fn send_call(
         .await
         .map(Note::Progress);
     let answer = async move {
-        match handle.await_response().await? {
-            ServerResult::CallToolResult(r) => {
-                serde_json::to_value(r).map_err(|_| ServiceError::UnexpectedResponse)
-            }
-            ServerResult::InputRequiredResult(r) => {
-                serde_json::to_value(r).map_err(|_| ServiceError::UnexpectedResponse)
-            }
-            ServerResult::CustomResult(r) => Ok(r.0),
-            _ => Err(ServiceError::UnexpectedResponse),
-        }
+        let raw = match handle.await_response().await? {
+            ServerResult::CallToolResult(r) => serde_json::value::to_raw_value(&r),
+            ServerResult::InputRequiredResult(r) => serde_json::value::to_raw_value(&r),
+            ServerResult::CustomResult(r) => serde_json::value::to_raw_value(&r.0),
+            _ => return Err(ServiceError::UnexpectedResponse),
+        };
+        raw.map_err(|_| ServiceError::UnexpectedResponse)
     };
     Ok(Outgoing {
         sent,
@@ -331,10 +329,13 @@ async fn call_upstream(tool: &McpTool, args: Map<String, Value>, ctx: CallContex
             _ = ctx.cancel.cancelled() => return Err(ToolError::cancelled(name)),
             _ = sleep_until(deadline) => return Err(timed_out()),
         };
-        let result = answer_of(server, name, outgoing, &ctx, deadline, &timed_out).await?;
-        if !mrtr::input_required(&result) {
-            return map_result(result);
+        let raw = answer_of(server, name, outgoing, &ctx, deadline, &timed_out).await?;
+        let answer = Answer::read(&raw).map_err(|e| unreadable(server, &e))?;
+        if !answer.input_required() {
+            return map_result(answer);
         }
+        // Rare (a 2026-07-28 server asking for input): read whole for its questions.
+        let result = serde_json::from_str(raw.get()).map_err(|e| unreadable(server, &e))?;
         let roots = server.roots();
         let answering = mrtr::answer(result, &ctx.inputs, &roots);
         retry = tokio::select! {
@@ -362,7 +363,7 @@ async fn answer_of(
     ctx: &CallContext,
     deadline: Option<Instant>,
     timed_out: &(dyn Fn() -> ToolError + Sync),
-) -> Result<Map<String, Value>, ToolError> {
+) -> Result<Box<RawValue>, ToolError> {
     let Outgoing {
         sent,
         notes,
@@ -410,13 +411,56 @@ async fn answer_of(
     };
     unanswered.settle();
     match outcome {
-        Ok(Value::Object(result)) => Ok(result),
+        Ok(result) if result.get().starts_with('{') => Ok(result),
         Ok(_) | Err(ServiceError::UnexpectedResponse) => Err(ToolError::failed(format!(
             "MCP server '{}' answered tools/call with something that is not a tool result",
             server.name()
         ))),
         Err(e) => Err(server.call_error(e)),
     }
+}
+
+/// A tool result object the pipeline cannot read (two `content` members, say).
+fn unreadable(server: &Server, e: &serde_json::Error) -> ToolError {
+    ToolError::failed(format!(
+        "MCP server '{}' answered tools/call with a result that cannot be read: {e}",
+        server.name()
+    ))
+}
+
+/// What the pipeline reads of a `CallToolResult`, in one pass over the server's JSON and
+/// without building it as a `Value`: members of any type are taken raw and judged by
+/// [`map_result`], so an odd member is handled there, not a parse error.
+#[derive(Deserialize)]
+pub struct Answer<'a> {
+    #[serde(default, borrow)]
+    content: Option<&'a RawValue>,
+    #[serde(default, rename = "structuredContent")]
+    structured_content: Option<Value>,
+    #[serde(default, borrow, rename = "isError")]
+    is_error: Option<&'a RawValue>,
+    #[serde(default, borrow, rename = "resultType")]
+    result_type: Option<&'a RawValue>,
+}
+
+impl<'a> Answer<'a> {
+    pub fn read(raw: &'a RawValue) -> Result<Answer<'a>, serde_json::Error> {
+        serde_json::from_str(raw.get())
+    }
+
+    /// An `input_required` result of the 2026-07-28 era (`mrtr.rs`).
+    fn input_required(&self) -> bool {
+        mrtr::input_required(self.result_type)
+    }
+}
+
+/// A plain text block, read in place: the text is all the output keeps of it.
+#[derive(Deserialize)]
+struct TextBlock<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    text: std::borrow::Cow<'a, str>,
 }
 
 /// A notification of the call's server, passed on to the call's frontend: progress as an
@@ -455,22 +499,28 @@ async fn sleep_until(deadline: Option<Instant>) {
 /// fields `_multimodal`/`_image_data_url`, `isError` as a `failed` result. When there is
 /// more than text (images, audio, resources), the blocks are also kept whole as `content`,
 /// as a custom tool's are, so MCP frontends (the facade) get them as they were.
-pub fn map_result(mut r: Map<String, Value>) -> ToolResult {
-    let raw = match r.remove("content") {
-        Some(Value::Array(blocks)) => blocks,
-        _ => Vec::new(),
-    };
+pub fn map_result(answer: Answer<'_>) -> ToolResult {
+    let blocks: Vec<&RawValue> = answer
+        .content
+        .filter(|c| c.get().starts_with('['))
+        .and_then(|c| serde_json::from_str(c.get()).ok())
+        .unwrap_or_default();
+    fn text_block<'a>(b: &&'a RawValue) -> Option<TextBlock<'a>> {
+        serde_json::from_str::<TextBlock>(b.get())
+            .ok()
+            .filter(|t| t.kind == "text")
+    }
     let mut out = ToolOutput::default();
     let mut texts: Vec<String> = Vec::new();
-    if raw.iter().all(is_text_block) {
-        // Text is moved out of the answer, not copied: a tool's output can be large.
-        for block in raw {
-            if let Ok(ContentBlock::Text { text }) = serde_json::from_value(block) {
-                texts.push(text);
-            }
-        }
+    let all_text: Option<Vec<TextBlock>> = blocks.iter().map(text_block).collect();
+    if let Some(text_blocks) = all_text {
+        texts.extend(text_blocks.into_iter().map(|t| t.text.into_owned()));
     } else {
         // The blocks are kept whole, so they are read in place.
+        let raw: Vec<Value> = blocks
+            .iter()
+            .filter_map(|b| serde_json::from_str(b.get()).ok())
+            .collect();
         for block in &raw {
             match ContentBlock::deserialize(block) {
                 Ok(typed) => texts.push(summary(typed, &mut out.control)),
@@ -489,13 +539,13 @@ pub fn map_result(mut r: Map<String, Value>) -> ToolResult {
         1 => texts.pop().unwrap_or_default(),
         _ => texts.join("\n"),
     };
-    match r.remove("structuredContent") {
+    match answer.structured_content {
         Some(Value::Object(s)) => out.structured_content = Some(s),
         // Not an object, as the spec wants: passed on as it came.
         Some(other) if !other.is_null() => out.insert("structured_content", other),
         _ => {}
     }
-    if r.get("isError").and_then(Value::as_bool) == Some(true) {
+    if answer.is_error.map(RawValue::get) == Some("true") {
         let message = if output.is_empty() {
             "the MCP tool reported an error".to_owned()
         } else {
@@ -508,12 +558,6 @@ pub fn map_result(mut r: Map<String, Value>) -> ToolResult {
     }
     out.insert("output", output);
     Ok(out)
-}
-
-/// Whether `block` is a plain text block (then the text is all the output keeps of it).
-fn is_text_block(block: &Value) -> bool {
-    block.get("type").and_then(Value::as_str) == Some("text")
-        && block.get("text").is_some_and(Value::is_string)
 }
 
 /// A block's line in `output`; the first image also becomes the output's control fields.
@@ -557,10 +601,8 @@ mod tests {
     /// The result object of `v`, mapped, as one object: the output's members and its
     /// control fields.
     fn map_result(v: Value) -> Result<Value, ToolError> {
-        let Value::Object(r) = v else {
-            panic!("not an object: {v}")
-        };
-        let out = super::map_result(r)?;
+        let raw = serde_json::value::to_raw_value(&v).unwrap();
+        let out = super::map_result(Answer::read(&raw).unwrap())?;
         let mut flat = serde_json::to_value(&out).unwrap();
         if let Value::Object(control) = serde_json::to_value(&out.control).unwrap() {
             flat.as_object_mut().unwrap().extend(control);
