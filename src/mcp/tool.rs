@@ -282,37 +282,31 @@ async fn call_upstream(tool: &McpTool, args: Map<String, Value>, ctx: CallContex
     let timed_out = || ToolError::timed_out(name, ctx.timeout_ms.unwrap_or_default());
     // A scoped server's call runs on the caller's instance (`instances.rs`), held busy
     // until the call ends; waiting for room or for its start counts against the deadline.
+    let bound = Bound {
+        ctx: &ctx,
+        name,
+        deadline,
+        timed_out: &timed_out,
+    };
     let lease = match tool.server.instances() {
         None => None,
-        Some(set) => tokio::select! {
-            biased;
-            routed = set.route(&tool.server, &tool.remote_name, &ctx) => routed?,
-            _ = ctx.cancel.cancelled() => return Err(ToolError::cancelled(name)),
-            _ = sleep_until(deadline) => return Err(timed_out()),
-        },
+        Some(set) => {
+            bound
+                .run(set.route(&tool.server, &tool.remote_name, &ctx))
+                .await??
+        }
     };
     let server = lease.as_ref().map_or(&tool.server, |l| l.server());
     // Not connected: say so at once rather than after waiting for a slot. A parked server
     // (lazy, or stopped idle) is started for the call, under its deadline.
-    let _in_use = tokio::select! {
-        biased;
-        used = server.begin_use() => used?.0,
-        _ = ctx.cancel.cancelled() => return Err(ToolError::cancelled(name)),
-        _ = sleep_until(deadline) => return Err(timed_out()),
-    };
+    let _in_use = bound.run(server.begin_use()).await??.0;
     let acquiring = async {
         let slot = server.acquire_slot().await?;
         // Entered before the request is written: the server may ask at once.
         let in_flight = server.origins().enter(ctx.inputs.clone());
         Ok::<_, ToolError>((slot, in_flight))
     };
-    let (_slot, in_flight) = tokio::select! {
-        // A free slot does not wait: then the deadline's timer is not armed here.
-        biased;
-        acquired = acquiring => acquired?,
-        _ = ctx.cancel.cancelled() => return Err(ToolError::cancelled(name)),
-        _ = sleep_until(deadline) => return Err(timed_out()),
-    };
+    let (_slot, in_flight) = bound.run(acquiring).await??;
     // Each round the same request, after an `input_required` answer with the frontend's
     // answers and the server's state (`mrtr.rs`); all rounds under the one deadline.
     let mut retry = Retry::default();
@@ -322,13 +316,7 @@ async fn call_upstream(tool: &McpTool, args: Map<String, Value>, ctx: CallContex
             let link = server.link_for_call()?;
             send_call(server, link, &tool.remote_name, &args, &retry, &in_flight).await
         };
-        let outgoing = tokio::select! {
-            // A pipe with room does not wait.
-            biased;
-            sending = sending => sending?,
-            _ = ctx.cancel.cancelled() => return Err(ToolError::cancelled(name)),
-            _ = sleep_until(deadline) => return Err(timed_out()),
-        };
+        let outgoing = bound.run(sending).await??;
         let raw = answer_of(server, name, outgoing, &ctx, deadline, &timed_out).await?;
         let answer = Answer::read(&raw).map_err(|e| unreadable(server, &e))?;
         if !answer.input_required() {
@@ -483,6 +471,32 @@ fn pass_on(note: Note, ctx: &CallContext) {
             });
         }
         Note::Log(m) => super::client::log_to(&ctx.inputs, m),
+    }
+}
+
+/// A step of a call that may wait (for an instance, a start, a slot, room in the pipe), run
+/// under the call's cancel token and deadline.
+struct Bound<'a> {
+    ctx: &'a CallContext,
+    name: &'a str,
+    deadline: Option<Instant>,
+    timed_out: &'a (dyn Fn() -> ToolError + Sync),
+}
+
+impl Bound<'_> {
+    /// `step`'s output, or the call's cancellation or timeout. A step ready at once (a free
+    /// slot, a pipe with room: the usual case) makes no timer and no cancel waiter.
+    async fn run<T>(&self, step: impl std::future::Future<Output = T>) -> Result<T, ToolError> {
+        tokio::pin!(step);
+        if let Some(done) = (&mut step).now_or_never() {
+            return Ok(done);
+        }
+        tokio::select! {
+            biased;
+            done = step => Ok(done),
+            _ = self.ctx.cancel.cancelled() => Err(ToolError::cancelled(self.name)),
+            _ = sleep_until(self.deadline) => Err((self.timed_out)()),
+        }
     }
 }
 
