@@ -575,37 +575,18 @@ async fn relay() {
 
     // The naive relay and its own copy of the server.
     let relay_socket = dir.join("naive.sock");
-    let mut naive = Command::new(node())
+    let mut naive_command = Command::new(node());
+    naive_command
         .arg(root().join("benches/support/naive_relay.mjs"))
         .arg(&relay_socket)
         .arg(&everything.command)
-        .args(&everything.args)
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut ready = String::new();
-    BufReader::new(naive.stdout.take().unwrap())
-        .read_line(&mut ready)
-        .await
-        .unwrap();
-    assert_eq!(ready.trim(), "ready");
-    let naive_pid = naive.id().unwrap() as i32;
+        .args(&everything.args);
+    let (mut naive, naive_pid) = start_relay(naive_command).await;
 
     // The bare relay: the floor of a relay in Rust that does nothing else.
     let bare_socket = dir.join("bare.sock");
-    let mut bare = bare_relay::command(&bare_socket, &everything.command, &everything.args)
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut ready = String::new();
-    BufReader::new(bare.stdout.take().unwrap())
-        .read_line(&mut ready)
-        .await
-        .unwrap();
-    assert_eq!(ready.trim(), "ready");
-    let bare_pid = bare.id().unwrap() as i32;
+    let bare_command = bare_relay::command(&bare_socket, &everything.command, &everything.args);
+    let (mut bare, bare_pid) = start_relay(bare_command).await;
 
     // And the server spawned directly, the floor.
     let mut direct_child = Command::new(&everything.command)
@@ -742,6 +723,23 @@ async fn relay() {
     let _ = direct_child.start_kill();
     let _ = direct_child.wait().await;
     daemon::stop(daemon).await;
+}
+
+/// Starts a relay and waits for its `ready` line; the child and its pid.
+async fn start_relay(mut command: Command) -> (Child, i32) {
+    let mut relay = command
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    BufReader::new(relay.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .await
+        .unwrap();
+    assert_eq!(ready.trim(), "ready");
+    let pid = relay.id().unwrap() as i32;
+    (relay, pid)
 }
 
 /// `clients` connections to a relay's socket, each making `per_client` `echo` calls one after
