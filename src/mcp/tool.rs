@@ -625,6 +625,22 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_is_read_in_place_and_one_it_cannot_read_is_refused() {
+        // Escaped text is unescaped; members of odd types are judged, not parse errors.
+        let raw = RawValue::from_string(
+            r#"{"content":[{"type":"text","text":"a\"b\u00e9","annotations":{}}],"isError":"yes","resultType":7}"#
+                .to_owned(),
+        )
+        .unwrap();
+        let answer = Answer::read(&raw).unwrap();
+        assert!(!answer.input_required());
+        let out = super::map_result(answer).unwrap();
+        assert_eq!(out.fields["output"], "a\"b\u{e9}");
+        let twice = RawValue::from_string(r#"{"content":[],"content":[]}"#.to_owned()).unwrap();
+        assert!(Answer::read(&twice).is_err());
+    }
+
+    #[test]
     fn maps_text_structured_image_and_errors() {
         let ok = map_result(json!({"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}], "structuredContent": {"n": 1}})).unwrap();
         assert_eq!(

@@ -326,6 +326,13 @@ mod tests {
             ("5", -32600, Value::Null),
             ("[]", -32600, Value::Null),
             ("{nope", -32700, Value::Null),
+            // Read in one pass when well formed; anything after the object is still a
+            // parse error, not a request.
+            (
+                r#"{"jsonrpc":"2.0","id":3,"method":"m"} x"#,
+                -32700,
+                Value::Null,
+            ),
         ] {
             let m = parse(text);
             assert!(m.owes_reply(), "{text}");
