@@ -67,7 +67,43 @@ type Pipe = Box<dyn AsyncWrite + Send + Unpin>;
 
 /// The server's answer to a direct call: its `result` as the server wrote it (read once,
 /// by the call, into what it needs), or its JSON-RPC error.
-pub type DirectAnswer = Result<Box<RawValue>, ErrorData>;
+pub type DirectAnswer = Result<RawResult, ErrorData>;
+
+/// A result as the server wrote it: the line it came in, handed over rather than copied (a
+/// tool's output can be megabytes), and where in it the result lies.
+#[derive(Debug)]
+pub struct RawResult {
+    line: String,
+    range: std::ops::Range<usize>,
+}
+
+impl RawResult {
+    /// A result that is the whole text.
+    pub fn whole(text: String) -> RawResult {
+        RawResult {
+            range: 0..text.len(),
+            line: text,
+        }
+    }
+
+    /// The result's JSON.
+    pub fn get(&self) -> &str {
+        self.line.get(self.range.clone()).unwrap_or("null")
+    }
+}
+
+/// What one line from the server is.
+enum Parsed {
+    /// A message for rmcp.
+    Message(ServerJsonRpcMessage),
+    /// Nothing more to do: handed to a direct call, or skipped.
+    Done,
+    /// The result for direct call `n`, at `range` of the line.
+    Result {
+        n: u64,
+        range: std::ops::Range<usize>,
+    },
+}
 
 pub struct StdioTransport<R> {
     read: BufReader<R>,
@@ -178,10 +214,10 @@ impl<R: AsyncRead + Unpin> StdioTransport<R> {
         }
     }
 
-    /// One message for rmcp, or `None` when the line was the answer to a direct call or
-    /// one of its notifications (handed over here) or is not JSON-RPC (logged and skipped,
-    /// as rmcp does).
-    fn parse(&self, line: &[u8]) -> Option<ServerJsonRpcMessage> {
+    /// A message for rmcp, or the result of a direct call (handed over by the caller, with
+    /// the line it is in), or done: a direct call's error or notification (handed over
+    /// here), or a line that is not JSON-RPC (logged and skipped, as rmcp does).
+    fn parse(&self, line: &[u8]) -> Parsed {
         /// An answer or a notification; whose, and whether it is one at all, is decided
         /// after.
         #[derive(Deserialize)]
@@ -195,41 +231,46 @@ impl<R: AsyncRead + Unpin> StdioTransport<R> {
             #[serde(default)]
             params: Option<Value>,
             /// `null` is kept (a bad answer the call must hear of), only absence is `None`.
-            #[serde(default, deserialize_with = "present")]
-            result: Option<Box<RawValue>>,
+            #[serde(default, borrow, deserialize_with = "present")]
+            result: Option<&'a RawValue>,
             #[serde(default)]
             error: Option<ErrorData>,
         }
         fn present<'de, D: serde::Deserializer<'de>>(
             d: D,
-        ) -> Result<Option<Box<RawValue>>, D::Error> {
-            Box::<RawValue>::deserialize(d).map(Some)
+        ) -> Result<Option<&'de RawValue>, D::Error> {
+            <&RawValue>::deserialize(d).map(Some)
         }
         if self.direct.waiting() {
             if let Ok(incoming) = serde_json::from_slice::<Incoming>(line) {
+                let ours = |id: &RawValue| our_number(id.get()).filter(|n| self.direct.waits(*n));
                 let taken = match (incoming.id, incoming.method, incoming.params) {
                     (None, Some(method), Some(params)) => self.direct.notify(&method, params),
-                    (Some(id), None, _) => match (incoming.result, incoming.error) {
-                        (Some(result), _) => self.direct.answer(id.get(), Ok(result)),
-                        (None, Some(error)) => self.direct.answer(id.get(), Err(error)),
-                        (None, None) => false,
+                    (Some(id), None, _) => match (ours(id), incoming.result, incoming.error) {
+                        (Some(n), Some(result), _) => {
+                            let start = result.get().as_ptr() as usize - line.as_ptr() as usize;
+                            let range = start..start + result.get().len();
+                            return Parsed::Result { n, range };
+                        }
+                        (Some(n), None, Some(error)) => self.direct.answer(n, Err(error)),
+                        _ => false,
                     },
                     // A request from the server (it has an id and a method): rmcp's.
                     _ => false,
                 };
                 if taken {
-                    return None;
+                    return Parsed::Done;
                 }
             }
         }
         match serde_json::from_slice::<ServerJsonRpcMessage>(line) {
-            Ok(message) => Some(message),
+            Ok(message) => Parsed::Message(message),
             Err(e) => {
                 let text = String::from_utf8_lossy(&line[..line.len().min(200)]);
                 tracing::warn!(
                     "skipped a message the MCP server sent that is not JSON-RPC ({e}): {text}"
                 );
-                None
+                Parsed::Done
             }
         }
     }
@@ -400,10 +441,30 @@ where
                 }
             }
             let text = self.line.trim_ascii();
-            let message = if text.is_empty() {
-                None
+            let lead = text.as_ptr() as usize - self.line.as_ptr() as usize;
+            let parsed = if text.is_empty() {
+                Parsed::Done
             } else {
                 self.parse(text)
+            };
+            let message = match parsed {
+                Parsed::Message(m) => Some(m),
+                Parsed::Done => None,
+                Parsed::Result { n, range } => {
+                    let line = std::mem::take(&mut self.line);
+                    let answer = match String::from_utf8(line) {
+                        Ok(line) => Ok(RawResult {
+                            line,
+                            range: range.start + lead..range.end + lead,
+                        }),
+                        Err(_) => Err(ErrorData::internal_error(
+                            "the server's answer is not UTF-8",
+                            None,
+                        )),
+                    };
+                    self.direct.answer(n, answer);
+                    None
+                }
             };
             self.line.clear();
             if let Some(message) = message.and_then(|m| self.settle_probe(m)) {
@@ -647,13 +708,15 @@ impl DirectCalls {
         lock(&self.pending).as_ref().is_some_and(|p| !p.is_empty())
     }
 
-    /// Hands `outcome` to the direct call whose id is the JSON `raw_id`; false when it is
-    /// not one of ours (they are plain strings, never escaped).
-    fn answer(&self, raw_id: &str, outcome: DirectAnswer) -> bool {
-        let Some(id) = raw_id.strip_prefix('"').and_then(|s| s.strip_suffix('"')) else {
-            return false;
-        };
-        let Some(n) = number(id) else { return false };
+    /// Whether direct call `n` waits for its answer.
+    fn waits(&self, n: u64) -> bool {
+        lock(&self.pending)
+            .as_ref()
+            .is_some_and(|p| p.contains_key(&n))
+    }
+
+    /// Hands `outcome` to direct call `n`; false when it no longer waits.
+    fn answer(&self, n: u64, outcome: DirectAnswer) -> bool {
         let waiter = lock(&self.pending).as_mut().and_then(|p| p.remove(&n));
         match waiter {
             Some(w) => {
@@ -720,6 +783,12 @@ impl Drop for Queued<'_> {
 
 fn number(id: &str) -> Option<u64> {
     id.strip_prefix(ID_PREFIX)?.parse().ok()
+}
+
+/// The number of our call whose id is the JSON `raw_id` (ours are plain strings, never
+/// escaped); `None` for any other id.
+fn our_number(raw_id: &str) -> Option<u64> {
+    number(raw_id.strip_prefix('"')?.strip_suffix('"')?)
 }
 
 fn closed() -> std::io::Error {

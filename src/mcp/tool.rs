@@ -24,7 +24,7 @@ use super::mrtr::{self, Retry, MAX_ROUNDS};
 use super::naming::public_name;
 use super::origin::InFlight;
 use super::server::{Link, Server};
-use super::stdio::DirectCalls;
+use super::stdio::{DirectCalls, RawResult};
 use crate::catalog::{ToolSource, ToolSpec};
 use crate::config::McpServer;
 use crate::protocol::{
@@ -190,7 +190,7 @@ impl Drop for Unanswered {
 struct Outgoing {
     sent: Sent,
     notes: BoxStream<'static, Note>,
-    answer: BoxFuture<'static, Result<Box<RawValue>, ServiceError>>,
+    answer: BoxFuture<'static, Result<RawResult, ServiceError>>,
 }
 
 /// Sends the call, by the direct way when the connection has one.
@@ -257,13 +257,14 @@ async fn send_call(
         .await
         .map(Note::Progress);
     let answer = async move {
-        let raw = match handle.await_response().await? {
-            ServerResult::CallToolResult(r) => serde_json::value::to_raw_value(&r),
-            ServerResult::InputRequiredResult(r) => serde_json::value::to_raw_value(&r),
-            ServerResult::CustomResult(r) => serde_json::value::to_raw_value(&r.0),
+        let text = match handle.await_response().await? {
+            ServerResult::CallToolResult(r) => serde_json::to_string(&r),
+            ServerResult::InputRequiredResult(r) => serde_json::to_string(&r),
+            ServerResult::CustomResult(r) => serde_json::to_string(&r.0),
             _ => return Err(ServiceError::UnexpectedResponse),
         };
-        raw.map_err(|_| ServiceError::UnexpectedResponse)
+        text.map(RawResult::whole)
+            .map_err(|_| ServiceError::UnexpectedResponse)
     };
     Ok(Outgoing {
         sent,
@@ -318,7 +319,7 @@ async fn call_upstream(tool: &McpTool, args: Map<String, Value>, ctx: CallContex
         };
         let outgoing = bound.run(sending).await??;
         let raw = answer_of(server, name, outgoing, &ctx, deadline, &timed_out).await?;
-        let answer = Answer::read(&raw).map_err(|e| unreadable(server, &e))?;
+        let answer = Answer::read(raw.get()).map_err(|e| unreadable(server, &e))?;
         if !answer.input_required() {
             return map_result(answer);
         }
@@ -351,7 +352,7 @@ async fn answer_of(
     ctx: &CallContext,
     deadline: Option<Instant>,
     timed_out: &(dyn Fn() -> ToolError + Sync),
-) -> Result<Box<RawValue>, ToolError> {
+) -> Result<RawResult, ToolError> {
     let Outgoing {
         sent,
         notes,
@@ -432,8 +433,8 @@ pub struct Answer<'a> {
 }
 
 impl<'a> Answer<'a> {
-    pub fn read(raw: &'a RawValue) -> Result<Answer<'a>, serde_json::Error> {
-        serde_json::from_str(raw.get())
+    pub fn read(result: &'a str) -> Result<Answer<'a>, serde_json::Error> {
+        serde_json::from_str(result)
     }
 
     /// An `input_required` result of the 2026-07-28 era (`mrtr.rs`).
@@ -615,7 +616,7 @@ mod tests {
     /// The result object of `v`, mapped, as one object: the output's members and its
     /// control fields.
     fn map_result(v: Value) -> Result<Value, ToolError> {
-        let raw = serde_json::value::to_raw_value(&v).unwrap();
+        let raw = v.to_string();
         let out = super::map_result(Answer::read(&raw).unwrap())?;
         let mut flat = serde_json::to_value(&out).unwrap();
         if let Value::Object(control) = serde_json::to_value(&out.control).unwrap() {
@@ -627,17 +628,12 @@ mod tests {
     #[test]
     fn an_answer_is_read_in_place_and_one_it_cannot_read_is_refused() {
         // Escaped text is unescaped; members of odd types are judged, not parse errors.
-        let raw = RawValue::from_string(
-            r#"{"content":[{"type":"text","text":"a\"b\u00e9","annotations":{}}],"isError":"yes","resultType":7}"#
-                .to_owned(),
-        )
-        .unwrap();
-        let answer = Answer::read(&raw).unwrap();
+        let raw = r#"{"content":[{"type":"text","text":"a\"b\u00e9","annotations":{}}],"isError":"yes","resultType":7}"#;
+        let answer = Answer::read(raw).unwrap();
         assert!(!answer.input_required());
         let out = super::map_result(answer).unwrap();
         assert_eq!(out.fields["output"], "a\"b\u{e9}");
-        let twice = RawValue::from_string(r#"{"content":[],"content":[]}"#.to_owned()).unwrap();
-        assert!(Answer::read(&twice).is_err());
+        assert!(Answer::read(r#"{"content":[],"content":[]}"#).is_err());
     }
 
     #[test]

@@ -122,6 +122,32 @@ async fn a_direct_call_gets_its_answer_and_rmcp_the_rest() {
 }
 
 #[tokio::test]
+async fn a_result_is_handed_over_in_its_line_wherever_it_lies() {
+    let (mut t, mut server_out, _server_in) = pipes();
+    let direct = t.direct();
+    let first = direct.call("echo", &Map::new(), &Map::new()).await.unwrap();
+    let second = direct.call("echo", &Map::new(), &Map::new()).await.unwrap();
+    // Spaces around the line, the result before the id, members after it, text escaped.
+    let result = r#"{"content":[{"type":"text","text":"\u00e9 \"x\""}]}"#;
+    let a = format!(
+        r#"  {{"jsonrpc":"2.0","result": {result} ,"id":"{}","extra":1}}  "#,
+        first.id
+    );
+    let b = json!({"jsonrpc": "2.0", "id": &*second.id, "result": {"n": "\u{e9}"}});
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
+    server_out
+        .write_all(format!("{a}\n{b}\n{note}\n").as_bytes())
+        .await
+        .unwrap();
+    let _ = t.receive().await;
+    assert_eq!(first.answer.await.unwrap().unwrap().get(), result);
+    assert_eq!(
+        second.answer.await.unwrap().unwrap().get(),
+        "{\"n\":\"\u{e9}\"}"
+    );
+}
+
+#[tokio::test]
 async fn a_null_result_reaches_the_call_instead_of_being_dropped() {
     let (mut t, mut server_out, _server_in) = pipes();
     let direct = t.direct();
