@@ -93,6 +93,7 @@ impl RawResult {
 }
 
 /// What one line from the server is.
+#[allow(clippy::large_enum_variant)] // returned once per line and matched at once, never kept
 enum Parsed {
     /// A message for rmcp.
     Message(ServerJsonRpcMessage),
