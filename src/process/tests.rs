@@ -2,6 +2,16 @@
 
 use super::*;
 
+/// The first line a child (started with a piped stdout) writes.
+async fn first_line(child: &mut tokio::process::Child) -> String {
+    let mut line = String::new();
+    let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap());
+    tokio::io::AsyncBufReadExt::read_line(&mut out, &mut line)
+        .await
+        .unwrap();
+    line
+}
+
 /// A group whose leader exited and is not reaped yet has nothing left to stop: waiting
 /// on it made every MCP server's stop take the whole grace.
 #[tokio::test]
@@ -67,11 +77,7 @@ async fn children_carry_the_cookies_and_setsid_escapes_die_with_the_group() {
     .stdout(std::process::Stdio::piped());
     let processes = Processes::default();
     let (mut child, guard) = processes.spawn_group(cmd).await.unwrap();
-    let mut line = String::new();
-    let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap());
-    tokio::io::AsyncBufReadExt::read_line(&mut out, &mut line)
-        .await
-        .unwrap();
+    let line = first_line(&mut child).await;
     let (inst, group) = line.trim().split_once(' ').unwrap();
     assert_eq!(inst, processes.instance());
     assert!(
@@ -111,11 +117,7 @@ async fn escapes_without_the_cookie_are_found_through_the_living_leader() {
     .stdout(std::process::Stdio::piped());
     let processes = Processes::default();
     let (mut child, guard) = processes.spawn_group(cmd).await.unwrap();
-    let mut line = String::new();
-    let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap());
-    tokio::io::AsyncBufReadExt::read_line(&mut out, &mut line)
-        .await
-        .unwrap();
+    let line = first_line(&mut child).await;
     let pid: i32 = line.trim().parse().unwrap();
     let pgid = guard.pgid().unwrap();
     for _ in 0..150 {
@@ -159,11 +161,7 @@ async fn only_a_group_that_left_nothing_ends_quietly() {
     cmd.args(["-c", "setsid sleep 36 & echo $!"])
         .stdout(std::process::Stdio::piped());
     let (mut child, guard) = processes.spawn_group(cmd).await.unwrap();
-    let mut line = String::new();
-    let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap());
-    tokio::io::AsyncBufReadExt::read_line(&mut out, &mut line)
-        .await
-        .unwrap();
+    let line = first_line(&mut child).await;
     child.wait().await.unwrap();
     let escaped = line.trim().parse::<i32>().unwrap();
     let pgid = Pid::from_raw(guard.pgid().unwrap());
