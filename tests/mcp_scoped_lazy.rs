@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use common::*;
 use serde_json::{json, Value};
@@ -38,20 +38,6 @@ async fn wait_state(d: &Daemon, state: &str) -> Value {
 
 fn instances(status: &Value) -> Vec<Value> {
     status["instances"].as_array().cloned().unwrap_or_default()
-}
-
-/// A directory under the daemon's temp dir, created, canonical.
-fn workspace(d: &Daemon, name: &str) -> PathBuf {
-    let dir = d.dir.path().join(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.canonicalize().unwrap()
-}
-
-async fn session(d: &Daemon, workspace: &Path) -> String {
-    let r = d
-        .call("session.create", json!({"workspace": workspace}))
-        .await;
-    r["result"]["id"].as_str().unwrap().to_owned()
 }
 
 /// The call's envelope `result` of `tool` in `session` (none: the daemon's own).
@@ -102,8 +88,8 @@ async fn a_later_run_lists_from_the_cache_and_a_call_starts_only_the_callers_ins
     );
     assert_eq!(starts(&d).len(), 1, "nothing started for the listing");
 
-    let a = workspace(&d, "a");
-    let sa = session(&d, &a).await;
+    let a = d.subdir("a");
+    let sa = d.session(json!({"workspace": &a})).await;
     let at_a = whereami(&d, &sa).await;
     assert_eq!(at_a["cwd"], json!(a));
     assert_eq!(starts(&d).len(), 2, "one start: the instance in A");
@@ -127,8 +113,8 @@ async fn a_later_run_lists_from_the_cache_and_a_call_starts_only_the_callers_ins
         "{st}"
     );
     // A second workspace gets an instance of its own; A's keeps serving A.
-    let b = workspace(&d, "b");
-    let at_b = whereami(&d, &session(&d, &b).await).await;
+    let b = d.subdir("b");
+    let at_b = whereami(&d, &d.session(json!({"workspace": &b})).await).await;
     assert_eq!(at_b["cwd"], json!(b));
     assert_eq!(whereami(&d, &sa).await["pid"], at_a["pid"]);
     assert_eq!(starts(&d).len(), 3);
@@ -140,8 +126,8 @@ async fn an_idle_instance_of_a_lazy_scoped_server_stops_and_the_next_call_starts
     let mut d = first_run(|_| json!({"idle_stop_s": 1})).await;
     d.spawn(&[]).await;
     wait_state(&d, "not_started").await;
-    let a = workspace(&d, "a");
-    let sa = session(&d, &a).await;
+    let a = d.subdir("a");
+    let sa = d.session(json!({"workspace": &a})).await;
     let pid = whereami(&d, &sa).await["pid"].as_u64().unwrap();
     eventually(10, "A's idle instance to stop", || async {
         instances(&status(&d).await).len() == 1 && !alive(pid as i32)
@@ -178,9 +164,9 @@ async fn a_listed_tool_the_callers_instance_lacks_fails_naming_its_workspace() {
     d.spawn(&[]).await;
     wait_state(&d, "not_started").await;
 
-    let a = workspace(&d, "a");
+    let a = d.subdir("a");
     catalog(&a, "beta");
-    let sa = session(&d, &a).await;
+    let sa = d.session(json!({"workspace": &a})).await;
     let r = call_in(&d, Some(&sa), "mcp_sc_alpha").await;
     assert_eq!(r["ok"], false, "{r}");
     assert_eq!(r["error_kind"], "unknown_tool", "{r}");

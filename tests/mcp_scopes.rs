@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use common::*;
 use serde_json::{json, Value};
@@ -39,23 +39,6 @@ async fn daemon(server: Value) -> Daemon {
 
 async fn status(d: &Daemon) -> Value {
     d.call("mcp.status", json!({"server": "sc"})).await["result"]["servers"][0].clone()
-}
-
-/// A directory under the daemon's temp dir, created, canonical.
-fn workspace(d: &Daemon, name: &str) -> PathBuf {
-    let dir = d.dir.path().join(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.canonicalize().unwrap()
-}
-
-async fn session(d: &Daemon, workspace: &Path) -> String {
-    let r = d
-        .call("session.create", json!({"workspace": workspace}))
-        .await;
-    r["result"]["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("session.create: {r}"))
-        .to_owned()
 }
 
 /// The call's envelope `result` of `tool` in `session` (none: the daemon's own).
@@ -92,11 +75,11 @@ async fn per_workspace_runs_one_instance_per_workspace_in_it() {
     let own = whereami(&d, None).await;
     assert_eq!(own["cwd"], json!(home));
 
-    let (a, b) = (workspace(&d, "a"), workspace(&d, "b"));
+    let (a, b) = (d.subdir("a"), d.subdir("b"));
     let (sa, sb, sa2) = (
-        session(&d, &a).await,
-        session(&d, &b).await,
-        session(&d, &a).await,
+        d.session(json!({"workspace": &a})).await,
+        d.session(json!({"workspace": &b})).await,
+        d.session(json!({"workspace": &a})).await,
     );
     let at_a = whereami(&d, Some(&sa)).await;
     let at_b = whereami(&d, Some(&sb)).await;
@@ -114,7 +97,7 @@ async fn per_workspace_runs_one_instance_per_workspace_in_it() {
     // A second session in the same workspace shares its instance.
     assert_eq!(whereami(&d, Some(&sa2)).await["pid"], at_a["pid"]);
     // A session in the daemon's workspace is served by the daemon's own instance.
-    let at_home = session(&d, &home).await;
+    let at_home = d.session(json!({"workspace": &home})).await;
     assert_eq!(whereami(&d, Some(&at_home)).await["pid"], own["pid"]);
 
     let s = status(&d).await;
@@ -149,8 +132,11 @@ async fn per_workspace_runs_one_instance_per_workspace_in_it() {
 #[tokio::test]
 async fn per_session_runs_one_instance_per_session_until_it_is_deleted() {
     let d = daemon(scoped("per_session", json!({}))).await;
-    let a = workspace(&d, "a");
-    let (s1, s2) = (session(&d, &a).await, session(&d, &a).await);
+    let a = d.subdir("a");
+    let (s1, s2) = (
+        d.session(json!({"workspace": &a})).await,
+        d.session(json!({"workspace": &a})).await,
+    );
     let own = whereami(&d, None).await["pid"].as_u64().unwrap();
     let p1 = whereami(&d, Some(&s1)).await;
     let p2 = whereami(&d, Some(&s2)).await;
@@ -177,7 +163,7 @@ async fn per_session_runs_one_instance_per_session_until_it_is_deleted() {
     assert!(alive(p2 as i32));
 
     // A session moved to another workspace gets an instance there.
-    let b = workspace(&d, "b");
+    let b = d.subdir("b");
     let moved = d
         .call("session.update", json!({"id": s2, "workspace": b}))
         .await;
@@ -194,8 +180,11 @@ async fn per_session_runs_one_instance_per_session_until_it_is_deleted() {
 #[tokio::test]
 async fn max_instances_stops_the_least_recently_used_idle_one_and_a_call_waits_for_room() {
     let d = daemon(scoped("per_workspace", json!({"max_instances": 1}))).await;
-    let (a, b) = (workspace(&d, "a"), workspace(&d, "b"));
-    let (sa, sb) = (session(&d, &a).await, session(&d, &b).await);
+    let (a, b) = (d.subdir("a"), d.subdir("b"));
+    let (sa, sb) = (
+        d.session(json!({"workspace": &a})).await,
+        d.session(json!({"workspace": &b})).await,
+    );
     let at_a = whereami(&d, Some(&sa)).await["pid"].as_u64().unwrap();
     // Room for B: A, idle, is stopped.
     let at_b = whereami(&d, Some(&sb)).await["pid"].as_u64().unwrap();
@@ -263,8 +252,8 @@ async fn max_instances_stops_the_least_recently_used_idle_one_and_a_call_waits_f
 #[tokio::test]
 async fn an_idle_instance_stops_after_the_idle_time() {
     let d = daemon(scoped("per_workspace", json!({"idle_stop_s": 1}))).await;
-    let a = workspace(&d, "a");
-    let sa = session(&d, &a).await;
+    let a = d.subdir("a");
+    let sa = d.session(json!({"workspace": &a})).await;
     let pid = whereami(&d, Some(&sa)).await["pid"].as_u64().unwrap();
     eventually(10, "the idle instance to stop", || async {
         instances(&status(&d).await).len() == 1 && !alive(pid as i32)
@@ -279,8 +268,8 @@ async fn an_idle_instance_stops_after_the_idle_time() {
 #[tokio::test]
 async fn a_workspace_that_no_longer_exists_fails_the_call_naming_it() {
     let d = daemon(scoped("per_workspace", json!({}))).await;
-    let gone = workspace(&d, "gone");
-    let s = session(&d, &gone).await;
+    let gone = d.subdir("gone");
+    let s = d.session(json!({"workspace": &gone})).await;
     std::fs::remove_dir(&gone).unwrap();
     let r = call_in(&d, Some(&s), "mcp_sc_whereami", json!({})).await;
     assert_eq!(r["error_kind"], "unavailable", "{r}");
@@ -305,9 +294,9 @@ async fn an_instance_that_cannot_start_says_why() {
         json!({"env": {"FIXTURE_WHEREAMI": "1", "FIXTURE_PID_FILE": "${WORKSPACE}/pids"}}),
     ))
     .await;
-    let a = workspace(&d, "a");
+    let a = d.subdir("a");
     std::fs::create_dir(a.join("pids")).unwrap();
-    let s = session(&d, &a).await;
+    let s = d.session(json!({"workspace": &a})).await;
     let r = call_in(&d, Some(&s), "mcp_sc_whereami", json!({})).await;
     let error = r["error"].as_str().unwrap();
     assert!(
@@ -363,8 +352,8 @@ async fn only_the_daemons_own_instance_keeps_the_listing_for_the_next_run() {
     let own = format!("t:{}:whereami", home.display());
     assert!(std::fs::read_to_string(&kept).unwrap().contains(&own));
 
-    let a = workspace(&d, "a");
-    let sa = session(&d, &a).await;
+    let a = d.subdir("a");
+    let sa = d.session(json!({"workspace": &a})).await;
     let listed = d.call("list_tools", json!({})).await;
     let tool = tool_names(&listed["result"])
         .into_iter()

@@ -437,20 +437,6 @@ async fn pi_exec_groups_are_in_the_ledger_and_a_daemon_killed_with_9_has_them_sw
     .await;
 }
 
-/// The kernel's Landlock ABI (the version query of `landlock_create_ruleset`).
-fn landlock_abi() -> u32 {
-    // SAFETY: the version query reads and writes no memory.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<libc::c_void>(),
-            0usize,
-            1u32,
-        )
-    };
-    u32::try_from(r).unwrap_or(0)
-}
-
 /// A module whose `writer` tool writes `path` itself and through `pi.exec`.
 const WRITER: &str = r#"import fs from "node:fs";
 export default (pi) => ({
@@ -468,7 +454,7 @@ export default (pi) => ({
 
 #[tokio::test]
 async fn the_module_host_runs_in_the_custom_tools_sandbox() {
-    if landlock_abi() < 4 {
+    if common::landlock_abi() < 4 {
         eprintln!("skipped: the sandbox tests need Landlock ABI 4");
         return;
     }

@@ -14,22 +14,9 @@ use serde_json::{json, Value};
 /// The daemon's test-only switch: pretend the kernel has this Landlock ABI.
 const TEST_ABI: &str = "TOOLHOST_TEST_SANDBOX_ABI";
 
-/// The kernel's real Landlock ABI (the version query of `landlock_create_ruleset`).
-fn kernel_abi() -> u32 {
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<libc::c_void>(),
-            0usize,
-            1u32,
-        )
-    };
-    u32::try_from(r).unwrap_or(0)
-}
-
 /// The tests below need file-system and TCP rules (ABI 4, Linux 6.7).
 fn landlock_or_skip() -> bool {
-    let abi = kernel_abi();
+    let abi = common::landlock_abi();
     if abi < 4 {
         eprintln!("skipped: this kernel has Landlock ABI {abi}, the sandbox tests need 4");
     }
@@ -55,11 +42,6 @@ async fn invoke(d: &Daemon, name: &str, args: Value, extra: Value) -> Value {
 
 async fn bash(d: &Daemon, command: &str, extra: Value) -> Value {
     invoke(d, "bash", json!({"command": command}), extra).await
-}
-
-async fn session(d: &Daemon, params: Value) -> String {
-    let r = d.call("session.create", params).await;
-    r["result"]["id"].as_str().unwrap().to_owned()
 }
 
 /// The note a confined run gets when the sandbox refused something.
@@ -143,7 +125,7 @@ async fn read_only_session_writes_nothing_until_updated() {
     }
     // Config default off; the session asks for read-only.
     let d = Daemon::start().await;
-    let id = session(&d, json!({"sandbox": {"policy": "read-only"}})).await;
+    let id = d.session(json!({"sandbox": {"policy": "read-only"}})).await;
     let got = d.call("session.get", json!({"id": id})).await;
     assert_eq!(
         got["result"]["sandbox"],
@@ -191,16 +173,12 @@ async fn network_deny_refuses_tcp_connect_and_allow_permits_it() {
     }
     let port = local_listener().await;
     let d = Daemon::start().await;
-    let deny = session(
-        &d,
-        json!({"sandbox": {"policy": "workspace-write", "network": "deny"}}),
-    )
-    .await;
-    let allow = session(
-        &d,
-        json!({"sandbox": {"policy": "workspace-write", "network": "allow"}}),
-    )
-    .await;
+    let deny = d
+        .session(json!({"sandbox": {"policy": "workspace-write", "network": "deny"}}))
+        .await;
+    let allow = d
+        .session(json!({"sandbox": {"policy": "workspace-write", "network": "allow"}}))
+        .await;
     let connect = format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected");
     let r = bash(&d, &connect, json!({"session_id": deny})).await;
     assert_eq!(r["exit_code"], 1, "{r}");
@@ -447,7 +425,7 @@ async fn a_kernel_without_landlock_refuses_or_runs_unconfined_as_configured() {
 #[tokio::test]
 async fn health_shows_the_kernels_landlock_abi() {
     let d = Daemon::start().await;
-    let abi = kernel_abi();
+    let abi = common::landlock_abi();
     let h = d.call("host.health", json!({})).await;
     assert_eq!(
         h["result"]["sandbox"],
@@ -585,7 +563,7 @@ async fn confined_programs_cannot_fake_terminal_input() {
         assert_eq!(r["exit_code"], 0, "{r}");
     }
     for policy in ["read-only", "workspace-write"] {
-        let id = session(&d, json!({"sandbox": {"policy": policy}})).await;
+        let id = d.session(json!({"sandbox": {"policy": policy}})).await;
         let r = bash(&d, inject, json!({"session_id": id})).await;
         assert_eq!(r["exit_code"], 1, "{r}");
         assert!(

@@ -43,11 +43,6 @@ async fn start(prepare: impl FnOnce(&Path), cfg: Value) -> Daemon {
     d
 }
 
-async fn session(d: &Daemon, params: Value) -> String {
-    let r = d.call("session.create", params).await;
-    r["result"]["id"].as_str().unwrap().to_owned()
-}
-
 async fn invoke_in(d: &Daemon, name: &str, session: &str) -> Value {
     let r = d
         .call(
@@ -88,7 +83,7 @@ async fn a_workspace_tool_waits_for_approval_and_a_changed_one_waits_again() {
         d.health().await["quarantined"] == json!(["dropped"])
     })
     .await;
-    let before = session(&d, json!({"sandbox": {"policy": "read-only"}})).await;
+    let before = d.session(json!({"sandbox": {"policy": "read-only"}})).await;
     let r = invoke_in(&d, "dropped", &before).await;
     assert_eq!(r["ok"], false, "{r}");
     assert_eq!(r["error_kind"], "quarantined", "{r}");
@@ -104,7 +99,7 @@ async fn a_workspace_tool_waits_for_approval_and_a_changed_one_waits_again() {
 
     // Approved: it runs, with the key, and hears about sessions from now on.
     d.approve_tool("dropped").await;
-    let after = session(&d, json!({})).await;
+    let after = d.session(json!({})).await;
     let r = invoke_in(&d, "dropped", &after).await;
     assert_eq!(r, json!({"ok": true, "output": "v1 key=sk-secret\n"}));
     eventually(10, "the approved tool's session event", || async {
@@ -161,14 +156,7 @@ async fn a_workspace_tool_never_takes_a_user_tools_name() {
 
 /// The tests below need file-system rules (Landlock ABI 1 or later).
 fn landlock_or_skip() -> bool {
-    let abi = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<libc::c_void>(),
-            0usize,
-            1u32,
-        )
-    };
+    let abi = common::landlock_abi();
     if abi < 1 {
         eprintln!("skipped: this kernel has no Landlock");
     }

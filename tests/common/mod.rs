@@ -292,6 +292,22 @@ impl Daemon {
         self.call("host.health", json!({})).await["result"].clone()
     }
 
+    /// A session made by `session.create` with `params`; its id.
+    pub async fn session(&self, params: Value) -> String {
+        let r = self.call("session.create", params).await;
+        r["result"]["id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("session.create: {r}"))
+            .to_owned()
+    }
+
+    /// A directory under the daemon's temp dir, created, canonical (a session's workspace).
+    pub fn subdir(&self, name: &str) -> PathBuf {
+        let dir = self.dir.path().join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.canonicalize().unwrap()
+    }
+
     /// `toolhost tools approve NAME`, as the user runs it.
     pub async fn approve_tool(&self, name: &str) {
         let out = toolhost(self.dir.path())
@@ -671,6 +687,21 @@ pub fn watchdog_of(instance: &str) -> Option<i32> {
 }
 
 /// Writes `value` to `path` atomically (temp + rename), the way editors save.
+/// The kernel's Landlock ABI (the version query of `landlock_create_ruleset`; 0 without
+/// Landlock).
+pub fn landlock_abi() -> u32 {
+    // SAFETY: the version query reads and writes no memory.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            1u32,
+        )
+    };
+    u32::try_from(r).unwrap_or(0)
+}
+
 pub fn write_atomic(path: &Path, value: &Value) {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, serde_json::to_string_pretty(value).unwrap()).unwrap();
