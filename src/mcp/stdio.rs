@@ -6,8 +6,9 @@
 //! [`DirectCalls`] writes `tools/call` straight to the pipe and the reader hands the answer
 //! straight back to the waiting call. Through rmcp a call hopped from the caller's task to
 //! rmcp's service task and back, and every answer was parsed through two nested untagged
-//! enums (the message kind, then eighteen result types tried in turn); here an answer is
-//! parsed once, to JSON. Our call ids are strings (`th-N`) and rmcp's are numbers, so the
+//! enums (the message kind, then eighteen result types tried in turn); here the reader
+//! only finds the answer's id and hands the call the line its result is in ([`RawResult`]),
+//! which the call reads once, in place. Our call ids are strings (`th-N`) and rmcp's are numbers, so the
 //! two never meet.
 //!
 //! Writes keep the order in which messages are queued; messages queued while a write is in
