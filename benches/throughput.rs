@@ -8,7 +8,7 @@
 //! `facade`).
 //!
 //! Each section starts its own daemon with the integration tests' launcher
-//! (`tests/common`: `--socket`, `--config`, `serve --workspace --data-dir` on a temp dir,
+//! (`tests/it/common`: `--socket`, `--config`, `serve --workspace --data-dir` on a temp dir,
 //! the daemon's default log level) and stops it with SIGTERM. Newline calls go through the
 //! library client (`toolhost::client`), as every Rust caller's do; HTTP keep-alive and
 //! WebSocket have small raw drivers here, which exist only to load those framings. The
@@ -16,7 +16,7 @@
 //! and daemon share the CPUs: the figures are a floor, not a ceiling.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "../tests/common/mod.rs"]
+#[path = "../tests/it/common/mod.rs"]
 mod common;
 #[path = "support/sections.rs"]
 mod sections;

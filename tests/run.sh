@@ -15,7 +15,7 @@ done
 if command -v python3 >/dev/null 2>&1; then
   tests/facade_py/install.sh
 fi
-# Debian's chromium and chromedriver for the operator page's browser test (tests/ui.rs),
+# Debian's chromium and chromedriver for the operator page's browser test (tests/it/ui.rs),
 # once.
 if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
   sudo_if_needed=""
@@ -23,7 +23,7 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
   $sudo_if_needed apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_if_needed apt-get install -y -qq --no-install-recommends chromium chromium-driver
 fi
-# cargo-deb for tests/deb.rs (builds the .deb from the debug binary and reads it back),
+# cargo-deb for tests/it/deb.rs (builds the .deb from the debug binary and reads it back),
 # once: about a minute to compile on 2 cores.
 if ! command -v cargo-deb >/dev/null 2>&1 && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo-deb" ]; then
   cargo install cargo-deb --locked --version 3.8.0

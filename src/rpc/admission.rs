@@ -87,7 +87,7 @@ impl Ticket {
 impl Drop for Slot {
     /// When this was the last open connection, hands the heap's free memory back to the
     /// system. glibc otherwise keeps freed memory in its arenas: measured with
-    /// tests/rpc_edges.rs `memory_comes_back_after_clients_leave`, RSS stayed at the peak
+    /// tests/it/rpc_edges.rs `memory_comes_back_after_clients_leave`, RSS stayed at the peak
     /// after 2,000 connections had all left.
     fn drop(&mut self) {
         if self.open.fetch_sub(1, Ordering::Relaxed) == 1 {

@@ -1,5 +1,5 @@
 """A third-party MCP server of the 2026-07-28 era, on the Python MCP SDK, for toolhost's
-MCP client to talk to over stdio (tests/mcp_era.rs).
+MCP client to talk to over stdio (tests/it/mcp_era.rs).
 
 Tools: `echo {text}` returns the text; `ask_name {message}` elicits a name from the user
 (the SDK batches it into an `input_required` result for a client of the new era, and asks

@@ -1,0 +1,488 @@
+//! A newcomer's first steps: `toolhost --version` / `where`, and `toolhost import` of the
+//! MCP servers other frontends hold, with real files in each frontend's format written into
+//! a temp HOME and workspace, run through the real binary.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+use serde_json::{json, Value};
+
+/// Runs `toolhost ARGS` in `cwd` with the user directories of `root`; (exit, stdout, stderr).
+async fn run(
+    root: &Path,
+    cwd: &Path,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> (i32, String, String) {
+    let mut cmd = toolhost(root);
+    cmd.current_dir(cwd).args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().await.unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn version_and_where_name_the_paths_a_client_uses() {
+    let root = tempfile::tempdir().unwrap();
+    let (code, out, _) = run(root.path(), root.path(), &[], &["--version"]).await;
+    assert_eq!(code, 0);
+    assert_eq!(
+        out.trim(),
+        format!("toolhost {}", env!("CARGO_PKG_VERSION"))
+    );
+
+    // No daemon: the default socket under XDG_RUNTIME_DIR, exit 3, the default config.
+    let (code, out, _) = run(root.path(), root.path(), &[], &["where"]).await;
+    assert_eq!(code, 3, "{out}");
+    let sock = root.path().join("runtime/toolhost/toolhost.sock");
+    assert!(
+        out.contains(&format!(
+            "socket    {} (no daemon answering",
+            sock.display()
+        )),
+        "{out}"
+    );
+    let config = root.path().join("xdg/toolhost/config.json");
+    assert!(
+        out.contains(&format!("config    {} (not there yet", config.display())),
+        "{out}"
+    );
+
+    // A daemon answering: its own config file and data directory.
+    let d = Daemon::start().await;
+    let (code, out, err) = run(
+        d.dir.path(),
+        d.dir.path(),
+        &[],
+        &["--json", "--socket", d.socket().to_str().unwrap(), "where"],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let w: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(w["daemon"]["state"], "answering", "{w}");
+    assert_eq!(w["daemon"]["version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(w["socket"], d.socket().display().to_string());
+    assert_eq!(w["config"], d.config_path().display().to_string());
+    assert_eq!(w["config_exists"], true);
+    assert_eq!(w["data_dir"], d.data_dir().display().to_string());
+}
+
+/// A home and a project holding servers in every frontend's format.
+struct Frontends {
+    root: tempfile::TempDir,
+}
+
+impl Frontends {
+    fn home(&self) -> PathBuf {
+        self.root.path().join("home")
+    }
+    fn project(&self) -> PathBuf {
+        self.root.path().join("project")
+    }
+    fn config(&self) -> PathBuf {
+        self.root.path().join("xdg/toolhost/config.json")
+    }
+    fn claude(&self) -> PathBuf {
+        self.home().join(".claude.json")
+    }
+    fn desktop(&self) -> PathBuf {
+        self.home()
+            .join(".config/Claude/claude_desktop_config.json")
+    }
+    fn cursor(&self) -> PathBuf {
+        self.home().join(".cursor/mcp.json")
+    }
+    fn vscode(&self) -> PathBuf {
+        self.project().join(".vscode/mcp.json")
+    }
+    fn codex(&self) -> PathBuf {
+        self.home().join(".codex/config.toml")
+    }
+    fn gemini(&self) -> PathBuf {
+        self.home().join(".gemini/settings.json")
+    }
+    fn mcp_json(&self) -> PathBuf {
+        self.project().join(".mcp.json")
+    }
+
+    const CODEX: &'static str = "# my Codex settings\nmodel = \"o4\"\n\n[mcp_servers.docs]\n# the docs server\nurl = \"https://docs.example/mcp\"\nbearer_token_env_var = \"DOCS_TOKEN\"\n\n[profiles.fast]\nmodel = \"o4-mini\"\n";
+
+    fn new() -> Frontends {
+        let f = Frontends {
+            root: tempfile::tempdir().unwrap(),
+        };
+        let p = f.project().display().to_string();
+        // Claude Code: a user-scope server, a project-scope one, other keys beside them.
+        write(
+            &f.claude(),
+            &json!({
+                "numStartups": 7,
+                "mcpServers": {"fs": {"type": "stdio", "command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/a"], "env": {}}},
+                "projects": {p.clone(): {"allowedTools": ["Bash"], "mcpServers": {"proj": {"command": "proj-mcp", "args": []}}}}
+            })
+            .to_string(),
+        );
+        // Claude Desktop and Gemini CLI hold the same server: merged.
+        let everything =
+            json!({"command": "npx", "args": ["-y", "@modelcontextprotocol/server-everything"]});
+        write(
+            &f.desktop(),
+            &json!({"mcpServers": {"everything": everything}, "globalShortcut": "Ctrl+Space"})
+                .to_string(),
+        );
+        write(
+            &f.gemini(),
+            &json!({"theme": "dark", "mcpServers": {"everything": everything, "legacy": {"url": "https://old.example/sse"}}})
+                .to_string(),
+        );
+        // Cursor: `fs` with a different folder (a clash) and a server with a literal token.
+        write(
+            &f.cursor(),
+            &json!({"mcpServers": {
+                "fs": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/b"]},
+                "github": {"command": "github-mcp", "args": ["stdio"], "env": {"GITHUB_TOKEN": "ghp_s3cretvalue", "GITHUB_HOST": "github.com"}}
+            }})
+            .to_string(),
+        );
+        write(
+            &f.vscode(),
+            &json!({"inputs": [], "servers": {"time": {"type": "stdio", "command": "uvx", "args": ["mcp-server-time"]}}}).to_string(),
+        );
+        write(&f.codex(), Self::CODEX);
+        write(
+            &f.mcp_json(),
+            &json!({"mcpServers": {"notes": {"command": "notes-mcp"}}}).to_string(),
+        );
+        f
+    }
+
+    async fn import(&self, env: &[(&str, &str)], args: &[&str]) -> (i32, String, String) {
+        let mut all = vec!["import"];
+        all.extend_from_slice(args);
+        run(self.root.path(), &self.project(), env, &all).await
+    }
+}
+
+#[tokio::test]
+async fn import_plans_applies_and_rewrites_every_frontend() {
+    let f = Frontends::new();
+    let originals: Vec<(PathBuf, String)> = [
+        f.claude(),
+        f.desktop(),
+        f.cursor(),
+        f.vscode(),
+        f.codex(),
+        f.gemini(),
+        f.mcp_json(),
+    ]
+    .into_iter()
+    .map(|p| {
+        let text = std::fs::read_to_string(&p).unwrap();
+        (p, text)
+    })
+    .collect();
+
+    // The plan: nothing written.
+    let (code, out, err) = f.import(&[], &[]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    for name in [
+        "fs ",
+        "proj",
+        "everything",
+        "github",
+        "time",
+        "docs",
+        "notes",
+        "fs-cursor",
+    ] {
+        assert!(
+            out.contains(&format!("add     {name}")),
+            "{name} planned:\n{out}"
+        );
+    }
+    assert!(out.contains("merged: 2 identical definitions"), "{out}");
+    assert!(
+        out.contains("name clash: fs is taken by a different definition, so this one is fs-cursor"),
+        "{out}"
+    );
+    assert!(out.contains("skip    legacy"), "{out}");
+    assert!(out.contains("legacy SSE transport"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "GITHUB_TOKEN             its value is in {} at mcpServers.github.env.GITHUB_TOKEN",
+            f.cursor().display()
+        )),
+        "{out}"
+    );
+    assert!(
+        !out.contains("ghp_s3cretvalue"),
+        "a secret is never shown: {out}"
+    );
+    assert!(!f.config().exists());
+
+    // --apply without the secret in the environment: that one server is refused, the rest land.
+    let (code, out, err) = f.import(&[("DOCS_TOKEN", "d")], &["--apply"]).await;
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(err.contains("github not added"), "{err}");
+    assert!(err.contains("GITHUB_TOKEN"), "{err}");
+    let cfg = read_json(&f.config());
+    let servers = cfg["mcp_servers"].as_object().unwrap();
+    assert!(!servers.contains_key("github"));
+    assert_eq!(servers["fs"]["args"][2], "/a");
+    assert_eq!(servers["fs-cursor"]["args"][2], "/b");
+    assert_eq!(
+        servers["docs"]["headers"]["Authorization"],
+        "Bearer ${DOCS_TOKEN}"
+    );
+    assert_eq!(servers["proj"]["command"], "proj-mcp");
+
+    // With the secret set, the rest is added; everything else is already there.
+    let env = [("DOCS_TOKEN", "d"), ("GITHUB_TOKEN", "ghp_s3cretvalue")];
+    let (code, out, err) = f.import(&env, &["--apply"]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("present fs "), "{out}");
+    assert!(out.contains("added github"), "{out}");
+    let text = std::fs::read_to_string(f.config()).unwrap();
+    assert!(!text.contains("ghp_s3cretvalue"), "{text}");
+    let cfg: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        cfg["mcp_servers"]["github"]["env"],
+        json!({"GITHUB_TOKEN": "${GITHUB_TOKEN}", "GITHUB_HOST": "github.com"})
+    );
+
+    // --rewrite: each file keeps its other keys, loses the imported servers, gains toolhost.
+    let (code, out, err) = f.import(&env, &["--rewrite"]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    let entry = json!({"command": BIN, "args": ["mcp"]});
+    for (path, original) in &originals {
+        let backup = PathBuf::from(format!("{}.toolhost-backup", path.display()));
+        assert_eq!(
+            &std::fs::read_to_string(&backup).unwrap(),
+            original,
+            "{}",
+            backup.display()
+        );
+    }
+    let claude = read_json(&f.claude());
+    assert_eq!(claude["numStartups"], 7);
+    assert_eq!(claude["mcpServers"], json!({"toolhost": entry}));
+    let project = &claude["projects"][f.project().display().to_string()];
+    assert_eq!(project["allowedTools"], json!(["Bash"]));
+    assert_eq!(project["mcpServers"], json!({}));
+    assert_eq!(read_json(&f.desktop())["globalShortcut"], "Ctrl+Space");
+    assert_eq!(
+        read_json(&f.desktop())["mcpServers"],
+        json!({"toolhost": entry})
+    );
+    assert_eq!(
+        read_json(&f.cursor())["mcpServers"],
+        json!({"toolhost": entry})
+    );
+    // The SSE server was not imported, so Gemini keeps it.
+    let gemini = read_json(&f.gemini());
+    assert_eq!(gemini["theme"], "dark");
+    assert_eq!(
+        gemini["mcpServers"],
+        json!({"legacy": {"url": "https://old.example/sse"}, "toolhost": entry})
+    );
+    let vscode = read_json(&f.vscode());
+    assert_eq!(vscode["inputs"], json!([]));
+    assert_eq!(
+        vscode["servers"],
+        json!({"toolhost": {"type": "stdio", "command": BIN, "args": ["mcp"]}})
+    );
+    assert_eq!(
+        read_json(&f.mcp_json())["mcpServers"],
+        json!({"toolhost": entry})
+    );
+    // Codex: comments and the other tables as they were.
+    let codex = std::fs::read_to_string(f.codex()).unwrap();
+    assert!(
+        codex.starts_with("# my Codex settings\nmodel = \"o4\"\n"),
+        "{codex}"
+    );
+    assert!(
+        codex.contains("[profiles.fast]\nmodel = \"o4-mini\"\n"),
+        "{codex}"
+    );
+    assert!(!codex.contains("docs"), "{codex}");
+    assert!(
+        codex.contains(&format!(
+            "[mcp_servers.toolhost]\ncommand = \"{BIN}\"\nargs = [\"mcp\"]\n"
+        )),
+        "{codex}"
+    );
+
+    // Again: nothing left to import, and the backups are never overwritten.
+    let (code, out, err) = f.import(&env, &["--apply", "--rewrite"]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(!out.lines().any(|l| l.starts_with("add ")), "{out}");
+    assert!(!out.contains("rewrote"), "{out}");
+}
+
+#[tokio::test]
+async fn import_apply_goes_through_the_running_daemon() {
+    let d = Daemon::start_with(Some(json!({}))).await;
+    let root = d.dir.path();
+    write(
+        &root.join("home/.cursor/mcp.json"),
+        &json!({"mcpServers": {"fx": {"command": FIXTURE, "args": []}}}).to_string(),
+    );
+    let sock = d.socket();
+    let (code, out, err) = run(
+        root,
+        root,
+        &[],
+        &["--socket", sock.to_str().unwrap(), "import", "--apply"],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains(&format!("config.json: {}", d.config_path().display())),
+        "the daemon's config file: {out}"
+    );
+    assert_eq!(
+        read_json(&d.config_path())["mcp_servers"]["fx"]["command"],
+        FIXTURE
+    );
+    // The daemon applied its own edit and started the server.
+    eventually(20, "the imported server to be ready", || async {
+        let s = d.call("mcp.status", json!({})).await;
+        s["result"]["servers"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|s| s["name"] == "fx" && s["state"] == "ready"))
+    })
+    .await;
+}
+
+async fn greet_listed(d: &Daemon) -> bool {
+    let r = d.call("list_tools", json!({})).await;
+    tool_names(&r["result"]).contains(&"greet")
+}
+
+/// The README's custom-tool loop, from a project that is not the daemon's workspace: the
+/// CLI says the folder is not searched and how to make it so; a session there makes the
+/// daemon search it (also after a restart), and the tool runs once approved.
+#[tokio::test]
+async fn custom_tool_loop_from_a_directory_other_than_the_daemons() {
+    let mut d = Daemon::start().await;
+    let project = d.dir.path().join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    let project = project.canonicalize().unwrap();
+    let sock = d.socket();
+    let sock = sock.to_str().unwrap();
+    let cli = |args: &[&str]| {
+        let mut all = vec!["--socket", sock];
+        all.extend_from_slice(args);
+        let all: Vec<String> = all.iter().map(|s| s.to_string()).collect();
+        let (root, cwd) = (d.dir.path().to_path_buf(), project.clone());
+        async move {
+            let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+            run(&root, &cwd, &[], &refs).await
+        }
+    };
+    let folder = project.join(".toolhost/tools");
+    let not_searched = format!(
+        "note: the running daemon does not search {}",
+        folder.display()
+    );
+    let command = format!("toolhost session create --workspace {}", project.display());
+
+    let (code, out, err) = cli(&["tool", "new", "greet"]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains(&not_searched), "{out}");
+    assert!(
+        out.contains(&format!("to have it searched: {command}")),
+        "{out}"
+    );
+    assert!(out.contains("toolhost tools approve greet"), "{out}");
+    let (code, out, _) = cli(&["tool", "check"]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("ok      greet"), "{out}");
+    assert!(out.contains(&not_searched), "{out}");
+    let (code, _, err) = cli(&["invoke", "greet"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("Unknown tool: greet"), "{err}");
+
+    // The printed command: the daemon now searches the project (the tool waits for approval).
+    let args: Vec<&str> = command.split(' ').skip(1).collect();
+    let (code, out, err) = cli(&args).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    let health = d.call("host.health", json!({})).await;
+    assert_eq!(
+        health["result"]["quarantined"],
+        json!(["greet"]),
+        "{health}"
+    );
+    let (code, out, _) = cli(&["tool", "check"]).await;
+    assert!(code == 0 && !out.contains("note:"), "{out}");
+    let (code, out, err) = cli(&["tools", "approve", "greet"]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    let (code, out, err) = cli(&["invoke", "greet", "--args", r#"{"name": "you"}"#]).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("Hello, you!"), "{out}");
+    // Listed for sessions in the project only: a session elsewhere does not see it.
+    let elsewhere = d.call("session.create", json!({})).await;
+    let names = elsewhere["result"]["tool_names"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert!(!names.contains(&json!("greet")), "{elsewhere}");
+    let here = d
+        .call(
+            "session.create",
+            json!({"workspace": project.display().to_string()}),
+        )
+        .await;
+    let names = here["result"]["tool_names"].as_array().unwrap().clone();
+    assert!(names.contains(&json!("greet")), "{here}");
+
+    // After a restart the stored session's workspace is searched again.
+    d.stop().await;
+    d.spawn(&[]).await;
+    eventually(10, "greet to be listed after the restart", || {
+        greet_listed(&d)
+    })
+    .await;
+
+    // Without a session there, a restarted daemon does not search the project; a new
+    // session brings it back, in that session's own view at once (the pin was kept).
+    let sessions = d.call("session.list", json!({})).await;
+    for s in sessions["result"]["sessions"].as_array().unwrap() {
+        d.call("session.delete", json!({"id": s["id"]})).await;
+    }
+    d.stop().await;
+    d.spawn(&[]).await;
+    assert!(!greet_listed(&d).await);
+    let s = d
+        .call(
+            "session.create",
+            json!({"workspace": project.display().to_string()}),
+        )
+        .await;
+    assert!(
+        s["result"]["tool_names"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("greet")),
+        "{s}"
+    );
+}

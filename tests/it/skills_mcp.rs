@@ -1,0 +1,306 @@
+//! Skills through MCP and in session workspaces, end to end: skills as `skill://`
+//! resources on the socket and through the facade (the official Python SDK), the skills
+//! extension (`io.modelcontextprotocol/skills`) to a raw 2026-07-28 client that declares
+//! it, and the skills of a session's own workspace.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::new_era::{meta, RawStdio};
+use common::skills::{front, skill_names, write_skill};
+use common::{result, Daemon, BIN};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+/// A daemon whose config searches `dir/skills` (and the empty workspace and user folders),
+/// holding the skill `pdf` (with a script) and `review`.
+async fn start() -> Daemon {
+    Daemon::start_in(|dir| {
+        let skills = dir.join("skills");
+        write_skill(
+            &skills,
+            "pdf",
+            "name: pdf\ndescription: Fill PDF forms.\nlicense: MIT\nmetadata:\n  owner: docs\n",
+            "# PDF\nRun scripts/fill.py.\n",
+            &[("scripts/fill.py", "print('fill')\n")],
+        );
+        write_skill(
+            &skills,
+            "review",
+            &front("review", "Reviews code."),
+            "Review.\n",
+            &[],
+        );
+        std::fs::write(dir.join("secret.txt"), "secret\n").unwrap();
+        json!({"skills": {"paths": [skills]}})
+    })
+    .await
+}
+
+fn skill_uris(list: &Value) -> Vec<&str> {
+    list["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["server"] == "toolhost")
+        .map(|r| r["uri"].as_str().unwrap())
+        .collect()
+}
+
+fn digest(path: &Path) -> String {
+    format!(
+        "sha256:{}",
+        hex::encode(Sha256::digest(std::fs::read(path).unwrap()))
+    )
+}
+
+#[tokio::test]
+async fn skills_are_resources_of_the_host() {
+    let d = start().await;
+    let list = result(&d, "list_resources", json!({})).await;
+    assert_eq!(
+        skill_uris(&list),
+        [
+            "skill://pdf/SKILL.md",
+            "skill://pdf/scripts/fill.py",
+            "skill://review/SKILL.md"
+        ]
+    );
+    let main = &list["resources"][0];
+    assert_eq!(main["name"], "pdf");
+    assert_eq!(main["description"], "Fill PDF forms.");
+    assert_eq!(main["mimeType"], "text/markdown");
+
+    let read = result(&d, "read_resource", json!({"uri": "skill://pdf/SKILL.md"})).await;
+    let text = read["contents"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with("---\nname: pdf\n") && text.ends_with("Run scripts/fill.py.\n"));
+    let script = result(
+        &d,
+        "read_resource",
+        json!({"uri": "skill://pdf/scripts/fill.py"}),
+    )
+    .await;
+    assert_eq!(script["contents"][0]["text"], "print('fill')\n");
+    assert_eq!(script["contents"][0]["mimeType"], "text/x-python");
+
+    // Confined like read_skill_file: no file of the folder's outside, no unlisted file.
+    for uri in [
+        "skill://pdf/../secret.txt",
+        "skill://pdf/..%2F..%2Fsecret.txt",
+        "skill://pdf/missing.md",
+    ] {
+        let r = d.call("read_resource", json!({"uri": uri})).await;
+        assert_eq!(r["error"]["code"], -32002, "{uri}: {r}");
+    }
+
+    // A skill added is one resources_changed, and is listed then.
+    let mut sub = d
+        .client()
+        .await
+        .subscribe_resources_changed()
+        .await
+        .unwrap();
+    write_skill(
+        &d.dir.path().join("skills"),
+        "added",
+        &front("added", "Added."),
+        "New.\n",
+        &[],
+    );
+    tokio::time::timeout(Duration::from_secs(10), sub.next())
+        .await
+        .expect("resources_changed")
+        .unwrap()
+        .unwrap();
+    let list = result(&d, "list_resources", json!({})).await;
+    assert!(skill_uris(&list).contains(&"skill://added/SKILL.md"));
+}
+
+#[tokio::test]
+async fn python_sdk_lists_reads_and_loads_skills_through_the_facade() {
+    let d = start().await;
+    let socket = d.socket();
+    let skills = d.dir.path().join("skills");
+    let args = [BIN, socket.to_str().unwrap(), skills.to_str().unwrap()];
+    let Some(seen) = common::python_sdk("skills.py", &args, &[]).await else {
+        return;
+    };
+    assert_eq!(seen["list_changed"], true);
+    assert_eq!(
+        seen["resources"],
+        json!([
+            [
+                "skill://pdf/SKILL.md",
+                "pdf",
+                "Fill PDF forms.",
+                "text/markdown"
+            ],
+            [
+                "skill://pdf/scripts/fill.py",
+                "pdf/scripts/fill.py",
+                null,
+                "text/x-python"
+            ],
+            [
+                "skill://review/SKILL.md",
+                "review",
+                "Reviews code.",
+                "text/markdown"
+            ]
+        ])
+    );
+    let read = &seen["read"][0];
+    assert_eq!(read[0], "skill://pdf/SKILL.md");
+    assert_eq!(read[1], "text/markdown");
+    assert!(read[2]
+        .as_str()
+        .unwrap()
+        .contains("# PDF\nRun scripts/fill.py."));
+    assert_eq!(seen["script"], "print('fill')\n");
+    assert_eq!(seen["load_skill"]["is_error"], false);
+    // The tool's output fields, as the facade writes them for a result of several.
+    let output: Value = serde_json::from_str(seen["load_skill"]["text"].as_str().unwrap()).unwrap();
+    let loaded = output["text"].as_str().unwrap();
+    assert!(
+        loaded.starts_with("# Skill: pdf\n\n# PDF\nRun scripts/fill.py."),
+        "{loaded}"
+    );
+    assert!(!loaded.contains("description:"), "{loaded}");
+    assert!(seen["after"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("skill://added/SKILL.md")));
+}
+
+#[tokio::test]
+async fn the_skills_extension_serves_clients_that_declare_it() {
+    let d = start().await;
+    let skills = d.dir.path().join("skills");
+    let mut mcp = RawStdio::open(&d).await;
+    let with = json!({"extensions": {"io.modelcontextprotocol/skills": {}}});
+    let discover = mcp
+        .rpc("server/discover", json!({"_meta": meta("raw", json!({}))}))
+        .await;
+    let extensions = &discover["result"]["capabilities"]["extensions"];
+    assert!(
+        extensions.get("io.modelcontextprotocol/skills").is_some(),
+        "{discover}"
+    );
+
+    // Without the extension declared, the methods are not there.
+    let r = mcp
+        .rpc("skills/list", json!({"_meta": meta("raw", json!({}))}))
+        .await;
+    assert_eq!(r["error"]["code"], -32601, "{r}");
+
+    let r = mcp
+        .rpc("skills/list", json!({"_meta": meta("raw", with.clone())}))
+        .await;
+    let listed = r["result"]["skills"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(listed.len(), 2);
+    let pdf = &listed[0];
+    assert_eq!(pdf["uri"], "skill://pdf/SKILL.md");
+    // The front matter verbatim, every field.
+    assert_eq!(
+        pdf["frontmatter"],
+        json!({"name": "pdf", "description": "Fill PDF forms.", "license": "MIT", "metadata": {"owner": "docs"}})
+    );
+    let md = skills.join("pdf/SKILL.md");
+    let py = skills.join("pdf/scripts/fill.py");
+    assert_eq!(
+        pdf["resources"],
+        json!([
+            {"uri": "skill://pdf/SKILL.md", "digest": digest(&md), "size": std::fs::metadata(&md).unwrap().len()},
+            {"uri": "skill://pdf/scripts/fill.py", "digest": digest(&py), "size": 14},
+        ])
+    );
+    assert!(r["result"]["ttlMs"].is_u64(), "{r}");
+
+    let r = mcp
+        .rpc(
+            "skills/get",
+            json!({"uri": "skill://review/SKILL.md", "_meta": meta("raw", with.clone())}),
+        )
+        .await;
+    assert_eq!(r["result"]["skill"]["frontmatter"]["name"], "review", "{r}");
+    let r = mcp
+        .rpc(
+            "skills/get",
+            json!({"uri": "skill://nope/SKILL.md", "_meta": meta("raw", with.clone())}),
+        )
+        .await;
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+
+    // A manifest's file is read as the resource it names.
+    let r = mcp
+        .rpc(
+            "resources/read",
+            json!({"uri": "skill://pdf/scripts/fill.py", "_meta": meta("raw", with)}),
+        )
+        .await;
+    assert_eq!(r["result"]["contents"][0]["text"], "print('fill')\n", "{r}");
+}
+
+#[tokio::test]
+async fn a_session_workspace_brings_its_own_skills_to_its_sessions() {
+    let d = start().await;
+    let project = d.dir.path().join("project");
+    write_skill(
+        &project.join(".claude/skills"),
+        "deploy",
+        &front("deploy", "Deploys this project."),
+        "Run make deploy.\n",
+        &[],
+    );
+    let mut changed = d.subscribed("subscribe_skills_changed").await;
+    let session = result(
+        &d,
+        "session.create",
+        json!({"workspace": project.display().to_string()}),
+    )
+    .await;
+    let id = session["id"].as_str().unwrap();
+
+    // Scanned before the session is answered, and announced once.
+    let note = changed.notification("skills_changed").await;
+    assert_eq!(note["workspaces"], json!([project.display().to_string()]));
+    let own = result(&d, "list_skills", json!({"session_id": id})).await;
+    assert_eq!(skill_names(&own), ["pdf", "review", "deploy"]);
+    assert_eq!(own["skills"][2]["source"], "workspace_claude");
+    // Other sessions, and the daemon's own list, do not see them.
+    assert_eq!(
+        skill_names(&result(&d, "list_skills", json!({})).await),
+        ["pdf", "review"]
+    );
+    let other = result(&d, "session.create", json!({})).await;
+    let other = other["id"].as_str().unwrap();
+    let theirs = result(&d, "list_skills", json!({"session_id": other})).await;
+    assert_eq!(skill_names(&theirs), ["pdf", "review"]);
+
+    let got = result(&d, "get_skill", json!({"name": "deploy", "session_id": id})).await;
+    assert!(got["text"].as_str().unwrap().contains("Run make deploy."));
+    let r = d
+        .call("get_skill", json!({"name": "deploy", "session_id": other}))
+        .await;
+    assert_eq!(r["error"]["code"], -32602, "{r}");
+    let uris = result(&d, "list_resources", json!({"session_id": id})).await;
+    assert!(skill_uris(&uris).contains(&"skill://deploy/SKILL.md"));
+    let uris = result(&d, "list_resources", json!({"session_id": other})).await;
+    assert!(!skill_uris(&uris).contains(&"skill://deploy/SKILL.md"));
+
+    // load_skill loads from the calling session's workspace.
+    let call = |session: &str| json!({"name": "load_skill", "arguments": {"name": "deploy"}, "session_id": session});
+    let loaded = result(&d, "invoke", call(id)).await;
+    assert_eq!(loaded["result"]["ok"], true, "{loaded}");
+    assert!(loaded["result"]["text"]
+        .as_str()
+        .unwrap()
+        .contains("Run make deploy."));
+    let refused = result(&d, "invoke", call(other)).await;
+    assert_eq!(refused["result"]["ok"], false, "{refused}");
+}

@@ -1,0 +1,639 @@
+//! The operator's page (issue 31): `GET /ui` and its files, page tokens and login codes,
+//! the Origin rule, the event stream, and a real browser (Debian's `chromium` through
+//! `chromedriver`, driven over WebDriver by fantoccini) that watches a server and its tools
+//! appear, cancels a running call, allows a strict session's waiting command and approves a
+//! quarantined tool. Its screenshots are written to `target/ui-screenshots/`
+//! (`operator-page.png` at the end, `operator-page-approval.png` with a call waiting).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::*;
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const TOKEN: &str = "s3cret-tcp-token";
+
+/// One HTTP/1.1 request on `s` (closed after it); returns the status, the head (lower
+/// case) and the body as sent (chunked bodies are left chunked).
+async fn request<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    s: &mut S,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String, String) {
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut buf))
+        .await
+        .expect("an answer in time")
+        .unwrap();
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, head.to_ascii_lowercase(), body.to_owned())
+}
+
+async fn unix(
+    d: &Daemon,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String, String) {
+    let mut s = tokio::net::UnixStream::connect(d.socket()).await.unwrap();
+    request(&mut s, method, path, headers, body).await
+}
+
+async fn tcp(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String, String) {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    request(&mut s, method, path, headers, body).await
+}
+
+/// A daemon listening on TCP too (with [`TOKEN`]), and its TCP address.
+async fn tcp_daemon(config: Value) -> (Daemon, String) {
+    let mut d = Daemon::unstarted();
+    let mut config = config;
+    config["listen"] = json!({"tcp": "127.0.0.1:0"});
+    std::fs::write(d.config_path(), config.to_string()).unwrap();
+    d.spawn(&[("TOOLHOST_TOKEN", TOKEN)]).await;
+    // The line naming the address may reach the log just after the socket answers.
+    eventually(10, "the tcp address in the log", || async {
+        d.log().contains(" + tcp ")
+    })
+    .await;
+    let log = d.log();
+    let addr = log
+        .split("tcp ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no tcp address in log: {log}"))
+        .to_owned();
+    (d, addr)
+}
+
+fn page_token_of(body: &str) -> String {
+    let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    v["page_token"].as_str().unwrap().to_owned()
+}
+
+fn rpc_body(method: &str, params: Value) -> String {
+    json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string()
+}
+
+#[tokio::test]
+async fn the_first_load_is_small_and_its_files_carry_a_strict_policy() {
+    let d = Daemon::start().await;
+    let mut total = 0;
+    for (path, kind) in [
+        ("/ui", "text/html"),
+        ("/ui/", "text/html"),
+        ("/ui/app.js", "text/javascript"),
+        ("/ui/app.css", "text/css"),
+    ] {
+        let (status, head, body) = unix(&d, "GET", path, &[], "").await;
+        assert_eq!(status, 200, "{path}: {head}");
+        assert!(
+            head.contains(&format!("content-type: {kind}")),
+            "{path}: {head}"
+        );
+        assert!(
+            head.contains("content-security-policy: default-src 'self'"),
+            "{head}"
+        );
+        assert!(head.contains("x-frame-options: deny"), "{head}");
+        if path != "/ui" {
+            total += body.len();
+        }
+    }
+    assert!(total <= 100 * 1024, "first load {total} bytes");
+    assert_eq!(unix(&d, "GET", "/ui/nothing", &[], "").await.0, 404);
+}
+
+#[tokio::test]
+async fn page_data_needs_a_page_token_and_a_page_on_this_machine() {
+    let d = Daemon::start().await;
+    let call = rpc_body("host.health", json!({}));
+    let (status, _, _) = unix(&d, "POST", "/ui/rpc", &[], &call).await;
+    assert_eq!(status, 401);
+    let (status, _, _) = unix(
+        &d,
+        "POST",
+        "/ui/rpc",
+        &[("X-Toolhost-Page", "made-up")],
+        &call,
+    )
+    .await;
+    assert_eq!(status, 401);
+    // On the Unix socket a page token is there for the asking.
+    let (status, _, body) = unix(&d, "POST", "/ui/login", &[], "").await;
+    assert_eq!(status, 200, "{body}");
+    let page = page_token_of(&body);
+    let (status, _, body) = unix(&d, "POST", "/ui/rpc", &[("X-Toolhost-Page", &page)], &call).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap()["result"]["status"],
+        "ok"
+    );
+    let local = [
+        ("X-Toolhost-Page", page.as_str()),
+        ("Origin", "http://127.0.0.1:8765"),
+    ];
+    assert_eq!(unix(&d, "POST", "/ui/rpc", &local, &call).await.0, 200);
+    // Another origin is refused everywhere a page acts: login, methods, events.
+    for origin in [
+        "http://evil.example",
+        "http://127.0.0.1.evil.example:8765",
+        "null",
+    ] {
+        let from = [("X-Toolhost-Page", page.as_str()), ("Origin", origin)];
+        assert_eq!(
+            unix(&d, "POST", "/ui/rpc", &from, &call).await.0,
+            403,
+            "{origin}"
+        );
+        assert_eq!(
+            unix(&d, "POST", "/ui/login", &from, "").await.0,
+            403,
+            "{origin}"
+        );
+        assert_eq!(
+            unix(&d, "GET", "/ui/events", &from, "").await.0,
+            403,
+            "{origin}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn on_tcp_a_page_token_takes_the_token_or_a_one_time_code() {
+    let (d, addr) = tcp_daemon(json!({})).await;
+    // The page's files load without the token: a browser cannot send it with a page load.
+    assert_eq!(tcp(&addr, "GET", "/ui/", &[], "").await.0, 200);
+    // Everything else still wants it.
+    assert_eq!(tcp(&addr, "GET", "/health", &[], "").await.0, 401);
+    assert_eq!(tcp(&addr, "POST", "/ui/login", &[], "").await.0, 401);
+    let wrong = [("Authorization", "Bearer nope")];
+    assert_eq!(tcp(&addr, "POST", "/ui/login", &wrong, "").await.0, 401);
+    let bearer = format!("Bearer {TOKEN}");
+    let (status, _, body) = tcp(
+        &addr,
+        "POST",
+        "/ui/login",
+        &[("Authorization", &bearer)],
+        "",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let page = page_token_of(&body);
+    let call = rpc_body("session.list", json!({}));
+    let (status, _, body) = tcp(
+        &addr,
+        "POST",
+        "/ui/rpc",
+        &[("X-Toolhost-Page", &page)],
+        &call,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    // A page token is not the TCP token.
+    let as_bearer = format!("Bearer {page}");
+    assert_eq!(
+        tcp(&addr, "POST", "/", &[("Authorization", &as_bearer)], &call)
+            .await
+            .0,
+        401
+    );
+
+    // `toolhost ui` prints a link with a code, good once; the token is not in it.
+    let out = toolhost(d.dir.path())
+        .arg("--socket")
+        .arg(d.socket())
+        .args(["ui"])
+        .output()
+        .await
+        .unwrap();
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{printed}");
+    assert!(!printed.contains(TOKEN), "{printed}");
+    let url = printed
+        .split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no link in {printed}"));
+    assert!(
+        url.starts_with(&format!("http://{addr}/ui/#code=")),
+        "{url}"
+    );
+    let code = url.split("#code=").nth(1).unwrap();
+    let with_code = [("X-Toolhost-Login", code)];
+    let (status, _, body) = tcp(&addr, "POST", "/ui/login", &with_code, "").await;
+    assert_eq!(status, 200, "{body}");
+    assert_ne!(page_token_of(&body), page);
+    assert_eq!(
+        tcp(&addr, "POST", "/ui/login", &with_code, "").await.0,
+        401,
+        "a code works once"
+    );
+}
+
+/// Reads the event stream on `s` until its text contains `what`; returns all read so far.
+async fn read_until(s: &mut tokio::net::UnixStream, seen: &mut String, what: &str) {
+    let mut buf = [0u8; 16384];
+    while !seen.contains(what) {
+        let n = tokio::time::timeout(Duration::from_secs(30), s.read(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("no {what:?} in the stream: {seen}"))
+            .unwrap();
+        assert!(n > 0, "the stream ended before {what:?}: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+}
+
+#[tokio::test]
+async fn the_event_stream_carries_tools_servers_calls_approvals_config_and_metrics() {
+    let d = Daemon::start().await;
+    let (_, _, body) = unix(&d, "POST", "/ui/login", &[], "").await;
+    let page = page_token_of(&body);
+    let mut s = tokio::net::UnixStream::connect(d.socket()).await.unwrap();
+    let head =
+        format!("GET /ui/events HTTP/1.1\r\nHost: localhost\r\nX-Toolhost-Page: {page}\r\n\r\n");
+    s.write_all(head.as_bytes()).await.unwrap();
+    let mut seen = String::new();
+    read_until(&mut s, &mut seen, "event: servers").await;
+    assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
+    assert!(
+        seen.to_ascii_lowercase()
+            .contains("content-type: text/event-stream"),
+        "{seen}"
+    );
+    read_until(&mut s, &mut seen, "event: metrics").await;
+
+    let dir = d.dir.path();
+    let added = d
+        .call(
+            "mcp.add",
+            json!({"name": "fx", "server": {"command": FIXTURE, "env": {"FIXTURE_PID_FILE": dir.join("pids")}}}),
+        )
+        .await;
+    assert_eq!(added["result"]["ok"], true, "{added}");
+    read_until(&mut s, &mut seen, "event: tools_changed").await;
+    read_until(&mut s, &mut seen, "\"added\":[\"mcp_fx_").await;
+    read_until(&mut s, &mut seen, "\"name\":\"fx\"").await;
+    // A stdio server's process and memory, as mcp.status tells them.
+    read_until(&mut s, &mut seen, "\"rss_kib\":").await;
+    let status = d.call("mcp.status", json!({"server": "fx"})).await;
+    let pid = status["result"]["servers"][0]["pid"].as_u64().unwrap();
+    let recorded = std::fs::read_to_string(dir.join("pids")).unwrap();
+    assert!(
+        recorded.split_whitespace().any(|p| p == pid.to_string()),
+        "{pid} in {recorded}"
+    );
+    assert!(
+        status["result"]["servers"][0]["rss_kib"].as_u64().unwrap() > 0,
+        "{status}"
+    );
+    assert_eq!(d.invoke("list_dir", json!({"path": "."})).await["ok"], true);
+    read_until(&mut s, &mut seen, "event: calls").await;
+    // A call waiting for approval is told, and so is its end.
+    let session = d
+        .call("session.create", json!({"approval": "strict"}))
+        .await;
+    let session = session["result"]["id"].as_str().unwrap().to_owned();
+    let client = d.client().await;
+    let waiting = tokio::spawn(async move {
+        let params = toolhost::protocol::InvokeParams {
+            session_id: Some(session),
+            ..toolhost::protocol::InvokeParams::new(
+                "bash",
+                args(json!({"command": "echo allowed"})),
+            )
+        };
+        client.invoke(&params).await.unwrap()
+    });
+    read_until(&mut s, &mut seen, "\"kind\":\"approval_pending\"").await;
+    let pending = d.call("approvals.list", json!({})).await;
+    let id = pending["result"]["pending"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let decided = d
+        .call(
+            "approvals.decide",
+            json!({"id": id, "decision": "allow_once"}),
+        )
+        .await;
+    assert!(decided["result"].is_object(), "{decided}");
+    read_until(&mut s, &mut seen, "\"kind\":\"approval_decided\"").await;
+    assert!(waiting.await.unwrap().result.ok);
+    // A config that is refused is told with its error (and the live one stays).
+    std::fs::write(d.config_path(), "{\"mcp_servers\": 3}").unwrap();
+    read_until(&mut s, &mut seen, "event: config").await;
+    read_until(&mut s, &mut seen, "\"last_error\":\"").await;
+}
+
+/// Runs `python` from a `bash` call of the daemon (a process the host started) and returns
+/// what it wrote to `out.txt`.
+async fn from_a_started_process(d: &Daemon, python: &str) -> String {
+    let ws = d.workspace();
+    std::fs::write(ws.join("peer.py"), python).unwrap();
+    let out = ws.join("out.txt");
+    let command = format!(
+        "python3 '{}' '{}' '{}'",
+        ws.join("peer.py").display(),
+        d.socket().display(),
+        out.display()
+    );
+    let r = d.invoke("bash", json!({"command": command})).await;
+    assert_eq!(r["ok"], true, "{r}");
+    std::fs::read_to_string(out).unwrap()
+}
+
+#[tokio::test]
+async fn a_process_the_host_started_gets_no_page() {
+    let d = Daemon::start().await;
+    let python = r#"
+import socket, sys
+lines = []
+for req in ["GET /ui/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            "POST /ui/login HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"]:
+    s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); s.sendall(req.encode())
+    lines.append(s.recv(200).decode().split("\r\n")[0])
+open(sys.argv[2], "w").write("\n".join(lines))
+"#;
+    let out = from_a_started_process(&d, python).await;
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    for l in lines {
+        assert!(l.contains(" 403 "), "{out}");
+    }
+    // The user's own client is not affected.
+    assert_eq!(unix(&d, "GET", "/ui/", &[], "").await.0, 200);
+}
+
+// --- the browser -------------------------------------------------------------------------
+
+/// Where the browser test leaves its screenshot.
+fn screenshot_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("target/ui-screenshots")
+}
+
+/// chromedriver on a free port, ended with the test.
+struct Driver {
+    child: tokio::process::Child,
+    url: String,
+}
+
+impl Driver {
+    async fn start() -> Driver {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = tokio::process::Command::new("chromedriver")
+            .arg(format!("--port={port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("chromedriver (apt-get install chromium chromium-driver; tests/run.sh does)");
+        let url = format!("http://127.0.0.1:{port}");
+        eventually(20, "chromedriver to listen", || async move {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+        })
+        .await;
+        Driver { child, url }
+    }
+
+    async fn browser(&self) -> fantoccini::Client {
+        let caps: serde_json::Map<String, Value> = serde_json::from_value(json!({
+            "browserName": "chrome",
+            "goog:chromeOptions": {
+                "binary": "/usr/bin/chromium",
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                         "--window-size=1400,2200", "--no-first-run"]
+            }
+        }))
+        .unwrap();
+        fantoccini::ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+            .capabilities(caps)
+            .connect(&self.url)
+            .await
+            .expect("a chromium session")
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+use fantoccini::Locator;
+
+/// Waits for the element `css` to be on the page.
+async fn shown(b: &fantoccini::Client, css: &str) -> fantoccini::elements::Element {
+    let found = b
+        .wait()
+        .at_most(Duration::from_secs(30))
+        .for_element(Locator::Css(css))
+        .await;
+    match found {
+        Ok(el) => el,
+        Err(e) => {
+            let page = match b.find(Locator::Css("body")).await {
+                Ok(body) => body.text().await.unwrap_or_default(),
+                Err(_) => String::new(),
+            };
+            panic!("{css} never showed ({e}); the page says:\n{page}")
+        }
+    }
+}
+
+/// Clicks the element `css` (found afresh: the page redraws its tables as events come).
+async fn click(b: &fantoccini::Client, css: &str) {
+    for _ in 0..20 {
+        if shown(b, css).await.click().await.is_ok() {
+            return;
+        }
+    }
+    panic!("could not click {css}");
+}
+
+async fn gone(b: &fantoccini::Client, css: &str) {
+    eventually(30, &format!("{css} to go"), || async {
+        b.find_all(Locator::Css(css))
+            .await
+            .is_ok_and(|found| found.is_empty())
+    })
+    .await;
+}
+
+fn catalog(dir: &Path, server: &str, tools: Value) -> PathBuf {
+    let path = dir.join(format!("{server}.catalog.json"));
+    std::fs::write(&path, tools.to_string()).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn an_operator_watches_cancels_and_approves_in_a_browser() {
+    let (d, addr) = tcp_daemon(json!({})).await;
+    let driver = Driver::start().await;
+    let b = driver.browser().await;
+
+    // Over TCP the page asks for the token once.
+    b.goto(&format!("http://{addr}/ui/")).await.unwrap();
+    shown(&b, "#login:not([hidden]) #token")
+        .await
+        .send_keys(TOKEN)
+        .await
+        .unwrap();
+    click(&b, "#login button").await;
+    shown(&b, "#live.ok").await;
+
+    // A server (and its tools) appear when config.json changes; one trusts no new tool.
+    let dir = d.dir.path();
+    let fx = catalog(
+        dir,
+        "fx",
+        json!([{"name": "weather", "description": "Get the weather."}]),
+    );
+    let nu = catalog(dir, "nu", json!([{"name": "w", "description": "Weather."}]));
+    let config = json!({
+        "listen": {"tcp": "127.0.0.1:0"},
+        "mcp_servers": {
+            "fx": {"command": FIXTURE, "env": {"FIXTURE_CATALOG_FILE": fx}, "include_tools": ["weather"]},
+            "nu": {"command": FIXTURE, "env": {"FIXTURE_CATALOG_FILE": nu}, "include_tools": ["w"], "trust": "quarantine_new"},
+        }
+    });
+    write_atomic(&d.config_path(), &config);
+    shown(&b, r#"tr[data-server="fx"] td.state-ready"#).await;
+    let process = shown(&b, r#"tr[data-server="fx"] td:nth-child(4)"#).await;
+    assert!(
+        process.text().await.unwrap().starts_with("pid "),
+        "the server's process"
+    );
+    shown(&b, r#"tr[data-tool="mcp_fx_weather"]"#).await;
+    shown(&b, r#"[data-quarantined="mcp_nu_w"]"#).await;
+
+    // A running command, cancelled with its button: its process is gone.
+    let pid_file = d.workspace().join("sleep.pid");
+    let command = format!("sleep 300 & echo $! > '{}'; wait", pid_file.display());
+    let client = d.client().await;
+    let call = tokio::spawn(async move {
+        let params = toolhost::protocol::InvokeParams {
+            name: "bash".into(),
+            arguments: Some(args(json!({"command": command}))),
+            call_id: Some("ui-sleep".into()),
+            ..Default::default()
+        };
+        client.invoke(&params).await.unwrap()
+    });
+    eventually(20, "the sleep to start", || {
+        let f = pid_file.clone();
+        async move { std::fs::read_to_string(f).is_ok_and(|t| t.ends_with('\n')) }
+    })
+    .await;
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(alive(pid));
+    click(&b, r#"tr[data-call="ui-sleep"] button"#).await;
+    let ended = tokio::time::timeout(Duration::from_secs(30), call)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        ended.result.error_kind,
+        Some(toolhost::protocol::ErrorKind::Cancelled),
+        "{ended:?}"
+    );
+    eventually(20, "the sleep to be gone", || async move { !alive(pid) }).await;
+    gone(&b, r#"tr[data-call="ui-sleep"]"#).await;
+
+    // A strict session's command waits in the queue; allowed once from the page, it runs
+    // for its caller.
+    let session = d
+        .call("session.create", json!({"approval": "strict"}))
+        .await;
+    let session = session["result"]["id"].as_str().unwrap().to_owned();
+    let client = d.client().await;
+    let waiting = tokio::spawn(async move {
+        let params = toolhost::protocol::InvokeParams {
+            session_id: Some(session),
+            call_id: Some("ui-held".into()),
+            ..toolhost::protocol::InvokeParams::new(
+                "bash",
+                args(json!({"command": "echo allowed from the page"})),
+            )
+        };
+        client.invoke(&params).await.unwrap()
+    });
+    shown(&b, r#"[data-approval][data-call="ui-held"] pre"#).await;
+    let shot = b.screenshot().await.unwrap();
+    std::fs::create_dir_all(screenshot_dir()).unwrap();
+    std::fs::write(screenshot_dir().join("operator-page-approval.png"), shot).unwrap();
+    click(
+        &b,
+        r#"[data-approval][data-call="ui-held"] button.allow-once"#,
+    )
+    .await;
+    let done = tokio::time::timeout(Duration::from_secs(30), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(done.result.ok, "{done:?}");
+    assert!(
+        format!("{:?}", done.result.output).contains("allowed from the page"),
+        "{done:?}"
+    );
+    gone(&b, r#"[data-approval][data-call="ui-held"]"#).await;
+    // The audit log says who decided, and from where.
+    click(&b, r#"tr[data-audit="ui-held"]"#).await;
+    let detail = shown(&b, r#"tr[data-audit="ui-held"] + tr.detail"#).await;
+    let said = detail.text().await.unwrap();
+    assert!(
+        said.contains("allow once by") && said.contains("via ui"),
+        "{said}"
+    );
+
+    // The quarantined tool, approved from its card: listed and callable.
+    click(&b, r#"[data-quarantined="mcp_nu_w"] button"#).await;
+    gone(&b, r#"[data-quarantined="mcp_nu_w"]"#).await;
+    shown(&b, r#"tr[data-tool="mcp_nu_w"]"#).await;
+    assert_eq!(d.invoke("mcp_nu_w", json!({})).await["ok"], true);
+    // The cancelled call is in the audit log's table.
+    shown(&b, r#"tr[data-audit="ui-sleep"]"#).await;
+
+    std::fs::create_dir_all(screenshot_dir()).unwrap();
+    let png = b.screenshot().await.unwrap();
+    std::fs::write(screenshot_dir().join("operator-page.png"), png).unwrap();
+    b.close().await.unwrap();
+}
