@@ -16,6 +16,7 @@ FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
+COPY vendor ./vendor
 COPY tests ./tests
 COPY benches ./benches
 RUN cargo build --release --locked --bin toolhost --bin toolhost-bridge

@@ -7,44 +7,84 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
-use notify::{EventKind, RecursiveMode};
-use notify_debouncer_full::{new_debouncer, DebounceEventResult, Debouncer, RecommendedCache};
+use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::mpsc::UnboundedSender;
 
 /// Events closer together than this are coalesced into one signal.
 pub const DEBOUNCE: Duration = Duration::from_millis(300);
 
-/// A debounced watcher; dropping it stops its thread.
-pub(crate) type SignalDebouncer = Debouncer<notify::RecommendedWatcher, RecommendedCache>;
+/// However busy a burst, a signal goes out after this many debounce windows at the latest
+/// (a program writing into a watched folder without pause must not postpone it for ever).
+const MAX_WINDOWS: u32 = 10;
+
+/// A watch that signals "look again" (see [`signal_on_change`]). Dropping it stops the
+/// watcher's thread; its debouncing task then ends with the channel.
+pub(crate) struct SignalDebouncer {
+    watcher: notify::RecommendedWatcher,
+}
+
+impl SignalDebouncer {
+    pub(crate) fn watch(&mut self, path: &Path, mode: RecursiveMode) -> notify::Result<()> {
+        self.watcher.watch(path, mode)
+    }
+
+    pub(crate) fn unwatch(&mut self, path: &Path) -> notify::Result<()> {
+        self.watcher.unwatch(path)
+    }
+}
 
 /// The one way the daemon watches files (config.json here, the custom tool folders in
-/// `custom/watch.rs`): a debouncer that sends `()` on `tx`, at most once per `debounce`
-/// window, when a burst of events holds a non-access event that `relevant` accepts. Watcher
-/// errors (e.g. an inotify queue overflow) also send `()`, since a change may have been
-/// missed. The signal means "look again"; the caller decides what changed. Nothing is
-/// watched until the caller calls `watch`.
+/// `custom/watch.rs`): sends `()` on `tx` once a burst of events that holds a non-access
+/// event `relevant` accepts has been quiet for `debounce` (or has lasted [`MAX_WINDOWS`]
+/// windows). Watcher errors and the kernel's "events were lost" (an inotify queue overflow)
+/// also send `()`, since a change may have been missed. The signal means "look again"; the
+/// caller decides what changed. Nothing is watched until the caller calls `watch`. Must be
+/// called inside a tokio runtime.
+///
+/// The debouncing is a task that waits in `recv` between bursts, so an idle watch costs no
+/// wake-up: notify's own thread blocks in the kernel and the timer exists only while a burst
+/// is pending. (notify-debouncer-full's thread ticked every quarter window, 40 times a
+/// second per watch, whether anything happened or not.)
 pub(crate) fn signal_on_change(
     debounce: Duration,
     relevant: impl Fn(&notify::Event) -> bool + Send + 'static,
     tx: UnboundedSender<()>,
     what: &'static str,
 ) -> notify::Result<SignalDebouncer> {
-    new_debouncer(debounce, None, move |res: DebounceEventResult| {
+    let runtime = tokio::runtime::Handle::try_current()
+        .map_err(|e| notify::Error::generic(&format!("{what}: no runtime to debounce on: {e}")))?;
+    let (events, mut burst) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
         let signal = match res {
-            Ok(events) => events
-                .iter()
-                .any(|ev| !matches!(ev.event.kind, EventKind::Access(_)) && relevant(&ev.event)),
-            Err(errors) => {
-                for e in &errors {
-                    tracing::warn!("{what}: {e}");
-                }
+            Ok(ev) => {
+                ev.need_rescan() || (!matches!(ev.kind, EventKind::Access(_)) && relevant(&ev))
+            }
+            Err(e) => {
+                tracing::warn!("{what}: {e}");
                 true
             }
         };
         if signal {
-            let _ = tx.send(());
+            let _ = events.send(());
         }
-    })
+    })?;
+    runtime.spawn(async move {
+        while burst.recv().await.is_some() {
+            let latest = tokio::time::Instant::now() + debounce * MAX_WINDOWS;
+            loop {
+                let quiet = tokio::time::Instant::now() + debounce;
+                match tokio::time::timeout_at(quiet.min(latest), burst.recv()).await {
+                    Ok(Some(())) if quiet < latest => continue,
+                    Ok(None) => return,
+                    _ => break,
+                }
+            }
+            if tx.send(()).is_err() {
+                return;
+            }
+        }
+    });
+    Ok(SignalDebouncer { watcher })
 }
 
 /// Keeps the watch alive; dropping it stops the watching thread (and the wait for a

@@ -4,7 +4,8 @@
 //! its cookies (`env -i`, `execve` with an empty environment). What it cannot leave is its
 //! ancestry: while its parent chain is intact it descends from the group's leader, and once
 //! the chain breaks it is reparented to us, the child subreaper. So at every scan (the
-//! reaper's, every [`SCAN_EVERY`] while groups run, and every kill of a group) we take one
+//! reaper's: every [`SCAN_EVERY`] while a call's group runs, less and less often while only
+//! long-lived groups do, see [`next_interval`]; and every kill of a group) we take one
 //! snapshot of /proc and attribute, by pid and start time (so a reused pid is never
 //! mistaken for ours):
 //! - processes in a live leader's tree but outside its group, to that group;
@@ -25,9 +26,24 @@ use std::time::Duration;
 use super::procfs::Stat;
 use super::Processes;
 
-/// How often the reaper rescans while groups are running, to catch a process that escapes
+/// How often the reaper rescans while a call's group runs, to catch a process that escapes
 /// and is orphaned before its group ends (recorded, it also dies if the daemon is SIGKILLed).
+/// Also the first interval after any group starts.
 pub(super) const SCAN_EVERY: Duration = Duration::from_millis(500);
+
+/// The longest interval between scans while only groups of no call run (MCP servers, the
+/// module host): the safety scan of an idle daemon.
+pub(super) const SCAN_AT_MOST_EVERY: Duration = Duration::from_secs(30);
+
+/// The interval after a scan that came `previous` after the one before, while no call's
+/// group runs: it doubles up to [`SCAN_AT_MOST_EVERY`]. A long-lived group forks and
+/// escapes, if ever, mostly as it starts (`npx` starting `node`), and a group's start sets
+/// the interval back to [`SCAN_EVERY`]; an idle daemon then wakes for this once in 30 s,
+/// not twice a second. What the scans in between would have caught is still caught when
+/// the group ends (its kill scans), and its orphans' own exits are SIGCHLDs to us.
+pub(super) fn next_interval(previous: Duration) -> Duration {
+    (previous * 2).min(SCAN_AT_MOST_EVERY)
+}
 
 /// A group (its leader's pid, which is the pgid, and start time) or a process.
 pub(super) type Key = (i32, u64);
@@ -96,6 +112,15 @@ pub(super) fn has_members(group: Key) -> bool {
 /// Whether any group of any daemon in this process is running.
 pub(super) fn any_running() -> bool {
     !crate::lock(&TRACKER).groups.is_empty()
+}
+
+/// Whether a group a call's tool started is running: a call's program is arbitrary code
+/// that may escape at any moment, so the reaper scans every [`SCAN_EVERY`] then.
+pub(super) fn call_running() -> bool {
+    crate::lock(&TRACKER)
+        .groups
+        .iter()
+        .any(|g| g.call.is_some())
 }
 
 /// Processes we adopted as child subreaper: our children that we did not start through

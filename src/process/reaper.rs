@@ -1,12 +1,15 @@
 //! The adopted-zombie reaper: as the child subreaper we inherit every orphan of our groups,
 //! so someone must wait for those once they exit, and kill the ones no running group owns.
 //!
-//! It wakes on SIGCHLD, and every [`escapees::SCAN_EVERY`] while a zombie is pending or a
-//! group runs. A SIGCHLD is mostly one of our own children exiting (every call's program
-//! does), which tokio reaps: then a look at our direct children (a few small reads) shows
-//! nothing adopted, and the full /proc scan waits for its next turn. It runs at least every
-//! [`escapees::SCAN_EVERY`] while groups run, so processes escaping from a live group are
-//! still attributed that often however many calls end in between.
+//! It wakes on SIGCHLD, on a group's start, every [`escapees::SCAN_EVERY`] while a zombie is
+//! pending or a call's group runs, and less and less often (up to
+//! [`escapees::SCAN_AT_MOST_EVERY`]) while only long-lived groups run (MCP servers, the
+//! module host), so an idle daemon with servers connected sleeps. A SIGCHLD is mostly one
+//! of our own children exiting (every call's program does), which tokio reaps: then a look
+//! at our direct children (a few small reads) shows nothing adopted, and the full /proc scan
+//! waits for its next turn. It runs at least every [`escapees::SCAN_EVERY`] while a call's
+//! groups run, so processes escaping from a live call are still attributed that often
+//! however many calls end in between.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -36,18 +39,28 @@ pub(super) async fn reap_adopted_forever() {
     let mut pending = false;
     let mut seen = Seen::new();
     let mut last_scan = Instant::now();
+    // The interval while only long-lived groups run (see `escapees::next_interval`).
+    let mut quiet = escapees::SCAN_EVERY;
     loop {
         // A running group's process can escape and be orphaned to us without a SIGCHLD
         // reaching us (its parents get those), so while groups run a tick scans too. Asked
         // for before looking, so a group starting in between is not missed.
         let started = escapees::group_started();
         let busy = pending || escapees::any_running() || sigchld.is_none();
-        let tick = tokio::time::sleep_until(last_scan + escapees::SCAN_EVERY);
+        let every = if pending || escapees::call_running() {
+            escapees::SCAN_EVERY
+        } else {
+            quiet
+        };
+        let tick = tokio::time::sleep_until(last_scan + every);
         let child_exited = match sigchld.as_mut() {
             Some(s) => tokio::select! {
                 _ = s.recv() => true,
                 () = tick, if busy => false,
-                () = started, if !busy => continue,
+                () = started => {
+                    quiet = escapees::SCAN_EVERY;
+                    continue;
+                }
             },
             None => {
                 tick.await;
@@ -58,7 +71,7 @@ pub(super) async fn reap_adopted_forever() {
             last_scan = Instant::now();
             continue;
         }
-        let scan_due = pending || last_scan.elapsed() >= escapees::SCAN_EVERY;
+        let scan_due = pending || last_scan.elapsed() >= every;
         // Run on the spawner thread: no spawn can be half-recorded while we look.
         let scan = spawner::on_spawner(move || {
             if !scan_due && nothing_adopted() {
@@ -74,6 +87,12 @@ pub(super) async fn reap_adopted_forever() {
         };
         if scanned {
             last_scan = Instant::now();
+            // Something was adopted: look again soon. A quiet tick: later.
+            quiet = if scan_due {
+                escapees::next_interval(every)
+            } else {
+                escapees::SCAN_EVERY
+            };
         }
     }
 }
