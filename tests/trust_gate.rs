@@ -86,16 +86,12 @@ const ALL: [&str; 4] = [
 /// What a session in the project is shown: its tools (its view moved to the live
 /// registry first), skills and commands (names).
 async fn shown(d: &Daemon, session: &str) -> (Vec<String>, Vec<String>, Vec<String>) {
-    let r = d.call("session.refresh_tools", json!({"id": session})).await;
+    let r = d
+        .call("session.refresh_tools", json!({"id": session}))
+        .await;
     assert!(r.get("result").is_some(), "{r}");
-    let tools = d
-        .call("list_tools", json!({"session_id": session}))
-        .await["result"]
-        .clone();
-    let skills = d
-        .call("list_skills", json!({"session_id": session}))
-        .await["result"]
-        .clone();
+    let tools = d.call("list_tools", json!({"session_id": session})).await["result"].clone();
+    let skills = d.call("list_skills", json!({"session_id": session})).await["result"].clone();
     let commands = d.call("list_commands", json!({})).await["result"].clone();
     let command_names = commands["commands"]
         .as_array()
@@ -134,7 +130,10 @@ async fn what_a_session_root_brings_waits_for_approval_item_by_item() {
     let (d, proj, marker, session) = started().await;
     // Nothing of it is shown, nothing ran: the module was read, never imported.
     let (tools, skills, commands) = shown(&d, &session).await;
-    assert!(!has(&tools, "stamp") && !has(&tools, "deployer"), "{tools:?}");
+    assert!(
+        !has(&tools, "stamp") && !has(&tools, "deployer"),
+        "{tools:?}"
+    );
     assert!(skills.is_empty(), "{skills:?}");
     assert!(!has(&commands, "ship"), "{commands:?}");
     assert!(!marker.exists(), "a waiting module's top-level code ran");
@@ -156,7 +155,11 @@ async fn what_a_session_root_brings_waits_for_approval_item_by_item() {
     assert_eq!(q["trust"].as_array().unwrap().len(), 4, "{q}");
 
     // Approved one by one (the CLI, with the paths as listed; a tool by its name).
-    for item in [".codex/tools/stamp.mjs", ".agents/skills/release", ".toolhost/commands/ship.md"] {
+    for item in [
+        ".codex/tools/stamp.mjs",
+        ".agents/skills/release",
+        ".toolhost/commands/ship.md",
+    ] {
         d.trust(&[OsStr::new("approve"), proj.join(item).as_os_str()])
             .await;
     }
@@ -201,10 +204,16 @@ async fn what_a_session_root_brings_waits_for_approval_item_by_item() {
     })
     .await;
     let (tools, skills, commands) = shown(&d, &session).await;
-    assert!(!has(&tools, "stamp") && has(&tools, "deployer"), "{tools:?}");
+    assert!(
+        !has(&tools, "stamp") && has(&tools, "deployer"),
+        "{tools:?}"
+    );
     assert!(skills.is_empty(), "{skills:?}");
     assert!(has(&commands, "ship"), "{commands:?}");
-    assert!(!marker.exists(), "a changed module was imported before approval");
+    assert!(
+        !marker.exists(),
+        "a changed module was imported before approval"
+    );
 }
 
 #[tokio::test]
@@ -224,7 +233,10 @@ async fn trusting_the_folder_admits_everything_it_brings() {
     );
     eventually(10, "the changed command taken up", || async {
         let r = d
-            .call("get_command", json!({"name": "ship", "arguments": {"arguments": "x"}}))
+            .call(
+                "get_command",
+                json!({"name": "ship", "arguments": {"arguments": "x"}}),
+            )
             .await;
         r.to_string().contains("today")
     })
@@ -232,7 +244,11 @@ async fn trusting_the_folder_admits_everything_it_brings() {
     assert!(d.trust_waiting().await.is_empty());
     // The decision is kept across a restart, and can be taken back.
     let listed = d.call("trust.list", json!({})).await["result"].clone();
-    assert_eq!(listed["folders"], json!([proj.display().to_string()]), "{listed}");
+    assert_eq!(
+        listed["folders"],
+        json!([proj.display().to_string()]),
+        "{listed}"
+    );
     d.trust(&[OsStr::new("revoke"), proj.as_os_str()]).await;
     eventually(10, "everything waiting again", || async {
         d.trust_waiting().await == ALL

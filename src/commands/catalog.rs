@@ -57,11 +57,13 @@ impl Catalog {
                             waiting.push(w);
                             continue;
                         }
-                        Err(reason) => {
+                        Err(e) => {
                             errors.push(CommandError {
                                 file,
                                 field: None,
-                                reason,
+                                reason: format!(
+                                    "the file cannot be hashed for the trust gate: {e}"
+                                ),
                             });
                             continue;
                         }

@@ -30,7 +30,7 @@ pub fn folder_digest(dir: &Path) -> Result<String, String> {
 }
 
 /// SHA-256 of one regular file (not followed if a symlink, not waited on if a FIFO), for
-/// an item that is one file (a command).
+/// an item that is one file (a command). The error does not name the file.
 pub fn file_digest(path: &Path) -> Result<String, String> {
     let mut walk = Walk {
         hash: Sha256::new(),
@@ -84,7 +84,8 @@ impl Walk {
                 self.hash.update(target.as_os_str().as_encoded_bytes());
             } else if kind.is_file() {
                 self.hash.update(b"f\0");
-                self.file(&path)?;
+                self.file(&path)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
             } else {
                 // FIFOs, sockets, devices: their presence is pinned, never their content.
                 self.hash.update(b"o\0");
@@ -96,8 +97,9 @@ impl Walk {
 
     /// Hashes one regular file, opened once without following a symlink and without
     /// blocking (a file swapped for a FIFO after the listing is refused, not waited on).
+    /// The error does not name the file (the caller does).
     fn file(&mut self, path: &Path) -> Result<(), String> {
-        let fail = |e: std::io::Error| format!("{}: {e}", path.display());
+        let fail = |e: std::io::Error| e.to_string();
         let file = File::options()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
@@ -105,7 +107,7 @@ impl Walk {
             .map_err(fail)?;
         let meta = file.metadata().map_err(fail)?;
         if !meta.is_file() {
-            return Err(format!("{}: not a regular file", path.display()));
+            return Err("not a regular file".to_owned());
         }
         self.bytes += meta.len();
         if self.bytes > MAX_BYTES {

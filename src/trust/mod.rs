@@ -235,26 +235,21 @@ impl Trust {
         Ok(admitted)
     }
 
-    /// Approves the waiting program tools and modules named `name` (a tool's folder, a
-    /// module's file stem or `index` folder): what `tools.approve NAME` means for a tool
-    /// that waits before it could even be read.
+    /// Approves the waiting program tools and modules named `name` ([`names_tool`]): what
+    /// `tools.approve NAME` means for a tool that waits before it could even be read.
     pub fn approve_tool_named(&self, name: &str) -> Result<Vec<TrustItem>, String> {
-        self.approve_where(|w| {
-            let path = Path::new(&w.path);
-            let stem = path.file_stem().and_then(|s| s.to_str());
-            let named = match w.kind {
-                TrustKind::Tool => path.file_name().and_then(|s| s.to_str()) == Some(name),
-                TrustKind::Module if stem == Some("index") => {
-                    path.parent()
-                        .and_then(Path::file_name)
-                        .and_then(|s| s.to_str())
-                        == Some(name)
-                }
-                TrustKind::Module => stem == Some(name),
-                _ => false,
-            };
-            named
-        })
+        self.approve_where(|w| names_tool(w, name))
+    }
+
+    /// A waiting program tool or module named `name` ([`names_tool`]), for the error of a
+    /// call that names it.
+    pub fn waiting_tool(&self, name: &str) -> Option<TrustItem> {
+        lock(&self.0.state)
+            .waiting
+            .values()
+            .flatten()
+            .find(|w| names_tool(w, name))
+            .cloned()
     }
 
     /// Trusts `folder` as a whole (or takes that trust back): returns the canonical folder
@@ -308,6 +303,22 @@ impl Trust {
         write_atomic(path, &bytes, Durability::Synced)
             .map_err(|e| format!("cannot write {}: {e}", path.display()))
     }
+}
+
+/// Whether waiting item `w` is a tool by the name it goes by before it is read: a program
+/// tool's folder name, a module's file stem (its folder's name for an `index.*`). The tool
+/// inside may call itself otherwise; this is only how a user or caller refers to it.
+fn names_tool(w: &TrustItem, name: &str) -> bool {
+    let path = Path::new(&w.path);
+    let file_name = |p: &Path| p.file_name().and_then(|s| s.to_str()).map(str::to_owned);
+    let stem = path.file_stem().and_then(|s| s.to_str());
+    let named = match w.kind {
+        TrustKind::Tool => file_name(path),
+        TrustKind::Module if stem == Some("index") => path.parent().and_then(file_name),
+        TrustKind::Module => stem.map(str::to_owned),
+        TrustKind::Skill | TrustKind::Command => None,
+    };
+    named.as_deref() == Some(name)
 }
 
 /// The workspace a source folder belongs to: `<workspace>/.claude/skills` →

@@ -336,6 +336,12 @@ impl Daemon {
         items
     }
 
+    /// Trusts the daemon's workspace as a whole (`toolhost trust WS`): what a test puts
+    /// there is the user's own, not a project that waits for approval.
+    pub async fn trust_workspace(&self) {
+        self.trust(&[self.workspace().as_os_str()]).await;
+    }
+
     /// `toolhost trust ARGS…` (`approve PATH`, `DIR`, `revoke DIR`), as the user runs it.
     pub async fn trust(&self, args: &[&std::ffi::OsStr]) {
         let out = toolhost(self.dir.path())
