@@ -54,6 +54,8 @@ struct Inner {
     custom: crate::custom::CustomTools,
     skills: crate::skills::Skills,
     commands: crate::commands::Commands,
+    /// The workspace-trust gate every file-defined source of a workspace passes.
+    trust: crate::trust::Trust,
     sessions: Sessions,
     calls: Arc<CallTable>,
     /// Calls waiting for an operator's approval.
@@ -102,6 +104,7 @@ impl Host {
         let sessions = Sessions::open(&dirs.data_dir.join("sessions"))?;
         let registry = Registry::new();
         registry.set_pins(crate::catalog::Pins::open(&dirs.data_dir.join("pins.json")));
+        let trust = crate::trust::Trust::open(&dirs.data_dir.join("trust.json"));
         registry.set_catalog_policy(crate::catalog::Policy::from_config(&loaded.config));
         let tracker = TaskTracker::new();
         let from_file = dirs.config_path.exists();
@@ -136,9 +139,15 @@ impl Host {
                 processes.clone(),
             ),
             dirs,
-            custom: crate::custom::CustomTools::new(registry.clone(), processes.clone(), modules),
-            skills: crate::skills::Skills::new(registry.clone()),
-            commands: crate::commands::Commands::default(),
+            custom: crate::custom::CustomTools::new(
+                registry.clone(),
+                processes.clone(),
+                modules,
+                trust.clone(),
+            ),
+            skills: crate::skills::Skills::new(registry.clone(), trust.clone()),
+            commands: crate::commands::Commands::new(trust.clone()),
+            trust,
             reload_lock: tokio::sync::Mutex::new(()),
             registry,
             sessions,
@@ -195,6 +204,10 @@ impl Host {
     }
     pub fn skills(&self) -> &crate::skills::Skills {
         &self.0.skills
+    }
+    /// The workspace-trust gate (what waits, and the user's decisions).
+    pub fn trust(&self) -> &crate::trust::Trust {
+        &self.0.trust
     }
     pub fn commands(&self) -> &crate::commands::Commands {
         &self.0.commands

@@ -276,6 +276,15 @@ async fn run_checked(
             return Err(ToolError::new(ErrorKind::Quarantined, q.message.clone())
                 .with_field("quarantine", serde_json::to_value(q).unwrap_or(Value::Null)));
         }
+        if let Some(w) = host.trust().waiting_tool(&params.name) {
+            return Err(ToolError::new(
+                ErrorKind::Quarantined,
+                format!(
+                    "Tool '{}' waits for workspace trust: {} {} of {} is new or changed, and nothing a workspace brings runs before the user approves it. Approve it with `toolhost trust approve {}` (or `toolhost tools approve {}`), or trust the folder with `toolhost trust {}`.",
+                    params.name, w.kind.as_str(), w.item, w.workspace, w.path, params.name, w.workspace
+                ),
+            ));
+        }
         return Err(ToolError::new(
             ErrorKind::UnknownTool,
             format!("Unknown tool: {}", params.name),

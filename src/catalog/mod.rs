@@ -60,12 +60,13 @@ impl Policy {
     pub fn trust(&self, source: &ToolSource) -> Option<Trust> {
         match source {
             ToolSource::Builtin => None,
-            // A workspace tool may have been written by a sandboxed command: it waits for
-            // the user's approval whatever `custom_tools.trust` says.
+            // A workspace tool or module is listed only after the workspace-trust gate
+            // admitted its very files (`crate::trust`); pinning it again would ask twice.
+            // A changed one never gets here: its new digest waits at the gate.
             ToolSource::Custom {
                 workspace_digest: Some(_),
                 ..
-            } => Some(Trust::QuarantineNew),
+            } => Some(Trust::Auto),
             ToolSource::Custom { .. } => Some(self.custom_trust),
             ToolSource::Mcp { server, .. } => {
                 Some(self.servers.get(server).map_or(Trust::Pin, |s| s.1))
@@ -231,7 +232,7 @@ fn message(
             }
         ),
         QuarantineReason::New if server.is_none() => {
-            "it is new in a workspace folder, and workspace tools wait for approval".to_owned()
+            "it is new, and `custom_tools.trust` has new tools wait for approval".to_owned()
         }
         QuarantineReason::New => "it is new and its server needs new tools approved".to_owned(),
         QuarantineReason::Flagged => format!(

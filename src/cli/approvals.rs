@@ -78,6 +78,10 @@ async fn list(client: &Client, out: Output) -> Result<ExitCode, ClientError> {
         emit(out, &r);
         return Ok(ExitCode::SUCCESS);
     }
+    if !r.trust.is_empty() {
+        super::trust::print_waiting(&r.trust);
+        say!("");
+    }
     if r.pending.is_empty() {
         say!("No call waits for approval.");
         return Ok(ExitCode::SUCCESS);

@@ -22,6 +22,7 @@ mod session;
 mod status;
 mod tool;
 mod tools;
+mod trust;
 mod ui;
 
 use std::path::PathBuf;
@@ -100,6 +101,9 @@ enum Command {
     /// The calls waiting for an operator's approval; `approvals allow|deny ID` decides one,
     /// `--follow` prints the queue's events as they come.
     Approvals(approvals::ApprovalsArgs),
+    /// What the workspaces bring and wait for your trust (tools, modules, skills,
+    /// commands); `trust DIR` trusts a folder, `trust approve PATH` one item.
+    Trust(trust::TrustArgs),
     /// Finished calls from the audit log (no daemon needed).
     Calls(calls::CallsArgs),
     /// Show the daemon's health.
@@ -290,6 +294,7 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Status { watch } => status::run(&g, watch).await,
         Command::Health => status::health(&g).await,
         Command::Approvals(args) => approvals::run(&g, args).await,
+        Command::Trust(args) => trust::run(&g, args).await,
         Command::Calls(args) => Ok(calls::run(&g, args).await),
         Command::Config { command } => config::run(&g, command).await,
         Command::Session { command } => session::run(&g, command).await,

@@ -12,7 +12,8 @@ use sha2::{Digest, Sha256};
 use super::builtin::Builtin;
 use super::command::{self, Body, Command, CommandError};
 use super::Root;
-use crate::protocol::ListCommandsResult;
+use crate::protocol::{CommandSource, ListCommandsResult, TrustItem, TrustKind};
+use crate::trust::Trust;
 
 /// The commands in force, sorted by name, and the files skipped on the way.
 pub struct Catalog {
@@ -28,19 +29,46 @@ pub struct Catalog {
 
 impl Default for Catalog {
     fn default() -> Self {
-        Catalog::scan(&[])
+        Catalog::scan(&[], None).0
     }
 }
 
 impl Catalog {
     /// Scans `roots` in order (a missing one is skipped; files by path order, so the
-    /// result is stable), then adds each built-in command no file overrides.
-    pub fn scan(roots: &[Root]) -> Catalog {
+    /// result is stable), then adds each built-in command no file overrides. With `trust`,
+    /// a workspace's command file is only hashed until the gate admits it (it is not
+    /// parsed, listed or offered as a prompt); what waits is returned.
+    pub fn scan(roots: &[Root], trust: Option<&Trust>) -> (Catalog, Vec<TrustItem>) {
         let mut commands: Vec<Command> = Vec::new();
         let mut errors = Vec::new();
         let mut clashes = Vec::new();
+        let mut waiting = Vec::new();
         for root in roots {
+            let gate = trust.filter(|_| root.source == CommandSource::Workspace);
             for rel in command_files(&root.path) {
+                if let Some(trust) = gate {
+                    let file = root.path.join(&rel);
+                    let workspace = crate::trust::workspace_of(&root.path);
+                    let checked = crate::trust::file_digest(&file)
+                        .map(|d| trust.check(workspace, TrustKind::Command, &file, &d));
+                    match checked {
+                        Ok(Ok(())) => {}
+                        Ok(Err(w)) => {
+                            waiting.push(w);
+                            continue;
+                        }
+                        Err(e) => {
+                            errors.push(CommandError {
+                                file,
+                                field: None,
+                                reason: format!(
+                                    "the file cannot be hashed for the trust gate: {e}"
+                                ),
+                            });
+                            continue;
+                        }
+                    }
+                }
                 match command::load(&root.path, &rel, root.source) {
                     Ok(c) => match commands.iter().find(|k| k.entry.name == c.entry.name) {
                         Some(first) => clashes.push(format!(
@@ -65,7 +93,7 @@ impl Catalog {
             }
         }
         commands.sort_by(|a, b| a.entry.name.cmp(&b.entry.name));
-        Catalog::build(commands, errors, clashes)
+        (Catalog::build(commands, errors, clashes), waiting)
     }
 
     fn build(commands: Vec<Command>, errors: Vec<CommandError>, clashes: Vec<String>) -> Catalog {

@@ -36,7 +36,9 @@ use crate::error::Error;
 use crate::lock;
 use crate::protocol::{
     CommandSource, CommandsChanged, GetCommandResult, PromptArgument, PromptEntry, PromptMessage,
+    TrustKind,
 };
+use crate::trust::Trust;
 
 pub use catalog::Catalog;
 pub use command::Command;
@@ -169,11 +171,14 @@ struct Inner {
     scan_lock: tokio::sync::Mutex<()>,
     watch: Mutex<Option<Watch>>,
     changed: broadcast::Sender<CommandsChanged>,
+    /// The workspace-trust gate the workspaces' command files pass.
+    trust: Trust,
 }
 
-impl Default for Commands {
-    fn default() -> Self {
+impl Commands {
+    pub fn new(trust: Trust) -> Self {
         Commands(Arc::new(Inner {
+            trust,
             catalog: ArcSwap::from_pointee(Catalog::default()),
             roots: Mutex::default(),
             scan_lock: tokio::sync::Mutex::new(()),
@@ -181,9 +186,7 @@ impl Default for Commands {
             changed: broadcast::channel(64).0,
         }))
     }
-}
 
-impl Commands {
     /// The catalog in force.
     pub fn catalog(&self) -> Arc<Catalog> {
         self.0.catalog.load_full()
@@ -257,9 +260,12 @@ impl Commands {
             // A folder may have appeared (or gone): watch what exists now.
             w.set_roots(&roots.iter().map(|r| r.path.clone()).collect::<Vec<_>>());
         }
-        let catalog = tokio::task::spawn_blocking(move || Catalog::scan(&roots))
-            .await
-            .unwrap_or_default();
+        let trust = self.0.trust.clone();
+        let (catalog, waiting) =
+            tokio::task::spawn_blocking(move || Catalog::scan(&roots, Some(&trust)))
+                .await
+                .unwrap_or_default();
+        self.0.trust.report(TrustKind::Command, waiting);
         for e in catalog.problems() {
             tracing::warn!("command: {e}");
         }

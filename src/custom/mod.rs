@@ -7,15 +7,15 @@
 //! - [`events`]: session lifecycle events for tools that ask for them;
 //! - [`scaffold`]: `toolhost tool new` / `tool check`.
 //!
-//! - [`trust`]: tools from the workspace folder are pinned with their files and wait for
-//!   approval.
+//! Tools and modules a workspace brings pass the workspace-trust gate ([`crate::trust`])
+//! before their manifest is read or their module imported.
 //!
 //! Discovery order (the first definition of a name wins; later ones are reported as
 //! collisions by the registry, like MCP clashes): config `custom_tools.paths`, then
 //! `$XDG_CONFIG_HOME/toolhost/tools/`, then `<workspace>/.toolhost/tools/`, then the same
 //! folder of every session's workspace (in the order the daemon learnt of them) — the
 //! user's own folders first, so a workspace tool can never take the name of one of the
-//! user's. Every workspace folder, the daemon's or a session's, follows the [`trust`] rule.
+//! user's. Every workspace folder, the daemon's or a session's, passes the trust gate.
 //!
 //! Architecture Invariant: every scan publishes the whole custom source in one registry
 //! swap, and a tool whose manifest bytes are unchanged keeps its tool object, so editing a
@@ -25,7 +25,6 @@ pub mod events;
 pub mod manifest;
 pub mod scaffold;
 pub mod tool;
-pub mod trust;
 pub(crate) mod watch;
 
 use std::collections::{BTreeMap, HashMap};
@@ -36,7 +35,9 @@ use arc_swap::ArcSwap;
 
 use crate::config::Config;
 use crate::lock;
+use crate::protocol::{TrustItem, TrustKind};
 use crate::registry::{Change, Registry, SourceKey, SourceUpdate, Tool};
+use crate::trust::Trust;
 
 pub use manifest::{Manifest, ManifestError};
 pub use tool::CustomTool;
@@ -45,7 +46,7 @@ pub use tool::CustomTool;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Root {
     pub path: PathBuf,
-    /// The workspace's `.toolhost/tools/`: its tools follow the [`trust`] rule.
+    /// The workspace's `.toolhost/tools/`: its tools pass the trust gate.
     pub workspace: bool,
 }
 
@@ -100,14 +101,16 @@ pub struct Found {
 pub struct Scanned {
     pub manifest: Manifest,
     pub bytes: Vec<u8>,
-    /// For a workspace tool, [`trust::folder_digest`] of its folder.
+    /// For a workspace tool, [`crate::trust::folder_digest`] of its folder (what was approved).
     pub workspace_digest: Option<String>,
 }
 
 /// Every sub-folder of `roots` holding a `tool.json`, in precedence order (folders sorted
-/// by name inside each root, so the order is stable).
-pub fn scan(roots: &[Root]) -> Vec<Found> {
+/// by name inside each root, so the order is stable), and the workspace tools `trust` holds
+/// back (their manifest is not even read).
+pub fn scan(roots: &[Root], trust: &Trust) -> (Vec<Found>, Vec<TrustItem>) {
     let mut out = Vec::new();
+    let mut waiting = Vec::new();
     for root in roots {
         let Ok(entries) = std::fs::read_dir(&root.path) else {
             continue;
@@ -119,26 +122,39 @@ pub fn scan(roots: &[Root]) -> Vec<Found> {
             .collect();
         dirs.sort();
         for dir in dirs {
-            let result = manifest::load(&dir).and_then(|(manifest, bytes)| {
-                let workspace_digest = if root.workspace {
-                    Some(trust::folder_digest(&dir).map_err(|message| ManifestError {
-                        file: dir.clone(),
-                        field: None,
-                        message,
-                    })?)
-                } else {
-                    None
+            let workspace_digest = if root.workspace {
+                let digest = match crate::trust::folder_digest(&dir) {
+                    Ok(d) => d,
+                    Err(message) => {
+                        out.push(Found {
+                            dir: dir.clone(),
+                            result: Err(ManifestError {
+                                file: dir,
+                                field: None,
+                                message,
+                            }),
+                        });
+                        continue;
+                    }
                 };
-                Ok(Scanned {
-                    manifest,
-                    bytes,
-                    workspace_digest,
-                })
+                let workspace = crate::trust::workspace_of(&root.path);
+                if let Err(w) = trust.check(workspace, TrustKind::Tool, &dir, &digest) {
+                    waiting.push(w);
+                    continue;
+                }
+                Some(digest)
+            } else {
+                None
+            };
+            let result = manifest::load(&dir).map(|(manifest, bytes)| Scanned {
+                manifest,
+                bytes,
+                workspace_digest,
             });
             out.push(Found { dir, result });
         }
     }
-    out
+    (out, waiting)
 }
 
 /// The custom tool source of one daemon.
@@ -158,6 +174,8 @@ struct Inner {
     watch: Mutex<Option<watch::Watch>>,
     /// The daemon's processes, for the runs that are not calls (session events).
     processes: crate::process::Processes,
+    /// The workspace-trust gate every workspace tool and module passes.
+    trust: Trust,
 }
 
 #[derive(Default)]
@@ -222,11 +240,13 @@ impl CustomTools {
         registry: Registry,
         processes: crate::process::Processes,
         modules: crate::modules::Modules,
+        trust: Trust,
     ) -> Self {
         let me = CustomTools(Arc::new(Inner {
             registry,
             modules,
             processes,
+            trust,
             providers: Arc::new(ArcSwap::from_pointee(BTreeMap::new())),
             sandbox: Arc::default(),
             state: Mutex::default(),
@@ -360,15 +380,37 @@ impl CustomTools {
     }
 
     /// Scans `roots` and the module folders, reusing the tool objects of unchanged
-    /// manifests and modules; the modules' tools come after the programs'.
+    /// manifests and modules; the modules' tools come after the programs'. What the trust
+    /// gate holds back is reported to it, never read further (a module is not imported).
     async fn build(&self, roots: Vec<Root>) -> Vec<Arc<dyn Tool>> {
         let module_roots = lock(&self.0.state).module_roots.clone();
-        let (found, (modules, module_problems)) = tokio::task::spawn_blocking(move || {
-            let modules = crate::modules::discover::scan(&module_roots, manifest::MANIFEST);
-            (scan(&roots), modules)
+        let trust = self.0.trust.clone();
+        let scanned = tokio::task::spawn_blocking(move || {
+            let (mut modules, problems) =
+                crate::modules::discover::scan(&module_roots, manifest::MANIFEST);
+            let mut waiting_modules = Vec::new();
+            modules.retain(|m| {
+                if !m.workspace {
+                    return true;
+                }
+                let workspace = crate::trust::workspace_of(&m.root);
+                match trust.check(workspace, TrustKind::Module, &m.file, &m.digest) {
+                    Ok(()) => true,
+                    Err(w) => {
+                        waiting_modules.push(w);
+                        false
+                    }
+                }
+            });
+            let (found, waiting_tools) = scan(&roots, &trust);
+            (found, waiting_tools, modules, waiting_modules, problems)
         })
-        .await
-        .unwrap_or_default();
+        .await;
+        let Ok((found, waiting_tools, modules, waiting_modules, module_problems)) = scanned else {
+            return Vec::new();
+        };
+        self.0.trust.report(TrustKind::Tool, waiting_tools);
+        self.0.trust.report(TrustKind::Module, waiting_modules);
         let mut tools = self.build_programs(found);
         let taken = tools.iter().map(|t| t.spec().name.clone()).collect();
         tools.extend(self.0.modules.tools(modules, &taken).await);

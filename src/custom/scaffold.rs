@@ -350,13 +350,15 @@ pub fn check(dir: &Path) -> Vec<Checked> {
     let dirs: Vec<PathBuf> = if dir.join(MANIFEST).exists() {
         vec![dir.to_path_buf()]
     } else {
-        super::scan(&[super::Root {
+        let root = super::Root {
             path: dir.to_path_buf(),
             workspace: false,
-        }])
-        .into_iter()
-        .map(|f| f.dir)
-        .collect()
+        };
+        super::scan(&[root], &crate::trust::Trust::in_memory())
+            .0
+            .into_iter()
+            .map(|f| f.dir)
+            .collect()
     };
     dirs.into_iter()
         .map(|d| {

@@ -100,7 +100,7 @@ impl CustomTool {
             return Ok(());
         };
         let dir = self.dir.clone();
-        let now = tokio::task::spawn_blocking(move || super::trust::folder_digest(&dir))
+        let now = tokio::task::spawn_blocking(move || crate::trust::folder_digest(&dir))
             .await
             .map_err(|e| ToolError::failed(format!("could not check the tool's folder: {e}")))?;
         match now {
@@ -209,9 +209,9 @@ impl CustomTool {
     }
 
     /// What the manifest asks of the sandbox, as far as config `sandbox.tools` grants it —
-    /// the grant of this tool's own source ([`super::trust::grant_key`]).
+    /// the grant of this tool's own source ([`grant_key`]).
     pub fn sandbox_extras(&self, config: &crate::config::SandboxConfig) -> sandbox::Extras {
-        let key = super::trust::grant_key(&self.spec.name, self.workspace_digest().is_some());
+        let key = grant_key(&self.spec.name, self.workspace_digest().is_some());
         let grant = config.tools.get(&key).copied().unwrap_or_default();
         let home = std::env::var_os("HOME").map(PathBuf::from);
         sandbox::Extras {
@@ -568,9 +568,26 @@ impl Sink for LineSink<'_> {
     }
 }
 
+/// The key of a workspace tool's grant in config `sandbox.tools`. A bare name grants the
+/// tool of that name from the user's or a configured folder only, so a workspace tool that
+/// takes a user tool's name never inherits what the user granted their own tool.
+pub fn grant_key(name: &str, from_workspace: bool) -> String {
+    if from_workspace {
+        format!("workspace:{name}")
+    } else {
+        name.to_owned()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_workspace_grant_names_its_source() {
+        assert_eq!(grant_key("cachetool", false), "cachetool");
+        assert_eq!(grant_key("cachetool", true), "workspace:cachetool");
+    }
     use serde_json::json;
 
     fn sink_lines(lines: &[&str]) -> (Option<Answer>, String, Vec<ToolUpdate>) {

@@ -31,8 +31,8 @@ pub const PLUGIN_FIELD: &str = "musepi.tools";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Root {
     pub path: PathBuf,
-    /// A workspace's folder: its modules follow the workspace trust rule (pinned with
-    /// their digest, quarantined until approved).
+    /// A workspace's folder: its modules pass the workspace-trust gate (`crate::trust`)
+    /// before they are imported.
     pub workspace: bool,
     /// The session workspace whose sessions alone list its modules.
     pub scope: Option<PathBuf>,
@@ -44,6 +44,8 @@ pub struct Root {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Found {
     pub file: PathBuf,
+    /// The folder it was found in (a workspace's `.claude/tools`, say).
+    pub root: PathBuf,
     /// SHA-256 of what the module is made of (its file, or its folder's files): a new
     /// digest is a new module instance.
     pub digest: String,
@@ -123,6 +125,7 @@ pub fn scan(roots: &[Root], program_manifest: &str) -> (Vec<Found>, Vec<String>)
             match digest(&file) {
                 Ok(digest) => found.push(Found {
                     file,
+                    root: root.path.clone(),
                     digest,
                     workspace: root.workspace,
                     scope: root.scope.clone(),

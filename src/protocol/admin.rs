@@ -22,7 +22,8 @@ pub struct McpCounts {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct HealthResult {
     /// `degraded` while a config error, a tool-name collision, a failed MCP server, a
-    /// quarantined tool or a damaged pin file is outstanding.
+    /// quarantined tool, a workspace item waiting for trust or a damaged pin or trust file
+    /// is outstanding.
     pub status: HealthStatus,
     pub version: String,
     pub uptime_s: u64,
@@ -68,6 +69,13 @@ pub struct HealthResult {
     /// the file is repaired or `tools.pins_reset` moves it aside.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pins_error: Option<String>,
+    /// What the workspaces bring and wait for the user's trust (`toolhost trust`,
+    /// proto-docs/trust.md): not loaded, run, listed or shown to a model until approved.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trust_waiting: Vec<super::TrustItem>,
+    /// Why `trust.json` cannot be read, naming it: nothing it held is trusted meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trust_error: Option<String>,
 }
 
 /// The module host as `host.health` shows it.

@@ -222,6 +222,10 @@ pub enum ApprovalEvent {
 pub struct ApprovalsListResult {
     /// Oldest first.
     pub pending: Vec<PendingApproval>,
+    /// What the workspaces bring and wait for the user's trust (`trust.approve`,
+    /// `trust.folder`; proto-docs/trust.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trust: Vec<super::TrustItem>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

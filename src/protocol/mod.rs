@@ -19,6 +19,7 @@ mod socket;
 mod status;
 mod surface;
 mod tools;
+mod trust;
 mod ui;
 
 pub use admin::*;
@@ -34,6 +35,7 @@ pub use socket::{default_socket, default_sockets, socket_path, socket_paths};
 pub use status::*;
 pub use surface::*;
 pub use tools::*;
+pub use trust::*;
 pub use ui::*;
 
 use schemars::JsonSchema;
@@ -119,6 +121,9 @@ pub mod method {
     pub const SUBSCRIBE_RESOURCES_CHANGED: &str = "subscribe_resources_changed";
     pub const UNSUBSCRIBE_RESOURCES_CHANGED: &str = "unsubscribe_resources_changed";
     pub const RESOURCES_CHANGED: &str = "resources_changed";
+    pub const TRUST_LIST: &str = "trust.list";
+    pub const TRUST_APPROVE: &str = "trust.approve";
+    pub const TRUST_FOLDER: &str = "trust.folder";
     pub const APPROVALS_LIST: &str = "approvals.list";
     pub const APPROVALS_DECIDE: &str = "approvals.decide";
     pub const SUBSCRIBE_APPROVALS: &str = "subscribe_approvals";

@@ -25,6 +25,18 @@ pub enum SkillSource {
     UserClaude,
 }
 
+impl SkillSource {
+    /// A workspace's folder (what the workspace-trust gate judges), not the user's own.
+    pub fn is_workspace(self) -> bool {
+        matches!(
+            self,
+            SkillSource::WorkspaceToolhost
+                | SkillSource::WorkspaceAgents
+                | SkillSource::WorkspaceClaude
+        )
+    }
+}
+
 /// One skill as listed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SkillEntry {

@@ -28,6 +28,7 @@ mod approvals;
 mod builtin_commands;
 mod commands;
 mod skills;
+mod trust;
 
 use super::openrpc::{self, MethodDoc};
 use super::subscription::{self, Sink, Stream, Subscribe, Subscription};
@@ -363,6 +364,7 @@ pub(crate) fn methods(access: Arc<crate::ui::Access>) -> anyhow::Result<Methods>
     skills::register(&mut api)?;
     commands::register(&mut api)?;
     approvals::register(&mut api)?;
+    trust::register(&mut api)?;
     ui::register(&mut api, access)?;
 
     // rpc.discover documents itself too, then serves the finished document.
@@ -470,12 +472,23 @@ fn catalog_methods(api: &mut Api) -> anyhow::Result<()> {
     )?;
     api.method(
         method::TOOLS_APPROVE,
-        "Accepts a quarantined tool's current definition (pins it) and lists the tool again.",
+        "Accepts a quarantined tool's current definition (pins it) and lists the tool again; for a workspace tool or module that waits for workspace trust under that name, approves it there (trust.approve).",
         |host, p: ToolNameParams| async move {
-            let revision = host
-                .registry()
-                .approve(&p.name)
-                .map_err(Error::InvalidParams)?;
+            let pinned = host.registry().approve(&p.name);
+            if pinned.is_err() {
+                let admitted = host
+                    .trust()
+                    .approve_tool_named(&p.name)
+                    .map_err(Error::InvalidParams)?;
+                if !admitted.is_empty() {
+                    trust::rescan(&host).await;
+                    return Ok(ToolsApproveResult {
+                        revision: host.registry().snapshot().revision(),
+                        name: p.name,
+                    });
+                }
+            }
+            let revision = pinned.map_err(Error::InvalidParams)?;
             Ok(ToolsApproveResult {
                 name: p.name,
                 revision,

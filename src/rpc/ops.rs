@@ -96,8 +96,12 @@ pub(super) fn health(host: &Host) -> HealthResult {
         .map(|q| q.name.clone())
         .collect();
     let pins_error = host.registry().pins_damage();
+    let trust_waiting = host.trust().waiting();
+    let trust_error = host.trust().damage();
     let degraded = !quarantined.is_empty()
         || pins_error.is_some()
+        || !trust_waiting.is_empty()
+        || trust_error.is_some()
         || config_error.is_some()
         || !clashes.is_empty()
         || mcp.failed > 0
@@ -145,5 +149,7 @@ pub(super) fn health(host: &Host) -> HealthResult {
         command_errors,
         quarantined,
         pins_error,
+        trust_waiting,
+        trust_error,
     }
 }

@@ -181,7 +181,8 @@ fn access(name: &str) -> Access {
         | method::APPROVALS_DECIDE
         | method::SUBSCRIBE_APPROVALS
         | method::UNSUBSCRIBE_APPROVALS => Access::Admin,
-        // config.reload, mcp.add/remove/reload/login/logout, tools.approve, cancel (of any
+        // config.reload, mcp.add/remove/reload/login/logout, tools.approve, trust.* (a
+        // process never approves what its own workspace brings), cancel (of any
         // call), session.list (everyone's sessions), and whatever is added later.
         _ => Access::Admin,
     }
@@ -421,6 +422,9 @@ mod tests {
             method::APPROVALS_LIST,
             method::APPROVALS_DECIDE,
             method::SUBSCRIBE_APPROVALS,
+            method::TRUST_LIST,
+            method::TRUST_APPROVE,
+            method::TRUST_FOLDER,
             "future.admin",
         ] {
             assert!(limited().admit(&s, name, None).is_err(), "{name}");

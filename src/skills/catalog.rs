@@ -16,7 +16,8 @@ use sha2::{Digest, Sha256};
 
 use super::skill::{self, Skill, SkillError, SKILL_FILE};
 use super::Root;
-use crate::protocol::{ListSkillsResult, SkillEntry, SkillSource};
+use crate::protocol::{ListSkillsResult, SkillEntry, SkillSource, TrustItem, TrustKind};
+use crate::trust::Trust;
 
 /// The skills found, in search order, and what was wrong on the way.
 pub struct Catalog {
@@ -49,20 +50,31 @@ struct Found {
 }
 
 /// One pass over the skill roots: each root read once, the skills of unchanged folders
-/// taken from the last pass.
+/// taken from the last pass. With a trust gate, a workspace's skill folder is only hashed
+/// until the gate admits it: its `SKILL.md` is not parsed, and it is in no catalog.
 #[derive(Default)]
 pub struct Scanner {
     previous: HashMap<PathBuf, Arc<Skill>>,
     scanned: HashMap<(PathBuf, SkillSource), Vec<Found>>,
+    trust: Option<Trust>,
+    waiting: Vec<TrustItem>,
 }
 
 impl Scanner {
-    /// A pass that reuses `previous` (what [`Scanner::loaded`] returned last time).
-    pub fn reusing(previous: HashMap<PathBuf, Arc<Skill>>) -> Scanner {
+    /// A pass that reuses `previous` (what [`Scanner::loaded`] returned last time), with
+    /// the workspaces' skills passing `trust`.
+    pub fn gated(previous: HashMap<PathBuf, Arc<Skill>>, trust: Trust) -> Scanner {
         Scanner {
             previous,
             scanned: HashMap::new(),
+            trust: Some(trust),
+            waiting: Vec::new(),
         }
+    }
+
+    /// The workspace skills the gate held back in this pass.
+    pub fn waiting(&self) -> Vec<TrustItem> {
+        self.waiting.clone()
     }
 
     /// The skills loaded in this pass, by folder, for the next one.
@@ -78,22 +90,51 @@ impl Scanner {
 
     fn root(&mut self, root: &Root) -> &[Found] {
         let previous = &self.previous;
+        let gate = self.trust.as_ref().filter(|_| root.source.is_workspace());
+        let waiting = &mut self.waiting;
         self.scanned
             .entry((root.path.clone(), root.source))
             .or_insert_with(|| {
                 skill_dirs(&root.path)
                     .into_iter()
-                    .map(|(dir, id)| {
+                    .filter_map(|(dir, id)| {
+                        if let Some(trust) = gate {
+                            let workspace = crate::trust::workspace_of(&root.path);
+                            let admitted = crate::trust::folder_digest(&dir).and_then(|d| {
+                                trust
+                                    .check(workspace, TrustKind::Skill, &dir, &d)
+                                    .map_err(|w| {
+                                        waiting.push(w);
+                                        String::new()
+                                    })
+                            });
+                            match admitted {
+                                Ok(()) => {}
+                                Err(reason) if reason.is_empty() => return None,
+                                Err(reason) => {
+                                    let result = Err(SkillError {
+                                        file: dir,
+                                        field: None,
+                                        reason,
+                                    });
+                                    return Some(Found {
+                                        id,
+                                        result,
+                                        warnings: Vec::new(),
+                                    });
+                                }
+                            }
+                        }
                         let (result, warnings) =
                             match skill::load_reusing(&dir, root.source, previous.get(&dir)) {
                                 Ok((s, w)) => (Ok(s), w),
                                 Err(e) => (Err(e), Vec::new()),
                             };
-                        Found {
+                        Some(Found {
                             id,
                             result,
                             warnings,
-                        }
+                        })
                     })
                     .collect()
             })

@@ -34,8 +34,9 @@ use tokio::sync::broadcast;
 use crate::config::Config;
 use crate::custom::watch::{learn_workspaces, Watch};
 use crate::lock;
-use crate::protocol::{SkillSource, SkillsChanged};
+use crate::protocol::{SkillSource, SkillsChanged, TrustKind};
 use crate::registry::{Change, Registry, SourceKey, Tool};
+use crate::trust::Trust;
 
 pub use catalog::Catalog;
 pub use skill::Skill;
@@ -202,12 +203,15 @@ struct Inner {
     scan_lock: tokio::sync::Mutex<()>,
     watch: Mutex<Option<Watch>>,
     changed: broadcast::Sender<SkillsChanged>,
+    /// The workspace-trust gate the workspaces' skills pass.
+    trust: Trust,
 }
 
 impl Skills {
-    pub fn new(registry: Registry) -> Self {
+    pub fn new(registry: Registry, trust: Trust) -> Self {
         Skills(Arc::new(Inner {
             registry,
+            trust,
             views: ArcSwap::default(),
             search: Mutex::default(),
             loaded: Mutex::default(),
@@ -321,8 +325,9 @@ impl Skills {
             w.set_roots(&search.folders());
         }
         let previous = std::mem::take(&mut *lock(&self.0.loaded));
+        let trust = self.0.trust.clone();
         let scan = tokio::task::spawn_blocking(move || {
-            let mut scanner = catalog::Scanner::reusing(previous);
+            let mut scanner = catalog::Scanner::gated(previous, trust);
             let base = Arc::new(scanner.catalog(&search.roots(None)));
             let sessions = search
                 .sessions()
@@ -330,11 +335,13 @@ impl Skills {
                 .filter(|(_, c)| c.etag() != base.etag())
                 .map(|(w, c)| (w, Arc::new(c)))
                 .collect();
-            (Views { base, sessions }, scanner.loaded())
+            let waiting = scanner.waiting();
+            (Views { base, sessions }, scanner.loaded(), waiting)
         });
-        let Ok((views, loaded)) = scan.await else {
+        let Ok((views, loaded, waiting)) = scan.await else {
             return false;
         };
+        self.0.trust.report(TrustKind::Skill, waiting);
         *lock(&self.0.loaded) = loaded;
         for e in views.base.problems() {
             tracing::warn!("skill: {e}");

@@ -78,6 +78,7 @@ async fn commands_are_prompts_through_the_facade_with_the_python_sdk() {
         json!({"mcp_servers": {"fx": fixture(dir)}})
     })
     .await;
+    d.trust_workspace().await;
     eventually(30, "fx to be ready", || async {
         let s = d.call("mcp.status", json!({"server": "fx"})).await;
         s["result"]["servers"][0]["state"] == "ready"
@@ -176,6 +177,7 @@ async fn the_socket_lists_expands_and_reports_invalid_files() {
         json!({"commands": {"paths": ["team"]}})
     })
     .await;
+    d.trust_workspace().await;
     let list = result(&d, "list_commands", json!({})).await;
     let listed: Vec<(String, String)> = list["commands"]
         .as_array()
@@ -280,6 +282,7 @@ async fn the_socket_lists_expands_and_reports_invalid_files() {
 #[tokio::test]
 async fn adding_editing_and_removing_a_command_notifies_once_each() {
     let d = Daemon::start_in(|_| json!({})).await;
+    d.trust_workspace().await;
     let mut commands = d.subscribed("subscribe_commands_changed").await;
     let mut prompts = d.subscribed("subscribe_prompts_changed").await;
     // The folder does not exist yet: it is picked up when created.
@@ -360,7 +363,10 @@ async fn a_session_workspace_brings_its_commands_also_after_a_restart() {
         .call("session.create", json!({"id": "s1", "workspace": project}))
         .await;
     assert!(r.get("result").is_some(), "{r}");
-    // Scanned before the session is answered.
+    // Scanned before the session is answered: the project's command waits for the user's
+    // trust, and trusted (kept in the data dir), it is listed.
+    assert_eq!(d.trust_waiting().await, [".toolhost/commands/release.md"]);
+    d.trust(&[project.as_os_str()]).await;
     let list = result(&d, "list_commands", json!({})).await;
     let release = list["commands"]
         .as_array()

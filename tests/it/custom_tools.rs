@@ -137,8 +137,15 @@ async fn discovery_follows_precedence_reports_clashes_and_discover_false_limits_
         json!({}),
     )
     .await;
-    // The user's own folders come before the workspace's, whose tools wait for approval.
+    // The user's own folders come before the workspace's, whose tools wait for the user's
+    // trust (not even read until then); trusted, they come last and lose every clash.
     assert_eq!(custom_names(&d).await, s(&["dup", "user_only"]));
+    assert_eq!(
+        d.trust_waiting().await,
+        [".toolhost/tools/a", ".toolhost/tools/b"]
+    );
+    d.trust_workspace().await;
+    assert_eq!(custom_names(&d).await, s(&["dup", "user_only", "ws_only"]));
     let l = list(&d, json!({})).await;
     let dup = l["tools"]
         .as_array()
@@ -152,7 +159,6 @@ async fn discovery_follows_precedence_reports_clashes_and_discover_false_limits_
     let h = d.health().await;
     assert_eq!(h["status"], "degraded");
     assert_eq!(h["collisions"], json!(["read_file", "dup", "dup"]));
-    assert_eq!(h["quarantined"], json!(["ws_only"]));
 
     // discover: false keeps only the configured paths (applied by a reload).
     let cfg = json!({"custom_tools": {"paths": [tools(&d)], "discover": false}});
@@ -258,9 +264,9 @@ async fn a_project_tools_folder_created_after_start_is_picked_up() {
         manifest("late", "- arrived later"),
         "echo late",
     );
-    // A workspace tool waits for approval (tests/it/workspace_trust.rs), then is listed.
-    eventually(10, "the late tool quarantined", || async {
-        d.health().await["quarantined"] == json!(["late"])
+    // A workspace tool waits for approval (tests/it/trust_gate.rs), then is listed.
+    eventually(10, "the late tool waiting", || async {
+        d.trust_waiting().await == [".toolhost/tools/late"]
     })
     .await;
     let r = d.call("tools.approve", json!({"name": "late"})).await;

@@ -59,3 +59,4 @@ mod store_recovery;
 mod surface;
 mod ui;
 mod workspace_trust;
+mod trust_gate;

@@ -149,9 +149,9 @@ fn git_workspace(ws: &Path) {
 async fn the_seeds_repo_stats_module_runs_unmodified_through_the_socket() {
     let d = start(|dir| git_workspace(&dir.join("ws")), json!({})).await;
     let ws = d.workspace();
-    // A workspace module follows the workspace rule: held back until approved.
-    eventually(20, "repo_stats quarantined", || async {
-        d.health().await["quarantined"] == json!(["repo_stats"])
+    // A workspace module passes the trust gate: not imported until approved.
+    eventually(20, "repo_stats waiting for trust", || async {
+        d.trust_waiting().await == [".musepi/tools/repo_stats.ts"]
     })
     .await;
     d.approve_tool("repo_stats").await;
@@ -511,8 +511,8 @@ impl ClientHandler for Progress {
 #[tokio::test]
 async fn the_seeds_module_through_the_mcp_facade_streams_progress() {
     let d = start(|dir| git_workspace(&dir.join("ws")), json!({})).await;
-    eventually(20, "repo_stats quarantined", || async {
-        d.health().await["quarantined"] == json!(["repo_stats"])
+    eventually(20, "repo_stats waiting for trust", || async {
+        d.trust_waiting().await == [".musepi/tools/repo_stats.ts"]
     })
     .await;
     d.approve_tool("repo_stats").await;

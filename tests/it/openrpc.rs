@@ -133,6 +133,17 @@ async fn every_answer_validates_against_the_openrpc_document() {
     })
     .await;
     std::fs::write(d.workspace().join("a.txt"), "one\ntwo\n").unwrap();
+    // The workspace's skill waits for trust: listed, approved, and the folder trusted (so
+    // what the workspace gets later is taken up too).
+    eventually(10, "the workspace's skill waiting", || async {
+        !d.trust_waiting().await.is_empty()
+    })
+    .await;
+    call_checked(&d, &doc, &mut seen, "trust.list", json!({})).await;
+    let skill = d.workspace().join(".toolhost/skills/demo");
+    call_checked(&d, &doc, &mut seen, "trust.approve", json!({"path": skill})).await;
+    let folder = json!({"folder": d.workspace()});
+    call_checked(&d, &doc, &mut seen, "trust.folder", folder).await;
 
     for format in ["openai", "mcp"] {
         call_checked(

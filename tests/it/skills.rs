@@ -90,6 +90,7 @@ async fn skills_are_found_in_order_validated_and_confined() {
         json!({"skills": {"paths": [dir.join("configured")]}})
     })
     .await;
+    d.trust_workspace().await;
     let ws = d.workspace();
     assert_eq!(
         names(&d).await,
@@ -252,6 +253,7 @@ async fn skills_are_found_in_order_validated_and_confined() {
 #[tokio::test]
 async fn adding_editing_and_removing_a_skill_notifies_once_each() {
     let d = Daemon::start_in(|_| json!({})).await;
+    d.trust_workspace().await;
     let mut c = d.subscribed("subscribe_skills_changed").await;
     // The folder does not exist yet: it is picked up when created.
     let root = d.workspace().join(".toolhost/skills");

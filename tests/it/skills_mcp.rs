@@ -266,7 +266,10 @@ async fn a_session_workspace_brings_its_own_skills_to_its_sessions() {
     .await;
     let id = session["id"].as_str().unwrap();
 
-    // Scanned before the session is answered, and announced once.
+    // Scanned before the session is answered: the project's skill waits for the user's
+    // trust. Trusted, it is read and announced once.
+    assert_eq!(d.trust_waiting().await, [".claude/skills/deploy"]);
+    d.trust(&[project.as_os_str()]).await;
     let note = changed.notification("skills_changed").await;
     assert_eq!(note["workspaces"], json!([project.display().to_string()]));
     let own = result(&d, "list_skills", json!({"session_id": id})).await;

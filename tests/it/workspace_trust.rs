@@ -79,8 +79,8 @@ async fn a_workspace_tool_waits_for_approval_and_a_changed_one_waits_again() {
         json!({"providers": ["openai"], "session_events": true}),
         &script,
     );
-    eventually(10, "the dropped tool quarantined", || async {
-        d.health().await["quarantined"] == json!(["dropped"])
+    eventually(10, "the dropped tool waiting for trust", || async {
+        d.trust_waiting().await == [".toolhost/tools/dropped"]
     })
     .await;
     let before = d.session(json!({"sandbox": {"policy": "read-only"}})).await;
@@ -91,7 +91,7 @@ async fn a_workspace_tool_waits_for_approval_and_a_changed_one_waits_again() {
         r["error"]
             .as_str()
             .unwrap()
-            .contains("it is new in a workspace folder"),
+            .contains("waits for workspace trust"),
         "{r}"
     );
     let listed = d.call("list_tools", json!({})).await["result"].clone();
@@ -114,13 +114,16 @@ async fn a_workspace_tool_waits_for_approval_and_a_changed_one_waits_again() {
 
     // Its program changes (not its manifest): quarantined again, and the call is refused.
     std::fs::write(dir.join("run.sh"), "#!/bin/bash\necho v2\n").unwrap();
-    eventually(10, "the changed tool quarantined again", || async {
-        d.health().await["quarantined"] == json!(["dropped"])
+    eventually(10, "the changed tool waiting again", || async {
+        d.trust_waiting().await == [".toolhost/tools/dropped"]
     })
     .await;
     let r = invoke_in(&d, "dropped", &after).await;
     assert_eq!(r["error_kind"], "quarantined", "{r}");
-    assert!(r["error"].as_str().unwrap().contains("(files)"), "{r}");
+    assert!(
+        r["error"].as_str().unwrap().contains("is new or changed"),
+        "{r}"
+    );
     d.approve_tool("dropped").await;
     let r = invoke_in(&d, "dropped", &after).await;
     assert_eq!(r, json!({"ok": true, "output": "v2\n"}));
@@ -146,6 +149,8 @@ async fn a_workspace_tool_never_takes_a_user_tools_name() {
         json!({}),
     )
     .await;
+    // Trusted, the workspace's tool is read, and still loses the name to the user's.
+    d.trust_workspace().await;
     let r = d.invoke("cachetool", json!({})).await;
     assert_eq!(r, json!({"ok": true, "output": "user\n"}));
     let h = d.health().await;
@@ -203,8 +208,8 @@ async fn a_grant_by_name_goes_to_the_users_tool_only() {
     // With the user's tool gone the workspace one takes the name, once approved, but the
     // grant by bare name is not its.
     std::fs::remove_dir_all(&user).unwrap();
-    eventually(10, "the workspace tool quarantined", || async {
-        d.health().await["quarantined"] == json!(["cachetool"])
+    eventually(10, "the workspace tool waiting for trust", || async {
+        d.trust_waiting().await == [".toolhost/tools/cachetool"]
     })
     .await;
     d.approve_tool("cachetool").await;

@@ -7,10 +7,11 @@ use crate::protocol::*;
 pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
     api.method(
         method::APPROVALS_LIST,
-        "The calls waiting in the approval queue, oldest first: tool, session, frontend, approval class and summary, arguments (secret-looking values masked), since when and until when.",
+        "The calls waiting in the approval queue, oldest first: tool, session, frontend, approval class and summary, arguments (secret-looking values masked), since when and until when; and the workspace items waiting for trust (trust.approve, trust.folder).",
         |host, _: EmptyParams| async move {
             Ok(ApprovalsListResult {
                 pending: host.approvals().list(),
+                trust: host.trust().waiting(),
             })
         },
     )?;

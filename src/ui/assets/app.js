@@ -267,7 +267,20 @@ async function refreshSessions() {
 }
 
 async function refreshQuarantine() {
-  const quarantined = list((await rpc("host.health")).quarantined);
+  const health = await rpc("host.health");
+  const waiting = list(health.trust_waiting);
+  count("trust-count", waiting.length);
+  const decided = async (method, params) => {
+    await rpc(method, params);
+    await Promise.all([refreshQuarantine(), refreshTools(), refreshSkills(), refreshStatus()]);
+  };
+  fill("trust-list", waiting.map((w) => h("div", { class: "card", "data-trust": w.path },
+    h("b", {}, w.item), " ", h("span", { class: "warn" }, w.kind),
+    h("p", { class: "mono" }, w.workspace),
+    h("div", { class: "actions" },
+      action("Approve", "primary", () => decided("trust.approve", { path: w.path })),
+      action("Trust this folder", "", () => decided("trust.folder", { folder: w.workspace }))))), "none");
+  const quarantined = list(health.quarantined);
   count("quarantine-count", quarantined.length);
   const cards = await Promise.all(quarantined.map(async (name) => {
     const d = await rpc("tools.diff", { name });

@@ -320,6 +320,41 @@ impl Daemon {
         assert!(out.status.success(), "{out:?}");
     }
 
+    /// The items of `host.health`'s `trust_waiting` (their paths inside their workspace,
+    /// `.claude/skills/deploy`), sorted.
+    pub async fn trust_waiting(&self) -> Vec<String> {
+        let h = self.health().await;
+        let mut items: Vec<String> = h["trust_waiting"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|w| w["item"].as_str().unwrap().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        items.sort();
+        items
+    }
+
+    /// Trusts the daemon's workspace as a whole (`toolhost trust WS`): what a test puts
+    /// there is the user's own, not a project that waits for approval.
+    pub async fn trust_workspace(&self) {
+        self.trust(&[self.workspace().as_os_str()]).await;
+    }
+
+    /// `toolhost trust ARGS…` (`approve PATH`, `DIR`, `revoke DIR`), as the user runs it.
+    pub async fn trust(&self, args: &[&std::ffi::OsStr]) {
+        let out = toolhost(self.dir.path())
+            .arg("--socket")
+            .arg(self.socket())
+            .arg("trust")
+            .args(args)
+            .output()
+            .await
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+
     /// One call on a fresh connection, answered in the JSON-RPC response shape
     /// (`{"result": …}` or `{"error": {code, message[, data]}}`) so tests can assert on
     /// either outcome alike.

@@ -1,14 +1,5 @@
-//! The trust rule of workspace tools. A workspace's `.toolhost/tools/` can be written by
-//! the programs the host runs there (a sandboxed `bash` in `workspace-write` may write the
-//! workspace), so a tool found there is not the user's word: it is pinned like an MCP tool,
-//! with a pin that covers its manifest *and* every file of its folder ([`folder_digest`]).
-//! A new or changed one is quarantined until `toolhost tools approve`; only then is it
-//! callable, handed provider credentials or run for session events, and it always runs
-//! under the sandbox of the session that calls it (its manifest's `sandbox` requests are
-//! granted only by a config grant naming it as a workspace tool, [`grant_key`]).
-//!
-//! Tools in the user's folder and in configured folders are the user's own and keep the
-//! `custom_tools.trust` rule.
+//! What an item is made of, as one digest: the key of its approval. Every file the item
+//! could run or read from its folder is covered, so any change to one waits again.
 
 use std::fs::File;
 use std::io::Read;
@@ -17,23 +8,13 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
-/// The most entries and bytes a workspace tool's folder may hold to be pinned (a script
-/// and its helpers fit many times over; a vendored environment does not belong there).
+/// The most entries and bytes an item's folder may hold to be pinned (a script and its
+/// helpers, or a skill and its references, fit many times over; a vendored environment
+/// does not belong there).
 const MAX_ENTRIES: usize = 4096;
 const MAX_BYTES: u64 = 64 * 1024 * 1024;
 /// How deep the folder is walked.
 const MAX_DEPTH: usize = 16;
-
-/// The key of a workspace tool's grant in config `sandbox.tools`. A bare name grants the
-/// tool of that name from the user's or a configured folder only, so a workspace tool that
-/// takes a user tool's name never inherits what the user granted their own tool.
-pub fn grant_key(name: &str, from_workspace: bool) -> String {
-    if from_workspace {
-        format!("workspace:{name}")
-    } else {
-        name.to_owned()
-    }
-}
 
 /// SHA-256 over every entry of `dir`, walked without following symlinks, in name order:
 /// relative path, kind, and a regular file's bytes or a symlink's target. Any change to a
@@ -48,6 +29,18 @@ pub fn folder_digest(dir: &Path) -> Result<String, String> {
     Ok(hex::encode(&walk.hash.finalize()[..16]))
 }
 
+/// SHA-256 of one regular file (not followed if a symlink, not waited on if a FIFO), for
+/// an item that is one file (a command). The error does not name the file.
+pub fn file_digest(path: &Path) -> Result<String, String> {
+    let mut walk = Walk {
+        hash: Sha256::new(),
+        entries: 0,
+        bytes: 0,
+    };
+    walk.file(path)?;
+    Ok(hex::encode(&walk.hash.finalize()[..16]))
+}
+
 struct Walk {
     hash: Sha256,
     entries: usize,
@@ -58,7 +51,7 @@ impl Walk {
     fn folder(&mut self, dir: &Path, rel: &Path, depth: usize) -> Result<(), String> {
         if depth > MAX_DEPTH {
             return Err(format!(
-                "the tool folder is nested deeper than {MAX_DEPTH} levels, too deep to pin as a workspace tool"
+                "the folder is nested deeper than {MAX_DEPTH} levels, too deep to pin"
             ));
         }
         let read = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -71,7 +64,7 @@ impl Walk {
             self.entries += 1;
             if self.entries > MAX_ENTRIES {
                 return Err(format!(
-                    "the tool folder holds more than {MAX_ENTRIES} entries, too many to pin as a workspace tool"
+                    "the folder holds more than {MAX_ENTRIES} entries, too many to pin"
                 ));
             }
             let path = dir.join(&name);
@@ -91,7 +84,8 @@ impl Walk {
                 self.hash.update(target.as_os_str().as_encoded_bytes());
             } else if kind.is_file() {
                 self.hash.update(b"f\0");
-                self.file(&path)?;
+                self.file(&path)
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
             } else {
                 // FIFOs, sockets, devices: their presence is pinned, never their content.
                 self.hash.update(b"o\0");
@@ -103,8 +97,9 @@ impl Walk {
 
     /// Hashes one regular file, opened once without following a symlink and without
     /// blocking (a file swapped for a FIFO after the listing is refused, not waited on).
+    /// The error does not name the file (the caller does).
     fn file(&mut self, path: &Path) -> Result<(), String> {
-        let fail = |e: std::io::Error| format!("{}: {e}", path.display());
+        let fail = |e: std::io::Error| e.to_string();
         let file = File::options()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
@@ -112,12 +107,12 @@ impl Walk {
             .map_err(fail)?;
         let meta = file.metadata().map_err(fail)?;
         if !meta.is_file() {
-            return Err(format!("{}: not a regular file", path.display()));
+            return Err("not a regular file".to_owned());
         }
         self.bytes += meta.len();
         if self.bytes > MAX_BYTES {
             return Err(format!(
-                "the tool folder holds more than {} MiB, too much to pin as a workspace tool",
+                "the folder holds more than {} MiB, too much to pin",
                 MAX_BYTES / 1024 / 1024
             ));
         }
@@ -154,11 +149,5 @@ mod tests {
         assert_ne!(second, first);
         std::os::unix::fs::symlink("/bin/sh", dir.path().join("run")).unwrap();
         assert_ne!(folder_digest(dir.path()).unwrap(), second);
-    }
-
-    #[test]
-    fn a_workspace_grant_names_its_source() {
-        assert_eq!(grant_key("cachetool", false), "cachetool");
-        assert_eq!(grant_key("cachetool", true), "workspace:cachetool");
     }
 }

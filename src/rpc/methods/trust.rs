@@ -1,0 +1,58 @@
+//! The workspace-trust gate's methods (proto-docs/trust.md): what waits, and the user's
+//! decisions on one item or a whole folder. Admin methods: a process the host started
+//! never approves what its own workspace brings.
+
+use std::path::Path;
+
+use super::Api;
+use crate::error::Error;
+use crate::host::Host;
+use crate::protocol::*;
+
+pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
+    api.method(
+        method::TRUST_LIST,
+        "What the workspaces bring and wait for the user's approval (program tools, modules, skills, commands: none of it loaded, run, listed or shown to a model), and the folders and items the user trusts.",
+        |host, _: EmptyParams| async move { Ok(host.trust().list()) },
+    )?;
+    api.method(
+        method::TRUST_APPROVE,
+        "Approves the waiting item at path (or every waiting item beneath it) with the content it waits with; a later change waits again. The sources rescan before the answer.",
+        |host, p: TrustApproveParams| async move {
+            let admitted = host
+                .trust()
+                .approve(Path::new(&p.path))
+                .map_err(Error::InvalidParams)?;
+            tracing::info!(path = %p.path, items = admitted.len(), "workspace items approved");
+            rescan(&host).await;
+            Ok(TrustDecisionResult {
+                admitted,
+                folder: None,
+            })
+        },
+    )?;
+    api.method(
+        method::TRUST_FOLDER,
+        "Trusts a folder as a whole (\"trust this folder\": everything its workspaces bring, now and changed later), or with trusted: false takes that back. The sources rescan before the answer.",
+        |host, p: TrustFolderParams| async move {
+            let (folder, admitted) = host
+                .trust()
+                .set_folder(Path::new(&p.folder), p.trusted)
+                .map_err(Error::InvalidParams)?;
+            tracing::info!(folder = %folder.display(), trusted = p.trusted, "workspace folder trust decided");
+            rescan(&host).await;
+            Ok(TrustDecisionResult {
+                admitted,
+                folder: Some(folder.display().to_string()),
+            })
+        },
+    )?;
+    Ok(())
+}
+
+/// Every source that asks the gate scans again, so a decision shows in the next answer.
+pub(super) async fn rescan(host: &Host) {
+    host.custom().rescan().await;
+    host.skills().rescan().await;
+    host.commands().rescan().await;
+}
