@@ -94,6 +94,10 @@ impl CallInputs {
                 ),
             ));
         };
+        let defaults = match kind {
+            InputKind::Elicitation => form_defaults(&params),
+            _ => Vec::new(),
+        };
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let request_id = format!("in-{n}");
         let (tx, rx) = oneshot::channel();
@@ -122,10 +126,14 @@ impl CallInputs {
             sent = events.send(event) => if sent.is_err() { return Err(ended()) },
             _ = self.ended.cancelled() => return Err(ended()),
         }
-        tokio::select! {
+        let mut answer = tokio::select! {
             answer = rx => answer.unwrap_or_else(|_| Err(ended())),
             _ = self.ended.cancelled() => Err(ended()),
+        };
+        if let Ok(result) = &mut answer {
+            apply_defaults(result, defaults);
         }
+        answer
     }
 
     /// A question as a tool writes it on a channel of its own (a custom program's
@@ -185,6 +193,41 @@ impl CallInputs {
             let _ = question.answer.send(answer);
         }
         Ok(())
+    }
+}
+
+/// The `default` of each field of a form elicitation's `requestedSchema` that has one.
+fn form_defaults(params: &Value) -> Vec<(String, Value)> {
+    let fields = params
+        .pointer("/requestedSchema/properties")
+        .and_then(Value::as_object);
+    fields
+        .into_iter()
+        .flatten()
+        .filter_map(|(name, field)| Some((name.clone(), field.get("default")?.clone())))
+        .collect()
+}
+
+/// SEP-1034: an accepted form answers every field that has a default, the ones the user
+/// left alone with that default, so the asker gets a complete answer from every frontend
+/// (one that shows the defaults pre-filled and sends only what was typed, too). Applied
+/// here, where every elicitation's answer passes (an MCP server's, classic or
+/// `input_required`, a custom tool's, the host's own), as the MCP client the asker sees.
+fn apply_defaults(result: &mut Value, defaults: Vec<(String, Value)>) {
+    if defaults.is_empty() || result.get("action").and_then(Value::as_str) != Some("accept") {
+        return;
+    }
+    let Some(answer) = result.as_object_mut() else {
+        return;
+    };
+    let content = answer.entry("content").or_insert(Value::Null);
+    if content.is_null() {
+        *content = Value::Object(serde_json::Map::new());
+    }
+    if let Some(content) = content.as_object_mut() {
+        for (name, default) in defaults {
+            content.entry(name).or_insert(default);
+        }
     }
 }
 

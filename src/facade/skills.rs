@@ -1,14 +1,15 @@
 //! The MCP skills extension (`io.modelcontextprotocol/skills`, SEP-2640): `skills/list`
-//! and `skills/get` for the clients that declare it, answered from the host's
-//! `list_skills` (with manifests) and `get_skill` in this connection's session. rmcp
-//! routes the two methods to [`rmcp::ServerHandler`] once `get_info` declares the
-//! extension, and checks every entry it returns against the extension's rules. A skill's
-//! files are its `skill://` resources, read with `resources/read` like any other.
+//! and `skills/get`, answered from the host's `list_skills` (with manifests) and
+//! `get_skill` in this connection's session. Declaring the extension commits the server to
+//! both methods for every client (the suite's `sep-2640-capability-commits-to-methods`),
+//! whether or not the client declared it too. rmcp routes the two methods to
+//! [`rmcp::ServerHandler`] once `get_info` declares the extension, and checks every entry
+//! it returns against the extension's rules. A skill's files are its `skill://`
+//! resources, read with `resources/read` like any other.
 
 use rmcp::model::{
-    GetSkillRequestParams, GetSkillResult, ListSkillsRequestMethod, ListSkillsResult,
-    PaginatedRequestParams, Skill, SkillFrontmatter, SkillResource, SkillResources,
-    SKILLS_EXTENSION_ID,
+    GetSkillRequestParams, GetSkillResult, ListSkillsResult, PaginatedRequestParams, Skill,
+    SkillFrontmatter, SkillResource, SkillResources,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
@@ -16,18 +17,6 @@ use rmcp::{ErrorData, RoleServer};
 use super::{era, host_error, surface::page, Facade};
 use crate::protocol::{self, method};
 use crate::skills::{skill::SKILL_FILE, uri};
-
-/// `-32601` for a client that did not declare the extension, as if it were not there.
-fn declared(ctx: &RequestContext<RoleServer>) -> Result<(), ErrorData> {
-    let caps = era::of(ctx).client_capabilities;
-    match caps
-        .extensions
-        .is_some_and(|e| e.contains_key(SKILLS_EXTENSION_ID))
-    {
-        true => Ok(()),
-        false => Err(ErrorData::method_not_found::<ListSkillsRequestMethod>()),
-    }
-}
 
 /// One skill as the extension lists it: the front matter verbatim, and every file as a
 /// `skill://` URI with its digest and size (a file without a digest, over the read cap,
@@ -59,7 +48,6 @@ impl Facade {
         request: Option<PaginatedRequestParams>,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<ListSkillsResult, ErrorData> {
-        declared(ctx)?;
         self.ready(ctx, false).await?;
         let params = protocol::ListSkillsParams {
             session_id: self.session_id(),
@@ -88,7 +76,6 @@ impl Facade {
         request: GetSkillRequestParams,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<GetSkillResult, ErrorData> {
-        declared(ctx)?;
         self.ready(ctx, false).await?;
         let unknown = || ErrorData::invalid_params(format!("no skill at {}", request.uri), None);
         let name = match uri::parse(&request.uri) {

@@ -6,9 +6,12 @@
 //!
 //! - Streamable HTTP: a message that came on the response stream of one of our POSTs names
 //!   that request exactly (rmcp's `InboundStreamOrigin`); it belongs to that call. One on
-//!   the standalone stream belongs to no call.
-//! - stdio (and whenever the transport says nothing): JSON-RPC over one pipe carries no
-//!   link between a server's request and the call it serves, so only timing is left. With
+//!   a POST's stream that is no call's belongs to no call.
+//! - stdio, the standalone stream of Streamable HTTP, and whenever the transport says
+//!   nothing: no link between a server's request and the call it serves, so only timing
+//!   is left (servers built on the TypeScript SDK send a tool's `elicitation/create` on
+//!   the standalone stream unless the tool names its request, as the conformance suite's
+//!   `elicitation-sep1034-client-defaults` server does). With
 //!   exactly one call in flight the message is that call's; with none it belongs to no call;
 //!   with several it is **ambiguous** and goes to none of them, so a frontend never sees
 //!   another's question. An ambiguous `elicitation/create` or `sampling/createMessage` is
@@ -70,8 +73,7 @@ impl Origins {
                 .iter()
                 .find(|e| e.request.as_ref() == Some(id))
                 .map_or(Owner::Nobody, |e| Owner::Call(e.inputs.clone())),
-            Some(InboundStreamOrigin::Unassociated) => Owner::Nobody,
-            None => match calls.as_slice() {
+            Some(InboundStreamOrigin::Unassociated) | None => match calls.as_slice() {
                 [] => Owner::Nobody,
                 [only] => Owner::Call(only.inputs.clone()),
                 many => Owner::Ambiguous(many.len()),
@@ -115,9 +117,12 @@ mod tests {
     #[test]
     fn one_call_owns_by_timing_several_by_their_stream_only() {
         let origins = Arc::new(Origins::default());
+        let standalone = InboundStreamOrigin::Unassociated;
         assert!(matches!(origins.owner(None), Owner::Nobody));
+        assert!(matches!(origins.owner(Some(&standalone)), Owner::Nobody));
         let a = origins.enter(inputs("a"));
         assert!(matches!(origins.owner(None), Owner::Call(_)));
+        assert!(matches!(origins.owner(Some(&standalone)), Owner::Call(_)));
         let b = origins.enter(inputs("b"));
         assert!(matches!(origins.owner(None), Owner::Ambiguous(2)));
         b.sent(RequestId::Number(7));
@@ -126,8 +131,8 @@ mod tests {
         let elsewhere = InboundStreamOrigin::OutboundRequest(RequestId::Number(8));
         assert!(matches!(origins.owner(Some(&elsewhere)), Owner::Nobody));
         assert!(matches!(
-            origins.owner(Some(&InboundStreamOrigin::Unassociated)),
-            Owner::Nobody
+            origins.owner(Some(&standalone)),
+            Owner::Ambiguous(2)
         ));
         drop(b);
         assert!(matches!(origins.owner(Some(&on_b)), Owner::Nobody));

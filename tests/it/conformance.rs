@@ -19,6 +19,7 @@ crate::client_scenarios! { UNVERSIONED;
 mod v2025_11_25 {
     crate::client_scenarios! { crate::common::conformance::V2025_11_25;
         json_schema_2020_12_preservation => "json-schema-2020-12-preservation",
+        elicitation_defaults => "elicitation-sep1034-client-defaults",
     }
 }
 
@@ -34,5 +35,23 @@ mod v2026_07_28 {
         http_invalid_tool_headers => "http-invalid-tool-headers",
         json_schema_ref_no_deref => "json-schema-ref-no-deref",
         json_schema_2020_12_preservation => "json-schema-2020-12-preservation",
+    }
+}
+
+/// Every client scenario other than `auth/*` (tests/conformance_auth.rs) that a requirement
+/// set lists runs here, at that version or at the suite's own choice (those of 2025-11-25
+/// that are older than the version filter), so none is left out unnoticed.
+#[test]
+fn every_required_client_scenario_runs() {
+    for (version, ours) in [
+        ("2025-11-25", [SCENARIOS, v2025_11_25::SCENARIOS].concat()),
+        ("2026-07-28", v2026_07_28::SCENARIOS.to_vec()),
+    ] {
+        let required = common::conformance::required_client_scenarios(version);
+        let missing: Vec<&String> = required
+            .iter()
+            .filter(|s| !s.starts_with("auth/") && !ours.contains(&s.as_str()))
+            .collect();
+        assert!(missing.is_empty(), "not run at {version}: {missing:?}");
     }
 }

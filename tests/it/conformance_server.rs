@@ -66,13 +66,16 @@ fn baseline(name: &str) -> PathBuf {
 }
 
 /// A daemon offering the fixtures as a user would: the upstream server unprefixed, the
-/// custom tools from their folder; returns once both are listed.
+/// custom tools from their folder, the skills of tests/fixtures/conformance/skills (for the
+/// `sep-2640-*` scenarios); returns once both are listed.
 async fn host() -> Daemon {
     let tools = tests_dir().join("fixtures/conformance/tools");
+    let skills = tests_dir().join("fixtures/conformance/skills");
     let d = Daemon::start_in(|_| {
         json!({
             "mcp_servers": {"conformance": {"command": FIXTURE, "prefix": false}},
             "custom_tools": {"paths": [tools]},
+            "skills": {"paths": [skills]},
         })
     })
     .await;
@@ -253,6 +256,48 @@ async fn the_2025_11_25_server_scenarios_pass_through_the_host() {
 #[tokio::test]
 async fn the_2026_07_28_server_scenarios_pass_through_the_host_but_for_the_baseline() {
     through_the_host("2026-07-28").await;
+}
+
+/// The skills extension's server scenarios (SEP-2640; `extension`, so in no requirement
+/// set): each must pass in both eras, without a baseline, against the skills of
+/// tests/fixtures/conformance/skills served through the host.
+#[tokio::test]
+async fn the_skills_extension_scenarios_pass_through_the_host() {
+    let d = host().await;
+    let addr = forward(d.socket()).await;
+    let url = format!("http://localhost:{}/mcp", addr.port());
+    // Each scenario, and a check it must pass (not skip: a scenario whose extension is not
+    // declared, or that finds no skill, skips its checks and still "passes"). Directory
+    // reads (`directoryRead`) are not offered, so that scenario's checks skip.
+    let scenarios = [
+        (
+            "sep-2640-skills-enumeration",
+            Some("sep-2640-entry-frontmatter-identical"),
+        ),
+        (
+            "sep-2640-skills-manifest",
+            Some("sep-2640-final-segment-equals-name"),
+        ),
+        ("sep-2640-skills-directory", None),
+    ];
+    let mut failed = String::new();
+    for revision in ["2025-11-25", "2026-07-28"] {
+        for (name, check) in scenarios {
+            // `--force`: an extension's scenario is on no revision's timeline.
+            let args = ["--scenario", name, "--spec-version", revision, "--force"];
+            let (passed, report) = run_suite(&url, &args).await;
+            let succeeded = |id: &str| {
+                report
+                    .lines()
+                    .any(|l| l.contains(&format!("[{id} ")) && l.contains("SUCCESS"))
+            };
+            let clean = report.contains(" 0 failed, 0 warnings");
+            if !passed || !clean || check.is_some_and(|c| !succeeded(c)) {
+                failed.push_str(&format!("\n--- {name} at {revision}:\n{report}\n"));
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{failed}");
 }
 
 /// The reference run: the upstream fixture served directly (no host) passes every required

@@ -1,7 +1,7 @@
 //! Skills through MCP and in session workspaces, end to end: skills as `skill://`
 //! resources on the socket and through the facade (the official Python SDK), the skills
-//! extension (`io.modelcontextprotocol/skills`) to a raw 2026-07-28 client that declares
-//! it, and the skills of a session's own workspace.
+//! extension (`io.modelcontextprotocol/skills`) to a raw 2026-07-28 client, declared or not,
+//! and the skills of a session's own workspace.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
@@ -176,7 +176,7 @@ async fn python_sdk_lists_reads_and_loads_skills_through_the_facade() {
 }
 
 #[tokio::test]
-async fn the_skills_extension_serves_clients_that_declare_it() {
+async fn the_skills_extension_serves_every_client() {
     let d = start().await;
     let skills = d.dir.path().join("skills");
     let mut mcp = RawStdio::open(&d).await;
@@ -190,11 +190,16 @@ async fn the_skills_extension_serves_clients_that_declare_it() {
         "{discover}"
     );
 
-    // Without the extension declared, the methods are not there.
+    // Declaring the extension commits the server to its methods for every client, also
+    // one that did not declare it (the suite's sep-2640-capability-commits-to-methods).
     let r = mcp
         .rpc("skills/list", json!({"_meta": meta("raw", json!({}))}))
         .await;
-    assert_eq!(r["error"]["code"], -32601, "{r}");
+    assert_eq!(
+        r["result"]["skills"].as_array().map(Vec::len),
+        Some(2),
+        "{r}"
+    );
 
     let r = mcp
         .rpc("skills/list", json!({"_meta": meta("raw", with.clone())}))
