@@ -212,6 +212,7 @@ async fn import_plans_applies_and_rewrites_every_frontend() {
         "docs",
         "notes",
         "fs-cursor",
+        "legacy",
     ] {
         assert!(
             out.contains(&format!("add     {name}")),
@@ -223,11 +224,10 @@ async fn import_plans_applies_and_rewrites_every_frontend() {
         out.contains("name clash: fs is taken by a different definition, so this one is fs-cursor"),
         "{out}"
     );
-    assert!(out.contains("skip    legacy"), "{out}");
-    assert!(out.contains("legacy SSE transport"), "{out}");
+    assert!(out.contains("add     legacy               sse "), "{out}");
     assert!(
         out.contains(&format!(
-            "GITHUB_TOKEN             its value is in {} at mcpServers.github.env.GITHUB_TOKEN",
+            "GITHUB_TOKEN=***             from {} at mcpServers.github.env.GITHUB_TOKEN",
             f.cursor().display()
         )),
         "{out}"
@@ -238,28 +238,47 @@ async fn import_plans_applies_and_rewrites_every_frontend() {
     );
     assert!(!f.config().exists());
 
-    // --apply without the secret in the environment: that one server is refused, the rest land.
-    let (code, out, err) = f.import(&[("DOCS_TOKEN", "d")], &["--apply"]).await;
+    // --apply: the secret's value goes to the secrets file; a variable Codex only names
+    // (DOCS_TOKEN) must be set, so that one server is refused and the rest land.
+    let (code, out, err) = f.import(&[], &["--apply"]).await;
     assert_eq!(code, 1, "{out}\n{err}");
-    assert!(err.contains("github not added"), "{err}");
-    assert!(err.contains("GITHUB_TOKEN"), "{err}");
+    assert!(err.contains("docs not added"), "{err}");
+    assert!(err.contains("DOCS_TOKEN"), "{err}");
+    let secrets = f.config().with_file_name("secrets.env");
+    assert_eq!(
+        std::fs::read_to_string(&secrets).unwrap(),
+        "GITHUB_TOKEN=ghp_s3cretvalue\n"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&secrets).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
     let cfg = read_json(&f.config());
     let servers = cfg["mcp_servers"].as_object().unwrap();
-    assert!(!servers.contains_key("github"));
+    assert!(!servers.contains_key("docs"));
     assert_eq!(servers["fs"]["args"][2], "/a");
     assert_eq!(servers["fs-cursor"]["args"][2], "/b");
     assert_eq!(
-        servers["docs"]["headers"]["Authorization"],
-        "Bearer ${DOCS_TOKEN}"
+        servers["legacy"],
+        json!({"url": "https://old.example/sse", "type": "sse"})
     );
     assert_eq!(servers["proj"]["command"], "proj-mcp");
 
-    // With the secret set, the rest is added; everything else is already there.
-    let env = [("DOCS_TOKEN", "d"), ("GITHUB_TOKEN", "ghp_s3cretvalue")];
+    // With the named variable set, the rest is added; everything else is already there.
+    let bin = f.root.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(BIN, bin.join("toolhost")).unwrap();
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    let env = [("DOCS_TOKEN", "d"), ("PATH", path.as_str())];
     let (code, out, err) = f.import(&env, &["--apply"]).await;
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("present fs "), "{out}");
-    assert!(out.contains("added github"), "{out}");
+    assert!(out.contains("added docs"), "{out}");
+    assert_eq!(
+        read_json(&f.config())["mcp_servers"]["docs"]["headers"]["Authorization"],
+        "Bearer ${DOCS_TOKEN}"
+    );
     let text = std::fs::read_to_string(f.config()).unwrap();
     assert!(!text.contains("ghp_s3cretvalue"), "{text}");
     let cfg: Value = serde_json::from_str(&text).unwrap();
@@ -268,10 +287,11 @@ async fn import_plans_applies_and_rewrites_every_frontend() {
         json!({"GITHUB_TOKEN": "${GITHUB_TOKEN}", "GITHUB_HOST": "github.com"})
     );
 
-    // --rewrite: each file keeps its other keys, loses the imported servers, gains toolhost.
+    // --rewrite: each file keeps its other keys, loses the imported servers, gains toolhost
+    // (by its name: `toolhost` is on PATH, so a committed `.mcp.json` works elsewhere too).
     let (code, out, err) = f.import(&env, &["--rewrite"]).await;
     assert_eq!(code, 0, "{out}\n{err}");
-    let entry = json!({"command": BIN, "args": ["mcp"]});
+    let entry = json!({"command": "toolhost", "args": ["mcp"]});
     for (path, original) in &originals {
         let backup = PathBuf::from(format!("{}.toolhost-backup", path.display()));
         assert_eq!(
@@ -296,18 +316,14 @@ async fn import_plans_applies_and_rewrites_every_frontend() {
         read_json(&f.cursor())["mcpServers"],
         json!({"toolhost": entry})
     );
-    // The SSE server was not imported, so Gemini keeps it.
     let gemini = read_json(&f.gemini());
     assert_eq!(gemini["theme"], "dark");
-    assert_eq!(
-        gemini["mcpServers"],
-        json!({"legacy": {"url": "https://old.example/sse"}, "toolhost": entry})
-    );
+    assert_eq!(gemini["mcpServers"], json!({"toolhost": entry}));
     let vscode = read_json(&f.vscode());
     assert_eq!(vscode["inputs"], json!([]));
     assert_eq!(
         vscode["servers"],
-        json!({"toolhost": {"type": "stdio", "command": BIN, "args": ["mcp"]}})
+        json!({"toolhost": {"type": "stdio", "command": "toolhost", "args": ["mcp"]}})
     );
     assert_eq!(
         read_json(&f.mcp_json())["mcpServers"],
@@ -325,9 +341,7 @@ async fn import_plans_applies_and_rewrites_every_frontend() {
     );
     assert!(!codex.contains("docs"), "{codex}");
     assert!(
-        codex.contains(&format!(
-            "[mcp_servers.toolhost]\ncommand = \"{BIN}\"\nargs = [\"mcp\"]\n"
-        )),
+        codex.contains("[mcp_servers.toolhost]\ncommand = \"toolhost\"\nargs = [\"mcp\"]\n"),
         "{codex}"
     );
 
