@@ -150,9 +150,12 @@ fn read_text(file: &Path) -> Result<Option<String>, String> {
     }
 }
 
+/// The SHA-256 of a frontend's file as read.
+type Hash = [u8; 32];
+
 /// Reads one source: `Ok(None)` when the file is not there; else its entries and the hash
 /// of what was read (a rewrite refuses a file that changed since).
-pub fn read(source: &Source) -> Result<Option<(Vec<Entry>, [u8; 32])>, String> {
+pub fn read(source: &Source) -> Result<Option<(Vec<Entry>, Hash)>, String> {
     let Some(text) = read_text(&source.file)? else {
         return Ok(None);
     };
@@ -164,7 +167,7 @@ pub fn read(source: &Source) -> Result<Option<(Vec<Entry>, [u8; 32])>, String> {
     .map_err(|e| format!("{}: {e}", source.file.display()))
 }
 
-fn hash(text: &str) -> [u8; 32] {
+fn hash(text: &str) -> Hash {
     use sha2::Digest;
     sha2::Sha256::digest(text.as_bytes()).into()
 }
@@ -240,7 +243,7 @@ pub struct Plan {
     pub errors: Vec<String>,
     /// The hash of each file as read, so `--rewrite` can refuse one changed since.
     #[serde(skip)]
-    read: Vec<(PathBuf, [u8; 32])>,
+    read: Vec<(PathBuf, Hash)>,
 }
 
 /// Reads every source and plans against `existing` (config.json's server blocks).
@@ -569,4 +572,59 @@ pub fn rewrite(
         backup,
         removed: origins.iter().map(|o| o.name.clone()).collect(),
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    /// A frontend saving its file after the plan read it (a race no outside test can
+    /// time) makes the rewrite refuse, leaving the file and no backup; a symlinked file
+    /// is written through.
+    #[test]
+    fn a_file_changed_since_the_plan_is_not_rewritten_and_links_stay_links() {
+        let dir = tempfile::tempdir().unwrap();
+        let (home, ws) = (dir.path().join("home"), dir.path().join("ws"));
+        let dotfiles = dir.path().join("dotfiles/cursor.json");
+        std::fs::create_dir_all(dotfiles.parent().unwrap()).unwrap();
+        std::fs::create_dir_all(home.join(".cursor")).unwrap();
+        let original = r#"{"mcpServers": {"a": {"command": "a-mcp"}}}"#;
+        std::fs::write(&dotfiles, original).unwrap();
+        let link = home.join(".cursor/mcp.json");
+        std::os::unix::fs::symlink(&dotfiles, &link).unwrap();
+        let sources = sources(&home, &ws, None);
+        let cursor = sources.iter().find(|s| s.file == link).unwrap();
+        let backup = PathBuf::from(format!("{}{BACKUP_SUFFIX}", link.display()));
+
+        let plan1 = plan(&sources, &Map::new(), &Itself::default());
+        let origins: Vec<&Origin> = plan1.servers.iter().flat_map(|p| &p.from).collect();
+        assert_eq!(origins.len(), 1);
+        let saved = r#"{"mcpServers": {"a": {"command": "a-mcp"}, "b": {"command": "b"}}}"#;
+        std::fs::write(&dotfiles, saved).unwrap();
+        let e = rewrite(&plan1, cursor, &origins, TOOLHOST, false).unwrap_err();
+        assert!(e.contains("changed since it was read"), "{e}");
+        assert_eq!(std::fs::read_to_string(&dotfiles).unwrap(), saved);
+        assert!(!backup.exists());
+
+        let plan2 = plan(&sources, &Map::new(), &Itself::default());
+        let origins: Vec<&Origin> = plan2
+            .servers
+            .iter()
+            .filter(|p| p.name == "a")
+            .flat_map(|p| &p.from)
+            .collect();
+        rewrite(&plan2, cursor, &origins, TOOLHOST, false).unwrap();
+        assert!(std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        let now: Value =
+            serde_json::from_str(&std::fs::read_to_string(&dotfiles).unwrap()).unwrap();
+        assert_eq!(
+            now["mcpServers"],
+            serde_json::json!({"b": {"command": "b"}, "toolhost": {"command": "toolhost", "args": ["mcp"]}})
+        );
+        assert_eq!(std::fs::read_to_string(&backup).unwrap(), saved);
+    }
 }
