@@ -96,7 +96,13 @@ pub async fn run(g: &Globals, a: ImportArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let plan = import::plan(&sources, &existing);
+    let itself = import::Itself {
+        listen_tcp: crate::config::load(&config)
+            .ok()
+            .and_then(|l| l.config.listen.tcp),
+        exe: std::env::current_exe().and_then(std::fs::canonicalize).ok(),
+    };
+    let plan = import::plan(&sources, &existing, &itself);
     let mut out = Outcome {
         config,
         daemon: matches!(writer, Writer::Daemon(_)),
@@ -124,7 +130,26 @@ pub async fn run(g: &Globals, a: ImportArgs) -> ExitCode {
 }
 
 async fn apply(writer: &Writer, out: &mut Outcome) {
+    let secrets_file = crate::secrets::file_for(&out.config);
     for p in out.plan.servers.iter().filter(|p| !p.in_config) {
+        // The values first: the daemon's `mcp.add` expands the references at once.
+        let values: Vec<(String, String)> = p
+            .secrets
+            .iter()
+            .filter_map(|s| Some((s.var.clone(), s.value.clone()?)))
+            .collect();
+        if !values.is_empty() {
+            match crate::secrets::add_to_file(&secrets_file, &values) {
+                Ok(added) if !added.is_empty() => {
+                    say!("wrote {} to {}", added.join(", "), secrets_file.display())
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    out.failed.push(format!("{} not added: {e}", p.name));
+                    continue;
+                }
+            }
+        }
         let done = match writer {
             Writer::Daemon(c) => c
                 .mcp_add(&McpAddParams {
@@ -159,9 +184,7 @@ fn rewrite(sources: &[import::Source], out: &mut Outcome) {
             return;
         }
     };
-    let command = std::env::current_exe()
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|_| import::TOOLHOST.to_owned());
+    let command = entry_command();
     for source in sources {
         let origins: Vec<&import::Origin> = out
             .plan
@@ -174,7 +197,8 @@ fn rewrite(sources: &[import::Source], out: &mut Outcome) {
         if origins.is_empty() {
             continue;
         }
-        match import::rewrite(source, &origins, &command) {
+        let has_toolhost = out.plan.itself.iter().any(|o| o.file == source.file);
+        match import::rewrite(&out.plan, source, &origins, &command, has_toolhost) {
             Ok(r) => {
                 say!(
                     "rewrote {} ({} → toolhost; original in {})",
@@ -193,7 +217,19 @@ fn rewrite(sources: &[import::Source], out: &mut Outcome) {
 }
 
 fn in_config(now: &Map<String, Value>, name: &str, server: &Map<String, Value>) -> bool {
-    matches!(now.get(name), Some(Value::Object(have)) if have == server)
+    matches!(now.get(name), Some(Value::Object(have)) if import::same_server(have, server))
+}
+
+/// The command a rewritten file runs: `toolhost` when that is on `PATH` (so a committed
+/// `.mcp.json` works on every machine), else this binary's absolute path.
+fn entry_command() -> String {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    if crate::process::find_in(&path, Path::new(import::TOOLHOST)).is_some() {
+        return import::TOOLHOST.to_owned();
+    }
+    std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| import::TOOLHOST.to_owned())
 }
 
 fn print_plan(out: &Outcome) {
@@ -204,10 +240,10 @@ fn print_plan(out: &Outcome) {
     }
     for p in &plan.servers {
         let state = if p.in_config { "present" } else { "add" };
-        let transport = if p.server.contains_key("url") {
-            "http"
-        } else {
-            "stdio"
+        let transport = match (p.server.get("type"), p.server.contains_key("url")) {
+            (Some(t), _) if t == "sse" => "sse",
+            (_, true) => "http",
+            _ => "stdio",
         };
         let from: Vec<String> = p
             .from
@@ -243,6 +279,15 @@ fn print_plan(out: &Outcome) {
             s.reason
         );
     }
+    for o in &plan.itself {
+        say!(
+            "itself  {:<20} {} {} {}: toolhost's own entry, not imported",
+            o.name,
+            o.frontend.label(),
+            o.file.display(),
+            o.at
+        );
+    }
     for e in &plan.errors {
         say_err!("toolhost: cannot read {e}");
     }
@@ -254,15 +299,18 @@ fn print_plan(out: &Outcome) {
         .collect();
     if !secrets.is_empty() {
         say!("");
-        say!("secrets are referenced as ${{NAME}}, not copied into config.json; set each in the");
-        say!("daemon's environment (the shell that runs `toolhost serve`, or the unit's Environment=)");
-        say!("before --apply, which refuses a server whose variable is not set:");
+        say!("secrets are referenced as ${{NAME}}, never copied into config.json: --apply writes");
+        say!(
+            "their values to {} (mode 0600, read with config.json); a value",
+            crate::secrets::file_for(&out.config).display()
+        );
+        say!("only named there must be set in that file or the daemon's environment:");
         for (p, s) in secrets {
             let o = &p.from[0];
             if s.value.is_some() {
                 say!(
-                    "  {:<24} its value is in {} at {}.{}",
-                    s.var,
+                    "  {:<28} from {} at {}.{}",
+                    format!("{}=***", s.var),
                     o.file.display(),
                     o.at,
                     s.field

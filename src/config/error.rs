@@ -114,10 +114,11 @@ impl ContentHash {
         ContentHash(Sha256::digest(bytes).into())
     }
 
-    /// Hashes the file at `path` as [`load`](super::load) reads it (`MISSING` if absent);
-    /// `Err` when `load` would refuse to read it.
+    /// Hashes the file at `path` (with its secrets file) as [`load`](super::load) reads
+    /// it (`MISSING` if neither is there); `Err` when `load` would refuse to read it.
     pub fn of_file(path: &Path) -> Result<ContentHash, ConfigError> {
-        Ok(super::load::read_file(path)?.map_or(ContentHash::MISSING, |b| ContentHash::of(&b)))
+        let env = super::load::Env::for_config(path)?;
+        Ok(env.hash(super::load::read_file(path)?.as_deref()))
     }
 
     pub fn to_hex(self) -> String {

@@ -52,15 +52,48 @@ pub(crate) const SERVERS_ALIAS: &str = "mcpServers";
 /// VS Code's mcp.json spelling; its servers carry `type`, which the model accepts.
 pub(crate) const VSCODE_SERVERS: &str = "servers";
 
-/// Where environment variables come from: the process, or a fixed map (tests).
+/// Where `${NAME}` values come from: the secrets file beside config.json first, then the
+/// process's environment (or a fixed map, in tests).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Env {
     vars: Option<HashMap<String, String>>,
+    /// The secrets file as read (part of the content hash, so editing it alone reloads).
+    secrets: Option<crate::secrets::SecretsFile>,
 }
 
 impl Env {
     pub fn process() -> Env {
-        Env { vars: None }
+        Env {
+            vars: None,
+            secrets: None,
+        }
+    }
+
+    /// The process's environment with the secrets file that goes with config `path`
+    /// ([`crate::secrets::file_for`]); a secrets file that may not be read (another owner,
+    /// readable by others) is a config error naming it.
+    pub fn for_config(path: &Path) -> Result<Env, ConfigError> {
+        let file = crate::secrets::file_for(path);
+        let secrets = crate::secrets::read_file(&file)
+            .map_err(|e| ConfigError::one(ConfigErrorKind::Invalid, "", e))?;
+        Ok(Env {
+            vars: None,
+            secrets,
+        })
+    }
+
+    /// The hash of config.json's bytes (`None`: no file) together with this secrets file's.
+    pub(crate) fn hash(&self, config: Option<&[u8]>) -> ContentHash {
+        match (&self.secrets, config) {
+            (None, None) => ContentHash::MISSING,
+            (None, Some(bytes)) => ContentHash::of(bytes),
+            (Some(s), bytes) => {
+                let mut all = bytes.unwrap_or_default().to_vec();
+                all.extend_from_slice(b"\0secrets\0");
+                all.extend_from_slice(&s.bytes);
+                ContentHash::of(&all)
+            }
+        }
     }
 
     #[cfg(test)]
@@ -71,11 +104,15 @@ impl Env {
                     .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                     .collect(),
             ),
+            secrets: None,
         }
     }
 
     /// `Ok(None)` if unset; `Err` if set but not UTF-8.
     pub(crate) fn var(&self, name: &str) -> Result<Option<String>, String> {
+        if let Some(v) = self.secrets.as_ref().and_then(|s| s.vars.get(name)) {
+            return Ok(Some(v.clone()));
+        }
         match &self.vars {
             Some(m) => Ok(m.get(name).cloned()),
             None => match std::env::var(name) {
@@ -314,12 +351,11 @@ pub(crate) fn servers_key(root: &Map<String, Value>) -> Result<Option<&'static s
 
 /// Reads, parses and evaluates the file at `path` with the given environment.
 pub(crate) fn load_with(path: &Path, env: &Env) -> Result<Loaded, ConfigError> {
-    let (root, hash) = match read_file(path)? {
-        None => (Value::Object(Map::new()), ContentHash::MISSING),
-        Some(bytes) => {
-            let hash = ContentHash::of(&bytes);
-            (parse(&bytes).map_err(|e| e.with_hash(hash))?, hash)
-        }
+    let bytes = read_file(path)?;
+    let hash = env.hash(bytes.as_deref());
+    let root = match bytes {
+        None => Value::Object(Map::new()),
+        Some(bytes) => parse(&bytes).map_err(|e| e.with_hash(hash))?,
     };
     let (config, warnings) = evaluate(root, env).map_err(|e| e.with_hash(hash))?;
     Ok(Loaded {

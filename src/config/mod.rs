@@ -23,6 +23,7 @@ pub use model::*;
 pub use profile::ProfileView;
 pub use schema::schema;
 pub use validate::env_patterns;
+pub(crate) use validate::is_own_listener;
 pub use watch::{watch, ConfigWatcher, Watching};
 pub use write::{add_mcp_server, mcp_server_blocks, remove_mcp_server};
 
@@ -120,7 +121,7 @@ pub struct Loaded {
 ///
 /// Blocking (reads a small file); fine to call from async code at reload frequency.
 pub fn load(path: &Path) -> Result<Loaded, ConfigError> {
-    load::load_with(path, &load::Env::process())
+    load::load_with(path, &load::Env::for_config(path)?)
 }
 
 #[cfg(test)]

@@ -210,6 +210,10 @@ pub(crate) fn server_rules(root: &Value, r: &mut Report) {
     let Some(Value::Object(servers)) = root.get("mcp_servers") else {
         return;
     };
+    let tcp = root
+        .get("listen")
+        .and_then(|l| l.get("tcp"))
+        .and_then(Value::as_str);
     for (name, server) in servers {
         let base = JsonPath(vec![Seg::Key("mcp_servers".into()), Seg::Key(name.clone())]);
         if let Some(msg) = check_server_name(name) {
@@ -217,8 +221,56 @@ pub(crate) fn server_rules(root: &Value, r: &mut Report) {
         }
         if let Value::Object(m) = server {
             one_server(m, &base, r);
+            if let (Some(url), Some(tcp)) = (m.get("url").and_then(Value::as_str), tcp) {
+                if is_own_listener(url, tcp) {
+                    let mut at = base.clone();
+                    at.0.push(Seg::Key("url".into()));
+                    r.problem(
+                        &at,
+                        format!(
+                            "is this daemon's own listener (listen.tcp {tcp}): toolhost cannot \
+                             be an upstream server of itself (its tools are already served)"
+                        ),
+                    );
+                }
+            }
         }
     }
+}
+
+/// Whether `url` reaches the TCP listener `tcp` (`host:port`, as `listen.tcp` spells it):
+/// the same port, and the same host, or a loopback host when the listener is on loopback or
+/// on every address (`0.0.0.0`, `::`). Config validation refuses such an upstream, and
+/// `toolhost import` leaves such an entry out: it is toolhost itself.
+pub(crate) fn is_own_listener(url: &str, tcp: &str) -> bool {
+    let Ok(url) = url::Url::parse(url) else {
+        return false;
+    };
+    let (Some(host), Some(port)) = (url.host(), url.port_or_known_default()) else {
+        return false;
+    };
+    let Some((lhost, lport)) = tcp.rsplit_once(':') else {
+        return false;
+    };
+    if lport.parse::<u16>().ok() != Some(port) {
+        return false;
+    }
+    let lhost = lhost.trim_start_matches('[').trim_end_matches(']');
+    let loopback = |h: &str| {
+        h.eq_ignore_ascii_case("localhost")
+            || h.parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    };
+    let host = match host {
+        url::Host::Domain(d) => d.to_owned(),
+        url::Host::Ipv4(ip) => ip.to_string(),
+        url::Host::Ipv6(ip) => ip.to_string(),
+    };
+    let every = lhost.is_empty()
+        || lhost
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_unspecified());
+    host.eq_ignore_ascii_case(lhost) || (loopback(&host) && (loopback(lhost) || every))
 }
 
 fn one_server(m: &Map<String, Value>, base: &JsonPath, r: &mut Report) {
@@ -495,6 +547,28 @@ mod tests {
             "tools": {"t": {"network": true, "writable": true}}},
             "approval": {"sandboxed_commands": "auto"}}),
         )
+    }
+
+    #[test]
+    fn an_upstream_at_our_own_listener_is_refused() {
+        for (url, tcp, own) in [
+            ("http://127.0.0.1:7311/mcp", "127.0.0.1:7311", true),
+            ("http://localhost:7311/mcp", "127.0.0.1:7311", true),
+            ("http://[::1]:7311/mcp", "0.0.0.0:7311", true),
+            ("http://10.1.2.3:7311/mcp", "10.1.2.3:7311", true),
+            ("http://127.0.0.1:7312/mcp", "127.0.0.1:7311", false),
+            ("http://example.com:7311/mcp", "127.0.0.1:7311", false),
+            ("http://localhost/mcp", "127.0.0.1:80", true),
+        ] {
+            assert_eq!(super::is_own_listener(url, tcp), own, "{url} {tcp}");
+        }
+        let p = problems(json!({"listen": {"tcp": "127.0.0.1:7311"},
+            "mcp_servers": {"me": {"url": "http://localhost:7311/mcp"}}}));
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(
+            p[0].starts_with("mcp_servers.me.url: is this daemon's own listener"),
+            "{p:?}"
+        );
     }
 
     #[test]

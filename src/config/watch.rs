@@ -226,7 +226,7 @@ pub(crate) fn watch_with(
     })
 }
 
-/// Watches `dir` for events on `file`.
+/// Watches `dir` for events on `file` and on the secrets file beside it.
 fn arm_file(
     dir: &Path,
     file: &std::ffi::OsStr,
@@ -237,9 +237,10 @@ fn arm_file(
     let mut debouncer = signal_on_change(
         debounce,
         move |ev| {
-            ev.paths
-                .iter()
-                .any(|p| p.file_name() == Some(wanted.as_os_str()))
+            ev.paths.iter().any(|p| {
+                p.file_name() == Some(wanted.as_os_str())
+                    || p.file_name() == Some(crate::secrets::FILE_NAME.as_ref())
+            })
         },
         tx,
         "config watcher",

@@ -26,7 +26,7 @@ pub fn add_mcp_server(
     name: &str,
     server: &Map<String, Value>,
 ) -> Result<(), ConfigError> {
-    edit(path, &Env::process(), |servers| {
+    edit(path, &Env::for_config(path)?, |servers| {
         if servers.contains_key(name) {
             return Err(ConfigError::one(
                 ConfigErrorKind::Conflict,
@@ -43,7 +43,7 @@ pub fn add_mcp_server(
 /// Removes the MCP server `name`; `Ok(false)` (and no write) if there is no such server.
 /// The rest of the file must still validate, or the edit is refused.
 pub fn remove_mcp_server(path: &Path, name: &str) -> Result<bool, ConfigError> {
-    edit(path, &Env::process(), |servers| {
+    edit(path, &Env::for_config(path)?, |servers| {
         Ok(servers.shift_remove(name).is_some())
     })
 }

@@ -46,12 +46,9 @@ pub fn convert(f: Frontend, name: &str, raw: &Value) -> Result<Converted, String
         .or_else(|| raw.get("transport"))
         .and_then(Value::as_str)
         .map(str::to_ascii_lowercase);
+    // The legacy HTTP+SSE transport: ours says so with `type: sse`.
     if kind.as_deref() == Some("sse") || (f == Frontend::Gemini && gemini_sse(raw)) {
-        return Err(
-            "it uses the legacy SSE transport, which toolhost does not speak: add the server's \
-             streamable HTTP endpoint with `toolhost mcp add NAME --url URL`"
-                .to_owned(),
-        );
+        out.server.insert("type".to_owned(), "sse".into());
     }
     for (key, value) in raw {
         let target = match (f, key.as_str()) {
@@ -123,16 +120,69 @@ pub fn convert(f: Frontend, name: &str, raw: &Value) -> Result<Converted, String
         }
     }
     if f == Frontend::VsCode {
-        for id in vscode_variables(&mut out.server)? {
+        let (inputs, workspace) = vscode_variables(&mut out.server)?;
+        for id in inputs {
             out.secrets.push(Secret {
                 var: env_name(&id),
                 field: format!("${{input:{id}}}"),
                 value: None,
             });
         }
+        if workspace {
+            per_workspace(&mut out.server)?;
+        }
     }
     take_secrets(name, &mut out);
+    normalise(&mut out.server);
     Ok(out)
+}
+
+/// The spelling each frontend adds to a block that changes nothing that runs — an empty
+/// `env` (`claude mcp add` always writes `"env": {}`), empty `args` or `headers`, a `type`
+/// that only repeats what `command` or `url` says, `enabled: true` — taken out, so the same
+/// server from two frontends is one block.
+pub fn normalise(server: &mut Map<String, Value>) {
+    server.retain(|key, value| match (key.as_str(), &*value) {
+        ("env" | "headers", Value::Object(m)) => !m.is_empty(),
+        ("args" | "env_passthrough" | "include_tools" | "exclude_tools", Value::Array(a)) => {
+            !a.is_empty()
+        }
+        ("enabled", Value::Bool(true)) | ("disabled", Value::Bool(false)) => false,
+        ("type", Value::String(t)) => t.eq_ignore_ascii_case("sse"),
+        ("cwd", Value::String(c)) => !c.is_empty(),
+        (_, Value::Null) => false,
+        _ => true,
+    });
+}
+
+/// A VS Code block that used `${workspaceFolder}`: a `per_workspace` server, one process
+/// per session workspace, where `${WORKSPACE}` is that workspace. Only `args` and `env`
+/// can name it (and `cwd`, which a scoped server's process has anyway).
+fn per_workspace(server: &mut Map<String, Value>) -> Result<(), String> {
+    let var = format!("${{{}}}", crate::config::WORKSPACE_VAR);
+    if server.get("cwd").and_then(Value::as_str) == Some(var.as_str()) {
+        server.remove("cwd");
+    }
+    let elsewhere: Vec<&String> = server
+        .iter()
+        .filter(|(k, v)| {
+            !crate::config::WORKSPACE_KEYS.contains(&k.as_str()) && v.to_string().contains(&var)
+        })
+        .map(|(k, _)| k)
+        .collect();
+    if let Some(k) = elsewhere.first() {
+        return Err(format!(
+            "its {k} uses the VS Code variable ${{workspaceFolder}}, which only a server's \
+             args and env can carry over (as ${{WORKSPACE}})"
+        ));
+    }
+    if !server.contains_key("command") {
+        return Err(
+            "it uses ${workspaceFolder}, but only a stdio server can run per workspace".to_owned(),
+        );
+    }
+    server.insert("scope".to_owned(), "per_workspace".into());
+    Ok(())
 }
 
 /// Gemini's `url` (without `type: "http"`) is its SSE field; `httpUrl` is streamable HTTP.
@@ -158,10 +208,15 @@ fn seconds_to_ms(out: &mut Converted, key: &str, value: &Value) {
 }
 
 /// VS Code's `${env:NAME}` is our `${NAME}`; its prompted `${input:id}` becomes `${ID}`, a
-/// variable the user sets once; any other `${…}` is VS Code's own and cannot be carried
-/// over.
-fn vscode_variables(server: &mut Map<String, Value>) -> Result<Vec<String>, String> {
-    fn fix(s: &str, inputs: &mut Vec<String>) -> Result<String, String> {
+/// variable the user sets once; `${workspaceFolder}` becomes `${WORKSPACE}` (the caller
+/// makes the server `per_workspace`); any other `${…}` is VS Code's own and cannot be
+/// carried over. Returns the inputs used and whether the workspace was.
+fn vscode_variables(server: &mut Map<String, Value>) -> Result<(Vec<String>, bool), String> {
+    struct Found {
+        inputs: Vec<String>,
+        workspace: bool,
+    }
+    fn fix(s: &str, found: &mut Found) -> Result<String, String> {
         let mut out = String::with_capacity(s.len());
         let mut rest = s;
         while let Some(start) = rest.find("${") {
@@ -176,9 +231,13 @@ fn vscode_variables(server: &mut Map<String, Value>) -> Result<Vec<String>, Stri
                 Some(("env", var)) => out.push_str(&format!("${{{var}}}")),
                 Some(("input", id)) => {
                     out.push_str(&format!("${{{}}}", env_name(id)));
-                    if !inputs.iter().any(|i| i == id) {
-                        inputs.push(id.to_owned());
+                    if !found.inputs.iter().any(|i| i == id) {
+                        found.inputs.push(id.to_owned());
                     }
+                }
+                None if inner == "workspaceFolder" => {
+                    out.push_str(&format!("${{{}}}", crate::config::WORKSPACE_VAR));
+                    found.workspace = true;
                 }
                 // `${workspaceFolder}`, `${userHome}`, `${config:…}`, …
                 _ => {
@@ -192,18 +251,21 @@ fn vscode_variables(server: &mut Map<String, Value>) -> Result<Vec<String>, Stri
         out.push_str(rest);
         Ok(out)
     }
-    fn walk(v: &mut Value, inputs: &mut Vec<String>) -> Result<(), String> {
+    fn walk(v: &mut Value, found: &mut Found) -> Result<(), String> {
         match v {
-            Value::String(s) if s.contains("${") => *s = fix(s, inputs)?,
-            Value::Array(a) => a.iter_mut().try_for_each(|v| walk(v, inputs))?,
-            Value::Object(m) => m.values_mut().try_for_each(|v| walk(v, inputs))?,
+            Value::String(s) if s.contains("${") => *s = fix(s, found)?,
+            Value::Array(a) => a.iter_mut().try_for_each(|v| walk(v, found))?,
+            Value::Object(m) => m.values_mut().try_for_each(|v| walk(v, found))?,
             _ => {}
         }
         Ok(())
     }
-    let mut inputs = Vec::new();
-    server.values_mut().try_for_each(|v| walk(v, &mut inputs))?;
-    Ok(inputs)
+    let mut found = Found {
+        inputs: Vec::new(),
+        workspace: false,
+    };
+    server.values_mut().try_for_each(|v| walk(v, &mut found))?;
+    Ok((found.inputs, found.workspace))
 }
 
 /// `text` as an environment variable name: upper case, anything else than A-Z, 0-9 and `_`
@@ -225,15 +287,19 @@ pub fn env_name(text: &str) -> String {
     s
 }
 
-/// Replaces every literal `env` and `headers` value that looks like a secret by a
-/// `${NAME}` reference: an `env` entry keeps its own name, a header is named after the
-/// server (`Authorization: Bearer …` → `Bearer ${GITHUB_TOKEN}`).
+/// Replaces every literal value that looks like a secret by a `${NAME}` reference: an
+/// `env` entry keeps its own name; a header, a secret flag in `args` (`--api-key X`,
+/// `--token=X`, `Authorization: Bearer X`), a URL's password or token query parameter
+/// (in `url`, or a URL in `args`, as `mcp-remote` takes it) are named after the server
+/// (`GITHUB_TOKEN`, `CONTEXT7_API_KEY`).
 fn take_secrets(server_name: &str, out: &mut Converted) {
+    let server = env_name(server_name);
+    let mut found = Vec::new();
     if let Some(Value::Object(env)) = out.server.get_mut("env") {
         for (key, value) in env.iter_mut() {
             let Value::String(v) = value else { continue };
             if looks_secret(key, v) {
-                out.secrets.push(Secret {
+                found.push(Secret {
                     var: key.clone(),
                     field: format!("env.{key}"),
                     value: Some(std::mem::take(v)),
@@ -245,29 +311,207 @@ fn take_secrets(server_name: &str, out: &mut Converted) {
     if let Some(Value::Object(headers)) = out.server.get_mut("headers") {
         for (key, value) in headers.iter_mut() {
             let Value::String(v) = value else { continue };
-            if !looks_secret(key, v) {
-                continue;
+            if let Some(new) = header_secret(&server, key, v, &format!("headers.{key}"), &mut found)
+            {
+                *v = new;
             }
-            let (prefix, secret) = match v.split_once(' ') {
-                Some((scheme, rest)) if scheme.eq_ignore_ascii_case("bearer") => {
-                    (format!("{scheme} "), rest.to_owned())
-                }
-                _ => (String::new(), v.clone()),
-            };
-            let var = if key.eq_ignore_ascii_case("authorization") {
-                format!("{}_TOKEN", env_name(server_name))
-            } else {
-                format!("{}_{}", env_name(server_name), env_name(key))
-            };
-            out.secrets.push(Secret {
-                var: var.clone(),
-                field: format!("headers.{key}"),
-                value: Some(secret),
-            });
-            *v = format!("{prefix}${{{var}}}");
         }
     }
+    if let Some(Value::Array(args)) = out.server.get_mut("args") {
+        let mut i = 0;
+        while i < args.len() {
+            let field = format!("args[{i}]");
+            let Some(arg) = args[i].as_str().map(str::to_owned) else {
+                i += 1;
+                continue;
+            };
+            if let Some((flag, value)) = arg.split_once('=').filter(|(f, _)| f.starts_with('-')) {
+                if secret_flag(flag) && literal(value) {
+                    let var = add(&mut found, flag_var(&server, flag), &field, value);
+                    args[i] = format!("{flag}=${{{var}}}").into();
+                }
+            } else if arg.starts_with('-') && secret_flag(&arg) {
+                if let Some(value) = args
+                    .get(i + 1)
+                    .and_then(Value::as_str)
+                    .filter(|v| !v.starts_with('-') && literal(v))
+                    .map(str::to_owned)
+                {
+                    let field = format!("args[{}]", i + 1);
+                    let var = add(&mut found, flag_var(&server, &arg), &field, &value);
+                    args[i + 1] = format!("${{{var}}}").into();
+                    i += 1;
+                }
+            } else if arg.starts_with("http://") || arg.starts_with("https://") {
+                args[i] = url_secrets(&server, &arg, &field, &mut found).into();
+            } else if let Some((name, value)) = arg.split_once(':') {
+                // `--header "Authorization: Bearer X"` (mcp-remote).
+                let name = name.trim();
+                if !name.is_empty() && !name.contains(' ') {
+                    if let Some(new) =
+                        header_secret(&server, name, value.trim(), &field, &mut found)
+                    {
+                        args[i] = format!("{name}: {new}").into();
+                    }
+                }
+            } else if literal(&arg) && PREFIXES.iter().any(|p| arg.starts_with(p)) {
+                let var = add(&mut found, format!("{server}_TOKEN"), &field, &arg);
+                args[i] = format!("${{{var}}}").into();
+            }
+            i += 1;
+        }
+    }
+    if let Some(Value::String(url)) = out.server.get_mut("url") {
+        *url = url_secrets(&server, url, "url", &mut found);
+    }
+    out.secrets.extend(found);
 }
+
+/// Records a secret under `var` (or `var_2`, … when the block already holds `var` with
+/// another value) and returns the name used.
+fn add(found: &mut Vec<Secret>, var: String, field: &str, value: &str) -> String {
+    let mut name = var.clone();
+    for n in 2.. {
+        match found.iter().find(|s| s.var == name) {
+            Some(s) if s.value.as_deref() == Some(value) => return name,
+            Some(_) => name = format!("{var}_{n}"),
+            None => break,
+        }
+    }
+    found.push(Secret {
+        var: name.clone(),
+        field: field.to_owned(),
+        value: Some(value.to_owned()),
+    });
+    name
+}
+
+/// A value to take out: not empty and not already a reference.
+fn literal(value: &str) -> bool {
+    !value.is_empty() && !value.contains("${")
+}
+
+/// A header's value as a reference when it looks secret (`Bearer ` kept in front).
+fn header_secret(
+    server: &str,
+    key: &str,
+    value: &str,
+    field: &str,
+    found: &mut Vec<Secret>,
+) -> Option<String> {
+    if !looks_secret(key, value) {
+        return None;
+    }
+    let (prefix, secret) = match value.split_once(' ') {
+        Some((scheme, rest)) if scheme.eq_ignore_ascii_case("bearer") => {
+            (format!("{scheme} "), rest.to_owned())
+        }
+        _ => (String::new(), value.to_owned()),
+    };
+    let var = if key.eq_ignore_ascii_case("authorization") {
+        format!("{server}_TOKEN")
+    } else {
+        format!("{server}_{}", env_name(key))
+    };
+    let var = add(found, var, field, &secret);
+    Some(format!("{prefix}${{{var}}}"))
+}
+
+/// `--api-key` of server `CONTEXT7` → `CONTEXT7_API_KEY`.
+fn flag_var(server: &str, flag: &str) -> String {
+    format!("{server}_{}", env_name(flag.trim_start_matches('-')))
+}
+
+/// Whether a command-line flag (`--api-key`, `--token`) takes a secret.
+fn secret_flag(flag: &str) -> bool {
+    let name = flag
+        .trim_start_matches('-')
+        .to_ascii_uppercase()
+        .replace('-', "_");
+    secret_name(&name)
+}
+
+/// Names of secrets, in flags and query parameters (upper case, words joined with `_`).
+fn secret_name(name: &str) -> bool {
+    const NAMES: &[&str] = &[
+        "TOKEN",
+        "SECRET",
+        "PASSWORD",
+        "PASSWD",
+        "API_KEY",
+        "APIKEY",
+        "ACCESS_KEY",
+        "PRIVATE_KEY",
+        "CREDENTIAL",
+    ];
+    NAMES.iter().any(|n| name.contains(n)) || name.ends_with("_KEY") || name == "KEY"
+}
+
+/// `url` with its password (or a user name alone, which is then a token) and its secret
+/// query parameters (`?token=`, `?api_key=`) as references.
+fn url_secrets(server: &str, url: &str, field: &str, found: &mut Vec<Secret>) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let authority = match authority.rsplit_once('@') {
+        Some((user, host)) => {
+            let user = match user.split_once(':') {
+                Some((name, pass)) if literal(pass) => {
+                    let var = add(found, format!("{server}_PASSWORD"), field, pass);
+                    format!("{name}:${{{var}}}")
+                }
+                None if literal(user) => {
+                    let var = add(found, format!("{server}_TOKEN"), field, user);
+                    format!("${{{var}}}")
+                }
+                _ => user.to_owned(),
+            };
+            format!("{user}@{host}")
+        }
+        None => authority.to_owned(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let (query, fragment) = match query.split_once('#') {
+                Some((q, f)) => (q, format!("#{f}")),
+                None => (query, String::new()),
+            };
+            let params: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((k, v))
+                        if literal(v)
+                            && (secret_name(&k.to_ascii_uppercase().replace('-', "_"))
+                                || k.eq_ignore_ascii_case("auth")) =>
+                    {
+                        let var = add(found, format!("{server}_{}", env_name(k)), field, v);
+                        format!("{k}=${{{var}}}")
+                    }
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            format!("{path}?{}{fragment}", params.join("&"))
+        }
+        None => tail.to_owned(),
+    };
+    format!("{scheme}://{authority}{tail}")
+}
+
+/// Well-known token prefixes: a value that starts so is a secret whatever its name.
+const PREFIXES: &[&str] = &[
+    "ghp_",
+    "gho_",
+    "github_pat_",
+    "glpat-",
+    "sk-",
+    "ctx7sk-",
+    "xoxb-",
+    "xoxp-",
+    "AKIA",
+    "Bearer ",
+];
 
 /// Whether an `env` or header value should stay out of config.json: by its name (token,
 /// key, secret, password, auth…) or by a well-known token prefix. References stay as they
@@ -291,17 +535,6 @@ fn looks_secret(key: &str, value: &str) -> bool {
         "CREDENTIAL",
         "COOKIE",
         "_PAT",
-    ];
-    const PREFIXES: &[&str] = &[
-        "ghp_",
-        "gho_",
-        "github_pat_",
-        "glpat-",
-        "sk-",
-        "xoxb-",
-        "xoxp-",
-        "AKIA",
-        "Bearer ",
     ];
     NAMES.iter().any(|n| key.contains(n))
         || key.ends_with("_KEY")
@@ -349,13 +582,33 @@ mod tests {
         );
         assert_eq!(c.secrets[0].var, "DB_PASS");
         assert_eq!(c.secrets[0].field, "${input:db-pass}");
+        let c = convert(
+            Frontend::VsCode,
+            "x",
+            &json!({"command": "x", "args": ["${workspaceFolder}/src"], "cwd": "${workspaceFolder}"}),
+        )
+        .unwrap();
+        assert_eq!(
+            Value::Object(c.server),
+            json!({"command": "x", "args": ["${WORKSPACE}/src"], "scope": "per_workspace"})
+        );
         assert!(convert(
             Frontend::VsCode,
             "x",
-            &json!({"command": "x", "args": ["${workspaceFolder}"]})
+            &json!({"command": "${workspaceFolder}/bin/x"})
         )
         .is_err());
-        assert!(convert(Frontend::Gemini, "old", &json!({"url": "https://h/sse"})).is_err());
+        assert!(convert(
+            Frontend::VsCode,
+            "x",
+            &json!({"command": "x", "args": ["${workspaceFolderBasename}"]})
+        )
+        .is_err());
+        let c = convert(Frontend::Gemini, "old", &json!({"url": "https://h/sse"})).unwrap();
+        assert_eq!(
+            Value::Object(c.server),
+            json!({"url": "https://h/sse", "type": "sse"})
+        );
         let c = convert(
             Frontend::Gemini,
             "new",
@@ -364,5 +617,76 @@ mod tests {
         .unwrap();
         assert_eq!(c.server["url"], "https://h/mcp");
         assert_eq!(c.ignored, ["trust"]);
+    }
+
+    #[test]
+    fn secrets_in_args_and_urls_become_references() {
+        let c = convert(
+            Frontend::ClaudeCode,
+            "context7",
+            &json!({"type": "stdio", "command": "npx", "env": {},
+                    "args": ["-y", "@upstash/context7-mcp", "--api-key", "ctx7sk-abc", "--token=t0k",
+                             "--verbose", "--header", "Authorization: Bearer b3arer",
+                             "https://u:p4ss@h.example/mcp?x=1&api_key=k3y#f", "ghp_literal"]}),
+        )
+        .unwrap();
+        assert_eq!(
+            Value::Object(c.server.clone()),
+            json!({"command": "npx",
+                   "args": ["-y", "@upstash/context7-mcp", "--api-key", "${CONTEXT7_API_KEY}",
+                            "--token=${CONTEXT7_TOKEN}", "--verbose", "--header",
+                            "Authorization: Bearer ${CONTEXT7_TOKEN_2}",
+                            "https://u:${CONTEXT7_PASSWORD}@h.example/mcp?x=1&api_key=${CONTEXT7_API_KEY_2}#f",
+                            "${CONTEXT7_TOKEN_3}"]})
+        );
+        let values: Vec<&str> = c
+            .secrets
+            .iter()
+            .filter_map(|s| s.value.as_deref())
+            .collect();
+        assert_eq!(
+            values,
+            ["ctx7sk-abc", "t0k", "b3arer", "p4ss", "k3y", "ghp_literal"]
+        );
+        let c = convert(
+            Frontend::Cursor,
+            "remote",
+            &json!({"url": "https://tok3n@h.example/mcp?token=abc",
+                    "env": {"DB_PASSWORD_FILE_X": "pw", "LOG_LEVEL": "warn"}}),
+        )
+        .unwrap();
+        assert_eq!(
+            c.server["url"],
+            "https://${REMOTE_TOKEN}@h.example/mcp?token=${REMOTE_TOKEN_2}"
+        );
+        assert_eq!(
+            c.server["env"]["DB_PASSWORD_FILE_X"],
+            "${DB_PASSWORD_FILE_X}"
+        );
+        assert_eq!(c.server["env"]["LOG_LEVEL"], "warn");
+    }
+
+    #[test]
+    fn each_frontends_spelling_of_one_server_is_the_same_block() {
+        let a = convert(
+            Frontend::ClaudeCode,
+            "m",
+            &json!({"type": "stdio", "command": "npx", "args": ["-y", "mem"], "env": {}}),
+        )
+        .unwrap();
+        let b = convert(
+            Frontend::Gemini,
+            "m",
+            &json!({"command": "npx", "args": ["-y", "mem"]}),
+        )
+        .unwrap();
+        let c = convert(
+            Frontend::Cursor,
+            "m",
+            &json!({"command": "npx", "args": ["mem@latest"], "enabled": true}),
+        )
+        .unwrap();
+        assert_eq!(a.server, b.server);
+        assert_ne!(a.server, c.server);
     }
 }

@@ -26,13 +26,12 @@ pub fn read(text: &str) -> Result<Vec<Entry>, String> {
         .collect())
 }
 
-/// `text` without the servers named in `remove`, with a `[mcp_servers.toolhost]` running
-/// `command args…`.
+/// `text` without the servers named in `remove`, with (when `entry` is given) a
+/// `[mcp_servers.toolhost]` running `command args…`.
 pub fn rewrite(
     text: &str,
     remove: &[String],
-    command: &str,
-    args: &[&str],
+    entry: Option<(&str, &[&str])>,
 ) -> Result<String, String> {
     let mut doc: DocumentMut = text
         .parse()
@@ -49,6 +48,9 @@ pub fn rewrite(
     for name in remove {
         servers.remove(name);
     }
+    let Some((command, args)) = entry else {
+        return Ok(doc.to_string());
+    };
     let mut entry = toml_edit::Table::new();
     entry.insert("command", toml_edit::value(command));
     let mut list = toml_edit::Array::new();

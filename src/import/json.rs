@@ -51,13 +51,13 @@ pub fn read(source: &Source, text: &str) -> Result<Vec<Entry>, String> {
         .collect())
 }
 
-/// `text` without the servers `remove` (each `(where, name)`), with `entry` as `toolhost`
-/// in the file's main block; every other key is kept in its order.
+/// `text` without the servers `remove` (each `(where, name)`), with `entry` (when given)
+/// as `toolhost` in the file's main block; every other key is kept in its order.
 pub fn rewrite(
     source: &Source,
     text: &str,
     remove: &[(Vec<String>, String)],
-    entry: Value,
+    entry: Option<Value>,
 ) -> Result<String, String> {
     let Block::Json { key, .. } = source.block else {
         return Err("not a JSON frontend".to_owned());
@@ -68,6 +68,9 @@ pub fn rewrite(
             servers.shift_remove(name);
         }
     }
+    let Some(entry) = entry else {
+        return finish(&root);
+    };
     let Value::Object(top) = &mut root else {
         return Err("the file is not a JSON object".to_owned());
     };
@@ -78,7 +81,11 @@ pub fn rewrite(
         return Err(format!("{key} is not an object"));
     };
     servers.insert(super::TOOLHOST.to_owned(), entry);
-    let mut out = serde_json::to_string_pretty(&root).map_err(|e| e.to_string())?;
+    finish(&root)
+}
+
+fn finish(root: &Value) -> Result<String, String> {
+    let mut out = serde_json::to_string_pretty(root).map_err(|e| e.to_string())?;
     out.push('\n');
     Ok(out)
 }

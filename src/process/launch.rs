@@ -383,7 +383,6 @@ fn pointers(strings: &[CString]) -> Vec<*const libc::c_char> {
 /// the program's working directory, since the child changes there first), else the first
 /// executable file of that name on the child's `PATH`.
 fn resolve(program: &Path, env: &[(OsString, OsString)]) -> io::Result<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
     if program.as_os_str().as_bytes().contains(&b'/') {
         return Ok(program.to_path_buf());
     }
@@ -392,13 +391,18 @@ fn resolve(program: &Path, env: &[(OsString, OsString)]) -> io::Result<PathBuf> 
         .rev()
         .find(|(k, _)| k == "PATH")
         .map_or_else(|| OsString::from("/bin:/usr/bin"), |(_, v)| v.clone());
-    std::env::split_paths(&path)
+    find_in(&path, program).ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))
+}
+
+/// The first executable file named `program` in the directories of `path` (a `PATH` value).
+pub(crate) fn find_in(path: &std::ffi::OsStr, program: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::split_paths(path)
         .map(|dir| dir.join(program))
         .find(|p| {
             p.metadata()
                 .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         })
-        .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))
 }
 
 /// A pipe, both ends close-on-exec: (read end, write end).

@@ -44,6 +44,7 @@ use crate::lock;
 pub mod child_env;
 mod escapees;
 mod launch;
+pub(crate) use launch::find_in;
 pub mod ledger;
 pub mod procfs;
 mod reaper;

@@ -153,9 +153,13 @@ impl Frontends {
             &json!({"theme": "dark", "mcpServers": {"everything": everything, "legacy": {"url": "https://old.example/sse"}}})
                 .to_string(),
         );
-        // Cursor: `fs` with a different folder (a clash) and a server with a literal token.
+        // Cursor: `fs` with a different folder (a clash) and a server with a literal token;
+        // its file is a link into a dotfiles repository.
+        let dotfiles = f.root.path().join("dotfiles/cursor-mcp.json");
+        std::fs::create_dir_all(f.cursor().parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(&dotfiles, f.cursor()).unwrap();
         write(
-            &f.cursor(),
+            &dotfiles,
             &json!({"mcpServers": {
                 "fs": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/b"]},
                 "github": {"command": "github-mcp", "args": ["stdio"], "env": {"GITHUB_TOKEN": "ghp_s3cretvalue", "GITHUB_HOST": "github.com"}}
@@ -164,7 +168,11 @@ impl Frontends {
         );
         write(
             &f.vscode(),
-            &json!({"inputs": [], "servers": {"time": {"type": "stdio", "command": "uvx", "args": ["mcp-server-time"]}}}).to_string(),
+            &json!({"inputs": [], "servers": {
+                "time": {"type": "stdio", "command": "uvx", "args": ["mcp-server-time"]},
+                "lint": {"type": "stdio", "command": "lint-mcp", "args": ["--root", "${workspaceFolder}"]},
+            }})
+            .to_string(),
         );
         write(&f.codex(), Self::CODEX);
         write(
@@ -212,6 +220,7 @@ async fn import_plans_applies_and_rewrites_every_frontend() {
         "docs",
         "notes",
         "fs-cursor",
+        "legacy",
     ] {
         assert!(
             out.contains(&format!("add     {name}")),
@@ -223,11 +232,10 @@ async fn import_plans_applies_and_rewrites_every_frontend() {
         out.contains("name clash: fs is taken by a different definition, so this one is fs-cursor"),
         "{out}"
     );
-    assert!(out.contains("skip    legacy"), "{out}");
-    assert!(out.contains("legacy SSE transport"), "{out}");
+    assert!(out.contains("add     legacy               sse "), "{out}");
     assert!(
         out.contains(&format!(
-            "GITHUB_TOKEN             its value is in {} at mcpServers.github.env.GITHUB_TOKEN",
+            "GITHUB_TOKEN=***             from {} at mcpServers.github.env.GITHUB_TOKEN",
             f.cursor().display()
         )),
         "{out}"
@@ -238,28 +246,52 @@ async fn import_plans_applies_and_rewrites_every_frontend() {
     );
     assert!(!f.config().exists());
 
-    // --apply without the secret in the environment: that one server is refused, the rest land.
-    let (code, out, err) = f.import(&[("DOCS_TOKEN", "d")], &["--apply"]).await;
+    // --apply: the secret's value goes to the secrets file; a variable Codex only names
+    // (DOCS_TOKEN) must be set, so that one server is refused and the rest land.
+    let (code, out, err) = f.import(&[], &["--apply"]).await;
     assert_eq!(code, 1, "{out}\n{err}");
-    assert!(err.contains("github not added"), "{err}");
-    assert!(err.contains("GITHUB_TOKEN"), "{err}");
+    assert!(err.contains("docs not added"), "{err}");
+    assert!(err.contains("DOCS_TOKEN"), "{err}");
+    let secrets = f.config().with_file_name("secrets.env");
+    assert_eq!(
+        std::fs::read_to_string(&secrets).unwrap(),
+        "GITHUB_TOKEN=ghp_s3cretvalue\n"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&secrets).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
     let cfg = read_json(&f.config());
     let servers = cfg["mcp_servers"].as_object().unwrap();
-    assert!(!servers.contains_key("github"));
+    assert!(!servers.contains_key("docs"));
     assert_eq!(servers["fs"]["args"][2], "/a");
     assert_eq!(servers["fs-cursor"]["args"][2], "/b");
     assert_eq!(
-        servers["docs"]["headers"]["Authorization"],
-        "Bearer ${DOCS_TOKEN}"
+        servers["legacy"],
+        json!({"url": "https://old.example/sse", "type": "sse"})
     );
     assert_eq!(servers["proj"]["command"], "proj-mcp");
+    // VS Code's ${workspaceFolder}: one process per session workspace.
+    assert_eq!(
+        servers["lint"],
+        json!({"command": "lint-mcp", "args": ["--root", "${WORKSPACE}"], "scope": "per_workspace"})
+    );
 
-    // With the secret set, the rest is added; everything else is already there.
-    let env = [("DOCS_TOKEN", "d"), ("GITHUB_TOKEN", "ghp_s3cretvalue")];
+    // With the named variable set, the rest is added; everything else is already there.
+    let bin = f.root.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(BIN, bin.join("toolhost")).unwrap();
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    let env = [("DOCS_TOKEN", "d"), ("PATH", path.as_str())];
     let (code, out, err) = f.import(&env, &["--apply"]).await;
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("present fs "), "{out}");
-    assert!(out.contains("added github"), "{out}");
+    assert!(out.contains("added docs"), "{out}");
+    assert_eq!(
+        read_json(&f.config())["mcp_servers"]["docs"]["headers"]["Authorization"],
+        "Bearer ${DOCS_TOKEN}"
+    );
     let text = std::fs::read_to_string(f.config()).unwrap();
     assert!(!text.contains("ghp_s3cretvalue"), "{text}");
     let cfg: Value = serde_json::from_str(&text).unwrap();
@@ -268,10 +300,11 @@ async fn import_plans_applies_and_rewrites_every_frontend() {
         json!({"GITHUB_TOKEN": "${GITHUB_TOKEN}", "GITHUB_HOST": "github.com"})
     );
 
-    // --rewrite: each file keeps its other keys, loses the imported servers, gains toolhost.
+    // --rewrite: each file keeps its other keys, loses the imported servers, gains toolhost
+    // (by its name: `toolhost` is on PATH, so a committed `.mcp.json` works elsewhere too).
     let (code, out, err) = f.import(&env, &["--rewrite"]).await;
     assert_eq!(code, 0, "{out}\n{err}");
-    let entry = json!({"command": BIN, "args": ["mcp"]});
+    let entry = json!({"command": "toolhost", "args": ["mcp"]});
     for (path, original) in &originals {
         let backup = PathBuf::from(format!("{}.toolhost-backup", path.display()));
         assert_eq!(
@@ -296,18 +329,19 @@ async fn import_plans_applies_and_rewrites_every_frontend() {
         read_json(&f.cursor())["mcpServers"],
         json!({"toolhost": entry})
     );
-    // The SSE server was not imported, so Gemini keeps it.
+    let link = std::fs::symlink_metadata(f.cursor()).unwrap();
+    assert!(
+        link.file_type().is_symlink(),
+        "written through, not replaced"
+    );
     let gemini = read_json(&f.gemini());
     assert_eq!(gemini["theme"], "dark");
-    assert_eq!(
-        gemini["mcpServers"],
-        json!({"legacy": {"url": "https://old.example/sse"}, "toolhost": entry})
-    );
+    assert_eq!(gemini["mcpServers"], json!({"toolhost": entry}));
     let vscode = read_json(&f.vscode());
     assert_eq!(vscode["inputs"], json!([]));
     assert_eq!(
         vscode["servers"],
-        json!({"toolhost": {"type": "stdio", "command": BIN, "args": ["mcp"]}})
+        json!({"toolhost": {"type": "stdio", "command": "toolhost", "args": ["mcp"]}})
     );
     assert_eq!(
         read_json(&f.mcp_json())["mcpServers"],
@@ -325,9 +359,7 @@ async fn import_plans_applies_and_rewrites_every_frontend() {
     );
     assert!(!codex.contains("docs"), "{codex}");
     assert!(
-        codex.contains(&format!(
-            "[mcp_servers.toolhost]\ncommand = \"{BIN}\"\nargs = [\"mcp\"]\n"
-        )),
+        codex.contains("[mcp_servers.toolhost]\ncommand = \"toolhost\"\nargs = [\"mcp\"]\n"),
         "{codex}"
     );
 
@@ -483,5 +515,174 @@ async fn custom_tool_loop_from_a_directory_other_than_the_daemons() {
             .unwrap()
             .contains(&json!("greet")),
         "{s}"
+    );
+}
+
+/// A free TCP port on loopback (bound and released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Issue 41's "done when": five frontends' files in their real formats, holding one
+/// server spelled five ways (Claude Code with `env: {}`, the others without), toolhost's
+/// own entries (its HTTP listener, `mcp-remote` to it, its binary), an SSE server, an HTTP
+/// server twice, and a key in `args`: `import --apply` against the running daemon leaves
+/// one entry per distinct server, none of toolhost, no secret in config.json, and the
+/// daemon serves all of them, the key included, without a restart.
+#[tokio::test]
+async fn five_frontends_import_as_one_entry_per_server_served_without_a_restart() {
+    let (_sse, sse_url) = common::mcp::legacy_sse_server().await;
+    let (_web, web_url) = common::mcp::http_fixture(&[]).await;
+    let port = free_port();
+    let mut d = Daemon::unstarted();
+    let listen = json!({"listen": {"tcp": format!("127.0.0.1:{port}")}});
+    std::fs::write(d.config_path(), listen.to_string()).unwrap();
+    d.spawn(&[("TOOLHOST_TOKEN", "t0k")]).await;
+    let pid = d.pid();
+    let root = d.dir.path();
+    let (home, project) = (root.join("home"), root.join("project"));
+    let own = format!("http://127.0.0.1:{port}/mcp");
+    let key = "ctx7sk-0123456789abcdef";
+    let mem = json!({"command": FIXTURE, "args": ["--", "mem"]});
+    let context7 = json!({"type": "stdio", "command": FIXTURE,
+        "args": ["--", "--api-key", key], "env": {"FIXTURE_WHEREAMI": "1"}});
+    write(
+        &home.join(".claude.json"),
+        &json!({"numStartups": 3, "mcpServers": {
+            "mem": {"type": "stdio", "command": FIXTURE, "args": ["--", "mem"], "env": {}},
+            "context7": context7,
+            "toolhost-http": {"type": "http", "url": own, "headers": {"Authorization": "Bearer t0k"}},
+        }})
+        .to_string(),
+    );
+    write(
+        &home.join(".cursor/mcp.json"),
+        &json!({"mcpServers": {"memory": mem, "web": {"url": web_url}}}).to_string(),
+    );
+    write(
+        &project.join(".vscode/mcp.json"),
+        &json!({"inputs": [], "servers": {
+            "mem": {"type": "stdio", "command": FIXTURE, "args": ["--", "mem"]},
+            "toolhost": {"type": "stdio", "command": BIN, "args": ["mcp"]},
+        }})
+        .to_string(),
+    );
+    write(
+        &home.join(".codex/config.toml"),
+        &format!(
+            "model = \"o4\"\n\n[mcp_servers.memory]\ncommand = \"{FIXTURE}\"\nargs = [\"--\", \"mem\"]\n\n\
+             [mcp_servers.host]\ncommand = \"npx\"\nargs = [\"-y\", \"mcp-remote\", \"http://localhost:{port}/mcp\"]\n"
+        ),
+    );
+    write(
+        &home.join(".gemini/settings.json"),
+        &json!({"mcpServers": {"mem": mem, "legacy": {"url": sse_url}, "web2": {"httpUrl": web_url}}})
+            .to_string(),
+    );
+
+    let sock = d.socket();
+    let (code, out, err) = run(
+        root,
+        &project,
+        &[],
+        &["--socket", sock.to_str().unwrap(), "import", "--apply"],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("merged: 5 identical definitions"), "{out}");
+    assert!(out.contains("CONTEXT7_API_KEY=***"), "{out}");
+    for own in ["toolhost-http", "toolhost", "host"] {
+        assert!(
+            out.contains(&format!("itself  {own} ")),
+            "{own} is toolhost: {out}"
+        );
+    }
+    assert!(!out.contains(key) && !err.contains(key), "{out}\n{err}");
+
+    let text = std::fs::read_to_string(d.config_path()).unwrap();
+    assert!(!text.contains(key), "no secret in config.json: {text}");
+    let cfg: Value = serde_json::from_str(&text).unwrap();
+    let servers = cfg["mcp_servers"].as_object().unwrap();
+    let names: Vec<&str> = servers.keys().map(String::as_str).collect();
+    assert_eq!(names, ["mem", "context7", "web", "legacy"], "{cfg}");
+    assert_eq!(servers["mem"], mem);
+    assert_eq!(
+        servers["context7"]["args"],
+        json!(["--", "--api-key", "${CONTEXT7_API_KEY}"])
+    );
+    assert_eq!(servers["legacy"]["type"], "sse");
+    let secrets = std::fs::read_to_string(d.dir.path().join("secrets.env")).unwrap();
+    assert_eq!(secrets, format!("CONTEXT7_API_KEY={key}\n"));
+
+    // Served, by the daemon that was running all along, the key reaching its server.
+    for name in ["mem", "context7", "web", "legacy"] {
+        common::mcp::wait_state(&d, name, "ready").await;
+    }
+    assert_eq!(d.pid(), pid);
+    let me = d.invoke("mcp_context7_whereami", json!({})).await;
+    let me: Value = serde_json::from_str(me["output"].as_str().unwrap()).unwrap();
+    assert_eq!(me["args"], json!(["--api-key", key]), "{me}");
+    let r = d.invoke("mcp_legacy_echo", json!({"message": "sse"})).await;
+    assert_eq!(r["output"], "Echo: sse", "{r}");
+
+    // The daemon never takes itself as an upstream, whatever adds it.
+    let r = d
+        .call(
+            "mcp.add",
+            json!({"name": "me", "server": {"url": format!("http://localhost:{port}/mcp")}}),
+        )
+        .await;
+    let e = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(e.contains("this daemon's own listener"), "{r}");
+}
+
+/// The secrets file is read with config.json: a value added or changed there reaches the
+/// servers at once, no restart; one others can read is refused and named.
+#[tokio::test]
+async fn the_secrets_file_is_reloaded_and_must_be_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = Daemon::start_with(Some(json!({}))).await;
+    let secrets = d.dir.path().join("secrets.env");
+    let private = |text: &str| {
+        write(&secrets, text);
+        std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o600)).unwrap();
+    };
+    private("# mine\nLABEL_T41=one\n");
+    let server = json!({"command": FIXTURE, "env": {"FIXTURE_WHEREAMI": "1", "FIXTURE_LABEL": "${LABEL_T41}"}});
+    common::write_atomic(&d.config_path(), &json!({"mcp_servers": {"fx": server}}));
+    let label = || async {
+        let r = d.invoke("mcp_fx_whereami", json!({})).await;
+        r["output"]
+            .as_str()
+            .and_then(|o| serde_json::from_str::<Value>(o).ok())
+            .map(|me| me["label"].clone())
+    };
+    eventually(30, "fx to run with the file's value", || async {
+        label().await == Some(json!("one"))
+    })
+    .await;
+    private("LABEL_T41=two\n");
+    eventually(30, "fx to run with the new value", || async {
+        label().await == Some(json!("two"))
+    })
+    .await;
+
+    std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o644)).unwrap();
+    write(&secrets, "LABEL_T41=three\n");
+    eventually(30, "the reload to be refused", || async {
+        let s = d.call("config.status", json!({})).await;
+        s["result"]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("can be read by others") && e.contains("chmod 600"))
+    })
+    .await;
+    assert_eq!(
+        label().await,
+        Some(json!("two")),
+        "the last good config stays"
     );
 }

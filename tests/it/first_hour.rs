@@ -854,6 +854,8 @@ async fn import_takes_cursors_project_file() {
     std::fs::write(&file, original).unwrap();
     let out = cli(&d)
         .current_dir(&project)
+        // No `toolhost` on PATH: the entry names this binary by its absolute path.
+        .env("PATH", &project)
         .args(["import", "--apply", "--rewrite"])
         .output()
         .await

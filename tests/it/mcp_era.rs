@@ -13,6 +13,7 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use common::mcp::http_fixture;
 use common::*;
 use serde_json::{json, Value};
 
@@ -34,22 +35,6 @@ fn fixture(dir: &Path, env: Value) -> Value {
 
 fn events(d: &Daemon) -> String {
     std::fs::read_to_string(d.dir.path().join("fixture.events")).unwrap_or_default()
-}
-
-/// Our fixture over streamable HTTP with `env`: the process and its URL.
-async fn http_fixture(env: &[(&str, &str)]) -> (tokio::process::Child, String) {
-    let mut fx = tokio::process::Command::new(FIXTURE)
-        .args(["--http", "127.0.0.1:0"])
-        .env("FIXTURE_INPUTS", "1")
-        .envs(env.iter().copied())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut lines =
-        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(fx.stdout.take().unwrap()));
-    let first = lines.next_line().await.unwrap().unwrap();
-    (fx, first.trim_start_matches("listening on ").to_owned())
 }
 
 async fn daemon_with(servers: impl FnOnce(&Path) -> Value) -> Daemon {

@@ -5,42 +5,9 @@
 
 use crate::common;
 
-use std::path::PathBuf;
-
+use common::mcp::legacy_sse_server;
 use common::*;
 use serde_json::{json, Value};
-
-/// server-everything serving the legacy transport at `http://127.0.0.1:<port>/sse`; it is
-/// killed when the handle drops.
-async fn legacy_server() -> (tokio::process::Child, String) {
-    let index = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    assert!(
-        index.exists(),
-        "run `npm ci --prefix tests` to install server-everything"
-    );
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = tokio::process::Command::new("node")
-        .arg(index)
-        .arg("sse")
-        .env("PORT", port.to_string())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    eventually(20, "the SSE server to listen", || async {
-        tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-    })
-    .await;
-    (child, format!("http://127.0.0.1:{port}/sse"))
-}
 
 async fn ready(d: &Daemon, server: &str) -> Value {
     eventually(30, &format!("{server} ready"), || async {
@@ -53,7 +20,7 @@ async fn ready(d: &Daemon, server: &str) -> Value {
 
 #[tokio::test]
 async fn a_legacy_sse_server_is_listed_and_called() {
-    let (_server, url) = legacy_server().await;
+    let (_server, url) = legacy_sse_server().await;
     let d = Daemon::start_in(|_| json!({"mcp_servers": {"ev": {"type": "sse", "url": url}}})).await;
     let status = ready(&d, "ev").await;
     assert_eq!(status["transport"], "sse", "{status}");
@@ -76,7 +43,7 @@ async fn a_legacy_sse_server_is_listed_and_called() {
 
 #[tokio::test]
 async fn an_http_url_that_refuses_the_post_falls_back_to_legacy_sse() {
-    let (_server, url) = legacy_server().await;
+    let (_server, url) = legacy_sse_server().await;
     let d = Daemon::start_in(|_| json!({"mcp_servers": {"ev": {"url": url}}})).await;
     ready(&d, "ev").await;
     let out = d

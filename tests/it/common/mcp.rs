@@ -2,12 +2,12 @@
 //! watch it: one server block per name, whose pids and events land in files named after
 //! it, and its line of `mcp.status`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::{Daemon, FIXTURE};
+use super::{eventually, Daemon, FIXTURE};
 
 /// A stdio block running the fixture, its pids appended to `dir/<name>.pids` and its
 /// events to `dir/<name>.events`. `extra`'s keys are set on the block, but its `env` is
@@ -63,4 +63,53 @@ pub async fn wait_status(d: &Daemon, server: &str, pred: impl Fn(&Value) -> bool
 /// [`wait_status`] until `server` is in `state`.
 pub async fn wait_state(d: &Daemon, server: &str, state: &str) -> Value {
     wait_status(d, server, |st| st["state"] == state).await
+}
+
+/// Our fixture over streamable HTTP with `env` (and `FIXTURE_INPUTS=1`): the process and
+/// its URL.
+pub async fn http_fixture(env: &[(&str, &str)]) -> (tokio::process::Child, String) {
+    let mut fx = tokio::process::Command::new(FIXTURE)
+        .args(["--http", "127.0.0.1:0"])
+        .env("FIXTURE_INPUTS", "1")
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(fx.stdout.take().unwrap()));
+    let first = lines.next_line().await.unwrap().unwrap();
+    (fx, first.trim_start_matches("listening on ").to_owned())
+}
+
+/// server-everything serving the legacy transport at `http://127.0.0.1:<port>/sse`; it is
+/// killed when the handle drops.
+pub async fn legacy_sse_server() -> (tokio::process::Child, String) {
+    let index = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    assert!(
+        index.exists(),
+        "run `npm ci --prefix tests` to install server-everything"
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = tokio::process::Command::new("node")
+        .arg(index)
+        .arg("sse")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    eventually(20, "the SSE server to listen", || async {
+        tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+    })
+    .await;
+    (child, format!("http://127.0.0.1:{port}/sse"))
 }
