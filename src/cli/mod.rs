@@ -23,6 +23,7 @@ mod status;
 mod tool;
 mod tools;
 mod ui;
+mod undo;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -102,6 +103,11 @@ enum Command {
     Approvals(approvals::ApprovalsArgs),
     /// Finished calls from the audit log (no daemon needed).
     Calls(calls::CallsArgs),
+    /// Undo the last change in the current directory's workspace, whichever frontend made
+    /// it (shows the diff and asks first; `--yes` does not ask).
+    Undo(undo::UndoArgs),
+    /// The current directory's workspace timeline: each change, by which tool and frontend.
+    Checkpoints(undo::CheckpointsArgs),
     /// Show the daemon's health.
     Health,
     /// Send a raw JSON-RPC call and print its result.
@@ -291,6 +297,8 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Health => status::health(&g).await,
         Command::Approvals(args) => approvals::run(&g, args).await,
         Command::Calls(args) => Ok(calls::run(&g, args).await),
+        Command::Undo(args) => undo::undo(&g, args).await,
+        Command::Checkpoints(args) => undo::checkpoints(&g, args).await,
         Command::Config { command } => config::run(&g, command).await,
         Command::Session { command } => session::run(&g, command).await,
         Command::Mcp {
