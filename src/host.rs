@@ -64,6 +64,8 @@ struct Inner {
     metrics: Arc<crate::metrics::Metrics>,
     /// One line per finished call in the data dir.
     audit: crate::audit::AuditLog,
+    /// Each workspace's timeline of changes (`<data_dir>/checkpoints`).
+    checkpoints: crate::checkpoint::Checkpoints,
     started: Instant,
     /// Cancelled at shutdown; every call's token is a child of it.
     shutdown: CancellationToken,
@@ -138,6 +140,7 @@ impl Host {
                 &dirs.data_dir,
                 processes.clone(),
             ),
+            checkpoints: crate::checkpoint::Checkpoints::new(&dirs.data_dir),
             dirs,
             custom: crate::custom::CustomTools::new(
                 registry.clone(),
@@ -223,6 +226,9 @@ impl Host {
     }
     pub fn metrics(&self) -> &Arc<crate::metrics::Metrics> {
         &self.0.metrics
+    }
+    pub fn checkpoints(&self) -> &crate::checkpoint::Checkpoints {
+        &self.0.checkpoints
     }
     pub fn audit(&self) -> &crate::audit::AuditLog {
         &self.0.audit

@@ -392,18 +392,66 @@ async fn run_checked(
 
     let cancel = ctx.cancel.clone();
     let tool = entry.tool.clone();
+    let checkpoint = checkpoint(host, &entry, &ctx, facts).await;
     drop(snapshot);
-    if tool.keeps_deadline() {
-        return tool.call(args, ctx).await;
-    }
-    tokio::select! {
-        r = tool.call(args, ctx) => r,
-        _ = tokio::time::sleep(Duration::from_millis(timeout_ms)) => {
-            cancel.cancel();
-            Err(ToolError::timed_out(&params.name, timeout_ms))
+    let result = if tool.keeps_deadline() {
+        tool.call(args, ctx).await
+    } else {
+        tokio::select! {
+            r = tool.call(args, ctx) => r,
+            _ = tokio::time::sleep(Duration::from_millis(timeout_ms)) => {
+                cancel.cancel();
+                Err(ToolError::timed_out(&params.name, timeout_ms))
+            }
+            _ = cancel.cancelled() => Err(ToolError::cancelled(&params.name)),
         }
-        _ = cancel.cancelled() => Err(ToolError::cancelled(&params.name)),
+    };
+    if let Some(c) = checkpoint {
+        c.finish().await;
     }
+    result
+}
+
+/// The checkpoint step (proto-docs/checkpoints.md): a call that can change its workspace —
+/// a built-in, custom tool or module of class `write` or `command`, or a tool (not
+/// `read_only`) of an MCP server with `checkpoint` on — is recorded by a scan before and
+/// after it.
+async fn checkpoint(
+    host: &Host,
+    entry: &Entry,
+    ctx: &CallContext,
+    facts: &Facts,
+) -> Option<crate::checkpoint::Pending> {
+    let config = host.config();
+    let acts = match &entry.tool.spec().source {
+        ToolSource::Mcp { server, .. } => {
+            entry.approval != Some(ApprovalClass::ReadOnly)
+                && config
+                    .mcp_servers
+                    .get(server)
+                    .is_some_and(|s| s.checkpointed())
+        }
+        _ => matches!(
+            entry.approval,
+            Some(ApprovalClass::Write | ApprovalClass::Command)
+        ),
+    };
+    if !acts {
+        return None;
+    }
+    let caller = crate::checkpoint::Caller {
+        call_id: Some(ctx.call_id.clone()),
+        tool: Some(entry.tool.spec().name.clone()),
+        frontend: facts
+            .client
+            .clone()
+            .or_else(|| audit::current_caller().and_then(|c| c.agent.clone())),
+        session: ctx.session_id.clone(),
+        restores: None,
+    };
+    host.checkpoints()
+        .before(&config, &ctx.workspace, caller)
+        .await
 }
 
 /// `tool_search` called as a tool: the matches go to the model, and to the session's loaded

@@ -28,6 +28,7 @@ mod audit;
 mod bounded_lines;
 mod calls;
 mod catalog;
+mod checkpoint;
 pub mod cli;
 pub mod client;
 mod commands;

@@ -24,6 +24,7 @@ mod tool;
 mod tools;
 mod trust;
 mod ui;
+mod undo;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -106,6 +107,11 @@ enum Command {
     Trust(trust::TrustArgs),
     /// Finished calls from the audit log (no daemon needed).
     Calls(calls::CallsArgs),
+    /// Undo the last change in the current directory's workspace, whichever frontend made
+    /// it (shows the diff and asks first; `--yes` does not ask).
+    Undo(undo::UndoArgs),
+    /// The current directory's workspace timeline: each change, by which tool and frontend.
+    Checkpoints(undo::CheckpointsArgs),
     /// Show the daemon's health.
     Health,
     /// Send a raw JSON-RPC call and print its result.
@@ -296,6 +302,8 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Approvals(args) => approvals::run(&g, args).await,
         Command::Trust(args) => trust::run(&g, args).await,
         Command::Calls(args) => Ok(calls::run(&g, args).await),
+        Command::Undo(args) => undo::undo(&g, args).await,
+        Command::Checkpoints(args) => undo::checkpoints(&g, args).await,
         Command::Config { command } => config::run(&g, command).await,
         Command::Session { command } => session::run(&g, command).await,
         Command::Mcp {

@@ -57,6 +57,63 @@ pub struct Config {
     /// session's `profile` (proto-docs/config.md#profiles).
     #[schemars(extend("propertyNames" = {"pattern": "^[A-Za-z0-9_-]+$"}))]
     pub profiles: BTreeMap<String, Profile>,
+    /// Undo: a checkpoint around every call that can change the workspace
+    /// (proto-docs/checkpoints.md).
+    pub checkpoint: Checkpoint,
+}
+
+/// The `checkpoint` section: the per-workspace timeline of changes (proto-docs/checkpoints.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct Checkpoint {
+    /// Record checkpoints around calls that can change the workspace.
+    pub enabled: bool,
+    /// Glob patterns (gitignore syntax, relative to the workspace) never recorded, on top of
+    /// the workspace's `.gitignore` files.
+    #[schemars(inner(length(min = 1)))]
+    pub exclude: Vec<String>,
+    /// Files larger than this are recorded by size and digest only, and cannot be restored.
+    #[schemars(range(min = 1))]
+    pub max_file_bytes: u64,
+    /// A workspace with more files than this gets no checkpoints (reported in `host.health`)
+    /// rather than calls slowed by a walk of its whole tree.
+    #[schemars(range(min = 1))]
+    pub max_files: usize,
+    /// How long entries are kept; the newest entry is always kept.
+    pub keep: CheckpointKeep,
+}
+
+impl Default for Checkpoint {
+    fn default() -> Self {
+        Checkpoint {
+            enabled: true,
+            exclude: Vec::new(),
+            max_file_bytes: 16 << 20,
+            max_files: 200_000,
+            keep: CheckpointKeep::default(),
+        }
+    }
+}
+
+/// `checkpoint.keep`: the bounds of one workspace's timeline, pruned oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct CheckpointKeep {
+    /// Entries older than this many seconds are pruned.
+    #[schemars(range(min = 1))]
+    pub age_s: u64,
+    /// Stored content beyond this many bytes per workspace prunes the oldest entries.
+    #[schemars(range(min = 1))]
+    pub max_bytes: u64,
+}
+
+impl Default for CheckpointKeep {
+    fn default() -> Self {
+        CheckpointKeep {
+            age_s: 7 * 24 * 3600,
+            max_bytes: 1 << 30,
+        }
+    }
 }
 
 /// What one frontend is served: the tools (and prompts, resources) `servers` or `tools`
@@ -342,6 +399,10 @@ pub struct McpServer {
     pub trust: Trust,
     /// Who shares one process of this stdio server (proto-docs/config.md#server-scopes).
     pub scope: ServerScope,
+    /// Whether its tools act on the workspace, so each call gets a checkpoint (a tool with
+    /// `readOnlyHint` never does); unset: true for a `per_workspace` server.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<bool>,
     /// Processes of a scoped server alive at once, beside the one for the daemon's
     /// workspace; a new one past this stops the least recently used idle one first.
     #[schemars(range(min = 1))]
@@ -414,6 +475,7 @@ impl Default for McpServer {
             prefix: true,
             trust: Trust::Pin,
             scope: ServerScope::Shared,
+            checkpoint: None,
             max_instances: 16,
             start: Start::Eager,
             idle_stop_s: None,
@@ -423,6 +485,13 @@ impl Default for McpServer {
 }
 
 impl McpServer {
+    /// Whether calls of its tools get checkpoints: config `checkpoint`, else whether each
+    /// workspace has its own process (a server acting on the workspace).
+    pub fn checkpointed(&self) -> bool {
+        self.checkpoint
+            .unwrap_or(self.scope == ServerScope::PerWorkspace)
+    }
+
     pub fn transport(&self) -> &'static str {
         if self.url.is_none() {
             "stdio"
@@ -453,6 +522,7 @@ impl McpServer {
             defer: false,
             prefix: true,
             trust: Trust::Pin,
+            checkpoint: None,
             ..s.clone()
         };
         strip(self) != strip(new)

@@ -9,6 +9,7 @@
 mod admin;
 mod approval;
 mod audit;
+mod checkpoint;
 mod commands;
 mod invoke;
 mod output;
@@ -25,6 +26,7 @@ mod ui;
 pub use admin::*;
 pub use approval::*;
 pub use audit::*;
+pub use checkpoint::*;
 pub use commands::*;
 pub use invoke::*;
 pub use output::*;
@@ -132,6 +134,9 @@ pub mod method {
     pub const DISCOVER: &str = "rpc.discover";
     pub const UI_LOGIN: &str = "ui.login";
     pub const AUDIT_RECENT: &str = "audit.recent";
+    pub const CHECKPOINT_LIST: &str = "checkpoint.list";
+    pub const CHECKPOINT_DIFF: &str = "checkpoint.diff";
+    pub const CHECKPOINT_RESTORE: &str = "checkpoint.restore";
 }
 
 /// Why a tool call failed; the `error_kind` of an `ok:false` result.

@@ -26,6 +26,7 @@ use tokio::sync::{broadcast, mpsc};
 
 mod approvals;
 mod builtin_commands;
+mod checkpoint;
 mod commands;
 mod skills;
 mod trust;
@@ -363,6 +364,7 @@ pub(crate) fn methods(access: Arc<crate::ui::Access>) -> anyhow::Result<Methods>
     surface::register(&mut api)?;
     skills::register(&mut api)?;
     commands::register(&mut api)?;
+    checkpoint::register(&mut api)?;
     approvals::register(&mut api)?;
     trust::register(&mut api)?;
     ui::register(&mut api, access)?;

@@ -12,7 +12,7 @@
 //! under [`run_blocking`], and bash children are spawned through [`crate::process`].
 
 mod fs;
-mod paths;
+pub(crate) mod paths;
 mod shell;
 
 use std::path::Path;
