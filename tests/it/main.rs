@@ -60,3 +60,4 @@ mod surface;
 mod ui;
 mod workspace_trust;
 mod trust_gate;
+mod checkpoint;
