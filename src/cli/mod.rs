@@ -23,6 +23,7 @@ mod status;
 mod tool;
 mod tools;
 mod ui;
+mod workspace;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -109,6 +110,11 @@ enum Command {
         method: String,
         /// Params as a JSON object.
         params: Option<String>,
+        /// The workspace of an `invoke` without `session_id` and of a `session.create`
+        /// without `workspace` (default: the current directory, unless it is `/` or the
+        /// home directory; then the daemon's).
+        #[arg(long, value_name = "DIR")]
+        workspace: Option<PathBuf>,
     },
     /// Check a config file, or see and reload the daemon's.
     Config {
@@ -125,12 +131,8 @@ enum Command {
     Mcp {
         #[command(subcommand)]
         command: Option<mcp::McpCommand>,
-        /// Stdio server: use this host session (created when missing) instead of a new one.
-        #[arg(long)]
-        session: Option<String>,
-        /// Stdio server: serve only what this config profile selects.
-        #[arg(long)]
-        profile: Option<String>,
+        #[command(flatten)]
+        flags: mcp::ServeFlags,
     },
     /// Show the socket this client uses, whether a daemon answers there, the config file
     /// and the data directory (exit 3 when no daemon answers).
@@ -286,18 +288,18 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Tools { command, all } => tools::run(&g, command, all).await,
         Command::Invoke(args) => invoke::invoke(&g, args).await,
         Command::Cancel { call_id } => invoke::cancel(&g, &call_id).await,
-        Command::Call { method, params } => invoke::call(&g, &method, params.as_deref()).await,
+        Command::Call {
+            method,
+            params,
+            workspace,
+        } => invoke::call(&g, &method, params.as_deref(), workspace.as_deref()).await,
         Command::Status { watch } => status::run(&g, watch).await,
         Command::Health => status::health(&g).await,
         Command::Approvals(args) => approvals::run(&g, args).await,
         Command::Calls(args) => Ok(calls::run(&g, args).await),
         Command::Config { command } => config::run(&g, command).await,
         Command::Session { command } => session::run(&g, command).await,
-        Command::Mcp {
-            command,
-            session,
-            profile,
-        } => mcp::run(&g, command, session, profile).await,
+        Command::Mcp { command, flags } => mcp::run(&g, command, flags).await,
         Command::Where { only } => Ok(locate::run(&g, only).await),
         Command::Ui { open } => ui::run(&g, open).await,
         Command::Import(args) => Ok(import::run(&g, args).await),
