@@ -60,6 +60,8 @@ struct Inner {
     calls: Arc<CallTable>,
     /// Calls waiting for an operator's approval.
     approvals: Arc<crate::approvals::Approvals>,
+    /// What the host knows of the frontends its sessions belong to.
+    frontends: crate::frontends::Frontends,
     /// Event counters for `GET /metrics`.
     metrics: Arc<crate::metrics::Metrics>,
     /// One line per finished call in the data dir.
@@ -156,6 +158,7 @@ impl Host {
             sessions,
             calls: Arc::default(),
             approvals: Arc::default(),
+            frontends: Default::default(),
             metrics: Arc::default(),
             audit,
             started: Instant::now(),
@@ -223,6 +226,9 @@ impl Host {
     }
     pub fn approvals(&self) -> &Arc<crate::approvals::Approvals> {
         &self.0.approvals
+    }
+    pub fn frontends(&self) -> &crate::frontends::Frontends {
+        &self.0.frontends
     }
     pub fn metrics(&self) -> &Arc<crate::metrics::Metrics> {
         &self.0.metrics

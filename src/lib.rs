@@ -38,6 +38,7 @@ pub mod daemon;
 mod error;
 mod facade;
 mod fds;
+mod frontends;
 mod host;
 mod import;
 mod inputs;

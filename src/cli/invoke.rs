@@ -21,6 +21,10 @@ pub struct InvokeArgs {
     args: String,
     #[arg(long)]
     session: Option<String>,
+    /// Run in this directory (default: the current one, unless it is `/` or the home
+    /// directory; then the daemon's workspace). Not with `--session`, which has its own.
+    #[arg(long, value_name = "DIR", conflicts_with = "session")]
+    workspace: Option<std::path::PathBuf>,
     #[arg(long)]
     timeout_ms: Option<u64>,
     /// Approve a write/command tool in a strict session.
@@ -43,17 +47,31 @@ pub async fn invoke(g: &Globals, a: InvokeArgs) -> Result<ExitCode, ClientError>
     // First: from here on, Ctrl-C must cancel the call rather than leave it running.
     let mut interrupted = Interrupt::install()
         .map_err(|e| ClientError::Io(format!("cannot handle SIGINT/SIGTERM: {e}")))?;
-    let client = g.connect().await?;
     let arguments = match parse_json_object("--args", &a.args) {
         Ok(args) => args,
         Err(code) => return Ok(code),
+    };
+    let workspace = match a.session {
+        Some(_) => None,
+        None => match super::workspace::resolve(a.workspace.as_deref()) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                say_err!("toolhost: {e}");
+                return Ok(ExitCode::from(2));
+            }
+        },
+    };
+    let client = g.connect().await?;
+    let session = match &workspace {
+        Some(ws) => super::workspace::call_session(&client, ws).await?,
+        None => a.session.clone(),
     };
     let call_id = a
         .call_id
         .clone()
         .unwrap_or_else(|| format!("cli_{}", uuid::Uuid::new_v4().simple()));
     let params = InvokeParams {
-        session_id: a.session,
+        session_id: session,
         timeout_ms: a.timeout_ms,
         approved: a.approved,
         call_id: Some(call_id.clone()),
@@ -198,18 +216,41 @@ pub async fn cancel(g: &Globals, call_id: &str) -> Result<ExitCode, ClientError>
     Ok(success_if(r.cancelled))
 }
 
-/// `toolhost call METHOD [PARAMS]`: the result as the daemon sent it.
+/// `toolhost call METHOD [PARAMS]`: the result as the daemon sent it. An `invoke` that
+/// names no session runs in the current directory's workspace and a `session.create` that
+/// names none gets it, as `toolhost invoke` does (`workspace` names another).
 pub async fn call(
     g: &Globals,
     method: &str,
     params: Option<&str>,
+    workspace: Option<&std::path::Path>,
 ) -> Result<ExitCode, ClientError> {
-    let client = g.connect().await?;
-    let params = match params.map(|p| parse_json_object("PARAMS", p)) {
+    let mut params = match params.map(|p| parse_json_object("PARAMS", p)) {
         Some(Ok(p)) => p,
         Some(Err(code)) => return Ok(code),
         None => Map::new(),
     };
+    let ws = match super::workspace::resolve(workspace) {
+        Ok(w) => w,
+        Err(e) => {
+            say_err!("toolhost: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let client = g.connect().await?;
+    match method {
+        crate::protocol::method::INVOKE if !params.contains_key("session_id") => {
+            if let Some(id) = super::workspace::call_session(&client, &ws).await? {
+                params.insert("session_id".into(), id.into());
+            }
+        }
+        crate::protocol::method::SESSION_CREATE if !params.contains_key("workspace") => {
+            if let Some(path) = ws.path {
+                params.insert("workspace".into(), path.into());
+            }
+        }
+        _ => {}
+    }
     let params =
         serde_json::value::to_raw_value(&params).map_err(|e| ClientError::Decode(e.to_string()))?;
     let r = client.call_raw(method, &params).await?;

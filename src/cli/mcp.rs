@@ -38,11 +38,25 @@ pub enum McpCommand {
     Logout { name: String },
 }
 
+/// The flags of `toolhost mcp` as a stdio server.
+#[derive(clap::Args, Debug, Default)]
+pub struct ServeFlags {
+    /// Stdio server: use this host session (created when missing) instead of a new one.
+    #[arg(long)]
+    session: Option<String>,
+    /// Stdio server: serve only what this config profile selects.
+    #[arg(long)]
+    profile: Option<String>,
+    /// Stdio server: the session's workspace when the client sends no roots (default: the
+    /// directory this was started in, unless that is `/` or the home directory).
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+}
+
 pub async fn run(
     g: &Globals,
     command: Option<McpCommand>,
-    session: Option<String>,
-    profile: Option<String>,
+    flags: ServeFlags,
 ) -> Result<ExitCode, ClientError> {
     match command {
         Some(command) => manage(&g.connect().await?, command, g.out).await,
@@ -50,8 +64,7 @@ pub async fn run(
             let sockets = g.socket_paths();
             let bridge = Bridge {
                 sockets,
-                session,
-                profile,
+                flags,
                 log_format: g.log_format,
             };
             bridge.exec_beside();
@@ -73,10 +86,8 @@ pub const BRIDGE_BIN: &str = "toolhost-bridge";
     about = "The stdio MCP bridge that `toolhost mcp` runs; use `toolhost mcp`"
 )]
 struct Bridge {
-    #[arg(long)]
-    session: Option<String>,
-    #[arg(long)]
-    profile: Option<String>,
+    #[command(flatten)]
+    flags: ServeFlags,
     #[arg(long, value_enum, default_value_t)]
     log_format: crate::logging::LogFormat,
     /// The daemon's sockets, tried in order.
@@ -97,11 +108,15 @@ impl Bridge {
             return;
         };
         let mut cmd = std::process::Command::new(&bin);
-        if let Some(s) = &self.session {
+        let flags = &self.flags;
+        if let Some(s) = &flags.session {
             cmd.arg("--session").arg(s);
         }
-        if let Some(p) = &self.profile {
+        if let Some(p) = &flags.profile {
             cmd.arg("--profile").arg(p);
+        }
+        if let Some(w) = &flags.workspace {
+            cmd.arg("--workspace").arg(w);
         }
         // The flag's own spelling, as clap parses it on the other side.
         if let Some(format) = clap::ValueEnum::to_possible_value(&self.log_format) {
@@ -113,7 +128,16 @@ impl Bridge {
     }
 
     async fn serve(self) -> Result<ExitCode, ClientError> {
-        crate::facade::run_stdio(&self.sockets, self.session, self.profile).await?;
+        // A bad `--workspace` is a start error, before anything is served.
+        let workspace = match super::workspace::resolve(self.flags.workspace.as_deref()) {
+            Ok(w) => w,
+            Err(e) => {
+                say_err!("toolhost: {e}");
+                return Ok(ExitCode::from(2));
+            }
+        };
+        let flags = self.flags;
+        crate::facade::run_stdio(&self.sockets, flags.session, flags.profile, workspace).await?;
         // A pending stdin read cannot be cancelled: exit rather than wait for it.
         std::process::exit(0)
     }

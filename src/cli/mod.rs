@@ -25,6 +25,7 @@ mod tools;
 mod trust;
 mod ui;
 mod undo;
+mod workspace;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -119,6 +120,11 @@ enum Command {
         method: String,
         /// Params as a JSON object.
         params: Option<String>,
+        /// The workspace of an `invoke` without `session_id` and of a `session.create`
+        /// without `workspace` (default: the current directory, unless it is `/` or the
+        /// home directory; then the daemon's).
+        #[arg(long, value_name = "DIR")]
+        workspace: Option<PathBuf>,
     },
     /// Check a config file, or see and reload the daemon's.
     Config {
@@ -135,12 +141,8 @@ enum Command {
     Mcp {
         #[command(subcommand)]
         command: Option<mcp::McpCommand>,
-        /// Stdio server: use this host session (created when missing) instead of a new one.
-        #[arg(long)]
-        session: Option<String>,
-        /// Stdio server: serve only what this config profile selects.
-        #[arg(long)]
-        profile: Option<String>,
+        #[command(flatten)]
+        flags: mcp::ServeFlags,
     },
     /// Show the socket this client uses, whether a daemon answers there, the config file
     /// and the data directory (exit 3 when no daemon answers).
@@ -296,7 +298,11 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Tools { command, all } => tools::run(&g, command, all).await,
         Command::Invoke(args) => invoke::invoke(&g, args).await,
         Command::Cancel { call_id } => invoke::cancel(&g, &call_id).await,
-        Command::Call { method, params } => invoke::call(&g, &method, params.as_deref()).await,
+        Command::Call {
+            method,
+            params,
+            workspace,
+        } => invoke::call(&g, &method, params.as_deref(), workspace.as_deref()).await,
         Command::Status { watch } => status::run(&g, watch).await,
         Command::Health => status::health(&g).await,
         Command::Approvals(args) => approvals::run(&g, args).await,
@@ -306,11 +312,7 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Checkpoints(args) => undo::checkpoints(&g, args).await,
         Command::Config { command } => config::run(&g, command).await,
         Command::Session { command } => session::run(&g, command).await,
-        Command::Mcp {
-            command,
-            session,
-            profile,
-        } => mcp::run(&g, command, session, profile).await,
+        Command::Mcp { command, flags } => mcp::run(&g, command, flags).await,
         Command::Where { only } => Ok(locate::run(&g, only).await),
         Command::Ui { open } => ui::run(&g, open).await,
         Command::Import(args) => Ok(import::run(&g, args).await),

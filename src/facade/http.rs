@@ -70,7 +70,14 @@ impl Endpoint {
             .with_cancellation_token(shutdown);
         let link = shared.clone();
         let service = StreamableHttpService::new(
-            move || Ok(Facade::with_link(Link::Shared(link.clone()), None, None)),
+            move || {
+                Ok(Facade::with_link(
+                    Link::Shared(link.clone()),
+                    None,
+                    None,
+                    super::Workspace::daemon(),
+                ))
+            },
             sessions.clone(),
             config,
         );
@@ -266,7 +273,10 @@ impl SharedClient {
             return Ok(s.id.clone());
         }
         let params = crate::protocol::SessionCreateParams {
-            meta: Some(super::session_meta(peer)),
+            meta: Some(super::session_meta(
+                peer,
+                crate::protocol::WorkspaceFrom::Daemon,
+            )),
             profile,
             ephemeral: true,
             ..Default::default()

@@ -50,6 +50,7 @@ use crate::lock;
 use crate::protocol::{
     ErrorKind, InputKind, InputRequest, InvokeEvent, InvokeParams, InvokeResult, ListToolsParams,
     SessionCreateParams, SessionUpdateParams, SubscribeInvokeParams, ToolEntry, ToolFormat,
+    WorkspaceFrom, META_WORKSPACE_FROM,
 };
 
 use changes::{Changes, Feed};
@@ -88,6 +89,25 @@ enum Link {
     Shared(Arc<http::SharedClient>),
 }
 
+/// The workspace a frontend names for its sessions before any roots (`toolhost mcp`:
+/// its `--workspace`, else where it was started; proto-docs/sessions.md).
+#[derive(Debug, Clone)]
+pub struct Workspace {
+    /// `None`: the daemon's workspace.
+    pub path: Option<String>,
+    pub from: WorkspaceFrom,
+}
+
+impl Workspace {
+    /// The daemon's own (an HTTP client, which has no working directory of ours).
+    pub fn daemon() -> Workspace {
+        Workspace {
+            path: None,
+            from: WorkspaceFrom::Daemon,
+        }
+    }
+}
+
 /// The MCP server handler of one MCP connection (one stdio peer or one HTTP session).
 pub struct Facade {
     link: Link,
@@ -95,6 +115,8 @@ pub struct Facade {
     fixed_session: Option<String>,
     /// `--profile` (stdio); an HTTP session names its own in `/mcp?profile=` instead.
     profile: Option<String>,
+    /// The workspace of this connection's session until the client's roots say otherwise.
+    workspace: Workspace,
     page_size: usize,
     state: Arc<State>,
     /// The calls held for new-era clients' retries: the process's own (stdio), or the
@@ -163,7 +185,12 @@ impl Drop for State {
 }
 
 impl Facade {
-    fn with_link(link: Link, fixed_session: Option<String>, profile: Option<String>) -> Facade {
+    fn with_link(
+        link: Link,
+        fixed_session: Option<String>,
+        profile: Option<String>,
+        workspace: Workspace,
+    ) -> Facade {
         let held = match &link {
             Link::Client(..) => Arc::default(),
             Link::Shared(shared) => shared.held_calls(),
@@ -173,6 +200,7 @@ impl Facade {
             link,
             fixed_session,
             profile,
+            workspace,
             page_size: page_size(),
             state: Arc::default(),
         }
@@ -205,9 +233,40 @@ impl Facade {
     }
 
     /// The host session for this connection: `--session` (created when missing), else a
-    /// new one; either way the client's identity goes into its meta.
+    /// new one; either way in the frontend's workspace, with the client's identity in its
+    /// meta. A workspace the daemon cannot use (a directory it cannot read) leaves the
+    /// session in the daemon's, and its meta says why.
     async fn open_session(&self, client: &Client, peer: &era::Peer) -> Result<String, ClientError> {
-        let meta = session_meta(peer);
+        match self.open_session_in(client, peer, &self.workspace).await {
+            Err(ClientError::Rpc { code, message, .. })
+                if self.workspace.path.is_some()
+                    && code == i64::from(crate::protocol::codes::INVALID_PARAMS)
+                    && message.contains("workspace") =>
+            {
+                tracing::warn!(%message, "the frontend's workspace is refused; using the daemon's");
+                let id = self
+                    .open_session_in(client, peer, &Workspace::daemon())
+                    .await?;
+                let mut meta = Map::new();
+                meta.insert("workspace_refused".into(), message.into());
+                let params = SessionUpdateParams {
+                    id,
+                    meta: Some(meta),
+                    ..Default::default()
+                };
+                client.session_update(&params).await.map(|s| s.id)
+            }
+            other => other,
+        }
+    }
+
+    async fn open_session_in(
+        &self,
+        client: &Client,
+        peer: &era::Peer,
+        workspace: &Workspace,
+    ) -> Result<String, ClientError> {
+        let meta = session_meta(peer, workspace.from);
         let profile = self.state.profile.get().cloned();
         if let Some(id) = &self.fixed_session {
             match client.session_get(id).await {
@@ -216,6 +275,7 @@ impl Facade {
                         id: id.clone(),
                         meta: Some(meta),
                         profile,
+                        workspace: workspace.path.clone(),
                         ..Default::default()
                     };
                     return client.session_update(&params).await.map(|s| s.id);
@@ -229,6 +289,7 @@ impl Facade {
             id: self.fixed_session.clone(),
             meta: Some(meta),
             profile,
+            workspace: workspace.path.clone(),
             ephemeral: self.fixed_session.is_none(),
             ..Default::default()
         };
@@ -264,9 +325,12 @@ impl Facade {
                 Err(_) => None,
             };
             if let Some(path) = path {
+                let mut meta = Map::new();
+                meta.insert(META_WORKSPACE_FROM.into(), wire(WorkspaceFrom::Roots));
                 let params = SessionUpdateParams {
                     id: session,
                     workspace: Some(path.clone()),
+                    meta: Some(meta),
                     ..Default::default()
                 };
                 if let Err(e) = client.session_update(&params).await {
@@ -774,7 +838,7 @@ impl ServerHandler for Facade {
 
 /// What a host session made for an MCP client records of it (the audit log names the
 /// client from it).
-fn session_meta(peer: &era::Peer) -> Map<String, Value> {
+fn session_meta(peer: &era::Peer, workspace_from: WorkspaceFrom) -> Map<String, Value> {
     let info = &peer.info;
     let mut mcp_client = Map::new();
     mcp_client.insert("name".into(), info.name.clone().into());
@@ -789,7 +853,13 @@ fn session_meta(peer: &era::Peer) -> Map<String, Value> {
     let mut meta = Map::new();
     meta.insert("frontend".into(), "mcp".into());
     meta.insert("mcp_client".into(), Value::Object(mcp_client));
+    meta.insert(META_WORKSPACE_FROM.into(), wire(workspace_from));
     meta
+}
+
+/// A protocol value as its JSON.
+fn wire(v: impl serde::Serialize) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
 /// The facade as an MCP server names itself (in `initialize`, `server/discover` and, for

@@ -8,17 +8,19 @@ use std::sync::Arc;
 use rmcp::ServiceExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::{Changes, Facade, Link};
+use super::{Changes, Facade, Link, Workspace};
 use crate::client::{Client, ClientError};
 
 /// Serves MCP on stdin/stdout until the client closes stdin, stops us with SIGTERM, SIGINT
 /// or SIGHUP, or the daemon goes away; the host session this connection made goes with it.
 /// `Err` only when no daemon answers at first (the CLI exits 3).
 /// `profile` names the config profile to serve; an unknown one fails here, at start.
+/// `workspace` is the session's until the client's roots (if any) replace it.
 pub async fn run_stdio(
     sockets: &[PathBuf],
     session: Option<String>,
     profile: Option<String>,
+    workspace: Workspace,
 ) -> Result<(), ClientError> {
     // First: a signal that comes once the client may have talked to us must be ours.
     let mut stop = StopSignals::install()
@@ -36,7 +38,12 @@ pub async fn run_stdio(
     }
     let changes = Arc::new(Changes::new());
     changes.follow(&client).await?;
-    let facade = Facade::with_link(Link::Client(client.clone(), changes), session, profile);
+    let facade = Facade::with_link(
+        Link::Client(client.clone(), changes),
+        session,
+        profile,
+        workspace,
+    );
     let state = facade.state.clone();
     let served = tokio::select! {
         served = facade.serve(streams()) => Some(served),

@@ -29,6 +29,10 @@ pub struct HealthResult {
     pub uptime_s: u64,
     pub tools: usize,
     pub sessions: u64,
+    /// The frontends' sessions that work in the daemon's workspace because their frontend
+    /// named none (no roots, no `--workspace`, started in `/` or the home directory).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub without_workspace: Vec<FrontendWithoutWorkspace>,
     pub mcp: McpCounts,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_error: Option<String>,
@@ -76,6 +80,15 @@ pub struct HealthResult {
     /// Why `trust.json` cannot be read, naming it: nothing it held is trusted meanwhile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trust_error: Option<String>,
+}
+
+/// A frontend's session in the daemon's workspace, as `host.health` names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct FrontendWithoutWorkspace {
+    pub session: String,
+    /// The client as it named itself (`clientInfo` name and version), else the kind of
+    /// frontend (`mcp`, `cli`).
+    pub client: String,
 }
 
 /// The module host as `host.health` shows it.

@@ -35,6 +35,27 @@ pub struct Session {
     pub ephemeral: bool,
 }
 
+/// The session meta key that says where a frontend's session got its workspace (a
+/// [`WorkspaceFrom`]): `host.health` lists the frontends whose sessions say `daemon`.
+pub const META_WORKSPACE_FROM: &str = "workspace_from";
+
+/// Where a frontend's session got its workspace, in the order a frontend's is chosen
+/// (proto-docs/sessions.md): the client's MCP roots, else the bridge's `--workspace`, else
+/// the directory the frontend started it in, else the daemon's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkspaceFrom {
+    /// The first local root the MCP client sent.
+    Roots,
+    /// `--workspace DIR` of `toolhost mcp` (or of `toolhost invoke|call`).
+    Flag,
+    /// The working directory `toolhost mcp` (or the CLI) was started in.
+    Cwd,
+    /// None of those: the daemon's workspace (the frontend started us in `/` or the home
+    /// directory itself, sent no roots, or named a directory the daemon cannot read).
+    Daemon,
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SessionCreateParams {

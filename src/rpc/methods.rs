@@ -547,6 +547,7 @@ fn session_methods(api: &mut Api) -> anyhow::Result<()> {
                 crate::session::workspace_of(&host.session_scope(), p.workspace.clone())?;
             discover_in(&host, &workspace).await;
             let s = crate::session::create(&host.session_scope(), p).await?;
+            host.frontends().saw(&s);
             session_event(&host, SessionEvent::Start, &s.id, &s.workspace);
             Ok(s)
         },
@@ -570,6 +571,7 @@ fn session_methods(api: &mut Api) -> anyhow::Result<()> {
         "Merges meta key by key (null deletes), sets approval or workspace.",
         |host, p: SessionUpdateParams| async move {
             let s = crate::session::update(&host.session_scope(), p).await?;
+            host.frontends().saw(&s);
             discover_in(&host, &s.workspace).await;
             Ok(s)
         },
@@ -617,6 +619,7 @@ pub(super) async fn delete_session(host: &Host, id: &str) -> Result<bool, Error>
     // The workspace is read first: the handler may clean up files there.
     let workspace = host.sessions().get(id).await.ok().map(|s| s.workspace);
     let deleted = host.sessions().delete(id).await?;
+    host.frontends().ended(id);
     host.approvals().forget_session(id);
     host.mcp().session_ended(id);
     if deleted {

@@ -119,6 +119,7 @@ pub(super) fn health(host: &Host) -> HealthResult {
         uptime_s: host.uptime().as_secs(),
         tools: snapshot.len(),
         sessions: host.sessions().count(),
+        without_workspace: host.frontends().without_workspace(),
         sandbox: crate::sandbox::status(),
         mcp,
         config_error,

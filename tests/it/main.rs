@@ -61,3 +61,4 @@ mod ui;
 mod workspace_trust;
 mod trust_gate;
 mod checkpoint;
+mod identity;

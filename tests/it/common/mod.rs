@@ -54,6 +54,9 @@ pub fn toolhost(root: &Path) -> Command {
 /// missing) and none of the variables that would point it elsewhere, so nothing of the
 /// user's (tools in `~/.config/toolhost/tools`, a config, a daemon on the default socket,
 /// `TOOLHOST_*` overrides) reaches a test. A test that sets one of these sets it after.
+/// It starts in `root/home`, the home directory itself, which names no project: a
+/// frontend (`toolhost mcp`, `toolhost invoke`) started there works in the daemon's
+/// workspace; a test that means a project directory sets `current_dir` after.
 pub fn isolate<'a>(
     cmd: &'a mut std::process::Command,
     root: &Path,
@@ -72,6 +75,7 @@ pub fn isolate<'a>(
             .unwrap();
         cmd.env(var, dir);
     }
+    cmd.current_dir(root.join("home"));
     for var in [
         "XDG_STATE_HOME",
         "XDG_DATA_HOME",
@@ -182,6 +186,8 @@ impl Daemon {
             std::fs::write(self.config_path(), "{}").unwrap();
         }
         let mut cmd = toolhost(self.dir.path());
+        // The daemon itself runs where the tests run, as it always did.
+        cmd.current_dir(env!("CARGO_MANIFEST_DIR"));
         cmd.arg("--config").arg(self.config_path());
         cmd.arg("serve")
             .arg("--workspace")

@@ -37,8 +37,22 @@ impl RawStdio {
 
     /// `toolhost mcp` with `env` added to its environment.
     pub async fn open_with(d: &Daemon, env: &[(&str, &str)]) -> RawStdio {
+        Self::open_in(d, None, &[], env).await
+    }
+
+    /// `toolhost mcp ARGS` started in `cwd` (default: the test user's home), with `env`
+    /// added to its environment.
+    pub async fn open_in(
+        d: &Daemon,
+        cwd: Option<&std::path::Path>,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> RawStdio {
         let mut cmd = toolhost(d.dir.path());
-        cmd.arg("mcp").arg("--socket").arg(d.socket());
+        cmd.arg("mcp").arg("--socket").arg(d.socket()).args(args);
+        if let Some(cwd) = cwd {
+            cmd.current_dir(cwd);
+        }
         cmd.envs(env.iter().copied());
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -1,0 +1,231 @@
+//! Who calls, from where, and through restarts (issue 40): a frontend's workspace (its
+//! roots, else `toolhost mcp --workspace`, else the directory it was started in, unless
+//! that is `/` or the home directory), the same for `toolhost invoke|call`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::common;
+
+use std::path::{Path, PathBuf};
+
+use common::new_era::RawStdio;
+use common::{toolhost, Daemon};
+use serde_json::{json, Value};
+
+/// A project directory under the daemon's temp dir, with `hello.txt` saying its name.
+fn project(d: &Daemon, name: &str) -> PathBuf {
+    let dir = d.subdir(name);
+    std::fs::write(dir.join("hello.txt"), format!("{name}\n")).unwrap();
+    dir.canonicalize().unwrap()
+}
+
+/// The test user's home directory (`$HOME` of every toolhost a test starts).
+fn home(d: &Daemon) -> PathBuf {
+    d.dir.path().join("home")
+}
+
+/// An old-era `initialize` of client `name`, declaring roots when `roots` is given, then
+/// `initialized`; answers the `roots/list` that follows with `roots`.
+async fn initialize(mcp: &mut RawStdio, name: &str, roots: Option<&Path>) {
+    let caps = if roots.is_some() {
+        json!({"roots": {"listChanged": true}})
+    } else {
+        json!({})
+    };
+    let (r, _) = mcp
+        .request(
+            1,
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": caps,
+                   "clientInfo": {"name": name, "version": "1.2"}}),
+        )
+        .await;
+    assert!(r.get("result").is_some(), "{r}");
+    mcp.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    if let Some(root) = roots {
+        loop {
+            let m = mcp.next().await;
+            if m["method"] == "roots/list" {
+                let uri = format!("file://{}", root.display());
+                mcp.send(json!({"jsonrpc": "2.0", "id": m["id"],
+                                "result": {"roots": [{"uri": uri}]}}))
+                    .await;
+                break;
+            }
+        }
+    }
+}
+
+/// `tools/call` of `bash` with `command`; the text it printed.
+async fn bash(mcp: &mut RawStdio, id: u64, command: &str) -> String {
+    let (r, _) = mcp
+        .request(
+            id,
+            "tools/call",
+            json!({"name": "bash", "arguments": {"command": command}}),
+        )
+        .await;
+    r["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text in {r}"))
+        .to_owned()
+}
+
+/// The one session whose client is `name`.
+async fn session_of(d: &Daemon, name: &str) -> Value {
+    let r = d.call("session.list", json!({})).await;
+    let sessions = r["result"]["sessions"].as_array().unwrap().clone();
+    sessions
+        .into_iter()
+        .find(|s| s["meta"]["mcp_client"]["name"] == name)
+        .unwrap_or_else(|| panic!("no session of {name} in {r}"))
+}
+
+#[tokio::test]
+async fn roots_win_over_the_directory_the_bridge_started_in() {
+    let d = Daemon::start().await;
+    let (started_in, rooted) = (project(&d, "started-in"), project(&d, "rooted"));
+    let mut mcp = RawStdio::open_in(&d, Some(&started_in), &[], &[]).await;
+    initialize(&mut mcp, "with-roots", Some(&rooted)).await;
+    assert_eq!(bash(&mut mcp, 2, "cat hello.txt").await, "rooted\n");
+    let s = session_of(&d, "with-roots").await;
+    assert_eq!(s["workspace"], rooted.display().to_string(), "{s}");
+    assert_eq!(s["meta"]["workspace_from"], "roots", "{s}");
+}
+
+#[tokio::test]
+async fn without_roots_a_bridge_works_in_the_directory_it_was_started_in() {
+    let d = Daemon::start().await;
+    let dir = project(&d, "codex-project");
+    let mut mcp = RawStdio::open_in(&d, Some(&dir), &[], &[]).await;
+    initialize(&mut mcp, "no-roots", None).await;
+    assert_eq!(bash(&mut mcp, 2, "cat hello.txt").await, "codex-project\n");
+    let s = session_of(&d, "no-roots").await;
+    assert_eq!(s["workspace"], dir.display().to_string(), "{s}");
+    assert_eq!(s["meta"]["workspace_from"], "cwd", "{s}");
+    let health = d.health().await;
+    assert!(health.get("without_workspace").is_none(), "{health}");
+}
+
+#[tokio::test]
+async fn without_roots_the_workspace_flag_wins_over_the_directory() {
+    let d = Daemon::start().await;
+    let (started_in, named) = (project(&d, "started-in"), project(&d, "named"));
+    let flag = named.display().to_string();
+    let mut mcp = RawStdio::open_in(&d, Some(&started_in), &["--workspace", &flag], &[]).await;
+    initialize(&mut mcp, "flagged", None).await;
+    assert_eq!(bash(&mut mcp, 2, "cat hello.txt").await, "named\n");
+    let s = session_of(&d, "flagged").await;
+    assert_eq!(s["meta"]["workspace_from"], "flag", "{s}");
+}
+
+#[tokio::test]
+async fn started_in_home_a_bridge_gets_the_daemons_workspace_and_health_names_it() {
+    let d = Daemon::start().await;
+    std::fs::write(d.workspace().join("hello.txt"), "daemon\n").unwrap();
+    let mut mcp = RawStdio::open_in(&d, Some(&home(&d)), &[], &[]).await;
+    initialize(&mut mcp, "homeless", None).await;
+    assert_eq!(bash(&mut mcp, 2, "cat hello.txt").await, "daemon\n");
+    let s = session_of(&d, "homeless").await;
+    assert_eq!(s["meta"]["workspace_from"], "daemon", "{s}");
+    let health = d.health().await;
+    assert_eq!(
+        health["without_workspace"],
+        json!([{"session": s["id"], "client": "homeless 1.2"}]),
+        "{health}"
+    );
+    // Started in `/`: the same.
+    let mut root = RawStdio::open_in(&d, Some(Path::new("/")), &[], &[]).await;
+    initialize(&mut root, "rootdir", None).await;
+    assert_eq!(bash(&mut root, 2, "cat hello.txt").await, "daemon\n");
+    // The list follows the sessions: a bridge that ends leaves it.
+    drop(mcp);
+    common::eventually(10, "the ended bridge to leave host.health", || async {
+        let h = d.health().await;
+        h["without_workspace"]
+            .as_array()
+            .is_some_and(|w| w.len() == 1 && w[0]["client"] == "rootdir 1.2")
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_workspace_flag_that_is_no_directory_is_a_start_error() {
+    let d = Daemon::start().await;
+    let file = d.dir.path().join("config.json");
+    std::fs::write(&file, "{}").unwrap();
+    for bad in [d.dir.path().join("missing"), file] {
+        let out = toolhost(d.dir.path())
+            .arg("mcp")
+            .arg("--socket")
+            .arg(d.socket())
+            .arg("--workspace")
+            .arg(&bad)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(&bad.display().to_string()), "{err}");
+        assert!(out.stdout.is_empty(), "{out:?}");
+    }
+}
+
+/// `toolhost ARGS` in `cwd` on `d`'s socket: (exit code, stdout, stderr).
+async fn cli_in(d: &Daemon, cwd: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = toolhost(d.dir.path())
+        .arg("--socket")
+        .arg(d.socket())
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn invoke_and_call_work_in_the_current_directory() {
+    let d = Daemon::start().await;
+    std::fs::write(d.workspace().join("hello.txt"), "daemon\n").unwrap();
+    let (here, other) = (project(&d, "here"), project(&d, "other"));
+    let cat = [
+        "invoke",
+        "bash",
+        "--args",
+        r#"{"command": "cat hello.txt"}"#,
+    ];
+    let (code, out, err) = cli_in(&d, &here, &cat).await;
+    assert_eq!((code, out.lines().next()), (0, Some("here")), "{err}");
+    let other_flag = other.display().to_string();
+    let flagged: Vec<&str> = cat
+        .iter()
+        .copied()
+        .chain(["--workspace", &other_flag])
+        .collect();
+    let (code, out, err) = cli_in(&d, &here, &flagged).await;
+    assert_eq!((code, out.lines().next()), (0, Some("other")), "{err}");
+    let (code, out, err) = cli_in(&d, &home(&d), &cat).await;
+    assert_eq!((code, out.lines().next()), (0, Some("daemon")), "{err}");
+    // `call`: an `invoke` without a session, and a `session.create` without a workspace.
+    let params = r#"{"name": "bash", "arguments": {"command": "cat hello.txt"}}"#;
+    let (code, out, err) = cli_in(&d, &here, &["--json", "call", "invoke", params]).await;
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(r["result"]["stdout"], "here\n", "{r}");
+    let (code, out, err) = cli_in(&d, &here, &["--json", "call", "session.create", "{}"]).await;
+    assert_eq!(code, 0, "{err}");
+    let s: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(s["workspace"], here.display().to_string(), "{s}");
+    // The CLI's own sessions end with it: only the one `session.create` made is left.
+    let r = d.call("session.list", json!({})).await;
+    assert_eq!(r["result"]["sessions"].as_array().unwrap().len(), 1, "{r}");
+    let (code, _, err) = cli_in(&d, &here, &["invoke", "bash", "--workspace", "/nowhere"]).await;
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("/nowhere"), "{err}");
+}
