@@ -450,9 +450,14 @@ async fn custom_tool_loop_from_a_directory_other_than_the_daemons() {
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("ok      greet"), "{out}");
     assert!(out.contains(&not_searched), "{out}");
+    // `invoke` works in the directory it runs in (issue 40): the daemon now searches the
+    // project, whose tool waits for the user's trust and says how to give it.
     let (code, _, err) = cli(&["invoke", "greet"]).await;
     assert_eq!(code, 1);
-    assert!(err.contains("Unknown tool: greet"), "{err}");
+    assert!(
+        err.contains("waits for workspace trust") && err.contains("toolhost tools approve greet"),
+        "{err}"
+    );
 
     // The printed command: the daemon now searches the project (the tool waits for approval).
     let args: Vec<&str> = command.split(' ').skip(1).collect();
