@@ -49,6 +49,8 @@ struct Inner {
     routes: Mutex<Routes>,
     next_id: AtomicU64,
     reader: tokio::task::JoinHandle<()>,
+    /// Cancelled once the daemon closed the connection.
+    gone: tokio_util::sync::CancellationToken,
 }
 
 impl Drop for Inner {
@@ -108,6 +110,7 @@ impl Connection {
                 routes: Mutex::new(Routes::default()),
                 next_id: AtomicU64::new(1),
                 reader: tokio::spawn(read_loop(read, weak)),
+                gone: tokio_util::sync::CancellationToken::new(),
             }
         });
         Connection(conn)
@@ -224,6 +227,16 @@ impl Connection {
         });
     }
 
+    /// Whether the daemon closed the connection.
+    pub fn is_closed(&self) -> bool {
+        self.0.gone.is_cancelled()
+    }
+
+    /// Resolves once the daemon closed the connection.
+    pub async fn closed(&self) {
+        self.0.gone.cancelled().await;
+    }
+
     fn closed_reason(&self) -> String {
         lock(&self.0.routes)
             .closed
@@ -264,6 +277,8 @@ async fn read_loop(read: OwnedReadHalf, conn: std::sync::Weak<Inner>) {
         route(&inner, msg);
     };
     if let Some(inner) = conn.upgrade() {
+        // Before the waiters hear of it: whoever fails next can ask whether this is why.
+        inner.gone.cancel();
         let mut routes = lock(&inner.routes);
         routes.closed = Some(why.clone());
         for (_, w) in routes.waiting.drain() {

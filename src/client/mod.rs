@@ -119,6 +119,16 @@ impl Client {
         Err(ClientError::NoDaemon { path, reason })
     }
 
+    /// Whether the daemon closed this client's connection (it went away).
+    pub fn is_closed(&self) -> bool {
+        self.conn.is_closed()
+    }
+
+    /// Resolves once the daemon closed this client's connection.
+    pub async fn closed(&self) {
+        self.conn.closed().await;
+    }
+
     /// A client over an already connected stream (one end of a socket pair whose other
     /// end the daemon serves).
     pub fn from_stream(stream: tokio::net::UnixStream) -> Client {
