@@ -432,3 +432,38 @@ async fn two_conversations_of_one_frontend_are_two_sessions_of_one_frontend() {
     assert!(all.contains("claude-like"), "{all}");
     drop((second, other));
 }
+
+/// The official Python SDK over `toolhost mcp` keeps calling through a SIGTERM restart and
+/// a `kill -9` restart of the daemon, and hears that the list may have changed each time.
+#[tokio::test]
+async fn the_python_sdk_keeps_calling_through_daemon_restarts() {
+    let d = Daemon::start().await;
+    let serve: Vec<String> = {
+        let cmd = d.command();
+        let std = cmd.as_std();
+        std::iter::once(std.get_program())
+            .chain(std.get_args())
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    };
+    let socket = d.socket().display().to_string();
+    let pid = d.pid().to_string();
+    let argv = serde_json::to_string(&serve).unwrap();
+    let Some(seen) =
+        common::python_sdk("restart.py", &[common::BIN, &socket, &pid, &argv], &[]).await
+    else {
+        return;
+    };
+    assert_eq!(
+        seen["calls"],
+        json!([
+            ["before", false, "before"],
+            ["after-sigterm", false, "after-sigterm"],
+            ["after-kill9", false, "after-kill9"]
+        ]),
+        "{seen}"
+    );
+    assert!(seen["list_changed"].as_u64().unwrap() >= 2, "{seen}");
+    assert_eq!(seen["tools-after-sigterm"], true, "{seen}");
+    assert_eq!(seen["tools-after-kill9"], true, "{seen}");
+}

@@ -130,7 +130,7 @@ impl Connection {
     fn register(&self, id: u64, waiter: Waiter) -> Result<(), ClientError> {
         let mut routes = lock(&self.0.routes);
         if let Some(why) = &routes.closed {
-            return Err(ClientError::Io(why.clone()));
+            return Err(ClientError::NotSent(why.clone()));
         }
         routes.waiting.insert(id, waiter);
         Ok(())
@@ -176,8 +176,21 @@ impl Connection {
             params.get()
         );
         if let Err(e) = self.write_line(line).await {
-            lock(&self.0.routes).waiting.remove(&id);
-            return Err(e);
+            {
+                let mut routes = lock(&self.0.routes);
+                routes.waiting.remove(&id);
+                // A connection that cannot be written to is gone, whether or not the reader
+                // has seen its end yet: nothing more is sent on it.
+                if let ClientError::Io(why) = &e {
+                    routes.closed.get_or_insert_with(|| why.clone());
+                }
+            }
+            self.0.gone.cancel();
+            // A line that could not be written was not read by anyone.
+            return Err(match e {
+                ClientError::Io(why) => ClientError::NotSent(why),
+                other => other,
+            });
         }
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(r)) => Ok(r),

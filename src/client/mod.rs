@@ -39,6 +39,9 @@ pub enum ClientError {
     Timeout { method: String, after: Duration },
     #[error("connection to the daemon failed: {0}")]
     Io(String),
+    /// The connection was gone before the request could be sent: the daemon never saw it.
+    #[error("connection to the daemon failed before the request was sent: {0}")]
+    NotSent(String),
     #[error("the daemon's answer does not match the protocol: {0}")]
     Decode(String),
 }

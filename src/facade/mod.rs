@@ -847,16 +847,23 @@ impl ServerHandler for Facade {
                 CallToolResult::error(vec![ContentBlock::text(text)]),
             ))
         };
-        let client = match self.client().await {
-            Ok(c) => c,
-            // The bridge's daemon is away: the client shows why.
-            Err(e) if matches!(self.link, Link::Bridge(..)) => return tool_error(e.message.into()),
-            Err(e) => return Err(e),
-        };
-        match self.call_tool_on(&client, request, &context).await {
-            Err(_) if self.lost(&client) => tool_error(RESTARTED.into()),
-            other => other,
+        // A call that never reached a daemon that went away is sent once more, to the next.
+        for _ in 0..2 {
+            let client = match self.client().await {
+                Ok(c) => c,
+                // The bridge's daemon is away: the client shows why.
+                Err(e) if matches!(self.link, Link::Bridge(..)) => {
+                    return tool_error(e.message.into())
+                }
+                Err(e) => return Err(e),
+            };
+            return match self.call_tool_on(&client, request.clone(), &context).await {
+                Err(e) if self.lost(&client) && not_sent(&e) => continue,
+                Err(_) if self.lost(&client) => tool_error(RESTARTED.into()),
+                other => other,
+            };
         }
+        tool_error(RESTARTED.into())
     }
 }
 
@@ -1038,6 +1045,22 @@ fn host_error(e: ClientError) -> ErrorData {
             message,
             data,
         ),
+        // Marked, so a bridge that reconnected sends the call again (it never ran).
+        ClientError::NotSent(why) => ErrorData::internal_error(
+            format!("the host connection was gone before the request was sent: {why}"),
+            Some(serde_json::json!({ NOT_SENT: true })),
+        ),
         other => internal(other.to_string()),
     }
+}
+
+/// The `data` key of an error whose request never reached the host.
+const NOT_SENT: &str = "not_sent";
+
+/// Whether `e` says its request never reached the host.
+fn not_sent(e: &ErrorData) -> bool {
+    e.data
+        .as_ref()
+        .and_then(|d| d.get(NOT_SENT))
+        .is_some_and(|v| v == &Value::Bool(true))
 }

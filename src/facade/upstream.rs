@@ -65,7 +65,9 @@ impl Upstream {
             FIRST_WAIT
         };
         let mut rx = self.live.subscribe();
-        let live = tokio::time::timeout(wait, rx.wait_for(Option::is_some)).await;
+        // Not one whose connection closed already: [`Upstream::keep`] replaces it soon.
+        let usable = |c: &Option<Arc<Client>>| c.as_ref().is_some_and(|c| !c.is_closed());
+        let live = tokio::time::timeout(wait, rx.wait_for(usable)).await;
         match live
             .as_ref()
             .map(|l| l.as_ref().map(|c| c.as_ref().cloned()))
