@@ -348,6 +348,7 @@ mod tests {
             peer_pid: Some(42),
             peer_process: Some("curl".into()),
             client: None,
+            frontend: None,
             tool: "bash".into(),
             source: "builtin".into(),
             server: None,

@@ -5,7 +5,8 @@
 //! daemon in-process.
 
 use std::future::Future;
-use std::path::PathBuf;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -179,10 +180,57 @@ async fn start(
             return Err(e);
         }
     };
+    // The process's own daemon (not one embedded in a test) says where it listens.
+    let _announced = hangup.is_some().then(|| Announced::write(&listeners.path));
     if let Some(hangup) = hangup {
         host.tracker().spawn(reload_on_sighup(host.clone(), hangup));
     }
     run(host, listeners, shutdown).await
+}
+
+/// The daemon's socket written to the user's location file
+/// (`protocol::location_file`), where every client looks whatever its environment;
+/// removed at exit unless another daemon has announced itself there since.
+struct Announced {
+    file: PathBuf,
+    socket: PathBuf,
+}
+
+impl Announced {
+    fn write(socket: &Path) -> Option<Announced> {
+        let file = crate::protocol::location_file()?;
+        let text = format!("{}\n", socket.display());
+        if let Some(dir) = file.parent() {
+            let _ = std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir);
+        }
+        match crate::atomic_file::write_atomic(
+            &file,
+            text.as_bytes(),
+            crate::atomic_file::Durability::Atomic,
+        ) {
+            Ok(()) => Some(Announced {
+                file,
+                socket: socket.to_path_buf(),
+            }),
+            Err(e) => {
+                tracing::warn!(%e, file = %file.display(), "cannot write the socket location file");
+                None
+            }
+        }
+    }
+}
+
+impl Drop for Announced {
+    fn drop(&mut self) {
+        let ours = std::fs::read_to_string(&self.file)
+            .is_ok_and(|t| Path::new(t.trim_end_matches('\n')) == self.socket);
+        if ours {
+            let _ = std::fs::remove_file(&self.file);
+        }
+    }
 }
 
 /// Serves `host` on `listeners` until `shutdown` resolves, then stops in order: stop

@@ -1,40 +1,117 @@
-//! The frontends the host serves, as their sessions describe them: what `host.health`
-//! says of frontends working in the daemon's workspace because they named none of their
-//! own (proto-docs/sessions.md, a frontend's workspace).
+//! The frontends the host serves (proto-docs/sessions.md): what it knows of a caller,
+//! one record per frontend whatever its connections and sessions, named by a stable id
+//! that each of its sessions carries (`Session::frontend_id`); and which of them work in
+//! the daemon's workspace because they named none, for `host.health`.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 use crate::lock;
-use crate::protocol::{FrontendWithoutWorkspace, Session, WorkspaceFrom, META_WORKSPACE_FROM};
+use crate::protocol::{
+    Frontend, FrontendProcess, FrontendWithoutWorkspace, Session, SessionCreateParams,
+    WorkspaceFrom, META_FRONTEND_ID, META_WORKSPACE_FROM,
+};
 
-/// The live sessions whose frontend named no workspace, by session id. In memory only:
-/// a restarted daemon hears of them again as their bridges restore their sessions.
+/// How many processes of a frontend's chain are recorded (the bridge's parent first).
+const CHAIN: usize = 3;
+
+/// In memory only, for now: a restarted daemon learns its frontends again as their
+/// bridges restore their sessions (their ids are derived, so they come back the same).
 #[derive(Default)]
 pub struct Frontends {
     without_workspace: Mutex<BTreeMap<String, String>>,
+    /// Frontends with live sessions, by id.
+    known: Mutex<BTreeMap<String, Frontend>>,
 }
 
 impl Frontends {
-    /// After a session was made or changed: whether its frontend named a workspace.
+    /// Before a frontend's session is made (its meta names the kind of frontend): the
+    /// frontend it belongs to, found or recorded, and its id put in the session's meta.
+    /// The caller is the current request's (`SO_PEERCRED`).
+    pub fn identify(&self, p: &mut SessionCreateParams, workspace: &str) {
+        let Some(meta) = p.meta.as_mut() else { return };
+        if !meta.contains_key("frontend") {
+            return;
+        }
+        let caller = crate::audit::current_caller();
+        let uid = caller.as_ref().map(|c| c.uid);
+        // The daemon's own in-process connection (`/mcp`) has no process chain of its own.
+        let started_by = caller
+            .and_then(|c| c.pid)
+            .filter(|&pid| u32::try_from(pid).ok() != Some(std::process::id()))
+            .map(chain_above)
+            .unwrap_or_default();
+        let client = client_of(meta);
+        let mut hash = Sha256::new();
+        for part in [
+            uid.map(|u| u.to_string()).unwrap_or_default().as_str(),
+            client.as_str(),
+            workspace,
+        ] {
+            hash.update(part.as_bytes());
+            hash.update([0]);
+        }
+        for p in &started_by {
+            hash.update(p.exe.as_deref().unwrap_or("?").as_bytes());
+            hash.update([0]);
+        }
+        let id = format!("f_{}", &hex::encode(hash.finalize())[..16]);
+        meta.insert(META_FRONTEND_ID.into(), id.clone().into());
+        let mut known = lock(&self.known);
+        let f = known.entry(id.clone()).or_insert_with(|| Frontend {
+            id,
+            client,
+            workspace: workspace.to_owned(),
+            uid,
+            started_by: Vec::new(),
+            sessions: Vec::new(),
+            last_seen_ms: 0,
+        });
+        f.started_by = started_by;
+        f.last_seen_ms = crate::now_ms();
+    }
+
+    /// After a session was made or changed: its frontend's sessions, and whether its
+    /// frontend named a workspace.
     pub fn saw(&self, s: &Session) {
+        if let Some(id) = s.frontend_id() {
+            if let Some(f) = lock(&self.known).get_mut(id) {
+                if !f.sessions.contains(&s.id) {
+                    f.sessions.push(s.id.clone());
+                }
+            }
+        }
         let from = s
             .meta
             .get(META_WORKSPACE_FROM)
             .and_then(|v| serde_json::from_value::<WorkspaceFrom>(v.clone()).ok());
         let mut without = lock(&self.without_workspace);
         if from == Some(WorkspaceFrom::Daemon) {
-            without.insert(s.id.clone(), client_of(s));
+            without.insert(s.id.clone(), client_of(&s.meta));
         } else {
             without.remove(&s.id);
         }
     }
 
-    /// After session `id` ended.
+    /// After session `id` ended; a frontend with no session left is forgotten.
     pub fn ended(&self, id: &str) {
         lock(&self.without_workspace).remove(id);
+        lock(&self.known).retain(|_, f| {
+            f.sessions.retain(|s| s != id);
+            !f.sessions.is_empty()
+        });
+    }
+
+    /// For `host.status`: the frontends with live sessions.
+    pub fn list(&self) -> Vec<Frontend> {
+        lock(&self.known)
+            .values()
+            .filter(|f| !f.sessions.is_empty())
+            .cloned()
+            .collect()
     }
 
     /// For `host.health`.
@@ -49,14 +126,35 @@ impl Frontends {
     }
 }
 
+/// The processes above `pid`, nearest first: its parent (for a bridge, the frontend
+/// itself), and so on, [`CHAIN`] at most, never init.
+fn chain_above(pid: i32) -> Vec<FrontendProcess> {
+    let mut chain = Vec::with_capacity(CHAIN);
+    let mut at = pid;
+    while chain.len() < CHAIN {
+        let Some(parent) = crate::process::procfs::stat(at).map(|s| s.ppid) else {
+            break;
+        };
+        if parent <= 1 {
+            break;
+        }
+        let exe = std::fs::read_link(format!("/proc/{parent}/exe"))
+            .ok()
+            .map(|p| p.display().to_string());
+        chain.push(FrontendProcess { pid: parent, exe });
+        at = parent;
+    }
+    chain
+}
+
 /// The client as a session's meta names it: `clientInfo` name and version, else the kind
 /// of frontend.
-fn client_of(s: &Session) -> String {
+fn client_of(meta: &serde_json::Map<String, Value>) -> String {
     let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_owned();
-    match s.meta.get("mcp_client") {
+    match meta.get("mcp_client") {
         Some(c) => format!("{} {}", text(c.get("name")), text(c.get("version")))
             .trim()
             .to_owned(),
-        None => text(s.meta.get("frontend")),
+        None => text(meta.get("frontend")),
     }
 }

@@ -72,7 +72,10 @@ pub async fn invoke(
     {
         Some(id) => {
             let s = host.sessions().get(id).await?;
-            let client = audit::client_name(&s.meta);
+            let client = (
+                audit::client_name(&s.meta),
+                s.frontend_id().map(str::to_owned),
+            );
             (
                 PathBuf::from(&s.workspace),
                 s.approval,
@@ -86,7 +89,7 @@ pub async fn invoke(
             host.workspace().to_path_buf(),
             config.approval.mode,
             Value::Object(Map::new()),
-            None,
+            (None, None),
             None,
             None,
         ),
@@ -120,8 +123,10 @@ pub async fn invoke(
     let timeout_ms = params
         .timeout_ms
         .unwrap_or(config.limits.default_timeout_ms);
+    let (client, frontend) = client;
     let mut facts = Facts {
         client,
+        frontend,
         ..Facts::default()
     };
     let ctx = CallContext {
@@ -174,6 +179,8 @@ struct Facts {
     args_bytes: u64,
     output_bytes: u64,
     client: Option<String>,
+    /// The session's frontend id.
+    frontend: Option<String>,
 }
 
 impl Default for Facts {
@@ -187,6 +194,7 @@ impl Default for Facts {
             args_bytes: 0,
             output_bytes: 0,
             client: None,
+            frontend: None,
         }
     }
 }
@@ -224,6 +232,7 @@ fn record_finished(
         client: facts
             .client
             .or_else(|| caller.as_ref().and_then(|c| c.agent.clone())),
+        frontend: facts.frontend,
         tool: params.name.clone(),
         source: facts.source.as_str().to_owned(),
         server: facts.server,

@@ -149,6 +149,7 @@ pub fn bridge_main() -> ExitCode {
     use clap::Parser;
     let bridge = Bridge::parse();
     super::client_process(bridge.log_format);
+    super::bridge_process();
     let runtime = match super::bridge_runtime() {
         Ok(r) => r,
         Err(code) => return code,

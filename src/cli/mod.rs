@@ -206,6 +206,9 @@ pub fn main() -> ExitCode {
     } else {
         client_process(cli.log_format);
     }
+    if matches!(cli.command, Command::Mcp { command: None, .. }) {
+        bridge_process();
+    }
     // The stdio bridge (`toolhost mcp`, one per frontend) runs on one thread: see
     // `bridge_runtime`.
     let runtime = if matches!(cli.command, Command::Mcp { command: None, .. }) {
@@ -220,6 +223,15 @@ pub fn main() -> ExitCode {
 }
 
 pub use mcp::bridge_main;
+
+/// The stdio bridge outlives the daemon: a write to a daemon that was killed is an error
+/// to handle (it reconnects), not a SIGPIPE that ends the frontend's server.
+fn bridge_process() {
+    // SAFETY: set before any thread exists; SIG_IGN needs no handler.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+}
 
 /// What every client process sets up before it connects (the stdio bridge too): its log,
 /// and SIGPIPE.
@@ -349,7 +361,10 @@ async fn serve(g: Globals, workspace: Option<PathBuf>, data_dir: Option<PathBuf>
 /// 1 when it answered with an error (or with something we cannot read).
 fn exit_code(e: &ClientError) -> u8 {
     match e {
-        ClientError::NoDaemon { .. } | ClientError::Io(_) | ClientError::Timeout { .. } => 3,
+        ClientError::NoDaemon { .. }
+        | ClientError::Io(_)
+        | ClientError::NotSent(_)
+        | ClientError::Timeout { .. } => 3,
         ClientError::Rpc { .. } | ClientError::Decode(_) => 1,
     }
 }

@@ -32,13 +32,17 @@ pub enum SessionCommand {
 /// The subcommands the running daemon answers.
 #[derive(Subcommand, Debug)]
 pub enum DaemonCommand {
-    /// Sessions, newest first.
+    /// Sessions, newest first; the ephemeral ones (a frontend's for one connection) only
+    /// with `--all`.
     List {
         #[arg(long, default_value_t = 50)]
         limit: usize,
         /// The cursor printed by the previous page.
         #[arg(long)]
         after: Option<String>,
+        /// Ephemeral sessions too.
+        #[arg(long)]
+        all: bool,
     },
     /// One session.
     Show { id: String },
@@ -100,12 +104,17 @@ async fn ask(
     out: Output,
 ) -> Result<ExitCode, ClientError> {
     match command {
-        DaemonCommand::List { limit, after } => {
+        DaemonCommand::List { limit, after, all } => {
             let params = SessionListParams {
                 limit: Some(limit),
                 after,
             };
-            let r = client.session_list(&params).await?;
+            let mut r = client.session_list(&params).await?;
+            let listed = r.sessions.len();
+            if !all {
+                r.sessions.retain(|s| !s.ephemeral);
+            }
+            let hidden = listed - r.sessions.len();
             if out.json {
                 emit(out, &r);
                 return Ok(ExitCode::SUCCESS);
@@ -117,12 +126,16 @@ async fn ask(
                     vec![
                         s.id.clone(),
                         wire(&s.approval),
+                        s.workspace.clone(),
                         format!("{} tools", s.tool_names.len()),
                         serde_json::to_string(&s.meta).unwrap_or_default(),
                     ]
                 })
                 .collect();
             print_table(&rows);
+            if hidden > 0 {
+                say!("({hidden} ephemeral sessions not shown: --all)");
+            }
             if let Some(next) = &r.next {
                 say!("(more: --after {next})");
             }

@@ -159,6 +159,29 @@ pub fn render(s: &HostStatusResult) -> String {
     for e in &h.session_event_errors {
         let _ = writeln!(o, "  session event error: {e}");
     }
+    let _ = writeln!(o, "\nfrontends ({})", s.frontends.len());
+    for f in &s.frontends {
+        let by = f
+            .started_by
+            .first()
+            .and_then(|p| p.exe.as_deref())
+            .unwrap_or("-");
+        let _ = writeln!(
+            o,
+            "  {}  {:<24} {} session(s)  in {}  started by {by}",
+            f.id,
+            f.client,
+            f.sessions.len(),
+            f.workspace
+        );
+    }
+    for w in &h.without_workspace {
+        let _ = writeln!(
+            o,
+            "  no workspace of its own: {} (session {}): the daemon's is used",
+            w.client, w.session
+        );
+    }
     let _ = writeln!(o, "\ncalls in flight ({})", s.calls.len());
     for call in &s.calls {
         let _ = writeln!(

@@ -1,7 +1,7 @@
 //! A frontend's workspace as the command line knows it: `toolhost mcp` (the stdio bridge)
 //! and `toolhost invoke|call` choose it the same way (proto-docs/sessions.md).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::{Map, Value};
 
@@ -35,7 +35,7 @@ pub fn resolve(flag: Option<&Path>) -> Result<Workspace, String> {
     let Ok(cwd) = std::env::current_dir() else {
         return Ok(daemon);
     };
-    let home = home().and_then(|h| h.canonicalize().ok());
+    let home = crate::protocol::home_dir().and_then(|h| h.canonicalize().ok());
     if cwd == Path::new("/") || Some(&cwd) == home.as_ref() {
         return Ok(daemon);
     }
@@ -43,18 +43,6 @@ pub fn resolve(flag: Option<&Path>) -> Result<Workspace, String> {
         path: Some(cwd.display().to_string()),
         from: WorkspaceFrom::Cwd,
     })
-}
-
-/// `$HOME`, else the user's home in the password database (frontends that empty the
-/// environment drop `HOME` too).
-fn home() -> Option<PathBuf> {
-    if let Some(h) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
-        return Some(PathBuf::from(h));
-    }
-    nix::unistd::User::from_uid(nix::unistd::getuid())
-        .ok()
-        .flatten()
-        .map(|u| u.dir)
 }
 
 /// The session a CLI call without `--session` runs in: an ephemeral one (it ends with this

@@ -49,6 +49,8 @@ struct Inner {
     routes: Mutex<Routes>,
     next_id: AtomicU64,
     reader: tokio::task::JoinHandle<()>,
+    /// Cancelled once the daemon closed the connection.
+    gone: tokio_util::sync::CancellationToken,
 }
 
 impl Drop for Inner {
@@ -108,6 +110,7 @@ impl Connection {
                 routes: Mutex::new(Routes::default()),
                 next_id: AtomicU64::new(1),
                 reader: tokio::spawn(read_loop(read, weak)),
+                gone: tokio_util::sync::CancellationToken::new(),
             }
         });
         Connection(conn)
@@ -127,7 +130,7 @@ impl Connection {
     fn register(&self, id: u64, waiter: Waiter) -> Result<(), ClientError> {
         let mut routes = lock(&self.0.routes);
         if let Some(why) = &routes.closed {
-            return Err(ClientError::Io(why.clone()));
+            return Err(ClientError::NotSent(why.clone()));
         }
         routes.waiting.insert(id, waiter);
         Ok(())
@@ -173,8 +176,21 @@ impl Connection {
             params.get()
         );
         if let Err(e) = self.write_line(line).await {
-            lock(&self.0.routes).waiting.remove(&id);
-            return Err(e);
+            {
+                let mut routes = lock(&self.0.routes);
+                routes.waiting.remove(&id);
+                // A connection that cannot be written to is gone, whether or not the reader
+                // has seen its end yet: nothing more is sent on it.
+                if let ClientError::Io(why) = &e {
+                    routes.closed.get_or_insert_with(|| why.clone());
+                }
+            }
+            self.0.gone.cancel();
+            // A line that could not be written was not read by anyone.
+            return Err(match e {
+                ClientError::Io(why) => ClientError::NotSent(why),
+                other => other,
+            });
         }
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(r)) => Ok(r),
@@ -224,6 +240,16 @@ impl Connection {
         });
     }
 
+    /// Whether the daemon closed the connection.
+    pub fn is_closed(&self) -> bool {
+        self.0.gone.is_cancelled()
+    }
+
+    /// Resolves once the daemon closed the connection.
+    pub async fn closed(&self) {
+        self.0.gone.cancelled().await;
+    }
+
     fn closed_reason(&self) -> String {
         lock(&self.0.routes)
             .closed
@@ -264,6 +290,8 @@ async fn read_loop(read: OwnedReadHalf, conn: std::sync::Weak<Inner>) {
         route(&inner, msg);
     };
     if let Some(inner) = conn.upgrade() {
+        // Before the waiters hear of it: whoever fails next can ask whether this is why.
+        inner.gone.cancel();
         let mut routes = lock(&inner.routes);
         routes.closed = Some(why.clone());
         for (_, w) in routes.waiting.drain() {

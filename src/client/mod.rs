@@ -39,6 +39,9 @@ pub enum ClientError {
     Timeout { method: String, after: Duration },
     #[error("connection to the daemon failed: {0}")]
     Io(String),
+    /// The connection was gone before the request could be sent: the daemon never saw it.
+    #[error("connection to the daemon failed before the request was sent: {0}")]
+    NotSent(String),
     #[error("the daemon's answer does not match the protocol: {0}")]
     Decode(String),
 }
@@ -117,6 +120,16 @@ impl Client {
             format!("{reason}; nor on {}: {why}", other.display())
         });
         Err(ClientError::NoDaemon { path, reason })
+    }
+
+    /// Whether the daemon closed this client's connection (it went away).
+    pub fn is_closed(&self) -> bool {
+        self.conn.is_closed()
+    }
+
+    /// Resolves once the daemon closed this client's connection.
+    pub async fn closed(&self) {
+        self.conn.closed().await;
     }
 
     /// A client over an already connected stream (one end of a socket pair whose other

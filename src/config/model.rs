@@ -142,7 +142,8 @@ pub struct FacadeConfig {
     /// MCP sessions open at most; past it, a new session evicts the longest idle one.
     #[schemars(range(min = 1))]
     pub max_sessions: usize,
-    /// A session with no message either way for this long is closed.
+    /// A session with no message either way for this long is closed (minutes, not an
+    /// hour: the short-lived probes of frontends leave sessions that would otherwise linger).
     #[schemars(range(min = 1))]
     pub session_idle_ms: u64,
 }
@@ -151,7 +152,7 @@ impl Default for FacadeConfig {
     fn default() -> Self {
         FacadeConfig {
             max_sessions: 256,
-            session_idle_ms: 3_600_000,
+            session_idle_ms: 600_000,
         }
     }
 }

@@ -51,6 +51,14 @@ impl Changes {
         Ok(())
     }
 
+    /// Says every list may have changed (the bridge reconnected to a daemon that may
+    /// serve other lists than the one before).
+    pub(super) fn all_changed(&self) {
+        for tx in [&self.tools, &self.prompts, &self.resources] {
+            let _ = tx.send(());
+        }
+    }
+
     /// Fires on every change of the live registry.
     pub(super) fn tools(&self) -> Feed {
         Feed(self.tools.subscribe())

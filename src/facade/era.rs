@@ -215,10 +215,13 @@ impl Facade {
         ctx: &RequestContext<RoleServer>,
         for_call: bool,
     ) -> Result<(), ErrorData> {
+        if matches!(self.link, Link::Bridge(..)) {
+            self.open_pending().await?;
+        }
         if !is_modern(ctx) {
             return Ok(());
         }
-        let client = self.client().await?.clone();
+        let client = self.client().await?;
         if self.state.profile.get().is_none() {
             if let Some(p) = self
                 .profile
@@ -230,7 +233,7 @@ impl Facade {
         }
         let peer = Peer::of(ctx);
         match &self.link {
-            Link::Client(..) => {
+            Link::Bridge(..) => {
                 self.state
                     .session
                     .get_or_try_init(|| async {
@@ -277,7 +280,7 @@ impl Facade {
         let client = self.client().await?;
         let profile = self.state.profile.get().cloned();
         shared
-            .session_for(client, profile, &Peer::of(ctx))
+            .session_for(&client, profile, &Peer::of(ctx))
             .await
             .map(Some)
             .map_err(host_error)
@@ -290,6 +293,7 @@ impl Facade {
 }
 
 /// Who the client is, as a host session records it.
+#[derive(Clone)]
 pub struct Peer {
     pub info: Implementation,
     pub protocol_version: String,

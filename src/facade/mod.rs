@@ -27,6 +27,7 @@ mod sessions;
 mod skills;
 mod stdio;
 mod surface;
+mod upstream;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -80,9 +81,9 @@ pub type Connect = Arc<dyn Fn() -> std::io::Result<UnixStream> + Send + Sync>;
 /// How a facade reaches the daemon.
 #[derive(Clone)]
 enum Link {
-    /// Already connected (stdio: the CLI connects first, to report a missing daemon), and
-    /// following the host's changes from the start.
-    Client(Arc<Client>, Arc<Changes>),
+    /// stdio: the bridge's own link, which outlives the daemon (`upstream.rs`), following
+    /// the host's changes from the start.
+    Bridge(Arc<upstream::Upstream>, Arc<Changes>),
     /// The daemon's one in-process connection for every HTTP session (rmcp builds a
     /// handler per session, and also for requests that never reach `initialize`, so
     /// building one must cost nothing).
@@ -126,7 +127,17 @@ pub struct Facade {
 
 #[derive(Default)]
 struct State {
-    client: OnceCell<Arc<Client>>,
+    /// The client this connection last used (the bridge's changes when it reconnects).
+    client: Mutex<Option<Arc<Client>>>,
+    /// Who the client is, from `initialize`, until its host session is opened (a bridge
+    /// whose daemon did not answer yet opens it at the next request).
+    pending: Mutex<Option<era::Peer>>,
+    /// What the host session was made with, so a bridge can make it again after the
+    /// daemon restarted (same id, workspace, profile and meta).
+    identity: Mutex<Option<SessionCreateParams>>,
+    /// The workspace the client's roots gave the session since (made again after the
+    /// session is: the frontend's id is derived from the workspace it was made in).
+    roots: Mutex<Option<String>>,
     /// The host session of this connection, set by `initialize`.
     session: OnceCell<String>,
     /// The config profile this connection is served under, set by `initialize`.
@@ -160,12 +171,48 @@ impl State {
     /// The deletion of the session this connection created, if any and not yet taken.
     fn delete_owned_session(&self) -> Option<impl std::future::Future<Output = ()> + 'static> {
         let id = lock(&self.owned_session).take()?;
-        let client = self.client.get()?.clone();
+        let client = lock(&self.client).clone()?;
         Some(async move {
             if let Err(e) = client.session_delete(&id).await {
                 tracing::debug!(%e, session = %id, "cannot delete the MCP connection's session");
             }
         })
+    }
+}
+
+impl State {
+    /// After the bridge reconnected: makes this connection's host session again if the
+    /// daemon no longer has it (an ephemeral one ends with the old connection; a daemon
+    /// that lost its store lost them all), as it was.
+    async fn restore(&self, client: &Client) {
+        let Some(params) = lock(&self.identity).clone() else {
+            return;
+        };
+        let Some(id) = params.id.clone() else { return };
+        if client.session_get(&id).await.is_ok() {
+            return;
+        }
+        if let Err(e) = client.session_create(&params).await {
+            tracing::warn!(%e, session = %id, "cannot restore the host session");
+            return;
+        }
+        let roots = lock(&self.roots).clone();
+        if roots.is_some() {
+            let update = SessionUpdateParams {
+                id: id.clone(),
+                workspace: roots,
+                ..Default::default()
+            };
+            if let Err(e) = client.session_update(&update).await {
+                tracing::warn!(%e, session = %id, "cannot restore the workspace of the client's roots");
+            }
+        }
+        tracing::info!(session = %id, "restored the host session");
+    }
+
+    /// Remembers what the session was made with (see [`State::restore`]).
+    fn remember(&self, params: SessionCreateParams) {
+        *lock(&self.identity) = Some(params);
     }
 }
 
@@ -192,7 +239,7 @@ impl Facade {
         workspace: Workspace,
     ) -> Facade {
         let held = match &link {
-            Link::Client(..) => Arc::default(),
+            Link::Bridge(..) => Arc::default(),
             Link::Shared(shared) => shared.held_calls(),
         };
         Facade {
@@ -206,19 +253,61 @@ impl Facade {
         }
     }
 
-    async fn client(&self) -> Result<&Arc<Client>, ErrorData> {
-        self.state
-            .client
-            .get_or_try_init(|| async {
-                match &self.link {
-                    Link::Client(c, _) => Ok(c.clone()),
-                    Link::Shared(shared) => shared
-                        .client()
-                        .await
-                        .map_err(|e| internal(format!("cannot reach the host: {e}"))),
+    /// The client of the daemon: the bridge's live one (waiting, bounded, for a daemon
+    /// that went away to come back), or the daemon's shared in-process one.
+    async fn client(&self) -> Result<Arc<Client>, ErrorData> {
+        let client = match &self.link {
+            Link::Bridge(up, _) => up.client().await.map_err(internal)?,
+            Link::Shared(shared) => {
+                if let Some(c) = lock(&self.state.client).clone() {
+                    return Ok(c);
                 }
+                shared
+                    .client()
+                    .await
+                    .map_err(|e| internal(format!("cannot reach the host: {e}")))?
+            }
+        };
+        *lock(&self.state.client) = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Whether `client` went away under a request (the daemon restarted meanwhile).
+    fn lost(&self, client: &Arc<Client>) -> bool {
+        match &self.link {
+            Link::Bridge(up, _) => up.lost(client),
+            Link::Shared(_) => false,
+        }
+    }
+
+    /// A bridge whose daemon did not answer at `initialize` opens its host session at the
+    /// first request that finds one.
+    async fn open_pending(&self) -> Result<(), ErrorData> {
+        if self.state.session.get().is_some() {
+            return Ok(());
+        }
+        let Some(peer) = lock(&self.state.pending).take() else {
+            return Ok(());
+        };
+        let client = match self.client().await {
+            Ok(c) => c,
+            Err(e) => {
+                *lock(&self.state.pending) = Some(peer);
+                return Err(e);
+            }
+        };
+        self.state
+            .session
+            .get_or_try_init(|| async {
+                let id = self.open_session(&client, &peer).await?;
+                if self.fixed_session.is_none() {
+                    *lock(&self.state.owned_session) = Some(id.clone());
+                }
+                Ok::<_, ClientError>(id)
             })
             .await
+            .map_err(host_error)?;
+        Ok(())
     }
 
     fn session_id(&self) -> Option<String> {
@@ -254,7 +343,11 @@ impl Facade {
                     meta: Some(meta),
                     ..Default::default()
                 };
-                client.session_update(&params).await.map(|s| s.id)
+                let s = client.session_update(&params).await?;
+                if let Some(remembered) = lock(&self.state.identity).as_mut() {
+                    remembered.meta = Some(s.meta);
+                }
+                Ok(s.id)
             }
             other => other,
         }
@@ -278,7 +371,15 @@ impl Facade {
                         workspace: workspace.path.clone(),
                         ..Default::default()
                     };
-                    return client.session_update(&params).await.map(|s| s.id);
+                    let s = client.session_update(&params).await?;
+                    self.state.remember(SessionCreateParams {
+                        id: Some(s.id.clone()),
+                        workspace: Some(s.workspace),
+                        meta: Some(s.meta),
+                        profile: s.profile,
+                        ..Default::default()
+                    });
+                    return Ok(s.id);
                 }
                 Err(e)
                     if e.code() == Some(i64::from(crate::protocol::codes::SESSION_NOT_FOUND)) => {}
@@ -293,13 +394,18 @@ impl Facade {
             ephemeral: self.fixed_session.is_none(),
             ..Default::default()
         };
-        client.session_create(&params).await.map(|s| s.id)
+        let id = client.session_create(&params).await?.id;
+        self.state.remember(SessionCreateParams {
+            id: Some(id.clone()),
+            ..params
+        });
+        Ok(id)
     }
 
     /// Where this connection hears of the host's list changes.
     fn changes(&self) -> &Changes {
         match &self.link {
-            Link::Client(_, changes) => changes,
+            Link::Bridge(_, changes) => changes,
             Link::Shared(shared) => shared.changes(),
         }
     }
@@ -307,11 +413,12 @@ impl Facade {
     /// Asks the client for its roots and makes the first local one the session's
     /// workspace; then marks roots as applied.
     fn refresh_roots(&self, peer: Peer<RoleServer>) {
-        let (Some(client), Some(session)) = (self.state.client.get().cloned(), self.session_id())
+        let (Some(client), Some(session)) = (lock(&self.state.client).clone(), self.session_id())
         else {
             return;
         };
         let applied = self.state.roots_applied.clone();
+        let state = self.state.clone();
         // Roots are deprecated by SEP-2577, but they are what today's clients send.
         #[allow(deprecated)]
         self.spawn(async move {
@@ -333,8 +440,16 @@ impl Facade {
                     meta: Some(meta),
                     ..Default::default()
                 };
-                if let Err(e) = client.session_update(&params).await {
-                    tracing::warn!(%e, %path, "cannot make the client's root the session workspace");
+                match client.session_update(&params).await {
+                    Ok(s) => {
+                        *lock(&state.roots) = Some(s.workspace);
+                        if let Some(remembered) = lock(&state.identity).as_mut() {
+                            remembered.meta = Some(s.meta);
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(%e, %path, "cannot make the client's root the session workspace");
+                    }
                 }
             }
             applied.send_replace(true);
@@ -512,18 +627,18 @@ impl ServerHandler for Facade {
     ) -> Result<InitializeResult, ErrorData> {
         context.peer.set_peer_info(request.clone());
         let result = self.negotiate_initialize(&request)?;
-        let client = self.client().await?.clone();
         if let Some(profile) = self.profile.clone().or_else(|| http::profile_of(&context)) {
             let _ = self.state.profile.set(profile);
         }
-        let session = self
-            .open_session(&client, &era::Peer::initialized(&request))
-            .await
-            .map_err(host_error)?;
-        if self.fixed_session.is_none() {
-            *lock(&self.state.owned_session) = Some(session.clone());
+        *lock(&self.state.pending) = Some(era::Peer::initialized(&request));
+        match (self.open_pending().await, &self.link) {
+            // A bridge answers without its daemon: the session is opened once one answers.
+            (Err(e), Link::Bridge(..)) => {
+                tracing::warn!(message = %e.message, "initialized without a daemon")
+            }
+            (Err(e), Link::Shared(_)) => return Err(e),
+            (Ok(()), _) => {}
         }
-        let _ = self.state.session.set(session);
         *lock(&self.state.tools_changed) = Some(self.changes().tools());
         self.state.following.subscribe(self.changes());
         if request.capabilities.roots.is_none() {
@@ -726,8 +841,45 @@ impl ServerHandler for Facade {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        self.ready(&context, true).await?;
-        let client = self.client().await?.clone();
+        let tool_error = |text: String| {
+            Ok(finish(
+                &context,
+                CallToolResult::error(vec![ContentBlock::text(text)]),
+            ))
+        };
+        // A call that never reached a daemon that went away is sent once more, to the next.
+        for _ in 0..2 {
+            let client = match self.client().await {
+                Ok(c) => c,
+                // The bridge's daemon is away: the client shows why.
+                Err(e) if matches!(self.link, Link::Bridge(..)) => {
+                    return tool_error(e.message.into())
+                }
+                Err(e) => return Err(e),
+            };
+            return match self.call_tool_on(&client, request.clone(), &context).await {
+                Err(e) if self.lost(&client) && not_sent(&e) => continue,
+                Err(_) if self.lost(&client) => tool_error(RESTARTED.into()),
+                other => other,
+            };
+        }
+        tool_error(RESTARTED.into())
+    }
+}
+
+/// What a call in flight when the bridge's daemon went away ends with.
+const RESTARTED: &str = "The toolhost daemon restarted (or stopped) while this call ran: it may or may not have run. Check its effects before calling it again.";
+
+impl Facade {
+    /// `tools/call` on `client`.
+    async fn call_tool_on(
+        &self,
+        client: &Arc<Client>,
+        request: CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        self.ready(context, true).await?;
+        let client = client.clone();
         self.roots_ready().await;
         let progress = context.meta.get_progress_token();
         let mut params = InvokeParams {
@@ -737,21 +889,21 @@ impl ServerHandler for Facade {
             call_id: Some(crate::invoke::new_call_id()),
             ..Default::default()
         };
-        let r = if era::is_modern(&context) {
+        let r = if era::is_modern(context) {
             let rounds = match self
-                .call_in_rounds(&client, &request, &params, &context, progress.as_ref())
+                .call_in_rounds(&client, &request, &params, context, progress.as_ref())
                 .await
             {
                 // A first round whose shared session was deleted: the call did not run.
                 Err(e) if request.request_state.is_none() => {
-                    match self.replace_lost_session(&context, &e).await? {
+                    match self.replace_lost_session(context, &e).await? {
                         Some(session) => {
                             params.session_id = Some(session);
                             self.call_in_rounds(
                                 &client,
                                 &request,
                                 &params,
-                                &context,
+                                context,
                                 progress.as_ref(),
                             )
                             .await?
@@ -764,20 +916,17 @@ impl ServerHandler for Facade {
             match rounds {
                 mrtr::Round::Done(r) => *r,
                 mrtr::Round::InputRequired(mut asked) => {
-                    era::stamp(&context, &mut asked);
+                    era::stamp(context, &mut asked);
                     return Ok(asked.into());
                 }
             }
         } else {
-            match self
-                .run(&client, &params, &context, progress.as_ref())
-                .await
-            {
-                Err(e) => match self.replace_lost_session(&context, &e).await? {
+            match self.run(&client, &params, context, progress.as_ref()).await {
+                Err(e) => match self.replace_lost_session(context, &e).await? {
                     // The call did not run: the host looks the session up first.
                     Some(session) => {
                         params.session_id = Some(session);
-                        self.run(&client, &params, &context, progress.as_ref())
+                        self.run(&client, &params, context, progress.as_ref())
                             .await?
                     }
                     None => return Err(e),
@@ -812,7 +961,7 @@ impl ServerHandler for Facade {
             if can_ask {
                 let text = r.result.error.unwrap_or(summary);
                 return Ok(finish(
-                    &context,
+                    context,
                     CallToolResult::error(vec![ContentBlock::text(text)]),
                 ));
             }
@@ -827,12 +976,12 @@ impl ServerHandler for Facade {
                     request.name, request.name
                 );
                 return Ok(finish(
-                    &context,
+                    context,
                     CallToolResult::error(vec![ContentBlock::text(text)]),
                 ));
             }
         }
-        Ok(finish(&context, convert::call_result(&r.result)))
+        Ok(finish(context, convert::call_result(&r.result)))
     }
 }
 
@@ -896,6 +1045,22 @@ fn host_error(e: ClientError) -> ErrorData {
             message,
             data,
         ),
+        // Marked, so a bridge that reconnected sends the call again (it never ran).
+        ClientError::NotSent(why) => ErrorData::internal_error(
+            format!("the host connection was gone before the request was sent: {why}"),
+            Some(serde_json::json!({ NOT_SENT: true })),
+        ),
         other => internal(other.to_string()),
     }
+}
+
+/// The `data` key of an error whose request never reached the host.
+const NOT_SENT: &str = "not_sent";
+
+/// Whether `e` says its request never reached the host.
+fn not_sent(e: &ErrorData) -> bool {
+    e.data
+        .as_ref()
+        .and_then(|d| d.get(NOT_SENT))
+        .is_some_and(|v| v == &Value::Bool(true))
 }

@@ -8,12 +8,14 @@ use std::sync::Arc;
 use rmcp::ServiceExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use super::upstream::Upstream;
 use super::{Changes, Facade, Link, Workspace};
-use crate::client::{Client, ClientError};
+use crate::client::ClientError;
 
-/// Serves MCP on stdin/stdout until the client closes stdin, stops us with SIGTERM, SIGINT
-/// or SIGHUP, or the daemon goes away; the host session this connection made goes with it.
-/// `Err` only when no daemon answers at first (the CLI exits 3).
+/// Serves MCP on stdin/stdout until the client closes stdin or stops us with SIGTERM,
+/// SIGINT or SIGHUP; the host session this connection made goes with it. The daemon may
+/// be away at first or go away later: the bridge keeps answering and reconnects
+/// (`upstream.rs`).
 /// `profile` names the config profile to serve; an unknown one fails here, at start.
 /// `workspace` is the session's until the client's roots (if any) replace it.
 pub async fn run_stdio(
@@ -25,26 +27,26 @@ pub async fn run_stdio(
     // First: a signal that comes once the client may have talked to us must be ours.
     let mut stop = StopSignals::install()
         .map_err(|e| ClientError::Io(format!("cannot handle stop signals: {e}")))?;
-    let client = Arc::new(Client::connect_first(sockets).await?);
-    // Fail now, not at the client's first request, when the socket is not a live daemon
-    // or the profile is not in its config.
-    client.health().await?;
-    if profile.is_some() {
+    let changes = Arc::new(Changes::new());
+    let upstream = Upstream::open(sockets.to_vec(), changes.clone()).await;
+    // Fail now, not at the client's first request, when the profile is not in the
+    // daemon's config (a daemon not there yet is waited for instead).
+    if let (Some(client), Some(_)) = (upstream.current(), &profile) {
         let params = crate::protocol::ListToolsParams {
             profile: profile.clone(),
             ..Default::default()
         };
         client.list_tools(&params).await?;
     }
-    let changes = Arc::new(Changes::new());
-    changes.follow(&client).await?;
     let facade = Facade::with_link(
-        Link::Client(client.clone(), changes),
+        Link::Bridge(upstream.clone(), changes),
         session,
         profile,
         workspace,
     );
     let state = facade.state.clone();
+    // Through every restart of the daemon, for as long as the client is there.
+    let kept = tokio::spawn(upstream.keep(state.clone()));
     let served = tokio::select! {
         served = facade.serve(streams()) => Some(served),
         () = stop.first() => None,
@@ -56,25 +58,13 @@ pub async fn run_stdio(
                 stop.first().await;
                 ct.cancel();
             });
-            let ct = running.cancellation_token();
-            // Stop when the daemon goes away: nothing could be served any more.
-            let watch = tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-                    if client.health().await.is_err() {
-                        tracing::warn!("the toolhost daemon went away; ending the MCP session");
-                        ct.cancel();
-                        return;
-                    }
-                }
-            });
             let _ = running.waiting().await;
-            watch.abort();
             stopped.abort();
         }
         Some(Err(e)) => tracing::warn!(%e, "the MCP client did not complete the handshake"),
         None => tracing::debug!("stopped by a signal during the handshake"),
     }
+    kept.abort();
     // Bounded: the daemon may be gone.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), state.end()).await;
     Ok(())

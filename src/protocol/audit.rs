@@ -34,6 +34,9 @@ pub struct AuditRecord {
     /// `clientInfo.name`), else the connection's `User-Agent`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub client: Option<String>,
+    /// The frontend of the call's session (its session meta `frontend_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frontend: Option<String>,
     pub tool: String,
     /// `builtin`, `custom`, `mcp`, or `unknown` for a tool that does not exist.
     pub source: String,

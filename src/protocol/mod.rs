@@ -33,7 +33,10 @@ pub use output::*;
 pub use sandbox::*;
 pub use session::*;
 pub use skills::*;
-pub use socket::{default_socket, default_sockets, socket_path, socket_paths};
+pub use socket::{
+    announced_socket, default_socket, default_sockets, home_dir, location_file, socket_path,
+    socket_paths,
+};
 pub use status::*;
 pub use surface::*;
 pub use tools::*;

@@ -35,6 +35,53 @@ pub struct Session {
     pub ephemeral: bool,
 }
 
+/// The session meta key of the frontend a session belongs to: a [`Frontend`]'s `id`, set
+/// by the daemon when a frontend (meta `frontend`) makes the session.
+pub const META_FRONTEND_ID: &str = "frontend_id";
+
+impl Session {
+    /// The frontend this session belongs to: the one key for whatever is kept per
+    /// frontend (limits, undo), the same for every session of one frontend.
+    pub fn frontend_id(&self) -> Option<&str> {
+        self.meta.get(META_FRONTEND_ID).and_then(Value::as_str)
+    }
+}
+
+/// A frontend: one program, for one user, in one project, whatever its connections and
+/// sessions (two conversations of one Claude Code in one project are two sessions of one
+/// frontend). Its `id` is derived from what makes it that frontend (user, client name,
+/// the executables that started the bridge, workspace), so it is the same at every
+/// connection and after a restart of the daemon or of the frontend.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct Frontend {
+    /// `f_` and 16 hex digits.
+    pub id: String,
+    /// `clientInfo` name and version (MCP), else the kind of frontend (`cli`).
+    pub client: String,
+    /// The workspace its first session was made in.
+    pub workspace: String,
+    /// The user it runs as (`SO_PEERCRED`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    /// The processes that started the connection's process (the bridge), nearest first:
+    /// the frontend itself (Claude Code, Codex, an editor) and what started it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub started_by: Vec<FrontendProcess>,
+    /// Its live sessions.
+    pub sessions: Vec<String>,
+    /// Milliseconds since the Unix epoch of its last new session.
+    pub last_seen_ms: u64,
+}
+
+/// One process of a [`Frontend`]'s chain.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct FrontendProcess {
+    pub pid: i32,
+    /// Its executable, when readable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exe: Option<String>,
+}
+
 /// The session meta key that says where a frontend's session got its workspace (a
 /// [`WorkspaceFrom`]): `host.health` lists the frontends whose sessions say `daemon`.
 pub const META_WORKSPACE_FROM: &str = "workspace_from";

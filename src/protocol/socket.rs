@@ -8,6 +8,12 @@
 //! turn. The second is for clients started without `XDG_RUNTIME_DIR`: the MCP SDKs' default
 //! child environment drops it, so an MCP client's `toolhost mcp` would otherwise look in
 //! `/tmp` for a daemon the user's login session put in `/run/user`.
+//!
+//! Before those, a client tries the socket the user's daemon announced in its
+//! [`location_file`] (`~/.local/state/toolhost/socket`, found from `HOME` or, without it,
+//! the password database): so a frontend that empties the environment still finds a
+//! daemon started with `--socket`, `TOOLHOST_SOCKET` or a runtime directory it cannot
+//! see. A file or socket that is not the user's own is refused.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -18,11 +24,74 @@ pub fn socket_path(explicit: Option<&Path>, configured: Option<&Path>) -> PathBu
     named_socket(explicit, configured).unwrap_or_else(default_socket)
 }
 
-/// Every path a client tries, in order: the one named socket, else [`default_sockets`].
+/// Every path a client tries, in order: the one named socket, else the announced one
+/// ([`announced_socket`]) and the [`default_sockets`].
 pub fn socket_paths(explicit: Option<&Path>, configured: Option<&Path>) -> Vec<PathBuf> {
-    match named_socket(explicit, configured) {
-        Some(p) => vec![p],
-        None => default_sockets(),
+    if let Some(p) = named_socket(explicit, configured) {
+        return vec![p];
+    }
+    let mut all = default_sockets();
+    match announced_socket() {
+        Ok(Some(p)) if !all.contains(&p) => all.insert(0, p),
+        Ok(_) => {}
+        Err(e) => tracing::warn!("{e}"),
+    }
+    all
+}
+
+/// Where the user's daemon says which socket it listens on (one line, the path).
+pub fn location_file() -> Option<PathBuf> {
+    Some(home_dir()?.join(".local/state/toolhost/socket"))
+}
+
+/// `$HOME`, else the user's home in the password database (frontends that empty the
+/// environment drop `HOME` too).
+pub fn home_dir() -> Option<PathBuf> {
+    if let Some(h) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
+        return Some(PathBuf::from(h));
+    }
+    nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map(|u| u.dir)
+}
+
+/// The socket the [`location_file`] names, if there is one; an error when the file, or
+/// the socket it names, is not the user's own (another user could otherwise point our
+/// frontends at a daemon of theirs), as the daemon refuses a socket directory that is not.
+pub fn announced_socket() -> Result<Option<PathBuf>, String> {
+    let Some(file) = location_file() else {
+        return Ok(None);
+    };
+    let Ok(meta) = std::fs::symlink_metadata(&file) else {
+        return Ok(None);
+    };
+    let uid = nix::unistd::getuid().as_raw();
+    let refuse = |what: &str| {
+        Err(format!(
+            "refusing the socket location file {}: {what}",
+            file.display()
+        ))
+    };
+    if !meta.is_file() || meta.uid() != uid {
+        return refuse("it is not a file of ours");
+    }
+    let Ok(text) = std::fs::read_to_string(&file) else {
+        return Ok(None);
+    };
+    let socket = PathBuf::from(text.trim_end_matches('\n'));
+    if !socket.is_absolute() {
+        return refuse("it names no absolute path");
+    }
+    match std::fs::symlink_metadata(&socket) {
+        // Gone (a daemon that was killed): nothing to try there.
+        Err(_) => Ok(None),
+        Ok(m) if m.uid() != uid => refuse(&format!(
+            "the socket {} it names is owned by uid {}, not by us (uid {uid})",
+            socket.display(),
+            m.uid()
+        )),
+        Ok(_) => Ok(Some(socket)),
     }
 }
 

@@ -28,6 +28,9 @@ pub struct HostStatusResult {
     pub custom_tools: Vec<String>,
     /// Calls in flight, oldest first.
     pub calls: Vec<CallInFlight>,
+    /// The frontends with live sessions (proto-docs/sessions.md).
+    #[serde(default)]
+    pub frontends: Vec<super::Frontend>,
     /// The daemon's data directory (sessions, spilled outputs, the audit log).
     pub data_dir: String,
 }

@@ -541,10 +541,11 @@ fn session_methods(api: &mut Api) -> anyhow::Result<()> {
     api.method(
         method::SESSION_CREATE,
         "Creates a session; records the tools visible now as its view.",
-        |host, p: SessionCreateParams| async move {
+        |host, mut p: SessionCreateParams| async move {
             // The project's tools are searched first, so the view records those approved.
             let workspace =
                 crate::session::workspace_of(&host.session_scope(), p.workspace.clone())?;
+            host.frontends().identify(&mut p, &workspace);
             discover_in(&host, &workspace).await;
             let s = crate::session::create(&host.session_scope(), p).await?;
             host.frontends().saw(&s);

@@ -55,6 +55,7 @@ pub(super) fn status(host: &Host) -> HostStatusResult {
         servers: host.mcp().status(None),
         custom_tools,
         calls: host.calls().list(),
+        frontends: host.frontends().list(),
         data_dir: host.data_dir().display().to_string(),
     }
 }

@@ -229,3 +229,241 @@ async fn invoke_and_call_work_in_the_current_directory() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("/nowhere"), "{err}");
 }
+
+/// `toolhost mcp` as a frontend that empties the environment starts it (`env -i`, as the
+/// MCP SDKs' default environment and Codex's allow-list leave it: `HOME` and little else),
+/// with no `--socket`, in `cwd`.
+fn bare_bridge(home: &Path, cwd: &Path) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(common::BIN);
+    cmd.env_clear()
+        .env("HOME", home)
+        .env("PATH", "/usr/bin:/bin")
+        .arg("mcp")
+        .current_dir(cwd);
+    cmd
+}
+
+#[tokio::test]
+async fn a_bridge_with_an_emptied_environment_finds_a_daemon_on_its_own_socket() {
+    // The daemon listens on a socket no default names (`--socket` in its temp dir).
+    let d = Daemon::start().await;
+    let announced = home(&d).join(".local/state/toolhost/socket");
+    let text = std::fs::read_to_string(&announced).unwrap();
+    assert_eq!(text.trim(), d.socket().display().to_string());
+    let dir = project(&d, "scrubbed");
+    let mut mcp = RawStdio::spawn(bare_bridge(&home(&d), &dir));
+    initialize(&mut mcp, "scrubbed-env", None).await;
+    assert_eq!(bash(&mut mcp, 2, "cat hello.txt").await, "scrubbed\n");
+}
+
+#[tokio::test]
+async fn with_no_daemon_the_bridge_still_answers_and_names_every_path_tried() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let mut mcp = RawStdio::spawn(bare_bridge(&home, tmp.path()));
+    let discover = mcp
+        .rpc(
+            "server/discover",
+            json!({"_meta": common::new_era::meta("probe", json!({}))}),
+        )
+        .await;
+    assert!(discover.get("result").is_some(), "{discover}");
+    initialize(&mut mcp, "lonely", None).await;
+    let uid = nix::unistd::getuid();
+    let tmp_socket = format!("/tmp/toolhost-{uid}/toolhost.sock");
+    let (r, _) = mcp
+        .request(
+            2,
+            "tools/call",
+            json!({"name": "bash", "arguments": {"command": "true"}}),
+        )
+        .await;
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    let text = r["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("not reachable") && text.contains(&tmp_socket),
+        "{text}"
+    );
+    let (r, _) = mcp.request(3, "tools/list", json!({})).await;
+    let message = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains(&tmp_socket), "{r}");
+}
+
+#[tokio::test]
+async fn a_location_file_naming_another_users_socket_is_refused() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: giving a socket to another user needs root");
+        return;
+    }
+    let d = Daemon::start().await;
+    nix::unistd::chown(&d.socket(), Some(nix::unistd::Uid::from_raw(54_321)), None).unwrap();
+    let out = tokio::process::Command::new(common::BIN)
+        .env_clear()
+        .env("HOME", home(&d))
+        .arg("health")
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("refusing the socket location file"), "{err}");
+    assert!(err.contains("owned by uid 54321"), "{err}");
+}
+
+/// Waits for `notifications/tools/list_changed` from the bridge.
+async fn tools_changed(mcp: &mut RawStdio) {
+    loop {
+        let m = mcp.next().await;
+        if m["method"] == "notifications/tools/list_changed" {
+            return;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_bridge_survives_daemon_restarts_and_keeps_its_session() {
+    let mut d = Daemon::start().await;
+    let dir = project(&d, "kept");
+    let mut mcp = RawStdio::open_in(&d, Some(&dir), &[], &[]).await;
+    initialize(&mut mcp, "survivor", None).await;
+    assert_eq!(bash(&mut mcp, 2, "cat hello.txt").await, "kept\n");
+    let before = session_of(&d, "survivor").await;
+
+    // SIGTERM, then a new daemon on the same socket.
+    d.stop().await;
+    d.spawn(&[]).await;
+    tools_changed(&mut mcp).await;
+    assert_eq!(bash(&mut mcp, 3, "cat hello.txt").await, "kept\n");
+    let after = session_of(&d, "survivor").await;
+    assert_eq!(after["id"], before["id"], "{after}");
+    assert_eq!(after["workspace"], before["workspace"], "{after}");
+    assert_eq!(after["ephemeral"], true, "{after}");
+
+    // kill -9 with a call in flight: the call ends with a tool error that says so.
+    mcp.send(json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                    "params": {"name": "bash", "arguments": {"command": "touch started; sleep 30"}}}))
+        .await;
+    common::eventually(10, "the call to start", || async {
+        dir.join("started").exists()
+    })
+    .await;
+    d.kill9().await;
+    let r = loop {
+        let m = mcp.next().await;
+        if m["id"] == 4 {
+            break m;
+        }
+    };
+    assert_eq!(r["result"]["isError"], true, "{r}");
+    let text = r["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("may or may not have run"), "{text}");
+    d.spawn(&[]).await;
+    tools_changed(&mut mcp).await;
+    assert_eq!(bash(&mut mcp, 5, "cat hello.txt").await, "kept\n");
+    let again = session_of(&d, "survivor").await;
+    assert_eq!(again["id"], before["id"], "{again}");
+    // The same frontend, by the same id.
+    assert!(before["meta"]["frontend_id"].is_string(), "{before}");
+    assert_eq!(again["meta"]["frontend_id"], before["meta"]["frontend_id"]);
+}
+
+#[tokio::test]
+async fn two_conversations_of_one_frontend_are_two_sessions_of_one_frontend() {
+    let d = Daemon::start().await;
+    let dir = project(&d, "shared");
+    let mut first = RawStdio::open_in(&d, Some(&dir), &[], &[]).await;
+    initialize(&mut first, "claude-like", None).await;
+    let mut second = RawStdio::open_in(&d, Some(&dir), &[], &[]).await;
+    initialize(&mut second, "claude-like", None).await;
+    let mut other = RawStdio::open_in(&d, Some(&dir), &[], &[]).await;
+    initialize(&mut other, "codex-like", None).await;
+    assert_eq!(bash(&mut first, 2, "echo ok").await, "ok\n");
+
+    let status = d.call("host.status", json!({})).await["result"].clone();
+    let frontends = status["frontends"].as_array().unwrap();
+    assert_eq!(frontends.len(), 2, "{status}");
+    let claude = frontends
+        .iter()
+        .find(|f| f["client"] == "claude-like 1.2")
+        .unwrap_or_else(|| panic!("{status}"));
+    assert_eq!(claude["sessions"].as_array().unwrap().len(), 2, "{claude}");
+    assert_eq!(claude["workspace"], dir.display().to_string(), "{claude}");
+    // The bridge's parent is this test: the frontend that started it.
+    assert_eq!(
+        claude["started_by"][0]["pid"],
+        std::process::id(),
+        "{claude}"
+    );
+    let me = std::env::current_exe().unwrap().display().to_string();
+    assert_eq!(claude["started_by"][0]["exe"], me, "{claude}");
+    let id = claude["id"].as_str().unwrap().to_owned();
+    assert!(id.starts_with("f_"), "{id}");
+    let r = d.call("session.list", json!({})).await;
+    let of_claude = r["result"]["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["meta"]["frontend_id"] == id.as_str())
+        .count();
+    assert_eq!(of_claude, 2, "{r}");
+
+    let (code, out, err) = cli_in(&d, &home(&d), &["status"]).await;
+    assert!(code == 0 || code == 1, "{err}");
+    assert!(
+        out.contains(&id) && out.contains("claude-like 1.2"),
+        "{out}"
+    );
+
+    // Every audit line names the call's frontend.
+    let audit = d.data_dir().join("audit.jsonl");
+    common::eventually(10, "the call's audit line", || async {
+        std::fs::read_to_string(&audit).is_ok_and(|t| t.contains(&id))
+    })
+    .await;
+
+    // `session list` leaves the ephemeral sessions out unless `--all`.
+    d.session(json!({"id": "named"})).await;
+    let (code, out, err) = cli_in(&d, &home(&d), &["session", "list"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("named"), "{out}");
+    assert!(out.contains("3 ephemeral sessions not shown"), "{out}");
+    let (_, all, _) = cli_in(&d, &home(&d), &["session", "list", "--all"]).await;
+    assert!(all.contains("claude-like"), "{all}");
+    drop((second, other));
+}
+
+/// The official Python SDK over `toolhost mcp` keeps calling through a SIGTERM restart and
+/// a `kill -9` restart of the daemon, and hears that the list may have changed each time.
+#[tokio::test]
+async fn the_python_sdk_keeps_calling_through_daemon_restarts() {
+    let d = Daemon::start().await;
+    let serve: Vec<String> = {
+        let cmd = d.command();
+        let std = cmd.as_std();
+        std::iter::once(std.get_program())
+            .chain(std.get_args())
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    };
+    let socket = d.socket().display().to_string();
+    let pid = d.pid().to_string();
+    let argv = serde_json::to_string(&serve).unwrap();
+    let Some(seen) =
+        common::python_sdk("restart.py", &[common::BIN, &socket, &pid, &argv], &[]).await
+    else {
+        return;
+    };
+    assert_eq!(
+        seen["calls"],
+        json!([
+            ["before", false, "before"],
+            ["after-sigterm", false, "after-sigterm"],
+            ["after-kill9", false, "after-kill9"]
+        ]),
+        "{seen}"
+    );
+    assert!(seen["list_changed"].as_u64().unwrap() >= 2, "{seen}");
+    assert_eq!(seen["tools-after-sigterm"], true, "{seen}");
+    assert_eq!(seen["tools-after-kill9"], true, "{seen}");
+}

@@ -135,6 +135,7 @@ async fn load_with_reloads_and_server_crashes_loses_no_reply() {
                         Err(
                             e @ (ClientError::Timeout { .. }
                             | ClientError::Io(_)
+                            | ClientError::NotSent(_)
                             | ClientError::NoDaemon { .. }
                             | ClientError::Decode(_)
                             | ClientError::Rpc { .. }),

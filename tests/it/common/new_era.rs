@@ -54,6 +54,11 @@ impl RawStdio {
             cmd.current_dir(cwd);
         }
         cmd.envs(env.iter().copied());
+        Self::spawn(cmd)
+    }
+
+    /// `cmd` (a `toolhost mcp` made ready by the caller) spoken to over its stdio.
+    pub fn spawn(mut cmd: tokio::process::Command) -> RawStdio {
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .kill_on_drop(true);
