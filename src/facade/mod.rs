@@ -50,6 +50,7 @@ use crate::lock;
 use crate::protocol::{
     ErrorKind, InputKind, InputRequest, InvokeEvent, InvokeParams, InvokeResult, ListToolsParams,
     SessionCreateParams, SessionUpdateParams, SubscribeInvokeParams, ToolEntry, ToolFormat,
+    REQUIRED_CAPABILITIES,
 };
 
 use changes::{Changes, Feed};
@@ -727,6 +728,15 @@ impl ServerHandler for Facade {
                     .error
                     .unwrap_or_else(|| format!("Unknown tool: {}", request.name)),
                 None,
+            ));
+        }
+        // An upstream's -32021 for a capability this client did not declare, passed on.
+        if let Some(required) = r.result.output.fields.get(REQUIRED_CAPABILITIES) {
+            let required = serde_json::json!({ "requiredCapabilities": required });
+            return Err(ErrorData::new(
+                ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+                r.result.error.unwrap_or_default(),
+                Some(required),
             ));
         }
         if r.result.error_kind == Some(ErrorKind::ApprovalRequired) {
