@@ -254,7 +254,7 @@ async fn the_2025_11_25_server_scenarios_pass_through_the_host() {
 }
 
 #[tokio::test]
-async fn the_2026_07_28_server_scenarios_pass_through_the_host_but_for_the_baseline() {
+async fn the_2026_07_28_server_scenarios_pass_through_the_host() {
     through_the_host("2026-07-28").await;
 }
 

@@ -564,9 +564,17 @@ impl ServerHandler for Facade {
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
         self.ready(&context, false).await?;
-        let mut result = self.prompt(request).await?;
-        era::stamp(&context, &mut result);
-        Ok(result.into())
+        match self.prompt(request, era::is_modern(&context)).await? {
+            GetPromptResponse::Complete(mut result) => {
+                era::stamp(&context, &mut result);
+                Ok(result.into())
+            }
+            GetPromptResponse::InputRequired(mut asked) => {
+                era::stamp(&context, &mut asked);
+                Ok(asked.into())
+            }
+            other => Ok(other),
+        }
     }
 
     async fn list_resources(
