@@ -51,7 +51,7 @@ use crate::lock;
 use crate::protocol::{
     ErrorKind, InputKind, InputRequest, InvokeEvent, InvokeParams, InvokeResult, ListToolsParams,
     SessionCreateParams, SessionUpdateParams, SubscribeInvokeParams, ToolEntry, ToolFormat,
-    WorkspaceFrom, META_WORKSPACE_FROM,
+    WorkspaceFrom, META_WORKSPACE_FROM, REQUIRED_CAPABILITIES,
 };
 
 use changes::{Changes, Feed};
@@ -742,9 +742,17 @@ impl ServerHandler for Facade {
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
         self.ready(&context, false).await?;
-        let mut result = self.prompt(request).await?;
-        era::stamp(&context, &mut result);
-        Ok(result.into())
+        match self.prompt(request, era::is_modern(&context)).await? {
+            GetPromptResponse::Complete(mut result) => {
+                era::stamp(&context, &mut result);
+                Ok(result.into())
+            }
+            GetPromptResponse::InputRequired(mut asked) => {
+                era::stamp(&context, &mut asked);
+                Ok(asked.into())
+            }
+            other => Ok(other),
+        }
     }
 
     async fn list_resources(
@@ -940,6 +948,15 @@ impl Facade {
                     .error
                     .unwrap_or_else(|| format!("Unknown tool: {}", request.name)),
                 None,
+            ));
+        }
+        // An upstream's -32021 for a capability this client did not declare, passed on.
+        if let Some(required) = r.result.output.fields.get(REQUIRED_CAPABILITIES) {
+            let required = serde_json::json!({ "requiredCapabilities": required });
+            return Err(ErrorData::new(
+                ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+                r.result.error.unwrap_or_default(),
+                Some(required),
             ));
         }
         if r.result.error_kind == Some(ErrorKind::ApprovalRequired) {

@@ -8,9 +8,10 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use rmcp::model::{
-    CompleteRequestParams, CompleteResult, GetPromptRequestParams, GetPromptResult,
-    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, PaginatedRequestParams,
-    ReadResourceRequestParams, ReadResourceResult, Reference, ResourceUpdatedNotificationParam,
+    CompleteRequestParams, CompleteResult, GetPromptRequestParams, GetPromptResponse,
+    InputRequiredResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResult, Reference,
+    ResourceUpdatedNotificationParam,
 };
 use rmcp::service::Peer;
 use rmcp::{ErrorData, RoleServer};
@@ -181,10 +182,15 @@ impl Facade {
         Ok(result)
     }
 
+    /// `prompts/get`. A prompt whose MCP server answers `input_required` is passed back
+    /// as it came to a client of the 2026-07-28 era (`modern`), whose retry carries the
+    /// answers and the server's state to it; a client of the `initialize` era cannot be
+    /// asked so and gets an error.
     pub(super) async fn prompt(
         &self,
         request: GetPromptRequestParams,
-    ) -> Result<GetPromptResult, ErrorData> {
+        modern: bool,
+    ) -> Result<GetPromptResponse, ErrorData> {
         // MCP prompt arguments are strings; a client that sends another JSON value gets
         // it as its JSON text.
         let arguments = request.arguments.unwrap_or_default().into_iter();
@@ -199,10 +205,24 @@ impl Facade {
                     other => (k, other.to_string()),
                 })
                 .collect(),
+            input_responses: request.input_responses,
+            request_state: request.request_state,
         };
         let client = self.client().await?;
-        let answer = client.get_prompt(&params).await.map_err(host_error)?;
-        convert::via_json(&answer)
+        let mut answer = client.get_prompt(&params).await.map_err(host_error)?;
+        match answer.input_required.take() {
+            None => Ok(GetPromptResponse::Complete(convert::via_json(&answer)?)),
+            Some(mut asked) if modern => {
+                asked.insert("resultType".into(), "input_required".into());
+                let asked: InputRequiredResult = convert::via_json(&asked)?;
+                Ok(GetPromptResponse::InputRequired(asked))
+            }
+            Some(_) => Err(ErrorData::invalid_request(
+                "the prompt's MCP server asks for input first (input_required), which the \
+                 facade follows only for clients of the 2026-07-28 era",
+                None,
+            )),
+        }
     }
 
     pub(super) async fn resource(

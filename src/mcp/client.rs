@@ -167,17 +167,31 @@ pub fn roots_of(cfg: &crate::config::McpServer, home: &std::path::Path) -> Vec<S
     named
 }
 
-impl ClientHandler for Client {
-    fn get_info(&self) -> ClientConfig {
-        // Roots without `listChanged`: the root of a connection never changes.
-        let mut caps = ClientCapabilities::default();
-        caps.roots = Some(Default::default());
-        // Offered on behalf of the frontends: a call whose frontend cannot answer gets
-        // `-32601` for its request.
+/// The client capabilities we declare where the frontend answers the kinds `answers`
+/// says: roots always (without `listChanged`: the root of a connection never changes; a
+/// frontend that does not answer gets the server's own roots), form elicitation and
+/// sampling when the frontend answers them. The connection declares every kind on behalf
+/// of all frontends (`get_info`: a call whose frontend cannot answer gets `-32601` for its
+/// request). A tool call to a server of the 2026-07-28 era declares its own frontend's
+/// (`tool.rs`), as a relay must: the server then answers `-32021` for a capability the
+/// frontend lacks, or asks only what it can answer (SEP-2575, SEP-2322).
+pub fn capabilities(answers: impl Fn(InputKind) -> bool) -> ClientCapabilities {
+    let mut caps = ClientCapabilities::default();
+    caps.roots = Some(Default::default());
+    if answers(InputKind::Elicitation) {
         let mut elicitation = ElicitationCapability::new();
         elicitation.form = Some(FormElicitationCapability::new());
         caps.elicitation = Some(elicitation);
+    }
+    if answers(InputKind::Sampling) {
         caps.sampling = Some(SamplingCapability::default());
+    }
+    caps
+}
+
+impl ClientHandler for Client {
+    fn get_info(&self) -> ClientConfig {
+        let caps = capabilities(|_| true);
         // The version offered in `initialize`, to a server that refused `server/discover`
         // (`era.rs`): the newest revision that still has the handshake.
         ClientConfig::new(

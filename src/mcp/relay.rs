@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use rmcp::model::{
     ArgumentInfo, CompleteRequestParams, CompletionContext, GetPromptRequestParams,
-    PromptReference, ReadResourceRequestParams, Reference, ResourceContents as McpContents,
-    ResourceTemplateReference, SubscribeRequestParams, UnsubscribeRequestParams,
+    GetPromptResponse, PromptReference, ReadResourceRequestParams, Reference,
+    ResourceContents as McpContents, ResourceTemplateReference, SubscribeRequestParams,
+    UnsubscribeRequestParams,
 };
 use rmcp::service::{Peer, ServiceError};
 use rmcp::RoleClient;
@@ -77,8 +78,31 @@ impl McpManager {
             .into_iter()
             .map(|(k, v)| (k, Value::String(v)))
             .collect();
-        let request = GetPromptRequestParams::new(remote.clone()).with_arguments(arguments);
-        let answer = relay(&server, peer.get_prompt(request)).await?;
+        let mut request = GetPromptRequestParams::new(remote.clone()).with_arguments(arguments);
+        request.input_responses = p.input_responses;
+        request.request_state = p.request_state;
+        let answer = match relay(&server, peer.get_prompt_once(request)).await? {
+            GetPromptResponse::Complete(answer) => answer,
+            // Passed back whole: the frontend answers, and asks again with the state.
+            GetPromptResponse::InputRequired(asked) => {
+                let mut asked = match serde_json::to_value(asked) {
+                    Ok(Value::Object(asked)) => asked,
+                    _ => Map::new(),
+                };
+                asked.remove("resultType");
+                return Ok(GetPromptResult {
+                    description: None,
+                    messages: Vec::new(),
+                    input_required: Some(asked),
+                });
+            }
+            _ => {
+                return Err(Error::Server(format!(
+                    "MCP server '{}' answered prompts/get with a result of no known kind",
+                    server.name()
+                )))
+            }
+        };
         let messages = answer.messages.into_iter().map(|m| PromptMessage {
             role: serde_json::to_value(m.role)
                 .ok()
@@ -89,6 +113,7 @@ impl McpManager {
         Ok(GetPromptResult {
             description: answer.description,
             messages: messages.collect(),
+            input_required: None,
         })
     }
 

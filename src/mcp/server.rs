@@ -15,6 +15,7 @@ use arc_swap::ArcSwap;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use rmcp::handler::client::progress::ProgressDispatcher;
+use rmcp::model::ErrorCode;
 use rmcp::service::{Peer, ServiceError};
 use rmcp::RoleClient;
 use serde_json::Value;
@@ -443,10 +444,20 @@ impl Server {
                 self.wanted.notify_one();
                 self.unavailable("is not connected (the connection closed during the call)")
             }
-            ServiceError::McpError(err) => ToolError::failed(format!(
-                "MCP server '{}' refused the call: {}",
-                self.name, err.message
-            )),
+            ServiceError::McpError(err) => {
+                let refused = ToolError::failed(format!(
+                    "MCP server '{}' refused the call: {}",
+                    self.name, err.message
+                ));
+                let required = err
+                    .data
+                    .filter(|_| err.code == ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY)
+                    .and_then(|mut d| d.get_mut("requiredCapabilities").map(Value::take));
+                match required {
+                    Some(caps) => refused.with_field(crate::protocol::REQUIRED_CAPABILITIES, caps),
+                    None => refused,
+                }
+            }
             ServiceError::Cancelled { .. } => {
                 ToolError::new(ErrorKind::Cancelled, "the call was cancelled")
             }

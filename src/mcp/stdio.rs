@@ -579,6 +579,9 @@ pub struct DirectCalls {
     era_meta: OnceLock<Map<String, Value>>,
 }
 
+/// The per-request `_meta` key of the client's capabilities (2026-07-28).
+const CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+
 /// Where a direct call's answer and notifications go.
 struct Waiter {
     answer: oneshot::Sender<DirectAnswer>,
@@ -593,19 +596,23 @@ pub struct DirectCall {
 }
 
 impl DirectCalls {
-    /// Gives every later call the per-request `_meta` of the server's era.
-    pub fn set_era_meta(&self, meta: Map<String, Value>) {
+    /// Gives every later call the per-request `_meta` of the server's era (the client
+    /// capabilities each call names itself).
+    pub fn set_era_meta(&self, mut meta: Map<String, Value>) {
+        meta.remove(CLIENT_CAPABILITIES);
         let _ = self.era_meta.set(meta);
     }
 
     /// Sends `tools/call` for `name`; `retry` holds the params of a retry after
-    /// `input_required` (`inputResponses`, `requestState`). The id doubles as the progress
-    /// token.
+    /// `input_required` (`inputResponses`, `requestState`); `capabilities` are the client
+    /// capabilities declared to a server of the 2026-07-28 era (those of the call's
+    /// frontend). The id doubles as the progress token.
     pub async fn call(
         &self,
         name: &str,
         arguments: &Map<String, Value>,
         retry: &Map<String, Value>,
+        capabilities: &Value,
     ) -> std::io::Result<DirectCall> {
         #[derive(Serialize)]
         struct Request<'a> {
@@ -629,6 +636,11 @@ impl DirectCalls {
             progress_token: &'a str,
             #[serde(flatten, skip_serializing_if = "Option::is_none")]
             era: Option<&'a Map<String, Value>>,
+            #[serde(
+                rename = "io.modelcontextprotocol/clientCapabilities",
+                skip_serializing_if = "Option::is_none"
+            )]
+            capabilities: Option<&'a Value>,
         }
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let id: Arc<str> = format!("{ID_PREFIX}{n}").into();
@@ -653,6 +665,7 @@ impl DirectCalls {
                 meta: Meta {
                     progress_token: &id,
                     era: self.era_meta.get(),
+                    capabilities: self.era_meta.get().map(|_| capabilities),
                 },
             },
         };

@@ -10,7 +10,7 @@ use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CancelledNotification, CancelledNotificationParam,
-    ClientRequest, RequestId, ServerResult,
+    ClientCapabilities, ClientRequest, RequestId, RequestMetaObject, ServerResult,
 };
 use rmcp::service::{Peer, PeerRequestOptions, ServiceError};
 use rmcp::RoleClient;
@@ -201,10 +201,12 @@ async fn send_call(
     args: &Map<String, Value>,
     retry: &Retry,
     in_flight: &InFlight,
+    capabilities: &ClientCapabilities,
 ) -> Result<Outgoing, ToolError> {
     if let Some(calls) = link.direct {
+        let declared = serde_json::to_value(capabilities).unwrap_or_default();
         let call = calls
-            .call(remote_name, args, &retry.params())
+            .call(remote_name, args, &retry.params(), &declared)
             .await
             .map_err(|e| {
                 if e.kind() == std::io::ErrorKind::BrokenPipe {
@@ -235,13 +237,18 @@ async fn send_call(
         CallToolRequestParams::new(remote_name.to_owned()).with_arguments(args.clone());
     params.input_responses = retry.input_responses.clone();
     params.request_state = retry.request_state.clone();
+    let mut options = PeerRequestOptions::no_options();
     if super::era::peer_is_new(&link.peer) {
         params.meta = Some(super::era::log_meta());
+        // After rmcp's own `_meta` (which names the connection's capabilities).
+        let mut declared = RequestMetaObject::default();
+        declared.set_client_capabilities(capabilities.clone());
+        options.meta = Some(declared);
     }
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
     let handle = link
         .peer
-        .send_request_with_option(request, PeerRequestOptions::no_options())
+        .send_request_with_option(request, options)
         .await
         .map_err(|e| server.call_error(e))?;
     in_flight.sent(handle.id.clone());
@@ -311,11 +318,14 @@ async fn call_upstream(tool: &McpTool, args: Map<String, Value>, ctx: CallContex
     // Each round the same request, after an `input_required` answer with the frontend's
     // answers and the server's state (`mrtr.rs`); all rounds under the one deadline.
     let mut retry = Retry::default();
+    // What this call's frontend answers is what a 2026-07-28 server is told it may ask.
+    let capabilities = super::client::capabilities(|kind| ctx.inputs.accepts(kind));
     for _ in 0..=MAX_ROUNDS {
         let sending = async {
             // The connection now (the wait for a slot may have outlived the one seen above).
             let link = server.link_for_call()?;
-            send_call(server, link, &tool.remote_name, &args, &retry, &in_flight).await
+            let (name, caps) = (&tool.remote_name, &capabilities);
+            send_call(server, link, name, &args, &retry, &in_flight, caps).await
         };
         let outgoing = bound.run(sending).await??;
         let raw = answer_of(server, name, outgoing, &ctx, deadline, &timed_out).await?;

@@ -66,6 +66,12 @@ impl InvokeParams {
     }
 }
 
+/// The output field of a failed call whose MCP server refused it for a client capability
+/// its frontend did not declare (`-32021`, 2026-07-28): the server's `requiredCapabilities`
+/// (an MCP `ClientCapabilities` object). The MCP facade answers such a call with the same
+/// `-32021` error.
+pub const REQUIRED_CAPABILITIES: &str = "required_capabilities";
+
 /// What a call produced: `ok`, and on failure `error` and `error_kind`, beside the tool's
 /// output (on a failure, what the tool gave with it: e.g. `exit_code`, partial `stdout`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -72,6 +72,13 @@ pub struct GetPromptParams {
     /// Serve only what this session's profile selects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    /// A retry after `input_required` (MCP 2026-07-28): the answers under the prompt's
+    /// server's own keys, passed to it as they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_responses: Option<BTreeMap<String, Value>>,
+    /// With `input_responses`: the server's `requestState`, exactly as it came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_state: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -79,6 +86,12 @@ pub struct GetPromptResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
     pub messages: Vec<PromptMessage>,
+    /// The prompt's MCP server needs input first (its 2026-07-28 `input_required`
+    /// answer): its `inputRequests` and `requestState` as they came, and `messages` is
+    /// empty. Ask the questions and get the prompt again with the answers
+    /// (`input_responses`) and the state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_required: Option<Map<String, Value>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -254,7 +254,7 @@ async fn the_2025_11_25_server_scenarios_pass_through_the_host() {
 }
 
 #[tokio::test]
-async fn the_2026_07_28_server_scenarios_pass_through_the_host_but_for_the_baseline() {
+async fn the_2026_07_28_server_scenarios_pass_through_the_host() {
     through_the_host("2026-07-28").await;
 }
 
@@ -492,5 +492,35 @@ async fn fixtures_answer_with_the_exact_text_through_mcp() {
         r["contents"][0]["text"], r#"{"id":"123","templateTest":true,"data":"Data for ID: 123"}"#,
         "{r}"
     );
+    mcp.cancel().await.unwrap();
+}
+
+/// A tool call tells a 2026-07-28 server the capabilities of the call's own frontend: a
+/// plain `invoke` (which answers nothing) declares no sampling, so the fixture's
+/// `test_missing_capability` refuses it with `-32021`, and the host says which capability
+/// was missing. An MCP client (rmcp's defaults) that declares no sampling gets the same
+/// `-32021`, its data included.
+#[tokio::test]
+async fn a_call_declares_its_own_frontends_capabilities_upstream() {
+    let d = host().await;
+    let r = d.invoke("test_missing_capability", json!({})).await;
+    assert_eq!(r["ok"], false, "{r}");
+    assert_eq!(r["required_capabilities"], json!({"sampling": {}}), "{r}");
+
+    let addr = forward(d.socket()).await;
+    let url = format!("http://127.0.0.1:{}/mcp", addr.port());
+    let mcp = ().serve(StreamableHttpClientTransport::from_uri(url)).await.unwrap();
+    let params = CallToolRequestParams::new("test_missing_capability");
+    let e = mcp.peer().call_tool(params).await.unwrap_err();
+    match e {
+        rmcp::ServiceError::McpError(e) => {
+            assert_eq!(e.code.0, -32021, "{e:?}");
+            assert_eq!(
+                e.data.unwrap()["requiredCapabilities"],
+                json!({"sampling": {}})
+            );
+        }
+        other => panic!("expected -32021, got {other:?}"),
+    }
     mcp.cancel().await.unwrap();
 }

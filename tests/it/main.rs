@@ -62,3 +62,4 @@ mod surface;
 mod trust_gate;
 mod ui;
 mod workspace_trust;
+mod frontend_openings;

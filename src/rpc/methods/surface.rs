@@ -52,6 +52,7 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
                 return Ok(GetPromptResult {
                     description: expanded.description,
                     messages: expanded.messages,
+                    input_required: None,
                 });
             }
             host.mcp().get_prompt(p, &serves).await

@@ -74,7 +74,13 @@ impl RawStdio {
     }
 
     pub async fn send(&mut self, message: Value) {
-        let line = format!("{message}\n");
+        self.send_raw(&message.to_string()).await;
+    }
+
+    /// Writes `line` (one JSON-RPC message) exactly as given, key order included, as a
+    /// recorded frontend sent it.
+    pub async fn send_raw(&mut self, line: &str) {
+        let line = format!("{line}\n");
         self.stdin.write_all(line.as_bytes()).await.unwrap();
     }
 
