@@ -57,6 +57,7 @@ mod secrets;
 mod session;
 mod skills;
 mod tools;
+mod trim;
 mod ui;
 
 #[doc(hidden)]

@@ -4,41 +4,15 @@
 //! daemon several times a second before.
 
 mod common;
+#[path = "../benches/support/threads.rs"]
+#[allow(dead_code)]
+mod threads;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use common::mcp::{fixture, wait_state};
 use common::*;
 use serde_json::json;
-
-/// Each thread of `pid` by id: its name and its context switches so far (voluntary and
-/// not: a thread that sleeps is not preempted, so both count its wake-ups).
-fn switches(pid: i32) -> HashMap<String, (String, u64)> {
-    let mut out = HashMap::new();
-    for t in std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .flatten()
-    {
-        let dir = t.path();
-        let (Ok(comm), Ok(status)) = (
-            std::fs::read_to_string(dir.join("comm")),
-            std::fs::read_to_string(dir.join("status")),
-        ) else {
-            continue; // the thread ended meanwhile
-        };
-        let n = status
-            .lines()
-            .filter(|l| l.contains("ctxt_switches"))
-            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-            .sum();
-        out.insert(
-            t.file_name().to_string_lossy().into_owned(),
-            (comm.trim().to_owned(), n),
-        );
-    }
-    out
-}
 
 #[tokio::test]
 async fn an_idle_daemon_with_a_server_and_watched_folders_sleeps() {
@@ -68,16 +42,9 @@ async fn an_idle_daemon_with_a_server_and_watched_folders_sleeps() {
     // The burst's last timers run out: the escapee scans back off from 0.5 s after a
     // group's start or end (doubling up to 30 s), a debounce window is 300 ms.
     tokio::time::sleep(Duration::from_secs(6)).await;
-    let before = switches(pid);
+    let before = threads::switches(pid);
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let after = switches(pid);
-    let woke: Vec<(String, u64)> = after
-        .iter()
-        .filter_map(|(tid, (name, n))| {
-            let was = before.get(tid).map_or(0, |b| b.1);
-            (*n > was).then(|| (format!("{name} ({tid})"), n - was))
-        })
-        .collect();
+    let woke = threads::woke(&before, &threads::switches(pid));
     let total: u64 = woke.iter().map(|w| w.1).sum();
     assert!(
         woke.iter().all(|w| w.1 <= 5),
