@@ -65,6 +65,8 @@ pub async fn invoke(
     stream: Option<Stream>,
 ) -> Result<InvokeResult> {
     let started = Instant::now();
+    // Memory the call freed goes back to the system once the daemon is quiet.
+    let _burst = crate::trim::Burst;
     let call_id = params.call_id.clone().unwrap_or_else(new_call_id);
     let config = host.config();
 

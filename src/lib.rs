@@ -59,6 +59,7 @@ mod secrets;
 mod session;
 mod skills;
 mod tools;
+mod trim;
 mod trust;
 mod ui;
 

@@ -311,6 +311,8 @@ impl Owned {
 
 impl Drop for Owned {
     fn drop(&mut self) {
+        // The connection's buffers go back to the system once the daemon is quiet.
+        crate::trim::worked();
         let ids = std::mem::take(&mut *lock(&self.ids));
         let host = &self.shared.host;
         if ids.is_empty() || host.shutdown_token().is_cancelled() {

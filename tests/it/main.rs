@@ -63,3 +63,4 @@ mod trust_gate;
 mod ui;
 mod workspace_trust;
 mod frontend_openings;
+mod idle;
