@@ -97,7 +97,10 @@ async fn a_direct_call_gets_its_answer_and_rmcp_the_rest() {
     let (mut t, mut server_out, mut server_in) = pipes();
     let direct = t.direct();
     let args = json!({"text": "hi"}).as_object().unwrap().clone();
-    let call = direct.call("echo", &args, &Map::new()).await.unwrap();
+    let call = direct
+        .call("echo", &args, &Map::new(), &serde_json::Value::Null)
+        .await
+        .unwrap();
     let request = read_json(&mut server_in).await;
     assert_eq!(request["method"], "tools/call");
     assert_eq!(request["id"], &*call.id);
@@ -125,8 +128,14 @@ async fn a_direct_call_gets_its_answer_and_rmcp_the_rest() {
 async fn a_result_is_handed_over_in_its_line_wherever_it_lies() {
     let (mut t, mut server_out, _server_in) = pipes();
     let direct = t.direct();
-    let first = direct.call("echo", &Map::new(), &Map::new()).await.unwrap();
-    let second = direct.call("echo", &Map::new(), &Map::new()).await.unwrap();
+    let first = direct
+        .call("echo", &Map::new(), &Map::new(), &serde_json::Value::Null)
+        .await
+        .unwrap();
+    let second = direct
+        .call("echo", &Map::new(), &Map::new(), &serde_json::Value::Null)
+        .await
+        .unwrap();
     // Spaces around the line, the result before the id, members after it, text escaped.
     let result = r#"{"content":[{"type":"text","text":"\u00e9 \"x\""}]}"#;
     let a = format!(
@@ -151,7 +160,10 @@ async fn a_result_is_handed_over_in_its_line_wherever_it_lies() {
 async fn a_null_result_reaches_the_call_instead_of_being_dropped() {
     let (mut t, mut server_out, _server_in) = pipes();
     let direct = t.direct();
-    let call = direct.call("echo", &Map::new(), &Map::new()).await.unwrap();
+    let call = direct
+        .call("echo", &Map::new(), &Map::new(), &serde_json::Value::Null)
+        .await
+        .unwrap();
     let answer = json!({"jsonrpc": "2.0", "id": &*call.id, "result": null});
     let note = json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"});
     server_out
@@ -166,8 +178,14 @@ async fn a_null_result_reaches_the_call_instead_of_being_dropped() {
 async fn an_error_answer_fails_the_call_and_a_closed_server_every_waiting_one() {
     let (mut t, mut server_out, mut server_in) = pipes();
     let direct = t.direct();
-    let one = direct.call("a", &Map::new(), &Map::new()).await.unwrap();
-    let two = direct.call("b", &Map::new(), &Map::new()).await.unwrap();
+    let one = direct
+        .call("a", &Map::new(), &Map::new(), &serde_json::Value::Null)
+        .await
+        .unwrap();
+    let two = direct
+        .call("b", &Map::new(), &Map::new(), &serde_json::Value::Null)
+        .await
+        .unwrap();
     let _ = read_json(&mut server_in).await;
     let error = json!({"jsonrpc": "2.0", "id": &*one.id, "error": {"code": -32602, "message": "no such tool"}});
     server_out
@@ -182,7 +200,10 @@ async fn an_error_answer_fails_the_call_and_a_closed_server_every_waiting_one() 
         two.answer.await.is_err(),
         "a waiting call fails when the server goes"
     );
-    assert!(direct.call("c", &Map::new(), &Map::new()).await.is_err());
+    assert!(direct
+        .call("c", &Map::new(), &Map::new(), &serde_json::Value::Null)
+        .await
+        .is_err());
 }
 
 #[tokio::test]
@@ -217,7 +238,7 @@ async fn a_call_given_up_before_its_request_is_written_is_cancelled_behind_it() 
     let args = json!({"pad": "x".repeat(100)}).as_object().unwrap().clone();
     let given_up = tokio::time::timeout(
         Duration::from_millis(50),
-        direct.call("slow", &args, &Map::new()),
+        direct.call("slow", &args, &Map::new(), &serde_json::Value::Null),
     )
     .await;
     assert!(
@@ -249,13 +270,13 @@ async fn a_server_that_reads_nothing_refuses_calls_once_its_queue_is_full() {
     // The first call is queued (and waits for room); the next is refused at once.
     let waiting = tokio::time::timeout(
         Duration::from_millis(50),
-        direct.call("a", &big, &Map::new()),
+        direct.call("a", &big, &Map::new(), &serde_json::Value::Null),
     )
     .await;
     assert!(waiting.is_err());
     let refused = tokio::time::timeout(
         Duration::from_secs(5),
-        direct.call("b", &Map::new(), &Map::new()),
+        direct.call("b", &Map::new(), &Map::new(), &serde_json::Value::Null),
     )
     .await
     .expect("refused at once, not queued behind the first")
