@@ -45,6 +45,9 @@ const LOAD_TIMEOUT: Duration = Duration::from_secs(10);
 const SESSION_EVENT_TIMEOUT: Duration = Duration::from_secs(6);
 /// How many session-event failures `host.health` shows.
 const EVENT_FAILURES_KEPT: usize = 20;
+/// How often a module may end the host while loading alone (`process.exit` at its top
+/// level, a crash of Node) before it is skipped until it changes.
+const MAX_LOAD_CRASHES: u32 = 2;
 
 /// The modules of one daemon (cheap to clone).
 #[derive(Clone)]
@@ -67,9 +70,13 @@ pub(crate) struct Inner {
 #[derive(Default)]
 struct State {
     loaded: HashMap<PathBuf, Loaded>,
-    /// Modules that did not finish loading, by file and digest: not tried again until
-    /// they change.
-    stuck: HashMap<PathBuf, String>,
+    /// Modules that wedged or ended the host while loading alone, by file: their digest
+    /// and why. Not tried again until they change.
+    stuck: HashMap<PathBuf, (String, String)>,
+    /// Modules that were loading when the host wedged or ended, by file: their digest and
+    /// how often it happened while they loaded alone. They are loaded one at a time from
+    /// then on, so the one to blame is found and an innocent one is never skipped with it.
+    suspects: HashMap<PathBuf, (String, u32)>,
     problems: Vec<String>,
     event_failures: Vec<String>,
 }
@@ -154,7 +161,7 @@ impl Modules {
     pub async fn tools(&self, found: Vec<Found>, taken: &HashSet<String>) -> Vec<Arc<dyn Tool>> {
         let _one = self.0.load_lock.lock().await;
         let generation = self.0.host.generation();
-        let todo: Vec<Found> = {
+        let (suspects, todo): (Vec<Found>, Vec<Found>) = {
             let st = lock(&self.0.state);
             found
                 .iter()
@@ -165,9 +172,46 @@ impl Modules {
                     _ => true,
                 })
                 .cloned()
-                .collect()
+                .partition(|f| {
+                    st.suspects
+                        .get(&f.file)
+                        .is_some_and(|(d, _)| *d == f.digest)
+                })
         };
-        let loads = futures::future::join_all(todo.iter().map(|f| self.load(f))).await;
+        // Suspects one at a time (each alone in the host while it loads), then the rest
+        // together. What the host's end or wedge made a suspect goes round again, alone,
+        // until it loads or is stuck (bounded): an innocent module that loaded beside the
+        // culprit is loaded again at once, not left waiting for a file change.
+        let mut loads = Vec::new();
+        let (mut suspects, mut todo) = (suspects, todo);
+        for _round in 0..MAX_LOAD_CRASHES + 2 {
+            let mut done = Vec::new();
+            for f in &suspects {
+                done.push(self.load(f, true).await);
+            }
+            let alone = todo.len() == 1 && suspects.is_empty();
+            done.extend(futures::future::join_all(todo.iter().map(|f| self.load(f, alone))).await);
+            todo = Vec::new();
+            let st = lock(&self.0.state);
+            let again = |l: &Loaded| {
+                l.retry
+                    && st
+                        .suspects
+                        .get(&l.found.file)
+                        .is_some_and(|(d, _)| *d == l.found.digest)
+            };
+            suspects = done
+                .iter()
+                .filter(|l| again(l))
+                .map(|l| l.found.clone())
+                .collect();
+            let finished = suspects.is_empty();
+            drop(st);
+            loads.extend(done);
+            if finished {
+                break;
+            }
+        }
         let mut st = lock(&self.0.state);
         for loaded in loads {
             if let Some(old) = st.loaded.insert(loaded.found.file.clone(), loaded) {
@@ -187,6 +231,7 @@ impl Modules {
             }
         }
         st.stuck.retain(|file, _| keep.contains(file));
+        st.suspects.retain(|file, _| keep.contains(file));
         let mut problems = Vec::new();
         let mut names: HashMap<String, PathBuf> = HashMap::new();
         let mut out: Vec<Arc<dyn Tool>> = Vec::new();
@@ -247,8 +292,34 @@ impl Modules {
         }
     }
 
-    /// Loads one module into the running host (started if need be).
-    async fn load(&self, found: &Found) -> Loaded {
+    /// The host wedged or ended while `found` loaded. Loading alone, the module is to
+    /// blame: after `limit` such times it is stuck, skipped until it changes (`Some(why)`).
+    /// Not alone, it is a suspect (loaded alone from then on) and nothing more (`None`).
+    fn blame(&self, found: &Found, alone: bool, limit: u32, why: String) -> Option<String> {
+        let mut st = lock(&self.0.state);
+        let entry = st
+            .suspects
+            .entry(found.file.clone())
+            .or_insert_with(|| (found.digest.clone(), 0));
+        if entry.0 != found.digest {
+            *entry = (found.digest.clone(), 0);
+        }
+        if !alone {
+            return None;
+        }
+        entry.1 += 1;
+        if entry.1 < limit {
+            return None;
+        }
+        st.suspects.remove(&found.file);
+        st.stuck
+            .insert(found.file.clone(), (found.digest.clone(), why.clone()));
+        Some(why)
+    }
+
+    /// Loads one module into the running host (started if need be). `alone`: no other
+    /// load is in flight, so a host that wedges or ends meanwhile is this module's doing.
+    async fn load(&self, found: &Found, alone: bool) -> Loaded {
         let failed = |e: String, retry: bool| Loaded {
             found: found.clone(),
             generation: 0,
@@ -257,8 +328,13 @@ impl Modules {
             skipped: Vec::new(),
             retry,
         };
-        if lock(&self.0.state).stuck.get(&found.file) == Some(&found.digest) {
-            return failed(format!("did not finish loading within {} s (a loop at its top level or in its factory?); the module host was restarted; skipped until the file changes", LOAD_TIMEOUT.as_secs()), false);
+        let stuck = lock(&self.0.state)
+            .stuck
+            .get(&found.file)
+            .filter(|(d, _)| *d == found.digest)
+            .map(|(_, why)| why.clone());
+        if let Some(why) = stuck {
+            return failed(why, false);
         }
         let live = match self.0.host.live().await {
             Ok(l) => l,
@@ -281,17 +357,28 @@ impl Modules {
         );
         let reply = match tokio::time::timeout(LOAD_TIMEOUT, replies.recv()).await {
             Ok(Some(reply)) => reply,
-            Ok(None) => return failed("the module host ended while loading it".into(), true),
+            Ok(None) => {
+                let why = format!("ended the module host while loading (process.exit or a crash at its top level or in its factory?) {MAX_LOAD_CRASHES} times; skipped until the file changes");
+                return match self.blame(found, alone, MAX_LOAD_CRASHES, why) {
+                    Some(why) => failed(why, false),
+                    None => failed("the module host ended while loading it".into(), true),
+                };
+            }
             Err(_) => {
-                lock(&self.0.state)
-                    .stuck
-                    .insert(found.file.clone(), found.digest.clone());
                 self.0
                     .host
                     .restart(&live, "a module did not finish loading");
-                return failed(format!("did not finish loading within {} s (a loop at its top level or in its factory?); the module host was restarted; skipped until the file changes", LOAD_TIMEOUT.as_secs()), false);
+                let why = format!("did not finish loading within {} s (a loop at its top level or in its factory?); the module host was restarted; skipped until the file changes", LOAD_TIMEOUT.as_secs());
+                return match self.blame(found, alone, 1, why) {
+                    Some(why) => failed(why, false),
+                    None => failed(
+                        "the module host was restarted while loading it (another module did not finish loading)".into(),
+                        true,
+                    ),
+                };
             }
         };
+        lock(&self.0.state).suspects.remove(&found.file);
         if let Some(error) = reply.get("error") {
             if let Some(stack) = reply.get("stack").and_then(Value::as_str) {
                 tracing::debug!(file = %found.file.display(), "module load failed: {stack}");
@@ -372,7 +459,7 @@ impl Modules {
                             tool.file.display()
                         ))
                     })?;
-                let loaded = self.load(&found).await;
+                let loaded = self.load(&found, true).await;
                 let handle = match &loaded.outcome {
                     Ok(tools) => tools
                         .iter()

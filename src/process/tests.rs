@@ -233,3 +233,31 @@ fn children_outlive_the_thread_that_asked_for_them() {
     drop(guard);
     std::mem::forget(child);
 }
+
+/// A group named by a child of ours (a module host's `{"id", "pgid"}` line) is adopted, and
+/// so signalled later, only when it is that child's: a group whose leader has gone and
+/// whose members do not descend from the child is refused.
+#[tokio::test]
+async fn a_group_that_is_not_the_childs_is_never_adopted() {
+    // The "host": a process of ours with no children.
+    let mut host = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    // Another group: its leader exits at once, its member lives on (not the host's).
+    let mut leader = std::process::Command::new("sh");
+    leader.args(["-c", "sleep 30 >/dev/null 2>&1 & echo $!"]);
+    std::os::unix::process::CommandExt::process_group(&mut leader, 0);
+    let out = leader.output().unwrap();
+    let member: i32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let pgid = procfs::stat(member).unwrap().pgrp;
+    assert!(group_alive(Pid::from_raw(pgid)));
+    let processes = Processes::default();
+    let host_pid = i32::try_from(host.id()).unwrap();
+    assert!(processes.adopt_group(pgid, host_pid).is_none());
+    // Nor is a pid that leads no group of the host's.
+    assert!(processes.adopt_group(member, host_pid).is_none());
+    let _ = nix::sys::signal::killpg(Pid::from_raw(pgid), nix::sys::signal::Signal::SIGKILL);
+    host.kill().unwrap();
+    host.wait().unwrap();
+}
