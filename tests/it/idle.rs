@@ -4,7 +4,7 @@
 //! daemon several times a second before.
 
 use crate::common;
-#[path = "../../../benches/support/threads.rs"]
+#[path = "../../benches/support/threads.rs"]
 #[allow(dead_code)]
 mod threads;
 

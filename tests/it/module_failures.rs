@@ -4,7 +4,7 @@
 //! that loaded beside it is loaded and answers.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 
