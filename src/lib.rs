@@ -37,6 +37,7 @@ pub mod daemon;
 mod error;
 mod facade;
 mod fds;
+mod front_matter;
 mod host;
 mod import;
 mod inputs;
