@@ -179,6 +179,8 @@ async fn start(
             return Err(e);
         }
     };
+    // What a killed daemon could not clean up: its confined runs' temp dirs.
+    let _ = tokio::task::spawn_blocking(crate::sandbox::sweep_call_dirs).await;
     if let Some(hangup) = hangup {
         host.tracker().spawn(reload_on_sighup(host.clone(), hangup));
     }
