@@ -68,7 +68,7 @@ impl Caller {
         let (local, peer) = (stream.local_addr().ok()?, stream.peer_addr().ok()?);
         tokio::task::spawn_blocking(move || {
             let (uid, inode) = procfs::tcp_socket(peer, local)?;
-            let pid = procfs::socket_holder(inode);
+            let pid = procfs::socket_holder(inode, uid);
             let process = pid
                 .and_then(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).ok())
                 .map(|s| s.trim_end().to_owned());

@@ -306,12 +306,17 @@ mod tests {
             block.push_str(&format!("{}k{i}:\n", "  ".repeat(i)));
         }
         assert!(parse(&block).unwrap_err().contains("levels deep"));
-        // 3,000 anchors, each a list holding the one before.
-        let mut chain = String::from("a0: &a0 [x]\n");
-        for i in 1..3000 {
-            chain.push_str(&format!("a{i}: &a{i} [*a{}]\n", i - 1));
-        }
-        assert!(parse(&chain).unwrap_err().contains("levels deep"));
+        // Anchors each a list holding the one before: 2,000 fit the size cap and are
+        // refused for their depth; 3,000 (65 KB) for their size.
+        let chain = |n: usize| {
+            let mut chain = String::from("a0: &a0 [x]\n");
+            for i in 1..n {
+                chain.push_str(&format!("a{i}: &a{i} [*a{}]\n", i - 1));
+            }
+            chain
+        };
+        assert!(parse(&chain(2000)).unwrap_err().contains("levels deep"));
+        assert!(parse(&chain(3000)).unwrap_err().contains("bytes long"));
         let big = format!("a: {}\n", "x".repeat(MAX_BYTES));
         assert!(parse(&big).unwrap_err().contains("bytes long"));
     }

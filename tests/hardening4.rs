@@ -670,3 +670,44 @@ async fn a_scoped_instance_of_a_deleted_workspace_is_stopped_and_a_new_one_start
     })
     .await;
 }
+
+/// `tools/<name>` a shell tool answering `hello`, described as `description`.
+fn greeting_tool(tools: &Path, name: &str, description: &str) {
+    let to = tools.join(name);
+    std::fs::create_dir_all(&to).unwrap();
+    std::fs::write(to.join("run.sh"), "#!/bin/sh\necho hello\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(to.join("run.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    common::write_atomic(
+        &to.join("tool.json"),
+        &json!({"name": name, "description": description, "command": ["./run.sh"], "approval": "read_only"}),
+    );
+}
+
+#[tokio::test]
+async fn a_deleted_pin_file_with_a_changed_tool_is_reported_not_pinned_afresh() {
+    let mut d = Daemon::start_in(|dir| {
+        greeting_tool(&dir.join("tools"), "greet", "Say hello.");
+        json!({"custom_tools": {"paths": [dir.join("tools")], "trust": "pin"}})
+    })
+    .await;
+    assert_eq!(d.invoke("greet", json!({})).await["ok"], true);
+    let pins = d.data_dir().join("pins.json");
+    assert!(pins.exists());
+    d.stop().await;
+    // While it was down: the pin file deleted and the tool changed.
+    std::fs::remove_file(&pins).unwrap();
+    greeting_tool(&d.dir.path().join("tools"), "greet", "Say hello, and more.");
+    d.spawn(&[]).await;
+    let h = d.health().await;
+    assert_eq!(h["status"], "degraded", "{h}");
+    let e = h["pins_error"].as_str().unwrap_or_default();
+    assert!(e.contains("was deleted"), "{h}");
+    let r = d.invoke("greet", json!({})).await;
+    assert_eq!(r["quarantine"]["reason"], "pins_damaged", "{r}");
+    assert!(!pins.exists(), "a fresh pin file was written");
+    // The operator's reset pins afresh.
+    let r = d.call("tools.pins_reset", json!({})).await;
+    assert!(r.get("result").is_some(), "{r}");
+    assert_eq!(d.invoke("greet", json!({})).await["ok"], true);
+}

@@ -168,18 +168,23 @@ fn parse_tcp_addr(field: &str) -> Option<std::net::SocketAddr> {
     Some(canonical(std::net::SocketAddr::new(ip, port)))
 }
 
-/// A process that has the socket `inode` open (of those whose descriptors we may read:
-/// our user's), ourselves excepted; `None` when none is found.
-pub fn socket_holder(inode: u64) -> Option<i32> {
+/// A process of user `uid` (the socket's owner, from the same table) that has the socket
+/// `inode` open, ourselves excepted; `None` when none is found (or its descriptors cannot
+/// be read). Only that user's processes are looked through.
+pub fn socket_holder(inode: u64, uid: u32) -> Option<i32> {
     let me = std::process::id() as i32;
     let link = format!("socket:[{inode}]");
-    pids().into_iter().filter(|&p| p != me).find(|pid| {
-        std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
-            fds.flatten().any(|fd| {
-                std::fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == link.as_str())
+    let of_uid = |pid: i32| std::fs::metadata(format!("/proc/{pid}")).is_ok_and(|m| m.uid() == uid);
+    pids()
+        .into_iter()
+        .filter(|&p| p != me && of_uid(p))
+        .find(|pid| {
+            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+                fds.flatten().any(|fd| {
+                    std::fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == link.as_str())
+                })
             })
         })
-    })
 }
 
 /// This boot's id: pids and start times only mean something within one boot.
