@@ -32,10 +32,25 @@ use crate::registry::{CallContext, ToolError};
 
 /// Calls waiting at most; one more fails at once, as without a queue.
 pub const MAX_PENDING: usize = 256;
+/// Calls of one frontend waiting at most: one client flooding the queue leaves the rest
+/// of it to the others.
+pub const MAX_PENDING_PER_FRONTEND: usize = MAX_PENDING / 4;
 /// Endings remembered, so that a late decision hears who came first.
 const KEEP_DECIDED: usize = 256;
 /// A decision's reason is kept to this many characters.
 const MAX_REASON_CHARS: usize = 500;
+
+/// Which frontend a queued call comes from: the process at the other end of its
+/// connection (`SO_PEERCRED`, or the kernel's socket tables on TCP); for the daemon's own
+/// connection (the MCP facade's), the client's name. `None`: not told (not limited by
+/// frontend).
+fn frontend(client: Option<&str>) -> Option<String> {
+    let me = std::process::id() as i32;
+    match crate::audit::current_caller().and_then(|c| c.pid) {
+        Some(pid) if pid != me => Some(format!("pid:{pid}")),
+        _ => client.map(|c| format!("client:{c}")),
+    }
+}
 
 /// The daemon's approval queue.
 pub struct Approvals {
@@ -58,6 +73,8 @@ struct State {
 
 struct Waiting {
     entry: PendingApproval,
+    /// Who asked ([`frontend`]).
+    frontend: Option<String>,
     since: Instant,
     answer: oneshot::Sender<ApprovalVerdictRecord>,
 }
@@ -85,10 +102,22 @@ impl Default for Approvals {
 }
 
 impl Approvals {
-    /// Puts a call in the queue; `None` when [`MAX_PENDING`] calls wait already.
+    /// Puts a call in the queue; `None` when [`MAX_PENDING`] calls wait already, or
+    /// [`MAX_PENDING_PER_FRONTEND`] of the same frontend.
     pub fn enqueue(self: &Arc<Self>, r: Request<'_>) -> Option<Ticket> {
         let mut state = lock(&self.state);
         if state.pending.len() >= MAX_PENDING {
+            return None;
+        }
+        let from = frontend(r.client.as_deref());
+        if from.is_some()
+            && state
+                .pending
+                .values()
+                .filter(|w| w.frontend == from)
+                .count()
+                >= MAX_PENDING_PER_FRONTEND
+        {
             return None;
         }
         state.last += 1;
@@ -116,6 +145,7 @@ impl Approvals {
             key,
             Waiting {
                 entry,
+                frontend: from,
                 since: Instant::now(),
                 answer,
             },
@@ -374,7 +404,7 @@ pub async fn settle(
             let mut refusal = ask.refusal.clone();
             if ask.wait_s > 0 {
                 refusal.push_str(&format!(
-                    " The approval queue is full ({MAX_PENDING} calls wait), so it did not wait there."
+                    " The approval queue is full ({MAX_PENDING} calls wait, at most {MAX_PENDING_PER_FRONTEND} of one frontend), so it did not wait there."
                 ));
             }
             return (Err(approval_required(&ask, refusal)), None);

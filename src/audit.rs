@@ -58,6 +58,32 @@ impl Caller {
         }))
     }
 
+    /// The peer of a TCP connection, when it is a process on this host: the kernel's
+    /// socket tables give the peer's socket inode and uid, and the process holding that
+    /// socket is the pid (`None` when it cannot be found: then it is vouched for by no
+    /// one, and `rpc/peer.rs` gives it the least rights). A peer on another machine is
+    /// `None`: it has only the bearer token. Reads /proc (on a blocking thread).
+    pub async fn of_tcp(stream: &tokio::net::TcpStream) -> Option<Arc<Caller>> {
+        use crate::process::procfs;
+        let (local, peer) = (stream.local_addr().ok()?, stream.peer_addr().ok()?);
+        tokio::task::spawn_blocking(move || {
+            let (uid, inode) = procfs::tcp_socket(peer, local)?;
+            let pid = procfs::socket_holder(inode, uid);
+            let process = pid
+                .and_then(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).ok())
+                .map(|s| s.trim_end().to_owned());
+            Some(Arc::new(Caller {
+                uid,
+                pid,
+                process,
+                agent: None,
+            }))
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+
     /// This caller, named by an HTTP request's `User-Agent` (when it sent one).
     pub fn with_agent<B>(self: &Arc<Self>, req: &http::Request<B>) -> Arc<Caller> {
         let agent = req

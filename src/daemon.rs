@@ -180,6 +180,8 @@ async fn start(
             return Err(e);
         }
     };
+    // What a killed daemon could not clean up: its confined runs' temp dirs.
+    let _ = tokio::task::spawn_blocking(crate::sandbox::sweep_call_dirs).await;
     // The process's own daemon (not one embedded in a test) says where it listens.
     let _announced = hangup.is_some().then(|| Announced::write(&listeners.path));
     if let Some(hangup) = hangup {

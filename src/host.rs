@@ -34,6 +34,16 @@ pub struct Dirs {
     pub data_dir: PathBuf,
 }
 
+/// `config` with the daemon's own files in `sandbox.hidden`: config.json, the data dir
+/// (sessions, pins, audit log) and `listen.token_file`, which a confined program must not
+/// read — the token would let it in over TCP, config.json names every secret's variable.
+fn hide_own_files(dirs: &Dirs, mut config: Config) -> Config {
+    let mut hidden = vec![dirs.config_path.clone(), dirs.data_dir.clone()];
+    hidden.extend(config.listen.token_file.clone());
+    config.sandbox.hidden = hidden;
+    config
+}
+
 #[derive(Clone)]
 pub struct Host(Arc<Inner>);
 
@@ -112,7 +122,7 @@ impl Host {
         registry.set_catalog_policy(crate::catalog::Policy::from_config(&loaded.config));
         let tracker = TaskTracker::new();
         let from_file = dirs.config_path.exists();
-        let cfg = Arc::new(loaded.config);
+        let cfg = Arc::new(hide_own_files(&dirs, loaded.config));
         let approval_overrides = cfg.approval.tools.clone();
         let audit = crate::audit::AuditLog::start(&dirs.data_dir);
         let shutdown = CancellationToken::new();
@@ -184,6 +194,7 @@ impl Host {
         &self.0.started_with
     }
     pub(crate) fn set_config(&self, config: Config) {
+        let config = hide_own_files(&self.0.dirs, config);
         self.0.config.store(Arc::new(config));
     }
     pub fn config_path(&self) -> &Path {

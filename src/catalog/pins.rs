@@ -118,6 +118,11 @@ impl Pins {
             return;
         }
         let mut state = crate::lock(&self.state);
+        if state.damage.is_none() {
+            // Deleted while the daemon ran: the pins in memory still judge, but the file
+            // is not quietly written afresh; the operator is told, as at a start.
+            state.damage = self.path.as_deref().and_then(deleted);
+        }
         if state.damage.is_some() {
             tracing::warn!("pin store damaged; not pinning {} definitions", new.len());
             return;
@@ -141,8 +146,15 @@ impl Pins {
             return Err("the pin store has no file".to_owned());
         };
         let aside = aside_path(path);
-        std::fs::rename(path, &aside)
-            .map_err(|e| format!("cannot move {} aside: {e}", path.display()))?;
+        // A deleted file leaves its marker to move aside.
+        let damaged = match deleted(path) {
+            Some(_) => written_marker(path),
+            None => path.clone(),
+        };
+        std::fs::rename(&damaged, &aside)
+            .map_err(|e| format!("cannot move {} aside: {e}", damaged.display()))?;
+        // Afresh: the marker comes back with the next table written.
+        let _ = std::fs::remove_file(written_marker(path));
         tracing::warn!(file = %path.display(), aside = %aside.display(), "damaged pin file moved aside; pinning afresh");
         *state = State::default();
         Ok(aside)
@@ -159,8 +171,36 @@ impl Pins {
         };
         if let Err(e) = write_atomic(path, &bytes, Durability::Synced) {
             tracing::error!(%e, file = %path.display(), "cannot write the pin table");
+            return;
+        }
+        let marker = written_marker(path);
+        if marker.symlink_metadata().is_err() {
+            if let Err(e) = write_atomic(&marker, b"", Durability::Synced) {
+                tracing::warn!(%e, file = %marker.display(), "cannot mark the pin table as written");
+            }
         }
     }
+}
+
+/// Beside `pins.json`: a pin table was written here, so a `pins.json` that is missing was
+/// deleted — damage, not a first start (which would pin every changed tool afresh as if
+/// the user had approved it).
+fn written_marker(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".written");
+    PathBuf::from(name)
+}
+
+/// The damage of a pin file that was deleted after a table was written, if it was.
+fn deleted(path: &Path) -> Option<String> {
+    let gone =
+        matches!(path.symlink_metadata(), Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+    (gone && written_marker(path).symlink_metadata().is_ok()).then(|| {
+        format!(
+            "pin file {} is damaged (it was deleted after tools had been pinned; restore it, or reset the pin store to pin every tool afresh)",
+            path.display()
+        )
+    })
 }
 
 /// The pin table in `path`: empty when there is no file, else the damage in words.
@@ -169,7 +209,10 @@ fn load(path: &Path) -> Result<BTreeMap<String, Pin>, String> {
     match crate::safe_read::read_in_folder(path, MAX_PINS_BYTES) {
         Ok(bytes) => serde_json::from_slice(&bytes)
             .map_err(|e| format!("pin file {name} is damaged (not a pin table: {e})")),
-        Err(crate::safe_read::ReadError::NotFound) => Ok(BTreeMap::new()),
+        Err(crate::safe_read::ReadError::NotFound) => match deleted(path) {
+            Some(damage) => Err(damage),
+            None => Ok(BTreeMap::new()),
+        },
         Err(e) => Err(format!("pin file {name} is damaged (it {e})")),
     }
 }
@@ -325,6 +368,35 @@ mod tests {
         assert!(aside.is_dir());
         assert_eq!(pins.damage(), None);
         pins.set_all(vec![("t".into(), pin)]);
+        assert!(Pins::open(&path).get("t").is_some());
+    }
+
+    #[test]
+    fn a_deleted_file_is_damage_at_the_next_start_and_while_running() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pins.json");
+        let t = tool("d", json!({"type": "object"}));
+        let pin = Pin {
+            hash: hash_of(&t),
+            definition: t,
+        };
+        // A first start: no file, no damage.
+        let pins = Pins::open(&path);
+        assert_eq!(pins.damage(), None);
+        pins.set_all(vec![("t".into(), pin.clone())]);
+        // Deleted while running: the next pinning is refused and says so.
+        std::fs::remove_file(&path).unwrap();
+        pins.set_all(vec![("u".into(), pin.clone())]);
+        assert!(pins.damage().unwrap().contains("was deleted"));
+        assert!(!path.exists(), "the deleted file was written afresh");
+        // And at the next start.
+        let again = Pins::open(&path);
+        assert!(again.damage().unwrap().contains("pins.json is damaged"));
+        // Reset: the marker goes aside, pinning starts afresh.
+        let aside = again.reset().unwrap();
+        assert!(aside.exists());
+        assert_eq!(again.damage(), None);
+        again.set_all(vec![("t".into(), pin)]);
         assert!(Pins::open(&path).get("t").is_some());
     }
 

@@ -11,11 +11,12 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
-use yaml_rust2::{Yaml, YamlLoader};
+use serde_json::Value;
 
+use crate::front_matter;
 use crate::protocol::{CommandArgument, CommandEntry, CommandSource};
 use crate::safe_read;
-use crate::skills::skill::{split_front_matter, SkillError, MAX_DESCRIPTION_CHARS};
+use crate::skills::skill::{SkillError, MAX_DESCRIPTION_CHARS};
 
 /// The most of one command file read.
 pub const MAX_COMMAND_BYTES: u64 = 256 * 1024;
@@ -142,7 +143,7 @@ pub fn load(root: &Path, rel: &Path, source: CommandSource) -> Result<Command, C
     let bytes = safe_read::read_beneath(root, rel, MAX_COMMAND_BYTES)
         .map_err(|e| err(None, format!("the file {e}")))?;
     let text = String::from_utf8(bytes).map_err(|_| err(None, "is not UTF-8 text".into()))?;
-    let (meta, body) = match split_front_matter(&text) {
+    let (meta, body) = match front_matter::split(&text) {
         Some((front, start)) => (
             parse_front_matter(front).map_err(|(field, reason)| err(field, reason))?,
             text.get(start..).unwrap_or_default(),
@@ -187,16 +188,14 @@ struct FrontMatter {
 type FieldError = (Option<&'static str>, String);
 
 fn parse_front_matter(front: &str) -> Result<FrontMatter, FieldError> {
-    let docs = YamlLoader::load_from_str(front)
-        .map_err(|e| (None, format!("front matter is not valid YAML: {e}")))?;
-    let map = match docs.into_iter().next() {
-        None | Some(Yaml::Null) => return Ok(FrontMatter::default()),
-        Some(Yaml::Hash(map)) => map,
-        Some(_) => return Err((None, "front matter is not a YAML mapping".into())),
+    let map = match front_matter::parse(front).map_err(|e| (None, e))? {
+        Value::Null => return Ok(FrontMatter::default()),
+        Value::Object(map) => map,
+        _ => return Err((None, "front matter is not a YAML mapping".into())),
     };
-    let description = match map.get(&Yaml::String("description".into())) {
-        None | Some(Yaml::Null) => None,
-        Some(Yaml::String(s)) if s.chars().count() > MAX_DESCRIPTION_CHARS => {
+    let description = match map.get("description") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if s.chars().count() > MAX_DESCRIPTION_CHARS => {
             return Err((
                 Some("description"),
                 format!(
@@ -205,12 +204,12 @@ fn parse_front_matter(front: &str) -> Result<FrontMatter, FieldError> {
                 ),
             ))
         }
-        Some(Yaml::String(s)) => Some(s.trim().to_owned()).filter(|s| !s.is_empty()),
+        Some(Value::String(s)) => Some(s.trim().to_owned()).filter(|s| !s.is_empty()),
         Some(_) => return Err((Some("description"), "must be a string".into())),
     };
-    let arguments = match map.get(&Yaml::String("arguments".into())) {
-        None | Some(Yaml::Null) => Vec::new(),
-        Some(Yaml::Array(list)) => parse_arguments(list)?,
+    let arguments = match map.get("arguments") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(list)) => parse_arguments(list)?,
         Some(_) => {
             return Err((
                 Some("arguments"),
@@ -224,12 +223,12 @@ fn parse_front_matter(front: &str) -> Result<FrontMatter, FieldError> {
     })
 }
 
-fn parse_arguments(list: &[Yaml]) -> Result<Vec<CommandArgument>, FieldError> {
+fn parse_arguments(list: &[Value]) -> Result<Vec<CommandArgument>, FieldError> {
     let mut out: Vec<CommandArgument> = Vec::new();
     let mut seen = HashSet::new();
     for (i, item) in list.iter().enumerate() {
         let bad = |reason: String| (Some("arguments"), format!("item {}: {reason}", i + 1));
-        let Yaml::Hash(map) = item else {
+        let Value::Object(map) = item else {
             return Err(bad("must be a mapping with a `name`".into()));
         };
         let mut arg = CommandArgument {
@@ -239,16 +238,16 @@ fn parse_arguments(list: &[Yaml]) -> Result<Vec<CommandArgument>, FieldError> {
             choices: Vec::new(),
         };
         for (key, value) in map {
-            match (key.as_str().unwrap_or_default(), value) {
-                ("name", Yaml::String(s)) => arg.name = s.clone(),
-                ("description", Yaml::String(s)) => arg.description = Some(s.trim().to_owned()),
-                ("required", Yaml::Boolean(b)) => arg.required = *b,
-                ("choices", Yaml::Array(values)) => {
+            match (key.as_str(), value) {
+                ("name", Value::String(s)) => arg.name = s.clone(),
+                ("description", Value::String(s)) => arg.description = Some(s.trim().to_owned()),
+                ("required", Value::Bool(b)) => arg.required = *b,
+                ("choices", Value::Array(values)) => {
                     arg.choices = values
                         .iter()
                         .map(|v| match v {
-                            Yaml::String(s) => Ok(s.clone()),
-                            Yaml::Integer(n) => Ok(n.to_string()),
+                            Value::String(s) => Ok(s.clone()),
+                            Value::Number(n) if n.is_i64() => Ok(n.to_string()),
                             _ => Err(bad("`choices` must be a list of strings".into())),
                         })
                         .collect::<Result<_, _>>()?;

@@ -667,6 +667,12 @@ pub struct SandboxConfig {
     /// `sandbox.writable`) are granted.
     #[schemars(extend("propertyNames" = {"minLength": 1}))]
     pub tools: BTreeMap<String, SandboxGrant>,
+    /// The daemon's own files a confined program may not read (config.json, the data dir,
+    /// `listen.token_file`): set by the host (`Host::set_config`), never read from
+    /// config.json.
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub hidden: Vec<PathBuf>,
 }
 
 impl Default for SandboxConfig {
@@ -677,6 +683,7 @@ impl Default for SandboxConfig {
             writable: Vec::new(),
             required: true,
             tools: BTreeMap::new(),
+            hidden: Vec::new(),
         }
     }
 }

@@ -413,6 +413,7 @@ fn check_schema(field: &str, schema: &Value) -> Result<(), FieldError> {
     if !schema.is_object() {
         return Err(field_err(field, "must be a JSON Schema object"));
     }
+    crate::registry::check_schema_size(schema).map_err(|e| field_err(field, e))?;
     crate::registry::compile_schema(schema)
         .map(|_| ())
         .map_err(|e| field_err(field, format!("is not a valid JSON Schema: {e}")))

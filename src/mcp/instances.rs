@@ -73,7 +73,31 @@ struct Instance {
     last_used: AtomicU64,
     /// Its session was deleted while a call ran on it: it stops when the last one ends.
     ended: AtomicBool,
+    /// The workspace directory it started in (device, inode): when the path is gone or
+    /// names another directory (deleted and made again), the instance is stopped.
+    dir: Option<DirId>,
 }
+
+/// A directory's identity: the same path made again is another directory (its inode
+/// number may be reused at once, its birth time is new).
+fn dir_id(path: &Path) -> Option<DirId> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino(), m.created().ok()))
+}
+
+type DirId = (u64, u64, Option<std::time::SystemTime>);
+
+impl Instance {
+    /// Whether its workspace was deleted (or replaced) since it started.
+    fn orphaned(&self) -> bool {
+        dir_id(&self.workspace) != self.dir
+    }
+}
+
+/// How often the reaper looks for instances whose workspace was deleted, while any runs.
+const WORKSPACE_CHECK: Duration = Duration::from_secs(30);
 
 /// A call's hold on its instance: the instance is busy (never stopped for room or idleness)
 /// until the lease is dropped with the call.
@@ -113,12 +137,38 @@ impl Drop for Lease {
 
 /// `cfg` as an instance in `workspace` runs it: `${WORKSPACE}` in its args, env and roots
 /// is the workspace, and so is its `cwd`.
-pub fn for_workspace(cfg: &McpServer, workspace: &Path) -> McpServer {
+///
+/// The path reaches the program inside the argument that names it, never through a shell —
+/// except where the config itself is a shell line (`sh -c "…"`, [`shell_script`]): a
+/// session's workspace is a name anyone who can make a directory chooses, and
+/// `$(touch pwned)` pasted into a shell line runs. There it goes in double quotes (which
+/// also join it to the words around it inside a quoted string), and a path holding what a
+/// shell reads even inside them — `$`, a backtick, a quote, a backslash, a newline — is
+/// refused.
+pub fn for_workspace(cfg: &McpServer, workspace: &Path) -> Result<McpServer, String> {
     let var = format!("${{{WORKSPACE_VAR}}}");
     let dir = workspace.display().to_string();
     let expand = |s: &String| s.replace(&var, &dir);
-    McpServer {
-        args: cfg.args.iter().map(expand).collect(),
+    let command = cfg.command.as_deref().unwrap_or_default();
+    let script = shell_script(command, &cfg.args);
+    let mut args = Vec::with_capacity(cfg.args.len());
+    for (i, arg) in cfg.args.iter().enumerate() {
+        if script != Some(i) || !arg.contains(&var) {
+            args.push(expand(arg));
+            continue;
+        }
+        if let Some(c) = dir.chars().find(|c| SHELL_QUOTED_SPECIAL.contains(*c)) {
+            return Err(format!(
+                "its args[{i}] is a shell line (run by {command}) and the workspace path {dir:?} holds {c:?}, \
+                 which a shell reads even in quotes: a path with $, `, \", ', \\ or a newline is \
+                 not expanded into a shell line (pass it as an argument of its own: \
+                 sh -c '... \"$1\" ...' sh ${{WORKSPACE}})"
+            ));
+        }
+        args.push(arg.replace(&var, &format!("\"{dir}\"")));
+    }
+    Ok(McpServer {
+        args,
         env: cfg
             .env
             .iter()
@@ -127,7 +177,56 @@ pub fn for_workspace(cfg: &McpServer, workspace: &Path) -> McpServer {
         roots: cfg.roots.iter().map(expand).collect(),
         cwd: Some(workspace.to_path_buf()),
         ..cfg.clone()
+    })
+}
+
+/// What a shell reads inside double quotes, and a single quote and a newline besides.
+const SHELL_QUOTED_SPECIAL: &str = "$`\"'\\\n";
+
+/// The shells whose `-c` takes a script.
+const SHELLS: [&str; 9] = [
+    "sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "yash", "fish",
+];
+
+/// Which of `args` is a shell's script, when the command line runs a shell with `-c`
+/// (`sh -c SCRIPT`, `bash -lc SCRIPT`, `env X=1 sh -e -o pipefail -c SCRIPT`): the first
+/// operand after the shell's options, one of which holds `c`.
+pub(crate) fn shell_script(command: &str, args: &[String]) -> Option<usize> {
+    let is_shell = |s: &str| {
+        let name = Path::new(s)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or(s);
+        SHELLS.contains(&name)
+    };
+    // Index -1 is the command itself.
+    let mut tokens = std::iter::once(command).chain(args.iter().map(String::as_str));
+    let mut at: Option<usize> = None;
+    if !is_shell(tokens.next()?) {
+        at = Some(args.iter().position(|a| is_shell(a))?);
     }
+    let start = at.map_or(0, |i| i + 1);
+    let mut c_given = false;
+    let mut skip_next = false;
+    for (i, tok) in args.iter().enumerate().skip(start) {
+        if skip_next {
+            skip_next = false;
+            continue;
+        }
+        if tok == "--" {
+            return c_given.then_some(i + 1).filter(|&n| n < args.len());
+        }
+        let is_option = tok.len() > 1 && (tok.starts_with('-') || tok.starts_with('+'));
+        if !is_option {
+            return c_given.then_some(i);
+        }
+        if tok.starts_with('-') && !tok.starts_with("--") && tok.contains('c') {
+            c_given = true;
+        }
+        // `-o NAME`, `+o NAME`, `-O NAME`: the option's value is the next word.
+        skip_next = !tok.starts_with("--") && (tok.ends_with('o') || tok.ends_with('O'));
+    }
+    None
 }
 
 impl Instances {
@@ -255,6 +354,16 @@ impl Instances {
                 ),
             ));
         }
+        if let Err(e) = for_workspace(&server.config(), &workspace) {
+            return Err(ToolError::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "MCP server '{}' cannot start for workspace {}: {e}",
+                    server.name(),
+                    workspace.display()
+                ),
+            ));
+        }
         Ok(match (&ctx.session_id, self.scope) {
             (Some(id), ServerScope::PerSession) => Some((Key::Session(id.clone()), workspace)),
             _ if workspace == self.home => None,
@@ -278,10 +387,11 @@ impl Instances {
             ));
         }
         if let Some(at) = live.iter().position(|i| i.key == *key) {
-            if live[at].workspace == workspace {
+            if live[at].workspace == workspace && !live[at].orphaned() {
                 return Ok(Some((Lease::new(self, &live[at]), false)));
             }
-            // The session moved to another workspace: its instance there replaces this one.
+            // The session moved to another workspace, or its workspace was deleted and made
+            // again: a new instance replaces this one.
             let moved = live.swap_remove(at);
             moved.ended.store(true, Ordering::SeqCst);
             if moved.busy.load(Ordering::SeqCst) == 0 {
@@ -309,6 +419,7 @@ impl Instances {
             busy: AtomicUsize::new(0),
             last_used: AtomicU64::new(now_ms()),
             ended: AtomicBool::new(false),
+            dir: dir_id(workspace),
         });
         let lease = Lease::new(self, &instance);
         live.push(instance);
@@ -458,12 +569,19 @@ pub async fn reap(set: Arc<Instances>, server: Weak<Server>, stop: CancellationT
             let mut live = lock(&set.live);
             let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut *live)
                 .into_iter()
-                .partition(|i| due(i) <= now);
+                .partition(|i| due(i) <= now || i.orphaned() && i.busy.load(Ordering::SeqCst) == 0);
             *live = kept;
-            (gone, live.iter().map(|i| due(i)).min())
+            // While instances run, look again for deleted workspaces now and then.
+            let check =
+                now.saturating_add(u64::try_from(WORKSPACE_CHECK.as_millis()).unwrap_or(u64::MAX));
+            (gone, live.iter().map(|i| due(i).min(check)).min())
         };
         for instance in &expired {
-            tracing::info!(server = %instance.server.name(), workspace = %instance.workspace.display(), "stopping an instance unused for {} s", idle.as_secs());
+            if instance.orphaned() {
+                tracing::info!(server = %instance.server.name(), workspace = %instance.workspace.display(), "stopping an instance whose workspace was deleted");
+            } else {
+                tracing::info!(server = %instance.server.name(), workspace = %instance.workspace.display(), "stopping an instance unused for {} s", idle.as_secs());
+            }
             instance.server.retire();
         }
         if !expired.is_empty() {
@@ -519,11 +637,62 @@ mod tests {
             scope: ServerScope::PerWorkspace,
             ..McpServer::default()
         };
-        let got = for_workspace(&cfg, Path::new("/w/a b"));
+        let got = for_workspace(&cfg, Path::new("/w/a b")).unwrap();
         assert_eq!(got.args, ["--root", "/w/a b/src", "x"]);
         assert_eq!(got.env["W"], "/w/a b");
         assert_eq!(got.roots, ["/w/a b"]);
         assert_eq!(got.cwd.as_deref(), Some(Path::new("/w/a b")));
         assert_eq!(got.command, cfg.command);
+    }
+
+    #[test]
+    fn a_workspace_goes_into_a_shell_line_quoted_or_not_at_all() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(shell_script("sh", &args(&["-c", "x"])), Some(1));
+        assert_eq!(
+            shell_script(
+                "/bin/bash",
+                &args(&["-e", "-o", "pipefail", "-lc", "x", "a"])
+            ),
+            Some(4)
+        );
+        assert_eq!(
+            shell_script("env", &args(&["A=1", "dash", "-c", "--", "x"])),
+            Some(4)
+        );
+        assert_eq!(shell_script("sh", &args(&["script.sh", "-c"])), None);
+        assert_eq!(shell_script("srv", &args(&["-c", "x"])), None);
+        let cfg = McpServer {
+            command: Some("sh".into()),
+            args: args(&[
+                "-c",
+                "exec srv --root ${WORKSPACE}/src \"at ${WORKSPACE}\"",
+                "sh",
+                "${WORKSPACE}",
+            ]),
+            scope: ServerScope::PerWorkspace,
+            ..McpServer::default()
+        };
+        let got = for_workspace(&cfg, Path::new("/w/a b;c")).unwrap();
+        assert_eq!(
+            got.args,
+            [
+                "-c",
+                "exec srv --root \"/w/a b;c\"/src \"at \"/w/a b;c\"\"",
+                "sh",
+                "/w/a b;c"
+            ]
+        );
+        for bad in [
+            "/w/$(touch x)",
+            "/w/`x`",
+            "/w/a\"b",
+            "/w/a'b",
+            "/w/a\\b",
+            "/w/a\nb",
+        ] {
+            let e = for_workspace(&cfg, Path::new(bad)).unwrap_err();
+            assert!(e.contains("args[1] is a shell line"), "{e}");
+        }
     }
 }

@@ -278,17 +278,22 @@ impl Server {
         &self.progress
     }
     /// The config the server's process is started with: a scoped server's runs in its
-    /// workspace (`instances::for_workspace`).
-    pub(super) fn launch_config(&self) -> Arc<McpServer> {
+    /// workspace (`instances::for_workspace`, which refuses a workspace path it cannot
+    /// put into a shell line safely).
+    pub(super) fn launch_config(&self) -> anyhow::Result<Arc<McpServer>> {
         let cfg = self.config();
         match &self.workspace {
-            Some(workspace) => Arc::new(super::instances::for_workspace(&cfg, workspace)),
-            None => cfg,
+            Some(workspace) => super::instances::for_workspace(&cfg, workspace)
+                .map(Arc::new)
+                .map_err(|e| anyhow::anyhow!("cannot start in {}: {e}", workspace.display())),
+            None => Ok(cfg),
         }
     }
-    /// The roots the server is offered (`client::roots_of`).
+    /// The roots the server is offered (`client::roots_of`); none when it cannot start.
     pub(super) fn roots(&self) -> Vec<String> {
-        super::client::roots_of(&self.launch_config(), &self.home)
+        self.launch_config()
+            .map(|cfg| super::client::roots_of(&cfg, &self.home))
+            .unwrap_or_default()
     }
     /// A scoped server's instances beside this one.
     pub(super) fn instances(&self) -> Option<&Arc<Instances>> {
@@ -701,7 +706,7 @@ async fn connect_and_list(server: &Arc<Server>, client: Client) -> anyhow::Resul
     // One of the daemon's start-up slots: many servers starting at once do not all spawn
     // at once, and one that hangs holds one slot, never the others.
     let _slot = server.startup_slot().await;
-    let cfg = server.launch_config();
+    let cfg = server.launch_config()?;
     let conn = launcher::connect(&server.name, &cfg, client, &server.runtime).await?;
     let startup = Duration::from_millis(cfg.startup_timeout_ms);
     let tools = tokio::time::timeout(

@@ -304,6 +304,23 @@ function schemaOf(tool, zod) {
   return schema;
 }
 
+/** The bounds the daemon holds a tool schema to (`MAX_SCHEMA_VALUES`, `MAX_SCHEMA_DEPTH`
+ * in src/registry/mod.rs), checked here without recursion so that a schema too large or
+ * too deep is named in the module's `skipped` rather than sent on a line the daemon cannot
+ * read. */
+const MAX_SCHEMA_VALUES = 10000;
+const MAX_SCHEMA_DEPTH = 64;
+function checkSchemaSize(schema) {
+  const pending = [[schema, 1]];
+  let values = 0;
+  while (pending.length > 0) {
+    const [v, depth] = pending.pop();
+    if (++values > MAX_SCHEMA_VALUES) throw new Error(`holds more than ${MAX_SCHEMA_VALUES} JSON values; a tool schema may hold at most that many`);
+    if (depth > MAX_SCHEMA_DEPTH) throw new Error(`nests more than ${MAX_SCHEMA_DEPTH} levels deep; a tool schema may nest at most that deep`);
+    if (v !== null && typeof v === "object") for (const c of Object.values(v)) pending.push([c, depth + 1]);
+  }
+}
+
 /** Why a factory's result is not a tool, or `undefined` when it is one. */
 function problemOf(tool) {
   if (tool === null || typeof tool !== "object") return `the factory returned ${tool === null ? "null" : typeof tool}, not a tool`;
@@ -345,6 +362,12 @@ async function load({ id, file, version, cwd, node_modules: nodeModules = [] }) 
       parameters = schemaOf(tool, () => pi.zod);
     } catch (e) {
       skipped.push({ name: tool.name, reason: `tool '${tool.name}': its parameters schema cannot be converted to JSON Schema: ${messageOf(e)}` });
+      continue;
+    }
+    try {
+      checkSchemaSize(parameters);
+    } catch (e) {
+      skipped.push({ name: tool.name, reason: `tool '${tool.name}': its parameters schema ${messageOf(e)}` });
       continue;
     }
     const index = kept.length;

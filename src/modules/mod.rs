@@ -43,6 +43,9 @@ use tool::{Entry, Handle, ModuleTool};
 const LOAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long the host has to run every `onSession` of one event (each is bounded there).
 const SESSION_EVENT_TIMEOUT: Duration = Duration::from_secs(6);
+/// How many tools one module may define; the rest are skipped and named (a module that
+/// made a hundred thousand must not swell every tool list).
+const MAX_TOOLS_PER_MODULE: usize = 256;
 /// How many session-event failures `host.health` shows.
 const EVENT_FAILURES_KEPT: usize = 20;
 /// How often a module may end the host while loading alone (`process.exit` at its top
@@ -395,7 +398,14 @@ impl Modules {
             .map(|s| s["reason"].as_str().unwrap_or("not a tool").to_owned())
             .collect();
         let mut tools = Vec::new();
-        for entry in reply["tools"].as_array().into_iter().flatten() {
+        let entries = reply["tools"].as_array().map_or(&[][..], Vec::as_slice);
+        if entries.len() > MAX_TOOLS_PER_MODULE {
+            skipped.push(format!(
+                "defines {} tools; the first {MAX_TOOLS_PER_MODULE} are kept",
+                entries.len()
+            ));
+        }
+        for entry in entries.iter().take(MAX_TOOLS_PER_MODULE) {
             let made = serde_json::from_value::<Entry>(entry.clone())
                 .map_err(|e| format!("the module host described a tool oddly: {e}"))
                 .and_then(|entry| {

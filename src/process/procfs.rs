@@ -124,6 +124,69 @@ pub fn descendants_in(all: &[Stat], roots: &[i32]) -> Vec<Stat> {
     found
 }
 
+/// The owner's uid and the inode of the TCP socket on this host whose own end is `local` and whose other end
+/// is `remote`, from the kernel's tables (`/proc/net/tcp`, `/proc/net/tcp6`); `None` when
+/// no socket of this network namespace has those ends (the peer is another machine).
+/// An IPv4 peer of an IPv6 listener shows as `::ffff:a.b.c.d` on one side only, so both
+/// sides are compared in their canonical form.
+pub fn tcp_socket(local: std::net::SocketAddr, remote: std::net::SocketAddr) -> Option<(u32, u64)> {
+    let want = (canonical(local), canonical(remote));
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .find_map(|table| {
+            let text = std::fs::read_to_string(table).ok()?;
+            text.lines().skip(1).find_map(|line| {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                let ends = (parse_tcp_addr(f.get(1)?)?, parse_tcp_addr(f.get(2)?)?);
+                if ends != want {
+                    return None;
+                }
+                Some((f.get(7)?.parse().ok()?, f.get(9)?.parse().ok()?))
+            })
+        })
+}
+
+fn canonical(a: std::net::SocketAddr) -> std::net::SocketAddr {
+    std::net::SocketAddr::new(a.ip().to_canonical(), a.port())
+}
+
+/// `0100007F:1F90` (IPv4) or 32 hex digits and a port (IPv6): each 32-bit word is the
+/// address's bytes in network order, printed as a number in this host's byte order.
+fn parse_tcp_addr(field: &str) -> Option<std::net::SocketAddr> {
+    let (addr, port) = field.split_once(':')?;
+    let port = u16::from_str_radix(port, 16).ok()?;
+    let mut bytes = Vec::with_capacity(16);
+    for word in addr.as_bytes().chunks(8) {
+        let word = u32::from_str_radix(std::str::from_utf8(word).ok()?, 16).ok()?;
+        bytes.extend_from_slice(&word.to_ne_bytes());
+    }
+    let ip = match bytes.len() {
+        4 => std::net::IpAddr::from(<[u8; 4]>::try_from(bytes).ok()?),
+        16 => std::net::IpAddr::from(<[u8; 16]>::try_from(bytes).ok()?),
+        _ => return None,
+    };
+    Some(canonical(std::net::SocketAddr::new(ip, port)))
+}
+
+/// A process of user `uid` (the socket's owner, from the same table) that has the socket
+/// `inode` open, ourselves excepted; `None` when none is found (or its descriptors cannot
+/// be read). Only that user's processes are looked through.
+pub fn socket_holder(inode: u64, uid: u32) -> Option<i32> {
+    let me = std::process::id() as i32;
+    let link = format!("socket:[{inode}]");
+    let of_uid = |pid: i32| std::fs::metadata(format!("/proc/{pid}")).is_ok_and(|m| m.uid() == uid);
+    pids()
+        .into_iter()
+        .filter(|&p| p != me && of_uid(p))
+        .find(|pid| {
+            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+                fds.flatten().any(|fd| {
+                    std::fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == link.as_str())
+                })
+            })
+        })
+}
+
 /// This boot's id: pids and start times only mean something within one boot.
 pub fn boot_id() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")

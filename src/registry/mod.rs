@@ -31,6 +31,40 @@ pub fn compile_schema(schema: &serde_json::Value) -> Result<jsonschema::Validato
         .build(schema)
         .map_err(|e| e.to_string())
 }
+/// The most values (objects, arrays, strings, numbers…) a tool's schema from a tool
+/// folder or a module may hold: every `list_tools` answer and every model's context carries
+/// it, so a 30,000-property schema would swell them all.
+pub const MAX_SCHEMA_VALUES: usize = 10_000;
+/// How deep such a schema may nest (JSON levels; a property's schema is two below its
+/// object's): a validator compiles and walks schemas recursively.
+pub const MAX_SCHEMA_DEPTH: usize = 64;
+
+/// Checks a schema a workspace can write (a `tool.json`'s, a module's) against
+/// [`MAX_SCHEMA_VALUES`] and [`MAX_SCHEMA_DEPTH`], walking it without recursion.
+pub fn check_schema_size(schema: &serde_json::Value) -> Result<(), String> {
+    let mut pending = vec![(schema, 1usize)];
+    let mut values = 0usize;
+    while let Some((v, depth)) = pending.pop() {
+        values += 1;
+        if values > MAX_SCHEMA_VALUES {
+            return Err(format!(
+                "holds more than {MAX_SCHEMA_VALUES} JSON values; a tool schema may hold at most that many"
+            ));
+        }
+        if depth > MAX_SCHEMA_DEPTH {
+            return Err(format!(
+                "nests more than {MAX_SCHEMA_DEPTH} levels deep; a tool schema may nest at most that deep"
+            ));
+        }
+        match v {
+            serde_json::Value::Object(m) => pending.extend(m.values().map(|c| (c, depth + 1))),
+            serde_json::Value::Array(a) => pending.extend(a.iter().map(|c| (c, depth + 1))),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 pub use tool::{CallContext, Tool, ToolError, ToolResult, ToolUpdate, UpdateSink};
 
 /// A group of tools that changes together. The order of the variants (and of server names)

@@ -18,11 +18,17 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::audit::Caller;
 use crate::lock;
+
+/// Processes the host started may hold one in this many of a listener's slots.
+pub(super) const STARTED_SHARE: usize = 8;
 
 /// The open connections of one listener, at most `max`.
 pub(super) struct Budget {
     slots: Arc<Semaphore>,
+    /// The part of `slots` processes the host started may hold ([`Ticket::admit_peer`]).
+    started: Arc<Semaphore>,
     max: usize,
     listener: &'static str,
     handshake: Duration,
@@ -39,6 +45,7 @@ impl Budget {
     ) -> Budget {
         Budget {
             slots: Arc::new(Semaphore::new(max)),
+            started: Arc::new(Semaphore::new((max / STARTED_SHARE).max(1))),
             max,
             listener,
             handshake,
@@ -60,6 +67,8 @@ impl Budget {
         self.open.fetch_add(1, Ordering::Relaxed);
         Some(Ticket(Arc::new(Slot {
             _slot: slot,
+            started: self.started.clone(),
+            started_slot: std::sync::OnceLock::new(),
             handshake: self.handshake,
             open: self.open.clone(),
         })))
@@ -73,6 +82,9 @@ pub(super) struct Ticket(Arc<Slot>);
 
 struct Slot {
     _slot: OwnedSemaphorePermit,
+    started: Arc<Semaphore>,
+    /// Held while the peer is a process the host started.
+    started_slot: std::sync::OnceLock<OwnedSemaphorePermit>,
     handshake: Duration,
     open: Arc<AtomicUsize>,
 }
@@ -81,6 +93,27 @@ impl Ticket {
     /// How long the connection may take to begin.
     pub(super) fn handshake(&self) -> Duration {
         self.0.handshake
+    }
+
+    /// Whether the connection may stay, now that its peer is known: a process the host
+    /// started (a sandboxed call's, an MCP server's: `peer.rs`) takes a slot of the
+    /// listener's share for such peers, one [`STARTED_SHARE`]th of its budget, and is
+    /// closed when that share is full. So however many connections a call opens and holds
+    /// idle, the rest of the slots stay for the user's own clients (the CLI, frontends).
+    pub(super) fn admit_peer(&self, host: &crate::host::Host, caller: Option<&Caller>) -> bool {
+        if !super::peer::started_by_host(host, caller) {
+            return true;
+        }
+        match self.0.started.clone().try_acquire_owned() {
+            Ok(permit) => {
+                let _ = self.0.started_slot.set(permit);
+                true
+            }
+            Err(_) => {
+                tracing::warn!("processes the host started hold their whole share of connections; closing a new one");
+                false
+            }
+        }
     }
 }
 

@@ -405,6 +405,10 @@ pub(super) enum Source {
         /// A line was refused for want of budget: its rest is still to be skipped, by the
         /// line's deadline.
         refused: Option<Instant>,
+        /// Until the first message: when a connection that has sent nothing but blank
+        /// lines is closed (its start plus the frame timeout). Idle time after a message is
+        /// a client's right; before one, whitespace would hold a slot forever.
+        quiet_until: Option<Instant>,
     },
     Ws {
         rx: SplitStream<WsServer>,
@@ -426,6 +430,7 @@ impl Source {
                 frame_timeout,
                 share,
                 refused,
+                quiet_until,
             } => loop {
                 if let Some(deadline) = refused.take() {
                     // Its refusal is answered; the rest of the line is read and dropped.
@@ -434,12 +439,25 @@ impl Source {
                         _ => return Frame::End,
                     }
                 }
-                // Idle between frames is fine; once a frame starts it must end in time.
-                match rd.fill_buf().await {
-                    Ok([]) | Err(_) => return Frame::End,
-                    Ok(_) => {}
+                // Idle between frames is fine (after the first); once a frame starts it
+                // must end in time.
+                let filled = match *quiet_until {
+                    Some(until) => match tokio::time::timeout_at(until, rd.fill_buf()).await {
+                        Ok(r) => r.map(|b| b.is_empty()),
+                        Err(_) => {
+                            tracing::debug!("newline client sent no message in time; closing");
+                            return Frame::End;
+                        }
+                    },
+                    None => rd.fill_buf().await.map(|b| b.is_empty()),
+                };
+                if !matches!(filled, Ok(false)) {
+                    return Frame::End;
                 }
-                let deadline = Instant::now() + *frame_timeout;
+                let mut deadline = Instant::now() + *frame_timeout;
+                if let Some(until) = *quiet_until {
+                    deadline = deadline.min(until);
+                }
                 let room = |capacity| share.cover(capacity);
                 let read =
                     tokio::time::timeout_at(deadline, read_line_or_drop(rd, *max + 1, line, room))
@@ -463,6 +481,7 @@ impl Source {
                 }
                 share.release();
                 if let Some(frame) = frame {
+                    *quiet_until = None;
                     return frame;
                 }
             },

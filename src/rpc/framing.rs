@@ -28,16 +28,22 @@ pub(super) async fn serve_unix(stream: UnixStream, shared: Arc<Shared>, ticket: 
             }),
         None => first_byte(&stream).await,
     };
+    let Some(first) = first else {
+        return;
+    };
+    let caller = Caller::of_unix(&stream);
+    if let Some(t) = &ticket {
+        if !t.admit_peer(&shared.host, caller.as_deref()) {
+            return;
+        }
+    }
     match first {
-        None => {}
-        Some(b'{' | b'[' | b' ' | b'\t' | b'\r' | b'\n') => {
-            let caller = Caller::of_unix(&stream);
+        b'{' | b'[' | b' ' | b'\t' | b'\r' | b'\n' => {
+            // The ticket (the slot) is held until the connection ends.
+            let _ticket = ticket;
             serve_newline(stream, shared, caller).await
         }
-        Some(_) => {
-            let caller = Caller::of_unix(&stream);
-            serve_http(stream, shared, ticket, None, caller).await
-        }
+        _ => serve_http(stream, shared, ticket, None, caller).await,
     }
 }
 
@@ -74,6 +80,7 @@ async fn serve_newline(stream: UnixStream, shared: Arc<Shared>, caller: Option<A
         frame_timeout: shared.frame_timeout,
         share: shared.frame_budget.share(),
         refused: None,
+        quiet_until: Some(tokio::time::Instant::now() + shared.frame_timeout),
     };
     run_messages(shared, source, Wire::Lines(wr), caller).await;
 }

@@ -120,6 +120,7 @@ impl Listeners {
                 let l = TcpListener::bind(addr)
                     .await
                     .with_context(|| format!("cannot listen on tcp {addr}"))?;
+                deepen_backlog(&l);
                 if l.local_addr().is_ok_and(|a| a.ip().is_unspecified()) {
                     tracing::warn!(
                         "listen.tcp {addr} accepts connections from every network this machine is on; only the bearer token stands between them and your tools (use 127.0.0.1 unless you mean it)"
@@ -209,6 +210,17 @@ async fn bind_unix(path: &Path, mode: Option<&str>) -> anyhow::Result<(UnixListe
             _lock: lock,
         },
     ))
+}
+
+/// Lets a burst of TCP connections wait in the kernel's queue rather than be refused: the
+/// listen backlog is raised from the runtime's 1,024 to the system's most
+/// (`net.core.somaxconn`, 4,096 by default), as the Unix socket's already is, so a client
+/// in a burst of up to that many sees a delay until the accept loop takes it.
+fn deepen_backlog(listener: &impl std::os::fd::AsFd) {
+    use nix::sys::socket::{listen, Backlog};
+    if let Err(e) = listen(listener, Backlog::MAXALLOWABLE) {
+        tracing::debug!(%e, "could not raise the listen backlog");
+    }
 }
 
 /// How long a starting daemon waits for the daemon before it to let go of the socket: a

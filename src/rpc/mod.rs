@@ -70,6 +70,7 @@ use std::time::Duration;
 
 use jsonrpsee::server::{stop_channel, ServerHandle, StopHandle};
 
+use crate::audit::Caller;
 use crate::host::Host;
 
 pub use listener::{tcp_token, Listeners};
@@ -219,9 +220,16 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
                 };
                 let pending = unauthenticated.admit(handshake);
                 let bearer = http::Bearer::new(token.clone(), pending.clone());
-                let serve =
-                    http::serve_http(stream, shared.clone(), Some(ticket), Some(bearer), None);
+                let shared = shared.clone();
                 tokio::spawn(async move {
+                    // A process on this host is held to the same peer rule as on the Unix
+                    // socket (`peer.rs`): a token a sandboxed call read gives it nothing.
+                    let caller = Caller::of_tcp(&stream).await;
+                    if !ticket.admit_peer(&shared.host, caller.as_deref()) {
+                        return;
+                    }
+                    let serve =
+                        http::serve_http(stream, shared, Some(ticket), Some(bearer), caller);
                     tokio::select! {
                         _ = serve => {}
                         _ = pending.refused() => {

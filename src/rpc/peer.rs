@@ -51,17 +51,10 @@ pub(super) struct Limited {
 /// Whether the peer is a process the host started; `None` (no limits) for the user's own
 /// clients and for the daemon itself (the MCP facade's in-process connection).
 pub(super) fn limits(host: &Host, caller: Option<&Caller>) -> Option<Limited> {
-    let caller = caller?;
-    let me = std::process::id() as i32;
-    // SO_PEERCRED always names the peer on Linux; a peer we cannot name is not trusted.
-    let started = match caller.pid {
-        Some(pid) if pid == me => false,
-        Some(pid) => descends_from(pid, me) || carries_cookie(pid, host.processes().instance()),
-        None => true,
-    };
-    if !started {
+    if !started_by_host(host, caller) {
         return None;
     }
+    let caller = caller?;
     let call = caller.pid.and_then(|pid| host.processes().call_of(pid));
     let mut rights = call
         .and_then(|c| host.calls().rights(&c))
@@ -70,6 +63,21 @@ pub(super) fn limits(host: &Host, caller: Option<&Caller>) -> Option<Limited> {
         rights.workspace = canonical;
     }
     Some(Limited { rights })
+}
+
+/// Whether the peer is a process the host started (or one that cannot be named: not
+/// trusted); `false` for the user's own clients and the daemon itself.
+pub(super) fn started_by_host(host: &Host, caller: Option<&Caller>) -> bool {
+    let Some(caller) = caller else {
+        return false;
+    };
+    let me = std::process::id() as i32;
+    // SO_PEERCRED always names the peer on Linux; a peer we cannot name is not trusted.
+    match caller.pid {
+        Some(pid) if pid == me => false,
+        Some(pid) => descends_from(pid, me) || carries_cookie(pid, host.processes().instance()),
+        None => true,
+    }
 }
 
 /// The rights of a peer that is no call's: the daemon's workspace, read-only, no network,

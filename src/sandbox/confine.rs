@@ -46,7 +46,8 @@ pub struct Confinement {
 }
 
 impl Confinement {
-    /// Read everywhere; write in `writable`, the devices above and a new temp dir; with
+    /// Read everywhere but `hidden` ([`readable_around`]); write in `writable`, the devices
+    /// above and a new temp dir; with
     /// `Network::Deny`, no TCP connect/bind and no abstract Unix sockets outside; never
     /// signals to processes outside the sandbox (where the ABI has scopes); no metadata
     /// changes and no terminal input faking ([`seccomp`]).
@@ -54,11 +55,12 @@ impl Confinement {
         policy: SandboxPolicy,
         network: Network,
         writable: &[PathBuf],
+        hidden: &[PathBuf],
     ) -> io::Result<Self> {
         let tmp = tempfile::Builder::new()
-            .prefix("toolhost-call-")
+            .prefix(&super::call_dir_prefix())
             .tempdir()?;
-        let fd = ruleset(network, writable, tmp.path())
+        let fd = ruleset(network, writable, hidden, tmp.path())
             .map_err(io::Error::other)?
             .ok_or_else(|| io::Error::other("the kernel refused to create a Landlock ruleset"))?;
         Ok(Confinement {
@@ -84,8 +86,10 @@ impl Confinement {
 fn ruleset(
     network: Network,
     writable: &[PathBuf],
+    hidden: &[PathBuf],
     tmp: &Path,
 ) -> Result<Option<OwnedFd>, landlock::RulesetError> {
+    let (readable, listable) = readable_around(hidden);
     let mut rs = Ruleset::default().handle_access(AccessFs::from_all(TARGET))?;
     let mut scopes = landlock::BitFlags::<Scope>::empty();
     if super::abi() >= ABI_SCOPES {
@@ -103,13 +107,61 @@ fn ruleset(
     }
     let created = rs
         .create()?
-        .add_rules(path_beneath_rules(["/"], AccessFs::from_read(TARGET)))?
+        .add_rules(path_beneath_rules(readable, AccessFs::from_read(TARGET)))?
+        .add_rules(path_beneath_rules(listable, AccessFs::ReadDir))?
         .add_rules(path_beneath_rules(DEVICES, AccessFs::from_all(TARGET)))?
         .add_rules(path_beneath_rules(
             writable.iter().map(PathBuf::as_path).chain([tmp]),
             AccessFs::from_all(TARGET),
         ))?;
     Ok(created.into())
+}
+
+/// What to grant reading on so that everything but `hidden` can be read: Landlock only
+/// adds rights, so rather than `/` it is every entry of each directory on the way from `/`
+/// to a hidden path, except the next step on that way (and a symlink that leads to one).
+/// The directories on the way are only listable (`listable`; Landlock grants that beneath
+/// them too, so names beneath show, never contents). An entry made in one of those
+/// directories after this is not readable by the run. A hidden path inside a writable one
+/// is readable through it: Landlock cannot take a right back.
+fn readable_around(hidden: &[PathBuf]) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let hidden: Vec<PathBuf> = hidden
+        .iter()
+        .filter_map(|p| p.canonicalize().ok())
+        .collect();
+    let root = PathBuf::from("/");
+    if hidden.is_empty() || hidden.contains(&root) {
+        return (vec![root], Vec::new());
+    }
+    let (mut readable, mut listable) = (Vec::new(), Vec::new());
+    let mut pending = vec![root];
+    while let Some(dir) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if hidden.contains(&path) {
+                continue;
+            }
+            if hidden.iter().any(|h| h.starts_with(&path)) {
+                pending.push(path);
+                continue;
+            }
+            // A symlink grants what it leads to: not a hidden path, nor the way to one.
+            if entry.file_type().is_ok_and(|t| t.is_symlink()) {
+                let leads_in = path.canonicalize().map_or(true, |t| {
+                    hidden.iter().any(|h| t.starts_with(h) || h.starts_with(&t))
+                });
+                if leads_in {
+                    continue;
+                }
+            }
+            readable.push(path);
+        }
+        listable.push(dir);
+    }
+    (readable, listable)
 }
 
 /// Makes a forked child (a stdio server) restrict itself with `c` right before exec.
@@ -176,6 +228,7 @@ pub fn bench_setup(
         SandboxPolicy::WorkspaceWrite,
         network,
         &[workspace.to_path_buf()],
+        &[],
     )?;
     let built = t.elapsed();
     let (fd, filters) = (c.ruleset.clone(), c.filters.clone());

@@ -137,6 +137,60 @@ fn unsupported(policy: SandboxPolicy, network: Network) -> Option<String> {
     None
 }
 
+/// What starts the name of a confined run's temp dir: `toolhost-call-<pid>.<start>-`, the
+/// daemon process that made it and its start time, so that a later daemon tells a killed
+/// one's leftovers (it could not remove them) from a live one's ([`sweep_call_dirs`]).
+const CALL_DIR: &str = "toolhost-call-";
+
+fn call_dir_prefix() -> String {
+    let pid = std::process::id() as i32;
+    let start = crate::process::procfs::stat(pid).map_or(0, |s| s.starttime);
+    format!("{CALL_DIR}{pid}.{start}-")
+}
+
+/// Removes the temp dirs of confined runs whose daemon is gone, in `$TMPDIR` and in
+/// `/tmp` (a daemon may have run with either): ours (by owner), real directories (not
+/// symlinks), named by a process that no longer runs with that start time. Blocking; run
+/// once at start. Returns how many were removed.
+pub fn sweep_call_dirs() -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let uid = nix::unistd::geteuid().as_raw();
+    let mut places = vec![std::env::temp_dir(), PathBuf::from("/tmp")];
+    places.dedup();
+    let mut removed = 0;
+    for place in places {
+        let Ok(entries) = std::fs::read_dir(&place) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(owner) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix(CALL_DIR))
+                .and_then(|rest| rest.split_once('-'))
+                .and_then(|(owner, _)| owner.split_once('.'))
+                .and_then(|(pid, start)| {
+                    Some((pid.parse::<i32>().ok()?, start.parse::<u64>().ok()?))
+                })
+            else {
+                continue;
+            };
+            let ours = entry
+                .metadata()
+                .is_ok_and(|m| m.file_type().is_dir() && m.uid() == uid);
+            let alive =
+                crate::process::procfs::stat(owner.0).is_some_and(|s| s.starttime == owner.1);
+            if ours && !alive && std::fs::remove_dir_all(entry.path()).is_ok() {
+                removed += 1;
+            }
+        }
+    }
+    if removed > 0 {
+        tracing::info!("removed {removed} temp dirs of confined runs a killed daemon left");
+    }
+    removed
+}
+
 /// What to do about the sandbox for one program run.
 #[derive(Debug)]
 pub enum Plan {
@@ -191,7 +245,7 @@ pub fn plan(call: &CallSandbox, workspace: &Path, extras: &Extras) -> Result<Pla
         writable.extend(call.config.writable.iter().cloned());
         writable.extend(extras.writable.iter().cloned());
     }
-    Confinement::build(call.policy, network, &writable)
+    Confinement::build(call.policy, network, &writable, &call.config.hidden)
         .map(Plan::Confined)
         .map_err(|e| Refusal {
             message: format!("could not set up the sandbox: {e}"),
@@ -297,7 +351,7 @@ pub fn confine_server(
         }
         writable.extend(s.writable.iter().cloned());
     }
-    let c = Confinement::build(s.policy, s.network, &writable)?;
+    let c = Confinement::build(s.policy, s.network, &writable, &[])?;
     cmd.env("TMPDIR", c.tmpdir());
     install(cmd, &c);
     Ok(Some(c))

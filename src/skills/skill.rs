@@ -16,8 +16,8 @@ use std::sync::{Arc, OnceLock};
 use cap_std::fs::Dir;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
-use yaml_rust2::{Yaml, YamlLoader};
 
+use crate::front_matter;
 use crate::protocol::{SkillFile, SkillSource};
 use crate::safe_read::{self, Node, ReadError};
 
@@ -152,7 +152,7 @@ pub fn load_reusing(
     let bytes = safe_read::read_in_folder(&file, MAX_SKILL_MD_BYTES)
         .map_err(|e| err(None, format!("{SKILL_FILE} {e}")))?;
     let text = String::from_utf8(bytes).map_err(|_| err(None, "is not UTF-8 text".into()))?;
-    let (front, body_start) = split_front_matter(&text).ok_or_else(|| {
+    let (front, body_start) = front_matter::split(&text).ok_or_else(|| {
         err(
             None,
             "has no YAML front matter (a first line `---`, the fields, then `---`)".into(),
@@ -196,82 +196,34 @@ struct FrontMatter {
     all: Map<String, Value>,
 }
 
-/// `(front matter, where the body starts)` when `text` opens with a `---` line and a later
-/// `---` line closes it.
-pub(crate) fn split_front_matter(text: &str) -> Option<(&str, usize)> {
-    let text_start = text.strip_prefix('\u{feff}').map_or(0, |_| 3);
-    let rest = &text[text_start..];
-    let first = rest.lines().next()?;
-    if first.trim_end() != "---" {
-        return None;
-    }
-    let front_start = text_start + first.len() + 1;
-    let mut at = front_start;
-    for line in text.get(front_start..)?.split_inclusive('\n') {
-        if line.trim_end() == "---" {
-            return Some((&text[front_start..at], at + line.len()));
-        }
-        at += line.len();
-    }
-    None
-}
-
-/// Parses the YAML and checks the fields; an error names the field when there is one.
+/// Parses the YAML ([`crate::front_matter`], bounded) and checks the fields; an error
+/// names the field when there is one.
 fn parse_front_matter(front: &str) -> Result<FrontMatter, (Option<&'static str>, String)> {
-    let docs = YamlLoader::load_from_str(front)
-        .map_err(|e| (None, format!("front matter is not valid YAML: {e}")))?;
-    let Some(Yaml::Hash(map)) = docs.into_iter().next() else {
+    let Value::Object(all) = front_matter::parse(front).map_err(|e| (None, e))? else {
         return Err((None, "front matter is not a YAML mapping".into()));
     };
-    let text_field =
-        |key: &'static str, max: usize, required: bool| match map.get(&Yaml::String(key.into())) {
-            None | Some(Yaml::Null) if !required => Ok(None),
-            None | Some(Yaml::Null) => Err((Some(key), "is required".to_owned())),
-            Some(Yaml::String(s)) if s.trim().is_empty() => Err((Some(key), "is empty".to_owned())),
-            Some(Yaml::String(s)) if s.chars().count() > max => Err((
-                Some(key),
-                format!(
-                    "is {} characters long; at most {max} are allowed",
-                    s.chars().count()
-                ),
-            )),
-            Some(Yaml::String(s)) => Ok(Some(s.clone())),
-            Some(_) => Err((Some(key), "must be a string".to_owned())),
-        };
+    let text_field = |key: &'static str, max: usize, required: bool| match all.get(key) {
+        None | Some(Value::Null) if !required => Ok(None),
+        None | Some(Value::Null) => Err((Some(key), "is required".to_owned())),
+        Some(Value::String(s)) if s.trim().is_empty() => Err((Some(key), "is empty".to_owned())),
+        Some(Value::String(s)) if s.chars().count() > max => Err((
+            Some(key),
+            format!(
+                "is {} characters long; at most {max} are allowed",
+                s.chars().count()
+            ),
+        )),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err((Some(key), "must be a string".to_owned())),
+    };
     let name = text_field("name", usize::MAX, true)?.unwrap_or_default();
     let description = text_field("description", MAX_DESCRIPTION_CHARS, true)?.unwrap_or_default();
     text_field("compatibility", MAX_COMPATIBILITY_CHARS, false)?;
-    let all = map.iter().map(|(k, v)| (key_text(k), json(v))).collect();
     Ok(FrontMatter {
         name,
         description,
         all,
     })
-}
-
-/// A YAML value as JSON (an alias, which yaml-rust2 leaves unresolved, as `null`).
-fn json(y: &Yaml) -> Value {
-    match y {
-        Yaml::Real(r) => r
-            .parse::<f64>()
-            .ok()
-            .and_then(serde_json::Number::from_f64)
-            .map_or_else(|| Value::String(r.clone()), Value::Number),
-        Yaml::Integer(i) => (*i).into(),
-        Yaml::String(s) => s.clone().into(),
-        Yaml::Boolean(b) => (*b).into(),
-        Yaml::Array(a) => a.iter().map(json).collect(),
-        Yaml::Hash(h) => Value::Object(h.iter().map(|(k, v)| (key_text(k), json(v))).collect()),
-        Yaml::Alias(_) | Yaml::Null | Yaml::BadValue => Value::Null,
-    }
-}
-
-/// A YAML mapping key as a JSON object key: a scalar's text, anything else as JSON.
-fn key_text(k: &Yaml) -> String {
-    match json(k) {
-        Value::String(s) => s,
-        other => other.to_string(),
-    }
 }
 
 /// The name rule, as a sentence about what is wrong.
@@ -404,16 +356,6 @@ fn etag(text: &str, files: &[SkillFile]) -> String {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn front_matter_is_split_from_the_body() {
-        let text = "---\nname: a\ndescription: b\n---\n# Body\n";
-        let (front, start) = split_front_matter(text).unwrap();
-        assert_eq!(front, "name: a\ndescription: b\n");
-        assert_eq!(&text[start..], "# Body\n");
-        assert!(split_front_matter("# no front matter\n").is_none());
-        assert!(split_front_matter("---\nname: a\n").is_none());
-    }
 
     #[test]
     fn names_follow_the_rule() {

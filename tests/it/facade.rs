@@ -156,15 +156,6 @@ echo '{"result": {"content": [{"type": "image", "data": "AAAA", "mimeType": "ima
     d
 }
 
-fn tcp_addr(d: &Daemon) -> String {
-    let log = d.log();
-    log.split("tcp ")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no tcp address in log: {log}"))
-        .to_owned()
-}
-
 /// `toolhost mcp` on this daemon's socket, as an MCP client would start it.
 async fn stdio(d: &Daemon, c: TestClient, args: &[&str]) -> Mcp {
     let mut cmd = toolhost(d.dir.path());
@@ -176,7 +167,7 @@ async fn stdio(d: &Daemon, c: TestClient, args: &[&str]) -> Mcp {
 
 /// `/mcp` over TCP with the bearer token.
 async fn http(d: &Daemon, c: TestClient) -> Mcp {
-    let url = format!("http://{}/mcp", tcp_addr(d));
+    let url = format!("http://{}/mcp", d.tcp_addr());
     let cfg = StreamableHttpClientTransportConfig::with_uri(url).auth_header(TOKEN);
     c.serve(StreamableHttpClientTransport::from_config(cfg))
         .await
@@ -419,7 +410,7 @@ async fn cancelling_a_call_kills_its_process_group() {
 #[tokio::test]
 async fn http_needs_the_token_and_a_local_origin() {
     let d = start(json!({})).await;
-    let addr = tcp_addr(&d);
+    let addr = d.tcp_addr();
     let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}"#;
     let post = |headers: Vec<(&'static str, String)>| {
         let addr = addr.clone();
@@ -615,7 +606,7 @@ async fn python_sdk_over_stdio_and_http() {
     };
     stdio["mode"] = json!("stdio");
     assert_eq!(stdio, python_expected("stdio"));
-    let url = format!("http://{}/mcp", tcp_addr(&d));
+    let url = format!("http://{}/mcp", d.tcp_addr());
     let mut http = python_client(&["http", &url, TOKEN]).await.unwrap();
     http["mode"] = json!("http");
     assert_eq!(http, python_expected("http"));
@@ -679,7 +670,7 @@ async fn python_sdk_sees_prompts_resources_and_completions() {
         return;
     };
     assert_eq!(stdio, expected);
-    let url = format!("http://{}/mcp", tcp_addr(&d));
+    let url = format!("http://{}/mcp", d.tcp_addr());
     let http = python_client(&["surface", "http", &url, TOKEN])
         .await
         .unwrap();

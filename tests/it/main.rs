@@ -65,3 +65,4 @@ mod surface;
 mod trust_gate;
 mod ui;
 mod workspace_trust;
+mod hardening4;

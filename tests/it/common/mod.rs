@@ -293,6 +293,16 @@ impl Daemon {
         assert!(r.get("result").is_some(), "{r}");
         c
     }
+    /// The address the TCP listener bound (`listen.tcp` of port 0), from the log.
+    pub fn tcp_addr(&self) -> String {
+        let log = self.log();
+        log.split("tcp ")
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no tcp address in log: {log}"))
+            .to_owned()
+    }
+
     /// `host.health`'s result.
     pub async fn health(&self) -> Value {
         self.call("host.health", json!({})).await["result"].clone()
