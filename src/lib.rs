@@ -37,6 +37,7 @@ pub mod daemon;
 mod error;
 mod facade;
 mod fds;
+mod guards;
 mod host;
 mod import;
 mod inputs;
@@ -59,6 +60,8 @@ mod skills;
 mod tools;
 mod ui;
 
+#[doc(hidden)]
+pub use guards::bench_check as guards_bench_check;
 #[doc(hidden)]
 pub use sandbox::bench_setup as sandbox_bench_setup;
 

@@ -12,6 +12,7 @@
 mod approvals;
 mod calls;
 mod config;
+mod guards;
 mod import;
 mod invoke;
 mod locate;
@@ -102,6 +103,11 @@ enum Command {
     Approvals(approvals::ApprovalsArgs),
     /// Finished calls from the audit log (no daemon needed).
     Calls(calls::CallsArgs),
+    /// The guards' rules, their counters and refusals; `guards reset RULE` clears one.
+    Guards {
+        #[command(subcommand)]
+        command: Option<guards::GuardsCommand>,
+    },
     /// Show the daemon's health.
     Health,
     /// Send a raw JSON-RPC call and print its result.
@@ -291,6 +297,7 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Health => status::health(&g).await,
         Command::Approvals(args) => approvals::run(&g, args).await,
         Command::Calls(args) => Ok(calls::run(&g, args).await),
+        Command::Guards { command } => guards::run(&g, command).await,
         Command::Config { command } => config::run(&g, command).await,
         Command::Session { command } => session::run(&g, command).await,
         Command::Mcp {

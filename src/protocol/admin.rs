@@ -22,7 +22,7 @@ pub struct McpCounts {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct HealthResult {
     /// `degraded` while a config error, a tool-name collision, a failed MCP server, a
-    /// quarantined tool or a damaged pin file is outstanding.
+    /// quarantined tool, a damaged pin file or damaged guard counters are outstanding.
     pub status: HealthStatus,
     pub version: String,
     pub uptime_s: u64,
@@ -68,6 +68,10 @@ pub struct HealthResult {
     /// the file is repaired or `tools.pins_reset` moves it aside.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pins_error: Option<String>,
+    /// Stored `daily` counters of the guards that cannot be read, naming the fix: the
+    /// rules they belong to refuse their calls until then (proto-docs/guards.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub guard_errors: Vec<String>,
 }
 
 /// The module host as `host.health` shows it.

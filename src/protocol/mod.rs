@@ -10,6 +10,7 @@ mod admin;
 mod approval;
 mod audit;
 mod commands;
+mod guards;
 mod invoke;
 mod output;
 mod sandbox;
@@ -25,6 +26,7 @@ pub use admin::*;
 pub use approval::*;
 pub use audit::*;
 pub use commands::*;
+pub use guards::*;
 pub use invoke::*;
 pub use output::*;
 pub use sandbox::*;
@@ -127,6 +129,8 @@ pub mod method {
     pub const DISCOVER: &str = "rpc.discover";
     pub const UI_LOGIN: &str = "ui.login";
     pub const AUDIT_RECENT: &str = "audit.recent";
+    pub const GUARDS_STATUS: &str = "guards.status";
+    pub const GUARDS_RESET: &str = "guards.reset";
 }
 
 /// Why a tool call failed; the `error_kind` of an `ok:false` result.
@@ -147,11 +151,14 @@ pub enum ErrorKind {
     // The tool's definition changed or was flagged; `tools.approve` lets it through. (A
     // plain comment: a doc comment would turn the schema's `enum` into a `oneOf`.)
     Quarantined,
+    // A guard refused the call (a rate, daily, concurrency or loop limit); the result's
+    // `guard` says which (proto-docs/guards.md). A plain comment, as above.
+    Limited,
 }
 
 impl ErrorKind {
     /// Every kind, for label sets and checks.
-    pub const ALL: [ErrorKind; 10] = [
+    pub const ALL: [ErrorKind; 11] = [
         ErrorKind::UnknownTool,
         ErrorKind::InvalidArguments,
         ErrorKind::ApprovalRequired,
@@ -162,6 +169,7 @@ impl ErrorKind {
         ErrorKind::Failed,
         ErrorKind::SandboxUnavailable,
         ErrorKind::Quarantined,
+        ErrorKind::Limited,
     ];
 
     /// The wire name, as serialised (for metric labels and tables; a test holds the two
@@ -178,6 +186,7 @@ impl ErrorKind {
             ErrorKind::Failed => "failed",
             ErrorKind::SandboxUnavailable => "sandbox_unavailable",
             ErrorKind::Quarantined => "quarantined",
+            ErrorKind::Limited => "limited",
         }
     }
 }

@@ -27,6 +27,7 @@ use tokio::sync::{broadcast, mpsc};
 mod approvals;
 mod builtin_commands;
 mod commands;
+mod guards;
 mod skills;
 
 use super::openrpc::{self, MethodDoc};
@@ -363,6 +364,7 @@ pub(crate) fn methods(access: Arc<crate::ui::Access>) -> anyhow::Result<Methods>
     skills::register(&mut api)?;
     commands::register(&mut api)?;
     approvals::register(&mut api)?;
+    guards::register(&mut api)?;
     ui::register(&mut api, access)?;
 
     // rpc.discover documents itself too, then serves the finished document.

@@ -34,6 +34,7 @@ fn with_scrape<R>(host: &Host, f: impl FnOnce(&Scrape) -> R) -> R {
         is_registered: &|name| snapshot.get(name).is_some(),
         config_revision: host.config_state().revision,
         servers: host.mcp().status(None),
+        guard_refusals: host.guards().refusals(),
     })
 }
 
@@ -96,7 +97,9 @@ pub(super) fn health(host: &Host) -> HealthResult {
         .map(|q| q.name.clone())
         .collect();
     let pins_error = host.registry().pins_damage();
+    let guard_errors = host.guards().errors();
     let degraded = !quarantined.is_empty()
+        || !guard_errors.is_empty()
         || pins_error.is_some()
         || config_error.is_some()
         || !clashes.is_empty()
@@ -145,5 +148,6 @@ pub(super) fn health(host: &Host) -> HealthResult {
         command_errors,
         quarantined,
         pins_error,
+        guard_errors,
     }
 }

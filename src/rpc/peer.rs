@@ -181,6 +181,9 @@ fn access(name: &str) -> Access {
         | method::APPROVALS_DECIDE
         | method::SUBSCRIBE_APPROVALS
         | method::UNSUBSCRIBE_APPROVALS => Access::Admin,
+        // The guards: their status names others' sessions and workspaces, and a reset
+        // would let a runaway call lift its own limit.
+        method::GUARDS_STATUS | method::GUARDS_RESET => Access::Admin,
         // config.reload, mcp.add/remove/reload/login/logout, tools.approve, cancel (of any
         // call), session.list (everyone's sessions), and whatever is added later.
         _ => Access::Admin,
