@@ -449,10 +449,10 @@ async fn guard(
         ToolSource::Mcp { .. } => GuardSource::Mcp,
     };
     let caller = audit::current_caller();
-    let client = facts
-        .client
-        .as_deref()
-        .or_else(|| caller.as_ref().and_then(|c| c.agent.as_deref()));
+    let client = facts.client.as_deref().or_else(|| {
+        let c = caller.as_ref()?;
+        c.agent.as_deref().or(c.process.as_deref())
+    });
     let frontend = guards::frontend_key(client, caller.as_ref().map(|c| c.uid));
     let call = guards::Call {
         target: guards::Target {

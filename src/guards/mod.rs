@@ -42,9 +42,9 @@ pub use crate::config::GuardSource;
 
 /// The `frontend` scope's key of a call: who is calling, as far as the host can tell.
 /// Today that is the client's own name (the session's `clientInfo.name` or meta `client`,
-/// else the connection's `User-Agent`) with the peer's uid, so two users running the same
-/// frontend are two frontends. The one place this is derived: when sessions carry a
-/// stable frontend identity, key on it here.
+/// else the connection's `User-Agent`, else the peer's process name) with the peer's uid,
+/// so two users running the same frontend are two frontends. The one place this is
+/// derived: when sessions carry a stable frontend identity, key on it here.
 pub fn frontend_key(client: Option<&str>, uid: Option<u32>) -> String {
     let client = client.unwrap_or("unnamed");
     match uid {

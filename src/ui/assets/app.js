@@ -371,12 +371,14 @@ async function refreshGuards() {
   fill("guards-list", g.rules.map((r) => {
     const fullest = r.scopes.length ? r.scopes[0].fill : 0;
     const pct = Math.round(fullest * 100);
+    // Set through the DOM: the page's CSP refuses style attributes.
+    const bar = h("span", { class: pct >= 100 ? "full" : "" });
+    bar.style.width = `${pct}%`;
     return h("div", { class: "card", "data-guard": r.name },
       h("b", {}, r.name), r.builtin ? h("span", { class: "muted" }, " built-in") : "",
       r.enabled ? "" : h("span", { class: "warn" }, " disabled"),
       h("p", { class: "muted" }, `${r.limits.join(", ")} per ${r.scope} · ${r.refusals} refused`),
-      h("div", { class: "meter", title: `fullest scope ${pct}%` },
-        h("span", { style: `width:${pct}%`, class: pct >= 100 ? "full" : "" })),
+      h("div", { class: "meter", title: `fullest scope ${pct}%` }, bar),
       h("ul", {}, r.scopes.slice(0, 5).map((s) => h("li", { class: "mono" }, s.scope, " ",
         [counter("rate", s.rate), counter("daily", s.daily), counter("running", s.concurrency), counter("loop", s.loop)]
           .filter(Boolean).join(" · ")))),
