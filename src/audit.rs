@@ -387,6 +387,7 @@ mod tests {
             output_bytes: 10,
             args_sha256: None,
             args_bytes: 2,
+            guard: None,
         }
     }
 

@@ -78,6 +78,8 @@ struct Inner {
     audit: crate::audit::AuditLog,
     /// Each workspace's timeline of changes (`<data_dir>/checkpoints`).
     checkpoints: crate::checkpoint::Checkpoints,
+    /// Rate limits, budgets and loop breakers, and their counters.
+    guards: Arc<crate::guards::Guards>,
     started: Instant,
     /// Cancelled at shutdown; every call's token is a child of it.
     shutdown: CancellationToken,
@@ -124,6 +126,8 @@ impl Host {
         let from_file = dirs.config_path.exists();
         let cfg = Arc::new(hide_own_files(&dirs, loaded.config));
         let approval_overrides = cfg.approval.tools.clone();
+        let guards =
+            crate::guards::Guards::new(&cfg.guards, sessions.counters().map_err(|e| e.to_string()));
         let audit = crate::audit::AuditLog::start(&dirs.data_dir);
         let shutdown = CancellationToken::new();
         let modules = crate::modules::Modules::new(
@@ -171,6 +175,7 @@ impl Host {
             frontends: Default::default(),
             metrics: Arc::default(),
             audit,
+            guards: Arc::new(guards),
             started: Instant::now(),
             shutdown,
             tracker,
@@ -249,6 +254,9 @@ impl Host {
     }
     pub fn audit(&self) -> &crate::audit::AuditLog {
         &self.0.audit
+    }
+    pub fn guards(&self) -> &Arc<crate::guards::Guards> {
+        &self.0.guards
     }
     pub fn shutdown_token(&self) -> &CancellationToken {
         &self.0.shutdown

@@ -183,6 +183,8 @@ struct Facts {
     client: Option<String>,
     /// The session's frontend id.
     frontend: Option<String>,
+    /// The guard that refused the call.
+    guard: Option<crate::protocol::GuardRefusal>,
 }
 
 impl Default for Facts {
@@ -197,6 +199,7 @@ impl Default for Facts {
             output_bytes: 0,
             client: None,
             frontend: None,
+            guard: None,
         }
     }
 }
@@ -247,6 +250,7 @@ fn record_finished(
         output_bytes: facts.output_bytes,
         args_sha256: facts.args_sha256,
         args_bytes: facts.args_bytes,
+        guard: facts.guard,
     };
     if let Some(session) = &record.session {
         host.sessions().history().record(
@@ -274,7 +278,7 @@ async fn run_checked(
     view: &ProfileView<'_>,
     mode: ApprovalMode,
     timeout_ms: u64,
-    ctx: CallContext,
+    mut ctx: CallContext,
 ) -> ToolResult {
     let snapshot = host.registry().snapshot();
     // A tool the session's profile does not serve is, to that session, no tool at all.
@@ -346,6 +350,34 @@ async fn run_checked(
         Decision::NeedsApproval => Verdict::NeedsApproval,
         Decision::Deny(_) => Verdict::Deny,
     });
+    // The guards: after the policy (a denied call is not counted), before approval is asked
+    // (a call over its limits never bothers the user), and before anything runs. The
+    // admission holds the call's concurrency slots until the call ends.
+    let guarded_at = tokio::time::Instant::now();
+    let deadline = guarded_at + Duration::from_millis(timeout_ms);
+    let _admitted = match &decision {
+        Decision::Deny(_) => None,
+        _ => match guard(host, &params.name, entry, &args, &ctx, facts, deadline).await {
+            Ok(admitted) => Some(admitted),
+            Err(refused) => {
+                let record = serde_json::to_value(&refused.refusal).unwrap_or(Value::Null);
+                facts.guard = Some(refused.refusal);
+                return Err(
+                    ToolError::new(ErrorKind::Limited, refused.message).with_field("guard", record)
+                );
+            }
+        },
+    };
+    // A call that waited for a concurrency slot has that much less of its deadline left.
+    let waited = guarded_at.elapsed();
+    let timeout_ms = if waited > Duration::from_millis(1) {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let left = u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1);
+        ctx.timeout_ms = Some(left);
+        left
+    } else {
+        timeout_ms
+    };
     match decision {
         Decision::Allow => {}
         // A tool allowed for the rest of the session (`allow_session`) runs without asking;
@@ -463,6 +495,61 @@ async fn checkpoint(
     host.checkpoints()
         .before(&config, &ctx.workspace, caller)
         .await
+}
+
+/// Checks the call against the guards (waiting for a concurrency slot within the call's
+/// deadline), and stores what it counted against `daily` limits before it runs: a count
+/// that cannot be stored refuses the call (a budget fails closed).
+async fn guard(
+    host: &Host,
+    name: &str,
+    entry: &Entry,
+    args: &Map<String, Value>,
+    ctx: &CallContext,
+    facts: &Facts,
+    deadline: tokio::time::Instant,
+) -> std::result::Result<crate::guards::Admission, crate::guards::Refused> {
+    use crate::guards::{self, GuardSource};
+    let source = match &entry.tool.spec().source {
+        ToolSource::Builtin => GuardSource::Builtin,
+        ToolSource::Custom { .. } if entry.tool.is_module() => GuardSource::Module,
+        ToolSource::Custom { .. } => GuardSource::Custom,
+        ToolSource::Mcp { .. } => GuardSource::Mcp,
+    };
+    let caller = audit::current_caller();
+    let client = facts.client.as_deref().or_else(|| {
+        let c = caller.as_ref()?;
+        c.agent.as_deref().or(c.process.as_deref())
+    });
+    let frontend = guards::frontend_key(client, caller.as_ref().map(|c| c.uid));
+    let call = guards::Call {
+        target: guards::Target {
+            tool: name,
+            source,
+            server: facts.server.as_deref(),
+            approval: entry.approval,
+        },
+        args,
+        session: ctx.session_id.as_deref(),
+        frontend: &frontend,
+        workspace: &ctx.workspace,
+    };
+    let g = host.guards();
+    let admitted = g.check(&call)?;
+    let admitted = g.wait(admitted, deadline, &ctx.cancel).await?;
+    if admitted.counted_daily().is_empty() {
+        return Ok(admitted);
+    }
+    let counted = admitted.counted_daily().to_vec();
+    let writer = g.clone();
+    let stored = host
+        .sessions()
+        .write_counters(move |write| writer.persist(&counted, write))
+        .await;
+    match stored {
+        Ok(()) => Ok(admitted),
+        Err(e) => Err(g.unpersisted(admitted, &e.to_string())),
+    }
 }
 
 /// `tool_search` called as a tool: the matches go to the model, and to the session's loaded

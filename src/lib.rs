@@ -40,6 +40,7 @@ mod facade;
 mod fds;
 mod front_matter;
 mod frontends;
+mod guards;
 mod host;
 mod import;
 mod inputs;
@@ -64,6 +65,8 @@ mod trim;
 mod trust;
 mod ui;
 
+#[doc(hidden)]
+pub use guards::bench_check as guards_bench_check;
 #[doc(hidden)]
 pub use sandbox::bench_setup as sandbox_bench_setup;
 

@@ -97,6 +97,11 @@ struct ServerLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RuleLabels {
+    rule: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ServerStateLabels {
     server: String,
     state: &'static str,
@@ -187,6 +192,9 @@ pub struct Scrape<'a> {
     pub config_revision: u64,
     /// Every configured MCP server; the series of any other server are dropped.
     pub servers: Vec<McpServerStatus>,
+    /// Calls each guard rule in force refused (one series per rule: the label set is
+    /// bounded by the config, and a rule's count goes with it).
+    pub guard_refusals: Vec<(String, u64)>,
 }
 
 impl Scrape<'_> {
@@ -372,6 +380,17 @@ impl Metrics {
             "Calls waiting for an MCP server's concurrency slot",
             queued,
         );
+        let refusals: Family<RuleLabels, Counter> = Family::default();
+        for (rule, n) in &s.guard_refusals {
+            refusals
+                .get_or_create(&RuleLabels { rule: rule.clone() })
+                .inc_by(*n);
+        }
+        r.register(
+            "guard_refusals",
+            "Calls refused by each guard rule (rate, daily, concurrency or loop limits)",
+            refusals,
+        );
         let mut out = String::with_capacity(4096);
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &r);
@@ -430,6 +449,7 @@ mod tests {
             is_registered: &|name| name == "bash",
             config_revision: 1,
             servers: Vec::new(),
+            guard_refusals: vec![("paid".into(), 3)],
         });
         drop(g);
         for line in [
@@ -440,6 +460,7 @@ mod tests {
             "toolhost_config_reloads_total{result=\"refused\"} 1",
             "toolhost_calls_in_flight 2",
             "toolhost_sessions 3",
+            "toolhost_guard_refusals_total{rule=\"paid\"} 3",
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
         }
@@ -452,6 +473,7 @@ mod tests {
             tools: 0,
             is_registered,
             config_revision: 0,
+            guard_refusals: Vec::new(),
             servers: servers
                 .iter()
                 .map(|name| McpServerStatus {

@@ -305,6 +305,8 @@ async fn apply_file(host: &Host) -> ConfigReloadResult {
     host.processes().set_env(child_env(&new));
     host.registry()
         .set_catalog_policy(crate::catalog::Policy::from_config(&new));
+    // Rules by name keep their counters (proto-docs/guards.md).
+    host.guards().configure(&new.guards);
     host.set_config(new);
     let note = host.registry().apply(Change {
         sources,

@@ -12,6 +12,7 @@
 mod approvals;
 mod calls;
 mod config;
+mod guards;
 mod import;
 mod invoke;
 mod locate;
@@ -113,6 +114,11 @@ enum Command {
     Undo(undo::UndoArgs),
     /// The current directory's workspace timeline: each change, by which tool and frontend.
     Checkpoints(undo::CheckpointsArgs),
+    /// The guards' rules, their counters and refusals; `guards reset RULE` clears one.
+    Guards {
+        #[command(subcommand)]
+        command: Option<guards::GuardsCommand>,
+    },
     /// Show the daemon's health.
     Health,
     /// Send a raw JSON-RPC call and print its result.
@@ -322,6 +328,7 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Calls(args) => Ok(calls::run(&g, args).await),
         Command::Undo(args) => undo::undo(&g, args).await,
         Command::Checkpoints(args) => undo::checkpoints(&g, args).await,
+        Command::Guards { command } => guards::run(&g, command).await,
         Command::Config { command } => config::run(&g, command).await,
         Command::Session { command } => session::run(&g, command).await,
         Command::Mcp { command, flags } => mcp::run(&g, command, flags).await,

@@ -326,6 +326,19 @@ impl Client {
         self.call(method::APPROVALS_LIST, &EmptyParams {}).await
     }
 
+    /// The guards' rules and counters.
+    pub async fn guards_status(&self) -> Result<GuardsStatusResult, ClientError> {
+        self.call(method::GUARDS_STATUS, &EmptyParams {}).await
+    }
+
+    /// Clears a guard rule's counters (of one scope, or all).
+    pub async fn guards_reset(
+        &self,
+        params: &GuardsResetParams,
+    ) -> Result<GuardsResetResult, ClientError> {
+        self.call(method::GUARDS_RESET, params).await
+    }
+
     /// Decides a call waiting in the approval queue.
     pub async fn approvals_decide(
         &self,

@@ -58,6 +58,7 @@ fn check_against_schema(root: &Value, env_origin: &HashMap<String, String>) -> C
     server_rules(&value, &mut r);
     super::validate::sandbox_rules(&value, &mut r);
     super::validate::profile_rules(&value, &mut r);
+    super::validate::guard_rules(&value, &mut r);
     let mut order = HashMap::new();
     post_order(&value, &mut JsonPath::default(), &mut order);
     r.problems
@@ -86,8 +87,8 @@ fn check_against_schema(root: &Value, env_origin: &HashMap<String, String>) -> C
             .map(|s| format!(" (did you mean {s:?}?)"))
             .unwrap_or_default();
         let at = JsonPath(path.clone());
-        if strict_parent(parent) {
-            r.key_problem(&at, format_args!("unknown key{hint}; {STRICT_WHY}"));
+        if let Some(why) = strict_parent(parent) {
+            r.key_problem(&at, format_args!("unknown key{hint}; {why}"));
         } else {
             r.warn(&at, format_args!("unknown key{hint}"));
         }
@@ -119,23 +120,30 @@ fn check_against_schema(root: &Value, env_origin: &HashMap<String, String>) -> C
 /// Why an unknown key is an error there and a warning elsewhere.
 const STRICT_WHY: &str = "a misspelt key at the top level or in \"listen\", \"approval\" or a \
                           \"sandbox\" section would silently run with weaker defaults";
+/// Why an unknown key in a guard is an error.
+const GUARD_WHY: &str = "a misspelt key in a guard would leave the calls it guards unlimited";
 
-/// Whether an unknown key under `parent` is an error: at the top level (a misspelt
+/// Why an unknown key under `parent` is an error, if it is: at the top level (a misspelt
 /// `approval` would drop the whole policy) and directly inside `listen` and `approval`
 /// (security settings). Elsewhere unknown keys stay warnings, so configs pasted from
 /// other tools keep working. Decided by position, so sections added to the model later
 /// are covered without a list to keep up to date.
-fn strict_parent(parent: &[Seg]) -> bool {
+fn strict_parent(parent: &[Seg]) -> Option<&'static str> {
+    // Anywhere in a guard: a misspelt limit (`rat`) would leave calls unguarded.
+    if matches!(parent.first(), Some(Seg::Key(k)) if k == "guards") {
+        return Some(GUARD_WHY);
+    }
     // Anywhere inside a `sandbox` section, too: a typo (`polcy`) would leave it off.
     let in_sandbox = parent
         .iter()
         .any(|s| matches!(s, Seg::Key(k) if k == "sandbox"));
-    in_sandbox
+    let strict = in_sandbox
         || match parent {
             [] => true,
             [Seg::Key(k)] => k == "listen" || k == "approval",
             _ => false,
-        }
+        };
+    strict.then_some(STRICT_WHY)
 }
 
 /// The empty config (no file, or `{}`, and no overrides): the model's defaults, which break
@@ -265,11 +273,25 @@ fn schema_problems(value: &Value, r: &mut Report) -> Vec<Vec<Seg>> {
                 )
             }
             _ => match schema::at(&segs) {
-                Some(node) => format!(
-                    "expected {}, found {}",
-                    schema::expected(node),
-                    describe(err.instance())
-                ),
+                Some(node) => {
+                    // A misspelt enum value (`"sesion"`) gets the likely one named; short
+                    // values need a closer match than keys (`"later"` is no `"eager"`).
+                    let hint = err
+                        .instance()
+                        .as_str()
+                        .and_then(|s| {
+                            suggest(s, schema::string_constants(node)).filter(|k| {
+                                strsim::levenshtein(&s.to_ascii_lowercase(), k) <= k.len() / 3
+                            })
+                        })
+                        .map(|s| format!(" (did you mean {s:?}?)"))
+                        .unwrap_or_default();
+                    format!(
+                        "expected {}, found {}{hint}",
+                        schema::expected(node),
+                        describe(err.instance())
+                    )
+                }
                 None => err.to_string(),
             },
         };

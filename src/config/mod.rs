@@ -20,6 +20,7 @@ pub use error::{ConfigError, ConfigErrorKind, ContentHash};
 pub use file::socket_from_file;
 pub use load::{file_state, FileState};
 pub use model::*;
+pub(crate) use profile::name_glob;
 pub use profile::ProfileView;
 pub use schema::schema;
 pub use validate::env_patterns;

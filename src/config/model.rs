@@ -60,6 +60,9 @@ pub struct Config {
     /// Undo: a checkpoint around every call that can change the workspace
     /// (proto-docs/checkpoints.md).
     pub checkpoint: Checkpoint,
+    /// Rate limits, budgets and loop breakers on tool calls (proto-docs/guards.md). The
+    /// built-in loop breaker `default-loop` applies unless a rule of that name replaces it.
+    pub guards: Vec<GuardRule>,
 }
 
 /// The `checkpoint` section: the per-workspace timeline of changes (proto-docs/checkpoints.md).
@@ -95,6 +98,68 @@ impl Default for Checkpoint {
     }
 }
 
+/// One guard: which calls it matches (every given matcher must hold; none given: every
+/// call), how it counts them (`scope`), and the limits it holds (at least one, unless
+/// `enabled` is false). Counters belong to the rule's name, so editing a rule keeps them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct GuardRule {
+    /// The rule's name: its counters, its metric label and what `guards.reset` takes.
+    #[schemars(
+        regex(pattern = r"^[A-Za-z0-9_.-]{1,64}$"),
+        extend("x-expected" = "a name of 1 to 64 letters, digits, '_', '.' or '-'")
+    )]
+    pub name: String,
+    /// `false` keeps the rule (and its counters) but checks nothing.
+    pub enabled: bool,
+    /// Public tool names or glob patterns (`*`, `?`, `[...]`, `{a,b}`).
+    #[schemars(inner(length(min = 1)))]
+    pub tools: Vec<String>,
+    /// Where the tool comes from.
+    pub sources: Vec<GuardSource>,
+    /// MCP servers whose tools it matches.
+    #[schemars(inner(length(min = 1)))]
+    pub servers: Vec<String>,
+    /// Approval classes it matches (unclassified tools match none).
+    pub approval: Vec<ApprovalClass>,
+    /// Who shares one set of counters.
+    pub scope: GuardScope,
+    /// At most `calls` per `per_s` seconds (a token bucket holding `burst`, default `calls`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "RateLimit")]
+    pub rate: Option<RateLimit>,
+    /// At most `limit` cost units (1 per call unless `cost` says otherwise) per calendar day.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "DailyLimit")]
+    pub daily: Option<DailyLimit>,
+    /// At most `max` calls at once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "ConcurrencyLimit")]
+    pub concurrency: Option<ConcurrencyLimit>,
+    /// The same tool with the same arguments at most `calls` times in `window_s`.
+    #[serde(rename = "loop", skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "LoopLimit")]
+    pub loop_: Option<LoopLimit>,
+}
+
+impl Default for GuardRule {
+    fn default() -> Self {
+        GuardRule {
+            name: String::new(),
+            enabled: true,
+            tools: Vec::new(),
+            sources: Vec::new(),
+            servers: Vec::new(),
+            approval: Vec::new(),
+            scope: GuardScope::default(),
+            rate: None,
+            daily: None,
+            concurrency: None,
+            loop_: None,
+        }
+    }
+}
+
 /// `checkpoint.keep`: the bounds of one workspace's timeline, pruned oldest first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default)]
@@ -114,6 +179,87 @@ impl Default for CheckpointKeep {
             max_bytes: 1 << 30,
         }
     }
+}
+
+/// A tool's source as a guard matches it (a JS/TS module is `module`, not `custom`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GuardSource {
+    Builtin,
+    Custom,
+    Module,
+    Mcp,
+}
+
+/// Who shares one set of a guard's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GuardScope {
+    /// Every call of every frontend.
+    Host,
+    /// One frontend (its name and user; proto-docs/guards.md).
+    Frontend,
+    /// One session (a call without a session counts as its frontend's).
+    #[default]
+    Session,
+    /// One workspace.
+    Workspace,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RateLimit {
+    #[schemars(range(min = 1))]
+    pub calls: u32,
+    /// The window, in seconds (fractions allowed).
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    pub per_s: f64,
+    /// Calls that may come at once after a quiet spell; default `calls`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub burst: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct DailyLimit {
+    #[schemars(range(min = 1))]
+    pub limit: u64,
+    /// Cost units of a call of these tools (public names); others cost 1.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("propertyNames" = {"minLength": 1}))]
+    pub cost: BTreeMap<String, u64>,
+    /// The IANA time zone whose midnight starts a new day (`Europe/Berlin`); default the
+    /// system's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub time_zone: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ConcurrencyLimit {
+    #[schemars(range(min = 1))]
+    pub max: u32,
+    /// `true` (default): a call past `max` waits (within its timeout) for a slot; `false`:
+    /// it is refused at once.
+    #[serde(default = "yes")]
+    pub queue: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct LoopLimit {
+    /// Identical calls allowed in the window; the next is refused.
+    #[schemars(range(min = 1))]
+    pub calls: u32,
+    #[schemars(range(min = 1))]
+    pub window_s: u64,
+    /// Argument fields (top-level names) left out when comparing calls (a request id, a
+    /// timestamp).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(length(min = 1)))]
+    pub ignore: Vec<String>,
 }
 
 /// What one frontend is served: the tools (and prompts, resources) `servers` or `tools`

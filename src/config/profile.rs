@@ -120,7 +120,7 @@ fn defined(profiles: &BTreeMap<String, Profile>) -> String {
 /// How a profile's name pattern is read: a glob over the whole name, case-sensitive (the
 /// same reading as `env_passthrough`). Config validation refuses a pattern that does not
 /// compile, so one that gets here anyway only matches nothing.
-pub(super) fn name_glob(pattern: &str) -> Result<globset::Glob, globset::Error> {
+pub(crate) fn name_glob(pattern: &str) -> Result<globset::Glob, globset::Error> {
     GlobBuilder::new(pattern).literal_separator(false).build()
 }
 

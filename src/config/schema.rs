@@ -132,6 +132,14 @@ pub(crate) fn types(node: &'static Value) -> Vec<&'static str> {
     }
 }
 
+/// The allowed string constants of an enum node, for "did you mean".
+pub(crate) fn string_constants(node: &'static Value) -> Vec<&'static str> {
+    constants(resolve(node))
+        .into_iter()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
 /// The allowed constants of an enum node (`enum`, or `oneOf`/`anyOf` of `const`s).
 fn constants(node: &'static Value) -> Vec<&'static Value> {
     if let Some(e) = node.get("enum").and_then(Value::as_array) {

@@ -166,6 +166,91 @@ pub(crate) fn profile_rules(root: &Value, r: &mut Report) {
     }
 }
 
+/// Guards: unique names, at least one limit in an enabled rule, patterns that compile, time
+/// zones that exist, and a warning for a server no block defines (it matches nothing).
+pub(crate) fn guard_rules(root: &Value, r: &mut Report) {
+    let Some(Value::Array(rules)) = root.get("guards") else {
+        return;
+    };
+    let servers = root.get("mcp_servers").and_then(Value::as_object);
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (i, rule) in rules.iter().enumerate() {
+        let base = JsonPath(vec![Seg::Key("guards".into()), Seg::Index(i)]);
+        let at = |k: &str| {
+            let mut p = base.clone();
+            p.0.push(Seg::Key(k.to_owned()));
+            p
+        };
+        let Value::Object(m) = rule else { continue };
+        match m.get("name").and_then(Value::as_str) {
+            None => r.problem(
+                &base,
+                "needs a \"name\" (its counters and metrics go by it)",
+            ),
+            Some(name) => {
+                if let Some(first) = seen.insert(name, i) {
+                    r.problem(
+                        &at("name"),
+                        format!(
+                            "{name:?} is also the name of guards[{first}]; each rule needs its own"
+                        ),
+                    );
+                }
+            }
+        }
+        let enabled = m.get("enabled") != Some(&Value::Bool(false));
+        let limits = ["rate", "daily", "concurrency", "loop"];
+        if enabled
+            && !limits
+                .iter()
+                .any(|k| m.get(*k).is_some_and(|v| !v.is_null()))
+        {
+            r.problem(
+                &base,
+                "holds no limit: give it one or more of \"rate\", \"daily\", \"concurrency\", \"loop\" (or \"enabled\": false)",
+            );
+        }
+        if let Some(Value::Array(patterns)) = m.get("tools") {
+            for (j, p) in patterns.iter().enumerate() {
+                if let Some(Err(e)) = p.as_str().map(super::profile::name_glob) {
+                    let mut at = at("tools");
+                    at.0.push(Seg::Index(j));
+                    r.problem(&at, format!("is not a valid glob pattern: {e}"));
+                }
+            }
+        }
+        if let Some(tz) = m
+            .get("daily")
+            .and_then(|d| d.get("time_zone"))
+            .and_then(Value::as_str)
+        {
+            if let Err(e) = jiff::tz::TimeZone::get(tz) {
+                let mut at = at("daily");
+                at.0.push(Seg::Key("time_zone".into()));
+                r.problem(
+                    &at,
+                    format!("{tz:?} is no time zone this system knows (an IANA name such as \"Europe/Berlin\" or \"UTC\"): {e}"),
+                );
+            }
+        }
+        if let Some(Value::Array(names)) = m.get("servers") {
+            for (j, s) in names.iter().enumerate() {
+                if let Some(s) = s
+                    .as_str()
+                    .filter(|s| servers.is_none_or(|m| !m.contains_key(*s)))
+                {
+                    let mut at = at("servers");
+                    at.0.push(Seg::Index(j));
+                    r.warn(
+                        &at,
+                        format_args!("no MCP server named {s:?}; it matches nothing"),
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// A server's `scope` with what it needs: a stdio server (one HTTP endpoint serves
 /// everyone), no `cwd` of its own (each instance runs in its workspace), and absolute
 /// `roots` (a scoped server's may start at `${WORKSPACE}`).

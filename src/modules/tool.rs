@@ -377,6 +377,9 @@ impl Tool for ModuleTool {
     fn spec(&self) -> &ToolSpec {
         &self.spec
     }
+    fn is_module(&self) -> bool {
+        true
+    }
     fn call(&self, args: Map<String, Value>, ctx: CallContext) -> BoxFuture<'_, ToolResult> {
         Box::pin(self.run(args, ctx))
     }

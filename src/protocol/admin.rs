@@ -22,8 +22,8 @@ pub struct McpCounts {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct HealthResult {
     /// `degraded` while a config error, a tool-name collision, a failed MCP server, a
-    /// quarantined tool, a workspace item waiting for trust or a damaged pin or trust file
-    /// is outstanding.
+    /// quarantined tool, a workspace item waiting for trust, a damaged pin or trust file or
+    /// damaged guard counters are outstanding.
     pub status: HealthStatus,
     pub version: String,
     pub uptime_s: u64,
@@ -80,6 +80,10 @@ pub struct HealthResult {
     /// Why `trust.json` cannot be read, naming it: nothing it held is trusted meanwhile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trust_error: Option<String>,
+    /// Stored `daily` counters of the guards that cannot be read, naming the fix: the
+    /// rules they belong to refuse their calls until then (proto-docs/guards.md).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub guard_errors: Vec<String>,
 }
 
 /// A frontend's session in the daemon's workspace, as `host.health` names it.

@@ -62,4 +62,7 @@ pub struct AuditRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub args_sha256: Option<String>,
     pub args_bytes: u64,
+    /// The guard that refused the call (`error_kind: "limited"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guard: Option<super::GuardRefusal>,
 }

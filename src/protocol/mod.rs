@@ -11,6 +11,7 @@ mod approval;
 mod audit;
 mod checkpoint;
 mod commands;
+mod guards;
 mod invoke;
 mod output;
 mod sandbox;
@@ -28,6 +29,7 @@ pub use approval::*;
 pub use audit::*;
 pub use checkpoint::*;
 pub use commands::*;
+pub use guards::*;
 pub use invoke::*;
 pub use output::*;
 pub use sandbox::*;
@@ -140,6 +142,8 @@ pub mod method {
     pub const CHECKPOINT_LIST: &str = "checkpoint.list";
     pub const CHECKPOINT_DIFF: &str = "checkpoint.diff";
     pub const CHECKPOINT_RESTORE: &str = "checkpoint.restore";
+    pub const GUARDS_STATUS: &str = "guards.status";
+    pub const GUARDS_RESET: &str = "guards.reset";
 }
 
 /// Why a tool call failed; the `error_kind` of an `ok:false` result.
@@ -160,11 +164,14 @@ pub enum ErrorKind {
     // The tool's definition changed or was flagged; `tools.approve` lets it through. (A
     // plain comment: a doc comment would turn the schema's `enum` into a `oneOf`.)
     Quarantined,
+    // A guard refused the call (a rate, daily, concurrency or loop limit); the result's
+    // `guard` says which (proto-docs/guards.md). A plain comment, as above.
+    Limited,
 }
 
 impl ErrorKind {
     /// Every kind, for label sets and checks.
-    pub const ALL: [ErrorKind; 10] = [
+    pub const ALL: [ErrorKind; 11] = [
         ErrorKind::UnknownTool,
         ErrorKind::InvalidArguments,
         ErrorKind::ApprovalRequired,
@@ -175,6 +182,7 @@ impl ErrorKind {
         ErrorKind::Failed,
         ErrorKind::SandboxUnavailable,
         ErrorKind::Quarantined,
+        ErrorKind::Limited,
     ];
 
     /// The wire name, as serialised (for metric labels and tables; a test holds the two
@@ -191,6 +199,7 @@ impl ErrorKind {
             ErrorKind::Failed => "failed",
             ErrorKind::SandboxUnavailable => "sandbox_unavailable",
             ErrorKind::Quarantined => "quarantined",
+            ErrorKind::Limited => "limited",
         }
     }
 }

@@ -195,6 +195,11 @@ pub trait Tool: Send + Sync + 'static {
     fn keeps_deadline(&self) -> bool {
         false
     }
+    /// Whether the tool is a JS/TS module's (listed with a custom tool's source), so that
+    /// a guard's `sources: ["module"]` can tell the two apart.
+    fn is_module(&self) -> bool {
+        false
+    }
 }
 
 impl From<crate::sandbox::Refusal> for ToolError {

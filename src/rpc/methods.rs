@@ -28,6 +28,7 @@ mod approvals;
 mod builtin_commands;
 mod checkpoint;
 mod commands;
+mod guards;
 mod skills;
 mod trust;
 
@@ -367,6 +368,7 @@ pub(crate) fn methods(access: Arc<crate::ui::Access>) -> anyhow::Result<Methods>
     checkpoint::register(&mut api)?;
     approvals::register(&mut api)?;
     trust::register(&mut api)?;
+    guards::register(&mut api)?;
     ui::register(&mut api, access)?;
 
     // rpc.discover documents itself too, then serves the finished document.

@@ -34,6 +34,7 @@ fn with_scrape<R>(host: &Host, f: impl FnOnce(&Scrape) -> R) -> R {
         is_registered: &|name| snapshot.get(name).is_some(),
         config_revision: host.config_state().revision,
         servers: host.mcp().status(None),
+        guard_refusals: host.guards().refusals(),
     })
 }
 
@@ -99,7 +100,9 @@ pub(super) fn health(host: &Host) -> HealthResult {
     let pins_error = host.registry().pins_damage();
     let trust_waiting = host.trust().waiting();
     let trust_error = host.trust().damage();
+    let guard_errors = host.guards().errors();
     let degraded = !quarantined.is_empty()
+        || !guard_errors.is_empty()
         || pins_error.is_some()
         || !trust_waiting.is_empty()
         || trust_error.is_some()
@@ -153,5 +156,6 @@ pub(super) fn health(host: &Host) -> HealthResult {
         pins_error,
         trust_waiting,
         trust_error,
+        guard_errors,
     }
 }

@@ -189,6 +189,9 @@ fn access(name: &str) -> Access {
         | method::APPROVALS_DECIDE
         | method::SUBSCRIBE_APPROVALS
         | method::UNSUBSCRIBE_APPROVALS => Access::Admin,
+        // The guards: their status names others' sessions and workspaces, and a reset
+        // would let a runaway call lift its own limit.
+        method::GUARDS_STATUS | method::GUARDS_RESET => Access::Admin,
         // config.reload, mcp.add/remove/reload/login/logout, tools.approve, trust.* (a
         // process never approves what its own workspace brings), cancel (of any
         // call), session.list (everyone's sessions), and whatever is added later.

@@ -5,6 +5,11 @@
 use crate::error::Result;
 use crate::protocol::Session;
 
+/// A stored counter of the guards: key and value, opaque to the store.
+pub type Counter = (Vec<u8>, Vec<u8>);
+/// A change of one: the key and its new value, or `None` to remove it.
+pub type CounterWrite = (Vec<u8>, Option<Vec<u8>>);
+
 /// One page of [`SessionStore::list`].
 #[derive(Debug, Default)]
 pub struct Page {
@@ -32,4 +37,9 @@ pub trait SessionStore: Send + Sync {
     fn count(&self) -> u64;
     /// Makes every write that returned before this call durable.
     fn flush(&self) -> Result<()>;
+    /// Every counter the guards keep (`guards` tree: key, value), in key order. The store
+    /// holds them for the guards (src/guards/) and reads nothing into them.
+    fn counters(&self) -> Result<Vec<Counter>>;
+    /// Sets (`Some`) or removes (`None`) the guards' counters, each of `writes` in turn.
+    fn set_counters(&self, writes: &[CounterWrite]) -> Result<()>;
 }

@@ -4,7 +4,8 @@
 //! - tree `sessions`: key = session id (UTF-8), value = the JSON-serialised [`Session`];
 //! - tree `by_time`: key = `(u64::MAX - created_at)` big-endian ++ id, value = id. Ascending
 //!   key order is newest first, ties broken by id; `list` pages through it;
-//! - tree `meta`: `schema_version` = [`SCHEMA_VERSION`] as a big-endian u32.
+//! - tree `meta`: `schema_version` = [`SCHEMA_VERSION`] as a big-endian u32;
+//! - tree `guards`: the guards' persisted counters (src/guards/), opaque here.
 //!
 //! `sessions` and `by_time` change together in one sled transaction (create, delete);
 //! `update` never changes `id` or `created_at`, so it touches only `sessions`, with a
@@ -33,7 +34,7 @@ use sha2::Digest;
 use sled::transaction::{abort, ConflictableTransactionError, TransactionError};
 use sled::Transactional;
 
-use super::backend::{Page, SessionStore};
+use super::backend::{Counter, CounterWrite, Page, SessionStore};
 use crate::error::{Error, Result};
 use crate::protocol::Session;
 
@@ -54,6 +55,7 @@ pub struct SledStore {
     db: sled::Db,
     sessions: sled::Tree,
     by_time: sled::Tree,
+    guards: sled::Tree,
     /// `sled::Tree::len` walks the whole tree, so the count is kept here (set at open).
     count: AtomicU64,
     /// sled's log file, for the `fdatasync` that `sled::Db::flush` leaves out (see `flush`).
@@ -283,6 +285,7 @@ impl SledStore {
             .map_err(OpenError::from)?;
         let sessions = db.open_tree("sessions")?;
         let by_time = db.open_tree("by_time")?;
+        let guards = db.open_tree("guards")?;
         let mut n = 0u64;
         for k in sessions.iter().keys() {
             k?;
@@ -299,6 +302,7 @@ impl SledStore {
             db,
             sessions,
             by_time,
+            guards,
             count: AtomicU64::new(n),
             log_file,
             blobs_dir: dir.join(BLOBS_DIR),
@@ -665,6 +669,24 @@ impl SessionStore for SledStore {
         self.sync_new_blobs()
             .and_then(|()| self.log_file.sync_data())
             .map_err(|e| Error::Server(format!("session store: fsync failed: {e}")))
+    }
+
+    fn counters(&self) -> Result<Vec<Counter>> {
+        self.guards
+            .iter()
+            .map(|kv| kv.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(storage))
+            .collect()
+    }
+
+    fn set_counters(&self, writes: &[CounterWrite]) -> Result<()> {
+        for (key, value) in writes {
+            match value {
+                Some(v) => self.guards.insert(key.as_slice(), v.as_slice()),
+                None => self.guards.remove(key.as_slice()),
+            }
+            .map_err(storage)?;
+        }
+        Ok(())
     }
 }
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::backend::{Page, SessionStore};
+use super::backend::{Counter, CounterWrite, Page, SessionStore};
 use super::sled_store::SledStore;
 use crate::error::{Error, Result};
 use crate::protocol::Session;
@@ -244,6 +244,23 @@ impl Sessions {
         .await
     }
 
+    /// The guards' persisted counters (read once, at start).
+    pub fn counters(&self) -> Result<Vec<Counter>> {
+        self.store.counters()
+    }
+
+    /// Sets or removes guards' counters and waits until the change is durable, so a call
+    /// counted against a `daily` limit stays counted after a crash. `f` is handed the
+    /// store's setter on a blocking thread, so it can read the values to write at the
+    /// moment they are written (under a lock of its own).
+    pub async fn write_counters<F>(&self, f: F) -> Result<()>
+    where
+        F: FnOnce(&dyn Fn(&[CounterWrite]) -> Result<()>) -> Result<()> + Send + 'static,
+    {
+        self.write(move |store| f(&|w| store.set_counters(w)).map(|()| ((), true)))
+            .await
+    }
+
     /// The sessions' recent calls (what the invoke pipeline records as calls end).
     pub fn history(&self) -> &super::History {
         &self.history
@@ -337,6 +354,12 @@ impl SessionStore for Closed {
         0
     }
     fn flush(&self) -> Result<()> {
+        Err(closed())
+    }
+    fn counters(&self) -> Result<Vec<Counter>> {
+        Err(closed())
+    }
+    fn set_counters(&self, _: &[CounterWrite]) -> Result<()> {
         Err(closed())
     }
 }
@@ -671,6 +694,12 @@ mod tests {
                 return Err(Error::Server("disk on fire".into()));
             }
             self.inner.flush()
+        }
+        fn counters(&self) -> Result<Vec<Counter>> {
+            self.inner.counters()
+        }
+        fn set_counters(&self, writes: &[CounterWrite]) -> Result<()> {
+            self.inner.set_counters(writes)
         }
     }
 

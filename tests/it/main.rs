@@ -66,3 +66,4 @@ mod trust_gate;
 mod ui;
 mod workspace_trust;
 mod hardening4;
+mod guards;

@@ -105,7 +105,8 @@ async fn every_answer_validates_against_the_openrpc_document() {
             "unavailable",
             "failed",
             "sandbox_unavailable",
-            "quarantined"
+            "quarantined",
+            "limited"
         ])
     );
     assert_eq!(
@@ -292,6 +293,11 @@ async fn every_answer_validates_against_the_openrpc_document() {
     call_checked(&d, &doc, &mut seen, "session.delete", json!({"id": id})).await;
     // After the tool calls above, which the audit log holds (or will: it writes in batches).
     call_checked(&d, &doc, &mut seen, "audit.recent", json!({"limit": 5})).await;
+    // After the tool calls above, so the built-in loop breaker has a scope to show.
+    let guards = call_checked(&d, &doc, &mut seen, "guards.status", json!({})).await;
+    assert_eq!(guards["rules"][0]["name"], "default-loop");
+    let reset = json!({"rule": "default-loop"});
+    call_checked(&d, &doc, &mut seen, "guards.reset", reset).await;
     let skills = call_checked(&d, &doc, &mut seen, "list_skills", json!({})).await;
     assert_eq!(skills["skills"][0]["name"], "demo");
     call_checked(&d, &doc, &mut seen, "get_skill", json!({"name": "demo"})).await;

@@ -91,7 +91,7 @@ function dispatch(block) {
     servers: () => { renderServers(event.servers); later(refreshStatus, 500); },
     config: () => { renderConfig(event); later(refreshStatus); },
     // A call's end is in the audit log, and a new session shows first with its calls.
-    calls: () => { renderCalls(event.calls); later(refreshAudit, 1000); later(refreshSessions, 1000); },
+    calls: () => { renderCalls(event.calls); later(refreshAudit, 1000); later(refreshSessions, 1000); later(refreshGuards, 1000); },
     metrics: () => charts.add(event.exposition),
     approval_event: () => later(refreshApprovals),
     resync: () => refreshAll(),
@@ -171,7 +171,7 @@ const state = { sessions: new Map(), calls: [], callsAt: 0, audit: [], tools: nu
 
 async function refreshAll() {
   await Promise.all([refreshStatus(), refreshTools(), refreshSessions(), refreshQuarantine(),
-    refreshSkills(), refreshAudit(), refreshApprovals()]);
+    refreshSkills(), refreshAudit(), refreshApprovals(), refreshGuards()]);
 }
 
 async function refreshStatus() {
@@ -373,6 +373,35 @@ function auditDetail(r) {
   const d = r.approval_decision;
   if (d) facts.push(["decided", [d.outcome.replace("_", " "), d.by && `by ${describe(d.by)}`, `after ${elapsed(d.waited_ms)}`, d.reason && `(${d.reason})`].filter(Boolean).join(" ")]);
   return h("dl", {}, facts.flatMap(([k, v]) => [h("dt", {}, k), h("dd", { class: "mono" }, v)]));
+}
+
+// --- guards: a card per rule, its fill, its refusals, a reset (guards.status / guards.reset) ---
+
+async function refreshGuards() {
+  const g = await rpc("guards.status");
+  count("guards-count", g.rules.length);
+  const counter = (name, c) => c ? `${name} ${c.used}/${c.allowed}` : null;
+  fill("guards-list", g.rules.map((r) => {
+    const fullest = r.scopes.length ? r.scopes[0].fill : 0;
+    const pct = Math.round(fullest * 100);
+    // Set through the DOM: the page's CSP refuses style attributes.
+    const bar = h("span", { class: pct >= 100 ? "full" : "" });
+    bar.style.width = `${pct}%`;
+    return h("div", { class: "card", "data-guard": r.name },
+      h("b", {}, r.name), r.builtin ? h("span", { class: "muted" }, " built-in") : "",
+      r.enabled ? "" : h("span", { class: "warn" }, " disabled"),
+      h("p", { class: "muted" }, `${r.limits.join(", ")} per ${r.scope} · ${r.refusals} refused`),
+      h("div", { class: "meter", title: `fullest scope ${pct}%` }, bar),
+      h("ul", {}, r.scopes.slice(0, 5).map((s) => h("li", { class: "mono" }, s.scope, " ",
+        [counter("rate", s.rate), counter("daily", s.daily), counter("running", s.concurrency), counter("loop", s.loop)]
+          .filter(Boolean).join(" · ")))),
+      r.more_scopes ? h("p", { class: "muted" }, `… ${r.more_scopes} more scopes`) : "",
+      h("div", { class: "actions" }, action("Reset", "", async () => {
+        await rpc("guards.reset", { rule: r.name });
+        await refreshGuards();
+      })));
+  }), "none");
+  fill("guards-errors", list(g.errors).map((e) => h("li", { class: "error" }, e)));
 }
 
 // --- pending approvals: one queue for every frontend (approvals.list / approvals.decide) ---
