@@ -179,7 +179,7 @@ impl Catalog {
 /// one level down (the subcommands). Hidden files (an editor's `.x.md.swp`) are not.
 fn command_files(root: &Path) -> Vec<PathBuf> {
     let visible = |e: &std::fs::DirEntry| !e.file_name().to_string_lossy().starts_with('.');
-    let is_md = |p: &Path| p.extension().is_some_and(|x| x == "md");
+    let is_md = |p: &Path| p.extension().is_some_and(|x| x == "md" || x == "toml");
     let Ok(entries) = std::fs::read_dir(root) else {
         return Vec::new();
     };

@@ -120,7 +120,10 @@ pub fn words(rel: &Path) -> Result<Vec<String>, String> {
     for (i, part) in parts.iter().enumerate() {
         let part = part.as_os_str().to_string_lossy();
         let word = if i + 1 == parts.len() {
-            part.strip_suffix(".md").unwrap_or(&part).to_owned()
+            part.strip_suffix(".md")
+                .or_else(|| part.strip_suffix(".toml"))
+                .unwrap_or(&part)
+                .to_owned()
         } else {
             part.into_owned()
         };
@@ -143,6 +146,23 @@ pub fn load(root: &Path, rel: &Path, source: CommandSource) -> Result<Command, C
     let bytes = safe_read::read_beneath(root, rel, MAX_COMMAND_BYTES)
         .map_err(|e| err(None, format!("the file {e}")))?;
     let text = String::from_utf8(bytes).map_err(|_| err(None, "is not UTF-8 text".into()))?;
+    if rel.extension().is_some_and(|x| x == "toml") {
+        let (meta, body) = gemini_toml(&text).map_err(|(field, reason)| err(field, reason))?;
+        return Ok(Command {
+            entry: CommandEntry {
+                name: words.join(" "),
+                prompt: words.join("_"),
+                description: meta.description,
+                arguments: meta.arguments,
+                source,
+                path: Some(file.display().to_string()),
+            },
+            body: Body::Template {
+                text: body,
+                free_text: false,
+            },
+        });
+    }
     let (meta, body) = match front_matter::split(&text) {
         Some((front, start)) => (
             parse_front_matter(front).map_err(|(field, reason)| err(field, reason))?,
@@ -177,6 +197,51 @@ pub fn load(root: &Path, rel: &Path, source: CommandSource) -> Result<Command, C
             free_text,
         },
     })
+}
+
+/// The argument of a Gemini CLI command: what is typed after it, as `{{args}}`.
+const GEMINI_ARGS: &str = "args";
+
+/// A Gemini CLI command file: TOML with `prompt` (required) and `description`. The typed
+/// text replaces `{{args}}`; a prompt without `{{args}}` gets it appended after a blank
+/// line, as Gemini CLI does.
+fn gemini_toml(text: &str) -> Result<(FrontMatter, String), FieldError> {
+    let doc: toml_edit::DocumentMut = text
+        .parse()
+        .map_err(|e: toml_edit::TomlError| (None, format!("not valid TOML: {e}")))?;
+    let string = |key: &'static str| match doc.get(key) {
+        None => Ok(None),
+        Some(item) => item
+            .as_str()
+            .map(|s| Some(s.to_owned()))
+            .ok_or((Some(key), "expected a string".to_owned())),
+    };
+    let prompt = string("prompt")?.ok_or((Some("prompt"), "missing".to_owned()))?;
+    let description = string("description")?;
+    if let Some(d) = &description {
+        let n = d.chars().count();
+        if n > MAX_DESCRIPTION_CHARS {
+            return Err((
+                Some("description"),
+                format!("is {n} characters long; at most {MAX_DESCRIPTION_CHARS} are allowed"),
+            ));
+        }
+    }
+    let placeholder = format!("{{{{{GEMINI_ARGS}}}}}");
+    let mut body = prompt.trim().to_owned();
+    if !body.contains(&placeholder) {
+        body = format!("{body}\n\n{placeholder}");
+    }
+    let meta = FrontMatter {
+        description,
+        arguments: vec![CommandArgument {
+            name: GEMINI_ARGS.into(),
+            description: Some("What is typed after the command ({{args}})".into()),
+            required: false,
+            choices: Vec::new(),
+        }],
+    };
+    Ok((meta, body))
 }
 
 #[derive(Default)]
@@ -421,5 +486,27 @@ mod tests {
         assert!(uses_positional("fix $1"));
         assert!(uses_positional("all of $ARGUMENTS"));
         assert!(!uses_positional("costs $0 or $ 5"));
+    }
+
+    #[test]
+    fn gemini_toml_commands_take_their_prompt_and_args() {
+        let (meta, body) = gemini_toml(
+            "description = \"Commit.\"\nprompt = \"\"\"\nWrite a commit for {{args}}.\n\"\"\"\n",
+        )
+        .unwrap();
+        assert_eq!(meta.description.as_deref(), Some("Commit."));
+        assert_eq!(body, "Write a commit for {{args}}.");
+        assert_eq!(meta.arguments[0].name, "args");
+        let (_, body) = gemini_toml("prompt = 'Explain.'").unwrap();
+        assert_eq!(body, "Explain.\n\n{{args}}");
+        let e = gemini_toml("description = 'x'").err().unwrap();
+        assert_eq!(e, (Some("prompt"), "missing".to_owned()));
+        let e = gemini_toml("prompt = 3").err().unwrap();
+        assert_eq!(e.0, Some("prompt"));
+        assert!(gemini_toml("prompt = ").is_err());
+        assert_eq!(
+            words(Path::new("git/commit.toml")).unwrap(),
+            ["git", "commit"]
+        );
     }
 }

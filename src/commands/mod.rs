@@ -8,11 +8,13 @@
 //!   commands no file overrides;
 //! - [`builtin`]: the host's own commands (`tools`, `mcp status`, `mcp reload`, `skills`).
 //!
-//! Search order: config `commands.paths`, then `<workspace>/.toolhost/commands`, then
-//! `$XDG_CONFIG_HOME/toolhost/commands`, then each session workspace's
-//! `.toolhost/commands`, as for custom tools (`commands.discover: false` keeps only the
-//! configured folders); the first definition of a name wins, and any file overrides the
-//! built-in command of its name.
+//! Search order: config `commands.paths`, then `<workspace>/.toolhost/commands` (and the
+//! frontends' `.claude/commands`, `.gemini/commands`), then
+//! `$XDG_CONFIG_HOME/toolhost/commands` (and `~/.claude/commands`, `~/.codex/prompts`,
+//! `~/.gemini/commands`), then each session workspace's folders, as for custom tools
+//! (`commands.discover: false` keeps only the configured folders); the first definition
+//! of a name wins, and any file overrides the built-in command of its name. Gemini CLI's
+//! commands are TOML files ([`command`]).
 //!
 //! Architecture Invariant: as for skills, the folders are parsed when they change (the
 //! custom tools' watcher, [`crate::custom::watch`]), never per call, and a scan whose
@@ -68,17 +70,61 @@ pub fn roots(cfg: &Config, config_path: &Path, workspace: &Path) -> Vec<Root> {
         .collect();
     if cfg.commands.discover {
         let user_config = crate::config::xdg_dir("XDG_CONFIG_HOME", ".config");
-        out.push(Root {
-            path: workspace.join(".toolhost/commands"),
-            source: CommandSource::Workspace,
-        });
+        out.extend(workspace_roots(workspace));
         out.push(Root {
             path: user_config.join("toolhost/commands"),
             source: CommandSource::User,
         });
+        out.extend(frontend_user_roots());
     }
     let mut seen = std::collections::HashSet::new();
     out.retain(|r| seen.insert(r.path.clone()));
+    out
+}
+
+/// A workspace's command folders: toolhost's own, then Claude Code's and Gemini CLI's.
+fn workspace_roots(workspace: &Path) -> [Root; 3] {
+    [
+        (".toolhost/commands", CommandSource::Workspace),
+        (".claude/commands", CommandSource::WorkspaceClaude),
+        (".gemini/commands", CommandSource::WorkspaceGemini),
+    ]
+    .map(|(rel, source)| Root {
+        path: workspace.join(rel),
+        source,
+    })
+}
+
+/// The frontends' own folders of the user's commands (none without `HOME`): Claude Code's
+/// `~/.claude/commands`, Codex's `$CODEX_HOME/prompts` and Gemini CLI's
+/// `~/.gemini/commands`.
+fn frontend_user_roots() -> Vec<Root> {
+    let home = std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from);
+    let codex = std::env::var_os("CODEX_HOME")
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| home.as_ref().map(|h| h.join(".codex")));
+    let mut out = Vec::new();
+    if let Some(h) = &home {
+        out.push(Root {
+            path: h.join(".claude/commands"),
+            source: CommandSource::UserClaude,
+        });
+    }
+    if let Some(c) = codex {
+        out.push(Root {
+            path: c.join("prompts"),
+            source: CommandSource::UserCodex,
+        });
+    }
+    if let Some(h) = &home {
+        out.push(Root {
+            path: h.join(".gemini/commands"),
+            source: CommandSource::UserGemini,
+        });
+    }
     out
 }
 
@@ -147,12 +193,10 @@ impl Roots {
         let mut out = self.configured.clone();
         if self.discover {
             for w in &self.sessions {
-                let path = w.join(".toolhost/commands");
-                if !out.iter().any(|r| r.path == path) {
-                    out.push(Root {
-                        path,
-                        source: CommandSource::Workspace,
-                    });
+                for root in workspace_roots(w) {
+                    if !out.iter().any(|r| r.path == root.path) {
+                        out.push(root);
+                    }
                 }
             }
         }

@@ -68,6 +68,9 @@ pub fn rewrite(
             servers.shift_remove(name);
         }
     }
+    if source.frontend == super::Frontend::VsCode {
+        drop_unused_inputs(&mut root, key);
+    }
     let Some(entry) = entry else {
         return finish(&root);
     };
@@ -82,6 +85,20 @@ pub fn rewrite(
     };
     servers.insert(super::TOOLHOST.to_owned(), entry);
     finish(&root)
+}
+
+/// VS Code's `inputs` (the values it prompts for) that no server left in the file uses as
+/// `${input:id}`: the imported servers took theirs along (as `${ID}` in the secrets file).
+fn drop_unused_inputs(root: &mut Value, key: &str) {
+    let used = root.get(key).map(Value::to_string).unwrap_or_default();
+    if let Some(Value::Array(inputs)) = root.get_mut("inputs") {
+        inputs.retain(|input| {
+            input
+                .get("id")
+                .and_then(Value::as_str)
+                .is_none_or(|id| used.contains(&format!("${{input:{id}}}")))
+        });
+    }
 }
 
 fn finish(root: &Value) -> Result<String, String> {

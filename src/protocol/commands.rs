@@ -20,6 +20,16 @@ pub enum CommandSource {
     Workspace,
     /// `$XDG_CONFIG_HOME/toolhost/commands`.
     User,
+    /// Claude Code's `<workspace>/.claude/commands`.
+    WorkspaceClaude,
+    /// Gemini CLI's `<workspace>/.gemini/commands` (TOML).
+    WorkspaceGemini,
+    /// Claude Code's `~/.claude/commands`.
+    UserClaude,
+    /// Codex's `$CODEX_HOME/prompts` (default `~/.codex/prompts`).
+    UserCodex,
+    /// Gemini CLI's `~/.gemini/commands` (TOML).
+    UserGemini,
     /// One of the host's own (`tools`, `mcp status`, `mcp reload`, `skills`).
     Builtin,
 }

@@ -1,5 +1,5 @@
 //! `toolhost skills sync`: each skill made visible where a frontend looks (Claude Code's
-//! `.claude/skills`, Codex's `.agents/skills`) as a symlink to the one copy, so users stop
+//! `.claude/skills`, Codex's `.agents/skills`) as a relative symlink to the one copy, so users stop
 //! keeping the links by hand. A folder there that is not our link is never touched, only
 //! reported.
 
@@ -96,9 +96,15 @@ fn one(s: &Skill, folder: &Path, check: bool) -> Result<Step, String> {
         }));
     }
     if !check {
-        std::fs::create_dir_all(folder)
-            .and_then(|()| std::os::unix::fs::symlink(&target, &at))
-            .map_err(|e| format!("cannot link {} to {}: {e}", at.display(), target.display()))?;
+        // Relative (`../../.toolhost/skills/x`): a workspace's links stay right when the
+        // project is committed, cloned or moved.
+        let fail = |e: std::io::Error| {
+            format!("cannot link {} to {}: {e}", at.display(), target.display())
+        };
+        std::fs::create_dir_all(folder).map_err(fail)?;
+        let real = std::fs::canonicalize(folder).map_err(fail)?;
+        let link = pathdiff::diff_paths(&target, &real).unwrap_or_else(|| target.clone());
+        std::os::unix::fs::symlink(&link, &at).map_err(fail)?;
     }
     Ok(step(Outcome::Linked))
 }

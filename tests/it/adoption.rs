@@ -168,9 +168,14 @@ impl Frontends {
         );
         write(
             &f.vscode(),
-            &json!({"inputs": [], "servers": {
+            &json!({"inputs": [
+                    {"type": "promptString", "id": "db-pass", "password": true},
+                    {"type": "promptString", "id": "site"},
+                ], "servers": {
                 "time": {"type": "stdio", "command": "uvx", "args": ["mcp-server-time"]},
                 "lint": {"type": "stdio", "command": "lint-mcp", "args": ["--root", "${workspaceFolder}"]},
+                "db": {"type": "stdio", "command": "db-mcp", "env": {"DB_PASSWORD": "${input:db-pass}"}},
+                "site": {"type": "stdio", "command": "site-mcp", "args": ["${input:site}", "${workspaceFolderBasename}"]},
             }})
             .to_string(),
         );
@@ -283,11 +288,15 @@ async fn import_plans_applies_and_rewrites_every_frontend() {
     std::fs::create_dir_all(&bin).unwrap();
     std::os::unix::fs::symlink(BIN, bin.join("toolhost")).unwrap();
     let path = format!("{}:/usr/bin:/bin", bin.display());
-    let env = [("DOCS_TOKEN", "d"), ("PATH", path.as_str())];
+    let env = [
+        ("DOCS_TOKEN", "d"),
+        ("DB_PASS", "p"),
+        ("PATH", path.as_str()),
+    ];
     let (code, out, err) = f.import(&env, &["--apply"]).await;
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("present fs "), "{out}");
-    assert!(out.contains("added docs"), "{out}");
+    assert!(out.contains("added db, docs to "), "{out}");
     assert_eq!(
         read_json(&f.config())["mcp_servers"]["docs"]["headers"]["Authorization"],
         "Bearer ${DOCS_TOKEN}"
@@ -337,11 +346,19 @@ async fn import_plans_applies_and_rewrites_every_frontend() {
     let gemini = read_json(&f.gemini());
     assert_eq!(gemini["theme"], "dark");
     assert_eq!(gemini["mcpServers"], json!({"toolhost": entry}));
+    // VS Code: the input only an imported server used is gone; the one of the server
+    // left behind (a variable only VS Code fills in) stays.
     let vscode = read_json(&f.vscode());
-    assert_eq!(vscode["inputs"], json!([]));
     assert_eq!(
-        vscode["servers"],
-        json!({"toolhost": {"type": "stdio", "command": "toolhost", "args": ["mcp"]}})
+        vscode["inputs"],
+        json!([{"type": "promptString", "id": "site"}])
+    );
+    let servers = vscode["servers"].as_object().unwrap();
+    let names: Vec<&str> = servers.keys().map(String::as_str).collect();
+    assert_eq!(names, ["site", "toolhost"]);
+    assert_eq!(
+        servers["toolhost"],
+        json!({"type": "stdio", "command": "toolhost", "args": ["mcp"]})
     );
     assert_eq!(
         read_json(&f.mcp_json())["mcpServers"],

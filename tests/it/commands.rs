@@ -388,3 +388,92 @@ async fn a_session_workspace_brings_its_commands_also_after_a_restart() {
     d.spawn(&[]).await;
     assert!(names(result(&d, "list_commands", json!({})).await).contains(&"release".into()));
 }
+
+/// The frontends' own command folders are served as toolhost's are, each command tagged
+/// with where it came from: Claude Code's Markdown (front matter of its own left alone),
+/// Codex's prompts, Gemini CLI's TOML with `{{args}}`; toolhost's own folder wins a clash,
+/// which is reported; a command added later is picked up.
+#[tokio::test]
+async fn the_frontends_own_command_folders_are_served_with_their_source() {
+    let mut d = Daemon::unstarted();
+    let home = d.dir.path().join("home");
+    let ws = d.workspace();
+    write_command(
+        &home,
+        ".claude/commands/review.md",
+        "---\ndescription: Claude's review.\nallowed-tools: Bash(git diff:*)\n---\nReview $ARGUMENTS.\n",
+    );
+    write_command(&home, ".codex/prompts/explain.md", "Explain $1 simply.\n");
+    write_command(
+        &home,
+        ".gemini/commands/git/commit.toml",
+        "description = \"Writes a commit message.\"\nprompt = \"\"\"\nWrite a commit message for {{args}}.\n\"\"\"\n",
+    );
+    write_command(
+        &ws,
+        ".claude/commands/frontend/component.md",
+        "Make a component.\n",
+    );
+    write_command(
+        &ws,
+        ".gemini/commands/lint.toml",
+        "prompt = \"Lint the code.\"\n",
+    );
+    write_command(&ws, ".toolhost/commands/review.md", "Our review.\n");
+    let codex = home.join(".codex");
+    d.spawn(&[("CODEX_HOME", codex.to_str().unwrap())]).await;
+
+    let list = result(&d, "list_commands", json!({})).await;
+    let source = |name: &str| {
+        list["commands"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .map(|c| c["source"].clone())
+    };
+    assert_eq!(source("review"), Some(json!("workspace")), "{list}");
+    assert_eq!(
+        source("frontend component"),
+        Some(json!("workspace_claude"))
+    );
+    assert_eq!(source("lint"), Some(json!("workspace_gemini")));
+    assert_eq!(source("explain"), Some(json!("user_codex")));
+    assert_eq!(source("git commit"), Some(json!("user_gemini")));
+    let health = d.health().await;
+    let clash = format!(
+        "command 'review' is defined twice: {} is used, {} is ignored",
+        ws.join(".toolhost/commands/review.md").display(),
+        home.join(".claude/commands/review.md").display()
+    );
+    assert!(
+        health["command_errors"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(clash)),
+        "{health}"
+    );
+    assert_eq!(
+        expand(&d, "git commit", json!({"args": "the parser fix"})).await,
+        "Write a commit message for the parser fix."
+    );
+    assert_eq!(
+        expand(&d, "lint", json!({"args": "src/"})).await,
+        "Lint the code.\n\nsrc/"
+    );
+    assert_eq!(
+        expand(&d, "explain", json!({"arguments": "lifetimes in Rust"})).await,
+        "Explain lifetimes simply."
+    );
+
+    write_command(&home, ".codex/prompts/later.md", "Later.\n");
+    eventually(10, "the Codex prompt added later to be listed", || async {
+        let list = result(&d, "list_commands", json!({})).await;
+        list["commands"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == "later" && c["source"] == "user_codex")
+    })
+    .await;
+}

@@ -380,8 +380,13 @@ async fn sync_links_into_an_empty_and_a_populated_claude_folder_leaving_foreign_
     let (code, out) = skills_cli(root, &ws, &["sync", "--target", "agents"]).await;
     assert_eq!(code, 0, "{out}");
     let link = ws.join(".agents/skills/alpha");
+    // Relative, so the project's links survive a clone or a move.
     assert_eq!(
         std::fs::read_link(&link).unwrap(),
+        Path::new("../../.toolhost/skills/alpha")
+    );
+    assert_eq!(
+        link.canonicalize().unwrap(),
         ours.join("alpha").canonicalize().unwrap()
     );
 
