@@ -80,7 +80,13 @@ async fn undo_of_a_python_sdk_change_leaves_a_bash_change_by_a_socket_client() {
     };
     assert_eq!(out["is_error"], false, "{out}");
     // Frontend two: a socket client running bash.
-    invoke(&d, "bash-1", "bash", json!({"command": "echo from bash > b.txt"})).await;
+    invoke(
+        &d,
+        "bash-1",
+        "bash",
+        json!({"command": "echo from bash > b.txt"}),
+    )
+    .await;
     assert_eq!(read(&d, "a.txt"), "from python\n");
 
     let t = timeline(&d).await;
@@ -103,9 +109,16 @@ async fn undo_of_a_python_sdk_change_leaves_a_bash_change_by_a_socket_client() {
     let out = undo(&d, &sub, &["--call", &python_call, "--yes"]).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{out:?}");
-    assert!(stdout.contains("-original a") || stdout.contains("+original a"), "preview shows the diff: {stdout}");
+    assert!(
+        stdout.contains("-original a") || stdout.contains("+original a"),
+        "preview shows the diff: {stdout}"
+    );
     assert_eq!(read(&d, "a.txt"), "original a\n");
-    assert_eq!(read(&d, "b.txt"), "from bash\n", "the other frontend's change stays");
+    assert_eq!(
+        read(&d, "b.txt"),
+        "from bash\n",
+        "the other frontend's change stays"
+    );
 
     // The undo is an entry itself, and `toolhost undo` (the last change) undoes it.
     let t = timeline(&d).await;
@@ -120,10 +133,19 @@ async fn undo_of_a_python_sdk_change_leaves_a_bash_change_by_a_socket_client() {
 #[tokio::test]
 async fn undo_without_yes_and_without_a_terminal_changes_nothing() {
     let d = Daemon::start().await;
-    invoke(&d, "w1", "write_file", json!({"path": "n.txt", "content": "new\n"})).await;
+    invoke(
+        &d,
+        "w1",
+        "write_file",
+        json!({"path": "n.txt", "content": "new\n"}),
+    )
+    .await;
     let out = undo(&d, &d.workspace(), &[]).await;
     assert_eq!(out.status.code(), Some(1), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--yes"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--yes"),
+        "{out:?}"
+    );
     assert_eq!(read(&d, "n.txt"), "new\n");
 }
 
@@ -131,14 +153,31 @@ async fn undo_without_yes_and_without_a_terminal_changes_nothing() {
 async fn a_restore_over_a_later_change_is_refused_naming_it_unless_forced() {
     let d = Daemon::start().await;
     std::fs::write(d.workspace().join("a.txt"), "zero\n").unwrap();
-    invoke(&d, "one", "write_file", json!({"path": "a.txt", "content": "one\n"})).await;
-    invoke(&d, "two", "write_file", json!({"path": "a.txt", "content": "two\n"})).await;
+    invoke(
+        &d,
+        "one",
+        "write_file",
+        json!({"path": "a.txt", "content": "one\n"}),
+    )
+    .await;
+    invoke(
+        &d,
+        "two",
+        "write_file",
+        json!({"path": "a.txt", "content": "two\n"}),
+    )
+    .await;
     let first = entry_of(&d, "one").await;
     let second = entry_of(&d, "two").await;
     let r = d
-        .call("checkpoint.restore", json!({"id": first["id"], "scope": "call"}))
+        .call(
+            "checkpoint.restore",
+            json!({"id": first["id"], "scope": "call"}),
+        )
         .await;
-    let msg = r["error"]["message"].as_str().unwrap_or_else(|| panic!("{r}"));
+    let msg = r["error"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"));
     assert!(msg.contains("a.txt"), "{msg}");
     assert!(msg.contains(second["id"].as_str().unwrap()), "{msg}");
     assert!(msg.contains("write_file"), "{msg}");
@@ -146,13 +185,19 @@ async fn a_restore_over_a_later_change_is_refused_naming_it_unless_forced() {
 
     // A dry run shows the same conflict without writing.
     let r = d
-        .call("checkpoint.restore", json!({"id": first["id"], "dry_run": true}))
+        .call(
+            "checkpoint.restore",
+            json!({"id": first["id"], "dry_run": true}),
+        )
         .await;
     assert_eq!(r["result"]["conflicts"][0]["path"], "a.txt", "{r}");
     assert_eq!(r["result"]["conflicts"][0]["changed_by"], second["id"]);
 
     let r = d
-        .call("checkpoint.restore", json!({"id": first["id"], "force": true}))
+        .call(
+            "checkpoint.restore",
+            json!({"id": first["id"], "force": true}),
+        )
         .await;
     assert_eq!(r["result"]["files"][0]["path"], "a.txt", "{r}");
     assert_eq!(read(&d, "a.txt"), "zero\n");
@@ -169,8 +214,7 @@ async fn a_restore_over_a_later_change_is_refused_naming_it_unless_forced() {
 
     let diff = d.call("checkpoint.diff", json!({"id": second["id"]})).await;
     assert_eq!(
-        diff["result"]["diff"],
-        "--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-one\n+two\n",
+        diff["result"]["diff"], "--- a/a.txt\n+++ b/a.txt\n@@ -1 +1 @@\n-one\n+two\n",
         "{diff}"
     );
 }
@@ -178,7 +222,13 @@ async fn a_restore_over_a_later_change_is_refused_naming_it_unless_forced() {
 #[tokio::test]
 async fn a_change_between_calls_is_an_outside_entry_not_blamed_on_a_call() {
     let d = Daemon::start().await;
-    invoke(&d, "x", "write_file", json!({"path": "x.txt", "content": "x\n"})).await;
+    invoke(
+        &d,
+        "x",
+        "write_file",
+        json!({"path": "x.txt", "content": "x\n"}),
+    )
+    .await;
     std::fs::write(d.workspace().join("editor.txt"), "typed by the user\n").unwrap();
     invoke(&d, "y", "bash", json!({"command": "echo y > y.txt"})).await;
     let t = timeline(&d).await;
@@ -260,19 +310,35 @@ async fn ignored_excluded_and_large_files() {
     let e = entry_of(&d, "build").await;
     assert_eq!(paths(&e), ["big.txt", "s.txt"], "{e}");
     assert_eq!(e["files"][0]["after"], "large");
-    invoke(&d, "shrink", "bash", json!({"command": "echo tiny > big.txt"})).await;
+    invoke(
+        &d,
+        "shrink",
+        "bash",
+        json!({"command": "echo tiny > big.txt"}),
+    )
+    .await;
     let shrink = entry_of(&d, "shrink").await;
     let r = d
         .call("checkpoint.restore", json!({"id": shrink["id"]}))
         .await;
-    assert_eq!(r["result"]["not_restorable"], json!(["big.txt (a large)"]), "{r}");
+    assert_eq!(
+        r["result"]["not_restorable"],
+        json!(["big.txt (a large)"]),
+        "{r}"
+    );
     assert_eq!(read(&d, "big.txt"), "tiny\n");
 }
 
 #[tokio::test]
 async fn a_restore_while_a_call_runs_in_the_workspace_is_refused() {
     let d = Daemon::start().await;
-    invoke(&d, "w", "write_file", json!({"path": "w.txt", "content": "w\n"})).await;
+    invoke(
+        &d,
+        "w",
+        "write_file",
+        json!({"path": "w.txt", "content": "w\n"}),
+    )
+    .await;
     let id = entry_of(&d, "w").await["id"].clone();
     let client = d.client().await;
     let running = tokio::spawn(async move {
@@ -281,7 +347,9 @@ async fn a_restore_while_a_call_runs_in_the_workspace_is_refused() {
     });
     d.wait_for_call("slow").await;
     let r = d.call("checkpoint.restore", json!({"id": id})).await;
-    let msg = r["error"]["message"].as_str().unwrap_or_else(|| panic!("{r}"));
+    let msg = r["error"]["message"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"));
     assert!(msg.contains("slow"), "{msg}");
     assert_eq!(read(&d, "w.txt"), "w\n");
     d.call("cancel", json!({"call_id": "slow"})).await;
@@ -299,7 +367,13 @@ async fn a_restore_while_a_call_runs_in_the_workspace_is_refused() {
 #[tokio::test]
 async fn a_daemon_killed_mid_call_leaves_a_readable_timeline() {
     let mut d = Daemon::start().await;
-    invoke(&d, "before", "write_file", json!({"path": "k.txt", "content": "1\n"})).await;
+    invoke(
+        &d,
+        "before",
+        "write_file",
+        json!({"path": "k.txt", "content": "1\n"}),
+    )
+    .await;
     let client = d.client().await;
     let _running = tokio::spawn(async move {
         let p = json!({"name": "bash", "arguments": {"command": "echo 2 > k.txt; sleep 30"}, "call_id": "killed"});
@@ -323,13 +397,24 @@ async fn a_daemon_killed_mid_call_leaves_a_readable_timeline() {
     assert_eq!(t["lost"], 1, "{t}");
     assert_eq!(t["entries"][0]["call_id"], "before", "{t}");
     // The killed call's change is found at the next call, as a change from outside.
-    invoke(&d, "after", "write_file", json!({"path": "l.txt", "content": "l\n"})).await;
+    invoke(
+        &d,
+        "after",
+        "write_file",
+        json!({"path": "l.txt", "content": "l\n"}),
+    )
+    .await;
     let t = timeline(&d).await;
     let e = t["entries"].as_array().unwrap();
     assert_eq!(e[0]["call_id"], "after", "{t}");
     assert_eq!(e[1]["kind"], "outside", "{t}");
     assert_eq!(paths(&e[1]), ["k.txt"]);
-    let r = d.call("checkpoint.restore", json!({"id": e[2]["id"], "scope": "before", "force": true})).await;
+    let r = d
+        .call(
+            "checkpoint.restore",
+            json!({"id": e[2]["id"], "scope": "before", "force": true}),
+        )
+        .await;
     assert!(r.get("result").is_some(), "{r}");
     assert!(!d.workspace().join("k.txt").exists());
 }
