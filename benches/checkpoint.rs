@@ -76,7 +76,8 @@ async fn call(client: &Client, name: &str, args: Value) -> f64 {
     ms
 }
 
-const HUNDRED: &str = "for i in $(seq 0 99); do echo \"// $RANDOM\" >> src/d000/f$(printf %03d $i).rs; done";
+const HUNDRED: &str =
+    "for i in $(seq 0 99); do echo \"// $RANDOM\" >> src/d000/f$(printf %03d $i).rs; done";
 
 /// The three scenarios' samples against one daemon: (a), (b), (c).
 async fn scenarios(client: &Client, n: usize) -> [Vec<f64>; 3] {
@@ -85,8 +86,12 @@ async fn scenarios(client: &Client, n: usize) -> [Vec<f64>; 3] {
         out[0].push(call(client, "bash", json!({"command": "true"})).await);
         let content = format!("fn changed() -> u64 {{ {i} }}\n");
         out[1].push(
-            call(client, "write_file", json!({"path": "src/d001/f001.rs", "content": content}))
-                .await,
+            call(
+                client,
+                "write_file",
+                json!({"path": "src/d001/f001.rs", "content": content}),
+            )
+            .await,
         );
         out[2].push(call(client, "bash", json!({"command": HUNDRED})).await);
     }
@@ -99,7 +104,14 @@ fn git(git_dir: &Path, ws: &Path, args: &[&str]) {
         .arg(git_dir)
         .arg("--work-tree")
         .arg(ws)
-        .args(["-c", "user.name=bench", "-c", "user.email=bench@localhost", "-c", "commit.gpgsign=false"])
+        .args([
+            "-c",
+            "user.name=bench",
+            "-c",
+            "user.email=bench@localhost",
+            "-c",
+            "commit.gpgsign=false",
+        ])
         .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -114,7 +126,18 @@ fn shadow_git(git_dir: &Path, ws: &Path, n: usize) -> (f64, [Vec<f64>; 3]) {
     let snapshot = || {
         let started = Instant::now();
         git(git_dir, ws, &["add", "-A"]);
-        git(git_dir, ws, &["commit", "-q", "--allow-empty", "--no-verify", "-m", "checkpoint"]);
+        git(
+            git_dir,
+            ws,
+            &[
+                "commit",
+                "-q",
+                "--allow-empty",
+                "--no-verify",
+                "-m",
+                "checkpoint",
+            ],
+        );
         started.elapsed().as_secs_f64() * 1e3
     };
     git(git_dir, ws, &["init", "-q"]);
@@ -122,7 +145,11 @@ fn shadow_git(git_dir: &Path, ws: &Path, n: usize) -> (f64, [Vec<f64>; 3]) {
     let mut out: [Vec<f64>; 3] = Default::default();
     for i in 0..n {
         out[0].push(snapshot());
-        std::fs::write(ws.join("src/d001/f001.rs"), format!("fn changed() -> u64 {{ {i} }}\n")).unwrap();
+        std::fs::write(
+            ws.join("src/d001/f001.rs"),
+            format!("fn changed() -> u64 {{ {i} }}\n"),
+        )
+        .unwrap();
         out[1].push(snapshot());
         let ok = std::process::Command::new("bash")
             .args(["-c", HUNDRED])
@@ -169,7 +196,11 @@ async fn main() {
         generate(&ws, files);
 
         // Checkpoints off, then on, on the same tree.
-        let (d, client, _) = daemon::start(&dir.path().join("off"), &json!({"checkpoint": {"enabled": false}})).await;
+        let (d, client, _) = daemon::start(
+            &dir.path().join("off"),
+            &json!({"checkpoint": {"enabled": false}}),
+        )
+        .await;
         let off = scenarios(&client, n).await;
         stop(d).await;
         std::fs::rename(dir.path().join("off/ws"), dir.path().join("ws")).unwrap();
@@ -179,14 +210,23 @@ async fn main() {
         let first = call(&client, "bash", json!({"command": "true"})).await;
         let store = dir.path().join("on/data/checkpoints");
         let before = du(&store);
-        call(&client, "write_file", json!({"path": "src/d002/f002.rs", "content": "one line\n"})).await;
+        call(
+            &client,
+            "write_file",
+            json!({"path": "src/d002/f002.rs", "content": "one line\n"}),
+        )
+        .await;
         let one_line = du(&store).saturating_sub(before);
         let on = scenarios(&client, n).await;
         stop(d).await;
 
         let ws = dir.path().join("on/ws");
         let (git_first, git) = shadow_git(&dir.path().join("shadow.git"), &ws, n);
-        let names = ["(a) nothing changed", "(b) 1 file changed", "(c) 100 files changed"];
+        let names = [
+            "(a) nothing changed",
+            "(b) 1 file changed",
+            "(c) 100 files changed",
+        ];
         for (i, name) in names.iter().enumerate() {
             let (o50, o95) = p50_p95(off[i].clone());
             let (c50, c95) = p50_p95(on[i].clone());
