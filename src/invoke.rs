@@ -435,7 +435,7 @@ async fn run_checked(
 
     let cancel = ctx.cancel.clone();
     let tool = entry.tool.clone();
-    let checkpoint = checkpoint(host, &entry, &ctx, facts).await;
+    let checkpoint = checkpoint(host, entry, &ctx, facts).await;
     drop(snapshot);
     let result = if tool.keeps_deadline() {
         tool.call(args, ctx).await

@@ -90,7 +90,12 @@ fn rules(config: &Config, store: &Store, root: &Path) -> Rules {
         exclude: config.checkpoint.exclude.clone(),
         max_file_bytes: config.checkpoint.max_file_bytes,
         max_files: config.checkpoint.max_files,
-        skip: [store.dir.as_path()]
+        // The daemon's data dir (`<data_dir>/checkpoints/<key>`'s grandparent: sessions,
+        // audit log, this store) when the workspace holds it, e.g. a workspace at `$HOME`.
+        skip: store
+            .dir
+            .parent()
+            .and_then(Path::parent)
             .into_iter()
             .filter(|d| d.starts_with(root))
             .map(Path::to_path_buf)
@@ -487,6 +492,14 @@ fn file_of(c: &Change) -> CheckpointFile {
 
 /// Reads a store; a new one gets its first scan as its base (no entry: nothing changed yet).
 fn load(store: &Store, root: &Path, config: &Config) -> Result<Timeline, ScanError> {
+    // A whole home directory or file system is no project: recording it would copy it.
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    if root == Path::new("/") || home.is_some_and(|h| h == root) {
+        return Err(ScanError::Io(std::io::Error::other(format!(
+            "{} is the home directory or the root: no checkpoints there",
+            root.display()
+        ))));
+    }
     store.create(root)?;
     let loaded = store.load()?;
     let next_seq = loaded

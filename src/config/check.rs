@@ -622,6 +622,7 @@ mod tests {
             exclude_tools: vec!["u".into()],
             idle_stop_s: Some(60),
             roots: vec!["/r".into()],
+            checkpoint: Some(true),
             auth: Some(crate::config::McpAuth {
                 kind: crate::config::McpAuthKind::Oauth,
                 client_id: Some("c".into()),

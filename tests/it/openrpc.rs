@@ -504,6 +504,16 @@ async fn every_answer_validates_against_the_openrpc_document() {
     check(&doc, "unsubscribe_approvals", &r["result"]);
     seen.insert("unsubscribe_approvals".into());
 
+    // Checkpoints: a write is an entry to list, diff and restore.
+    let write = json!({"name": "write_file", "arguments": {"path": "cp.txt", "content": "cp\n"}});
+    call_checked(&d, &doc, &mut seen, "invoke", write).await;
+    let list = call_checked(&d, &doc, &mut seen, "checkpoint.list", json!({})).await;
+    let id = list["entries"][0]["id"].clone();
+    assert!(id.is_string(), "{list}");
+    call_checked(&d, &doc, &mut seen, "checkpoint.diff", json!({"id": id})).await;
+    let restore = json!({"id": id, "force": true});
+    call_checked(&d, &doc, &mut seen, "checkpoint.restore", restore).await;
+
     let documented: BTreeSet<String> = doc["methods"]
         .as_array()
         .unwrap()
