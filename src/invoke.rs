@@ -521,7 +521,11 @@ async fn guard(
         let c = caller.as_ref()?;
         c.agent.as_deref().or(c.process.as_deref())
     });
-    let frontend = guards::frontend_key(client, caller.as_ref().map(|c| c.uid));
+    let frontend = guards::frontend_key(
+        facts.frontend.as_deref(),
+        client,
+        caller.as_ref().map(|c| c.uid),
+    );
     let call = guards::Call {
         target: guards::Target {
             tool: name,

@@ -40,12 +40,17 @@ use rules::{Rule, RuleSet};
 
 pub use crate::config::GuardSource;
 
-/// The `frontend` scope's key of a call: who is calling, as far as the host can tell.
-/// Today that is the client's own name (the session's `clientInfo.name` or meta `client`,
-/// else the connection's `User-Agent`, else the peer's process name) with the peer's uid,
-/// so two users running the same frontend are two frontends. The one place this is
-/// derived: when sessions carry a stable frontend identity, key on it here.
-pub fn frontend_key(client: Option<&str>, uid: Option<u32>) -> String {
+/// The `frontend` scope's key of a call: who is calling, as far as the host can tell. A
+/// session's stable frontend id (`Session::frontend_id`: its user, client, workspace and
+/// the programs that started it, proto-docs/sessions.md) when it has one, so every
+/// conversation of one frontend shares the counters; else, for a call without such a
+/// session, the client's own name (meta `client`, else the connection's `User-Agent`, else
+/// the peer's process name) with the peer's uid, so two users running the same program
+/// are two frontends.
+pub fn frontend_key(frontend_id: Option<&str>, client: Option<&str>, uid: Option<u32>) -> String {
+    if let Some(id) = frontend_id {
+        return id.to_owned();
+    }
     let client = client.unwrap_or("unnamed");
     match uid {
         Some(uid) => format!("{client}/{uid}"),

@@ -12,6 +12,11 @@ use std::path::Path;
 use common::{toolhost, Daemon, BIN};
 use serde_json::{json, Value};
 
+/// A daemon with checkpoints on (they are opt-in: proto-docs/checkpoints.md).
+async fn start() -> Daemon {
+    Daemon::start_with(Some(json!({"checkpoint": {"enabled": true}}))).await
+}
+
 /// `invoke` with a call id of ours; returns the whole response.
 async fn invoke(d: &Daemon, call_id: &str, name: &str, args: Value) -> Value {
     let r = d
@@ -69,7 +74,7 @@ async fn undo(d: &Daemon, cwd: &Path, args: &[&str]) -> std::process::Output {
 
 #[tokio::test]
 async fn undo_of_a_python_sdk_change_leaves_a_bash_change_by_a_socket_client() {
-    let d = Daemon::start().await;
+    let d = start().await;
     std::fs::write(d.workspace().join("a.txt"), "original a\n").unwrap();
     std::fs::write(d.workspace().join("b.txt"), "original b\n").unwrap();
     // Frontend one: a Python MCP SDK client over `toolhost mcp`.
@@ -132,7 +137,7 @@ async fn undo_of_a_python_sdk_change_leaves_a_bash_change_by_a_socket_client() {
 
 #[tokio::test]
 async fn undo_without_yes_and_without_a_terminal_changes_nothing() {
-    let d = Daemon::start().await;
+    let d = start().await;
     invoke(
         &d,
         "w1",
@@ -151,7 +156,7 @@ async fn undo_without_yes_and_without_a_terminal_changes_nothing() {
 
 #[tokio::test]
 async fn a_restore_over_a_later_change_is_refused_naming_it_unless_forced() {
-    let d = Daemon::start().await;
+    let d = start().await;
     std::fs::write(d.workspace().join("a.txt"), "zero\n").unwrap();
     invoke(
         &d,
@@ -221,7 +226,7 @@ async fn a_restore_over_a_later_change_is_refused_naming_it_unless_forced() {
 
 #[tokio::test]
 async fn a_change_between_calls_is_an_outside_entry_not_blamed_on_a_call() {
-    let d = Daemon::start().await;
+    let d = start().await;
     invoke(
         &d,
         "x",
@@ -250,7 +255,7 @@ async fn a_change_between_calls_is_an_outside_entry_not_blamed_on_a_call() {
 
 #[tokio::test]
 async fn symlinks_fifos_and_paths_that_are_not_utf8_are_recorded_and_restored_byte_for_byte() {
-    let d = Daemon::start().await;
+    let d = start().await;
     let ws = d.workspace();
     std::os::unix::fs::symlink("/etc/hostname", ws.join("link")).unwrap();
     let bad = OsStr::from_bytes(b"bad\xffname");
@@ -296,7 +301,7 @@ async fn symlinks_fifos_and_paths_that_are_not_utf8_are_recorded_and_restored_by
 #[tokio::test]
 async fn ignored_excluded_and_large_files() {
     let d = Daemon::start_with(Some(json!({
-        "checkpoint": {"exclude": ["*.log"], "max_file_bytes": 16}
+        "checkpoint": {"enabled": true, "exclude": ["*.log"], "max_file_bytes": 16}
     })))
     .await;
     std::fs::write(d.workspace().join(".gitignore"), "target/\n").unwrap();
@@ -331,7 +336,7 @@ async fn ignored_excluded_and_large_files() {
 
 #[tokio::test]
 async fn a_restore_while_a_call_runs_in_the_workspace_is_refused() {
-    let d = Daemon::start().await;
+    let d = start().await;
     invoke(
         &d,
         "w",
@@ -366,7 +371,7 @@ async fn a_restore_while_a_call_runs_in_the_workspace_is_refused() {
 
 #[tokio::test]
 async fn a_daemon_killed_mid_call_leaves_a_readable_timeline() {
-    let mut d = Daemon::start().await;
+    let mut d = start().await;
     invoke(
         &d,
         "before",

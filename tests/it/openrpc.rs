@@ -81,7 +81,7 @@ async fn every_answer_validates_against_the_openrpc_document() {
         let skill = dir.join("ws/.toolhost/skills/demo");
         std::fs::create_dir_all(&skill).unwrap();
         std::fs::write(skill.join("SKILL.md"), "---\nname: demo\ndescription: A demo.\n---\nDo it.\n").unwrap();
-        json!({"mcp_servers": {"fx": {"command": fixture, "env": {"FIXTURE_PID_FILE": dir.join("pids"), "FIXTURE_INPUTS": "1", "FIXTURE_RESOURCES": "fx"}}}})
+        json!({"checkpoint": {"enabled": true}, "mcp_servers": {"fx": {"command": fixture, "env": {"FIXTURE_PID_FILE": dir.join("pids"), "FIXTURE_INPUTS": "1", "FIXTURE_RESOURCES": "fx"}}}})
     })
     .await;
     let doc = d.call("rpc.discover", json!({})).await["result"].clone();

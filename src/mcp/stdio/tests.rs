@@ -326,8 +326,14 @@ async fn a_direct_call_carries_the_era_meta_and_a_retrys_params() {
     let era = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28"});
     direct.set_era_meta(era.as_object().unwrap().clone());
     let retry = json!({"inputResponses": {"a": {"action": "decline"}}, "requestState": " s "});
+    let capabilities = json!({"roots": {}, "elicitation": {"form": {}}});
     let call = direct
-        .call("echo", &Map::new(), retry.as_object().unwrap())
+        .call(
+            "echo",
+            &Map::new(),
+            retry.as_object().unwrap(),
+            &capabilities,
+        )
         .await
         .unwrap();
     let request = read_json(&mut server_in).await;
@@ -335,6 +341,10 @@ async fn a_direct_call_carries_the_era_meta_and_a_retrys_params() {
     assert_eq!(
         request["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"],
         "2026-07-28"
+    );
+    assert_eq!(
+        request["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"],
+        capabilities
     );
     assert_eq!(request["params"]["requestState"], " s ");
     assert_eq!(request["params"]["inputResponses"], retry["inputResponses"]);
