@@ -64,7 +64,7 @@ impl Caller {
     /// one, and `rpc/peer.rs` gives it the least rights). A peer on another machine is
     /// `None`: it has only the bearer token. Reads /proc (on a blocking thread).
     pub async fn of_tcp(stream: &tokio::net::TcpStream) -> Option<Arc<Caller>> {
-        use crate::process::procfs;
+        use crate::procfs;
         let (local, peer) = (stream.local_addr().ok()?, stream.peer_addr().ok()?);
         tokio::task::spawn_blocking(move || {
             let (uid, inode) = procfs::tcp_socket(peer, local)?;

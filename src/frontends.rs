@@ -132,7 +132,7 @@ fn chain_above(pid: i32) -> Vec<FrontendProcess> {
     let mut chain = Vec::with_capacity(CHAIN);
     let mut at = pid;
     while chain.len() < CHAIN {
-        let Some(parent) = crate::process::procfs::stat(at).map(|s| s.ppid) else {
+        let Some(parent) = crate::procfs::stat(at).map(|s| s.ppid) else {
             break;
         };
         if parent <= 1 {

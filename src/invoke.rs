@@ -353,8 +353,7 @@ async fn run_checked(
     // The guards: after the policy (a denied call is not counted), before approval is asked
     // (a call over its limits never bothers the user), and before anything runs. The
     // admission holds the call's concurrency slots until the call ends.
-    let guarded_at = tokio::time::Instant::now();
-    let deadline = guarded_at + Duration::from_millis(timeout_ms);
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(timeout_ms);
     let _admitted = match &decision {
         Decision::Deny(_) => None,
         _ => match guard(host, &params.name, entry, &args, &ctx, facts, deadline).await {
@@ -369,8 +368,10 @@ async fn run_checked(
         },
     };
     // A call that waited for a concurrency slot has that much less of its deadline left.
-    let waited = guarded_at.elapsed();
-    let timeout_ms = if waited > Duration::from_millis(1) {
+    let timeout_ms = if _admitted
+        .as_ref()
+        .is_some_and(crate::guards::Admission::queued)
+    {
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());
         let left = u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1);
         ctx.timeout_ms = Some(left);

@@ -51,6 +51,7 @@ mod metrics;
 mod modules;
 mod outputs;
 mod process;
+mod procfs;
 pub mod protocol;
 mod registry;
 mod reload;

@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use super::builtin::Builtin;
 use super::command::{self, Body, Command, CommandError};
 use super::Root;
-use crate::protocol::{CommandSource, ListCommandsResult, TrustItem, TrustKind};
+use crate::protocol::{ListCommandsResult, TrustItem, TrustKind};
 use crate::trust::Trust;
 
 /// The commands in force, sorted by name, and the files skipped on the way.
@@ -44,7 +44,7 @@ impl Catalog {
         let mut clashes = Vec::new();
         let mut waiting = Vec::new();
         for root in roots {
-            let gate = trust.filter(|_| root.source == CommandSource::Workspace);
+            let gate = trust.filter(|_| root.source.is_workspace());
             for rel in command_files(&root.path) {
                 if let Some(trust) = gate {
                     let file = root.path.join(&rel);

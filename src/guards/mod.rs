@@ -110,9 +110,16 @@ pub struct Admission {
     taken: Vec<Taken>,
     /// The `daily` counters this call changed: (rule, scope), to persist.
     daily: Vec<(String, String)>,
+    /// Whether the call waited in a concurrency queue (its deadline is then shorter).
+    queued: bool,
 }
 
 impl Admission {
+    /// The call waited for a concurrency slot: it has that much less of its deadline left.
+    pub fn queued(&self) -> bool {
+        self.queued
+    }
+
     /// The `daily` counters (rule, scope) this call counted, to persist before it runs.
     pub fn counted_daily(&self) -> &[(String, String)] {
         &self.daily
@@ -226,6 +233,7 @@ impl Guards {
             waits: Vec::new(),
             taken: Vec::new(),
             daily: Vec::new(),
+            queued: false,
         };
         if matched.is_empty() {
             return Ok(adm);
@@ -409,6 +417,11 @@ impl Guards {
     ) -> Result<Admission, Refused> {
         let waits = std::mem::take(&mut adm.waits);
         for (i, scope, slots) in waits {
+            if let Ok(p) = slots.clone().try_acquire_owned() {
+                adm.permits.push(p);
+                continue;
+            }
+            adm.queued = true;
             let started = Instant::now();
             let got = tokio::select! {
                 p = tokio::time::timeout_at(deadline, slots.acquire_owned()) => p.ok().and_then(Result::ok),

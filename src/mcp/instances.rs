@@ -517,9 +517,7 @@ impl Instances {
                 default: std::ptr::eq(s, server),
                 state: s.state(),
                 pid,
-                rss_bytes: pid
-                    .and_then(crate::process::procfs::rss_kib)
-                    .map(|kib| kib * 1024),
+                rss_bytes: pid.and_then(crate::procfs::rss_kib).map(|kib| kib * 1024),
                 in_flight,
                 last_used: (used != 0).then_some(used),
             }

@@ -46,7 +46,7 @@ mod escapees;
 mod launch;
 pub(crate) use launch::find_in;
 pub mod ledger;
-pub mod procfs;
+use crate::procfs;
 mod reaper;
 pub mod runner;
 pub mod spawner;

@@ -34,6 +34,18 @@ pub enum CommandSource {
     Builtin,
 }
 
+impl CommandSource {
+    /// A folder inside a workspace: what is found there passes the workspace-trust gate.
+    pub fn is_workspace(self) -> bool {
+        matches!(
+            self,
+            CommandSource::Workspace
+                | CommandSource::WorkspaceClaude
+                | CommandSource::WorkspaceGemini
+        )
+    }
+}
+
 /// One declared argument of a command.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct CommandArgument {

@@ -27,7 +27,8 @@ use crate::audit::Caller;
 use crate::calls::CallRights;
 use crate::host::Host;
 use crate::lock;
-use crate::process::{procfs, INSTANCE_VAR};
+use crate::process::INSTANCE_VAR;
+use crate::procfs;
 use crate::protocol::{codes, method, ApprovalMode, Network, SandboxPolicy};
 
 /// The sessions created by host-started peers: the only ones such a peer may use. Kept in

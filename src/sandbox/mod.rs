@@ -144,7 +144,7 @@ const CALL_DIR: &str = "toolhost-call-";
 
 fn call_dir_prefix() -> String {
     let pid = std::process::id() as i32;
-    let start = crate::process::procfs::stat(pid).map_or(0, |s| s.starttime);
+    let start = crate::procfs::stat(pid).map_or(0, |s| s.starttime);
     format!("{CALL_DIR}{pid}.{start}-")
 }
 
@@ -178,8 +178,7 @@ pub fn sweep_call_dirs() -> usize {
             let ours = entry
                 .metadata()
                 .is_ok_and(|m| m.file_type().is_dir() && m.uid() == uid);
-            let alive =
-                crate::process::procfs::stat(owner.0).is_some_and(|s| s.starttime == owner.1);
+            let alive = crate::procfs::stat(owner.0).is_some_and(|s| s.starttime == owner.1);
             if ours && !alive && std::fs::remove_dir_all(entry.path()).is_ok() {
                 removed += 1;
             }

@@ -422,6 +422,13 @@ async fn the_frontends_own_command_folders_are_served_with_their_source() {
     write_command(&ws, ".toolhost/commands/review.md", "Our review.\n");
     let codex = home.join(".codex");
     d.spawn(&[("CODEX_HOME", codex.to_str().unwrap())]).await;
+    // The workspace's folders wait for the user's trust like toolhost's own (trust_gate.rs).
+    d.trust_workspace().await;
+    eventually(10, "the workspace's commands listed", || async {
+        let list = result(&d, "list_commands", json!({})).await;
+        list.to_string().contains("workspace_gemini")
+    })
+    .await;
 
     let list = result(&d, "list_commands", json!({})).await;
     let source = |name: &str| {

@@ -497,7 +497,11 @@ async fn sign_in_refresh_logout_and_no_leaks() {
 async fn refresh_before_expiry() {
     // Tokens live 2 s; rmcp refreshes within the last half of a token's life.
     let p = Provider::start(2).await;
-    let d = Daemon::start_with(Some(config(&p.url()))).await;
+    // The test polls one call until a refresh happens: the built-in loop breaker, which
+    // stops a model repeating itself, is off for it.
+    let mut cfg = config(&p.url());
+    cfg["guards"] = json!([{"name": "default-loop", "enabled": false}]);
+    let d = Daemon::start_with(Some(cfg)).await;
     wait_state(&d, "auth_required").await;
     login(&d).await;
     wait_state(&d, "ready").await;

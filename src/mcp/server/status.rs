@@ -82,7 +82,7 @@ impl Server {
             },
             consecutive_failures: state.failures(),
             pid,
-            rss_kib: pid.and_then(crate::process::procfs::rss_kib),
+            rss_kib: pid.and_then(crate::procfs::rss_kib),
             last_used: self.last_used_ms(),
             tools_from: self.tools_from(&state),
             restarts: self.restarts.load(Ordering::Relaxed),
