@@ -178,9 +178,10 @@ impl ModuleHost {
     /// The confinement a new host process starts in, if a policy applies and the kernel
     /// can enforce it (one it cannot is refused when `sandbox.required`, else logged).
     fn confinement(&self) -> Result<Option<Confinement>, String> {
-        let Some((config, workspace)) = lock(&self.0.sandbox).clone() else {
+        let Some((mut config, workspace)) = lock(&self.0.sandbox).clone() else {
             return Ok(None);
         };
+        config.hidden = readable_script_dir(&config.hidden, &self.0.dir);
         let call = sandbox::CallSandbox::resolve(&config, None, None);
         match sandbox::plan(&call, &workspace, &sandbox::Extras::default()) {
             Ok(Plan::Confined(c)) => Ok(Some(c)),
@@ -512,6 +513,28 @@ pub fn find_node(configured: Option<PathBuf>) -> Result<PathBuf, String> {
         .ok_or_else(|| {
             "no Node.js found: JS/TS tool modules need node; put it on PATH or set config custom_tools.node".to_owned()
         })
+}
+
+/// The paths a confined host may not read, with its own script folder (`dir`, inside the
+/// data dir) left readable: a hidden folder holding `dir` is replaced by its entries other
+/// than the one on the way to `dir`, as they are when the host starts. (Something the
+/// daemon adds to the data dir later is readable to a host started before it.)
+fn readable_script_dir(hidden: &[PathBuf], dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for h in hidden {
+        let Ok(rest) = dir.strip_prefix(h) else {
+            out.push(h.clone());
+            continue;
+        };
+        let Some(first) = rest.components().next() else {
+            continue;
+        };
+        let keep = h.join(first);
+        if let Ok(entries) = std::fs::read_dir(h) {
+            out.extend(entries.flatten().map(|e| e.path()).filter(|p| *p != keep));
+        }
+    }
+    out
 }
 
 /// Writes `host.mjs` to `dir/host-<digest>.mjs` unless it is there already.

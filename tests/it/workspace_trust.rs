@@ -188,7 +188,11 @@ async fn a_grant_by_name_goes_to_the_users_tool_only() {
     let asks = json!({"sandbox": {"writable": [cache]}});
     let user = write_tool(&user_root, "cachetool", asks.clone(), &writes("user"));
     write_tool(&ws_root, "cachetool", asks, &writes("workspace"));
-    let cfg = |tools: Value| json!({"sandbox": {"policy": "workspace-write", "tools": tools}});
+    // The test polls one call until a reload applies: the built-in loop breaker is off.
+    let cfg = |tools: Value| {
+        json!({"sandbox": {"policy": "workspace-write", "tools": tools},
+               "guards": [{"name": "default-loop", "enabled": false}]})
+    };
     std::fs::write(
         d.config_path(),
         cfg(json!({"cachetool": {"writable": true}})).to_string(),
