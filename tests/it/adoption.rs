@@ -675,7 +675,12 @@ async fn the_secrets_file_is_reloaded_and_must_be_private() {
     };
     private("# mine\nLABEL_T41=one\n");
     let server = json!({"command": FIXTURE, "env": {"FIXTURE_WHEREAMI": "1", "FIXTURE_LABEL": "${LABEL_T41}"}});
-    common::write_atomic(&d.config_path(), &json!({"mcp_servers": {"fx": server}}));
+    // The test polls one call until a reload applies: the built-in loop breaker is off.
+    let no_loop = json!([{"name": "default-loop", "enabled": false}]);
+    common::write_atomic(
+        &d.config_path(),
+        &json!({"mcp_servers": {"fx": server}, "guards": no_loop}),
+    );
     let label = || async {
         let r = d.invoke("mcp_fx_whereami", json!({})).await;
         r["output"]

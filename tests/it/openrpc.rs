@@ -81,6 +81,7 @@ async fn every_answer_validates_against_the_openrpc_document() {
         let skill = dir.join("ws/.toolhost/skills/demo");
         std::fs::create_dir_all(&skill).unwrap();
         std::fs::write(skill.join("SKILL.md"), "---\nname: demo\ndescription: A demo.\n---\nDo it.\n").unwrap();
+        // Checkpoints on (they are opt-in), for the checkpoint methods below.
         json!({"checkpoint": {"enabled": true}, "mcp_servers": {"fx": {"command": fixture, "env": {"FIXTURE_PID_FILE": dir.join("pids"), "FIXTURE_INPUTS": "1", "FIXTURE_RESOURCES": "fx"}}}})
     })
     .await;
@@ -391,7 +392,7 @@ async fn every_answer_validates_against_the_openrpc_document() {
     call_checked(&d, &doc, &mut seen, "mcp.reload", json!({"server": "fx"})).await;
     // A config change gives one tools_changed; removing fx, also one prompts_changed and
     // one resources_changed.
-    write_atomic(&d.config_path(), &json!({}));
+    write_atomic(&d.config_path(), &json!({"checkpoint": {"enabled": true}}));
     let mut notified = BTreeSet::new();
     while notified.len() < 3 {
         let n = ws.recv().await;
