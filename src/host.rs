@@ -34,11 +34,16 @@ pub struct Dirs {
     pub data_dir: PathBuf,
 }
 
-/// `config` with the daemon's own files in `sandbox.hidden`: config.json, the data dir
-/// (sessions, pins, audit log) and `listen.token_file`, which a confined program must not
-/// read — the token would let it in over TCP, config.json names every secret's variable.
+/// `config` with the daemon's own files in `sandbox.hidden`: config.json, the secrets file
+/// beside it, the data dir (sessions, pins, checkpoints, audit log) and `listen.token_file`,
+/// which a confined program must not read — the token would let it in over TCP,
+/// config.json names every secret's variable and `secrets.env` holds their values.
 fn hide_own_files(dirs: &Dirs, mut config: Config) -> Config {
-    let mut hidden = vec![dirs.config_path.clone(), dirs.data_dir.clone()];
+    let mut hidden = vec![
+        dirs.config_path.clone(),
+        crate::secrets::file_for(&dirs.config_path),
+        dirs.data_dir.clone(),
+    ];
     hidden.extend(config.listen.token_file.clone());
     config.sandbox.hidden = hidden;
     config

@@ -35,19 +35,22 @@ async def main(binary: str, socket: str, pid: str, argv: str) -> dict:
     async def wait_gone(p: int) -> None:
         with anyio.fail_after(20):
             while True:
-                try:
-                    with open(f"/proc/{p}/stat") as f:
-                        # A zombie is gone too (its parent has not reaped it yet).
-                        if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                            return
-                except FileNotFoundError:
-                    return
-                # Our own child: reap it, else it stays a zombie that kill(0) still finds.
+                # Our own child: gone when reaped. Its leader shows as a zombie while its
+                # other threads still exit, holding its sockets open, so "Z" is not enough.
                 try:
                     if os.waitpid(p, os.WNOHANG)[0] == p:
                         return
+                    own = True
                 except ChildProcessError:
-                    pass
+                    own = False
+                try:
+                    with open(f"/proc/{p}/stat") as f:
+                        # Another's child: a zombie whose threads are all gone is gone.
+                        zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
+                    if zombie and not own and len(os.listdir(f"/proc/{p}/task")) <= 1:
+                        return
+                except FileNotFoundError:
+                    return
                 await anyio.sleep(0.05)
 
     params = StdioServerParameters(command=binary, args=["mcp", "--socket", socket], env=get_default_environment())

@@ -329,6 +329,14 @@ async fn a_sandboxed_call_can_neither_read_the_token_nor_get_in_over_tcp_with_it
     std::fs::write(&token_file, TOKEN).unwrap();
     let cfg = json!({"listen": {"tcp": "127.0.0.1:0", "token_file": token_file}});
     std::fs::write(d.config_path(), cfg.to_string()).unwrap();
+    // The secrets file beside config.json (values of its `${NAME}`s).
+    let secrets = d.config_path().with_file_name("secrets.env");
+    std::fs::write(&secrets, "API_KEY=sk-round4\n").unwrap();
+    std::fs::set_permissions(
+        &secrets,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
     d.spawn(&[]).await;
     let ws = d.workspace();
     std::fs::write(ws.join("notes.txt"), "readable\n").unwrap();
@@ -340,7 +348,12 @@ async fn a_sandboxed_call_can_neither_read_the_token_nor_get_in_over_tcp_with_it
 
     // The daemon's own files are not readable from the sandbox; the rest still is.
     let sessions = d.data_dir().join("sessions");
-    for file in [&token_file, &d.config_path(), &sessions.join("conf")] {
+    for file in [
+        &token_file,
+        &d.config_path(),
+        &secrets,
+        &sessions.join("conf"),
+    ] {
         let r = bash_in(&d, &s, &format!("cat '{}'", file.display())).await;
         assert_ne!(r["exit_code"], 0, "{} was read: {r}", file.display());
         assert!(
