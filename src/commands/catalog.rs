@@ -46,30 +46,25 @@ impl Catalog {
         for root in roots {
             let gate = trust.filter(|_| root.source.is_workspace());
             for rel in command_files(&root.path) {
+                // Read once: the gate hashes the very bytes that are then parsed, so a file
+                // swapped after its check is never what gets loaded.
+                let bytes = match command::read(&root.path, &rel) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        errors.push(e);
+                        continue;
+                    }
+                };
                 if let Some(trust) = gate {
                     let file = root.path.join(&rel);
                     let workspace = crate::trust::workspace_of(&root.path);
-                    let checked = crate::trust::file_digest(&file)
-                        .map(|d| trust.check(workspace, TrustKind::Command, &file, &d));
-                    match checked {
-                        Ok(Ok(())) => {}
-                        Ok(Err(w)) => {
-                            waiting.push(w);
-                            continue;
-                        }
-                        Err(e) => {
-                            errors.push(CommandError {
-                                file,
-                                field: None,
-                                reason: format!(
-                                    "the file cannot be hashed for the trust gate: {e}"
-                                ),
-                            });
-                            continue;
-                        }
+                    let digest = crate::trust::bytes_digest(&bytes);
+                    if let Err(w) = trust.check(workspace, TrustKind::Command, &file, &digest) {
+                        waiting.push(w);
+                        continue;
                     }
                 }
-                match command::load(&root.path, &rel, root.source) {
+                match command::parse(&root.path, &rel, root.source, bytes) {
                     Ok(c) => match commands.iter().find(|k| k.entry.name == c.entry.name) {
                         Some(first) => clashes.push(format!(
                             "command '{}' is defined twice: {} is used, {} is ignored",

@@ -133,9 +133,24 @@ pub fn words(rel: &Path) -> Result<Vec<String>, String> {
     Ok(words)
 }
 
-/// Loads the command at `rel` beneath `root` (`rel` and any symlink on its way stay
-/// inside `root`).
-pub fn load(root: &Path, rel: &Path, source: CommandSource) -> Result<Command, CommandError> {
+/// The bytes of the command file `rel` beneath `root` (bounded; `rel` and any symlink on its
+/// way stay inside `root`).
+pub fn read(root: &Path, rel: &Path) -> Result<Vec<u8>, CommandError> {
+    safe_read::read_beneath(root, rel, MAX_COMMAND_BYTES).map_err(|e| CommandError {
+        file: root.join(rel),
+        field: None,
+        reason: format!("the file {e}"),
+    })
+}
+
+/// The command in `bytes`, the content of `rel` beneath `root` (what the trust gate hashed,
+/// for a workspace's file: nothing is read twice, so nothing can change in between).
+pub fn parse(
+    root: &Path,
+    rel: &Path,
+    source: CommandSource,
+    bytes: Vec<u8>,
+) -> Result<Command, CommandError> {
     let file = root.join(rel);
     let err = |field, reason: String| CommandError {
         file: file.clone(),
@@ -143,8 +158,6 @@ pub fn load(root: &Path, rel: &Path, source: CommandSource) -> Result<Command, C
         reason,
     };
     let words = words(rel).map_err(|r| err(Some("name"), format!("the file name: {r}")))?;
-    let bytes = safe_read::read_beneath(root, rel, MAX_COMMAND_BYTES)
-        .map_err(|e| err(None, format!("the file {e}")))?;
     let text = String::from_utf8(bytes).map_err(|_| err(None, "is not UTF-8 text".into()))?;
     if rel.extension().is_some_and(|x| x == "toml") {
         let (meta, body) = gemini_toml(&text).map_err(|(field, reason)| err(field, reason))?;

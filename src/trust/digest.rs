@@ -29,9 +29,11 @@ pub fn folder_digest(dir: &Path) -> Result<String, String> {
     Ok(hex::encode(&walk.hash.finalize()[..16]))
 }
 
-/// SHA-256 of one regular file (not followed if a symlink, not waited on if a FIFO), for
-/// an item that is one file (a command). The error does not name the file.
-pub fn file_digest(path: &Path) -> Result<String, String> {
+/// SHA-256 of one regular file (not followed if a symlink, not waited on if a FIFO), as a
+/// folder's walk hashes it; [`bytes_digest`] must agree with it (a command is hashed from
+/// the bytes it is parsed from).
+#[cfg(test)]
+fn file_digest(path: &Path) -> Result<String, String> {
     let mut walk = Walk {
         hash: Sha256::new(),
         entries: 0,
@@ -39,6 +41,15 @@ pub fn file_digest(path: &Path) -> Result<String, String> {
     };
     walk.file(path)?;
     Ok(hex::encode(&walk.hash.finalize()[..16]))
+}
+
+/// [`file_digest`] of a file whose content is `bytes`: for a source that reads a file once
+/// and both hashes and parses what it read.
+pub fn bytes_digest(bytes: &[u8]) -> String {
+    let mut hash = Sha256::new();
+    hash.update((bytes.len() as u64).to_le_bytes());
+    hash.update(bytes);
+    hex::encode(&hash.finalize()[..16])
 }
 
 struct Walk {
@@ -135,6 +146,18 @@ impl Walk {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_files_digest_is_the_digest_of_its_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.md");
+        std::fs::write(&file, "Ship $ARGUMENTS.\n").unwrap();
+        assert_eq!(
+            file_digest(&file).unwrap(),
+            bytes_digest(b"Ship $ARGUMENTS.\n")
+        );
+        assert_ne!(file_digest(&file).unwrap(), bytes_digest(b"Ship it.\n"));
+    }
 
     #[test]
     fn any_file_of_the_folder_changes_the_digest() {

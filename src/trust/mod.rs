@@ -8,7 +8,8 @@
 //! (`.toolhost/skills`, `.agents/skills`, `.claude/skills`) and commands
 //! (`.toolhost/commands`) — is untrusted until the user approves it: the sources do not
 //! parse, import, run, list or show it before [`Trust::check`] admits it. They read only
-//! what the digest needs ([`folder_digest`], [`file_digest`]; a module's own digest).
+//! what the digest needs ([`folder_digest`]; a command is hashed from the bytes it is then
+//! parsed from, [`bytes_digest`]; a module's own digest).
 //!
 //! An approval is either of one item, keyed by (kind, absolute path) and bound to the digest
 //! approved, so a changed item waits again; or of a folder as a whole ("trust this folder",
@@ -31,7 +32,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-pub use digest::{file_digest, folder_digest};
+pub use digest::{bytes_digest, folder_digest};
 
 use crate::atomic_file::{write_atomic, Durability};
 use crate::lock;
