@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite from a fresh clone: installs the pinned third-party MCP servers,
 # the MCP conformance suite and its Node 22 (npm, from tests/package-lock.json), the pinned
-# Python MCP SDK, cargo-deb and Debian's chromium, builds, then runs every test.
+# Python MCP SDK, cargo-deb and the Debian packages below, builds, then runs every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for pkg in @modelcontextprotocol/server-everything @modelcontextprotocol/server-memory \
@@ -11,18 +11,28 @@ for pkg in @modelcontextprotocol/server-everything @modelcontextprotocol/server-
     break
   fi
 done
-# The pinned Python MCP SDK for the facade tests (tests/.venv), when python3 is there.
-if command -v python3 >/dev/null 2>&1; then
-  tests/facade_py/install.sh
-fi
-# Debian's chromium and chromedriver for the operator page's browser test (tests/it/ui.rs),
-# once.
-if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+# Debian packages the tests need, once: chromium and chromedriver for the operator page's
+# browser test (tests/it/ui.rs), python3 with venv for the Python MCP SDK tests,
+# systemd-socket-activate (tests/it/deploy.rs), an old Node at /usr/bin/node (Debian's
+# nodejs, older than 22.6: tests/it/modules.rs) and setpriv (util-linux). A test whose
+# prerequisite is missing fails; it never passes as skipped.
+apt_packages=()
+command -v chromium >/dev/null 2>&1 || apt_packages+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || apt_packages+=(chromium-driver)
+command -v python3 >/dev/null 2>&1 || apt_packages+=(python3)
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || apt_packages+=(python3-venv)
+command -v systemd-socket-activate >/dev/null 2>&1 || apt_packages+=(systemd)
+[ -x /usr/bin/node ] || apt_packages+=(nodejs)
+command -v setpriv >/dev/null 2>&1 || apt_packages+=(util-linux)
+if [ ${#apt_packages[@]} -gt 0 ]; then
   sudo_if_needed=""
   [ "$(id -u)" -eq 0 ] || sudo_if_needed="sudo"
   $sudo_if_needed apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_if_needed apt-get install -y -qq --no-install-recommends chromium chromium-driver
+  DEBIAN_FRONTEND=noninteractive $sudo_if_needed apt-get install -y -qq --no-install-recommends \
+    "${apt_packages[@]}"
 fi
+# The pinned Python MCP SDK for the facade tests (tests/.venv).
+tests/facade_py/install.sh
 # cargo-deb for tests/it/deb.rs (builds the .deb from the debug binary and reads it back),
 # once: about a minute to compile on 2 cores.
 if ! command -v cargo-deb >/dev/null 2>&1 && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo-deb" ]; then

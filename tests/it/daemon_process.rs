@@ -47,10 +47,8 @@ async fn the_tcp_token_is_wiped_from_the_daemons_environment() {
 
 #[tokio::test]
 async fn children_of_the_same_user_cannot_read_the_daemons_environment() {
-    if !nix::unistd::geteuid().is_root() || std::fs::metadata("/usr/bin/setpriv").is_err() {
-        eprintln!("skipped: needs root and setpriv to run the daemon as another user");
-        return;
-    }
+    common::require_root("running the daemon as another user");
+    common::require_program("/usr/bin/setpriv");
     let d = Daemon::unstarted();
     // The daemon runs as `nobody`, in a directory it owns.
     let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();

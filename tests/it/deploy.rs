@@ -177,14 +177,7 @@ fn dockerfile_and_unit_avoid_the_known_traps() {
 #[tokio::test]
 async fn socket_activation_serves_the_given_socket_and_leaves_it_on_stop() {
     use tokio::io::AsyncBufReadExt;
-    if std::process::Command::new("systemd-socket-activate")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("skipped: systemd-socket-activate is not installed");
-        return;
-    }
+    common::require_program("systemd-socket-activate");
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("ws")).unwrap();
     std::fs::write(dir.path().join("config.json"), "{}").unwrap();

@@ -575,7 +575,7 @@ async fn strict_sessions_ask_the_user_through_elicitation() {
 }
 
 /// Runs `tests/facade_py/client.py` (lists paged 3 at a time); `None` when python3 is absent.
-async fn python_client(args: &[&str]) -> Option<Value> {
+async fn python_client(args: &[&str]) -> Value {
     common::python_sdk("client.py", args, &[("TOOLHOST_MCP_PAGE_SIZE", "3")]).await
 }
 
@@ -601,13 +601,11 @@ fn python_expected(mode: &str) -> Value {
 async fn python_sdk_over_stdio_and_http() {
     let d = start(json!({})).await;
     let socket = d.socket();
-    let Some(mut stdio) = python_client(&["stdio", BIN, socket.to_str().unwrap()]).await else {
-        return;
-    };
+    let mut stdio = python_client(&["stdio", BIN, socket.to_str().unwrap()]).await;
     stdio["mode"] = json!("stdio");
     assert_eq!(stdio, python_expected("stdio"));
     let url = format!("http://{}/mcp", d.tcp_addr());
-    let mut http = python_client(&["http", &url, TOKEN]).await.unwrap();
+    let mut http = python_client(&["http", &url, TOKEN]).await;
     http["mode"] = json!("http");
     assert_eq!(http, python_expected("http"));
     // Each client's calls are in the audit log under its clientInfo name; the sessions
@@ -666,14 +664,10 @@ async fn python_sdk_sees_prompts_resources_and_completions() {
     });
     let socket = d.socket();
     let args = ["surface", "stdio", BIN, socket.to_str().unwrap()];
-    let Some(stdio) = python_client(&args).await else {
-        return;
-    };
+    let stdio = python_client(&args).await;
     assert_eq!(stdio, expected);
     let url = format!("http://{}/mcp", d.tcp_addr());
-    let http = python_client(&["surface", "http", &url, TOKEN])
-        .await
-        .unwrap();
+    let http = python_client(&["surface", "http", &url, TOKEN]).await;
     assert_eq!(http, expected);
 }
 

@@ -426,10 +426,7 @@ fn bare(uid: u32, home: &std::path::Path) -> tokio::process::Command {
 /// is there and ours) before `/tmp`; a client that finds no daemon names every path tried.
 #[tokio::test]
 async fn without_xdg_runtime_dir_daemon_and_client_meet_in_run_user() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("skipped: making /run/user/<uid> for a user of its own needs root");
-        return;
-    }
+    common::require_root("making /run/user/<uid> for a user of its own");
     // A user of this test alone, so no other daemon of this machine is on its paths.
     let uid = 40_000 + std::process::id() % 20_000;
     let runtime = LoginRuntimeDir::create(uid);

@@ -318,10 +318,7 @@ async fn bash_in(d: &Daemon, session: &str, command: &str) -> Value {
 
 #[tokio::test]
 async fn a_sandboxed_call_can_neither_read_the_token_nor_get_in_over_tcp_with_it() {
-    if common::landlock_abi() < 4 {
-        eprintln!("skipped: needs Landlock ABI 4 (file and TCP rules)");
-        return;
-    }
+    common::require_landlock(4);
     const TOKEN: &str = "tok-round4-b2c3d4";
     let mut d = Daemon::unstarted();
     let token_file = d.dir.path().join("keys/listen.token");

@@ -363,7 +363,7 @@ async fn server_everythings_sampling_reaches_the_socket_frontend() {
 
 /// Runs `tests/facade_py/inputs.py` (the Python MCP SDK through `toolhost mcp`) against
 /// `d`; `None` when python3 is absent.
-async fn python_inputs(d: &Daemon, root: &Path, mode: &str) -> Option<Value> {
+async fn python_inputs(d: &Daemon, root: &Path, mode: &str) -> Value {
     let socket = d.socket();
     let args = [BIN, socket.to_str().unwrap(), root.to_str().unwrap(), mode];
     common::python_sdk("inputs.py", &args, &[]).await
@@ -373,9 +373,7 @@ async fn python_inputs(d: &Daemon, root: &Path, mode: &str) -> Option<Value> {
 async fn the_python_sdk_answers_its_calls_questions_through_the_facade() {
     let d = daemon_with(json!({"everything": everything(), "fx": fixture()})).await;
     let root = tempfile::tempdir().unwrap();
-    let Some(seen) = python_inputs(&d, root.path(), "with").await else {
-        return;
-    };
+    let seen = python_inputs(&d, root.path(), "with").await;
     let text = |k: &str| seen[k]["text"].as_str().unwrap_or("").to_owned();
     assert_eq!(seen["elicitation"]["is_error"], false, "{seen}");
     assert!(text("elicitation").contains("Ada"), "{seen}");
@@ -398,9 +396,7 @@ async fn the_python_sdk_answers_its_calls_questions_through_the_facade() {
 async fn a_client_without_the_capabilities_is_never_asked_and_the_server_hears_the_error() {
     let d = daemon_with(json!({"everything": everything(), "fx": fixture()})).await;
     let root = tempfile::tempdir().unwrap();
-    let Some(seen) = python_inputs(&d, root.path(), "without").await else {
-        return;
-    };
+    let seen = python_inputs(&d, root.path(), "without").await;
     assert_eq!(seen["asked"], json!([]), "{seen}");
     // server-everything's tools fail on the refusal (a tool error, not a hang).
     for k in ["elicitation", "sampling"] {

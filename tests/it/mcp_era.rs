@@ -319,26 +319,6 @@ async fn list_changes_and_resource_updates_come_through_subscriptions_listen_als
     }
 }
 
-/// The Python of `tests/.venv` with the pinned MCP SDK (installed when missing); `None`
-/// when python3 is absent.
-async fn python_sdk_interpreter() -> Option<PathBuf> {
-    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
-    if std::process::Command::new("python3")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("SKIPPED: python3 is not installed, so the Python MCP SDK server cannot run");
-        return None;
-    }
-    let install = tokio::process::Command::new(tests.join("facade_py/install.sh"))
-        .status()
-        .await
-        .unwrap();
-    assert!(install.success(), "installing the Python MCP SDK failed");
-    Some(tests.join(".venv/bin/python"))
-}
-
 async fn next_notification(conn: &mut RawLines, method: &str) -> Value {
     loop {
         let m = conn.recv().await;
@@ -350,9 +330,7 @@ async fn next_notification(conn: &mut RawLines, method: &str) -> Value {
 
 #[tokio::test]
 async fn a_python_sdk_server_of_the_new_era_is_probed_and_its_input_required_answered() {
-    let Some(python) = python_sdk_interpreter().await else {
-        return;
-    };
+    let python = common::python_sdk_interpreter().await;
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/facade_py/upstream.py");
     let d = daemon_with(|_| json!({"py": {"command": python, "args": [script]}})).await;
     assert_eq!(ready(&d, "py").await["protocol_version"], NEW);

@@ -403,9 +403,7 @@ async fn an_mcp_client_is_asked_with_the_modules_approval_text() {
         "deploy",
         r#"{"target": "prod"}"#,
     ];
-    let Some(seen) = common::python_sdk("approval_prompt.py", &args, &[]).await else {
-        return;
-    };
+    let seen = common::python_sdk("approval_prompt.py", &args, &[]).await;
     assert_eq!(seen["is_error"], false, "{seen}");
     assert_eq!(seen["text"], "deployed to prod", "{seen}");
     let asked = seen["asked"].as_array().unwrap();

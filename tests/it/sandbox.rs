@@ -15,12 +15,8 @@ use serde_json::{json, Value};
 const TEST_ABI: &str = "TOOLHOST_TEST_SANDBOX_ABI";
 
 /// The tests below need file-system and TCP rules (ABI 4, Linux 6.7).
-fn landlock_or_skip() -> bool {
-    let abi = common::landlock_abi();
-    if abi < 4 {
-        eprintln!("skipped: this kernel has Landlock ABI {abi}, the sandbox tests need 4");
-    }
-    abi >= 4
+fn require_landlock() {
+    common::require_landlock(4);
 }
 
 async fn start_with_env(cfg: Value, env: &[(&str, &str)]) -> Daemon {
@@ -61,9 +57,7 @@ fn denied(policy: &str, network: &str) -> Value {
 
 #[tokio::test]
 async fn workspace_write_confines_writes_and_keeps_reads() {
-    if !landlock_or_skip() {
-        return;
-    }
+    require_landlock();
     let d = Daemon::start_with(Some(json!({"sandbox": {"policy": "workspace-write"}}))).await;
     let ws = d.workspace();
 
@@ -120,9 +114,7 @@ async fn workspace_write_confines_writes_and_keeps_reads() {
 
 #[tokio::test]
 async fn read_only_session_writes_nothing_until_updated() {
-    if !landlock_or_skip() {
-        return;
-    }
+    require_landlock();
     // Config default off; the session asks for read-only.
     let d = Daemon::start().await;
     let id = d.session(json!({"sandbox": {"policy": "read-only"}})).await;
@@ -168,9 +160,7 @@ async fn local_listener() -> u16 {
 
 #[tokio::test]
 async fn network_deny_refuses_tcp_connect_and_allow_permits_it() {
-    if !landlock_or_skip() {
-        return;
-    }
+    require_landlock();
     let port = local_listener().await;
     let d = Daemon::start().await;
     let deny = d
@@ -226,9 +216,7 @@ fn grant_tool(tools: &Path, name: &str, cache: &Path, port: u16) {
 
 #[tokio::test]
 async fn custom_tools_get_what_the_manifest_asks_only_when_config_grants_it() {
-    if !landlock_or_skip() {
-        return;
-    }
+    require_landlock();
     let port = local_listener().await;
     let mut d = Daemon::unstarted();
     let dir = d.dir.path().to_path_buf();
@@ -280,9 +268,7 @@ async fn custom_tools_get_what_the_manifest_asks_only_when_config_grants_it() {
 
 #[tokio::test]
 async fn a_stdio_mcp_server_runs_confined_when_its_config_says_so() {
-    if !landlock_or_skip() {
-        return;
-    }
+    require_landlock();
     let mut d = Daemon::unstarted();
     let dir = d.dir.path().to_path_buf();
     let rw = dir.join("rw");
@@ -327,9 +313,7 @@ async fn a_stdio_mcp_server_runs_confined_when_its_config_says_so() {
 
 #[tokio::test]
 async fn strict_sessions_run_sandboxed_commands_and_must_approve_leaving() {
-    if !landlock_or_skip() {
-        return;
-    }
+    require_landlock();
     let d = Daemon::start_with(Some(json!({
         "approval": {"mode": "strict", "sandboxed_commands": "auto", "wait_s": 0},
         "sandbox": {"policy": "workspace-write"},
@@ -479,9 +463,7 @@ async fn all_refused(d: &Daemon, commands: &[String], extra: &Value) {
 /// run's own temp dir still takes `touch`.
 #[tokio::test]
 async fn read_only_refuses_metadata_changes_outside() {
-    if !landlock_or_skip() {
-        return;
-    }
+    require_landlock();
     let d = Daemon::start_with(Some(json!({"sandbox": {"policy": "read-only"}}))).await;
     let victim = d.dir.path().join("victim.txt");
     std::fs::write(&victim, "x").unwrap();
@@ -514,9 +496,7 @@ async fn read_only_refuses_metadata_changes_outside() {
 /// `chmod +x`, run, `touch -d`) keep working in the workspace.
 #[tokio::test]
 async fn workspace_write_refuses_set_id_and_owner_changes_and_builds_still_work() {
-    if !landlock_or_skip() {
-        return;
-    }
+    require_landlock();
     let d = Daemon::start_with(Some(json!({"sandbox": {"policy": "workspace-write"}}))).await;
     let victim = d.dir.path().join("victim.sh");
     std::fs::write(&victim, "#!/bin/sh\n").unwrap();
@@ -551,9 +531,7 @@ async fn workspace_write_refuses_set_id_and_owner_changes_and_builds_still_work(
 /// even on a terminal it opened itself, where a root daemon's unconfined child succeeds.
 #[tokio::test]
 async fn confined_programs_cannot_fake_terminal_input() {
-    if !landlock_or_skip() {
-        return;
-    }
+    require_landlock();
     let d = Daemon::start().await;
     let inject = "python3 -c 'import os, fcntl, termios; m, s = os.openpty(); \
                   fcntl.ioctl(s, termios.TIOCSTI, b\"x\"); print(os.read(m, 1))'";

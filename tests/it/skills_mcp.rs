@@ -125,9 +125,7 @@ async fn python_sdk_lists_reads_and_loads_skills_through_the_facade() {
     let socket = d.socket();
     let skills = d.dir.path().join("skills");
     let args = [BIN, socket.to_str().unwrap(), skills.to_str().unwrap()];
-    let Some(seen) = common::python_sdk("skills.py", &args, &[]).await else {
-        return;
-    };
+    let seen = common::python_sdk("skills.py", &args, &[]).await;
     assert_eq!(seen["list_changed"], true);
     assert_eq!(
         seen["resources"],

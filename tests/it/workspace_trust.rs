@@ -159,20 +159,10 @@ async fn a_workspace_tool_never_takes_a_user_tools_name() {
     assert_eq!(h.get("quarantined"), None, "{h}");
 }
 
-/// The tests below need file-system rules (Landlock ABI 1 or later).
-fn landlock_or_skip() -> bool {
-    let abi = common::landlock_abi();
-    if abi < 1 {
-        eprintln!("skipped: this kernel has no Landlock");
-    }
-    abi >= 1
-}
-
 #[tokio::test]
 async fn a_grant_by_name_goes_to_the_users_tool_only() {
-    if !landlock_or_skip() {
-        return;
-    }
+    // File-system rules: Landlock ABI 1 or later.
+    common::require_landlock(1);
     let mut d = Daemon::unstarted();
     let dir = d.dir.path().to_path_buf();
     let cache = dir.join("cache");

@@ -759,26 +759,58 @@ pub fn write_atomic(path: &Path, value: &Value) {
     std::fs::rename(&tmp, path).unwrap();
 }
 
-/// Runs `tests/facade_py/<script>` with the pinned Python MCP SDK (installed into
-/// `tests/.venv` when missing) and parses what it prints as JSON; `None` when python3 is
-/// absent. `env` is added to the script's isolated environment.
-pub async fn python_sdk(script: &str, args: &[&str], env: &[(&str, &str)]) -> Option<Value> {
-    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
-    if std::process::Command::new("python3")
+/// Fails the test, naming the fix, when `program` cannot be run: a missing prerequisite is a
+/// failure, never a silent pass (`tests/run.sh` installs every one on a fresh machine).
+pub fn require_program(program: &str) {
+    let found = std::process::Command::new(program)
         .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("SKIPPED: python3 is not installed, so the Python MCP SDK tests cannot run");
-        return None;
-    }
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok();
+    assert!(
+        found,
+        "this test needs `{program}`, which is not installed: run tests/run.sh (it installs it)"
+    );
+}
+
+/// Fails the test when it does not run as root (CI does); `why` says what needs root.
+pub fn require_root(why: &str) {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test needs root ({why}); CI runs as root, run it as root too"
+    );
+}
+
+/// Fails the test when the kernel's Landlock ABI is below `abi` (CI's kernel has it).
+pub fn require_landlock(abi: u32) {
+    let have = landlock_abi();
+    assert!(
+        have >= abi,
+        "this test needs Landlock ABI {abi} and this kernel has {have}"
+    );
+}
+
+/// The Python of `tests/.venv` with the pinned MCP SDK, installed there when missing.
+pub async fn python_sdk_interpreter() -> PathBuf {
+    require_program("python3");
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
     let install = Command::new(tests.join("facade_py/install.sh"))
         .status()
         .await
         .unwrap();
     assert!(install.success(), "installing the Python MCP SDK failed");
+    tests.join(".venv/bin/python")
+}
+
+/// Runs `tests/facade_py/<script>` with the pinned Python MCP SDK (installed into
+/// `tests/.venv` when missing) and parses what it prints as JSON. `env` is added to the
+/// script's isolated environment.
+pub async fn python_sdk(script: &str, args: &[&str], env: &[(&str, &str)]) -> Value {
+    let python = python_sdk_interpreter().await;
+    let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
     let home = tempfile::tempdir().unwrap();
-    let mut client = Command::new(tests.join(".venv/bin/python"));
+    let mut client = Command::new(python);
     isolate(client.as_std_mut(), home.path());
     let out = client
         .arg(tests.join("facade_py").join(script))
@@ -792,5 +824,5 @@ pub async fn python_sdk(script: &str, args: &[&str], env: &[(&str, &str)]) -> Op
         "{script} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    Some(serde_json::from_slice(&out.stdout).unwrap())
+    serde_json::from_slice(&out.stdout).unwrap()
 }
