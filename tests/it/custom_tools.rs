@@ -7,7 +7,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{alive, eventually, tool_names, write_atomic, Daemon, RawLines, BIN};
+use common::{alive, eventually, tool_names, write_atomic, write_tool, Daemon, RawLines, BIN};
 use serde_json::{json, Value};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/custom");
@@ -26,16 +26,6 @@ fn copy_fixture(name: &str, root: &Path) -> PathBuf {
 
 /// Writes a shell tool: `run.sh` first, then `tool.json` atomically (the way a user's
 /// `cp -r` or editor ends up), so the folder becomes a tool in one step.
-fn write_tool(root: &Path, dir: &str, manifest: Value, script: &str) -> PathBuf {
-    let to = root.join(dir);
-    std::fs::create_dir_all(&to).unwrap();
-    let prog = to.join("run.sh");
-    std::fs::write(&prog, format!("#!/bin/sh\n{script}\n")).unwrap();
-    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
-    write_atomic(&to.join("tool.json"), &manifest);
-    to
-}
-
 fn manifest(name: &str, description: &str) -> Value {
     json!({"name": name, "description": description, "command": ["./run.sh"], "approval": "read_only"})
 }

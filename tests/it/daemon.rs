@@ -685,20 +685,11 @@ async fn tcp_listener_requires_a_bearer_token() {
     assert_eq!(post(None).await.0, 401);
     assert_eq!(post(Some("Bearer wrong")).await.0, 401);
     // The refusal names its scheme (RFC 6750), as HTTP clients expect of a 401.
-    let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    s.write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let mut head = String::new();
-    tokio::io::AsyncReadExt::read_to_string(&mut s, &mut head)
-        .await
-        .unwrap();
-    assert!(head.starts_with("HTTP/1.1 401"), "{head}");
-    assert!(
-        head.to_ascii_lowercase()
-            .contains("\r\nwww-authenticate: bearer\r\n"),
-        "{head}"
-    );
+    let s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let answer = common::http::exchange(s, "GET", "/health", &[], "").await;
+    assert_eq!(answer.status, 401);
+    let scheme = answer.header("www-authenticate").unwrap_or_default();
+    assert!(scheme.eq_ignore_ascii_case("bearer"), "{}", answer.head());
     let (status, body) = post(Some("Bearer s3cret")).await;
     assert_eq!(status, 200);
     assert!(body.contains(r#""status":"ok""#), "{body}");

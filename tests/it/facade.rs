@@ -4,11 +4,10 @@
 
 use crate::common;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::{alive, eventually, toolhost, write_atomic, Daemon, BIN};
+use common::{alive, eventually, toolhost, write_atomic, write_tool, Daemon, BIN};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest,
     ElicitRequestParams, ElicitResult, ElicitationAction, Implementation, ListRootsResult,
@@ -105,15 +104,6 @@ fn client(name: &'static str) -> (TestClient, mpsc::UnboundedReceiver<Seen>) {
 }
 
 /// Writes a shell custom tool into `root/<name>` (program first, manifest last).
-fn write_tool(root: &Path, name: &str, manifest: Value, script: &str) {
-    let to = root.join(name);
-    std::fs::create_dir_all(&to).unwrap();
-    let prog = to.join("run.sh");
-    std::fs::write(&prog, format!("#!/bin/sh\n{script}\n")).unwrap();
-    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
-    write_atomic(&to.join("tool.json"), &manifest);
-}
-
 fn tools_dir(d: &Daemon) -> PathBuf {
     d.dir.path().join("tools")
 }
@@ -722,15 +712,13 @@ async fn a_connections_own_session_ends_with_it_and_a_named_one_stays() {
     assert_eq!(kept["result"]["id"], "keep", "{kept}");
 }
 
-/// One raw `/mcp` exchange over the Unix socket, read as it streams (SSE events one by one).
+/// One `/mcp` exchange over the Unix socket, read as it streams (SSE events one by one).
 /// The connection stays open (keep-alive, as real clients do): dropping the exchange closes
 /// it.
 struct Exchange {
     status: u16,
     head: String,
-    reader: tokio::io::BufReader<tokio::net::UnixStream>,
-    /// Body bytes read but not yet taken as events.
-    buf: String,
+    stream: common::http::Stream,
 }
 
 const INIT: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}"#;
@@ -743,119 +731,36 @@ impl Exchange {
         extra: &[(&str, &str)],
         body: &str,
     ) -> Exchange {
-        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-        let mut s = tokio::net::UnixStream::connect(d.socket()).await.unwrap();
-        let mut req = format!(
-            "{method} /mcp HTTP/1.1\r\nHost: localhost\r\n\
-             Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n\
-             MCP-Protocol-Version: 2025-06-18\r\nContent-Length: {}\r\n",
-            body.len()
-        );
+        let io = tokio::net::UnixStream::connect(d.socket()).await.unwrap();
+        let mut headers = vec![
+            ("Accept", "application/json, text/event-stream"),
+            ("Content-Type", "application/json"),
+            ("MCP-Protocol-Version", "2025-06-18"),
+        ];
         if let Some(id) = session {
-            req.push_str(&format!("Mcp-Session-Id: {id}\r\n"));
+            headers.push(("Mcp-Session-Id", id));
         }
-        for (k, v) in extra {
-            req.push_str(&format!("{k}: {v}\r\n"));
-        }
-        req.push_str("\r\n");
-        req.push_str(body);
-        s.write_all(req.as_bytes()).await.unwrap();
-        let mut reader = tokio::io::BufReader::new(s);
-        let mut head = String::new();
-        loop {
-            let mut line = String::new();
-            let n = tokio::time::timeout(Duration::from_secs(30), reader.read_line(&mut line))
-                .await
-                .expect("response head")
-                .unwrap();
-            if n == 0 || line == "\r\n" {
-                break;
-            }
-            head.push_str(&line);
-        }
-        let status = head
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
+        headers.extend_from_slice(extra);
+        let stream = common::http::Stream::open(io, method, "/mcp", &headers, body).await;
         Exchange {
-            status,
-            head,
-            reader,
-            buf: String::new(),
+            status: stream.status,
+            head: stream.head(),
+            stream,
         }
     }
 
     fn header(&self, name: &str) -> Option<String> {
-        self.head.lines().find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
-        })
-    }
-
-    /// The next chunk of a chunked body, or `None` at its end.
-    async fn chunk(&mut self) -> Option<String> {
-        use tokio::io::{AsyncBufReadExt, AsyncReadExt};
-        let mut size = String::new();
-        if self.reader.read_line(&mut size).await.ok()? == 0 {
-            return None;
-        }
-        let n = usize::from_str_radix(size.trim(), 16).ok()?;
-        if n == 0 {
-            return None;
-        }
-        let mut data = vec![0; n + 2];
-        self.reader.read_exact(&mut data).await.ok()?;
-        data.truncate(n);
-        Some(String::from_utf8(data).unwrap())
+        self.stream.header(name)
     }
 
     /// The next SSE event: its `id` and `data` (keep-alive comments are skipped).
     async fn event(&mut self) -> Option<(Option<String>, String)> {
-        loop {
-            if let Some(end) = self.buf.find("\n\n") {
-                let raw: String = self.buf.drain(..end + 2).collect();
-                let (mut id, mut data) = (None, String::new());
-                for line in raw.lines() {
-                    if let Some(v) = line.strip_prefix("id:") {
-                        id = Some(v.trim().to_owned());
-                    } else if let Some(v) = line.strip_prefix("data:") {
-                        data.push_str(v.trim_start());
-                    }
-                }
-                if id.is_some() || !data.is_empty() {
-                    return Some((id, data));
-                }
-                continue;
-            }
-            let chunk = tokio::time::timeout(Duration::from_secs(30), self.chunk())
-                .await
-                .expect("an SSE event in time")?;
-            self.buf.push_str(&chunk);
-        }
+        self.stream.event().await
     }
 
-    /// The rest of the body (chunked or not) as text.
-    async fn body(mut self) -> String {
-        use tokio::io::AsyncReadExt;
-        if self
-            .head
-            .to_ascii_lowercase()
-            .contains("transfer-encoding: chunked")
-        {
-            let mut all = std::mem::take(&mut self.buf);
-            while let Some(c) = self.chunk().await {
-                all.push_str(&c);
-            }
-            return all;
-        }
-        let len = self
-            .header("content-length")
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0);
-        let mut rest = vec![0; len];
-        self.reader.read_exact(&mut rest).await.unwrap();
-        String::from_utf8(rest).unwrap()
+    /// The rest of the body as text.
+    async fn body(self) -> String {
+        self.stream.rest().await
     }
 
     /// Events until the one that answers a request, returned as JSON.

@@ -6,14 +6,12 @@
 
 use crate::common;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::new_era::{self, RawStdio};
 use common::{alive, eventually, http_request_with, write_atomic, Daemon, BIN};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 /// The `_meta` every new-era request carries.
 fn meta(caps: Value) -> Value {
@@ -33,16 +31,9 @@ fn with_meta(mut params: Value) -> Value {
 }
 
 fn write_tool(root: &Path, name: &str, script: &str) {
-    let to = root.join(name);
-    std::fs::create_dir_all(&to).unwrap();
-    let prog = to.join("run.sh");
-    std::fs::write(&prog, format!("#!/bin/sh\n{script}\n")).unwrap();
-    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
-    write_atomic(
-        &to.join("tool.json"),
-        &json!({"name": name, "description": format!("the {name} tool"),
-                "command": ["./run.sh"], "approval": "read_only"}),
-    );
+    let manifest = json!({"name": name, "description": format!("the {name} tool"),
+                          "command": ["./run.sh"], "approval": "read_only"});
+    common::write_tool(root, name, manifest, script);
 }
 
 fn tools_dir(d: &Daemon) -> PathBuf {
@@ -546,32 +537,23 @@ async fn http_listen_hears_a_reload() {
         with_meta(json!({"notifications": {"toolsListChanged": true, "promptsListChanged": true}})),
     )
     .to_string();
-    let mut s = tokio::net::UnixStream::connect(d.socket()).await.unwrap();
-    let mut head = format!(
-        "POST /mcp HTTP/1.1\r\nHost: localhost\r\nAccept: application/json, text/event-stream\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in new_era_headers("subscriptions/listen", None) {
-        head.push_str(&format!("{k}: {v}\r\n"));
-    }
-    s.write_all(format!("{head}\r\n{body}").as_bytes())
-        .await
-        .unwrap();
-    let mut stream = BufReader::new(s);
+    let io = tokio::net::UnixStream::connect(d.socket()).await.unwrap();
+    let mut headers = vec![
+        ("Accept", "application/json, text/event-stream"),
+        ("Content-Type", "application/json"),
+    ];
+    headers.extend(new_era_headers("subscriptions/listen", None));
+    let mut stream = common::http::Stream::open(io, "POST", "/mcp", &headers, &body).await;
     // Within 20 s of asking (SSE keep-alive comments do not count as an event).
     let mut next_data = async || {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         loop {
-            let mut line = String::new();
-            tokio::time::timeout_at(deadline, stream.read_line(&mut line))
+            let (_, data) = tokio::time::timeout_at(deadline, stream.event())
                 .await
                 .expect("an event in time")
-                .unwrap();
-            if let Some(data) = line.strip_prefix("data:") {
-                if let Ok(v) = serde_json::from_str::<Value>(data.trim()) {
-                    return v;
-                }
+                .expect("the stream ended");
+            if let Ok(v) = serde_json::from_str::<Value>(&data) {
+                return v;
             }
         }
     };

@@ -8,11 +8,10 @@
 
 use crate::common;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 use common::new_era::{self, RawStdio};
-use common::{alive, eventually, http_request_with, write_atomic, Daemon, BIN, FIXTURE};
+use common::{alive, eventually, http_request_with, Daemon, BIN, FIXTURE};
 use serde_json::{json, Value};
 
 /// The `_meta` of a new-era request whose client declares `caps`.
@@ -34,17 +33,12 @@ fn call(name: &str, arguments: Value, retry: Value) -> Value {
 }
 
 fn write_tool(root: &Path, name: &str, script: &str, extra: Value) {
-    let to = root.join(name);
-    std::fs::create_dir_all(&to).unwrap();
-    let prog = to.join("run.sh");
-    std::fs::write(&prog, format!("#!/bin/sh\n{script}\n")).unwrap();
-    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
     let mut manifest = json!({"name": name, "description": format!("the {name} tool"),
                               "command": ["./run.sh"], "approval": "read_only", "asks": true});
     for (k, v) in extra.as_object().unwrap() {
         manifest[k] = v.clone();
     }
-    write_atomic(&to.join("tool.json"), &manifest);
+    common::write_tool(root, name, manifest, script);
 }
 
 /// An elicitation `input_request` line with id `id` and message `message`.

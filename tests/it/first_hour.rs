@@ -233,28 +233,15 @@ async fn an_ended_connection_takes_its_ephemeral_sessions_with_it() {
 
 /// `initialize` on `/mcp` over a connection of its own; returns the `Mcp-Session-Id`.
 async fn http_session(d: &Daemon) -> String {
-    let mut s = tokio::net::UnixStream::connect(d.socket()).await.unwrap();
-    let req = format!(
-        "POST /mcp HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\
-         Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\n\r\n{INIT}",
-        INIT.len()
-    );
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut text = String::new();
-    tokio::time::timeout(Duration::from_secs(30), s.read_to_string(&mut text))
-        .await
-        .expect("the initialize answer")
-        .unwrap();
-    assert!(text.contains("protocolVersion"), "{text}");
-    let (head, _) = text.split_once("\r\n\r\n").unwrap();
-    head.lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("mcp-session-id")
-                .then(|| v.trim().to_owned())
-        })
-        .unwrap_or_else(|| panic!("no session id in {head}"))
+    let headers = [
+        ("Accept", "application/json, text/event-stream"),
+        ("Content-Type", "application/json"),
+    ];
+    let answer = common::http::unix(&d.socket(), "POST", "/mcp", &headers, INIT).await;
+    assert!(answer.body.contains("protocolVersion"), "{}", answer.body);
+    answer
+        .header("mcp-session-id")
+        .unwrap_or_else(|| panic!("no session id in {}", answer.head()))
 }
 
 /// An HTTP client that never sends DELETE: its session ends once it has idled for
@@ -267,15 +254,14 @@ async fn an_http_facade_session_that_idles_out_ends_its_host_session() {
     assert_eq!(open.len(), 1, "{open:?}");
     assert_eq!(open[0]["ephemeral"], true, "{open:?}");
     // A GET stream left open (keep-alive comments only) does not keep the session.
-    let mut get = tokio::net::UnixStream::connect(d.socket()).await.unwrap();
-    let req = format!(
-        "GET /mcp HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\n\
-         Mcp-Session-Id: {id}\r\nMCP-Protocol-Version: 2025-06-18\r\n\r\n"
-    );
-    get.write_all(req.as_bytes()).await.unwrap();
-    let mut head = [0u8; 12];
-    get.read_exact(&mut head).await.unwrap();
-    assert_eq!(&head, b"HTTP/1.1 200", "{}", String::from_utf8_lossy(&head));
+    let io = tokio::net::UnixStream::connect(d.socket()).await.unwrap();
+    let headers = [
+        ("Accept", "text/event-stream"),
+        ("Mcp-Session-Id", id.as_str()),
+        ("MCP-Protocol-Version", "2025-06-18"),
+    ];
+    let get = common::http::Stream::open(io, "GET", "/mcp", &headers, "").await;
+    assert_eq!(get.status, 200, "{}", get.head());
     eventually(10, "the idle HTTP session to end", || async {
         sessions(&d).await.is_empty()
     })

@@ -6,7 +6,6 @@
 
 use crate::common;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -15,16 +14,8 @@ use serde_json::{json, Value};
 
 /// Writes a shell tool `dir/name` whose `run.sh` is `script`, `tool.json` last.
 fn write_tool(root: &Path, name: &str, description: &str, script: &str) -> PathBuf {
-    let to = root.join(name);
-    std::fs::create_dir_all(&to).unwrap();
-    let prog = to.join("run.sh");
-    std::fs::write(&prog, format!("#!/bin/sh\n{script}\n")).unwrap();
-    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
-    write_atomic(
-        &to.join("tool.json"),
-        &json!({"name": name, "description": description, "command": ["./run.sh"], "approval": "read_only"}),
-    );
-    to
+    let manifest = json!({"name": name, "description": description, "command": ["./run.sh"], "approval": "read_only"});
+    common::write_tool(root, name, manifest, script)
 }
 
 /// A daemon whose custom tools live in `<dir>/tools` (trust `pin`, so a changed definition

@@ -153,15 +153,10 @@ async fn try_start(d: &Daemon, secs: u64) -> Option<(Option<i32>, String)> {
 /// Whether a daemon answers `GET /health` on `sock` (the socket is bound before the store
 /// is opened, so a connect alone proves nothing).
 async fn serving(sock: &Path) -> bool {
-    use tokio::io::AsyncReadExt;
-    let Ok(mut s) = UnixStream::connect(sock).await else {
+    let Ok(s) = UnixStream::connect(sock).await else {
         return false;
     };
-    let req = b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-    let mut buf = Vec::new();
-    s.write_all(req).await.is_ok()
-        && s.read_to_end(&mut buf).await.is_ok()
-        && buf.starts_with(b"HTTP/1.1 200")
+    common::http::try_status(s, "/health").await == Some(200)
 }
 
 fn copy_dir(from: &Path, to: &Path) {

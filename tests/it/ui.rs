@@ -13,42 +13,21 @@ use std::time::Duration;
 
 use common::*;
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const TOKEN: &str = "s3cret-tcp-token";
 
-/// One HTTP/1.1 request on `s` (closed after it); returns the status, the head (lower
-/// case) and the body as sent (chunked bodies are left chunked).
+/// One request through the test client; returns the status, the head (lower case) and
+/// the body.
 async fn request<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
-    s: &mut S,
+    s: S,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],
     body: &str,
 ) -> (u16, String, String) {
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    req.push_str(body);
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut buf))
-        .await
-        .expect("an answer in time")
-        .unwrap();
-    let text = String::from_utf8_lossy(&buf).to_string();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, head.to_ascii_lowercase(), body.to_owned())
+    let answer = common::http::exchange(s, method, path, headers, body).await;
+    let head = answer.head();
+    (answer.status, head, answer.body)
 }
 
 async fn unix(
@@ -58,8 +37,8 @@ async fn unix(
     headers: &[(&str, &str)],
     body: &str,
 ) -> (u16, String, String) {
-    let mut s = tokio::net::UnixStream::connect(d.socket()).await.unwrap();
-    request(&mut s, method, path, headers, body).await
+    let s = tokio::net::UnixStream::connect(d.socket()).await.unwrap();
+    request(s, method, path, headers, body).await
 }
 
 async fn tcp(
@@ -69,8 +48,8 @@ async fn tcp(
     headers: &[(&str, &str)],
     body: &str,
 ) -> (u16, String, String) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    request(&mut s, method, path, headers, body).await
+    let s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    request(s, method, path, headers, body).await
 }
 
 /// A daemon listening on TCP too (with [`TOKEN`]), and its TCP address.
@@ -260,15 +239,15 @@ async fn on_tcp_a_page_token_takes_the_token_or_a_one_time_code() {
 }
 
 /// Reads the event stream on `s` until its text contains `what`; returns all read so far.
-async fn read_until(s: &mut tokio::net::UnixStream, seen: &mut String, what: &str) {
-    let mut buf = [0u8; 16384];
+async fn read_until(s: &mut common::http::Stream, seen: &mut String, what: &str) {
     while !seen.contains(what) {
-        let n = tokio::time::timeout(Duration::from_secs(30), s.read(&mut buf))
+        let piece = tokio::time::timeout(Duration::from_secs(30), s.chunk())
             .await
-            .unwrap_or_else(|_| panic!("no {what:?} in the stream: {seen}"))
-            .unwrap();
-        assert!(n > 0, "the stream ended before {what:?}: {seen}");
-        seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+            .unwrap_or_else(|_| panic!("no {what:?} in the stream: {seen}"));
+        let Some(piece) = piece else {
+            panic!("the stream ended before {what:?}: {seen}");
+        };
+        seen.push_str(&piece);
     }
 }
 
@@ -277,18 +256,14 @@ async fn the_event_stream_carries_tools_servers_calls_approvals_config_and_metri
     let d = Daemon::start().await;
     let (_, _, body) = unix(&d, "POST", "/ui/login", &[], "").await;
     let page = page_token_of(&body);
-    let mut s = tokio::net::UnixStream::connect(d.socket()).await.unwrap();
-    let head =
-        format!("GET /ui/events HTTP/1.1\r\nHost: localhost\r\nX-Toolhost-Page: {page}\r\n\r\n");
-    s.write_all(head.as_bytes()).await.unwrap();
+    let io = tokio::net::UnixStream::connect(d.socket()).await.unwrap();
+    let headers = [("X-Toolhost-Page", page.as_str())];
+    let mut s = common::http::Stream::open(io, "GET", "/ui/events", &headers, "").await;
+    assert_eq!(s.status, 200);
+    let kind = s.header("content-type").unwrap_or_default();
+    assert!(kind.contains("text/event-stream"), "{kind}");
     let mut seen = String::new();
     read_until(&mut s, &mut seen, "event: servers").await;
-    assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
-    assert!(
-        seen.to_ascii_lowercase()
-            .contains("content-type: text/event-stream"),
-        "{seen}"
-    );
     read_until(&mut s, &mut seen, "event: metrics").await;
 
     let dir = d.dir.path();

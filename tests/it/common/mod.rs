@@ -10,12 +10,13 @@ use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::process::{Child, Command};
 pub use toolhost::client::{Client, ClientError};
 
 pub mod conformance;
+pub mod http;
 pub mod mcp;
 pub mod new_era;
 pub mod skills;
@@ -224,22 +225,11 @@ impl Daemon {
 
     pub async fn wait_ready(&self) {
         let sock = self.socket();
-        let child_alive = || true;
-        let _ = child_alive;
         eventually(20, "daemon socket to answer", || {
             let sock = sock.clone();
             async move {
                 match UnixStream::connect(&sock).await {
-                    Ok(mut s) => {
-                        let req = b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-                        if s.write_all(req).await.is_err() {
-                            return false;
-                        }
-                        let mut buf = Vec::new();
-                        s.read_to_end(&mut buf).await.is_ok()
-                            && (buf.starts_with(b"HTTP/1.1 200")
-                                || buf.starts_with(b"HTTP/1.1 503"))
-                    }
+                    Ok(s) => matches!(http::try_status(s, "/health").await, Some(200 | 503)),
                     Err(_) => false,
                 }
             }
@@ -587,6 +577,8 @@ pub async fn http_request_with(
     http_on(&mut s, method, path, body, headers).await
 }
 
+/// One HTTP/1.1 request on a stream the test opened (see [`http`]); a JSON `Content-Type`
+/// unless `headers` name one.
 pub async fn http_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
     s: &mut S,
     method: &str,
@@ -594,56 +586,15 @@ pub async fn http_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
     body: &str,
     headers: &[(&str, &str)],
 ) -> (u16, String) {
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    let mut all = headers.to_vec();
     if !headers
         .iter()
         .any(|(k, _)| k.eq_ignore_ascii_case("content-type"))
     {
-        req.push_str("Content-Type: application/json\r\n");
+        all.push(("Content-Type", "application/json"));
     }
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).await.unwrap();
-    // The server may answer (e.g. 413) and close before reading a large body.
-    let _ = s.write_all(body.as_bytes()).await;
-    let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut buf))
-        .await
-        .expect("http response")
-        .unwrap();
-    let text = String::from_utf8_lossy(&buf).to_string();
-    let status = text
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = match text.split_once("\r\n\r\n") {
-        Some((head, b))
-            if head
-                .to_ascii_lowercase()
-                .contains("transfer-encoding: chunked") =>
-        {
-            dechunk(b)
-        }
-        Some((_, b)) => b.to_owned(),
-        None => String::new(),
-    };
-    (status, body)
-}
-
-fn dechunk(mut b: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = b.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if n == 0 {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        b = &rest[n + 2..];
-    }
-    out
+    let answer = http::exchange(s, method, path, &all, body).await;
+    (answer.status, answer.body)
 }
 
 /// WebSocket framing over the Unix socket (raw JSON-RPC messages, for framing tests).
@@ -751,6 +702,19 @@ pub fn landlock_abi() -> u32 {
         )
     };
     u32::try_from(r).unwrap_or(0)
+}
+
+/// A program tool in `root/<dir>`: `run.sh` (`#!/bin/sh` then `script`, executable) and
+/// `manifest` as its `tool.json`; returns the tool's folder.
+pub fn write_tool(root: &Path, dir: &str, manifest: Value, script: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let to = root.join(dir);
+    std::fs::create_dir_all(&to).unwrap();
+    let prog = to.join("run.sh");
+    std::fs::write(&prog, format!("#!/bin/sh\n{script}\n")).unwrap();
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write_atomic(&to.join("tool.json"), &manifest);
+    to
 }
 
 pub fn write_atomic(path: &Path, value: &Value) {
