@@ -61,6 +61,7 @@ mod sandbox;
 mod secrets;
 mod session;
 mod skills;
+mod source;
 mod tools;
 mod trim;
 mod trust;

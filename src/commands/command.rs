@@ -16,7 +16,7 @@ use serde_json::Value;
 use crate::front_matter;
 use crate::protocol::{CommandArgument, CommandEntry, CommandSource};
 use crate::safe_read;
-use crate::skills::skill::{SkillError, MAX_DESCRIPTION_CHARS};
+use crate::source::item::{FileError, MAX_DESCRIPTION_CHARS};
 
 /// The most of one command file read.
 pub const MAX_COMMAND_BYTES: u64 = 256 * 1024;
@@ -26,7 +26,7 @@ pub const FREE_TEXT_ARGUMENT: &str = "arguments";
 
 /// Why a command file was skipped: `<file>: <field>: <reason>`. A command's Markdown and
 /// front matter are read as a skill's are, so it fails the same way.
-pub type CommandError = SkillError;
+pub type CommandError = FileError;
 
 /// What a command expands to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,7 +127,7 @@ pub fn words(rel: &Path) -> Result<Vec<String>, String> {
         } else {
             part.into_owned()
         };
-        crate::skills::skill::check_name(&word)?;
+        crate::source::item::check_name(&word)?;
         words.push(word);
     }
     Ok(words)

@@ -17,7 +17,7 @@
 //! commands are TOML files ([`command`]).
 //!
 //! Architecture Invariant: as for skills, the folders are parsed when they change (the
-//! custom tools' watcher, [`crate::custom::watch`]), never per call, and a scan whose
+//! folder sources' watcher, [`crate::source::watch`]), never per call, and a scan whose
 //! catalog has the etag of the last one notifies nobody.
 
 pub mod builtin;
@@ -33,13 +33,13 @@ use serde_json::json;
 use tokio::sync::broadcast;
 
 use crate::config::Config;
-use crate::custom::watch::{learn_workspaces, Watch};
 use crate::error::Error;
 use crate::lock;
 use crate::protocol::{
     CommandSource, CommandsChanged, GetCommandResult, PromptArgument, PromptEntry, PromptMessage,
     TrustKind,
 };
+use crate::source::watch::{learn_workspaces, Watch};
 use crate::trust::Trust;
 
 pub use catalog::Catalog;
@@ -276,7 +276,7 @@ impl Commands {
         tracker: &tokio_util::task::TaskTracker,
         shutdown: tokio_util::sync::CancellationToken,
     ) {
-        crate::custom::watch::follow(
+        crate::source::watch::follow(
             &self.folders(),
             "command folder",
             &self.0.watch,

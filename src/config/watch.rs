@@ -34,7 +34,7 @@ impl SignalDebouncer {
 }
 
 /// The one way the daemon watches files (config.json here, the custom tool folders in
-/// `custom/watch.rs`): sends `()` on `tx` once a burst of events that holds a non-access
+/// `source/watch.rs`): sends `()` on `tx` once a burst of events that holds a non-access
 /// event `relevant` accepts has been quiet for `debounce` (or has lasted [`MAX_WINDOWS`]
 /// windows). Watcher errors and the kernel's "events were lost" (an inotify queue overflow)
 /// also send `()`, since a change may have been missed. The signal means "look again"; the

@@ -25,7 +25,6 @@ pub mod events;
 pub mod manifest;
 pub mod scaffold;
 pub mod tool;
-pub(crate) mod watch;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -37,6 +36,7 @@ use crate::config::Config;
 use crate::lock;
 use crate::protocol::{TrustItem, TrustKind};
 use crate::registry::{Change, Registry, SourceKey, SourceUpdate, Tool};
+use crate::source::watch;
 use crate::trust::Trust;
 
 pub use manifest::{Manifest, ManifestError};

@@ -13,8 +13,8 @@
 //! `$XDG_CONFIG_HOME/toolhost/skills`, `~/.agents/skills`, `~/.claude/skills`
 //! (`skills.discover: false` keeps only the configured folders).
 //!
-//! Architecture Invariant: the folders are parsed when they change (the custom tools'
-//! watcher, [`crate::custom::watch`]), never per call; a request reads the catalog in
+//! Architecture Invariant: the folders are parsed when they change (the folder sources'
+//! watcher, [`crate::source::watch`]), never per call; a request reads the catalog in
 //! force, and a scan whose catalog has the etag of the last one notifies nobody.
 
 pub mod catalog;
@@ -32,10 +32,10 @@ use arc_swap::ArcSwap;
 use tokio::sync::broadcast;
 
 use crate::config::Config;
-use crate::custom::watch::{learn_workspaces, Watch};
 use crate::lock;
 use crate::protocol::{SkillSource, SkillsChanged, TrustKind};
 use crate::registry::{Change, Registry, SourceKey, Tool};
+use crate::source::watch::{learn_workspaces, Watch};
 use crate::trust::Trust;
 
 pub use catalog::Catalog;
@@ -291,7 +291,7 @@ impl Skills {
         tracker: &tokio_util::task::TaskTracker,
         shutdown: tokio_util::sync::CancellationToken,
     ) {
-        crate::custom::watch::follow(
+        crate::source::watch::follow(
             &self.folders(),
             "skill folder",
             &self.0.watch,

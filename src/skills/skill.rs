@@ -7,7 +7,6 @@
 //! most 500. Other keys (`license`, `metadata`, `allowed-tools`, a frontend's own) are kept
 //! verbatim in the front matter and not judged.
 
-use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -20,6 +19,7 @@ use sha2::{Digest, Sha256};
 use crate::front_matter;
 use crate::protocol::{SkillFile, SkillSource};
 use crate::safe_read::{self, Node, ReadError};
+pub use crate::source::item::{check_name, FileError as SkillError, MAX_DESCRIPTION_CHARS};
 
 /// The file that makes a folder a skill.
 pub const SKILL_FILE: &str = "SKILL.md";
@@ -28,8 +28,6 @@ pub const MAX_SKILL_MD_BYTES: u64 = 256 * 1024;
 /// The most of any other file of a skill read (`read_skill_file`, `resources/read`, the
 /// manifest's digests).
 pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
-pub const MAX_NAME_CHARS: usize = 64;
-pub const MAX_DESCRIPTION_CHARS: usize = 1024;
 pub const MAX_COMPATIBILITY_CHARS: usize = 500;
 /// How deep a skill's files are listed, and how many at most: a skill is small, and a
 /// folder that is not (a checked-out repository) must not make every scan slow.
@@ -104,25 +102,6 @@ impl Skill {
 /// `sha256:` and the lowercase hex digest of `bytes`.
 pub fn sha256(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
-}
-
-/// Why a skill was skipped (or what of it was left out): `<file>: <field>: <reason>`.
-/// Command files fail the same way (`CommandError` is this type).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SkillError {
-    pub file: PathBuf,
-    pub field: Option<&'static str>,
-    pub reason: String,
-}
-
-impl fmt::Display for SkillError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: ", self.file.display())?;
-        if let Some(field) = self.field {
-            write!(f, "{field}: ")?;
-        }
-        f.write_str(&self.reason)
-    }
 }
 
 /// Loads the skill in `dir`. A file beneath it that cannot be listed safely (a symlink out
@@ -224,30 +203,6 @@ fn parse_front_matter(front: &str) -> Result<FrontMatter, (Option<&'static str>,
         description,
         all,
     })
-}
-
-/// The name rule, as a sentence about what is wrong.
-pub fn check_name(name: &str) -> Result<(), String> {
-    let len = name.chars().count();
-    if len == 0 || len > MAX_NAME_CHARS {
-        return Err(format!(
-            "'{name}' is {len} characters long; 1 to {MAX_NAME_CHARS} are allowed"
-        ));
-    }
-    if !name
-        .chars()
-        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-    {
-        return Err(format!(
-            "'{name}' may hold only lowercase letters, digits and hyphens"
-        ));
-    }
-    if name.starts_with('-') || name.ends_with('-') || name.contains("--") {
-        return Err(format!(
-            "'{name}' may not start or end with a hyphen, nor hold two in a row"
-        ));
-    }
-    Ok(())
 }
 
 /// A file as the walk saw it: what is listed, and what tells a later walk it changed.

@@ -34,6 +34,92 @@ fn no_import_circle_between_top_level_modules() {
     );
 }
 
+/// The sources of tools and prompts stand side by side on shared bases (`source`'s folder
+/// watch and item rules, `front_matter`): none imports another. The one arrow left,
+/// `custom -> modules`, is the custom tool source owning the JS/TS module host; it goes
+/// when every source is one kind of component (#46).
+#[test]
+fn no_source_module_imports_another() {
+    const SOURCES: [&str; 5] = ["custom", "modules", "skills", "commands", "mcp"];
+    const LEFT: [(&str, &str); 1] = [("custom", "modules")];
+    let graph = read_graph(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    let mut found = Vec::new();
+    for from in SOURCES {
+        for (to, files) in graph.get(from).into_iter().flatten() {
+            if SOURCES.contains(&to.as_str()) && !LEFT.contains(&(from, to.as_str())) {
+                let files: Vec<&str> = files.iter().map(String::as_str).collect();
+                found.push(format!("{from} -> {to}: {}", files.join(", ")));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "sources importing sources:\n{}",
+        found.join("\n")
+    );
+}
+
+/// The longest chain of imports between top-level modules, counted in modules, is at most
+/// [`LONGEST_CHAIN`] (18 modules, 17 arrows, before the folder sources got their shared
+/// base: `host -> commands -> skills -> custom -> modules`); a failure prints the chain. `cargo nextest run --test it module_graph:: --no-capture` prints it.
+#[test]
+fn the_longest_import_chain_stays_short() {
+    let graph = read_graph(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    let chain = longest_chain(&graph);
+    println!(
+        "longest import chain ({} modules): {}",
+        chain.len(),
+        chain.join(" -> ")
+    );
+    assert!(
+        chain.len() <= LONGEST_CHAIN,
+        "the longest import chain has {} modules: {}",
+        chain.len(),
+        chain.join(" -> ")
+    );
+}
+
+/// What [`the_longest_import_chain_stays_short`] allows: lower it as chains shorten.
+const LONGEST_CHAIN: usize = 16;
+
+/// The longest path of the (circle-free) graph, by memoised depth-first search.
+fn longest_chain(graph: &Graph) -> Vec<String> {
+    fn from<'a>(
+        graph: &'a Graph,
+        m: &'a str,
+        memo: &mut BTreeMap<&'a str, Vec<String>>,
+        on_path: &mut BTreeSet<&'a str>,
+    ) -> Vec<String> {
+        if let Some(done) = memo.get(m) {
+            return done.clone();
+        }
+        on_path.insert(m);
+        let mut best = Vec::new();
+        for next in graph.get(m).into_iter().flat_map(|a| a.keys()) {
+            if on_path.contains(next.as_str()) {
+                continue; // a circle: the circle test names it
+            }
+            let tail = from(graph, next, memo, on_path);
+            if tail.len() > best.len() {
+                best = tail;
+            }
+        }
+        on_path.remove(m);
+        best.insert(0, m.to_owned());
+        memo.insert(m, best.clone());
+        best
+    }
+    let mut memo = BTreeMap::new();
+    let mut best = Vec::new();
+    for m in graph.keys() {
+        let chain = from(graph, m, &mut memo, &mut BTreeSet::new());
+        if chain.len() > best.len() {
+            best = chain;
+        }
+    }
+    best
+}
+
 /// The check itself can fail: a circle of three is found and named in order, an arrow
 /// inside one module or to the crate root is no arrow, and grouped imports count.
 #[test]
