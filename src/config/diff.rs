@@ -18,60 +18,20 @@ pub struct ConfigDiff {
     /// Changed only in what applies without a restart (tool filters, approval classes,
     /// `trust_annotations`): re-filter / re-classify the live tools.
     pub servers_updated: Vec<String>,
-    /// `approval.mode` or `approval.tools` changed.
-    pub approval_changed: bool,
-    pub custom_tools_changed: bool,
-    pub providers_changed: bool,
-    /// `limits.max_output_bytes` / `default_timeout_ms` changed (applied live, per call).
-    pub limits_changed: bool,
     /// Settings that cannot change while the daemon runs and differ, as messages such as
     /// `listen.socket changed; restart the daemon to apply it`. They are *not* applied: the
     /// daemon keeps running with the old values.
     pub needs_restart: Vec<String>,
 }
 
-/// Test helpers: the reload path acts on the fields directly.
+/// Approval, custom tool, provider and limit settings are not in the diff: every reload
+/// re-applies them from the new config whole (they are cheap to apply and have no
+/// connection to restart).
 #[cfg(test)]
 impl ConfigDiff {
     /// Nothing changed at all.
     pub fn is_empty(&self) -> bool {
         *self == ConfigDiff::default()
-    }
-
-    /// Whether the live tool list may change (so a swap and one `tools_changed` may be due).
-    pub fn affects_tools(&self) -> bool {
-        !self.servers_added.is_empty()
-            || !self.servers_removed.is_empty()
-            || !self.servers_restart.is_empty()
-            || !self.servers_updated.is_empty()
-            || self.approval_changed
-            || self.custom_tools_changed
-    }
-
-    /// One line per change, for logs and `config.status`.
-    pub fn summary(&self) -> Vec<String> {
-        let mut out = Vec::new();
-        let list = |what: &str, names: &[String], out: &mut Vec<String>| {
-            if !names.is_empty() {
-                out.push(format!("MCP servers {what}: {}", names.join(", ")));
-            }
-        };
-        list("added", &self.servers_added, &mut out);
-        list("removed", &self.servers_removed, &mut out);
-        list("restarted", &self.servers_restart, &mut out);
-        list("updated", &self.servers_updated, &mut out);
-        for (changed, what) in [
-            (self.approval_changed, "approval"),
-            (self.custom_tools_changed, "custom_tools"),
-            (self.providers_changed, "providers"),
-            (self.limits_changed, "limits"),
-        ] {
-            if changed {
-                out.push(format!("{what} changed"));
-            }
-        }
-        out.extend(self.needs_restart.iter().cloned());
-        out
     }
 }
 
@@ -103,11 +63,6 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
             d.servers_removed.push(name.clone());
         }
     }
-    d.approval_changed = old.approval != new.approval;
-    d.custom_tools_changed = old.custom_tools != new.custom_tools;
-    d.providers_changed = old.providers != new.providers;
-    d.limits_changed = old.limits.max_output_bytes != new.limits.max_output_bytes
-        || old.limits.default_timeout_ms != new.limits.default_timeout_ms;
 
     let mut restart = |changed: bool, what: &str| {
         if changed {
@@ -179,8 +134,6 @@ mod tests {
         let c = with_servers(&[("a", server("x"))]);
         let d = diff(&c, &c.clone());
         assert!(d.is_empty());
-        assert!(!d.affects_tools());
-        assert!(d.summary().is_empty());
     }
 
     #[test]
@@ -213,7 +166,6 @@ mod tests {
         assert_eq!(d.servers_removed, ["a"]);
         assert_eq!(d.servers_restart, ["c", "e"]);
         assert_eq!(d.servers_updated, ["b"]);
-        assert!(d.affects_tools());
         assert!(d.needs_restart.is_empty());
     }
 
@@ -237,8 +189,6 @@ mod tests {
                 "limits.max_request_bytes changed; restart the daemon to apply it",
             ]
         );
-        assert!(d.approval_changed && d.custom_tools_changed && d.providers_changed);
-        assert!(d.limits_changed);
         assert!(d.servers_added.is_empty() && d.servers_restart.is_empty());
     }
 
