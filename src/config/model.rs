@@ -741,6 +741,9 @@ pub struct CustomTools {
     /// and its parents (relative to config.json's folder).
     #[schemars(inner(length(min = 1)))]
     pub node_modules: Vec<PathBuf>,
+    /// The resident memory one module host may use, in MB (0: no bound): a host that
+    /// passes it is killed, its calls fail saying so, and the next call starts a new one.
+    pub module_max_memory_mb: u64,
 }
 
 impl Default for CustomTools {
@@ -752,6 +755,7 @@ impl Default for CustomTools {
             modules: true,
             node: None,
             node_modules: Vec::new(),
+            module_max_memory_mb: 2048,
         }
     }
 }

@@ -1,17 +1,20 @@
-//! The module host process: one Node per daemon running `host.mjs`, started on first need
-//! through [`Processes`] (its own group, `PR_SET_PDEATHSIG`, the ledger), confined as a
-//! whole by config `sandbox` when a policy applies, supervised, and restarted with backoff
-//! when it dies while modules are loaded.
+//! A module host process: one Node running `host.mjs` per trust domain (the user's own
+//! modules, or one workspace's; see `super::Domain`), started on first need through
+//! [`Processes`] (its own group, `PR_SET_PDEATHSIG`, the ledger), confined as a whole by
+//! its domain's sandbox, supervised, restarted with backoff when it dies while modules are
+//! loaded, stopped when idle and killed when it outgrows `custom_tools.module_max_memory_mb`.
 //!
-//! Requests are newline JSON objects with an `op` and a numeric `id`; every line the host
-//! writes with an `id` goes to that request's receiver, and a *final* line (`result`,
-//! `error`, `tools`, `done`, `ack`) closes it. When the process ends, every open receiver
-//! is closed, so calls in flight end `unavailable` at once.
+//! Requests are newline JSON objects with an `op` and a numeric `id`, drawn from one
+//! counter for every host of the daemon, so no two hosts ever have the same id open; every
+//! line a host writes with an `id` goes to that request's receiver *in that host* (a line
+//! naming another host's request finds nothing and is dropped), and a *final* line
+//! (`result`, `error`, `tools`, `done`, `ack`) closes it. When the process ends, every open
+//! receiver is closed, so calls in flight end `unavailable` at once.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -39,6 +42,18 @@ const BACKOFF_FIRST: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// A host that lived this long before dying restarts without backoff.
 const HEALTHY_RUN: Duration = Duration::from_secs(30);
+/// How long a host may sit without a request before it is stopped (the next call starts a
+/// new one and loads its module again); [`IDLE_VAR`] overrides it for tests.
+const IDLE_AFTER: Duration = Duration::from_secs(600);
+/// The test-only switch (like `TOOLHOST_FRAME_TIMEOUT_MS`): the idle time in milliseconds.
+pub const IDLE_VAR: &str = "TOOLHOST_TEST_MODULE_IDLE_MS";
+/// How often a host's memory is read while it has requests open, and while it has none.
+const MEMORY_TICK_BUSY: Duration = Duration::from_millis(100);
+const MEMORY_TICK_IDLE: Duration = Duration::from_secs(2);
+
+/// Request ids, one counter for every host of the daemon: a host can only ever name its
+/// own requests, never another's.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Lines of one request, until its final one.
 pub type Replies = mpsc::UnboundedReceiver<Value>;
@@ -55,12 +70,18 @@ struct Inner {
     dir: PathBuf,
     /// The `node` config names, if any.
     node: Mutex<Option<PathBuf>>,
-    /// Config `sandbox` and the daemon's workspace: the sandbox the whole host runs in.
+    /// The domain's sandbox config and the place workspace-write may write: the sandbox
+    /// the whole host runs in.
     sandbox: Mutex<Option<(SandboxConfig, PathBuf)>>,
+    /// Config `custom_tools.module_max_memory_mb` in KiB (0: no bound).
+    max_memory_kib: AtomicU64,
+    /// Kept running however long it idles (its modules listen for session events, which
+    /// only a running host hears).
+    stay_up: AtomicBool,
+    idle_after: Duration,
     state: Mutex<State>,
     /// One start at a time.
     start_lock: tokio::sync::Mutex<()>,
-    next_id: AtomicU64,
     /// Told after an automatic restart, so the loaded modules are loaded again.
     on_restart: Mutex<Option<Arc<dyn Fn() + Send + Sync>>>,
     /// Cancelled once the shutdown event has run: at shutdown the host waits for it (at
@@ -97,6 +118,39 @@ pub struct Live {
     pending: Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<Value>>>>,
     /// Cancelled to stop this process (and only this one).
     kill: CancellationToken,
+    /// When a request was last sent or answered (the idle clock).
+    last_used: Arc<Mutex<Instant>>,
+    /// Why the daemon stopped it, when it did so on its own account.
+    stopped: Arc<Mutex<Option<Stop>>>,
+}
+
+/// Why the daemon stopped a host of its own accord.
+#[derive(Debug, Clone)]
+enum Stop {
+    /// No request for the idle time: not restarted until the next call.
+    Idle,
+    /// It outgrew the memory bound (the text says by how much).
+    Memory(String),
+}
+
+impl Live {
+    fn touch(&self) {
+        *lock(&self.last_used) = Instant::now();
+    }
+
+    /// Why the daemon killed this process, if it killed it for its memory: the error of
+    /// the calls it ends.
+    pub fn killed_for(&self) -> Option<String> {
+        match &*lock(&self.stopped) {
+            Some(Stop::Memory(why)) => Some(why.clone()),
+            _ => None,
+        }
+    }
+
+    fn stop(&self, why: Stop) {
+        lock(&self.stopped).get_or_insert(why);
+        self.kill.cancel();
+    }
 }
 
 /// What `host.health` says of the module host.
@@ -109,6 +163,8 @@ pub struct Health {
     pub restarts: u64,
     pub last_exit: Option<String>,
     pub start_error: Option<String>,
+    /// The policy it runs under (`off`: unconfined).
+    pub policy: crate::protocol::SandboxPolicy,
 }
 
 impl ModuleHost {
@@ -126,9 +182,14 @@ impl ModuleHost {
             dir,
             node: Mutex::new(None),
             sandbox: Mutex::new(None),
+            max_memory_kib: AtomicU64::new(0),
+            stay_up: AtomicBool::new(false),
+            idle_after: std::env::var(IDLE_VAR)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .map_or(IDLE_AFTER, Duration::from_millis),
             state: Mutex::default(),
             start_lock: tokio::sync::Mutex::new(()),
-            next_id: AtomicU64::new(1),
             on_restart: Mutex::new(None),
             released: CancellationToken::new(),
         }))
@@ -155,11 +216,22 @@ impl ModuleHost {
         }
     }
 
-    /// Sets the sandbox the host runs in: config `sandbox`'s policy for calls without a
-    /// session, with `workspace` (the daemon's) as the place workspace-write may write. The
-    /// host is one process for every module, so every module tool shares this sandbox,
-    /// whatever a session's own policy or workspace. A change stops the running host, like
-    /// a new `node`.
+    /// Sets config `custom_tools.module_max_memory_mb` (0: no bound); read by the running
+    /// host's watcher at its next look.
+    pub fn set_max_memory_mb(&self, mb: u64) {
+        self.0
+            .max_memory_kib
+            .store(mb.saturating_mul(1024), Ordering::Relaxed);
+    }
+
+    /// Keeps the host running however long it idles (`true`), or lets it stop when idle.
+    pub fn set_stay_up(&self, stay: bool) {
+        self.0.stay_up.store(stay, Ordering::Relaxed);
+    }
+
+    /// Sets the sandbox the host runs in: `config`'s policy, with `workspace` as the place
+    /// workspace-write may write. Every module of the host shares this sandbox, whatever a
+    /// session's own policy. A change stops the running host, like a new `node`.
     pub fn set_sandbox(&self, config: &SandboxConfig, workspace: &Path) {
         let wanted = (config.clone(), workspace.to_path_buf());
         let changed = {
@@ -229,8 +301,12 @@ impl ModuleHost {
     }
 
     pub fn health(&self) -> Health {
+        let policy = lock(&self.0.sandbox)
+            .as_ref()
+            .map_or(crate::protocol::SandboxPolicy::Off, |(c, _)| c.policy);
         let st = lock(&self.0.state);
         Health {
+            policy,
             node: st.node_path.clone(),
             node_version: st.node_version.clone(),
             typescript: st.typescript,
@@ -244,6 +320,7 @@ impl ModuleHost {
     /// The running process, started if there is none.
     pub async fn live(&self) -> Result<Live, String> {
         if let Some(l) = lock(&self.0.state).live.clone() {
+            l.touch();
             return Ok(l);
         }
         if self.0.shutdown.is_cancelled() {
@@ -270,8 +347,9 @@ impl ModuleHost {
     /// Sends `message` (an object with `op`) under a fresh id; its lines come on the
     /// receiver, which closes after the final one or when the process ends.
     pub fn request(&self, live: &Live, mut message: Value) -> (u64, Replies) {
-        let id = self.0.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         message["id"] = json!(id);
+        live.touch();
         let (tx, rx) = mpsc::unbounded_channel();
         lock(&live.pending).insert(id, tx);
         write(live, &message);
@@ -391,13 +469,16 @@ impl ModuleHost {
                     writer,
                     pending: Arc::default(),
                     kill: CancellationToken::new(),
+                    last_used: Arc::new(Mutex::new(Instant::now())),
+                    stopped: Arc::default(),
                 };
                 st.live = Some(live.clone());
                 live
             };
             tracing::info!(pid, node = %node.display(), version, typescript, "module host started");
             self.0.tracker.spawn(write_lines(stdin, written));
-            self.0.tracker.spawn(route(reader, live.pending.clone()));
+            self.0.tracker.spawn(route(reader, live.clone()));
+            self.0.tracker.spawn(self.clone().watch(live.clone()));
             let me = self.clone();
             let supervised = live.clone();
             // Its temp dir lives as long as the process.
@@ -432,18 +513,29 @@ impl ModuleHost {
     /// the backoff.
     async fn ended(&self, live: &Live, exit: String, ran: Duration) {
         lock(&live.pending).clear();
+        let stopped = lock(&live.stopped).clone();
         let delay = {
             let mut st = lock(&self.0.state);
             if st.live.as_ref().map(|l| l.generation) == Some(live.generation) {
                 st.live = None;
             }
-            if live.kill.is_cancelled() {
+            let exit = match &stopped {
+                Some(Stop::Idle) => format!(
+                    "stopped after {} ms without a request (the next call starts it again)",
+                    self.0.idle_after.as_millis()
+                ),
+                Some(Stop::Memory(why)) => why.clone(),
+                None => exit,
+            };
+            if matches!(stopped, Some(Stop::Memory(_))) {
+                tracing::warn!(pid = live.pid, "module host {exit}");
+            } else if live.kill.is_cancelled() {
                 tracing::debug!(pid = live.pid, "module host {exit}");
             } else {
                 tracing::warn!(pid = live.pid, "module host {exit}");
             }
             st.last_exit = Some(exit);
-            if self.0.shutdown.is_cancelled() || !st.wanted {
+            if self.0.shutdown.is_cancelled() || !st.wanted || matches!(stopped, Some(Stop::Idle)) {
                 return;
             }
             st.restarts += 1;
@@ -467,6 +559,57 @@ impl ModuleHost {
         let hook = lock(&self.0.on_restart).clone();
         if let Some(hook) = hook {
             hook();
+        }
+    }
+}
+
+impl ModuleHost {
+    /// Watches one process until it ends: stops it when it had no request for the idle
+    /// time (unless it is to stay up), and kills it when its resident memory passes the
+    /// bound. Memory is read often while requests are open (that is when a module's code
+    /// runs), seldom otherwise.
+    async fn watch(self, live: Live) {
+        let mut next_memory = Instant::now();
+        loop {
+            let busy = !lock(&live.pending).is_empty();
+            if busy {
+                live.touch();
+            }
+            let limit = self.0.max_memory_kib.load(Ordering::Relaxed);
+            let now = Instant::now();
+            if limit > 0 && now >= next_memory {
+                let rss = crate::procfs::rss_kib(live.pid).unwrap_or(0);
+                if rss > limit {
+                    live.stop(Stop::Memory(format!(
+                        "was killed: its memory ({} MB) passed custom_tools.module_max_memory_mb ({} MB); the next call starts a fresh host",
+                        rss / 1024,
+                        limit / 1024
+                    )));
+                    return;
+                }
+                next_memory = now
+                    + if busy {
+                        MEMORY_TICK_BUSY
+                    } else {
+                        MEMORY_TICK_IDLE
+                    };
+            }
+            let idle_at = *lock(&live.last_used) + self.0.idle_after;
+            if !busy && now >= idle_at && !self.0.stay_up.load(Ordering::Relaxed) {
+                tracing::info!(pid = live.pid, "module host idle; stopping it");
+                live.stop(Stop::Idle);
+                return;
+            }
+            // Lines touch the clock as they come, so a busy host only needs waking for its
+            // memory.
+            let mut wake = idle_at.max(now + MEMORY_TICK_BUSY);
+            if limit > 0 {
+                wake = wake.min(next_memory.max(now + MEMORY_TICK_BUSY));
+            }
+            tokio::select! {
+                _ = tokio::time::sleep_until(wake.into()) => {}
+                _ = live.kill.cancelled() => return,
+            }
         }
     }
 }
@@ -583,26 +726,32 @@ async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> Option<Valu
     }
 }
 
-/// Hands each line with an `id` to its request.
-async fn route<R: tokio::io::AsyncBufRead + Unpin>(
-    mut reader: R,
-    pending: Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<Value>>>>,
-) {
+/// Hands each line with an `id` to that request of this host's; a line naming a request
+/// the host does not have open (another host's, or one that ended) is dropped and logged.
+async fn route<R: tokio::io::AsyncBufRead + Unpin>(mut reader: R, live: Live) {
     const FINAL: [&str; 5] = ["result", "error", "tools", "done", "ack"];
     while let Some(line) = read_line(&mut reader).await {
         let Some(id) = line.get("id").and_then(Value::as_u64) else {
             continue;
         };
         let last = FINAL.iter().any(|k| line.get(*k).is_some());
-        let mut p = lock(&pending);
+        let mut p = lock(&live.pending);
         let tx = if last {
             p.remove(&id)
         } else {
             p.get(&id).cloned()
         };
         drop(p);
-        if let Some(tx) = tx {
-            let _ = tx.send(line);
+        match tx {
+            Some(tx) => {
+                live.touch();
+                let _ = tx.send(line);
+            }
+            None => tracing::warn!(
+                pid = live.pid,
+                id,
+                "module host: a line for a request this host does not have open was ignored"
+            ),
         }
     }
 }

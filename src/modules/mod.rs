@@ -3,8 +3,9 @@
 //! tool or a list of tools (proto-docs/modules.md).
 //!
 //! - [`discover`]: where modules are found and which files are modules;
-//! - [`host`]: the one long-lived Node process per daemon that loads them and runs their
-//!   calls (`host.mjs`, embedded), supervised and restarted;
+//! - [`host`]: a long-lived Node process that loads them and runs their calls
+//!   (`host.mjs`, embedded), supervised, restarted, stopped when idle; one per [`Domain`]
+//!   (the user's modules, each workspace's), each in its domain's sandbox;
 //! - [`tool`]: a module's tool as a registry [`Tool`](crate::registry::Tool);
 //! - [`scaffold`]: `toolhost tool new --lang ts` and the module half of `tool check`.
 //!
@@ -21,8 +22,9 @@ pub mod host;
 pub mod scaffold;
 pub mod tool;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -52,20 +54,76 @@ const EVENT_FAILURES_KEPT: usize = 20;
 /// level, a crash of Node) before it is skipped until it changes.
 const MAX_LOAD_CRASHES: u32 = 2;
 
-/// The modules of one daemon (cheap to clone).
-#[derive(Clone)]
-pub struct Modules(Arc<Inner>);
+/// Which module host a module runs in. Modules of different trust never share a process:
+/// the user's own modules have one host, each workspace's approved modules another,
+/// confined by that workspace's sandbox, so one cannot read or change another's calls.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Domain {
+    /// The user's own folders (config `custom_tools.paths`, the user's tool folders,
+    /// plugins).
+    User,
+    /// What one workspace brings (past the trust gate).
+    Workspace(PathBuf),
+}
 
-pub(crate) struct Inner {
-    host: ModuleHost,
+impl Domain {
+    pub fn of(found: &Found) -> Domain {
+        if found.workspace {
+            Domain::Workspace(crate::trust::workspace_of(&found.root).to_path_buf())
+        } else {
+            Domain::User
+        }
+    }
+}
+
+/// The modules of one daemon, in one [`Pool`] per [`Domain`] (cheap to clone).
+#[derive(Clone)]
+pub struct Modules(Arc<Shared>);
+
+struct Shared {
+    processes: crate::process::Processes,
+    tracker: TaskTracker,
+    shutdown: CancellationToken,
+    /// Where the hosts' program is written.
+    dir: PathBuf,
+    settings: Arc<Settings>,
+    /// Config `custom_tools.node`, resolved.
+    node: Mutex<Option<PathBuf>>,
+    /// Config `sandbox` and the daemon's workspace.
+    sandbox: Mutex<Option<(crate::config::SandboxConfig, PathBuf)>>,
+    /// Config `custom_tools.module_max_memory_mb`.
+    max_memory_mb: AtomicU64,
+    pools: Mutex<BTreeMap<Domain, Pool>>,
+    on_restart: Mutex<Option<Arc<dyn Fn() + Send + Sync>>>,
+    /// The shutdown event ran: hosts may stop.
+    released: AtomicBool,
+    /// What the last scan skipped, for `host.health`.
+    problems: Mutex<Vec<String>>,
+    /// One scan at a time.
+    scan_lock: tokio::sync::Mutex<()>,
+    history: crate::session::History,
+}
+
+/// What every pool reads of the config.
+#[derive(Default)]
+pub(crate) struct Settings {
     /// Config `custom_tools.node_modules`, resolved.
     node_modules: ArcSwap<Vec<PathBuf>>,
     /// Where `pi.cwd` points for modules outside a workspace.
     workspace: ArcSwap<PathBuf>,
+}
+
+/// The modules of one domain and the host they run in (cheap to clone).
+#[derive(Clone)]
+pub(crate) struct Pool(pub(crate) Arc<Inner>);
+
+pub(crate) struct Inner {
+    domain: Domain,
+    host: ModuleHost,
+    settings: Arc<Settings>,
     state: Mutex<State>,
     /// One load pass at a time (a scan, or a call reloading after a restart).
     load_lock: tokio::sync::Mutex<()>,
-    tracker: TaskTracker,
     /// The sessions' recent calls: a call's `ctx.sessionManager`.
     pub(crate) history: crate::session::History,
 }
@@ -80,7 +138,6 @@ struct State {
     /// how often it happened while they loaded alone. They are loaded one at a time from
     /// then on, so the one to blame is found and an innocent one is never skipped with it.
     suspects: HashMap<PathBuf, (String, u32)>,
-    problems: Vec<String>,
     event_failures: Vec<String>,
 }
 
@@ -99,7 +156,10 @@ struct Loaded {
 
 /// What `host.health` says of the modules.
 pub struct Health {
+    /// The user's modules' host.
     pub host: host::Health,
+    /// Each workspace's host, with its modules and tools.
+    pub workspace_hosts: Vec<(PathBuf, host::Health, usize, usize)>,
     pub modules: usize,
     pub tools: usize,
     pub problems: Vec<String>,
@@ -115,19 +175,70 @@ impl Modules {
         dir: PathBuf,
         history: crate::session::History,
     ) -> Self {
-        Modules(Arc::new(Inner {
-            host: ModuleHost::new(processes, tracker.clone(), shutdown, dir),
-            node_modules: ArcSwap::default(),
-            workspace: ArcSwap::default(),
-            state: Mutex::default(),
-            load_lock: tokio::sync::Mutex::new(()),
+        Modules(Arc::new(Shared {
+            processes,
             tracker,
+            shutdown,
+            dir,
+            settings: Arc::default(),
+            node: Mutex::new(None),
+            sandbox: Mutex::new(None),
+            max_memory_mb: AtomicU64::new(
+                crate::config::CustomTools::default().module_max_memory_mb,
+            ),
+            pools: Mutex::default(),
+            on_restart: Mutex::new(None),
+            released: AtomicBool::new(false),
+            problems: Mutex::default(),
+            scan_lock: tokio::sync::Mutex::new(()),
             history,
         }))
     }
 
-    /// Applies config `custom_tools` (`node`, `node_modules`). A change of either loads
-    /// every module again at the next [`Modules::tools`].
+    /// The pools now, by domain.
+    fn pools(&self) -> Vec<Pool> {
+        lock(&self.0.pools).values().cloned().collect()
+    }
+
+    /// The pool of `domain`, made (its host not started) if there is none.
+    fn pool(&self, domain: &Domain) -> Pool {
+        let mut pools = lock(&self.0.pools);
+        if let Some(p) = pools.get(domain) {
+            return p.clone();
+        }
+        let host = ModuleHost::new(
+            self.0.processes.clone(),
+            self.0.tracker.clone(),
+            self.0.shutdown.clone(),
+            self.0.dir.clone(),
+        );
+        host.set_node(lock(&self.0.node).clone());
+        host.set_max_memory_mb(self.0.max_memory_mb.load(Ordering::Relaxed));
+        if let Some((cfg, ws)) = lock(&self.0.sandbox).as_ref() {
+            let (cfg, ws) = sandbox_of(domain, cfg, ws);
+            host.set_sandbox(&cfg, &ws);
+        }
+        if let Some(f) = lock(&self.0.on_restart).clone() {
+            host.on_restart(f);
+        }
+        if self.0.released.load(Ordering::Relaxed) {
+            host.release();
+        }
+        let pool = Pool(Arc::new(Inner {
+            domain: domain.clone(),
+            host,
+            settings: self.0.settings.clone(),
+            state: Mutex::default(),
+            load_lock: tokio::sync::Mutex::new(()),
+            history: self.0.history.clone(),
+        }));
+        pools.insert(domain.clone(), pool.clone());
+        pool
+    }
+
+    /// Applies config `custom_tools` (`node`, `node_modules`, `module_max_memory_mb`). A
+    /// change of `node` or `node_modules` loads every module again at the next
+    /// [`Modules::tools`].
     pub fn configure(
         &self,
         cfg: &crate::config::CustomTools,
@@ -137,31 +248,234 @@ impl Modules {
         let base = config_path.parent().unwrap_or(Path::new("/"));
         let node_modules: Vec<PathBuf> = cfg.node_modules.iter().map(|p| base.join(p)).collect();
         let node = cfg.node.as_ref().map(|p| base.join(p));
-        let changed = **self.0.node_modules.load() != node_modules;
-        self.0.node_modules.store(Arc::new(node_modules));
-        self.0.workspace.store(Arc::new(workspace.to_path_buf()));
-        self.0.host.set_node(node);
-        if changed {
-            lock(&self.0.state).loaded.clear();
+        let settings = &self.0.settings;
+        let changed = **settings.node_modules.load() != node_modules;
+        settings.node_modules.store(Arc::new(node_modules));
+        settings.workspace.store(Arc::new(workspace.to_path_buf()));
+        *lock(&self.0.node) = node.clone();
+        self.0
+            .max_memory_mb
+            .store(cfg.module_max_memory_mb, Ordering::Relaxed);
+        for pool in self.pools() {
+            pool.0.host.set_node(node.clone());
+            pool.0.host.set_max_memory_mb(cfg.module_max_memory_mb);
+            if changed {
+                lock(&pool.0.state).loaded.clear();
+            }
         }
     }
 
-    /// Applies config `sandbox` to the module host as a whole (see
-    /// [`ModuleHost::set_sandbox`]): every module tool runs in that one sandbox.
+    /// Applies config `sandbox` to the hosts (see [`sandbox_of`]).
     pub fn set_sandbox(&self, sandbox: &crate::config::SandboxConfig, workspace: &Path) {
-        self.0.host.set_sandbox(sandbox, workspace);
+        *lock(&self.0.sandbox) = Some((sandbox.clone(), workspace.to_path_buf()));
+        for pool in self.pools() {
+            let (cfg, ws) = sandbox_of(&pool.0.domain, sandbox, workspace);
+            pool.0.host.set_sandbox(&cfg, &ws);
+        }
     }
 
-    /// Runs `f` after each automatic restart of the host (the custom source rescans, which
+    /// Runs `f` after each automatic restart of a host (the custom source rescans, which
     /// loads the modules into the new process).
     pub fn on_restart(&self, f: Arc<dyn Fn() + Send + Sync>) {
-        self.0.host.on_restart(f);
+        *lock(&self.0.on_restart) = Some(f.clone());
+        for pool in self.pools() {
+            pool.0.host.on_restart(f.clone());
+        }
     }
 
-    /// The tools of `found` (in its order), loading what is new or changed; names in
-    /// `taken` (the programs') and names an earlier module defined are skipped and
-    /// reported, like everything that is not a tool.
+    /// The tools of `found` (in its order), loading what is new or changed, each module in
+    /// the host of its domain; names in `taken` (the programs') and names an earlier module
+    /// defined are skipped and reported, like everything that is not a tool. A domain left
+    /// without modules has its host stopped.
     pub async fn tools(&self, found: Vec<Found>, taken: &HashSet<String>) -> Vec<Arc<dyn Tool>> {
+        let _one = self.0.scan_lock.lock().await;
+        let mut by_domain: BTreeMap<Domain, Vec<Found>> = BTreeMap::new();
+        for f in &found {
+            by_domain.entry(Domain::of(f)).or_default().push(f.clone());
+        }
+        let gone: Vec<Pool> = {
+            let mut pools = lock(&self.0.pools);
+            let dead: Vec<Domain> = pools
+                .keys()
+                .filter(|d| !by_domain.contains_key(*d))
+                .cloned()
+                .collect();
+            dead.iter().filter_map(|d| pools.remove(d)).collect()
+        };
+        for pool in gone {
+            pool.0.host.set_wanted(false);
+        }
+        let pools: BTreeMap<Domain, Pool> = by_domain
+            .keys()
+            .map(|d| (d.clone(), self.pool(d)))
+            .collect();
+        futures::future::join_all(
+            by_domain
+                .iter()
+                .filter_map(|(d, f)| Some(pools.get(d)?.load_all(f))),
+        )
+        .await;
+        let mut problems = Vec::new();
+        let mut names: HashMap<String, PathBuf> = HashMap::new();
+        let mut out: Vec<Arc<dyn Tool>> = Vec::new();
+        for f in &found {
+            let Some(pool) = pools.get(&Domain::of(f)) else {
+                continue;
+            };
+            let st = lock(&pool.0.state);
+            let Some(loaded) = st.loaded.get(&f.file) else {
+                continue;
+            };
+            let file = f.file.display();
+            problems.extend(loaded.skipped.iter().map(|s| format!("{file}: {s}")));
+            match &loaded.outcome {
+                Err(e) => problems.push(format!("{file}: {e}")),
+                Ok(tools) => {
+                    for t in tools {
+                        if taken.contains(t.name()) {
+                            problems.push(format!(
+                                "{file}: tool '{}' skipped: a custom tool program already has that name",
+                                t.name()
+                            ));
+                        } else if let Some(first) = names.get(t.name()) {
+                            problems.push(format!(
+                                "{file}: tool '{}' skipped: {} already defines it",
+                                t.name(),
+                                first.display()
+                            ));
+                        } else {
+                            names.insert(t.name().to_owned(), f.file.clone());
+                            out.push(t.clone() as Arc<dyn Tool>);
+                        }
+                    }
+                }
+            }
+        }
+        for p in &problems {
+            tracing::warn!("tool module skipped: {p}");
+        }
+        *lock(&self.0.problems) = problems;
+        for pool in pools.values() {
+            let (wanted, listening) = {
+                let st = lock(&pool.0.state);
+                let ok = || st.loaded.values().filter_map(|l| l.outcome.as_ref().ok());
+                (
+                    ok().next().is_some(),
+                    ok().flatten().any(|t| t.session_events),
+                )
+            };
+            pool.0.host.set_wanted(wanted);
+            pool.0.host.set_stay_up(listening);
+        }
+        out
+    }
+
+    /// Tells the loaded tools with an `onSession` about a session event (`start`,
+    /// `resume`, `delete`, `shutdown`), off the caller's path (on `tracker`), bounded: the
+    /// user's modules hear every session's, a workspace's modules only the sessions of
+    /// their workspace.
+    pub fn session_event(&self, reason: &'static str, session_id: Option<&str>, workspace: &Path) {
+        for pool in self.pools() {
+            if matches!(&pool.0.domain, Domain::Workspace(w) if w != workspace) || !pool.listening()
+            {
+                continue;
+            }
+            let ctx = json!({"session_id": session_id, "meta": {}, "cwd": workspace});
+            self.0.tracker.spawn(async move {
+                pool.run_session_event(reason, ctx).await;
+            });
+        }
+    }
+
+    /// Runs the `shutdown` event in every host and waits for it (bounded), then lets the
+    /// hosts stop.
+    pub async fn shutdown_event(&self, workspace: &Path) {
+        let ctx = json!({"session_id": null, "meta": {}, "cwd": workspace});
+        let listening: Vec<Pool> = self.pools().into_iter().filter(Pool::listening).collect();
+        futures::future::join_all(
+            listening
+                .iter()
+                .map(|p| p.run_session_event("shutdown", ctx.clone())),
+        )
+        .await;
+        self.release();
+    }
+
+    /// Lets the hosts stop at shutdown without waiting for a shutdown event (a one-shot
+    /// host, such as `tool check`'s).
+    pub fn release(&self) {
+        self.0.released.store(true, Ordering::Relaxed);
+        for pool in self.pools() {
+            pool.0.host.release();
+        }
+    }
+
+    pub fn health(&self) -> Health {
+        let mut out = Health {
+            host: host::Health::default(),
+            workspace_hosts: Vec::new(),
+            modules: 0,
+            tools: 0,
+            problems: lock(&self.0.problems).clone(),
+            event_failures: Vec::new(),
+        };
+        for pool in self.pools() {
+            let st = lock(&pool.0.state);
+            let ok: Vec<&Vec<Arc<ModuleTool>>> = st
+                .loaded
+                .values()
+                .filter_map(|l| l.outcome.as_ref().ok())
+                .collect();
+            let (modules, tools) = (ok.len(), ok.iter().map(|t| t.len()).sum::<usize>());
+            out.modules += modules;
+            out.tools += tools;
+            out.event_failures.extend(st.event_failures.iter().cloned());
+            match &pool.0.domain {
+                Domain::User => out.host = pool.0.host.health(),
+                Domain::Workspace(w) => {
+                    out.workspace_hosts
+                        .push((w.clone(), pool.0.host.health(), modules, tools));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The sandbox a domain's host runs in: the user's modules under config `sandbox` with
+/// the daemon's workspace, as a custom tool program without a session; a workspace's under
+/// the same config made at least `workspace-write`, writing only that workspace (network
+/// as config says).
+fn sandbox_of(
+    domain: &Domain,
+    config: &crate::config::SandboxConfig,
+    workspace: &Path,
+) -> (crate::config::SandboxConfig, PathBuf) {
+    match domain {
+        Domain::User => (config.clone(), workspace.to_path_buf()),
+        Domain::Workspace(w) => {
+            let mut cfg = config.clone();
+            if cfg.policy == crate::protocol::SandboxPolicy::Off {
+                cfg.policy = crate::protocol::SandboxPolicy::WorkspaceWrite;
+            }
+            (cfg, w.clone())
+        }
+    }
+}
+
+impl Pool {
+    /// Whether a loaded tool of this pool has an `onSession`.
+    fn listening(&self) -> bool {
+        lock(&self.0.state).loaded.values().any(|l| {
+            l.outcome
+                .as_ref()
+                .is_ok_and(|t| t.iter().any(|t| t.session_events))
+        })
+    }
+
+    /// Loads what of `found` (this domain's modules, in order) is new or changed into the
+    /// host, and forgets what is gone.
+    async fn load_all(&self, found: &[Found]) {
         let _one = self.0.load_lock.lock().await;
         let generation = self.0.host.generation();
         let (suspects, todo): (Vec<Found>, Vec<Found>) = {
@@ -169,8 +483,11 @@ impl Modules {
             found
                 .iter()
                 .filter(|f| match st.loaded.get(&f.file) {
+                    // A host stopped while idle is not started for a scan: its modules are
+                    // loaded again by the next call.
                     Some(l) if l.found == **f => {
-                        l.retry || (l.outcome.is_ok() && l.generation != generation)
+                        l.retry
+                            || (l.outcome.is_ok() && generation != 0 && l.generation != generation)
                     }
                     _ => true,
                 })
@@ -235,46 +552,6 @@ impl Modules {
         }
         st.stuck.retain(|file, _| keep.contains(file));
         st.suspects.retain(|file, _| keep.contains(file));
-        let mut problems = Vec::new();
-        let mut names: HashMap<String, PathBuf> = HashMap::new();
-        let mut out: Vec<Arc<dyn Tool>> = Vec::new();
-        for f in &found {
-            let Some(loaded) = st.loaded.get(&f.file) else {
-                continue;
-            };
-            let file = f.file.display();
-            problems.extend(loaded.skipped.iter().map(|s| format!("{file}: {s}")));
-            match &loaded.outcome {
-                Err(e) => problems.push(format!("{file}: {e}")),
-                Ok(tools) => {
-                    for t in tools {
-                        if taken.contains(t.name()) {
-                            problems.push(format!(
-                                "{file}: tool '{}' skipped: a custom tool program already has that name",
-                                t.name()
-                            ));
-                        } else if let Some(first) = names.get(t.name()) {
-                            problems.push(format!(
-                                "{file}: tool '{}' skipped: {} already defines it",
-                                t.name(),
-                                first.display()
-                            ));
-                        } else {
-                            names.insert(t.name().to_owned(), f.file.clone());
-                            out.push(t.clone() as Arc<dyn Tool>);
-                        }
-                    }
-                }
-            }
-        }
-        for p in &problems {
-            tracing::warn!("tool module skipped: {p}");
-        }
-        st.problems = problems;
-        let wanted = st.loaded.values().any(|l| l.outcome.is_ok());
-        drop(st);
-        self.0.host.set_wanted(wanted);
-        out
     }
 
     /// Tells the host to forget a load that was replaced (its calls still running keep
@@ -347,7 +624,7 @@ impl Modules {
         let cwd = found
             .scope
             .clone()
-            .unwrap_or_else(|| (**self.0.workspace.load()).clone());
+            .unwrap_or_else(|| (**self.0.settings.workspace.load()).clone());
         let (load, mut replies) = self.0.host.request(
             &live,
             json!({
@@ -355,7 +632,7 @@ impl Modules {
                 "file": found.file,
                 "version": found.digest,
                 "cwd": cwd,
-                "node_modules": **self.0.node_modules.load(),
+                "node_modules": **self.0.settings.node_modules.load(),
             }),
         );
         let reply = match tokio::time::timeout(LOAD_TIMEOUT, replies.recv()).await {
@@ -498,38 +775,6 @@ impl Modules {
         Ok((self.0.host.clone(), live, handle))
     }
 
-    /// Tells every loaded tool with an `onSession` about a session event (`start`,
-    /// `resume`, `delete`, `shutdown`), off the caller's path (on `tracker`), bounded.
-    pub fn session_event(&self, reason: &'static str, session_id: Option<&str>, workspace: &Path) {
-        let listening = lock(&self.0.state).loaded.values().any(|l| {
-            l.outcome
-                .as_ref()
-                .is_ok_and(|t| t.iter().any(|t| t.session_events))
-        });
-        if !listening {
-            return;
-        }
-        let me = self.clone();
-        let ctx = json!({"session_id": session_id, "meta": {}, "cwd": workspace});
-        self.0.tracker.spawn(async move {
-            me.run_session_event(reason, ctx).await;
-        });
-    }
-
-    /// Runs the `shutdown` event and waits for it (bounded), then lets the host stop.
-    pub async fn shutdown_event(&self, workspace: &Path) {
-        let any = lock(&self.0.state).loaded.values().any(|l| {
-            l.outcome
-                .as_ref()
-                .is_ok_and(|t| t.iter().any(|t| t.session_events))
-        });
-        if any {
-            let ctx = json!({"session_id": null, "meta": {}, "cwd": workspace});
-            self.run_session_event("shutdown", ctx).await;
-        }
-        self.0.host.release();
-    }
-
     async fn run_session_event(&self, reason: &str, ctx: Value) {
         // Only a running host has the modules loaded; none is started for an event.
         let Some(live) = self.0.host.current() else {
@@ -563,27 +808,5 @@ impl Modules {
         }
         let excess = st.event_failures.len().saturating_sub(EVENT_FAILURES_KEPT);
         st.event_failures.drain(..excess);
-    }
-
-    /// Lets the host stop at shutdown without waiting for a shutdown event (a one-shot
-    /// host, such as `tool check`'s).
-    pub fn release(&self) {
-        self.0.host.release();
-    }
-
-    pub fn health(&self) -> Health {
-        let st = lock(&self.0.state);
-        Health {
-            host: self.0.host.health(),
-            modules: st.loaded.values().filter(|l| l.outcome.is_ok()).count(),
-            tools: st
-                .loaded
-                .values()
-                .filter_map(|l| l.outcome.as_ref().ok())
-                .map(Vec::len)
-                .sum(),
-            problems: st.problems.clone(),
-            event_failures: st.event_failures.clone(),
-        }
     }
 }

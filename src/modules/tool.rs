@@ -161,7 +161,7 @@ impl ModuleTool {
             .as_deref()
             .map(|s| modules.history.recent(s))
             .unwrap_or_default();
-        let (host, live, handle) = super::Modules(modules).handle_of(self).await?;
+        let (host, live, handle) = super::Pool(modules).handle_of(self).await?;
         let (id, mut replies) = host.request(
             &live,
             json!({
@@ -227,6 +227,12 @@ impl ModuleTool {
         }
         // The process ended: nothing is left to cancel.
         running.answered = true;
+        if let Some(why) = running.live.killed_for() {
+            return Err(ToolError::new(
+                ErrorKind::Failed,
+                format!("the module host running '{}' {why}", self.spec.name),
+            ));
+        }
         Err(ToolError::new(
             ErrorKind::Unavailable,
             format!(
@@ -260,7 +266,7 @@ impl ModuleTool {
             .modules
             .upgrade()
             .ok_or("the module host is shutting down")?;
-        let (host, live, handle) = super::Modules(modules)
+        let (host, live, handle) = super::Pool(modules)
             .handle_of(self)
             .await
             .map_err(|e| e.message)?;

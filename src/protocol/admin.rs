@@ -117,7 +117,30 @@ pub struct ModuleHostHealth {
     /// Why the last start failed (no Node found, say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_error: Option<String>,
-    /// Modules loaded, and the tools they define.
+    /// Modules loaded, and the tools they define (every host's).
+    pub modules: usize,
+    pub tools: usize,
+    /// The hosts of workspaces' approved modules, one per workspace (the fields above
+    /// other than `modules`/`tools` are the user's own modules' host).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workspace_hosts: Vec<WorkspaceModuleHost>,
+}
+
+/// The module host of one workspace's approved modules, confined by that workspace's
+/// sandbox, started on first need and stopped when idle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct WorkspaceModuleHost {
+    pub workspace: String,
+    /// The sandbox policy it runs under (at least `workspace-write`).
+    pub policy: super::SandboxPolicy,
+    /// The host process, while one runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    pub restarts: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_exit: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_error: Option<String>,
     pub modules: usize,
     pub tools: usize,
 }

@@ -136,19 +136,57 @@ pub(super) fn health(host: &Host) -> HealthResult {
             .into_iter()
             .chain(modules.event_failures)
             .collect(),
-        module_host: (modules.host.node.is_some() || modules.host.start_error.is_some()).then(
-            || crate::protocol::ModuleHostHealth {
-                node: modules.host.node.map(|n| n.display().to_string()),
-                node_version: modules.host.node_version,
-                typescript: modules.host.typescript,
+        module_host: {
+            let node = modules.host.node.clone().or_else(|| {
+                modules
+                    .workspace_hosts
+                    .iter()
+                    .find_map(|(_, h, _, _)| h.node.clone())
+            });
+            let version = modules.host.node_version.clone().or_else(|| {
+                modules
+                    .workspace_hosts
+                    .iter()
+                    .find_map(|(_, h, _, _)| h.node_version.clone())
+            });
+            let typescript = modules.host.typescript
+                || modules
+                    .workspace_hosts
+                    .iter()
+                    .any(|(_, h, _, _)| h.typescript);
+            let any_error = modules.host.start_error.is_some()
+                || modules
+                    .workspace_hosts
+                    .iter()
+                    .any(|(_, h, _, _)| h.start_error.is_some());
+            (node.is_some() || any_error).then(|| crate::protocol::ModuleHostHealth {
+                node: node.map(|n| n.display().to_string()),
+                node_version: version,
+                typescript,
                 pid: modules.host.pid,
                 restarts: modules.host.restarts,
                 last_exit: modules.host.last_exit,
                 start_error: modules.host.start_error,
                 modules: modules.modules,
                 tools: modules.tools,
-            },
-        ),
+                workspace_hosts: modules
+                    .workspace_hosts
+                    .into_iter()
+                    .map(
+                        |(ws, h, modules, tools)| crate::protocol::WorkspaceModuleHost {
+                            workspace: ws.display().to_string(),
+                            policy: h.policy,
+                            pid: h.pid,
+                            restarts: h.restarts,
+                            last_exit: h.last_exit,
+                            start_error: h.start_error,
+                            modules,
+                            tools,
+                        },
+                    )
+                    .collect(),
+            })
+        },
         module_errors,
         skill_errors,
         command_errors,

@@ -44,6 +44,7 @@ mod mcp_naming;
 mod mcp_scoped_lazy;
 mod mcp_scopes;
 mod mcp_sse;
+mod module_domains;
 mod module_failures;
 mod module_graph;
 mod modules;

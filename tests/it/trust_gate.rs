@@ -109,7 +109,8 @@ async fn shown(d: &Daemon, session: &str) -> (Vec<String>, Vec<String>, Vec<Stri
 async fn started() -> (Daemon, PathBuf, PathBuf, String) {
     let d = Daemon::start_with(Some(config())).await;
     let proj = d.subdir("proj");
-    let marker = d.dir.path().join("imported.marker");
+    // Inside the project: an approved module runs confined to its workspace.
+    let marker = proj.join("imported.marker");
     project(&proj, &marker);
     let session = d
         .session(json!({"workspace": proj.display().to_string()}))
