@@ -436,7 +436,7 @@ impl Walker<'_, '_> {
         for (name, meta) in entries {
             let is_dir = meta.is_dir();
             let path = abs.join(std::ffi::OsStr::from_bytes(&name));
-            if name == b".git" || self.rules.skip.iter().any(|s| *s == path) {
+            if name == b".git" || self.rules.skip.contains(&path) {
                 continue;
             }
             if self.ignored(&path, is_dir, chain, own.as_ref()) {
