@@ -13,7 +13,7 @@
 //! one-line change.
 //!
 //! Prints a table and never fails on it. `TOOLHOST_BENCH_N` sets the samples per cell
-//! (default 30), `TOOLHOST_BENCH_FILES` the sizes (default `1000,10000`). Run:
+//! (default 30), `TOOLHOST_BENCH_FILES` the sizes (default `1000,10000,100000`). Run:
 //! `cargo bench --bench checkpoint`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -179,7 +179,7 @@ async fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(30);
     let sizes: Vec<usize> = std::env::var("TOOLHOST_BENCH_FILES")
-        .unwrap_or_else(|_| "1000,10000".into())
+        .unwrap_or_else(|_| "1000,10000,100000".into())
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
@@ -198,7 +198,8 @@ async fn main() {
         // Checkpoints off, then on, on the same tree.
         let (d, client, _) = daemon::start(
             &dir.path().join("off"),
-            &json!({"checkpoint": {"enabled": false}}),
+            // The loop breaker would refuse the 9th identical `bash true`.
+            &json!({"checkpoint": {"enabled": false}, "guards": [{"name": "default-loop", "enabled": false}]}),
         )
         .await;
         let off = scenarios(&client, n).await;
@@ -206,7 +207,11 @@ async fn main() {
         std::fs::rename(dir.path().join("off/ws"), dir.path().join("ws")).unwrap();
         std::fs::create_dir_all(dir.path().join("on")).unwrap();
         std::fs::rename(dir.path().join("ws"), dir.path().join("on/ws")).unwrap();
-        let (d, client, _) = daemon::start(&dir.path().join("on"), &json!({})).await;
+        let (d, client, _) = daemon::start(
+            &dir.path().join("on"),
+            &json!({"checkpoint": {"enabled": true}, "guards": [{"name": "default-loop", "enabled": false}]}),
+        )
+        .await;
         let first = call(&client, "bash", json!({"command": "true"})).await;
         let store = dir.path().join("on/data/checkpoints");
         let before = du(&store);
@@ -218,6 +223,15 @@ async fn main() {
         .await;
         let one_line = du(&store).saturating_sub(before);
         let on = scenarios(&client, n).await;
+        // Proof that the "on" column measured checkpoints: every (b) and (c) call is an
+        // entry, and whether the watcher fed the scans.
+        let t: Value = client
+            .call("checkpoint.list", &json!({"limit": 10_000}))
+            .await
+            .unwrap();
+        let entries = t["entries"].as_array().map_or(0, Vec::len);
+        assert!(entries >= 2 * n, "checkpoints were not on: {t}");
+        let watched = t["watched"] == true;
         stop(d).await;
 
         let ws = dir.path().join("on/ws");
@@ -237,7 +251,7 @@ async fn main() {
             );
         }
         println!(
-            "{files:>7}  first call (whole tree recorded) {first:.0} ms, first git add+commit {git_first:.0} ms; store growth for a one-line change {one_line} B"
+            "{files:>7}  first call (whole tree recorded) {first:.0} ms, first git add+commit {git_first:.0} ms; store growth for a one-line change {one_line} B; {entries} entries, watched: {watched}"
         );
     }
 }

@@ -129,6 +129,7 @@ pub async fn invoke(
     let mut facts = Facts {
         client,
         frontend,
+        checkpoints: crate::checkpoint::enabled_for(&config, profile.as_deref(), &session_meta),
         ..Facts::default()
     };
     let ctx = CallContext {
@@ -185,6 +186,8 @@ struct Facts {
     frontend: Option<String>,
     /// The guard that refused the call.
     guard: Option<crate::protocol::GuardRefusal>,
+    /// Checkpoints are on for the call's session (`checkpoint::enabled_for`).
+    checkpoints: bool,
 }
 
 impl Default for Facts {
@@ -200,6 +203,7 @@ impl Default for Facts {
             client: None,
             frontend: None,
             guard: None,
+            checkpoints: false,
         }
     }
 }
@@ -466,6 +470,9 @@ async fn checkpoint(
     ctx: &CallContext,
     facts: &Facts,
 ) -> Option<crate::checkpoint::Pending> {
+    if !facts.checkpoints {
+        return None;
+    }
     let config = host.config();
     let acts = match &entry.tool.spec().source {
         ToolSource::Mcp { server, .. } => {

@@ -19,6 +19,7 @@ mod diff;
 mod restore;
 mod store;
 mod tree;
+mod watch;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -82,6 +83,8 @@ struct Timeline {
     entries: Vec<Record>,
     next_seq: u64,
     lost: u64,
+    /// The change watcher feeding the scans (`None`: it could not start; every scan walks).
+    watch: Option<watch::Watch>,
 }
 
 /// What the scans of one workspace obey, from config.
@@ -101,6 +104,27 @@ fn rules(config: &Config, store: &Store, root: &Path) -> Rules {
             .map(Path::to_path_buf)
             .collect(),
     }
+}
+
+/// Whether a call of a session gets checkpoints: the session's meta
+/// `{"checkpoint": {"enabled": …}}`, else its profile's `checkpoint.enabled`, else config
+/// `checkpoint.enabled` (a throw-away sandbox session turns them off for itself).
+pub fn enabled_for(
+    config: &Config,
+    profile: Option<&str>,
+    session_meta: &serde_json::Value,
+) -> bool {
+    if let Some(on) = session_meta
+        .get("checkpoint")
+        .and_then(|c| c.get("enabled"))
+        .and_then(serde_json::Value::as_bool)
+    {
+        return on;
+    }
+    profile
+        .and_then(|p| config.profiles.get(p))
+        .and_then(|p| p.checkpoint)
+        .map_or(config.checkpoint.enabled, |c| c.enabled)
 }
 
 impl Checkpoints {
@@ -187,18 +211,16 @@ impl Checkpoints {
         Ok((ws, seq))
     }
 
-    /// Called before a call that can change `workspace` runs: registers it as running
-    /// and, when it is the only one, records what changed since the last scan as an
-    /// `outside` entry. `None` when checkpoints are off for it.
+    /// Called before a call that can change `workspace` runs (checkpoints on for it:
+    /// [`enabled_for`]): registers it as running and, when it is the only one, records
+    /// what changed since the last scan as an `outside` entry. `None` when the workspace
+    /// records nothing.
     pub async fn before(
         &self,
         config: &Arc<Config>,
         workspace: &Path,
         caller: Caller,
     ) -> Option<Pending> {
-        if !config.checkpoint.enabled {
-            return None;
-        }
         let call_id = caller.call_id.clone()?;
         let ws = match self.workspace(workspace) {
             Ok(ws) => ws,
@@ -249,10 +271,11 @@ impl Checkpoints {
                 lost: 0,
                 disabled: (!config.checkpoint.enabled)
                     .then(|| "checkpoint.enabled is false".to_owned()),
+                watched: false,
             });
         };
         let mut state = ws.state.lock().await;
-        let (entries, lost) = match ws.loaded(&mut state, config).await {
+        let (entries, lost, watched) = match ws.loaded(&mut state, config).await {
             Some(tl) => {
                 let limit = p.limit.unwrap_or(DEFAULT_LIMIT);
                 let entries = tl
@@ -265,15 +288,17 @@ impl Checkpoints {
                     .take(limit)
                     .map(|r| ws.entry(r))
                     .collect();
-                (entries, tl.lost)
+                let watched = tl.watch.as_ref().is_some_and(watch::Watch::watching);
+                (entries, tl.lost, watched)
             }
-            None => (Vec::new(), 0),
+            None => (Vec::new(), 0, false),
         };
         Ok(CheckpointListResult {
             workspace: ws.root.display().to_string(),
             entries,
             lost,
             disabled: state.disabled.clone(),
+            watched,
         })
     }
 
@@ -429,8 +454,14 @@ impl Workspace {
         let config = config.clone();
         let done = tokio::task::spawn_blocking(move || {
             let rules = rules(&config, &store, &root);
-            let result = tree::scan(&root, &tl.tree, &rules, &store.objects)
-                .map(|tree| record(&store, &mut tl, tree, kind, caller, concurrent, &config));
+            let result = tree::scan(
+                &root,
+                &mut tl.tree,
+                &rules,
+                &store.objects,
+                tl.watch.as_mut(),
+            )
+            .map(|changes| record(&store, &mut tl, changes, kind, caller, concurrent, &config));
             (tl, result)
         })
         .await;
@@ -502,6 +533,13 @@ fn load(store: &Store, root: &Path, config: &Config) -> Result<Timeline, ScanErr
     }
     store.create(root)?;
     let loaded = store.load()?;
+    let mut watch = match watch::Watch::new(root, &store.dir.join("sync")) {
+        Ok(w) => Some(w),
+        Err(e) => {
+            tracing::warn!(workspace = %root.display(), "no change watcher, each checkpoint walks the workspace: {e}");
+            None
+        }
+    };
     let next_seq = loaded
         .entries
         .iter()
@@ -510,11 +548,13 @@ fn load(store: &Store, root: &Path, config: &Config) -> Result<Timeline, ScanErr
         .unwrap_or(loaded.base_seq)
         + 1;
     let Some(base) = loaded.base else {
-        let tree = tree::scan(
+        let mut tree = Tree::default();
+        tree::scan(
             root,
-            &Tree::default(),
+            &mut tree,
             &rules(config, store, root),
             &store.objects,
+            watch.as_mut(),
         )?;
         let base: BTreeMap<RelPath, Item> =
             tree.items().map(|(p, i)| (p.clone(), i.clone())).collect();
@@ -526,6 +566,7 @@ fn load(store: &Store, root: &Path, config: &Config) -> Result<Timeline, ScanErr
             entries: Vec::new(),
             next_seq,
             lost: loaded.lost,
+            watch,
         });
     };
     // The state after the last entry: the base with every entry's changes applied.
@@ -545,6 +586,7 @@ fn load(store: &Store, root: &Path, config: &Config) -> Result<Timeline, ScanErr
         entries: loaded.entries,
         next_seq,
         lost: loaded.lost,
+        watch,
     };
     // Repair after a crash: objects of a scan whose entry was never written are dropped
     // (the next scan stores what is still there), and the store's size is counted.
@@ -552,18 +594,16 @@ fn load(store: &Store, root: &Path, config: &Config) -> Result<Timeline, ScanErr
     Ok(tl)
 }
 
-/// Makes `tree` the timeline's latest scan and records its difference as an entry.
+/// Records a scan's changes as an entry.
 fn record(
     store: &Store,
     tl: &mut Timeline,
-    tree: Tree,
+    changes: Vec<tree::Changed>,
     kind: CheckpointKind,
     caller: Caller,
     concurrent: Option<Vec<String>>,
     config: &Config,
 ) -> Option<Record> {
-    let changes = tl.tree.changes(&tree);
-    tl.tree = tree;
     if changes.is_empty() {
         return None;
     }

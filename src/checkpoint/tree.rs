@@ -7,7 +7,10 @@
 //! the scan that recorded it that a later change within the file system's timestamp
 //! granularity could hide (git's "racy" rule): such a file is read again.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use ignore::gitignore::Gitignore;
 use std::fs::Metadata;
 use std::io::{self, Read};
 use std::os::unix::ffi::OsStrExt;
@@ -19,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::store::Objects;
+use super::watch::{Plan, Watch};
 
 /// A file modified less than this before a scan started is read again by the next scan.
 const RACY_NS: i64 = 20_000_000;
@@ -241,10 +245,67 @@ fn now_ns() -> i64 {
         .unwrap_or(0)
 }
 
-/// Walks `root` and records every file, reusing `prev`'s row for each file whose stat
-/// still matches it and storing the content of every other one in `objects`.
-pub fn scan(root: &Path, prev: &Tree, rules: &Rules, objects: &Objects) -> Result<Tree, ScanError> {
+/// One path's change: (path, before, after).
+pub type Changed = (RelPath, Option<Item>, Option<Item>);
+
+/// The entries of `map` beneath `dir` (and `dir` itself when `this`), in order: the
+/// whole map for the root ("").
+pub fn under<'a, V>(
+    map: &'a BTreeMap<RelPath, V>,
+    dir: &RelPath,
+    this: bool,
+) -> Box<dyn Iterator<Item = (&'a RelPath, &'a V)> + 'a> {
+    if dir.0.is_empty() {
+        return Box::new(map.iter().filter(move |(k, _)| this || !k.0.is_empty()));
+    }
+    let mut from = dir.0.clone();
+    from.push(b'/');
+    let mut to = dir.0.clone();
+    to.push(b'/' + 1);
+    let own = if this { map.get_key_value(dir) } else { None };
+    Box::new(own.into_iter().chain(map.range(RelPath(from)..RelPath(to))))
+}
+
+/// `dir`'s child `name`.
+fn child(dir: &RelPath, name: &[u8]) -> RelPath {
+    let mut p = dir.0.clone();
+    if !p.is_empty() {
+        p.push(b'/');
+    }
+    p.extend_from_slice(name);
+    RelPath(p)
+}
+
+/// Whether `path` lies directly in `dir` (`path` is known to be beneath it).
+fn is_child(dir: &RelPath, path: &RelPath) -> bool {
+    let skip = if dir.0.is_empty() { 0 } else { dir.0.len() + 1 };
+    !path.0.get(skip..).unwrap_or_default().contains(&b'/')
+}
+
+/// The directory holding `path` ("" for the root's children).
+pub fn parent(path: &RelPath) -> RelPath {
+    match path.0.iter().rposition(|b| *b == b'/') {
+        Some(i) => RelPath(path.0[..i].to_vec()),
+        None => RelPath(Vec::new()),
+    }
+}
+
+/// Scans `root` into `tree` and returns what changed. With a watcher that saw every event
+/// since the last scan, only the directories it marked are listed again; otherwise (no
+/// watcher, lost events, first scan) the whole tree is walked. Either way a file whose
+/// stat still matches its row is not read again.
+pub fn scan(
+    root: &Path,
+    tree: &mut Tree,
+    rules: &Rules,
+    objects: &Objects,
+    mut watch: Option<&mut Watch>,
+) -> Result<Vec<Changed>, ScanError> {
     let scanned_ns = now_ns();
+    let plan = match watch.as_deref_mut() {
+        Some(w) => w.plan((rules.exclude.clone(), rules.max_file_bytes)),
+        None => Plan::Full,
+    };
     let mut overrides = ignore::overrides::OverrideBuilder::new(root);
     for glob in &rules.exclude {
         overrides
@@ -254,55 +315,388 @@ pub fn scan(root: &Path, prev: &Tree, rules: &Rules, objects: &Objects) -> Resul
     let overrides = overrides
         .build()
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-    let skip = rules.skip.clone();
-    let walk = ignore::WalkBuilder::new(root)
-        .hidden(false)
-        .parents(false)
-        .ignore(false)
-        .git_ignore(true)
-        .git_global(false)
-        .git_exclude(false)
-        .require_git(false)
-        .follow_links(false)
-        .overrides(overrides)
-        .filter_entry(move |e| e.file_name() != ".git" && !skip.iter().any(|s| e.path() == s))
-        .build();
-    let mut rows = BTreeMap::new();
-    for entry in walk {
-        // A directory that vanished or cannot be read mid-walk: what it held is not seen.
-        let Ok(entry) = entry else { continue };
-        let Some(ft) = entry.file_type() else {
-            continue;
-        };
-        if ft.is_dir() {
-            continue;
+    let mut walker = Walker {
+        root,
+        rules,
+        overrides,
+        old: &tree.rows,
+        old_ns: tree.scanned_ns,
+        scanned_ns,
+        objects,
+        updates: BTreeMap::new(),
+        found: 0,
+        recheck: Vec::new(),
+        watch,
+    };
+    match plan {
+        Plan::Full => {
+            if let Some(w) = walker.watch.as_deref_mut() {
+                // Every watch is set again as the walk meets its directory.
+                w.drop_under(&RelPath(Vec::new()));
+            }
+            walker.walk(&RelPath(Vec::new()), &[])?;
+            if let Some(w) = walker.watch.as_deref_mut() {
+                w.ready = w.broken.is_none();
+            }
+            let rows = walker.finish();
+            let rows: BTreeMap<RelPath, Row> = rows
+                .into_iter()
+                .filter_map(|(p, r)| r.map(|r| (p, r)))
+                .collect();
+            let new = Tree { rows, scanned_ns };
+            let changes = tree.changes(&new);
+            *tree = new;
+            Ok(changes)
         }
-        let Ok(rel) = entry.path().strip_prefix(root) else {
-            continue;
-        };
-        let rel = RelPath(rel.as_os_str().as_bytes().to_vec());
-        if rows.len() >= rules.max_files {
-            return Err(ScanError::TooLarge(rules.max_files));
+        Plan::Dirty { dirty, lost } => {
+            walker.dirty(dirty, lost)?;
+            let updates = walker.finish();
+            let mut changes = Vec::new();
+            for (path, row) in updates {
+                let before = tree.rows.get(&path).map(|r| r.item.clone());
+                let after = row.as_ref().map(|r| r.item.clone());
+                if before != after {
+                    changes.push((path.clone(), before, after));
+                }
+                match row {
+                    Some(r) => tree.rows.insert(path, r),
+                    None => tree.rows.remove(&path),
+                };
+            }
+            tree.scanned_ns = scanned_ns;
+            if tree.rows.len() > rules.max_files {
+                return Err(ScanError::TooLarge(rules.max_files));
+            }
+            Ok(changes)
         }
-        // The walk does not follow links: this is `lstat`.
-        let Ok(meta) = entry.metadata() else { continue };
-        let stat = Stat::of(&meta);
-        if let Some(row) = prev.rows.get(&rel) {
-            if row.stat == Some(stat) && stat.mtime_ns < prev.scanned_ns - RACY_NS {
-                rows.insert(rel, row.clone());
+    }
+}
+
+/// One scan's walk: the rows it found or lost, and the directories it watched.
+struct Walker<'a, 'w> {
+    root: &'a Path,
+    rules: &'a Rules,
+    overrides: ignore::overrides::Override,
+    old: &'a BTreeMap<RelPath, Row>,
+    old_ns: i64,
+    scanned_ns: i64,
+    objects: &'a Objects,
+    /// New rows, and `None` for paths gone.
+    updates: BTreeMap<RelPath, Option<Row>>,
+    /// Rows found so far (for `max_files`).
+    found: usize,
+    /// Directories of files changed so recently that the next scan must look again.
+    recheck: Vec<RelPath>,
+    watch: Option<&'w mut Watch>,
+}
+
+/// A directory's entries that are recorded: (name, is a directory, lstat).
+type Listing = Vec<(Vec<u8>, bool, Metadata)>;
+
+impl Walker<'_, '_> {
+    /// The rows found (`None`: gone); the directories of files changed too recently to
+    /// trust their stat are marked for the watcher's next scan.
+    fn finish(self) -> BTreeMap<RelPath, Option<Row>> {
+        if let Some(w) = self.watch {
+            for d in &self.recheck {
+                w.recheck(d);
+            }
+        }
+        self.updates
+    }
+
+    fn abs(&self, rel: &RelPath) -> PathBuf {
+        if rel.0.is_empty() {
+            self.root.to_path_buf()
+        } else {
+            self.root.join(std::ffi::OsStr::from_bytes(&rel.0))
+        }
+    }
+
+    /// Lists `dir` (whose ancestors' `.gitignore`s are `chain`), leaving out what is
+    /// ignored; returns the listing and `dir`'s own `.gitignore`.
+    fn list(
+        &self,
+        dir: &RelPath,
+        chain: &[Arc<Gitignore>],
+    ) -> io::Result<(Listing, Option<Arc<Gitignore>>)> {
+        let abs = self.abs(dir);
+        let mut entries = Vec::new();
+        for e in std::fs::read_dir(&abs)? {
+            // An entry that vanished mid-listing is not there.
+            let Ok(e) = e else { continue };
+            let Ok(meta) = e.metadata() else { continue };
+            entries.push((e.file_name().as_bytes().to_vec(), meta));
+        }
+        let own = entries
+            .iter()
+            .any(|(n, m)| n == b".gitignore" && m.is_file())
+            .then(|| Arc::new(Gitignore::new(abs.join(".gitignore")).0));
+        let mut out = Vec::with_capacity(entries.len());
+        for (name, meta) in entries {
+            let is_dir = meta.is_dir();
+            let path = abs.join(std::ffi::OsStr::from_bytes(&name));
+            if name == b".git" || self.rules.skip.contains(&path) {
                 continue;
             }
-        }
-        match record(entry.path(), &meta, rules, objects) {
-            Ok(row) => {
-                rows.insert(rel, row);
+            if self.ignored(&path, is_dir, chain, own.as_ref()) {
+                continue;
             }
-            // It vanished between the walk and the read: it is not there.
+            out.push((name, is_dir, meta));
+        }
+        Ok((out, own))
+    }
+
+    /// `checkpoint.exclude` first, then the nearest `.gitignore` that has a say.
+    fn ignored(
+        &self,
+        path: &Path,
+        is_dir: bool,
+        chain: &[Arc<Gitignore>],
+        own: Option<&Arc<Gitignore>>,
+    ) -> bool {
+        match self.overrides.matched(path, is_dir) {
+            ignore::Match::Ignore(_) => return true,
+            ignore::Match::Whitelist(_) => return false,
+            ignore::Match::None => {}
+        }
+        for g in own.into_iter().chain(chain.iter().rev()) {
+            match g.matched(path, is_dir) {
+                ignore::Match::Ignore(_) => return true,
+                ignore::Match::Whitelist(_) => return false,
+                ignore::Match::None => {}
+            }
+        }
+        false
+    }
+
+    /// The `.gitignore`s of `dir`'s ancestors and itself, as the watcher last read them.
+    fn chain_of(&self, dir: &RelPath) -> Vec<Arc<Gitignore>> {
+        let Some(w) = self.watch.as_deref() else {
+            return Vec::new();
+        };
+        let mut dirs = vec![RelPath(Vec::new())];
+        for (i, b) in dir.0.iter().enumerate() {
+            if *b == b'/' {
+                dirs.push(RelPath(dir.0[..i].to_vec()));
+            }
+        }
+        if !dir.0.is_empty() {
+            dirs.push(dir.clone());
+        }
+        dirs.iter()
+            .filter_map(|d| w.gitignores.get(d).cloned())
+            .collect()
+    }
+
+    /// The row of a listed file: its old one when its stat still matches, else read.
+    fn file(&mut self, rel: RelPath, meta: &Metadata) -> Result<(), ScanError> {
+        self.found += 1;
+        if self.found > self.rules.max_files {
+            return Err(ScanError::TooLarge(self.rules.max_files));
+        }
+        let stat = Stat::of(meta);
+        if let Some(row) = self.old.get(&rel) {
+            if row.stat == Some(stat) && stat.mtime_ns < self.old_ns - RACY_NS {
+                self.updates.insert(rel, Some(row.clone()));
+                return Ok(());
+            }
+        }
+        let abs = self.abs(&rel);
+        match record(&abs, meta, self.rules, self.objects) {
+            Ok(row) => {
+                if row
+                    .stat
+                    .is_none_or(|s| s.mtime_ns >= self.scanned_ns - RACY_NS)
+                {
+                    self.recheck.push(parent(&rel));
+                }
+                self.updates.insert(rel, Some(row));
+            }
+            // It vanished between the listing and the read: it is not there.
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e.into()),
         }
+        Ok(())
     }
-    Ok(Tree { rows, scanned_ns })
+
+    /// Walks `top` and everything beneath it, watching each directory before listing it
+    /// (so a change made after the listing is an event, one made before is listed).
+    fn walk(&mut self, top: &RelPath, chain: &[Arc<Gitignore>]) -> Result<(), ScanError> {
+        let mut stack: Vec<(RelPath, Vec<Arc<Gitignore>>)> = vec![(top.clone(), chain.to_vec())];
+        while let Some((dir, chain)) = stack.pop() {
+            let abs = self.abs(&dir);
+            let Ok(meta) = std::fs::symlink_metadata(&abs) else {
+                continue;
+            };
+            if !meta.is_dir() {
+                continue;
+            }
+            let id = (meta.dev(), meta.ino());
+            if let Some(w) = self.watch.as_deref_mut() {
+                w.add(&dir, id);
+            }
+            let (listing, own) = match self.list(&dir, &chain) {
+                Ok(l) => l,
+                // A directory that vanished or cannot be read mid-walk: what it held is
+                // not seen.
+                Err(_) => continue,
+            };
+            if let Some(w) = self.watch.as_deref_mut() {
+                match &own {
+                    Some(g) => w.gitignores.insert(dir.clone(), g.clone()),
+                    None => w.gitignores.remove(&dir),
+                };
+            }
+            let mut sub_chain = chain.clone();
+            sub_chain.extend(own);
+            for (name, is_dir, meta) in listing {
+                let rel = child(&dir, &name);
+                if is_dir {
+                    stack.push((rel, sub_chain.clone()));
+                } else {
+                    self.file(rel, &meta)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets `dir` and all beneath it: its rows become `None` unless walked again.
+    fn forget(&mut self, dir: &RelPath) {
+        let gone: Vec<RelPath> = under(self.old, dir, false)
+            .map(|(p, _)| p.clone())
+            .collect();
+        for p in gone {
+            self.updates.entry(p).or_insert(None);
+        }
+        if let Some(w) = self.watch.as_deref_mut() {
+            w.drop_under(dir);
+        }
+    }
+
+    /// Walks `dir` afresh: what it held before is forgotten, what it holds now is found.
+    fn rewalk(&mut self, dir: &RelPath) -> Result<(), ScanError> {
+        self.forget(dir);
+        let chain = self.chain_of(&parent(dir));
+        let chain = if dir.0.is_empty() { Vec::new() } else { chain };
+        self.walk(dir, &chain)
+    }
+
+    /// Lists again the directories the watcher marked.
+    fn dirty(&mut self, dirty: BTreeSet<RelPath>, lost: Vec<RelPath>) -> Result<(), ScanError> {
+        let mut dirty = dirty;
+        // Watches the watcher dropped (renamed away, deleted): their parents list them anew.
+        for l in lost {
+            let watched = self
+                .watch
+                .as_deref()
+                .is_some_and(|w| w.dirs.contains_key(&l));
+            if watched {
+                self.forget(&l);
+            }
+            dirty.insert(parent(&l));
+        }
+        let mut rewalked: Vec<RelPath> = Vec::new();
+        for dir in dirty {
+            let within = |r: &RelPath| {
+                r.0.is_empty() || dir == *r || dir.0.starts_with(&[r.0.as_slice(), b"/"].concat())
+            };
+            if rewalked.iter().any(within) {
+                continue;
+            }
+            let Some(id) = self
+                .watch
+                .as_deref()
+                .and_then(|w| w.dirs.get(&dir).copied())
+            else {
+                // Not a directory we watch (a file's event, or one already forgotten).
+                continue;
+            };
+            let abs = self.abs(&dir);
+            let same = std::fs::symlink_metadata(&abs)
+                .is_ok_and(|m| m.is_dir() && (m.dev(), m.ino()) == id);
+            if !same {
+                // Gone or replaced: its parent (marked too) lists what is there now.
+                self.forget(&dir);
+                continue;
+            }
+            let chain = self.chain_of(&parent(&dir));
+            let chain = if dir.0.is_empty() { Vec::new() } else { chain };
+            let (listing, own) = match self.list(&dir, &chain) {
+                Ok(l) => l,
+                Err(_) => {
+                    self.forget(&dir);
+                    continue;
+                }
+            };
+            // A changed `.gitignore` changes what is recorded beneath it: walk it all.
+            let ignore_row = child(&dir, b".gitignore");
+            let ignore_now = listing
+                .iter()
+                .find(|(n, d, _)| n == b".gitignore" && !d)
+                .map(|(_, _, m)| Stat::of(m));
+            let ignore_before = self.old.get(&ignore_row).and_then(|r| r.stat);
+            let known_ignore = self
+                .watch
+                .as_deref()
+                .is_some_and(|w| w.gitignores.contains_key(&dir));
+            if ignore_now != ignore_before || known_ignore != own.is_some() {
+                self.rewalk(&dir)?;
+                rewalked.push(dir);
+                continue;
+            }
+            if let Some(w) = self.watch.as_deref_mut() {
+                if let Some(g) = &own {
+                    w.gitignores.insert(dir.clone(), g.clone());
+                }
+            }
+            let mut files = BTreeSet::new();
+            let mut subdirs = BTreeSet::new();
+            for (name, is_dir, meta) in listing {
+                let rel = child(&dir, &name);
+                if is_dir {
+                    let id = (meta.dev(), meta.ino());
+                    let known = self
+                        .watch
+                        .as_deref()
+                        .and_then(|w| w.dirs.get(&rel).copied());
+                    if known != Some(id) {
+                        self.rewalk(&rel)?;
+                        rewalked.push(rel.clone());
+                    }
+                    subdirs.insert(rel);
+                } else {
+                    self.file(rel.clone(), &meta)?;
+                    files.insert(rel);
+                }
+            }
+            // Files and directories listed before and not now.
+            let gone: Vec<RelPath> = under(self.old, &dir, false)
+                .map(|(p, _)| p)
+                .filter(|p| is_child(&dir, p) && !files.contains(*p))
+                .cloned()
+                .collect();
+            for p in gone {
+                self.updates.entry(p).or_insert(None);
+            }
+            let old_subdirs: Vec<RelPath> = self
+                .watch
+                .as_deref()
+                .map(|w| {
+                    under(&w.dirs, &dir, false)
+                        .map(|(d, _)| d)
+                        .filter(|d| is_child(&dir, d) && !subdirs.contains(*d))
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default();
+            for d in old_subdirs {
+                self.forget(&d);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Reads one path into a row. Only regular files are opened, with `O_NOFOLLOW` and

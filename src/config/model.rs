@@ -281,6 +281,17 @@ pub struct Profile {
     pub exclude: Vec<String>,
     /// When not empty, only tools of these approval classes (unclassified ones are left out).
     pub approval: Vec<ApprovalClass>,
+    /// Checkpoints for its sessions, over `checkpoint.enabled` (a session's meta
+    /// `{"checkpoint": {"enabled": …}}` goes over this).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<CheckpointSwitch>,
+}
+
+/// `{"enabled": bool}`: checkpoints on or off for a profile's sessions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointSwitch {
+    pub enabled: bool,
 }
 
 /// Bounds on the sessions of `/mcp`, so abandoned clients cannot pile up.

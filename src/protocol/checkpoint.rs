@@ -107,6 +107,11 @@ pub struct CheckpointListResult {
     /// Why this workspace records no checkpoints, when it does not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disabled: Option<String>,
+    /// Whether a change watcher feeds this workspace's scans (only what changed is looked
+    /// at); false: each checkpoint walks the whole workspace (no watcher yet, or the
+    /// inotify limits were reached).
+    #[serde(default)]
+    pub watched: bool,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -7,6 +7,8 @@ mod approvals;
 mod bridge;
 mod catalog;
 mod checkpoint;
+mod checkpoint_frontends;
+mod checkpoint_watch;
 mod cli;
 mod client;
 mod commands;
