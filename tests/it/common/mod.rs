@@ -594,6 +594,18 @@ pub async fn http_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
     body: &str,
     headers: &[(&str, &str)],
 ) -> (u16, String) {
+    let (status, _, body) = http_exchange(s, method, path, body, headers).await;
+    (status, body)
+}
+
+/// One HTTP/1.1 exchange on `s`: (status, the response head, the body, de-chunked).
+pub async fn http_exchange<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    s: &mut S,
+    method: &str,
+    path: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String, String) {
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
     if !headers
         .iter()
@@ -619,18 +631,18 @@ pub async fn http_on<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    let body = match text.split_once("\r\n\r\n") {
+    let (head, body) = match text.split_once("\r\n\r\n") {
         Some((head, b))
             if head
                 .to_ascii_lowercase()
                 .contains("transfer-encoding: chunked") =>
         {
-            dechunk(b)
+            (head.to_owned(), dechunk(b))
         }
-        Some((_, b)) => b.to_owned(),
-        None => String::new(),
+        Some((head, b)) => (head.to_owned(), b.to_owned()),
+        None => (text.clone(), String::new()),
     };
-    (status, body)
+    (status, head, body)
 }
 
 fn dechunk(mut b: &str) -> String {
