@@ -387,7 +387,7 @@ impl Client {
 
     pub async fn read_resource(
         &self,
-        params: &ResourceParams,
+        params: &ReadResourceParams,
     ) -> Result<ReadResourceResult, ClientError> {
         self.call(method::READ_RESOURCE, params).await
     }

@@ -10,9 +10,12 @@ use rmcp::model::{
     ElicitRequestParams, InputRequest as McpInputRequest, ListRootsRequest, LoggingLevel,
     LoggingMessageNotificationParam, ServerRequest,
 };
+use std::collections::BTreeMap;
+
+use rmcp::model::ErrorCode;
 use rmcp::service::{Peer, RequestContext, ServiceError};
-use rmcp::RoleServer;
-use serde_json::Value;
+use rmcp::{ErrorData, RoleServer};
+use serde_json::{Map, Value};
 
 use crate::client::Client;
 use crate::protocol::{codes, InputError, InputKind, InputRequest, InvokeLog, RespondParams};
@@ -63,17 +66,91 @@ pub async fn hand_back(
     }
 }
 
-/// The MCP request of `kind` with `params`, sent to the client; its result as JSON.
-async fn ask(peer: &Peer<RoleServer>, kind: InputKind, params: Value) -> Result<Value, InputError> {
-    let declared = peer.peer_info().is_some_and(|info| {
+/// The retry a client of the `initialize` era gives an upstream's `input_required` for a
+/// prompt or resource (`what`): its `asked` (`inputRequests`, `requestState`) become the
+/// classic requests to the client, all at once, and their answers go back under the
+/// server's keys with the state as it came. A kind the client did not declare is `-32600`
+/// naming the capability (the server should not have asked it).
+pub async fn answer_classic(
+    peer: &Peer<RoleServer>,
+    what: &str,
+    mut asked: Map<String, Value>,
+) -> Result<(Option<BTreeMap<String, Value>>, Option<String>), ErrorData> {
+    let bad = |why: &str| {
+        ErrorData::internal_error(
+            format!("{what}: its MCP server's input_required {why}"),
+            None,
+        )
+    };
+    let state = match asked.remove("requestState") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(state)) => Some(state),
+        Some(_) => return Err(bad("has a requestState that is not a string")),
+    };
+    let requests = match asked.remove("inputRequests") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(requests)) => requests,
+        Some(_) => return Err(bad("has inputRequests that are not an object")),
+    };
+    if requests.is_empty() && state.is_none() {
+        return Err(bad("has neither inputRequests nor requestState"));
+    }
+    let mut questions = Vec::with_capacity(requests.len());
+    for (key, mut request) in requests {
+        let method = request
+            .get("method")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let Some(kind) = InputKind::of_method(method) else {
+            return Err(bad(&format!(
+                "asks for {method:?}, which is no input request"
+            )));
+        };
+        if !answerable_by(peer, kind) {
+            let capability = kind.capability();
+            return Err(ErrorData::invalid_request(
+                format!(
+                    "{what}: its MCP server asks for {method}, which needs the client \
+                     capability '{capability}'; this MCP client did not declare it"
+                ),
+                Some(serde_json::json!({"requiredCapabilities": {capability: {}}})),
+            ));
+        }
+        let params = request
+            .get_mut("params")
+            .map(Value::take)
+            .unwrap_or_default();
+        questions.push(async move { (key, ask(peer, kind, params).await) });
+    }
+    let mut answers = BTreeMap::new();
+    for (key, answer) in futures::future::join_all(questions).await {
+        let answer = answer.map_err(|e| {
+            ErrorData::new(
+                ErrorCode(i32::try_from(e.code).unwrap_or(ErrorCode::INTERNAL_ERROR.0)),
+                format!("{what}: {}", e.message),
+                e.data,
+            )
+        })?;
+        answers.insert(key, answer);
+    }
+    Ok(((!answers.is_empty()).then_some(answers), state))
+}
+
+/// Whether the client of `peer` declared it answers `kind` (at `initialize`).
+fn answerable_by(peer: &Peer<RoleServer>, kind: InputKind) -> bool {
+    peer.peer_info().is_some_and(|info| {
         let caps = &info.capabilities;
         match kind {
             InputKind::Elicitation => caps.elicitation.is_some(),
             InputKind::Sampling => caps.sampling.is_some(),
             InputKind::Roots => caps.roots.is_some(),
         }
-    });
-    if !declared {
+    })
+}
+
+/// The MCP request of `kind` with `params`, sent to the client; its result as JSON.
+async fn ask(peer: &Peer<RoleServer>, kind: InputKind, params: Value) -> Result<Value, InputError> {
+    if !answerable_by(peer, kind) {
         return Err(InputError::new(
             codes::METHOD_NOT_FOUND,
             format!("{}: the MCP client did not declare it", kind.method()),

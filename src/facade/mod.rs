@@ -742,7 +742,7 @@ impl ServerHandler for Facade {
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
         self.ready(&context, false).await?;
-        match self.prompt(request, era::is_modern(&context)).await? {
+        match self.prompt(request, &context).await? {
             GetPromptResponse::Complete(mut result) => {
                 era::stamp(&context, &mut result);
                 Ok(result.into())
@@ -800,7 +800,7 @@ impl ServerHandler for Facade {
     ) -> Result<ReadResourceResponse, ErrorData> {
         self.ready(&context, false).await?;
         let uri = request.uri.clone();
-        let mut result = self.resource(request).await.map_err(|mut e| {
+        let answer = self.resource(request, &context).await.map_err(|mut e| {
             // 2026-07-28 names the URI that was not found (rmcp gives it its new code).
             if e.code == ErrorCode::RESOURCE_NOT_FOUND
                 && e.data.is_none()
@@ -810,8 +810,17 @@ impl ServerHandler for Facade {
             }
             e
         })?;
-        era::stamp_cached(&context, &mut result, era::CONTENT_TTL_MS, self.shaped());
-        Ok(result.into())
+        match answer {
+            ReadResourceResponse::Complete(mut result) => {
+                era::stamp_cached(&context, &mut result, era::CONTENT_TTL_MS, self.shaped());
+                Ok(result.into())
+            }
+            ReadResourceResponse::InputRequired(mut asked) => {
+                era::stamp(&context, &mut asked);
+                Ok(asked.into())
+            }
+            other => Ok(other),
+        }
     }
 
     #[allow(deprecated)] // resources/subscribe: what clients before 2026-07-28 send

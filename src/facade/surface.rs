@@ -4,22 +4,60 @@
 //! MCP's list-changed and updated notifications. Each is asked in this connection's view
 //! (its profile and session), as `tools/list` is.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use rmcp::model::{
     CompleteRequestParams, CompleteResult, GetPromptRequestParams, GetPromptResponse,
     InputRequiredResult, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResult, Reference,
-    ResourceUpdatedNotificationParam,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    Reference, ResourceUpdatedNotificationParam,
 };
-use rmcp::service::Peer;
+use rmcp::service::{Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
-use super::{convert, host_error, Changes, Facade, Feed};
+use super::{convert, host_error, inputs, Changes, Facade, Feed};
 use crate::lock;
+use crate::mcp::mrtr::MAX_ROUNDS;
 use crate::protocol::{self, CompletionRef};
+
+/// An upstream's `input_required` for a prompt or resource, as the facade's client takes it.
+enum Round {
+    /// A new-era client answers it itself: passed back as it came.
+    Asked(InputRequiredResult),
+    /// An old-era client was asked with classic requests: the retry's answers and state.
+    Retry(Option<BTreeMap<String, Value>>, Option<String>),
+}
+
+/// What the client of `ctx` does with `asked`, the `input_required` of `what` in round
+/// `round` (the first is 0).
+async fn round_for(
+    ctx: &RequestContext<RoleServer>,
+    what: &str,
+    mut asked: Map<String, Value>,
+    round: usize,
+) -> Result<Round, ErrorData> {
+    if super::era::is_modern(ctx) {
+        asked.insert("resultType".into(), "input_required".into());
+        return Ok(Round::Asked(convert::via_json(&asked)?));
+    }
+    if round == MAX_ROUNDS {
+        return Err(too_many_rounds(what));
+    }
+    let (responses, state) = inputs::answer_classic(&ctx.peer, what, asked).await?;
+    Ok(Round::Retry(responses, state))
+}
+
+/// A server that asks again and again does not hold a request for ever.
+fn too_many_rounds(what: &str) -> ErrorData {
+    ErrorData::internal_error(
+        format!(
+            "{what}: its MCP server asked for input more than {MAX_ROUNDS} times in one request"
+        ),
+        None,
+    )
+}
 
 /// What one MCP connection follows of the host's surface.
 #[derive(Default)]
@@ -183,19 +221,19 @@ impl Facade {
     }
 
     /// `prompts/get`. A prompt whose MCP server answers `input_required` is passed back
-    /// as it came to a client of the 2026-07-28 era (`modern`), whose retry carries the
-    /// answers and the server's state to it; a client of the `initialize` era cannot be
-    /// asked so and gets an error.
+    /// as it came to a client of the 2026-07-28 era, whose retry carries the answers and
+    /// the server's state to it; a client of the `initialize` era is asked with classic
+    /// requests instead and the facade retries for it ([`Facade::round_for`]).
     pub(super) async fn prompt(
         &self,
         request: GetPromptRequestParams,
-        modern: bool,
+        ctx: &RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
         // MCP prompt arguments are strings; a client that sends another JSON value gets
         // it as its JSON text.
         let arguments = request.arguments.unwrap_or_default().into_iter();
         let view = self.view();
-        let params = protocol::GetPromptParams {
+        let mut params = protocol::GetPromptParams {
             profile: view.profile,
             session_id: view.session_id,
             name: request.name,
@@ -209,32 +247,53 @@ impl Facade {
             request_state: request.request_state,
         };
         let client = self.client().await?;
-        let mut answer = client.get_prompt(&params).await.map_err(host_error)?;
-        match answer.input_required.take() {
-            None => Ok(GetPromptResponse::Complete(convert::via_json(&answer)?)),
-            Some(mut asked) if modern => {
-                asked.insert("resultType".into(), "input_required".into());
-                let asked: InputRequiredResult = convert::via_json(&asked)?;
-                Ok(GetPromptResponse::InputRequired(asked))
+        let what = format!("prompt '{}'", params.name);
+        for round in 0..=MAX_ROUNDS {
+            let mut answer = client.get_prompt(&params).await.map_err(host_error)?;
+            let Some(asked) = answer.input_required.take() else {
+                return Ok(GetPromptResponse::Complete(convert::via_json(&answer)?));
+            };
+            match round_for(ctx, &what, asked, round).await? {
+                Round::Asked(asked) => return Ok(GetPromptResponse::InputRequired(asked)),
+                Round::Retry(responses, state) => {
+                    (params.input_responses, params.request_state) = (responses, state);
+                }
             }
-            Some(_) => Err(ErrorData::invalid_request(
-                "the prompt's MCP server asks for input first (input_required), which the \
-                 facade follows only for clients of the 2026-07-28 era",
-                None,
-            )),
         }
+        Err(too_many_rounds(&what))
     }
 
+    /// `resources/read`, following the resource's MCP server's `input_required` as
+    /// [`Facade::prompt`] does.
     pub(super) async fn resource(
         &self,
         request: ReadResourceRequestParams,
-    ) -> Result<ReadResourceResult, ErrorData> {
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
         let client = self.client().await?;
-        let answer = client
-            .read_resource(&self.viewed_resource(request.uri))
-            .await
-            .map_err(host_error)?;
-        convert::via_json(&answer)
+        let view = self.view();
+        let what = format!("resource {}", request.uri);
+        let mut params = protocol::ReadResourceParams {
+            uri: request.uri,
+            profile: view.profile,
+            session_id: view.session_id,
+            input_responses: request.input_responses,
+            request_state: request.request_state,
+        };
+        for round in 0..=MAX_ROUNDS {
+            let mut answer = client.read_resource(&params).await.map_err(host_error)?;
+            let Some(asked) = answer.input_required.take() else {
+                let answer: ReadResourceResult = convert::via_json(&answer)?;
+                return Ok(answer.into());
+            };
+            match round_for(ctx, &what, asked, round).await? {
+                Round::Asked(asked) => return Ok(asked.into()),
+                Round::Retry(responses, state) => {
+                    (params.input_responses, params.request_state) = (responses, state);
+                }
+            }
+        }
+        Err(too_many_rounds(&what))
     }
 
     pub(super) async fn completion(

@@ -17,7 +17,7 @@ mod launcher;
 mod list_cache;
 mod listen;
 mod listing;
-mod mrtr;
+pub(crate) mod mrtr;
 pub mod naming;
 mod origin;
 mod relay;

@@ -90,10 +90,8 @@ async fn ask(
     roots: &[String],
 ) -> Result<Value, String> {
     let kind = match request.get("method").and_then(Value::as_str) {
-        Some("elicitation/create") => InputKind::Elicitation,
-        Some("sampling/createMessage") => InputKind::Sampling,
-        Some("roots/list") => InputKind::Roots,
-        Some(other) => return Err(format!("it asks for {other}, which is no input request")),
+        Some(method) => InputKind::of_method(method)
+            .ok_or_else(|| format!("it asks for {method}, which is no input request"))?,
         None => return Err("one of its inputRequests names no method".to_owned()),
     };
     if kind == InputKind::Roots && !inputs.accepts(kind) {

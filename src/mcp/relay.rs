@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use rmcp::model::{
     ArgumentInfo, CompleteRequestParams, CompletionContext, GetPromptRequestParams,
-    GetPromptResponse, PromptReference, ReadResourceRequestParams, Reference,
-    ResourceContents as McpContents, ResourceTemplateReference, SubscribeRequestParams,
-    UnsubscribeRequestParams,
+    GetPromptResponse, InputRequiredResult, PromptReference, ReadResourceRequestParams,
+    ReadResourceResponse, Reference, ResourceContents as McpContents, ResourceTemplateReference,
+    SubscribeRequestParams, UnsubscribeRequestParams,
 };
 use rmcp::service::{Peer, ServiceError};
 use rmcp::RoleClient;
@@ -24,7 +24,8 @@ use crate::error::Error;
 use crate::lock;
 use crate::protocol::{
     self, CompleteParams, CompleteResult, Completion, CompletionRef, GetPromptParams,
-    GetPromptResult, PromptEntry, PromptMessage, ReadResourceResult, ResourceContents,
+    GetPromptResult, PromptEntry, PromptMessage, ReadResourceParams, ReadResourceResult,
+    ResourceContents,
 };
 
 /// A frontend's view of the catalog (its profile): whether it is served the prompt,
@@ -85,15 +86,10 @@ impl McpManager {
             GetPromptResponse::Complete(answer) => answer,
             // Passed back whole: the frontend answers, and asks again with the state.
             GetPromptResponse::InputRequired(asked) => {
-                let mut asked = match serde_json::to_value(asked) {
-                    Ok(Value::Object(asked)) => asked,
-                    _ => Map::new(),
-                };
-                asked.remove("resultType");
                 return Ok(GetPromptResult {
                     description: None,
                     messages: Vec::new(),
-                    input_required: Some(asked),
+                    input_required: Some(questions(asked)),
                 });
             }
             _ => {
@@ -120,20 +116,34 @@ impl McpManager {
     /// `read_resource`: from the server that lists the URI, else the one whose template
     /// matches it. Contents pass as they came, moved rather than copied; a result over
     /// `max_bytes` (the output cap) is refused whole, since a cut resource is another
-    /// resource.
+    /// resource. A server's `input_required` is passed back, as for `get_prompt`.
     pub async fn read_resource(
         &self,
-        uri: &str,
+        p: ReadResourceParams,
         max_bytes: usize,
         serves: Serves<'_>,
     ) -> Result<ReadResourceResult, Error> {
+        let uri = p.uri.as_str();
         let owner = owner_of(&self.surface(), uri, serves)?;
         let (server, peer, _in_use) = self.owner(&owner).await?;
-        let answer = relay(
-            &server,
-            peer.read_resource(ReadResourceRequestParams::new(uri)),
-        )
-        .await?;
+        let mut request = ReadResourceRequestParams::new(uri);
+        request.input_responses = p.input_responses;
+        request.request_state = p.request_state;
+        let answer = match relay(&server, peer.read_resource_once(request)).await? {
+            ReadResourceResponse::Complete(answer) => answer,
+            ReadResourceResponse::InputRequired(asked) => {
+                return Ok(ReadResourceResult {
+                    contents: Vec::new(),
+                    input_required: Some(questions(asked)),
+                })
+            }
+            _ => {
+                return Err(Error::Server(format!(
+                    "MCP server '{}' answered resources/read with a result of no known kind",
+                    server.name()
+                )))
+            }
+        };
         let size: usize = answer
             .contents
             .iter()
@@ -151,6 +161,7 @@ impl McpManager {
         let contents = answer.contents.into_iter().filter_map(contents);
         Ok(ReadResourceResult {
             contents: contents.collect(),
+            input_required: None,
         })
     }
 
@@ -312,6 +323,17 @@ impl Drop for ResourceInterest {
             });
         }
     }
+}
+
+/// A server's `input_required` as the host's answers carry it: its `inputRequests` and
+/// `requestState` as they came, for the asker to answer and send back.
+fn questions(asked: InputRequiredResult) -> Map<String, Value> {
+    let mut asked = match serde_json::to_value(asked) {
+        Ok(Value::Object(asked)) => asked,
+        _ => Map::new(),
+    };
+    asked.remove("resultType");
+    asked
 }
 
 /// One part of a resource in our type, its strings moved, not copied (a kind of contents

@@ -206,6 +206,26 @@ impl InputKind {
             InputKind::Roots => "roots/list",
         }
     }
+
+    /// The kind the MCP method `method` is, if it is one.
+    pub fn of_method(method: &str) -> Option<InputKind> {
+        [
+            InputKind::Elicitation,
+            InputKind::Sampling,
+            InputKind::Roots,
+        ]
+        .into_iter()
+        .find(|kind| kind.method() == method)
+    }
+
+    /// The client capability that answering this kind needs (MCP's own name for it).
+    pub fn capability(self) -> &'static str {
+        match self {
+            InputKind::Elicitation => "elicitation",
+            InputKind::Sampling => "sampling",
+            InputKind::Roots => "roots",
+        }
+    }
 }
 
 /// An `invoke_event` of kind `input_request`: answer it with `invoke.respond`.

@@ -170,9 +170,34 @@ pub struct ResourceParams {
     pub session_id: Option<String>,
 }
 
+/// `read_resource`: one resource by URI, in whose view, and the answers to its server's
+/// questions when this is a retry after `input_required`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadResourceParams {
+    pub uri: String,
+    /// Serve only what this config profile selects (a session's own profile applies too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// Serve only what this session's profile selects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// A retry after `input_required` (MCP 2026-07-28): the answers under the resource's
+    /// server's own keys, passed to it as they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_responses: Option<BTreeMap<String, Value>>,
+    /// With `input_responses`: the server's `requestState`, exactly as it came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_state: Option<String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ReadResourceResult {
     pub contents: Vec<ResourceContents>,
+    /// The resource's MCP server needs input first (its 2026-07-28 `input_required`
+    /// answer), as for `get_prompt`: `contents` is empty; read again with the answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_required: Option<Map<String, Value>>,
 }
 
 /// One part of a resource: `text`, or `blob` (base64), exactly as the server sent it.

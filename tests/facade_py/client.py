@@ -4,6 +4,7 @@ Usage: client.py stdio TOOLHOST_BIN SOCKET | client.py http URL TOKEN
        client.py surface stdio TOOLHOST_BIN SOCKET | client.py surface http URL TOKEN
        client.py mrtr TOOLHOST_BIN SOCKET
        client.py ask TOOLHOST_BIN SOCKET TOOL CALLS_JSON
+       client.py asked MODE TOOLHOST_BIN SOCKET
 (`surface`: prompts, resources, templates, completion and a resource subscription of a
 host whose MCP server is server-everything, named `everything`, with its simulated resource
 updates turned on.)
@@ -12,6 +13,10 @@ HTTP on the daemon's Unix socket; its elicitation callback answers the `input_re
 rounds, which the SDK drives itself.)
 (`ask`: calls TOOL over stdio once per arguments object in CALLS_JSON, answering each
 elicitation from its schema: a boolean `true`, an enum its last option, a string "Py".)
+(`asked`: the SDK's `Client` in MODE (`legacy` or `2026-07-28`) gets the prompt
+`mcp_fx_asked`, reads `fixture://asked` and calls `mcp_fx_ask_all`, over stdio and over HTTP
+on the daemon's Unix socket; its callbacks answer elicitation with the name "Py" and
+sampling with "hi", however the facade asks.)
 """
 
 import base64
@@ -138,6 +143,40 @@ async def mrtr(binary: str, socket: str) -> dict:
     return seen
 
 
+async def asked(mode: str, binary: str, socket: str) -> dict:
+    from mcp.client.client import Client
+
+    seen: dict = {"asked": []}
+
+    async def elicit(context, params):
+        seen["asked"].append(params.message)
+        return types.ElicitResult(action="accept", content={"name": "Py"})
+
+    async def sample(context, params):
+        seen["asked"].append("sampling")
+        text = types.TextContent(type="text", text="hi")
+        return types.CreateMessageResult(role="assistant", content=text, model="py")
+
+    info = types.Implementation(name=f"python-asked-{mode}", version="1")
+    stdio = StdioServerParameters(command=binary, args=["mcp", "--socket", socket], env=get_default_environment())
+    http = httpx2.AsyncClient(transport=httpx2.AsyncHTTPTransport(uds=socket))
+    async with http:
+        transports = {"stdio": stdio, "http": streamable_http_client("http://localhost/mcp", http_client=http)}
+        for name, transport in transports.items():
+            async with Client(transport, mode=mode, client_info=info, elicitation_callback=elicit,
+                              sampling_callback=sample) as client:
+                prompt = await client.get_prompt("mcp_fx_asked")
+                resource = await client.read_resource("fixture://asked")
+                tool = await client.call_tool("mcp_fx_ask_all", {})
+                seen[name] = {
+                    "prompt": prompt.messages[0].content.text,
+                    "resource": resource.contents[0].text,
+                    "tool": "".join(c.text for c in tool.content if isinstance(c, types.TextContent)),
+                    "tool_error": tool.is_error,
+                }
+    return seen
+
+
 async def ask(binary: str, socket: str, tool: str, calls: str) -> dict:
     seen: dict = {"asked": [], "results": []}
 
@@ -166,6 +205,9 @@ async def ask(binary: str, socket: str, tool: str, calls: str) -> dict:
 async def main() -> None:
     if sys.argv[1] == "ask":
         print(json.dumps(await ask(*sys.argv[2:6])))
+        return
+    if sys.argv[1] == "asked":
+        print(json.dumps(await asked(*sys.argv[2:5])))
         return
     if sys.argv[1] == "mrtr":
         print(json.dumps(await mrtr(*sys.argv[2:4])))

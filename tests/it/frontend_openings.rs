@@ -166,3 +166,114 @@ async fn a_probe_is_answered_at_once() {
     eprintln!("server/discover answered in {median:?} (median of 10)");
     assert!(median < Duration::from_millis(20), "{took:?}");
 }
+
+/// The same openings on `/mcp` (streamable HTTP over the daemon's Unix socket): each
+/// message one POST, the probe with the headers a 2026-07-28 client sends with it.
+mod http {
+    use super::*;
+
+    /// One POST of `body` (exact bytes) to `/mcp`: (status, the session id the head
+    /// names, the JSON-RPC answer).
+    async fn post(d: &Daemon, body: &str, extra: &[(&str, &str)]) -> (u16, Option<String>, Value) {
+        let mut headers = vec![("Accept", "application/json, text/event-stream")];
+        headers.extend_from_slice(extra);
+        let mut s = tokio::net::UnixStream::connect(d.socket()).await.unwrap();
+        headers.push(("Content-Type", "application/json"));
+        let answer = common::http::exchange(&mut s, "POST", "/mcp", &headers, body).await;
+        let (status, session, text) = (answer.status, answer.header("mcp-session-id"), answer.body);
+        let answer = serde_json::from_str(&text).unwrap_or_else(|_| {
+            text.lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
+                .rfind(|v| v.get("result").is_some() || v.get("error").is_some())
+                .unwrap_or(Value::Null)
+        });
+        (status, session, answer)
+    }
+
+    /// The probe, with the new era's headers (and the session's id when it has one).
+    async fn probe(d: &Daemon, body: &str, session: Option<&str>) {
+        let mut headers = vec![
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "server/discover"),
+        ];
+        if let Some(id) = session {
+            headers.push(("Mcp-Session-Id", id));
+        }
+        let (status, _, answer) = post(d, body, &headers).await;
+        assert_eq!(status, 200, "{answer}");
+        discovered(&answer);
+    }
+
+    /// `initialize`: answered with 2025-11-25 and a session id.
+    async fn initialize(d: &Daemon, body: &str) -> String {
+        let (status, session, init) = post(d, body, &[]).await;
+        assert_eq!(status, 200, "{init}");
+        assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "{init}");
+        session.unwrap_or_else(|| panic!("no Mcp-Session-Id: {init}"))
+    }
+
+    /// The session is of the `initialize` era: a list has no new-era fields.
+    async fn is_old_era(d: &Daemon, session: &str) {
+        let headers = [
+            ("Mcp-Session-Id", session),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ];
+        let (status, _, _) = post(d, INITIALIZED, &headers).await;
+        assert_eq!(status, 202);
+        let list = r#"{"jsonrpc":"2.0","id":50,"method":"tools/list","params":{}}"#;
+        let (status, _, list) = post(d, list, &headers).await;
+        assert_eq!(status, 200, "{list}");
+        let r = &list["result"];
+        assert!(
+            r["tools"].as_array().is_some_and(|t| !t.is_empty()),
+            "{list}"
+        );
+        assert!(r.get("resultType").is_none(), "{list}");
+        assert!(r.get("ttlMs").is_none(), "{list}");
+    }
+
+    #[tokio::test]
+    async fn copilot_discovers_then_initializes_after_the_answer() {
+        let d = Daemon::start().await;
+        probe(&d, COPILOT_DISCOVER, None).await;
+        let session = initialize(&d, COPILOT_INITIALIZE).await;
+        is_old_era(&d, &session).await;
+    }
+
+    #[tokio::test]
+    async fn copilot_initializes_while_its_probe_is_in_flight() {
+        let d = Daemon::start().await;
+        let (_, session) = tokio::join!(
+            probe(&d, COPILOT_DISCOVER, None),
+            initialize(&d, COPILOT_INITIALIZE)
+        );
+        is_old_era(&d, &session).await;
+    }
+
+    /// The probe after `initialize` carries the session's id: still answered, and the
+    /// session stays of the `initialize` era.
+    #[tokio::test]
+    async fn claude_code_initializes_then_probes() {
+        let d = Daemon::start().await;
+        let session = initialize(&d, CLAUDE_INITIALIZE).await;
+        probe(&d, CLAUDE_DISCOVER, Some(&session)).await;
+        is_old_era(&d, &session).await;
+    }
+
+    #[tokio::test]
+    async fn claude_code_probes_then_initializes() {
+        let d = Daemon::start().await;
+        probe(&d, CLAUDE_DISCOVER, None).await;
+        let session = initialize(&d, CLAUDE_INITIALIZE).await;
+        is_old_era(&d, &session).await;
+    }
+
+    #[tokio::test]
+    async fn codex_initializes_with_an_unknown_version() {
+        let d = Daemon::start().await;
+        let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2099-01-01","capabilities":{"elicitation":{}},"clientInfo":{"name":"codex-mcp-client","version":"0.1.0"}}}"#;
+        let session = initialize(&d, init).await;
+        is_old_era(&d, &session).await;
+    }
+}

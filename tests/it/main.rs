@@ -38,6 +38,7 @@ mod idle;
 mod in_process;
 mod inputs;
 mod mcp;
+mod mcp_asked;
 mod mcp_bounds;
 mod mcp_era;
 mod mcp_lifecycle;

@@ -64,14 +64,15 @@ async fn read(s: Arc<Skill>, rel: String) -> Result<Vec<u8>, Error> {
 /// MCP servers' to answer).
 pub(super) async fn read_resource(
     host: &Host,
-    p: &ResourceParams,
+    resource: &str,
+    session_id: Option<&str>,
     serves: impl Fn(&str, &str) -> bool,
 ) -> Result<Option<ReadResourceResult>, Error> {
-    let Some((name, rel)) = uri::parse(&p.uri) else {
+    let Some((name, rel)) = uri::parse(resource) else {
         return Ok(None);
     };
-    let catalog = catalog_for(host, p.session_id.as_deref()).await?;
-    let Some(s) = catalog.get(name).filter(|_| serves(&p.uri, uri::SERVER)) else {
+    let catalog = catalog_for(host, session_id).await?;
+    let Some(s) = catalog.get(name).filter(|_| serves(resource, uri::SERVER)) else {
         return Ok(None);
     };
     let listed = s.files.iter().any(|f| f.path == rel);
@@ -79,16 +80,17 @@ pub(super) async fn read_resource(
         true => read(s.clone(), rel.clone()).await,
         false => Err(Error::InvalidParams(format!("no file {rel}"))),
     }
-    .map_err(|e| Error::ResourceNotFound(format!("resource {}: {e}", p.uri)))?;
+    .map_err(|e| Error::ResourceNotFound(format!("resource {resource}: {e}")))?;
     let (text, blob) = text_or_base64(bytes);
     Ok(Some(ReadResourceResult {
         contents: vec![ResourceContents {
-            uri: p.uri.clone(),
+            uri: resource.to_owned(),
             mime_type: uri::mime_type(&rel).map(str::to_owned),
             text,
             blob,
             meta: None,
         }],
+        input_required: None,
     }))
 }
 

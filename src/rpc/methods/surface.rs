@@ -92,14 +92,17 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
     api.method(
         method::READ_RESOURCE,
         "Reads a resource: a skill's file (at most 1 MiB, never outside its folder), else from the server that lists it (or whose template matches it); -32002 when none does. A resource over limits.max_output_bytes is refused.",
-        |host, p: ResourceParams| async move {
+        |host, p: ReadResourceParams| async move {
             let view = View::of(&host, p.profile.clone(), p.session_id.clone()).await?;
             let serves = view.serves();
-            if let Some(skill_file) = super::skills::read_resource(&host, &p, &serves).await? {
+            let session = p.session_id.as_deref();
+            if let Some(skill_file) =
+                super::skills::read_resource(&host, &p.uri, session, &serves).await?
+            {
                 return Ok(skill_file);
             }
             let cap = view.config.limits.max_output_bytes;
-            host.mcp().read_resource(&p.uri, cap, &serves).await
+            host.mcp().read_resource(p, cap, &serves).await
         },
     )?;
     api.method(
