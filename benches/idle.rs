@@ -385,7 +385,7 @@ async fn sessions() {
     };
     println!(
         "  RSS idle {idle:.1} MiB; peak {peak:.1} MiB; all {count} open {opened:.1} MiB; \
-         deleted ({gone} still open, {:.1} s) {deleted:.1} MiB; 5 s later {after_5:.1} MiB; \
+         {gone} deleted (the rest were evicted) in {:.1} s: {deleted:.1} MiB; 5 s later {after_5:.1} MiB; \
          60 s later {after_60:.1} MiB, {:+.1} MiB against idle {met}",
         took.as_secs_f64(),
         after_60 - idle
