@@ -11,6 +11,13 @@ use toolhost::client::Client;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_toolhost");
 
+/// The daemon a benchmark starts: `TOOLHOST_BENCH_BIN` when set (say, a release daemon
+/// driven by a debug-built benchmark, whose own speed is not in the daemon's figures),
+/// else the one built beside the benchmark.
+pub fn bin() -> String {
+    std::env::var("TOOLHOST_BENCH_BIN").unwrap_or_else(|_| BIN.to_owned())
+}
+
 /// `p50 … p90 … p99 …` of samples in milliseconds.
 pub fn percentiles(mut v: Vec<f64>) -> String {
     v.sort_by(|a, b| a.total_cmp(b));
@@ -34,7 +41,7 @@ pub async fn start(dir: &Path, config: &Value) -> (Child, Client, Duration) {
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
     let socket = dir.join("toolhost.sock");
     let started = Instant::now();
-    let daemon = Command::new(BIN)
+    let daemon = Command::new(bin())
         .arg("--socket")
         .arg(&socket)
         .arg("--config")
@@ -62,6 +69,12 @@ pub async fn start(dir: &Path, config: &Value) -> (Child, Client, Duration) {
         tokio::time::sleep(Duration::from_millis(2)).await;
     };
     (daemon, client, started.elapsed())
+}
+
+/// The built-in loop breaker kept (its check still runs on every call) but wide enough for
+/// a benchmark that repeats one call thousands of times: a config's `guards` entry.
+pub fn wide_loop_breaker() -> Value {
+    serde_json::json!({"name": "default-loop", "loop": {"calls": 1_000_000_000, "window_s": 60}})
 }
 
 /// SIGTERM, then wait for the daemon to exit (at most 10 s).
