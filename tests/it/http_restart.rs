@@ -324,3 +324,59 @@ async fn probes_end_within_seconds_and_a_session_that_called_is_kept() {
     let (status, _, body) = raw(&d.socket(), "POST", PING, &c).await;
     assert_eq!(status, 200, "the session that called is kept: {body}");
 }
+
+/// The frontend `host.status` lists with id `id`, if any.
+async fn frontend(d: &Daemon, id: &str) -> Option<Value> {
+    let status = d.call("host.status", json!({})).await;
+    status["result"]["frontends"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{status}"))
+        .iter()
+        .find(|f| f["id"] == id)
+        .cloned()
+}
+
+#[tokio::test]
+async fn frontends_are_kept_through_restarts() {
+    let mut d = Daemon::start().await;
+    let meta = json!({"frontend": "mcp", "mcp_client": {"name": "kept-frontend", "version": "2"}});
+    let r = d
+        .call("session.create", json!({"meta": meta, "ephemeral": true}))
+        .await;
+    let id = r["result"]["meta"]["frontend_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"))
+        .to_owned();
+    let before = frontend(&d, &id)
+        .await
+        .expect("listed while its session lives");
+    assert_eq!(before["client"], "kept-frontend 2", "{before}");
+    assert!(before["first_seen_ms"].as_u64().unwrap() > 0, "{before}");
+    for how in ["sigterm", "kill9"] {
+        if how == "sigterm" {
+            d.stop().await;
+        } else {
+            d.kill9().await;
+        }
+        d.spawn(&[]).await;
+        let after = frontend(&d, &id)
+            .await
+            .unwrap_or_else(|| panic!("the frontend is still listed after a {how} restart"));
+        assert_eq!(after["client"], before["client"], "{after}");
+        assert_eq!(after["workspace"], before["workspace"], "{after}");
+        assert_eq!(after["first_seen_ms"], before["first_seen_ms"], "{after}");
+        assert_eq!(
+            after["sessions"],
+            json!([]),
+            "its session ended with the daemon: {after}"
+        );
+    }
+    // Its next session is counted under the same record.
+    let r = d
+        .call("session.create", json!({"meta": meta, "ephemeral": true}))
+        .await;
+    assert_eq!(r["result"]["meta"]["frontend_id"], id.as_str(), "{r}");
+    let again = frontend(&d, &id).await.unwrap();
+    assert_eq!(again["first_seen_ms"], before["first_seen_ms"], "{again}");
+    assert_eq!(again["sessions"].as_array().unwrap().len(), 1, "{again}");
+}
