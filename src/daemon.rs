@@ -254,6 +254,7 @@ pub async fn run(
         ),
         Err(e) => tracing::warn!(%e, "cannot delete the sessions the last daemon left"),
     }
+    host.frontends().load(host.sessions()).await;
     tracing::info!(socket = %listeners.describe(), activated = listeners.owned.is_none(), workspace = %host.workspace().display(), data_dir = %host.data_dir().display(), "toolhost serving");
     // Custom tools are listed from the first answer on; their folders are watched from now.
     reload::start_custom_tools(&host).await;

@@ -2,6 +2,11 @@
 //! one record per frontend whatever its connections and sessions, named by a stable id
 //! that each of its sessions carries (`Session::frontend_id`); and which of them work in
 //! the daemon's workspace because they named none, for `host.health`.
+//!
+//! Each frontend is kept in the store (record kind `frontends`, its [`Frontend`] without
+//! sessions), so a restarted daemon still lists the frontends of the last
+//! [`SHOWN_FOR_MS`] before their bridges come back; one not seen for [`KEPT_FOR_MS`] is
+//! forgotten at the next start.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -14,12 +19,17 @@ use crate::protocol::{
     Frontend, FrontendProcess, FrontendWithoutWorkspace, Session, SessionCreateParams,
     WorkspaceFrom, META_FRONTEND_ID, META_WORKSPACE_FROM,
 };
+use crate::session::{RecordKind, Sessions};
 
 /// How many processes of a frontend's chain are recorded (the bridge's parent first).
 const CHAIN: usize = 3;
 
-/// In memory only, for now: a restarted daemon learns its frontends again as their
-/// bridges restore their sessions (their ids are derived, so they come back the same).
+/// A frontend without a live session is still listed this long after its last one.
+pub const SHOWN_FOR_MS: u64 = 24 * 3600 * 1000;
+/// A frontend not seen for this long is dropped from the store at start.
+const KEPT_FOR_MS: u64 = 30 * 24 * 3600 * 1000;
+
+/// The frontends known to this daemon (those of the store, then each new one).
 #[derive(Default)]
 pub struct Frontends {
     without_workspace: Mutex<BTreeMap<String, String>>,
@@ -31,10 +41,11 @@ impl Frontends {
     /// Before a frontend's session is made (its meta names the kind of frontend): the
     /// frontend it belongs to, found or recorded, and its id put in the session's meta.
     /// The caller is the current request's (`SO_PEERCRED`).
-    pub fn identify(&self, p: &mut SessionCreateParams, workspace: &str) {
-        let Some(meta) = p.meta.as_mut() else { return };
+    /// Returns the frontend as it is to be kept ([`Frontends::keep`]).
+    pub fn identify(&self, p: &mut SessionCreateParams, workspace: &str) -> Option<Frontend> {
+        let meta = p.meta.as_mut()?;
         if !meta.contains_key("frontend") {
-            return;
+            return None;
         }
         let caller = crate::audit::current_caller();
         let uid = caller.as_ref().map(|c| c.uid);
@@ -69,9 +80,63 @@ impl Frontends {
             started_by: Vec::new(),
             sessions: Vec::new(),
             last_seen_ms: 0,
+            first_seen_ms: crate::now_ms(),
         });
         f.started_by = started_by;
         f.last_seen_ms = crate::now_ms();
+        Some(Frontend {
+            sessions: Vec::new(),
+            ..f.clone()
+        })
+    }
+
+    /// Keeps `f` (from [`Frontends::identify`]) in the store.
+    pub async fn keep(&self, store: &Sessions, f: Frontend) {
+        let value = match serde_json::to_vec(&f) {
+            Ok(v) => v,
+            Err(e) => return tracing::warn!(%e, frontend = %f.id, "cannot encode a frontend"),
+        };
+        if let Err(e) = store
+            .write_records(RecordKind::Frontend, vec![(f.id.clone(), Some(value))])
+            .await
+        {
+            tracing::warn!(%e, frontend = %f.id, "cannot keep a frontend in the store");
+        }
+    }
+
+    /// At start: the frontends the store kept; those not seen for [`KEPT_FOR_MS`] are
+    /// dropped from it.
+    pub async fn load(&self, store: &Sessions) {
+        let records = match store.records(RecordKind::Frontend).await {
+            Ok(r) => r,
+            Err(e) => return tracing::warn!(%e, "cannot read the kept frontends"),
+        };
+        let now = crate::now_ms();
+        let mut stale = Vec::new();
+        {
+            let mut known = lock(&self.known);
+            for (id, bytes) in records {
+                match serde_json::from_slice::<Frontend>(&bytes) {
+                    Ok(f) if f.last_seen_ms.saturating_add(KEPT_FOR_MS) > now => {
+                        known.insert(
+                            id,
+                            Frontend {
+                                sessions: Vec::new(),
+                                ..f
+                            },
+                        );
+                    }
+                    Ok(_) => stale.push((id, None)),
+                    Err(e) => {
+                        tracing::warn!(%e, frontend = %id, "a kept frontend is unreadable; dropping it");
+                        stale.push((id, None));
+                    }
+                }
+            }
+        }
+        if let Err(e) = store.write_records(RecordKind::Frontend, stale).await {
+            tracing::warn!(%e, "cannot drop the frontends not seen for a long time");
+        }
     }
 
     /// After a session was made or changed: its frontend's sessions, and whether its
@@ -96,20 +161,21 @@ impl Frontends {
         }
     }
 
-    /// After session `id` ended; a frontend with no session left is forgotten.
+    /// After session `id` ended.
     pub fn ended(&self, id: &str) {
         lock(&self.without_workspace).remove(id);
-        lock(&self.known).retain(|_, f| {
+        for f in lock(&self.known).values_mut() {
             f.sessions.retain(|s| s != id);
-            !f.sessions.is_empty()
-        });
+        }
     }
 
-    /// For `host.status`: the frontends with live sessions.
+    /// For `host.status`: the frontends with live sessions, and those seen within
+    /// [`SHOWN_FOR_MS`] (also by an earlier daemon).
     pub fn list(&self) -> Vec<Frontend> {
+        let since = crate::now_ms().saturating_sub(SHOWN_FOR_MS);
         lock(&self.known)
             .values()
-            .filter(|f| !f.sessions.is_empty())
+            .filter(|f| !f.sessions.is_empty() || f.last_seen_ms >= since)
             .cloned()
             .collect()
     }

@@ -93,6 +93,15 @@ impl Default for EventLog {
 }
 
 impl EventLog {
+    /// The log of a session taken up after a restart: its ids start at the time in
+    /// microseconds, past any the earlier daemon's log handed out (it started at 1 and
+    /// numbered events one by one), so an old `Last-Event-ID` names no event here.
+    pub fn restored() -> EventLog {
+        let log = EventLog::default();
+        lock(&log.state).next = crate::now_ms().saturating_mul(1000).max(1);
+        log
+    }
+
     /// Marks `request` as running (before it reaches the server).
     pub fn begin(&self, request: RequestId) {
         lock(&self.state).running.insert(request);

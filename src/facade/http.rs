@@ -19,6 +19,7 @@ use hyper::body::Bytes;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::sync::OnceCell;
 
+use super::persisted::Persisted;
 use super::sessions::{Sessions, SSE_RETRY};
 use super::{Changes, Connect, Facade, Link};
 use crate::client::Client;
@@ -56,12 +57,15 @@ impl Endpoint {
     /// them).
     pub fn new(host: Host, connect: Connect) -> Endpoint {
         let shutdown = host.shutdown_token().clone();
-        let sessions = Arc::new(Sessions::new(host.clone()));
-        let shared = Arc::new(SharedClient::new(host, connect));
+        let persisted = Persisted::new(host.clone());
+        let sessions = Arc::new(Sessions::new(host.clone(), persisted.clone()));
+        let shared = Arc::new(SharedClient::new(host, connect, persisted.clone()));
         // The Host header is not checked: the Unix socket is reachable only through the
         // file system, and TCP requires the bearer token (which a rebinding page cannot
         // know); the Origin check still refuses foreign browser pages.
-        let config = StreamableHttpServerConfig::default()
+        let mut config = StreamableHttpServerConfig::default();
+        config.session_store = Some(persisted);
+        let config = config
             .disable_allowed_hosts()
             .with_allowed_origins(LOCAL_ORIGINS)
             .enforce_origin_validation()
@@ -94,6 +98,8 @@ impl Endpoint {
     /// connection opens at the first request. Then, until the daemon stops, it ends the
     /// sessionless clients' sessions that idle out.
     pub fn connect_early(&self) {
+        let sessions = self.sessions.clone();
+        tokio::spawn(async move { sessions.forget_unclaimed().await });
         let shared = self.shared.clone();
         tokio::spawn(async move {
             match shared.client().await {
@@ -105,12 +111,14 @@ impl Endpoint {
         });
     }
 
-    /// Serves one HTTP request addressed to `/mcp`. Before rmcp sees it: a request of an
-    /// evicted session gets a 404 that says why, and a new session is refused (503) while
-    /// the daemon is short of descriptors or every session has a call running.
+    /// Serves one HTTP request addressed to `/mcp`, which came on `connection`. Before rmcp
+    /// sees it: a request of an evicted session gets a 404 that says why, and a new session
+    /// is refused (503) while the daemon is short of descriptors or every session has a call
+    /// running. After: the session learns the connection (see [`Sessions::seen_on`]).
     pub async fn handle<B>(
         &self,
         req: http::Request<B>,
+        connection: &Connection,
     ) -> http::Response<BoxBody<Bytes, Infallible>>
     where
         B: hyper::body::Body + Send + 'static,
@@ -119,8 +127,9 @@ impl Endpoint {
         let session = req
             .headers()
             .get("mcp-session-id")
-            .and_then(|v| v.to_str().ok());
-        match session {
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        match session.as_deref() {
             Some(id) if self.sessions.was_evicted(id) => {
                 return plain(
                     http::StatusCode::NOT_FOUND,
@@ -144,7 +153,43 @@ impl Endpoint {
         if delete && res.status() == http::StatusCode::ACCEPTED {
             *res.status_mut() = http::StatusCode::OK;
         }
+        let answered = res
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok());
+        if let Some(id) = session.as_deref().or(answered) {
+            self.sessions.seen_on(id, connection.id, &connection.closed);
+        }
         res
+    }
+}
+
+/// One HTTP connection of the daemon's listeners, as `/mcp` sees it: an id, and a token
+/// cancelled when the connection is gone (this is dropped with it).
+pub struct Connection {
+    id: u64,
+    closed: tokio_util::sync::CancellationToken,
+}
+
+impl Connection {
+    pub fn new() -> Connection {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        Connection {
+            id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            closed: tokio_util::sync::CancellationToken::new(),
+        }
+    }
+}
+
+impl Default for Connection {
+    fn default() -> Self {
+        Connection::new()
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.closed.cancel();
     }
 }
 
@@ -184,6 +229,8 @@ fn plain(status: http::StatusCode, text: &str) -> http::Response<BoxBody<Bytes, 
 pub(super) struct SharedClient {
     host: Host,
     connect: Connect,
+    /// The `/mcp` sessions kept for a restart.
+    persisted: Arc<Persisted>,
     client: OnceCell<Arc<Client>>,
     /// The host sessions that sessionless (new-era) calls run in, one per client and
     /// profile, oldest first.
@@ -221,10 +268,11 @@ struct SessionKey {
 }
 
 impl SharedClient {
-    fn new(host: Host, connect: Connect) -> SharedClient {
+    fn new(host: Host, connect: Connect, persisted: Arc<Persisted>) -> SharedClient {
         SharedClient {
             host,
             connect,
+            persisted,
             client: OnceCell::new(),
             sessions: tokio::sync::Mutex::default(),
             changes: Changes::new(),
@@ -244,6 +292,11 @@ impl SharedClient {
             })
             .await
             .cloned()
+    }
+
+    /// The `/mcp` sessions kept for a restart.
+    pub(super) fn persisted(&self) -> &Arc<Persisted> {
+        &self.persisted
     }
 
     /// The daemon's calls held for new-era clients' retries.

@@ -23,13 +23,15 @@ mod http;
 mod inputs;
 mod listen;
 mod mrtr;
+mod persisted;
 mod sessions;
 mod skills;
 mod stdio;
 mod surface;
 mod upstream;
 
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use rmcp::model::{
@@ -41,6 +43,7 @@ use rmcp::model::{
     SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
+use rmcp::transport::streamable_http_server::SessionRestoreMarker;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Map, Value};
 use tokio::net::UnixStream;
@@ -55,7 +58,7 @@ use crate::protocol::{
 };
 
 use changes::{Changes, Feed};
-pub use http::{Endpoint, LOCAL_ORIGINS};
+pub use http::{Connection, Endpoint, LOCAL_ORIGINS};
 pub use stdio::run_stdio;
 
 /// Tools per `tools/list` page unless `TOOLHOST_MCP_PAGE_SIZE` says otherwise (tests use a
@@ -154,6 +157,11 @@ struct State {
     /// Feeds of accepted `subscriptions/listen` requests, opened before they are
     /// acknowledged.
     accepted_listens: listen::Accepted,
+    /// The `/mcp` session this facade serves, under which it is kept for a restart (HTTP
+    /// sessions with an `Mcp-Session-Id` only).
+    mcp_session: OnceLock<String>,
+    /// Taken up after a daemon restart: the client hears that its lists may have changed.
+    taken_up: AtomicBool,
     /// The host session this connection created for itself (not a `--session` one): it
     /// is deleted when the connection ends, so the store does not fill with the sessions
     /// of every MCP connection there ever was.
@@ -402,6 +410,51 @@ impl Facade {
         Ok(id)
     }
 
+    /// Keeps this new `/mcp` session `id` in the store, with the host session it was given,
+    /// for a daemon that restarts ([`persisted`]).
+    async fn keep(&self, shared: &http::SharedClient, id: &str, request: &InitializeRequestParams) {
+        let _ = self.state.mcp_session.set(id.to_owned());
+        let kept = persisted::Kept {
+            initialize: request.clone(),
+            host_session: lock(&self.state.identity).clone(),
+            roots: None,
+            created_ms: crate::now_ms(),
+        };
+        shared.persisted().put(id, &kept).await;
+    }
+
+    /// Takes up `/mcp` session `id` of an earlier daemon (rmcp replays its `initialize`):
+    /// its host session is made again as it was (same id, workspace, profile, frontend) and
+    /// its client's roots are not asked again.
+    async fn take_up(&self, shared: &http::SharedClient, id: &str) -> Result<(), ErrorData> {
+        let kept = shared
+            .persisted()
+            .get(id)
+            .await
+            .ok_or_else(|| internal(format!("the MCP session {id} is no longer kept")))?;
+        let _ = self.state.mcp_session.set(id.to_owned());
+        let Some(params) = kept.host_session.filter(|p| p.id.is_some()) else {
+            // Kept without its host session (the facade could not write it): a new one.
+            *lock(&self.state.pending) = Some(era::Peer::initialized(&kept.initialize));
+            self.open_pending().await?;
+            self.keep(shared, id, &kept.initialize).await;
+            return Ok(());
+        };
+        if let Some(profile) = &params.profile {
+            let _ = self.state.profile.set(profile.clone());
+        }
+        let host_session = params.id.clone().unwrap_or_default();
+        *lock(&self.state.roots) = kept.roots;
+        self.state.remember(params);
+        let client = self.client().await?;
+        self.state.restore(&client).await;
+        let _ = self.state.session.set(host_session.clone());
+        *lock(&self.state.owned_session) = Some(host_session);
+        self.state.roots_applied.send_replace(true);
+        self.state.taken_up.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// Where this connection hears of the host's list changes.
     fn changes(&self) -> &Changes {
         match &self.link {
@@ -419,6 +472,14 @@ impl Facade {
         };
         let applied = self.state.roots_applied.clone();
         let state = self.state.clone();
+        let kept = match &self.link {
+            Link::Shared(shared) => self
+                .state
+                .mcp_session
+                .get()
+                .map(|id| (shared.persisted().clone(), id.clone())),
+            Link::Bridge(..) => None,
+        };
         // Roots are deprecated by SEP-2577, but they are what today's clients send.
         #[allow(deprecated)]
         self.spawn(async move {
@@ -442,9 +503,19 @@ impl Facade {
                 };
                 match client.session_update(&params).await {
                     Ok(s) => {
-                        *lock(&state.roots) = Some(s.workspace);
+                        *lock(&state.roots) = Some(s.workspace.clone());
                         if let Some(remembered) = lock(&state.identity).as_mut() {
-                            remembered.meta = Some(s.meta);
+                            remembered.meta = Some(s.meta.clone());
+                        }
+                        if let Some((persisted, id)) = kept {
+                            persisted
+                                .update(&id, |k| {
+                                    k.roots = Some(s.workspace);
+                                    if let Some(h) = k.host_session.as_mut() {
+                                        h.meta = Some(s.meta);
+                                    }
+                                })
+                                .await;
                         }
                     }
                     Err(e) => {
@@ -627,17 +698,30 @@ impl ServerHandler for Facade {
     ) -> Result<InitializeResult, ErrorData> {
         context.peer.set_peer_info(request.clone());
         let result = self.negotiate_initialize(&request)?;
-        if let Some(profile) = self.profile.clone().or_else(|| http::profile_of(&context)) {
-            let _ = self.state.profile.set(profile);
-        }
-        *lock(&self.state.pending) = Some(era::Peer::initialized(&request));
-        match (self.open_pending().await, &self.link) {
-            // A bridge answers without its daemon: the session is opened once one answers.
-            (Err(e), Link::Bridge(..)) => {
-                tracing::warn!(message = %e.message, "initialized without a daemon")
+        let kept_as = context
+            .extensions
+            .get::<sessions::McpSessionId>()
+            .map(|m| m.0.to_string());
+        let restoring = context.extensions.get::<SessionRestoreMarker>().is_some();
+        match (&self.link, kept_as) {
+            (Link::Shared(shared), Some(id)) if restoring => self.take_up(shared, &id).await?,
+            (link, kept_as) => {
+                if let Some(profile) = self.profile.clone().or_else(|| http::profile_of(&context)) {
+                    let _ = self.state.profile.set(profile);
+                }
+                *lock(&self.state.pending) = Some(era::Peer::initialized(&request));
+                match (self.open_pending().await, link) {
+                    // A bridge answers without its daemon: the session is opened once one answers.
+                    (Err(e), Link::Bridge(..)) => {
+                        tracing::warn!(message = %e.message, "initialized without a daemon")
+                    }
+                    (Err(e), Link::Shared(_)) => return Err(e),
+                    (Ok(()), _) => {}
+                }
+                if let (Link::Shared(shared), Some(id)) = (link, kept_as) {
+                    self.keep(shared, &id, &request).await;
+                }
             }
-            (Err(e), Link::Shared(_)) => return Err(e),
-            (Ok(()), _) => {}
         }
         *lock(&self.state.tools_changed) = Some(self.changes().tools());
         self.state.following.subscribe(self.changes());
@@ -659,6 +743,17 @@ impl ServerHandler for Facade {
             });
         }
         self.state.following.forward(self, &context.peer);
+        if self.state.taken_up.load(Ordering::Relaxed) {
+            // The daemon restarted: what it serves may have changed meanwhile. Kept for the
+            // client's next stream if none is open yet. The roots are the kept ones.
+            let peer = context.peer.clone();
+            self.spawn(async move {
+                let _ = peer.notify_tool_list_changed().await;
+                let _ = peer.notify_prompt_list_changed().await;
+                let _ = peer.notify_resource_list_changed().await;
+            });
+            return;
+        }
         let has_roots = context
             .peer
             .peer_info()

@@ -7,10 +7,16 @@
 //!   on, so a result that came while no stream was open is not lost;
 //! - cancellation: a call whose SSE stream goes away, and is not resumed within
 //!   [`RESUME_GRACE`], is cancelled (as closing a stdio pipe does); DELETE cancels every
-//!   call of the session at once (rmcp would let them run on for its 5 s drain).
+//!   call of the session at once (rmcp would let them run on for its 5 s drain);
+//! - restarts: each session is kept in the store ([`Persisted`]) until it ends, and a
+//!   restarted daemon takes a known id up again ([`SessionManager::restore_session`]);
+//! - probes: a session that never made a call (`initialize`, `tools/list`, gone: `claude
+//!   mcp list`, an Inspector CLI run) ends [`PROBE_GRACE`] after the last HTTP connection
+//!   that carried its requests closed, instead of idling for `facade.session_idle_ms`.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -18,16 +24,18 @@ use std::time::{Duration, Instant};
 use futures::{Stream, StreamExt};
 use rmcp::model::{
     CancelledNotification, CancelledNotificationParam, ClientJsonRpcMessage, ClientNotification,
-    ClientRequest, RequestId, ServerJsonRpcMessage,
+    ClientRequest, GetExtensions, RequestId, ServerJsonRpcMessage,
 };
 use rmcp::transport::streamable_http_server::session::local::{
     LocalSessionManager, LocalSessionManagerError, LocalSessionWorker,
 };
 use rmcp::transport::streamable_http_server::session::{ServerSseMessage, SessionId};
-use rmcp::transport::streamable_http_server::SessionManager;
+use rmcp::transport::streamable_http_server::{RestoreOutcome, SessionManager};
 use rmcp::transport::WorkerTransport;
+use tokio_util::sync::CancellationToken;
 
 use super::events::EventLog;
+use super::persisted::Persisted;
 use crate::host::Host;
 use crate::lock;
 
@@ -38,12 +46,18 @@ pub const RESUME_GRACE: Duration = Duration::from_secs(3);
 /// The reconnection delay announced to clients on every stream.
 pub const SSE_RETRY: Duration = Duration::from_secs(1);
 
+/// How long a session that never made a call outlives the last connection that carried
+/// its requests: a client that reconnects its stream is back well within it, and one that
+/// sends each request on a new connection has time for its next.
+pub const PROBE_GRACE: Duration = Duration::from_secs(10);
+
 /// Evicted session ids remembered, so their clients learn why the session is gone.
 const EVICTED_REMEMBERED: usize = 1024;
 
 /// Every `/mcp` session of the daemon.
 pub struct Sessions {
     host: Host,
+    persisted: Arc<Persisted>,
     open: Mutex<HashMap<SessionId, Arc<Session>>>,
     evicted: Mutex<Evicted>,
 }
@@ -54,7 +68,16 @@ struct Session {
     local: LocalSessionManager,
     log: Arc<EventLog>,
     last_active: Mutex<Instant>,
+    /// It made a call (or was taken up after a restart): no probe.
+    used: AtomicBool,
+    /// The HTTP connections that carried its requests and are still open.
+    connections: Mutex<HashSet<u64>>,
 }
+
+/// The session's id as its `initialize` request carries it to the facade (rmcp tells the
+/// handler only on a restore), so the facade can keep the session under it.
+#[derive(Debug, Clone)]
+pub struct McpSessionId(pub SessionId);
 
 #[derive(Default)]
 struct Evicted {
@@ -75,11 +98,88 @@ pub enum SessionsError {
 }
 
 impl Sessions {
-    pub fn new(host: Host) -> Sessions {
+    pub fn new(host: Host, persisted: Arc<Persisted>) -> Sessions {
         Sessions {
             host,
+            persisted,
             open: Mutex::default(),
             evicted: Mutex::default(),
+        }
+    }
+
+    /// Whether session `id` is open in this daemon.
+    pub fn is_open(&self, id: &str) -> bool {
+        lock(&self.open).contains_key(id)
+    }
+
+    /// A request of session `id` came on HTTP connection `connection` (whose `closed` is
+    /// cancelled when it closes). Once no such connection is left, a session that never made
+    /// a call is ended after [`PROBE_GRACE`] unless one comes back.
+    pub fn seen_on(self: &Arc<Self>, id: &str, connection: u64, closed: &CancellationToken) {
+        let Some(s) = lock(&self.open).get(id).cloned() else {
+            return;
+        };
+        if !lock(&s.connections).insert(connection) {
+            return;
+        }
+        let (sessions, closed) = (self.clone(), closed.clone());
+        tokio::spawn(async move {
+            closed.cancelled().await;
+            let probe = |s: &Session| {
+                lock(&s.connections).is_empty()
+                    && !s.used.load(Ordering::Relaxed)
+                    && !s.log.is_busy()
+            };
+            lock(&s.connections).remove(&connection);
+            if !probe(&s) {
+                return;
+            }
+            tokio::time::sleep(PROBE_GRACE).await;
+            if probe(&s) && sessions.is_open(&s.id) {
+                tracing::debug!(session = %s.id, "an MCP session that made no call lost its connections; ending it");
+                let _ = sessions.close_session(&s.id).await;
+            }
+        });
+    }
+
+    /// A fresh rmcp manager for one session, logging into `log`.
+    fn local(&self, log: &Arc<EventLog>) -> LocalSessionManager {
+        let cfg = &self.host.config().facade;
+        let mut local = LocalSessionManager::default().with_event_store(log.clone());
+        local.session_config.keep_alive = Some(Duration::from_millis(cfg.session_idle_ms));
+        local.session_config.sse_retry = Some(SSE_RETRY);
+        local
+    }
+
+    fn add(&self, id: &SessionId, local: LocalSessionManager, log: Arc<EventLog>, used: bool) {
+        let session = Arc::new(Session {
+            id: id.clone(),
+            local,
+            log,
+            last_active: Mutex::new(Instant::now()),
+            used: AtomicBool::new(used),
+            connections: Mutex::default(),
+        });
+        lock(&self.open).insert(id.clone(), session);
+    }
+
+    /// Forgets the kept sessions of an earlier daemon that no client took up within
+    /// `facade.session_idle_ms` of this one's start (their clients idled out meanwhile).
+    pub async fn forget_unclaimed(&self) {
+        let kept = self.persisted.ids().await;
+        if kept.is_empty() {
+            return;
+        }
+        let idle = Duration::from_millis(self.host.config().facade.session_idle_ms);
+        let shutdown = self.host.shutdown_token().clone();
+        tokio::select! {
+            () = tokio::time::sleep(idle) => {}
+            () = shutdown.cancelled() => return,
+        }
+        for id in kept {
+            if !self.is_open(&id) {
+                self.persisted.delete(&id).await;
+            }
         }
     }
 
@@ -261,34 +361,71 @@ fn request_id(message: &ClientJsonRpcMessage) -> Option<RequestId> {
     }
 }
 
+/// Whether `message` does something a probe does not: anything but the handshake, pings
+/// and listings.
+fn is_use(message: &ClientJsonRpcMessage) -> bool {
+    let ClientJsonRpcMessage::Request(r) = message else {
+        return false;
+    };
+    !matches!(
+        r.request,
+        ClientRequest::InitializeRequest(_)
+            | ClientRequest::PingRequest(_)
+            | ClientRequest::DiscoverRequest(_)
+            | ClientRequest::SetLevelRequest(_)
+            | ClientRequest::ListToolsRequest(_)
+            | ClientRequest::ListPromptsRequest(_)
+            | ClientRequest::ListResourcesRequest(_)
+            | ClientRequest::ListResourceTemplatesRequest(_)
+            | ClientRequest::ListSkillsRequest(_)
+    )
+}
+
 impl SessionManager for Sessions {
     type Error = SessionsError;
     type Transport = WorkerTransport<LocalSessionWorker>;
 
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
-        let cfg = self.host.config().facade.clone();
-        self.make_room(cfg.max_sessions).await?;
+        self.make_room(self.host.config().facade.max_sessions)
+            .await?;
         let log = Arc::new(EventLog::default());
-        let mut local = LocalSessionManager::default().with_event_store(log.clone());
-        local.session_config.keep_alive = Some(Duration::from_millis(cfg.session_idle_ms));
-        local.session_config.sse_retry = Some(SSE_RETRY);
+        let local = self.local(&log);
         let (id, transport) = local.create_session().await?;
-        let session = Arc::new(Session {
-            id: id.clone(),
-            local,
-            log,
-            last_active: Mutex::new(Instant::now()),
-        });
-        lock(&self.open).insert(id.clone(), session);
+        self.add(&id, local, log, false);
         Ok((id, transport))
+    }
+
+    /// A session the store kept from an earlier daemon: rmcp replays its `initialize` next.
+    async fn restore_session(
+        &self,
+        id: SessionId,
+    ) -> Result<RestoreOutcome<Self::Transport>, Self::Error> {
+        if self.is_open(&id) {
+            return Ok(RestoreOutcome::AlreadyPresent);
+        }
+        self.make_room(self.host.config().facade.max_sessions)
+            .await?;
+        // Its event ids start past the earlier daemon's, so a client's `Last-Event-ID` from
+        // before the restart is unknown here rather than naming another event.
+        let log = Arc::new(EventLog::restored());
+        let local = self.local(&log);
+        let outcome = local.restore_session(id.clone()).await?;
+        if matches!(outcome, RestoreOutcome::Restored(_)) {
+            tracing::info!(session = %id, "took up an MCP session of an earlier daemon");
+            self.add(&id, local, log, true);
+        }
+        Ok(outcome)
     }
 
     async fn initialize_session(
         &self,
         id: &SessionId,
-        message: ClientJsonRpcMessage,
+        mut message: ClientJsonRpcMessage,
     ) -> Result<ServerJsonRpcMessage, Self::Error> {
         let s = self.session(id)?;
+        if let ClientJsonRpcMessage::Request(r) = &mut message {
+            r.request.extensions_mut().insert(McpSessionId(id.clone()));
+        }
         Ok(s.local.initialize_session(id, message).await?)
     }
 
@@ -297,10 +434,14 @@ impl SessionManager for Sessions {
     }
 
     /// DELETE, or the session's service ended (idle, shutdown): also after an eviction.
+    /// Unless the daemon is stopping, the session is over for good: no longer kept.
     async fn close_session(&self, id: &SessionId) -> Result<(), Self::Error> {
         let session = lock(&self.open).remove(id);
         if let Some(s) = session {
             s.close().await;
+        }
+        if !self.host.shutdown_token().is_cancelled() {
+            self.persisted.delete(id).await;
         }
         Ok(())
     }
@@ -314,6 +455,9 @@ impl SessionManager for Sessions {
         let request = request_id(&message);
         if let Some(r) = &request {
             s.log.begin(r.clone());
+        }
+        if is_use(&message) {
+            s.used.store(true, Ordering::Relaxed);
         }
         let mut stream = s.local.create_stream(id, message).await?;
         // The first event is the stream's priming event: its id names the SSE stream.

@@ -71,6 +71,9 @@ pub struct Frontend {
     pub sessions: Vec<String>,
     /// Milliseconds since the Unix epoch of its last new session.
     pub last_seen_ms: u64,
+    /// Milliseconds since the Unix epoch of its first session (kept across restarts).
+    #[serde(default)]
+    pub first_seen_ms: u64,
 }
 
 /// One process of a [`Frontend`]'s chain.

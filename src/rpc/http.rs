@@ -97,6 +97,7 @@ pub(super) async fn serve_http<I>(
                 bearer,
                 caller,
                 clock,
+                connection: Arc::new(crate::facade::Connection::new()),
             },
         )
         .with_upgrades();
@@ -120,6 +121,9 @@ struct HttpService {
     bearer: Option<Bearer>,
     caller: Option<Arc<Caller>>,
     clock: Arc<HeadClock>,
+    /// This connection as `/mcp` sessions know it (gone with the service, so with the
+    /// connection).
+    connection: Arc<crate::facade::Connection>,
 }
 
 impl hyper::service::Service<HttpRequest<Incoming>> for HttpService {
@@ -189,8 +193,9 @@ impl HttpService {
                     "the MCP facade is not open to processes the host started\n",
                 ));
             }
-            let mcp = self.shared.mcp.clone();
-            return async move { Ok(mcp.handle(req).await.map(HttpBody::new)) }.boxed();
+            let (mcp, connection) = (self.shared.mcp.clone(), self.connection.clone());
+            return async move { Ok(mcp.handle(req, &connection).await.map(HttpBody::new)) }
+                .boxed();
         }
         if req.method() == hyper::Method::GET && req.uri().path() == "/health" {
             let health = super::ops::health(&self.shared.host);

@@ -547,10 +547,13 @@ fn session_methods(api: &mut Api) -> anyhow::Result<()> {
             // The project's tools are searched first, so the view records those approved.
             let workspace =
                 crate::session::workspace_of(&host.session_scope(), p.workspace.clone())?;
-            host.frontends().identify(&mut p, &workspace);
+            let frontend = host.frontends().identify(&mut p, &workspace);
             discover_in(&host, &workspace).await;
             let s = crate::session::create(&host.session_scope(), p).await?;
             host.frontends().saw(&s);
+            if let Some(f) = frontend {
+                host.frontends().keep(host.sessions(), f).await;
+            }
             session_event(&host, SessionEvent::Start, &s.id, &s.workspace);
             Ok(s)
         },

@@ -10,6 +10,32 @@ pub type Counter = (Vec<u8>, Vec<u8>);
 /// A change of one: the key and its new value, or `None` to remove it.
 pub type CounterWrite = (Vec<u8>, Option<Vec<u8>>);
 
+/// The kinds of small keyed records a store keeps besides sessions and counters, each in
+/// its own tree (a backend's table): the key is a string, the value JSON that only its
+/// owner reads (the store reads nothing into it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordKind {
+    /// `/mcp` sessions, so a restarted daemon takes their ids up again (src/facade/persisted.rs).
+    McpSession,
+    /// What the host knows of each frontend (src/frontends.rs).
+    Frontend,
+}
+
+impl RecordKind {
+    /// The tree (table) it is kept in.
+    pub fn tree(self) -> &'static str {
+        match self {
+            RecordKind::McpSession => "mcp_sessions",
+            RecordKind::Frontend => "frontends",
+        }
+    }
+}
+
+/// A stored record: key and value.
+pub type Record = (String, Vec<u8>);
+/// A change of one: the key and its new value, or `None` to remove it.
+pub type RecordWrite = (String, Option<Vec<u8>>);
+
 /// One page of [`SessionStore::list`].
 #[derive(Debug, Default)]
 pub struct Page {
@@ -42,4 +68,10 @@ pub trait SessionStore: Send + Sync {
     fn counters(&self) -> Result<Vec<Counter>>;
     /// Sets (`Some`) or removes (`None`) the guards' counters, each of `writes` in turn.
     fn set_counters(&self, writes: &[CounterWrite]) -> Result<()>;
+    /// Every record of `kind`, in key order.
+    fn records(&self, kind: RecordKind) -> Result<Vec<Record>>;
+    /// One record of `kind`.
+    fn record(&self, kind: RecordKind, key: &str) -> Result<Option<Vec<u8>>>;
+    /// Sets (`Some`) or removes (`None`) records of `kind`, each of `writes` in turn.
+    fn set_records(&self, kind: RecordKind, writes: &[RecordWrite]) -> Result<()>;
 }

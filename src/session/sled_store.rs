@@ -5,7 +5,8 @@
 //! - tree `by_time`: key = `(u64::MAX - created_at)` big-endian ++ id, value = id. Ascending
 //!   key order is newest first, ties broken by id; `list` pages through it;
 //! - tree `meta`: `schema_version` = [`SCHEMA_VERSION`] as a big-endian u32;
-//! - tree `guards`: the guards' persisted counters (src/guards/), opaque here.
+//! - tree `guards`: the guards' persisted counters (src/guards/), opaque here;
+//! - trees `mcp_sessions` and `frontends` ([`RecordKind`]): key = id, value = JSON, opaque here.
 //!
 //! `sessions` and `by_time` change together in one sled transaction (create, delete);
 //! `update` never changes `id` or `created_at`, so it touches only `sessions`, with a
@@ -34,7 +35,7 @@ use sha2::Digest;
 use sled::transaction::{abort, ConflictableTransactionError, TransactionError};
 use sled::Transactional;
 
-use super::backend::{Counter, CounterWrite, Page, SessionStore};
+use super::backend::{Counter, CounterWrite, Page, Record, RecordKind, RecordWrite, SessionStore};
 use crate::error::{Error, Result};
 use crate::protocol::Session;
 
@@ -56,6 +57,8 @@ pub struct SledStore {
     sessions: sled::Tree,
     by_time: sled::Tree,
     guards: sled::Tree,
+    mcp_sessions: sled::Tree,
+    frontends: sled::Tree,
     /// `sled::Tree::len` walks the whole tree, so the count is kept here (set at open).
     count: AtomicU64,
     /// sled's log file, for the `fdatasync` that `sled::Db::flush` leaves out (see `flush`).
@@ -286,6 +289,8 @@ impl SledStore {
         let sessions = db.open_tree("sessions")?;
         let by_time = db.open_tree("by_time")?;
         let guards = db.open_tree("guards")?;
+        let mcp_sessions = db.open_tree(RecordKind::McpSession.tree())?;
+        let frontends = db.open_tree(RecordKind::Frontend.tree())?;
         let mut n = 0u64;
         for k in sessions.iter().keys() {
             k?;
@@ -303,6 +308,8 @@ impl SledStore {
             sessions,
             by_time,
             guards,
+            mcp_sessions,
+            frontends,
             count: AtomicU64::new(n),
             log_file,
             blobs_dir: dir.join(BLOBS_DIR),
@@ -687,6 +694,45 @@ impl SessionStore for SledStore {
             .map_err(storage)?;
         }
         Ok(())
+    }
+
+    fn records(&self, kind: RecordKind) -> Result<Vec<Record>> {
+        self.tree(kind)
+            .iter()
+            .map(|kv| {
+                let (k, v) = kv.map_err(storage)?;
+                Ok((String::from_utf8_lossy(&k).into_owned(), v.to_vec()))
+            })
+            .collect()
+    }
+
+    fn record(&self, kind: RecordKind, key: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self
+            .tree(kind)
+            .get(key.as_bytes())
+            .map_err(storage)?
+            .map(|v| v.to_vec()))
+    }
+
+    fn set_records(&self, kind: RecordKind, writes: &[RecordWrite]) -> Result<()> {
+        let tree = self.tree(kind);
+        for (key, value) in writes {
+            match value {
+                Some(v) => tree.insert(key.as_bytes(), v.as_slice()),
+                None => tree.remove(key.as_bytes()),
+            }
+            .map_err(storage)?;
+        }
+        Ok(())
+    }
+}
+
+impl SledStore {
+    fn tree(&self, kind: RecordKind) -> &sled::Tree {
+        match kind {
+            RecordKind::McpSession => &self.mcp_sessions,
+            RecordKind::Frontend => &self.frontends,
+        }
     }
 }
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::backend::{Counter, CounterWrite, Page, SessionStore};
+use super::backend::{Counter, CounterWrite, Page, Record, RecordKind, RecordWrite, SessionStore};
 use super::sled_store::SledStore;
 use crate::error::{Error, Result};
 use crate::protocol::Session;
@@ -261,6 +261,26 @@ impl Sessions {
             .await
     }
 
+    /// Every record of `kind` (key, JSON value).
+    pub async fn records(&self, kind: RecordKind) -> Result<Vec<Record>> {
+        self.blocking(move |store| store.records(kind)).await
+    }
+
+    /// One record of `kind`.
+    pub async fn record(&self, kind: RecordKind, key: &str) -> Result<Option<Vec<u8>>> {
+        let key = key.to_owned();
+        self.blocking(move |store| store.record(kind, &key)).await
+    }
+
+    /// Sets or removes records of `kind` and waits until the change is durable.
+    pub async fn write_records(&self, kind: RecordKind, writes: Vec<RecordWrite>) -> Result<()> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        self.write(move |store| store.set_records(kind, &writes).map(|()| ((), true)))
+            .await
+    }
+
     /// The sessions' recent calls (what the invoke pipeline records as calls end).
     pub fn history(&self) -> &super::History {
         &self.history
@@ -360,6 +380,15 @@ impl SessionStore for Closed {
         Err(closed())
     }
     fn set_counters(&self, _: &[CounterWrite]) -> Result<()> {
+        Err(closed())
+    }
+    fn records(&self, _: RecordKind) -> Result<Vec<Record>> {
+        Err(closed())
+    }
+    fn record(&self, _: RecordKind, _: &str) -> Result<Option<Vec<u8>>> {
+        Err(closed())
+    }
+    fn set_records(&self, _: RecordKind, _: &[RecordWrite]) -> Result<()> {
         Err(closed())
     }
 }
@@ -700,6 +729,15 @@ mod tests {
         }
         fn set_counters(&self, writes: &[CounterWrite]) -> Result<()> {
             self.inner.set_counters(writes)
+        }
+        fn records(&self, kind: RecordKind) -> Result<Vec<Record>> {
+            self.inner.records(kind)
+        }
+        fn record(&self, kind: RecordKind, key: &str) -> Result<Option<Vec<u8>>> {
+            self.inner.record(kind, key)
+        }
+        fn set_records(&self, kind: RecordKind, writes: &[RecordWrite]) -> Result<()> {
+            self.inner.set_records(kind, writes)
         }
     }
 

@@ -33,6 +33,7 @@ mod guards;
 mod hardening3_budget;
 mod hardening3_pins;
 mod hardening4;
+mod http_restart;
 mod identity;
 mod idle;
 mod in_process;
