@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite from a fresh clone: installs the pinned third-party MCP servers,
 # the MCP conformance suite and its Node 22 (npm, from tests/package-lock.json), the pinned
-# Python MCP SDK, cargo-deb and Debian's chromium, builds, then runs every test.
+# Python MCP SDK, cargo-deb, Debian's chromium and postgresql, builds, then runs every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for pkg in @modelcontextprotocol/server-everything @modelcontextprotocol/server-memory \
@@ -22,6 +22,14 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
   [ "$(id -u)" -eq 0 ] || sudo_if_needed="sudo"
   $sudo_if_needed apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo_if_needed apt-get install -y -qq --no-install-recommends chromium chromium-driver
+fi
+# Debian's PostgreSQL server for the fleet tests (tests/it/fleet.rs starts a throw-away
+# cluster of its own from /usr/lib/postgresql/*/bin, never the packaged one), once.
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
+  sudo_if_needed=""
+  [ "$(id -u)" -eq 0 ] || sudo_if_needed="sudo"
+  $sudo_if_needed apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_if_needed apt-get install -y -qq --no-install-recommends postgresql
 fi
 # cargo-deb for tests/it/deb.rs (builds the .deb from the debug binary and reads it back),
 # once: about a minute to compile on 2 cores.

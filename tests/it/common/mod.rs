@@ -18,6 +18,7 @@ pub use toolhost::client::{Client, ClientError};
 pub mod conformance;
 pub mod mcp;
 pub mod new_era;
+pub mod postgres;
 pub mod skills;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_toolhost");
