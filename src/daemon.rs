@@ -270,7 +270,25 @@ pub async fn run(
     let server = rpc::start(host.clone(), listeners)?;
     reload::start_servers(&host);
     if let Some(fleet) = host.fleet() {
-        fleet.start(&host);
+        let h = host.clone();
+        fleet.start(crate::fleet::Context {
+            approvals: host.approvals().clone(),
+            tracker: host.tracker().clone(),
+            shutdown: host.shutdown_token().clone(),
+            servers: std::sync::Arc::new(move || {
+                h.mcp()
+                    .status(None)
+                    .into_iter()
+                    .map(|s| crate::protocol::FleetServer {
+                        state: serde_json::to_value(s.state)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_owned))
+                            .unwrap_or_default(),
+                        name: s.name,
+                    })
+                    .collect()
+            }),
+        });
     }
     host.tracker().spawn(crate::outputs::prune_periodically(
         host.outputs_dir(),

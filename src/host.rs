@@ -273,7 +273,7 @@ impl Host {
     /// Makes the host a member of `fleet` (once, before anything is served): its approval
     /// queue and audit log get their shared side.
     pub fn join_fleet(&self, fleet: crate::fleet::Fleet) {
-        fleet.attach(self);
+        fleet.attach(self.approvals(), self.audit());
         let _ = self.0.fleet.set(fleet);
     }
     pub fn shutdown_token(&self) -> &CancellationToken {

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use super::{pg_error, Fleet, DB_TIMEOUT};
 use crate::config;
-use crate::host::Host;
 use crate::protocol::{FleetMember, FleetMemberState, FleetServer};
 
 /// The NOTIFY channel of the approval queue (payload: an entry id).
@@ -45,25 +44,14 @@ pub(super) async fn register(
 
 /// Every `heartbeat_ms`: the heartbeat (with the member's servers), then the sweep of lost
 /// members. Ends at shutdown.
-pub(super) async fn heartbeat_loop(fleet: Fleet, host: Host) {
+pub(super) async fn heartbeat_loop(fleet: Fleet, cx: super::Context) {
     let every = Duration::from_millis(fleet.0.cfg.heartbeat_ms);
     loop {
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
-            _ = host.shutdown_token().cancelled() => return,
+            _ = cx.shutdown.cancelled() => return,
         }
-        let servers: Vec<FleetServer> = host
-            .mcp()
-            .status(None)
-            .into_iter()
-            .map(|s| FleetServer {
-                name: s.name,
-                state: serde_json::to_value(s.state)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default(),
-            })
-            .collect();
+        let servers = (cx.servers)();
         match tokio::time::timeout(DB_TIMEOUT, beat(&fleet, &servers)).await {
             Ok(Ok(())) => fleet.reached(),
             Ok(Err(e)) => {

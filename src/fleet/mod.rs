@@ -20,17 +20,32 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::Context;
+use anyhow::Context as _;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio::sync::mpsc;
 
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::approvals::Approvals;
+use crate::audit::AuditLog;
 use crate::config::{self, Config};
-use crate::host::Host;
 use crate::lock;
-use crate::protocol::{FleetHealth, FleetStatusResult};
+use crate::protocol::{FleetHealth, FleetServer, FleetStatusResult};
 
 /// How long one exchange with the database may take before it counts as a failure.
 const DB_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// What the member's tasks need of the daemon (handed in: the host holds the fleet, so the
+/// fleet does not reach back into the host).
+#[derive(Clone)]
+pub struct Context {
+    pub approvals: Arc<Approvals>,
+    pub tracker: TaskTracker,
+    pub shutdown: CancellationToken,
+    /// The member's MCP servers and their states, for each heartbeat.
+    pub servers: Arc<dyn Fn() -> Vec<FleetServer> + Send + Sync>,
+}
 
 /// This daemon's membership of a fleet; cheap to clone.
 #[derive(Clone)]
@@ -179,26 +194,24 @@ impl Fleet {
         &self.0.member
     }
 
-    /// Hands the host's approval queue and audit log their shared side.
-    pub fn attach(&self, host: &Host) {
-        host.approvals()
-            .share(Arc::new(queue::SharedQueue(self.clone())));
-        host.audit()
-            .share(Arc::new(outbox::SharedAudit(self.clone())));
+    /// Hands the daemon's approval queue and audit log their shared side.
+    pub fn attach(&self, approvals: &Approvals, audit: &AuditLog) {
+        approvals.share(Arc::new(queue::SharedQueue(self.clone())));
+        audit.share(Arc::new(outbox::SharedAudit(self.clone())));
     }
 
     /// Starts the member's tasks: heartbeat and lost-member sweep, the LISTEN connection,
     /// the outbox writer.
-    pub fn start(&self, host: &Host) {
+    pub fn start(&self, cx: Context) {
         if let Some(rx) = lock(&self.0.outbox_rx).take() {
             // Not on the host's tracker: it outlives the shutdown token, to write the
             // last calls' records (see [`Fleet::stop`]).
             tokio::spawn(outbox::write_loop(self.clone(), rx));
         }
-        host.tracker()
-            .spawn(members::heartbeat_loop(self.clone(), host.clone()));
-        host.tracker()
-            .spawn(queue::listen_loop(self.clone(), host.clone()));
+        cx.tracker
+            .spawn(members::heartbeat_loop(self.clone(), cx.clone()));
+        cx.tracker
+            .spawn(queue::listen_loop(self.clone(), cx.clone()));
     }
 
     /// At shutdown: writes what is queued (at most `grace`), then leaves the fleet.

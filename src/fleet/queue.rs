@@ -11,8 +11,7 @@ use tokio_postgres::AsyncMessage;
 
 use super::members::CHANNEL;
 use super::{outbox::Op, pg_error, Fleet, DB_TIMEOUT};
-use crate::approvals::{Claim, Shared};
-use crate::host::Host;
+use crate::approvals::{Approvals, Claim, Shared};
 use crate::protocol::{ApprovalOutcome, ApprovalVerdictRecord, DecidedApproval, PendingApproval};
 
 /// The queue's view of the fleet.
@@ -178,9 +177,9 @@ async fn decided(fleet: &Fleet, ids: &[String]) -> Result<Vec<DecidedApproval>, 
 }
 
 /// Applies the decisions made elsewhere on this member's waiting calls.
-async fn catch_up(fleet: &Fleet, host: &Host, ids: Vec<String>) -> Result<(), String> {
+async fn catch_up(fleet: &Fleet, approvals: &Approvals, ids: Vec<String>) -> Result<(), String> {
     for d in decided(fleet, &ids).await? {
-        host.approvals().apply(&d);
+        approvals.apply(&d);
     }
     Ok(())
 }
@@ -189,8 +188,8 @@ async fn catch_up(fleet: &Fleet, host: &Host, ids: Vec<String>) -> Result<(), St
 /// this member's waiting calls, reads the decision and applies it. After every (re)connect
 /// it reads the decisions of all its waiting calls, so none made while it was away is
 /// missed. Ends at shutdown.
-pub(super) async fn listen_loop(fleet: Fleet, host: Host) {
-    let shutdown = host.shutdown_token().clone();
+pub(super) async fn listen_loop(fleet: Fleet, cx: super::Context) {
+    let (shutdown, approvals) = (cx.shutdown, cx.approvals);
     loop {
         let connected = tokio::select! {
             c = tokio::time::timeout(DB_TIMEOUT, fleet.0.pg.connect(tokio_postgres::NoTls)) => c,
@@ -224,14 +223,14 @@ pub(super) async fn listen_loop(fleet: Fleet, host: Host) {
             retry_pause(&shutdown).await;
             continue;
         }
-        if let Err(e) = catch_up(&fleet, &host, host.approvals().local_ids()).await {
+        if let Err(e) = catch_up(&fleet, &approvals, approvals.local_ids()).await {
             fleet.failed(e);
         }
         loop {
             tokio::select! {
                 id = rx.recv() => match id {
-                    Some(id) if host.approvals().is_local(&id) => {
-                        if let Err(e) = catch_up(&fleet, &host, vec![id]).await {
+                    Some(id) if approvals.is_local(&id) => {
+                        if let Err(e) = catch_up(&fleet, &approvals, vec![id]).await {
                             fleet.failed(e);
                         }
                     }
