@@ -10,13 +10,19 @@
 //! that comes second is refused with the first one's name. [`settle`] is the pipeline's
 //! whole approval step, queue or not.
 //!
+//! In fleet mode the queue has a [`Shared`] side (src/fleet/): entries are published to
+//! the fleet's database, an operator's decision is claimed there first (exactly one claim
+//! wins fleet-wide) and so is each ending taken here (caller's answer, deadline, leaving);
+//! a decision made on another member reaches its call through [`Approvals::apply`].
+//!
 //! `allow_session` is remembered here in memory, per session and tool, until the session
 //! is deleted or the daemon stops: a restart asks again (the safe side).
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use futures::future::BoxFuture;
 use serde_json::{Map, Value};
 use tokio::sync::{broadcast, oneshot};
 
@@ -52,9 +58,44 @@ fn frontend(client: Option<&str>) -> Option<String> {
     }
 }
 
+/// The fleet's side of the queue, when the daemon is a member of one (src/fleet/).
+pub trait Shared: Send + Sync {
+    /// This member's id: it prefixes entry ids (`ap-<member>-<n>`, unique in the fleet)
+    /// and names where a decision was made.
+    fn member(&self) -> &str;
+    /// Queues the entry's row (written in order with this member's other writes).
+    fn publish(&self, entry: &PendingApproval);
+    /// Queues an ending taken on this member (a no-op in the database when another
+    /// decision is there already).
+    fn ended(&self, decided: &DecidedApproval);
+    /// Decides entry `id` in the database with `verdict`, if it still waits there.
+    fn claim(
+        &self,
+        id: &str,
+        verdict: &ApprovalVerdictRecord,
+    ) -> BoxFuture<'static, Result<Claim, String>>;
+    /// Every entry waiting in the fleet, oldest first.
+    fn list(&self) -> BoxFuture<'static, Result<Vec<PendingApproval>, String>>;
+}
+
+/// What a [`Shared::claim`] found.
+#[derive(Debug)]
+pub enum Claim {
+    /// This claim decided the entry.
+    Won(DecidedApproval),
+    /// Another decision came first: this one.
+    Lost(DecidedApproval),
+    /// The entry waits, but `allow_session` was claimed for an entry without a session.
+    Sessionless,
+    /// No such entry in the database (not yet written, or not a fleet id).
+    Unknown,
+}
+
 /// The daemon's approval queue.
 pub struct Approvals {
     state: Mutex<State>,
+    /// The fleet's side, set once at start in fleet mode.
+    shared: OnceLock<Arc<dyn Shared>>,
     /// Sent under the state's lock, so a subscriber's snapshot and its events never
     /// overlap or leave a gap.
     events: broadcast::Sender<ApprovalEvent>,
@@ -96,12 +137,55 @@ impl Default for Approvals {
     fn default() -> Self {
         Approvals {
             state: Mutex::default(),
+            shared: OnceLock::new(),
             events: broadcast::channel(256).0,
         }
     }
 }
 
 impl Approvals {
+    /// Makes this the member's side of the fleet's queue (once, before anything waits).
+    pub fn share(&self, shared: Arc<dyn Shared>) {
+        let _ = self.shared.set(shared);
+    }
+
+    fn shared(&self) -> Option<Arc<dyn Shared>> {
+        self.shared.get().cloned()
+    }
+
+    /// The id of entry number `key`.
+    fn id_of(&self, key: u64) -> String {
+        match self.shared.get() {
+            Some(s) => format!("ap-{}-{key}", s.member()),
+            None => format!("ap-{key}"),
+        }
+    }
+
+    /// The entry number of `id`, when it is one of this queue's.
+    fn key_of(&self, id: &str) -> Option<u64> {
+        let rest = id.strip_prefix("ap-")?;
+        let number = match self.shared.get() {
+            Some(s) => rest.strip_prefix(s.member())?.strip_prefix('-')?,
+            None => rest,
+        };
+        number.parse().ok()
+    }
+
+    /// Whether `id` waits in this daemon's own queue.
+    pub fn is_local(&self, id: &str) -> bool {
+        self.key_of(id)
+            .is_some_and(|k| lock(&self.state).pending.contains_key(&k))
+    }
+
+    /// The ids waiting in this daemon's own queue.
+    pub fn local_ids(&self) -> Vec<String> {
+        lock(&self.state)
+            .pending
+            .values()
+            .map(|w| w.entry.id.clone())
+            .collect()
+    }
+
     /// Puts a call in the queue; `None` when [`MAX_PENDING`] calls wait already, or
     /// [`MAX_PENDING_PER_FRONTEND`] of the same frontend.
     pub fn enqueue(self: &Arc<Self>, r: Request<'_>) -> Option<Ticket> {
@@ -125,7 +209,7 @@ impl Approvals {
         let since_ms = crate::now_ms();
         let wait_ms = u64::try_from(r.wait.as_millis()).unwrap_or(u64::MAX);
         let entry = PendingApproval {
-            id: format!("ap-{key}"),
+            id: self.id_of(key),
             call_id: r.call_id.to_owned(),
             tool: r.tool.to_owned(),
             session_id: r.session_id.map(str::to_owned),
@@ -141,6 +225,9 @@ impl Approvals {
         let _ = self
             .events
             .send(ApprovalEvent::ApprovalPending(entry.clone()));
+        if let Some(shared) = self.shared.get() {
+            shared.publish(&entry);
+        }
         state.pending.insert(
             key,
             Waiting {
@@ -163,6 +250,100 @@ impl Approvals {
         state.pending.values().map(|w| w.entry.clone()).collect()
     }
 
+    /// [`Approvals::list`], fleet-wide in fleet mode: every member's waiting calls (this
+    /// member's own ones not yet written there included); only this member's while the
+    /// database is unreachable.
+    pub async fn list_anywhere(&self) -> Vec<PendingApproval> {
+        let local = self.list();
+        let Some(shared) = self.shared() else {
+            return local;
+        };
+        match shared.list().await {
+            Ok(mut all) => {
+                let known: HashSet<String> = all.iter().map(|e| e.id.clone()).collect();
+                all.extend(local.into_iter().filter(|e| !known.contains(&e.id)));
+                all.sort_by_key(|e| e.since_ms);
+                all
+            }
+            Err(_) => local,
+        }
+    }
+
+    /// [`Approvals::decide`], fleet-wide in fleet mode: the decision is claimed in the
+    /// database first, so the first decision anywhere wins; a call waiting on another
+    /// member is woken there. With the database unreachable only this member's own calls
+    /// can be decided (the ending is written when it returns).
+    pub async fn decide_anywhere(
+        &self,
+        p: ApprovalsDecideParams,
+        peer: Option<&Caller>,
+    ) -> Result<DecidedApproval, Error> {
+        let Some(shared) = self.shared() else {
+            return self.decide(p, peer);
+        };
+        let by = self.decider(&p, peer)?;
+        let verdict = ApprovalVerdictRecord {
+            outcome: p.decision.into(),
+            by: Some(by),
+            reason: p.reason.as_deref().map(clip_reason),
+            waited_ms: 0,
+        };
+        match shared.claim(&p.id, &verdict).await {
+            Ok(Claim::Won(d)) => Ok(self.apply(&d).unwrap_or(d)),
+            Ok(Claim::Lost(first)) => {
+                self.apply(&first);
+                Err(already_decided(&first))
+            }
+            Ok(Claim::Sessionless) => Err(sessionless_error(&p.id)),
+            // Not (yet) in the database: this member's own queue decides.
+            Ok(Claim::Unknown) => self.decide(p, peer),
+            Err(e) if self.is_local(&p.id) => {
+                tracing::warn!(id = %p.id, error = %e, "fleet store unreachable: deciding a local call here");
+                self.decide(p, peer)
+            }
+            Err(e) => Err(Error::Server(format!(
+                "the fleet's database is unreachable ({e}): only this member's own waiting calls can be decided now"
+            ))),
+        }
+    }
+
+    /// Ends this member's waiting call `d.id` as decided elsewhere (no-op when it does
+    /// not wait here): what the fleet's LISTEN connection applies.
+    pub fn apply(&self, d: &DecidedApproval) -> Option<DecidedApproval> {
+        let key = self.key_of(&d.id)?;
+        let mut state = lock(&self.state);
+        let waiting = state.pending.remove(&key)?;
+        let v = &d.verdict;
+        Some(self.finish(
+            &mut state,
+            waiting,
+            v.outcome,
+            v.by.clone(),
+            v.reason.clone(),
+        ))
+    }
+
+    /// Who decides, from the params and the deciding connection.
+    fn decider(
+        &self,
+        p: &ApprovalsDecideParams,
+        peer: Option<&Caller>,
+    ) -> Result<ApprovalDecider, Error> {
+        if p.via == DecidedVia::Caller {
+            return Err(Error::InvalidParams(
+                "via \"caller\" is the call's own answer; an operator decides via socket, cli or ui"
+                    .into(),
+            ));
+        }
+        Ok(ApprovalDecider {
+            via: p.via,
+            uid: peer.map(|c| c.uid),
+            pid: peer.and_then(|c| c.pid),
+            process: peer.and_then(|c| c.process.clone()),
+            member: self.shared.get().map(|s| s.member().to_owned()),
+        })
+    }
+
     /// The calls waiting now and every event from this moment on.
     pub fn subscribe(&self) -> (Vec<PendingApproval>, broadcast::Receiver<ApprovalEvent>) {
         let state = lock(&self.state);
@@ -180,18 +361,7 @@ impl Approvals {
         p: ApprovalsDecideParams,
         peer: Option<&Caller>,
     ) -> Result<DecidedApproval, Error> {
-        if p.via == DecidedVia::Caller {
-            return Err(Error::InvalidParams(
-                "via \"caller\" is the call's own answer; an operator decides via socket, cli or ui"
-                    .into(),
-            ));
-        }
-        let by = ApprovalDecider {
-            via: p.via,
-            uid: peer.map(|c| c.uid),
-            pid: peer.and_then(|c| c.pid),
-            process: peer.and_then(|c| c.process.clone()),
-        };
+        let by = self.decider(&p, peer)?;
         let mut state = lock(&self.state);
         let unknown = || {
             Error::InvalidParams(format!(
@@ -199,7 +369,7 @@ impl Approvals {
                 p.id
             ))
         };
-        let Some(key) = key_of(&p.id).filter(|k| state.pending.contains_key(k)) else {
+        let Some(key) = self.key_of(&p.id).filter(|k| state.pending.contains_key(k)) else {
             return Err(match state.decided.iter().find(|d| d.id == p.id) {
                 Some(first) => already_decided(first),
                 None => unknown(),
@@ -210,15 +380,10 @@ impl Approvals {
             .get(&key)
             .is_some_and(|w| w.entry.session_id.is_none());
         if p.decision == ApprovalDecision::AllowSession && sessionless {
-            return Err(Error::InvalidParams(format!(
-                "{} has no session, so it cannot be allowed for one; use allow_once",
-                p.id
-            )));
+            return Err(sessionless_error(&p.id));
         }
         let waiting = state.pending.remove(&key).ok_or_else(unknown)?;
-        let reason = p
-            .reason
-            .map(|r| r.chars().take(MAX_REASON_CHARS).collect::<String>());
+        let reason = p.reason.as_deref().map(clip_reason);
         Ok(self.finish(&mut state, waiting, p.decision.into(), Some(by), reason))
     }
 
@@ -270,6 +435,9 @@ impl Approvals {
             state.decided.pop_front();
         }
         state.decided.push_back(decided.clone());
+        if let Some(shared) = self.shared.get() {
+            shared.ended(&decided);
+        }
         let _ = waiting.answer.send(verdict);
         let _ = self
             .events
@@ -278,8 +446,14 @@ impl Approvals {
     }
 }
 
-fn key_of(id: &str) -> Option<u64> {
-    id.strip_prefix("ap-")?.parse().ok()
+fn clip_reason(r: &str) -> String {
+    r.chars().take(MAX_REASON_CHARS).collect()
+}
+
+fn sessionless_error(id: &str) -> Error {
+    Error::InvalidParams(format!(
+        "{id} has no session, so it cannot be allowed for one; use allow_once"
+    ))
 }
 
 fn already_decided(first: &DecidedApproval) -> Error {
@@ -312,6 +486,30 @@ impl Ticket {
             // for its other endings rather than run.
             Err(_) => std::future::pending().await,
         }
+    }
+
+    /// Ends the wait with `outcome` (an ending taken on this member), unless a decision
+    /// came first: then that one. In fleet mode the ending is claimed in the database
+    /// first, so a decision made on another member just before wins there and here.
+    async fn end(
+        &mut self,
+        outcome: ApprovalOutcome,
+        by: Option<ApprovalDecider>,
+    ) -> ApprovalVerdictRecord {
+        if let Some(shared) = self.queue.shared() {
+            let proposed = ApprovalVerdictRecord {
+                outcome,
+                by: by.clone(),
+                reason: None,
+                waited_ms: 0,
+            };
+            if let Ok(Claim::Lost(first)) =
+                shared.claim(&self.queue.id_of(self.key), &proposed).await
+            {
+                self.queue.apply(&first);
+            }
+        }
+        self.close(outcome, by)
     }
 
     /// Ends the wait with `outcome`, unless a decision came first: then that one.
@@ -398,6 +596,7 @@ pub async fn settle(
         uid: None,
         pid: None,
         process: None,
+        member: None,
     };
     let Some(mut ticket) = ticket else {
         if !asks_caller {
@@ -440,14 +639,18 @@ pub async fn settle(
         }
         std::future::pending().await
     };
-    let verdict = tokio::select! {
-        v = ticket.decided() => v,
+    let ending = tokio::select! {
+        v = ticket.decided() => Err(v),
         accepted = asked => {
             let answer = if accepted { ApprovalOutcome::AllowOnce } else { ApprovalOutcome::Deny };
-            ticket.close(answer, Some(caller()))
+            Ok((answer, Some(caller())))
         }
-        _ = tokio::time::sleep(wait) => ticket.close(ApprovalOutcome::TimedOut, None),
-        _ = ctx.cancel.cancelled() => ticket.close(ApprovalOutcome::Withdrawn, None),
+        _ = tokio::time::sleep(wait) => Ok((ApprovalOutcome::TimedOut, None)),
+        _ = ctx.cancel.cancelled() => Ok((ApprovalOutcome::Withdrawn, None)),
+    };
+    let verdict = match ending {
+        Err(decided) => decided,
+        Ok((outcome, by)) => ticket.end(outcome, by).await,
     };
     (outcome(&ask, &verdict), Some(verdict))
 }

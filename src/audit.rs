@@ -111,10 +111,18 @@ pub fn current_caller() -> Option<Arc<Caller>> {
     CALLER.try_with(Arc::clone).ok()
 }
 
+/// Where records also go in fleet mode: the fleet's audit table (src/fleet/).
+pub trait Shared: Send + Sync {
+    /// Queues the record for the shared table; never blocks.
+    fn record(&self, r: &AuditRecord);
+}
+
 /// The sending end of the audit log; cheap to share.
 #[derive(Clone)]
 pub struct AuditLog {
     tx: Option<SyncSender<Entry>>,
+    /// The fleet's table, set once at start in fleet mode.
+    shared: Arc<std::sync::OnceLock<Arc<dyn Shared>>>,
 }
 
 /// What the writer thread is sent.
@@ -134,16 +142,30 @@ impl AuditLog {
             .name("toolhost-audit".into())
             .spawn(move || write_loop(&path, rx, MAX_BYTES, KEEP));
         match spawned {
-            Ok(_) => AuditLog { tx: Some(tx) },
+            Ok(_) => AuditLog {
+                tx: Some(tx),
+                shared: Arc::default(),
+            },
             Err(e) => {
                 tracing::error!("audit log disabled: cannot start its writer thread: {e}");
-                AuditLog { tx: None }
+                AuditLog {
+                    tx: None,
+                    shared: Arc::default(),
+                }
             }
         }
     }
 
+    /// Also sends every record to `shared` from now on (once, at start).
+    pub fn share(&self, shared: Arc<dyn Shared>) {
+        let _ = self.shared.set(shared);
+    }
+
     /// Queues a record; false when it had to be dropped.
     pub fn record(&self, r: AuditRecord) -> bool {
+        if let Some(shared) = self.shared.get() {
+            shared.record(&r);
+        }
         match &self.tx {
             Some(tx) => match tx.try_send(Entry::Record(Box::new(r))) {
                 Ok(()) => true,

@@ -171,8 +171,14 @@ async fn start(
     let processes = Processes::new(reload::child_env(&loaded.config));
     // The socket first: a second daemon must fail on the live socket, not on the store lock.
     let listeners = Listeners::bind(opts.socket.as_deref(), &loaded.config).await?;
-    let host = match Host::new(dirs, loaded, processes) {
-        Ok(h) => h,
+    let fleet = crate::fleet::Fleet::open(&loaded.config, vec![listeners.describe()]).await;
+    let host = match fleet.and_then(|f| Ok((Host::new(dirs, loaded, processes)?, f))) {
+        Ok((h, fleet)) => {
+            if let Some(fleet) = fleet {
+                h.join_fleet(fleet);
+            }
+            h
+        }
         Err(e) => {
             if let Some(s) = &listeners.owned {
                 s.remove();
@@ -264,6 +270,27 @@ pub async fn run(
     let watched = watch_config(&host);
     let server = rpc::start(host.clone(), listeners)?;
     reload::start_servers(&host);
+    if let Some(fleet) = host.fleet() {
+        let h = host.clone();
+        fleet.start(crate::fleet::Context {
+            approvals: host.approvals().clone(),
+            tracker: host.tracker().clone(),
+            shutdown: host.shutdown_token().clone(),
+            servers: std::sync::Arc::new(move || {
+                h.mcp()
+                    .status(None)
+                    .into_iter()
+                    .map(|s| crate::protocol::FleetServer {
+                        state: serde_json::to_value(s.state)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_owned))
+                            .unwrap_or_default(),
+                        name: s.name,
+                    })
+                    .collect()
+            }),
+        });
+    }
     host.tracker().spawn(crate::outputs::prune_periodically(
         host.outputs_dir(),
         host.shutdown_token().clone(),
@@ -294,6 +321,9 @@ pub async fn run(
     host.tracker().close();
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, host.tracker().wait()).await;
     host.audit().flush(SHUTDOWN_GRACE).await;
+    if let Some(fleet) = host.fleet() {
+        fleet.stop(SHUTDOWN_GRACE).await;
+    }
     Ok(())
 }
 

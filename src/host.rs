@@ -85,6 +85,8 @@ struct Inner {
     checkpoints: crate::checkpoint::Checkpoints,
     /// Rate limits, budgets and loop breakers, and their counters.
     guards: Arc<crate::guards::Guards>,
+    /// Fleet mode's membership (set once at start; none with a sled store).
+    fleet: std::sync::OnceLock<crate::fleet::Fleet>,
     started: Instant,
     /// Cancelled at shutdown; every call's token is a child of it.
     shutdown: CancellationToken,
@@ -181,6 +183,7 @@ impl Host {
             metrics: Arc::default(),
             audit,
             guards: Arc::new(guards),
+            fleet: std::sync::OnceLock::new(),
             started: Instant::now(),
             shutdown,
             tracker,
@@ -262,6 +265,16 @@ impl Host {
     }
     pub fn guards(&self) -> &Arc<crate::guards::Guards> {
         &self.0.guards
+    }
+    /// This daemon's membership of a fleet, in fleet mode.
+    pub fn fleet(&self) -> Option<&crate::fleet::Fleet> {
+        self.0.fleet.get()
+    }
+    /// Makes the host a member of `fleet` (once, before anything is served): its approval
+    /// queue and audit log get their shared side.
+    pub fn join_fleet(&self, fleet: crate::fleet::Fleet) {
+        fleet.attach(self.approvals(), self.audit());
+        let _ = self.0.fleet.set(fleet);
     }
     pub fn shutdown_token(&self) -> &CancellationToken {
         &self.0.shutdown

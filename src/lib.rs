@@ -38,6 +38,7 @@ pub mod daemon;
 mod error;
 mod facade;
 mod fds;
+mod fleet;
 mod front_matter;
 mod frontends;
 mod guards;

@@ -14,7 +14,9 @@ done
 # Debian packages the tests need, once: chromium and chromedriver for the operator page's
 # browser test (tests/it/ui.rs), python3 with venv for the Python MCP SDK tests,
 # systemd-socket-activate (tests/it/deploy.rs), an old Node at /usr/bin/node (Debian's
-# nodejs, older than 22.6: tests/it/modules.rs) and setpriv (util-linux). A test whose
+# nodejs, older than 22.6: tests/it/modules.rs), setpriv (util-linux) and PostgreSQL's
+# server programs (tests/it/fleet.rs starts throw-away clusters of its own from
+# /usr/lib/postgresql/*/bin, never the packaged one). A test whose
 # prerequisite is missing fails; it never passes as skipped.
 apt_packages=()
 command -v chromium >/dev/null 2>&1 || apt_packages+=(chromium)
@@ -24,6 +26,7 @@ python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || apt_packages+=(python3-ve
 command -v systemd-socket-activate >/dev/null 2>&1 || apt_packages+=(systemd)
 [ -x /usr/bin/node ] || apt_packages+=(nodejs)
 command -v setpriv >/dev/null 2>&1 || apt_packages+=(util-linux)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || apt_packages+=(postgresql)
 if [ ${#apt_packages[@]} -gt 0 ]; then
   sudo_if_needed=""
   [ "$(id -u)" -eq 0 ] || sudo_if_needed="sudo"

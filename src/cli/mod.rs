@@ -12,6 +12,7 @@
 mod approvals;
 mod calls;
 mod config;
+mod fleet;
 mod guards;
 mod import;
 mod invoke;
@@ -119,6 +120,9 @@ enum Command {
         #[command(subcommand)]
         command: Option<guards::GuardsCommand>,
     },
+    /// Fleet mode: every member of the fleet, live or lost, and the shared database's
+    /// health (exit 1 while it is unreachable or a member is lost).
+    Fleet,
     /// Show the daemon's health.
     Health,
     /// Send a raw JSON-RPC call and print its result.
@@ -329,6 +333,7 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Undo(args) => undo::undo(&g, args).await,
         Command::Checkpoints(args) => undo::checkpoints(&g, args).await,
         Command::Guards { command } => guards::run(&g, command).await,
+        Command::Fleet => fleet::run(&g).await,
         Command::Config { command } => config::run(&g, command).await,
         Command::Session { command } => session::run(&g, command).await,
         Command::Mcp { command, flags } => mcp::run(&g, command, flags).await,

@@ -326,6 +326,11 @@ impl Client {
         self.call(method::APPROVALS_LIST, &EmptyParams {}).await
     }
 
+    /// Fleet mode: the members and the shared database's health.
+    pub async fn fleet_status(&self) -> Result<FleetStatusResult, ClientError> {
+        self.call(method::FLEET_STATUS, &EmptyParams {}).await
+    }
+
     /// The guards' rules and counters.
     pub async fn guards_status(&self) -> Result<GuardsStatusResult, ClientError> {
         self.call(method::GUARDS_STATUS, &EmptyParams {}).await

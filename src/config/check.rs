@@ -58,6 +58,7 @@ fn check_against_schema(root: &Value, env_origin: &HashMap<String, String>) -> C
     server_rules(&value, &mut r);
     super::validate::sandbox_rules(&value, &mut r);
     super::validate::profile_rules(&value, &mut r);
+    super::validate::fleet_rules(&value, &mut r);
     super::validate::guard_rules(&value, &mut r);
     let mut order = HashMap::new();
     post_order(&value, &mut JsonPath::default(), &mut order);

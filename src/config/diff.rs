@@ -72,6 +72,8 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
     };
     restart(old.workspace != new.workspace, "workspace");
     restart(old.data_dir != new.data_dir, "data_dir");
+    restart(old.store != new.store, "store");
+    restart(old.fleet != new.fleet, "fleet");
     restart(old.listen.socket != new.listen.socket, "listen.socket");
     restart(
         old.listen.socket_mode != new.listen.socket_mode,

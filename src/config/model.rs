@@ -63,6 +63,108 @@ pub struct Config {
     /// Rate limits, budgets and loop breakers on tool calls (proto-docs/guards.md). The
     /// built-in loop breaker `default-loop` applies unless a rule of that name replaces it.
     pub guards: Vec<GuardRule>,
+    /// Where the shared state lives: `sled` in the data dir (the default), or PostgreSQL
+    /// for fleet mode (proto-docs/fleet.md). Restart-only.
+    pub store: Store,
+    /// Fleet mode: this daemon is one member of a fleet sharing `store` (proto-docs/fleet.md).
+    /// Required with a `postgres` store. Restart-only.
+    pub fleet: Option<Fleet>,
+}
+
+/// The `store` section: which engine holds the state daemons can share.
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Store {
+    /// Embedded, in the data dir; nothing is shared.
+    #[default]
+    Sled,
+    /// A PostgreSQL database every member of the fleet names.
+    Postgres {
+        /// `postgres://user@host:port/db` or `host=… port=… user=… dbname=…`; put the
+        /// password in as `${NAME}` (the secrets file or the environment), never inline.
+        #[schemars(length(min = 1))]
+        url: String,
+        /// Connections in the pool (besides the one that LISTENs).
+        #[serde(default = "default_pool")]
+        #[schemars(range(min = 1, max = 64))]
+        pool: usize,
+    },
+}
+
+fn default_pool() -> usize {
+    4
+}
+
+/// The URL with its password left out: what logs and `Debug` show.
+pub fn redacted_url(url: &str) -> String {
+    if let Ok(mut u) = url::Url::parse(url) {
+        if u.password().is_some() {
+            let _ = u.set_password(Some("***"));
+        }
+        return u.to_string();
+    }
+    url.split_whitespace()
+        .map(|kv| match kv.split_once('=') {
+            Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+            _ => kv.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Store::Sled => f.write_str("Sled"),
+            Store::Postgres { url, pool } => f
+                .debug_struct("Postgres")
+                .field("url", &redacted_url(url))
+                .field("pool", pool)
+                .finish(),
+        }
+    }
+}
+
+/// The `fleet` section (proto-docs/fleet.md).
+#[derive(Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Fleet {
+    /// The secret every member of one fleet shares (at least 32 characters; put it in as
+    /// `${NAME}`): a daemon with another key is refused by the database's fleet.
+    #[schemars(length(min = 32))]
+    pub key: String,
+    /// Where other members reach this one (`http://host:port`), shown in `fleet.status`.
+    #[serde(default)]
+    #[schemars(length(min = 1))]
+    pub internal_url: Option<String>,
+    /// How often this member writes its heartbeat.
+    #[serde(default = "default_heartbeat_ms")]
+    #[schemars(range(min = 100, max = 600_000))]
+    pub heartbeat_ms: u64,
+    /// A member whose heartbeat is older than this (by the database's clock) is lost, and
+    /// its waiting approvals are withdrawn.
+    #[serde(default = "default_lost_after_ms")]
+    #[schemars(range(min = 500, max = 86_400_000))]
+    pub lost_after_ms: u64,
+}
+
+fn default_heartbeat_ms() -> u64 {
+    2_000
+}
+
+fn default_lost_after_ms() -> u64 {
+    10_000
+}
+
+impl std::fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fleet")
+            .field("key", &"***")
+            .field("internal_url", &self.internal_url)
+            .field("heartbeat_ms", &self.heartbeat_ms)
+            .field("lost_after_ms", &self.lost_after_ms)
+            .finish()
+    }
 }
 
 /// The `checkpoint` section: the per-workspace timeline of changes (proto-docs/checkpoints.md).

@@ -112,6 +112,30 @@ pub(crate) fn sandbox_rules(root: &Value, r: &mut Report) {
     }
 }
 
+/// A `postgres` store is a fleet's: it needs the `fleet` section (whose key tells fleets
+/// apart in one database), and a `fleet` needs a `postgres` store to share.
+pub(crate) fn fleet_rules(root: &Value, r: &mut Report) {
+    let postgres = root
+        .get("store")
+        .and_then(|s| s.get("kind"))
+        .is_some_and(|k| k == "postgres");
+    let fleet = root.get("fleet").is_some_and(|f| !f.is_null());
+    if postgres && !fleet {
+        let at = JsonPath(vec![Seg::Key("store".into())]);
+        r.problem(
+            &at,
+            "a postgres store is a fleet's: add a `fleet` section with the fleet's shared `key`",
+        );
+    }
+    if fleet && !postgres {
+        let at = JsonPath(vec![Seg::Key("fleet".into())]);
+        r.problem(
+            &at,
+            "a fleet shares a database: set `store` to {\"kind\": \"postgres\", \"url\": …}",
+        );
+    }
+}
+
 /// Profiles: names usable in a URL query (`/mcp?profile=NAME`), patterns that compile,
 /// and a warning for a server no block defines (it selects nothing).
 pub(crate) fn profile_rules(root: &Value, r: &mut Report) {

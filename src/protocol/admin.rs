@@ -84,6 +84,9 @@ pub struct HealthResult {
     /// rules they belong to refuse their calls until then (proto-docs/guards.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub guard_errors: Vec<String>,
+    /// Fleet mode: the shared database as this member sees it (unreachable: `degraded`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<super::FleetHealth>,
 }
 
 /// A frontend's session in the daemon's workspace, as `host.health` names it.

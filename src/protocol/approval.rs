@@ -156,6 +156,9 @@ pub struct ApprovalDecider {
     /// The peer's process name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process: Option<String>,
+    /// Fleet mode: the member the decision was made on (proto-docs/fleet.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member: Option<String>,
 }
 
 impl ApprovalDecider {
@@ -178,7 +181,10 @@ impl ApprovalDecider {
             // A TCP client: the kernel names no peer.
             who.push_str("an unnamed peer ");
         }
-        format!("{who}via {}", self.via.as_str())
+        match &self.member {
+            Some(m) => format!("{who}via {} on {m}", self.via.as_str()),
+            None => format!("{who}via {}", self.via.as_str()),
+        }
     }
 }
 

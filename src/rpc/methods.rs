@@ -28,6 +28,7 @@ mod approvals;
 mod builtin_commands;
 mod checkpoint;
 mod commands;
+mod fleet;
 mod guards;
 mod skills;
 mod trust;
@@ -367,6 +368,7 @@ pub(crate) fn methods(access: Arc<crate::ui::Access>) -> anyhow::Result<Methods>
     commands::register(&mut api)?;
     checkpoint::register(&mut api)?;
     approvals::register(&mut api)?;
+    fleet::register(&mut api)?;
     trust::register(&mut api)?;
     guards::register(&mut api)?;
     ui::register(&mut api, access)?;

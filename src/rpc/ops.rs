@@ -101,7 +101,9 @@ pub(super) fn health(host: &Host) -> HealthResult {
     let trust_waiting = host.trust().waiting();
     let trust_error = host.trust().damage();
     let guard_errors = host.guards().errors();
-    let degraded = !quarantined.is_empty()
+    let fleet = host.fleet().map(|f| f.health());
+    let degraded = fleet.as_ref().is_some_and(|f| !f.reachable)
+        || !quarantined.is_empty()
         || !guard_errors.is_empty()
         || pins_error.is_some()
         || !trust_waiting.is_empty()
@@ -195,5 +197,6 @@ pub(super) fn health(host: &Host) -> HealthResult {
         trust_waiting,
         trust_error,
         guard_errors,
+        fleet,
     }
 }

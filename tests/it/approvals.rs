@@ -23,7 +23,7 @@ async fn start(wait_s: u64) -> Daemon {
 
 /// Starts a `bash` call of `command` on a connection of its own (the caller, which answers
 /// the `inputs` kinds) and returns that connection.
-async fn caller(
+pub(crate) async fn caller(
     d: &Daemon,
     call_id: &str,
     command: &str,
@@ -43,7 +43,7 @@ async fn caller(
 }
 
 /// The tool's outcome of the caller's call.
-async fn outcome(c: &mut RawLines) -> Value {
+pub(crate) async fn outcome(c: &mut RawLines) -> Value {
     c.invoke_event("result").await["result"].clone()
 }
 

@@ -28,6 +28,7 @@ mod facade_era;
 mod facade_mrtr;
 mod file_tools_hardening;
 mod first_hour;
+mod fleet;
 mod frontend_openings;
 mod guards;
 mod hardening3_budget;

@@ -10,7 +10,7 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
         "The calls waiting in the approval queue, oldest first: tool, session, frontend, approval class and summary, arguments (secret-looking values masked), since when and until when; and the workspace items waiting for trust (trust.approve, trust.folder).",
         |host, _: EmptyParams| async move {
             Ok(ApprovalsListResult {
-                pending: host.approvals().list(),
+                pending: host.approvals().list_anywhere().await,
                 trust: host.trust().waiting(),
             })
         },
@@ -20,7 +20,7 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
         "Decides a waiting call: allow_once, allow_session (the tool needs no approval in that session from now on) or deny. The first decision wins; a later one is refused naming it. Who decided (the connection's uid and pid, and `via`) goes into the audit log.",
         |host, p: ApprovalsDecideParams| async move {
             let peer = crate::audit::current_caller();
-            host.approvals().decide(p, peer.as_deref())
+            host.approvals().decide_anywhere(p, peer.as_deref()).await
         },
     )?;
     api.subscription::<EmptyParams, ApprovalEvent, _, _>(

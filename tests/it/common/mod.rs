@@ -19,6 +19,7 @@ pub mod conformance;
 pub mod http;
 pub mod mcp;
 pub mod new_era;
+pub mod postgres;
 pub mod skills;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_toolhost");

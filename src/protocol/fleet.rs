@@ -1,0 +1,73 @@
+//! Fleet mode's wire types: `fleet.status` and the `fleet` part of `host.health`
+//! (proto-docs/fleet.md).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// One daemon of the fleet as the database knows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FleetMember {
+    /// `m-` and 12 hex digits, new at each start.
+    pub id: String,
+    pub host: String,
+    pub version: String,
+    /// Where it listens (socket, TCP address).
+    pub listeners: Vec<String>,
+    /// Where other members reach it (`fleet.internal_url`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub internal_url: Option<String>,
+    /// When it registered, ms since the epoch (the database's clock).
+    pub started_ms: u64,
+    /// Its last heartbeat, ms since the epoch (the database's clock).
+    pub heartbeat_ms: u64,
+    /// How old its heartbeat is now, by the database's clock.
+    pub heartbeat_age_ms: u64,
+    /// `live`, or `lost` once its heartbeat is older than `fleet.lost_after_ms`.
+    pub state: FleetMemberState,
+    /// Its MCP servers and their states, as of its last heartbeat.
+    pub servers: Vec<FleetServer>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FleetMemberState {
+    Live,
+    Lost,
+}
+
+/// One MCP server of a member.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FleetServer {
+    pub name: String,
+    pub state: String,
+}
+
+/// `fleet.status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FleetStatusResult {
+    /// This daemon's member id.
+    pub member: String,
+    /// The database's state as this member sees it.
+    pub database: FleetHealth,
+    /// Every registered member, oldest first (empty while the database is unreachable).
+    pub members: Vec<FleetMember>,
+}
+
+/// The fleet store's health, part of `host.health` in fleet mode.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FleetHealth {
+    /// This daemon's member id.
+    pub member: String,
+    /// Whether the last exchange with the database worked; `false` makes the daemon
+    /// `degraded` (it keeps serving local work and queues what must be written).
+    pub reachable: bool,
+    /// The last failure, while unreachable (never a password).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Writes waiting for the database (approval entries and endings, audit records).
+    pub queued: usize,
+    /// Writes dropped because the queue was full since start.
+    pub dropped: u64,
+    /// The schema version in use.
+    pub schema_version: i32,
+}
