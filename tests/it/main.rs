@@ -9,6 +9,7 @@ mod catalog;
 mod checkpoint;
 mod cli;
 mod client;
+mod code_mode;
 mod commands;
 mod common;
 mod config;
