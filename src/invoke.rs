@@ -488,7 +488,7 @@ async fn run_checked(
     let checkpoint = checkpoint(host, entry, &ctx, facts).await;
     drop(snapshot);
     let result = if tool.keeps_deadline() {
-        tool.call(args, ctx).await
+        call_tool(host, &tool, view, args, ctx).await
     } else {
         tokio::select! {
             r = call_tool(host, &tool, view, args, ctx) => r,

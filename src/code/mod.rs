@@ -223,15 +223,25 @@ impl CodeTool {
                 progress: Some(p),
             });
         };
-        let done = tokio::select! {
-            d = process.serve(inner, progress) => d,
-            _ = ctx.cancel.cancelled() => {
-                process.kill();
-                return Err(ToolError::cancelled(&self.spec.name));
+        // The code tool keeps its own deadline (`keeps_deadline`): at the deadline or a
+        // cancel the program is killed and its calls in flight end through the pipeline.
+        let timeout_ms = ctx.timeout_ms.unwrap_or(run.settings.timeout_ms);
+        let stop = async {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(timeout_ms)) => {
+                    ctx.cancel.cancel();
+                    ToolError::timed_out(&self.spec.name, timeout_ms)
+                }
+                _ = ctx.cancel.cancelled() => ToolError::cancelled(&self.spec.name),
             }
         };
+        let done = process.serve(inner, progress, stop).await;
         process.kill();
-        let done = done.map_err(ToolError::failed)?;
+        let done = match done {
+            Ok(done) => done,
+            Err(runner::Ended::Failed(why)) => return Err(ToolError::failed(why)),
+            Err(runner::Ended::Stopped(e)) => return Err(e),
+        };
         finished(done, &run.settings)
     }
 }
@@ -257,6 +267,11 @@ impl Tool for CodeTool {
     }
     fn code_mode(&self) -> Option<&dyn std::any::Any> {
         Some(self)
+    }
+    /// `run` ends the program at the deadline and at a cancel itself, after its calls in
+    /// flight ended (else the pipeline would drop them before their audit lines).
+    fn keeps_deadline(&self) -> bool {
+        true
     }
 }
 
@@ -305,7 +320,25 @@ fn finished(done: runner::Done, settings: &CodeMode) -> ToolResult {
         );
     }
     if let Some(result) = done.result {
-        out.insert("result", result);
+        // The returned value shares the output's bound: past it, its JSON text, cut.
+        let text = result.to_string();
+        if text.len() > settings.max_output_bytes {
+            let mut cut = settings.max_output_bytes;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            out.insert("result", &text[..cut]);
+            out.insert("truncated", true);
+            out.insert(
+                "note",
+                format!(
+                    "the returned value was cut at code_mode.max_output_bytes ({} bytes of its JSON)",
+                    settings.max_output_bytes
+                ),
+            );
+        } else {
+            out.insert("result", result);
+        }
     }
     out.insert("calls", done.calls);
     match done.error {

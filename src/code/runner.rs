@@ -117,6 +117,18 @@ pub struct Process {
     _confinement: Option<Confinement>,
 }
 
+/// How long the calls in flight of a stopped program have to end.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Why a program did not finish.
+#[derive(Debug)]
+pub enum Ended<W> {
+    /// The process failed or died (the reason).
+    Failed(String),
+    /// The caller's `stop` fired.
+    Stopped(W),
+}
+
 /// How a program ended.
 #[derive(Debug)]
 pub struct Done {
@@ -264,28 +276,39 @@ impl Process {
     }
 
     /// Serves the program's calls (through `call`, all at once as it makes them) and
-    /// progress until it ends.
-    pub async fn serve<F, Fut>(
+    /// progress until it ends, or until `stop` fires: then the process is killed and the
+    /// calls in flight (cancelled by the caller's token) are let finish, so each still
+    /// ends through the pipeline and has its audit line.
+    pub async fn serve<F, Fut, S>(
         &mut self,
         call: F,
         progress: impl Fn(Progress),
-    ) -> Result<Done, String>
+        stop: S,
+    ) -> Result<Done, Ended<S::Output>>
     where
         F: Fn(u64, String, Value) -> Fut,
         Fut: std::future::Future<Output = Value>,
+        S: std::future::Future,
     {
         let max_line = self.key_max_line();
         let mut running = FuturesUnordered::new();
         let mut calls = 0u64;
+        tokio::pin!(stop);
         loop {
             tokio::select! {
+                why = &mut stop => {
+                    self.kill();
+                    let drain = async { while running.next().await.is_some() {} };
+                    let _ = tokio::time::timeout(DRAIN, drain).await;
+                    return Err(Ended::Stopped(why));
+                }
                 Some(reply) = running.next(), if !running.is_empty() => {
                     // A runner that stopped reading ends below, when its stdout closes.
                     let _ = self.send(&reply).await;
                 }
                 line = self.read(max_line) => {
-                    let Some(msg) = line? else {
-                        return Err(self.died().await);
+                    let Some(msg) = line.map_err(Ended::Failed)? else {
+                        return Err(Ended::Failed(self.died().await));
                     };
                     match msg["op"].as_str() {
                         Some("call") => {

@@ -24,8 +24,8 @@ return {echoed};
 
 def texts(result) -> str:
     parts = [c.text for c in result.content if isinstance(c, types.TextContent)]
-    if result.structuredContent is not None:
-        parts.append(json.dumps(result.structuredContent, separators=(",", ":")))
+    if result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content, separators=(",", ":")))
     return "\n".join(parts)
 
 
@@ -43,9 +43,9 @@ async def main(binary: str, socket: str) -> None:
         failed = await session.call_tool("run_code", {"code": "await tools.mcp_fx_fail({message: 'x'});"})
         print(json.dumps({
             "listed": "run_code" in names,
-            "is_error": ok.isError,
+            "is_error": ok.is_error,
             "text": texts(ok),
-            "error_is_error": failed.isError,
+            "error_is_error": failed.is_error,
         }))
 
 
