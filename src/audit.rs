@@ -410,6 +410,7 @@ mod tests {
             args_sha256: None,
             args_bytes: 2,
             guard: None,
+            parent: None,
         }
     }
 

@@ -189,11 +189,20 @@ impl Host {
             tracker,
             processes,
         }));
+        // The code tool is always there; whether a session is served it is its profile's
+        // or config `code_mode.enabled`'s choice (`session::serves`).
+        let mut builtins = crate::tools::builtins(&host.outputs_dir());
+        let config = host.config();
+        let code = &config.code_mode;
+        builtins.push(Arc::new(crate::code::CodeTool::new(
+            &code.tool_name,
+            host.processes().clone(),
+            &builtins,
+            code.max_description_bytes,
+        )));
+        builtins.push(Arc::new(crate::code::CodeTool::new_api()));
         host.registry().apply(Change {
-            sources: vec![(
-                SourceKey::Builtin,
-                Some(crate::tools::builtins(&host.outputs_dir())),
-            )],
+            sources: vec![(SourceKey::Builtin, Some(builtins))],
             approval_overrides: Some(approval_overrides),
         });
         Ok(host)

@@ -60,9 +60,40 @@ pub fn call_id_in_use(call_id: &str) -> Error {
 /// stream, if it has one.
 pub async fn invoke(
     host: &Host,
-    mut params: InvokeParams,
+    params: InvokeParams,
     updates: UpdateSink,
     stream: Option<Stream>,
+) -> Result<InvokeResult> {
+    run_call(host, params, updates, Link::Top(stream)).await
+}
+
+/// A call made by a code-mode program (proto-docs/code-mode.md), in the code call's
+/// session: the code call is its `parent` in the audit log, cancelling the code call
+/// cancels it, and an approval it needs is asked of the code call's frontend.
+pub fn invoke_inner<'a>(
+    host: &'a Host,
+    params: InvokeParams,
+    parent: &'a CallContext,
+) -> futures::future::BoxFuture<'a, Result<InvokeResult>> {
+    Box::pin(run_call(
+        host,
+        params,
+        UpdateSink::default(),
+        Link::Inner(parent),
+    ))
+}
+
+/// Where a call comes from: a client (with its stream, if it streams) or a program.
+enum Link<'a> {
+    Top(Option<Stream>),
+    Inner(&'a CallContext),
+}
+
+async fn run_call(
+    host: &Host,
+    mut params: InvokeParams,
+    updates: UpdateSink,
+    link: Link<'_>,
 ) -> Result<InvokeResult> {
     let started = Instant::now();
     // Memory the call freed goes back to the system once the daemon is quiet.
@@ -99,13 +130,23 @@ pub async fn invoke(
     let view = config.view(profile.as_deref());
     let sandbox = CallSandbox::resolve(&config.sandbox, session_sandbox.as_ref(), params.sandbox);
 
-    let token = host.shutdown_token().child_token();
+    let (token, parent) = match &link {
+        Link::Top(_) => (host.shutdown_token().child_token(), None),
+        Link::Inner(p) => (p.cancel.child_token(), Some(p.call_id.clone())),
+    };
     // However the call ends — result, timeout, cancel, or the caller dropping this future
     // (a closed streaming connection) — the token fires, so tools that outlive this future
     // (an MCP request in flight) learn it was abandoned.
     let _abandon = token.clone().drop_guard();
-    let (events, accepts) = stream.map_or((None, Vec::new()), |s| (Some(s.events), s.inputs));
-    let inputs = std::sync::Arc::new(CallInputs::new(&call_id, accepts, events, token.clone()));
+    let inputs = match link {
+        Link::Top(stream) => {
+            let (events, accepts) =
+                stream.map_or((None, Vec::new()), |s| (Some(s.events), s.inputs));
+            Arc::new(CallInputs::new(&call_id, accepts, events, token.clone()))
+        }
+        // A program's call asks what it must ask of the code call's frontend.
+        Link::Inner(p) => p.inputs.clone(),
+    };
     let _guard = host
         .calls()
         .register(
@@ -122,14 +163,18 @@ pub async fn invoke(
             },
         )
         .ok_or_else(|| call_id_in_use(&call_id))?;
-    let timeout_ms = params
-        .timeout_ms
-        .unwrap_or(config.limits.default_timeout_ms);
+    let default_timeout_ms = if params.name == config.code_mode.tool_name {
+        config.code_mode.timeout_ms
+    } else {
+        config.limits.default_timeout_ms
+    };
+    let timeout_ms = params.timeout_ms.unwrap_or(default_timeout_ms);
     let (client, frontend) = client;
     let mut facts = Facts {
         client,
         frontend,
         checkpoints: crate::checkpoint::enabled_for(&config, profile.as_deref(), &session_meta),
+        parent,
         ..Facts::default()
     };
     let ctx = CallContext {
@@ -188,6 +233,8 @@ struct Facts {
     guard: Option<crate::protocol::GuardRefusal>,
     /// Checkpoints are on for the call's session (`checkpoint::enabled_for`).
     checkpoints: bool,
+    /// The code call whose program made this call.
+    parent: Option<String>,
 }
 
 impl Default for Facts {
@@ -204,6 +251,7 @@ impl Default for Facts {
             frontend: None,
             guard: None,
             checkpoints: false,
+            parent: None,
         }
     }
 }
@@ -255,6 +303,7 @@ fn record_finished(
         args_sha256: facts.args_sha256,
         args_bytes: facts.args_bytes,
         guard: facts.guard,
+        parent: facts.parent,
     };
     if let Some(session) = &record.session {
         host.sessions().history().record(
@@ -443,10 +492,10 @@ async fn run_checked(
     let checkpoint = checkpoint(host, entry, &ctx, facts).await;
     drop(snapshot);
     let result = if tool.keeps_deadline() {
-        tool.call(args, ctx).await
+        call_tool(host, &tool, view, args, ctx).await
     } else {
         tokio::select! {
-            r = tool.call(args, ctx) => r,
+            r = call_tool(host, &tool, view, args, ctx) => r,
             _ = tokio::time::sleep(Duration::from_millis(timeout_ms)) => {
                 cancel.cancel();
                 Err(ToolError::timed_out(&params.name, timeout_ms))
@@ -458,6 +507,96 @@ async fn run_checked(
         c.finish().await;
     }
     result
+}
+
+/// Runs `tool`: the code tool here (its program's calls come back to the pipeline), any
+/// other through its own `call`.
+fn call_tool<'a>(
+    host: &'a Host,
+    tool: &'a Arc<dyn crate::registry::Tool>,
+    view: &ProfileView<'_>,
+    args: Map<String, Value>,
+    ctx: CallContext,
+) -> futures::future::BoxFuture<'a, ToolResult> {
+    let Some(code) = crate::code::as_code_tool(tool) else {
+        return tool.call(args, ctx);
+    };
+    let config = host.config();
+    let snapshot = host.registry().snapshot();
+    // The tools the session sees, deferred ones included (not the code tools themselves).
+    let tools: Vec<&Arc<Entry>> = snapshot
+        .listed(false, true)
+        .map(|(_, e)| e)
+        .filter(|e| crate::session::serves(view, e))
+        .filter(|e| e.tool.code_mode().is_none() && !crate::registry::is_search_tool(&e.tool))
+        .filter(|e| e.tool.workspace_scope().is_none_or(|w| w == ctx.workspace))
+        .collect();
+    if code.is_api() {
+        let apis: Vec<crate::code::api::ToolApi<'_>> = tools
+            .iter()
+            .map(|e| crate::code::api::ToolApi {
+                name: &e.tool.spec().name,
+                description: &e.tool.spec().description,
+                parameters: &e.tool.spec().parameters,
+                output: e.tool.output_schema(),
+            })
+            .collect();
+        return Box::pin(std::future::ready(code.api(&args, &apis)));
+    }
+    let run = crate::code::Run {
+        key: crate::code::RunnerKey {
+            node: config.custom_tools.node.clone(),
+            network: ctx.sandbox.network,
+            sandbox: config.sandbox.clone(),
+            max_memory_mb: config.code_mode.max_memory_mb,
+        },
+        settings: config.code_mode.clone(),
+        tools: tools.iter().map(|e| e.tool.spec().name.clone()).collect(),
+    };
+    Box::pin(async move {
+        let pipeline = Inner { host, parent: &ctx };
+        code.run(args, &ctx, run, &pipeline).await
+    })
+}
+
+/// The pipeline as a code-mode program reaches it.
+struct Inner<'a> {
+    host: &'a Host,
+    parent: &'a CallContext,
+}
+
+impl crate::code::Pipeline for Inner<'_> {
+    fn call(
+        &self,
+        tool: String,
+        args: Map<String, Value>,
+    ) -> futures::future::BoxFuture<'_, InvokeResult> {
+        let params = InvokeParams {
+            name: tool.clone(),
+            arguments: Some(args),
+            session_id: self.parent.session_id.clone(),
+            ..InvokeParams::default()
+        };
+        Box::pin(async move {
+            match invoke_inner(self.host, params, self.parent).await {
+                Ok(r) => r,
+                // A protocol-level failure (the session is gone) is the call's failure.
+                Err(e) => InvokeResult {
+                    call_id: String::new(),
+                    tool,
+                    result: CallOutcome {
+                        ok: false,
+                        error: Some(e.to_string()),
+                        error_kind: Some(ErrorKind::Failed),
+                        output: Default::default(),
+                    },
+                    control: None,
+                    duration_ms: 0,
+                    revision: 0,
+                },
+            }
+        })
+    }
 }
 
 /// The checkpoint step (proto-docs/checkpoints.md): a call that can change its workspace —

@@ -31,6 +31,7 @@ mod catalog;
 mod checkpoint;
 pub mod cli;
 pub mod client;
+mod code;
 mod commands;
 mod config;
 mod custom;

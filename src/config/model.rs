@@ -69,6 +69,9 @@ pub struct Config {
     /// Fleet mode: this daemon is one member of a fleet sharing `store` (proto-docs/fleet.md).
     /// Required with a `postgres` store. Restart-only.
     pub fleet: Option<Fleet>,
+    /// Code mode: one tool that runs a program calling the session's tools
+    /// (proto-docs/code-mode.md).
+    pub code_mode: CodeMode,
 }
 
 /// The `store` section: which engine holds the state daemons can share.
@@ -164,6 +167,49 @@ impl std::fmt::Debug for Fleet {
             .field("heartbeat_ms", &self.heartbeat_ms)
             .field("lost_after_ms", &self.lost_after_ms)
             .finish()
+    }
+}
+
+/// The `code_mode` section (proto-docs/code-mode.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default)]
+pub struct CodeMode {
+    /// Serve the code tool to sessions without a profile (a profile's `code_mode` decides
+    /// for its own sessions).
+    pub enabled: bool,
+    /// The code tool's public name (read at start).
+    #[schemars(length(min = 1), regex(pattern = r"^[A-Za-z0-9_-]+$"))]
+    pub tool_name: String,
+    /// The whole program's deadline when the call names none (its inner calls keep
+    /// their own).
+    #[schemars(range(min = 1))]
+    pub timeout_ms: u64,
+    /// What the program prints and returns, at most; the rest is cut.
+    #[schemars(range(min = 1))]
+    pub max_output_bytes: usize,
+    /// The program's heap; its process may map this much again besides.
+    #[schemars(range(min = 16))]
+    pub max_memory_mb: u64,
+    /// Tool calls one program may make.
+    #[schemars(range(min = 1))]
+    pub max_inner_calls: u64,
+    /// The typed declarations carried in the code tool's description, at most; the rest is
+    /// left to `code_api` and the `toolhost://code/tools.d.ts` resource.
+    #[schemars(range(min = 256))]
+    pub max_description_bytes: usize,
+}
+
+impl Default for CodeMode {
+    fn default() -> Self {
+        CodeMode {
+            enabled: false,
+            tool_name: "run_code".into(),
+            timeout_ms: 60_000,
+            max_output_bytes: 64 * 1024,
+            max_memory_mb: 256,
+            max_inner_calls: 1_000,
+            max_description_bytes: 8 * 1024,
+        }
     }
 }
 
@@ -387,6 +433,10 @@ pub struct Profile {
     /// `{"checkpoint": {"enabled": …}}` goes over this).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<CheckpointSwitch>,
+    /// Serve the code tool to this profile's sessions (default: `code_mode.enabled`),
+    /// whatever `tools` selects.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code_mode: Option<bool>,
 }
 
 /// `{"enabled": bool}`: checkpoints on or off for a profile's sessions.

@@ -14,7 +14,10 @@ use crate::protocol::ApprovalClass;
 /// profile), what a profile selects, or nothing (its profile is gone from config.json, so
 /// it fails closed rather than open).
 pub enum ProfileView<'a> {
-    All,
+    /// Everything; `code_mode`: whether the code tool is served (config `code_mode.enabled`).
+    All {
+        code_mode: bool,
+    },
     Only(Matcher<'a>),
     Nothing,
 }
@@ -24,6 +27,8 @@ pub struct Matcher<'a> {
     profile: &'a Profile,
     tools: GlobSet,
     exclude: GlobSet,
+    /// Whether the code tool is served (the profile's `code_mode`, else the config's).
+    code_mode: bool,
 }
 
 impl Profile {
@@ -32,6 +37,7 @@ impl Profile {
             profile: self,
             tools: name_patterns(&self.tools),
             exclude: name_patterns(&self.exclude),
+            code_mode: self.code_mode.unwrap_or(false),
         }
     }
 }
@@ -46,7 +52,7 @@ impl ProfileView<'_> {
         approval: Option<ApprovalClass>,
     ) -> bool {
         match self {
-            ProfileView::All => true,
+            ProfileView::All { .. } => true,
             ProfileView::Nothing => false,
             ProfileView::Only(m) => {
                 let classes = &m.profile.approval;
@@ -61,9 +67,18 @@ impl ProfileView<'_> {
     /// classes are a property of tools only).
     pub fn allows_item(&self, name: &str, server: Option<&str>) -> bool {
         match self {
-            ProfileView::All => true,
+            ProfileView::All { .. } => true,
             ProfileView::Nothing => false,
             ProfileView::Only(m) => m.selects(name, server),
+        }
+    }
+
+    /// Whether the code tool (proto-docs/code-mode.md) is served.
+    pub fn code_mode(&self) -> bool {
+        match self {
+            ProfileView::All { code_mode } => *code_mode,
+            ProfileView::Nothing => false,
+            ProfileView::Only(m) => m.code_mode,
         }
     }
 }
@@ -91,11 +106,14 @@ impl Config {
     /// What a frontend under `profile` is served now (profile edits apply at once).
     pub fn view(&self, profile: Option<&str>) -> ProfileView<'_> {
         match profile {
-            None => ProfileView::All,
-            Some(name) => self
-                .profiles
-                .get(name)
-                .map_or(ProfileView::Nothing, |p| ProfileView::Only(p.matcher())),
+            None => ProfileView::All {
+                code_mode: self.code_mode.enabled,
+            },
+            Some(name) => self.profiles.get(name).map_or(ProfileView::Nothing, |p| {
+                let mut m = p.matcher();
+                m.code_mode = p.code_mode.unwrap_or(self.code_mode.enabled);
+                ProfileView::Only(m)
+            }),
         }
     }
 

@@ -65,4 +65,7 @@ pub struct AuditRecord {
     /// The guard that refused the call (`error_kind: "limited"`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guard: Option<super::GuardRefusal>,
+    /// The code call whose program made this call (proto-docs/code-mode.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
 }

@@ -200,6 +200,12 @@ pub trait Tool: Send + Sync + 'static {
     fn is_module(&self) -> bool {
         false
     }
+    /// The code tool (proto-docs/code-mode.md), whose calls the pipeline runs itself: its
+    /// program's tool calls go back through the pipeline, which a tool cannot reach.
+    /// (`Some(self)`, for the pipeline to downcast; the registry knows nothing of it.)
+    fn code_mode(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
 }
 
 impl From<crate::sandbox::Refusal> for ToolError {

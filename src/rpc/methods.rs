@@ -427,7 +427,10 @@ async fn list_tools(host: &Host, p: ListToolsParams) -> Result<ListAnswer, Error
         None => None,
     };
     let names: Vec<&str> = match &session {
-        None if p.profile.is_none() => return Ok(ListAnswer::Live(snapshot, p)),
+        // The cached whole listing, unless it holds the code tools and code mode is off.
+        None if p.profile.is_none() && asked.code_mode() => {
+            return Ok(ListAnswer::Live(snapshot, p))
+        }
         None => snapshot
             .listed(p.include_hidden, p.include_deferred)
             .filter(|(_, e)| crate::session::serves(&asked, e))

@@ -72,6 +72,15 @@ impl Confinement {
         })
     }
 
+    /// The same confinement, also refusing to create Unix sockets
+    /// ([`seccomp::no_unix_sockets`]): no route to the daemon's socket.
+    pub fn without_unix_sockets(mut self) -> io::Result<Self> {
+        let mut filters = (*self.filters).clone();
+        filters.push(seccomp::no_unix_sockets()?);
+        self.filters = Arc::new(filters);
+        Ok(self)
+    }
+
     pub fn tmpdir(&self) -> &Path {
         self.tmp.path()
     }

@@ -61,6 +61,26 @@ pub(super) fn compile(policy: SandboxPolicy) -> io::Result<Programs> {
     Ok(std::iter::once(main).chain(x32_guard()).collect())
 }
 
+/// A filter refusing `socket(AF_UNIX, …)` with `EPERM`: Landlock (below ABI 9) cannot
+/// keep a confined process from connecting to a pathname Unix socket such as the
+/// daemon's own, so a process that must reach no local daemon gets this on top (the code
+/// runner; `socketpair` and inherited sockets are untouched).
+pub(super) fn no_unix_sockets() -> io::Result<BpfProgram> {
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(io::Error::other)?;
+    let rules = BTreeMap::from([(
+        libc::SYS_socket,
+        vec![when(0, Dword, SeccompCmpOp::Eq, libc::AF_UNIX as u64)?],
+    )]);
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )
+    .map_err(io::Error::other)?;
+    BpfProgram::try_from(filter).map_err(io::Error::other)
+}
+
 /// Installs `programs` on the calling thread. Async-signal-safe (one syscall per program,
 /// no allocation), for the child between fork and exec; `no_new_privs` must be set.
 pub(super) fn apply(programs: &[BpfProgram]) -> io::Result<()> {

@@ -123,6 +123,9 @@ pub fn serves(view: &ProfileView<'_>, entry: &Entry) -> bool {
     if crate::registry::is_search_tool(&entry.tool) {
         return !matches!(view, ProfileView::Nothing);
     }
+    if entry.tool.code_mode().is_some() {
+        return view.code_mode();
+    }
     let spec = entry.tool.spec();
     let server = match &spec.source {
         ToolSource::Mcp { server, .. } => Some(server.as_str()),

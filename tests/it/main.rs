@@ -11,6 +11,7 @@ mod checkpoint_frontends;
 mod checkpoint_watch;
 mod cli;
 mod client;
+mod code_mode;
 mod commands;
 mod common;
 mod config;

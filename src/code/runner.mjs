@@ -1,0 +1,211 @@
+// toolhost's code-mode runner: runs ONE program, then exits (proto-docs/code-mode.md).
+//
+// The daemon starts it ahead of need (a warm spare), under the sandbox, Node's permission
+// model (no child processes, workers or file writes) and a memory limit. Its only peer is
+// the daemon, over stdin/stdout (newline JSON):
+//   daemon -> runner  {op:"run", code, tools:[names], cwd, max_output}
+//                     {op:"reply", id, ok, value | error:{kind, message, details}}
+//   runner -> daemon  {op:"ready"}
+//                     {op:"call", id, tool, args}
+//                     {op:"progress", progress, total, message}
+//                     {op:"done", ok, output, truncated, result | error, phase}
+// Nothing the program does here is trusted by the daemon: every call it asks for goes
+// through the daemon's pipeline, so a program that forges a line gains nothing.
+import { stripTypeScriptTypes } from 'node:module';
+import vm from 'node:vm';
+import { format } from 'node:util';
+
+const write = process.stdout.write.bind(process.stdout);
+const send = (msg) => write(JSON.stringify(msg) + '\n');
+
+class ToolError extends Error {
+  constructor(tool, kind, message, details) {
+    super(message);
+    this.name = 'ToolError';
+    this.tool = tool;
+    this.kind = kind;
+    this.details = details;
+  }
+}
+
+let output = '';
+let outputBytes = 0;
+let truncated = false;
+let maxOutput = 65536;
+let finished = false;
+
+function capture(text) {
+  if (truncated) return;
+  const bytes = Buffer.byteLength(text);
+  if (outputBytes + bytes > maxOutput) {
+    // Cut at a character boundary within the budget.
+    output += Buffer.from(text).subarray(0, maxOutput - outputBytes).toString().replace(/\uFFFD$/, '');
+    outputBytes = maxOutput;
+    truncated = true;
+    return;
+  }
+  output += text;
+  outputBytes += bytes;
+}
+
+const log = (...args) => capture(format(...args) + '\n');
+const programConsole = Object.freeze({
+  log, info: log, debug: log, warn: log, error: log, trace: log,
+  dir: (v) => log(v),
+  table: (v) => log(v),
+});
+// The channel is the daemon's: what the program writes goes to its output instead.
+process.stdout.write = (chunk) => { capture(String(chunk)); return true; };
+process.stderr.write = (chunk) => { capture(String(chunk)); return true; };
+globalThis.console = programConsole;
+
+function finish(msg) {
+  if (finished) return;
+  finished = true;
+  send({ op: 'done', output, truncated, ...msg });
+  // Let the line drain, then go: one program per process.
+  process.stdout.once('drain', () => process.kill(process.pid, 'SIGKILL'));
+  setImmediate(() => { if (!process.stdout.writableNeedDrain) process.kill(process.pid, 'SIGKILL'); });
+}
+
+const realExit = process.exit.bind(process);
+process.exit = (code) => {
+  finish({ ok: false, phase: 'exit', error: `the program called process.exit(${code ?? ''})` });
+  return undefined;
+};
+process.on('uncaughtException', (e) => finish({ ok: false, phase: 'exception', error: describe(e) }));
+process.on('unhandledRejection', (e) => log('Unhandled rejection:', describe(e)));
+
+function describe(e) {
+  if (e instanceof ToolError) return `ToolError (${e.kind}) from ${e.tool}: ${e.message}`;
+  if (e && typeof e.stack === 'string') {
+    // Keep the program's own frames; the runner's are noise to the model.
+    const lines = e.stack.split('\n');
+    return [lines[0], ...lines.slice(1).filter((l) => l.includes('program.ts'))].join('\n');
+  }
+  return String(e);
+}
+
+const pending = new Map();
+let nextId = 1;
+
+function callTool(name, args) {
+  return new Promise((resolve, reject) => {
+    const id = nextId++;
+    pending.set(id, { resolve, reject, name });
+    send({ op: 'call', id, tool: name, args: args === undefined ? {} : args });
+  });
+}
+
+function makeTools(names) {
+  const target = Object.create(null);
+  for (const name of names) {
+    target[name] = (args) => callTool(name, args);
+  }
+  Object.freeze(target);
+  return new Proxy(target, {
+    get(t, p) {
+      if (typeof p !== 'string' || p === 'then') return undefined;
+      if (Object.prototype.hasOwnProperty.call(t, p)) return t[p];
+      return async () => {
+        throw new ToolError(p, 'unknown_tool', `No tool '${p}' is available to this program (see tools in the run_code description)`);
+      };
+    },
+    set() { return false; },
+    defineProperty() { return false; },
+    deleteProperty() { return false; },
+  });
+}
+
+function progress(p, total, message) {
+  if (typeof p === 'string') {
+    send({ op: 'progress', message: p });
+  } else if (p && typeof p === 'object') {
+    send({ op: 'progress', progress: p.progress, total: p.total, message: p.message });
+  } else {
+    send({ op: 'progress', progress: Number(p), total, message });
+  }
+}
+
+function toJson(value) {
+  if (value === undefined) return undefined;
+  try {
+    return JSON.parse(JSON.stringify(value));
+  } catch {
+    return String(value);
+  }
+}
+
+async function run(msg) {
+  maxOutput = msg.max_output ?? maxOutput;
+  try {
+    if (msg.cwd) process.chdir(msg.cwd);
+  } catch {}
+  // The program is an async body: wrapped first, so `return` and top-level `await` parse;
+  // type stripping keeps every position, so line numbers stay the program's own.
+  const wrapped = `(async (tools, progress, ToolError, console) => {\n${msg.code}\n})`;
+  let fn;
+  try {
+    const js = stripTypeScriptTypes(wrapped, { mode: 'strip' });
+    fn = new vm.Script(js, {
+      filename: 'program.ts',
+      lineOffset: -1,
+      importModuleDynamically: vm.constants.USE_MAIN_CONTEXT_DEFAULT_LOADER,
+    }).runInThisContext();
+  } catch (e) {
+    // vm names `program.ts:N` (already the program's line); the type stripper `:N` of
+    // the wrapped text (one line more).
+    const where = typeof e.stack === 'string' ? e.stack.split('\n')[0] : '';
+    const vmLine = /program\.ts:(\d+)/.exec(where);
+    const stripLine = /^:(\d+)$/.exec(where);
+    const line = vmLine ? Number(vmLine[1]) : stripLine ? Number(stripLine[1]) - 1 : undefined;
+    return finish({
+      ok: false,
+      phase: 'syntax',
+      error: `SyntaxError: ${e.message}${line !== undefined ? ` (line ${line})` : ''}`,
+      line,
+    });
+  }
+  try {
+    const value = await fn(makeTools(msg.tools || []), progress, ToolError, programConsole);
+    finish({ ok: true, result: toJson(value) });
+  } catch (e) {
+    finish({ ok: false, phase: 'exception', error: describe(e) });
+  }
+}
+
+function handle(msg) {
+  if (msg.op === 'run') {
+    run(msg);
+  } else if (msg.op === 'reply') {
+    const p = pending.get(msg.id);
+    if (!p) return;
+    pending.delete(msg.id);
+    if (msg.ok) p.resolve(msg.value);
+    else {
+      const err = msg.error || {};
+      p.reject(new ToolError(p.name, err.kind || 'failed', err.message || 'tool failed', err.details));
+    }
+  }
+}
+
+let buf = '';
+process.stdin.setEncoding('utf8');
+process.stdin.on('data', (chunk) => {
+  buf += chunk;
+  let i;
+  while ((i = buf.indexOf('\n')) >= 0) {
+    const line = buf.slice(0, i);
+    buf = buf.slice(i + 1);
+    if (line) {
+      try {
+        handle(JSON.parse(line));
+      } catch {}
+    }
+  }
+});
+process.stdin.on('end', () => realExit(0));
+// Loading the type stripper (a WebAssembly module) costs ~300 ms; paid here, while the
+// runner is a spare, not by the program.
+stripTypeScriptTypes('let warm: number = 1;', { mode: 'strip' });
+send({ op: 'ready' });
