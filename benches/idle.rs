@@ -80,7 +80,7 @@ fn config(servers: usize) -> Value {
             (format!("fx{i}"), block)
         })
         .collect();
-    json!({"mcp_servers": blocks, "guards": [daemon::wide_loop_breaker()]})
+    json!({"mcp_servers": blocks})
 }
 
 async fn start(dir: &Path, servers: usize) -> (tokio::process::Child, Client) {

@@ -148,7 +148,7 @@ fn mcp_config(servers: &[Server]) -> Value {
         .iter()
         .map(|s| (s.name.to_owned(), s.block()))
         .collect();
-    json!({ "mcp_servers": blocks, "guards": [daemon::wide_loop_breaker()] })
+    json!({ "mcp_servers": blocks })
 }
 
 fn main() {

@@ -38,6 +38,13 @@ pub async fn start(dir: &Path, config: &Value) -> (Child, Client, Duration) {
     for d in ["ws", "data", "xdg", "home"] {
         std::fs::create_dir_all(dir.join(d)).unwrap();
     }
+    // Benchmarks repeat one call thousands of times: the built-in loop breaker stays (its
+    // check runs on every call) but wide, unless the config names its own guards.
+    let mut config = config.clone();
+    if let Some(c) = config.as_object_mut() {
+        c.entry("guards")
+            .or_insert_with(|| serde_json::json!([wide_loop_breaker()]));
+    }
     std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
     let socket = dir.join("toolhost.sock");
     let started = Instant::now();
@@ -71,9 +78,8 @@ pub async fn start(dir: &Path, config: &Value) -> (Child, Client, Duration) {
     (daemon, client, started.elapsed())
 }
 
-/// The built-in loop breaker kept (its check still runs on every call) but wide enough for
-/// a benchmark that repeats one call thousands of times: a config's `guards` entry.
-pub fn wide_loop_breaker() -> Value {
+/// The built-in loop breaker kept but wide enough for a benchmark: a config's `guards` entry.
+fn wide_loop_breaker() -> Value {
     serde_json::json!({"name": "default-loop", "loop": {"calls": 1_000_000_000, "window_s": 60}})
 }
 
