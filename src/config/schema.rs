@@ -82,6 +82,18 @@ pub(crate) fn child(node: &'static Value, key: &str) -> Option<&'static Value> {
     if let Some(p) = node.get("properties").and_then(|p| p.get(key)) {
         return Some(p);
     }
+    // A tagged enum (`store`: `{"kind": …, …}`): the key of whichever variant declares it.
+    let variants = node
+        .get("oneOf")
+        .or_else(|| node.get("anyOf"))
+        .and_then(Value::as_array);
+    if let Some(p) = variants
+        .into_iter()
+        .flatten()
+        .find_map(|v| resolve(v).get("properties").and_then(|p| p.get(key)))
+    {
+        return Some(p);
+    }
     node.get("additionalProperties").filter(|a| a.is_object())
 }
 
