@@ -1,8 +1,13 @@
 //! A throw-away PostgreSQL for the fleet tests: Debian's server binaries
 //! (`/usr/lib/postgresql/<N>/bin`, installed by tests/run.sh), a cluster in a temp dir,
 //! listening only on a Unix socket in that dir (no TCP port to collide on), trusted, with
-//! durability off for speed. `initdb` refuses root, so as root the cluster runs as the
+//! fsync off for speed (see below). `initdb` refuses root, so as root the cluster runs as the
 //! `postgres` user the package creates. Stopped (immediately) when dropped.
+//!
+//! Durability is off only where a crash of the server (not of the machine) cannot lose a
+//! commit: `fsync=off` (what the server wrote survives in the page cache). Never
+//! `synchronous_commit=off`: [`Postgres::down`] is a crash, and recovery would drop the
+//! commits still in the WAL buffers (the fleet's schema, created a moment before).
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -103,7 +108,7 @@ impl Postgres {
     /// Starts the server (again).
     pub fn up(&self) {
         let options = format!(
-            "-c listen_addresses='' -p {} -k {} -c fsync=off -c synchronous_commit=off -c full_page_writes=off",
+            "-c listen_addresses='' -p {} -k {} -c fsync=off -c full_page_writes=off",
             self.port,
             self.sock().display()
         );
