@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use common::Daemon;
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::net::{TcpListener, UnixStream};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
@@ -181,7 +181,8 @@ async fn the_ts_sdk_keeps_its_http_session_through_sigterm_and_kill9_restarts() 
     .await;
     d.stop().await;
     d.spawn(&[]).await;
-    let (status, _, body) = raw(&d.socket(), "POST", PING, &[("mcp-session-id", &session)]).await;
+    let common::http::Answer { status, body, .. } =
+        raw(&d.socket(), "POST", PING, &[("mcp-session-id", &session)]).await;
     assert_eq!(status, 404, "{body}");
 }
 
@@ -226,56 +227,33 @@ const LIST: &str = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#;
 const PING: &str = r#"{"jsonrpc":"2.0","id":3,"method":"ping"}"#;
 const CALL: &str = r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"bash","arguments":{"command":"true"}}}"#;
 
-/// One request on its own connection (closed after the answer): status, head, body.
+/// One request to `/mcp` on its own connection (closed after the answer).
 async fn raw(
     sock: &Path,
     method: &str,
     body: &str,
     headers: &[(&str, &str)],
-) -> (u16, String, String) {
-    let mut s = UnixStream::connect(sock).await.unwrap();
-    let mut req = format!(
-        "{method} /mcp HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    req.push_str(body);
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut buf = Vec::new();
-    tokio::time::timeout(Duration::from_secs(30), s.read_to_end(&mut buf))
-        .await
-        .expect("an answer")
-        .unwrap();
-    let text = String::from_utf8_lossy(&buf).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, head.to_owned(), body.to_owned())
+) -> common::http::Answer {
+    let mut all = vec![
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+    ];
+    all.extend_from_slice(headers);
+    common::http::unix(sock, method, "/mcp", &all, body).await
 }
 
 /// A raw client's session: `initialize`, `initialized`; its id.
 async fn raw_session(d: &Daemon) -> String {
-    let (status, head, body) = raw(&d.socket(), "POST", INIT, &[]).await;
-    assert_eq!(status, 200, "{head}\n{body}");
-    let id = head
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("mcp-session-id")
-                .then(|| v.trim().to_owned())
-        })
-        .unwrap_or_else(|| panic!("no session id: {head}"));
+    let init = raw(&d.socket(), "POST", INIT, &[]).await;
+    assert_eq!(init.status, 200, "{}\n{}", init.head(), init.body);
+    let id = init
+        .header("mcp-session-id")
+        .unwrap_or_else(|| panic!("no session id: {}", init.head()));
     let h = [
         ("mcp-session-id", id.as_str()),
         ("mcp-protocol-version", "2025-11-25"),
     ];
-    let (status, _, _) = raw(&d.socket(), "POST", INITIALIZED, &h).await;
+    let status = raw(&d.socket(), "POST", INITIALIZED, &h).await.status;
     assert_eq!(status, 202);
     id
 }
@@ -289,7 +267,7 @@ async fn probes_end_within_seconds_and_a_session_that_called_is_kept() {
         ("mcp-session-id", probe.as_str()),
         ("mcp-protocol-version", "2025-11-25"),
     ];
-    let (status, _, body) = raw(&d.socket(), "POST", LIST, &h).await;
+    let common::http::Answer { status, body, .. } = raw(&d.socket(), "POST", LIST, &h).await;
     assert_eq!(status, 200, "{body}");
     // A raw client that made a call, its connections as gone.
     let caller = raw_session(&d).await;
@@ -297,7 +275,7 @@ async fn probes_end_within_seconds_and_a_session_that_called_is_kept() {
         ("mcp-session-id", caller.as_str()),
         ("mcp-protocol-version", "2025-11-25"),
     ];
-    let (status, _, body) = raw(&d.socket(), "POST", CALL, &c).await;
+    let common::http::Answer { status, body, .. } = raw(&d.socket(), "POST", CALL, &c).await;
     assert_eq!(status, 200, "{body}");
 
     // The TS SDK as `claude mcp list` uses it: connect, list, exit without a DELETE.
@@ -319,9 +297,9 @@ async fn probes_end_within_seconds_and_a_session_that_called_is_kept() {
         "probes ended {:?} after their connections",
         started.elapsed()
     );
-    let (status, _, _) = raw(&d.socket(), "POST", PING, &h).await;
+    let status = raw(&d.socket(), "POST", PING, &h).await.status;
     assert_eq!(status, 404, "the probe's id is gone");
-    let (status, _, body) = raw(&d.socket(), "POST", PING, &c).await;
+    let common::http::Answer { status, body, .. } = raw(&d.socket(), "POST", PING, &c).await;
     assert_eq!(status, 200, "the session that called is kept: {body}");
 }
 
