@@ -73,6 +73,7 @@ pub async fn start(dir: &Path, config: &Value) -> (Child, Client, Duration) {
 
 /// The built-in loop breaker kept (its check still runs on every call) but wide enough for
 /// a benchmark that repeats one call thousands of times: a config's `guards` entry.
+#[allow(dead_code)] // included by every bench; not every one has guards
 pub fn wide_loop_breaker() -> Value {
     serde_json::json!({"name": "default-loop", "loop": {"calls": 1_000_000_000, "window_s": 60}})
 }
