@@ -291,6 +291,11 @@ async fn every_answer_validates_against_the_openrpc_document() {
     seen.insert("tools.approve".into());
     // Resetting pins needs a damaged pin file: tests/it/hardening3_pins.rs checks that answer.
     seen.insert("tools.pins_reset".into());
+    // Fleet mode needs PostgreSQL (tests/it/fleet.rs checks that answer); out of it, the
+    // method says so as invalid params.
+    let fleet = d.call("fleet.status", json!({})).await;
+    assert_eq!(fleet["error"]["code"], -32602, "{fleet}");
+    seen.insert("fleet.status".into());
     call_checked(&d, &doc, &mut seen, "session.delete", json!({"id": id})).await;
     // After the tool calls above, which the audit log holds (or will: it writes in batches).
     call_checked(&d, &doc, &mut seen, "audit.recent", json!({"limit": 5})).await;
