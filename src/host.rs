@@ -189,23 +189,30 @@ impl Host {
             tracker,
             processes,
         }));
-        // The code tool is always there; whether a session is served it is its profile's
-        // or config `code_mode.enabled`'s choice (`session::serves`).
-        let mut builtins = crate::tools::builtins(&host.outputs_dir());
-        let config = host.config();
-        let code = &config.code_mode;
-        builtins.push(Arc::new(crate::code::CodeTool::new(
-            &code.tool_name,
-            host.processes().clone(),
-            &builtins,
-            code.max_description_bytes,
-        )));
-        builtins.push(Arc::new(crate::code::CodeTool::new_api()));
+        let builtins = host.builtins(&host.config());
         host.registry().apply(Change {
             sources: vec![(SourceKey::Builtin, Some(builtins))],
             approval_overrides: Some(approval_overrides),
         });
         Ok(host)
+    }
+
+    /// The built-in tools under `config`: with the code tools when some view serves them
+    /// (`Config::code_mode_anywhere`; `session::serves` then decides per session). Their
+    /// name and description size are the start-up values (a restart applies a change).
+    pub(crate) fn builtins(&self, config: &Config) -> Vec<Arc<dyn crate::registry::Tool>> {
+        let mut builtins = crate::tools::builtins(&self.outputs_dir());
+        if config.code_mode_anywhere() {
+            let code = &self.started_with().code_mode;
+            builtins.push(Arc::new(crate::code::CodeTool::new(
+                &code.tool_name,
+                self.processes().clone(),
+                &builtins,
+                code.max_description_bytes,
+            )));
+            builtins.push(Arc::new(crate::code::CodeTool::new_api()));
+        }
+        builtins
     }
 
     pub fn config(&self) -> Arc<Config> {

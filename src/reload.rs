@@ -285,6 +285,10 @@ async fn apply_file(host: &Host) -> ConfigReloadResult {
         host.mcp().remove(name);
         sources.push((SourceKey::Mcp(name.clone()), None));
     }
+    // The code tools come and go with code mode being on for some view.
+    if old.code_mode_anywhere() != new.code_mode_anywhere() {
+        sources.push((SourceKey::Builtin, Some(host.builtins(&new))));
+    }
     let (tools, joined) = McpManager::collect_tools(&started, JOIN_WAIT).await;
     sources.extend(tools);
     // Providers are read by each call from here on; new folders are scanned into this swap.

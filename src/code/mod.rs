@@ -280,6 +280,14 @@ pub fn as_code_tool(tool: &Arc<dyn Tool>) -> Option<&CodeTool> {
     tool.code_mode()?.downcast_ref::<CodeTool>()
 }
 
+/// Whether the code tools are in `snapshot` (they are registered only while some view
+/// serves them: `Config::code_mode_anywhere`). `code_api` always comes with the code tool.
+pub fn registered(snapshot: &crate::registry::Snapshot) -> bool {
+    snapshot
+        .get(API_TOOL)
+        .is_some_and(|e| e.tool.code_mode().is_some())
+}
+
 /// What a tool call gives the program: the structured result where the tool has one, else
 /// its text when the result is nothing but text, else its fields; a failure is thrown as a
 /// `ToolError`.

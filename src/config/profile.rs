@@ -117,6 +117,12 @@ impl Config {
         }
     }
 
+    /// Whether any view serves the code tool: only then is it registered at all, so with
+    /// code mode off no listing, search or count has it to filter out.
+    pub fn code_mode_anywhere(&self) -> bool {
+        self.code_mode.enabled || self.profiles.values().any(|p| p.code_mode == Some(true))
+    }
+
     /// The profile `name`, or why there is none.
     pub fn profile(&self, name: &str) -> Result<&Profile, UnknownProfile> {
         self.profiles.get(name).ok_or_else(|| UnknownProfile {

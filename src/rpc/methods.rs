@@ -427,8 +427,11 @@ async fn list_tools(host: &Host, p: ListToolsParams) -> Result<ListAnswer, Error
         None => None,
     };
     let names: Vec<&str> = match &session {
-        // The cached whole listing, unless it holds the code tools and code mode is off.
-        None if p.profile.is_none() && asked.code_mode() => {
+        // The cached whole listing, unless it holds code tools that this view does not
+        // serve (code mode on for a profile only).
+        None if p.profile.is_none()
+            && (asked.code_mode() || !crate::code::registered(&snapshot)) =>
+        {
             return Ok(ListAnswer::Live(snapshot, p))
         }
         None => snapshot
