@@ -1,6 +1,6 @@
 //! toolhost: one shared tool host for AI coding agents.
 //!
-//! The parts, each with one home (see ARCHITECTURE.md):
+//! The parts, each with one home (ARCHITECTURE.md is the map):
 //! - [`daemon`]: `toolhost serve` — bind, serve, shut down in order; `run` is injectable;
 //! - `host`: the shared state handle; `reload`: the one config reload path;
 //!   `calls`: the calls in flight;

@@ -7,6 +7,10 @@
 //! Never inside the workspace and never a `.git` of the user's: a shadow store of our
 //! own. A line that cannot be read (a daemon killed while writing it, a damaged disk) is
 //! counted as lost and skipped; the rest of the timeline stays readable.
+//!
+//! No git library (gix was weighed: ~104 more crates, and its status walks the whole tree
+//! anyway): a content-addressed directory and a journal are all a timeline needs, and the
+//! scan (`tree.rs`, with the watcher's marks) decides what to read, not an index.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fs::{self, OpenOptions};

@@ -74,7 +74,7 @@ pub async fn run(
 }
 
 /// The file name of the small bridge binary `toolhost mcp` runs when it is installed
-/// beside `toolhost` (see ARCHITECTURE.md, the stdio bridge).
+/// beside `toolhost` (why a binary of its own: `src/bin/toolhost-bridge.rs`).
 pub const BRIDGE_BIN: &str = "toolhost-bridge";
 
 /// What the stdio bridge is told: every socket to try, in order (resolved by `toolhost`,

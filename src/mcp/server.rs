@@ -1,6 +1,10 @@
 //! One configured MCP server: its state and the supervisor task that keeps it connected
 //! (connect → list → serve → on crash back off and reconnect; circuit breaker), and, in
 //! [`lifecycle`], when its process runs at all (lazy start, idle stop, bounded start-ups).
+//!
+//! `server.rs` and `tool.rs` import each other on purpose: the server builds its `McpTool`s
+//! and hands out call slots, and a tool calls back into its server's link and slots. They
+//! are the two halves of one server; merged they would be one file of ~1,000 lines.
 
 mod lifecycle;
 mod status;

@@ -8,6 +8,22 @@
 //!
 //! Run it with `cargo test --test module_graph`; a failure names each circle and, for every
 //! arrow in it, the files that draw it.
+//!
+//! Why the arrows point the way they do:
+//! - `protocol` is the bottom: it imports nothing of the crate. Enums that are both wire and
+//!   config (`ApprovalClass`, `ApprovalMode`, `SandboxPolicy`, `Network`) live there, so
+//!   `config → protocol`, never the reverse.
+//! - `sandbox → config` and `approval → config`: a call's sandbox carries the config's
+//!   section, and approval reads `approval.sandboxed_commands`.
+//! - `registry → catalog`: the catalog is pure policy over `ToolSpec`s and knows neither the
+//!   `Tool` trait nor the live registry.
+//! - `custom`, `skills`, `commands → trust`: every file-defined source asks the one gate;
+//!   `trust` knows no source.
+//! - sources `→ registry, catalog, source`: a source implements `Tool` and describes each
+//!   tool with a `ToolSpec`; the registry never names a source module, and no source names
+//!   another (`custom → modules` is the one exception: the custom scan finds modules).
+//! - `host` holds state and imports no behaviour; `daemon`, `reload`, `rpc` and `invoke` act
+//!   on it; `session` and `mcp` never import `host`.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fs;
