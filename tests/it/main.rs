@@ -58,6 +58,7 @@ mod modules;
 mod modules_ctx;
 mod modules_flags;
 mod oauth;
+mod one_reload;
 mod openrpc;
 mod operability;
 mod peer_limits;
