@@ -74,5 +74,6 @@ mod skills_mcp;
 mod store_recovery;
 mod surface;
 mod trust_gate;
+mod trust_swap;
 mod ui;
 mod workspace_trust;
