@@ -262,14 +262,12 @@ pub async fn run(
     }
     host.frontends().load(host.sessions()).await;
     tracing::info!(socket = %listeners.describe(), activated = listeners.owned.is_none(), workspace = %host.workspace().display(), data_dir = %host.data_dir().display(), "toolhost serving");
-    // Custom tools are listed from the first answer on; their folders are watched from now.
-    reload::start_custom_tools(&host).await;
-    reload::start_skills(&host).await;
-    reload::start_commands(&host).await;
+    // Every source starts once: custom tools, skills and commands are listed from the first
+    // answer on and their folders watched from now; MCP servers connect in the background.
+    reload::start(&host).await;
     // Armed before the first answer, so an edit made as soon as the daemon answers is seen.
     let watched = watch_config(&host);
     let server = rpc::start(host.clone(), listeners)?;
-    reload::start_servers(&host);
     if let Some(fleet) = host.fleet() {
         let h = host.clone();
         fleet.start(crate::fleet::Context {

@@ -22,6 +22,7 @@ use crate::now_ms;
 use crate::process::Processes;
 use crate::registry::{Change, Registry, SourceKey};
 use crate::session::Sessions;
+use crate::source::{Apply, Configure, Contribution, Source, Start};
 
 /// Where the host keeps its files and roots its tools; fixed for the daemon's life.
 #[derive(Debug, Clone)]
@@ -65,6 +66,9 @@ struct Inner {
     /// so two reloads never interleave their diffs).
     reload_lock: tokio::sync::Mutex<()>,
     registry: Registry,
+    /// The one way the sources' contributions reach the registry.
+    apply: Apply,
+    builtins: Builtins,
     mcp: McpManager,
     custom: crate::custom::CustomTools,
     skills: crate::skills::Skills,
@@ -144,6 +148,12 @@ impl Host {
             dirs.data_dir.join("modules"),
             sessions.history().clone(),
         );
+        let apply = Apply::new(registry.clone());
+        let builtins = Builtins {
+            outputs_dir: dirs.data_dir.join("outputs"),
+            processes: processes.clone(),
+            code_mode: cfg.code_mode.clone(),
+        };
         let host = Host(Arc::new(Inner {
             config: ArcSwap::new(cfg.clone()),
             started_with: cfg,
@@ -170,12 +180,15 @@ impl Host {
                 processes.clone(),
                 modules,
                 trust.clone(),
+                apply.clone(),
             ),
-            skills: crate::skills::Skills::new(registry.clone(), trust.clone()),
+            skills: crate::skills::Skills::new(trust.clone()),
             commands: crate::commands::Commands::new(trust.clone()),
             trust,
             reload_lock: tokio::sync::Mutex::new(()),
             registry,
+            apply,
+            builtins,
             sessions,
             calls: Arc::default(),
             approvals: Arc::default(),
@@ -189,30 +202,12 @@ impl Host {
             tracker,
             processes,
         }));
-        let builtins = host.builtins(&host.config());
+        let builtins = host.0.builtins.tools(&host.config());
         host.registry().apply(Change {
             sources: vec![(SourceKey::Builtin, Some(builtins))],
             approval_overrides: Some(approval_overrides),
         });
         Ok(host)
-    }
-
-    /// The built-in tools under `config`: with the code tools when some view serves them
-    /// (`Config::code_mode_anywhere`; `session::serves` then decides per session). Their
-    /// name and description size are the start-up values (a restart applies a change).
-    pub(crate) fn builtins(&self, config: &Config) -> Vec<Arc<dyn crate::registry::Tool>> {
-        let mut builtins = crate::tools::builtins(&self.outputs_dir());
-        if config.code_mode_anywhere() {
-            let code = &self.started_with().code_mode;
-            builtins.push(Arc::new(crate::code::CodeTool::new(
-                &code.tool_name,
-                self.processes().clone(),
-                &builtins,
-                code.max_description_bytes,
-            )));
-            builtins.push(Arc::new(crate::code::CodeTool::new_api()));
-        }
-        builtins
     }
 
     pub fn config(&self) -> Arc<Config> {
@@ -241,6 +236,21 @@ impl Host {
     }
     pub fn registry(&self) -> &Registry {
         &self.0.registry
+    }
+    /// Where every source's contribution is applied (one lock, one swap each).
+    pub fn apply(&self) -> &Apply {
+        &self.0.apply
+    }
+    /// Every source of tools, prompts and resources, in the order a reload configures them
+    /// (MCP servers first: a reload waits a moment for new ones to connect).
+    pub fn sources(&self) -> [&dyn Source; 5] {
+        [
+            &self.0.builtins,
+            &self.0.mcp,
+            &self.0.custom,
+            &self.0.skills,
+            &self.0.commands,
+        ]
     }
     pub fn mcp(&self) -> &McpManager {
         &self.0.mcp
@@ -327,5 +337,48 @@ impl Host {
             default_approval: self.0.config.load().approval.mode,
             config: self.0.config.load_full(),
         }
+    }
+}
+
+/// The built-in tools as a source: with the code tools while code mode is on for some view
+/// (`Config::code_mode_anywhere`; `session::serves` then decides per session). Their name
+/// and description size are the start-up values (a restart applies a change).
+struct Builtins {
+    outputs_dir: PathBuf,
+    processes: Processes,
+    /// `code_mode` as the daemon started with it.
+    code_mode: config::CodeMode,
+}
+
+impl Builtins {
+    fn tools(&self, config: &Config) -> Vec<Arc<dyn crate::registry::Tool>> {
+        let mut builtins = crate::tools::builtins(&self.outputs_dir);
+        if config.code_mode_anywhere() {
+            let code = &self.code_mode;
+            builtins.push(Arc::new(crate::code::CodeTool::new(
+                &code.tool_name,
+                self.processes.clone(),
+                &builtins,
+                code.max_description_bytes,
+            )));
+            builtins.push(Arc::new(crate::code::CodeTool::new_api()));
+        }
+        builtins
+    }
+}
+
+#[async_trait::async_trait]
+impl Source for Builtins {
+    /// Registered by [`Host::new`], before anything else.
+    async fn start(&self, _cx: &Start<'_>, _apply: &Apply) -> Contribution {
+        Contribution::default()
+    }
+
+    /// The code tools come and go with code mode being on for some view.
+    async fn configure(&self, cx: &Configure<'_>) -> Contribution {
+        if !cx.diff.builtins_changed {
+            return Contribution::default();
+        }
+        Contribution::tools(vec![(SourceKey::Builtin, Some(self.tools(cx.config)))])
     }
 }

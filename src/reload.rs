@@ -1,5 +1,9 @@
 //! The one reload path: the file watcher, SIGHUP, `config.reload` and `mcp.add/remove` all
-//! end in [`reload`], which reads config.json and applies it to the host as a diff.
+//! end in [`reload`], which reads config.json and applies it to the host as a diff: load →
+//! [`ConfigDiff`](config::ConfigDiff) → every [`Source`] configures from it → one apply (one
+//! registry swap, at most one `tools_changed`). Starting the sources ([`start`]), a trust
+//! decision ([`rescan`]) and a session's workspace ([`add_session_workspaces`]) are applies
+//! of every source too; a folder signal is an apply of its source's (`source::watch`).
 //!
 //! Architecture Invariant: an invalid config never replaces a valid one, a config file that
 //! disappears keeps the last good config, and unchanged MCP servers are never touched.
@@ -12,7 +16,8 @@ use crate::host::Host;
 use crate::mcp::McpManager;
 use crate::now_ms;
 use crate::protocol::{ConfigReloadResult, ConfigStatusResult};
-use crate::registry::{Change, SourceKey};
+use crate::registry::SourceKey;
+use crate::source::{Apply, Configure, Contribution, Source, Start};
 
 /// How long a reload waits for new or restarted MCP servers before applying the rest of
 /// the config: servers up by then land in the reload's one registry swap; one that hangs
@@ -108,56 +113,54 @@ fn did_you_mean(name: &str, known: &[&str]) -> String {
         .unwrap_or_default()
 }
 
-/// Starts every configured MCP server; their tools arrive as each connects.
-pub fn start_servers(host: &Host) {
-    for (name, cfg) in &host.config().mcp_servers {
-        host.mcp().start(name, cfg.clone(), true);
-    }
-}
-
-/// Discovers the custom tools of the config in force and starts watching their folders.
-pub async fn start_custom_tools(host: &Host) {
+/// Starts every source once, on the config in force (daemon start): their first
+/// contributions in one apply, their folder watches and MCP connections from then on. The
+/// workspaces of the sessions kept in the store bring their projects' items back.
+pub async fn start(host: &Host) {
     let cfg = host.config();
-    if let Some(update) = host
-        .custom()
-        .configure(&cfg, host.config_path(), host.workspace())
-        .await
-    {
-        host.registry().apply(Change {
-            sources: vec![update],
-            approval_overrides: None,
-        });
+    let workspaces = crate::session::workspaces(host.sessions()).await;
+    let cx = Start {
+        config: &cfg,
+        config_path: host.config_path(),
+        workspace: host.workspace(),
+        session_workspaces: &workspaces,
+        tracker: host.tracker(),
+        shutdown: host.shutdown_token(),
+    };
+    let applying = host.apply().begin().await;
+    let mut all = Contribution::default();
+    for source in host.sources() {
+        all.extend(source.start(&cx, host.apply()).await);
     }
-    host.custom()
-        .watch(host.tracker(), host.shutdown_token().clone());
-    // The workspaces of the sessions kept in the store bring their projects' tools back.
-    let workspaces = crate::session::workspaces(host.sessions()).await;
-    host.custom()
-        .add_session_workspaces(&workspaces, cfg.custom_tools.discover)
+    applying.commit(all, None);
+}
+
+/// Every source looks again (a trust decision changed what may load), in one apply.
+pub async fn rescan(host: &Host) {
+    host.apply()
+        .run(async {
+            let mut all = Contribution::default();
+            for source in host.sources() {
+                all.extend(source.rescan().await);
+            }
+            all
+        })
         .await;
 }
 
-/// Scans the skill folders of the config in force and starts watching them; the
-/// workspaces of the sessions kept in the store bring their projects' skills back.
-pub async fn start_skills(host: &Host) {
-    host.skills()
-        .configure(&host.config(), host.config_path(), host.workspace())
+/// Every source learns these session workspaces (a session created in a project brings
+/// its tools, skills and commands), in one apply: done before the session is answered, so
+/// its view and the caller's next listings show what is there.
+pub async fn add_session_workspaces(host: &Host, workspaces: &[std::path::PathBuf]) {
+    host.apply()
+        .run(async {
+            let mut all = Contribution::default();
+            for source in host.sources() {
+                all.extend(source.add_workspaces(workspaces).await);
+            }
+            all
+        })
         .await;
-    let workspaces = crate::session::workspaces(host.sessions()).await;
-    host.skills().add_session_workspaces(&workspaces).await;
-    host.skills()
-        .watch(host.tracker(), host.shutdown_token().clone());
-}
-
-/// Scans the command folders of the config in force and starts watching them.
-pub async fn start_commands(host: &Host) {
-    host.commands()
-        .configure(&host.config(), host.config_path(), host.workspace())
-        .await;
-    host.commands()
-        .watch(host.tracker(), host.shutdown_token().clone());
-    let workspaces = crate::session::workspaces(host.sessions()).await;
-    host.commands().add_session_workspaces(&workspaces).await;
 }
 
 /// Reloads when the watched file's content differs from the last file read.
@@ -261,50 +264,17 @@ async fn apply_file(host: &Host) -> ConfigReloadResult {
     // forget that a listener setting waits for a restart.
     warnings.extend(config::diff(host.started_with(), &new).needs_restart);
 
-    let mut sources = Vec::new();
-    // Filters and approval classes apply to the live connection; unchanged servers are not
-    // touched at all.
-    for name in &diff.servers_updated {
-        if let (Some(server), Some(cfg)) = (host.mcp().get(name), new.mcp_servers.get(name)) {
-            server.update_config(cfg.clone());
-            sources.push((SourceKey::Mcp(name.clone()), Some(server.tools())));
-        }
+    let cx = Configure {
+        config: &new,
+        diff: &diff,
+        config_path: host.config_path(),
+        workspace: host.workspace(),
+    };
+    let applying = host.apply().begin().await;
+    let mut all = Contribution::default();
+    for source in host.sources() {
+        all.extend(source.configure(&cx).await);
     }
-    let started: Vec<_> = diff
-        .servers_added
-        .iter()
-        .chain(&diff.servers_restart)
-        .filter_map(|name| {
-            Some(
-                host.mcp()
-                    .start(name, new.mcp_servers.get(name)?.clone(), false),
-            )
-        })
-        .collect();
-    for name in &diff.servers_removed {
-        host.mcp().remove(name);
-        sources.push((SourceKey::Mcp(name.clone()), None));
-    }
-    // The code tools come and go with code mode being on for some view.
-    if old.code_mode_anywhere() != new.code_mode_anywhere() {
-        sources.push((SourceKey::Builtin, Some(host.builtins(&new))));
-    }
-    let (tools, joined) = McpManager::collect_tools(&started, JOIN_WAIT).await;
-    sources.extend(tools);
-    // Providers are read by each call from here on; new folders are scanned into this swap.
-    if let Some(update) = host
-        .custom()
-        .configure(&new, host.config_path(), host.workspace())
-        .await
-    {
-        sources.push(update);
-    }
-    host.skills()
-        .configure(&new, host.config_path(), host.workspace())
-        .await;
-    host.commands()
-        .configure(&new, host.config_path(), host.workspace())
-        .await;
     let approval_overrides = new.approval.tools.clone();
     host.processes().set_env(child_env(&new));
     host.registry()
@@ -312,19 +282,7 @@ async fn apply_file(host: &Host) -> ConfigReloadResult {
     // Rules by name keep their counters (proto-docs/guards.md).
     host.guards().configure(&new.guards);
     host.set_config(new);
-    let note = host.registry().apply(Change {
-        sources,
-        approval_overrides: Some(approval_overrides),
-    });
-    for (s, joined) in started.iter().zip(joined) {
-        s.start_publishing();
-        if !joined {
-            // Still starting: it joins with its own tools_changed when ready. Publishing
-            // now also covers one that became ready between the wait and the swap.
-            tracing::info!(server = %s.name(), "MCP server still starting; applied the rest of the config without it");
-            s.publish_tools();
-        }
-    }
+    let note = applying.commit(all, Some(approval_overrides));
     host.update_config_state(|s| {
         s.loaded_at = now_ms();
         s.revision += 1;
@@ -338,5 +296,65 @@ async fn apply_file(host: &Host) -> ConfigReloadResult {
         applied: true,
         error: None,
         status: status(host),
+    }
+}
+
+/// The MCP servers as a source: started once with the daemon, each publishing its tools as
+/// it connects; a reload touches only the servers its diff names.
+#[async_trait::async_trait]
+impl Source for McpManager {
+    async fn start(&self, cx: &Start<'_>, _apply: &Apply) -> Contribution {
+        for (name, cfg) in &cx.config.mcp_servers {
+            McpManager::start(self, name, cfg.clone(), true);
+        }
+        Contribution::default()
+    }
+
+    /// Filters and approval classes apply to the live connection; unchanged servers are
+    /// not touched at all. New and restarted servers up within [`JOIN_WAIT`] land in the
+    /// apply's swap; the others publish on their own once it is done.
+    async fn configure(&self, cx: &Configure<'_>) -> Contribution {
+        let mut tools = Vec::new();
+        for name in &cx.diff.servers_updated {
+            if let (Some(server), Some(cfg)) = (self.get(name), cx.config.mcp_servers.get(name)) {
+                server.update_config(cfg.clone());
+                tools.push((SourceKey::Mcp(name.clone()), Some(server.tools())));
+            }
+        }
+        let started: Vec<_> = cx
+            .diff
+            .servers_added
+            .iter()
+            .chain(&cx.diff.servers_restart)
+            .filter_map(|name| {
+                Some(McpManager::start(
+                    self,
+                    name,
+                    cx.config.mcp_servers.get(name)?.clone(),
+                    false,
+                ))
+            })
+            .collect();
+        for name in &cx.diff.servers_removed {
+            self.remove(name);
+            tools.push((SourceKey::Mcp(name.clone()), None));
+        }
+        let (joined_tools, joined) = McpManager::collect_tools(&started, JOIN_WAIT).await;
+        tools.extend(joined_tools);
+        Contribution {
+            tools,
+            then: vec![Box::new(move || {
+                for (s, joined) in started.iter().zip(joined) {
+                    s.start_publishing();
+                    if !joined {
+                        // Still starting: it joins with its own tools_changed when ready.
+                        // Publishing now also covers one that became ready between the
+                        // wait and the swap.
+                        tracing::info!(server = %s.name(), "MCP server still starting; applied the rest of the config without it");
+                        s.publish_tools();
+                    }
+                }
+            })],
+        }
     }
 }

@@ -40,6 +40,7 @@ use crate::protocol::{
     TrustKind,
 };
 use crate::source::watch::{learn_workspaces, Watch};
+use crate::source::{Apply, Configure, Contribution, Source, Start};
 use crate::trust::Trust;
 
 pub use catalog::Catalog;
@@ -242,49 +243,23 @@ impl Commands {
     }
 
     /// Applies a config's folders; scans when they differ from the ones in force.
-    pub async fn configure(&self, cfg: &Config, config_path: &Path, workspace: &Path) {
+    async fn configure_with(
+        &self,
+        cfg: &Config,
+        config_path: &Path,
+        workspace: &Path,
+    ) -> Contribution {
         let roots = roots(cfg, config_path, workspace);
         {
             let mut current = lock(&self.0.roots);
             let discover = cfg.commands.discover;
             if current.configured == roots && current.discover == discover && !roots.is_empty() {
-                return;
+                return Contribution::default();
             }
             current.configured = roots;
             current.discover = discover;
         }
-        self.rescan().await;
-    }
-
-    /// Adds session workspaces (a session created with one, or kept in the store): their
-    /// `.toolhost/commands` is searched after the other folders. Scans when one is new.
-    pub async fn add_session_workspaces(&self, workspaces: &[PathBuf]) {
-        {
-            let mut current = lock(&self.0.roots);
-            let before = current.all();
-            // A workspace whose folder is searched already changes nothing.
-            if !learn_workspaces(&mut current.sessions, workspaces) || current.all() == before {
-                return;
-            }
-        }
-        self.rescan().await;
-    }
-
-    /// Starts watching the folders; events rescan until `shutdown` fires.
-    pub fn watch(
-        &self,
-        tracker: &tokio_util::task::TaskTracker,
-        shutdown: tokio_util::sync::CancellationToken,
-    ) {
-        crate::source::watch::follow(
-            &self.folders(),
-            "command folder",
-            &self.0.watch,
-            tracker,
-            shutdown,
-            self.clone(),
-            |me: Commands| async move { me.rescan().await },
-        );
+        self.scan().await
     }
 
     /// The folders searched, in precedence order.
@@ -296,8 +271,9 @@ impl Commands {
             .collect()
     }
 
-    /// Scans the folders again; publishes, and notifies only when the etag moved.
-    pub async fn rescan(&self) {
+    /// Scans the folders again; the catalog is published after the apply's swap, and
+    /// notified only when the etag moved.
+    async fn scan(&self) -> Contribution {
         let _one = self.0.scan_lock.lock().await;
         let roots = lock(&self.0.roots).all();
         if let Some(w) = lock(&self.0.watch).as_mut() {
@@ -313,15 +289,67 @@ impl Commands {
         for e in catalog.problems() {
             tracing::warn!("command: {e}");
         }
-        let moved = catalog.etag() != self.0.catalog.load().etag();
-        let note = CommandsChanged {
-            etag: catalog.etag().to_owned(),
-            count: catalog.len(),
-        };
-        // Stored even when unchanged: the problems may differ (a warning fixed).
-        self.0.catalog.store(Arc::new(catalog));
-        if moved {
-            let _ = self.0.changed.send(note);
+        let me = self.clone();
+        Contribution {
+            tools: Vec::new(),
+            then: vec![Box::new(move || {
+                let moved = catalog.etag() != me.0.catalog.load().etag();
+                let note = CommandsChanged {
+                    etag: catalog.etag().to_owned(),
+                    count: catalog.len(),
+                };
+                // Stored even when unchanged: the problems may differ (a warning fixed).
+                me.0.catalog.store(Arc::new(catalog));
+                if moved {
+                    let _ = me.0.changed.send(note);
+                }
+            })],
         }
+    }
+}
+
+#[async_trait::async_trait]
+impl Source for Commands {
+    /// Scans the command folders of the config in force (and of the stored sessions'
+    /// workspaces), then watches them.
+    async fn start(&self, cx: &Start<'_>, apply: &Apply) -> Contribution {
+        let mut out = self
+            .configure_with(cx.config, cx.config_path, cx.workspace)
+            .await;
+        out.extend(self.add_workspaces(cx.session_workspaces).await);
+        crate::source::watch::follow(
+            &self.folders(),
+            "command folder",
+            &self.0.watch,
+            cx.tracker,
+            cx.shutdown.clone(),
+            apply.clone(),
+            self.clone(),
+            |me: Commands| async move { me.scan().await },
+        );
+        out
+    }
+
+    async fn configure(&self, cx: &Configure<'_>) -> Contribution {
+        self.configure_with(cx.config, cx.config_path, cx.workspace)
+            .await
+    }
+
+    async fn rescan(&self) -> Contribution {
+        self.scan().await
+    }
+
+    /// Adds session workspaces (a session created with one, or kept in the store): their
+    /// command folders are searched after the others. Scans when one is new.
+    async fn add_workspaces(&self, workspaces: &[PathBuf]) -> Contribution {
+        {
+            let mut current = lock(&self.0.roots);
+            let before = current.all();
+            // A workspace whose folder is searched already changes nothing.
+            if !learn_workspaces(&mut current.sessions, workspaces) || current.all() == before {
+                return Contribution::default();
+            }
+        }
+        self.scan().await
     }
 }

@@ -18,6 +18,9 @@ pub struct ConfigDiff {
     /// Changed only in what applies without a restart (tool filters, approval classes,
     /// `trust_annotations`): re-filter / re-classify the live tools.
     pub servers_updated: Vec<String>,
+    /// Code mode went on for the first view or off for the last: the built-in tools gain
+    /// or lose the code tools.
+    pub builtins_changed: bool,
     /// Settings that cannot change while the daemon runs and differ, as messages such as
     /// `listen.socket changed; restart the daemon to apply it`. They are *not* applied: the
     /// daemon keeps running with the old values.
@@ -63,6 +66,8 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
             d.servers_removed.push(name.clone());
         }
     }
+
+    d.builtins_changed = old.code_mode_anywhere() != new.code_mode_anywhere();
 
     let mut restart = |changed: bool, what: &str| {
         if changed {

@@ -15,7 +15,7 @@ mod write;
 
 use std::path::{Path, PathBuf};
 
-pub use diff::diff;
+pub use diff::{diff, ConfigDiff};
 pub use error::{ConfigError, ConfigErrorKind, ContentHash};
 pub use file::socket_from_file;
 pub use load::{file_state, FileState};

@@ -35,8 +35,8 @@ use arc_swap::ArcSwap;
 use crate::config::Config;
 use crate::lock;
 use crate::protocol::{TrustItem, TrustKind};
-use crate::registry::{Change, Registry, SourceKey, SourceUpdate, Tool};
-use crate::source::watch;
+use crate::registry::{Registry, SourceKey, Tool};
+use crate::source::{watch, Apply, Configure, Contribution, Source, Start};
 use crate::trust::Trust;
 
 pub use manifest::{Manifest, ManifestError};
@@ -163,6 +163,8 @@ pub struct CustomTools(Arc<Inner>);
 
 struct Inner {
     registry: Registry,
+    /// Where a rescan of its own (a module host that restarted) is applied.
+    apply: Apply,
     /// JS/TS tool modules, found by the same scans and published in the same swaps.
     modules: crate::modules::Modules,
     providers: tool::Providers,
@@ -241,9 +243,11 @@ impl CustomTools {
         processes: crate::process::Processes,
         modules: crate::modules::Modules,
         trust: Trust,
+        apply: Apply,
     ) -> Self {
         let me = CustomTools(Arc::new(Inner {
             registry,
+            apply,
             modules,
             processes,
             trust,
@@ -260,7 +264,10 @@ impl CustomTools {
                 return;
             };
             if let Ok(rt) = tokio::runtime::Handle::try_current() {
-                rt.spawn(async move { CustomTools(inner).rescan().await });
+                rt.spawn(async move {
+                    let me = CustomTools(inner);
+                    me.0.apply.run(me.scan()).await;
+                });
             }
         }));
         me
@@ -271,14 +278,14 @@ impl CustomTools {
         &self.0.modules
     }
 
-    /// Applies a config: the providers (read by the next call) and the folders. Returns
-    /// the custom source for the caller's registry swap when the folders changed.
-    pub async fn configure(
+    /// Applies a config: the providers (read by the next call) and the folders; the custom
+    /// source is contributed when the folders changed.
+    async fn configure_with(
         &self,
         cfg: &Config,
         config_path: &Path,
         workspace: &Path,
-    ) -> Option<SourceUpdate> {
+    ) -> Contribution {
         self.0.providers.store(Arc::new(cfg.providers.clone()));
         self.0.sandbox.store(Arc::new(cfg.sandbox.clone()));
         self.0
@@ -295,7 +302,7 @@ impl CustomTools {
                 && !st.roots.is_empty()
                 && st.module_settings.as_ref() == Some(&settings)
             {
-                return None;
+                return Contribution::default();
             }
             st.roots = roots.clone();
             st.module_settings = Some(settings);
@@ -304,28 +311,7 @@ impl CustomTools {
         };
         self.watch_folders();
         let _one = self.0.scan_lock.lock().await;
-        Some((SourceKey::Custom, Some(self.build(roots).await)))
-    }
-
-    /// Searches the `.toolhost/tools/` of these session workspaces too (a session created
-    /// in a project brings that project's tools, under the [`trust`] rule), and publishes
-    /// the result once they are scanned. Workspaces already searched change nothing.
-    pub async fn add_session_workspaces(&self, workspaces: &[PathBuf], discover: bool) {
-        {
-            let mut st = lock(&self.0.state);
-            if !watch::learn_workspaces(&mut st.session_workspaces, workspaces) {
-                return;
-            }
-            let roots = with_sessions(&st.configured, discover, &st.session_workspaces);
-            let module_roots = st.module_roots.clone();
-            let programs_unchanged = roots == st.roots;
-            st.roots = roots;
-            st.refresh_module_roots();
-            if programs_unchanged && module_roots == st.module_roots {
-                return;
-            }
-        }
-        self.rescan().await;
+        Contribution::tools(vec![(SourceKey::Custom, Some(self.build(roots).await))])
     }
 
     /// The folders searched now, in precedence order.
@@ -349,34 +335,14 @@ impl CustomTools {
         }
     }
 
-    /// Starts watching the folders; events rescan until `shutdown` fires.
-    pub fn watch(
-        &self,
-        tracker: &tokio_util::task::TaskTracker,
-        shutdown: tokio_util::sync::CancellationToken,
-    ) {
-        watch::follow(
-            &self.watched(),
-            "custom tool folder",
-            &self.0.watch,
-            tracker,
-            shutdown,
-            self.clone(),
-            |me: CustomTools| async move { me.rescan().await },
-        );
-    }
-
-    /// Scans the folders again and publishes the result (one swap, at most one
+    /// Scans the folders again: the whole custom source, for one swap (at most one
     /// `tools_changed`).
-    pub async fn rescan(&self) {
+    async fn scan(&self) -> Contribution {
         let _one = self.0.scan_lock.lock().await;
         let roots = lock(&self.0.state).roots.clone();
         self.watch_folders();
         let tools = self.build(roots).await;
-        self.0.registry.apply(Change {
-            sources: vec![(SourceKey::Custom, Some(tools))],
-            approval_overrides: None,
-        });
+        Contribution::tools(vec![(SourceKey::Custom, Some(tools))])
     }
 
     /// Scans `roots` and the module folders, reusing the tool objects of unchanged
@@ -503,6 +469,61 @@ impl CustomTools {
             })
             .map(|(_, _, t)| t.clone())
             .collect()
+    }
+}
+
+#[async_trait::async_trait]
+impl Source for CustomTools {
+    /// Discovers the tools of the config in force (and of the stored sessions'
+    /// workspaces), then watches their folders.
+    async fn start(&self, cx: &Start<'_>, apply: &Apply) -> Contribution {
+        let mut out = self
+            .configure_with(cx.config, cx.config_path, cx.workspace)
+            .await;
+        out.extend(self.add_workspaces(cx.session_workspaces).await);
+        watch::follow(
+            &self.watched(),
+            "custom tool folder",
+            &self.0.watch,
+            cx.tracker,
+            cx.shutdown.clone(),
+            apply.clone(),
+            self.clone(),
+            |me: CustomTools| async move { me.scan().await },
+        );
+        out
+    }
+
+    /// Providers are read by each call from here on; new folders are scanned.
+    async fn configure(&self, cx: &Configure<'_>) -> Contribution {
+        self.configure_with(cx.config, cx.config_path, cx.workspace)
+            .await
+    }
+
+    async fn rescan(&self) -> Contribution {
+        self.scan().await
+    }
+
+    /// Searches the `.toolhost/tools/` of these session workspaces too (a session created
+    /// in a project brings that project's tools, under the [`trust`] rule). Workspaces
+    /// already searched change nothing.
+    async fn add_workspaces(&self, workspaces: &[PathBuf]) -> Contribution {
+        {
+            let mut st = lock(&self.0.state);
+            if !watch::learn_workspaces(&mut st.session_workspaces, workspaces) {
+                return Contribution::default();
+            }
+            let discover = st.module_settings.as_ref().is_some_and(|(c, _)| c.discover);
+            let roots = with_sessions(&st.configured, discover, &st.session_workspaces);
+            let module_roots = st.module_roots.clone();
+            let programs_unchanged = roots == st.roots;
+            st.roots = roots;
+            st.refresh_module_roots();
+            if programs_unchanged && module_roots == st.module_roots {
+                return Contribution::default();
+            }
+        }
+        self.scan().await
     }
 }
 

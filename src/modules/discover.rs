@@ -253,7 +253,7 @@ fn plugin_modules(node_modules: &Path, problems: &mut Vec<String>) -> Vec<PathBu
 
 /// The digest of a module: its file's bytes, and for an `index.*` the other files of its
 /// folder too (helpers it imports), `node_modules` left out.
-fn digest(file: &Path) -> Result<String, String> {
+pub(super) fn digest(file: &Path) -> Result<String, String> {
     let mut hash = Sha256::new();
     let mut add = |path: &Path| -> Result<(), String> {
         let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;

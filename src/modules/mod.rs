@@ -668,6 +668,22 @@ impl Pool {
                 false,
             );
         }
+        // A workspace module passed the trust gate by its digest, and Node read it from its
+        // path: what it imported must still be what was approved. One swapped between the
+        // check and the import is dropped here (its next scan finds it waiting again).
+        if found.workspace {
+            let file = found.file.clone();
+            let now = tokio::task::spawn_blocking(move || discover::digest(&file)).await;
+            if !matches!(now, Ok(Ok(ref d)) if *d == found.digest) {
+                self.0
+                    .host
+                    .tell(&live, &json!({"op": "drop", "load": load}));
+                return failed(
+                    "changed between its approval and its import; not loaded".into(),
+                    true,
+                );
+            }
+        }
         let mut skipped: Vec<String> = reply["skipped"]
             .as_array()
             .into_iter()

@@ -538,13 +538,7 @@ fn catalog_methods(api: &mut Api) -> anyhow::Result<()> {
 /// session is answered, so its view and the caller's next `list_tools`, `list_skills` and
 /// `list_commands` show what is there.
 async fn discover_in(host: &Host, workspace: &str) {
-    let discover = host.config().custom_tools.discover;
-    let workspaces = [std::path::PathBuf::from(workspace)];
-    host.custom()
-        .add_session_workspaces(&workspaces, discover)
-        .await;
-    host.skills().add_session_workspaces(&workspaces).await;
-    host.commands().add_session_workspaces(&workspaces).await;
+    crate::reload::add_session_workspaces(host, &[std::path::PathBuf::from(workspace)]).await;
 }
 
 fn session_methods(api: &mut Api) -> anyhow::Result<()> {

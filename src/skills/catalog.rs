@@ -98,18 +98,27 @@ impl Scanner {
                 skill_dirs(&root.path)
                     .into_iter()
                     .filter_map(|(dir, id)| {
+                        // A gated skill is parsed from the SKILL.md bytes its digest covers.
+                        let mut approved = None;
                         if let Some(trust) = gate {
                             let workspace = crate::trust::workspace_of(&root.path);
-                            let admitted = crate::trust::folder_digest(&dir).and_then(|d| {
+                            let admitted = crate::trust::folder_digest_keeping(
+                                &dir,
+                                Some(Path::new(skill::SKILL_FILE)),
+                            )
+                            .and_then(|(d, kept)| {
                                 trust
                                     .check(workspace, TrustKind::Skill, &dir, &d)
+                                    .map(|()| kept)
                                     .map_err(|w| {
                                         waiting.push(w);
                                         String::new()
                                     })
                             });
                             match admitted {
-                                Ok(()) => {}
+                                // A SKILL.md that is no regular file (a symlink) is
+                                // read as before, and refused there when it leads out.
+                                Ok(kept) => approved = kept,
                                 Err(reason) if reason.is_empty() => return None,
                                 Err(reason) => {
                                     let result = Err(SkillError {
@@ -125,11 +134,15 @@ impl Scanner {
                                 }
                             }
                         }
-                        let (result, warnings) =
-                            match skill::load_reusing(&dir, root.source, previous.get(&dir)) {
-                                Ok((s, w)) => (Ok(s), w),
-                                Err(e) => (Err(e), Vec::new()),
-                            };
+                        let (result, warnings) = match skill::load_reusing(
+                            &dir,
+                            root.source,
+                            previous.get(&dir),
+                            approved,
+                        ) {
+                            Ok((s, w)) => (Ok(s), w),
+                            Err(e) => (Err(e), Vec::new()),
+                        };
                         Some(Found {
                             id,
                             result,

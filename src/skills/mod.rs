@@ -34,8 +34,9 @@ use tokio::sync::broadcast;
 use crate::config::Config;
 use crate::lock;
 use crate::protocol::{SkillSource, SkillsChanged, TrustKind};
-use crate::registry::{Change, Registry, SourceKey, Tool};
+use crate::registry::{SourceKey, Tool};
 use crate::source::watch::{learn_workspaces, Watch};
+use crate::source::{Apply, Configure, Contribution, Source, Start};
 use crate::trust::Trust;
 
 pub use catalog::Catalog;
@@ -192,8 +193,6 @@ impl Views {
 pub struct Skills(Arc<Inner>);
 
 struct Inner {
-    /// Where `load_skill` is published.
-    registry: Registry,
     views: ArcSwap<Views>,
     search: Mutex<Option<Search>>,
     /// The skills of the last scan by folder: a folder whose files did not change is not
@@ -208,9 +207,8 @@ struct Inner {
 }
 
 impl Skills {
-    pub fn new(registry: Registry, trust: Trust) -> Self {
+    pub fn new(trust: Trust) -> Self {
         Skills(Arc::new(Inner {
-            registry,
             trust,
             views: ArcSwap::default(),
             search: Mutex::default(),
@@ -253,8 +251,12 @@ impl Skills {
     }
 
     /// Applies a config's folders; scans when they differ from the ones in force.
-    /// Returns whether a catalog changed.
-    pub async fn configure(&self, cfg: &Config, config_path: &Path, workspace: &Path) -> bool {
+    async fn configure_with(
+        &self,
+        cfg: &Config,
+        config_path: &Path,
+        workspace: &Path,
+    ) -> Contribution {
         {
             let mut current = lock(&self.0.search);
             let mut search = Search::of(cfg, config_path, workspace);
@@ -262,46 +264,11 @@ impl Skills {
                 search.session_workspaces = old.session_workspaces.clone();
             }
             if current.as_ref() == Some(&search) {
-                return false;
+                return Contribution::default();
             }
             *current = Some(search);
         }
-        self.rescan().await
-    }
-
-    /// Searches the skill folders of these session workspaces too, for the sessions in
-    /// them (custom tools learn of the same workspaces at the same points), and publishes
-    /// once they are scanned. Workspaces already known change nothing.
-    pub async fn add_session_workspaces(&self, workspaces: &[PathBuf]) {
-        {
-            let mut search = lock(&self.0.search);
-            let Some(search) = search.as_mut() else {
-                return;
-            };
-            if !learn_workspaces(&mut search.session_workspaces, workspaces) {
-                return;
-            }
-        }
-        self.rescan().await;
-    }
-
-    /// Starts watching the folders; events rescan until `shutdown` fires.
-    pub fn watch(
-        &self,
-        tracker: &tokio_util::task::TaskTracker,
-        shutdown: tokio_util::sync::CancellationToken,
-    ) {
-        crate::source::watch::follow(
-            &self.folders(),
-            "skill folder",
-            &self.0.watch,
-            tracker,
-            shutdown,
-            self.clone(),
-            |me: Skills| async move {
-                me.rescan().await;
-            },
-        );
+        self.scan().await
     }
 
     /// Every folder searched, the daemon workspace's order first.
@@ -312,13 +279,13 @@ impl Skills {
             .unwrap_or_default()
     }
 
-    /// Scans the folders again (reading only the skills whose files changed); publishes
-    /// (the catalogs, and `load_skill` in one registry swap) and notifies only when an
-    /// etag moved.
-    pub async fn rescan(&self) -> bool {
+    /// Scans the folders again (reading only the skills whose files changed); contributes
+    /// the catalogs and `load_skill` (for one registry swap, then `skills_changed`) only
+    /// when an etag moved.
+    async fn scan(&self) -> Contribution {
         let _one = self.0.scan_lock.lock().await;
         let Some(search) = lock(&self.0.search).clone() else {
-            return false;
+            return Contribution::default();
         };
         if let Some(w) = lock(&self.0.watch).as_mut() {
             // A folder may have appeared (or gone): watch what exists now.
@@ -339,7 +306,7 @@ impl Skills {
             (Views { base, sessions }, scanner.loaded(), waiting)
         });
         let Ok((views, loaded, waiting)) = scan.await else {
-            return false;
+            return Contribution::default();
         };
         self.0.trust.report(TrustKind::Skill, waiting);
         *lock(&self.0.loaded) = loaded;
@@ -351,7 +318,7 @@ impl Skills {
         if views.base.etag() == old.base.etag() && workspaces.is_empty() {
             // Problems may differ (a warning fixed) even when the skills did not.
             self.0.views.store(Arc::new(views));
-            return false;
+            return Contribution::default();
         }
         let note = SkillsChanged {
             etag: views.base.etag().to_owned(),
@@ -359,13 +326,63 @@ impl Skills {
             workspaces,
         };
         let views = Arc::new(views);
-        self.0.views.store(views.clone());
-        let load_skill = tool::LoadSkill::for_views(views).map(|t| Arc::new(t) as Arc<dyn Tool>);
-        self.0.registry.apply(Change {
-            sources: vec![(SourceKey::Skills, Some(load_skill.into_iter().collect()))],
-            approval_overrides: None,
-        });
-        let _ = self.0.changed.send(note);
-        true
+        let load_skill =
+            tool::LoadSkill::for_views(views.clone()).map(|t| Arc::new(t) as Arc<dyn Tool>);
+        let me = self.clone();
+        Contribution {
+            tools: vec![(SourceKey::Skills, Some(load_skill.into_iter().collect()))],
+            then: vec![Box::new(move || {
+                me.0.views.store(views);
+                let _ = me.0.changed.send(note);
+            })],
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Source for Skills {
+    /// Scans the skill folders of the config in force (and of the stored sessions'
+    /// workspaces), then watches them.
+    async fn start(&self, cx: &Start<'_>, apply: &Apply) -> Contribution {
+        let mut out = self
+            .configure_with(cx.config, cx.config_path, cx.workspace)
+            .await;
+        out.extend(self.add_workspaces(cx.session_workspaces).await);
+        crate::source::watch::follow(
+            &self.folders(),
+            "skill folder",
+            &self.0.watch,
+            cx.tracker,
+            cx.shutdown.clone(),
+            apply.clone(),
+            self.clone(),
+            |me: Skills| async move { me.scan().await },
+        );
+        out
+    }
+
+    async fn configure(&self, cx: &Configure<'_>) -> Contribution {
+        self.configure_with(cx.config, cx.config_path, cx.workspace)
+            .await
+    }
+
+    async fn rescan(&self) -> Contribution {
+        self.scan().await
+    }
+
+    /// Searches the skill folders of these session workspaces too, for the sessions in
+    /// them (custom tools learn of the same workspaces at the same points). Workspaces
+    /// already known change nothing.
+    async fn add_workspaces(&self, workspaces: &[PathBuf]) -> Contribution {
+        {
+            let mut search = lock(&self.0.search);
+            let Some(search) = search.as_mut() else {
+                return Contribution::default();
+            };
+            if !learn_workspaces(&mut search.session_workspaces, workspaces) {
+                return Contribution::default();
+            }
+        }
+        self.scan().await
     }
 }

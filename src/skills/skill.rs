@@ -107,19 +107,26 @@ pub fn sha256(bytes: &[u8]) -> String {
 /// Loads the skill in `dir`. A file beneath it that cannot be listed safely (a symlink out
 /// of the folder) is left out of `files` and returned as a warning beside the skill.
 pub fn load(dir: &Path, source: SkillSource) -> Result<(Arc<Skill>, Vec<SkillError>), SkillError> {
-    load_reusing(dir, source, None)
+    load_reusing(dir, source, None, None)
 }
 
 /// [`load`], reusing `previous` (the skill last loaded from `dir`) when the folder's
-/// files have the same sizes and modification times: only the folder is walked.
+/// files have the same sizes and modification times: only the folder is walked. With
+/// `approved` (the bytes of `SKILL.md` the trust gate hashed) those bytes are the skill,
+/// never a second read of the file, which a swap after the check could change.
 pub fn load_reusing(
     dir: &Path,
     source: SkillSource,
     previous: Option<&Arc<Skill>>,
+    approved: Option<Vec<u8>>,
 ) -> Result<(Arc<Skill>, Vec<SkillError>), SkillError> {
     let (walked, warnings) = list_files(dir);
     let fingerprint = fingerprint(&walked);
-    if let Some(p) = previous.filter(|p| p.fingerprint == fingerprint && p.source == source) {
+    if let Some(p) = previous.filter(|p| {
+        p.fingerprint == fingerprint
+            && p.source == source
+            && approved.as_ref().is_none_or(|a| a == p.text.as_bytes())
+    }) {
         return Ok((p.clone(), warnings));
     }
     let file = dir.join(SKILL_FILE);
@@ -128,8 +135,17 @@ pub fn load_reusing(
         field,
         reason,
     };
-    let bytes = safe_read::read_in_folder(&file, MAX_SKILL_MD_BYTES)
-        .map_err(|e| err(None, format!("{SKILL_FILE} {e}")))?;
+    let bytes = match approved {
+        Some(b) if b.len() as u64 > MAX_SKILL_MD_BYTES => {
+            return Err(err(
+                None,
+                format!("{SKILL_FILE} is over {MAX_SKILL_MD_BYTES} bytes"),
+            ))
+        }
+        Some(b) => b,
+        None => safe_read::read_in_folder(&file, MAX_SKILL_MD_BYTES)
+            .map_err(|e| err(None, format!("{SKILL_FILE} {e}")))?,
+    };
     let text = String::from_utf8(bytes).map_err(|_| err(None, "is not UTF-8 text".into()))?;
     let (front, body_start) = front_matter::split(&text).ok_or_else(|| {
         err(
@@ -348,16 +364,16 @@ mod tests {
         let md = "---\nname: a\ndescription: d\n---\nbody\n";
         std::fs::write(dir.join(SKILL_FILE), md).unwrap();
         let (first, _) = load(&dir, SkillSource::Config).unwrap();
-        let (again, _) = load_reusing(&dir, SkillSource::Config, Some(&first)).unwrap();
+        let (again, _) = load_reusing(&dir, SkillSource::Config, Some(&first), None).unwrap();
         assert!(Arc::ptr_eq(&first, &again));
         std::fs::write(dir.join("scripts/run.sh"), "echo\n").unwrap();
-        let (added, _) = load_reusing(&dir, SkillSource::Config, Some(&first)).unwrap();
+        let (added, _) = load_reusing(&dir, SkillSource::Config, Some(&first), None).unwrap();
         assert!(!Arc::ptr_eq(&first, &added));
         assert_eq!(added.files.len(), 2);
         // SKILL.md edited in place (the folder's listing unchanged) is read again too.
         let edited = "---\nname: a\ndescription: changed\n---\nbody\n";
         std::fs::write(dir.join(SKILL_FILE), edited).unwrap();
-        let (changed, _) = load_reusing(&dir, SkillSource::Config, Some(&added)).unwrap();
+        let (changed, _) = load_reusing(&dir, SkillSource::Config, Some(&added), None).unwrap();
         assert_eq!(changed.description, "changed");
         let manifest = changed.manifest();
         assert_eq!(

@@ -1,6 +1,160 @@
-//! The shared base of the folder sources (custom tools and modules, skills, commands): the
-//! folder watch and the rules an item found in a folder is held to. Each source builds on
-//! this and on [`crate::front_matter`], never on another source, so they stand side by side.
+//! Sources: what contributes tools, prompts and resources to the host — the built-ins,
+//! custom tools (programs and JS/TS modules), skills, commands and MCP servers. Each is one
+//! [`Source`]: it starts once, configures from a reloaded config and its
+//! [`ConfigDiff`](crate::config::ConfigDiff), rescans on a folder signal, learns session
+//! workspaces, and *returns* what changed as a [`Contribution`] instead of applying it.
+//!
+//! Everything a source contributes goes through [`Apply`]: one lock, one registry swap per
+//! apply, then what the sources publish besides tools (a skill or command catalog, with its
+//! own notification). A reload is one apply of every source's contribution, so it gives at
+//! most one `tools_changed`; a folder signal is one apply of that source's.
+//!
+//! Below the sources, the shared base of the folder sources: the folder [`watch`] and the
+//! rules an [`item`] found in a folder is held to. Each source builds on this and on
+//! [`crate::front_matter`], never on another source, so they stand side by side.
 
 pub mod item;
 pub mod watch;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::config::{Config, ConfigDiff};
+use crate::protocol::{ApprovalClass, ToolsChanged};
+use crate::registry::{Change, Registry, SourceUpdate};
+
+/// What a source starts with (once, at daemon start).
+pub struct Start<'a> {
+    pub config: &'a Config,
+    pub config_path: &'a Path,
+    /// The daemon's workspace.
+    pub workspace: &'a Path,
+    /// The workspaces of the sessions kept in the store: their projects' items come back.
+    pub session_workspaces: &'a [PathBuf],
+    pub tracker: &'a tokio_util::task::TaskTracker,
+    /// Cancelled at shutdown: watches and connections end with it.
+    pub shutdown: &'a tokio_util::sync::CancellationToken,
+}
+
+/// A reloaded config, and its difference from the one in force.
+pub struct Configure<'a> {
+    pub config: &'a Config,
+    pub diff: &'a ConfigDiff,
+    pub config_path: &'a Path,
+    pub workspace: &'a Path,
+}
+
+/// What one source changes in one apply.
+#[derive(Default)]
+pub struct Contribution {
+    /// Registry sources replaced (`Some`) or removed (`None`), all in the apply's one swap.
+    pub tools: Vec<SourceUpdate>,
+    /// What the source publishes once the swap is done (its catalog and notification, an
+    /// MCP server's own publishing), in order.
+    pub then: Vec<Box<dyn FnOnce() + Send>>,
+}
+
+impl Contribution {
+    /// A contribution of tools only.
+    pub fn tools(tools: Vec<SourceUpdate>) -> Contribution {
+        Contribution {
+            tools,
+            then: Vec::new(),
+        }
+    }
+
+    /// Adds `other`'s changes after this one's.
+    pub fn extend(&mut self, other: Contribution) {
+        self.tools.extend(other.tools);
+        self.then.extend(other.then);
+    }
+}
+
+/// One kind of component for every contributor of tools, prompts and resources.
+#[async_trait::async_trait]
+pub trait Source: Send + Sync {
+    /// Starts on the config in force (arms a folder watch whose signals go through
+    /// `apply`, or starts connections) and returns the first contribution.
+    async fn start(&self, cx: &Start<'_>, apply: &Apply) -> Contribution;
+
+    /// Applies a reloaded config.
+    async fn configure(&self, cx: &Configure<'_>) -> Contribution;
+
+    /// Looks again at what the source reads (a trust decision changed what may load).
+    async fn rescan(&self) -> Contribution {
+        Contribution::default()
+    }
+
+    /// Learns session workspaces (a session created in a project brings its items).
+    async fn add_workspaces(&self, _workspaces: &[PathBuf]) -> Contribution {
+        Contribution::default()
+    }
+}
+
+/// The one way contributions reach the registry: one at a time, one swap each.
+#[derive(Clone)]
+pub struct Apply(Arc<ApplyInner>);
+
+struct ApplyInner {
+    registry: Registry,
+    /// Held from the sources' scans to the end of their publishing, so two applies never
+    /// publish out of order (a stale scan never lands after a newer one).
+    lock: tokio::sync::Mutex<()>,
+}
+
+/// An apply under way: the sources are scanned while it is held, then [`Self::commit`].
+pub struct Applying<'a> {
+    _one: tokio::sync::MutexGuard<'a, ()>,
+    registry: &'a Registry,
+}
+
+impl Apply {
+    pub fn new(registry: Registry) -> Apply {
+        Apply(Arc::new(ApplyInner {
+            registry,
+            lock: tokio::sync::Mutex::new(()),
+        }))
+    }
+
+    /// Waits for the applies before this one.
+    pub async fn begin(&self) -> Applying<'_> {
+        Applying {
+            _one: self.0.lock.lock().await,
+            registry: &self.0.registry,
+        }
+    }
+
+    /// Runs `scan` and commits what it returns, as one apply.
+    pub async fn run(
+        &self,
+        scan: impl std::future::Future<Output = Contribution>,
+    ) -> Option<ToolsChanged> {
+        let applying = self.begin().await;
+        let contribution = scan.await;
+        applying.commit(contribution, None)
+    }
+}
+
+impl Applying<'_> {
+    /// One registry swap of every source's tools (and the config's approval overrides when
+    /// `Some`), then what the sources publish after it.
+    pub fn commit(
+        self,
+        contribution: Contribution,
+        approval_overrides: Option<HashMap<String, ApprovalClass>>,
+    ) -> Option<ToolsChanged> {
+        let note = if contribution.tools.is_empty() && approval_overrides.is_none() {
+            None
+        } else {
+            self.registry.apply(Change {
+                sources: contribution.tools,
+                approval_overrides,
+            })
+        };
+        for publish in contribution.then {
+            publish();
+        }
+        note
+    }
+}

@@ -117,23 +117,25 @@ pub fn learn_workspaces(known: &mut Vec<PathBuf>, workspaces: &[PathBuf]) -> boo
     known.len() != before
 }
 
-/// Watches `folders` (kept in `slot`, so roots can be changed later) and runs
-/// `rescan(owner)` after each signal until `shutdown`: signals that come while a rescan
-/// runs are folded into the next one, so a burst of changes costs one rescan. Custom tools,
-/// skills and commands each follow their folders this way (`owner` is their cheap clone).
-/// A watcher that cannot start is logged; nothing rescans.
+/// Watches `folders` (kept in `slot`, so roots can be changed later) and, after each
+/// signal until `shutdown`, runs `rescan(owner)` as one [`Apply`](super::Apply): signals
+/// that come while a rescan runs are folded into the next one, so a burst of changes costs
+/// one rescan. Custom tools, skills and commands each follow their folders this way
+/// (`owner` is their cheap clone). A watcher that cannot start is logged; nothing rescans.
+#[allow(clippy::too_many_arguments)]
 pub fn follow<T, F, Fut>(
     folders: &[PathBuf],
     what: &'static str,
     slot: &Mutex<Option<Watch>>,
     tracker: &tokio_util::task::TaskTracker,
     shutdown: tokio_util::sync::CancellationToken,
+    apply: super::Apply,
     owner: T,
     rescan: F,
 ) where
     T: Clone + Send + 'static,
     F: Fn(T) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()> + Send,
+    Fut: std::future::Future<Output = super::Contribution> + Send,
 {
     let (tx, mut signals) = tokio::sync::mpsc::unbounded_channel();
     match Watch::new(folders, tx, what) {
@@ -148,7 +150,7 @@ pub fn follow<T, F, Fut>(
             tokio::select! {
                 Some(()) = signals.recv() => {
                     while signals.try_recv().is_ok() {}
-                    rescan(owner.clone()).await;
+                    apply.run(rescan(owner.clone())).await;
                 }
                 _ = shutdown.cancelled() => return,
             }

@@ -20,13 +20,26 @@ const MAX_DEPTH: usize = 16;
 /// relative path, kind, and a regular file's bytes or a symlink's target. Any change to a
 /// file the program could run or read from its folder changes the digest.
 pub fn folder_digest(dir: &Path) -> Result<String, String> {
+    folder_digest_keeping(dir, None).map(|(digest, _)| digest)
+}
+
+/// [`folder_digest`], with the bytes of `keep` (a path relative to `dir`) exactly as they
+/// were hashed (`None` when it is no regular file there): a source parses those bytes, never
+/// a second read that a file swapped after the check could change.
+pub fn folder_digest_keeping(
+    dir: &Path,
+    keep: Option<&Path>,
+) -> Result<(String, Option<Vec<u8>>), String> {
     let mut walk = Walk {
         hash: Sha256::new(),
         entries: 0,
         bytes: 0,
+        keep: keep.map(Path::to_path_buf),
+        kept: None,
     };
     walk.folder(dir, Path::new(""), 0)?;
-    Ok(hex::encode(&walk.hash.finalize()[..16]))
+    let kept = walk.kept.take();
+    Ok((hex::encode(&walk.hash.finalize()[..16]), kept))
 }
 
 /// SHA-256 of one regular file (not followed if a symlink, not waited on if a FIFO), as a
@@ -38,8 +51,10 @@ fn file_digest(path: &Path) -> Result<String, String> {
         hash: Sha256::new(),
         entries: 0,
         bytes: 0,
+        keep: None,
+        kept: None,
     };
-    walk.file(path)?;
+    walk.file(path, false)?;
     Ok(hex::encode(&walk.hash.finalize()[..16]))
 }
 
@@ -56,6 +71,9 @@ struct Walk {
     hash: Sha256,
     entries: usize,
     bytes: u64,
+    /// The file whose hashed bytes are kept, relative to the folder.
+    keep: Option<std::path::PathBuf>,
+    kept: Option<Vec<u8>>,
 }
 
 impl Walk {
@@ -95,7 +113,8 @@ impl Walk {
                 self.hash.update(target.as_os_str().as_encoded_bytes());
             } else if kind.is_file() {
                 self.hash.update(b"f\0");
-                self.file(&path)
+                let keep = self.keep.as_deref() == Some(rel.as_path());
+                self.file(&path, keep)
                     .map_err(|e| format!("{}: {e}", path.display()))?;
             } else {
                 // FIFOs, sockets, devices: their presence is pinned, never their content.
@@ -109,7 +128,7 @@ impl Walk {
     /// Hashes one regular file, opened once without following a symlink and without
     /// blocking (a file swapped for a FIFO after the listing is refused, not waited on).
     /// The error does not name the file (the caller does).
-    fn file(&mut self, path: &Path) -> Result<(), String> {
+    fn file(&mut self, path: &Path, keep: bool) -> Result<(), String> {
         let fail = |e: std::io::Error| e.to_string();
         let file = File::options()
             .read(true)
@@ -131,13 +150,20 @@ impl Walk {
         let mut buf = vec![0u8; 64 * 1024];
         let mut left = meta.len();
         let mut reader = file.take(meta.len());
+        let mut kept = keep.then(Vec::new);
         while left > 0 {
             let n = reader.read(&mut buf).map_err(fail)?;
             if n == 0 {
                 break;
             }
             self.hash.update(&buf[..n]);
+            if let Some(k) = kept.as_mut() {
+                k.extend_from_slice(&buf[..n]);
+            }
             left = left.saturating_sub(n as u64);
+        }
+        if kept.is_some() {
+            self.kept = kept;
         }
         Ok(())
     }

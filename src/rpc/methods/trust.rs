@@ -50,9 +50,8 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Every source that asks the gate scans again, so a decision shows in the next answer.
+/// Every source that asks the gate scans again (one apply), so a decision shows in the
+/// next answer.
 pub(super) async fn rescan(host: &Host) {
-    host.custom().rescan().await;
-    host.skills().rescan().await;
-    host.commands().rescan().await;
+    crate::reload::rescan(host).await;
 }
