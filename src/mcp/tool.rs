@@ -156,13 +156,20 @@ impl Sent {
 /// (the pipeline gave up on it), the server is told to stop from a task of its own. So a
 /// sent request is always either answered or cancelled upstream, without running every
 /// call in a task of its own (a spawn and a wake-up more per call).
-struct Unanswered {
+pub(super) struct Unanswered {
     sent: Option<Sent>,
 }
 
 impl Unanswered {
+    /// A request sent through rmcp to `peer` as `id`.
+    pub(super) fn peer(peer: Peer<RoleClient>, id: RequestId) -> Unanswered {
+        Unanswered {
+            sent: Some(Sent::Peer { peer, id }),
+        }
+    }
+
     /// The request was answered.
-    fn settle(&mut self) {
+    pub(super) fn settle(&mut self) {
         self.sent = None;
     }
 
