@@ -20,9 +20,14 @@ pub enum Error {
     #[error("resource not found: {0}")]
     ResourceNotFound(String),
     /// An MCP server answered a relayed request (prompt, resource, completion) with an
-    /// error: its code and message, named after the server.
+    /// error: its code and message, named after the server, and its data where the
+    /// caller needs it (`-32021`'s `requiredCapabilities`).
     #[error("{message}")]
-    Upstream { code: i32, message: String },
+    Upstream {
+        code: i32,
+        message: String,
+        data: Option<serde_json::Value>,
+    },
 }
 
 /// There is no MCP server by this name: among the live servers, or in config.json (for

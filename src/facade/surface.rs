@@ -245,6 +245,7 @@ impl Facade {
                 .collect(),
             input_responses: request.input_responses,
             request_state: request.request_state,
+            inputs: super::inputs::answerable(ctx),
         };
         let client = self.client().await?;
         let what = format!("prompt '{}'", params.name);
@@ -279,6 +280,7 @@ impl Facade {
             session_id: view.session_id,
             input_responses: request.input_responses,
             request_state: request.request_state,
+            inputs: super::inputs::answerable(ctx),
         };
         for round in 0..=MAX_ROUNDS {
             let mut answer = client.read_resource(&params).await.map_err(host_error)?;

@@ -526,7 +526,7 @@ impl Instances {
             server,
             &self.home,
             None,
-            server.in_flight.load(Ordering::Relaxed),
+            server.in_flight(),
             self.home_used.load(Ordering::Relaxed),
         );
         let live = lock(&self.live);

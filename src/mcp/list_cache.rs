@@ -17,8 +17,9 @@
 
 use std::path::{Path, PathBuf};
 
+use rmcp::model::Tool;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::surface::ServerSurface;
@@ -39,7 +40,7 @@ struct Kept {
     /// [`launch_digest`] of the config that listed what follows.
     launch: String,
     /// The `tools/list` entries as the server sent them.
-    tools: Option<Vec<Value>>,
+    tools: Option<Vec<Tool>>,
     /// Its prompts, resources and templates, if listed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     surface: Option<KeptSurface>,
@@ -54,7 +55,7 @@ struct KeptSurface {
 
 /// What a server listed when last run with the same launch config.
 pub struct Listing {
-    pub tools: Vec<Value>,
+    pub tools: Vec<Tool>,
     /// Absent when not listed, or listed under another `prefix`.
     pub surface: Option<ServerSurface>,
 }
@@ -102,7 +103,7 @@ impl ListCache {
     }
 
     /// Keeps `tools` as `server`'s tool listing under `cfg`'s launch config.
-    pub fn store_tools(&self, server: &str, cfg: &McpServer, tools: &[Value]) {
+    pub fn store_tools(&self, server: &str, cfg: &McpServer, tools: &[Tool]) {
         self.update(server, cfg, |kept| kept.tools = Some(tools.to_vec()));
     }
 
@@ -173,11 +174,15 @@ mod tests {
         }
     }
 
+    fn tool(name: &str) -> Tool {
+        Tool::new(name.to_owned(), "", rmcp::model::JsonObject::new())
+    }
+
     #[test]
     fn a_listing_is_kept_for_its_launch_config_only() {
         let dir = tempfile::tempdir().unwrap();
         let cache = ListCache::new(dir.path());
-        let tools = vec![json!({"name": "echo", "inputSchema": {"type": "object"}})];
+        let tools = vec![tool("echo")];
         let tools_of = |cfg: &McpServer| cache.load("fx", cfg).map(|l| l.tools);
         assert_eq!(tools_of(&server(&["a"])), None);
         cache.store_tools("fx", &server(&["a"]), &tools);
@@ -206,7 +211,7 @@ mod tests {
         cache.store_surface("fx", &cfg, &surface);
         // Prompts and resources alone are no tool listing to start lazily from.
         assert!(cache.load("fx", &cfg).is_none());
-        cache.store_tools("fx", &cfg, &[json!({"name": "t"})]);
+        cache.store_tools("fx", &cfg, &[tool("t")]);
         let kept = cache.load("fx", &cfg).unwrap();
         assert_eq!(kept.surface, Some(surface));
         let unprefixed = McpServer {
@@ -223,10 +228,10 @@ mod tests {
         std::fs::create_dir_all(dir.path().join("mcp-tools")).unwrap();
         std::fs::write(dir.path().join("mcp-tools/fx.json"), b"{\"launch\": tru").unwrap();
         assert!(cache.load("fx", &server(&[])).is_none());
-        cache.store_tools("fx", &server(&[]), &[json!({"name": "t"})]);
+        cache.store_tools("fx", &server(&[]), &[tool("t")]);
         assert_eq!(
             cache.load("fx", &server(&[])).map(|l| l.tools),
-            Some(vec![json!({"name": "t"})])
+            Some(vec![tool("t")])
         );
     }
 

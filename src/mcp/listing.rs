@@ -13,10 +13,9 @@
 
 use std::time::Duration;
 
-use rmcp::model::PaginatedRequestParams;
+use rmcp::model::{PaginatedRequestParams, Tool};
 use rmcp::service::{Peer, ServiceError};
 use rmcp::RoleClient;
-use serde_json::Value;
 
 use crate::config::McpServer;
 
@@ -97,16 +96,12 @@ fn page_note(page: usize) -> String {
     }
 }
 
-/// Every tool the server lists (as JSON), within `bounds`.
-pub async fn list_tools(peer: &Peer<RoleClient>, bounds: Bounds) -> Result<Vec<Value>, ListError> {
+/// Every tool the server lists, within `bounds`.
+pub async fn list_tools(peer: &Peer<RoleClient>, bounds: Bounds) -> Result<Vec<Tool>, ListError> {
     list_pages(Listing::Tools, bounds, |cursor| async move {
         let params = PaginatedRequestParams::default().with_cursor(cursor);
         let listed = peer.list_tools(Some(params)).await?;
-        let tools = listed
-            .tools
-            .iter()
-            .filter_map(|t| serde_json::to_value(t).ok());
-        Ok((tools.collect(), listed.next_cursor))
+        Ok((listed.tools, listed.next_cursor))
     })
     .await
 }

@@ -8,12 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    ArgumentInfo, CompleteRequestParams, CompletionContext, GetPromptRequestParams,
-    GetPromptResponse, InputRequiredResult, PromptReference, ReadResourceRequestParams,
-    ReadResourceResponse, Reference, ResourceContents as McpContents, ResourceTemplateReference,
-    SubscribeRequestParams, UnsubscribeRequestParams,
+    ArgumentInfo, ClientRequest, CompleteRequestParams, CompletionContext, ErrorCode,
+    GetPromptRequest, GetPromptRequestParams, GetPromptResponse, InputRequiredResult,
+    PromptReference, ReadResourceRequest, ReadResourceRequestParams, ReadResourceResponse,
+    Reference, RequestMetaObject, ResourceContents as McpContents, ResourceTemplateReference,
+    ServerResult, SubscribeRequestParams, UnsubscribeRequestParams,
 };
-use rmcp::service::{Peer, ServiceError};
+use rmcp::service::{Peer, PeerRequestOptions, ServiceError};
 use rmcp::RoleClient;
 use serde_json::{Map, Value};
 
@@ -24,7 +25,7 @@ use crate::error::Error;
 use crate::lock;
 use crate::protocol::{
     self, CompleteParams, CompleteResult, Completion, CompletionRef, GetPromptParams,
-    GetPromptResult, PromptEntry, PromptMessage, ReadResourceParams, ReadResourceResult,
+    GetPromptResult, InputKind, PromptEntry, PromptMessage, ReadResourceParams, ReadResourceResult,
     ResourceContents,
 };
 
@@ -82,7 +83,17 @@ impl McpManager {
         let mut request = GetPromptRequestParams::new(remote.clone()).with_arguments(arguments);
         request.input_responses = p.input_responses;
         request.request_state = p.request_state;
-        let answer = match relay(&server, peer.get_prompt_once(request)).await? {
+        let answer = if super::era::peer_is_new(&peer) {
+            let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(request));
+            match relay(&server, declaring(&peer, request, &p.inputs)).await? {
+                ServerResult::GetPromptResult(r) => GetPromptResponse::Complete(r),
+                ServerResult::InputRequiredResult(r) => GetPromptResponse::InputRequired(r),
+                _ => return Err(unknown_kind(&server, "prompts/get")),
+            }
+        } else {
+            relay(&server, peer.get_prompt_once(request)).await?
+        };
+        let answer = match answer {
             GetPromptResponse::Complete(answer) => answer,
             // Passed back whole: the frontend answers, and asks again with the state.
             GetPromptResponse::InputRequired(asked) => {
@@ -92,12 +103,7 @@ impl McpManager {
                     input_required: Some(questions(asked)),
                 });
             }
-            _ => {
-                return Err(Error::Server(format!(
-                    "MCP server '{}' answered prompts/get with a result of no known kind",
-                    server.name()
-                )))
-            }
+            _ => return Err(unknown_kind(&server, "prompts/get")),
         };
         let messages = answer.messages.into_iter().map(|m| PromptMessage {
             role: serde_json::to_value(m.role)
@@ -129,7 +135,17 @@ impl McpManager {
         let mut request = ReadResourceRequestParams::new(uri);
         request.input_responses = p.input_responses;
         request.request_state = p.request_state;
-        let answer = match relay(&server, peer.read_resource_once(request)).await? {
+        let answer = if super::era::peer_is_new(&peer) {
+            let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(request));
+            match relay(&server, declaring(&peer, request, &p.inputs)).await? {
+                ServerResult::ReadResourceResult(r) => ReadResourceResponse::Complete(r),
+                ServerResult::InputRequiredResult(r) => ReadResourceResponse::InputRequired(r),
+                _ => return Err(unknown_kind(&server, "resources/read")),
+            }
+        } else {
+            relay(&server, peer.read_resource_once(request)).await?
+        };
+        let answer = match answer {
             ReadResourceResponse::Complete(answer) => answer,
             ReadResourceResponse::InputRequired(asked) => {
                 return Ok(ReadResourceResult {
@@ -137,12 +153,7 @@ impl McpManager {
                     input_required: Some(questions(asked)),
                 })
             }
-            _ => {
-                return Err(Error::Server(format!(
-                    "MCP server '{}' answered resources/read with a result of no known kind",
-                    server.name()
-                )))
-            }
+            _ => return Err(unknown_kind(&server, "resources/read")),
         };
         let size: usize = answer
             .contents
@@ -408,9 +419,39 @@ async fn relay<T>(
         Ok(Err(ServiceError::McpError(e))) => Err(Error::Upstream {
             code: e.code.0,
             message: format!("MCP server '{}': {}", server.name(), e.message),
+            data: e
+                .data
+                .filter(|_| e.code == ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY),
         }),
         Ok(Err(e)) => Err(Error::Server(server.call_error(e).message)),
     }
+}
+
+/// Sends a prompt or resource request to a 2026-07-28 server declaring, as a tool call
+/// does, what the caller's frontend answers (`inputs`) as the request's client
+/// capabilities, rather than the connection's: the server can then refuse with `-32021`
+/// or ask only what can be answered. Cancelled upstream when given up (the timeout).
+async fn declaring(
+    peer: &Peer<RoleClient>,
+    request: ClientRequest,
+    inputs: &[InputKind],
+) -> Result<ServerResult, ServiceError> {
+    let mut declared = RequestMetaObject::default();
+    declared.set_client_capabilities(super::client::capabilities(|k| inputs.contains(&k)));
+    let mut options = PeerRequestOptions::no_options();
+    options.meta = Some(declared);
+    let handle = peer.send_request_with_option(request, options).await?;
+    let mut unanswered = super::tool::Unanswered::peer(peer.clone(), handle.id.clone());
+    let answer = handle.await_response().await;
+    unanswered.settle();
+    answer
+}
+
+fn unknown_kind(server: &Server, method: &str) -> Error {
+    Error::Server(format!(
+        "MCP server '{}' answered {method} with a result of no known kind",
+        server.name()
+    ))
 }
 
 /// The prompt `name` of the catalog, with the server's own name for it, if `serves`.

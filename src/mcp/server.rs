@@ -11,8 +11,7 @@ mod status;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -23,16 +22,15 @@ use rmcp::model::ErrorCode;
 use rmcp::service::{Peer, ServiceError};
 use rmcp::RoleClient;
 use serde_json::Value;
-use tokio::sync::{mpsc, watch, Notify, Semaphore};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore, TryAcquireError};
 use tokio_util::sync::CancellationToken;
 
 use super::client::{Client, Notice};
 use super::instances::Instances;
 use super::launcher::{self, Connection};
 use super::listing::{self, Bounds, ListError};
-use super::tool::{serves, McpTool, Slot};
+use super::tool::{serves, McpTool};
 use crate::config::{McpServer, Start};
-use crate::lock;
 use crate::now_ms;
 use crate::process::KILL_GRACE;
 use crate::protocol::ErrorKind;
@@ -53,21 +51,64 @@ pub(super) use lifecycle::{InUse, Parked, STARTUP_SLOTS};
 /// Where a server's supervisor is, as `mcp.status` shows it.
 pub use crate::protocol::McpServerState as State;
 
-/// Where a server is, with what each phase knows: the one state of a server.
+/// Everything about a server that changes while it runs, in one value: where it is
+/// ([`Phase`], with what that phase knows), its last listing, what callers asked of its
+/// supervisor, its uses and the counters `mcp.status` shows.
 ///
-/// It lives on a `watch` channel. The supervisor writes it; outside it only a call notes
-/// that its token was refused ([`Trouble::SignIn`]) and a reconnect withdraws that verdict.
-/// `mcp.status`, calls looking for the live connection and a reload waiting for the first
-/// attempt read it by borrowing the current value or waiting for the next one. So a reader
-/// sees the state, its error, the connection and the failure count of one moment, never a
-/// mix of two (they were separate mutexes and atomics), and a waiter cannot miss the change
-/// it waits for. Codex's rmcp client keeps its client state the same way.
-///
-/// What is not state stays beside it: the counters `mcp.status` reports (calls in flight
-/// and queued, restarts, circuit opens) are atomics, and the last listing is kept across
-/// reconnects so that filters can be re-applied without one.
+/// It lives on a `watch` channel. The supervisor writes the phase; outside it a call notes
+/// that its token was refused ([`Trouble::SignIn`]), a reconnect withdraws that verdict,
+/// and requests count themselves in and out. `mcp.status`, calls looking for the live
+/// connection, the supervisor waiting for an ask and a reload waiting for the first attempt
+/// read it by borrowing the current value or waiting for the next one. So a reader sees
+/// the phase, its error, the connection, the failure count, the listing and the counters of
+/// one moment, never a mix of two, and a waiter cannot miss the change it waits for (the
+/// asks were `Notify`s, the rest mutexes and atomics beside the phase). Codex's rmcp client
+/// keeps its client state the same way. Writes that nobody waits for (a use, a queued call)
+/// change the value without waking the receivers.
+pub(super) struct ServerState {
+    pub phase: Phase,
+    /// The server's last tool listing, kept across reconnects so that filters can be
+    /// re-applied without one (and, for a lazy server not started yet, the one kept from its
+    /// last run).
+    pub listing: Listing,
+    /// What callers asked of the supervisor and it has not taken up yet.
+    asked: Asked,
+    /// Requests begun and not ended ([`InUse`]): while any is, the server is not idle.
+    uses: usize,
+    /// When the last request began or ended (monotonic, so the idle timer is immune to
+    /// clock changes); `None` before the first.
+    last_use: Option<tokio::time::Instant>,
+    /// Calls waiting for a concurrency slot.
+    queued: usize,
+    /// Connections made after the first of a run.
+    restarts: u32,
+    /// Times the circuit opened.
+    circuit_opens: u32,
+    /// Whether the supervisor publishes its tools itself; false while a reload waits to
+    /// publish them together with every other change in one swap.
+    publish: bool,
+}
+
+/// A server's tool listing as it sent it (rmcp's typed `Tool`s).
+#[derive(Clone, Default)]
+pub(super) struct Listing {
+    pub tools: Arc<[rmcp::model::Tool]>,
+    /// Whether it came from the server in this run, not from the kept listing of the last.
+    pub live: bool,
+}
+
+/// What a caller asked of the supervisor.
+#[derive(Clone, Copy, Default)]
+struct Asked {
+    /// Drop the connection, if any, and connect again (`mcp.reconnect`, `mcp.login`).
+    reconnect: bool,
+    /// A call found the server down: attempt now instead of after the backoff.
+    attempt: bool,
+}
+
+/// Where a server is, with what each phase knows.
 #[derive(Clone)]
-pub(super) enum ServerState {
+pub(super) enum Phase {
     /// `enabled: false`: no supervisor runs.
     Disabled,
     /// No process, on purpose ([`lifecycle`]): its tools are listed from its last listing,
@@ -134,35 +175,14 @@ pub struct Server {
     progress: ProgressDispatcher,
     /// The calls in flight, to which the server's own requests and log messages go.
     origins: Arc<super::origin::Origins>,
-    /// Bounds calls in flight (`max_concurrency`); waiters are the queue. Closed when the
-    /// server is retired.
+    /// Bounds calls in flight (`max_concurrency`, fixed at the start: the calls in flight
+    /// are its permits taken); waiters are the queue. Closed when the server is retired.
     permits: Arc<Semaphore>,
-    pub(super) in_flight: AtomicUsize,
-    queued: AtomicUsize,
-    restarts: AtomicU32,
-    circuit_opens: AtomicU32,
+    max_concurrency: usize,
     /// Retires the server. Every wait of the supervisor races it, so a stop is seen even
     /// while the server hangs in the middle of a request, and its process group is killed.
     stop: CancellationToken,
-    /// Asks the supervisor to drop its connection, if any, and connect again.
-    reconnect: Notify,
-    /// Woken by a call that found the server down: attempt now instead of after the backoff.
-    wanted: Notify,
-    /// The server's last tool listing, so filters can be re-applied without a reconnect
-    /// (and, for a lazy server not started yet, the one kept from its last run).
-    remote_tools: Mutex<Vec<Value>>,
-    /// Whether `remote_tools` came from the server in this run, not from the cache.
-    listed: AtomicBool,
-    /// Requests begun and not ended ([`InUse`]): while any is, the server is not idle.
-    uses: AtomicUsize,
-    /// When the last request began or ended, in ms after `epoch` ([`lifecycle::NEVER`]
-    /// before the first): monotonic, so the idle timer is immune to clock changes.
-    last_use: AtomicU64,
-    epoch: std::time::Instant,
     registry: Registry,
-    /// Whether the supervisor publishes its tools itself; false while a reload waits to
-    /// publish them together with every other change in one swap.
-    publish: AtomicBool,
     /// The host workspace: where a shared server without `cwd` runs, and its root.
     home: PathBuf,
     /// Where a scoped server's process runs (the daemon's workspace for the server itself,
@@ -231,31 +251,31 @@ impl Server {
         runtime: super::Runtime,
     ) -> Server {
         let enabled = config.enabled;
+        let max_concurrency = config.max_concurrency.max(1);
         Server {
             name: name.to_owned(),
-            permits: Arc::new(Semaphore::new(config.max_concurrency.max(1))),
+            permits: Arc::new(Semaphore::new(max_concurrency)),
+            max_concurrency,
             config: ArcSwap::from_pointee(config),
-            state: watch::Sender::new(if enabled {
-                ServerState::Starting
-            } else {
-                ServerState::Disabled
+            state: watch::Sender::new(ServerState {
+                phase: if enabled {
+                    Phase::Starting
+                } else {
+                    Phase::Disabled
+                },
+                listing: Listing::default(),
+                asked: Asked::default(),
+                uses: 0,
+                last_use: None,
+                queued: 0,
+                restarts: 0,
+                circuit_opens: 0,
+                publish,
             }),
             progress: ProgressDispatcher::new(),
             origins: Arc::default(),
-            in_flight: AtomicUsize::new(0),
-            queued: AtomicUsize::new(0),
-            restarts: AtomicU32::new(0),
-            circuit_opens: AtomicU32::new(0),
             stop: CancellationToken::new(),
-            reconnect: Notify::new(),
-            wanted: Notify::new(),
-            remote_tools: Mutex::new(Vec::new()),
-            listed: AtomicBool::new(false),
-            uses: AtomicUsize::new(0),
-            last_use: AtomicU64::new(lifecycle::NEVER),
-            epoch: std::time::Instant::now(),
             registry,
-            publish: AtomicBool::new(publish),
             home: home.to_path_buf(),
             workspace,
             instances: None,
@@ -305,8 +325,8 @@ impl Server {
     }
     /// The process of a connected stdio server.
     pub(super) fn pid(&self) -> Option<u32> {
-        match &*self.state.borrow() {
-            ServerState::Ready { pid, .. } => *pid,
+        match self.state.borrow().phase {
+            Phase::Ready { pid, .. } => pid,
             _ => None,
         }
     }
@@ -314,24 +334,27 @@ impl Server {
         &self.origins
     }
     pub fn state(&self) -> State {
-        self.state.borrow().wire()
+        self.state.borrow().phase.wire()
     }
     /// Whether the last connection attempt failed (or the connection was lost) and no
     /// attempt has succeeded since: a retrying server is not serving.
     pub fn failing(&self) -> bool {
-        self.state.borrow().failures() > 0
+        self.state.borrow().phase.failures() > 0
     }
     /// Waits until the first connection attempt has finished (bounded by the caller).
     pub async fn first_attempt_done(&self) {
         let mut state = self.state.subscribe();
         let _ = state
-            .wait_for(|s| !matches!(s, ServerState::Starting))
+            .wait_for(|s| !matches!(s.phase, Phase::Starting))
             .await;
     }
 
     /// Starts publishing tool changes directly (after a reload has done its one swap).
     pub fn start_publishing(&self) {
-        self.publish.store(true, Ordering::SeqCst);
+        self.state.send_if_modified(|s| {
+            s.publish = true;
+            false
+        });
     }
 
     /// Applies a config change that needs no reconnect (filters, approval classes).
@@ -343,27 +366,49 @@ impl Server {
     /// sign-in verdict turns into `connecting` at once: a caller polling `mcp.status` after
     /// `mcp.login` sees neither the old verdict nor the old connection as `ready`.
     pub fn reconnect(&self) {
-        // A parked server has no connection: its next request starts it (a wake-up left
-        // pending would instead cut short that start).
-        if matches!(*self.state.borrow(), ServerState::Parked(_)) {
-            return;
-        }
         self.state.send_if_modified(|s| {
-            let hint = match s {
-                ServerState::AuthRequired { hint }
-                | ServerState::Ready {
+            let hint = match &mut s.phase {
+                // A parked server has no connection: its next request starts it (an ask
+                // left pending would instead cut short that start).
+                Phase::Parked(_) => return false,
+                Phase::AuthRequired { hint }
+                | Phase::Ready {
                     trouble: Some(Trouble::SignIn(hint)),
                     ..
                 } => std::mem::take(hint),
-                _ => return false,
+                _ => {
+                    s.asked.reconnect = true;
+                    return true;
+                }
             };
-            *s = ServerState::Reconnecting {
+            s.phase = Phase::Reconnecting {
                 failures: 0,
                 last_error: Some(hint),
             };
+            s.asked.reconnect = true;
             true
         });
-        self.reconnect.notify_one();
+    }
+
+    /// Asks the supervisor for an attempt now (a call found the server down).
+    fn want_attempt(&self) {
+        self.state.send_if_modified(|s| {
+            s.asked.attempt = true;
+            true
+        });
+    }
+
+    /// Waits until a caller asks what `wanted` picks, then takes up every ask: whatever the
+    /// supervisor does next (connect again, attempt now) answers them all.
+    async fn asked(&self, wanted: impl Fn(Asked) -> bool) {
+        let mut state = self.state.subscribe();
+        // The sender lives as long as `self`: the wait ends only with an ask.
+        if state.wait_for(|s| wanted(s.asked)).await.is_ok() {
+            self.state.send_if_modified(|s| {
+                s.asked = Asked::default();
+                false
+            });
+        }
     }
 
     /// Stops the supervisor for good: its connection closes, its process group is killed,
@@ -379,10 +424,13 @@ impl Server {
 
     /// The server's own names of the tools it last listed (before include/exclude).
     pub fn remote_tool_names(&self) -> Vec<String> {
-        lock(&self.remote_tools)
-            .iter()
-            .filter_map(|t| t["name"].as_str().map(str::to_owned))
-            .collect()
+        let tools = self.listed_tools();
+        tools.iter().map(|t| t.name.to_string()).collect()
+    }
+
+    /// The tools of the last listing.
+    pub(super) fn listed_tools(&self) -> Arc<[rmcp::model::Tool]> {
+        self.state.borrow().listing.tools.clone()
     }
 
     fn unavailable(&self, why: impl std::fmt::Display) -> ToolError {
@@ -397,14 +445,14 @@ impl Server {
         if self.stop.is_cancelled() {
             return Err(self.unavailable("was removed"));
         }
-        match &*self.state.borrow() {
-            ServerState::Ready { link, .. } if !link.peer.is_transport_closed() => {
+        match &self.state.borrow().phase {
+            Phase::Ready { link, .. } if !link.peer.is_transport_closed() => {
                 return Ok(link.clone())
             }
-            ServerState::AuthRequired { hint } => {
+            Phase::AuthRequired { hint } => {
                 return Err(self.unavailable(format_args!("is unavailable: {hint}")))
             }
-            ServerState::CircuitOpen { failures, .. } => {
+            Phase::CircuitOpen { failures, .. } => {
                 return Err(self.unavailable(format_args!(
                     "is unreachable (circuit open after {failures} failed attempts; it is retried every {} s)",
                     BREAKER_COOLDOWN.as_secs()
@@ -412,30 +460,43 @@ impl Server {
             }
             _ => {}
         }
-        self.wanted.notify_one();
+        self.want_attempt();
         Err(self.unavailable("is not connected"))
     }
 
     /// Waits for a concurrency slot; the wait counts against the call's timeout.
-    pub(super) async fn acquire_slot(self: &Arc<Self>) -> Result<Slot, ToolError> {
+    /// The call holds its slot until the permit is dropped.
+    pub(super) async fn acquire_slot(&self) -> Result<OwnedSemaphorePermit, ToolError> {
         /// Counts a call in the queue while it waits, also when the wait is given up
         /// (the call cancelled or timed out in the queue).
-        struct Waiting<'a>(&'a AtomicUsize);
+        struct Waiting<'a>(&'a Server);
         impl Drop for Waiting<'_> {
             fn drop(&mut self) {
-                self.0.fetch_sub(1, Ordering::Relaxed);
+                self.0.state.send_if_modified(|s| {
+                    s.queued -= 1;
+                    false
+                });
             }
         }
-        self.queued.fetch_add(1, Ordering::Relaxed);
-        let waiting = Waiting(&self.queued);
-        let permit = self.permits.clone().acquire_owned().await;
-        drop(waiting);
-        let permit = permit.map_err(|_| self.unavailable("was removed"))?;
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
-        Ok(Slot {
-            server: self.clone(),
-            _permit: permit,
-        })
+        let permit = match self.permits.clone().try_acquire_owned() {
+            Ok(permit) => Ok(permit),
+            Err(TryAcquireError::Closed) => Err(()),
+            Err(TryAcquireError::NoPermits) => {
+                self.state.send_if_modified(|s| {
+                    s.queued += 1;
+                    false
+                });
+                let _waiting = Waiting(self);
+                self.permits.clone().acquire_owned().await.map_err(drop)
+            }
+        };
+        permit.map_err(|()| self.unavailable("was removed"))
+    }
+
+    /// Calls holding a concurrency slot.
+    pub(super) fn in_flight(&self) -> usize {
+        self.max_concurrency
+            .saturating_sub(self.permits.available_permits())
     }
 
     pub(super) fn call_error(&self, e: ServiceError) -> ToolError {
@@ -450,7 +511,7 @@ impl Server {
         }
         match e {
             ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
-                self.wanted.notify_one();
+                self.want_attempt();
                 self.unavailable("is not connected (the connection closed during the call)")
             }
             ServiceError::McpError(err) => {
@@ -477,8 +538,8 @@ impl Server {
     /// Notes `trouble` on the live connection (a sign-in verdict is not replaced by a
     /// listing problem); nothing when there is none.
     fn note(&self, trouble: Trouble) {
-        self.state.send_if_modified(|s| match s {
-            ServerState::Ready { trouble: now, .. } => {
+        self.state.send_if_modified(|s| match &mut s.phase {
+            Phase::Ready { trouble: now, .. } => {
                 if !matches!(
                     (&now, &trouble),
                     (Some(Trouble::SignIn(_)), Trouble::Listing(_))
@@ -494,20 +555,17 @@ impl Server {
     /// The host tools for the server's current listing under the current config.
     pub fn tools(self: &Arc<Self>) -> Vec<Arc<dyn Tool>> {
         let cfg = self.config();
-        let remote = lock(&self.remote_tools).clone();
+        let remote = self.listed_tools();
         remote
             .iter()
-            .filter_map(|t| {
-                let remote_name = t["name"].as_str().filter(|n| serves(&cfg, n))?;
-                let tool = McpTool::new(self, &cfg, remote_name.to_owned(), t);
-                Some(Arc::new(tool) as Arc<dyn Tool>)
-            })
+            .filter(|t| serves(&cfg, &t.name))
+            .map(|t| Arc::new(McpTool::new(self, &cfg, t)) as Arc<dyn Tool>)
             .collect()
     }
 
     /// Publishes the current tools as this server's registry source (when publishing).
     pub fn publish_tools(self: &Arc<Self>) {
-        if self.publish.load(Ordering::SeqCst) && !self.stop.is_cancelled() {
+        if self.state.borrow().publish && !self.stop.is_cancelled() {
             let tools = self.tools();
             self.registry.apply(Change {
                 sources: vec![(SourceKey::Mcp(self.name.clone()), Some(tools))],
@@ -530,19 +588,19 @@ impl Server {
     }
 
     /// Keeps a new listing and publishes it.
-    fn listed(self: &Arc<Self>, tools: Vec<Value>) {
+    fn listed(self: &Arc<Self>, tools: Vec<rmcp::model::Tool>) {
         self.keep_listing(tools);
         self.publish_tools();
     }
 
     /// Takes the outcome of listing again after `tools/list_changed`: a failure keeps the
     /// previous listing (the connection still serves it) and shows in `last_error`.
-    fn relisted(self: &Arc<Self>, outcome: Result<Vec<Value>, ListError>) {
+    fn relisted(self: &Arc<Self>, outcome: Result<Vec<rmcp::model::Tool>, ListError>) {
         match outcome {
             Ok(tools) => {
                 self.listed(tools);
-                self.state.send_if_modified(|s| match s {
-                    ServerState::Ready { trouble, .. }
+                self.state.send_if_modified(|s| match &mut s.phase {
+                    Phase::Ready { trouble, .. }
                         if matches!(trouble, Some(Trouble::Listing(_))) =>
                     {
                         *trouble = None;
@@ -552,7 +610,7 @@ impl Server {
                 });
             }
             Err(e) => {
-                let kept = lock(&self.remote_tools).len();
+                let kept = self.listed_tools().len();
                 tracing::warn!(server = %self.name, error = %e, "listing tools after list_changed failed");
                 self.note(Trouble::Listing(format!(
                     "{e}, after tools/list_changed; the {kept} tools listed before stay"
@@ -565,15 +623,13 @@ impl Server {
 /// The supervisor: one task per server, owning its connection and writing its state.
 async fn supervise(server: Arc<Server>) {
     run(&server).await;
-    server.state.send_replace(ServerState::Stopped);
+    server.enter(Phase::Stopped);
 }
 
 async fn run(server: &Arc<Server>) {
     let stop = &server.stop;
     // Whether an attempt has finished before (a later connection counts as a restart).
     let mut attempted = false;
-    let mut failures = 0u32;
-    let mut last_error: Option<String> = None;
     // A lazy server listed from its last run waits, parked, for its first request.
     if server.config().start == Start::Lazy
         && server.listed_from_cache()
@@ -583,10 +639,7 @@ async fn run(server: &Arc<Server>) {
     }
     loop {
         if attempted {
-            server.state.send_replace(ServerState::Reconnecting {
-                failures,
-                last_error: last_error.clone(),
-            });
+            server.retrying();
         }
         let (notice_tx, mut notices) = mpsc::unbounded_channel();
         let client = Client::new(
@@ -597,26 +650,26 @@ async fn run(server: &Arc<Server>) {
         );
         let attempt = tokio::select! {
             r = connect_and_list(server, client) => r,
-            _ = server.reconnect.notified() => continue,
+            () = server.asked(|a| a.reconnect) => continue,
             _ = stop.cancelled() => return,
         };
-        let error = match attempt {
+        // How the attempt or the connection ended, and whether it was a lost connection.
+        let (error, lost) = match attempt {
             Ok(conn) => {
-                if attempted {
-                    server.restarts.fetch_add(1, Ordering::Relaxed);
-                }
-                attempted = true;
-                failures = 0;
                 let link = Link {
                     peer: conn.service.peer().clone(),
                     direct: conn.direct.clone(),
                     version: super::era::version(&conn.service),
                 };
-                server.state.send_replace(ServerState::Ready {
-                    link,
-                    since: now_ms(),
-                    pid: conn.pid,
-                    trouble: None,
+                let restart = std::mem::replace(&mut attempted, true);
+                server.state.send_modify(|s| {
+                    s.restarts += u32::from(restart);
+                    s.phase = Phase::Ready {
+                        link,
+                        since: now_ms(),
+                        pid: conn.pid,
+                        trouble: None,
+                    };
                 });
                 server.publish_tools();
                 match serve_connection(server, conn, &mut notices).await {
@@ -628,21 +681,18 @@ async fn run(server: &Arc<Server>) {
                         }
                         // Woken by a request: a start of its own, not a restart.
                         attempted = false;
-                        last_error = None;
                         continue;
                     }
                     Ended::Reconnect => {
-                        last_error = None;
+                        server.enter(Phase::Reconnecting {
+                            failures: 0,
+                            last_error: None,
+                        });
                         continue;
                     }
                     Ended::Closed(reason) => {
                         tracing::warn!(server = %server.name, %reason, "MCP server connection lost; reconnecting");
-                        failures += 1;
-                        server.state.send_replace(ServerState::Reconnecting {
-                            failures,
-                            last_error: Some(reason.clone()),
-                        });
-                        reason
+                        (reason, true)
                     }
                 }
             }
@@ -652,46 +702,73 @@ async fn run(server: &Arc<Server>) {
                 // `mcp.login` (or a reload) reconnects.
                 if let Some(needed) = server.runtime.oauth.needed_in(&server.name, &e) {
                     tracing::warn!(server = %server.name, "MCP server needs sign-in");
-                    last_error = Some(needed.hint.clone());
-                    server
-                        .state
-                        .send_replace(ServerState::AuthRequired { hint: needed.hint });
+                    server.enter(Phase::AuthRequired { hint: needed.hint });
                     tokio::select! {
-                        _ = server.reconnect.notified() => continue,
+                        () = server.asked(|a| a.reconnect) => continue,
                         _ = stop.cancelled() => return,
                     }
                 }
                 let message = format!("{e:#}");
                 tracing::warn!(server = %server.name, error = %message, "MCP server failed to connect");
-                failures += 1;
-                server.state.send_replace(ServerState::Backoff {
-                    failures,
-                    error: message.clone(),
-                });
-                message
+                (message, false)
             }
         };
         // Back off (or wait out an open circuit), unless a call or a command wakes us.
-        if failures == BREAKER_THRESHOLD {
-            server.circuit_opens.fetch_add(1, Ordering::Relaxed);
-        }
+        let failures = server.failed(error, lost);
         let circuit_open = failures >= BREAKER_THRESHOLD;
         let wait = if circuit_open {
-            server.state.send_replace(ServerState::CircuitOpen {
-                failures,
-                error: error.clone(),
-            });
             BREAKER_COOLDOWN
         } else {
             backoff(failures)
         };
-        last_error = Some(error);
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
-            _ = server.wanted.notified(), if !circuit_open => {}
-            _ = server.reconnect.notified() => {}
+            () = server.asked(|a| a.reconnect || (a.attempt && !circuit_open)) => {}
             _ = stop.cancelled() => return,
         }
+    }
+}
+
+impl Server {
+    fn enter(&self, phase: Phase) {
+        self.state.send_modify(|s| s.phase = phase);
+    }
+
+    /// Another attempt begins: `Reconnecting`, with the failures and the last error of
+    /// the phase it leaves.
+    fn retrying(&self) {
+        self.state.send_modify(|s| {
+            let last_error = s.phase.last_error().map(str::to_owned);
+            s.phase = Phase::Reconnecting {
+                failures: s.phase.failures(),
+                last_error,
+            };
+        });
+    }
+
+    /// The attempt ended with `error`, or the connection was `lost` with it: one more
+    /// failure in a row. A failed attempt is `Backoff`; a lost connection is
+    /// `Reconnecting` at once (it backs off too, but it was serving a moment ago); either
+    /// is `CircuitOpen` at [`BREAKER_THRESHOLD`]. Returns the failures in a row.
+    fn failed(&self, error: String, lost: bool) -> u32 {
+        let mut failures = 0;
+        self.state.send_modify(|s| {
+            failures = s.phase.failures() + 1;
+            if failures == BREAKER_THRESHOLD {
+                s.circuit_opens += 1;
+            }
+            s.phase = if failures >= BREAKER_THRESHOLD {
+                Phase::CircuitOpen { failures, error }
+            } else if lost {
+                Phase::Reconnecting {
+                    failures,
+                    last_error: Some(error),
+                }
+            } else {
+                Phase::Backoff { failures, error }
+            };
+        });
+        failures
     }
 }
 
@@ -764,7 +841,7 @@ enum Ended {
 }
 
 /// A listing under way after `tools/list_changed`.
-type Relisting = BoxFuture<'static, Result<Vec<Value>, ListError>>;
+type Relisting = BoxFuture<'static, Result<Vec<rmcp::model::Tool>, ListError>>;
 
 /// Serves a connection until it closes, a reconnect is asked for or the server stops.
 /// Listing again after `tools/list_changed` runs beside the other waits, not in place of
@@ -801,7 +878,7 @@ async fn serve_connection(
         tokio::select! {
             quit = &mut waiting => break Ended::Closed(format!("the server closed the connection ({quit:?})")),
             _ = server.stop.cancelled() => break Ended::Stop,
-            _ = server.reconnect.notified() => break Ended::Reconnect,
+            () = server.asked(|a| a.reconnect) => break Ended::Reconnect,
             () = &mut listening => {}
             Some(notice) = notices.recv() => {
                 // A burst of list_changed is one listing; listings never overlap.

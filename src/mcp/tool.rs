@@ -1,7 +1,6 @@
 //! One MCP server tool as a host [`Tool`]: forwards calls to the server's live connection
 //! and maps MCP results onto our result shape.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,28 +44,23 @@ pub struct McpTool {
 impl McpTool {
     /// The host tool for `t`, one entry of `server`'s `tools/list`, under `cfg` (naming,
     /// approval classes, trusted annotations).
-    pub(super) fn new(
-        server: &Arc<Server>,
-        cfg: &McpServer,
-        remote_name: String,
-        t: &Value,
-    ) -> McpTool {
-        let mut parameters = t.get("inputSchema").cloned().unwrap_or(Value::Null);
-        match parameters.as_object_mut() {
-            Some(o) if !o.is_empty() => {
-                o.entry("type").or_insert_with(|| json!("object"));
-                if o.get("type") == Some(&json!("object")) {
-                    o.entry("properties").or_insert_with(|| json!({}));
-                }
-            }
-            _ => parameters = json!({"type": "object", "properties": {}}),
+    pub(super) fn new(server: &Arc<Server>, cfg: &McpServer, t: &rmcp::model::Tool) -> McpTool {
+        let remote_name = t.name.to_string();
+        let mut schema = t.input_schema.as_ref().clone();
+        if schema.is_empty() {
+            schema.insert("type".into(), json!("object"));
         }
-        let annotations = t.get("annotations").filter(|a| !a.is_null()).cloned();
+        schema.entry("type").or_insert_with(|| json!("object"));
+        if schema.get("type") == Some(&json!("object")) {
+            schema.entry("properties").or_insert_with(|| json!({}));
+        }
+        let parameters = Value::Object(schema);
         let trusted_read_only = cfg.trust_annotations
-            && annotations
-                .as_ref()
-                .and_then(|a| a["readOnlyHint"].as_bool())
-                == Some(true);
+            && t.annotations.as_ref().and_then(|a| a.read_only_hint) == Some(true);
+        let annotations = t
+            .annotations
+            .as_ref()
+            .and_then(|a| serde_json::to_value(a).ok());
         let approval = cfg
             .approval
             .get(&remote_name)
@@ -75,7 +69,7 @@ impl McpTool {
         McpTool {
             spec: ToolSpec {
                 name: public_name(server.name(), cfg.prefix, &remote_name),
-                description: t["description"].as_str().unwrap_or("").to_owned(),
+                description: t.description.as_deref().unwrap_or("").to_owned(),
                 parameters,
                 approval,
                 source: ToolSource::Mcp {
@@ -86,11 +80,14 @@ impl McpTool {
                 deferrable: false,
                 annotations,
             },
-            title: t["title"]
-                .as_str()
-                .or_else(|| t["annotations"]["title"].as_str())
-                .map(str::to_owned),
-            output_schema: t.get("outputSchema").filter(|s| s.is_object()).cloned(),
+            title: t
+                .title
+                .clone()
+                .or_else(|| t.annotations.as_ref().and_then(|a| a.title.clone())),
+            output_schema: t
+                .output_schema
+                .as_ref()
+                .map(|s| Value::Object(s.as_ref().clone())),
             remote_name,
             server: server.clone(),
         }
@@ -159,13 +156,20 @@ impl Sent {
 /// (the pipeline gave up on it), the server is told to stop from a task of its own. So a
 /// sent request is always either answered or cancelled upstream, without running every
 /// call in a task of its own (a spawn and a wake-up more per call).
-struct Unanswered {
+pub(super) struct Unanswered {
     sent: Option<Sent>,
 }
 
 impl Unanswered {
+    /// A request sent through rmcp to `peer` as `id`.
+    pub(super) fn peer(peer: Peer<RoleClient>, id: RequestId) -> Unanswered {
+        Unanswered {
+            sent: Some(Sent::Peer { peer, id }),
+        }
+    }
+
     /// The request was answered.
-    fn settle(&mut self) {
+    pub(super) fn settle(&mut self) {
         self.sent = None;
     }
 
@@ -603,18 +607,6 @@ fn summary(block: ContentBlock, control: &mut Control) -> String {
             .text
             .unwrap_or_else(|| format!("[resource: {}]", resource.uri)),
         ContentBlock::ResourceLink { uri, .. } => format!("[resource link: {uri}]"),
-    }
-}
-
-/// Counts a call in flight; released on drop.
-pub struct Slot {
-    pub(super) server: Arc<Server>,
-    pub(super) _permit: tokio::sync::OwnedSemaphorePermit,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.server.in_flight.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -79,6 +79,12 @@ pub struct GetPromptParams {
     /// With `input_responses`: the server's `requestState`, exactly as it came.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_state: Option<String>,
+    /// The kinds of input request the caller's frontend answers (as `subscribe_invoke`'s
+    /// `inputs`): a 2026-07-28 server is told them as the request's client capabilities,
+    /// so it can refuse with `-32021` or ask only what can be answered. Empty: the caller
+    /// answers nothing (the CLI).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<super::InputKind>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -189,6 +195,12 @@ pub struct ReadResourceParams {
     /// With `input_responses`: the server's `requestState`, exactly as it came.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_state: Option<String>,
+    /// The kinds of input request the caller's frontend answers (as `subscribe_invoke`'s
+    /// `inputs`): a 2026-07-28 server is told them as the request's client capabilities,
+    /// so it can refuse with `-32021` or ask only what can be answered. Empty: the caller
+    /// answers nothing (the CLI).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<super::InputKind>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

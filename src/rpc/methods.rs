@@ -54,7 +54,11 @@ fn rpc_error(e: Error) -> ErrorObjectOwned {
         Error::ResourceNotFound(_) => codes::RESOURCE_NOT_FOUND,
         Error::Upstream { code, .. } => *code,
     };
-    ErrorObject::owned(code, e.to_string(), None::<()>)
+    let data = match &e {
+        Error::Upstream { data, .. } => data.clone(),
+        _ => None,
+    };
+    ErrorObject::owned(code, e.to_string(), data)
 }
 
 /// Sign-in failures: an unknown server is the caller's mistake, the rest are the server's.

@@ -524,3 +524,62 @@ async fn a_call_declares_its_own_frontends_capabilities_upstream() {
     }
     mcp.cancel().await.unwrap();
 }
+
+/// A prompt tells a 2026-07-28 server the capabilities of its own frontend, as a tool call
+/// does: the socket's `get_prompt` declares what its caller answers (`inputs`), so the
+/// fixture's `test_prompt_needs_sampling` refuses a caller that answers nothing with
+/// `-32021` and its `requiredCapabilities`, and serves one that answers sampling. Through
+/// `/mcp`, a client that declared sampling (at `initialize`) gets the prompt; rmcp's
+/// defaults (no sampling) get the `-32021`, its data included.
+#[tokio::test]
+async fn a_prompt_declares_its_own_frontends_capabilities_upstream() {
+    const PROMPT: &str = "test_prompt_needs_sampling";
+    const SERVED: &str = "The client declared sampling";
+    let d = host().await;
+    let r = d.call("get_prompt", json!({"name": PROMPT})).await;
+    assert_eq!(r["error"]["code"], -32021, "{r}");
+    assert_eq!(
+        r["error"]["data"]["requiredCapabilities"],
+        json!({"sampling": {}}),
+        "{r}"
+    );
+    let r = d
+        .call(
+            "get_prompt",
+            json!({"name": PROMPT, "inputs": ["sampling"]}),
+        )
+        .await;
+    assert_eq!(r["result"]["messages"][0]["content"]["text"], SERVED, "{r}");
+
+    let addr = forward(d.socket()).await;
+    let url = format!("http://127.0.0.1:{}/mcp", addr.port());
+    let answering = Answering
+        .serve(StreamableHttpClientTransport::from_uri(url.clone()))
+        .await
+        .unwrap();
+    let p = answering
+        .peer()
+        .get_prompt(GetPromptRequestParams::new(PROMPT))
+        .await
+        .unwrap();
+    let p = serde_json::to_value(p).unwrap();
+    assert_eq!(p["messages"][0]["content"]["text"], SERVED, "{p}");
+    answering.cancel().await.unwrap();
+
+    let plain = ().serve(StreamableHttpClientTransport::from_uri(url)).await.unwrap();
+    match plain
+        .peer()
+        .get_prompt(GetPromptRequestParams::new(PROMPT))
+        .await
+    {
+        Err(rmcp::ServiceError::McpError(e)) => {
+            assert_eq!(e.code.0, -32021, "{e:?}");
+            assert_eq!(
+                e.data.unwrap()["requiredCapabilities"],
+                json!({"sampling": {}})
+            );
+        }
+        other => panic!("expected -32021, got {other:?}"),
+    }
+    plain.cancel().await.unwrap();
+}

@@ -8,7 +8,7 @@
 //!   and with no resource subscription open, is stopped (its process group terminated as on
 //!   a retire) and [`Parked::Idle`], its tools still listed.
 //! - **Waking**: a request that finds the server parked turns it to
-//!   [`ServerState::Waking`] and waits for the supervisor's attempt under its own deadline.
+//!   [`Phase::Waking`] and waits for the supervisor's attempt under its own deadline.
 //!   The turn and the idle verdict are both taken under the state's lock, so a request
 //!   either counts as a use before the verdict (no stop) or finds the server parked (and
 //!   wakes it): never a stop under a request that was already let through.
@@ -18,14 +18,12 @@
 //! notes the instant; the connection's one idle timer, when it fires, is re-armed from the
 //! last use if that was too recent.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
 use tokio::time::Instant;
 
-use super::{Link, Server, ServerState};
+use super::{Link, Listing, Phase, Server, ServerState};
 use crate::lock;
 use crate::protocol::McpToolsFrom;
 use crate::registry::ToolError;
@@ -35,9 +33,6 @@ use crate::registry::ToolError;
 /// others, few enough that a config of a hundred servers does not fork a hundred runtimes
 /// at once. The slots are taken in order of asking.
 pub const STARTUP_SLOTS: usize = 8;
-
-/// `last_use` before the first request.
-pub(super) const NEVER: u64 = u64::MAX;
 
 /// Why a server has no process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,32 +50,37 @@ pub struct InUse(Arc<Server>);
 
 impl Drop for InUse {
     fn drop(&mut self) {
-        self.0.touch();
-        self.0.uses.fetch_sub(1, Ordering::SeqCst);
+        self.0.state.send_if_modified(|s| {
+            s.uses -= 1;
+            s.last_use = Some(Instant::now());
+            false
+        });
     }
 }
 
-impl Server {
-    fn touch(&self) {
-        let ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(NEVER - 1);
-        self.last_use.store(ms, Ordering::SeqCst);
-    }
-
-    /// The last use as an instant, if there was one.
-    fn last_use(&self) -> Option<Instant> {
-        match self.last_use.load(Ordering::SeqCst) {
-            NEVER => None,
-            ms => Some(Instant::from_std(self.epoch) + Duration::from_millis(ms)),
-        }
-    }
-
+impl ServerState {
     /// The last use in ms since the Unix epoch, for `mcp.status`.
     pub(super) fn last_used_ms(&self) -> Option<u64> {
-        let ago = self.last_use()?.elapsed();
+        let ago = self.last_use?.elapsed();
         let ago = u64::try_from(ago.as_millis()).unwrap_or(u64::MAX);
         Some(crate::now_ms().saturating_sub(ago))
     }
 
+    /// Where the listed tools come from, for `mcp.status`.
+    pub(super) fn tools_from(&self) -> Option<McpToolsFrom> {
+        if self.listing.tools.is_empty() {
+            None
+        } else if matches!(self.phase, Phase::Ready { .. }) {
+            Some(McpToolsFrom::Live)
+        } else if self.listing.live {
+            Some(McpToolsFrom::LastListing)
+        } else {
+            Some(McpToolsFrom::Cache)
+        }
+    }
+}
+
+impl Server {
     /// Begins a request: counts it as a use, wakes the server if it is parked and waits for
     /// the attempt that follows (the caller bounds the wait), then gives the live
     /// connection, or the `unavailable` answer a request always got.
@@ -88,29 +88,29 @@ impl Server {
         let mut starting = false;
         self.state.send_if_modified(|s| {
             // Counted under the state's lock: see the module comment.
-            self.uses.fetch_add(1, Ordering::SeqCst);
-            match s {
-                ServerState::Parked(_) => {
+            s.uses += 1;
+            s.last_use = Some(Instant::now());
+            match s.phase {
+                Phase::Parked(_) => {
                     tracing::info!(server = %self.name, "starting the MCP server for a request");
-                    *s = ServerState::Waking;
+                    s.phase = Phase::Waking;
                     starting = true;
                     true
                 }
-                ServerState::Waking => {
+                Phase::Waking => {
                     starting = true;
                     false
                 }
                 _ => false,
             }
         });
-        self.touch();
         let in_use = InUse(self.clone());
         if starting {
             let mut state = self.state.subscribe();
-            let settled = state.wait_for(|s| !matches!(s, ServerState::Waking)).await;
-            match settled.as_deref() {
-                Err(_) | Ok(ServerState::Stopped) => return Err(self.unavailable("was removed")),
-                Ok(ServerState::Backoff { error, .. }) => {
+            let settled = state.wait_for(|s| !matches!(s.phase, Phase::Waking)).await;
+            match settled.as_deref().map(|s| &s.phase) {
+                Err(_) | Ok(Phase::Stopped) => return Err(self.unavailable("was removed")),
+                Ok(Phase::Backoff { error, .. }) => {
                     return Err(self.unavailable(format_args!("failed to start: {error}")))
                 }
                 Ok(_) => {}
@@ -129,13 +129,13 @@ impl Server {
             .any(|(server, _)| *server == self.name);
         let mut next = None;
         self.state.send_if_modified(|s| {
-            let last = self.last_use().map_or(since, |at| at.max(since));
-            if subscribed || self.uses.load(Ordering::SeqCst) > 0 {
+            let last = s.last_use.map_or(since, |at| at.max(since));
+            if subscribed || s.uses > 0 {
                 next = Some(Instant::now() + after);
             } else if last.elapsed() < after {
                 next = Some(last + after);
-            } else if matches!(s, ServerState::Ready { .. }) {
-                *s = ServerState::Parked(Parked::Idle);
+            } else if matches!(s.phase, Phase::Ready { .. }) {
+                s.phase = Phase::Parked(Parked::Idle);
                 return true;
             } else {
                 next = Some(Instant::now() + after);
@@ -152,47 +152,44 @@ impl Server {
         let Some(kept) = self.runtime.lists.load(&self.name, &cfg) else {
             return false;
         };
-        *lock(&self.remote_tools) = kept.tools;
+        self.state.send_if_modified(|s| {
+            s.listing = Listing {
+                tools: kept.tools.into(),
+                live: false,
+            };
+            false
+        });
         if let Some(surface) = kept.surface {
             self.runtime.surface.listed(&self.name, surface);
         }
         self.publish_tools();
         // Last: a reload collecting the tools waits for the state to leave `Starting`, and
         // a frontend seeing `not_started` finds the tools listed.
-        self.state
-            .send_replace(ServerState::Parked(Parked::NotStarted));
+        self.enter(Phase::Parked(Parked::NotStarted));
         true
     }
 
     /// Keeps a listing the server just gave: as the one served, and for its next run.
-    pub(super) fn keep_listing(&self, tools: Vec<Value>) {
+    pub(super) fn keep_listing(&self, tools: Vec<rmcp::model::Tool>) {
         if self.keeps_listing {
             self.runtime
                 .lists
                 .store_tools(&self.name, &self.config(), &tools);
         }
-        self.listed.store(true, Ordering::SeqCst);
-        *lock(&self.remote_tools) = tools;
+        self.state.send_if_modified(|s| {
+            s.listing = Listing {
+                tools: tools.into(),
+                live: true,
+            };
+            false
+        });
     }
 
     /// Whether the server's listing names the tool `remote` (its own name for it); `None`
     /// while it has no listing to tell by.
     pub(in crate::mcp) fn lists_tool(&self, remote: &str) -> Option<bool> {
-        let tools = lock(&self.remote_tools);
-        (!tools.is_empty()).then(|| tools.iter().any(|t| t["name"] == remote))
-    }
-
-    /// Where the listed tools come from, for `mcp.status`.
-    pub(super) fn tools_from(&self, state: &ServerState) -> Option<McpToolsFrom> {
-        if lock(&self.remote_tools).is_empty() {
-            None
-        } else if matches!(state, ServerState::Ready { .. }) {
-            Some(McpToolsFrom::Live)
-        } else if self.listed.load(Ordering::SeqCst) {
-            Some(McpToolsFrom::LastListing)
-        } else {
-            Some(McpToolsFrom::Cache)
-        }
+        let tools = self.listed_tools();
+        (!tools.is_empty()).then(|| tools.iter().any(|t| t.name == remote))
     }
 }
 
@@ -214,7 +211,7 @@ impl Server {
 pub(super) async fn parked(server: &Server) -> bool {
     let mut state = server.state.subscribe();
     tokio::select! {
-        woken = state.wait_for(|s| matches!(s, ServerState::Waking)) => woken.is_ok(),
+        woken = state.wait_for(|s| matches!(s.phase, Phase::Waking)) => woken.is_ok(),
         _ = server.stop.cancelled() => false,
     }
 }
