@@ -5,7 +5,9 @@
 //!
 //! - [`runner`]: the Node process a program runs in (one per run, a spare kept warm),
 //!   confined, and the line protocol on its pipes;
-//! - [`api`]: the tools as TypeScript declarations, for the model.
+//! - [`api`]: the tools as TypeScript declarations, for the model;
+//! - [`surface`]: which tools a session's program sees, and the declarations as the
+//!   `toolhost://code/tools.d.ts` resource.
 //!
 //! The program's tool calls are not made here: every one goes back through the pipeline
 //! ([`Pipeline`], implemented by `crate::invoke`), with its validation, approval, guards,
@@ -13,6 +15,7 @@
 
 pub mod api;
 mod runner;
+pub mod surface;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -67,12 +70,7 @@ impl CodeTool {
     ) -> Self {
         let apis: Vec<api::ToolApi<'_>> = builtins
             .iter()
-            .map(|t| api::ToolApi {
-                name: &t.spec().name,
-                description: &t.spec().description,
-                parameters: &t.spec().parameters,
-                output: t.output_schema(),
-            })
+            .map(|t| api::ToolApi::of(t.as_ref()))
             .collect();
         let description = format!(
             "{DESCRIPTION}\n\nThe built-in tools (call `{API_TOOL}` for the declarations of every tool you can use, MCP servers' included):\n{}",
