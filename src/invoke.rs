@@ -127,7 +127,10 @@ async fn run_call(
             None,
         ),
     };
-    let view = config.view(profile.as_deref());
+    let view = match &session_meta {
+        Value::Object(meta) => config.session_view(profile.as_deref(), meta),
+        _ => config.view(profile.as_deref()),
+    };
     let sandbox = CallSandbox::resolve(&config.sandbox, session_sandbox.as_ref(), params.sandbox);
 
     let (token, parent) = match &link {

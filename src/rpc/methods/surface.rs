@@ -171,6 +171,8 @@ struct View {
     config: Arc<Config>,
     asked: Option<String>,
     own: Option<String>,
+    /// The session's meta (its code-mode switch), empty without a session.
+    meta: serde_json::Map<String, serde_json::Value>,
     /// The session's workspace, else the host's (whose custom tools a program sees).
     workspace: std::path::PathBuf,
 }
@@ -188,18 +190,19 @@ impl View {
                 .profile(name)
                 .map_err(|e| Error::InvalidParams(e.to_string()))?;
         }
-        let (own, workspace) = match &session_id {
+        let (own, workspace, meta) = match &session_id {
             Some(id) => {
                 let session = host.sessions().get(id).await?;
-                (session.profile, session.workspace.into())
+                (session.profile, session.workspace.into(), session.meta)
             }
-            None => (None, host.workspace().to_path_buf()),
+            None => (None, host.workspace().to_path_buf(), Default::default()),
         };
         Ok(View {
             config,
             asked: profile,
             own,
             workspace,
+            meta,
         })
     }
 
@@ -222,7 +225,7 @@ impl View {
         snapshot: &'s crate::registry::Snapshot,
     ) -> Option<Vec<&'s Arc<crate::registry::Entry>>> {
         let asked = self.config.view(self.asked.as_deref());
-        let own = self.config.view(self.own.as_deref());
+        let own = self.config.session_view(self.own.as_deref(), &self.meta);
         if !(crate::code::registered(snapshot) && asked.code_mode() && own.code_mode()) {
             return None;
         }

@@ -235,3 +235,22 @@ pub async fn try_status<S: AsyncRead + AsyncWrite + Unpin>(io: S, path: &str) ->
     let both = async { tokio::join!(answer, conn).0 };
     tokio::time::timeout(ANSWER, both).await.ok()?
 }
+
+/// A loopback TCP port whose connections go to the daemon's Unix socket, byte for byte,
+/// each connection to whichever daemon listens there then: the SDK needs an
+/// `http://` URL that stays the same across restarts (as `conformance_server` does).
+pub async fn forward(socket: std::path::PathBuf) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let socket = socket.clone();
+            tokio::spawn(async move {
+                if let Ok(mut unix) = UnixStream::connect(&socket).await {
+                    let _ = tokio::io::copy_bidirectional(&mut tcp, &mut unix).await;
+                }
+            });
+        }
+    });
+    addr
+}
