@@ -236,9 +236,13 @@ pub async fn try_status<S: AsyncRead + AsyncWrite + Unpin>(io: S, path: &str) ->
     tokio::time::timeout(ANSWER, both).await.ok()?
 }
 
-/// A loopback TCP port whose connections go to the daemon's Unix socket, byte for byte,
-/// each connection to whichever daemon listens there then: the SDK needs an
-/// `http://` URL that stays the same across restarts (as `conformance_server` does).
+/// A loopback TCP port whose connections go to the daemon's Unix socket, byte for byte
+/// (as `socat TCP-LISTEN:… UNIX-CONNECT:…` would), each connection to whichever daemon
+/// listens there then. SDKs and the conformance suite need an `http://` URL (that stays
+/// the same across restarts): the socket is not TCP, and the daemon's own TCP listener
+/// wants a bearer token they cannot send. Anyone who can reach the socket already has
+/// `/mcp` without a token, so this forwarder, living only as long as the test, grants
+/// nothing the socket does not.
 pub async fn forward(socket: std::path::PathBuf) -> std::net::SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
