@@ -127,7 +127,10 @@ async fn run_call(
             None,
         ),
     };
-    let view = config.view(profile.as_deref());
+    let view = match &session_meta {
+        Value::Object(meta) => config.session_view(profile.as_deref(), meta),
+        _ => config.view(profile.as_deref()),
+    };
     let sandbox = CallSandbox::resolve(&config.sandbox, session_sandbox.as_ref(), params.sandbox);
 
     let (token, parent) = match &link {
@@ -523,24 +526,9 @@ fn call_tool<'a>(
     };
     let config = host.config();
     let snapshot = host.registry().snapshot();
-    // The tools the session sees, deferred ones included (not the code tools themselves).
-    let tools: Vec<&Arc<Entry>> = snapshot
-        .listed(false, true)
-        .map(|(_, e)| e)
-        .filter(|e| crate::session::serves(view, e))
-        .filter(|e| e.tool.code_mode().is_none() && !crate::registry::is_search_tool(&e.tool))
-        .filter(|e| e.tool.workspace_scope().is_none_or(|w| w == ctx.workspace))
-        .collect();
+    let tools = crate::code::surface::session_tools(&snapshot, view, &ctx.workspace);
     if code.is_api() {
-        let apis: Vec<crate::code::api::ToolApi<'_>> = tools
-            .iter()
-            .map(|e| crate::code::api::ToolApi {
-                name: &e.tool.spec().name,
-                description: &e.tool.spec().description,
-                parameters: &e.tool.spec().parameters,
-                output: e.tool.output_schema(),
-            })
-            .collect();
+        let apis = crate::code::surface::apis(&tools);
         return Box::pin(std::future::ready(code.api(&args, &apis)));
     }
     let run = crate::code::Run {

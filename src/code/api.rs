@@ -21,6 +21,19 @@ pub struct ToolApi<'a> {
     pub output: Option<&'a Value>,
 }
 
+impl<'a> ToolApi<'a> {
+    /// What `tool` declares.
+    pub fn of(tool: &'a dyn crate::registry::Tool) -> Self {
+        let spec = tool.spec();
+        ToolApi {
+            name: &spec.name,
+            description: &spec.description,
+            parameters: &spec.parameters,
+            output: tool.output_schema(),
+        }
+    }
+}
+
 /// `declare const tools: { … }`: one member per tool, each with its first description
 /// line as a comment. `full` adds result types and whole descriptions. Stops before
 /// `max_bytes`, saying how many tools it left out.

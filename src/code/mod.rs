@@ -5,7 +5,9 @@
 //!
 //! - [`runner`]: the Node process a program runs in (one per run, a spare kept warm),
 //!   confined, and the line protocol on its pipes;
-//! - [`api`]: the tools as TypeScript declarations, for the model.
+//! - [`api`]: the tools as TypeScript declarations, for the model;
+//! - [`surface`]: which tools a session's program sees, and the declarations as the
+//!   `toolhost://code/tools.d.ts` resource.
 //!
 //! The program's tool calls are not made here: every one goes back through the pipeline
 //! ([`Pipeline`], implemented by `crate::invoke`), with its validation, approval, guards,
@@ -13,6 +15,7 @@
 
 pub mod api;
 mod runner;
+pub mod surface;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -48,6 +51,8 @@ pub struct Run {
 /// session's tools at hand; `call` alone only says so.
 pub struct CodeTool {
     spec: ToolSpec,
+    /// `code_mode.max_description_bytes` at start: the declarations listed, at most.
+    max_description_bytes: usize,
     /// `None`: this is `code_api`, which only describes the tools.
     runners: Option<runner::Runners>,
 }
@@ -67,17 +72,11 @@ impl CodeTool {
     ) -> Self {
         let apis: Vec<api::ToolApi<'_>> = builtins
             .iter()
-            .map(|t| api::ToolApi {
-                name: &t.spec().name,
-                description: &t.spec().description,
-                parameters: &t.spec().parameters,
-                output: t.output_schema(),
-            })
+            .map(|t| api::ToolApi::of(t.as_ref()))
             .collect();
-        let description = format!(
-            "{DESCRIPTION}\n\nThe built-in tools (call `{API_TOOL}` for the declarations of every tool you can use, MCP servers' included):\n{}",
-            api::declarations(&apis, false, max_description_bytes.saturating_sub(DESCRIPTION.len() + 160))
-        );
+        // What a listing without a caller shows (a listing declares the caller's tools:
+        // `described_among`).
+        let description = describe(&apis, max_description_bytes);
         CodeTool {
             spec: ToolSpec::builtin(
                 name,
@@ -94,6 +93,7 @@ impl CodeTool {
                 // is classified, approved and checkpointed on its own.
                 ApprovalClass::ReadOnly,
             ),
+            max_description_bytes,
             runners: Some(runner::Runners::new(processes)),
         }
     }
@@ -113,6 +113,7 @@ impl CodeTool {
                 }),
                 ApprovalClass::ReadOnly,
             ),
+            max_description_bytes: 0,
             runners: None,
         }
     }
@@ -252,6 +253,17 @@ const API_MAX_BYTES: usize = 256 * 1024;
 /// The longest program accepted.
 const MAX_PROGRAM_BYTES: usize = 256 * 1024;
 
+/// The code tool's description: the calling convention, then `tools` declared within
+/// `max_bytes` in all (the rest named by `code_api` and the resource).
+fn describe(tools: &[api::ToolApi<'_>], max_bytes: usize) -> String {
+    let head = format!(
+        "{DESCRIPTION}\n\nYour tools (`{API_TOOL}` {{filter}} and the resource {} give full declarations with result types):\n",
+        surface::RESOURCE_URI
+    );
+    let budget = max_bytes.saturating_sub(head.len());
+    head + &api::declarations(tools, false, budget)
+}
+
 const DESCRIPTION: &str = "Run a short TypeScript/JavaScript program (the body of an async function) in which every tool you can use is an async function of `tools`, named by the tool's name and taking its arguments object: `const r = await tools.read_file({path: \"a.txt\"})`. Use it to chain, loop over and filter many tool calls in one step; only what the program prints (`console.log`) and returns comes back. A call returns the tool's structured result (else its text) and throws a `ToolError` (fields `tool`, `kind`, `message`) when the tool fails; `progress(message)` reports progress. The program itself cannot write files, start processes or open connections; do that through tools. Each call is approved, limited and logged like a direct call.";
 
 impl Tool for CodeTool {
@@ -272,6 +284,24 @@ impl Tool for CodeTool {
     /// flight ended (else the pipeline would drop them before their audit lines).
     fn keeps_deadline(&self) -> bool {
         true
+    }
+    /// `run_code` declares the tools of the caller's view: the listed ones first, then the
+    /// deferred (callable from a program all the same), within `max_description_bytes`.
+    fn described_among(
+        &self,
+        served: &mut dyn Iterator<Item = (&crate::registry::Entry, bool)>,
+    ) -> Option<String> {
+        self.runners.as_ref()?;
+        let (mut listed, mut deferred) = (Vec::new(), Vec::new());
+        for (e, is_deferred) in served.filter(|(e, _)| surface::callable(&e.tool)) {
+            let api = api::ToolApi::of(e.tool.as_ref());
+            match is_deferred {
+                true => deferred.push(api),
+                false => listed.push(api),
+            }
+        }
+        listed.append(&mut deferred);
+        Some(describe(&listed, self.max_description_bytes))
     }
 }
 

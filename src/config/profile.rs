@@ -117,6 +117,30 @@ impl Config {
         }
     }
 
+    /// What a session is served: its profile's view, with code mode as the session's meta
+    /// `{"code_mode": {"enabled": …}}` says, over its profile and config (like the
+    /// checkpoint switch). The code tools must be registered for it to turn them on
+    /// ([`Config::code_mode_anywhere`]).
+    pub fn session_view(
+        &self,
+        profile: Option<&str>,
+        meta: &serde_json::Map<String, serde_json::Value>,
+    ) -> ProfileView<'_> {
+        let mut view = self.view(profile);
+        let switch = meta
+            .get("code_mode")
+            .and_then(|c| c.get("enabled"))
+            .and_then(serde_json::Value::as_bool);
+        if let Some(on) = switch {
+            match &mut view {
+                ProfileView::All { code_mode } => *code_mode = on,
+                ProfileView::Only(m) => m.code_mode = on,
+                ProfileView::Nothing => {}
+            }
+        }
+        view
+    }
+
     /// Whether any view serves the code tool: only then is it registered at all, so with
     /// code mode off no listing, search or count has it to filter out.
     pub fn code_mode_anywhere(&self) -> bool {

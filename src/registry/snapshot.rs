@@ -442,7 +442,7 @@ impl Snapshot {
                 .listed(include_hidden, include_deferred)
                 .map(|(n, _)| n)
                 .collect();
-            let result = self.list(&names, format);
+            let result = self.list_in(&names, format, &|e| e.tool.workspace_scope().is_none());
             serde_json::value::to_raw_value(&result).unwrap_or_else(|e| {
                 tracing::error!(%e, "serialising list_tools failed");
                 RawValue::NULL.to_owned()
@@ -450,15 +450,46 @@ impl Snapshot {
         })
     }
 
-    /// A `list_tools` answer restricted to `names` (those not live are skipped).
+    /// A `list_tools` answer restricted to `names` (those not live are skipped), for a
+    /// caller served just those.
     pub fn list(&self, names: &[&str], format: ToolFormat) -> ListToolsResult {
+        let named: HashSet<&str> = names.iter().copied().collect();
+        self.list_in(names, format, &|e| {
+            named.contains(e.tool.spec().name.as_str())
+        })
+    }
+
+    /// A `list_tools` answer restricted to `names`, for a caller served the (non-hidden)
+    /// tools `serves` admits: a tool that declares the others ([`Tool::described_among`],
+    /// the code tool) declares those.
+    pub fn list_in(
+        &self,
+        names: &[&str],
+        format: ToolFormat,
+        serves: &dyn Fn(&Entry) -> bool,
+    ) -> ListToolsResult {
         let mut tools = Vec::with_capacity(names.len());
         let mut meta = BTreeMap::new();
         for name in names {
             if let Some(e) = self.tools.get(*name) {
-                tools.push(match format {
-                    ToolFormat::Openai => ToolEntry::Openai(e.openai.clone()),
-                    ToolFormat::Mcp => ToolEntry::Mcp(e.mcp.clone()),
+                let mut served = self
+                    .listed(false, true)
+                    .filter(|(_, e)| serves(e))
+                    .map(|(n, e)| (e.as_ref(), self.deferred.contains(n)));
+                let described = e.tool.described_among(&mut served);
+                tools.push(match (format, described) {
+                    (ToolFormat::Openai, None) => ToolEntry::Openai(e.openai.clone()),
+                    (ToolFormat::Mcp, None) => ToolEntry::Mcp(e.mcp.clone()),
+                    (ToolFormat::Openai, Some(d)) => {
+                        let mut t = e.openai.clone();
+                        t.function.description = d;
+                        ToolEntry::Openai(t)
+                    }
+                    (ToolFormat::Mcp, Some(d)) => {
+                        let mut t = e.mcp.clone();
+                        t.description = d;
+                        ToolEntry::Mcp(t)
+                    }
                 });
                 let mut m = e.meta.clone();
                 m.deferred = self.deferred.contains(*name);
@@ -475,10 +506,15 @@ impl Snapshot {
 
     /// The `openai`-format tools of a session view (`names` ∩ live) and their etag.
     pub fn view(&self, names: &[String]) -> (Vec<OpenAiTool>, String) {
-        let tools: Vec<OpenAiTool> = names
-            .iter()
-            .filter_map(|n| self.tools.get(n))
-            .map(|e| e.openai.clone())
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let tools: Vec<OpenAiTool> = self
+            .list(&names, ToolFormat::Openai)
+            .tools
+            .into_iter()
+            .filter_map(|t| match t {
+                ToolEntry::Openai(t) => Some(t),
+                ToolEntry::Mcp(_) => None,
+            })
             .collect();
         let etag = etag_of(tools.iter());
         (tools, etag)

@@ -206,6 +206,15 @@ pub trait Tool: Send + Sync + 'static {
     fn code_mode(&self) -> Option<&dyn std::any::Any> {
         None
     }
+    /// The description listed to a caller served the tools of `served` (each with whether
+    /// it is deferred), for a tool that declares the others (the code tool); `None`: the
+    /// spec's, the same for everyone.
+    fn described_among(
+        &self,
+        _served: &mut dyn Iterator<Item = (&super::Entry, bool)>,
+    ) -> Option<String> {
+        None
+    }
 }
 
 impl From<crate::sandbox::Refusal> for ToolError {

@@ -430,6 +430,9 @@ async fn list_tools(host: &Host, p: ListToolsParams) -> Result<ListAnswer, Error
         Some(id) => Some(host.sessions().get(id).await?),
         None => None,
     };
+    let own = session
+        .as_ref()
+        .map(|s| config.session_view(s.profile.as_deref(), &s.meta));
     let names: Vec<&str> = match &session {
         // The cached whole listing, unless it holds code tools that this view does not
         // serve (code mode on for a profile only).
@@ -444,7 +447,7 @@ async fn list_tools(host: &Host, p: ListToolsParams) -> Result<ListAnswer, Error
             .map(|(n, _)| n)
             .collect(),
         Some(session) => {
-            let own = config.view(session.profile.as_deref());
+            let own = own.as_ref().unwrap_or(&asked);
             // The view, then the tools this session loaded through tool_search.
             session
                 .tool_names
@@ -453,13 +456,23 @@ async fn list_tools(host: &Host, p: ListToolsParams) -> Result<ListAnswer, Error
                 .filter_map(|n| snapshot.get(n).map(|e| (n, e)))
                 .filter(|(_, e)| p.include_hidden || !e.hidden())
                 .filter(|(_, e)| {
-                    crate::session::serves(&asked, e) && crate::session::serves(&own, e)
+                    crate::session::serves(&asked, e) && crate::session::serves(own, e)
                 })
                 .map(|(n, _)| n.as_str())
                 .collect()
         }
     };
-    serde_json::value::to_raw_value(&snapshot.list(&names, p.format))
+    // What the caller is served (the code tool declares it): the views, and custom tools of
+    // the session's workspace (else of none).
+    let workspace = session.as_ref().map(|s| std::path::Path::new(&s.workspace));
+    let serves = |e: &crate::registry::Entry| {
+        crate::session::serves(&asked, e)
+            && own.as_ref().is_none_or(|o| crate::session::serves(o, e))
+            && e.tool
+                .workspace_scope()
+                .is_none_or(|w| Some(w) == workspace)
+    };
+    serde_json::value::to_raw_value(&snapshot.list_in(&names, p.format, &serves))
         .map(ListAnswer::View)
         .map_err(Error::server)
 }

@@ -291,10 +291,12 @@ fn profiled(
     snapshot: &Snapshot,
     names: Vec<String>,
 ) -> Vec<String> {
-    if session.profile.is_none() {
+    if session.profile.is_none() && !session.meta.contains_key("code_mode") {
         return names;
     }
-    let view = host.config.view(session.profile.as_deref());
+    let view = host
+        .config
+        .session_view(session.profile.as_deref(), &session.meta);
     names
         .into_iter()
         .filter(|n| snapshot.get(n).is_some_and(|e| serves(&view, e)))

@@ -19,7 +19,6 @@
 
 use crate::common;
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Stdio;
 
@@ -33,8 +32,6 @@ use rmcp::service::{RequestContext, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
 use serde_json::{json, Value};
-use tokio::io::copy_bidirectional;
-use tokio::net::{TcpListener, UnixStream};
 
 const FIXTURE: &str = env!("CARGO_BIN_EXE_toolhost-fixture-conformance");
 
@@ -86,27 +83,6 @@ async fn host() -> Daemon {
     })
     .await;
     d
-}
-
-/// A loopback TCP port whose connections are the daemon's Unix socket, byte for byte (as
-/// `socat TCP-LISTEN:… UNIX-CONNECT:…` would). The suite needs an `http://localhost:PORT`
-/// URL: the socket is not TCP, and the daemon's own TCP listener wants a bearer token the
-/// suite cannot send. Anyone who can reach the socket already has `/mcp` without a token,
-/// so this forwarder, living only as long as the test, grants nothing the socket does not.
-async fn forward(socket: PathBuf) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut tcp, _)) = listener.accept().await {
-            let socket = socket.clone();
-            tokio::spawn(async move {
-                if let Ok(mut unix) = UnixStream::connect(&socket).await {
-                    let _ = copy_bidirectional(&mut tcp, &mut unix).await;
-                }
-            });
-        }
-    });
-    addr
 }
 
 /// `conformance server --url <url> <args>`; returns whether it exited 0, and its report.
@@ -243,7 +219,7 @@ fn every_baseline_entry_is_a_required_scenario_with_a_reason() {
 
 async fn through_the_host(revision: &str) {
     let d = host().await;
-    let addr = forward(d.socket()).await;
+    let addr = common::http::forward(d.socket()).await;
     let url = format!("http://localhost:{}/mcp", addr.port());
     requirement_set(&url, revision, &format!("server-{revision}")).await;
 }
@@ -264,7 +240,7 @@ async fn the_2026_07_28_server_scenarios_pass_through_the_host() {
 #[tokio::test]
 async fn the_skills_extension_scenarios_pass_through_the_host() {
     let d = host().await;
-    let addr = forward(d.socket()).await;
+    let addr = common::http::forward(d.socket()).await;
     let url = format!("http://localhost:{}/mcp", addr.port());
     // Each scenario, and a check it must pass (not skip: a scenario whose extension is not
     // declared, or that finds no skill, skips its checks and still "passes"). Directory
@@ -399,7 +375,7 @@ fn text_of(result: &Value) -> &str {
 #[tokio::test]
 async fn fixtures_answer_with_the_exact_text_through_mcp() {
     let d = host().await;
-    let addr = forward(d.socket()).await;
+    let addr = common::http::forward(d.socket()).await;
     let url = format!("http://127.0.0.1:{}/mcp", addr.port());
     let mcp = Answering
         .serve(StreamableHttpClientTransport::from_uri(url))
@@ -507,7 +483,7 @@ async fn a_call_declares_its_own_frontends_capabilities_upstream() {
     assert_eq!(r["ok"], false, "{r}");
     assert_eq!(r["required_capabilities"], json!({"sampling": {}}), "{r}");
 
-    let addr = forward(d.socket()).await;
+    let addr = common::http::forward(d.socket()).await;
     let url = format!("http://127.0.0.1:{}/mcp", addr.port());
     let mcp = ().serve(StreamableHttpClientTransport::from_uri(url)).await.unwrap();
     let params = CallToolRequestParams::new("test_missing_capability");

@@ -7,7 +7,6 @@
 
 use crate::common;
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -15,30 +14,10 @@ use std::time::Duration;
 use common::Daemon;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::net::{TcpListener, UnixStream};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 
 fn tests_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests")
-}
-
-/// A loopback TCP port whose connections go to the daemon's Unix socket, byte for byte,
-/// each connection to whichever daemon listens there then: the SDK needs an
-/// `http://` URL that stays the same across restarts (as `conformance_server` does).
-async fn forward(socket: PathBuf) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut tcp, _)) = listener.accept().await {
-            let socket = socket.clone();
-            tokio::spawn(async move {
-                if let Ok(mut unix) = UnixStream::connect(&socket).await {
-                    let _ = tokio::io::copy_bidirectional(&mut tcp, &mut unix).await;
-                }
-            });
-        }
-    });
-    addr
 }
 
 /// The TS SDK driver, one JSON request per line.
@@ -131,7 +110,7 @@ async fn sessions_of(d: &Daemon, name: &str) -> Vec<Value> {
 async fn the_ts_sdk_keeps_its_http_session_through_sigterm_and_kill9_restarts() {
     let mut d = Daemon::start().await;
     let project = project(&d);
-    let addr = forward(d.socket()).await;
+    let addr = common::http::forward(d.socket()).await;
     let url = format!("http://{addr}/mcp");
     let mut ts = Driver::start(&["http", &url, project.to_str().unwrap()]).await;
 
@@ -279,7 +258,7 @@ async fn probes_end_within_seconds_and_a_session_that_called_is_kept() {
     assert_eq!(status, 200, "{body}");
 
     // The TS SDK as `claude mcp list` uses it: connect, list, exit without a DELETE.
-    let addr = forward(d.socket()).await;
+    let addr = common::http::forward(d.socket()).await;
     let url = format!("http://{addr}/mcp");
     let root = d.workspace();
     let mut ts = Driver::start(&["http", &url, root.to_str().unwrap()]).await;

@@ -12,6 +12,7 @@ mod checkpoint_watch;
 mod cli;
 mod client;
 mod code_mode;
+mod code_mode_more;
 mod code_mode_off;
 mod commands;
 mod common;

@@ -66,6 +66,9 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
             let view = View::of(&host, p.profile, p.session_id).await?;
             let serves = view.serves();
             let mut resources = super::skills::resources(&host, session.as_deref(), &serves).await?;
+            if view.code_tools(&host.registry().snapshot()).is_some() {
+                resources.push(crate::code::surface::resource_entry());
+            }
             let skills: std::collections::HashSet<String> =
                 resources.iter().map(|r| r.uri.clone()).collect();
             let catalog = host.mcp().surface();
@@ -96,6 +99,11 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
             let view = View::of(&host, p.profile.clone(), p.session_id.clone()).await?;
             let serves = view.serves();
             let session = p.session_id.as_deref();
+            if p.uri == crate::code::surface::RESOURCE_URI {
+                if let Some(tools) = view.code_tools(&host.registry().snapshot()) {
+                    return Ok(crate::code::surface::read_resource(&tools));
+                }
+            }
             if let Some(skill_file) =
                 super::skills::read_resource(&host, &p.uri, session, &serves).await?
             {
@@ -124,6 +132,11 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
         "A resource_updated notification whenever the server that owns the resource says it changed. WebSocket and newline framing only.",
         |host, p: ResourceParams| async move {
             let view = View::of(&host, p.profile, p.session_id).await?;
+            if p.uri == crate::code::surface::RESOURCE_URI
+                && view.code_tools(&host.registry().snapshot()).is_some()
+            {
+                return Ok(code_resource_updates(&host));
+            }
             // Listening before subscribing upstream: no update after the reply is missed.
             let mut rx = host.mcp().surface_events();
             let interest = host.mcp().subscribe_resource(&p.uri, &view.serves()).await?;
@@ -158,6 +171,10 @@ struct View {
     config: Arc<Config>,
     asked: Option<String>,
     own: Option<String>,
+    /// The session's meta (its code-mode switch), empty without a session.
+    meta: serde_json::Map<String, serde_json::Value>,
+    /// The session's workspace, else the host's (whose custom tools a program sees).
+    workspace: std::path::PathBuf,
 }
 
 impl View {
@@ -173,14 +190,19 @@ impl View {
                 .profile(name)
                 .map_err(|e| Error::InvalidParams(e.to_string()))?;
         }
-        let own = match &session_id {
-            Some(id) => host.sessions().get(id).await?.profile,
-            None => None,
+        let (own, workspace, meta) = match &session_id {
+            Some(id) => {
+                let session = host.sessions().get(id).await?;
+                (session.profile, session.workspace.into(), session.meta)
+            }
+            None => (None, host.workspace().to_path_buf(), Default::default()),
         };
         Ok(View {
             config,
             asked: profile,
             own,
+            workspace,
+            meta,
         })
     }
 
@@ -193,6 +215,37 @@ impl View {
             asked.allows_item(name, Some(server)) && own.allows_item(name, Some(server))
         }
     }
+}
+
+impl View {
+    /// The tools a code-mode program of this caller may call (`toolhost://code/tools.d.ts`
+    /// declares them), or `None` when code mode is off for it.
+    fn code_tools<'s>(
+        &self,
+        snapshot: &'s crate::registry::Snapshot,
+    ) -> Option<Vec<&'s Arc<crate::registry::Entry>>> {
+        let asked = self.config.view(self.asked.as_deref());
+        let own = self.config.session_view(self.own.as_deref(), &self.meta);
+        if !(crate::code::registered(snapshot) && asked.code_mode() && own.code_mode()) {
+            return None;
+        }
+        let mut tools = crate::code::surface::session_tools(snapshot, &asked, &self.workspace);
+        tools.retain(|e| crate::session::serves(&own, e));
+        Some(tools)
+    }
+}
+
+/// `resource_updated` of `toolhost://code/tools.d.ts`: each change of the live tools.
+fn code_resource_updates(host: &Host) -> subscription::Stream {
+    let mut rx = host.registry().subscribe();
+    subscription::stream(move |sink: Sink| async move {
+        subscription::relay(&mut rx, &sink, "code tools", |_| {
+            Some(ResourceUri {
+                uri: crate::code::surface::RESOURCE_URI.to_owned(),
+            })
+        })
+        .await;
+    })
 }
 
 /// The command whose prompt is `name`, when the view serves it.
@@ -250,14 +303,19 @@ fn prompt_changes(host: &Host) -> subscription::Stream {
 fn resources_changes(host: &Host) -> subscription::Stream {
     let mut servers = host.mcp().surface_events();
     let mut skills = host.skills().subscribe();
+    let mut tools = host.registry().subscribe();
+    // `toolhost://code/tools.d.ts` comes and goes with the code tools.
+    let coded =
+        std::sync::atomic::AtomicBool::new(crate::code::registered(&host.registry().snapshot()));
     let host = host.clone();
     subscription::stream(move |sink: Sink| async move {
         let count = || {
             let catalog = host.mcp().surface();
             let skills = host.skills().catalog();
             let skill_files: usize = skills.skills().iter().map(|s| s.files.len()).sum();
+            let code = usize::from(crate::code::registered(&host.registry().snapshot()));
             ResourcesChanged {
-                resources: catalog.resources.len() + skill_files,
+                resources: catalog.resources.len() + skill_files + code,
                 templates: catalog.templates.len(),
             }
         };
@@ -267,6 +325,11 @@ fn resources_changes(host: &Host) -> subscription::Stream {
                 _ => None,
             }),
             subscription::relay(&mut skills, &sink, "skills", |_| Some(count())),
+            subscription::relay(&mut tools, &sink, "code tools", |_| {
+                let now = crate::code::registered(&host.registry().snapshot());
+                let was = coded.swap(now, std::sync::atomic::Ordering::Relaxed);
+                (now != was).then(count)
+            }),
         );
     })
 }

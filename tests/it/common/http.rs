@@ -235,3 +235,26 @@ pub async fn try_status<S: AsyncRead + AsyncWrite + Unpin>(io: S, path: &str) ->
     let both = async { tokio::join!(answer, conn).0 };
     tokio::time::timeout(ANSWER, both).await.ok()?
 }
+
+/// A loopback TCP port whose connections go to the daemon's Unix socket, byte for byte
+/// (as `socat TCP-LISTEN:… UNIX-CONNECT:…` would), each connection to whichever daemon
+/// listens there then. SDKs and the conformance suite need an `http://` URL (that stays
+/// the same across restarts): the socket is not TCP, and the daemon's own TCP listener
+/// wants a bearer token they cannot send. Anyone who can reach the socket already has
+/// `/mcp` without a token, so this forwarder, living only as long as the test, grants
+/// nothing the socket does not.
+pub async fn forward(socket: std::path::PathBuf) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let socket = socket.clone();
+            tokio::spawn(async move {
+                if let Ok(mut unix) = UnixStream::connect(&socket).await {
+                    let _ = tokio::io::copy_bidirectional(&mut tcp, &mut unix).await;
+                }
+            });
+        }
+    });
+    addr
+}
