@@ -11,17 +11,9 @@ use serde_json::{json, Value};
 
 async fn through_restarts(mode: &str) -> Value {
     let d = Daemon::start().await;
-    let serve: Vec<String> = {
-        let cmd = d.command();
-        let std = cmd.as_std();
-        std::iter::once(std.get_program())
-            .chain(std.get_args())
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect()
-    };
     let socket = d.socket().display().to_string();
     let pid = d.pid().to_string();
-    let argv = serde_json::to_string(&serve).unwrap();
+    let argv = d.serve_argv();
     let marker = d.dir.path().join("started").display().to_string();
     let seen = common::python_sdk(
         "http_restart.py",

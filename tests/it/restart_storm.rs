@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use crate::identity::{bash, initialize, tools_changed};
 use common::new_era::RawStdio;
 use common::{toolhost, Daemon};
 use futures::future::join_all;
@@ -22,47 +23,6 @@ fn fds(pid: i32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
         .count()
-}
-
-/// `initialize` (no roots) as client `name`, then `initialized`.
-async fn initialize(mcp: &mut RawStdio, name: &str) {
-    let (r, _) = mcp
-        .request(
-            1,
-            "initialize",
-            json!({"protocolVersion": "2025-11-25", "capabilities": {},
-                   "clientInfo": {"name": name, "version": "1"}}),
-        )
-        .await;
-    assert!(r.get("result").is_some(), "{r}");
-    mcp.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-        .await;
-}
-
-/// `bash` with `command`: the text it printed.
-async fn bash(mcp: &mut RawStdio, id: u64, command: &str) -> String {
-    let (r, _) = mcp
-        .request(
-            id,
-            "tools/call",
-            json!({"name": "bash", "arguments": {"command": command}}),
-        )
-        .await;
-    r["result"]["content"][0]["text"]
-        .as_str()
-        .unwrap_or_else(|| panic!("no text in {r}"))
-        .to_owned()
-}
-
-/// Waits for the bridge's `notifications/tools/list_changed` (sent once it has its session
-/// back).
-async fn tools_changed(mcp: &mut RawStdio) {
-    loop {
-        let m = mcp.next().await;
-        if m["method"] == "notifications/tools/list_changed" {
-            return;
-        }
-    }
 }
 
 /// The sessions of clients named `prefix…`, by id.
@@ -90,7 +50,7 @@ async fn bridges(d: &Daemon, dir: &Path, prefix: &str, n: usize) -> Vec<RawStdio
         all.push(RawStdio::open_in(d, Some(dir), &[], &[]).await);
     }
     join_all(all.iter_mut().enumerate().map(|(i, mcp)| async move {
-        initialize(mcp, &format!("{prefix}-{i}")).await;
+        initialize(mcp, &format!("{prefix}-{i}"), None).await;
         assert_eq!(bash(mcp, 2, &format!("echo {i}")).await, format!("{i}\n"));
     }))
     .await;
