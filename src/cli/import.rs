@@ -118,7 +118,11 @@ pub async fn run(g: &Globals, a: ImportArgs) -> ExitCode {
         apply(&writer, &mut out).await;
     }
     if a.rewrite {
-        rewrite(&sources, &mut out);
+        let socket = match &writer {
+            Writer::Daemon(_) => super::locate::answering(&g.socket_paths()).await,
+            Writer::File => named_socket(g),
+        };
+        rewrite(&sources, &mut out, &bridge_args(socket.as_deref()));
     }
     if g.out.json {
         emit(g.out, &out);
@@ -175,8 +179,10 @@ async fn apply(writer: &Writer, out: &mut Outcome) {
     }
 }
 
-/// Rewrites every file whose blocks config.json now holds exactly.
-fn rewrite(sources: &[import::Source], out: &mut Outcome) {
+/// Rewrites every file whose blocks config.json now holds exactly; the toolhost entry runs
+/// `toolhost args…`.
+fn rewrite(sources: &[import::Source], out: &mut Outcome, args: &[String]) {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let now = match crate::config::mcp_server_blocks(&out.config) {
         Ok(m) => m,
         Err(e) => {
@@ -198,7 +204,7 @@ fn rewrite(sources: &[import::Source], out: &mut Outcome) {
             continue;
         }
         let has_toolhost = out.plan.itself.iter().any(|o| o.file == source.file);
-        match import::rewrite(&out.plan, source, &origins, &command, has_toolhost) {
+        match import::rewrite(&out.plan, source, &origins, &command, &args, has_toolhost) {
             Ok(r) => {
                 say!(
                     "rewrote {} ({} → toolhost; original in {})",
@@ -218,6 +224,29 @@ fn rewrite(sources: &[import::Source], out: &mut Outcome) {
 
 fn in_config(now: &Map<String, Value>, name: &str, server: &Map<String, Value>) -> bool {
     matches!(now.get(name), Some(Value::Object(have)) if import::same_server(have, server))
+}
+
+/// The args of the toolhost entry a frontend runs (a rewritten file's, a doctor's fix):
+/// `mcp`, and `--socket PATH` when the daemon's socket is one a bridge does not find by
+/// itself in an emptied environment (`protocol::found_without_environment`): Codex's
+/// allow-list and the SDKs' default environment drop `XDG_RUNTIME_DIR` and
+/// `TOOLHOST_SOCKET`, and the location file is gone while the daemon restarts.
+pub fn bridge_args(socket: Option<&Path>) -> Vec<String> {
+    let mut args = vec!["mcp".to_owned()];
+    if let Some(s) = socket.filter(|s| !crate::protocol::found_without_environment(s)) {
+        args.extend(["--socket".to_owned(), s.display().to_string()]);
+    }
+    args
+}
+
+/// With no daemon answering, the socket one would listen on when something names it
+/// (`--socket`, `TOOLHOST_SOCKET`, config `listen.socket`): the defaults are left to the
+/// bridge's own search.
+fn named_socket(g: &Globals) -> Option<PathBuf> {
+    match g.socket_paths().as_slice() {
+        [one] => Some(one.clone()),
+        _ => None,
+    }
 }
 
 /// The command a rewritten file runs: `toolhost` when that is on `PATH` (so a committed

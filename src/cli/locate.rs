@@ -55,13 +55,10 @@ pub async fn run(g: &Globals, only: Option<Only>) -> ExitCode {
     let sockets = g.socket_paths();
     // The daemon's socket is the first path that answers; with none, the first path is
     // where a daemon started now would serve.
-    let mut socket = sockets.first().cloned().unwrap_or_default();
-    for path in &sockets {
-        if Client::connect(path).await.is_ok() {
-            socket = path.clone();
-            break;
-        }
-    }
+    let socket = match answering(&sockets).await {
+        Some(s) => s,
+        None => sockets.first().cloned().unwrap_or_default(),
+    };
     let local_config = g.config.clone().unwrap_or_else(crate::config::default_path);
     let answer = async {
         // Tried in order again, so a daemon that stops meanwhile is reported with every path.
@@ -113,6 +110,16 @@ pub async fn run(g: &Globals, only: Option<Only>) -> ExitCode {
     } else {
         ExitCode::from(3)
     }
+}
+
+/// The first of `sockets` a daemon answers on.
+pub async fn answering(sockets: &[std::path::PathBuf]) -> Option<std::path::PathBuf> {
+    for path in sockets {
+        if Client::connect(path).await.is_ok() {
+            return Some(path.clone());
+        }
+    }
+    None
 }
 
 fn print(w: &Whereabouts) {

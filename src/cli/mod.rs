@@ -12,6 +12,7 @@
 mod approvals;
 mod calls;
 mod config;
+mod doctor;
 mod fleet;
 mod guards;
 mod import;
@@ -160,6 +161,10 @@ enum Command {
         /// Print only this path, for scripts: `SOCK=$(toolhost where socket)`.
         only: Option<locate::Only>,
     },
+    /// Start each frontend's toolhost entry as that frontend would (its environment, its
+    /// directory) and say whether it reaches this daemon, in which workspace, with how
+    /// many tools, and what to change if not (exit 1 when one does not).
+    Doctor(doctor::DoctorArgs),
     /// Print a link to the operator's page in the browser (one-time login code).
     Ui {
         /// Open the link in the browser too ($BROWSER, else xdg-open).
@@ -337,6 +342,7 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Config { command } => config::run(&g, command).await,
         Command::Session { command } => session::run(&g, command).await,
         Command::Mcp { command, flags } => mcp::run(&g, command, flags).await,
+        Command::Doctor(args) => Ok(doctor::run(&g, args).await),
         Command::Where { only } => Ok(locate::run(&g, only).await),
         Command::Ui { open } => ui::run(&g, open).await,
         Command::Import(args) => Ok(import::run(&g, args).await),

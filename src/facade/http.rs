@@ -43,6 +43,26 @@ pub const LOCAL_ORIGINS: [&str; 6] = [
     "https://[::1]:*",
 ];
 
+/// How long the `/mcp` service outlives the host's shutdown at most, for the answers of the
+/// calls it cancelled to reach their clients.
+const ANSWER_GRACE: Duration = Duration::from_secs(2);
+
+/// A token the `/mcp` service stops on: the host's shutdown, once the calls it cancelled
+/// have ended (at most [`ANSWER_GRACE`] later). Stopped together, a call in flight at a
+/// restart lost its answer (a 500, or a stream closed without it) and its client waited.
+fn answered_then_stopped(host: &Host) -> tokio_util::sync::CancellationToken {
+    let stop = tokio_util::sync::CancellationToken::new();
+    let (host, token) = (host.clone(), stop.clone());
+    tokio::spawn(async move {
+        host.shutdown_token().cancelled().await;
+        let _ = tokio::time::timeout(ANSWER_GRACE, host.calls().idle()).await;
+        // A moment for the last answers to be written.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        token.cancel();
+    });
+    stop
+}
+
 /// The `/mcp` endpoint, shared by every listener of the daemon.
 #[derive(Clone)]
 pub struct Endpoint {
@@ -56,7 +76,7 @@ impl Endpoint {
     /// every session and open SSE stream (so a graceful HTTP shutdown does not wait on
     /// them).
     pub fn new(host: Host, connect: Connect) -> Endpoint {
-        let shutdown = host.shutdown_token().clone();
+        let shutdown = answered_then_stopped(&host);
         let persisted = Persisted::new(host.clone());
         let sessions = Arc::new(Sessions::new(host.clone(), persisted.clone()));
         let shared = Arc::new(SharedClient::new(host, connect, persisted.clone()));
@@ -268,6 +288,11 @@ struct SessionKey {
 }
 
 impl SharedClient {
+    /// The daemon is shutting down.
+    pub(super) fn stopping(&self) -> bool {
+        self.host.shutdown_token().is_cancelled()
+    }
+
     fn new(host: Host, connect: Connect, persisted: Arc<Persisted>) -> SharedClient {
         SharedClient {
             host,

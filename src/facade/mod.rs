@@ -288,6 +288,15 @@ impl Facade {
         }
     }
 
+    /// The daemon serving `/mcp` in-process is stopping: a call that fails now was cut by
+    /// the stop (its client is told so, as a bridge's is when its daemon goes away).
+    fn stopping(&self) -> bool {
+        match &self.link {
+            Link::Bridge(..) => false,
+            Link::Shared(shared) => shared.stopping(),
+        }
+    }
+
     /// A bridge whose daemon did not answer at `initialize` opens its host session at the
     /// first request that finds one.
     async fn open_pending(&self) -> Result<(), ErrorData> {
@@ -972,6 +981,12 @@ impl ServerHandler for Facade {
             return match self.call_tool_on(&client, request.clone(), &context).await {
                 Err(e) if self.lost(&client) && not_sent(&e) => continue,
                 Err(_) if self.lost(&client) => tool_error(RESTARTED.into()),
+                Err(_) if self.stopping() => tool_error(RESTARTED.into()),
+                Ok(CallToolResponse::Complete(r))
+                    if r.is_error == Some(true) && self.stopping() =>
+                {
+                    tool_error(RESTARTED.into())
+                }
                 other => other,
             };
         }

@@ -299,7 +299,7 @@ pub fn plan(sources: &[Source], existing: &Map<String, Value>, itself: &Itself) 
 /// Our own entry is not imported: one named `toolhost`, one running this binary (by any
 /// path) or a `toolhost` binary with `mcp`, or one whose URL — in `url`, or among the args
 /// of a stdio bridge such as `mcp-remote` — is the daemon's own TCP listener.
-fn is_toolhost(entry: &Entry, itself: &Itself) -> bool {
+pub fn is_toolhost(entry: &Entry, itself: &Itself) -> bool {
     let raw = &entry.raw;
     let command = raw.get("command").and_then(Value::as_str);
     let args: Vec<&str> = raw
@@ -473,14 +473,17 @@ fn replace_in(v: &mut Value, from: &str, to: &str) {
     }
 }
 
-/// The `toolhost` entry a frontend gets: `command mcp`, VS Code with its `type`.
-fn entry_json(frontend: Frontend, command: &str) -> Value {
+/// The `toolhost` entry a frontend gets: `command args…`, VS Code with its `type`.
+fn entry_json(frontend: Frontend, command: &str, args: &[&str]) -> Value {
     let mut m = Map::new();
     if frontend == Frontend::VsCode {
         m.insert("type".into(), "stdio".into());
     }
     m.insert("command".into(), command.into());
-    m.insert("args".into(), Value::Array(vec!["mcp".into()]));
+    m.insert(
+        "args".into(),
+        Value::Array(args.iter().map(|a| Value::from(*a)).collect()),
+    );
     Value::Object(m)
 }
 
@@ -494,7 +497,7 @@ pub struct Rewritten {
 }
 
 /// Rewrites `source`'s file: the blocks `origins` (those of this file whose server is now
-/// in config.json) out, the `toolhost` entry (running `command mcp`) in unless the file
+/// in config.json) out, the `toolhost` entry (running `command args…`) in unless the file
 /// already has one of toolhost's own (`has_toolhost`), the original kept as
 /// `<file>.toolhost-backup`. An existing backup is never overwritten: it may be the only
 /// copy of the original, so the file is left alone and the error says so. A file changed
@@ -505,6 +508,7 @@ pub fn rewrite(
     source: &Source,
     origins: &[&Origin],
     command: &str,
+    args: &[&str],
     has_toolhost: bool,
 ) -> Result<Rewritten, String> {
     let file = &source.file;
@@ -540,12 +544,12 @@ pub fn rewrite(
                 .iter()
                 .map(|o| (o.keys.clone(), o.name.clone()))
                 .collect();
-            let entry = (!has_toolhost).then(|| entry_json(source.frontend, command));
+            let entry = (!has_toolhost).then(|| entry_json(source.frontend, command, args));
             json::rewrite(source, &text, &remove, entry)
         }
         Block::CodexToml => {
             let remove: Vec<String> = origins.iter().map(|o| o.name.clone()).collect();
-            let entry = (!has_toolhost).then_some((command, &["mcp"][..]));
+            let entry = (!has_toolhost).then_some((command, args));
             codex::rewrite(&text, &remove, entry)
         }
     }
@@ -602,7 +606,7 @@ mod tests {
         assert_eq!(origins.len(), 1);
         let saved = r#"{"mcpServers": {"a": {"command": "a-mcp"}, "b": {"command": "b"}}}"#;
         std::fs::write(&dotfiles, saved).unwrap();
-        let e = rewrite(&plan1, cursor, &origins, TOOLHOST, false).unwrap_err();
+        let e = rewrite(&plan1, cursor, &origins, TOOLHOST, &["mcp"], false).unwrap_err();
         assert!(e.contains("changed since it was read"), "{e}");
         assert_eq!(std::fs::read_to_string(&dotfiles).unwrap(), saved);
         assert!(!backup.exists());
@@ -614,7 +618,7 @@ mod tests {
             .filter(|p| p.name == "a")
             .flat_map(|p| &p.from)
             .collect();
-        rewrite(&plan2, cursor, &origins, TOOLHOST, false).unwrap();
+        rewrite(&plan2, cursor, &origins, TOOLHOST, &["mcp"], false).unwrap();
         assert!(std::fs::symlink_metadata(&link)
             .unwrap()
             .file_type()

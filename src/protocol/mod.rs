@@ -38,8 +38,8 @@ pub use sandbox::*;
 pub use session::*;
 pub use skills::*;
 pub use socket::{
-    announced_socket, default_socket, default_sockets, home_dir, location_file, socket_path,
-    socket_paths,
+    announced_socket, default_socket, default_sockets, found_without_environment, home_dir,
+    location_file, socket_path, socket_paths,
 };
 pub use status::*;
 pub use surface::*;

@@ -135,6 +135,19 @@ pub fn default_sockets() -> Vec<PathBuf> {
     all
 }
 
+/// Whether a bridge started with no environment at all (no `XDG_RUNTIME_DIR`, no
+/// `TOOLHOST_SOCKET`, no config) and no location file (the daemon removes it when it stops,
+/// so a bridge started during a restart has none) still tries `socket`: the logind
+/// runtime directory's or the /tmp one. Any other socket must be named with `--socket` in
+/// the entries frontends run.
+pub fn found_without_environment(socket: &Path) -> bool {
+    let uid = nix::unistd::getuid();
+    let logind = PathBuf::from(format!("/run/user/{uid}"));
+    let ours =
+        std::fs::symlink_metadata(&logind).is_ok_and(|m| m.is_dir() && m.uid() == uid.as_raw());
+    (ours && socket == logind.join("toolhost").join("toolhost.sock")) || socket == tmp_socket(uid)
+}
+
 /// The last resort: a directory of ours in /tmp (the daemon checks that it is private).
 fn tmp_socket(uid: nix::unistd::Uid) -> PathBuf {
     PathBuf::from(format!("/tmp/toolhost-{uid}")).join("toolhost.sock")

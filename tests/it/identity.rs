@@ -25,7 +25,7 @@ fn home(d: &Daemon) -> PathBuf {
 
 /// An old-era `initialize` of client `name`, declaring roots when `roots` is given, then
 /// `initialized`; answers the `roots/list` that follows with `roots`.
-async fn initialize(mcp: &mut RawStdio, name: &str, roots: Option<&Path>) {
+pub(crate) async fn initialize(mcp: &mut RawStdio, name: &str, roots: Option<&Path>) {
     let caps = if roots.is_some() {
         json!({"roots": {"listChanged": true}})
     } else {
@@ -57,7 +57,7 @@ async fn initialize(mcp: &mut RawStdio, name: &str, roots: Option<&Path>) {
 }
 
 /// `tools/call` of `bash` with `command`; the text it printed.
-async fn bash(mcp: &mut RawStdio, id: u64, command: &str) -> String {
+pub(crate) async fn bash(mcp: &mut RawStdio, id: u64, command: &str) -> String {
     let (r, _) = mcp
         .request(
             id,
@@ -309,7 +309,7 @@ async fn a_location_file_naming_another_users_socket_is_refused() {
 }
 
 /// Waits for `notifications/tools/list_changed` from the bridge.
-async fn tools_changed(mcp: &mut RawStdio) {
+pub(crate) async fn tools_changed(mcp: &mut RawStdio) {
     loop {
         let m = mcp.next().await;
         if m["method"] == "notifications/tools/list_changed" {
@@ -435,17 +435,9 @@ async fn two_conversations_of_one_frontend_are_two_sessions_of_one_frontend() {
 #[tokio::test]
 async fn the_python_sdk_keeps_calling_through_daemon_restarts() {
     let d = Daemon::start().await;
-    let serve: Vec<String> = {
-        let cmd = d.command();
-        let std = cmd.as_std();
-        std::iter::once(std.get_program())
-            .chain(std.get_args())
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect()
-    };
     let socket = d.socket().display().to_string();
     let pid = d.pid().to_string();
-    let argv = serde_json::to_string(&serve).unwrap();
+    let argv = d.serve_argv();
     let seen = common::python_sdk("restart.py", &[common::BIN, &socket, &pid, &argv], &[]).await;
     assert_eq!(
         seen["calls"],

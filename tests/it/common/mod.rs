@@ -204,6 +204,18 @@ impl Daemon {
         cmd
     }
 
+    /// The command line of [`Daemon::command`] as a JSON array, for a script that starts
+    /// this daemon again itself.
+    pub fn serve_argv(&self) -> String {
+        let cmd = self.command();
+        let std = cmd.as_std();
+        let argv: Vec<String> = std::iter::once(std.get_program())
+            .chain(std.get_args())
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        serde_json::to_string(&argv).unwrap()
+    }
+
     pub fn spawn_raw(&mut self, extra_env: &[(&str, &str)]) -> Child {
         let mut cmd = self.command();
         for (k, v) in extra_env {
