@@ -43,8 +43,8 @@ pub struct CallTable {
     calls: Mutex<HashMap<String, Entry>>,
     /// Woken whenever the table becomes empty (shutdown waits on it instead of polling).
     idle: Notify,
-    /// Calls started plus calls ended: the operator's page compares it every 100 ms
-    /// instead of hearing of each call.
+    /// Calls started plus calls ended: the operator's page compares it after a change
+    /// notice (`crate::notice`) instead of hearing of each call.
     changes: AtomicU64,
 }
 
@@ -76,6 +76,7 @@ impl CallTable {
             },
         );
         self.changes.fetch_add(1, Ordering::Relaxed);
+        crate::notice::changed();
         Some(CallGuard {
             table: self.clone(),
             call_id: call_id.to_owned(),
@@ -156,6 +157,7 @@ impl Drop for CallGuard {
         let mut calls = lock(&self.table.calls);
         calls.remove(&self.call_id);
         self.table.changes.fetch_add(1, Ordering::Relaxed);
+        crate::notice::changed();
         if calls.is_empty() {
             self.table.idle.notify_waiters();
         }

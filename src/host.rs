@@ -322,6 +322,7 @@ impl Host {
     /// Changes the config's lifecycle state in one step.
     pub(crate) fn update_config_state(&self, f: impl FnOnce(&mut ConfigState)) {
         f(&mut lock(&self.0.config_state));
+        crate::notice::changed();
     }
     /// Held for the whole of one reload.
     pub(crate) async fn reload_guard(&self) -> tokio::sync::MutexGuard<'_, ()> {

@@ -51,6 +51,7 @@ mod logging;
 mod mcp;
 mod metrics;
 mod modules;
+mod notice;
 mod outputs;
 mod process;
 mod procfs;

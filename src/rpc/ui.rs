@@ -10,7 +10,7 @@
 //! A process the host started gets none of it (as with `/mcp`).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -34,12 +34,14 @@ const PAGE_HEADER: &str = "x-toolhost-page";
 /// The header that carries a login code from `toolhost ui`.
 const LOGIN_HEADER: &str = "x-toolhost-login";
 
-/// How long the event stream gathers events before one write.
+/// How long the event stream gathers events after a change before one write. The timer
+/// exists only after a change: an idle host's open page wakes for its metrics alone.
 const BATCH: Duration = Duration::from_millis(100);
-/// How often the stream carries the metrics for the charts.
+/// How often the stream carries the metrics for the charts. Each metrics write is also
+/// the stream's keep-alive (a write to a reader that went away fails, and ends the
+/// stream), and compares the servers, whose state changes ring no notice of their own
+/// unless their tools change.
 const METRICS_EVERY: Duration = Duration::from_secs(1);
-/// How long an idle stream waits before a keep-alive comment.
-const KEEP_ALIVE: Duration = Duration::from_secs(5);
 /// Batches a reader may leave unread; one more and the stream ends (a slow page is
 /// dropped and reconnects, rather than the daemon buffering for it without end).
 const MAX_UNREAD: usize = 16;
@@ -189,28 +191,27 @@ struct Told {
     config: (u64, Option<String>),
     calls: u64,
     servers: Vec<McpServerStatus>,
-    metrics: Instant,
-    written: Instant,
 }
 
-/// Gathers the host's changes and writes them every [`BATCH`]: tools changed and the
-/// approval queue's events as they come,
-/// the calls in flight when calls started or ended, the servers when one's state, tools or
-/// error changed, the config's status after a reload, the metrics every second.
+/// Writes the host's changes to the page, waiting on them rather than looking: tools
+/// changed and the approval queue's events as they come, the calls in flight, the
+/// servers and the config's status when a change notice (`crate::notice`) or a tools
+/// change says they may have changed, all gathered for [`BATCH`] after the first change
+/// into one write; the metrics (and a look at the servers) every second.
 async fn produce(host: Host, tx: mpsc::Sender<Bytes>) {
     let mut tools = host.registry().subscribe();
-    let mut tick = tokio::time::interval(BATCH);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let long_ago = Instant::now()
-        .checked_sub(METRICS_EVERY)
-        .unwrap_or_else(Instant::now);
+    let mut notices = crate::notice::subscribe();
+    // The first tick is now: the first write tells the calls and metrics at once.
+    let mut metrics = tokio::time::interval(METRICS_EVERY);
+    metrics.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let flush = tokio::time::sleep(BATCH);
+    tokio::pin!(flush);
+    let mut armed = false;
     let state = host.config_state();
     let mut told = Told {
         config: (state.revision, state.last_error),
         calls: u64::MAX,
         servers: Vec::new(),
-        metrics: long_ago,
-        written: Instant::now(),
     };
     let (waiting, mut approvals) = host.approvals().subscribe();
     let mut batch = Batch::default();
@@ -229,34 +230,64 @@ async fn produce(host: Host, tx: mpsc::Sender<Bytes>) {
         );
     }
     loop {
-        tokio::select! {
+        let with_metrics = tokio::select! {
             _ = host.shutdown_token().cancelled() => return,
             _ = tx.closed() => return,
-            change = tools.recv() => match change {
-                Ok(change) => batch.push(method::TOOLS_CHANGED, &change),
-                Err(broadcast::error::RecvError::Lagged(_)) => batch.push(ui_event::RESYNC, &serde_json::json!({})),
-                Err(broadcast::error::RecvError::Closed) => return,
-            },
-            event = approvals.recv() => match event {
-                Ok(event) => batch.push(method::APPROVAL_EVENT, &event),
-                Err(broadcast::error::RecvError::Lagged(_)) => batch.push(ui_event::RESYNC, &serde_json::json!({})),
-                Err(broadcast::error::RecvError::Closed) => return,
-            },
-            _ = tick.tick() => {
-                gather(&host, &mut told, &mut batch);
-                if batch.is_empty() && told.written.elapsed() >= KEEP_ALIVE {
-                    batch.keep_alive();
+            change = tools.recv() => {
+                match change {
+                    Ok(change) => batch.push(method::TOOLS_CHANGED, &change),
+                    Err(broadcast::error::RecvError::Lagged(_)) => batch.push(ui_event::RESYNC, &serde_json::json!({})),
+                    Err(broadcast::error::RecvError::Closed) => return,
                 }
-                if batch.is_empty() {
-                    continue;
+                arm(&mut flush, &mut armed);
+                continue;
+            },
+            event = approvals.recv() => {
+                match event {
+                    Ok(event) => batch.push(method::APPROVAL_EVENT, &event),
+                    Err(broadcast::error::RecvError::Lagged(_)) => batch.push(ui_event::RESYNC, &serde_json::json!({})),
+                    Err(broadcast::error::RecvError::Closed) => return,
                 }
-                if tx.try_send(Bytes::from(batch.take())).is_err() {
-                    tracing::debug!("an operator page fell behind its event stream; ending the stream");
+                arm(&mut flush, &mut armed);
+                continue;
+            },
+            // While the timer runs the gather to come sees every change anyway.
+            noticed = notices.changed(), if !armed => {
+                if noticed.is_err() {
                     return;
                 }
-                told.written = Instant::now();
-            }
+                arm(&mut flush, &mut armed);
+                continue;
+            },
+            _ = &mut flush, if armed => false,
+            _ = metrics.tick() => true,
+        };
+        armed = false;
+        notices.mark_unchanged();
+        gather(&host, &mut told, &mut batch);
+        if with_metrics {
+            batch.push(
+                ui_event::METRICS,
+                &UiMetrics {
+                    exposition: super::ops::metrics_peek(&host),
+                },
+            );
         }
+        if batch.is_empty() {
+            continue;
+        }
+        if tx.try_send(Bytes::from(batch.take())).is_err() {
+            tracing::debug!("an operator page fell behind its event stream; ending the stream");
+            return;
+        }
+    }
+}
+
+/// Starts the batch timer unless it runs already.
+fn arm(flush: &mut std::pin::Pin<&mut tokio::time::Sleep>, armed: &mut bool) {
+    if !*armed {
+        flush.as_mut().reset(tokio::time::Instant::now() + BATCH);
+        *armed = true;
     }
 }
 
@@ -305,14 +336,5 @@ fn gather(host: &Host, told: &mut Told, batch: &mut Batch) {
     if steady(&servers) != steady(&told.servers) {
         told.servers = servers.clone();
         batch.push(ui_event::SERVERS, &McpStatusResult { servers });
-    }
-    if told.metrics.elapsed() >= METRICS_EVERY {
-        told.metrics = Instant::now();
-        batch.push(
-            ui_event::METRICS,
-            &UiMetrics {
-                exposition: super::ops::metrics_peek(host),
-            },
-        );
     }
 }

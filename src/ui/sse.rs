@@ -1,6 +1,6 @@
 //! The page's event stream as written on the wire: server-sent events, gathered into one
-//! write per batch (`rpc/ui.rs` flushes a batch every 100 ms), so a busy host costs an
-//! open page ten writes a second however many calls it runs.
+//! write per batch (`rpc/ui.rs` flushes a batch 100 ms after the first change it gathers),
+//! so a busy host costs an open page ten writes a second however many calls it runs.
 
 use serde::Serialize;
 
@@ -24,12 +24,6 @@ impl Batch {
         self.text.push_str("\n\n");
     }
 
-    /// Adds a comment line, which keeps an idle stream's connection checked (a write to a
-    /// reader that went away fails, and ends the stream).
-    pub fn keep_alive(&mut self) {
-        self.text.push_str(": keep-alive\n\n");
-    }
-
     pub fn is_empty(&self) -> bool {
         self.text.is_empty()
     }
@@ -50,11 +44,10 @@ mod tests {
         assert!(b.is_empty());
         b.push("metrics", &"a\nb");
         b.push("calls", &serde_json::json!({"in_flight": []}));
-        b.keep_alive();
         let text = b.take();
         assert_eq!(
             text,
-            "event: metrics\ndata: \"a\\nb\"\n\nevent: calls\ndata: {\"in_flight\":[]}\n\n: keep-alive\n\n"
+            "event: metrics\ndata: \"a\\nb\"\n\nevent: calls\ndata: {\"in_flight\":[]}\n\n"
         );
         assert!(b.is_empty());
     }

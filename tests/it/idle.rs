@@ -58,3 +58,74 @@ async fn an_idle_daemon_with_a_server_and_watched_folders_sleeps() {
         "the idle daemon woke {total} times in 5 s: {woke:?}"
     );
 }
+
+/// An open operator page costs its 1 s metrics and nothing more: its event stream waits on
+/// change notices instead of comparing the host's state every 100 ms (20 wake-ups/s
+/// before), yet still tells a call at once; once it closes the daemon sleeps again.
+#[tokio::test]
+async fn an_open_page_wakes_the_daemon_for_its_metrics_only() {
+    let d = Daemon::start().await;
+    let login = common::http::exchange(
+        tokio::net::UnixStream::connect(d.socket()).await.unwrap(),
+        "POST",
+        "/ui/login",
+        &[],
+        "",
+    )
+    .await;
+    let body: serde_json::Value = serde_json::from_str(&login.body).unwrap();
+    let page = body["page_token"].as_str().unwrap().to_owned();
+    let io = tokio::net::UnixStream::connect(d.socket()).await.unwrap();
+    let headers = [("X-Toolhost-Page", page.as_str())];
+    let mut s = common::http::Stream::open(io, "GET", "/ui/events", &headers, "").await;
+    assert_eq!(s.status, 200);
+    // The page reads its stream all along, as a browser does.
+    let (seen_tx, mut seen) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let reader = tokio::spawn(async move {
+        while let Some(piece) = s.chunk().await {
+            if seen_tx.send(piece).is_err() {
+                break;
+            }
+        }
+    });
+    read_until(&mut seen, "event: metrics").await;
+    // A call is told without a poll to find it.
+    assert_eq!(d.invoke("list_dir", json!({"path": "."})).await["ok"], true);
+    read_until(&mut seen, "event: calls").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let pid = d.pid();
+    let before = threads::switches(pid);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let woke = threads::woke(&before, &threads::switches(pid));
+    let total: u64 = woke.iter().map(|w| w.1).sum();
+    // The metrics each second wake the stream's producer and its connection's writer (and
+    // the timer once); 8 a second leaves room for a loaded machine, 20 did not.
+    assert!(
+        total <= 40,
+        "with a page open the idle daemon woke {total} times in 5 s: {woke:?}"
+    );
+
+    reader.abort();
+    let _ = reader.await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let before = threads::switches(pid);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let woke = threads::woke(&before, &threads::switches(pid));
+    let total: u64 = woke.iter().map(|w| w.1).sum();
+    assert!(
+        total <= 10,
+        "after the page closed the idle daemon woke {total} times in 5 s: {woke:?}"
+    );
+}
+
+/// Reads the page's stream until its text contains `what`.
+async fn read_until(seen: &mut tokio::sync::mpsc::UnboundedReceiver<String>, what: &str) {
+    let mut text = String::new();
+    while !text.contains(what) {
+        let piece = tokio::time::timeout(Duration::from_secs(30), seen.recv())
+            .await
+            .unwrap_or_else(|_| panic!("no {what:?} in the stream: {text}"));
+        text.push_str(&piece.unwrap_or_else(|| panic!("the stream ended: {text}")));
+    }
+}
