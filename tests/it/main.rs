@@ -54,6 +54,7 @@ mod mcp_sse;
 mod module_domains;
 mod module_failures;
 mod module_graph;
+mod module_retry;
 mod modules;
 mod modules_ctx;
 mod modules_flags;
