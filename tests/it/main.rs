@@ -61,6 +61,7 @@ mod modules_flags;
 mod oauth;
 mod openrpc;
 mod operability;
+mod papercuts;
 mod peer_limits;
 mod processes;
 mod profiles;
