@@ -218,8 +218,13 @@ impl Host {
         &self.0.started_with
     }
     pub(crate) fn set_config(&self, config: Config) {
-        let config = hide_own_files(&self.0.dirs, config);
-        self.0.config.store(Arc::new(config));
+        self.0.config.store(Arc::new(self.hide_own_files(config)));
+    }
+    /// `config` as the daemon runs it: its own files in `sandbox.hidden` (see
+    /// [`hide_own_files`]). A reload hands this to the sources, so the sandbox they compare
+    /// is the one in force (else every first reload restarted the module hosts).
+    pub(crate) fn hide_own_files(&self, config: Config) -> Config {
+        hide_own_files(&self.0.dirs, config)
     }
     pub fn config_path(&self) -> &Path {
         &self.0.dirs.config_path

@@ -257,7 +257,7 @@ async fn apply_file(host: &Host) -> ConfigReloadResult {
         Err(e) => return refuse(host, e.to_string()),
     };
     let old = host.config();
-    let new = loaded.config;
+    let new = host.hide_own_files(loaded.config);
     let mut warnings = loaded.warnings;
     let diff = config::diff(&old, &new);
     // Against the start-up values, which the daemon still runs on: a second reload must not

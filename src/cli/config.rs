@@ -104,11 +104,13 @@ fn check(path: Option<&Path>, out: Output) -> ExitCode {
         warnings.extend(s.warnings.iter().cloned());
     }
     let valid = loaded.is_ok() && problems.is_empty();
+    let exists = config::file_state(&path) != config::FileState::Missing;
     if out.json {
         emit(
             out,
             &serde_json::json!({
                 "path": path.display().to_string(),
+                "exists": exists,
                 "valid": valid,
                 "problems": problems,
                 "warnings": warnings,
@@ -121,6 +123,10 @@ fn check(path: Option<&Path>, out: Output) -> ExitCode {
         say!("warning: {w}");
     }
     match &loaded {
+        Ok(_) if valid && !exists => say!(
+            "{}: does not exist; the daemon runs on the defaults (toolhost where config)",
+            path.display()
+        ),
         Ok(_) if valid => say!("{}: valid", path.display()),
         Ok(_) => {
             say!("{}: serve would refuse to start:", path.display());

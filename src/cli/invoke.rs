@@ -81,6 +81,7 @@ pub async fn invoke(g: &Globals, a: InvokeArgs) -> Result<ExitCode, ClientError>
     let gave_up = tokio::time::sleep(wait);
     tokio::pin!(gave_up);
     let mut events = client.subscribe_invoke(&params).await?;
+    let mut streamed = Streamed::default();
     let r = loop {
         let event = tokio::select! {
             e = events.next() => e,
@@ -97,7 +98,10 @@ pub async fn invoke(g: &Globals, a: InvokeArgs) -> Result<ExitCode, ClientError>
             }
         };
         match event {
-            Some(Ok(InvokeEvent::Update(u))) if !a.quiet => show_update(g, &u),
+            Some(Ok(InvokeEvent::Update(u))) if !a.quiet => {
+                show_update(g, &u);
+                streamed.add(&u);
+            }
             Some(Ok(InvokeEvent::Log(l))) if !a.quiet => show_log(g, &l),
             // Questions come only to a subscriber that offered to answer them; this one did not.
             Some(Ok(
@@ -116,11 +120,16 @@ pub async fn invoke(g: &Globals, a: InvokeArgs) -> Result<ExitCode, ClientError>
     if g.out.json {
         emit(g.out, &r);
     } else if ok {
-        // The main text prints bare, the facts beside it as JSON.
-        let shown = r.result.output.shown();
+        // The main text prints bare, the facts beside it as JSON; what the updates already
+        // showed on the same screen (stdout and stderr one file) is not shown again.
+        let mut shown = r.result.output.shown();
+        if same_output() {
+            streamed.remove_shown(&mut shown);
+        }
         match shown.main_text {
             Some(text) => say!("{}", text.strip_suffix('\n').unwrap_or(text)),
-            None => print_json(&r.result.output.fields),
+            None if shown.facts.is_empty() && !streamed.0.is_empty() => {}
+            None => print_json(&shown.facts),
         }
         if shown.main_text.is_some() && !shown.facts.is_empty() {
             print_json(&shown.facts);
@@ -139,6 +148,55 @@ pub async fn invoke(g: &Globals, a: InvokeArgs) -> Result<ExitCode, ClientError>
         }
     }
     Ok(success_if(ok))
+}
+
+/// The text the updates of a call showed, by the stream they name (`details.stream`, as
+/// `bash` streams `stdout` and `stderr`; `""` when none).
+#[derive(Default)]
+struct Streamed(std::collections::BTreeMap<String, String>);
+
+impl Streamed {
+    fn add(&mut self, u: &InvokeUpdate) {
+        let stream = u
+            .details
+            .as_ref()
+            .and_then(|d| d.get("stream"))
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("");
+        let text = self.0.entry(stream.to_owned()).or_default();
+        for block in &u.content {
+            if let ContentBlock::Text { text: t } = block {
+                text.push_str(t);
+            }
+        }
+    }
+
+    /// Drops from `shown` the main text and the facts the updates already showed whole.
+    fn remove_shown(&self, shown: &mut crate::protocol::Shown<'_>) {
+        let same = |a: &str, b: &str| a.trim_end_matches('\n') == b.trim_end_matches('\n');
+        if shown
+            .main_text
+            .is_some_and(|main| self.0.values().any(|s| same(s, main)))
+        {
+            shown.main_text = None;
+        }
+        shown.facts.retain(
+            |k, v| !matches!((self.0.get(k), v.as_str()), (Some(s), Some(v)) if same(s, v)),
+        );
+    }
+}
+
+/// Whether stdout and stderr are one file (a terminal, or `>out 2>&1`).
+fn same_output() -> bool {
+    use std::os::fd::AsFd;
+    let (out, err) = (std::io::stdout(), std::io::stderr());
+    match (
+        nix::sys::stat::fstat(out.as_fd()),
+        nix::sys::stat::fstat(err.as_fd()),
+    ) {
+        (Ok(x), Ok(y)) => x.st_dev == y.st_dev && x.st_ino == y.st_ino,
+        _ => false,
+    }
 }
 
 /// One update of a call in flight, on stderr: with `--json` the update as the protocol

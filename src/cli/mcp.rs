@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 use serde_json::Map;
 
-use super::render::{emit, print_table, say_err, wire, Output};
+use super::render::{emit, print_table, say, say_err, wire, Output};
 use super::{login, Globals};
 use crate::client::{Client, ClientError};
 use crate::protocol::McpAddParams;
@@ -228,12 +228,43 @@ async fn manage(
                     return Ok(ExitCode::from(2));
                 }
             }
-            emit(out, &client.mcp_add(&McpAddParams { name, server }).await?);
+            let r = client
+                .mcp_add(&McpAddParams {
+                    name: name.clone(),
+                    server,
+                })
+                .await?;
+            if out.json {
+                emit(out, &r);
+            } else {
+                say!(
+                    "added MCP server {name} to {}; the daemon starts it now (toolhost mcp status {name})",
+                    config_file(client).await
+                );
+            }
         }
-        McpCommand::Remove { name } => emit(out, &client.mcp_remove(&name).await?),
+        McpCommand::Remove { name } => {
+            let r = client.mcp_remove(&name).await?;
+            if out.json {
+                emit(out, &r);
+            } else {
+                say!(
+                    "removed MCP server {name} from {}; the daemon stops it now",
+                    config_file(client).await
+                );
+            }
+        }
         McpCommand::Reload { name } => emit(out, &client.mcp_reload(name.as_deref()).await?),
         McpCommand::Login { name } => return login::login(client, &name).await,
         McpCommand::Logout { name } => return login::logout(client, &name).await,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The config file the daemon edits, as it names it (for what `mcp add`/`remove` say).
+async fn config_file(client: &Client) -> String {
+    client
+        .config_status()
+        .await
+        .map_or_else(|_| "the daemon's config.json".to_owned(), |s| s.path)
 }

@@ -317,6 +317,7 @@ async fn run(cli: Cli) -> ExitCode {
         timeout: cli.timeout,
         log_format: cli.log_format,
     };
+    let json = g.out.json;
     let done = match cli.command {
         Command::Serve {
             workspace,
@@ -353,6 +354,21 @@ async fn run(cli: Cli) -> ExitCode {
         }
     };
     done.unwrap_or_else(|e| {
+        // With --json the daemon's error is an answer too: JSON on stdout, as a script reads it.
+        if let (
+            true,
+            ClientError::Rpc {
+                code,
+                message,
+                data,
+            },
+        ) = (json, &e)
+        {
+            println!(
+                "{}",
+                serde_json::json!({"error": {"code": code, "message": message, "data": data}})
+            );
+        }
         say_err!("toolhost: {e}");
         ExitCode::from(exit_code(&e))
     })

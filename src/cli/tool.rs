@@ -17,6 +17,9 @@ use crate::custom::Root;
 
 /// How long the hint waits for a daemon: the command itself never needs one.
 const PROBE: Duration = Duration::from_secs(2);
+/// How long the daemon may take to load its failed modules again (each is bounded by the
+/// module host's load timeout).
+const RETRY: Duration = Duration::from_secs(60);
 
 pub async fn run(g: &Globals, command: ToolCommand) -> ExitCode {
     let config = g.config.clone().unwrap_or_else(crate::config::default_path);
@@ -24,11 +27,15 @@ pub async fn run(g: &Globals, command: ToolCommand) -> ExitCode {
     if !done.modules.is_empty() {
         let modules = std::mem::take(&mut done.modules);
         let mut bad = false;
+        let mut loaded = Vec::new();
         for checked in
             crate::modules::scaffold::check(modules, &done.settings, &config, &done.workspace).await
         {
             match checked {
-                Ok((name, file)) => say!("ok      {name} ({})", file.display()),
+                Ok((name, file)) => {
+                    say!("ok      {name} ({})", file.display());
+                    loaded.push(file);
+                }
                 Err(problem) => {
                     bad = true;
                     say!("invalid {problem}");
@@ -38,6 +45,7 @@ pub async fn run(g: &Globals, command: ToolCommand) -> ExitCode {
         if bad {
             done.code = ExitCode::from(1);
         }
+        retry_in_daemon(g, &loaded).await;
     }
     let searched = daemon_folders(g).await;
     let unsearched: Vec<&Root> = match &searched {
@@ -75,6 +83,48 @@ pub async fn run(g: &Globals, command: ToolCommand) -> ExitCode {
         say!("try it: toolhost invoke {name} --args '{{\"name\": \"you\"}}'");
     }
     done.code
+}
+
+/// When the running daemon still has an error for a module that just loaded here (a
+/// package installed since), has it try its failed modules again (a config reload does)
+/// and says what it has now.
+async fn retry_in_daemon(g: &Globals, loaded: &[PathBuf]) {
+    let Ok(client) = Client::connect_first(&g.socket_paths()).await else {
+        return;
+    };
+    let client = client.with_timeout(RETRY);
+    let failing = |errors: &[String]| -> Vec<String> {
+        errors
+            .iter()
+            .filter(|e| {
+                loaded
+                    .iter()
+                    .any(|f| e.starts_with(&format!("{}:", f.display())))
+            })
+            .cloned()
+            .collect()
+    };
+    let Ok(before) = client.health().await else {
+        return;
+    };
+    if failing(&before.module_errors).is_empty() {
+        return;
+    }
+    if client.config_reload().await.is_err() {
+        return;
+    }
+    let Ok(after) = client.health().await else {
+        return;
+    };
+    let still = failing(&after.module_errors);
+    if still.is_empty() {
+        say!("the running daemon tried its failed modules again: they load now");
+    } else {
+        say!("the running daemon tried its failed modules again; it still reports:");
+        for e in still {
+            say!("  {e}");
+        }
+    }
 }
 
 /// The folders the daemon on the socket searches, or `None` when none answers.

@@ -272,12 +272,7 @@ pub fn parse(bytes: &[u8]) -> Result<Manifest, FieldError> {
     })?;
 
     let name = raw.name.ok_or_else(|| field_err("name", "is required"))?;
-    if !valid_name(&name) {
-        return Err(field_err(
-            "name",
-            format!("{name:?} is not a valid tool name: use 1 to 64 of a-z, A-Z, 0-9, _ and -"),
-        ));
-    }
+    crate::registry::check_tool_name(&name).map_err(|e| field_err("name", e))?;
     let description = raw
         .description
         .ok_or_else(|| field_err("description", "is required"))?;
@@ -380,12 +375,9 @@ pub fn parse(bytes: &[u8]) -> Result<Manifest, FieldError> {
     })
 }
 
-/// Tool names: what every model API accepts.
+/// Tool names: [`crate::registry::check_tool_name`].
 pub fn valid_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    crate::registry::check_tool_name(name).is_ok()
 }
 
 fn valid_provider(name: &str) -> bool {

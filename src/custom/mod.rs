@@ -292,13 +292,16 @@ impl CustomTools {
             .modules
             .configure(&cfg.custom_tools, config_path, workspace);
         self.0.modules.set_sandbox(&cfg.sandbox, workspace);
+        // A reload is when a module's failure may have been fixed (a package installed).
+        let retry = self.0.modules.forget_failed();
         let roots = {
             let mut st = lock(&self.0.state);
             st.configured = roots(cfg, config_path, workspace);
             let discover = cfg.custom_tools.discover;
             let roots = with_sessions(&st.configured, discover, &st.session_workspaces);
             let settings = (cfg.custom_tools.clone(), workspace.to_path_buf());
-            if st.roots == roots
+            if !retry
+                && st.roots == roots
                 && !st.roots.is_empty()
                 && st.module_settings.as_ref() == Some(&settings)
             {

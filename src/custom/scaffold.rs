@@ -224,7 +224,9 @@ fn module_root(path: PathBuf) -> crate::modules::discover::Root {
 }
 
 fn invalid_name(name: &str) -> String {
-    format!("{name:?} is not a valid tool name: use 1 to 64 of a-z, A-Z, 0-9, _ and -")
+    crate::registry::check_tool_name(name)
+        .err()
+        .unwrap_or_default()
 }
 
 impl Lang {

@@ -34,6 +34,8 @@ const callScope = new AsyncLocalStorage();
 /** Packages a module may take through `pi` (zod, TypeBox), by the file each was resolved
  * to (one instance per installed copy). */
 const packages = new Map();
+/** Module URLs whose import failed (see `load`). */
+const failedImports = new Set();
 
 function send(message) {
   process.stdout.write(JSON.stringify(message) + "\n");
@@ -340,7 +342,17 @@ async function load({ id, file, version, cwd, node_modules: nodeModules = [] }) 
   const pi = makePi(file, cwd, nodeModules);
   let made;
   try {
-    const mod = await import(`${pathToFileURL(file).href}?v=${encodeURIComponent(version)}`);
+    // A module whose import failed is imported under a new URL when tried again (its cause
+    // fixed): Node keeps a failed import's error for the URL.
+    const url = `${pathToFileURL(file).href}?v=${encodeURIComponent(version)}`;
+    const retry = failedImports.has(url) ? `&retry=${id}` : "";
+    let mod;
+    try {
+      mod = await import(url + retry);
+    } catch (e) {
+      failedImports.add(url);
+      throw e;
+    }
     const factory = factoryOf(mod);
     if (factory === undefined) throw new Error("the module exports no factory function (export default (pi) => tool)");
     made = await factory(pi);

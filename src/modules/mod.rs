@@ -19,6 +19,7 @@
 
 pub mod discover;
 pub mod host;
+mod packages;
 pub mod scaffold;
 pub mod tool;
 
@@ -95,6 +96,9 @@ struct Shared {
     max_memory_mb: AtomicU64,
     pools: Mutex<BTreeMap<Domain, Pool>>,
     on_restart: Mutex<Option<Arc<dyn Fn() + Send + Sync>>>,
+    /// Where failed modules look for packages, watched (made at the first scan of a daemon,
+    /// the one with an `on_restart`).
+    packages: Mutex<Option<packages::PackageWatch>>,
     /// The shutdown event ran: hosts may stop.
     released: AtomicBool,
     /// What the last scan skipped, for `host.health`.
@@ -188,6 +192,7 @@ impl Modules {
             ),
             pools: Mutex::default(),
             on_restart: Mutex::new(None),
+            packages: Mutex::new(None),
             released: AtomicBool::new(false),
             problems: Mutex::default(),
             scan_lock: tokio::sync::Mutex::new(()),
@@ -367,7 +372,79 @@ impl Modules {
             pool.0.host.set_wanted(wanted);
             pool.0.host.set_stay_up(listening);
         }
+        self.watch_packages();
         out
+    }
+
+    /// Forgets every module whose load failed, so the next scan loads it again; true when
+    /// there was one. For when its cause may be fixed: a config reload, a change where it
+    /// looks for packages, `toolhost tool check`. A module that wedged or ended the host
+    /// stays skipped until its file changes (trying it costs a host).
+    pub fn forget_failed(&self) -> bool {
+        let mut any = false;
+        for pool in self.pools() {
+            let mut st = lock(&pool.0.state);
+            let State { loaded, stuck, .. } = &mut *st;
+            let before = loaded.len();
+            loaded.retain(|file, l| {
+                l.outcome.is_ok() || stuck.get(file).is_some_and(|(d, _)| *d == l.found.digest)
+            });
+            any |= loaded.len() != before;
+        }
+        any
+    }
+
+    /// Watches where the failed modules look for packages ([`packages`]); a change there
+    /// forgets them and rescans (the `on_restart` hook). Only in a daemon: a one-shot host
+    /// (`tool check`'s) has no hook and watches nothing.
+    fn watch_packages(&self) {
+        let Some(rescan) = lock(&self.0.on_restart).clone() else {
+            return;
+        };
+        let mut folders: Vec<PathBuf> = Vec::new();
+        for pool in self.pools() {
+            let st = lock(&pool.0.state);
+            for l in st.loaded.values().filter(|l| l.outcome.is_err()) {
+                folders.extend(packages::folders_of(&l.found.file));
+            }
+        }
+        if !folders.is_empty() {
+            folders.extend(self.0.settings.node_modules.load().iter().cloned());
+        }
+        folders.sort();
+        folders.dedup();
+        let mut slot = lock(&self.0.packages);
+        if slot.is_none() {
+            if folders.is_empty() {
+                return;
+            }
+            let weak = Arc::downgrade(&self.0);
+            let started = packages::PackageWatch::start(
+                &self.0.tracker,
+                self.0.shutdown.clone(),
+                move || {
+                    let Some(shared) = weak.upgrade() else {
+                        return;
+                    };
+                    if Modules(shared).forget_failed() {
+                        tracing::info!(
+                            "a package folder changed: loading the failed tool modules again"
+                        );
+                        rescan();
+                    }
+                },
+            );
+            match started {
+                Ok(w) => *slot = Some(w),
+                Err(e) => {
+                    tracing::warn!("not watching the tool modules' package folders: {e}");
+                    return;
+                }
+            }
+        }
+        if let Some(w) = slot.as_mut() {
+            w.set(folders);
+        }
     }
 
     /// Tells the loaded tools with an `onSession` about a session event (`start`,

@@ -101,6 +101,7 @@ impl ModuleTool {
         handle: Handle,
         modules: Weak<super::Inner>,
     ) -> Result<Self, String> {
+        crate::registry::check_tool_name(&entry.name)?;
         crate::registry::check_schema_size(&entry.parameters)
             .map_err(|e| format!("tool '{}': its parameters schema {e}", entry.name))?;
         let approval = entry

@@ -34,7 +34,7 @@ pub struct ToolOutput {
 }
 
 /// The fields that may hold an output's main text, in order of preference.
-const MAIN_TEXT: [&str; 5] = ["output", "stdout", "content", "entries", "matches"];
+const MAIN_TEXT: [&str; 6] = ["output", "stdout", "content", "entries", "matches", "text"];
 
 impl ToolOutput {
     /// An output of plain fields (a built-in tool's).
@@ -83,8 +83,8 @@ impl ToolOutput {
 /// An output as a reader sees it (see [`ToolOutput::shown`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Shown<'a> {
-    /// The main text: the first of `output`, `stdout`, `content`, `entries`, `matches`
-    /// that is a string.
+    /// The main text: the first of `output`, `stdout`, `content`, `entries`, `matches`,
+    /// `text` (`load_skill`'s, `search_tools`') that is a string.
     pub main_text: Option<&'a str>,
     /// Every other field but empty strings (a quiet stderr says nothing), e.g. `exit_code`.
     pub facts: Map<String, Value>,

@@ -39,6 +39,21 @@ pub const MAX_SCHEMA_VALUES: usize = 10_000;
 /// object's): a validator compiles and walks schemas recursively.
 pub const MAX_SCHEMA_DEPTH: usize = 64;
 
+/// The rule for a tool name a user writes (a `tool.json`'s, a module's): what every model
+/// API accepts. The error is the sentence every writer of tools reads.
+pub fn check_tool_name(name: &str) -> Result<(), String> {
+    if (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        return Ok(());
+    }
+    Err(format!(
+        "{name:?} is not a valid tool name: use 1 to 64 of a-z, A-Z, 0-9, _ and -"
+    ))
+}
+
 /// Checks a schema a workspace can write (a `tool.json`'s, a module's) against
 /// [`MAX_SCHEMA_VALUES`] and [`MAX_SCHEMA_DEPTH`], walking it without recursion.
 pub fn check_schema_size(schema: &serde_json::Value) -> Result<(), String> {

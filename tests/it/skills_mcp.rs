@@ -159,9 +159,8 @@ async fn python_sdk_lists_reads_and_loads_skills_through_the_facade() {
         .contains("# PDF\nRun scripts/fill.py."));
     assert_eq!(seen["script"], "print('fill')\n");
     assert_eq!(seen["load_skill"]["is_error"], false);
-    // The tool's output fields, as the facade writes them for a result of several.
-    let output: Value = serde_json::from_str(seen["load_skill"]["text"].as_str().unwrap()).unwrap();
-    let loaded = output["text"].as_str().unwrap();
+    // The skill's text is the text block as it is, not escaped JSON (issue 41).
+    let loaded = seen["load_skill"]["text"].as_str().unwrap();
     assert!(
         loaded.starts_with("# Skill: pdf\n\n# PDF\nRun scripts/fill.py."),
         "{loaded}"
