@@ -527,7 +527,7 @@ async fn a_prompt_declares_its_own_frontends_capabilities_upstream() {
         .await;
     assert_eq!(r["result"]["messages"][0]["content"]["text"], SERVED, "{r}");
 
-    let addr = forward(d.socket()).await;
+    let addr = common::http::forward(d.socket()).await;
     let url = format!("http://127.0.0.1:{}/mcp", addr.port());
     let answering = Answering
         .serve(StreamableHttpClientTransport::from_uri(url.clone()))
