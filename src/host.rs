@@ -96,6 +96,16 @@ struct Inner {
     processes: Processes,
 }
 
+/// What the checkpoint tools reach of the host (they cannot import it).
+impl crate::checkpoint::Reach for Inner {
+    fn checkpoints(&self) -> &crate::checkpoint::Checkpoints {
+        &self.checkpoints
+    }
+    fn config(&self) -> Arc<Config> {
+        self.config.load_full()
+    }
+}
+
 /// The config's lifecycle as the reload path records it.
 #[derive(Debug, Clone)]
 pub struct ConfigState {
@@ -212,6 +222,8 @@ impl Host {
             )));
             builtins.push(Arc::new(crate::code::CodeTool::new_api()));
         }
+        let reach: std::sync::Weak<dyn crate::checkpoint::Reach> = Arc::downgrade(&self.0) as _;
+        builtins.extend(crate::checkpoint::tools(config, reach));
         builtins
     }
 

@@ -285,8 +285,11 @@ async fn apply_file(host: &Host) -> ConfigReloadResult {
         host.mcp().remove(name);
         sources.push((SourceKey::Mcp(name.clone()), None));
     }
-    // The code tools come and go with code mode being on for some view.
-    if old.code_mode_anywhere() != new.code_mode_anywhere() {
+    // The code tools come and go with code mode being on for some view, the checkpoint
+    // tools with checkpoints.
+    if old.code_mode_anywhere() != new.code_mode_anywhere()
+        || crate::checkpoint::anywhere(&old) != crate::checkpoint::anywhere(&new)
+    {
         sources.push((SourceKey::Builtin, Some(host.builtins(&new))));
     }
     let (tools, joined) = McpManager::collect_tools(&started, JOIN_WAIT).await;
