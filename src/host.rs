@@ -100,6 +100,16 @@ struct Inner {
     processes: Processes,
 }
 
+/// What the checkpoint tools reach of the host (they cannot import it).
+impl crate::checkpoint::Reach for Inner {
+    fn checkpoints(&self) -> &crate::checkpoint::Checkpoints {
+        &self.checkpoints
+    }
+    fn config(&self) -> Arc<Config> {
+        self.config.load_full()
+    }
+}
+
 /// The config's lifecycle as the reload path records it.
 #[derive(Debug, Clone)]
 pub struct ConfigState {
@@ -153,6 +163,7 @@ impl Host {
             outputs_dir: dirs.data_dir.join("outputs"),
             processes: processes.clone(),
             code_mode: cfg.code_mode.clone(),
+            reach: std::sync::OnceLock::new(),
         };
         let host = Host(Arc::new(Inner {
             config: ArcSwap::new(cfg.clone()),
@@ -202,6 +213,8 @@ impl Host {
             tracker,
             processes,
         }));
+        let reach: std::sync::Weak<dyn crate::checkpoint::Reach> = Arc::downgrade(&host.0) as _;
+        let _ = host.0.builtins.reach.set(reach);
         let builtins = host.0.builtins.tools(&host.config());
         host.registry().apply(Change {
             sources: vec![(SourceKey::Builtin, Some(builtins))],
@@ -346,7 +359,8 @@ impl Host {
     }
 }
 
-/// The built-in tools as a source: with the code tools while code mode is on for some view
+/// The built-in tools as a source: with the code tools while code mode is on for some view,
+/// the checkpoint tools while checkpoints are
 /// (`Config::code_mode_anywhere`; `session::serves` then decides per session). Their name
 /// and description size are the start-up values (a restart applies a change).
 struct Builtins {
@@ -354,6 +368,8 @@ struct Builtins {
     processes: Processes,
     /// `code_mode` as the daemon started with it.
     code_mode: config::CodeMode,
+    /// What the checkpoint tools reach of the daemon, set once the host exists.
+    reach: std::sync::OnceLock<std::sync::Weak<dyn crate::checkpoint::Reach>>,
 }
 
 impl Builtins {
@@ -369,6 +385,9 @@ impl Builtins {
             )));
             builtins.push(Arc::new(crate::code::CodeTool::new_api()));
         }
+        if let Some(reach) = self.reach.get() {
+            builtins.extend(crate::checkpoint::tools(config, reach.clone()));
+        }
         builtins
     }
 }
@@ -380,7 +399,8 @@ impl Source for Builtins {
         Contribution::default()
     }
 
-    /// The code tools come and go with code mode being on for some view.
+    /// The code tools come and go with code mode being on for some view, the checkpoint
+    /// tools with checkpoints.
     async fn configure(&self, cx: &Configure<'_>) -> Contribution {
         if !cx.diff.builtins_changed {
             return Contribution::default();

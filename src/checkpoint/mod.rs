@@ -18,6 +18,7 @@
 mod diff;
 mod restore;
 mod store;
+mod tools;
 mod tree;
 mod watch;
 
@@ -37,6 +38,7 @@ use store::{Change, Record, Store};
 use tree::{Item, RelPath, Rules, ScanError, Tree};
 
 pub use restore::restore;
+pub use tools::{tools, Reach};
 
 /// Entries `checkpoint.list` returns unless asked for another number.
 const DEFAULT_LIMIT: usize = 50;
@@ -173,17 +175,25 @@ impl Checkpoints {
         Ok(ws)
     }
 
+    /// The root of every workspace with a store.
+    fn recorded(&self) -> Vec<PathBuf> {
+        use std::os::unix::ffi::OsStringExt;
+        let Ok(stores) = std::fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        stores
+            .flatten()
+            .filter_map(|store| std::fs::read(store.path().join("workspace")).ok())
+            .map(|bytes| PathBuf::from(std::ffi::OsString::from_vec(bytes)))
+            .collect()
+    }
+
     /// The workspace of a store that exists: the one whose root holds `dir` most closely,
     /// else `None`.
     fn find(&self, dir: &Path) -> Option<Arc<Workspace>> {
-        use std::os::unix::ffi::OsStringExt;
         let dir = std::fs::canonicalize(dir).ok()?;
         let mut best: Option<PathBuf> = None;
-        for store in std::fs::read_dir(&self.dir).ok()?.flatten() {
-            let Ok(bytes) = std::fs::read(store.path().join("workspace")) else {
-                continue;
-            };
-            let root = PathBuf::from(std::ffi::OsString::from_vec(bytes));
+        for root in self.recorded() {
             if dir.starts_with(&root)
                 && best
                     .as_ref()
@@ -193,6 +203,15 @@ impl Checkpoints {
             }
         }
         self.workspace(&best?).ok()
+    }
+
+    /// Whether entry `id` belongs to the recorded workspace holding `dir` most closely
+    /// (what a tool call in `dir` may see and restore).
+    pub fn holds(&self, dir: &Path, id: &str) -> bool {
+        match (self.find(dir), self.by_id(id)) {
+            (Some(a), Ok((b, _))) => Arc::ptr_eq(&a, &b),
+            _ => false,
+        }
     }
 
     /// The workspace of an entry id (`cp_<key>_<n>`) and the entry's number.
@@ -264,6 +283,12 @@ impl Checkpoints {
         p: CheckpointListParams,
     ) -> Result<CheckpointListResult, Error> {
         let dir = p.workspace.as_deref().map(Path::new).unwrap_or(default_ws);
+        let mut workspaces: Vec<String> = self
+            .recorded()
+            .iter()
+            .map(|w| w.display().to_string())
+            .collect();
+        workspaces.sort();
         let Some(ws) = self.find(dir) else {
             return Ok(CheckpointListResult {
                 workspace: dir.display().to_string(),
@@ -272,6 +297,7 @@ impl Checkpoints {
                 disabled: (!config.checkpoint.enabled)
                     .then(|| "checkpoint.enabled is false".to_owned()),
                 watched: false,
+                workspaces,
             });
         };
         let mut state = ws.state.lock().await;
@@ -299,6 +325,7 @@ impl Checkpoints {
             lost,
             disabled: state.disabled.clone(),
             watched,
+            workspaces,
         })
     }
 

@@ -34,20 +34,61 @@ struct Step {
     conflict: Option<Record>,
 }
 
+/// Why a restore did nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum Refused {
+    /// Calls running in the workspace (a restore waits until they end).
+    #[error("a call is running in this workspace ({}): restore when it has ended", .0.join(", "))]
+    Busy(Vec<String>),
+    /// Files changed after the entry, and no `force`.
+    #[error("restore refused, files changed since {id}: {}; repeat with force: true to overwrite them", named(.conflicts))]
+    Conflicts {
+        id: String,
+        conflicts: Vec<RestoreConflict>,
+    },
+    #[error(transparent)]
+    Other(#[from] Error),
+}
+
+impl From<Refused> for Error {
+    fn from(r: Refused) -> Error {
+        match r {
+            Refused::Other(e) => e,
+            other => Error::InvalidParams(other.to_string()),
+        }
+    }
+}
+
+/// Each conflict in words: the file, the later entry, its tool and frontend.
+fn named(conflicts: &[RestoreConflict]) -> String {
+    let named: Vec<String> = conflicts
+        .iter()
+        .map(|c| {
+            let by = match (&c.tool, &c.frontend) {
+                (Some(t), Some(f)) => format!(" ({t} from {f})"),
+                (Some(t), None) => format!(" ({t})"),
+                _ => " (outside)".to_owned(),
+            };
+            format!("{} was changed later by {}{by}", c.path, c.changed_by)
+        })
+        .collect();
+    named.join("; ")
+}
+
+/// Restores `p.id` for `caller`. A call running in the workspace refuses it — except
+/// the caller's own (the `checkpoint_restore` tool's call, which the pipeline registers).
 pub async fn restore(
     checkpoints: &Checkpoints,
     config: &Arc<Config>,
     p: CheckpointRestoreParams,
     mut caller: Caller,
-) -> Result<CheckpointRestoreResult, Error> {
+) -> Result<CheckpointRestoreResult, Refused> {
     let (ws, seq) = checkpoints.by_id(&p.id)?;
     let mut state = ws.state.lock().await;
-    let busy = ws.busy();
+    let mut busy = ws.busy();
+    busy.retain(|id| Some(id) != caller.call_id.as_ref());
     if !busy.is_empty() && !p.dry_run {
-        return Err(Error::InvalidParams(format!(
-            "a call is running in this workspace ({}): restore when it has ended",
-            busy.join(", ")
-        )));
+        return Err(Refused::Busy(busy));
     }
     // What changed since the last scan is recorded first, so it counts as a later change.
     ws.scan_and_record(
@@ -91,10 +132,10 @@ pub async fn restore(
     if let Some(paths) = &p.paths {
         for want in paths {
             if !targets.keys().any(|k| &k.shown() == want) {
-                return Err(Error::InvalidParams(format!(
+                return Err(Refused::Other(Error::InvalidParams(format!(
                     "{want} is not among the files of {}",
                     p.id
-                )));
+                ))));
             }
         }
         targets.retain(|k, _| paths.contains(&k.shown()));
@@ -154,22 +195,10 @@ pub async fn restore(
         });
     }
     if !conflicts.is_empty() && !p.force {
-        let named: Vec<String> = conflicts
-            .iter()
-            .map(|c| {
-                let by = match (&c.tool, &c.frontend) {
-                    (Some(t), Some(f)) => format!(" ({t} from {f})"),
-                    (Some(t), None) => format!(" ({t})"),
-                    _ => " (outside)".to_owned(),
-                };
-                format!("{} was changed later by {}{by}", c.path, c.changed_by)
-            })
-            .collect();
-        return Err(Error::InvalidParams(format!(
-            "restore refused, files changed since {}: {}; repeat with force: true to overwrite them",
-            p.id,
-            named.join("; ")
-        )));
+        return Err(Refused::Conflicts {
+            id: p.id.clone(),
+            conflicts,
+        });
     }
     let store = ws.store.clone();
     let root = ws.root.clone();

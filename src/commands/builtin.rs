@@ -14,14 +14,16 @@ pub enum Builtin {
     McpStatus,
     McpReload,
     Skills,
+    Undo,
 }
 
 impl Builtin {
-    pub const ALL: [Builtin; 4] = [
+    pub const ALL: [Builtin; 5] = [
         Builtin::Tools,
         Builtin::McpStatus,
         Builtin::McpReload,
         Builtin::Skills,
+        Builtin::Undo,
     ];
 
     /// The name's words: the prompt name is them joined by `_`.
@@ -31,6 +33,7 @@ impl Builtin {
             Builtin::McpStatus => &["mcp", "status"],
             Builtin::McpReload => &["mcp", "reload"],
             Builtin::Skills => &["skills"],
+            Builtin::Undo => &["undo"],
         }
     }
 
@@ -40,6 +43,7 @@ impl Builtin {
             Builtin::McpStatus => "The host's MCP servers: state, tool count and last error of each.",
             Builtin::McpReload => "Reloads the host's config.json now and reports what changed (getting this command runs the reload).",
             Builtin::Skills => "The Agent Skills the host serves, and the ones it skipped.",
+            Builtin::Undo => "Undo the last change to this project's files, whichever frontend made it (checkpoint_list, then checkpoint_restore).",
         }
     }
 

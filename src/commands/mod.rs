@@ -6,7 +6,7 @@
 //! - [`command`]: one file — read safely, front matter checked, body expanded;
 //! - [`catalog`]: every folder scanned into one immutable [`Catalog`], with the built-in
 //!   commands no file overrides;
-//! - [`builtin`]: the host's own commands (`tools`, `mcp status`, `mcp reload`, `skills`).
+//! - [`builtin`]: the host's own commands (`tools`, `mcp status`, `mcp reload`, `skills`, `undo`).
 //!
 //! Search order: config `commands.paths`, then `<workspace>/.toolhost/commands` (and the
 //! frontends' `.claude/commands`, `.gemini/commands`), then

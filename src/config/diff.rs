@@ -67,7 +67,8 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
         }
     }
 
-    d.builtins_changed = old.code_mode_anywhere() != new.code_mode_anywhere();
+    d.builtins_changed = old.code_mode_anywhere() != new.code_mode_anywhere()
+        || old.checkpoint_anywhere() != new.checkpoint_anywhere();
 
     let mut restart = |changed: bool, what: &str| {
         if changed {

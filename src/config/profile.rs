@@ -147,6 +147,16 @@ impl Config {
         self.code_mode.enabled || self.profiles.values().any(|p| p.code_mode == Some(true))
     }
 
+    /// Whether some view has checkpoints on (config, or a profile): the checkpoint tools are
+    /// registered then, like the code tools with code mode.
+    pub fn checkpoint_anywhere(&self) -> bool {
+        self.checkpoint.enabled
+            || self
+                .profiles
+                .values()
+                .any(|p| p.checkpoint.is_some_and(|c| c.enabled))
+    }
+
     /// The profile `name`, or why there is none.
     pub fn profile(&self, name: &str) -> Result<&Profile, UnknownProfile> {
         self.profiles.get(name).ok_or_else(|| UnknownProfile {

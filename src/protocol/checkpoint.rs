@@ -112,6 +112,9 @@ pub struct CheckpointListResult {
     /// inotify limits were reached).
     #[serde(default)]
     pub watched: bool,
+    /// Every workspace with a timeline, sorted (ask for one with `workspace`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workspaces: Vec<String>,
 }
 
 fn is_zero(n: &u64) -> bool {

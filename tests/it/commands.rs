@@ -99,6 +99,7 @@ async fn commands_are_prompts_through_the_facade_with_the_python_sdk() {
             "review_pr",
             "skills",
             "tools",
+            "undo",
             "mcp_fx_greet"
         ]),
         "{seen}"
@@ -194,6 +195,7 @@ async fn the_socket_lists_expands_and_reports_invalid_files() {
         ("mcp status", "builtin"),
         ("skills", "workspace"),
         ("tools", "builtin"),
+        ("undo", "builtin"),
     ];
     assert_eq!(
         listed,
@@ -285,7 +287,7 @@ async fn adding_editing_and_removing_a_command_notifies_once_each() {
     let mut prompts = d.subscribed("subscribe_prompts_changed").await;
     // The folder does not exist yet: it is picked up when created.
     let root = d.workspace().join(".toolhost/commands");
-    let builtins = 4;
+    let builtins = 5;
     let steps: [(&str, Option<&str>, usize); 3] = [
         ("add", Some("Restart {{what}}.\n"), builtins + 1),
         ("edit", Some("Restart $ARGUMENTS now.\n"), builtins + 1),
@@ -321,7 +323,7 @@ async fn a_profile_serves_commands_by_prompt_name() {
     let d =
         Daemon::start_in(|_| json!({"profiles": {"status-only": {"tools": ["mcp_status"]}}})).await;
     let all = result(&d, "list_prompts", json!({})).await;
-    assert_eq!(all["prompts"].as_array().unwrap().len(), 4, "{all}");
+    assert_eq!(all["prompts"].as_array().unwrap().len(), 5, "{all}");
     let one = result(&d, "list_prompts", json!({"profile": "status-only"})).await;
     assert_eq!(one["prompts"].as_array().unwrap().len(), 1, "{one}");
     assert_eq!(one["prompts"][0]["name"], "mcp_status");

@@ -639,7 +639,7 @@ async fn python_sdk_sees_prompts_resources_and_completions() {
         // The server's prompts and the host's built-in commands (proto-docs/commands.md).
         "prompts": ["mcp_everything_args-prompt", "mcp_everything_completable-prompt",
                     "mcp_everything_resource-prompt", "mcp_everything_simple-prompt",
-                    "mcp_reload", "mcp_status", "skills", "tools"],
+                    "mcp_reload", "mcp_status", "skills", "tools", "undo"],
         "prompt_pages": 3,
         "args_prompt": ["What's weather in Paris?"],
         "missing_argument": -32602,

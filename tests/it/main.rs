@@ -8,6 +8,8 @@ mod bridge;
 mod catalog;
 mod checkpoint;
 mod checkpoint_frontends;
+mod checkpoint_mcp;
+mod checkpoint_ui;
 mod checkpoint_watch;
 mod cli;
 mod client;

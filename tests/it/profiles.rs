@@ -370,6 +370,7 @@ async fn a_profile_hides_prompts_and_resources_on_the_socket_and_through_the_fac
             "mcp_status",
             "skills",
             "tools",
+            "undo",
             "mcp_fx_greet"
         ]
     );

@@ -14,7 +14,7 @@ use std::time::Duration;
 use common::*;
 use serde_json::{json, Value};
 
-const TOKEN: &str = "s3cret-tcp-token";
+pub(crate) const TOKEN: &str = "s3cret-tcp-token";
 
 /// One request through the test client; returns the status, the head (lower case) and
 /// the body.
@@ -53,7 +53,7 @@ async fn tcp(
 }
 
 /// A daemon listening on TCP too (with [`TOKEN`]), and its TCP address.
-async fn tcp_daemon(config: Value) -> (Daemon, String) {
+pub(crate) async fn tcp_daemon(config: Value) -> (Daemon, String) {
     let mut d = Daemon::unstarted();
     let mut config = config;
     config["listen"] = json!({"tcp": "127.0.0.1:0"});
@@ -371,18 +371,18 @@ open(sys.argv[2], "w").write("\n".join(lines))
 // --- the browser -------------------------------------------------------------------------
 
 /// Where the browser test leaves its screenshot.
-fn screenshot_dir() -> PathBuf {
+pub(crate) fn screenshot_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("target/ui-screenshots")
 }
 
 /// chromedriver on a free port, ended with the test.
-struct Driver {
+pub(crate) struct Driver {
     child: tokio::process::Child,
     url: String,
 }
 
 impl Driver {
-    async fn start() -> Driver {
+    pub(crate) async fn start() -> Driver {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -405,7 +405,7 @@ impl Driver {
         Driver { child, url }
     }
 
-    async fn browser(&self) -> fantoccini::Client {
+    pub(crate) async fn browser(&self) -> fantoccini::Client {
         let caps: serde_json::Map<String, Value> = serde_json::from_value(json!({
             "browserName": "chrome",
             "goog:chromeOptions": {
@@ -432,7 +432,7 @@ impl Drop for Driver {
 use fantoccini::Locator;
 
 /// Waits for the element `css` to be on the page.
-async fn shown(b: &fantoccini::Client, css: &str) -> fantoccini::elements::Element {
+pub(crate) async fn shown(b: &fantoccini::Client, css: &str) -> fantoccini::elements::Element {
     let found = b
         .wait()
         .at_most(Duration::from_secs(30))
@@ -451,7 +451,7 @@ async fn shown(b: &fantoccini::Client, css: &str) -> fantoccini::elements::Eleme
 }
 
 /// Clicks the element `css` (found afresh: the page redraws its tables as events come).
-async fn click(b: &fantoccini::Client, css: &str) {
+pub(crate) async fn click(b: &fantoccini::Client, css: &str) {
     for _ in 0..20 {
         if shown(b, css).await.click().await.is_ok() {
             return;
@@ -460,7 +460,7 @@ async fn click(b: &fantoccini::Client, css: &str) {
     panic!("could not click {css}");
 }
 
-async fn gone(b: &fantoccini::Client, css: &str) {
+pub(crate) async fn gone(b: &fantoccini::Client, css: &str) {
     eventually(30, &format!("{css} to go"), || async {
         b.find_all(Locator::Css(css))
             .await

@@ -1,4 +1,4 @@
-//! The host's own commands rendered (`tools`, `mcp status`, `mcp reload`, `skills`): the
+//! The host's own commands rendered (`tools`, `mcp status`, `mcp reload`, `skills`, `undo`): the
 //! live state as Markdown, so a user in any frontend sees the shared host. Here, beside the
 //! other methods that read the host, because `commands` itself must not know the host.
 //! `mcp reload` is an action: getting it reloads config.json, exactly as `config.reload`
@@ -19,6 +19,7 @@ pub(super) async fn render(builtin: Builtin, host: &Host) -> String {
         Builtin::McpStatus => mcp_status(&host.mcp().status(None)),
         Builtin::McpReload => mcp_reload(host).await,
         Builtin::Skills => skills(host),
+        Builtin::Undo => undo(host),
     }
 }
 
@@ -145,6 +146,19 @@ async fn mcp_reload(host: &Host) -> String {
     out.push('\n');
     out.push_str(&mcp_status(&after));
     out
+}
+
+/// `/undo`: what the model is to do, with the tools (they act on its own session's
+/// workspace, which this rendering does not know).
+fn undo(host: &Host) -> String {
+    if !host.config().checkpoint_anywhere() {
+        return "# Undo\n\nCheckpoints are off on this host, so no change is recorded and none can be undone here. They are turned on with `\"checkpoint\": {\"enabled\": true}` in the host's config.json (proto-docs/checkpoints.md). Tell the user so.\n".to_owned();
+    }
+    "# Undo\n\nUndo the last change made to this project's files.\n\n\
+     1. Call `checkpoint_list` and take the newest entry made by a tool call (not one marked \"outside the host\", unless the user asks for that one); call `checkpoint_list` with its `id` to read its diff.\n\
+     2. Tell the user in one or two lines which change that is (tool, frontend, files) and call `checkpoint_restore` with its `id`.\n\
+     3. If the restore is refused because files changed since, name each file and the change that touched it, and ask the user before repeating it with `force: true`. If a call is still running in the project, wait and try again.\n\
+     4. Say what was restored and that the restore can itself be undone with `checkpoint_restore` of its own entry.\n".to_owned()
 }
 
 fn skills(host: &Host) -> String {

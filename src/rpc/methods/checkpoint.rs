@@ -33,7 +33,7 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
                 frontend: crate::audit::current_caller().and_then(|c| c.agent.clone()),
                 ..Default::default()
             };
-            crate::checkpoint::restore(host.checkpoints(), &config, p, caller).await
+            Ok(crate::checkpoint::restore(host.checkpoints(), &config, p, caller).await?)
         },
     )
 }

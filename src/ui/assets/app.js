@@ -91,7 +91,7 @@ function dispatch(block) {
     servers: () => { renderServers(event.servers); later(refreshStatus, 500); },
     config: () => { renderConfig(event); later(refreshStatus); },
     // A call's end is in the audit log, and a new session shows first with its calls.
-    calls: () => { renderCalls(event.calls); later(refreshAudit, 1000); later(refreshSessions, 1000); later(refreshGuards, 1000); },
+    calls: () => { renderCalls(event.calls); later(refreshAudit, 1000); later(refreshSessions, 1000); later(refreshGuards, 1000); later(refreshTimeline, 1000); },
     metrics: () => charts.add(event.exposition),
     approval_event: () => later(refreshApprovals),
     resync: () => refreshAll(),
@@ -171,7 +171,7 @@ const state = { sessions: new Map(), calls: [], callsAt: 0, audit: [], tools: nu
 
 async function refreshAll() {
   await Promise.all([refreshStatus(), refreshTools(), refreshSessions(), refreshQuarantine(),
-    refreshSkills(), refreshAudit(), refreshApprovals(), refreshGuards()]);
+    refreshSkills(), refreshAudit(), refreshApprovals(), refreshGuards(), refreshTimeline()]);
 }
 
 async function refreshStatus() {
@@ -431,6 +431,82 @@ function renderApprovals(waiting) {
   }), "nothing is waiting");
 }
 
+// --- the undo timeline: one per workspace (checkpoint.list / .diff / .restore) ----------
+
+// An open diff or confirmation is not redrawn away by a later event (`force`: it is).
+async function refreshTimeline(force = false) {
+  if (!force && document.querySelector("#timeline-rows tr.detail")) return;
+  const sel = $("timeline-ws");
+  const t = await rpc("checkpoint.list", sel.value ? { workspace: sel.value, limit: 100 } : { limit: 100 });
+  const all = [...new Set([t.workspace, ...list(t.workspaces)])].sort();
+  if (sel.options.length !== all.length || [...sel.options].some((o, i) => o.value !== all[i]))
+    sel.replaceChildren(...all.map((w) => h("option", { value: w }, w)));
+  sel.value = t.workspace;
+  count("timeline-count", t.entries.length);
+  $("timeline-state").textContent = [t.disabled && `no checkpoints: ${t.disabled}`,
+    t.lost && `${t.lost} entries lost (a damaged store)`, !t.watched && t.entries.length && "no change watcher: each checkpoint walks the tree"]
+    .filter(Boolean).join(" · ");
+  fill("timeline-rows", t.entries.map(timelineRow), "no changes recorded");
+}
+
+function timelineRow(e) {
+  const what = e.kind === "outside"
+    ? h("span", { class: "warn" }, "outside the host")
+    : [h("b", {}, e.tool || e.kind), e.restores ? h("div", { class: "muted" }, `undoes ${e.restores}`) : "",
+      e.call_id ? h("div", { class: "muted mono" }, e.call_id) : ""];
+  const files = e.files.map((f) => h("div", { class: "mono" }, f.path, " ",
+    h("span", { class: "muted" }, f.change + (f["+lines"] !== undefined ? ` +${f["+lines"]} -${f["-lines"]}` : ""))));
+  const row = h("tr", { class: "clickable", "data-checkpoint": e.id, "data-kind": e.kind },
+    h("td", {}, when(e.time)), h("td", {}, what), h("td", {}, e.frontend || ""), h("td", {}, files),
+    h("td", {}, action("Restore…", "restore", () => askRestore(e, row))));
+  row.addEventListener("click", async () => {
+    if (closeDetail(row)) return;
+    const d = await rpc("checkpoint.diff", { id: e.id }).catch((err) => ({ diff: String(err.message || err) }));
+    row.after(h("tr", { class: "detail" }, h("td", { colspan: 5 }, h("pre", { class: "diff" }, unifiedLines(d.diff)))));
+  });
+  return row;
+}
+
+// Removes the row's open detail (a diff or a confirmation); whether there was one.
+function closeDetail(row) {
+  const next = row.nextSibling;
+  if (!next || !next.classList.contains("detail")) return false;
+  next.remove();
+  return true;
+}
+
+function unifiedLines(text) {
+  return (text || "(no textual change)").split("\n").map((l) =>
+    h("span", { class: l.startsWith("+") && !l.startsWith("+++") ? "add" : l.startsWith("-") && !l.startsWith("---") ? "del" : "" }, l + "\n"));
+}
+
+// The confirmation: what a restore would put back and what it would overwrite (a dry run
+// of the same method), then the restore itself.
+async function askRestore(e, row) {
+  closeDetail(row);
+  const plan = await rpc("checkpoint.restore", { id: e.id, dry_run: true });
+  const conflicts = list(plan.conflicts);
+  const doIt = (force) => async () => {
+    const done = await rpc("checkpoint.restore", { id: e.id, force });
+    closeDetail(row);
+    await refreshTimeline(true);
+    return done;
+  };
+  const cancel = h("button", { class: "cancel" }, "Cancel");
+  const card = h("div", { class: "card", "data-restore": e.id },
+    h("p", {}, plan.files.length ? `Restore puts back ${plan.files.length} file(s) as they were before this change:` : "The files are already as they were before this change."),
+    h("ul", {}, plan.files.map((f) => h("li", { class: "mono" }, `${f.path} (${f.after ? "put back" : "removed"})`))),
+    conflicts.length ? h("p", { class: "error" }, "Changed again since (restoring overwrites these later changes):") : "",
+    h("ul", { class: "conflicts" }, conflicts.map((c) => h("li", { class: "mono error" }, `${c.path}: changed by ${c.changed_by}${c.tool ? ` (${c.tool}${c.frontend ? ` from ${c.frontend}` : ""})` : " (outside)"}`))),
+    list(plan.not_restorable).length ? h("p", { class: "muted" }, "Cannot be restored: " + plan.not_restorable.join(", ")) : "",
+    h("div", { class: "actions" },
+      conflicts.length ? action("Overwrite and restore", "danger confirm-restore", doIt(true)) : action("Restore", "primary confirm-restore", doIt(false)),
+      cancel));
+  cancel.addEventListener("click", (ev) => { ev.stopPropagation(); closeDetail(row); });
+  card.addEventListener("click", (ev) => ev.stopPropagation());
+  row.after(h("tr", { class: "detail" }, h("td", { colspan: 5 }, card)));
+}
+
 // --- sign-in to an HTTP MCP server (mcp.login: the browser comes back to /ui/oauth) -----
 
 async function signInTo(name) {
@@ -576,6 +652,7 @@ $("login").addEventListener("submit", async (e) => {
 });
 for (const id of ["f-tool", "f-session", "f-client", "f-outcome"]) $(id).addEventListener("input", renderAudit);
 $("tools-filter").addEventListener("input", renderTools);
+$("timeline-ws").addEventListener("change", () => refreshTimeline(true).catch(showProblem));
 setInterval(tickElapsed, 1000);
 // Uptime and the servers' memory change without an event.
 setInterval(() => { if (pageToken && !$("main").hidden) later(refreshStatus); }, 10000);
