@@ -134,8 +134,9 @@ pub fn serves(view: &ProfileView<'_>, entry: &Entry) -> bool {
     view.allows_tool(&spec.name, server, entry.approval)
 }
 
-/// A new session id, as `session.create` makes one when the params name none.
-pub fn new_id() -> String {
+/// A new session id, as `session.create` makes one when the params name none: the one
+/// place ids are minted.
+fn new_id() -> String {
     format!("s_{}", uuid::Uuid::new_v4().simple())
 }
 

@@ -65,6 +65,7 @@ mod processes;
 mod profiles;
 mod reliability;
 mod reload_edges;
+mod rights;
 mod rpc_edges;
 mod sandbox;
 mod sessions;
