@@ -204,6 +204,10 @@ pub(super) fn started_by_host(host: &Host, caller: Option<&Caller>) -> bool {
     let Some(caller) = caller else {
         return false;
     };
+    // A TCP client of another machine (known by its token only) is no process of ours.
+    if caller.uid.is_none() {
+        return false;
+    }
     let me = std::process::id() as i32;
     // SO_PEERCRED always names the peer on Linux; a peer we cannot name is not trusted.
     match caller.pid {

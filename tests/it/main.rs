@@ -73,6 +73,7 @@ mod skills;
 mod skills_mcp;
 mod store_recovery;
 mod surface;
+mod tcp_tokens;
 mod trust_gate;
 mod ui;
 mod workspace_trust;
