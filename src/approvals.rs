@@ -337,7 +337,7 @@ impl Approvals {
         }
         Ok(ApprovalDecider {
             via: p.via,
-            uid: peer.map(|c| c.uid),
+            uid: peer.and_then(|c| c.uid),
             pid: peer.and_then(|c| c.pid),
             process: peer.and_then(|c| c.process.clone()),
             member: self.shared.get().map(|s| s.member().to_owned()),

@@ -33,13 +33,18 @@ const BATCH: std::time::Duration = std::time::Duration::from_millis(25);
 /// Who is on the other end of a connection, as the kernel says (`SO_PEERCRED`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
-    pub uid: u32,
+    /// The peer's user; `None` for a TCP client that is no process of this machine (known
+    /// by its token only).
+    pub uid: Option<u32>,
     pub pid: Option<i32>,
     /// The peer process's name (`/proc/<pid>/comm`), read once per connection.
     pub process: Option<String>,
     /// The `User-Agent` an HTTP or WebSocket client sent: its name when a session does not
     /// give one.
     pub agent: Option<String>,
+    /// The name of the bearer token the request carried (TCP, `listen.tokens`): who the
+    /// caller is over TCP, as the uid is on the Unix socket.
+    pub token: Option<String>,
 }
 
 impl Caller {
@@ -51,10 +56,11 @@ impl Caller {
             .and_then(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).ok())
             .map(|s| s.trim_end().to_owned());
         Some(Arc::new(Caller {
-            uid: cred.uid(),
+            uid: Some(cred.uid()),
             pid,
             process,
             agent: None,
+            token: None,
         }))
     }
 
@@ -73,10 +79,11 @@ impl Caller {
                 .and_then(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).ok())
                 .map(|s| s.trim_end().to_owned());
             Some(Arc::new(Caller {
-                uid,
+                uid: Some(uid),
                 pid,
                 process,
                 agent: None,
+                token: None,
             }))
         })
         .await
@@ -84,19 +91,36 @@ impl Caller {
         .flatten()
     }
 
-    /// This caller, named by an HTTP request's `User-Agent` (when it sent one).
-    pub fn with_agent<B>(self: &Arc<Self>, req: &http::Request<B>) -> Arc<Caller> {
+    /// The caller of one HTTP request on a connection whose peer is `peer`: named by its
+    /// `User-Agent` (when it sent one) and by the name of the bearer token it carried
+    /// (TCP). A request from another machine has a caller only when it carried a token.
+    pub fn of_request<B>(
+        peer: Option<&Arc<Caller>>,
+        req: &http::Request<B>,
+        token: Option<&str>,
+    ) -> Option<Arc<Caller>> {
         let agent = req
             .headers()
             .get(http::header::USER_AGENT)
             .and_then(|v| v.to_str().ok())
             .map(|s| s.chars().take(200).collect::<String>());
-        match agent {
-            Some(a) => Arc::new(Caller {
-                agent: Some(a),
-                ..Caller::clone(self)
+        let token = token.map(str::to_owned);
+        match peer {
+            Some(c) if agent.is_none() && token.is_none() => Some(c.clone()),
+            Some(c) => Some(Arc::new(Caller {
+                agent: agent.or_else(|| c.agent.clone()),
+                token,
+                ..Caller::clone(c)
+            })),
+            None => token.map(|token| {
+                Arc::new(Caller {
+                    uid: None,
+                    pid: None,
+                    process: None,
+                    agent,
+                    token: Some(token),
+                })
             }),
-            None => self.clone(),
         }
     }
 }
@@ -393,6 +417,7 @@ mod tests {
             call_id: format!("c{n}"),
             session: None,
             peer_uid: Some(1000),
+            peer_token: None,
             peer_pid: Some(42),
             peer_process: Some("curl".into()),
             client: None,

@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 use crate::lock;
 use crate::protocol::{
     Frontend, FrontendProcess, FrontendWithoutWorkspace, Session, SessionCreateParams,
-    WorkspaceFrom, META_FRONTEND_ID, META_WORKSPACE_FROM,
+    WorkspaceFrom, META_FRONTEND_ID, META_TOKEN, META_WORKSPACE_FROM,
 };
 use crate::session::{RecordKind, Sessions};
 
@@ -43,12 +43,20 @@ impl Frontends {
     /// The caller is the current request's (`SO_PEERCRED`).
     /// Returns the frontend as it is to be kept ([`Frontends::keep`]).
     pub fn identify(&self, p: &mut SessionCreateParams, workspace: &str) -> Option<Frontend> {
+        let caller = crate::audit::current_caller();
+        // The token's name is the daemon's word: set over TCP, never taken from a client.
+        let token = caller.as_ref().and_then(|c| c.token.clone());
+        if let Some(name) = &token {
+            let meta = p.meta.get_or_insert_default();
+            meta.insert(META_TOKEN.into(), name.as_str().into());
+        } else if let Some(meta) = p.meta.as_mut() {
+            meta.remove(META_TOKEN);
+        }
         let meta = p.meta.as_mut()?;
         if !meta.contains_key("frontend") {
             return None;
         }
-        let caller = crate::audit::current_caller();
-        let uid = caller.as_ref().map(|c| c.uid);
+        let uid = caller.as_ref().and_then(|c| c.uid);
         // The daemon's own in-process connection (`/mcp`) has no process chain of its own.
         let started_by = caller
             .and_then(|c| c.pid)
@@ -65,6 +73,12 @@ impl Frontends {
             hash.update(part.as_bytes());
             hash.update([0]);
         }
+        // Over TCP the token names the caller (a frontend without one keeps its id).
+        if let Some(name) = &token {
+            hash.update(b"token\0");
+            hash.update(name.as_bytes());
+            hash.update([0]);
+        }
         for p in &started_by {
             hash.update(p.exe.as_deref().unwrap_or("?").as_bytes());
             hash.update([0]);
@@ -77,6 +91,7 @@ impl Frontends {
             client,
             workspace: workspace.to_owned(),
             uid,
+            token: token.clone(),
             started_by: Vec::new(),
             sessions: Vec::new(),
             last_seen_ms: 0,

@@ -46,6 +46,7 @@ fn hide_own_files(dirs: &Dirs, mut config: Config) -> Config {
         dirs.data_dir.clone(),
     ];
     hidden.extend(config.listen.token_file.clone());
+    hidden.extend(config.listen.tokens.values().cloned());
     config.sandbox.hidden = hidden;
     config
 }

@@ -286,7 +286,8 @@ fn record_finished(
         time_ms: crate::now_ms(),
         call_id: call_id.to_owned(),
         session: params.session_id.clone(),
-        peer_uid: caller.as_ref().map(|c| c.uid),
+        peer_uid: caller.as_ref().and_then(|c| c.uid),
+        peer_token: caller.as_ref().and_then(|c| c.token.clone()),
         peer_pid: caller.as_ref().and_then(|c| c.pid),
         peer_process: caller.as_ref().and_then(|c| c.process.clone()),
         client: facts
@@ -659,7 +660,7 @@ async fn guard(
     let frontend = guards::frontend_key(
         facts.frontend.as_deref(),
         client,
-        caller.as_ref().map(|c| c.uid),
+        caller.as_ref().and_then(|c| c.uid),
     );
     let call = guards::Call {
         target: guards::Target {

@@ -90,6 +90,7 @@ pub fn diff(old: &Config, new: &Config) -> ConfigDiff {
         old.listen.token_file != new.listen.token_file,
         "listen.token_file",
     );
+    restart(old.listen.tokens != new.listen.tokens, "listen.tokens");
     restart(
         (
             old.listen.max_unix_connections,

@@ -515,6 +515,11 @@ pub struct Listen {
     /// The file holding the bearer token that TCP clients must present.
     #[schemars(length(min = 1))]
     pub token_file: Option<PathBuf>,
+    /// More TCP bearer tokens, each named: name → the file holding it. A TCP caller is
+    /// known by its token's name (that of `token_file` is `default`), in its frontend
+    /// record, its sessions' meta and the audit log.
+    #[schemars(extend("propertyNames" = {"pattern": "^[A-Za-z0-9_.-]{1,64}$"}))]
+    pub tokens: BTreeMap<String, PathBuf>,
     /// Open connections on the Unix socket at most; more are closed at accept.
     #[schemars(range(min = 1))]
     pub max_unix_connections: usize,
@@ -538,6 +543,7 @@ impl Default for Listen {
             socket_mode: None,
             tcp: None,
             token_file: None,
+            tokens: BTreeMap::new(),
             max_unix_connections: 4096,
             max_tcp_connections: 1024,
             max_tcp_unauthenticated: 64,

@@ -27,6 +27,9 @@ pub struct AuditRecord {
     pub peer_uid: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer_pid: Option<i32>,
+    /// The name of the bearer token a TCP caller presented (`listen.tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_token: Option<String>,
     /// The peer's process name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer_process: Option<String>,

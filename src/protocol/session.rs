@@ -39,6 +39,10 @@ pub struct Session {
 /// by the daemon when a frontend (meta `frontend`) makes the session.
 pub const META_FRONTEND_ID: &str = "frontend_id";
 
+/// The session meta key of the name of the bearer token its maker presented over TCP
+/// (`listen.tokens`); set by the daemon only (a value a client sends is dropped).
+pub const META_TOKEN: &str = "tcp_token";
+
 impl Session {
     /// The frontend this session belongs to: the one key for whatever is kept per
     /// frontend (limits, undo), the same for every session of one frontend.
@@ -60,9 +64,13 @@ pub struct Frontend {
     pub client: String,
     /// The workspace its first session was made in.
     pub workspace: String,
-    /// The user it runs as (`SO_PEERCRED`).
+    /// The user it runs as (`SO_PEERCRED`; a TCP client of this machine too, from the
+    /// kernel's socket tables).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub uid: Option<u32>,
+    /// Over TCP: the name of the bearer token it presented (`listen.tokens`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
     /// The processes that started the connection's process (the bridge), nearest first:
     /// the frontend itself (Claude Code, Codex, an editor) and what started it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

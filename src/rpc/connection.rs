@@ -9,9 +9,8 @@
 //! connection slots are lost. Which framing a connection speaks is `framing`'s business;
 //! HTTP POST (one message per request) is `http`'s.
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::stream::{SplitSink, SplitStream};
@@ -26,15 +25,14 @@ use tokio_util::task::AbortOnDropHandle;
 
 use super::envelope::{self, Call, Item, Message};
 use super::frame_budget::{self, Share};
-use super::peer::{self, Admitted, Limited};
+use super::peer::Peer;
 use super::subscription::{Accepted, Open, Out};
 use super::websocket::WsServer;
 use super::ws_limit::{Cut, Oversized};
 use super::Shared;
 use crate::audit::{Caller, CALLER};
 use crate::bounded_lines::{read_line_or_drop, skip_line, LineRead};
-use crate::lock;
-use crate::protocol::{codes, method, SessionIdParams};
+use crate::protocol::codes;
 
 /// Messages of one connection running at once; more wait, so a client that pipelines
 /// without reading cannot make the daemon hold unbounded work for it.
@@ -54,18 +52,14 @@ pub(super) struct Session {
     shared: Arc<Shared>,
     /// The connection's writer and its subscriptions; `None` on HTTP POST (calls only).
     streams: Option<Streams>,
-    /// The peer (Unix socket), for the audit log and its limits.
-    caller: Option<Arc<Caller>>,
-    /// A host-started peer's limits (`None`: a client of the user), worked out on the
-    /// connection's first call.
-    limits: OnceLock<Option<Limited>>,
+    /// Who calls: for the audit log, its rights, the sessions it owns.
+    peer: Arc<Peer>,
 }
 
 /// What a connection that can carry notifications has.
 struct Streams {
     out: mpsc::Sender<Out>,
     open: Open,
-    owned: Owned,
 }
 
 /// A message's reply (`None`: nothing owed) and the subscriptions it accepted, which start
@@ -76,10 +70,9 @@ impl Session {
     /// A session for calls only (HTTP POST): it cannot carry notifications.
     pub(super) fn calls_only(shared: Arc<Shared>, caller: Option<Arc<Caller>>) -> Session {
         Session {
+            peer: Arc::new(Peer::new(shared.clone(), caller, false)),
             shared,
             streams: None,
-            caller,
-            limits: OnceLock::new(),
         }
     }
 
@@ -113,7 +106,7 @@ impl Session {
             Item::Ignore => return (String::new(), None),
             Item::Call(call) => call,
         };
-        let answer = self.dispatch(&call).await;
+        let answer = self.run(&call).await;
         let Some(id) = &call.id else {
             return (String::new(), answer.ok().and_then(Answer::accepted));
         };
@@ -129,62 +122,20 @@ impl Session {
 
     /// Runs a call as this connection's peer (for the audit log).
     async fn as_caller<T>(&self, run: impl std::future::Future<Output = T>) -> T {
-        match &self.caller {
+        match self.peer.caller() {
             Some(c) => CALLER.scope(c.clone(), run).await,
             None => run.await,
         }
     }
 
-    /// Runs a call within the peer's limits: the one place they are checked.
-    async fn dispatch(&self, call: &Call) -> Result<Answer, ErrorObjectOwned> {
+    /// Runs a call as this connection's peer; each method checks the peer's rights.
+    async fn run(&self, call: &Call) -> Result<Answer, ErrorObjectOwned> {
         let shared = &self.shared;
         let name = call.method.as_str();
-        let limits = self
-            .limits
-            .get_or_init(|| peer::limits(&shared.host, self.caller.as_deref()));
-        let (rewritten, created) = match limits {
-            Some(l) if self.is_method(name) => {
-                match l.admit(&shared.started_sessions, name, call.params())? {
-                    Admitted::AsSent => (None, None),
-                    Admitted::Rewritten { params, created } => (Some(params), created),
-                }
-            }
-            _ => (None, None),
-        };
-        let params = rewritten.as_deref().or(call.params());
-        let owned = self.streams.as_ref().map(|s| &s.owned);
-        let claim = owned.and_then(|_| Owned::claim(name, params));
-        let params = match &claim {
-            Some(Claim {
-                params: Some(p), ..
-            }) => Some(p.as_str()),
-            _ => params,
-        };
-        let answer = self.run(call, params).await;
-        if answer.is_ok() {
-            if limits.is_some() {
-                shared.started_sessions.settle(name, params, created);
-            }
-            if let Some(owned) = owned {
-                owned.settle(name, params, claim.as_ref().map(|c| c.id.as_str()));
-            }
-        }
-        answer
-    }
-
-    fn is_method(&self, name: &str) -> bool {
-        let shared = &self.shared;
-        shared.plain.contains_key(name)
-            || shared.subscriptions.contains_key(name)
-            || shared.unsubscribes.contains_key(name)
-    }
-
-    async fn run(&self, call: &Call, params: Option<&str>) -> Result<Answer, ErrorObjectOwned> {
-        let shared = &self.shared;
-        let name = call.method.as_str();
+        let params = call.params();
         if let Some(method) = shared.plain.get(name) {
             // Plain methods run inline in this task, so the caller is visible to them.
-            let run = method(&shared.host, params, call.id.clone());
+            let run = method(&self.peer, params, call.id.clone());
             return self.as_caller(run).await.map(Answer::Reply);
         }
         let subscribe = shared.subscriptions.get_key_value(name);
@@ -210,7 +161,7 @@ impl Session {
         let Some((family, s)) = subscribe else {
             return Err(error(codes::INTERNAL_ERROR, "Internal error".to_owned()));
         };
-        let stream = self.as_caller((s.subscribe)(&shared.host, params)).await?;
+        let stream = self.as_caller((s.subscribe)(&self.peer, params)).await?;
         streams
             .open
             .accept(family, s.notification, stream)
@@ -225,7 +176,7 @@ impl Session {
         for a in accepted {
             streams
                 .open
-                .start(a, streams.out.clone(), self.caller.clone());
+                .start(a, streams.out.clone(), self.peer.caller().cloned());
         }
     }
 }
@@ -240,102 +191,6 @@ fn subscription_id(params: Option<&str>) -> Option<u64> {
     serde_json::from_str::<[u64; 1]>(params?)
         .ok()
         .map(|[id]| id)
-}
-
-/// The ephemeral sessions a message connection made (`session.create` with `ephemeral:
-/// true`): the connection owns them, and they end with it however it ends (the client
-/// closes it, its process is killed, it is cut off half-way), once its last message has
-/// run, so a session made by a message still running is not missed. A stopping daemon
-/// leaves them to the next start, which deletes every ephemeral session.
-struct Owned {
-    shared: Arc<Shared>,
-    ids: Mutex<HashSet<String>>,
-}
-
-/// A `session.create` of an ephemeral session, as the connection runs it.
-struct Claim {
-    /// The session's id: made here when the params name none, so the connection knows it
-    /// whatever the reply (a notification has none).
-    id: String,
-    /// The params with that id in, when it was made here.
-    params: Option<String>,
-}
-
-impl Owned {
-    fn new(shared: Arc<Shared>) -> Owned {
-        Owned {
-            shared,
-            ids: Mutex::default(),
-        }
-    }
-
-    /// The claim of a call of `name` with `params`, when it creates an ephemeral session.
-    /// Params it cannot read are left to the method, which answers with its own error.
-    fn claim(name: &str, params: Option<&str>) -> Option<Claim> {
-        if name != method::SESSION_CREATE {
-            return None;
-        }
-        let serde_json::Value::Object(mut p) = serde_json::from_str(params?).ok()? else {
-            return None;
-        };
-        if p.get("ephemeral") != Some(&serde_json::Value::Bool(true)) {
-            return None;
-        }
-        match p.get("id") {
-            Some(serde_json::Value::String(id)) => Some(Claim {
-                id: id.clone(),
-                params: None,
-            }),
-            None | Some(serde_json::Value::Null) => {
-                let id = crate::session::new_id();
-                p.insert("id".into(), id.clone().into());
-                let params = Some(serde_json::Value::Object(p).to_string());
-                Some(Claim { id, params })
-            }
-            Some(_) => None,
-        }
-    }
-
-    /// Records what a successful call did: the claimed session is this connection's; one
-    /// it deleted itself is no longer.
-    fn settle(&self, name: &str, params: Option<&str>, claimed: Option<&str>) {
-        if let Some(id) = claimed {
-            lock(&self.ids).insert(id.to_owned());
-        } else if name == method::SESSION_DELETE {
-            if let Some(p) = params.and_then(|p| serde_json::from_str::<SessionIdParams>(p).ok()) {
-                lock(&self.ids).remove(&p.id);
-            }
-        }
-    }
-}
-
-impl Drop for Owned {
-    fn drop(&mut self) {
-        // The connection's buffers go back to the system once the daemon is quiet.
-        crate::trim::worked();
-        let ids = std::mem::take(&mut *lock(&self.ids));
-        let host = &self.shared.host;
-        if ids.is_empty() || host.shutdown_token().is_cancelled() {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let host = host.clone();
-        let end = async move {
-            for id in ids {
-                match super::methods::delete_session(&host, &id).await {
-                    Ok(deleted) => tracing::debug!(
-                        session = %id,
-                        deleted,
-                        "the connection that made this ephemeral session ended"
-                    ),
-                    Err(e) => tracing::warn!(%e, session = %id, "cannot end an ephemeral session"),
-                }
-            }
-        };
-        self.shared.host.tracker().spawn_on(end, &runtime);
-    }
 }
 
 /// How a call went, before the client's id is put on its reply.
@@ -630,14 +485,12 @@ pub(super) async fn run_messages(
     let mut writer =
         AbortOnDropHandle::new(tokio::spawn(write_loop(wire.clone(), out_rx, owed.clone())));
     let session = Arc::new(Session {
+        peer: Arc::new(Peer::new(shared.clone(), caller, true)),
         shared: shared.clone(),
         streams: Some(Streams {
             out: out.clone(),
             open: Open::default(),
-            owned: Owned::new(shared.clone()),
         }),
-        caller,
-        limits: OnceLock::new(),
     });
     let in_flight = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
     let stop = shared.stop.clone();
@@ -684,30 +537,5 @@ pub(super) async fn run_messages(
     }
     if out.send(Out::Close).await.is_ok() {
         let _ = tokio::time::timeout(Duration::from_secs(5), &mut writer).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::Value;
-
-    #[test]
-    fn only_an_ephemeral_create_is_claimed_and_its_id_is_known_before_it_runs() {
-        let create = method::SESSION_CREATE;
-        assert!(Owned::claim(method::SESSION_UPDATE, Some(r#"{"ephemeral":true}"#)).is_none());
-        assert!(Owned::claim(create, Some(r#"{"id":"a"}"#)).is_none());
-        assert!(Owned::claim(create, Some(r#"{"ephemeral":false}"#)).is_none());
-        assert!(Owned::claim(create, Some("[true]")).is_none());
-        assert!(Owned::claim(create, None).is_none());
-        let named = Owned::claim(create, Some(r#"{"id":"a","ephemeral":true}"#)).unwrap();
-        assert_eq!(named.id, "a");
-        assert!(named.params.is_none());
-        let made = Owned::claim(create, Some(r#"{"ephemeral":true,"meta":{"k":1}}"#)).unwrap();
-        let params: Value = serde_json::from_str(made.params.as_deref().unwrap()).unwrap();
-        assert!(made.id.starts_with("s_"), "{}", made.id);
-        assert_eq!(params["id"], made.id.as_str());
-        assert_eq!(params["meta"]["k"], 1);
-        assert_eq!(params["ephemeral"], true);
     }
 }

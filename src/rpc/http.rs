@@ -31,30 +31,47 @@ pub(super) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 /// outside the frame budget (`frame_budget`) while its head arrived.
 const MAX_HEAD: usize = 64 * 1024;
 
-/// The bearer token a TCP connection must present, and its place among the connections
+/// The TCP listener's bearer tokens, each with its name (`listen.tokens`; `default` for
+/// `listen.token_file` and `TOOLHOST_TOKEN`).
+pub type Tokens = Arc<[(Arc<str>, Arc<str>)]>;
+
+/// The bearer tokens a TCP connection may present, and its place among the connections
 /// that have not yet done so (`admission`).
 pub(super) struct Bearer {
-    token: Arc<str>,
+    tokens: Tokens,
     pending: Pending,
 }
 
 impl Bearer {
-    pub(super) fn new(token: Arc<str>, pending: Pending) -> Bearer {
-        Bearer { token, pending }
+    pub(super) fn new(tokens: Tokens, pending: Pending) -> Bearer {
+        Bearer { tokens, pending }
     }
 
-    /// Whether `req` carries the token; the first that does authenticates the connection.
-    fn admits<B>(&self, req: &HttpRequest<B>) -> bool {
-        let ok = self.holds_token(req);
-        if ok {
+    /// The name of the token `req` carries; the first request that carries one
+    /// authenticates the connection.
+    fn admits<B>(&self, req: &HttpRequest<B>) -> Option<Arc<str>> {
+        let name = self.token_of(req);
+        if name.is_some() {
             self.let_in();
         }
-        ok
+        name
     }
 
-    /// Whether `req` carries the token (the connection's standing unchanged).
+    /// Whether `req` carries a token (the connection's standing unchanged).
     pub(super) fn holds_token<B>(&self, req: &HttpRequest<B>) -> bool {
-        bearer_matches(req, &self.token)
+        self.token_of(req).is_some()
+    }
+
+    /// The name of the token `req` carries. Every token is compared (in constant time),
+    /// so the time taken says nothing of which one came close.
+    fn token_of<B>(&self, req: &HttpRequest<B>) -> Option<Arc<str>> {
+        let mut found = None;
+        for (name, token) in self.tokens.iter() {
+            if bearer_matches(req, token) {
+                found = Some(name.clone());
+            }
+        }
+        found
     }
 
     /// Counts the connection as authenticated: it presented the token or, for the
@@ -174,8 +191,10 @@ impl HttpService {
             let (shared, caller) = (self.shared.clone(), self.caller.clone());
             return super::ui::serve(req, shared, self.bearer.as_ref(), caller);
         }
+        let mut token = None;
         if let Some(bearer) = &self.bearer {
-            if !bearer.admits(&req) {
+            token = bearer.admits(&req);
+            if token.is_none() {
                 // RFC 6750: a 401 names its scheme, so clients know a bearer token is wanted.
                 let mut refused = plain(401, "missing or wrong Authorization: Bearer token\n");
                 refused.headers_mut().insert(
@@ -210,7 +229,7 @@ impl HttpService {
         if req.method() == hyper::Method::GET && req.uri().path() == "/metrics" {
             return ready(super::ops::metrics_response(&self.shared.host));
         }
-        let caller = self.caller.as_ref().map(|c| c.with_agent(&req));
+        let caller = Caller::of_request(self.caller.as_ref(), &req, token.as_deref());
         if jsonrpsee::server::ws::is_upgrade_request(&req) {
             let response = upgrade(req, self.shared.clone(), caller, self.ticket.clone());
             if response.status() == hyper::StatusCode::SWITCHING_PROTOCOLS {

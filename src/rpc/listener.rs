@@ -82,7 +82,7 @@ pub struct Listeners {
     /// Set when we bound the socket ourselves, so we remove it on exit (never systemd's).
     pub owned: Option<OwnedSocket>,
     pub path: PathBuf,
-    pub tcp: Option<(TcpListener, String)>,
+    pub tcp: Option<(TcpListener, super::http::Tokens)>,
 }
 
 impl Listeners {
@@ -293,16 +293,43 @@ async fn answers(path: &Path) -> bool {
     !matches!(tokio::time::timeout(ANSWER_WAIT, probe).await, Ok(Err(_)))
 }
 
-/// The TCP listener's bearer token: `TOOLHOST_TOKEN`, else `listen.token_file`.
-pub fn tcp_token(cfg: &Config) -> anyhow::Result<String> {
-    let token = match (&cfg.listen.token_file, crate::secrets::get("TOOLHOST_TOKEN")) {
-        (_, Some(t)) if !t.is_empty() => t,
-        (Some(f), _) => std::fs::read_to_string(f).with_context(|| format!("cannot read listen.token_file {}", f.display()))?,
-        _ => bail!("listen.tcp is set but there is no token: set listen.token_file or TOOLHOST_TOKEN (TCP without a token is refused)"),
+/// The TCP listener's bearer tokens by name: `default` is `TOOLHOST_TOKEN`, else
+/// `listen.token_file`; each of `listen.tokens` is named by its key. One is needed (TCP
+/// without a token is refused), none may be empty, and no two the same (a token names
+/// its caller).
+pub fn tcp_token(cfg: &Config) -> anyhow::Result<super::http::Tokens> {
+    let read = |f: &Path, key: &str| {
+        std::fs::read_to_string(f).with_context(|| format!("cannot read {key} {}", f.display()))
     };
-    let token = token.trim().to_owned();
-    if token.is_empty() {
-        bail!("the TCP token is empty; refusing to listen on TCP without a token");
+    let default = match (
+        &cfg.listen.token_file,
+        crate::secrets::get("TOOLHOST_TOKEN"),
+    ) {
+        (_, Some(t)) if !t.is_empty() => Some(t),
+        (Some(f), _) => Some(read(f, "listen.token_file")?),
+        _ => None,
+    };
+    let mut tokens: Vec<(std::sync::Arc<str>, std::sync::Arc<str>)> = Vec::new();
+    let named = cfg
+        .listen
+        .tokens
+        .iter()
+        .map(|(name, f)| read(f, &format!("listen.tokens.{name}")).map(|t| (name.as_str(), t)));
+    for entry in default.map(|t| Ok(("default", t))).into_iter().chain(named) {
+        let (name, token) = entry?;
+        let token = token.trim();
+        if token.is_empty() {
+            bail!("the TCP token {name:?} is empty; refusing to listen on TCP with an empty token");
+        }
+        if let Some((other, _)) = tokens.iter().find(|(_, t)| &**t == token) {
+            bail!(
+                "the TCP tokens {other:?} and {name:?} are the same; each token names its caller"
+            );
+        }
+        tokens.push((name.into(), token.into()));
     }
-    Ok(token)
+    if tokens.is_empty() {
+        bail!("listen.tcp is set but there is no token: set listen.token_file, listen.tokens or TOOLHOST_TOKEN (TCP without a token is refused)");
+    }
+    Ok(tokens.into())
 }

@@ -34,6 +34,7 @@ mod skills;
 mod trust;
 
 use super::openrpc::{self, MethodDoc};
+use super::peer::{Admit, Peer};
 use super::subscription::{self, Sink, Stream, Subscribe, Subscription};
 use crate::custom::events::SessionEvent;
 use crate::error::{Error, UnknownServer};
@@ -74,7 +75,7 @@ fn login_error(e: anyhow::Error) -> Error {
 /// copied once, not three times). A notification (no id) runs and answers nothing.
 pub(crate) type Plain = Arc<
     dyn Fn(
-            &Host,
+            &Arc<Peer>,
             Option<&str>,
             Option<Box<RawValue>>,
         ) -> BoxFuture<'static, Result<String, ErrorObjectOwned>>
@@ -128,21 +129,48 @@ pub(super) fn reply(
     })
 }
 
-/// Runs handler `f` on the params as sent; a params error or the handler's own error
-/// becomes its JSON-RPC error.
+/// What a method checks of a host-started peer before it runs (see `peer`).
+enum Rule<P> {
+    /// Open or admin by its name, before its params are read.
+    ByName(&'static str),
+    /// Its parsed params' own check ([`peer::Admit`]).
+    Params(fn(&Peer, &mut P) -> Result<(), ErrorObjectOwned>),
+}
+
+impl<P> Clone for Rule<P> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<P> Copy for Rule<P> {}
+
+/// Runs handler `f` for `peer` on the params as sent, once `rule` admits them; a params
+/// error, a refusal or the handler's own error becomes its JSON-RPC error.
 fn run<P, O, F, Fut>(
     f: &F,
-    host: &Host,
+    rule: Rule<P>,
+    peer: &Arc<Peer>,
     params: Option<&str>,
 ) -> impl Future<Output = Result<O, ErrorObjectOwned>> + Send + 'static
 where
     P: DeserializeOwned,
-    F: Fn(Host, P) -> Fut,
+    F: Fn(Host, P, Arc<Peer>) -> Fut,
     Fut: Future<Output = Result<O, Error>> + Send + 'static,
 {
+    let admitted = || {
+        if let Rule::ByName(name) = rule {
+            peer.admit_name(name)?;
+        }
+        let mut p = parse_str::<P>(params)?;
+        if let Rule::Params(check) = rule {
+            check(peer, &mut p)?;
+        }
+        Ok::<_, ErrorObjectOwned>(p)
+    };
     // Boxed where it is made: a handler's future (a call's whole pipeline) is kilobytes,
     // and each move on its way to the connection's task would copy it.
-    let call = parse_str::<P>(params).map(|p| Box::pin(f(host.clone(), p)));
+    let call = admitted().map(|p| Box::pin(f(peer.host().clone(), p, peer.clone())));
     async move { call?.await.map_err(rpc_error) }
 }
 
@@ -159,7 +187,8 @@ struct Api {
 type WriteDoc = Box<dyn Fn() -> MethodDoc + Send + Sync>;
 
 impl Api {
-    /// Registers `name` with params `P` and result `R` (also what the OpenRPC doc says).
+    /// Registers `name` with params `P` and result `R` (also what the OpenRPC doc says),
+    /// open to host-started peers only when `peer::is_open` names it.
     fn method<P, R, F, Fut>(
         &mut self,
         name: &'static str,
@@ -172,7 +201,7 @@ impl Api {
         F: Fn(Host, P) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<R, Error>> + Send + 'static,
     {
-        self.method_as::<P, R, R, F, Fut>(name, summary, f)
+        self.method_as::<P, R, R, _, _>(name, summary, f)
     }
 
     /// Like [`Api::method`], for handlers answering with a pre-serialised `O` documented as `R`.
@@ -189,10 +218,46 @@ impl Api {
         F: Fn(Host, P) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<O, Error>> + Send + 'static,
     {
+        let f = move |host, p, _: Arc<Peer>| f(host, p);
+        self.register::<P, R, O, _, _>(name, summary, Rule::ByName(name), f)
+    }
+
+    /// Registers `name`, open to host-started peers within their call's rights, which its
+    /// params' [`peer::Admit`] checks; the handler is given the peer, to record the
+    /// sessions it makes or ends.
+    fn method_checked<P, R, F, Fut>(
+        &mut self,
+        name: &'static str,
+        summary: &'static str,
+        f: F,
+    ) -> anyhow::Result<()>
+    where
+        P: DeserializeOwned + JsonSchema + Admit + Send + 'static,
+        R: Serialize + JsonSchema + Send + 'static,
+        F: Fn(Host, P, Arc<Peer>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, Error>> + Send + 'static,
+    {
+        self.register::<P, R, R, _, _>(name, summary, Rule::Params(Peer::admit::<P>), f)
+    }
+
+    fn register<P, R, O, F, Fut>(
+        &mut self,
+        name: &'static str,
+        summary: &'static str,
+        rule: Rule<P>,
+        f: F,
+    ) -> anyhow::Result<()>
+    where
+        P: DeserializeOwned + JsonSchema + Send + 'static,
+        R: JsonSchema + 'static,
+        O: Serialize + Send + 'static,
+        F: Fn(Host, P, Arc<Peer>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, Error>> + Send + 'static,
+    {
         self.docs
             .push(Box::new(move || openrpc::method::<P, R>(name, summary)));
-        let plain: Plain = Arc::new(move |host: &Host, params: Option<&str>, id| {
-            let call = run(&f, host, params);
+        let plain: Plain = Arc::new(move |peer: &Arc<Peer>, params: Option<&str>, id| {
+            let call = run(&f, rule, peer, params);
             async move { reply(id, &call.await?) }.boxed()
         });
         if self.plain.insert(name, plain).is_some() {
@@ -206,7 +271,7 @@ impl Api {
     /// params and returns the stream to run once the client has the subscription id.
     fn subscription<P, N, F, Fut>(
         &mut self,
-        [name, notification, unsubscribe]: [&'static str; 3],
+        names: [&'static str; 3],
         summary: &'static str,
         f: F,
     ) -> anyhow::Result<()>
@@ -216,13 +281,50 @@ impl Api {
         F: Fn(Host, P) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<Stream, Error>> + Send + 'static,
     {
+        let f = move |host, p, _: Arc<Peer>| f(host, p);
+        self.register_subscription::<P, N, _, _>(names, summary, Rule::ByName(names[0]), f)
+    }
+
+    /// Like [`Api::subscription`], open to host-started peers within their call's rights,
+    /// which its params' [`peer::Admit`] checks.
+    fn subscription_checked<P, N, F, Fut>(
+        &mut self,
+        names: [&'static str; 3],
+        summary: &'static str,
+        f: F,
+    ) -> anyhow::Result<()>
+    where
+        P: DeserializeOwned + JsonSchema + Admit + Send + 'static,
+        N: JsonSchema + 'static,
+        F: Fn(Host, P) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Stream, Error>> + Send + 'static,
+    {
+        let f = move |host, p, _: Arc<Peer>| f(host, p);
+        let rule = Rule::Params(Peer::admit::<P>);
+        self.register_subscription::<P, N, _, _>(names, summary, rule, f)
+    }
+
+    fn register_subscription<P, N, F, Fut>(
+        &mut self,
+        [name, notification, unsubscribe]: [&'static str; 3],
+        summary: &'static str,
+        rule: Rule<P>,
+        f: F,
+    ) -> anyhow::Result<()>
+    where
+        P: DeserializeOwned + JsonSchema + Send + 'static,
+        N: JsonSchema + 'static,
+        F: Fn(Host, P, Arc<Peer>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Stream, Error>> + Send + 'static,
+    {
         self.docs.push(Box::new(move || {
             openrpc::subscription::<P, N>(name, notification, unsubscribe, summary)
         }));
         self.docs
             .push(Box::new(move || openrpc::unsubscribe(unsubscribe, name)));
-        let subscribe: Subscribe =
-            Arc::new(move |host: &Host, params: Option<&str>| run(&f, host, params).boxed());
+        let subscribe: Subscribe = Arc::new(move |peer: &Arc<Peer>, params: Option<&str>| {
+            run(&f, rule, peer, params).boxed()
+        });
         let entry = Subscription {
             notification,
             subscribe,
@@ -240,15 +342,16 @@ impl Api {
 pub(crate) fn methods(access: Arc<crate::ui::Access>) -> anyhow::Result<Methods> {
     let mut api = Api::default();
 
-    api.method_as::<ListToolsParams, ListToolsResult, _, _, _>(
+    api.register::<ListToolsParams, ListToolsResult, _, _, _>(
         method::LIST_TOOLS,
         "The live tool list (or a session's view) in openai or mcp format, with revision, etag and meta.",
-        |host, p: ListToolsParams| async move { list_tools(&host, p).await },
+        Rule::Params(Peer::admit),
+        |host, p: ListToolsParams, _| async move { list_tools(&host, p).await },
     )?;
-    api.method(
+    api.method_checked(
         method::INVOKE,
         "Runs one tool call and returns its envelope; tool failures are ok:false results.",
-        |host, p: InvokeParams| async move {
+        |host, p: InvokeParams, _| async move {
             crate::invoke::invoke(&host, p, UpdateSink::default(), None).await
         },
     )?;
@@ -383,7 +486,7 @@ pub(crate) fn methods(access: Arc<crate::ui::Access>) -> anyhow::Result<Methods>
     }));
     let docs = std::mem::take(&mut api.docs);
     let doc = OnceLock::new();
-    let discover: Plain = Arc::new(move |_: &Host, _: Option<&str>, id| {
+    let discover: Plain = Arc::new(move |_: &Arc<Peer>, _: Option<&str>, id| {
         let doc = doc.get_or_init(|| {
             let methods: Vec<MethodDoc> = docs.iter().map(|write| write()).collect();
             openrpc::document(&methods)
@@ -478,10 +581,10 @@ async fn list_tools(host: &Host, p: ListToolsParams) -> Result<ListAnswer, Error
 }
 
 fn catalog_methods(api: &mut Api) -> anyhow::Result<()> {
-    api.method(
+    api.method_checked(
         method::TOOLS_SEARCH,
         "Ranks deferred tools by relevance to a query (BM25, or a regex) and returns full definitions; with session_id, the matches are remembered as loaded in that session.",
-        |host, p: ToolsSearchParams| async move {
+        |host, p: ToolsSearchParams, _| async move {
             let snapshot = host.registry().snapshot();
             let profile = match &p.session_id {
                 Some(id) => host.sessions().get(id).await?.profile,
@@ -559,16 +662,17 @@ async fn discover_in(host: &Host, workspace: &str) {
 }
 
 fn session_methods(api: &mut Api) -> anyhow::Result<()> {
-    api.method(
+    api.method_checked(
         method::SESSION_CREATE,
         "Creates a session; records the tools visible now as its view.",
-        |host, mut p: SessionCreateParams| async move {
+        |host, mut p: SessionCreateParams, peer| async move {
             // The project's tools are searched first, so the view records those approved.
             let workspace =
                 crate::session::workspace_of(&host.session_scope(), p.workspace.clone())?;
             let frontend = host.frontends().identify(&mut p, &workspace);
             discover_in(&host, &workspace).await;
             let s = crate::session::create(&host.session_scope(), p).await?;
+            peer.created(&s);
             host.frontends().saw(&s);
             if let Some(f) = frontend {
                 host.frontends().keep(host.sessions(), f).await;
@@ -577,10 +681,10 @@ fn session_methods(api: &mut Api) -> anyhow::Result<()> {
             Ok(s)
         },
     )?;
-    api.method(
+    api.method_checked(
         method::SESSION_GET,
         "One session by id.",
-        |host, p: SessionIdParams| async move { host.sessions().get(&p.id).await },
+        |host, p: SessionIdParams, _| async move { host.sessions().get(&p.id).await },
     )?;
     api.method(
         method::SESSION_LIST,
@@ -591,35 +695,36 @@ fn session_methods(api: &mut Api) -> anyhow::Result<()> {
             Ok(SessionListResult { sessions, next })
         },
     )?;
-    api.method(
+    api.method_checked(
         method::SESSION_UPDATE,
         "Merges meta key by key (null deletes), sets approval or workspace.",
-        |host, p: SessionUpdateParams| async move {
+        |host, p: SessionUpdateParams, _| async move {
             let s = crate::session::update(&host.session_scope(), p).await?;
             host.frontends().saw(&s);
             discover_in(&host, &s.workspace).await;
             Ok(s)
         },
     )?;
-    api.method(
+    api.method_checked(
         method::SESSION_DELETE,
         "Deletes a session.",
-        |host, p: SessionIdParams| async move {
+        |host, p: SessionIdParams, peer| async move {
             let deleted = delete_session(&host, &p.id).await?;
+            peer.ended(&p.id);
             Ok(DeletedResult { deleted })
         },
     )?;
-    api.method(
+    api.method_checked(
         method::SESSION_TOOLS,
         "The session's stable tool view (openai format); `unchanged` when `if_etag` matches.",
-        |host, p: SessionToolsParams| async move {
+        |host, p: SessionToolsParams, _| async move {
             crate::session::tools(&host.session_scope(), p).await
         },
     )?;
-    api.method(
+    api.method_checked(
         method::SESSION_RESUME,
         "Merges the persisted tool names with the live tools and persists the result.",
-        |host, p: SessionIdParams| async move {
+        |host, p: SessionIdParams, _| async move {
             let r = crate::session::resume(&host.session_scope(), &p.id).await?;
             let ws = host.sessions().get(&p.id).await.map(|s| s.workspace);
             let ws = ws.unwrap_or_else(|_| host.workspace().display().to_string());
@@ -627,10 +732,10 @@ fn session_methods(api: &mut Api) -> anyhow::Result<()> {
             Ok(r)
         },
     )?;
-    api.method(
+    api.method_checked(
         method::SESSION_REFRESH_TOOLS,
         "Moves the session's view to the live registry.",
-        |host, p: SessionIdParams| async move {
+        |host, p: SessionIdParams, _| async move {
             crate::session::refresh_tools(&host.session_scope(), &p.id).await
         },
     )?;
@@ -683,7 +788,7 @@ fn respond(host: &Host, p: RespondParams) -> Result<RespondResult, Error> {
 }
 
 fn subscribe_invoke(api: &mut Api) -> anyhow::Result<()> {
-    api.subscription::<SubscribeInvokeParams, InvokeEvent, _, _>(
+    api.subscription_checked::<SubscribeInvokeParams, InvokeEvent, _, _>(
         [method::SUBSCRIBE_INVOKE, method::INVOKE_EVENT, method::UNSUBSCRIBE_INVOKE],
         "Runs a call and streams its partial results, then exactly one `result` event. Unsubscribing or closing the connection cancels the call. WebSocket and newline framing only.",
         |host, p: SubscribeInvokeParams| async move {

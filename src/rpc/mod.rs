@@ -200,8 +200,7 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
             }
         });
     }
-    if let Some((tcp, token)) = tcp {
-        let token: Arc<str> = token.into();
+    if let Some((tcp, tokens)) = tcp {
         let budget = admission::Budget::new("tcp", cfg.listen.max_tcp_connections, handshake, open);
         let unauthenticated = admission::Unauthenticated::new(cfg.listen.max_tcp_unauthenticated);
         let (shared, accept) = (shared.clone(), accept.clone());
@@ -219,7 +218,7 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
                     continue;
                 };
                 let pending = unauthenticated.admit(handshake);
-                let bearer = http::Bearer::new(token.clone(), pending.clone());
+                let bearer = http::Bearer::new(tokens.clone(), pending.clone());
                 let shared = shared.clone();
                 tokio::spawn(async move {
                     // A process on this host is held to the same peer rule as on the Unix

@@ -1,44 +1,176 @@
-//! What a connection's peer may do: a process the host itself started (a call's command, a
-//! custom tool, an MCP server, or anything they forked) gets no more through the socket
-//! than a call has, or a sandboxed command could call `invoke` with `sandbox: "off"` and
-//! walk out of its sandbox.
+//! Who is on the other end of a connection and what it may do: [`Peer`], made once per
+//! connection and handed to every method it calls, which checks its rights on the method's
+//! parsed params ([`Admit`]) before running and records the sessions the call made or
+//! ended.
 //!
-//! Who the peer is comes from the kernel (`SO_PEERCRED`, see [`Caller`]): a process is
-//! *started by the host* when its parent chain leads to the daemon (the daemon is the child
-//! subreaper, so a double-forked or `setsid` escapee is re-parented to it and still leads
-//! there) or it carries this daemon's instance cookie. Such a peer is [`Limited`] to the
-//! rights of the call whose process tree it is in (`Processes::call_of`, `CallTable`): its
-//! workspace, its session's sandbox and approval mode as a floor. A peer of no call (an MCP
-//! server, a session event, a call that has ended) gets the most restricted rights. The
-//! check runs once, where the connection dispatches every method, and refuses what would
-//! give it more — approval flags, sandbox overrides, a looser sandbox or approval mode,
-//! workspaces outside its call's, admin methods, sessions it did not create. A method this
-//! table does not name is refused: a new admin method is closed to such peers until listed
-//! here.
+//! A process the host itself started (a call's command, a custom tool, an MCP server, or
+//! anything they forked) gets no more through the socket or TCP than a call has, or a
+//! sandboxed command could call `invoke` with `sandbox: "off"` and walk out of its sandbox.
+//! Who the peer is comes from the kernel (`SO_PEERCRED`, or the socket tables for a
+//! loopback TCP peer; see [`Caller`]): a process is *started by the host* when its parent
+//! chain leads to the daemon (the daemon is the child subreaper, so a double-forked or
+//! `setsid` escapee is re-parented to it and still leads there) or it carries this daemon's
+//! instance cookie. Such a peer is [`Limited`] to the rights of the call whose process tree
+//! it is in (`Processes::call_of`, `CallTable`): its workspace, its session's sandbox and
+//! approval mode as a floor. A peer of no call (an MCP server, a session event, a call that
+//! has ended) gets the most restricted rights.
+//!
+//! The rules are per method, on typed params: a method registered with `method` is open to
+//! such a peer only when [`is_open`] names it (reads nothing private, changes nothing),
+//! else refused as an admin method, so a new method is closed until listed; a method
+//! registered with `method_checked` implements [`Admit`] for its params, which refuses
+//! approval flags, sandbox overrides, a looser sandbox or approval mode, workspaces outside
+//! the call's and sessions the peer did not create, and fills a new session's settings
+//! with the call's. Params that do not parse are refused before any of this runs.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use jsonrpsee::types::{ErrorObject, ErrorObjectOwned};
-use serde_json::{json, Map, Value};
 
+use super::Shared;
 use crate::audit::Caller;
 use crate::calls::CallRights;
 use crate::host::Host;
 use crate::lock;
 use crate::process::INSTANCE_VAR;
 use crate::procfs;
-use crate::protocol::{codes, method, ApprovalMode, Network, SandboxPolicy};
+use crate::protocol::{
+    codes, method, ApprovalMode, InvokeParams, ListToolsParams, Network, SandboxPolicy, Session,
+    SessionCreateParams, SessionIdParams, SessionSandbox, SessionToolsParams, SessionUpdateParams,
+    SubscribeInvokeParams, ToolsSearchParams,
+};
 
-/// The sessions created by host-started peers: the only ones such a peer may use. Kept in
-/// memory, so after a restart they are closed to such peers too (the safe side).
+/// One connection's peer, as every method it calls sees it.
+pub(crate) struct Peer {
+    shared: Arc<Shared>,
+    /// The peer as the kernel names it (`None`: a TCP client on another machine).
+    caller: Option<Arc<Caller>>,
+    /// A host-started peer's limits (`None`: a client of the user), worked out on the
+    /// connection's first call.
+    limits: OnceLock<Option<Limited>>,
+    /// The ephemeral sessions a message connection made (`session.create` with `ephemeral:
+    /// true`): the connection owns them, and they end with it however it ends (the client
+    /// closes it, its process is killed, it is cut off half-way), once its last message
+    /// has run (each running method holds the `Peer`). A stopping daemon leaves them to the
+    /// next start, which deletes every ephemeral session. `None` on HTTP POST, whose
+    /// connection is no client's session. Each id with its session's `created_at`: a
+    /// session someone else made later under the same id is not the connection's.
+    ephemeral: Option<Mutex<HashMap<String, u64>>>,
+}
+
+impl Peer {
+    /// The peer of a connection; `ephemeral`: whether its ephemeral sessions end with it.
+    pub(super) fn new(shared: Arc<Shared>, caller: Option<Arc<Caller>>, ephemeral: bool) -> Peer {
+        Peer {
+            shared,
+            caller,
+            limits: OnceLock::new(),
+            ephemeral: ephemeral.then(Mutex::default),
+        }
+    }
+
+    pub(super) fn host(&self) -> &Host {
+        &self.shared.host
+    }
+
+    pub(super) fn caller(&self) -> Option<&Arc<Caller>> {
+        self.caller.as_ref()
+    }
+
+    fn limits(&self) -> Option<&Limited> {
+        self.limits
+            .get_or_init(|| limits(&self.shared.host, self.caller.as_deref()))
+            .as_ref()
+    }
+
+    /// A method registered without a params check: open to a host-started peer only when
+    /// [`is_open`] names it.
+    pub(super) fn admit_name(&self, name: &str) -> Result<(), ErrorObjectOwned> {
+        match self.limits() {
+            Some(_) if !is_open(name) => Err(refused(format!("{name} is an admin method"))),
+            _ => Ok(()),
+        }
+    }
+
+    /// A method's parsed params, checked (and a new session's settings filled in) for a
+    /// host-started peer; a user's client passes as it is.
+    pub(super) fn admit<P: Admit>(&self, p: &mut P) -> Result<(), ErrorObjectOwned> {
+        match self.limits() {
+            Some(l) => p.admit(l, &self.shared.started_sessions),
+            None => Ok(()),
+        }
+    }
+
+    /// Records a session this peer made: a host-started peer's own from now on (bounded
+    /// by its call's rights), and an ephemeral one the connection's.
+    pub(super) fn created(&self, s: &Session) {
+        if let Some(l) = self.limits() {
+            lock(&self.shared.started_sessions.0).insert(s.id.clone(), l.rights.clone());
+        }
+        if let Some(ids) = self.ephemeral.as_ref().filter(|_| s.ephemeral) {
+            lock(ids).insert(s.id.clone(), s.created_at);
+        }
+    }
+
+    /// Forgets a deleted session (whoever made it): no peer owns its id any more, so a
+    /// session made later under the same id is no host-started peer's.
+    pub(super) fn ended(&self, id: &str) {
+        self.shared.started_sessions.forget(id);
+        if let Some(ids) = &self.ephemeral {
+            lock(ids).remove(id);
+        }
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let Some(ids) = self.ephemeral.take() else {
+            return;
+        };
+        // The connection's buffers go back to the system once the daemon is quiet.
+        crate::trim::worked();
+        let ids = ids.into_inner().unwrap_or_else(|e| e.into_inner());
+        let host = &self.shared.host;
+        if ids.is_empty() || host.shutdown_token().is_cancelled() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let shared = self.shared.clone();
+        let end = async move {
+            for (id, created_at) in ids {
+                let same = shared.host.sessions().get(&id).await;
+                if !same.is_ok_and(|s| s.created_at == created_at) {
+                    continue;
+                }
+                shared.started_sessions.forget(&id);
+                match super::methods::delete_session(&shared.host, &id).await {
+                    Ok(deleted) => tracing::debug!(
+                        session = %id,
+                        deleted,
+                        "the connection that made this ephemeral session ended"
+                    ),
+                    Err(e) => tracing::warn!(%e, session = %id, "cannot end an ephemeral session"),
+                }
+            }
+        };
+        host.tracker().spawn_on(end, &runtime);
+    }
+}
+
+/// The sessions host-started peers created, each with the rights of the call that made
+/// it: the only sessions such a peer may use, and only one whose rights are no looser than
+/// its own call's (a stricter call's process cannot borrow a looser call's session). Kept
+/// in memory, so after a restart they are closed to such peers too (the safe side).
 #[derive(Default)]
-pub(super) struct StartedSessions(Mutex<HashSet<String>>);
+pub(super) struct StartedSessions(Mutex<HashMap<String, CallRights>>);
 
 impl StartedSessions {
-    fn holds(&self, id: &str) -> bool {
-        lock(&self.0).contains(id)
+    fn forget(&self, id: &str) {
+        lock(&self.0).remove(id);
     }
 }
 
@@ -72,6 +204,10 @@ pub(super) fn started_by_host(host: &Host, caller: Option<&Caller>) -> bool {
     let Some(caller) = caller else {
         return false;
     };
+    // A TCP client of another machine (known by its token only) is no process of ours.
+    if caller.uid.is_none() {
+        return false;
+    }
     let me = std::process::id() as i32;
     // SO_PEERCRED always names the peer on Linux; a peer we cannot name is not trusted.
     match caller.pid {
@@ -116,6 +252,15 @@ fn approval_rank(a: ApprovalMode) -> u8 {
     }
 }
 
+/// Whether `r` gives no more than `floor`: each setting as strict or stricter, the
+/// workspace inside.
+fn no_looser(r: &CallRights, floor: &CallRights) -> bool {
+    policy_rank(r.sandbox) >= policy_rank(floor.sandbox)
+        && network_rank(r.network) >= network_rank(floor.network)
+        && approval_rank(r.approval) >= approval_rank(floor.approval)
+        && r.workspace.starts_with(&floor.workspace)
+}
+
 /// Whether `pid`'s parent chain reaches `root`, or cannot be followed (the peer is gone, or
 /// an ancestor vanished mid-walk: not vouched for). Every descendant of `root` started after
 /// it, so the walk stops at the first ancestor older than `root`: a user's client, whose
@@ -147,57 +292,25 @@ fn carries_cookie(pid: i32, instance: &str) -> bool {
     procfs::environ_has(pid, format!("{INSTANCE_VAR}={instance}").as_bytes())
 }
 
-/// How a method is open to a host-started peer.
-enum Access {
-    /// Reads nothing private and changes nothing: open.
-    Open,
-    /// Changes the host for everyone (config, MCP servers, pins) or reaches others' calls
-    /// and sessions: refused.
-    Admin,
-    /// Takes an optional `session_id`, which must be one of its own; `invoke` also refuses
-    /// approval flags and sandbox overrides.
-    Call,
-    /// Names a session in `id`, which must be one of its own.
-    OwnSession,
-    /// `session.create`/`session.update`: a sandbox and approval mode no looser than the
-    /// call's, a workspace inside the call's.
-    SessionSettings,
-}
-
-fn access(name: &str) -> Access {
-    match name {
+/// The methods open to a host-started peer without a params check: they read nothing
+/// private and change nothing. Every other method registered without [`Admit`] is an
+/// admin method to such a peer: config, MCP servers, pins, trust (a process never approves
+/// what its own workspace brings), the approval queue (it never sees others' calls'
+/// arguments nor decides an approval, its own call's least of all), the guards (their
+/// status names others' sessions, and a reset would let a runaway call lift its own
+/// limit), `cancel` and `invoke.respond` (of any call), `session.list` (everyone's), and
+/// whatever is added later.
+pub(super) fn is_open(name: &str) -> bool {
+    matches!(
+        name,
         method::HEALTH
-        | method::STATUS
-        | method::CONFIG_STATUS
-        | method::MCP_STATUS
-        | method::TOOLS_DIFF
-        | method::DISCOVER
-        | method::SUBSCRIBE_TOOLS_CHANGED
-        | method::UNSUBSCRIBE_TOOLS_CHANGED
-        | method::UNSUBSCRIBE_INVOKE => Access::Open,
-        method::INVOKE | method::SUBSCRIBE_INVOKE | method::LIST_TOOLS | method::TOOLS_SEARCH => {
-            Access::Call
-        }
-        method::SESSION_GET
-        | method::SESSION_DELETE
-        | method::SESSION_TOOLS
-        | method::SESSION_RESUME
-        | method::SESSION_REFRESH_TOOLS => Access::OwnSession,
-        method::SESSION_CREATE | method::SESSION_UPDATE => Access::SessionSettings,
-        // The approval queue: a process the host started never sees others' calls' arguments
-        // nor decides an approval (its own call's, least of all).
-        method::APPROVALS_LIST
-        | method::APPROVALS_DECIDE
-        | method::SUBSCRIBE_APPROVALS
-        | method::UNSUBSCRIBE_APPROVALS => Access::Admin,
-        // The guards: their status names others' sessions and workspaces, and a reset
-        // would let a runaway call lift its own limit.
-        method::GUARDS_STATUS | method::GUARDS_RESET => Access::Admin,
-        // config.reload, mcp.add/remove/reload/login/logout, tools.approve, trust.* (a
-        // process never approves what its own workspace brings), cancel (of any
-        // call), session.list (everyone's sessions), and whatever is added later.
-        _ => Access::Admin,
-    }
+            | method::STATUS
+            | method::CONFIG_STATUS
+            | method::MCP_STATUS
+            | method::TOOLS_DIFF
+            | method::DISCOVER
+            | method::SUBSCRIBE_TOOLS_CHANGED
+    )
 }
 
 fn refused(why: String) -> ErrorObjectOwned {
@@ -208,215 +321,195 @@ fn refused(why: String) -> ErrorObjectOwned {
     )
 }
 
-/// What a checked call runs with.
-pub(super) enum Admitted {
-    /// The params as sent.
-    AsSent,
-    /// Rewritten params (a session's id made explicit, a workspace made canonical); a
-    /// `session.create` with them makes session `created`, the peer's own from then on.
-    Rewritten {
-        params: String,
-        created: Option<String>,
-    },
+/// The params of a method open to host-started peers within their call's rights: checks
+/// them against `limits`, and fills in what a new session takes from the call.
+pub(super) trait Admit {
+    fn admit(
+        &mut self,
+        limits: &Limited,
+        started: &StartedSessions,
+    ) -> Result<(), ErrorObjectOwned>;
 }
 
 impl Limited {
-    /// Checks one call of `name` against these limits.
-    pub(super) fn admit(
-        &self,
-        sessions: &StartedSessions,
-        name: &str,
-        params: Option<&str>,
-    ) -> Result<Admitted, ErrorObjectOwned> {
-        let access = access(name);
-        if let Access::Admin = access {
-            return Err(refused(format!("{name} is an admin method")));
-        }
-        if let Access::Open = access {
-            return Ok(Admitted::AsSent);
-        }
-        // Params the method cannot parse are left to it: it answers with its own error.
-        let Some(Value::Object(mut p)) = params.and_then(|s| serde_json::from_str(s).ok()) else {
-            return Ok(Admitted::AsSent);
-        };
-        let own = |key: &str| match p.get(key) {
-            None | Some(Value::Null) => Ok(()),
-            Some(Value::String(id)) if sessions.holds(id) => Ok(()),
-            Some(id) => Err(refused(format!("session {id} is not one it created"))),
-        };
-        match access {
-            Access::Call => {
-                own("session_id")?;
-                let sessionless = p.get("session_id").is_none_or(Value::is_null);
-                if sessionless && matches!(name, method::INVOKE | method::SUBSCRIBE_INVOKE) {
-                    return Err(refused(
-                        "a call must name a session it created (whose calls keep its call's limits)"
-                            .into(),
-                    ));
-                }
-                if p.get("approved").is_some_and(|a| a != &Value::Bool(false)) {
-                    return Err(refused("`approved` is the user's to give".into()));
-                }
-                if p.get("sandbox").is_some_and(|s| !s.is_null()) {
-                    return Err(refused("a call cannot leave its sandbox".into()));
-                }
-                Ok(Admitted::AsSent)
-            }
-            Access::OwnSession => {
-                own("id")?;
-                Ok(Admitted::AsSent)
-            }
-            Access::SessionSettings => {
-                let create = name == method::SESSION_CREATE;
-                let created = if create {
-                    let id = match p.get("id") {
-                        Some(Value::String(id)) => id.clone(),
-                        _ => crate::session::new_id(),
-                    };
-                    p.insert("id".into(), Value::String(id.clone()));
-                    Some(id)
-                } else {
-                    own("id")?;
-                    None
-                };
-                self.floor_sandbox(&mut p, create)?;
-                self.floor_approval(&mut p, create)?;
-                self.confine_workspace(&mut p, create)?;
-                let params = Value::Object(p).to_string();
-                Ok(Admitted::Rewritten { params, created })
-            }
-            Access::Open | Access::Admin => Ok(Admitted::AsSent),
-        }
+    /// The rights session `id` was made with, when it is one this peer may use.
+    fn own(&self, started: &StartedSessions, id: &str) -> Result<CallRights, ErrorObjectOwned> {
+        lock(&started.0)
+            .get(id)
+            .filter(|r| no_looser(r, &self.rights))
+            .cloned()
+            .ok_or_else(|| refused(format!("session {id:?} is not one it created")))
     }
 
-    /// A session's `sandbox`: each part given must be no looser than the call's; on
-    /// `create` the parts not given are the call's.
-    fn floor_sandbox(
+    fn own_if_named(
         &self,
-        p: &mut Map<String, Value>,
-        create: bool,
+        started: &StartedSessions,
+        id: Option<&String>,
     ) -> Result<(), ErrorObjectOwned> {
-        let given = match p.get("sandbox") {
-            None | Some(Value::Null) => Map::new(),
-            Some(Value::Object(o)) => o.clone(),
-            Some(_) => return Ok(()), // the method refuses a mistyped sandbox itself
-        };
-        let floor = &self.rights;
-        let policy = given
-            .get("policy")
-            .map(|v| serde_json::from_value::<SandboxPolicy>(v.clone()));
-        let network = given
-            .get("network")
-            .map(|v| serde_json::from_value::<Network>(v.clone()));
-        let (Ok(policy), Ok(network)) = (policy.transpose(), network.transpose()) else {
-            return Ok(()); // unknown values: the method answers with its own error
-        };
-        if policy.is_some_and(|p| policy_rank(p) < policy_rank(floor.sandbox))
-            || network.is_some_and(|n| network_rank(n) < network_rank(floor.network))
-        {
-            return Err(refused(format!(
-                "a session's sandbox cannot be looser than its call's (policy {}, network {})",
-                floor.sandbox.as_str(),
-                json!(floor.network)
-            )));
-        }
+        id.map_or(Ok(()), |id| self.own(started, id).map(drop))
+    }
+}
+
+/// A session's `sandbox`: each part given no looser than `floor`'s; on `create` the parts
+/// not given are `floor`'s.
+fn floor_sandbox(
+    given: &mut Option<SessionSandbox>,
+    floor: &CallRights,
+    create: bool,
+) -> Result<(), ErrorObjectOwned> {
+    let (policy, network) = given
+        .as_ref()
+        .map_or((None, None), |s| (s.policy, s.network));
+    if policy.is_some_and(|p| policy_rank(p) < policy_rank(floor.sandbox))
+        || network.is_some_and(|n| network_rank(n) < network_rank(floor.network))
+    {
+        return Err(refused(format!(
+            "a session's sandbox cannot be looser than its call's (policy {}, network {})",
+            floor.sandbox.as_str(),
+            serde_json::json!(floor.network)
+        )));
+    }
+    if create {
+        *given = Some(SessionSandbox {
+            policy: Some(policy.unwrap_or(floor.sandbox)),
+            network: Some(network.unwrap_or(floor.network)),
+        });
+    }
+    Ok(())
+}
+
+/// A session's `approval`: no looser than `floor`'s; on `create`, `floor`'s if not given.
+fn floor_approval(
+    given: &mut Option<ApprovalMode>,
+    floor: &CallRights,
+    create: bool,
+) -> Result<(), ErrorObjectOwned> {
+    if given.is_some_and(|m| approval_rank(m) < approval_rank(floor.approval)) {
+        return Err(refused(format!(
+            "a session's approval cannot be looser than its call's ({})",
+            serde_json::json!(floor.approval)
+        )));
+    }
+    if create && given.is_none() {
+        *given = Some(floor.approval);
+    }
+    Ok(())
+}
+
+/// Replaces a requested workspace by its canonical path, which must lie inside `floor`'s
+/// (the session stores the path checked here, not one a symlink swapped in later could
+/// redirect); on `create` without one, `floor`'s.
+fn confine_workspace(
+    given: &mut Option<String>,
+    floor: &CallRights,
+    create: bool,
+) -> Result<(), ErrorObjectOwned> {
+    let workspace = &floor.workspace;
+    let Some(w) = given.as_deref() else {
         if create {
-            p.insert(
-                "sandbox".into(),
-                json!({
-                    "policy": policy.unwrap_or(floor.sandbox),
-                    "network": network.unwrap_or(floor.network),
-                }),
-            );
+            *given = Some(workspace.display().to_string());
         }
-        Ok(())
-    }
+        return Ok(());
+    };
+    let inside = workspace
+        .join(w)
+        .canonicalize()
+        .ok()
+        .filter(|c| c.starts_with(workspace));
+    let Some(canonical) = inside else {
+        return Err(refused(format!(
+            "workspace {w:?} is not inside its call's workspace {}",
+            workspace.display()
+        )));
+    };
+    *given = Some(canonical.display().to_string());
+    Ok(())
+}
 
-    /// A session's `approval`: no looser than the call's; on `create`, the call's if not
-    /// given.
-    fn floor_approval(
-        &self,
-        p: &mut Map<String, Value>,
-        create: bool,
-    ) -> Result<(), ErrorObjectOwned> {
-        let floor = self.rights.approval;
-        let given = match p.get("approval") {
-            None | Some(Value::Null) => None,
-            Some(v) => match serde_json::from_value::<ApprovalMode>(v.clone()) {
-                Ok(mode) => Some(mode),
-                Err(_) => return Ok(()), // the method refuses it itself
-            },
+/// `invoke`: in a session of its own (whose calls keep its call's limits), never approved
+/// by itself nor out of its sandbox.
+impl Admit for InvokeParams {
+    fn admit(&mut self, l: &Limited, started: &StartedSessions) -> Result<(), ErrorObjectOwned> {
+        let Some(id) = &self.session_id else {
+            return Err(refused(
+                "a call must name a session it created (whose calls keep its call's limits)".into(),
+            ));
         };
-        if given.is_some_and(|m| approval_rank(m) < approval_rank(floor)) {
-            return Err(refused(format!(
-                "a session's approval cannot be looser than its call's ({})",
-                json!(floor)
-            )));
+        l.own(started, id)?;
+        if self.approved {
+            return Err(refused("`approved` is the user's to give".into()));
         }
-        if create {
-            p.insert("approval".into(), json!(given.unwrap_or(floor)));
+        if self.sandbox.is_some() {
+            return Err(refused("a call cannot leave its sandbox".into()));
         }
-        Ok(())
-    }
-
-    /// Replaces a requested workspace by its canonical path, which must lie inside the
-    /// call's workspace (the session stores the path checked here, not one a symlink
-    /// swapped in later could redirect); on `create` without one, the call's.
-    fn confine_workspace(
-        &self,
-        p: &mut Map<String, Value>,
-        create: bool,
-    ) -> Result<(), ErrorObjectOwned> {
-        let workspace = &self.rights.workspace;
-        let Some(requested) = p.get("workspace").filter(|w| !w.is_null()) else {
-            if create {
-                p.insert("workspace".into(), path_value(workspace));
-            }
-            return Ok(());
-        };
-        let Value::String(w) = requested else {
-            return Ok(()); // the method refuses a mistyped workspace itself
-        };
-        let inside = workspace
-            .join(w)
-            .canonicalize()
-            .ok()
-            .filter(|c| c.starts_with(workspace));
-        let Some(canonical) = inside else {
-            return Err(refused(format!(
-                "workspace {w:?} is not inside its call's workspace {}",
-                workspace.display()
-            )));
-        };
-        p.insert("workspace".into(), path_value(&canonical));
         Ok(())
     }
 }
 
-fn path_value(path: &Path) -> Value {
-    Value::String(path.display().to_string())
+impl Admit for SubscribeInvokeParams {
+    fn admit(&mut self, l: &Limited, started: &StartedSessions) -> Result<(), ErrorObjectOwned> {
+        self.call.admit(l, started)
+    }
 }
 
-impl StartedSessions {
-    /// Records what a successful call changed: a created session becomes the peer's own, a
-    /// deleted one is forgotten.
-    pub(super) fn settle(&self, name: &str, params: Option<&str>, created: Option<String>) {
-        if let Some(id) = created {
-            lock(&self.0).insert(id);
-        } else if name == method::SESSION_DELETE {
-            let id = params
-                .and_then(|s| serde_json::from_str::<Value>(s).ok())
-                .and_then(|p| p.get("id")?.as_str().map(str::to_owned));
-            if let Some(id) = id {
-                lock(&self.0).remove(&id);
-            }
-        }
+impl Admit for ListToolsParams {
+    fn admit(&mut self, l: &Limited, started: &StartedSessions) -> Result<(), ErrorObjectOwned> {
+        l.own_if_named(started, self.session_id.as_ref())
+    }
+}
+
+impl Admit for ToolsSearchParams {
+    fn admit(&mut self, l: &Limited, started: &StartedSessions) -> Result<(), ErrorObjectOwned> {
+        l.own_if_named(started, self.session_id.as_ref())
+    }
+}
+
+impl Admit for SessionIdParams {
+    fn admit(&mut self, l: &Limited, started: &StartedSessions) -> Result<(), ErrorObjectOwned> {
+        l.own(started, &self.id).map(drop)
+    }
+}
+
+impl Admit for SessionToolsParams {
+    fn admit(&mut self, l: &Limited, started: &StartedSessions) -> Result<(), ErrorObjectOwned> {
+        l.own(started, &self.id).map(drop)
+    }
+}
+
+/// A new session: the call's settings where none are given, none looser, its workspace
+/// inside the call's.
+impl Admit for SessionCreateParams {
+    fn admit(&mut self, l: &Limited, _: &StartedSessions) -> Result<(), ErrorObjectOwned> {
+        floor_sandbox(&mut self.sandbox, &l.rights, true)?;
+        floor_approval(&mut self.approval, &l.rights, true)?;
+        confine_workspace(&mut self.workspace, &l.rights, true)
+    }
+}
+
+/// A change to one of its sessions: nothing looser than the rights that session was made
+/// with.
+impl Admit for SessionUpdateParams {
+    fn admit(&mut self, l: &Limited, started: &StartedSessions) -> Result<(), ErrorObjectOwned> {
+        let floor = l.own(started, &self.id)?;
+        floor_sandbox(&mut self.sandbox, &floor, false)?;
+        floor_approval(&mut self.approval, &floor, false)?;
+        confine_workspace(&mut self.workspace, &floor, false)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::{json, Value};
+
+    fn rights(sandbox: SandboxPolicy, approval: ApprovalMode) -> CallRights {
+        CallRights {
+            workspace: std::env::temp_dir().canonicalize().unwrap(),
+            sandbox,
+            network: Network::Deny,
+            approval,
+        }
+    }
 
     fn limited() -> Limited {
         Limited {
@@ -424,9 +517,16 @@ mod tests {
         }
     }
 
+    fn parsed<P: serde::de::DeserializeOwned>(v: Value) -> P {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn admit<P: Admit>(l: &Limited, s: &StartedSessions, mut p: P) -> Result<P, i32> {
+        p.admit(l, s).map(|()| p).map_err(|e| e.code())
+    }
+
     #[test]
-    fn unlisted_methods_are_closed() {
-        let s = StartedSessions::default();
+    fn only_listed_methods_are_open() {
         for name in [
             method::MCP_ADD,
             method::CONFIG_RELOAD,
@@ -437,89 +537,97 @@ mod tests {
             method::TRUST_LIST,
             method::TRUST_APPROVE,
             method::TRUST_FOLDER,
+            method::SESSION_LIST,
+            method::CANCEL,
             "future.admin",
         ] {
-            assert!(limited().admit(&s, name, None).is_err(), "{name}");
+            assert!(!is_open(name), "{name}");
         }
-        assert!(limited().admit(&s, method::HEALTH, None).is_ok());
+        assert!(is_open(method::HEALTH));
     }
 
     #[test]
     fn calls_keep_their_limits() {
         let s = StartedSessions::default();
         let l = limited();
-        assert!(l.admit(&s, method::LIST_TOOLS, Some("{}")).is_ok());
+        lock(&s.0).insert("mine".into(), l.rights.clone());
+        let ok: InvokeParams = parsed(json!({"name": "bash", "session_id": "mine"}));
+        assert!(admit(&l, &s, ok).is_ok());
         for bad in [
-            r#"{"name":"bash"}"#,
-            r#"{"name":"bash","approved":true}"#,
-            r#"{"name":"bash","sandbox":"off"}"#,
-            r#"{"name":"bash","session_id":"someone_else"}"#,
+            json!({"name": "bash"}),
+            json!({"name": "bash", "session_id": "mine", "approved": true}),
+            json!({"name": "bash", "session_id": "mine", "sandbox": "off"}),
+            json!({"name": "bash", "session_id": "someone_else"}),
         ] {
-            let e = l.admit(&s, method::INVOKE, Some(bad)).err().unwrap();
-            assert_eq!(e.code(), codes::PEER_NOT_ALLOWED, "{bad}");
+            let p: InvokeParams = parsed(bad.clone());
+            assert_eq!(
+                admit(&l, &s, p).err(),
+                Some(codes::PEER_NOT_ALLOWED),
+                "{bad}"
+            );
         }
     }
 
     #[test]
-    fn created_sessions_become_its_own() {
+    fn a_new_session_gets_the_calls_settings_and_none_looser() {
         let s = StartedSessions::default();
-        let l = limited();
-        let Ok(Admitted::Rewritten { params, created }) =
-            l.admit(&s, method::SESSION_CREATE, Some("{}"))
-        else {
-            panic!("create is rewritten");
-        };
-        let id = created.clone().unwrap();
-        let p: Value = serde_json::from_str(&params).unwrap();
-        assert_eq!(p["id"], id.as_str());
-        assert_eq!(p["sandbox"]["policy"], "read-only");
-        assert_eq!(p["approval"], "strict");
-        s.settle(method::SESSION_CREATE, Some(&params), created);
-        let call = format!(r#"{{"name":"bash","session_id":"{id}"}}"#);
-        assert!(l.admit(&s, method::INVOKE, Some(&call)).is_ok());
-        let outside = r#"{"workspace":"/"}"#;
-        assert!(l.admit(&s, method::SESSION_CREATE, Some(outside)).is_err());
-        let sandbox = r#"{"sandbox":{"policy":"off"}}"#;
-        assert!(l.admit(&s, method::SESSION_CREATE, Some(sandbox)).is_err());
-    }
-
-    #[test]
-    fn a_calls_rights_are_the_floor_of_its_sessions() {
-        let s = StartedSessions::default();
-        let ws = std::env::temp_dir().canonicalize().unwrap();
         let l = Limited {
             rights: CallRights {
-                workspace: ws.clone(),
-                sandbox: SandboxPolicy::WorkspaceWrite,
                 network: Network::Allow,
-                approval: ApprovalMode::Auto,
+                ..rights(SandboxPolicy::WorkspaceWrite, ApprovalMode::Auto)
             },
         };
-        let created = |params: &str| match l.admit(&s, method::SESSION_CREATE, Some(params)) {
-            Ok(Admitted::Rewritten { params, .. }) => {
-                Ok(serde_json::from_str::<Value>(&params).unwrap())
-            }
-            Ok(Admitted::AsSent) => panic!("create is rewritten"),
-            Err(e) => Err(e.code()),
-        };
-        let p = created("{}").unwrap();
+        let p = admit(&l, &s, parsed::<SessionCreateParams>(json!({}))).unwrap();
         assert_eq!(
-            p["sandbox"],
+            json!(p.sandbox),
             json!({"policy": "workspace-write", "network": "allow"})
         );
+        assert_eq!(p.approval, Some(ApprovalMode::Auto));
         assert_eq!(
-            (&p["approval"], &p["workspace"]),
-            (&json!("auto"), &path_value(&ws))
+            p.workspace.as_deref(),
+            Some(l.rights.workspace.to_str().unwrap())
         );
-        let p = created(r#"{"sandbox":{"network":"deny"},"approval":"strict"}"#).unwrap();
+        let p = parsed(json!({"sandbox": {"network": "deny"}, "approval": "strict"}));
+        let p: SessionCreateParams = admit(&l, &s, p).unwrap();
         assert_eq!(
-            p["sandbox"],
+            json!(p.sandbox),
             json!({"policy": "workspace-write", "network": "deny"})
         );
-        assert_eq!(p["approval"], "strict");
-        for looser in [r#"{"sandbox":{"policy":"off"}}"#, r#"{"workspace":"/"}"#] {
-            assert_eq!(created(looser), Err(codes::PEER_NOT_ALLOWED), "{looser}");
+        for looser in [
+            json!({"sandbox": {"policy": "off"}}),
+            json!({"workspace": "/"}),
+            json!({"workspace": ".."}),
+        ] {
+            let p: SessionCreateParams = parsed(looser.clone());
+            assert_eq!(
+                admit(&l, &s, p).err(),
+                Some(codes::PEER_NOT_ALLOWED),
+                "{looser}"
+            );
         }
+    }
+
+    #[test]
+    fn a_stricter_calls_process_cannot_borrow_a_looser_calls_session() {
+        let s = StartedSessions::default();
+        let loose = rights(SandboxPolicy::WorkspaceWrite, ApprovalMode::Auto);
+        lock(&s.0).insert("loose".into(), loose.clone());
+        let strict = Limited {
+            rights: rights(SandboxPolicy::ReadOnly, ApprovalMode::Strict),
+        };
+        let call: InvokeParams = parsed(json!({"name": "bash", "session_id": "loose"}));
+        assert!(admit(&strict, &s, call.clone()).is_err());
+        assert!(admit(&Limited { rights: loose }, &s, call).is_ok());
+        // Nor loosen a session it may use beyond the rights that session was made with.
+        lock(&s.0).insert("strict".into(), strict.rights.clone());
+        let l = Limited {
+            rights: rights(SandboxPolicy::WorkspaceWrite, ApprovalMode::Auto),
+        };
+        let update: SessionUpdateParams = parsed(json!({"id": "strict", "approval": "auto"}));
+        assert!(admit(&l, &s, update).is_err());
+        s.forget("strict");
+        let get: SessionIdParams = parsed(json!({"id": "strict"}));
+        assert!(admit(&l, &s, get).is_err());
     }
 
     #[test]

@@ -23,7 +23,6 @@ use tokio::sync::mpsc;
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::audit::{Caller, CALLER};
-use crate::host::Host;
 
 /// Subscriptions one connection may hold open at once.
 const MAX_PER_CONNECTION: usize = 1024;
@@ -41,7 +40,10 @@ pub(super) enum Out {
 /// A subscription method: checks its params (`None`: absent) and returns what to run once
 /// the client has its subscription id; `Err` is the error reply, and nothing runs.
 pub(crate) type Subscribe = Arc<
-    dyn Fn(&Host, Option<&str>) -> BoxFuture<'static, Result<Stream, ErrorObjectOwned>>
+    dyn Fn(
+            &Arc<super::peer::Peer>,
+            Option<&str>,
+        ) -> BoxFuture<'static, Result<Stream, ErrorObjectOwned>>
         + Send
         + Sync,
 >;

@@ -97,7 +97,7 @@ pub(super) fn serve(
     if route.0 == hyper::Method::GET {
         return answer(events(shared.host.clone()));
     }
-    let caller = caller.map(|c| c.with_agent(&req));
+    let caller = crate::audit::Caller::of_request(caller.as_ref(), &req, None);
     post(req, shared, caller).map(Ok).boxed()
 }
 

@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::now_ms;
 use crate::protocol::ApprovalMode;
 use crate::protocol::SessionSandbox;
+use crate::protocol::META_TOKEN;
 use crate::protocol::{
     Session, SessionCreateParams, SessionRefreshResult, SessionResumeResult, SessionToolsParams,
     SessionToolsResult, SessionUpdateParams,
@@ -134,8 +135,9 @@ pub fn serves(view: &ProfileView<'_>, entry: &Entry) -> bool {
     view.allows_tool(&spec.name, server, entry.approval)
 }
 
-/// A new session id, as `session.create` makes one when the params name none.
-pub fn new_id() -> String {
+/// A new session id, as `session.create` makes one when the params name none: the one
+/// place ids are minted.
+fn new_id() -> String {
     format!("s_{}", uuid::Uuid::new_v4().simple())
 }
 
@@ -193,7 +195,8 @@ pub async fn update(host: &Scope<'_>, p: SessionUpdateParams) -> Result<Session>
         .update(&p.id, move |s| {
             let mut meta = s.meta.clone();
             if let Some(patch) = &p.meta {
-                for (k, v) in patch {
+                // The token's name is the daemon's word (`META_TOKEN`): no update changes it.
+                for (k, v) in patch.iter().filter(|(k, _)| *k != META_TOKEN) {
                     if v.is_null() {
                         meta.remove(k);
                     } else {
