@@ -859,7 +859,8 @@ async fn import_takes_cursors_project_file() {
     let rewritten: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!(
         rewritten["mcpServers"],
-        json!({"toolhost": {"command": common::BIN, "args": ["mcp"]}})
+        // The daemon's socket is in a temp dir no bridge finds by itself: it is named.
+        json!({"toolhost": {"command": common::BIN, "args": ["mcp", "--socket", d.socket()]}})
     );
     let backup = project.join(".cursor/mcp.json.toolhost-backup");
     assert_eq!(std::fs::read_to_string(backup).unwrap(), original);

@@ -388,13 +388,13 @@ async fn a_reload_that_adds_or_removes_a_server_changes_the_lists_once() {
     let r = d.call("config.reload", json!({})).await;
     assert!(r.get("result").is_some(), "{r}");
     let (prompts, resources) = both_changed(&mut c).await;
-    // The servers' 5 prompts and the host's 4 built-in commands (proto-docs/commands.md).
-    assert_eq!(prompts, json!({"prompts": 5 + 4}));
+    // The servers' 5 prompts and the host's 5 built-in commands (proto-docs/commands.md).
+    assert_eq!(prompts, json!({"prompts": 5 + 5}));
     assert_eq!(resources["templates"], 3, "{resources}");
     let prompts = d.call("list_prompts", json!({})).await["result"].clone();
     assert_eq!(
         prompts["prompts"].as_array().unwrap().len(),
-        5 + 4,
+        5 + 5,
         "{prompts}"
     );
 
@@ -404,7 +404,7 @@ async fn a_reload_that_adds_or_removes_a_server_changes_the_lists_once() {
     let r = d.call("config.reload", json!({})).await;
     assert!(r.get("result").is_some(), "{r}");
     let (prompts, resources) = both_changed(&mut c).await;
-    assert_eq!(prompts, json!({"prompts": 1 + 4}));
+    assert_eq!(prompts, json!({"prompts": 1 + 5}));
     assert_eq!(resources, json!({"resources": 2, "templates": 1}));
     let e = d
         .call(

@@ -508,11 +508,12 @@ async fn an_operator_watches_cancels_and_approves_in_a_browser() {
     });
     write_atomic(&d.config_path(), &config);
     shown(&b, r#"tr[data-server="fx"] td.state-ready"#).await;
-    let process = shown(&b, r#"tr[data-server="fx"] td:nth-child(4)"#).await;
-    assert!(
-        process.text().await.unwrap().starts_with("pid "),
-        "the server's process"
-    );
+    // The servers' table is redrawn as their state arrives: read the cell afresh each time.
+    eventually(30, "the server's process", || async {
+        let cell = shown(&b, r#"tr[data-server="fx"] td:nth-child(4)"#).await;
+        cell.text().await.is_ok_and(|t| t.starts_with("pid "))
+    })
+    .await;
     shown(&b, r#"tr[data-tool="mcp_fx_weather"]"#).await;
     shown(&b, r#"[data-quarantined="mcp_nu_w"]"#).await;
 
