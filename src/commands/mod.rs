@@ -40,7 +40,7 @@ use crate::protocol::{
     TrustKind,
 };
 use crate::source::watch::{learn_workspaces, Watch};
-use crate::source::{Apply, Configure, Contribution, Source, Start};
+use crate::source::{Contribution, Folders};
 use crate::trust::Trust;
 
 pub use catalog::Catalog;
@@ -242,6 +242,29 @@ impl Commands {
         self.0.changed.subscribe()
     }
 
+    /// The folders searched, in precedence order.
+    pub fn folders(&self) -> Vec<PathBuf> {
+        lock(&self.0.roots)
+            .all()
+            .into_iter()
+            .map(|r| r.path)
+            .collect()
+    }
+}
+
+#[async_trait::async_trait]
+impl Folders for Commands {
+    const WHAT: &'static str = "command folder";
+
+    /// The folders watched: those searched.
+    fn watched(&self) -> Vec<PathBuf> {
+        self.folders()
+    }
+
+    fn watch_slot(&self) -> &Mutex<Option<Watch>> {
+        &self.0.watch
+    }
+
     /// Applies a config's folders; scans when they differ from the ones in force.
     async fn configure_with(
         &self,
@@ -260,15 +283,6 @@ impl Commands {
             current.discover = discover;
         }
         self.scan().await
-    }
-
-    /// The folders searched, in precedence order.
-    pub fn folders(&self) -> Vec<PathBuf> {
-        lock(&self.0.roots)
-            .all()
-            .into_iter()
-            .map(|r| r.path)
-            .collect()
     }
 
     /// Scans the folders again; the catalog is published after the apply's swap, and
@@ -306,42 +320,10 @@ impl Commands {
             })],
         }
     }
-}
-
-#[async_trait::async_trait]
-impl Source for Commands {
-    /// Scans the command folders of the config in force (and of the stored sessions'
-    /// workspaces), then watches them.
-    async fn start(&self, cx: &Start<'_>, apply: &Apply) -> Contribution {
-        let mut out = self
-            .configure_with(cx.config, cx.config_path, cx.workspace)
-            .await;
-        out.extend(self.add_workspaces(cx.session_workspaces).await);
-        crate::source::watch::follow(
-            &self.folders(),
-            "command folder",
-            &self.0.watch,
-            cx.tracker,
-            cx.shutdown.clone(),
-            apply.clone(),
-            self.clone(),
-            |me: Commands| async move { me.scan().await },
-        );
-        out
-    }
-
-    async fn configure(&self, cx: &Configure<'_>) -> Contribution {
-        self.configure_with(cx.config, cx.config_path, cx.workspace)
-            .await
-    }
-
-    async fn rescan(&self) -> Contribution {
-        self.scan().await
-    }
 
     /// Adds session workspaces (a session created with one, or kept in the store): their
     /// command folders are searched after the others. Scans when one is new.
-    async fn add_workspaces(&self, workspaces: &[PathBuf]) -> Contribution {
+    async fn learn_workspaces(&self, workspaces: &[PathBuf]) -> Contribution {
         {
             let mut current = lock(&self.0.roots);
             let before = current.all();

@@ -36,7 +36,8 @@ use crate::config::Config;
 use crate::lock;
 use crate::protocol::{TrustItem, TrustKind};
 use crate::registry::{Registry, SourceKey, Tool};
-use crate::source::{watch, Apply, Configure, Contribution, Source, Start};
+use crate::source::watch::{self, Watch};
+use crate::source::{Apply, Contribution, Folders};
 use crate::trust::Trust;
 
 pub use manifest::{Manifest, ManifestError};
@@ -278,56 +279,9 @@ impl CustomTools {
         &self.0.modules
     }
 
-    /// Applies a config: the providers (read by the next call) and the folders; the custom
-    /// source is contributed when the folders changed.
-    async fn configure_with(
-        &self,
-        cfg: &Config,
-        config_path: &Path,
-        workspace: &Path,
-    ) -> Contribution {
-        self.0.providers.store(Arc::new(cfg.providers.clone()));
-        self.0.sandbox.store(Arc::new(cfg.sandbox.clone()));
-        self.0
-            .modules
-            .configure(&cfg.custom_tools, config_path, workspace);
-        self.0.modules.set_sandbox(&cfg.sandbox, workspace);
-        // A reload is when a module's failure may have been fixed (a package installed).
-        let retry = self.0.modules.forget_failed();
-        let roots = {
-            let mut st = lock(&self.0.state);
-            st.configured = roots(cfg, config_path, workspace);
-            let discover = cfg.custom_tools.discover;
-            let roots = with_sessions(&st.configured, discover, &st.session_workspaces);
-            let settings = (cfg.custom_tools.clone(), workspace.to_path_buf());
-            if !retry
-                && st.roots == roots
-                && !st.roots.is_empty()
-                && st.module_settings.as_ref() == Some(&settings)
-            {
-                return Contribution::default();
-            }
-            st.roots = roots.clone();
-            st.module_settings = Some(settings);
-            st.refresh_module_roots();
-            roots
-        };
-        self.watch_folders();
-        let _one = self.0.scan_lock.lock().await;
-        Contribution::tools(vec![(SourceKey::Custom, Some(self.build(roots).await))])
-    }
-
     /// The folders searched now, in precedence order.
     pub fn folders(&self) -> Vec<PathBuf> {
         paths(&lock(&self.0.state).roots)
-    }
-
-    /// The folders watched: the program tools' and the modules'.
-    fn watched(&self) -> Vec<PathBuf> {
-        let st = lock(&self.0.state);
-        let mut out = paths(&st.roots);
-        out.extend(st.module_roots.iter().map(|r| r.path.clone()));
-        out
     }
 
     /// Watches what exists now of [`Self::watched`] (a folder may have appeared or gone).
@@ -336,16 +290,6 @@ impl CustomTools {
         if let Some(w) = lock(&self.0.watch).as_mut() {
             w.set_roots(&folders);
         }
-    }
-
-    /// Scans the folders again: the whole custom source, for one swap (at most one
-    /// `tools_changed`).
-    async fn scan(&self) -> Contribution {
-        let _one = self.0.scan_lock.lock().await;
-        let roots = lock(&self.0.state).roots.clone();
-        self.watch_folders();
-        let tools = self.build(roots).await;
-        Contribution::tools(vec![(SourceKey::Custom, Some(tools))])
     }
 
     /// Scans `roots` and the module folders, reusing the tool objects of unchanged
@@ -476,41 +420,74 @@ impl CustomTools {
 }
 
 #[async_trait::async_trait]
-impl Source for CustomTools {
-    /// Discovers the tools of the config in force (and of the stored sessions'
-    /// workspaces), then watches their folders.
-    async fn start(&self, cx: &Start<'_>, apply: &Apply) -> Contribution {
-        let mut out = self
-            .configure_with(cx.config, cx.config_path, cx.workspace)
-            .await;
-        out.extend(self.add_workspaces(cx.session_workspaces).await);
-        watch::follow(
-            &self.watched(),
-            "custom tool folder",
-            &self.0.watch,
-            cx.tracker,
-            cx.shutdown.clone(),
-            apply.clone(),
-            self.clone(),
-            |me: CustomTools| async move { me.scan().await },
-        );
+impl Folders for CustomTools {
+    const WHAT: &'static str = "custom tool folder";
+
+    /// The folders watched: the program tools' and the modules'.
+    fn watched(&self) -> Vec<PathBuf> {
+        let st = lock(&self.0.state);
+        let mut out = paths(&st.roots);
+        out.extend(st.module_roots.iter().map(|r| r.path.clone()));
         out
     }
 
-    /// Providers are read by each call from here on; new folders are scanned.
-    async fn configure(&self, cx: &Configure<'_>) -> Contribution {
-        self.configure_with(cx.config, cx.config_path, cx.workspace)
-            .await
+    fn watch_slot(&self) -> &Mutex<Option<Watch>> {
+        &self.0.watch
     }
 
-    async fn rescan(&self) -> Contribution {
-        self.scan().await
+    /// Applies a config: the providers (read by the next call) and the folders; the custom
+    /// source is contributed when the folders changed.
+    async fn configure_with(
+        &self,
+        cfg: &Config,
+        config_path: &Path,
+        workspace: &Path,
+    ) -> Contribution {
+        self.0.providers.store(Arc::new(cfg.providers.clone()));
+        self.0.sandbox.store(Arc::new(cfg.sandbox.clone()));
+        self.0
+            .modules
+            .configure(&cfg.custom_tools, config_path, workspace);
+        self.0.modules.set_sandbox(&cfg.sandbox, workspace);
+        // A reload is when a module's failure may have been fixed (a package installed).
+        let retry = self.0.modules.forget_failed();
+        let roots = {
+            let mut st = lock(&self.0.state);
+            st.configured = roots(cfg, config_path, workspace);
+            let discover = cfg.custom_tools.discover;
+            let roots = with_sessions(&st.configured, discover, &st.session_workspaces);
+            let settings = (cfg.custom_tools.clone(), workspace.to_path_buf());
+            if !retry
+                && st.roots == roots
+                && !st.roots.is_empty()
+                && st.module_settings.as_ref() == Some(&settings)
+            {
+                return Contribution::default();
+            }
+            st.roots = roots.clone();
+            st.module_settings = Some(settings);
+            st.refresh_module_roots();
+            roots
+        };
+        self.watch_folders();
+        let _one = self.0.scan_lock.lock().await;
+        Contribution::tools(vec![(SourceKey::Custom, Some(self.build(roots).await))])
+    }
+
+    /// Scans the folders again: the whole custom source, for one swap (at most one
+    /// `tools_changed`).
+    async fn scan(&self) -> Contribution {
+        let _one = self.0.scan_lock.lock().await;
+        let roots = lock(&self.0.state).roots.clone();
+        self.watch_folders();
+        let tools = self.build(roots).await;
+        Contribution::tools(vec![(SourceKey::Custom, Some(tools))])
     }
 
     /// Searches the `.toolhost/tools/` of these session workspaces too (a session created
     /// in a project brings that project's tools, under the [`trust`] rule). Workspaces
     /// already searched change nothing.
-    async fn add_workspaces(&self, workspaces: &[PathBuf]) -> Contribution {
+    async fn learn_workspaces(&self, workspaces: &[PathBuf]) -> Contribution {
         {
             let mut st = lock(&self.0.state);
             if !watch::learn_workspaces(&mut st.session_workspaces, workspaces) {

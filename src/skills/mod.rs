@@ -36,7 +36,7 @@ use crate::lock;
 use crate::protocol::{SkillSource, SkillsChanged, TrustKind};
 use crate::registry::{SourceKey, Tool};
 use crate::source::watch::{learn_workspaces, Watch};
-use crate::source::{Apply, Configure, Contribution, Source, Start};
+use crate::source::{Contribution, Folders};
 use crate::trust::Trust;
 
 pub use catalog::Catalog;
@@ -250,6 +250,28 @@ impl Skills {
         self.0.changed.subscribe()
     }
 
+    /// Every folder searched, the daemon workspace's order first.
+    pub fn folders(&self) -> Vec<PathBuf> {
+        lock(&self.0.search)
+            .as_ref()
+            .map(Search::folders)
+            .unwrap_or_default()
+    }
+}
+
+#[async_trait::async_trait]
+impl Folders for Skills {
+    const WHAT: &'static str = "skill folder";
+
+    /// The folders watched: those searched.
+    fn watched(&self) -> Vec<PathBuf> {
+        self.folders()
+    }
+
+    fn watch_slot(&self) -> &Mutex<Option<Watch>> {
+        &self.0.watch
+    }
+
     /// Applies a config's folders; scans when they differ from the ones in force.
     async fn configure_with(
         &self,
@@ -269,14 +291,6 @@ impl Skills {
             *current = Some(search);
         }
         self.scan().await
-    }
-
-    /// Every folder searched, the daemon workspace's order first.
-    pub fn folders(&self) -> Vec<PathBuf> {
-        lock(&self.0.search)
-            .as_ref()
-            .map(Search::folders)
-            .unwrap_or_default()
     }
 
     /// Scans the folders again (reading only the skills whose files changed); contributes
@@ -337,43 +351,11 @@ impl Skills {
             })],
         }
     }
-}
-
-#[async_trait::async_trait]
-impl Source for Skills {
-    /// Scans the skill folders of the config in force (and of the stored sessions'
-    /// workspaces), then watches them.
-    async fn start(&self, cx: &Start<'_>, apply: &Apply) -> Contribution {
-        let mut out = self
-            .configure_with(cx.config, cx.config_path, cx.workspace)
-            .await;
-        out.extend(self.add_workspaces(cx.session_workspaces).await);
-        crate::source::watch::follow(
-            &self.folders(),
-            "skill folder",
-            &self.0.watch,
-            cx.tracker,
-            cx.shutdown.clone(),
-            apply.clone(),
-            self.clone(),
-            |me: Skills| async move { me.scan().await },
-        );
-        out
-    }
-
-    async fn configure(&self, cx: &Configure<'_>) -> Contribution {
-        self.configure_with(cx.config, cx.config_path, cx.workspace)
-            .await
-    }
-
-    async fn rescan(&self) -> Contribution {
-        self.scan().await
-    }
 
     /// Searches the skill folders of these session workspaces too, for the sessions in
     /// them (custom tools learn of the same workspaces at the same points). Workspaces
     /// already known change nothing.
-    async fn add_workspaces(&self, workspaces: &[PathBuf]) -> Contribution {
+    async fn learn_workspaces(&self, workspaces: &[PathBuf]) -> Contribution {
         {
             let mut search = lock(&self.0.search);
             let Some(search) = search.as_mut() else {

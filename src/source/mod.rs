@@ -92,6 +92,66 @@ pub trait Source: Send + Sync {
     }
 }
 
+/// A source whose items are files in folders it watches (custom tools and modules, skills,
+/// commands). They start, reload, rescan and learn workspaces the same way, so they share
+/// one [`Source`] impl and say only what differs.
+#[async_trait::async_trait]
+pub trait Folders: Clone + Send + Sync + 'static {
+    /// What the watcher's log lines call one of its folders ("skill folder").
+    const WHAT: &'static str;
+    /// The folders to watch now.
+    fn watched(&self) -> Vec<PathBuf>;
+    /// The source's watch, once armed.
+    fn watch_slot(&self) -> &std::sync::Mutex<Option<watch::Watch>>;
+    /// Takes the config's folders and settings; scans when they changed.
+    async fn configure_with(
+        &self,
+        config: &Config,
+        config_path: &Path,
+        workspace: &Path,
+    ) -> Contribution;
+    /// Scans the folders again, for one swap.
+    async fn scan(&self) -> Contribution;
+    /// Searches these session workspaces' folders too; scans when one is new.
+    async fn learn_workspaces(&self, workspaces: &[PathBuf]) -> Contribution;
+}
+
+#[async_trait::async_trait]
+impl<T: Folders> Source for T {
+    /// Scans the folders of the config in force (and of the stored sessions' workspaces),
+    /// then watches them.
+    async fn start(&self, cx: &Start<'_>, apply: &Apply) -> Contribution {
+        let mut out = self
+            .configure_with(cx.config, cx.config_path, cx.workspace)
+            .await;
+        out.extend(self.learn_workspaces(cx.session_workspaces).await);
+        watch::follow(
+            &self.watched(),
+            T::WHAT,
+            self.watch_slot(),
+            cx.tracker,
+            cx.shutdown.clone(),
+            apply.clone(),
+            self.clone(),
+            |me: T| async move { me.scan().await },
+        );
+        out
+    }
+
+    async fn configure(&self, cx: &Configure<'_>) -> Contribution {
+        self.configure_with(cx.config, cx.config_path, cx.workspace)
+            .await
+    }
+
+    async fn rescan(&self) -> Contribution {
+        self.scan().await
+    }
+
+    async fn add_workspaces(&self, workspaces: &[PathBuf]) -> Contribution {
+        self.learn_workspaces(workspaces).await
+    }
+}
+
 /// The one way contributions reach the registry: one at a time, one swap each.
 #[derive(Clone)]
 pub struct Apply(Arc<ApplyInner>);
