@@ -191,7 +191,8 @@ const NO_FRONTEND_UI = uiOf((_, settle) =>
 
 /** A `pi.exec` child runs in its own process group (`detached`), which the daemon is told
  * about so it dies with the call even when this host is stuck; abort and timeout end it
- * here too. */
+ * here too, and so does the call's end (`endGroups`): the daemon cannot adopt a group
+ * whose leader this host already reaped, as its orphans are no longer our descendants. */
 function exec(cwd, cmd, args = [], options = {}) {
   const { signal, timeout } = options;
   const call = callScope.getStore();
@@ -228,9 +229,11 @@ function exec(cwd, cmd, args = [], options = {}) {
     const onAbort = () => kill();
     if (signal?.aborted) queueMicrotask(kill);
     else signal?.addEventListener("abort", onAbort, { once: true });
-    child.on("spawn", () => {
-      if (call !== undefined && calls.has(call)) send({ id: call, pgid: child.pid });
-    });
+    const running = call === undefined ? undefined : calls.get(call);
+    if (running !== undefined && child.pid !== undefined) {
+      running.groups.add(child.pid);
+      send({ id: call, pgid: child.pid });
+    }
     child.stdout.setEncoding("utf8").on("data", (d) => {
       if (stdout.length < EXEC_CAPTURE) stdout += d;
     });
@@ -495,10 +498,23 @@ function askFrontend(running, params, settle) {
   send({ id: running.id, input_request: { id: n, kind: "elicitation", params } });
 }
 
-/** The call ended: its questions still waiting are answered "the call ended". */
-function endQuestions(running) {
+/** The call ended: its questions still waiting are answered "the call ended", and what its
+ * `pi.exec` children left in their groups is ended (TERM, then KILL). */
+function endCall(running) {
   for (const settle of running.questions.values()) settle({ error: { code: -32603 } });
   running.questions.clear();
+  const groups = [...running.groups];
+  running.groups.clear();
+  const signal = (name) => {
+    for (const pgid of groups) {
+      try {
+        process.kill(-pgid, name);
+      } catch {}
+    }
+  };
+  if (groups.length === 0) return;
+  signal("SIGTERM");
+  setTimeout(() => signal("SIGKILL"), KILL_GRACE_MS).unref();
 }
 
 async function call({ id, load: loadId, index, params, ctx }) {
@@ -507,7 +523,7 @@ async function call({ id, load: loadId, index, params, ctx }) {
     send({ id, error: "the module was unloaded", kind: "unavailable" });
     return;
   }
-  const running = { id, controller: new AbortController(), questions: new Map(), nextQuestion: 1 };
+  const running = { id, controller: new AbortController(), questions: new Map(), nextQuestion: 1, groups: new Set() };
   calls.set(id, running);
   const onUpdate = (update) => {
     if (calls.get(id) === running) send({ id, update: normalise(update) });
@@ -534,7 +550,7 @@ async function call({ id, load: loadId, index, params, ctx }) {
   // A cancelled call was answered by its acknowledgement.
   if (calls.get(id) === running) {
     calls.delete(id);
-    endQuestions(running);
+    endCall(running);
     send(reply);
   }
 }
@@ -554,7 +570,7 @@ function cancel({ id }) {
   send({ id, ack: true });
   if (running === undefined) return;
   running.controller.abort(new Error("the call was cancelled"));
-  endQuestions(running);
+  endCall(running);
 }
 
 async function session({ id, reason, ctx }) {
