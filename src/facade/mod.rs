@@ -801,12 +801,24 @@ impl ServerHandler for Facade {
     ) -> Result<ListToolsResult, ErrorData> {
         self.ready(&context, false).await?;
         let client = self.client().await?;
-        let params = ListToolsParams {
+        // The live list as this connection's session is served it (its meta's code-mode
+        // switch, its workspace's tools, `run_code` declaring those); a sessionless one
+        // lists by profile.
+        let mut params = ListToolsParams {
             format: ToolFormat::Mcp,
             profile: self.state.profile.get().cloned(),
+            session_id: self.session_id(),
+            live: true,
             ..Default::default()
         };
-        let list = client.list_tools(&params).await.map_err(host_error)?;
+        let mut listed = client.list_tools(&params).await;
+        // A session the daemon lost (restarted, not yet made again): the profile's list.
+        if matches!(&listed, Err(e) if e.code() == Some(i64::from(crate::protocol::codes::SESSION_NOT_FOUND)))
+        {
+            params.session_id = None;
+            listed = client.list_tools(&params).await;
+        }
+        let list = listed.map_err(host_error)?;
         let start = match request.and_then(|r| r.cursor) {
             None => 0,
             Some(c) => c

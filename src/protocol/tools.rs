@@ -36,6 +36,11 @@ pub struct ListToolsParams {
     /// List only what this config profile serves (a session's own profile applies too).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub profile: Option<String>,
+    /// With `session_id`: the live registry as that session is served it (its profile and
+    /// meta, its workspace's custom tools) instead of its stable view. What an MCP
+    /// connection lists: it follows the live list through `tools/list_changed`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub live: bool,
 }
 
 /// Where a tool comes from.

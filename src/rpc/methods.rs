@@ -536,6 +536,16 @@ async fn list_tools(host: &Host, p: ListToolsParams) -> Result<ListAnswer, Error
     let own = session
         .as_ref()
         .map(|s| config.session_view(s.profile.as_deref(), &s.meta));
+    // What the caller is served (the code tool declares it): the views, and custom tools of
+    // the session's workspace (else of none).
+    let workspace = session.as_ref().map(|s| std::path::Path::new(&s.workspace));
+    let serves = |e: &crate::registry::Entry| {
+        crate::session::serves(&asked, e)
+            && own.as_ref().is_none_or(|o| crate::session::serves(o, e))
+            && e.tool
+                .workspace_scope()
+                .is_none_or(|w| Some(w) == workspace)
+    };
     let names: Vec<&str> = match &session {
         // The cached whole listing, unless it holds code tools that this view does not
         // serve (code mode on for a profile only).
@@ -547,6 +557,12 @@ async fn list_tools(host: &Host, p: ListToolsParams) -> Result<ListAnswer, Error
         None => snapshot
             .listed(p.include_hidden, p.include_deferred)
             .filter(|(_, e)| crate::session::serves(&asked, e))
+            .map(|(n, _)| n)
+            .collect(),
+        // The live list as the session is served it (an MCP connection's).
+        Some(_) if p.live => snapshot
+            .listed(p.include_hidden, p.include_deferred)
+            .filter(|(_, e)| serves(e))
             .map(|(n, _)| n)
             .collect(),
         Some(session) => {
@@ -564,16 +580,6 @@ async fn list_tools(host: &Host, p: ListToolsParams) -> Result<ListAnswer, Error
                 .map(|(n, _)| n.as_str())
                 .collect()
         }
-    };
-    // What the caller is served (the code tool declares it): the views, and custom tools of
-    // the session's workspace (else of none).
-    let workspace = session.as_ref().map(|s| std::path::Path::new(&s.workspace));
-    let serves = |e: &crate::registry::Entry| {
-        crate::session::serves(&asked, e)
-            && own.as_ref().is_none_or(|o| crate::session::serves(o, e))
-            && e.tool
-                .workspace_scope()
-                .is_none_or(|w| Some(w) == workspace)
     };
     serde_json::value::to_raw_value(&snapshot.list_in(&names, p.format, &serves))
         .map(ListAnswer::View)
