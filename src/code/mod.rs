@@ -165,12 +165,7 @@ impl CodeTool {
             .await
             .map_err(|e| ToolError::new(ErrorKind::Unavailable, e))?;
         let started = process
-            .send_program(
-                code,
-                &run.tools,
-                &ctx.workspace,
-                run.settings.max_output_bytes,
-            )
+            .send_program(code, &run.tools, &ctx.workspace, &run.settings)
             .await;
         if let Err(e) = started {
             return Err(ToolError::new(ErrorKind::Unavailable, e));

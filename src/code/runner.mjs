@@ -3,7 +3,7 @@
 // The daemon starts it ahead of need (a warm spare), under the sandbox, Node's permission
 // model (no child processes, workers or file writes) and a memory limit. Its only peer is
 // the daemon, over stdin/stdout (newline JSON):
-//   daemon -> runner  {op:"run", code, tools:[names], cwd, max_output}
+//   daemon -> runner  {op:"run", code, tools:[names], cwd, max_output, max_calls}
 //                     {op:"reply", id, ok, value | error:{kind, message, details}}
 //   runner -> daemon  {op:"ready"}
 //                     {op:"call", id, tool, args}
@@ -15,8 +15,11 @@ import { stripTypeScriptTypes } from 'node:module';
 import vm from 'node:vm';
 import { format } from 'node:util';
 
+// The runner's own JSON, taken before the program runs: a program that patches the global
+// one garbles only its own values, never the lines to and from the daemon.
+const { stringify, parse } = JSON;
 const write = process.stdout.write.bind(process.stdout);
-const send = (msg) => write(JSON.stringify(msg) + '\n');
+const send = (msg) => write(stringify(msg) + '\n');
 
 class ToolError extends Error {
   constructor(tool, kind, message, details) {
@@ -88,8 +91,15 @@ function describe(e) {
 
 const pending = new Map();
 let nextId = 1;
+// code_mode.max_inner_calls: past it a call is refused here, without a round trip (the
+// daemon refuses it too; this only spares a runaway loop 100,000 of them).
+let maxCalls = Infinity;
 
 function callTool(name, args) {
+  if (nextId > maxCalls) {
+    return Promise.reject(new ToolError(name, 'limited',
+      `the program made more than code_mode.max_inner_calls (${maxCalls}) tool calls`));
+  }
   return new Promise((resolve, reject) => {
     const id = nextId++;
     pending.set(id, { resolve, reject, name });
@@ -130,7 +140,7 @@ function progress(p, total, message) {
 function toJson(value) {
   if (value === undefined) return undefined;
   try {
-    return JSON.parse(JSON.stringify(value));
+    return parse(stringify(value));
   } catch {
     return String(value);
   }
@@ -138,6 +148,7 @@ function toJson(value) {
 
 async function run(msg) {
   maxOutput = msg.max_output ?? maxOutput;
+  maxCalls = msg.max_calls ?? maxCalls;
   try {
     if (msg.cwd) process.chdir(msg.cwd);
   } catch {}
@@ -199,7 +210,7 @@ process.stdin.on('data', (chunk) => {
     buf = buf.slice(i + 1);
     if (line) {
       try {
-        handle(JSON.parse(line));
+        handle(parse(line));
       } catch {}
     }
   }

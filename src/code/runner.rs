@@ -242,9 +242,10 @@ impl Process {
         code: &str,
         tools: &[String],
         cwd: &Path,
-        max_output: usize,
+        settings: &crate::config::CodeMode,
     ) -> Result<(), String> {
-        let run = json!({"op": "run", "code": code, "tools": tools, "cwd": cwd, "max_output": max_output});
+        let run = json!({"op": "run", "code": code, "tools": tools, "cwd": cwd,
+                         "max_output": settings.max_output_bytes, "max_calls": settings.max_inner_calls});
         self.send(&run)
             .await
             .map_err(|e| format!("the code runner did not take the program: {e}"))
