@@ -16,6 +16,7 @@ mod client;
 mod code_mode;
 mod code_mode_more;
 mod code_mode_off;
+mod code_mode_sdk;
 mod commands;
 mod common;
 mod config;
