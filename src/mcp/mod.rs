@@ -12,6 +12,7 @@
 mod auth;
 mod client;
 mod era;
+mod held;
 mod instances;
 mod launcher;
 mod list_cache;
@@ -52,6 +53,8 @@ pub struct Runtime {
     /// Start-ups (spawn, initialise, list) under way at once, across all servers
     /// ([`server::STARTUP_SLOTS`]).
     pub startups: Arc<tokio::sync::Semaphore>,
+    /// Prompt and resource requests of `initialize`-era servers held while they ask.
+    pub held: Arc<held::Held>,
 }
 
 /// The set of configured servers.
@@ -86,6 +89,7 @@ impl McpManager {
                 surface: Arc::default(),
                 lists: Arc::new(list_cache::ListCache::new(data_dir)),
                 startups: Arc::new(tokio::sync::Semaphore::new(server::STARTUP_SLOTS)),
+                held: Arc::default(),
             },
         }
     }

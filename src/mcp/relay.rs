@@ -4,20 +4,22 @@
 //! server's `timeout_ms`; a server's error keeps its MCP code. Each is asked in a
 //! frontend's view ([`Serves`]): what it is not served does not exist for it.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
     ArgumentInfo, ClientRequest, CompleteRequestParams, CompletionContext, ErrorCode,
-    GetPromptRequest, GetPromptRequestParams, GetPromptResponse, InputRequiredResult,
-    PromptReference, ReadResourceRequest, ReadResourceRequestParams, ReadResourceResponse,
-    Reference, RequestMetaObject, ResourceContents as McpContents, ResourceTemplateReference,
-    ServerResult, SubscribeRequestParams, UnsubscribeRequestParams,
+    GetPromptRequest, GetPromptRequestParams, InputRequiredResult, PromptReference,
+    ReadResourceRequest, ReadResourceRequestParams, Reference, RequestMetaObject,
+    ResourceContents as McpContents, ResourceTemplateReference, ServerResult,
+    SubscribeRequestParams, UnsubscribeRequestParams,
 };
 use rmcp::service::{Peer, PeerRequestOptions, ServiceError};
 use rmcp::RoleClient;
 use serde_json::{Map, Value};
 
+use super::held::Round;
 use super::server::InUse;
 use super::surface::{Catalog, Event};
 use super::{McpManager, Server};
@@ -74,29 +76,30 @@ impl McpManager {
                 p.name
             )));
         }
-        let (server, peer, _in_use) = self.owner(&entry.server).await?;
+        let (server, peer, in_use) = self.owner(&entry.server).await?;
         let arguments: Map<String, Value> = p
             .arguments
             .into_iter()
             .map(|(k, v)| (k, Value::String(v)))
             .collect();
-        let mut request = GetPromptRequestParams::new(remote.clone()).with_arguments(arguments);
-        request.input_responses = p.input_responses;
-        request.request_state = p.request_state;
-        let answer = if super::era::peer_is_new(&peer) {
-            let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(request));
-            match relay(&server, declaring(&peer, request, &p.inputs)).await? {
-                ServerResult::GetPromptResult(r) => GetPromptResponse::Complete(r),
-                ServerResult::InputRequiredResult(r) => GetPromptResponse::InputRequired(r),
-                _ => return Err(unknown_kind(&server, "prompts/get")),
-            }
-        } else {
-            relay(&server, peer.get_prompt_once(request)).await?
+        let asking = Asking {
+            binding: format!("prompts/get {remote} {}", Value::Object(arguments.clone())),
+            inputs: &p.inputs,
+            responses: p.input_responses,
+            state: p.request_state,
         };
-        let answer = match answer {
-            GetPromptResponse::Complete(answer) => answer,
+        let request = GetPromptRequestParams::new(remote.clone()).with_arguments(arguments);
+        let answer = match self
+            .ask(&server, (peer, in_use), asking, |responses, state| {
+                let mut request = request;
+                (request.input_responses, request.request_state) = (responses, state);
+                ClientRequest::GetPromptRequest(GetPromptRequest::new(request))
+            })
+            .await?
+        {
+            ServerResult::GetPromptResult(answer) => answer,
             // Passed back whole: the frontend answers, and asks again with the state.
-            GetPromptResponse::InputRequired(asked) => {
+            ServerResult::InputRequiredResult(asked) => {
                 return Ok(GetPromptResult {
                     description: None,
                     messages: Vec::new(),
@@ -131,23 +134,23 @@ impl McpManager {
     ) -> Result<ReadResourceResult, Error> {
         let uri = p.uri.as_str();
         let owner = owner_of(&self.surface(), uri, serves)?;
-        let (server, peer, _in_use) = self.owner(&owner).await?;
-        let mut request = ReadResourceRequestParams::new(uri);
-        request.input_responses = p.input_responses;
-        request.request_state = p.request_state;
-        let answer = if super::era::peer_is_new(&peer) {
-            let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(request));
-            match relay(&server, declaring(&peer, request, &p.inputs)).await? {
-                ServerResult::ReadResourceResult(r) => ReadResourceResponse::Complete(r),
-                ServerResult::InputRequiredResult(r) => ReadResourceResponse::InputRequired(r),
-                _ => return Err(unknown_kind(&server, "resources/read")),
-            }
-        } else {
-            relay(&server, peer.read_resource_once(request)).await?
+        let (server, peer, in_use) = self.owner(&owner).await?;
+        let asking = Asking {
+            binding: format!("resources/read {uri}"),
+            inputs: &p.inputs,
+            responses: p.input_responses,
+            state: p.request_state,
         };
-        let answer = match answer {
-            ReadResourceResponse::Complete(answer) => answer,
-            ReadResourceResponse::InputRequired(asked) => {
+        let answer = match self
+            .ask(&server, (peer, in_use), asking, |responses, state| {
+                let mut request = ReadResourceRequestParams::new(uri);
+                (request.input_responses, request.request_state) = (responses, state);
+                ClientRequest::ReadResourceRequest(ReadResourceRequest::new(request))
+            })
+            .await?
+        {
+            ServerResult::ReadResourceResult(answer) => answer,
+            ServerResult::InputRequiredResult(asked) => {
                 return Ok(ReadResourceResult {
                     contents: Vec::new(),
                     input_required: Some(questions(asked)),
@@ -264,6 +267,45 @@ impl McpManager {
         Ok(interest)
     }
 
+    /// Sends a prompt or resource request (`request`, given the retry's answers and
+    /// state) that may ask the caller something. A 2026-07-28 server is told what the
+    /// caller answers, and its `input_required` comes back as it is; one of the
+    /// `initialize` era, which asks with requests of its own mid-request, is held open
+    /// while it asks ([`held`](super::held)), its questions coming back as an
+    /// `input_required` of ours, the retry's answers and state ours too.
+    async fn ask(
+        &self,
+        server: &Arc<Server>,
+        (peer, in_use): (Peer<RoleClient>, InUse),
+        asking: Asking<'_>,
+        request: impl FnOnce(Option<BTreeMap<String, Value>>, Option<String>) -> ClientRequest,
+    ) -> Result<ServerResult, Error> {
+        if super::era::peer_is_new(&peer) {
+            let request = request(asking.responses, asking.state);
+            let answer = relay(server, declaring(&peer, request, asking.inputs)).await;
+            drop(in_use);
+            return answer;
+        }
+        let round = self
+            .runtime
+            .held
+            .round(server, (peer, in_use), request(None, None), &asking);
+        match round.await? {
+            Round::Done(answer) => Ok(*answer),
+            Round::Asked(mut asked) => {
+                asked.insert("resultType".into(), "input_required".into());
+                serde_json::from_value(Value::Object(asked))
+                    .map(ServerResult::InputRequiredResult)
+                    .map_err(|e| {
+                        Error::Server(format!(
+                            "cannot relay the questions of MCP server '{}': {e}",
+                            server.name()
+                        ))
+                    })
+            }
+        }
+    }
+
     /// A server that owns `name`'s entries, and its live connection, for one request: a
     /// parked server is started for it, within the server's `timeout_ms`.
     async fn owner(&self, name: &str) -> Result<(Arc<Server>, Peer<RoleClient>, InUse), Error> {
@@ -334,6 +376,16 @@ impl Drop for ResourceInterest {
             });
         }
     }
+}
+
+/// A prompt or resource request that may ask its caller something: what it is (a retry
+/// must be the same request), the kinds its caller answers, and a retry's answers and
+/// state.
+pub(super) struct Asking<'a> {
+    pub binding: String,
+    pub inputs: &'a [InputKind],
+    pub responses: Option<BTreeMap<String, Value>>,
+    pub state: Option<String>,
 }
 
 /// A server's `input_required` as the host's answers carry it: its `inputRequests` and
@@ -408,22 +460,33 @@ async fn relay<T>(
     server: &Server,
     request: impl std::future::Future<Output = Result<T, ServiceError>>,
 ) -> Result<T, Error> {
-    let timeout = timeout_of(server);
-    match tokio::time::timeout(timeout, request).await {
-        Err(_) => Err(Error::Server(format!(
-            "MCP server '{}' did not answer within {} ms (timeout_ms)",
-            server.name(),
-            timeout.as_millis()
-        ))),
-        Ok(Ok(answer)) => Ok(answer),
-        Ok(Err(ServiceError::McpError(e))) => Err(Error::Upstream {
+    match tokio::time::timeout(timeout_of(server), request).await {
+        Err(_) => Err(timed_out(server)),
+        Ok(answer) => answered(server, answer),
+    }
+}
+
+/// A request to `server` that got no answer within its `timeout_ms`.
+pub(super) fn timed_out(server: &Server) -> Error {
+    Error::Server(format!(
+        "MCP server '{}' did not answer within {} ms (timeout_ms)",
+        server.name(),
+        timeout_of(server).as_millis()
+    ))
+}
+
+/// `server`'s answer to a relayed request, its failure as a method error.
+pub(super) fn answered<T>(server: &Server, answer: Result<T, ServiceError>) -> Result<T, Error> {
+    match answer {
+        Ok(answer) => Ok(answer),
+        Err(ServiceError::McpError(e)) => Err(Error::Upstream {
             code: e.code.0,
             message: format!("MCP server '{}': {}", server.name(), e.message),
             data: e
                 .data
                 .filter(|_| e.code == ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY),
         }),
-        Ok(Err(e)) => Err(Error::Server(server.call_error(e).message)),
+        Err(e) => Err(Error::Server(server.call_error(e).message)),
     }
 }
 

@@ -30,6 +30,7 @@ mod daemon_process;
 mod deb;
 mod deploy;
 mod doctor;
+mod era_matrix;
 mod facade;
 mod facade_era;
 mod facade_mrtr;

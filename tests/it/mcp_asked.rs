@@ -35,13 +35,13 @@ fn events(d: &Daemon) -> String {
 }
 
 /// The Python SDK's `Client` in `mode`, over stdio and HTTP: what it saw.
-async fn python(d: &Daemon, mode: &str) -> Value {
+pub(crate) async fn python(d: &Daemon, mode: &str) -> Value {
     let socket = d.socket();
     let args = ["asked", mode, BIN, socket.to_str().unwrap()];
     common::python_sdk("client.py", &args, &[]).await
 }
 
-fn answered(seen: &Value) {
+pub(crate) fn answered(seen: &Value) {
     for transport in ["stdio", "http"] {
         let got = &seen[transport];
         assert_eq!(got["prompt"], "Py / hi", "{seen}");
