@@ -15,6 +15,9 @@
 //! - `sessions`: the daemon's RSS idle, after `TOOLHOST_BENCH_SESSIONS` (default 2,000)
 //!   `/mcp` sessions opened 8 at a time (initialize, a `tools/list`) and abandoned, after
 //!   each is deleted, and a minute later. Target: within 5 MB of idle a minute later.
+//! - `startup`: spawn to the first answer of a daemon with 10 configured servers (they start
+//!   in the background), and `toolhost mcp` spawn to its first `tools/list` answer.
+//!   Targets: ≤ 30 ms and ≤ 10 ms.
 //!
 //! Runs on the fixture MCP server (tests/fixtures/mcp_server.rs); needs nothing installed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -37,7 +40,7 @@ mod sections;
 #[path = "support/threads.rs"]
 mod threads;
 
-const SECTIONS: &[&str] = &["wakeups", "memory", "sessions"];
+const SECTIONS: &[&str] = &["wakeups", "memory", "sessions", "startup"];
 const FIXTURE: &str = env!("CARGO_BIN_EXE_toolhost-fixture-mcp");
 /// How long the daemon is watched in each state.
 const WINDOW: Duration = Duration::from_secs(10);
@@ -69,21 +72,59 @@ async fn bench() {
     if selection.has("sessions") {
         sessions().await;
     }
+    if selection.has("startup") {
+        startup().await;
+    }
 }
 
-/// A config with `servers` fixture servers (their `big` and `echo` tools need no approval).
-fn config(servers: usize) -> Value {
-    let blocks: serde_json::Map<String, Value> = (0..servers)
+/// A config with `servers` fixture servers (their `big` and `echo` tools need no approval),
+/// and one more over HTTP at `http` when given.
+fn config(servers: usize, http: Option<&str>) -> Value {
+    let approval = json!({"echo": "read_only", "big": "read_only"});
+    let mut blocks: serde_json::Map<String, Value> = (0..servers)
         .map(|i| {
-            let block = json!({"command": FIXTURE,
-                               "approval": {"echo": "read_only", "big": "read_only"}});
+            let block = json!({"command": FIXTURE, "approval": approval});
             (format!("fx{i}"), block)
         })
         .collect();
+    if let Some(url) = http {
+        blocks.insert(
+            format!("fx{servers}"),
+            json!({"url": url, "approval": approval}),
+        );
+    }
     json!({"mcp_servers": blocks})
 }
 
+/// The fixture server over streamable HTTP on a free port: the process and its `/mcp` URL.
+async fn http_server() -> (tokio::process::Child, String) {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(FIXTURE)
+        .args(["--http", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next_line().await.unwrap().unwrap();
+    let url = first.trim_start_matches("listening on ").trim().to_owned();
+    // Keep reading its stdout so the server never blocks on a full pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, url)
+}
+
 async fn start(dir: &Path, servers: usize) -> (tokio::process::Child, Client) {
+    start_with(dir, servers, None).await
+}
+
+/// A daemon with `servers` stdio fixture servers and one over HTTP at `http`, once every
+/// server is ready.
+async fn start_with(
+    dir: &Path,
+    servers: usize,
+    http: Option<&str>,
+) -> (tokio::process::Child, Client) {
     // Watched folders: a workspace tool folder and skills.
     for folder in [
         "ws/.toolhost/tools",
@@ -92,7 +133,8 @@ async fn start(dir: &Path, servers: usize) -> (tokio::process::Child, Client) {
     ] {
         std::fs::create_dir_all(dir.join(folder)).unwrap();
     }
-    let (child, client, _) = daemon::start(dir, &config(servers)).await;
+    let (child, client, _) = daemon::start(dir, &config(servers, http)).await;
+    let servers = servers + usize::from(http.is_some());
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let st: Value = client.call("mcp.status", &json!({})).await.unwrap();
@@ -142,14 +184,21 @@ async fn wakeups() {
         "  {:<44} {:>10} {:>10}  busiest threads (wake-ups)",
         "state", "wakes/s", "CPU ms/s"
     );
-    for servers in [0, 2] {
+    for (servers, over_http) in [(0, false), (2, false), (2, true)] {
         let tmp = tempfile::tempdir().unwrap();
-        let (child, client) = start(tmp.path(), servers).await;
-        let pid = child.id().unwrap() as i32;
-        let label = match servers {
-            0 => "no MCP servers".to_owned(),
-            n => format!("{n} stdio servers connected"),
+        let remote = match over_http {
+            true => Some(http_server().await),
+            false => None,
         };
+        let url = remote.as_ref().map(|r| r.1.as_str());
+        let (child, client) = start_with(tmp.path(), servers, url).await;
+        let pid = child.id().unwrap() as i32;
+        let label = match (servers, over_http) {
+            (0, _) => "no MCP servers".to_owned(),
+            (n, false) => format!("{n} stdio servers connected"),
+            (n, true) => format!("{n} stdio + 1 HTTP server connected"),
+        };
+        let servers = servers + usize::from(over_http);
         tokio::time::sleep(SETTLE).await;
         let mut rows = vec![(label.clone(), watch(pid).await)];
         for _ in 0..20 {
@@ -184,11 +233,17 @@ async fn wakeups() {
         }
         drop(client);
         daemon::stop(child).await;
+        drop(remote);
     }
 }
 
 fn rss_mib(pid: i32) -> f64 {
     procs::Mem::mib(procs::mem(pid).rss)
+}
+
+/// The anonymous part of the RSS (the heap): what a retained allocation shows in.
+fn anon_mib(pid: i32) -> f64 {
+    procs::Mem::mib(procs::mem(pid).anon)
 }
 
 async fn memory() {
@@ -206,6 +261,7 @@ async fn memory() {
     echo(&client, 0).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let idle = rss_mib(pid);
+    let anon_idle = anon_mib(pid);
     let started = Instant::now();
     let next = std::sync::atomic::AtomicUsize::new(0);
     let worker = || async {
@@ -223,11 +279,16 @@ async fn memory() {
     let after_5 = rss_mib(pid);
     tokio::time::sleep(Duration::from_secs(55)).await;
     let after_60 = rss_mib(pid);
+    let anon_60 = anon_mib(pid);
     let met = if after_60 - idle <= 5.0 {
         "(met)"
     } else {
         "(MISSED)"
     };
+    println!(
+        "  anonymous (heap) idle {anon_idle:.1} MiB, 60 s after {anon_60:.1} MiB ({:+.1} MiB)",
+        anon_60 - anon_idle
+    );
     println!(
         "  RSS idle {idle:.1} MiB; right after ({:.1} s) {loaded:.1} MiB; 5 s later \
          {after_5:.1} MiB; 60 s later {after_60:.1} MiB, {:+.1} MiB against idle {met}",
@@ -351,6 +412,7 @@ async fn sessions() {
     }
     tokio::time::sleep(Duration::from_secs(5)).await;
     let idle = rss_mib(pid);
+    let anon_idle = anon_mib(pid);
     let started = Instant::now();
     let mut ids = Vec::with_capacity(count);
     let mut peak = idle;
@@ -379,11 +441,16 @@ async fn sessions() {
     let after_5 = rss_mib(pid);
     tokio::time::sleep(Duration::from_secs(55)).await;
     let after_60 = rss_mib(pid);
+    let anon_60 = anon_mib(pid);
     let met = if after_60 - idle <= 5.0 {
         "(met)"
     } else {
         "(MISSED)"
     };
+    println!(
+        "  anonymous (heap) idle {anon_idle:.1} MiB, 60 s after {anon_60:.1} MiB ({:+.1} MiB)",
+        anon_60 - anon_idle
+    );
     println!(
         "  RSS idle {idle:.1} MiB; peak {peak:.1} MiB; all {count} open {opened:.1} MiB; \
          {gone} deleted (the rest were evicted) in {:.1} s: {deleted:.1} MiB; 5 s later {after_5:.1} MiB; \
@@ -393,4 +460,56 @@ async fn sessions() {
     );
     drop(client);
     daemon::stop(child).await;
+}
+
+/// Start-up: spawn to the first answer with 10 configured servers (started in the
+/// background), and a `toolhost mcp` bridge's spawn to its first `tools/list` answer.
+async fn startup() {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    const RUNS: usize = 10;
+    println!("\n== start-up, {RUNS} runs (targets: daemon ≤ 30 ms, `toolhost mcp` ≤ 10 ms)");
+    let mut daemon_ms = Vec::new();
+    let mut bridge_ms = Vec::new();
+    for _ in 0..RUNS {
+        let tmp = tempfile::tempdir().unwrap();
+        let (child, client, took) = daemon::start(tmp.path(), &config(10, None)).await;
+        daemon_ms.push(took.as_secs_f64() * 1000.0);
+        let socket = tmp.path().join("toolhost.sock");
+        let started = Instant::now();
+        let mut bridge = tokio::process::Command::new(daemon::bin())
+            .arg("--socket")
+            .arg(&socket)
+            .arg("mcp")
+            .env("RUST_LOG", "warn")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut stdin = bridge.stdin.take().unwrap();
+        let init = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"1"}}}
+{"jsonrpc":"2.0","method":"notifications/initialized"}
+{"jsonrpc":"2.0","id":1,"method":"tools/list"}
+"#;
+        stdin.write_all(init.as_bytes()).await.unwrap();
+        let mut lines = tokio::io::BufReader::new(bridge.stdout.take().unwrap()).lines();
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains(r#""id":1"#) && line.contains("\"tools\"") {
+                break;
+            }
+        }
+        bridge_ms.push(started.elapsed().as_secs_f64() * 1000.0);
+        drop(stdin);
+        let _ = bridge.wait().await;
+        drop(client);
+        daemon::stop(child).await;
+    }
+    println!(
+        "  daemon, 10 servers configured: {}",
+        daemon::percentiles(daemon_ms)
+    );
+    println!(
+        "  toolhost mcp to its first tools/list answer: {}",
+        daemon::percentiles(bridge_ms)
+    );
 }

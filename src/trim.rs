@@ -63,6 +63,18 @@ pub fn worked() {
     });
 }
 
+/// Trims now (off the runtime's threads), at most once a second: the last client left.
+pub fn now() {
+    static LAST: AtomicU64 = AtomicU64::new(u64::MAX);
+    let second = now_ms() / 1000;
+    if LAST.swap(second, Ordering::Relaxed) == second {
+        return;
+    }
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn_blocking(release);
+    }
+}
+
 /// Returns the free pages of every malloc arena to the kernel.
 fn release() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

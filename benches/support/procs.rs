@@ -12,6 +12,9 @@ pub struct Mem {
     pub pss: u64,
     /// Private_Clean + Private_Dirty: what the process alone costs.
     pub private: u64,
+    /// Anonymous pages (the heap, stacks), without the binary's own pages mapped in as
+    /// code runs for the first time.
+    pub anon: u64,
 }
 
 impl AddAssign for Mem {
@@ -20,6 +23,7 @@ impl AddAssign for Mem {
         self.rss += o.rss;
         self.pss += o.pss;
         self.private += o.private;
+        self.anon += o.anon;
     }
 }
 
@@ -46,6 +50,7 @@ pub fn mem(pid: i32) -> Mem {
         rss: field("Rss:"),
         pss: field("Pss:"),
         private: field("Private_Clean:") + field("Private_Dirty:"),
+        anon: field("Anonymous:"),
     }
 }
 

@@ -118,13 +118,15 @@ impl Ticket {
 }
 
 impl Drop for Slot {
-    /// When this was the last open connection, hands the heap's free memory back to the
-    /// system. glibc otherwise keeps freed memory in its arenas: measured with
+    /// A connection's end is the end of a piece of work: its buffers go back to the system
+    /// once the daemon is quiet ([`crate::trim`]), and at once when it was the last one.
+    /// glibc otherwise keeps freed memory in its arenas: measured with
     /// tests/it/rpc_edges.rs `memory_comes_back_after_clients_leave`, RSS stayed at the peak
     /// after 2,000 connections had all left.
     fn drop(&mut self) {
+        crate::trim::worked();
         if self.open.fetch_sub(1, Ordering::Relaxed) == 1 {
-            trim_heap();
+            crate::trim::now();
         }
     }
 }
@@ -217,22 +219,3 @@ impl Drop for Waiting {
         self.pool.leave(self.id);
     }
 }
-
-/// Gives freed heap back to the system (at most once a second) after the last client leaves.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn trim_heap() {
-    static LAST: AtomicU64 = AtomicU64::new(0);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    if LAST.swap(now, Ordering::Relaxed) == now {
-        return;
-    }
-    tokio::task::spawn_blocking(|| {
-        // SAFETY: malloc_trim only walks glibc's own heap under its own locks.
-        unsafe { nix::libc::malloc_trim(0) };
-    });
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn trim_heap() {}

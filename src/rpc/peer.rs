@@ -129,8 +129,6 @@ impl Drop for Peer {
         let Some(ids) = self.ephemeral.take() else {
             return;
         };
-        // The connection's buffers go back to the system once the daemon is quiet.
-        crate::trim::worked();
         let ids = ids.into_inner().unwrap_or_else(|e| e.into_inner());
         let host = &self.shared.host;
         if ids.is_empty() || host.shutdown_token().is_cancelled() {

@@ -31,6 +31,9 @@ use crate::ui::sse::Batch;
 
 /// The header that carries the page token.
 const PAGE_HEADER: &str = "x-toolhost-page";
+/// The frontend the page's actions are recorded under (checkpoint entries, audit lines),
+/// in place of the browser's `User-Agent`.
+const PAGE_FRONTEND: &str = "operator page";
 /// The header that carries a login code from `toolhost ui`.
 const LOGIN_HEADER: &str = "x-toolhost-login";
 
@@ -97,7 +100,13 @@ pub(super) fn serve(
     if route.0 == hyper::Method::GET {
         return answer(events(shared.host.clone()));
     }
-    let caller = crate::audit::Caller::of_request(caller.as_ref(), &req, None);
+    // What the page does (a restore, an approval) is the page's, whichever browser shows it.
+    let caller = caller.map(|c| {
+        Arc::new(Caller {
+            agent: Some(PAGE_FRONTEND.to_owned()),
+            ..Caller::clone(&c)
+        })
+    });
     post(req, shared, caller).map(Ok).boxed()
 }
 

@@ -9,6 +9,7 @@ mod catalog;
 mod checkpoint;
 mod checkpoint_frontends;
 mod checkpoint_mcp;
+mod checkpoint_page;
 mod checkpoint_ui;
 mod checkpoint_watch;
 mod cli;
