@@ -152,7 +152,7 @@ impl Host {
             crate::guards::Guards::new(&cfg.guards, sessions.counters().map_err(|e| e.to_string()));
         let audit = crate::audit::AuditLog::start(&dirs.data_dir);
         let shutdown = CancellationToken::new();
-        let modules = crate::modules::Modules::new(
+        let modules = crate::custom::modules::Modules::new(
             processes.clone(),
             tracker.clone(),
             shutdown.clone(),

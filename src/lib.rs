@@ -9,8 +9,8 @@
 //! - [`protocol`]: the wire types, both directions; [`client`]: the one Rust client;
 //! - `registry`: the `Tool` trait and the live registry (revision, etag, atomic swap);
 //! - `invoke`: the call pipeline (validation, approval, timeout, cancel, output cap);
-//! - `tools`: built-in tools; `custom`: custom tool programs; `modules`: JS/TS tool
-//!   modules run by one Node module host; `process`: process groups and their kill guard;
+//! - `tools`: built-in tools; `custom`: custom tool programs and (`custom::modules`) JS/TS
+//!   tool modules run by Node module hosts; `process`: process groups and their kill guard;
 //! - `mcp`: MCP servers (the rmcp client side); `facade`: toolhost as an MCP server
 //!   (the rmcp server side);
 //! - `metrics`, `audit`: what the host is doing (`/metrics`, the call audit log);
@@ -50,7 +50,6 @@ mod invoke;
 mod logging;
 mod mcp;
 mod metrics;
-mod modules;
 mod notice;
 mod outputs;
 mod process;

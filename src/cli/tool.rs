@@ -1,6 +1,6 @@
 //! `toolhost tool new|check` ([`crate::custom::scaffold`], no daemon needed; tool modules
 //! are checked by loading them through a module host of the command's own,
-//! [`crate::modules::scaffold`]), then what
+//! [`crate::custom::modules::scaffold`]), then what
 //! comes next as the running daemon sees it: a folder it does not search is named, with
 //! the command that makes it searched, and a project's tool is named with the approval it
 //! waits for — so "try it" is only said of a call that can work.
@@ -28,8 +28,13 @@ pub async fn run(g: &Globals, command: ToolCommand) -> ExitCode {
         let modules = std::mem::take(&mut done.modules);
         let mut bad = false;
         let mut loaded = Vec::new();
-        for checked in
-            crate::modules::scaffold::check(modules, &done.settings, &config, &done.workspace).await
+        for checked in crate::custom::modules::scaffold::check(
+            modules,
+            &done.settings,
+            &config,
+            &done.workspace,
+        )
+        .await
         {
             match checked {
                 Ok((name, file)) => {

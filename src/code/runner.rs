@@ -143,7 +143,7 @@ pub struct Done {
 
 impl Process {
     async fn spawn(processes: &Processes, key: RunnerKey) -> Result<Process, String> {
-        let node = crate::modules::host::find_node(key.node.clone())?;
+        let node = crate::process::node::find_node(key.node.clone())?;
         let call = CallSandbox {
             policy: SandboxPolicy::ReadOnly,
             network: key.network,

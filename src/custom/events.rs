@@ -7,7 +7,7 @@
 //! did.
 //!
 //! Tool modules with an `onSession` hear the same events through the module host
-//! ([`crate::modules::Modules::session_event`]).
+//! ([`crate::custom::modules::Modules::session_event`]).
 //!
 //! These runs never sit on the session call's path: they are spawned after it answered,
 //! bounded by [`EVENT_TIMEOUT`], and a failure is logged and kept for `host.health`.

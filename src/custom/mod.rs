@@ -23,6 +23,7 @@
 
 pub mod events;
 pub mod manifest;
+pub mod modules;
 pub mod scaffold;
 pub mod tool;
 
@@ -167,7 +168,7 @@ struct Inner {
     /// Where a rescan of its own (a module host that restarted) is applied.
     apply: Apply,
     /// JS/TS tool modules, found by the same scans and published in the same swaps.
-    modules: crate::modules::Modules,
+    modules: crate::custom::modules::Modules,
     providers: tool::Providers,
     /// The config's sandbox section, for the session-event runs of workspace tools.
     sandbox: Arc<ArcSwap<crate::config::SandboxConfig>>,
@@ -190,10 +191,10 @@ struct State {
     /// `configured`, then the session workspaces' folders: what is scanned and watched.
     roots: Vec<Root>,
     /// The config's `custom_tools` and the daemon's workspace, for the module folders
-    /// ([`crate::modules::discover::roots`]).
+    /// ([`crate::custom::modules::discover::roots`]).
     module_settings: Option<(crate::config::CustomTools, PathBuf)>,
     /// The module folders searched now (after `roots` in precedence).
-    module_roots: Vec<crate::modules::discover::Root>,
+    module_roots: Vec<crate::custom::modules::discover::Root>,
     /// By folder: the manifest bytes and the tool built from them.
     tools: Vec<(PathBuf, Vec<u8>, Arc<CustomTool>)>,
     errors: Vec<ManifestError>,
@@ -210,18 +211,22 @@ impl State {
             self.module_roots = Vec::new();
             return;
         };
-        let programs: Vec<crate::modules::discover::Root> = self
+        let programs: Vec<crate::custom::modules::discover::Root> = self
             .roots
             .iter()
-            .map(|r| crate::modules::discover::Root {
+            .map(|r| crate::custom::modules::discover::Root {
                 path: r.path.clone(),
                 workspace: r.workspace,
                 scope: self.scope_of(&r.path),
                 plugins: false,
             })
             .collect();
-        self.module_roots =
-            crate::modules::discover::roots(cfg, &programs, workspace, &self.session_workspaces);
+        self.module_roots = crate::custom::modules::discover::roots(
+            cfg,
+            &programs,
+            workspace,
+            &self.session_workspaces,
+        );
     }
 
     /// The session workspace whose sessions alone see the tools of folder `root`: the one
@@ -242,7 +247,7 @@ impl CustomTools {
     pub fn new(
         registry: Registry,
         processes: crate::process::Processes,
-        modules: crate::modules::Modules,
+        modules: crate::custom::modules::Modules,
         trust: Trust,
         apply: Apply,
     ) -> Self {
@@ -275,7 +280,7 @@ impl CustomTools {
     }
 
     /// The JS/TS tool modules (`host.health`, session events).
-    pub fn modules(&self) -> &crate::modules::Modules {
+    pub fn modules(&self) -> &crate::custom::modules::Modules {
         &self.0.modules
     }
 
@@ -300,7 +305,7 @@ impl CustomTools {
         let trust = self.0.trust.clone();
         let scanned = tokio::task::spawn_blocking(move || {
             let (mut modules, problems) =
-                crate::modules::discover::scan(&module_roots, manifest::MANIFEST);
+                crate::custom::modules::discover::scan(&module_roots, manifest::MANIFEST);
             let mut waiting_modules = Vec::new();
             modules.retain(|m| {
                 if !m.workspace {

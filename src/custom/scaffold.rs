@@ -45,9 +45,9 @@ pub struct Done {
     /// The tool `new` created.
     pub created: Option<String>,
     /// The tool modules `check` found, for the caller to load through a module host
-    /// ([`crate::modules::scaffold::check`]), with the config's `custom_tools` and the
+    /// ([`crate::custom::modules::scaffold::check`]), with the config's `custom_tools` and the
     /// workspace.
-    pub modules: Vec<crate::modules::discover::Found>,
+    pub modules: Vec<crate::custom::modules::discover::Found>,
     pub settings: crate::config::CustomTools,
     pub workspace: PathBuf,
 }
@@ -94,7 +94,7 @@ pub fn cli(command: ToolCommand, config_path: &Path) -> Done {
                 valid_name(&name)
                     .then_some(())
                     .ok_or_else(|| invalid_name(&name))
-                    .and_then(|()| crate::modules::scaffold::new_module(&dest, &name))
+                    .and_then(|()| crate::custom::modules::scaffold::new_module(&dest, &name))
             } else {
                 new_tool(&dest, &name, lang)
             };
@@ -117,7 +117,7 @@ pub fn cli(command: ToolCommand, config_path: &Path) -> Done {
             // `tool check file.ts`: that module alone.
             let only = dir
                 .clone()
-                .filter(|d| d.is_file() && crate::modules::discover::is_module_file(d));
+                .filter(|d| d.is_file() && crate::custom::modules::discover::is_module_file(d));
             let (roots, module_roots) = match dir {
                 Some(d) if only.is_some() => (
                     Vec::new(),
@@ -134,12 +134,12 @@ pub fn cli(command: ToolCommand, config_path: &Path) -> Done {
                     let roots = super::roots(&cfg, config_path, &workspace);
                     let programs: Vec<_> = roots
                         .iter()
-                        .map(|r| crate::modules::discover::Root {
+                        .map(|r| crate::custom::modules::discover::Root {
                             workspace: r.workspace,
                             ..module_root(r.path.clone())
                         })
                         .collect();
-                    let modules = crate::modules::discover::roots(
+                    let modules = crate::custom::modules::discover::roots(
                         &cfg.custom_tools,
                         &programs,
                         &workspace,
@@ -149,7 +149,7 @@ pub fn cli(command: ToolCommand, config_path: &Path) -> Done {
                 }
             };
             let (mut modules, module_problems) =
-                crate::modules::discover::scan(&module_roots, MANIFEST);
+                crate::custom::modules::discover::scan(&module_roots, MANIFEST);
             if let Some(file) = only.as_ref() {
                 modules.retain(|m| &m.file == file);
             }
@@ -214,8 +214,8 @@ pub enum Lang {
 }
 
 /// A folder searched for modules only.
-fn module_root(path: PathBuf) -> crate::modules::discover::Root {
-    crate::modules::discover::Root {
+fn module_root(path: PathBuf) -> crate::custom::modules::discover::Root {
+    crate::custom::modules::discover::Root {
         path,
         workspace: false,
         scope: None,

@@ -24,24 +24,13 @@ use super::sessions::{Sessions, SSE_RETRY};
 use super::{Changes, Connect, Facade, Link};
 use crate::client::Client;
 use crate::host::Host;
+use crate::protocol::LOCAL_ORIGINS;
 
 /// How often an idle SSE stream gets a keep-alive comment. The listeners allow half-close,
 /// so hyper does not take a client's EOF as the end of a stream it is sending: a stream
 /// whose client went away is found out by the next write failing. Short, so that a call
 /// whose stream went away is cancelled within seconds ([`super::sessions::RESUME_GRACE`]).
 const SSE_KEEP_ALIVE: Duration = Duration::from_secs(2);
-
-/// Browser origins allowed to call `/mcp` (any port): pages on this machine only, so a
-/// remote page cannot drive the host through a DNS-rebound name. Requests without an
-/// `Origin` (every non-browser client) pass. The operator's page (`ui`) follows the same rule.
-pub const LOCAL_ORIGINS: [&str; 6] = [
-    "http://localhost:*",
-    "https://localhost:*",
-    "http://127.0.0.1:*",
-    "https://127.0.0.1:*",
-    "http://[::1]:*",
-    "https://[::1]:*",
-];
 
 /// How long the `/mcp` service outlives the host's shutdown at most, for the answers of the
 /// calls it cancelled to reach their clients.

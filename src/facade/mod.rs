@@ -58,7 +58,7 @@ use crate::protocol::{
 };
 
 use changes::{Changes, Feed};
-pub use http::{Connection, Endpoint, LOCAL_ORIGINS};
+pub use http::{Connection, Endpoint};
 pub use stdio::run_stdio;
 
 /// Tools per `tools/list` page unless `TOOLHOST_MCP_PAGE_SIZE` says otherwise (tests use a

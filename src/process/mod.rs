@@ -46,6 +46,7 @@ mod escapees;
 mod launch;
 pub(crate) use launch::find_in;
 pub mod ledger;
+pub mod node;
 use crate::procfs;
 mod reaper;
 pub mod runner;

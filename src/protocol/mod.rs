@@ -50,6 +50,18 @@ pub use ui::*;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+/// Browser origins allowed to call the HTTP doors, `/mcp` and the operator's page (any port): pages on this machine only, so a
+/// remote page cannot drive the host through a DNS-rebound name. Requests without an
+/// `Origin` (every non-browser client) pass.
+pub const LOCAL_ORIGINS: [&str; 6] = [
+    "http://localhost:*",
+    "https://localhost:*",
+    "http://127.0.0.1:*",
+    "https://127.0.0.1:*",
+    "http://[::1]:*",
+    "https://[::1]:*",
+];
+
 /// JSON-RPC error codes (proto-docs/errors.md).
 pub mod codes {
     pub const PARSE_ERROR: i32 = -32700;

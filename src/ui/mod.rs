@@ -149,7 +149,7 @@ fn secret() -> String {
 
 /// Whether a request with this `Origin` header may use the page's data and actions: none
 /// (not a browser's cross-origin request), or a page on this machine, as for `/mcp`
-/// (`facade::LOCAL_ORIGINS`), so a remote page cannot drive the host through a DNS-rebound
+/// (`protocol::LOCAL_ORIGINS`), so a remote page cannot drive the host through a DNS-rebound
 /// name.
 pub fn origin_allowed(origin: Option<&str>) -> bool {
     let Some(origin) = origin else {
@@ -158,7 +158,7 @@ pub fn origin_allowed(origin: Option<&str>) -> bool {
     let Ok(url) = url::Url::parse(origin) else {
         return false;
     };
-    crate::facade::LOCAL_ORIGINS.iter().any(|pattern| {
+    crate::protocol::LOCAL_ORIGINS.iter().any(|pattern| {
         pattern
             .strip_suffix(":*")
             .and_then(|base| url::Url::parse(base).ok())

@@ -26,6 +26,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::SandboxConfig;
 use crate::lock;
+use crate::process::node::find_node;
 use crate::process::Processes;
 use crate::sandbox::{self, Confinement, Plan};
 
@@ -630,32 +631,6 @@ pub fn needs_strip_flag(version: &str) -> bool {
     let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
     let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
     matches!((major, minor), (22, 6..=17) | (23, 0..=5))
-}
-
-/// `configured`, else the first executable `node` on `PATH`.
-pub fn find_node(configured: Option<PathBuf>) -> Result<PathBuf, String> {
-    use std::os::unix::fs::PermissionsExt;
-    let runnable = |p: &Path| {
-        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    };
-    if let Some(node) = configured {
-        return if runnable(&node) {
-            Ok(node)
-        } else {
-            Err(format!(
-                "config custom_tools.node names {}, which is not an executable file",
-                node.display()
-            ))
-        };
-    }
-    std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .map(|d| d.join("node"))
-        .find(|p| runnable(p))
-        .ok_or_else(|| {
-            "no Node.js found: JS/TS tool modules need node; put it on PATH or set config custom_tools.node".to_owned()
-        })
 }
 
 /// The paths a confined host may not read, with its own script folder (`dir`, inside the

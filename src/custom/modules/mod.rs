@@ -15,7 +15,9 @@
 //! that changed nothing notifies nobody; an edited one is loaded again as a fresh module
 //! instance, while a call already running finishes on the old one.
 //!
-//! Architecture Invariant: `modules` imports neither `custom` nor `host`; `custom` calls it.
+//! Architecture Invariant: `custom::modules` imports nothing else of `custom`, nor `host`;
+//! the rest of `custom` calls it. (It lives inside `custom` because the custom tool source
+//! is one source of two kinds, programs and modules: one scan, one watch, one swap.)
 
 pub mod discover;
 pub mod host;
