@@ -24,7 +24,8 @@ RUN cargo build --release --locked --bin toolhost --bin toolhost-bridge
 # uv/uvx, pinned, so Python MCP servers (`uvx mcp-server-…`) run as on a desktop.
 FROM ghcr.io/astral-sh/uv:0.5.11 AS uv
 
-FROM node:20-bookworm-slim
+# Node 22: type stripping, so TypeScript tool modules load as they are (22.18+ by default).
+FROM node:22-bookworm-slim
 RUN apt-get update && apt-get install -y --no-install-recommends tini ca-certificates python3 \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --system --gid 10001 toolhost \
@@ -36,6 +37,10 @@ COPY --from=uv /uv /uvx /usr/local/bin/
 COPY --from=build /src/target/release/toolhost /usr/local/bin/toolhost
 # `toolhost mcp` runs the small stdio bridge from beside `toolhost` (one per frontend).
 COPY --from=build /src/target/release/toolhost-bridge /usr/local/bin/toolhost-bridge
+# The module host's own pinned zod and TypeBox (`pi.zod`, `pi.typebox`), into
+# /usr/local/lib/toolhost/modules, where the daemon looks: tool modules load with nothing
+# installed next to them (proto-docs/modules.md).
+RUN toolhost modules setup --system && rm -rf /root/.npm
 USER toolhost
 ENV HOME=/var/lib/toolhost \
     npm_config_cache=/var/lib/toolhost/.npm \

@@ -20,6 +20,7 @@ mod invoke;
 mod locate;
 mod login;
 mod mcp;
+mod modules;
 mod render;
 mod session;
 mod status;
@@ -175,6 +176,12 @@ enum Command {
     /// VS Code, Codex, Gemini CLI) into config.json: show the plan, `--apply` it, `--rewrite`
     /// the frontends to use toolhost.
     Import(import::ImportArgs),
+    /// The JS/TS tool modules' host: `modules setup` installs its own pinned zod and
+    /// TypeBox once, so modules that use `pi.zod` load with nothing installed next to them.
+    Modules {
+        #[command(subcommand)]
+        command: modules::ModulesCommand,
+    },
     /// Create and check custom tools (no daemon needed).
     Tool {
         #[command(subcommand)]
@@ -348,6 +355,7 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Ui { open } => ui::run(&g, open).await,
         Command::Import(args) => Ok(import::run(&g, args).await),
         Command::Tool { command } => Ok(tool::run(&g, command).await),
+        Command::Modules { command } => Ok(modules::run(&g, command).await),
         Command::Skills { command } => {
             let config = g.config.clone().unwrap_or_else(crate::config::default_path);
             Ok(crate::skills::scaffold::cli(command, &config, g.out.json))

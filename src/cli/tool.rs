@@ -50,7 +50,12 @@ pub async fn run(g: &Globals, command: ToolCommand) -> ExitCode {
         if bad {
             done.code = ExitCode::from(1);
         }
-        retry_in_daemon(g, &loaded).await;
+        retry_in_daemon(g, |e| {
+            loaded
+                .iter()
+                .any(|f| e.starts_with(&format!("{}:", f.display())))
+        })
+        .await;
     }
     let searched = daemon_folders(g).await;
     let unsearched: Vec<&Root> = match &searched {
@@ -90,24 +95,16 @@ pub async fn run(g: &Globals, command: ToolCommand) -> ExitCode {
     done.code
 }
 
-/// When the running daemon still has an error for a module that just loaded here (a
-/// package installed since), has it try its failed modules again (a config reload does)
-/// and says what it has now.
-async fn retry_in_daemon(g: &Globals, loaded: &[PathBuf]) {
+/// When the running daemon still has a module error that `concerns` (one for a module
+/// that just loaded here, a package installed since), has it try its failed modules again
+/// (a config reload does) and says what it has now.
+pub(super) async fn retry_in_daemon(g: &Globals, concerns: impl Fn(&str) -> bool) {
     let Ok(client) = Client::connect_first(&g.socket_paths()).await else {
         return;
     };
     let client = client.with_timeout(RETRY);
     let failing = |errors: &[String]| -> Vec<String> {
-        errors
-            .iter()
-            .filter(|e| {
-                loaded
-                    .iter()
-                    .any(|f| e.starts_with(&format!("{}:", f.display())))
-            })
-            .cloned()
-            .collect()
+        errors.iter().filter(|e| concerns(e)).cloned().collect()
     };
     let Ok(before) = client.health().await else {
         return;

@@ -120,6 +120,10 @@ pub struct ModuleHostHealth {
     /// Why the last start failed (no Node found, say).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_error: Option<String>,
+    /// The folder of the host's own pinned zod and TypeBox (`pi.zod`, `pi.typebox`);
+    /// absent until `toolhost modules setup` installed them (proto-docs/modules.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packages: Option<String>,
     /// Modules loaded, and the tools they define (every host's).
     pub modules: usize,
     pub tools: usize,

@@ -46,6 +46,21 @@ async fn dockerfile_cmd_and_healthcheck_use_real_flags() {
     let health = json_after("HEALTHCHECK");
     assert_eq!(health[0], "toolhost");
     accepts(&health[1..]).await;
+    // The image installs the module host's own packages with flags that exist.
+    let setup = docker
+        .lines()
+        .find_map(|l| l.strip_prefix("RUN toolhost modules setup"))
+        .expect("the image runs `toolhost modules setup`");
+    let mut args: Vec<String> = vec!["modules".into(), "setup".into()];
+    args.extend(
+        setup
+            .split("&&")
+            .next()
+            .unwrap_or_default()
+            .split_whitespace()
+            .map(str::to_owned),
+    );
+    accepts(&args).await;
     // Everything the build stage copies exists in the repository.
     for line in docker
         .lines()

@@ -15,51 +15,9 @@ use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-/// The seed's own example, as a user would have it in `.musepi/tools/repo_stats.ts`.
-const REPO_STATS: &str = r#"import type { CustomToolFactory } from "@musepi/pi-coding-agent";
-
-const factory: CustomToolFactory = (pi) => ({
-  name: "repo_stats",
-  label: "Repo Stats",
-  description: "Counts tracked TypeScript files",
-  parameters: pi.zod.object({
-    glob: pi.zod.string().optional(),
-  }),
-
-  async execute(toolCallId, params, onUpdate, ctx, signal) {
-    onUpdate?.({
-      content: [{ type: "text", text: "Scanning files..." }],
-      details: { phase: "scan" },
-    });
-
-    const result = await pi.exec(
-      "git",
-      ["ls-files", params.glob ?? "**/*.ts"],
-      { signal, cwd: pi.cwd },
-    );
-    if (result.killed) {
-      throw new Error("Scan was cancelled");
-    }
-    if (result.code !== 0) {
-      throw new Error(result.stderr || "git ls-files failed");
-    }
-
-    const files = result.stdout.split("\n").filter(Boolean);
-    return {
-      content: [{ type: "text", text: `Found ${files.length} files` }],
-      details: { count: files.length, sample: files.slice(0, 10) },
-    };
-  },
-
-  onSession(event) {
-    if (event.reason === "shutdown") {
-      // cleanup resources if needed
-    }
-  },
-});
-
-export default factory;
-"#;
+/// The seed's own example (copied verbatim from the MusePi custom-tools document), as a
+/// user would have it in `.musepi/tools/repo_stats.ts`.
+const REPO_STATS: &str = include_str!("../fixtures/seed/repo_stats.ts");
 
 fn tests_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests")

@@ -72,8 +72,8 @@ function resolveZod(file, nodeModules) {
   const zod = resolvePackage("zod", file, nodeModules);
   if (zod !== undefined) return zod;
   throw new Error(
-    `pi.zod: the zod package was not found from ${path.dirname(file)} upward nor in config custom_tools.node_modules; ` +
-      `install it next to the module (npm install zod@4) or add a node_modules folder that has it to custom_tools.node_modules`,
+    `pi.zod: the zod package was not found from ${path.dirname(file)} upward, in config custom_tools.node_modules nor in the module host's own packages; ` +
+      `run \`toolhost modules setup\` (installs the host's pinned zod and TypeBox once), or install it next to the module (npm install zod@4)`,
   );
 }
 

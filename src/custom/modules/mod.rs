@@ -21,7 +21,7 @@
 
 pub mod discover;
 pub mod host;
-mod packages;
+pub mod packages;
 pub mod scaffold;
 pub mod tool;
 
@@ -113,7 +113,8 @@ struct Shared {
 /// What every pool reads of the config.
 #[derive(Default)]
 pub(crate) struct Settings {
-    /// Config `custom_tools.node_modules`, resolved.
+    /// Config `custom_tools.node_modules`, resolved, then the host's own
+    /// ([`packages::own_dirs`]).
     node_modules: ArcSwap<Vec<PathBuf>>,
     /// Where `pi.cwd` points for modules outside a workspace.
     workspace: ArcSwap<PathBuf>,
@@ -253,7 +254,17 @@ impl Modules {
         workspace: &Path,
     ) {
         let base = config_path.parent().unwrap_or(Path::new("/"));
-        let node_modules: Vec<PathBuf> = cfg.node_modules.iter().map(|p| base.join(p)).collect();
+        // The config's folders, then the host's own packages (`toolhost modules setup`).
+        let node_modules: Vec<PathBuf> = cfg
+            .node_modules
+            .iter()
+            .map(|p| base.join(p))
+            .chain(
+                packages::own_dirs()
+                    .into_iter()
+                    .map(|d| d.join("node_modules")),
+            )
+            .collect();
         let node = cfg.node.as_ref().map(|p| base.join(p));
         let settings = &self.0.settings;
         let changed = **settings.node_modules.load() != node_modules;

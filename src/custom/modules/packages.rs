@@ -1,3 +1,7 @@
+//! The packages a module finds: the module host's own (zod and TypeBox for `pi.zod` and
+//! `pi.typebox`, pinned, installed by `toolhost modules setup`), and the retry of a module
+//! that failed for want of one.
+//!
 //! A module that failed to load (zod not installed, a package it imports missing) is loaded
 //! again when something is installed where it looks for packages: the `node_modules`
 //! folders from its folder upward (Node's resolution) and config `custom_tools.node_modules`.
@@ -8,6 +12,7 @@
 //! are watched; with none failing nothing is.
 
 use std::path::{Path, PathBuf};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -111,6 +116,154 @@ pub(crate) fn folders_of(file: &Path) -> impl Iterator<Item = PathBuf> + '_ {
         .map(|d| d.join("node_modules"))
 }
 
+/// The module host's own packages, pinned (exact versions and integrity): what
+/// `toolhost modules setup` installs with `npm ci`. MusePi gives modules zod 4 and TypeBox
+/// itself, so a module written for it imports neither; shipping them here means a module
+/// loads with nothing installed next to it.
+const OWN_MANIFEST: &str = include_str!("own-packages/package.json");
+const OWN_LOCK: &str = include_str!("own-packages/package-lock.json");
+/// How long `npm ci` may take (two small packages; a slow registry).
+const INSTALL_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Where the module host's own packages are looked for, each a folder holding a
+/// `node_modules`: the user's (`$XDG_DATA_HOME/toolhost/modules`, what `toolhost modules
+/// setup` fills), then the installation's (`lib/toolhost/modules` beside the binary's
+/// `bin`: `/usr/lib/toolhost/modules` for `/usr/bin/toolhost`, filled by
+/// `modules setup --system` when the Docker image is built). They come after the module's
+/// own folders and config `custom_tools.node_modules`: a module's own zod always wins.
+pub fn own_dirs() -> Vec<PathBuf> {
+    let mut dirs = vec![user_dir()];
+    dirs.extend(system_dir());
+    dirs
+}
+
+/// `$XDG_DATA_HOME/toolhost/modules`.
+pub fn user_dir() -> PathBuf {
+    crate::config::xdg_dir("XDG_DATA_HOME", ".local/share").join("toolhost/modules")
+}
+
+/// `lib/toolhost/modules` beside the folder of the running binary.
+pub fn system_dir() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    Some(exe.parent()?.parent()?.join("lib/toolhost/modules"))
+}
+
+/// The pinned packages, `(name, version)`.
+pub fn pinned() -> Vec<(String, String)> {
+    let manifest: serde_json::Value = serde_json::from_str(OWN_MANIFEST).unwrap_or_default();
+    manifest["dependencies"]
+        .as_object()
+        .map(|deps| {
+            deps.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The first of [`own_dirs`] holding every pinned package at its pinned version.
+pub fn installed() -> Option<PathBuf> {
+    own_dirs().into_iter().find(|d| missing_in(d).is_empty())
+}
+
+/// The pinned packages `dir` lacks, or holds at another version, as `name@version`.
+fn missing_in(dir: &Path) -> Vec<String> {
+    pinned()
+        .into_iter()
+        .filter(|(name, version)| {
+            let manifest = dir.join("node_modules").join(name).join("package.json");
+            let have = std::fs::read(&manifest)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+            have.as_ref().and_then(|m| m["version"].as_str()) != Some(version.as_str())
+        })
+        .map(|(name, version)| format!("{name}@{version}"))
+        .collect()
+}
+
+/// Installs the pinned packages into `dir/node_modules` with `npm ci` (the `npm` beside
+/// `node` when there is one, else on `PATH`; npm's own settings and cache apply, so
+/// `npm_config_offline=true` installs from the cache alone). npm runs in its own process
+/// group, ended with it on timeout. Returns what was installed, `name@version`.
+pub async fn install(dir: &Path, node: Option<&Path>) -> Result<Vec<String>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    for (name, text) in [
+        ("package.json", OWN_MANIFEST),
+        ("package-lock.json", OWN_LOCK),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    let npm = node
+        .and_then(Path::parent)
+        .map(|d| d.join("npm"))
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from("npm"));
+    let mut cmd = tokio::process::Command::new(&npm);
+    cmd.args([
+        "ci",
+        "--ignore-scripts",
+        "--no-audit",
+        "--no-fund",
+        "--loglevel=error",
+    ])
+    .current_dir(dir)
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .process_group(0)
+    .kill_on_drop(true);
+    let child = cmd.spawn().map_err(|e| {
+        format!(
+            "cannot run {}: {e} (npm comes with Node; install it, or put the packages of {} into {} yourself)",
+            npm.display(),
+            dir.join("package.json").display(),
+            dir.join("node_modules").display()
+        )
+    })?;
+    let pgid = child.id().and_then(|id| i32::try_from(id).ok());
+    let out = tokio::time::timeout(INSTALL_TIMEOUT, child.wait_with_output()).await;
+    if let Some(pgid) = pgid {
+        // Whatever npm left running (it is done, or out of time).
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pgid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let out = match out {
+        Err(_) => {
+            return Err(format!(
+                "npm ci did not finish within {} s",
+                INSTALL_TIMEOUT.as_secs()
+            ))
+        }
+        Ok(Err(e)) => return Err(format!("npm ci: {e}")),
+        Ok(Ok(out)) => out,
+    };
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        let last: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+        let tail = last[last.len().saturating_sub(6)..].join("\n");
+        return Err(format!(
+            "npm ci in {} failed ({}):\n{tail}",
+            dir.display(),
+            out.status
+        ));
+    }
+    let missing = missing_in(dir);
+    if !missing.is_empty() {
+        return Err(format!(
+            "npm ci finished but {} lacks {}",
+            dir.join("node_modules").display(),
+            missing.join(", ")
+        ));
+    }
+    Ok(pinned()
+        .into_iter()
+        .map(|(name, version)| format!("{name}@{version}"))
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,5 +279,23 @@ mod tests {
                 PathBuf::from("/a/node_modules"),
             ]
         );
+    }
+
+    #[test]
+    fn the_pins_are_exact_and_the_lockfile_holds_them() {
+        let lock: serde_json::Value = serde_json::from_str(OWN_LOCK).unwrap();
+        let pins = pinned();
+        assert!(pins.iter().any(|(n, _)| n == "zod"), "{pins:?}");
+        for (name, version) in pins {
+            assert!(
+                version.chars().all(|c| c.is_ascii_digit() || c == '.'),
+                "{name}@{version}"
+            );
+            let entry = &lock["packages"][format!("node_modules/{name}")];
+            assert_eq!(entry["version"], version.as_str(), "{name}");
+            assert!(entry["integrity"]
+                .as_str()
+                .is_some_and(|i| i.starts_with("sha512-")));
+        }
     }
 }
