@@ -172,13 +172,8 @@ async fn start(
     // The socket first: a second daemon must fail on the live socket, not on the store lock.
     let listeners = Listeners::bind(opts.socket.as_deref(), &loaded.config).await?;
     let fleet = crate::fleet::Fleet::open(&loaded.config, vec![listeners.describe()]).await;
-    let host = match fleet.and_then(|f| Ok((Host::new(dirs, loaded, processes)?, f))) {
-        Ok((h, fleet)) => {
-            if let Some(fleet) = fleet {
-                h.join_fleet(fleet);
-            }
-            h
-        }
+    let host = match fleet.and_then(|f| Host::new(dirs, loaded, processes, f)) {
+        Ok(h) => h,
         Err(e) => {
             if let Some(s) = &listeners.owned {
                 s.remove();
@@ -252,7 +247,12 @@ pub async fn run(
     // Owns every child (subreaper, adopted-zombie reaper, ledger sweep); dropped when run
     // returns, it kills whatever is left of this daemon's.
     let _processes = host.processes().own(host.data_dir());
-    match host.sessions().reap_ephemeral().await {
+    // A fleet's sessions are every member's: another member's are no orphans.
+    let reap = match host.fleet() {
+        Some(_) => Ok(0),
+        None => host.sessions().reap_ephemeral().await,
+    };
+    match reap {
         Ok(0) => {}
         Ok(n) => tracing::info!(
             sessions = n,

@@ -133,13 +133,22 @@ pub struct ConfigState {
 impl Host {
     /// Opens the store and builds the registry from a loaded config; nothing is served yet.
     /// Every program the host starts is one of `processes`.
-    pub fn new(dirs: Dirs, loaded: config::Loaded, processes: Processes) -> anyhow::Result<Host> {
+    /// In fleet mode (`fleet`) the session store is the fleet's database, not sled.
+    pub fn new(
+        dirs: Dirs,
+        loaded: config::Loaded,
+        processes: Processes,
+        fleet: Option<crate::fleet::Fleet>,
+    ) -> anyhow::Result<Host> {
         for w in &loaded.warnings {
             tracing::warn!("config: {w}");
         }
         std::fs::create_dir_all(&dirs.data_dir)
             .with_context(|| format!("cannot create data dir {}", dirs.data_dir.display()))?;
-        let sessions = Sessions::open(&dirs.data_dir.join("sessions"))?;
+        let sessions = match &fleet {
+            Some(f) => Sessions::with_store(f.session_store()?)?,
+            None => Sessions::open(&dirs.data_dir.join("sessions"))?,
+        };
         let registry = Registry::new();
         registry.set_pins(crate::catalog::Pins::open(&dirs.data_dir.join("pins.json")));
         let trust = crate::trust::Trust::open(&dirs.data_dir.join("trust.json"));
@@ -214,6 +223,9 @@ impl Host {
             tracker,
             processes,
         }));
+        if let Some(fleet) = fleet {
+            host.join_fleet(fleet);
+        }
         let reach: std::sync::Weak<dyn crate::checkpoint::Reach> = Arc::downgrade(&host.0) as _;
         let _ = host.0.builtins.reach.set(reach);
         let builtins = host.0.builtins.tools(&host.config());
@@ -317,7 +329,7 @@ impl Host {
     }
     /// Makes the host a member of `fleet` (once, before anything is served): its approval
     /// queue and audit log get their shared side.
-    pub fn join_fleet(&self, fleet: crate::fleet::Fleet) {
+    fn join_fleet(&self, fleet: crate::fleet::Fleet) {
         fleet.attach(self.approvals(), self.audit());
         let _ = self.0.fleet.set(fleet);
     }

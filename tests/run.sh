@@ -22,7 +22,8 @@ rm -rf "$own_packages"
 # systemd-socket-activate (tests/it/deploy.rs), an old Node at /usr/bin/node (Debian's
 # nodejs, older than 22.6: tests/it/modules.rs), setpriv (util-linux) and PostgreSQL's
 # server programs (tests/it/fleet.rs starts throw-away clusters of its own from
-# /usr/lib/postgresql/*/bin, never the packaged one). A test whose
+# /usr/lib/postgresql/*/bin, never the packaged one), and HAProxy (tests/it/fleet_sessions.rs
+# runs its own, in front of two daemons, from a config in a temp dir). A test whose
 # prerequisite is missing fails; it never passes as skipped.
 apt_packages=()
 command -v chromium >/dev/null 2>&1 || apt_packages+=(chromium)
@@ -33,6 +34,7 @@ command -v systemd-socket-activate >/dev/null 2>&1 || apt_packages+=(systemd)
 [ -x /usr/bin/node ] || apt_packages+=(nodejs)
 command -v setpriv >/dev/null 2>&1 || apt_packages+=(util-linux)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || apt_packages+=(postgresql)
+command -v haproxy >/dev/null 2>&1 || apt_packages+=(haproxy)
 if [ ${#apt_packages[@]} -gt 0 ]; then
   sudo_if_needed=""
   [ "$(id -u)" -eq 0 ] || sudo_if_needed="sudo"

@@ -15,6 +15,7 @@ mod members;
 mod outbox;
 mod queue;
 mod schema;
+mod store;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -57,6 +58,8 @@ struct Inner {
     /// Where this member listens (its row says so).
     listeners: Vec<String>,
     pool: Pool,
+    /// Connections in each pool (the session store has a pool of its own, see [`store`]).
+    pool_size: usize,
     /// For the LISTEN connection.
     pg: tokio_postgres::Config,
     schema_version: i32,
@@ -117,6 +120,25 @@ fn describe(pg: &tokio_postgres::Config) -> String {
     )
 }
 
+/// A pool of `size` connections to `pg`, each exchange bounded by [`DB_TIMEOUT`].
+fn new_pool(pg: &tokio_postgres::Config, size: usize) -> anyhow::Result<Pool> {
+    let manager = Manager::from_config(
+        pg.clone(),
+        tokio_postgres::NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(size)
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(DB_TIMEOUT))
+        .create_timeout(Some(DB_TIMEOUT))
+        .recycle_timeout(Some(DB_TIMEOUT))
+        .build()
+        .map_err(|e| anyhow::anyhow!("fleet store: cannot build the pool: {e}"))
+}
+
 fn sha256_hex(s: &str) -> String {
     use sha2::Digest;
     hex::encode(sha2::Sha256::digest(s.as_bytes()))
@@ -143,21 +165,8 @@ impl Fleet {
         pg.connect_timeout(DB_TIMEOUT);
         pg.application_name("toolhost");
         let at = describe(&pg);
-        let manager = Manager::from_config(
-            pg.clone(),
-            tokio_postgres::NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(*pool)
-            .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(DB_TIMEOUT))
-            .create_timeout(Some(DB_TIMEOUT))
-            .recycle_timeout(Some(DB_TIMEOUT))
-            .build()
-            .map_err(|e| anyhow::anyhow!("fleet store: cannot build the pool: {e}"))?;
+        let pool_size = *pool;
+        let pool = new_pool(&pg, pool_size)?;
         let mut client = pool.get().await.map_err(|e| {
             anyhow::anyhow!(
                 "fleet store: cannot connect to PostgreSQL at {at}: {}",
@@ -179,6 +188,7 @@ impl Fleet {
             cfg,
             listeners,
             pool,
+            pool_size,
             pg,
             schema_version,
             down: Mutex::new(None),
@@ -192,6 +202,12 @@ impl Fleet {
 
     pub fn member(&self) -> &str {
         &self.0.member
+    }
+
+    /// The session store of this fleet (sessions, `/mcp` sessions, frontend identities,
+    /// guard counters in the database), for the host's `Sessions`.
+    pub fn session_store(&self) -> anyhow::Result<Arc<dyn crate::session::SessionStore>> {
+        Ok(Arc::new(store::PgStore::open(self)?))
     }
 
     /// Hands the daemon's approval queue and audit log their shared side.

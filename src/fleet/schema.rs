@@ -7,7 +7,10 @@ use deadpool_postgres::Client;
 use super::pg_error;
 
 /// Each migration: its version and its SQL (`migrations/NNNN_*.sql`), oldest first.
-const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("migrations/0001_fleet.sql"))];
+const MIGRATIONS: &[(i32, &str)] = &[
+    (1, include_str!("migrations/0001_fleet.sql")),
+    (2, include_str!("migrations/0002_sessions.sql")),
+];
 
 /// The newest schema this binary knows.
 pub const LATEST: i32 = MIGRATIONS[MIGRATIONS.len() - 1].0;

@@ -10,7 +10,7 @@ mod sled_store;
 mod store;
 mod views;
 
-pub use backend::{Counter, CounterWrite, RecordKind};
+pub use backend::{Counter, CounterWrite, Page, Record, RecordKind, RecordWrite, SessionStore};
 pub use history::{CallRecord, History};
 pub use recover::cli as recover_cli;
 pub use recover::resolve_data_dir;

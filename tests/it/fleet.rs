@@ -300,7 +300,7 @@ async fn bad_starts_are_refused_with_the_step_and_never_the_password() {
     pg.sql("INSERT INTO toolhost_schema (version) VALUES (999)");
     let err = refused(config(&pg, "auto")).await;
     assert!(
-        err.contains("schema is version 999") && err.contains("up to 1"),
+        err.contains("schema is version 999") && err.contains("up to 2"),
         "{err}"
     );
     drop(a);

@@ -16,6 +16,7 @@ use tokio::process::{Child, Command};
 pub use toolhost::client::{Client, ClientError};
 
 pub mod conformance;
+pub mod haproxy;
 pub mod http;
 pub mod mcp;
 pub mod new_era;

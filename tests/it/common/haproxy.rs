@@ -1,0 +1,80 @@
+//! A real HAProxy (Debian's `haproxy`, installed by tests/run.sh) in front of daemons'
+//! TCP listeners: `mode http`, round robin with no affinity, every answer naming the
+//! backend that gave it (`X-Served-By`), and the bearer token added on the way in (the
+//! gateway holds it, as a deployment's would). Killed with its process group when dropped.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+pub struct Haproxy {
+    _dir: tempfile::TempDir,
+    child: tokio::process::Child,
+    /// `127.0.0.1:PORT` it listens on.
+    pub addr: String,
+}
+
+impl Haproxy {
+    /// Starts HAProxy balancing `backends` (`host:port` each, named `m0`, `m1`, …) round
+    /// robin; returns once it accepts connections.
+    pub async fn start(backends: &[String], token: &str) -> Haproxy {
+        super::require_program("haproxy");
+        let dir = tempfile::tempdir().unwrap();
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let addr = format!("127.0.0.1:{port}");
+        let servers: String = backends
+            .iter()
+            .enumerate()
+            .map(|(i, b)| format!("  server m{i} {b}\n"))
+            .collect();
+        let cfg = format!(
+            "global\n  maxconn 512\n\
+             defaults\n  mode http\n  timeout connect 5s\n  timeout client 120s\n  timeout server 120s\n  option http-server-close\n\
+             frontend mcp\n  bind {addr}\n  http-request set-header Authorization \"Bearer {token}\"\n  default_backend members\n\
+             backend members\n  balance roundrobin\n  http-response set-header X-Served-By %[srv_name]\n{servers}"
+        );
+        let path = dir.path().join("haproxy.cfg");
+        std::fs::write(&path, cfg).unwrap();
+        let mut child = tokio::process::Command::new("haproxy")
+            .arg("-f")
+            .arg(&path)
+            .arg("-db")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("start haproxy");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while tokio::net::TcpStream::connect(&addr).await.is_err() {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("haproxy exited: {status}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "haproxy never listened on {addr}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Haproxy {
+            _dir: dir,
+            child,
+            addr,
+        }
+    }
+}
+
+impl Drop for Haproxy {
+    fn drop(&mut self) {
+        if let Some(pid) = self.child.id() {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
