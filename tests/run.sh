@@ -11,10 +11,10 @@ for pkg in @modelcontextprotocol/server-everything @modelcontextprotocol/server-
     break
   fi
 done
-# The module host's own pinned packages (src/modules/own-packages) into npm's cache:
+# The module host's own pinned packages (src/custom/modules/own-packages) into npm's cache:
 # tests/it/module_packages.rs installs them with `toolhost modules setup`, offline.
 own_packages=$(mktemp -d)
-cp src/modules/own-packages/package.json src/modules/own-packages/package-lock.json "$own_packages"/
+cp src/custom/modules/own-packages/package.json src/custom/modules/own-packages/package-lock.json "$own_packages"/
 npm ci --prefix "$own_packages" --ignore-scripts --no-audit --no-fund --loglevel=error
 rm -rf "$own_packages"
 # Debian packages the tests need, once: chromium and chromedriver for the operator page's

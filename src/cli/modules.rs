@@ -1,5 +1,5 @@
 //! `toolhost modules setup`: installs the module host's own pinned zod and TypeBox
-//! ([`crate::modules::packages`]) so a MusePi module that uses `pi.zod` loads with nothing
+//! ([`crate::custom::modules::packages`]) so a MusePi module that uses `pi.zod` loads with nothing
 //! installed next to it; a running daemon then tries its failed modules again.
 
 use std::path::PathBuf;
@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use super::render::{say, say_err};
 use super::Globals;
-use crate::modules::packages;
+use crate::custom::modules::packages;
 
 #[derive(clap::Subcommand, Debug)]
 pub enum ModulesCommand {

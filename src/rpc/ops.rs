@@ -169,7 +169,7 @@ pub(super) fn health(host: &Host) -> HealthResult {
                 restarts: modules.host.restarts,
                 last_exit: modules.host.last_exit,
                 start_error: modules.host.start_error,
-                packages: crate::modules::packages::installed()
+                packages: crate::custom::modules::packages::installed()
                     .map(|d| d.join("node_modules").display().to_string()),
                 modules: modules.modules,
                 tools: modules.tools,
