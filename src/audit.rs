@@ -48,6 +48,12 @@ pub struct Caller {
 }
 
 impl Caller {
+    /// Whether this is the daemon's own in-process connection (the MCP facade's), whose
+    /// word the host takes for what the facade learned of its own callers.
+    pub fn is_daemon(&self) -> bool {
+        self.pid.and_then(|p| u32::try_from(p).ok()) == Some(std::process::id())
+    }
+
     /// The peer of a Unix socket connection.
     pub fn of_unix(stream: &tokio::net::UnixStream) -> Option<Arc<Caller>> {
         let cred = stream.peer_cred().ok()?;
@@ -124,6 +130,13 @@ impl Caller {
         }
     }
 }
+
+/// The name of the bearer token an HTTP request to `/mcp` carried (TCP), in the request's
+/// extensions: the facade's calls reach the host through the daemon's own connection,
+/// whose caller is the daemon, so the facade names the token in the sessions it makes
+/// (session meta `tcp_token`, which the host takes from no one else).
+#[derive(Debug, Clone)]
+pub struct TokenName(pub String);
 
 tokio::task_local! {
     /// The caller of the request being handled (set by the RPC layer).

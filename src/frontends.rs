@@ -44,8 +44,18 @@ impl Frontends {
     /// Returns the frontend as it is to be kept ([`Frontends::keep`]).
     pub fn identify(&self, p: &mut SessionCreateParams, workspace: &str) -> Option<Frontend> {
         let caller = crate::audit::current_caller();
-        // The token's name is the daemon's word: set over TCP, never taken from a client.
-        let token = caller.as_ref().and_then(|c| c.token.clone());
+        // The token's name is the daemon's word: set over TCP, never taken from a client;
+        // the MCP facade (the daemon's own connection) names the token of its `/mcp` caller.
+        let token = match &caller {
+            Some(c) if c.token.is_some() => c.token.clone(),
+            Some(c) if c.is_daemon() => p
+                .meta
+                .as_ref()
+                .and_then(|m| m.get(META_TOKEN))
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            _ => None,
+        };
         if let Some(name) = &token {
             let meta = p.meta.get_or_insert_default();
             meta.insert(META_TOKEN.into(), name.as_str().into());
@@ -59,8 +69,8 @@ impl Frontends {
         let uid = caller.as_ref().and_then(|c| c.uid);
         // The daemon's own in-process connection (`/mcp`) has no process chain of its own.
         let started_by = caller
+            .filter(|c| !c.is_daemon())
             .and_then(|c| c.pid)
-            .filter(|&pid| u32::try_from(pid).ok() != Some(std::process::id()))
             .map(chain_above)
             .unwrap_or_default();
         let client = client_of(meta);

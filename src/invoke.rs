@@ -108,6 +108,10 @@ async fn run_call(
             let client = (
                 audit::client_name(&s.meta),
                 s.frontend_id().map(str::to_owned),
+                s.meta
+                    .get(crate::protocol::META_TOKEN)
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
             );
             (
                 PathBuf::from(&s.workspace),
@@ -122,7 +126,7 @@ async fn run_call(
             host.workspace().to_path_buf(),
             config.approval.mode,
             Value::Object(Map::new()),
-            (None, None),
+            (None, None, None),
             None,
             None,
         ),
@@ -172,10 +176,11 @@ async fn run_call(
         config.limits.default_timeout_ms
     };
     let timeout_ms = params.timeout_ms.unwrap_or(default_timeout_ms);
-    let (client, frontend) = client;
+    let (client, frontend, session_token) = client;
     let mut facts = Facts {
         client,
         frontend,
+        token: session_token,
         checkpoints: crate::checkpoint::enabled_for(&config, profile.as_deref(), &session_meta),
         parent,
         ..Facts::default()
@@ -232,6 +237,9 @@ struct Facts {
     client: Option<String>,
     /// The session's frontend id.
     frontend: Option<String>,
+    /// The name of the bearer token its session was made with (`/mcp` over TCP, whose
+    /// calls come through the daemon's own connection).
+    token: Option<String>,
     /// The guard that refused the call.
     guard: Option<crate::protocol::GuardRefusal>,
     /// Checkpoints are on for the call's session (`checkpoint::enabled_for`).
@@ -252,6 +260,7 @@ impl Default for Facts {
             output_bytes: 0,
             client: None,
             frontend: None,
+            token: None,
             guard: None,
             checkpoints: false,
             parent: None,
@@ -287,7 +296,12 @@ fn record_finished(
         call_id: call_id.to_owned(),
         session: params.session_id.clone(),
         peer_uid: caller.as_ref().and_then(|c| c.uid),
-        peer_token: caller.as_ref().and_then(|c| c.token.clone()),
+        // Through the MCP facade (the daemon's own connection), the token its session names.
+        peer_token: match &caller {
+            Some(c) if c.is_daemon() => facts.token,
+            Some(c) => c.token.clone(),
+            None => None,
+        },
         peer_pid: caller.as_ref().and_then(|c| c.pid),
         peer_process: caller.as_ref().and_then(|c| c.process.clone()),
         client: facts

@@ -297,6 +297,8 @@ impl Facade {
 pub struct Peer {
     pub info: Implementation,
     pub protocol_version: String,
+    /// The name of the bearer token its request carried (`/mcp` over TCP).
+    pub token: Option<String>,
 }
 
 impl Peer {
@@ -310,14 +312,19 @@ impl Peer {
                 .protocol_version()
                 .map(|v| v.to_string())
                 .unwrap_or_default(),
+            token: super::http::token_of(ctx),
         }
     }
 
-    /// From `initialize` (old era).
-    pub fn initialized(request: &rmcp::model::InitializeRequestParams) -> Peer {
+    /// From `initialize` (old era), which came with `token` (see [`Peer::token`]).
+    pub fn initialized(
+        request: &rmcp::model::InitializeRequestParams,
+        token: Option<String>,
+    ) -> Peer {
         Peer {
             info: request.client_info.clone(),
             protocol_version: request.protocol_version.to_string(),
+            token,
         }
     }
 }

@@ -221,6 +221,18 @@ pub(super) fn profile_of(
         .map(|(_, v)| v.into_owned())
 }
 
+/// The name of the bearer token the request of `context` carried (`/mcp` over TCP; the
+/// RPC layer puts it in the request's extensions after its check).
+pub(super) fn token_of(
+    context: &rmcp::service::RequestContext<rmcp::RoleServer>,
+) -> Option<String> {
+    let parts = context.extensions.get::<http::request::Parts>()?;
+    parts
+        .extensions
+        .get::<crate::audit::TokenName>()
+        .map(|t| t.0.clone())
+}
+
 fn plain(status: http::StatusCode, text: &str) -> http::Response<BoxBody<Bytes, Infallible>> {
     let mut res = http::Response::new(Full::new(Bytes::from(text.to_owned())).boxed());
     *res.status_mut() = status;
@@ -268,12 +280,14 @@ struct Sessionless {
     used: Instant,
 }
 
-/// Who a sessionless request comes from, as far as it says.
+/// Who a sessionless request comes from, as far as it says (and its bearer token's name
+/// over TCP: two tokens are two callers whatever their `clientInfo`).
 #[derive(PartialEq, Eq)]
 struct SessionKey {
     profile: Option<String>,
     name: String,
     version: String,
+    token: Option<String>,
 }
 
 impl SharedClient {
@@ -333,6 +347,7 @@ impl SharedClient {
             profile: profile.clone(),
             name: peer.info.name.clone(),
             version: peer.info.version.clone(),
+            token: peer.token.clone(),
         };
         let mut sessions = self.sessions.lock().await;
         if let Some(s) = sessions.iter_mut().find(|s| s.key == key) {

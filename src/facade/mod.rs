@@ -54,7 +54,7 @@ use crate::lock;
 use crate::protocol::{
     ErrorKind, InputKind, InputRequest, InvokeEvent, InvokeParams, InvokeResult, ListToolsParams,
     SessionCreateParams, SessionUpdateParams, SubscribeInvokeParams, ToolEntry, ToolFormat,
-    WorkspaceFrom, META_WORKSPACE_FROM, REQUIRED_CAPABILITIES,
+    WorkspaceFrom, META_TOKEN, META_WORKSPACE_FROM, REQUIRED_CAPABILITIES,
 };
 
 use changes::{Changes, Feed};
@@ -435,7 +435,12 @@ impl Facade {
     /// Takes up `/mcp` session `id` of an earlier daemon (rmcp replays its `initialize`):
     /// its host session is made again as it was (same id, workspace, profile, frontend) and
     /// its client's roots are not asked again.
-    async fn take_up(&self, shared: &http::SharedClient, id: &str) -> Result<(), ErrorData> {
+    async fn take_up(
+        &self,
+        shared: &http::SharedClient,
+        id: &str,
+        token: Option<String>,
+    ) -> Result<(), ErrorData> {
         let kept = shared
             .persisted()
             .get(id)
@@ -444,7 +449,7 @@ impl Facade {
         let _ = self.state.mcp_session.set(id.to_owned());
         let Some(params) = kept.host_session.filter(|p| p.id.is_some()) else {
             // Kept without its host session (the facade could not write it): a new one.
-            *lock(&self.state.pending) = Some(era::Peer::initialized(&kept.initialize));
+            *lock(&self.state.pending) = Some(era::Peer::initialized(&kept.initialize, token));
             self.open_pending().await?;
             self.keep(shared, id, &kept.initialize).await;
             return Ok(());
@@ -713,12 +718,15 @@ impl ServerHandler for Facade {
             .map(|m| m.0.to_string());
         let restoring = context.extensions.get::<SessionRestoreMarker>().is_some();
         match (&self.link, kept_as) {
-            (Link::Shared(shared), Some(id)) if restoring => self.take_up(shared, &id).await?,
+            (Link::Shared(shared), Some(id)) if restoring => {
+                self.take_up(shared, &id, http::token_of(&context)).await?
+            }
             (link, kept_as) => {
                 if let Some(profile) = self.profile.clone().or_else(|| http::profile_of(&context)) {
                     let _ = self.state.profile.set(profile);
                 }
-                *lock(&self.state.pending) = Some(era::Peer::initialized(&request));
+                *lock(&self.state.pending) =
+                    Some(era::Peer::initialized(&request, http::token_of(&context)));
                 match (self.open_pending().await, link) {
                     // A bridge answers without its daemon: the session is opened once one answers.
                     (Err(e), Link::Bridge(..)) => {
@@ -1151,6 +1159,10 @@ fn session_meta(peer: &era::Peer, workspace_from: WorkspaceFrom) -> Map<String, 
     meta.insert("frontend".into(), "mcp".into());
     meta.insert("mcp_client".into(), Value::Object(mcp_client));
     meta.insert(META_WORKSPACE_FROM.into(), wire(workspace_from));
+    if let Some(token) = &peer.token {
+        // Taken from the daemon's own connection only (`Frontends::identify`).
+        meta.insert(META_TOKEN.into(), token.clone().into());
+    }
     meta
 }
 

@@ -212,6 +212,11 @@ impl HttpService {
                     "the MCP facade is not open to processes the host started\n",
                 ));
             }
+            let mut req = req;
+            if let Some(name) = token {
+                req.extensions_mut()
+                    .insert(crate::audit::TokenName(name.to_string()));
+            }
             let (mcp, connection) = (self.shared.mcp.clone(), self.connection.clone());
             return async move { Ok(mcp.handle(req, &connection).await.map(HttpBody::new)) }
                 .boxed();
