@@ -33,6 +33,18 @@ async fn next_change(sub: &mut Subscription<ToolsChanged>) -> Value {
     serde_json::to_value(n).unwrap()
 }
 
+/// A subscription made once server `a` is ready and its tools are served: the notification
+/// of their arrival may go out before a subscription made at start exists (it raced in
+/// CI), so it is neither awaited nor mistaken for a later change.
+async fn subscribed_once_a_serves(d: &Daemon) -> Subscription<ToolsChanged> {
+    wait_state(d, "a", "ready").await;
+    assert_eq!(
+        d.invoke("mcp_a_echo", json!({"text": "up"})).await["output"],
+        "up"
+    );
+    d.client().await.subscribe_tools_changed().await.unwrap()
+}
+
 async fn no_change_within(sub: &mut Subscription<ToolsChanged>, ms: u64) {
     if let Ok(n) = tokio::time::timeout(Duration::from_millis(ms), sub.next()).await {
         panic!("unexpected notification: {n:?}");
@@ -107,9 +119,8 @@ async fn file_edits_apply_as_a_diff_with_one_notification_each() {
 
 #[tokio::test]
 async fn broken_configs_keep_the_old_one_and_recover() {
-    let (d, mut sub) = start(|dir| json!({"mcp_servers": {"a": fixture(dir, "a")}})).await;
-    wait_state(&d, "a", "ready").await;
-    next_change(&mut sub).await;
+    let d = Daemon::start_in(|dir| json!({"mcp_servers": {"a": fixture(dir, "a")}})).await;
+    let mut sub = subscribed_once_a_serves(&d).await;
     let dir = d.dir.path().to_path_buf();
     let good = json!({"mcp_servers": {"a": fixture(&dir, "a")}});
 
@@ -337,9 +348,8 @@ async fn mcp_servers_alias_env_overrides_and_cli() {
 /// config stays live: duplicate keys, NUL bytes, `=` in an env name, an empty command.
 #[tokio::test]
 async fn hardened_refusals_name_the_path_and_keep_the_old_config() {
-    let (d, mut sub) = start(|dir| json!({"mcp_servers": {"a": fixture(dir, "a")}})).await;
-    wait_state(&d, "a", "ready").await;
-    next_change(&mut sub).await;
+    let d = Daemon::start_in(|dir| json!({"mcp_servers": {"a": fixture(dir, "a")}})).await;
+    let mut sub = subscribed_once_a_serves(&d).await;
     let dir = d.dir.path().to_path_buf();
     let a = fixture(&dir, "a");
     let with = |k: &str, v: Value| {
