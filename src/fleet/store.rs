@@ -139,10 +139,11 @@ fn cursor(c: &str) -> Result<(i64, String)> {
         .ok_or_else(|| Error::InvalidParams(format!("invalid cursor: {c:?}")))
 }
 
-impl SessionStore for PgStore {
-    fn get(&self, id: &str) -> Result<Option<Session>> {
+impl PgStore {
+    /// Session `id`'s stored JSON as text: what `get` decodes and `update` compares and swaps.
+    fn stored(&self, id: &str) -> Result<Option<String>> {
         let key = id.to_owned();
-        let text: Option<String> = self.run(move |c| async move {
+        self.run(move |c| async move {
             let row = c
                 .query_opt(
                     "SELECT session::text FROM toolhost_sessions WHERE id = $1",
@@ -150,8 +151,13 @@ impl SessionStore for PgStore {
                 )
                 .await?;
             Ok(row.map(|r| r.get(0)))
-        })?;
-        text.map(|t| decode(id, &t)).transpose()
+        })
+    }
+}
+
+impl SessionStore for PgStore {
+    fn get(&self, id: &str) -> Result<Option<Session>> {
+        self.stored(id)?.map(|t| decode(id, &t)).transpose()
     }
 
     fn insert(&self, session: &Session) -> Result<bool> {
@@ -178,17 +184,9 @@ impl SessionStore for PgStore {
     /// again on its value.
     fn update(&self, id: &str, f: &dyn Fn(&mut Session)) -> Result<Option<Session>> {
         loop {
-            let key = id.to_owned();
-            let old: Option<String> = self.run(move |c| async move {
-                let row = c
-                    .query_opt(
-                        "SELECT session::text FROM toolhost_sessions WHERE id = $1",
-                        &[&key],
-                    )
-                    .await?;
-                Ok(row.map(|r| r.get(0)))
-            })?;
-            let Some(old) = old else { return Ok(None) };
+            let Some(old) = self.stored(id)? else {
+                return Ok(None);
+            };
             let mut s = decode(id, &old)?;
             let (keep_id, keep_created) = (s.id.clone(), s.created_at);
             f(&mut s);
