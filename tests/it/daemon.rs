@@ -665,13 +665,7 @@ async fn tcp_listener_requires_a_bearer_token() {
     d.spawn(&[("TOOLHOST_TOKEN", "s3cret")]).await;
     let mode = std::fs::metadata(d.socket()).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o660);
-    let log = d.log();
-    let addr = log
-        .split("tcp ")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no tcp address in log: {log}"))
-        .to_owned();
+    let addr = d.tcp_addr().await;
     let body = r#"{"jsonrpc":"2.0","id":1,"method":"host.health"}"#;
     let post = |auth: Option<&'static str>| {
         let addr = addr.clone();

@@ -157,7 +157,7 @@ async fn stdio(d: &Daemon, c: TestClient, args: &[&str]) -> Mcp {
 
 /// `/mcp` over TCP with the bearer token.
 async fn http(d: &Daemon, c: TestClient) -> Mcp {
-    let url = format!("http://{}/mcp", d.tcp_addr());
+    let url = format!("http://{}/mcp", d.tcp_addr().await);
     let cfg = StreamableHttpClientTransportConfig::with_uri(url).auth_header(TOKEN);
     c.serve(StreamableHttpClientTransport::from_config(cfg))
         .await
@@ -400,7 +400,7 @@ async fn cancelling_a_call_kills_its_process_group() {
 #[tokio::test]
 async fn http_needs_the_token_and_a_local_origin() {
     let d = start(json!({})).await;
-    let addr = d.tcp_addr();
+    let addr = d.tcp_addr().await;
     let init = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}"#;
     let post = |headers: Vec<(&'static str, String)>| {
         let addr = addr.clone();
@@ -594,7 +594,7 @@ async fn python_sdk_over_stdio_and_http() {
     let mut stdio = python_client(&["stdio", BIN, socket.to_str().unwrap()]).await;
     stdio["mode"] = json!("stdio");
     assert_eq!(stdio, python_expected("stdio"));
-    let url = format!("http://{}/mcp", d.tcp_addr());
+    let url = format!("http://{}/mcp", d.tcp_addr().await);
     let mut http = python_client(&["http", &url, TOKEN]).await;
     http["mode"] = json!("http");
     assert_eq!(http, python_expected("http"));
@@ -656,7 +656,7 @@ async fn python_sdk_sees_prompts_resources_and_completions() {
     let args = ["surface", "stdio", BIN, socket.to_str().unwrap()];
     let stdio = python_client(&args).await;
     assert_eq!(stdio, expected);
-    let url = format!("http://{}/mcp", d.tcp_addr());
+    let url = format!("http://{}/mcp", d.tcp_addr().await);
     let http = python_client(&["surface", "http", &url, TOKEN]).await;
     assert_eq!(http, expected);
 }

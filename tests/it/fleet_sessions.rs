@@ -115,7 +115,7 @@ async fn an_mcp_client_through_haproxy_round_robin_keeps_one_session() {
     let b = member(&pg).await;
     std::fs::write(a.workspace().join("who.txt"), "a's workspace").unwrap();
     std::fs::write(b.workspace().join("who.txt"), "b's workspace").unwrap();
-    let gw = Haproxy::start(&[a.tcp_addr(), b.tcp_addr()], TOKEN).await;
+    let gw = Haproxy::start(&[a.tcp_addr().await, b.tcp_addr().await], TOKEN).await;
 
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {},

@@ -380,7 +380,7 @@ async fn a_sandboxed_call_can_neither_read_the_token_nor_get_in_over_tcp_with_it
 
     // A token that leaked anyway gets a sandboxed process nothing over TCP: the same peer
     // rule as on the Unix socket.
-    let addr = d.tcp_addr();
+    let addr = d.tcp_addr().await;
     let (host, port) = addr.rsplit_once(':').unwrap();
     let escaped = d.dir.path().join("escaped");
     let body = json!({"jsonrpc": "2.0", "id": 7, "method": "invoke", "params": {

@@ -150,13 +150,7 @@ async fn metrics_on_tcp_need_the_bearer_token() {
     )
     .unwrap();
     d.spawn(&[("TOOLHOST_TOKEN", "s3cret")]).await;
-    let log = d.log();
-    let addr = log
-        .split("tcp ")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no tcp address in log: {log}"))
-        .to_owned();
+    let addr = d.tcp_addr().await;
     let get = |auth: &'static [(&'static str, &'static str)]| {
         let addr = addr.clone();
         async move {

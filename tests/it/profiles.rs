@@ -41,18 +41,13 @@ async fn start() -> Daemon {
     d
 }
 
-fn mcp_url(d: &Daemon, query: &str) -> String {
-    let log = d.log();
-    let addr = log
-        .split("tcp ")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no tcp address in log: {log}"));
-    format!("http://{addr}/mcp{query}")
+async fn mcp_url(d: &Daemon, query: &str) -> String {
+    format!("http://{}/mcp{query}", d.tcp_addr().await)
 }
 
 async fn http(d: &Daemon, query: &str) -> Result<Mcp, String> {
-    let cfg = StreamableHttpClientTransportConfig::with_uri(mcp_url(d, query)).auth_header(TOKEN);
+    let cfg =
+        StreamableHttpClientTransportConfig::with_uri(mcp_url(d, query).await).auth_header(TOKEN);
     ().serve(StreamableHttpClientTransport::from_config(cfg))
         .await
         .map_err(|e| format!("{e:?}"))

@@ -99,7 +99,7 @@ async fn launch(
         "python3 attack.py '{}' '{}' '{}' '{TOKEN}' '{}'",
         d.socket().display(),
         out.display(),
-        d.tcp_addr(),
+        d.tcp_addr().await,
         reqs.to_string().replace('\'', r"'\''")
     );
     let params = json!({

@@ -893,16 +893,16 @@ async fn tcp_bearer_scheme_is_case_insensitive_and_a_wildcard_address_is_warned_
     )
     .unwrap();
     d.spawn(&[("TOOLHOST_TOKEN", "s3cret")]).await;
+    // The warning is logged before the line naming the address, which this waits for.
+    let addr = d.tcp_addr().await;
     let log = d.log();
     assert!(
         log.contains("accepts connections from every network"),
         "{log}"
     );
-    let port = log
-        .split("+ tcp 0.0.0.0:")
-        .nth(1)
-        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
-        .unwrap_or_else(|| panic!("no tcp address in log: {log}"))
+    let port = addr
+        .strip_prefix("0.0.0.0:")
+        .unwrap_or_else(|| panic!("not on every network: {addr}"))
         .to_owned();
     let body = health("1");
     for (auth, want) in [
@@ -1056,14 +1056,12 @@ async fn a_call_id_in_flight_is_refused_on_invoke_and_subscribe_invoke() {
 // ---------------------------------------------------------------------------------------
 // Connection budgets and the handshake deadline
 
-/// The port of the daemon's TCP listener on `host`, from its start-up log.
-fn tcp_port(d: &Daemon, host: &str) -> u16 {
-    let log = d.log();
-    log.split(&format!("+ tcp {host}:"))
-        .nth(1)
-        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|p| p.parse().ok())
-        .unwrap_or_else(|| panic!("no tcp address in log: {log}"))
+/// The port of the daemon's TCP listener, from its start-up log.
+async fn tcp_port(d: &Daemon) -> u16 {
+    let addr = d.tcp_addr().await;
+    addr.parse::<std::net::SocketAddr>()
+        .unwrap_or_else(|e| panic!("{addr}: {e}"))
+        .port()
 }
 
 /// A keep-alive JSON-RPC POST of `host.health` with `Authorization: Bearer <token>`.
@@ -1095,7 +1093,7 @@ async fn idle_tcp_connections_lock_out_neither_the_unix_socket_nor_a_client_with
     }});
     std::fs::write(d.config_path(), limits.to_string()).unwrap();
     d.spawn(&[("TOOLHOST_TOKEN", "s3cret")]).await;
-    let addr = ("127.0.0.1", tcp_port(&d, "127.0.0.1"));
+    let addr = ("127.0.0.1", tcp_port(&d).await);
 
     // Many more idle TCP connections than either TCP budget, and an idle Unix one.
     let mut idle = Vec::new();

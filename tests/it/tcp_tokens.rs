@@ -42,7 +42,7 @@ async fn a_tcp_caller_is_known_by_its_tokens_name_in_frontend_meta_and_audit() {
     }});
     std::fs::write(d.config_path(), cfg.to_string()).unwrap();
     d.spawn(&[]).await;
-    let addr = d.tcp_addr();
+    let addr = d.tcp_addr().await;
     let ws = d.workspace().display().to_string();
 
     let mut seen = Vec::new();
@@ -219,7 +219,7 @@ async fn mcp_over_tcp_carries_the_tokens_name() {
     let cfg = json!({"listen": {"tcp": "127.0.0.1:0", "tokens": tokens}});
     std::fs::write(d.config_path(), cfg.to_string()).unwrap();
     d.spawn(&[]).await;
-    let addr = d.tcp_addr();
+    let addr = d.tcp_addr().await;
     let pairs = [("ci-runner", "tok-ci-7c6d"), ("laptop", "tok-lap-5e4f")];
 
     // 2025-11-25: initialize, initialized, a call; one MCP session per token.

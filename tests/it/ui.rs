@@ -59,18 +59,7 @@ pub(crate) async fn tcp_daemon(config: Value) -> (Daemon, String) {
     config["listen"] = json!({"tcp": "127.0.0.1:0"});
     std::fs::write(d.config_path(), config.to_string()).unwrap();
     d.spawn(&[("TOOLHOST_TOKEN", TOKEN)]).await;
-    // The line naming the address may reach the log just after the socket answers.
-    eventually(10, "the tcp address in the log", || async {
-        d.log().contains(" + tcp ")
-    })
-    .await;
-    let log = d.log();
-    let addr = log
-        .split("tcp ")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no tcp address in log: {log}"))
-        .to_owned();
+    let addr = d.tcp_addr().await;
     (d, addr)
 }
 

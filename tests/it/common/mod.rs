@@ -297,10 +297,15 @@ impl Daemon {
         assert!(r.get("result").is_some(), "{r}");
         c
     }
-    /// The address the TCP listener bound (`listen.tcp` of port 0), from the log.
-    pub fn tcp_addr(&self) -> String {
+    /// The address the TCP listener bound (`listen.tcp` of port 0), from the log. The line
+    /// naming it can reach the log just after the socket answers, so this waits for it.
+    pub async fn tcp_addr(&self) -> String {
+        eventually(10, "the tcp address in the log", || async {
+            self.log().contains(" + tcp ")
+        })
+        .await;
         let log = self.log();
-        log.split("tcp ")
+        log.split(" + tcp ")
             .nth(1)
             .and_then(|s| s.split_whitespace().next())
             .unwrap_or_else(|| panic!("no tcp address in log: {log}"))
