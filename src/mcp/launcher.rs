@@ -182,12 +182,36 @@ async fn connect_http(
                 });
             }
             None => {
-                return Err(anyhow::Error::new(e)
-                    .context(format!("cannot initialise MCP session with {url}")))
+                let cause = match unreachable(url).await {
+                    Some(line) => anyhow!(line),
+                    None => anyhow::Error::new(e),
+                };
+                return Err(cause.context(format!("cannot initialise MCP session with {url}")));
             }
         },
     };
     Ok(Connection::remote(service))
+}
+
+/// Why `url`'s address cannot be reached, in one line ("connection refused to
+/// 127.0.0.1:3845"), or `None` when it can (the failure is then the server's answer).
+/// rmcp's streamable-HTTP error names its transport's types and keeps no source chain to
+/// the socket's error, so the cause is found by trying the address once more.
+async fn unreachable(url: &str) -> Option<String> {
+    let parsed = reqwest::Url::parse(url).ok()?;
+    let target = format!("{}:{}", parsed.host_str()?, parsed.port_or_known_default()?);
+    let bound = Duration::from_secs(3);
+    match tokio::time::timeout(bound, tokio::net::TcpStream::connect(&target)).await {
+        Ok(Ok(_)) => None,
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            Some(format!("connection refused to {target}"))
+        }
+        Ok(Err(e)) => Some(format!("cannot connect to {target}: {e}")),
+        Err(_) => Some(format!(
+            "no answer from {target} within {} s",
+            bound.as_secs()
+        )),
+    }
 }
 
 /// A session over streamable HTTP: rmcp's probe and fallback, bounded. rmcp's transport

@@ -213,3 +213,49 @@ async fn the_cli_says_what_it_did_and_errors_read_as_json() {
         (json!(false), json!(true))
     );
 }
+
+/// An HTTP server nobody listens for, or whose host does not resolve, fails with one
+/// readable line naming the address, in `mcp.status` and in the CLI's status — not rmcp's
+/// transport type names.
+#[tokio::test]
+async fn an_unreachable_http_servers_error_is_one_readable_line() {
+    // A port that was just free: bound, then released.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let refused = format!("http://127.0.0.1:{port}/mcp");
+    let d = Daemon::start_with(Some(json!({"mcp_servers": {
+        "closed": {"url": refused},
+        "nowhere": {"url": "http://no-such-host.invalid:8123/mcp"},
+    }})))
+    .await;
+    let has_error = |st: &Value| st["last_error"].as_str().is_some_and(|e| !e.is_empty());
+    let closed = common::mcp::wait_status(&d, "closed", has_error).await;
+    assert_eq!(
+        closed["last_error"],
+        format!(
+            "cannot initialise MCP session with {refused}: connection refused to 127.0.0.1:{port}"
+        ),
+        "{closed}"
+    );
+    let nowhere = common::mcp::wait_status(&d, "nowhere", has_error).await;
+    let line = nowhere["last_error"].as_str().unwrap_or_default();
+    assert!(
+        line.starts_with(
+            "cannot initialise MCP session with http://no-such-host.invalid:8123/mcp: cannot connect to no-such-host.invalid:8123: "
+        ),
+        "{nowhere}"
+    );
+    assert!(!line.contains('\n') && !line.contains("rmcp::"), "{line}");
+    let status = cli(&d, &["mcp", "status"]).await;
+    assert!(
+        status
+            .stdout
+            .contains(&format!("connection refused to 127.0.0.1:{port}")),
+        "{}",
+        status.stdout
+    );
+    assert!(!status.stdout.contains("rmcp::"), "{}", status.stdout);
+}
