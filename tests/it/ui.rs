@@ -602,3 +602,77 @@ async fn an_operator_watches_cancels_and_approves_in_a_browser() {
     std::fs::write(screenshot_dir().join("operator-page.png"), png).unwrap();
     b.close().await.unwrap();
 }
+
+/// At 1400 px (the driver's window) no table clips a column: a failed server's long error,
+/// a deep workspace and a long session id wrap inside their cells, and a card with nothing
+/// in it (no trust decision waiting, no quarantined tool) takes no column.
+#[tokio::test]
+async fn at_1400_px_no_table_is_clipped_and_empty_cards_take_no_column() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let long_path = "a-rather-long-mcp-endpoint-path-segment".repeat(4);
+    let (d, addr) = tcp_daemon(json!({"mcp_servers": {
+        "an-http-server-with-a-long-name": {"url": format!("http://127.0.0.1:{port}/{long_path}")},
+    }}))
+    .await;
+    let deep = d
+        .dir
+        .path()
+        .join("projects/a-client-with-a-long-name/services/the-payments-service-monorepo");
+    std::fs::create_dir_all(&deep).unwrap();
+    d.session(json!({"workspace": deep})).await;
+    let driver = Driver::start().await;
+    let b = driver.browser().await;
+    b.goto(&format!("http://{addr}/ui/")).await.unwrap();
+    shown(&b, "#login:not([hidden]) #token")
+        .await
+        .send_keys(TOKEN)
+        .await
+        .unwrap();
+    click(&b, "#login button").await;
+    shown(&b, "#live.ok").await;
+    shown(
+        &b,
+        r#"tr[data-server="an-http-server-with-a-long-name"] + tr.detail td.error"#,
+    )
+    .await;
+    shown(&b, "#sessions-rows tr td.mono").await;
+
+    let width = b.execute("return window.innerWidth", vec![]).await.unwrap();
+    assert_eq!(width, 1400, "the driver's window");
+    // Every shown section's content fits its box; which sections are shown, and where.
+    let layout = b
+        .execute(
+            r#"return [...document.querySelectorAll("main > section")].map((s) => ({
+                id: s.id,
+                shown: s.offsetParent !== null,
+                clipped: s.scrollWidth > s.clientWidth + 1,
+                width: s.clientWidth,
+            }));"#,
+            vec![],
+        )
+        .await
+        .unwrap();
+    let sections = layout.as_array().unwrap();
+    for s in sections.iter().filter(|s| s["shown"] == true) {
+        assert_eq!(s["clipped"], false, "{s} in {layout}");
+    }
+    let shown_ids: Vec<&str> = sections
+        .iter()
+        .filter(|s| s["shown"] == true)
+        .filter_map(|s| s["id"].as_str())
+        .collect();
+    for empty in ["trust", "quarantine"] {
+        assert!(!shown_ids.contains(&empty), "{empty} is empty: {layout}");
+    }
+    for wanted in ["servers", "sessions", "tools", "config", "audit"] {
+        assert!(shown_ids.contains(&wanted), "{wanted}: {layout}");
+    }
+    std::fs::create_dir_all(screenshot_dir()).unwrap();
+    let png = b.screenshot().await.unwrap();
+    std::fs::write(screenshot_dir().join("operator-page-1400.png"), png).unwrap();
+    b.close().await.unwrap();
+}

@@ -270,6 +270,8 @@ async function refreshQuarantine() {
   const health = await rpc("host.health");
   const waiting = list(health.trust_waiting);
   count("trust-count", waiting.length);
+  // A card with nothing in it takes no column.
+  $("trust").hidden = waiting.length === 0;
   const decided = async (method, params) => {
     await rpc(method, params);
     await Promise.all([refreshQuarantine(), refreshTools(), refreshSkills(), refreshStatus()]);
@@ -282,6 +284,7 @@ async function refreshQuarantine() {
       action("Trust this folder", "", () => decided("trust.folder", { folder: w.workspace }))))), "none");
   const quarantined = list(health.quarantined);
   count("quarantine-count", quarantined.length);
+  $("quarantine").hidden = quarantined.length === 0;
   const cards = await Promise.all(quarantined.map(async (name) => {
     const d = await rpc("tools.diff", { name });
     const q = d.quarantine || {};
