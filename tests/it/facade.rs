@@ -990,3 +990,62 @@ async fn memory_returns_after_two_thousand_sessions() {
     eprintln!("RSS: idle {idle} KiB, peak {peak} KiB, after 2,000 sessions {now} KiB");
     assert!(now <= idle + 10 * 1024, "idle {idle} KiB, after {now} KiB");
 }
+
+/// The TLS recipe of proto-docs/deploy.md, run as written: HAProxy terminates HTTPS with a
+/// self-signed certificate in front of `listen.tcp`, and the official Python SDK (trusting
+/// that certificate) sees over `https://` what it sees over plain HTTP — its own bearer
+/// token passed through unchanged.
+#[tokio::test]
+async fn python_sdk_over_https_through_the_documented_haproxy_recipe() {
+    let d = start(json!({})).await;
+    let daemon_addr = d.tcp_addr().await;
+    let certs = tempfile::tempdir().unwrap();
+    let (cert, key) = (certs.path().join("cert.pem"), certs.path().join("key.pem"));
+    let made = tokio::process::Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"])
+        .args(["-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .await
+        .expect("openssl");
+    assert!(made.status.success(), "{made:?}");
+    let bundle = certs.path().join("bundle.pem");
+    let both = [
+        std::fs::read_to_string(&cert).unwrap(),
+        std::fs::read_to_string(&key).unwrap(),
+    ]
+    .concat();
+    std::fs::write(&bundle, both).unwrap();
+
+    let doc = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("proto-docs/deploy.md"),
+    )
+    .unwrap();
+    let recipe = doc
+        .split("```haproxy\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("deploy.md's haproxy block")
+        .to_owned();
+    let proxy = common::haproxy::Haproxy::run(|public| {
+        recipe
+            .replace("PUBLIC", public)
+            .replace("CERT.pem", bundle.to_str().unwrap())
+            .replace("DAEMON", &daemon_addr)
+    })
+    .await;
+    let port = proxy.addr.rsplit(':').next().unwrap();
+    let url = format!("https://localhost:{port}/mcp");
+    let cert_file = cert.to_str().unwrap();
+    let mut https = common::python_sdk(
+        "client.py",
+        &["http", &url, TOKEN],
+        &[("TOOLHOST_MCP_PAGE_SIZE", "3"), ("SSL_CERT_FILE", cert_file)],
+    )
+    .await;
+    https["mode"] = json!("http");
+    assert_eq!(https, python_expected("http"));
+}

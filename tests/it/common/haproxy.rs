@@ -18,6 +18,25 @@ impl Haproxy {
     /// Starts HAProxy balancing `backends` (`host:port` each, named `m0`, `m1`, …) round
     /// robin; returns once it accepts connections.
     pub async fn start(backends: &[String], token: &str) -> Haproxy {
+        let servers: String = backends
+            .iter()
+            .enumerate()
+            .map(|(i, b)| format!("  server m{i} {b}\n"))
+            .collect();
+        Haproxy::run(|addr| {
+            format!(
+                "global\n  maxconn 512\n\
+                 defaults\n  mode http\n  timeout connect 5s\n  timeout client 120s\n  timeout server 120s\n  option http-server-close\n\
+                 frontend mcp\n  bind {addr}\n  http-request set-header Authorization \"Bearer {token}\"\n  default_backend members\n\
+                 backend members\n  balance roundrobin\n  http-response set-header X-Served-By %[srv_name]\n{servers}"
+            )
+        })
+        .await
+    }
+
+    /// Starts HAProxy on the config `config` makes for a free `127.0.0.1:PORT` (the address
+    /// it must bind); returns once it accepts connections there.
+    pub async fn run(config: impl FnOnce(&str) -> String) -> Haproxy {
         super::require_program("haproxy");
         let dir = tempfile::tempdir().unwrap();
         let port = {
@@ -25,19 +44,8 @@ impl Haproxy {
             l.local_addr().unwrap().port()
         };
         let addr = format!("127.0.0.1:{port}");
-        let servers: String = backends
-            .iter()
-            .enumerate()
-            .map(|(i, b)| format!("  server m{i} {b}\n"))
-            .collect();
-        let cfg = format!(
-            "global\n  maxconn 512\n\
-             defaults\n  mode http\n  timeout connect 5s\n  timeout client 120s\n  timeout server 120s\n  option http-server-close\n\
-             frontend mcp\n  bind {addr}\n  http-request set-header Authorization \"Bearer {token}\"\n  default_backend members\n\
-             backend members\n  balance roundrobin\n  http-response set-header X-Served-By %[srv_name]\n{servers}"
-        );
         let path = dir.path().join("haproxy.cfg");
-        std::fs::write(&path, cfg).unwrap();
+        std::fs::write(&path, config(&addr)).unwrap();
         let mut child = tokio::process::Command::new("haproxy")
             .arg("-f")
             .arg(&path)
