@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
-use crate::ui::{click, screenshot_dir, shown, tcp_daemon, Driver, TOKEN};
+use crate::ui::{click, log_in, screenshot_dir, shown, tcp_daemon, Driver};
 
 use common::Daemon;
 use serde_json::{json, Value};
@@ -55,14 +55,7 @@ async fn an_operator_reads_the_timeline_and_restores_from_the_page() {
 
     let driver = Driver::start().await;
     let b = driver.browser().await;
-    b.goto(&format!("http://{addr}/ui/")).await.unwrap();
-    shown(&b, "#login:not([hidden]) #token")
-        .await
-        .send_keys(TOKEN)
-        .await
-        .unwrap();
-    click(&b, "#login button").await;
-    shown(&b, "#live.ok").await;
+    log_in(&b, &addr).await;
 
     // The entries: tool, frontend's call, files; the outside change as its own entry.
     let row = shown(&b, &format!(r#"tr[data-checkpoint="{one}"]"#)).await;

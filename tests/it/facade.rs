@@ -1002,8 +1002,15 @@ async fn python_sdk_over_https_through_the_documented_haproxy_recipe() {
     let certs = tempfile::tempdir().unwrap();
     let (cert, key) = (certs.path().join("cert.pem"), certs.path().join("key.pem"));
     let made = tokio::process::Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"])
-        .args(["-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost"])
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args([
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost",
+        ])
         .arg("-keyout")
         .arg(&key)
         .arg("-out")
@@ -1020,10 +1027,9 @@ async fn python_sdk_over_https_through_the_documented_haproxy_recipe() {
     .concat();
     std::fs::write(&bundle, both).unwrap();
 
-    let doc = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("proto-docs/deploy.md"),
-    )
-    .unwrap();
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("proto-docs/deploy.md"))
+            .unwrap();
     let recipe = doc
         .split("```haproxy\n")
         .nth(1)
@@ -1043,7 +1049,10 @@ async fn python_sdk_over_https_through_the_documented_haproxy_recipe() {
     let mut https = common::python_sdk(
         "client.py",
         &["http", &url, TOKEN],
-        &[("TOOLHOST_MCP_PAGE_SIZE", "3"), ("SSL_CERT_FILE", cert_file)],
+        &[
+            ("TOOLHOST_MCP_PAGE_SIZE", "3"),
+            ("SSL_CERT_FILE", cert_file),
+        ],
     )
     .await;
     https["mode"] = json!("http");

@@ -439,6 +439,19 @@ pub(crate) async fn shown(b: &fantoccini::Client, css: &str) -> fantoccini::elem
     }
 }
 
+/// Opens the page on the TCP listener at `addr`, gives the token once (over TCP the page
+/// asks for it) and waits for the event stream to be live.
+pub(crate) async fn log_in(b: &fantoccini::Client, addr: &str) {
+    b.goto(&format!("http://{addr}/ui/")).await.unwrap();
+    shown(b, "#login:not([hidden]) #token")
+        .await
+        .send_keys(TOKEN)
+        .await
+        .unwrap();
+    click(b, "#login button").await;
+    shown(b, "#live.ok").await;
+}
+
 /// Clicks the element `css` (found afresh: the page redraws its tables as events come).
 pub(crate) async fn click(b: &fantoccini::Client, css: &str) {
     for _ in 0..20 {
@@ -470,15 +483,7 @@ async fn an_operator_watches_cancels_and_approves_in_a_browser() {
     let driver = Driver::start().await;
     let b = driver.browser().await;
 
-    // Over TCP the page asks for the token once.
-    b.goto(&format!("http://{addr}/ui/")).await.unwrap();
-    shown(&b, "#login:not([hidden]) #token")
-        .await
-        .send_keys(TOKEN)
-        .await
-        .unwrap();
-    click(&b, "#login button").await;
-    shown(&b, "#live.ok").await;
+    log_in(&b, &addr).await;
 
     // A server (and its tools) appear when config.json changes; one trusts no new tool.
     let dir = d.dir.path();
@@ -626,14 +631,7 @@ async fn at_1400_px_no_table_is_clipped_and_empty_cards_take_no_column() {
     d.session(json!({"workspace": deep})).await;
     let driver = Driver::start().await;
     let b = driver.browser().await;
-    b.goto(&format!("http://{addr}/ui/")).await.unwrap();
-    shown(&b, "#login:not([hidden]) #token")
-        .await
-        .send_keys(TOKEN)
-        .await
-        .unwrap();
-    click(&b, "#login button").await;
-    shown(&b, "#live.ok").await;
+    log_in(&b, &addr).await;
     shown(
         &b,
         r#"tr[data-server="an-http-server-with-a-long-name"] + tr.detail td.error"#,
