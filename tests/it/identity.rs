@@ -676,3 +676,51 @@ async fn a_cwd_the_daemons_user_cannot_read_leaves_the_session_in_its_workspace(
         assert!(why.contains(&dir.display().to_string()), "{name}: {s}");
     }
 }
+
+/// After a restart the bridge follows what its client subscribed to again before it says
+/// every list may have changed: the client hears all three `list_changed`, then the
+/// `resources/updated` of the resource it subscribed to (the code-mode declarations, which
+/// change with the tools) when a tool is added.
+#[tokio::test]
+async fn a_bridge_follows_its_clients_subscriptions_through_a_restart() {
+    const DECLARATIONS: &str = "toolhost://code/tools.d.ts";
+    let mut d = Daemon::start_in(|dir| {
+        std::fs::create_dir_all(dir.join("tools")).unwrap();
+        json!({"code_mode": {"enabled": true}, "custom_tools": {"paths": [dir.join("tools")]}})
+    })
+    .await;
+    let mut mcp = RawStdio::open(&d).await;
+    initialize(&mut mcp, "subscriber", None).await;
+    let (r, _) = mcp
+        .request(2, "resources/subscribe", json!({"uri": DECLARATIONS}))
+        .await;
+    assert!(r.get("result").is_some(), "{r}");
+
+    d.kill9().await;
+    d.spawn(&[]).await;
+    let mut heard = std::collections::BTreeSet::new();
+    while heard.len() < 3 {
+        let m = mcp.next().await;
+        if let Some(list) = m["method"]
+            .as_str()
+            .filter(|m| m.ends_with("/list_changed"))
+        {
+            heard.insert(list.to_owned());
+        }
+    }
+    common::write_tool(
+        &d.dir.path().join("tools"),
+        "added_after",
+        json!({"name": "added_after", "description": "Added after the restart.",
+               "command": ["./run.sh"], "approval": "read_only",
+               "parameters": {"type": "object", "properties": {}}}),
+        "echo hi",
+    );
+    loop {
+        let m = mcp.next().await;
+        if m["method"] == "notifications/resources/updated" {
+            assert_eq!(m["params"]["uri"], DECLARATIONS, "{m}");
+            break;
+        }
+    }
+}
