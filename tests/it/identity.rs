@@ -394,6 +394,7 @@ async fn two_conversations_of_one_frontend_are_two_sessions_of_one_frontend() {
     );
     let me = std::env::current_exe().unwrap().display().to_string();
     assert_eq!(claude["started_by"][0]["exe"], me, "{claude}");
+    assert_eq!(claude["uid"], nix::unistd::getuid().as_raw(), "{claude}");
     let id = claude["id"].as_str().unwrap().to_owned();
     assert!(id.starts_with("f_"), "{id}");
     let r = d.call("session.list", json!({})).await;
@@ -674,6 +675,16 @@ async fn a_cwd_the_daemons_user_cannot_read_leaves_the_session_in_its_workspace(
         assert_eq!(s["meta"]["workspace_from"], "daemon", "{s}");
         let why = s["meta"]["workspace_refused"].as_str().unwrap_or_default();
         assert!(why.contains(&dir.display().to_string()), "{name}: {s}");
+        // The frontend is known as the user it runs as (root), not the daemon's.
+        let status = d.call("host.status", json!({})).await["result"].clone();
+        let frontend = status["frontends"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["id"] == s["meta"]["frontend_id"])
+            .cloned()
+            .unwrap_or_else(|| panic!("{status}"));
+        assert_eq!(frontend["uid"], 0, "{frontend}");
     }
 }
 
