@@ -197,7 +197,13 @@ async fn run_call(
         sandbox,
         processes: host.processes().for_call(&call_id),
     };
-    let outcome = run_checked(host, &mut params, &mut facts, &view, mode, timeout_ms, ctx).await;
+    let outcome =
+        match run_checked(host, &mut params, &mut facts, &view, mode, timeout_ms, ctx).await {
+            Err(e) if e.kind == ErrorKind::Cancelled && host.shutdown_token().is_cancelled() => {
+                Err(e.with_field(crate::protocol::DAEMON_STOPPING, true))
+            }
+            other => other,
+        };
 
     let (result, control, output_bytes) = normalise(
         outcome,

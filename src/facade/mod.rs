@@ -1081,6 +1081,12 @@ impl Facade {
                 Ok(r) => r,
             }
         };
+        // Cut short by the daemon's own stop, not by this client: it may or may not have run.
+        if r.result.output.fields.get(crate::protocol::DAEMON_STOPPING) == Some(&Value::Bool(true))
+        {
+            let restarted = CallToolResult::error(vec![ContentBlock::text(RESTARTED)]);
+            return Ok(finish(context, restarted));
+        }
         if r.result.error_kind == Some(ErrorKind::UnknownTool) {
             return Err(ErrorData::invalid_params(
                 r.result

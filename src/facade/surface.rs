@@ -18,6 +18,7 @@ use rmcp::{ErrorData, RoleServer};
 use serde_json::{Map, Value};
 
 use super::{convert, host_error, inputs, Changes, Facade, Feed};
+use crate::client::{Client, ClientError};
 use crate::lock;
 use crate::mcp::mrtr::MAX_ROUNDS;
 use crate::protocol::{self, CompletionRef};
@@ -65,9 +66,17 @@ pub(super) struct Following {
     /// `prompts_changed` and `resources_changed`, subscribed in `initialize` and forwarded
     /// from `initialized` on (as for tools).
     feeds: Mutex<Option<Feeds>>,
-    /// The client's `resources/subscribe`s by URI: each a task forwarding the host's
-    /// `resource_updated`; aborting it ends the host subscription.
-    resources: Mutex<HashMap<String, tokio::task::AbortHandle>>,
+    /// The client's `resources/subscribe`s by URI.
+    resources: Mutex<HashMap<String, Followed>>,
+}
+
+/// One resource the client subscribed to: what to subscribe to again on a bridge's next
+/// daemon, and the task forwarding the host's `resource_updated` (aborting it ends the
+/// host subscription).
+struct Followed {
+    params: protocol::ResourceParams,
+    peer: Peer<RoleServer>,
+    task: tokio::task::AbortHandle,
 }
 
 /// Where a connection hears of changes of the live prompts and resources.
@@ -87,13 +96,61 @@ impl Feeds {
 
 impl Drop for Following {
     fn drop(&mut self) {
-        for (_, task) in lock(&self.resources).drain() {
-            task.abort();
+        for (_, followed) in lock(&self.resources).drain() {
+            followed.task.abort();
         }
     }
 }
 
 impl Following {
+    /// Forwards the host's `resource_updated` of `params` on `client` to `peer`, in place
+    /// of whatever followed that URI before.
+    async fn follow_resource(
+        &self,
+        client: &Client,
+        params: protocol::ResourceParams,
+        peer: Peer<RoleServer>,
+    ) -> Result<(), ClientError> {
+        let mut sub = client.subscribe_resource(&params).await?;
+        let to = peer.clone();
+        let task = tokio::spawn(async move {
+            while let Some(Ok(updated)) = sub.next().await {
+                let note = ResourceUpdatedNotificationParam::new(updated.uri);
+                if to.notify_resource_updated(note).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let uri = params.uri.clone();
+        let followed = Followed {
+            params,
+            peer,
+            task: task.abort_handle(),
+        };
+        if let Some(old) = lock(&self.resources).insert(uri, followed) {
+            old.task.abort();
+        }
+        Ok(())
+    }
+
+    /// Subscribes again on `client` (a bridge's next daemon) to every resource the client
+    /// subscribed to; one the new daemon refuses (gone with its server) is dropped.
+    pub(super) async fn follow_again(&self, client: &Client) {
+        let all: Vec<_> = lock(&self.resources)
+            .values()
+            .map(|f| (f.params.clone(), f.peer.clone()))
+            .collect();
+        for (params, peer) in all {
+            let uri = params.uri.clone();
+            if let Err(e) = self.follow_resource(client, params, peer).await {
+                tracing::warn!(%e, %uri, "cannot follow the resource on the new daemon");
+                if let Some(gone) = lock(&self.resources).remove(&uri) {
+                    gone.task.abort();
+                }
+            }
+        }
+    }
+
     /// Subscribes to the host's list changes (in `initialize`, before the first list).
     pub(super) fn subscribe(&self, changes: &Changes) {
         *lock(&self.feeds) = Some(Feeds::open(changes));
@@ -341,29 +398,17 @@ impl Facade {
             return Ok(());
         }
         let client = self.client().await?;
-        let mut sub = client
-            .subscribe_resource(&self.viewed_resource(uri.clone()))
+        self.state
+            .following
+            .follow_resource(&client, self.viewed_resource(uri), peer)
             .await
-            .map_err(host_error)?;
-        let task = tokio::spawn(async move {
-            while let Some(Ok(updated)) = sub.next().await {
-                let note = ResourceUpdatedNotificationParam::new(updated.uri);
-                if peer.notify_resource_updated(note).await.is_err() {
-                    break;
-                }
-            }
-        });
-        let old = lock(&self.state.following.resources).insert(uri, task.abort_handle());
-        if let Some(old) = old {
-            old.abort();
-        }
-        Ok(())
+            .map_err(host_error)
     }
 
     /// `resources/unsubscribe`: ends the URI's host subscription, if any.
     pub(super) fn unsubscribe_resource(&self, uri: &str) {
-        if let Some(task) = lock(&self.state.following.resources).remove(uri) {
-            task.abort();
+        if let Some(followed) = lock(&self.state.following.resources).remove(uri) {
+            followed.task.abort();
         }
     }
 }

@@ -1,10 +1,11 @@
 //! The stdio bridge's link to the daemon, which outlives the daemon: when the daemon goes
 //! away (a restart, an upgrade, a crash), `toolhost mcp` keeps its stdio side open,
 //! reconnects with backoff, restores its host session (same id, workspace, profile),
-//! follows the host's changes again and tells its client that every list may have
-//! changed. Meanwhile a request waits for the daemon, at most [`RECONNECT_WAIT`], and then
-//! fails with a message naming every socket tried; a call in flight when the daemon went
-//! away ends with a tool error saying it may or may not have run.
+//! follows the host's changes and the resources its client subscribed to again, and then
+//! tells its client that every list may have changed. Meanwhile a request waits for the
+//! daemon, at most [`RECONNECT_WAIT`], and then fails with a message naming every socket
+//! tried; a call in flight when the daemon went away ends with a tool error saying it may
+//! or may not have run.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -115,6 +116,7 @@ impl Upstream {
             match self.connect().await {
                 Ok(c) => {
                     state.restore(&c).await;
+                    state.following.follow_again(&c).await;
                     self.publish(c);
                     self.changes.all_changed();
                     tracing::info!("reconnected to the toolhost daemon");

@@ -72,6 +72,11 @@ impl InvokeParams {
 /// `-32021` error.
 pub const REQUIRED_CAPABILITIES: &str = "required_capabilities";
 
+/// The output field (`true`) of a call cancelled because the daemon is stopping (past its
+/// shutdown grace), not by its caller: a bridge answers it as the daemon-restarted tool
+/// error, which says the call may or may not have run.
+pub const DAEMON_STOPPING: &str = "daemon_stopping";
+
 /// What a call produced: `ok`, and on failure `error` and `error_kind`, beside the tool's
 /// output (on a failure, what the tool gave with it: e.g. `exit_code`, partial `stdout`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -61,6 +61,12 @@ pub fn workspace_of(host: &Scope<'_>, requested: Option<String>) -> Result<Strin
             "workspace {w:?} is not a directory"
         )));
     }
+    // One the daemon may enter but not list would hide its files from every tool.
+    if let Err(e) = std::fs::read_dir(&path) {
+        return Err(Error::InvalidParams(format!(
+            "workspace {w:?} cannot be read by the daemon: {e}"
+        )));
+    }
     Ok(path.display().to_string())
 }
 

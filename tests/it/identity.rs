@@ -394,6 +394,7 @@ async fn two_conversations_of_one_frontend_are_two_sessions_of_one_frontend() {
     );
     let me = std::env::current_exe().unwrap().display().to_string();
     assert_eq!(claude["started_by"][0]["exe"], me, "{claude}");
+    assert_eq!(claude["uid"], nix::unistd::getuid().as_raw(), "{claude}");
     let id = claude["id"].as_str().unwrap().to_owned();
     assert!(id.starts_with("f_"), "{id}");
     let r = d.call("session.list", json!({})).await;
@@ -430,15 +431,18 @@ async fn two_conversations_of_one_frontend_are_two_sessions_of_one_frontend() {
     drop((second, other));
 }
 
-/// The official Python SDK over `toolhost mcp` keeps calling through a SIGTERM restart and
-/// a `kill -9` restart of the daemon, and hears that the list may have changed each time.
-#[tokio::test]
-async fn the_python_sdk_keeps_calling_through_daemon_restarts() {
+/// The official Python SDK over `toolhost mcp` in era `mode` keeps calling through a SIGTERM
+/// restart and a `kill -9` restart of the daemon, and hears that the list may have changed
+/// each time; a call in flight at each stop ends with a tool error that says the host
+/// restarted and the call may or may not have run, well before its own end.
+async fn python_sdk_through_restarts(mode: &str) {
     let d = Daemon::start().await;
     let socket = d.socket().display().to_string();
     let pid = d.pid().to_string();
     let argv = d.serve_argv();
-    let seen = common::python_sdk("restart.py", &[common::BIN, &socket, &pid, &argv], &[]).await;
+    let marker = d.dir.path().join("started").display().to_string();
+    let args = [mode, common::BIN, &socket, &pid, &argv, &marker];
+    let seen = common::python_sdk("restart.py", &args, &[]).await;
     assert_eq!(
         seen["calls"],
         json!([
@@ -449,6 +453,285 @@ async fn the_python_sdk_keeps_calling_through_daemon_restarts() {
         "{seen}"
     );
     assert!(seen["list_changed"].as_u64().unwrap() >= 2, "{seen}");
-    assert_eq!(seen["tools-after-sigterm"], true, "{seen}");
-    assert_eq!(seen["tools-after-kill9"], true, "{seen}");
+    for how in ["sigterm", "kill9"] {
+        assert_eq!(seen[format!("tools-after-{how}")], true, "{seen}");
+        let inflight = &seen[format!("inflight-{how}")];
+        assert_eq!(inflight["is_error"], true, "{how}: {seen}");
+        let text = inflight["text"].as_str().unwrap_or_default();
+        assert!(
+            text.contains("restarted") && text.contains("may or may not have run"),
+            "{how}: {seen}"
+        );
+        // The daemon's shutdown grace (5 s) and then some, not the call's 60 s.
+        assert!(
+            inflight["after_stop"].as_f64().unwrap() < 15.0,
+            "{how}: {seen}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_python_sdk_keeps_calling_through_daemon_restarts() {
+    python_sdk_through_restarts("legacy").await;
+}
+
+#[tokio::test]
+async fn the_python_sdk_in_the_new_era_keeps_calling_through_daemon_restarts() {
+    python_sdk_through_restarts(common::new_era::NEW).await;
+}
+
+/// Codex's `initialize` (codex-rs rmcp-client: its name, its title, elicitation only, no
+/// roots).
+const CODEX_INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"elicitation":{}},"clientInfo":{"name":"codex-mcp-client","title":"Codex","version":"0.46.0"}}}"#;
+
+/// The server of the README's `codex mcp add toolhost -- …` line: its program and arguments,
+/// as Codex stores them.
+fn readmes_codex_server() -> (String, Vec<String>) {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let line = readme
+        .lines()
+        .find(|l| l.starts_with("codex mcp add toolhost -- "))
+        .expect("the README has a `codex mcp add toolhost -- …` line");
+    let (_, server) = line.split_once(" -- ").unwrap();
+    let mut words = server.split_whitespace().map(str::to_owned);
+    let program = words.next().unwrap();
+    (program, words.collect())
+}
+
+/// The README's Codex line, started as Codex starts a stdio server: the program found on
+/// `PATH`, in the project Codex runs in, with only Codex's allow-listed variables (no
+/// `XDG_RUNTIME_DIR`, no `TOOLHOST_SOCKET`); Codex's opening, its tools, a `bash` and a
+/// `read_file` in the project; and the conversation keeps its tools through a restart.
+#[tokio::test]
+async fn the_readmes_codex_line_works_in_a_project_directory() {
+    let mut d = Daemon::start().await;
+    let dir = project(&d, "codex-project");
+    let (program, args) = readmes_codex_server();
+    let installed = Path::new(common::BIN).parent().unwrap();
+    let mut cmd = tokio::process::Command::new(&program);
+    // codex-rs rmcp-client DEFAULT_ENV_VARS on Unix, as a user's shell has them.
+    cmd.env_clear()
+        .env("HOME", home(&d))
+        .env("PATH", format!("{}:/usr/bin:/bin", installed.display()))
+        .env("USER", "tester")
+        .env("LOGNAME", "tester")
+        .env("SHELL", "/bin/sh")
+        .env("TERM", "xterm-256color")
+        .env("TMPDIR", std::env::temp_dir())
+        .env("LANG", "C.UTF-8")
+        .env("LC_ALL", "C.UTF-8")
+        .env("TZ", "UTC")
+        .args(&args)
+        .current_dir(&dir);
+    let mut mcp = RawStdio::spawn(cmd);
+    mcp.send_raw(CODEX_INITIALIZE).await;
+    let init = mcp.next().await;
+    assert_eq!(init["id"], 0, "{init}");
+    assert!(init["result"]["serverInfo"].is_object(), "{init}");
+    mcp.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        .await;
+    let (listed, _) = mcp.request(1, "tools/list", json!({})).await;
+    let names: Vec<&str> = listed["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{listed}"))
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"bash") && names.contains(&"read_file"),
+        "{names:?}"
+    );
+    assert_eq!(
+        bash(&mut mcp, 2, "pwd").await.trim(),
+        dir.display().to_string()
+    );
+    let (read, _) = mcp
+        .request(
+            3,
+            "tools/call",
+            json!({"name": "read_file", "arguments": {"path": "hello.txt"}}),
+        )
+        .await;
+    let text = read["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("codex-project"), "{read}");
+    let s = session_of(&d, "codex-mcp-client").await;
+    assert_eq!(s["workspace"], dir.display().to_string(), "{s}");
+    assert_eq!(s["meta"]["workspace_from"], "cwd", "{s}");
+
+    // The user restarts the daemon mid-conversation; Codex touches nothing.
+    d.stop().await;
+    d.spawn(&[]).await;
+    tools_changed(&mut mcp).await;
+    assert_eq!(
+        bash(&mut mcp, 4, "pwd").await.trim(),
+        dir.display().to_string()
+    );
+    assert_eq!(session_of(&d, "codex-mcp-client").await["id"], s["id"]);
+}
+
+/// A bridge started with `--profile` is restored through SIGTERM and `kill -9` restarts
+/// with the same session id, workspace, profile and meta, and serves the profile's tools.
+#[tokio::test]
+async fn a_bridge_keeps_its_profile_and_meta_through_restarts() {
+    let mut d = Daemon::start_with(Some(json!({
+        "profiles": {"reader": {"tools": ["read_*", "bash"]}}
+    })))
+    .await;
+    let dir = project(&d, "profiled");
+    let mut mcp = RawStdio::open_in(&d, Some(&dir), &["--profile", "reader"], &[]).await;
+    initialize(&mut mcp, "profiled", None).await;
+    let listed = async |mcp: &mut RawStdio, id: u64| {
+        let (r, _) = mcp.request(id, "tools/list", json!({})).await;
+        let mut names: Vec<String> = r["result"]["tools"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{r}"))
+            .iter()
+            .filter_map(|t| t["name"].as_str().map(str::to_owned))
+            .collect();
+        names.sort();
+        names
+    };
+    let tools = listed(&mut mcp, 2).await;
+    assert!(tools.contains(&"read_file".to_owned()), "{tools:?}");
+    assert!(!tools.contains(&"write_file".to_owned()), "{tools:?}");
+    let before = session_of(&d, "profiled").await;
+    assert_eq!(before["profile"], "reader", "{before}");
+    for (round, how) in ["sigterm", "kill9"].into_iter().enumerate() {
+        if how == "sigterm" {
+            d.stop().await;
+        } else {
+            d.kill9().await;
+        }
+        d.spawn(&[]).await;
+        tools_changed(&mut mcp).await;
+        let id = 10 + 10 * round as u64;
+        assert_eq!(listed(&mut mcp, id).await, tools, "after {how}");
+        assert_eq!(bash(&mut mcp, id + 1, "cat hello.txt").await, "profiled\n");
+        let after = session_of(&d, "profiled").await;
+        for key in ["id", "workspace", "profile", "meta"] {
+            assert_eq!(after[key], before[key], "{key} after {how}: {after}");
+        }
+    }
+}
+
+/// The daemon runs as `nobody` (so there are directories it cannot read, as there are none
+/// for root) and the frontend as root; a bridge started in a directory the daemon cannot
+/// reach (inside root's private temp dir) or can enter but not list (mode 0711) works in
+/// the daemon's workspace, and its session says why.
+#[tokio::test]
+async fn a_cwd_the_daemons_user_cannot_read_leaves_the_session_in_its_workspace() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    common::require_root("running the daemon as another user");
+    let mut d = Daemon::unstarted();
+    std::fs::write(d.workspace().join("hello.txt"), "daemon\n").unwrap();
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap();
+    let mut serve = d.command();
+    serve
+        .as_std_mut()
+        .uid(nobody.uid.as_raw())
+        .gid(nobody.gid.as_raw());
+    serve.stderr(std::process::Stdio::null());
+    let chown = std::process::Command::new("chown")
+        .arg("-R")
+        .arg(format!("{}:{}", nobody.uid, nobody.gid))
+        .arg(d.dir.path())
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    d.child = Some(serve.spawn().unwrap());
+    d.wait_ready().await;
+
+    // Root's own temp dir (0700): the daemon cannot even reach the project.
+    let private = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let closed = private.path().join("closed");
+    // In the daemon's own dir, root's and mode 0711: it can enter, not list.
+    let unlistable = d.dir.path().join("unlistable");
+    for (name, dir) in [("closed", &closed), ("unlistable", &unlistable)] {
+        std::fs::create_dir(dir).unwrap();
+        std::fs::write(dir.join("hello.txt"), "project\n").unwrap();
+        if name == "unlistable" {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o711)).unwrap();
+        }
+        let mut mcp = RawStdio::open_in(&d, Some(dir), &[], &[]).await;
+        initialize(&mut mcp, name, None).await;
+        let (r, _) = mcp
+            .request(
+                2,
+                "tools/call",
+                json!({"name": "read_file", "arguments": {"path": "hello.txt"}}),
+            )
+            .await;
+        let text = r["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(text.contains("daemon"), "{name}: {r}");
+        let s = session_of(&d, name).await;
+        assert_eq!(s["workspace"], d.workspace().display().to_string(), "{s}");
+        assert_eq!(s["meta"]["workspace_from"], "daemon", "{s}");
+        let why = s["meta"]["workspace_refused"].as_str().unwrap_or_default();
+        assert!(why.contains(&dir.display().to_string()), "{name}: {s}");
+        // The frontend is known as the user it runs as (root), not the daemon's.
+        let status = d.call("host.status", json!({})).await["result"].clone();
+        let frontend = status["frontends"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["id"] == s["meta"]["frontend_id"])
+            .cloned()
+            .unwrap_or_else(|| panic!("{status}"));
+        assert_eq!(frontend["uid"], 0, "{frontend}");
+    }
+}
+
+/// After a restart the bridge follows what its client subscribed to again before it says
+/// every list may have changed: the client hears all three `list_changed`, then the
+/// `resources/updated` of the resource it subscribed to (the code-mode declarations, which
+/// change with the tools) when a tool is added.
+#[tokio::test]
+async fn a_bridge_follows_its_clients_subscriptions_through_a_restart() {
+    const DECLARATIONS: &str = "toolhost://code/tools.d.ts";
+    let mut d = Daemon::start_in(|dir| {
+        std::fs::create_dir_all(dir.join("tools")).unwrap();
+        json!({"code_mode": {"enabled": true}, "custom_tools": {"paths": [dir.join("tools")]}})
+    })
+    .await;
+    let mut mcp = RawStdio::open(&d).await;
+    initialize(&mut mcp, "subscriber", None).await;
+    let (r, _) = mcp
+        .request(2, "resources/subscribe", json!({"uri": DECLARATIONS}))
+        .await;
+    assert!(r.get("result").is_some(), "{r}");
+
+    d.kill9().await;
+    d.spawn(&[]).await;
+    let mut heard = std::collections::BTreeSet::new();
+    while heard.len() < 3 {
+        let m = mcp.next().await;
+        if let Some(list) = m["method"]
+            .as_str()
+            .filter(|m| m.ends_with("/list_changed"))
+        {
+            heard.insert(list.to_owned());
+        }
+    }
+    common::write_tool(
+        &d.dir.path().join("tools"),
+        "added_after",
+        json!({"name": "added_after", "description": "Added after the restart.",
+               "command": ["./run.sh"], "approval": "read_only",
+               "parameters": {"type": "object", "properties": {}}}),
+        "echo hi",
+    );
+    loop {
+        let m = mcp.next().await;
+        if m["method"] == "notifications/resources/updated" {
+            assert_eq!(m["params"]["uri"], DECLARATIONS, "{m}");
+            break;
+        }
+    }
 }
