@@ -6,7 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use crate::common;
-use crate::ui::{click, log_in, screenshot_dir, shown, tcp_daemon, Driver};
+use crate::ui::{click, log_in, screenshot_dir, shown, tcp_daemon, text_of, Driver};
 
 use common::Daemon;
 use serde_json::{json, Value};
@@ -58,14 +58,12 @@ async fn an_operator_reads_the_timeline_and_restores_from_the_page() {
     log_in(&b, &addr).await;
 
     // The entries: tool, frontend's call, files; the outside change as its own entry.
-    let row = shown(&b, &format!(r#"tr[data-checkpoint="{one}"]"#)).await;
-    let text = row.text().await.unwrap();
+    let text = text_of(&b, &format!(r#"tr[data-checkpoint="{one}"]"#)).await;
     assert!(
         text.contains("write_file") && text.contains("a.txt") && text.contains("+1 -1"),
         "{text}"
     );
-    let outside = shown(&b, r#"tr[data-kind="outside"]"#).await;
-    let text = outside.text().await.unwrap();
+    let text = text_of(&b, r#"tr[data-kind="outside"]"#).await;
     assert!(
         text.contains("outside the host") && text.contains("c.txt"),
         "{text}"
@@ -74,12 +72,11 @@ async fn an_operator_reads_the_timeline_and_restores_from_the_page() {
 
     // Its diff on click.
     click(&b, &format!(r#"tr[data-checkpoint="{one}"]"#)).await;
-    let diff = shown(
+    let text = text_of(
         &b,
         &format!(r#"tr[data-checkpoint="{one}"] + tr.detail pre.diff"#),
     )
     .await;
-    let text = diff.text().await.unwrap();
     assert!(
         text.contains("-original") && text.contains("+by socket"),
         "{text}"
@@ -91,8 +88,8 @@ async fn an_operator_reads_the_timeline_and_restores_from_the_page() {
         &format!(r#"tr[data-checkpoint="{one}"] button.restore"#),
     )
     .await;
-    let card = shown(&b, &format!(r#"[data-restore="{one}"]"#)).await;
-    assert!(card.text().await.unwrap().contains("a.txt"));
+    let card = text_of(&b, &format!(r#"[data-restore="{one}"]"#)).await;
+    assert!(card.contains("a.txt"), "{card}");
     assert_eq!(
         read(&d, "a.txt"),
         "by socket\n",
@@ -122,8 +119,7 @@ async fn an_operator_reads_the_timeline_and_restores_from_the_page() {
         &format!(r#"tr[data-checkpoint="{two}"] button.restore"#),
     )
     .await;
-    let conflict = shown(&b, &format!(r#"[data-restore="{two}"] .conflicts li"#)).await;
-    let text = conflict.text().await.unwrap();
+    let text = text_of(&b, &format!(r#"[data-restore="{two}"] .conflicts li"#)).await;
     assert!(
         text.contains("b.txt") && text.contains(&three) && text.contains("write_file"),
         "{text}"

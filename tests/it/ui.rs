@@ -452,6 +452,17 @@ pub(crate) async fn log_in(b: &fantoccini::Client, addr: &str) {
     shown(b, "#live.ok").await;
 }
 
+/// The text of the element `css`, found afresh until it reads: the page redraws its tables
+/// as events come, so an element found a moment ago may be gone (a stale reference).
+pub(crate) async fn text_of(b: &fantoccini::Client, css: &str) -> String {
+    for _ in 0..20 {
+        if let Ok(text) = shown(b, css).await.text().await {
+            return text;
+        }
+    }
+    panic!("could not read {css}");
+}
+
 /// Clicks the element `css` (found afresh: the page redraws its tables as events come).
 pub(crate) async fn click(b: &fantoccini::Client, css: &str) {
     for _ in 0..20 {
@@ -587,8 +598,7 @@ async fn an_operator_watches_cancels_and_approves_in_a_browser() {
     gone(&b, r#"[data-approval][data-call="ui-held"]"#).await;
     // The audit log says who decided, and from where.
     click(&b, r#"tr[data-audit="ui-held"]"#).await;
-    let detail = shown(&b, r#"tr[data-audit="ui-held"] + tr.detail"#).await;
-    let said = detail.text().await.unwrap();
+    let said = text_of(&b, r#"tr[data-audit="ui-held"] + tr.detail"#).await;
     assert!(
         said.contains("allow once by") && said.contains("via ui"),
         "{said}"

@@ -464,8 +464,13 @@ function timelineRow(e) {
     h("td", {}, action("Restore…", "restore", () => askRestore(e, row))));
   row.addEventListener("click", async () => {
     if (closeDetail(row)) return;
+    // The detail row goes in at once, so an event's redraw while the diff is on its way
+    // keeps it (and the click) instead of drawing the table afresh without it.
+    const pre = h("pre", { class: "loading" }, "…");
+    row.after(h("tr", { class: "detail" }, h("td", { colspan: 5 }, pre)));
     const d = await rpc("checkpoint.diff", { id: e.id }).catch((err) => ({ diff: String(err.message || err) }));
-    row.after(h("tr", { class: "detail" }, h("td", { colspan: 5 }, h("pre", { class: "diff" }, unifiedLines(d.diff)))));
+    pre.replaceChildren(...unifiedLines(d.diff));
+    pre.className = "diff";
   });
   return row;
 }
@@ -487,6 +492,9 @@ function unifiedLines(text) {
 // of the same method), then the restore itself.
 async function askRestore(e, row) {
   closeDetail(row);
+  // Held open while the dry run is on its way (see the diff's click above).
+  const holder = h("td", { colspan: 5 }, "…");
+  row.after(h("tr", { class: "detail" }, holder));
   const plan = await rpc("checkpoint.restore", { id: e.id, dry_run: true });
   const conflicts = list(plan.conflicts);
   const doIt = (force) => async () => {
@@ -507,7 +515,7 @@ async function askRestore(e, row) {
       cancel));
   cancel.addEventListener("click", (ev) => { ev.stopPropagation(); closeDetail(row); });
   card.addEventListener("click", (ev) => ev.stopPropagation());
-  row.after(h("tr", { class: "detail" }, h("td", { colspan: 5 }, card)));
+  holder.replaceChildren(card);
 }
 
 // --- sign-in to an HTTP MCP server (mcp.login: the browser comes back to /ui/oauth) -----
