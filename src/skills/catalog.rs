@@ -109,7 +109,10 @@ impl Scanner {
                             .and_then(|(d, kept)| {
                                 trust
                                     .check(workspace, TrustKind::Skill, &dir, &d)
-                                    .map(|()| kept)
+                                    .map(|()| skill::Approved {
+                                        digest: d,
+                                        skill_md: kept,
+                                    })
                                     .map_err(|w| {
                                         waiting.push(w);
                                         String::new()
@@ -118,7 +121,7 @@ impl Scanner {
                             match admitted {
                                 // A SKILL.md that is no regular file (a symlink) is
                                 // read as before, and refused there when it leads out.
-                                Ok(kept) => approved = kept,
+                                Ok(a) => approved = Some(a),
                                 Err(reason) if reason.is_empty() => return None,
                                 Err(reason) => {
                                     let result = Err(SkillError {

@@ -57,6 +57,17 @@ pub struct Skill {
     fingerprint: u64,
     /// `files` with their digests, computed on first use (the skills extension's manifest).
     manifest: OnceLock<Vec<SkillFile>>,
+    /// For a workspace skill, the digest of its folder the trust gate admitted: its other
+    /// files (scripts, references) are served only as part of that folder ([`Skill::read`]).
+    approved: Option<String>,
+}
+
+/// What the trust gate admitted a workspace skill with ([`crate::trust::folder_digest_keeping`]).
+pub struct Approved {
+    /// The folder's digest.
+    pub digest: String,
+    /// The bytes of `SKILL.md` as hashed (`None` when it is no regular file).
+    pub skill_md: Option<Vec<u8>>,
 }
 
 impl Skill {
@@ -66,9 +77,26 @@ impl Skill {
     }
 
     /// One file of the skill, by its path inside the folder: never outside it (the kernel
-    /// resolves it beneath the folder), at most [`MAX_FILE_BYTES`]. Blocking.
+    /// resolves it beneath the folder), at most [`MAX_FILE_BYTES`]. Blocking. A workspace
+    /// skill's file is served from the bytes hashed while its folder still has the digest
+    /// that was approved, so a file changed since (before the rescan makes the skill wait
+    /// again) is never served.
     pub(crate) fn read(&self, rel: &str) -> Result<Vec<u8>, ReadError> {
-        safe_read::read_beneath(&self.dir, Path::new(rel), MAX_FILE_BYTES)
+        let bytes = safe_read::read_beneath(&self.dir, Path::new(rel), MAX_FILE_BYTES)?;
+        let Some(approved) = &self.approved else {
+            return Ok(bytes);
+        };
+        let unapproved = |why: &str| ReadError::Io(std::io::Error::other(why.to_owned()));
+        match crate::trust::folder_digest_keeping(&self.dir, Some(Path::new(rel))) {
+            Ok((digest, Some(kept))) if digest == *approved => Ok(kept),
+            Ok((digest, _)) if digest != *approved => Err(unapproved(
+                "the skill changed since it was approved; it waits for approval again",
+            )),
+            Ok(_) => Err(unapproved(
+                "is not a regular file of the approved skill's folder",
+            )),
+            Err(e) => Err(unapproved(&e)),
+        }
     }
 
     /// Every file with its `sha256:` digest; a file that cannot be read now (over the cap,
@@ -112,20 +140,25 @@ pub fn load(dir: &Path, source: SkillSource) -> Result<(Arc<Skill>, Vec<SkillErr
 
 /// [`load`], reusing `previous` (the skill last loaded from `dir`) when the folder's
 /// files have the same sizes and modification times: only the folder is walked. With
-/// `approved` (the bytes of `SKILL.md` the trust gate hashed) those bytes are the skill,
+/// `approved` (what the trust gate hashed) the bytes of `SKILL.md` hashed are the skill,
 /// never a second read of the file, which a swap after the check could change.
 pub fn load_reusing(
     dir: &Path,
     source: SkillSource,
     previous: Option<&Arc<Skill>>,
-    approved: Option<Vec<u8>>,
+    approved: Option<Approved>,
 ) -> Result<(Arc<Skill>, Vec<SkillError>), SkillError> {
     let (walked, warnings) = list_files(dir);
     let fingerprint = fingerprint(&walked);
+    let (digest, skill_md) = match approved {
+        Some(a) => (Some(a.digest), a.skill_md),
+        None => (None, None),
+    };
     if let Some(p) = previous.filter(|p| {
         p.fingerprint == fingerprint
             && p.source == source
-            && approved.as_ref().is_none_or(|a| a == p.text.as_bytes())
+            && p.approved == digest
+            && skill_md.as_ref().is_none_or(|a| a == p.text.as_bytes())
     }) {
         return Ok((p.clone(), warnings));
     }
@@ -135,7 +168,7 @@ pub fn load_reusing(
         field,
         reason,
     };
-    let bytes = match approved {
+    let bytes = match skill_md {
         Some(b) if b.len() as u64 > MAX_SKILL_MD_BYTES => {
             return Err(err(
                 None,
@@ -179,6 +212,7 @@ pub fn load_reusing(
         etag,
         fingerprint,
         manifest: OnceLock::new(),
+        approved: digest,
     };
     Ok((Arc::new(skill), warnings))
 }

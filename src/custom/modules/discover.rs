@@ -49,6 +49,9 @@ pub struct Found {
     /// SHA-256 of what the module is made of (its file, or its folder's files): a new
     /// digest is a new module instance.
     pub digest: String,
+    /// The files the digest covers (canonical), each with the SHA-256 of its bytes as
+    /// hashed: a workspace module's host imports these bytes and nothing else.
+    pub files: Vec<(PathBuf, String)>,
     pub workspace: bool,
     pub scope: Option<PathBuf>,
 }
@@ -123,14 +126,15 @@ pub fn scan(roots: &[Root], program_manifest: &str) -> (Vec<Found>, Vec<String>)
         };
         for file in files {
             match digest(&file) {
-                Ok(digest) => found.push(Found {
+                Ok((digest, files)) => found.push(Found {
                     file,
                     root: root.path.clone(),
                     digest,
+                    files,
                     workspace: root.workspace,
                     scope: root.scope.clone(),
                 }),
-                Err(e) => problems.push(format!("{}: {e}", file.display())),
+                Err(e) => problems.push(e),
             }
         }
     }
@@ -251,33 +255,95 @@ fn plugin_modules(node_modules: &Path, problems: &mut Vec<String>) -> Vec<PathBu
     out
 }
 
-/// The digest of a module: its file's bytes, and for an `index.*` the other files of its
-/// folder too (helpers it imports), `node_modules` left out.
-pub(super) fn digest(file: &Path) -> Result<String, String> {
+/// How deep an `index.*` module's folder is walked, and how many files it may hold, for
+/// its digest.
+const MAX_FOLDER_DEPTH: usize = 8;
+const MAX_FOLDER_FILES: usize = 1000;
+
+/// The digest of a module — its file's bytes, and for an `index.*` every other regular
+/// file beneath its folder too (helpers it imports, nested or not; `node_modules` and
+/// symlinked folders left out) — and each of those files (canonical) with the SHA-256 of
+/// the very bytes hashed: what a workspace module's host may import, and nothing else
+/// (`host.mjs` serves exactly those bytes; see proto-docs/trust.md).
+pub(super) fn digest(file: &Path) -> Result<(String, Vec<(PathBuf, String)>), String> {
     let mut hash = Sha256::new();
+    let mut files = Vec::new();
     let mut add = |path: &Path| -> Result<(), String> {
-        let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
-        if meta.len() > MAX_MODULE_BYTES {
-            return Err(format!("larger than {MAX_MODULE_BYTES} bytes"));
-        }
-        let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+        let bytes = read_regular(path).map_err(|e| format!("{}: {e}", path.display()))?;
         hash.update(path.as_os_str().as_encoded_bytes());
         hash.update([0]);
         hash.update(&bytes);
+        let canonical = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+        files.push((canonical, hex::encode(Sha256::digest(&bytes))));
         Ok(())
     };
     add(file)?;
-    let is_index = file.file_stem().is_some_and(|s| s == "index");
-    if is_index {
+    if file.file_stem().is_some_and(|s| s == "index") {
         if let Some(dir) = file.parent() {
-            for path in sorted_entries(dir) {
-                if path != file && path.is_file() && is_module_file(&path) {
-                    add(&path)?;
-                }
+            let mut others = Vec::new();
+            folder_files(dir, 0, &mut others)?;
+            for path in others.iter().filter(|p| p.as_path() != file) {
+                add(path)?;
             }
         }
     }
-    Ok(hex::encode(&hash.finalize()[..16]))
+    Ok((hex::encode(&hash.finalize()[..16]), files))
+}
+
+/// The regular files beneath `dir` (symlinks to files included), in name order, without
+/// `node_modules` or symlinked folders, bounded.
+fn folder_files(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<(), String> {
+    if depth > MAX_FOLDER_DEPTH {
+        return Err(format!(
+            "{}: nested deeper than {MAX_FOLDER_DEPTH} levels",
+            dir.display()
+        ));
+    }
+    for path in sorted_entries(dir) {
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            if path.file_name().is_some_and(|n| n != "node_modules") {
+                folder_files(&path, depth + 1, out)?;
+            }
+        } else if path.is_file() {
+            out.push(path);
+            if out.len() > MAX_FOLDER_FILES {
+                return Err(format!(
+                    "{}: holds more than {MAX_FOLDER_FILES} files",
+                    dir.display()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A regular file's bytes, at most [`MAX_MODULE_BYTES`] (never waiting on a FIFO).
+fn read_regular(path: &Path) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::File::options()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    if meta.len() > MAX_MODULE_BYTES {
+        return Err(format!("larger than {MAX_MODULE_BYTES} bytes"));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_MODULE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > MAX_MODULE_BYTES {
+        return Err(format!("larger than {MAX_MODULE_BYTES} bytes"));
+    }
+    Ok(bytes)
 }
 
 #[cfg(test)]

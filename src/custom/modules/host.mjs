@@ -4,11 +4,15 @@
 // the daemon's log. Only `node:` built-ins are imported, so the file runs from anywhere.
 
 import { AsyncLocalStorage } from "node:async_hooks";
-import { spawn } from "node:child_process";
-import { createRequire } from "node:module";
+import { ChildProcess, spawn } from "node:child_process";
+import { createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
+import * as nodeModule from "node:module";
 import path from "node:path";
 import { createInterface } from "node:readline";
-import { pathToFileURL } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
+
+const { createRequire } = nodeModule;
 
 const [MAJOR, MINOR] = process.versions.node.split(".").map(Number);
 /** Whether this Node strips TypeScript types (built in from 22.6, on by default from 22.18/23.6). */
@@ -36,6 +40,63 @@ const callScope = new AsyncLocalStorage();
 const packages = new Map();
 /** Module URLs whose import failed (see `load`). */
 const failedImports = new Set();
+
+/** The workspace modules' files as approved: each file (canonical path) with the SHA-256 of
+ * the bytes whose digest the user approved, and the workspaces they came from. The import
+ * hook below serves a file of such a workspace only from those bytes, read once and checked,
+ * so a file swapped after the approval (or one the approval does not cover) never runs. */
+const approvedFiles = new Map();
+const gatedRoots = new Set();
+/** How many imports the hook refused for a changed file (a load that saw one is tried again
+ * at the next scan, where the change makes its module wait for approval again). */
+let changedRefusals = 0;
+
+/** Whether `file` lies in a gated workspace, outside its `node_modules` (packages are not
+ * part of a module's approval). */
+function gated(file) {
+  for (const root of gatedRoots) {
+    const rel = path.relative(root, file);
+    if (rel !== "" && !rel.startsWith("..") && !path.isAbsolute(rel)) {
+      return !rel.split(path.sep).includes("node_modules");
+    }
+  }
+  return false;
+}
+
+/** The approved bytes of `url`, or `undefined` when it is no file of a gated workspace; throws
+ * when it is one but not as approved. */
+function approvedSource(url) {
+  if (!url.startsWith("file:")) return undefined;
+  const file = fileURLToPath(url);
+  const want = approvedFiles.get(file);
+  if (want === undefined && !gated(file)) return undefined;
+  if (want === undefined) {
+    throw new Error(`${file} is not part of any approved module of this workspace (only the module's own folder is approved with it); it was not run`);
+  }
+  const source = readFileSync(file);
+  if (createHash("sha256").update(source).digest("hex") !== want) {
+    changedRefusals += 1;
+    throw new Error(`${file} changed since it was approved; it was not run, and waits for approval again`);
+  }
+  return source;
+}
+
+/** `module.registerHooks` (Node 22.15+, 23.5+) runs in this thread and covers `import` and
+ * `require` alike; without it a workspace module cannot be held to its approved bytes, so
+ * none is imported. */
+const HOOKS = typeof nodeModule.registerHooks === "function";
+if (HOOKS) {
+  nodeModule.registerHooks({
+    load(url, context, nextLoad) {
+      const source = approvedSource(url);
+      if (source === undefined) return nextLoad(url, context);
+      // Node's own load says which format the file is (and strips a .ts's types after);
+      // what it read is not used.
+      const { format } = nextLoad(url, context);
+      return { format, source, shortCircuit: true };
+    },
+  });
+}
 
 function send(message) {
   process.stdout.write(JSON.stringify(message) + "\n");
@@ -189,13 +250,12 @@ const NO_FRONTEND_UI = uiOf((_, settle) =>
   settle({ error: { message: "there is no frontend to ask outside a call (session events cannot ask)" } }),
 );
 
-/** A `pi.exec` child runs in its own process group (`detached`), which the daemon is told
- * about so it dies with the call even when this host is stuck; abort and timeout end it
- * here too, and so does the call's end (`endGroups`): the daemon cannot adopt a group
- * whose leader this host already reaped, as its orphans are no longer our descendants. */
+/** A `pi.exec` child runs in its own process group (`detached`); in a call, that group is
+ * the call's (`ChildProcess.prototype.spawn` below). Abort and timeout end it here too, and
+ * so does the call's end (`endCall`): the daemon cannot adopt a group whose leader this host
+ * already reaped, as its orphans are no longer our descendants. */
 function exec(cwd, cmd, args = [], options = {}) {
   const { signal, timeout } = options;
-  const call = callScope.getStore();
   return new Promise((resolve) => {
     let stdout = "";
     let stderr = "";
@@ -229,11 +289,6 @@ function exec(cwd, cmd, args = [], options = {}) {
     const onAbort = () => kill();
     if (signal?.aborted) queueMicrotask(kill);
     else signal?.addEventListener("abort", onAbort, { once: true });
-    const running = call === undefined ? undefined : calls.get(call);
-    if (running !== undefined && child.pid !== undefined) {
-      running.groups.add(child.pid);
-      send({ id: call, pgid: child.pid });
-    }
     child.stdout.setEncoding("utf8").on("data", (d) => {
       if (stdout.length < EXEC_CAPTURE) stdout += d;
     });
@@ -254,6 +309,23 @@ function exec(cwd, cmd, args = [], options = {}) {
     child.on("close", (code, sig) => finish(code ?? (sig ? 128 + (signalNumber(sig) ?? 0) : 1)));
   });
 }
+
+/** Every child a call's code starts — through `pi.exec`, or `child_process` directly (spawn,
+ * exec, execFile, fork; `detached` or not) — runs in a process group of its own that is the
+ * call's: the daemon adopts it (and ends it on a timeout or cancel even when this host is
+ * stuck), and the call's end ends it here (`endCall`). Children started outside a call (at
+ * import, in a session event) stay in this host's group and die with the host. */
+const startChild = ChildProcess.prototype.spawn;
+ChildProcess.prototype.spawn = function (options) {
+  const running = calls.get(callScope.getStore());
+  if (running !== undefined && options !== null && typeof options === "object") options.detached = true;
+  const result = startChild.call(this, options);
+  if (running !== undefined && this.pid !== undefined && !running.groups.has(this.pid)) {
+    running.groups.add(this.pid);
+    send({ id: running.id, pgid: this.pid });
+  }
+  return result;
+};
 
 function signalNumber(name) {
   return { SIGHUP: 1, SIGINT: 2, SIGKILL: 9, SIGTERM: 15 }[name];
@@ -334,7 +406,7 @@ function problemOf(tool) {
   return undefined;
 }
 
-async function load({ id, file, version, cwd, node_modules: nodeModules = [] }) {
+async function load({ id, file, version, cwd, node_modules: nodeModules = [], approved }) {
   if (/\.m?ts$/.test(file) && !TYPESCRIPT) {
     send({
       id,
@@ -342,6 +414,18 @@ async function load({ id, file, version, cwd, node_modules: nodeModules = [] }) 
     });
     return;
   }
+  if (approved !== undefined) {
+    if (!HOOKS) {
+      send({
+        id,
+        error: `Node ${process.versions.node} cannot hold a workspace module to the bytes that were approved (module.registerHooks needs Node 22.15 or later); set custom_tools.node to a newer node`,
+      });
+      return;
+    }
+    gatedRoots.add(approved.root);
+    for (const [f, sha] of Object.entries(approved.files ?? {})) approvedFiles.set(f, sha);
+  }
+  const refusedBefore = changedRefusals;
   const pi = makePi(file, cwd, nodeModules);
   let made;
   try {
@@ -360,7 +444,7 @@ async function load({ id, file, version, cwd, node_modules: nodeModules = [] }) 
     if (factory === undefined) throw new Error("the module exports no factory function (export default (pi) => tool)");
     made = await factory(pi);
   } catch (e) {
-    send({ id, error: messageOf(e), stack: e?.stack });
+    send({ id, error: messageOf(e), stack: e?.stack, changed: changedRefusals > refusedBefore });
     return;
   }
   const tools = [];

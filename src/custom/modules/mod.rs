@@ -145,6 +145,10 @@ struct State {
     /// how often it happened while they loaded alone. They are loaded one at a time from
     /// then on, so the one to blame is found and an innocent one is never skipped with it.
     suspects: HashMap<PathBuf, (String, u32)>,
+    /// Modules whose call was running when the host outgrew `module_max_memory_mb` and was
+    /// killed, by file: their digest and what `host.health` names them with (until the
+    /// module changes).
+    memory_hogs: HashMap<PathBuf, (String, String)>,
     event_failures: Vec<String>,
 }
 
@@ -519,6 +523,8 @@ impl Modules {
             let (modules, tools) = (ok.len(), ok.iter().map(|t| t.len()).sum::<usize>());
             out.modules += modules;
             out.tools += tools;
+            out.problems
+                .extend(st.memory_hogs.values().map(|(_, why)| why.clone()));
             out.event_failures.extend(st.event_failures.iter().cloned());
             match &pool.0.domain {
                 Domain::User => out.host = pool.0.host.health(),
@@ -642,6 +648,8 @@ impl Pool {
         }
         st.stuck.retain(|file, _| keep.contains(file));
         st.suspects.retain(|file, _| keep.contains(file));
+        st.memory_hogs
+            .retain(|file, (d, _)| found.iter().any(|f| f.file == *file && f.digest == *d));
     }
 
     /// Tells the host to forget a load that was replaced (its calls still running keep
@@ -715,20 +723,34 @@ impl Pool {
             .scope
             .clone()
             .unwrap_or_else(|| (**self.0.settings.workspace.load()).clone());
-        let (load, mut replies) = self.0.host.request(
-            &live,
-            json!({
-                "op": "load",
-                "file": found.file,
-                "version": found.digest,
-                "cwd": cwd,
-                "node_modules": **self.0.settings.node_modules.load(),
-            }),
-        );
+        let mut op = json!({
+            "op": "load",
+            "file": found.file,
+            "version": found.digest,
+            "cwd": cwd,
+            "node_modules": **self.0.settings.node_modules.load(),
+        });
+        // A workspace module passed the trust gate by its digest: the host imports exactly
+        // the bytes hashed for it (each file's SHA-256), never a file swapped since, nor
+        // another file of the workspace (`host.mjs`, `approved`).
+        if let Domain::Workspace(root) = &self.0.domain {
+            let root = root.canonicalize().unwrap_or_else(|_| root.clone());
+            let files: serde_json::Map<String, Value> = found
+                .files
+                .iter()
+                .map(|(path, sha)| (path.display().to_string(), json!(sha)))
+                .collect();
+            op["approved"] = json!({"root": root, "files": files});
+        }
+        let (load, mut replies) = self.0.host.request(&live, op);
         let reply = match tokio::time::timeout(LOAD_TIMEOUT, replies.recv()).await {
             Ok(Some(reply)) => reply,
             Ok(None) => {
-                let why = format!("ended the module host while loading (process.exit or a crash at its top level or in its factory?) {MAX_LOAD_CRASHES} times; skipped until the file changes");
+                let how = match live.killed_for() {
+                    Some(_) => "outgrew custom_tools.module_max_memory_mb while loading (its module host was killed)",
+                    None => "ended the module host while loading (process.exit or a crash at its top level or in its factory?)",
+                };
+                let why = format!("{how} {MAX_LOAD_CRASHES} times; skipped until the file changes");
                 return match self.blame(found, alone, MAX_LOAD_CRASHES, why) {
                     Some(why) => failed(why, false),
                     None => failed("the module host ended while loading it".into(), true),
@@ -753,26 +775,13 @@ impl Pool {
             if let Some(stack) = reply.get("stack").and_then(Value::as_str) {
                 tracing::debug!(file = %found.file.display(), "module load failed: {stack}");
             }
+            // Refused for a file changed since its approval: the next scan sees the change
+            // (the module waits again) or, swapped back, loads it again.
+            let changed = reply["changed"] == true;
             return failed(
                 error.as_str().unwrap_or("could not be loaded").to_owned(),
-                false,
+                changed,
             );
-        }
-        // A workspace module passed the trust gate by its digest, and Node read it from its
-        // path: what it imported must still be what was approved. One swapped between the
-        // check and the import is dropped here (its next scan finds it waiting again).
-        if found.workspace {
-            let file = found.file.clone();
-            let now = tokio::task::spawn_blocking(move || discover::digest(&file)).await;
-            if !matches!(now, Ok(Ok(ref d)) if *d == found.digest) {
-                self.0
-                    .host
-                    .tell(&live, &json!({"op": "drop", "load": load}));
-                return failed(
-                    "changed between its approval and its import; not loaded".into(),
-                    true,
-                );
-            }
         }
         let mut skipped: Vec<String> = reply["skipped"]
             .as_array()
@@ -879,6 +888,20 @@ impl Pool {
             ));
         }
         Ok((self.0.host.clone(), live, handle))
+    }
+
+    /// A call of `tool` (of module `file`) was running when the host was killed for its
+    /// memory (`why`): the module is named in `host.health`'s `module_errors` until it
+    /// changes. (Its innocent neighbours answer again from the fresh host.)
+    pub(crate) fn name_memory_hog(&self, file: &Path, digest: &str, tool: &str, why: &str) {
+        let named = format!(
+            "{}: tool '{tool}' was running when its module host {why}",
+            file.display()
+        );
+        tracing::warn!("{named}");
+        lock(&self.0.state)
+            .memory_hogs
+            .insert(file.to_path_buf(), (digest.to_owned(), named));
     }
 
     async fn run_session_event(&self, reason: &str, ctx: Value) {

@@ -162,7 +162,8 @@ impl ModuleTool {
             .as_deref()
             .map(|s| modules.history.recent(s))
             .unwrap_or_default();
-        let (host, live, handle) = super::Pool(modules).handle_of(self).await?;
+        let pool = super::Pool(modules);
+        let (host, live, handle) = pool.handle_of(self).await?;
         let (id, mut replies) = host.request(
             &live,
             json!({
@@ -229,6 +230,7 @@ impl ModuleTool {
         // The process ended: nothing is left to cancel.
         running.answered = true;
         if let Some(why) = running.live.killed_for() {
+            pool.name_memory_hog(&self.file, &self.digest, &self.spec.name, &why);
             return Err(ToolError::new(
                 ErrorKind::Failed,
                 format!("the module host running '{}' {why}", self.spec.name),
