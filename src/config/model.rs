@@ -177,6 +177,11 @@ pub struct CodeMode {
     /// Serve the code tool to sessions without a profile (a profile's `code_mode` decides
     /// for its own sessions).
     pub enabled: bool,
+    /// Where code mode is on, list only the code tools: every other tool the session sees
+    /// stays callable (from programs, and directly by name) and is declared in the code
+    /// tool's description, `code_api` and the resource, but its definition is not sent in
+    /// each request (a profile's `code_mode: "only"` and a session's meta go over this).
+    pub only: bool,
     /// The code tool's public name (read at start).
     #[schemars(length(min = 1), regex(pattern = r"^[A-Za-z0-9_-]+$"))]
     pub tool_name: String,
@@ -203,6 +208,7 @@ impl Default for CodeMode {
     fn default() -> Self {
         CodeMode {
             enabled: false,
+            only: false,
             tool_name: "run_code".into(),
             timeout_ms: 60_000,
             max_output_bytes: 64 * 1024,
@@ -434,9 +440,37 @@ pub struct Profile {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<CheckpointSwitch>,
     /// Serve the code tool to this profile's sessions (default: `code_mode.enabled`),
-    /// whatever `tools` selects.
+    /// whatever `tools` selects; `"only"`: and list nothing else (`code_mode.only`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub code_mode: Option<bool>,
+    pub code_mode: Option<ProfileCodeMode>,
+}
+
+/// A profile's `code_mode`: `true`/`false`, or `"only"` (on, and its sessions list the code
+/// tools alone, whatever `code_mode.only` says).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ProfileCodeMode {
+    Switch(bool),
+    Only(OnlyWord),
+}
+
+/// The word `"only"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum OnlyWord {
+    #[serde(rename = "only")]
+    Only,
+}
+
+impl ProfileCodeMode {
+    /// Whether the code tools are served.
+    pub fn enabled(self) -> bool {
+        self != ProfileCodeMode::Switch(false)
+    }
+
+    /// Whether the code tools alone are listed, when the profile says (`"only"`).
+    pub fn only(self) -> Option<bool> {
+        matches!(self, ProfileCodeMode::Only(_)).then_some(true)
+    }
 }
 
 /// `{"enabled": bool}`: checkpoints on or off for a profile's sessions.

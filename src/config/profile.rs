@@ -14,9 +14,11 @@ use crate::protocol::ApprovalClass;
 /// profile), what a profile selects, or nothing (its profile is gone from config.json, so
 /// it fails closed rather than open).
 pub enum ProfileView<'a> {
-    /// Everything; `code_mode`: whether the code tool is served (config `code_mode.enabled`).
+    /// Everything; `code_mode`: whether the code tool is served (config `code_mode.enabled`),
+    /// `code_only`: whether it alone is listed (`code_mode.only`).
     All {
         code_mode: bool,
+        code_only: bool,
     },
     Only(Matcher<'a>),
     Nothing,
@@ -29,6 +31,8 @@ pub struct Matcher<'a> {
     exclude: GlobSet,
     /// Whether the code tool is served (the profile's `code_mode`, else the config's).
     code_mode: bool,
+    /// Whether the code tools alone are listed (`"only"`, else `code_mode.only`).
+    code_only: bool,
 }
 
 impl Profile {
@@ -37,7 +41,8 @@ impl Profile {
             profile: self,
             tools: name_patterns(&self.tools),
             exclude: name_patterns(&self.exclude),
-            code_mode: self.code_mode.unwrap_or(false),
+            code_mode: self.code_mode.is_some_and(|c| c.enabled()),
+            code_only: self.code_mode.and_then(|c| c.only()).unwrap_or(false),
         }
     }
 }
@@ -76,10 +81,21 @@ impl ProfileView<'_> {
     /// Whether the code tool (proto-docs/code-mode.md) is served.
     pub fn code_mode(&self) -> bool {
         match self {
-            ProfileView::All { code_mode } => *code_mode,
+            ProfileView::All { code_mode, .. } => *code_mode,
             ProfileView::Nothing => false,
             ProfileView::Only(m) => m.code_mode,
         }
+    }
+
+    /// Whether the code tools are served and nothing else is listed (`code_mode.only`): the
+    /// other tools stay served, callable from programs and by name.
+    pub fn code_only(&self) -> bool {
+        self.code_mode()
+            && match self {
+                ProfileView::All { code_only, .. } => *code_only,
+                ProfileView::Nothing => false,
+                ProfileView::Only(m) => m.code_only,
+            }
     }
 }
 
@@ -108,18 +124,23 @@ impl Config {
         match profile {
             None => ProfileView::All {
                 code_mode: self.code_mode.enabled,
+                code_only: self.code_mode.only,
             },
             Some(name) => self.profiles.get(name).map_or(ProfileView::Nothing, |p| {
                 let mut m = p.matcher();
-                m.code_mode = p.code_mode.unwrap_or(self.code_mode.enabled);
+                m.code_mode = p.code_mode.map_or(self.code_mode.enabled, |c| c.enabled());
+                m.code_only = p
+                    .code_mode
+                    .and_then(|c| c.only())
+                    .unwrap_or(self.code_mode.only);
                 ProfileView::Only(m)
             }),
         }
     }
 
     /// What a session is served: its profile's view, with code mode as the session's meta
-    /// `{"code_mode": {"enabled": …}}` says, over its profile and config (like the
-    /// checkpoint switch). The code tools must be registered for it to turn them on
+    /// `{"code_mode": {"enabled": …, "only": …}}` says, over its profile and config (like
+    /// the checkpoint switch). The code tools must be registered for it to turn them on
     /// ([`Config::code_mode_anywhere`]).
     pub fn session_view(
         &self,
@@ -127,16 +148,24 @@ impl Config {
         meta: &serde_json::Map<String, serde_json::Value>,
     ) -> ProfileView<'_> {
         let mut view = self.view(profile);
-        let switch = meta
-            .get("code_mode")
-            .and_then(|c| c.get("enabled"))
-            .and_then(serde_json::Value::as_bool);
-        if let Some(on) = switch {
-            match &mut view {
-                ProfileView::All { code_mode } => *code_mode = on,
-                ProfileView::Only(m) => m.code_mode = on,
-                ProfileView::Nothing => {}
-            }
+        let switch = |key: &str| {
+            meta.get("code_mode")
+                .and_then(|c| c.get(key))
+                .and_then(serde_json::Value::as_bool)
+        };
+        let (mode, only) = match &mut view {
+            ProfileView::All {
+                code_mode,
+                code_only,
+            } => (code_mode, code_only),
+            ProfileView::Only(m) => (&mut m.code_mode, &mut m.code_only),
+            ProfileView::Nothing => return view,
+        };
+        if let Some(on) = switch("enabled") {
+            *mode = on;
+        }
+        if let Some(on) = switch("only") {
+            *only = on;
         }
         view
     }
@@ -144,7 +173,11 @@ impl Config {
     /// Whether any view serves the code tool: only then is it registered at all, so with
     /// code mode off no listing, search or count has it to filter out.
     pub fn code_mode_anywhere(&self) -> bool {
-        self.code_mode.enabled || self.profiles.values().any(|p| p.code_mode == Some(true))
+        self.code_mode.enabled
+            || self
+                .profiles
+                .values()
+                .any(|p| p.code_mode.is_some_and(|c| c.enabled()))
     }
 
     /// Whether some view has checkpoints on (config, or a profile): the checkpoint tools are

@@ -546,23 +546,31 @@ async fn list_tools(host: &Host, p: ListToolsParams) -> Result<ListAnswer, Error
                 .workspace_scope()
                 .is_none_or(|w| Some(w) == workspace)
     };
+    // What is listed of what is served: the code tools alone where the view says so
+    // (`code_mode.only`); the code tool declares the rest.
+    let lists = |e: &crate::registry::Entry| {
+        serves(e)
+            && crate::session::lists(&asked, e)
+            && own.as_ref().is_none_or(|o| crate::session::lists(o, e))
+    };
     let names: Vec<&str> = match &session {
         // The cached whole listing, unless it holds code tools that this view does not
-        // serve (code mode on for a profile only).
+        // serve (code mode on for a profile only) or lists them alone.
         None if p.profile.is_none()
+            && !asked.code_only()
             && (asked.code_mode() || !crate::code::registered(&snapshot)) =>
         {
             return Ok(ListAnswer::Live(snapshot, p))
         }
         None => snapshot
             .listed(p.include_hidden, p.include_deferred)
-            .filter(|(_, e)| crate::session::serves(&asked, e))
+            .filter(|(_, e)| crate::session::lists(&asked, e))
             .map(|(n, _)| n)
             .collect(),
         // The live list as the session is served it (an MCP connection's).
         Some(_) if p.live => snapshot
             .listed(p.include_hidden, p.include_deferred)
-            .filter(|(_, e)| serves(e))
+            .filter(|(_, e)| lists(e))
             .map(|(n, _)| n)
             .collect(),
         Some(session) => {
@@ -574,9 +582,7 @@ async fn list_tools(host: &Host, p: ListToolsParams) -> Result<ListAnswer, Error
                 .chain(session.loaded_tools.iter())
                 .filter_map(|n| snapshot.get(n).map(|e| (n, e)))
                 .filter(|(_, e)| p.include_hidden || !e.hidden())
-                .filter(|(_, e)| {
-                    crate::session::serves(&asked, e) && crate::session::serves(own, e)
-                })
+                .filter(|(_, e)| crate::session::lists(&asked, e) && crate::session::lists(own, e))
                 .map(|(n, _)| n.as_str())
                 .collect()
         }

@@ -16,6 +16,6 @@ pub use recover::cli as recover_cli;
 pub use recover::resolve_data_dir;
 pub use store::Sessions;
 pub use views::{
-    create, refresh_tools, remember_loaded, resume, serves, tools, update, workspace_of,
+    create, lists, refresh_tools, remember_loaded, resume, serves, tools, update, workspace_of,
     workspaces, Scope,
 };

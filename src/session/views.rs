@@ -141,6 +141,13 @@ pub fn serves(view: &ProfileView<'_>, entry: &Entry) -> bool {
     view.allows_tool(&spec.name, server, entry.approval)
 }
 
+/// Whether `view` lists the registered tool `entry`: it serves it, and unless the view lists
+/// the code tools alone (`code_mode.only`), it is one of them. A served tool left out stays
+/// callable, from programs and by name; the code tool declares it.
+pub fn lists(view: &ProfileView<'_>, entry: &Entry) -> bool {
+    serves(view, entry) && (!view.code_only() || entry.tool.code_mode().is_some())
+}
+
 /// A new session id, as `session.create` makes one when the params name none: the one
 /// place ids are minted.
 fn new_id() -> String {
@@ -293,14 +300,17 @@ pub async fn resume(host: &Scope<'_>, id: &str) -> Result<SessionResumeResult> {
     })
 }
 
-/// `names` cut to what the session's profile serves now.
+/// `names` cut to what the session's profile serves and lists now.
 fn profiled(
     host: &Scope<'_>,
     session: &Session,
     snapshot: &Snapshot,
     names: Vec<String>,
 ) -> Vec<String> {
-    if session.profile.is_none() && !session.meta.contains_key("code_mode") {
+    if session.profile.is_none()
+        && !session.meta.contains_key("code_mode")
+        && !host.config.code_mode.only
+    {
         return names;
     }
     let view = host
@@ -308,7 +318,7 @@ fn profiled(
         .session_view(session.profile.as_deref(), &session.meta);
     names
         .into_iter()
-        .filter(|n| snapshot.get(n).is_some_and(|e| serves(&view, e)))
+        .filter(|n| snapshot.get(n).is_some_and(|e| lists(&view, e)))
         .collect()
 }
 

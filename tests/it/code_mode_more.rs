@@ -359,3 +359,176 @@ async fn the_ts_sdk_runs_and_cancels_programs_over_streamable_http() {
     })
     .await;
 }
+
+/// A 2026-07-28 client over `/mcp` cancels a call by closing the call's response stream
+/// (the era has no session to send `notifications/cancelled` to): the program ends as
+/// `cancelled`, not at its deadline, and its inner call in flight is cancelled with it.
+#[tokio::test]
+async fn closing_a_new_era_calls_stream_cancels_the_program_and_its_inner_call() {
+    // Deadlines far away: only the cancel can end these calls within the test.
+    let d = start(|c| c["code_mode"]["timeout_ms"] = json!(600_000)).await;
+    let mut meta = common::new_era::meta("code-cancel", json!({}));
+    meta["progressToken"] = json!("p1");
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "run_code",
+        "arguments": {"code": "progress('waiting'); await tools.mcp_fx_sleep({ms: 600000}); return 'slept';"},
+        "_meta": meta,
+    }})
+    .to_string();
+    let headers = [
+        ("Accept", "application/json, text/event-stream"),
+        ("Content-Type", "application/json"),
+        ("MCP-Protocol-Version", common::new_era::NEW),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", "run_code"),
+    ];
+    let io = tokio::net::UnixStream::connect(d.socket()).await.unwrap();
+    let mut stream = common::http::Stream::open(io, "POST", "/mcp", &headers, &body).await;
+    assert_eq!(stream.status, 200, "{}", stream.head());
+    // The progress notification: the program runs, on this stream.
+    let (_, first) = stream.event().await.expect("an event");
+    assert!(first.contains("waiting"), "{first}");
+    eventually(20, "the inner sleep in flight", || async {
+        let s = d.call("host.status", json!({})).await;
+        s["result"]["calls"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["tool"] == "mcp_fx_sleep"))
+    })
+    .await;
+    // The client goes away: its connection closes with the stream.
+    drop(stream);
+    eventually(30, "the program and its inner call cancelled", || async {
+        let records = audit(&d);
+        let program = records.iter().find(|a| a["tool"] == "run_code");
+        let inner = records.iter().find(|a| a["tool"] == "mcp_fx_sleep");
+        program.is_some_and(|p| p["error_kind"] == "cancelled")
+            && inner.is_some_and(|i| i["error_kind"] == "cancelled")
+    })
+    .await;
+    let records = audit(&d);
+    let program = records.iter().find(|a| a["tool"] == "run_code").unwrap();
+    let inner = records
+        .iter()
+        .find(|a| a["tool"] == "mcp_fx_sleep")
+        .unwrap();
+    assert_eq!(inner["parent"], program["call_id"], "{inner}");
+    eventually(10, "no call left in flight", || async {
+        let s = d.call("host.status", json!({})).await;
+        s["result"]["calls"].as_array().is_some_and(Vec::is_empty)
+    })
+    .await;
+}
+
+fn audit(d: &Daemon) -> Vec<Value> {
+    std::fs::read_to_string(d.data_dir().join("audit.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The tool names of a `list_tools` or `session.tools` answer, sorted.
+fn listed_names(r: &Value) -> Vec<String> {
+    let mut names: Vec<String> = r["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no tools: {r}"))
+        .iter()
+        .map(|t| {
+            t.pointer("/function/name")
+                .or_else(|| t.get("name"))
+                .and_then(Value::as_str)
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// `only` (a profile's `"code_mode": "only"`, a session's meta, `code_mode.only`): the
+/// view lists `run_code` and `code_api` alone, while every tool it serves stays declared
+/// in `run_code`'s description, callable from a program and callable by name.
+#[tokio::test]
+async fn code_mode_only_lists_the_code_tools_alone_and_keeps_the_rest_callable() {
+    let d = start(|c| c["profiles"]["lean"] = json!({"code_mode": "only"})).await;
+    let code_tools = ["code_api".to_owned(), "run_code".to_owned()];
+    // Without `only`: the code tools beside the rest.
+    let all = listed_names(&d.call("list_tools", json!({})).await);
+    assert!(
+        all.contains(&"read_file".to_owned()) && all.contains(&"run_code".to_owned()),
+        "{all:?}"
+    );
+    // The profile's listing, in both formats, and its session's.
+    for params in [
+        json!({"profile": "lean"}),
+        json!({"profile": "lean", "format": "mcp"}),
+    ] {
+        let r = d.call("list_tools", params.clone()).await;
+        assert_eq!(listed_names(&r), code_tools, "{params}: {r}");
+        let text = run_code_description(&r);
+        assert!(
+            text.contains("read_file(args: { path: string;")
+                && text.contains("mcp_fx_add(args: { a: number; b: number })"),
+            "{text}"
+        );
+    }
+    let lean = d.session(json!({"profile": "lean"})).await;
+    let r = d.call("list_tools", json!({"session_id": lean})).await;
+    assert_eq!(listed_names(&r), code_tools, "{r}");
+    let r = d.call("session.tools", json!({"id": lean})).await;
+    assert_eq!(listed_names(&r), code_tools, "{r}");
+    // Not listed, still served: from a program, and by name.
+    let r = d
+        .call(
+            "invoke",
+            json!({"name": "run_code", "session_id": lean,
+                   "arguments": {"code": "return (await tools.mcp_fx_add({a: 40, b: 2})).sum"}}),
+        )
+        .await;
+    assert_eq!(r["result"]["result"]["result"], 42, "{r}");
+    let r = d
+        .call(
+            "invoke",
+            json!({"name": "mcp_fx_add", "session_id": lean, "arguments": {"a": 1, "b": 2}}),
+        )
+        .await;
+    assert_eq!(r["result"]["result"]["ok"], true, "{r}");
+    // A session's meta turns it on, or off under the profile.
+    let meta_on = d
+        .session(json!({"meta": {"code_mode": {"only": true}}}))
+        .await;
+    let r = d.call("list_tools", json!({"session_id": meta_on})).await;
+    assert_eq!(listed_names(&r), code_tools, "{r}");
+    let meta_off = d
+        .session(json!({"profile": "lean", "meta": {"code_mode": {"only": false}}}))
+        .await;
+    let r = d.call("list_tools", json!({"session_id": meta_off})).await;
+    let names = listed_names(&r);
+    assert!(
+        names.contains(&"read_file".to_owned()) && names.contains(&"run_code".to_owned()),
+        "{names:?}"
+    );
+    // With code mode off for the session, `only` lists nothing less.
+    let plain = d
+        .session(json!({"meta": {"code_mode": {"enabled": false, "only": true}}}))
+        .await;
+    let r = d.call("list_tools", json!({"session_id": plain})).await;
+    let names = listed_names(&r);
+    assert!(
+        names.contains(&"read_file".to_owned()) && !names.contains(&"run_code".to_owned()),
+        "{names:?}"
+    );
+    // config `code_mode.only`: the whole listing is the code tools.
+    let only = config(d.dir.path(), |c| {
+        c["code_mode"]["only"] = json!(true);
+        c["profiles"]["lean"] = json!({"code_mode": "only"});
+    });
+    write_atomic(&d.config_path(), &only);
+    let r = d.call("config.reload", json!({})).await;
+    assert_eq!(r["result"]["applied"], true, "{r}");
+    let r = d.call("list_tools", json!({})).await;
+    assert_eq!(listed_names(&r), code_tools, "{r}");
+    // A profile without code mode lists its tools as before.
+    let r = d.call("list_tools", json!({"profile": "plain"})).await;
+    assert!(listed_names(&r).contains(&"read_file".to_owned()), "{r}");
+}
