@@ -267,7 +267,7 @@ async fn disturb(d: &Daemon, turn: u64, figures: &mut Figures) {
 /// A client's way in.
 enum Conn {
     Socket(Client),
-    Stdio(RawStdio),
+    Stdio(Box<RawStdio>),
     HttpSession { sock: PathBuf, session: String },
     HttpSessionless { sock: PathBuf },
 }
@@ -283,7 +283,7 @@ impl Conn {
                 assert!(r.get("result").is_some(), "{r}");
                 s.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
                     .await;
-                Conn::Stdio(s)
+                Conn::Stdio(Box::new(s))
             }
             Framing::HttpSession => {
                 let sock = d.socket();
