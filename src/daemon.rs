@@ -104,6 +104,8 @@ fn workspace_warning(dirs: &Dirs) -> Option<String> {
 /// - fds 0–2 are opened on /dev/null when closed, so no socket, store file or epoll fd
 ///   ever lands on them (a closed stderr would otherwise receive log lines, and writing
 ///   them would fail or corrupt whatever took its place);
+/// - every other descriptor inherited from whoever started us is marked close-on-exec
+///   ([`keep_inherited_from_children`]);
 /// - the process is made non-dumpable, so processes of the same user (a `bash` call)
 ///   cannot read its memory or `/proc/<pid>/environ`;
 /// - secrets read once are taken out of the environment ([`crate::secrets`]);
@@ -123,11 +125,38 @@ pub fn prepare_process() {
             }
         }
     }
+    keep_inherited_from_children();
     if let Err(e) = nix::sys::prctl::set_dumpable(false) {
         eprintln!("toolhost: cannot make the process non-dumpable: {e}");
     }
     crate::secrets::take_from_env();
     crate::fds::raise_limit();
+}
+
+/// Marks every descriptor above 2 close-on-exec. Those the daemon opens itself always are;
+/// those its launcher left open (a supervisor's socket, a shell's saved descriptors) would
+/// otherwise reach every program the daemon starts, and one that outlives the daemon (a
+/// stopped, double-forked child after a kill -9) would keep them open.
+fn keep_inherited_from_children() {
+    use nix::libc;
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<i32> = dir
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .filter(|&fd| fd > 2)
+        .collect();
+    for fd in fds {
+        // SAFETY: only the descriptor flags change; a descriptor that is gone (the
+        // directory's own) fails harmlessly.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 && flags & libc::FD_CLOEXEC == 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
+    }
 }
 
 /// Runs the daemon until SIGTERM/SIGINT: the entry point of `toolhost serve`.

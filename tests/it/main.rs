@@ -49,6 +49,7 @@ mod identity;
 mod idle;
 mod in_process;
 mod inputs;
+mod load_run;
 mod mcp;
 mod mcp_asked;
 mod mcp_bounds;

@@ -525,3 +525,93 @@ async fn the_restart_sweep_kills_envless_escapes() {
     d.spawn(&[]).await;
     wait_dead(&escaped, "the envless escapes to be swept").await;
 }
+
+/// The descriptors `pid` holds above its stdio, as their link targets.
+fn held_beyond_stdio(pid: i32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) > Some(2))
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .map(|t| t.display().to_string())
+        .collect()
+}
+
+/// Issue 49 item 9: a restart after kill -9 is never refused because of a process the
+/// daemon started. Two escapes (setsid from a subshell, one also with `env -i`) stop
+/// themselves and outlive the daemon and its watchdog, killed at once. They hold nothing
+/// but their stdio: not the daemon's socket, its lock or its store, nor the listening
+/// socket the daemon's launcher left open in it, which stops answering once the launcher
+/// and the daemon are gone; and the next daemon serves while they are still there.
+#[tokio::test]
+async fn stopped_escapes_hold_nothing_of_the_daemon_and_a_restart_after_kill_9_serves() {
+    use std::os::fd::AsRawFd;
+    let mut d = Daemon::unstarted();
+    let planted_path = d.dir.path().join("launcher.sock");
+    let planted = std::os::unix::net::UnixListener::bind(&planted_path).unwrap();
+    let planted_fd = planted.as_raw_fd();
+    let mut cmd = d.command();
+    cmd.stderr(std::process::Stdio::null());
+    // SAFETY: dup2 between fork and exec; the copy at 77 is not close-on-exec, as a
+    // launcher's descriptor would be.
+    unsafe {
+        cmd.pre_exec(move || match nix::libc::dup2(planted_fd, 77) {
+            77 => Ok(()),
+            _ => Err(std::io::Error::last_os_error()),
+        });
+    }
+    d.child = Some(cmd.spawn().unwrap());
+    d.wait_ready().await;
+    let inode = std::fs::read_link(format!("/proc/{}/fd/77", d.pid())).unwrap();
+    assert!(
+        inode.display().to_string().starts_with("socket:["),
+        "{inode:?}"
+    );
+
+    let ws = d.workspace();
+    let command = "(setsid sh -c 'echo $$ > a.pid; kill -STOP $$; exec sleep 1001' </dev/null >/dev/null 2>&1 &); \
+                   (env -i setsid sh -c 'echo $$ > b.pid; kill -STOP $$; exec sleep 1002' </dev/null >/dev/null 2>&1 &); \
+                   echo $TOOLHOST_INSTANCE > instance; sleep 300";
+    let _c = start_bash(&d, "stopper", command).await;
+    let instance = read_words(&ws.join("instance")).await.remove(0);
+    let mut stopped = Vec::new();
+    for file in ["a.pid", "b.pid"] {
+        stopped.extend(pids(&read_words(&ws.join(file)).await));
+    }
+    eventually(10, "both escapes to stop themselves", || async {
+        stopped.iter().all(|&p| stat(p).is_some_and(|s| s.0 == 'T'))
+    })
+    .await;
+    for &p in &stopped {
+        assert_eq!(held_beyond_stdio(p), Vec::<String>::new(), "process {p}");
+    }
+
+    // Everything of ours killed at once: the watchdog cannot end them this time.
+    let watchdog = watchdog_of(&instance).expect("the daemon has a watchdog");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(watchdog),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_dead(&[watchdog], "the watchdog to die").await;
+    d.kill9().await;
+    assert!(
+        stopped.iter().all(|&p| alive(p)),
+        "the escapes should outlive it"
+    );
+    // With the launcher's copy closed too, nobody listens on its socket any more.
+    drop(planted);
+    let refused = std::os::unix::net::UnixStream::connect(&planted_path).unwrap_err();
+    assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+
+    // The next daemon binds the socket and the store, and serves.
+    d.spawn(&[]).await;
+    let r = d.invoke("bash", json!({"command": "echo back"})).await;
+    assert_eq!(r["stdout"], "back\n", "{r}");
+    for &p in &stopped {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(p),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}

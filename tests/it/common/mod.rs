@@ -18,6 +18,7 @@ pub use toolhost::client::{Client, ClientError};
 pub mod conformance;
 pub mod haproxy;
 pub mod http;
+pub mod load;
 pub mod mcp;
 pub mod new_era;
 pub mod postgres;
