@@ -484,7 +484,7 @@ async fn run_checked(
             let ask = approvals::Ask {
                 tool: &params.name,
                 class: entry.approval,
-                summary,
+                summary: crate::protocol::ApprovalSummary::new(summary),
                 refusal,
                 arguments: &args,
                 client: facts
@@ -591,6 +591,7 @@ impl crate::code::Pipeline for Inner<'_> {
                         ok: false,
                         error: Some(e.to_string()),
                         error_kind: Some(ErrorKind::Failed),
+                        approval: None,
                         output: Default::default(),
                     },
                     control: None,
@@ -786,12 +787,14 @@ pub fn normalise(
             ok: true,
             error: None,
             error_kind: None,
+            approval: None,
             output,
         },
         Err(e) => CallOutcome {
             ok: false,
             error: Some(e.message),
             error_kind: Some(e.kind),
+            approval: e.approval,
             output: *e.output,
         },
     };
