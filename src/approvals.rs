@@ -31,8 +31,8 @@ use crate::error::Error;
 use crate::lock;
 use crate::protocol::{
     ApprovalClass, ApprovalDecider, ApprovalDecision, ApprovalEvent, ApprovalOutcome,
-    ApprovalVerdictRecord, ApprovalsDecideParams, DecidedApproval, DecidedVia, ErrorKind,
-    InputKind, PendingApproval,
+    ApprovalSummary, ApprovalVerdictRecord, ApprovalsDecideParams, DecidedApproval, DecidedVia,
+    ErrorKind, InputKind, PendingApproval,
 };
 use crate::registry::{CallContext, ToolError};
 
@@ -127,7 +127,7 @@ pub struct Request<'a> {
     pub session_id: Option<&'a str>,
     pub client: Option<String>,
     pub class: Option<ApprovalClass>,
-    pub summary: &'a str,
+    pub summary: ApprovalSummary,
     pub arguments: &'a Map<String, Value>,
     pub caller_asked: bool,
     pub wait: Duration,
@@ -215,7 +215,7 @@ impl Approvals {
             session_id: r.session_id.map(str::to_owned),
             client: r.client,
             class: r.class,
-            summary: r.summary.to_owned(),
+            summary: r.summary,
             arguments: masked(r.arguments),
             caller_asked: r.caller_asked,
             since_ms,
@@ -553,7 +553,7 @@ pub struct Ask<'a> {
     pub tool: &'a str,
     pub class: Option<ApprovalClass>,
     /// The one-line summary shown to whoever decides.
-    pub summary: String,
+    pub summary: ApprovalSummary,
     /// Why the call cannot run yet and how to approve it (the `approval_required` text).
     pub refusal: String,
     pub arguments: &'a Map<String, Value>,
@@ -583,7 +583,7 @@ pub async fn settle(
                 session_id: ctx.session_id.as_deref(),
                 client: ask.client.clone(),
                 class: ask.class,
-                summary: &ask.summary,
+                summary: ask.summary.clone(),
                 arguments: ask.arguments,
                 caller_asked: asks_caller,
                 wait,
@@ -685,12 +685,16 @@ fn outcome(ask: &Ask<'_>, v: &ApprovalVerdictRecord) -> Result<(), ToolError> {
 }
 
 fn approval_required(ask: &Ask<'_>, message: String) -> ToolError {
-    ToolError::new(ErrorKind::ApprovalRequired, message).with_field("approval", ask.summary.clone())
+    ToolError::approval_required(ask.summary.clone(), message)
 }
 
 /// Puts the call to the user through its own frontend (an `elicitation/create` with an
 /// empty form); `Ok(true)` on accept.
-async fn ask_caller(ctx: &CallContext, tool: &str, summary: &str) -> Result<bool, String> {
+async fn ask_caller(
+    ctx: &CallContext,
+    tool: &str,
+    summary: &ApprovalSummary,
+) -> Result<bool, String> {
     let params = serde_json::json!({
         "message": format!("Allow the tool call {summary}? (tool '{tool}', toolhost strict session)"),
         "requestedSchema": {"type": "object", "properties": {}},
@@ -754,7 +758,7 @@ mod tests {
             session_id: Some("s"),
             client: None,
             class: Some(ApprovalClass::Command),
-            summary: "bash (command)",
+            summary: ApprovalSummary::new("bash (command)"),
             arguments: args,
             caller_asked: false,
             wait: Duration::from_secs(60),

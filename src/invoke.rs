@@ -490,7 +490,7 @@ async fn run_checked(
             let ask = approvals::Ask {
                 tool: &params.name,
                 class: entry.approval,
-                summary,
+                summary: crate::protocol::ApprovalSummary::new(summary),
                 refusal,
                 arguments: &args,
                 client: facts
@@ -597,6 +597,7 @@ impl crate::code::Pipeline for Inner<'_> {
                         ok: false,
                         error: Some(e.to_string()),
                         error_kind: Some(ErrorKind::Failed),
+                        approval: None,
                         output: Default::default(),
                     },
                     control: None,
@@ -792,12 +793,14 @@ pub fn normalise(
             ok: true,
             error: None,
             error_kind: None,
+            approval: None,
             output,
         },
         Err(e) => CallOutcome {
             ok: false,
             error: Some(e.message),
             error_kind: Some(e.kind),
+            approval: e.approval,
             output: *e.output,
         },
     };

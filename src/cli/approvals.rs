@@ -100,7 +100,7 @@ async fn list(client: &Client, out: Output) -> Result<ExitCode, ClientError> {
             p.client.clone().unwrap_or_else(|| "-".into()),
             seconds(now.saturating_sub(p.since_ms)),
             seconds(p.deadline_ms.saturating_sub(now)),
-            p.summary.clone(),
+            p.summary.to_string(),
         ]
     }));
     print_table(&rows);

@@ -18,7 +18,9 @@ use super::manifest::{provider_env_name, Manifest};
 use crate::catalog::{ToolSource, ToolSpec};
 use crate::config::Provider;
 use crate::process::runner::{self, Capture, End, Sink, Spec, Stream};
-use crate::protocol::{ContentBlock, Control, ErrorKind, ImageDataUrl, Progress, ToolOutput};
+use crate::protocol::{
+    blocks_text, first_image, ContentBlock, Control, ErrorKind, Progress, ToolOutput,
+};
 use crate::registry::{CallContext, Tool, ToolError, ToolResult, ToolUpdate, UpdateSink};
 use crate::sandbox::{self, Plan};
 
@@ -317,33 +319,25 @@ impl CustomTool {
             return Err(e);
         }
         if let Some(content) = result.remove("content") {
-            let blocks = Vec::<ContentBlock>::deserialize(&content).map_err(|e| {
-                ToolError::failed(format!(
+            if let Err(e) = Vec::<ContentBlock>::deserialize(&content) {
+                return Err(ToolError::failed(format!(
                     "the result's content is not a list of MCP content blocks: {e}"
-                ))
-            })?;
+                )));
+            }
+            let blocks = match content {
+                Value::Array(blocks) => blocks,
+                _ => Vec::new(),
+            };
+            // The program's own `output` wins; else the blocks' text, by the one rule.
             if !result.contains_key("output") {
-                let text: Vec<&str> = blocks
-                    .iter()
-                    .filter_map(|b| match b {
-                        ContentBlock::Text { text } => Some(text.as_str()),
-                        _ => None,
-                    })
-                    .collect();
-                result.insert("output".into(), Value::String(text.join("\n")));
+                result.insert("output".into(), Value::String(blocks_text(&blocks)));
             }
             // Like MCP tool results: the first image also travels as control fields, for
             // frontends that attach images to the next model turn.
-            let image = blocks.iter().find_map(|b| match b {
-                ContentBlock::Image { data, mime_type } => ImageDataUrl::new(mime_type, data),
-                _ => None,
-            });
-            if let Some(url) = image {
+            if let Some(url) = first_image(&blocks) {
                 out.control = Control::image(url);
             }
-            if let Value::Array(blocks) = content {
-                out.content = Some(blocks);
-            }
+            out.content = Some(blocks);
         }
         if let Some(structured) = result.remove("structured") {
             if !structured.is_object() {

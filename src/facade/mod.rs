@@ -1107,14 +1107,8 @@ impl Facade {
         if r.result.error_kind == Some(ErrorKind::ApprovalRequired) {
             let summary = r
                 .result
-                .output
-                .fields
-                .get("approval")
-                .map(|a| match a {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                })
-                .unwrap_or_else(|| request.name.to_string());
+                .approval
+                .map_or_else(|| request.name.to_string(), |a| a.to_string());
             // A client that answers elicitation was asked by the host already (an input
             // request of the call); it is left here only when asking failed.
             let can_ask = context

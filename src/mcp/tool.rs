@@ -27,7 +27,7 @@ use super::stdio::{DirectCalls, RawResult};
 use crate::catalog::{ToolSource, ToolSpec};
 use crate::config::McpServer;
 use crate::protocol::{
-    ApprovalClass, ContentBlock, Control, ErrorKind, ImageDataUrl, Progress, ToolOutput,
+    blocks_text, first_image, ApprovalClass, ContentBlock, Control, ErrorKind, Progress, ToolOutput,
 };
 use crate::registry::{CallContext, Tool, ToolError, ToolResult, ToolUpdate};
 
@@ -540,33 +540,29 @@ pub fn map_result(answer: Answer<'_>) -> ToolResult {
             .filter(|t| t.kind == "text")
     }
     let mut out = ToolOutput::default();
-    let mut texts: Vec<String> = Vec::new();
     let all_text: Option<Vec<TextBlock>> = blocks.iter().map(text_block).collect();
-    if let Some(text_blocks) = all_text {
-        texts.extend(text_blocks.into_iter().map(|t| t.text.into_owned()));
+    let output = if let Some(text_blocks) = all_text {
+        // Text only (the usual answer): read in place, as `blocks_text` would read it.
+        let mut texts: Vec<String> = text_blocks
+            .into_iter()
+            .map(|t| t.text.into_owned())
+            .collect();
+        match texts.len() {
+            1 => texts.pop().unwrap_or_default(),
+            _ => texts.join("\n"),
+        }
     } else {
-        // The blocks are kept whole, so they are read in place.
+        // The blocks are kept whole, and read by the one rule every source shares.
         let raw: Vec<Value> = blocks
             .iter()
             .filter_map(|b| serde_json::from_str(b.get()).ok())
             .collect();
-        for block in &raw {
-            match ContentBlock::deserialize(block) {
-                Ok(typed) => texts.push(summary(typed, &mut out.control)),
-                // A block the spec does not define (a newer kind): named, passed on.
-                Err(_) => texts.extend(
-                    block
-                        .get("type")
-                        .and_then(Value::as_str)
-                        .map(|kind| format!("[{kind} content]")),
-                ),
-            }
+        if let Some(url) = first_image(&raw) {
+            out.control = Control::image(url);
         }
+        let text = blocks_text(&raw);
         out.content = Some(raw);
-    }
-    let output = match texts.len() {
-        1 => texts.pop().unwrap_or_default(),
-        _ => texts.join("\n"),
+        text
     };
     match answer.structured_content {
         Some(Value::Object(s)) => out.structured_content = Some(s),
@@ -587,27 +583,6 @@ pub fn map_result(answer: Answer<'_>) -> ToolResult {
     }
     out.insert("output", output);
     Ok(out)
-}
-
-/// A block's line in `output`; the first image also becomes the output's control fields.
-fn summary(block: ContentBlock, control: &mut Control) -> String {
-    match block {
-        ContentBlock::Text { text } => text,
-        ContentBlock::Image { data, mime_type } => {
-            let line = format!("[image: {mime_type}, {} bytes base64]", data.len());
-            if control.image_data_url.is_none() {
-                if let Some(url) = ImageDataUrl::new(&mime_type, &data) {
-                    *control = Control::image(url);
-                }
-            }
-            line
-        }
-        ContentBlock::Audio { .. } => "[audio content]".to_owned(),
-        ContentBlock::Resource { resource } => resource
-            .text
-            .unwrap_or_else(|| format!("[resource: {}]", resource.uri)),
-        ContentBlock::ResourceLink { uri, .. } => format!("[resource link: {uri}]"),
-    }
 }
 
 #[cfg(test)]

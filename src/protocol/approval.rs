@@ -42,6 +42,30 @@ pub enum ApprovalMode {
     ReadOnly,
 }
 
+/// What a call that needs approval would do, in one line (`write_file (write)
+/// path="out.txt"`, or a module's own `formatApprovalDetails` text): what its frontend asks
+/// the user, the queue shows ([`PendingApproval::summary`]) and an `approval_required`
+/// result carries ([`super::CallOutcome::approval`]). On the wire a string.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(transparent)]
+pub struct ApprovalSummary(String);
+
+impl ApprovalSummary {
+    pub fn new(summary: impl Into<String>) -> Self {
+        ApprovalSummary(summary.into())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for ApprovalSummary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// A call waiting in the approval queue for an operator (proto-docs/approvals.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct PendingApproval {
@@ -59,7 +83,7 @@ pub struct PendingApproval {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class: Option<ApprovalClass>,
     /// What the call would do, in one line: the summary an elicitation shows the user.
-    pub summary: String,
+    pub summary: ApprovalSummary,
     /// The call's arguments, values under secret-looking names masked.
     pub arguments: Map<String, Value>,
     /// The call's own frontend was asked too; the first answer wins.
@@ -246,4 +270,26 @@ pub struct ApprovalsDecideParams {
     /// The surface deciding, for the audit log: `socket` (default), `cli` or `ui`.
     #[serde(default)]
     pub via: DecidedVia,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::{CallOutcome, ErrorKind};
+    use serde_json::json;
+
+    #[test]
+    fn an_approval_required_result_carries_its_summary_typed() {
+        let wire = json!({"ok": false, "error": "needs approval", "error_kind": "approval_required",
+                          "approval": "write_file (write) path=\"out.txt\"", "path": "out.txt"});
+        let outcome: CallOutcome = serde_json::from_value(wire.clone()).unwrap();
+        assert_eq!(outcome.error_kind, Some(ErrorKind::ApprovalRequired));
+        assert_eq!(
+            outcome.approval,
+            Some(ApprovalSummary::new("write_file (write) path=\"out.txt\""))
+        );
+        // Typed, not one of the tool's own fields; on the wire as before.
+        assert!(!outcome.output.fields.contains_key("approval"));
+        assert_eq!(serde_json::to_value(&outcome).unwrap(), wire);
+    }
 }

@@ -86,6 +86,10 @@ pub struct CallOutcome {
     pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_kind: Option<ErrorKind>,
+    /// On `approval_required`: what the call would do, to show the user before repeating
+    /// it with `approved: true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<super::ApprovalSummary>,
     /// On the wire its members are the result's own; its control fields are the
     /// envelope's `control`, so here they are always empty.
     #[serde(flatten)]

@@ -9,6 +9,7 @@
 mod admin;
 mod approval;
 mod audit;
+mod blocks;
 mod checkpoint;
 mod commands;
 mod fleet;
@@ -28,6 +29,7 @@ mod ui;
 pub use admin::*;
 pub use approval::*;
 pub use audit::*;
+pub use blocks::*;
 pub use checkpoint::*;
 pub use commands::*;
 pub use fleet::*;

@@ -294,15 +294,19 @@ impl Registry {
             removed: diff.removed,
             changed: diff.changed,
         };
-        match self.0.current.write() {
-            Ok(mut g) => *g = next,
-            Err(poisoned) => *poisoned.into_inner() = next,
+        // Sent while the new snapshot is swapped in and before any reader can see it: a
+        // client that has seen revision N listed has had N's notification sent, so a
+        // subscription it makes afterwards never receives a change it has already seen.
+        let mut current = match self.0.current.write() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        *current = next;
+        if visible_change {
+            let _ = self.0.changes.send(note.clone());
         }
+        drop(current);
         drop(sources);
-        if !visible_change {
-            return None;
-        }
-        let _ = self.0.changes.send(note.clone());
-        Some(note)
+        visible_change.then_some(note)
     }
 }

@@ -9,7 +9,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::catalog::ToolSpec;
 use crate::protocol::{
-    ContentBlock, ErrorKind, OpenAiFunction, OpenAiTool, OpenAiToolType, Progress, ToolOutput,
+    ApprovalSummary, ContentBlock, ErrorKind, OpenAiFunction, OpenAiTool, OpenAiToolType, Progress,
+    ToolOutput,
 };
 
 /// A partial result, forwarded to streaming callers as an `invoke_event` update.
@@ -104,6 +105,8 @@ pub struct ToolError {
     /// What the tool produced before it failed (e.g. `exit_code`, partial `stdout`); boxed,
     /// so a result that is an error is no bigger than one that is not.
     pub output: Box<ToolOutput>,
+    /// On [`ErrorKind::ApprovalRequired`]: what the call would do, for the user.
+    pub approval: Option<ApprovalSummary>,
 }
 
 impl ToolError {
@@ -112,6 +115,15 @@ impl ToolError {
             kind,
             message: message.into(),
             output: Box::default(),
+            approval: None,
+        }
+    }
+    /// The call needs the user's approval first: `message` says how to give it, `summary`
+    /// what the user approves.
+    pub fn approval_required(summary: ApprovalSummary, message: impl Into<String>) -> Self {
+        ToolError {
+            approval: Some(summary),
+            ..Self::new(ErrorKind::ApprovalRequired, message)
         }
     }
     /// The common case: the tool ran and could not do what was asked.

@@ -35,7 +35,8 @@ fn config(dir: &Path, edit: impl FnOnce(&mut Value)) -> Value {
 
 async fn start(edit: impl FnOnce(&mut Value)) -> Daemon {
     let d = Daemon::start_in(|dir| config(dir, edit)).await;
-    common::mcp::wait_state(&d, "fx", "ready").await;
+    // fx's tools served, not only fx ready: the declarations are read at once.
+    common::mcp::wait_serving(&d, "fx", "mcp_fx_add").await;
     d
 }
 

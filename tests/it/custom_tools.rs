@@ -319,7 +319,7 @@ async fn results_errors_and_exit_statuses_follow_the_contract() {
         .clone();
     assert_eq!(
         r["result"],
-        json!({"ok": true, "output": "",
+        json!({"ok": true, "output": "[image: image/png, 8 bytes base64]",
                "content": [{"type": "image", "data": "iVBORw0K", "mimeType": "image/png"}]})
     );
     assert_eq!(

@@ -551,6 +551,11 @@ async fn strict_sessions_ask_the_user_through_elicitation() {
         text.contains("needs the user's approval") && text.contains("--approved"),
         "{text}"
     );
+    // The summary the daemon typed (the result's `approval`) names what would run.
+    assert!(
+        text.contains("bash (command) command=\"touch ran\""),
+        "{text}"
+    );
     assert!(!marker.exists());
     mcp.cancel().await.unwrap();
 

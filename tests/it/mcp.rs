@@ -454,7 +454,9 @@ async fn progress_is_forwarded_to_streaming_callers() {
 #[tokio::test]
 async fn list_changed_updates_the_registry_with_one_notification() {
     let d = daemon_with(|dir| json!({"fx": fixture(dir, json!({}))})).await;
-    wait_state(&d, "fx", "ready").await;
+    // Subscribed once fx's tools are served, so the change awaited is add_tool's, not the
+    // arrival of fx's tools (which goes out just after it turns ready).
+    common::mcp::wait_serving(&d, "fx", "mcp_fx_echo").await;
     let c = d.client().await;
     let mut sub = c.subscribe_tools_changed().await.unwrap();
     let rev = c.list_tools(&Default::default()).await.unwrap().revision;

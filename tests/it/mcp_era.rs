@@ -279,6 +279,8 @@ async fn list_changes_and_resource_updates_come_through_subscriptions_listen_als
     let d =
         daemon_with(|dir| json!({"fx": fixture(dir, json!({"FIXTURE_RESOURCES": "fx"}))})).await;
     assert_eq!(ready(&d, "fx").await["protocol_version"], NEW);
+    // Subscribed once fx's tools are served: their arrival is not the change awaited.
+    common::mcp::wait_serving(&d, "fx", "mcp_fx_echo").await;
     let c = d.client().await;
     let mut changed = c.subscribe_tools_changed().await.unwrap();
     let r = d.invoke("mcp_fx_add_tool", json!({"name": "fresh"})).await;

@@ -18,7 +18,8 @@ use super::host::{Live, ModuleHost};
 use crate::catalog::{ToolSource, ToolSpec};
 use crate::process::GroupGuard;
 use crate::protocol::{
-    ApprovalClass, ContentBlock, Control, ErrorKind, ImageDataUrl, InputKind, ToolOutput,
+    blocks_text, first_image, ApprovalClass, ContentBlock, Control, ErrorKind, InputKind,
+    ToolOutput,
 };
 use crate::registry::{CallContext, Tool, ToolError, ToolResult, ToolUpdate};
 
@@ -351,29 +352,17 @@ fn to_update(update: &Value) -> ToolUpdate {
     }
 }
 
-/// `{content, details}` as the call's output: the blocks pass through (their text is the
-/// `output` field), an object `details` is the structured content, any other the `details`
-/// field.
+/// `{content, details}` as the call's output: the blocks pass through (their text, by the
+/// one rule of [`blocks_text`], is the `output` field), an object `details` is the
+/// structured content, any other the `details` field.
 fn to_output(result: &Value) -> ToolOutput {
     let mut out = ToolOutput::default();
-    let blocks = blocks_of(result);
-    let text: Vec<&str> = blocks
-        .iter()
-        .filter_map(|b| match b {
-            ContentBlock::Text { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect();
-    out.insert("output", text.join("\n"));
-    if let Some(url) = blocks.iter().find_map(|b| match b {
-        ContentBlock::Image { data, mime_type } => ImageDataUrl::new(mime_type, data),
-        _ => None,
-    }) {
+    let blocks = result.get("content").and_then(Value::as_array);
+    out.insert("output", blocks.map(|b| blocks_text(b)).unwrap_or_default());
+    if let Some(url) = blocks.and_then(|b| first_image(b)) {
         out.control = Control::image(url);
     }
-    if let Some(Value::Array(raw)) = result.get("content") {
-        out.content = Some(raw.clone());
-    }
+    out.content = blocks.cloned();
     match result.get("details") {
         Some(Value::Object(details)) => out.structured_content = Some(details.clone()),
         None | Some(Value::Null) => {}

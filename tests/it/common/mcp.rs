@@ -65,6 +65,22 @@ pub async fn wait_state(d: &Daemon, server: &str, state: &str) -> Value {
     wait_status(d, server, |st| st["state"] == state).await
 }
 
+/// [`wait_state`] `ready`, then until `tool` (a public name) is listed. A server turns ready
+/// just before it publishes its tools, and the registry sends `tools_changed` before any
+/// listing shows them; so from here on the notification of their arrival has gone out, and
+/// a subscription made now neither waits for it nor mistakes it for a later change.
+pub async fn wait_serving(d: &Daemon, server: &str, tool: &str) -> Value {
+    let st = wait_state(d, server, "ready").await;
+    super::eventually(30, &format!("{tool} listed"), || async {
+        let list = d
+            .call("list_tools", json!({"include_deferred": true}))
+            .await;
+        super::tool_names(&list["result"]).contains(&tool)
+    })
+    .await;
+    st
+}
+
 /// Our fixture over streamable HTTP with `env` (and `FIXTURE_INPUTS=1`): the process and
 /// its URL.
 pub async fn http_fixture(env: &[(&str, &str)]) -> (tokio::process::Child, String) {
