@@ -10,9 +10,7 @@ const KEY: &str = "mcp_servers";
 
 /// Parses `text` into its entries.
 pub fn read(text: &str) -> Result<Vec<Entry>, String> {
-    let doc: DocumentMut = text
-        .parse()
-        .map_err(|e: toml_edit::TomlError| e.to_string())?;
+    let doc: DocumentMut = text.parse().map_err(toml_error)?;
     let Some(servers) = doc.get(KEY).and_then(Item::as_table_like) else {
         return Ok(Vec::new());
     };
@@ -33,9 +31,7 @@ pub fn rewrite(
     remove: &[String],
     entry: Option<(&str, &[&str])>,
 ) -> Result<String, String> {
-    let mut doc: DocumentMut = text
-        .parse()
-        .map_err(|e: toml_edit::TomlError| e.to_string())?;
+    let mut doc: DocumentMut = text.parse().map_err(toml_error)?;
     let servers = doc
         .entry(KEY)
         .or_insert_with(|| {
@@ -90,5 +86,18 @@ fn value_json(v: &toml_edit::Value) -> Value {
         T::Datetime(d) => Value::String(d.value().to_string()),
         T::Array(a) => Value::Array(a.iter().map(value_json).collect()),
         T::InlineTable(t) => table_json(t),
+    }
+}
+
+/// A TOML error without the snippet `TomlError` prints: the offending line may be
+/// hundreds of kilobytes (200,000 nested brackets).
+fn toml_error(e: toml_edit::TomlError) -> String {
+    match e.span() {
+        Some(at) => format!(
+            "TOML parse error at byte {}: {}",
+            at.start,
+            e.message().trim_end()
+        ),
+        None => format!("TOML parse error: {}", e.message().trim_end()),
     }
 }

@@ -713,3 +713,56 @@ async fn the_secrets_file_is_reloaded_and_must_be_private() {
         "the last good config stays"
     );
 }
+
+/// Issue 49 item 3: frontend files a workspace or a hostile dotfile could plant — a FIFO
+/// with no writer, a link to `/dev/zero`, a 300 MB sparse file, 200,000-deep JSON and TOML
+/// — are each named with a reason, import does not hang on them, and the good files
+/// (VS Code's, the project's `.mcp.json`) are still planned.
+#[tokio::test]
+async fn import_refuses_fifos_devices_huge_and_deep_files_and_keeps_the_rest() {
+    let f = Frontends::new();
+    let fifo = f.claude();
+    std::fs::remove_file(&fifo).unwrap();
+    let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    std::fs::remove_file(f.cursor()).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", f.cursor()).unwrap();
+    std::fs::File::create(f.gemini())
+        .unwrap()
+        .set_len(300 * 1024 * 1024)
+        .unwrap();
+    let depth = 200_000;
+    write(
+        &f.desktop(),
+        &format!("{}{}", "[".repeat(depth), "]".repeat(depth)),
+    );
+    write(
+        &f.codex(),
+        &format!("a = {}{}", "[".repeat(depth), "]".repeat(depth)),
+    );
+
+    // The timeout only turns a hang into a failure.
+    let (code, out, err) =
+        tokio::time::timeout(std::time::Duration::from_secs(120), f.import(&[], &[]))
+            .await
+            .expect("import hung");
+    let all = format!("{out}{err}");
+    assert_eq!(code, 1, "{all}");
+    assert!(all.len() < 20_000, "{all}");
+    for (file, reason) in [
+        (f.claude(), "is not a regular file (fifo)"),
+        (f.cursor(), "is not a regular file (character device)"),
+        (f.gemini(), "is larger than"),
+        (f.desktop(), "recursion limit"),
+        (f.codex(), "max recursion depth"),
+    ] {
+        let line = all
+            .lines()
+            .find(|l| l.contains(&*file.display().to_string()))
+            .unwrap_or_else(|| panic!("{} not named: {all}", file.display()));
+        assert!(line.contains(reason), "{reason}: {line}\n{all}");
+    }
+    for good in ["time", "lint", "notes"] {
+        assert!(all.contains(good), "{good}: {all}");
+    }
+}

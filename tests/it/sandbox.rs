@@ -527,6 +527,52 @@ async fn workspace_write_refuses_set_id_and_owner_changes_and_builds_still_work(
     );
 }
 
+/// Issue 49 item 9, pinned as documented ("What it cannot block"): under workspace-write a
+/// file outside the workspace cannot be written, given set-ID bits, another owner or an
+/// extended attribute; but a plain `chmod` or `touch -d` on it still succeeds, because
+/// Landlock has no right for mode or time changes and the seccomp filter cannot see paths
+/// (refusing them everywhere would break `chmod +x` in the workspace).
+#[tokio::test]
+async fn workspace_write_outside_refuses_writes_and_set_id_but_not_plain_mode_or_times() {
+    require_landlock();
+    let d = Daemon::start_with(Some(json!({"sandbox": {"policy": "workspace-write"}}))).await;
+    let victim = d.dir.path().join("outside.txt");
+    std::fs::write(&victim, "x").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let before = metadata_of(&victim);
+    let v = victim.display();
+    let mut commands = vec![
+        format!("echo y > {v}"),
+        format!("echo y >> {v}"),
+        format!("touch {}/new.txt", d.dir.path().display()),
+        format!("chmod u+s {v}"),
+        format!("chown 1234 {v}"),
+    ];
+    if user_xattrs_work(d.dir.path()) {
+        commands.push(format!(
+            "python3 -c 'import os; os.setxattr(\"{v}\", \"user.x\", b\"1\")'"
+        ));
+    }
+    all_refused(&d, &commands, &json!({})).await;
+    assert_eq!(metadata_of(&victim), before);
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "x");
+    assert!(!d.dir.path().join("new.txt").exists());
+
+    // The documented gap: plain mode and time changes outside go through.
+    let r = bash(
+        &d,
+        &format!("chmod 0600 {v} && touch -d @978307200 {v} && echo changed"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(r["stdout"], "changed\n", "{r}");
+    let (mode, uid, gid, mtime, xattrs) = metadata_of(&victim);
+    assert_eq!(mode & 0o7777, 0o600);
+    assert_eq!(mtime, 978_307_200);
+    assert_eq!((uid, gid, xattrs), (before.1, before.2, before.4));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "x");
+}
+
 /// A confined program cannot fake terminal input (issue 32 item 9): `TIOCSTI` is refused
 /// even on a terminal it opened itself, where a root daemon's unconfined child succeeds.
 #[tokio::test]
