@@ -684,3 +684,46 @@ async fn at_1400_px_no_table_is_clipped_and_empty_cards_take_no_column() {
     std::fs::write(screenshot_dir().join("operator-page-1400.png"), png).unwrap();
     b.close().await.unwrap();
 }
+
+/// The page hides ephemeral sessions (a probe's, a bridge's own) until the operator asks
+/// with the "show ephemeral (N)" toggle.
+#[tokio::test]
+async fn the_page_hides_ephemeral_sessions_until_asked() {
+    let (d, addr) = tcp_daemon(json!({})).await;
+    let kept = d.session(json!({})).await;
+    // An ephemeral session lives as long as its caller's connection: this one stays open.
+    let mut caller = common::RawLines::connect(&d.socket()).await;
+    let r = caller
+        .call("session.create", json!({"ephemeral": true}))
+        .await;
+    let ephemeral = r["result"]["id"].as_str().unwrap().to_owned();
+    let listed = d.call("session.list", json!({})).await;
+    let sessions = listed["result"]["sessions"].as_array().unwrap();
+    let of = |id: &str| {
+        sessions
+            .iter()
+            .find(|s| s["id"] == id)
+            .unwrap_or_else(|| panic!("{id} in {listed}"))
+            .clone()
+    };
+    assert_eq!(of(&ephemeral)["ephemeral"], true, "{listed}");
+
+    let driver = Driver::start().await;
+    let b = driver.browser().await;
+    log_in(&b, &addr).await;
+    let row = format!(r#"#sessions-rows tr[data-session="{kept}"]"#);
+    shown(&b, &row).await;
+    assert_eq!(
+        text_of(&b, "#sessions-ephemeral").await,
+        "show ephemeral (1)"
+    );
+    let hidden = format!(r#"#sessions-rows tr[data-session="{ephemeral}"]"#);
+    assert!(b.find_all(Locator::Css(&hidden)).await.unwrap().is_empty());
+    click(&b, "#sessions-ephemeral").await;
+    assert!(text_of(&b, &hidden).await.contains("ephemeral"));
+    assert_eq!(
+        text_of(&b, "#sessions-ephemeral").await,
+        "hide ephemeral (1)"
+    );
+    b.close().await.unwrap();
+}

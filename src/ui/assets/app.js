@@ -167,7 +167,7 @@ function frontendOf(session) {
 // How a session's frontend reaches the host: through the MCP facade, or the socket itself.
 const reachOf = (session) => (session.meta || {}).mcp_client ? "MCP facade" : "socket";
 
-const state = { sessions: new Map(), calls: [], callsAt: 0, audit: [], tools: null };
+const state = { showEphemeral: false, sessions: new Map(), calls: [], callsAt: 0, audit: [], tools: null };
 
 async function refreshAll() {
   await Promise.all([refreshStatus(), refreshTools(), refreshSessions(), refreshQuarantine(),
@@ -256,10 +256,18 @@ async function refreshSkills() {
 async function refreshSessions() {
   const { sessions } = await rpc("session.list", { limit: 200 });
   state.sessions = new Map(sessions.map((s) => [s.id, s]));
-  count("sessions-count", sessions.length);
-  fill("sessions-rows", sessions.map((s) => h("tr", {},
+  // Ephemeral sessions (probes, bridges' own) come and go with their connection: hidden
+  // unless the operator asks, as `toolhost session list` hides them without `--all`.
+  const ephemeral = sessions.filter((s) => s.ephemeral).length;
+  const toggle = $("sessions-ephemeral");
+  toggle.textContent = `${state.showEphemeral ? "hide" : "show"} ephemeral (${ephemeral})`;
+  toggle.onclick = () => { state.showEphemeral = !state.showEphemeral; refreshSessions(); };
+  const shownSessions = sessions.filter((s) => state.showEphemeral || !s.ephemeral);
+  count("sessions-count", shownSessions.length);
+  fill("sessions-rows", shownSessions.map((s) => h("tr", { "data-session": s.id },
     h("td", { class: "mono" }, s.id, s.ephemeral ? h("div", { class: "muted" }, "ephemeral") : ""),
-    h("td", {}, frontendOf(s), h("div", { class: "muted" }, reachOf(s))),
+    h("td", {}, frontendOf(s), h("div", { class: "muted" }, reachOf(s)),
+      (s.meta || {}).frontend_id ? h("div", { class: "muted mono frontend-id" }, `frontend ${s.meta.frontend_id}`) : ""),
     h("td", {}, s.approval),
     h("td", {}, s.sandbox ? [s.sandbox.policy, s.sandbox.network].filter(Boolean).join(", ") : "config's"),
     h("td", { class: "mono" }, s.workspace, s.profile ? h("div", { class: "muted" }, `profile ${s.profile}`) : ""))), "none");
