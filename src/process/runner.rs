@@ -283,7 +283,15 @@ pub async fn run(
         }
         let grace_end = exited_at.map(|t| t + spec.exit_grace);
         let flush_at = sink.next_flush();
+        // Biased, in this order: a cancel or the deadline always ends the run, and output
+        // that is ready is always read before the exit grace can end it — a loop starved
+        // past the grace (a loaded machine) would otherwise end with the output still in
+        // the pipe, as if background processes held it.
         tokio::select! {
+            biased;
+            () = cancel.cancelled() => break End::Cancelled,
+            () = tokio::time::sleep_until(deadline.unwrap_or(far)), if deadline.is_some() => break End::TimedOut,
+            () = tokio::time::sleep_until(flush_at.unwrap_or(far)), if flush_at.is_some() => sink.flush(),
             () = &mut write_stdin, if !stdin_done => stdin_done = true,
             chunk = out_stream.next(), if out_open => match chunk {
                 None => out_open = false,
@@ -311,9 +319,6 @@ pub async fn run(
                     break End::ExitedPipesHeld(s);
                 }
             },
-            () = tokio::time::sleep_until(flush_at.unwrap_or(far)), if flush_at.is_some() => sink.flush(),
-            () = tokio::time::sleep_until(deadline.unwrap_or(far)), if deadline.is_some() => break End::TimedOut,
-            () = cancel.cancelled() => break End::Cancelled,
         }
     };
 
@@ -504,6 +509,19 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(o.end, End::Cancelled);
+    }
+
+    /// Output written before the exit is never lost to the exit grace: with no grace at
+    /// all, the grace's timer and the output are ready together, and the output is read.
+    #[tokio::test]
+    async fn output_written_before_the_exit_outlives_a_zero_exit_grace() {
+        for i in 0..40 {
+            let mut spec = sh(&format!("echo {i}"));
+            spec.exit_grace = Duration::ZERO;
+            let o = finish(spec, &mut Discard).await;
+            assert_eq!(o.stdout.text(), format!("{i}\n"), "run {i}");
+            assert!(matches!(o.end, End::Exited(_)), "run {i}: {:?}", o.end);
+        }
     }
 
     /// A program that ends on its own soon after its answer is left to do so (its group
