@@ -6,7 +6,7 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 import { ChildProcess, spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { readFileSync } from "node:fs";
+import { closeSync, constants, fstatSync, openSync, readFileSync } from "node:fs";
 import * as nodeModule from "node:module";
 import path from "node:path";
 import { createInterface } from "node:readline";
@@ -63,6 +63,25 @@ function gated(file) {
   return false;
 }
 
+/** The same bound the daemon reads module files with (discover.rs `MAX_MODULE_BYTES`). */
+const MAX_MODULE_BYTES = 16 * 1024 * 1024;
+
+/** A regular file's bytes, never waiting on a FIFO swapped in after approval, never reading
+ * more than [`MAX_MODULE_BYTES`]. */
+function regularFileBytes(file) {
+  const fd = openSync(file, constants.O_RDONLY | constants.O_NONBLOCK);
+  try {
+    const st = fstatSync(fd);
+    if (!st.isFile() || st.size > MAX_MODULE_BYTES) {
+      changedRefusals += 1;
+      throw new Error(`${file} is no longer a regular file of at most ${MAX_MODULE_BYTES} bytes; it was not run, and waits for approval again`);
+    }
+    return readFileSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
 /** The approved bytes of `url`, or `undefined` when it is no file of a gated workspace; throws
  * when it is one but not as approved. */
 function approvedSource(url) {
@@ -73,7 +92,7 @@ function approvedSource(url) {
   if (want === undefined) {
     throw new Error(`${file} is not part of any approved module of this workspace (only the module's own folder is approved with it); it was not run`);
   }
-  const source = readFileSync(file);
+  const source = regularFileBytes(file);
   if (createHash("sha256").update(source).digest("hex") !== want) {
     changedRefusals += 1;
     throw new Error(`${file} changed since it was approved; it was not run, and waits for approval again`);
