@@ -64,6 +64,7 @@ mod secrets;
 mod session;
 mod skills;
 mod source;
+mod text_diff;
 mod tools;
 mod trim;
 mod trust;

@@ -73,20 +73,12 @@ pub fn unified(objects: &Objects, change: &Change, out: &mut String) {
     match texts {
         (Some(old), Some(new)) => {
             let (old, new) = (old.unwrap_or_default(), new.unwrap_or_default());
-            let diff = TextDiff::from_lines(&old, &new);
-            let text = diff
-                .unified_diff()
-                .context_radius(3)
-                .header(&old_name, &new_name)
-                .to_string();
+            let text = crate::text_diff::unified(&old, &new, &old_name, &new_name);
             if text.is_empty() {
                 // Only the mode changed.
                 out.push_str(&format!("--- {old_name}\n+++ {new_name}\n(mode changed)\n"));
             } else {
                 out.push_str(&text);
-                if !text.ends_with('\n') {
-                    out.push('\n');
-                }
             }
         }
         _ => out.push_str(&format!(

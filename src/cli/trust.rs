@@ -1,6 +1,7 @@
 //! `toolhost trust`: what the workspaces bring and wait for the user's trust (list), and the
 //! decisions — `trust DIR` ("trust this folder"), `trust approve PATH` (one item, or every
-//! item beneath PATH), `trust revoke DIR` (proto-docs/trust.md).
+//! item beneath PATH), `trust revoke DIR` (proto-docs/trust.md); `trust diff PATH` shows
+//! what changed in a waiting item since it was approved.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -11,8 +12,8 @@ use super::render::{emit, print_table, say, Output};
 use super::Globals;
 use crate::client::{Client, ClientError};
 use crate::protocol::{
-    method, EmptyParams, TrustApproveParams, TrustDecisionResult, TrustFolderParams, TrustItem,
-    TrustListResult,
+    method, EmptyParams, TrustApproveParams, TrustDecisionResult, TrustDiffParams, TrustDiffResult,
+    TrustFolderParams, TrustItem, TrustListResult,
 };
 
 #[derive(clap::Args, Debug)]
@@ -28,6 +29,8 @@ enum TrustCommand {
     /// Approve one waiting item (its path, as listed), or every waiting item beneath PATH,
     /// as it is now: a later change waits again.
     Approve { path: PathBuf },
+    /// Show what changed in the waiting item at PATH since it was approved, file by file.
+    Diff { path: PathBuf },
     /// Stop trusting a folder as a whole (its items wait again, unless approved one by one).
     Revoke { folder: PathBuf },
 }
@@ -36,6 +39,18 @@ pub async fn run(g: &Globals, args: TrustArgs) -> Result<ExitCode, ClientError> 
     let client = g.connect().await?;
     let decided: TrustDecisionResult = match (args.command, args.folder) {
         (None, None) => return list(&client, g.out).await,
+        (Some(TrustCommand::Diff { path }), _) => {
+            let params = TrustDiffParams {
+                path: absolute(&path).display().to_string(),
+            };
+            let r: TrustDiffResult = client.call(method::TRUST_DIFF, &params).await?;
+            if g.out.json {
+                emit(g.out, &r);
+            } else {
+                print_files_diff(&r);
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
         (Some(TrustCommand::Approve { path }), _) => {
             let params = TrustApproveParams {
                 path: absolute(&path).display().to_string(),
@@ -109,4 +124,23 @@ pub fn print_waiting(waiting: &[TrustItem]) {
     }));
     print_table(&rows);
     say!("Approve one with `toolhost trust approve PATH`, or a whole folder with `toolhost trust DIR`.");
+}
+
+/// A waiting item's changed files, each as a unified diff (`trust diff`, `tools diff`).
+pub fn print_files_diff(d: &TrustDiffResult) {
+    say!(
+        "{} {} waits for workspace trust{}",
+        d.item.kind.as_str(),
+        d.item.path,
+        match &d.note {
+            Some(note) => format!(" ({note})"),
+            None => ": its files changed since they were approved".to_owned(),
+        }
+    );
+    if d.changes.is_empty() {
+        say!("(no file differs from the approved ones)");
+    }
+    for c in &d.changes {
+        print!("{}", super::render::printable(&c.diff));
+    }
 }

@@ -147,6 +147,7 @@ pub mod method {
     pub const TRUST_LIST: &str = "trust.list";
     pub const TRUST_APPROVE: &str = "trust.approve";
     pub const TRUST_FOLDER: &str = "trust.folder";
+    pub const TRUST_DIFF: &str = "trust.diff";
     pub const APPROVALS_LIST: &str = "approvals.list";
     pub const APPROVALS_DECIDE: &str = "approvals.decide";
     pub const FLEET_STATUS: &str = "fleet.status";

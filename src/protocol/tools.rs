@@ -6,7 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::ApprovalClass;
+use super::{ApprovalClass, TrustDiffResult};
 
 /// Output format of `list_tools`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
@@ -249,6 +249,14 @@ pub struct ToolsDiffResult {
     /// The definition the source offers now, if it offers the tool.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current: Option<McpTool>,
+    /// `pinned` against `current` as a unified diff of their indented JSON (empty when
+    /// they are equal or one is missing).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub diff: String,
+    /// For a workspace tool or module waiting for workspace trust under this name: its
+    /// files against the ones approved before (what `trust.diff` says of it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<TrustDiffResult>,
 }
 
 /// `tools.approve`: the definition now pinned.

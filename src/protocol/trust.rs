@@ -87,3 +87,38 @@ pub struct TrustDecisionResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub folder: Option<String>,
 }
+
+/// `trust.diff`: what changed in the waiting item at `path` since it was approved.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TrustDiffParams {
+    pub path: String,
+}
+
+/// A waiting item's files against the ones approved before (`trust.diff`, and `tools.diff`
+/// for a workspace tool or module that waits).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TrustDiffResult {
+    /// The item as it waits.
+    pub item: TrustItem,
+    /// The digest approved before, if this item (same kind and path) was ever approved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approved: Option<String>,
+    /// Why the approved files cannot be compared ("never approved", "not kept"): every file
+    /// is then shown as added.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// The files added, removed or changed, in path order.
+    pub changes: Vec<TrustFileChange>,
+}
+
+/// One file of an item that changed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TrustFileChange {
+    /// Relative to the item's folder (a file item: its name).
+    pub path: String,
+    pub change: super::FileChange,
+    /// A unified diff (`a/` approved, `b/` now), or a line saying what the entry was and
+    /// became when it is not text.
+    pub diff: String,
+}

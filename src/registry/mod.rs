@@ -241,11 +241,21 @@ impl Registry {
         if pinned.is_none() && current.is_none() {
             return None;
         }
+        let pinned = pinned.map(|p| p.definition);
+        let diff = match (&pinned, &current) {
+            (Some(old), Some(new)) => {
+                let pretty = |t| serde_json::to_string_pretty(t).unwrap_or_default() + "\n";
+                crate::text_diff::unified(&pretty(old), &pretty(new), "pinned", "current")
+            }
+            _ => String::new(),
+        };
         Some(crate::protocol::ToolsDiffResult {
             name: name.to_owned(),
             quarantine,
-            pinned: pinned.map(|p| p.definition),
+            pinned,
             current,
+            diff,
+            files: None,
         })
     }
 

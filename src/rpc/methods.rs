@@ -620,9 +620,11 @@ fn catalog_methods(api: &mut Api) -> anyhow::Result<()> {
         |host, p: ToolNameParams| async move {
             let pinned = host.registry().approve(&p.name);
             if pinned.is_err() {
-                let admitted = host
-                    .trust()
-                    .approve_tool_named(&p.name)
+                let trust = host.trust().clone();
+                let name = p.name.clone();
+                let admitted = tokio::task::spawn_blocking(move || trust.approve_tool_named(&name))
+                    .await
+                    .map_err(|e| Error::Server(e.to_string()))?
                     .map_err(Error::InvalidParams)?;
                 if !admitted.is_empty() {
                     trust::rescan(&host).await;
@@ -653,13 +655,34 @@ fn catalog_methods(api: &mut Api) -> anyhow::Result<()> {
             })
         },
     )?;
-    api.method(
+    api.method_checked(
         method::TOOLS_DIFF,
-        "A tool's pinned definition against its current one, and its quarantine if any.",
-        |host, p: ToolNameParams| async move {
-            host.registry()
-                .pin_diff(&p.name)
-                .ok_or_else(|| Error::InvalidParams(format!("no tool named '{}'", p.name)))
+        "A tool's pinned definition against its current one (as a unified diff too), its quarantine if any, and for a workspace tool or module waiting for trust its files against the approved ones (as trust.diff; not for a process the host started).",
+        |host, p: ToolNameParams, peer| async move {
+            let trust = host.trust().clone();
+            let name = p.name.clone();
+            let files = match peer.host_started() {
+                true => None,
+                false => tokio::task::spawn_blocking(move || trust.diff_tool_named(&name))
+                    .await
+                    .map_err(|e| Error::Server(e.to_string()))?
+                    .transpose()
+                    .map_err(Error::InvalidParams)?,
+            };
+            match host.registry().pin_diff(&p.name) {
+                Some(d) => Ok(ToolsDiffResult { files, ..d }),
+                None if files.is_some() || host.trust().waiting_tool(&p.name).is_some() => {
+                    Ok(ToolsDiffResult {
+                        name: p.name,
+                        quarantine: None,
+                        pinned: None,
+                        current: None,
+                        diff: String::new(),
+                        files,
+                    })
+                }
+                None => Err(Error::InvalidParams(format!("no tool named '{}'", p.name))),
+            }
         },
     )?;
     Ok(())

@@ -39,7 +39,7 @@ use crate::procfs;
 use crate::protocol::{
     codes, method, ApprovalMode, InvokeParams, ListToolsParams, Network, SandboxPolicy, Session,
     SessionCreateParams, SessionIdParams, SessionSandbox, SessionToolsParams, SessionUpdateParams,
-    SubscribeInvokeParams, ToolsSearchParams,
+    SubscribeInvokeParams, ToolNameParams, ToolsSearchParams,
 };
 
 /// One connection's peer, as every method it calls sees it.
@@ -83,6 +83,11 @@ impl Peer {
         self.limits
             .get_or_init(|| limits(&self.shared.host, self.caller.as_deref()))
             .as_ref()
+    }
+
+    /// Whether this peer is a process the host started (its rights bounded by its call).
+    pub(super) fn host_started(&self) -> bool {
+        self.limits().is_some()
     }
 
     /// A method registered without a params check: open to a host-started peer only when
@@ -305,7 +310,6 @@ pub(super) fn is_open(name: &str) -> bool {
             | method::STATUS
             | method::CONFIG_STATUS
             | method::MCP_STATUS
-            | method::TOOLS_DIFF
             | method::DISCOVER
             | method::SUBSCRIBE_TOOLS_CHANGED
     )
@@ -456,6 +460,15 @@ impl Admit for ListToolsParams {
     }
 }
 
+/// `tools.diff`: a definition diff is what the catalog shows anyway; a waiting item's
+/// files (which may lie outside the peer's sandbox) are left out by the method for a
+/// host-started peer ([`Peer::host_started`]).
+impl Admit for ToolNameParams {
+    fn admit(&mut self, _: &Limited, _: &StartedSessions) -> Result<(), ErrorObjectOwned> {
+        Ok(())
+    }
+}
+
 impl Admit for ToolsSearchParams {
     fn admit(&mut self, l: &Limited, started: &StartedSessions) -> Result<(), ErrorObjectOwned> {
         l.own_if_named(started, self.session_id.as_ref())
@@ -535,6 +548,7 @@ mod tests {
             method::TRUST_LIST,
             method::TRUST_APPROVE,
             method::TRUST_FOLDER,
+            method::TRUST_DIFF,
             method::SESSION_LIST,
             method::CANCEL,
             "future.admin",

@@ -25,6 +25,7 @@
 //! and a decision rescans the sources.
 
 mod digest;
+mod files;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -36,7 +37,7 @@ pub use digest::{bytes_digest, folder_digest, folder_digest_keeping};
 
 use crate::atomic_file::{write_atomic, Durability};
 use crate::lock;
-use crate::protocol::{TrustItem, TrustKind, TrustListResult};
+use crate::protocol::{TrustDiffResult, TrustItem, TrustKind, TrustListResult};
 
 /// The largest `trust.json` read.
 const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
@@ -224,7 +225,8 @@ impl Trust {
     }
 
     /// Approves the waiting item at `path`, or every waiting item beneath `path`. Refused
-    /// when nothing waits there.
+    /// when nothing waits there. Reads the admitted items' files (to keep them for a later
+    /// review), so it is called off the async runtime.
     pub fn approve(&self, path: &Path) -> Result<Vec<TrustItem>, String> {
         let admitted = self.approve_where(|w| Path::new(&w.path).starts_with(path))?;
         if admitted.is_empty() {
@@ -233,13 +235,119 @@ impl Trust {
                 path.display()
             ));
         }
+        self.keep_files(&admitted);
         Ok(admitted)
     }
 
     /// Approves the waiting program tools and modules named `name` ([`names_tool`]): what
     /// `tools.approve NAME` means for a tool that waits before it could even be read.
+    /// Reads files as [`Trust::approve`] does.
     pub fn approve_tool_named(&self, name: &str) -> Result<Vec<TrustItem>, String> {
-        self.approve_where(|w| names_tool(w, name))
+        let admitted = self.approve_where(|w| names_tool(w, name))?;
+        self.keep_files(&admitted);
+        Ok(admitted)
+    }
+
+    /// Where the files of the item approved with `digest` are kept (none for a gate kept
+    /// in memory).
+    fn kept_path(&self, digest: &str) -> Option<PathBuf> {
+        let dir = self.0.path.as_deref()?.parent()?.join("trust-files");
+        Some(dir.join(format!("{digest}.json")))
+    }
+
+    /// Keeps the files of items just approved, if they still are what was approved, and
+    /// drops the kept files no decision names any more. Failures only cost the review.
+    fn keep_files(&self, admitted: &[TrustItem]) {
+        for a in admitted {
+            let Some(target) = self.kept_path(&a.digest) else {
+                return;
+            };
+            let path = Path::new(&a.path);
+            let kept = files::read(a.kind, path)
+                .ok()
+                .filter(|f| files::matches(a.kind, path, f, &a.digest))
+                .and_then(|f| serde_json::to_vec(&f).ok());
+            let Some(bytes) = kept else {
+                tracing::debug!(path = %a.path, "approved item's files not kept: they changed or cannot be read");
+                continue;
+            };
+            let written = target
+                .parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|()| write_atomic(&target, &bytes, Durability::Atomic));
+            if let Err(e) = written {
+                tracing::warn!(file = %target.display(), "cannot keep an approved item's files: {e}");
+            }
+        }
+        let named: Vec<String> = lock(&self.0.state)
+            .decisions
+            .items
+            .iter()
+            .map(|i| format!("{}.json", i.digest))
+            .collect();
+        let Some(dir) = self
+            .kept_path("x")
+            .and_then(|p| p.parent().map(Path::to_path_buf))
+        else {
+            return;
+        };
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".json") && !named.contains(&name) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+
+    /// What changed in the item waiting at `path` since it was approved (or, never approved
+    /// or its files not kept, every file as added). Reads files: called off the runtime.
+    pub fn diff(&self, path: &Path) -> Result<TrustDiffResult, String> {
+        let item = lock(&self.0.state)
+            .waiting
+            .values()
+            .flatten()
+            .find(|w| Path::new(&w.path) == path)
+            .cloned()
+            .ok_or_else(|| {
+                format!(
+                    "nothing waits for approval at {} (`toolhost trust` lists what does)",
+                    path.display()
+                )
+            })?;
+        self.diff_item(item)
+    }
+
+    /// [`Trust::diff`] of the waiting program tool or module named `name`, if one waits.
+    pub fn diff_tool_named(&self, name: &str) -> Option<Result<TrustDiffResult, String>> {
+        self.waiting_tool(name).map(|item| self.diff_item(item))
+    }
+
+    fn diff_item(&self, item: TrustItem) -> Result<TrustDiffResult, String> {
+        let approved = lock(&self.0.state)
+            .decisions
+            .items
+            .iter()
+            .find(|a| a.kind == item.kind && a.path == item.path)
+            .map(|a| a.digest.clone());
+        let kept: Option<files::Files> = approved
+            .as_deref()
+            .and_then(|d| self.kept_path(d))
+            .and_then(|p| crate::safe_read::read_in_folder(&p, MAX_FILE_BYTES).ok())
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+        let note = match (&approved, &kept) {
+            (None, _) => Some("never approved: every file is new".to_owned()),
+            (Some(_), None) => Some(
+                "the files approved before were not kept (approved by an older toolhost, or they changed while being approved): every file is shown as new".to_owned(),
+            ),
+            (Some(_), Some(_)) => None,
+        };
+        let now = files::read(item.kind, Path::new(&item.path))?;
+        Ok(TrustDiffResult {
+            changes: files::changes(kept.as_ref(), &now),
+            item,
+            approved,
+            note,
+        })
     }
 
     /// A waiting program tool or module named `name` ([`names_tool`]), for the error of a

@@ -452,11 +452,13 @@ async fn a_changed_definition_is_quarantined_until_approved() {
     let (code, out) = cli(&d, &["tools", "diff", name]);
     assert_eq!(code, 0);
     assert!(
-        out.contains("-   \"description\": \"Get the weather forecast for a city.\","),
+        out.contains("\n-  \"description\": \"Get the weather forecast for a city.\",\n"),
         "{out}"
     );
     assert!(
-        out.contains("+   \"description\": \"Get the weather forecast for a city, with radar.\","),
+        out.contains(
+            "\n+  \"description\": \"Get the weather forecast for a city, with radar.\",\n"
+        ),
         "{out}"
     );
 

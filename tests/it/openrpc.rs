@@ -143,6 +143,7 @@ async fn every_answer_validates_against_the_openrpc_document() {
     .await;
     call_checked(&d, &doc, &mut seen, "trust.list", json!({})).await;
     let skill = d.workspace().join(".toolhost/skills/demo");
+    call_checked(&d, &doc, &mut seen, "trust.diff", json!({"path": skill})).await;
     call_checked(&d, &doc, &mut seen, "trust.approve", json!({"path": skill})).await;
     let folder = json!({"folder": d.workspace()});
     call_checked(&d, &doc, &mut seen, "trust.folder", folder).await;

@@ -267,7 +267,7 @@ async fn a_process_the_host_started_cannot_trust_its_workspace() {
         r#"import json, socket
 s = socket.socket(socket.AF_UNIX); s.connect({sock:?}); f = s.makefile("rw")
 replies = []
-for m, p in [("trust.folder", {{"folder": {proj:?}}}), ("trust.approve", {{"path": {proj:?}}}), ("tools.approve", {{"name": "deployer"}})]:
+for m, p in [("trust.folder", {{"folder": {proj:?}}}), ("trust.approve", {{"path": {proj:?}}}), ("tools.approve", {{"name": "deployer"}}), ("trust.diff", {{"path": {proj:?} + "/.toolhost/tools/deployer"}}), ("tools.diff", {{"name": "deployer"}})]:
     f.write(json.dumps({{"jsonrpc": "2.0", "id": 1, "method": m, "params": p}}) + "\n"); f.flush()
     replies.append(json.loads(f.readline()))
 open({out:?}, "w").write(json.dumps(replies))
@@ -285,9 +285,18 @@ open({out:?}, "w").write(json.dumps(replies))
         .await;
     assert_eq!(r["result"]["result"]["ok"], true, "{r}");
     let replies: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    for reply in replies.as_array().unwrap() {
+    let (admin, diff) = replies.as_array().unwrap().split_at(4);
+    for reply in admin {
         assert_eq!(reply["error"]["code"], -32008, "{replies}");
     }
+    // `tools.diff` is open to it, but a waiting item's files are the user's to review.
+    assert_eq!(diff[0]["result"]["name"], "deployer", "{replies}");
+    assert!(diff[0]["result"].get("files").is_none(), "{replies}");
+    let user = d.call("tools.diff", json!({"name": "deployer"})).await;
+    assert_eq!(
+        user["result"]["files"]["note"], "never approved: every file is new",
+        "{user}"
+    );
     assert_eq!(d.trust_waiting().await, ALL);
     assert!(!marker.exists());
 }

@@ -19,9 +19,10 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
         method::TRUST_APPROVE,
         "Approves the waiting item at path (or every waiting item beneath it) with the content it waits with; a later change waits again. The sources rescan before the answer.",
         |host, p: TrustApproveParams| async move {
-            let admitted = host
-                .trust()
-                .approve(Path::new(&p.path))
+            let (trust, path) = (host.trust().clone(), p.path.clone());
+            let admitted = tokio::task::spawn_blocking(move || trust.approve(Path::new(&path)))
+                .await
+                .map_err(|e| Error::Server(e.to_string()))?
                 .map_err(Error::InvalidParams)?;
             tracing::info!(path = %p.path, items = admitted.len(), "workspace items approved");
             rescan(&host).await;
@@ -29,6 +30,17 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
                 admitted,
                 folder: None,
             })
+        },
+    )?;
+    api.method(
+        method::TRUST_DIFF,
+        "What changed in the item waiting at path since it was approved, file by file with unified diffs (never approved, or its files not kept: every file as added). Nothing is loaded or run.",
+        |host, p: TrustDiffParams| async move {
+            let trust = host.trust().clone();
+            tokio::task::spawn_blocking(move || trust.diff(Path::new(&p.path)))
+                .await
+                .map_err(|e| Error::Server(e.to_string()))?
+                .map_err(Error::InvalidParams)
         },
     )?;
     api.method(

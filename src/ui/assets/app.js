@@ -300,7 +300,8 @@ async function refreshQuarantine() {
       h("b", {}, name), " ", h("span", { class: "warn" }, q.reason || ""),
       h("p", {}, q.message || ""),
       list(q.flags).length ? h("p", { class: "error" }, "flagged: " + q.flags.join(", ")) : "",
-      h("pre", { class: "diff" }, diffLines(d.pinned, d.current)),
+      h("pre", { class: "diff" }, diffLines(d.diff || "")),
+      ...list(d.files && d.files.changes).map((c) => h("pre", { class: "diff" }, diffLines(c.diff))),
       h("div", { class: "actions" }, action("Approve", "primary", async () => {
         await rpc("tools.approve", { name });
         await Promise.all([refreshQuarantine(), refreshTools(), refreshStatus()]);
@@ -309,22 +310,11 @@ async function refreshQuarantine() {
   fill("quarantine-list", cards, "none");
 }
 
-// A line diff of two definitions as JSON (longest common subsequence; definitions are small).
-function diffLines(before, after) {
-  const a = before ? JSON.stringify(before, null, 2).split("\n") : [];
-  const b = after ? JSON.stringify(after, null, 2).split("\n") : [];
-  const n = a.length, m = b.length;
-  const lcs = Array.from({ length: n + 1 }, () => new Uint16Array(m + 1));
-  for (let i = n - 1; i >= 0; i--) for (let j = m - 1; j >= 0; j--)
-    lcs[i][j] = a[i] === b[j] ? lcs[i + 1][j + 1] + 1 : Math.max(lcs[i + 1][j], lcs[i][j + 1]);
-  const out = [];
-  let i = 0, j = 0;
-  while (i < n || j < m) {
-    if (i < n && j < m && a[i] === b[j]) { out.push(h("span", {}, "  " + a[i] + "\n")); i++; j++; }
-    else if (j < m && (i >= n || lcs[i][j + 1] >= lcs[i + 1][j])) { out.push(h("span", { class: "add" }, "+ " + b[j] + "\n")); j++; }
-    else { out.push(h("span", { class: "del" }, "- " + a[i] + "\n")); i++; }
-  }
-  return out;
+// The daemon's unified diff, its added and removed lines marked.
+function diffLines(text) {
+  return text.split("\n").filter((l, i, all) => l || i < all.length - 1).map((l) =>
+    h("span", { class: l.startsWith("+") && !l.startsWith("+++") ? "add"
+      : l.startsWith("-") && !l.startsWith("---") ? "del" : "" }, l + "\n"));
 }
 
 function renderConfig(c) {
