@@ -32,6 +32,10 @@ use crate::protocol::LOCAL_ORIGINS;
 /// whose stream went away is cancelled within seconds ([`super::sessions::RESUME_GRACE`]).
 const SSE_KEEP_ALIVE: Duration = Duration::from_secs(2);
 
+/// How long a 2026-07-28 POST waits for its call's first message before its response head
+/// goes out anyway ([`Endpoint::answer_new_era`]).
+const EARLY_HEAD: Duration = Duration::from_millis(500);
+
 /// How long the `/mcp` service outlives the host's shutdown at most, for the answers of the
 /// calls it cancelled to reach their clients.
 const ANSWER_GRACE: Duration = Duration::from_secs(2);
@@ -156,7 +160,11 @@ impl Endpoint {
             _ => {}
         }
         let delete = req.method() == http::Method::DELETE;
-        let mut res = self.service.handle(req).await;
+        let mut res = if req.method() == http::Method::POST && names_new_era(req.headers()) {
+            self.answer_new_era(req).await
+        } else {
+            self.service.handle(req).await
+        };
         // rmcp answers a DELETE with 202, which the SDKs take for a failed termination
         // (the Python SDK logs "Session termination failed: 202"): the session is gone, so 200.
         if delete && res.status() == http::StatusCode::ACCEPTED {
@@ -170,6 +178,100 @@ impl Endpoint {
             self.sessions.seen_on(id, connection.id, &connection.closed);
         }
         res
+    }
+}
+
+impl Endpoint {
+    /// A 2026-07-28 POST (no session: the request is all there is). rmcp holds the response
+    /// head until the call's first message, and the listeners allow half-close, so a client
+    /// that gave up on a call that sends nothing (the SDKs abort the POST) would not be
+    /// noticed until the call's deadline. A call still silent after [`EARLY_HEAD`] gets its
+    /// SSE head at once and a comment every [`SSE_KEEP_ALIVE`]: a write to a client that went
+    /// away fails, the body is dropped, and with it rmcp's pending answer, which cancels the
+    /// call. A quick answer (every error, most results) goes out as rmcp made it.
+    async fn answer_new_era<B>(
+        &self,
+        req: http::Request<B>,
+    ) -> http::Response<BoxBody<Bytes, Infallible>>
+    where
+        B: hyper::body::Body + Send + 'static,
+        B::Error: std::fmt::Display,
+    {
+        let service = self.service.clone();
+        let mut answer = Box::pin(async move { service.handle(req).await });
+        if let Ok(quick) = tokio::time::timeout(EARLY_HEAD, answer.as_mut()).await {
+            return quick;
+        }
+        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+        tokio::spawn(relay_when_answered(answer, tx));
+        let frames = futures::stream::unfold(rx, |mut rx| async move {
+            let bytes = rx.recv().await?;
+            Some((Ok::<_, Infallible>(hyper::body::Frame::data(bytes)), rx))
+        });
+        let mut res = http::Response::new(BoxBody::new(http_body_util::StreamBody::new(frames)));
+        let h = res.headers_mut();
+        h.insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("text/event-stream"),
+        );
+        h.insert(
+            http::header::CACHE_CONTROL,
+            http::HeaderValue::from_static("no-cache"),
+        );
+        res
+    }
+}
+
+/// Keeps a stream whose head went out early alive until rmcp's `answer` comes, then relays
+/// it: an SSE body frame by frame, anything else (a JSON answer) as one `message` event.
+/// Ends, dropping `answer` (which cancels the call), as soon as the client is gone.
+async fn relay_when_answered(
+    mut answer: std::pin::Pin<
+        Box<dyn std::future::Future<Output = http::Response<BoxBody<Bytes, Infallible>>> + Send>,
+    >,
+    tx: tokio::sync::mpsc::Sender<Bytes>,
+) {
+    let mut tick = tokio::time::interval(SSE_KEEP_ALIVE);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let res = loop {
+        tokio::select! {
+            res = answer.as_mut() => break res,
+            _ = tick.tick() => {
+                if tx.send(Bytes::from_static(b": waiting for the call\n\n")).await.is_err() {
+                    return;
+                }
+            }
+            () = tx.closed() => return,
+        }
+    };
+    let sse = res
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    let mut body = res.into_body();
+    if !sse {
+        let Ok(whole) = body.collect().await.map(|b| b.to_bytes());
+        let text = String::from_utf8_lossy(&whole);
+        let data: String = text.lines().map(|l| format!("data: {l}\n")).collect();
+        let _ = tx
+            .send(Bytes::from(format!("event: message\n{data}\n")))
+            .await;
+        return;
+    }
+    loop {
+        tokio::select! {
+            frame = body.frame() => match frame {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        if tx.send(data).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                _ => return,
+            },
+            () = tx.closed() => return,
+        }
     }
 }
 

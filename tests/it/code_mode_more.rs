@@ -420,6 +420,52 @@ async fn closing_a_new_era_calls_stream_cancels_the_program_and_its_inner_call()
     .await;
 }
 
+/// The same, for a program that sends nothing before its inner call, and a client that gives
+/// up without ever reading the answer's head (the SDKs abort the POST): rmcp holds the head
+/// until a first message and the listener allows half-close, so the host sends it early and
+/// keeps the stream alive; the write after the client left fails and cancels the program.
+#[tokio::test]
+async fn a_new_era_client_giving_up_before_any_event_cancels_the_program() {
+    let d = start(|c| c["code_mode"]["timeout_ms"] = json!(600_000)).await;
+    let body = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {
+        "name": "run_code",
+        "arguments": {"code": "await tools.mcp_fx_sleep({ms: 600000}); return 'slept';"},
+        "_meta": common::new_era::meta("code-silent", json!({})),
+    }})
+    .to_string();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: localhost\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nMCP-Protocol-Version: {}\r\nMcp-Method: tools/call\r\nMcp-Name: run_code\r\nContent-Length: {}\r\n\r\n{body}",
+        common::new_era::NEW,
+        body.len()
+    );
+    let mut io = tokio::net::UnixStream::connect(d.socket()).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut io, request.as_bytes())
+        .await
+        .unwrap();
+    eventually(20, "the inner sleep in flight", || async {
+        let s = d.call("host.status", json!({})).await;
+        s["result"]["calls"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["tool"] == "mcp_fx_sleep"))
+    })
+    .await;
+    // Gone before any byte of the answer was read.
+    drop(io);
+    eventually(30, "the program and its inner call cancelled", || async {
+        let records = audit(&d);
+        let program = records.iter().find(|a| a["tool"] == "run_code");
+        let inner = records.iter().find(|a| a["tool"] == "mcp_fx_sleep");
+        program.is_some_and(|p| p["error_kind"] == "cancelled")
+            && inner.is_some_and(|i| i["error_kind"] == "cancelled")
+    })
+    .await;
+    eventually(10, "no call left in flight", || async {
+        let s = d.call("host.status", json!({})).await;
+        s["result"]["calls"].as_array().is_some_and(Vec::is_empty)
+    })
+    .await;
+}
+
 fn audit(d: &Daemon) -> Vec<Value> {
     std::fs::read_to_string(d.data_dir().join("audit.jsonl"))
         .unwrap_or_default()
