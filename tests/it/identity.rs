@@ -688,18 +688,47 @@ async fn a_cwd_the_daemons_user_cannot_read_leaves_the_session_in_its_workspace(
     }
 }
 
-/// After a restart the bridge follows what its client subscribed to again before it says
-/// every list may have changed: the client hears all three `list_changed`, then the
-/// `resources/updated` of the resource it subscribed to (the code-mode declarations, which
-/// change with the tools) when a tool is added.
-#[tokio::test]
-async fn a_bridge_follows_its_clients_subscriptions_through_a_restart() {
-    const DECLARATIONS: &str = "toolhost://code/tools.d.ts";
-    let mut d = Daemon::start_in(|dir| {
+/// The code-mode declarations: a resource that changes with the tools.
+const DECLARATIONS: &str = "toolhost://code/tools.d.ts";
+
+/// A daemon with code mode on and a custom tools folder ([`add_tool`]).
+async fn code_mode_daemon() -> Daemon {
+    Daemon::start_in(|dir| {
         std::fs::create_dir_all(dir.join("tools")).unwrap();
         json!({"code_mode": {"enabled": true}, "custom_tools": {"paths": [dir.join("tools")]}})
     })
-    .await;
+    .await
+}
+
+/// Adds custom tool `name` to a [`code_mode_daemon`]'s folder (the declarations change).
+fn add_tool(d: &Daemon, name: &str) {
+    common::write_tool(
+        &d.dir.path().join("tools"),
+        name,
+        json!({"name": name, "description": "Added while subscribed.",
+               "command": ["./run.sh"], "approval": "read_only",
+               "parameters": {"type": "object", "properties": {}}}),
+        "echo hi",
+    );
+}
+
+/// Waits for `notifications/resources/updated` of [`DECLARATIONS`]; returns it.
+async fn declarations_updated(mcp: &mut RawStdio) -> Value {
+    loop {
+        let m = mcp.next().await;
+        if m["method"] == "notifications/resources/updated" {
+            assert_eq!(m["params"]["uri"], DECLARATIONS, "{m}");
+            return m;
+        }
+    }
+}
+
+/// After a restart the bridge follows what its client subscribed to again before it says
+/// every list may have changed: the client hears all three `list_changed`, then the
+/// `resources/updated` of the resource it subscribed to when a tool is added.
+#[tokio::test]
+async fn a_bridge_follows_its_clients_subscriptions_through_a_restart() {
+    let mut d = code_mode_daemon().await;
     let mut mcp = RawStdio::open(&d).await;
     initialize(&mut mcp, "subscriber", None).await;
     let (r, _) = mcp
@@ -719,21 +748,8 @@ async fn a_bridge_follows_its_clients_subscriptions_through_a_restart() {
             heard.insert(list.to_owned());
         }
     }
-    common::write_tool(
-        &d.dir.path().join("tools"),
-        "added_after",
-        json!({"name": "added_after", "description": "Added after the restart.",
-               "command": ["./run.sh"], "approval": "read_only",
-               "parameters": {"type": "object", "properties": {}}}),
-        "echo hi",
-    );
-    loop {
-        let m = mcp.next().await;
-        if m["method"] == "notifications/resources/updated" {
-            assert_eq!(m["params"]["uri"], DECLARATIONS, "{m}");
-            break;
-        }
-    }
+    add_tool(&d, "added_after");
+    declarations_updated(&mut mcp).await;
 }
 
 /// A tool module, a skill and a command under the `.claude/` folders of the project a bridge
@@ -915,12 +931,7 @@ async fn a_bridge_outlasts_a_daemon_away_longer_than_it_waits() {
 #[tokio::test]
 async fn a_new_era_listens_resource_subscription_survives_a_restart() {
     use common::new_era::meta;
-    const DECLARATIONS: &str = "toolhost://code/tools.d.ts";
-    let mut d = Daemon::start_in(|dir| {
-        std::fs::create_dir_all(dir.join("tools")).unwrap();
-        json!({"code_mode": {"enabled": true}, "custom_tools": {"paths": [dir.join("tools")]}})
-    })
-    .await;
+    let mut d = code_mode_daemon().await;
     let mut mcp = RawStdio::open(&d).await;
     let mut listen = json!({"notifications": {"toolsListChanged": true,
                                               "resourceSubscriptions": [DECLARATIONS]}});
@@ -934,30 +945,14 @@ async fn a_new_era_listens_resource_subscription_survives_a_restart() {
         ack["method"], "notifications/subscriptions/acknowledged",
         "{ack}"
     );
-    let tools = d.dir.path().join("tools");
-    let tool = |name: &str| {
-        common::write_tool(
-            &tools,
-            name,
-            json!({"name": name, "description": "Added while listening.",
-                   "command": ["./run.sh"], "approval": "read_only",
-                   "parameters": {"type": "object", "properties": {}}}),
-            "echo hi",
+    let on_the_listen = |m: Value| {
+        assert_eq!(
+            m["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 7,
+            "{m}"
         );
     };
-    let updated = async |mcp: &mut RawStdio| loop {
-        let m = mcp.next().await;
-        if m["method"] == "notifications/resources/updated" {
-            assert_eq!(m["params"]["uri"], DECLARATIONS, "{m}");
-            assert_eq!(
-                m["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 7,
-                "{m}"
-            );
-            return;
-        }
-    };
-    tool("added_before");
-    updated(&mut mcp).await;
+    add_tool(&d, "added_before");
+    on_the_listen(declarations_updated(&mut mcp).await);
 
     d.kill9().await;
     d.spawn(&[]).await;
@@ -967,8 +962,8 @@ async fn a_new_era_listens_resource_subscription_survives_a_restart() {
         .rpc("tools/list", json!({"_meta": meta("listener", json!({}))}))
         .await;
     assert!(r["result"]["tools"].is_array(), "{r}");
-    tool("added_after");
-    updated(&mut mcp).await;
+    add_tool(&d, "added_after");
+    on_the_listen(declarations_updated(&mut mcp).await);
 }
 
 /// What `session.update` changed in a bridge's session (meta and approval) is kept through
@@ -1098,4 +1093,23 @@ async fn a_socket_session_belongs_to_its_own_frontend() {
         })
     })
     .await;
+}
+
+/// The sandbox of a bridge started in a project (no roots) is that project's: a
+/// `workspace-write` bash writes there and not in the daemon's workspace.
+#[tokio::test]
+async fn a_rootless_bridges_sandbox_is_its_projects() {
+    common::require_landlock(4);
+    let d = Daemon::start_with(Some(json!({"sandbox": {"policy": "workspace-write"}}))).await;
+    let dir = project(&d, "sandboxed");
+    let mut mcp = RawStdio::open_in(&d, Some(&dir), &[], &[]).await;
+    initialize(&mut mcp, "sandboxed", None).await;
+    let elsewhere = d.workspace().join("written");
+    let command = format!("touch inside; touch {}; true", elsewhere.display());
+    bash(&mut mcp, 2, &command).await;
+    assert!(dir.join("inside").exists());
+    assert!(
+        !elsewhere.exists(),
+        "the sandbox let it write in the daemon's workspace"
+    );
 }
