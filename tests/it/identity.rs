@@ -308,6 +308,18 @@ async fn a_location_file_naming_another_users_socket_is_refused() {
     assert!(err.contains("owned by uid 54321"), "{err}");
 }
 
+/// Restarts `d` (`how`: `sigterm` or `kill9`) under the bridge `mcp`, and waits for the
+/// bridge to say the tools may have changed (it is on the new daemon).
+async fn restart_under(d: &mut Daemon, how: &str, mcp: &mut RawStdio) {
+    if how == "sigterm" {
+        d.stop().await;
+    } else {
+        d.kill9().await;
+    }
+    d.spawn(&[]).await;
+    tools_changed(mcp).await;
+}
+
 /// Waits for `notifications/tools/list_changed` from the bridge.
 pub(crate) async fn tools_changed(mcp: &mut RawStdio) {
     loop {
@@ -600,13 +612,7 @@ async fn a_bridge_keeps_its_profile_and_meta_through_restarts() {
     let before = session_of(&d, "profiled").await;
     assert_eq!(before["profile"], "reader", "{before}");
     for (round, how) in ["sigterm", "kill9"].into_iter().enumerate() {
-        if how == "sigterm" {
-            d.stop().await;
-        } else {
-            d.kill9().await;
-        }
-        d.spawn(&[]).await;
-        tools_changed(&mut mcp).await;
+        restart_under(&mut d, how, &mut mcp).await;
         let id = 10 + 10 * round as u64;
         assert_eq!(listed(&mut mcp, id).await, tools, "after {how}");
         assert_eq!(bash(&mut mcp, id + 1, "cat hello.txt").await, "profiled\n");
@@ -936,15 +942,7 @@ async fn a_new_era_listens_resource_subscription_survives_a_restart() {
     let mut listen = json!({"notifications": {"toolsListChanged": true,
                                               "resourceSubscriptions": [DECLARATIONS]}});
     listen["_meta"] = meta("listener", json!({}));
-    mcp.send(
-        json!({"jsonrpc": "2.0", "id": 7, "method": "subscriptions/listen", "params": listen}),
-    )
-    .await;
-    let ack = mcp.next().await;
-    assert_eq!(
-        ack["method"], "notifications/subscriptions/acknowledged",
-        "{ack}"
-    );
+    mcp.listen(7, listen).await;
     let on_the_listen = |m: Value| {
         assert_eq!(
             m["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 7,
@@ -985,13 +983,7 @@ async fn a_bridges_session_keeps_what_session_update_changed_through_restarts() 
             .await;
         assert!(u.get("result").is_some(), "{u}");
         let before = session_of(&d, "updated").await;
-        if how == "sigterm" {
-            d.stop().await;
-        } else {
-            d.kill9().await;
-        }
-        d.spawn(&[]).await;
-        tools_changed(&mut mcp).await;
+        restart_under(&mut d, how, &mut mcp).await;
         let (r, _) = mcp
             .request(
                 10 + round as u64,
