@@ -38,11 +38,10 @@ pub struct Frontends {
 }
 
 impl Frontends {
-    /// Before a frontend's session is made (its meta names the kind of frontend): the
-    /// frontend it belongs to, found or recorded, and its id put in the session's meta.
-    /// The caller is the current request's (`SO_PEERCRED`).
+    /// Before a session is made: the frontend it belongs to, found or recorded, and its id
+    /// put in the session's meta. The caller is the current request's (`SO_PEERCRED`).
     /// Returns the frontend as it is to be kept ([`Frontends::keep`]).
-    pub fn identify(&self, p: &mut SessionCreateParams, workspace: &str) -> Option<Frontend> {
+    pub fn identify(&self, p: &mut SessionCreateParams, workspace: &str) -> Frontend {
         let caller = crate::audit::current_caller();
         // The token's name is the daemon's word: set over TCP, never taken from a client;
         // the MCP facade (the daemon's own connection) names the token of its `/mcp` caller.
@@ -62,18 +61,31 @@ impl Frontends {
         } else if let Some(meta) = p.meta.as_mut() {
             meta.remove(META_TOKEN);
         }
-        let meta = p.meta.as_mut()?;
-        if !meta.contains_key("frontend") {
-            return None;
-        }
+        let meta = p.meta.get_or_insert_default();
+        // A caller that names no kind of frontend (a program on the socket or over TCP
+        // making its own session) is its own frontend: named by its meta `client`, else
+        // its process or its `User-Agent`.
+        let own = !meta.contains_key("frontend");
+        let client = match (own, meta.get("client").and_then(Value::as_str)) {
+            (true, None) => caller
+                .as_ref()
+                .and_then(|c| c.process.clone().or_else(|| c.agent.clone()))
+                .unwrap_or_else(|| "socket".into()),
+            _ => client_of(meta),
+        };
         let uid = caller.as_ref().and_then(|c| c.uid);
         // The daemon's own in-process connection (`/mcp`) has no process chain of its own.
         let started_by = caller
             .filter(|c| !c.is_daemon())
             .and_then(|c| c.pid)
-            .map(chain_above)
+            .map(|pid| {
+                if own {
+                    chain_from(pid)
+                } else {
+                    chain_above(pid)
+                }
+            })
             .unwrap_or_default();
-        let client = client_of(meta);
         let mut hash = Sha256::new();
         for part in [
             uid.map(|u| u.to_string()).unwrap_or_default().as_str(),
@@ -109,10 +121,10 @@ impl Frontends {
         });
         f.started_by = started_by;
         f.last_seen_ms = crate::now_ms();
-        Some(Frontend {
+        Frontend {
             sessions: Vec::new(),
             ..f.clone()
-        })
+        }
     }
 
     /// Keeps `f` (from [`Frontends::identify`]) in the store.
@@ -229,23 +241,36 @@ fn chain_above(pid: i32) -> Vec<FrontendProcess> {
         if parent <= 1 {
             break;
         }
-        let exe = std::fs::read_link(format!("/proc/{parent}/exe"))
-            .ok()
-            .map(|p| p.display().to_string());
-        chain.push(FrontendProcess { pid: parent, exe });
+        chain.push(process(parent));
         at = parent;
     }
     chain
 }
 
-/// The client as a session's meta names it: `clientInfo` name and version, else the kind
-/// of frontend.
+/// `pid` itself (a socket client is its own frontend), then the processes above it,
+/// [`CHAIN`] in all.
+fn chain_from(pid: i32) -> Vec<FrontendProcess> {
+    let mut chain = vec![process(pid)];
+    chain.extend(chain_above(pid).into_iter().take(CHAIN - 1));
+    chain
+}
+
+fn process(pid: i32) -> FrontendProcess {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+        .ok()
+        .map(|p| p.display().to_string());
+    FrontendProcess { pid, exe }
+}
+
+/// The client as a session's meta names it: `clientInfo` name and version, else its
+/// `client`, else the kind of frontend.
 fn client_of(meta: &serde_json::Map<String, Value>) -> String {
     let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_owned();
-    match meta.get("mcp_client") {
-        Some(c) => format!("{} {}", text(c.get("name")), text(c.get("version")))
+    match (meta.get("mcp_client"), meta.get("client")) {
+        (Some(c), _) => format!("{} {}", text(c.get("name")), text(c.get("version")))
             .trim()
             .to_owned(),
-        None => text(meta.get("frontend")),
+        (None, Some(Value::String(c))) => c.clone(),
+        _ => text(meta.get("frontend")),
     }
 }

@@ -51,6 +51,10 @@ pub struct ServeFlags {
     /// directory this was started in, unless that is `/` or the home directory).
     #[arg(long, value_name = "DIR")]
     workspace: Option<PathBuf>,
+    /// Stdio server: how long a request waits for a daemon that went away to come back
+    /// before it fails naming every socket tried (default 30).
+    #[arg(long, value_name = "SECONDS")]
+    reconnect_wait: Option<u64>,
 }
 
 pub async fn run(
@@ -118,6 +122,9 @@ impl Bridge {
         if let Some(w) = &flags.workspace {
             cmd.arg("--workspace").arg(w);
         }
+        if let Some(secs) = flags.reconnect_wait {
+            cmd.arg("--reconnect-wait").arg(secs.to_string());
+        }
         // The flag's own spelling, as clap parses it on the other side.
         if let Some(format) = clap::ValueEnum::to_possible_value(&self.log_format) {
             cmd.arg("--log-format").arg(format.get_name());
@@ -137,7 +144,9 @@ impl Bridge {
             }
         };
         let flags = self.flags;
-        crate::facade::run_stdio(&self.sockets, flags.session, flags.profile, workspace).await?;
+        let wait = flags.reconnect_wait.map(std::time::Duration::from_secs);
+        crate::facade::run_stdio(&self.sockets, flags.session, flags.profile, workspace, wait)
+            .await?;
         // A pending stdin read cannot be cancelled: exit rather than wait for it.
         std::process::exit(0)
     }

@@ -15,7 +15,7 @@ use rmcp::model::SubscriptionFilter;
 use rmcp::service::SubscriptionContext;
 use rmcp::ErrorData;
 
-use super::surface::Feeds;
+use super::surface::{Feeds, Listener, UpdatesTo};
 use super::{host_error, Facade, Feed};
 
 type Forwarder = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -86,19 +86,18 @@ impl Facade {
                 })));
             }
         }
+        // Followed with the client's own subscriptions, so a bridge follows them again on
+        // its next daemon; ended with the listen.
+        let listener = self.state.following.next_listen();
+        let _unfollow = Unfollow(self.state.clone(), listener);
         for uri in accepted.resource_subscriptions.iter().flatten() {
-            let mut updates = client
-                .subscribe_resource(&self.viewed_resource(uri.clone()))
+            let params = self.viewed_resource(uri.clone());
+            let to = UpdatesTo::Listen(sink.clone());
+            self.state
+                .following
+                .follow_resource(&client, listener, params, to)
                 .await
                 .map_err(host_error)?;
-            let sink = sink.clone();
-            forwarders.push(Box::pin(async move {
-                while let Some(Ok(updated)) = updates.next().await {
-                    if sink.notify_resource_updated(updated.uri).await.is_err() {
-                        return;
-                    }
-                }
-            }));
         }
         let forwarding = async {
             while forwarders.next().await.is_some() {}
@@ -110,6 +109,15 @@ impl Facade {
             () = forwarding => {}
         }
         Ok(())
+    }
+}
+
+/// Ends what a listen followed when it ends (however its future goes).
+struct Unfollow(std::sync::Arc<super::State>, Listener);
+
+impl Drop for Unfollow {
+    fn drop(&mut self) {
+        self.0.following.unfollow(self.1, None);
     }
 }
 

@@ -18,17 +18,20 @@ use crate::client::ClientError;
 /// (`upstream.rs`).
 /// `profile` names the config profile to serve; an unknown one fails here, at start.
 /// `workspace` is the session's until the client's roots (if any) replace it.
+/// `reconnect_wait`: how long a request waits for a daemon that went away (`None`: the
+/// default, [`Upstream::open`]).
 pub async fn run_stdio(
     sockets: &[PathBuf],
     session: Option<String>,
     profile: Option<String>,
     workspace: Workspace,
+    reconnect_wait: Option<std::time::Duration>,
 ) -> Result<(), ClientError> {
     // First: a signal that comes once the client may have talked to us must be ours.
     let mut stop = StopSignals::install()
         .map_err(|e| ClientError::Io(format!("cannot handle stop signals: {e}")))?;
     let changes = Arc::new(Changes::new());
-    let upstream = Upstream::open(sockets.to_vec(), changes.clone()).await;
+    let upstream = Upstream::open(sockets.to_vec(), changes.clone(), reconnect_wait).await;
     // Fail now, not at the client's first request, when the profile is not in the
     // daemon's config (a daemon not there yet is waited for instead).
     if let (Some(client), Some(_)) = (upstream.current(), &profile) {

@@ -66,16 +66,47 @@ pub(super) struct Following {
     /// `prompts_changed` and `resources_changed`, subscribed in `initialize` and forwarded
     /// from `initialized` on (as for tools).
     feeds: Mutex<Option<Feeds>>,
-    /// The client's `resources/subscribe`s by URI.
-    resources: Mutex<HashMap<String, Followed>>,
+    /// The client's `resources/subscribe`s, and the resource subscriptions of its
+    /// `subscriptions/listen`s, by who hears the updates and URI.
+    resources: Mutex<HashMap<(Listener, String), Followed>>,
+    /// The number of the next listen (see [`Listener::Listen`]).
+    listens: std::sync::atomic::AtomicU64,
 }
 
-/// One resource the client subscribed to: what to subscribe to again on a bridge's next
-/// daemon, and the task forwarding the host's `resource_updated` (aborting it ends the
-/// host subscription).
+/// Who hears a followed resource's updates: the client (`resources/subscribe`), or one
+/// of its listens by number.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub(super) enum Listener {
+    Client,
+    Listen(u64),
+}
+
+/// Where a followed resource's updates go: the connection's peer, or a listen's sink
+/// (which tags them with its subscription id).
+#[derive(Clone)]
+pub(super) enum UpdatesTo {
+    Peer(Peer<RoleServer>),
+    Listen(rmcp::service::SubscriptionSink),
+}
+
+impl UpdatesTo {
+    /// Says `uri` was updated; false once no one hears it any more.
+    async fn updated(&self, uri: String) -> bool {
+        match self {
+            UpdatesTo::Peer(peer) => peer
+                .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
+                .await
+                .is_ok(),
+            UpdatesTo::Listen(sink) => sink.notify_resource_updated(uri).await.is_ok(),
+        }
+    }
+}
+
+/// One resource followed: what to subscribe to again on a bridge's next daemon, and the
+/// task forwarding the host's `resource_updated` (aborting it ends the host subscription).
 struct Followed {
     params: protocol::ResourceParams,
-    peer: Peer<RoleServer>,
+    to: UpdatesTo,
     task: tokio::task::AbortHandle,
 }
 
@@ -103,50 +134,71 @@ impl Drop for Following {
 }
 
 impl Following {
-    /// Forwards the host's `resource_updated` of `params` on `client` to `peer`, in place
-    /// of whatever followed that URI before.
-    async fn follow_resource(
+    /// Forwards the host's `resource_updated` of `params` on `client` to `to`, in place
+    /// of whatever `who` followed of that URI before.
+    pub(super) async fn follow_resource(
         &self,
         client: &Client,
+        who: Listener,
         params: protocol::ResourceParams,
-        peer: Peer<RoleServer>,
+        to: UpdatesTo,
     ) -> Result<(), ClientError> {
         let mut sub = client.subscribe_resource(&params).await?;
-        let to = peer.clone();
+        let updates = to.clone();
         let task = tokio::spawn(async move {
             while let Some(Ok(updated)) = sub.next().await {
-                let note = ResourceUpdatedNotificationParam::new(updated.uri);
-                if to.notify_resource_updated(note).await.is_err() {
+                if !updates.updated(updated.uri).await {
                     break;
                 }
             }
         });
-        let uri = params.uri.clone();
+        let key = (who, params.uri.clone());
         let followed = Followed {
             params,
-            peer,
+            to,
             task: task.abort_handle(),
         };
-        if let Some(old) = lock(&self.resources).insert(uri, followed) {
+        if let Some(old) = lock(&self.resources).insert(key, followed) {
             old.task.abort();
         }
         Ok(())
     }
 
+    /// Whether `who` follows `uri`.
+    pub(super) fn follows(&self, who: Listener, uri: &str) -> bool {
+        lock(&self.resources).contains_key(&(who, uri.to_owned()))
+    }
+
+    /// Ends what `who` follows of `uri` (`None`: of every URI).
+    pub(super) fn unfollow(&self, who: Listener, uri: Option<&str>) {
+        lock(&self.resources).retain(|(w, u), followed| {
+            let gone = *w == who && uri.is_none_or(|uri| uri == u);
+            if gone {
+                followed.task.abort();
+            }
+            !gone
+        });
+    }
+
+    /// A number for a new listen, never given before on this connection.
+    pub(super) fn next_listen(&self) -> Listener {
+        use std::sync::atomic::Ordering;
+        Listener::Listen(self.listens.fetch_add(1, Ordering::Relaxed))
+    }
+
     /// Subscribes again on `client` (a bridge's next daemon) to every resource the client
-    /// subscribed to; one the new daemon refuses (gone with its server) is dropped.
+    /// and its listens subscribed to; one the new daemon refuses (gone with its server) is
+    /// dropped.
     pub(super) async fn follow_again(&self, client: &Client) {
         let all: Vec<_> = lock(&self.resources)
-            .values()
-            .map(|f| (f.params.clone(), f.peer.clone()))
+            .iter()
+            .map(|((who, _), f)| (*who, f.params.clone(), f.to.clone()))
             .collect();
-        for (params, peer) in all {
+        for (who, params, to) in all {
             let uri = params.uri.clone();
-            if let Err(e) = self.follow_resource(client, params, peer).await {
+            if let Err(e) = self.follow_resource(client, who, params, to).await {
                 tracing::warn!(%e, %uri, "cannot follow the resource on the new daemon");
-                if let Some(gone) = lock(&self.resources).remove(&uri) {
-                    gone.task.abort();
-                }
+                self.unfollow(who, Some(&uri));
             }
         }
     }
@@ -394,21 +446,20 @@ impl Facade {
         uri: String,
         peer: Peer<RoleServer>,
     ) -> Result<(), ErrorData> {
-        if lock(&self.state.following.resources).contains_key(&uri) {
+        let following = &self.state.following;
+        if following.follows(Listener::Client, &uri) {
             return Ok(());
         }
         let client = self.client().await?;
-        self.state
-            .following
-            .follow_resource(&client, self.viewed_resource(uri), peer)
+        let params = self.viewed_resource(uri);
+        following
+            .follow_resource(&client, Listener::Client, params, UpdatesTo::Peer(peer))
             .await
             .map_err(host_error)
     }
 
     /// `resources/unsubscribe`: ends the URI's host subscription, if any.
     pub(super) fn unsubscribe_resource(&self, uri: &str) {
-        if let Some(followed) = lock(&self.state.following.resources).remove(uri) {
-            followed.task.abort();
-        }
+        self.state.following.unfollow(Listener::Client, Some(uri));
     }
 }

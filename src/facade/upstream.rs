@@ -3,7 +3,7 @@
 //! reconnects with backoff, restores its host session (same id, workspace, profile),
 //! follows the host's changes and the resources its client subscribed to again, and then
 //! tells its client that every list may have changed. Meanwhile a request waits for the
-//! daemon, at most [`RECONNECT_WAIT`], and then fails with a message naming every socket
+//! daemon, at most [`RECONNECT_WAIT`] (`toolhost mcp --reconnect-wait`), and then fails with a message naming every socket
 //! tried; a call in flight when the daemon went away ends with a tool error saying it may
 //! or may not have run.
 
@@ -18,7 +18,8 @@ use super::{Changes, State};
 use crate::client::Client;
 use crate::lock;
 
-/// How long a request waits for a daemon that went away to come back.
+/// How long a request waits for a daemon that went away to come back, unless `toolhost mcp
+/// --reconnect-wait` says otherwise.
 const RECONNECT_WAIT: Duration = Duration::from_secs(30);
 /// How long a request waits for a daemon that never answered: it may be starting.
 const FIRST_WAIT: Duration = Duration::from_secs(2);
@@ -35,18 +36,26 @@ pub(super) struct Upstream {
     why: Mutex<String>,
     /// Whether a daemon ever answered this bridge.
     reached: AtomicBool,
+    /// How long a request waits for a daemon that went away.
+    reconnect_wait: Duration,
 }
 
 impl Upstream {
     /// Tries the daemon once; the link exists either way (a bridge without a daemon still
-    /// answers its client, and [`Upstream::keep`] goes on trying).
-    pub(super) async fn open(sockets: Vec<PathBuf>, changes: Arc<Changes>) -> Arc<Upstream> {
+    /// answers its client, and [`Upstream::keep`] goes on trying). A request waits
+    /// `reconnect_wait` (default [`RECONNECT_WAIT`]) for a daemon that went away.
+    pub(super) async fn open(
+        sockets: Vec<PathBuf>,
+        changes: Arc<Changes>,
+        reconnect_wait: Option<Duration>,
+    ) -> Arc<Upstream> {
         let up = Arc::new(Upstream {
             sockets,
             changes,
             live: watch::Sender::new(None),
             why: Mutex::new(String::new()),
             reached: AtomicBool::new(false),
+            reconnect_wait: reconnect_wait.unwrap_or(RECONNECT_WAIT),
         });
         match up.connect().await {
             Ok(c) => up.publish(c),
@@ -61,7 +70,7 @@ impl Upstream {
     /// The live client, waiting (bounded) for the daemon to come back; else why not.
     pub(super) async fn client(&self) -> Result<Arc<Client>, String> {
         let wait = if self.reached.load(Ordering::Relaxed) {
-            RECONNECT_WAIT
+            self.reconnect_wait
         } else {
             FIRST_WAIT
         };

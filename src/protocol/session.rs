@@ -36,7 +36,7 @@ pub struct Session {
 }
 
 /// The session meta key of the frontend a session belongs to: a [`Frontend`]'s `id`, set
-/// by the daemon when a frontend (meta `frontend`) makes the session.
+/// by the daemon on every session it makes.
 pub const META_FRONTEND_ID: &str = "frontend_id";
 
 /// The session meta key of the name of the bearer token its maker presented over TCP
@@ -60,7 +60,8 @@ impl Session {
 pub struct Frontend {
     /// `f_` and 16 hex digits.
     pub id: String,
-    /// `clientInfo` name and version (MCP), else the kind of frontend (`cli`).
+    /// `clientInfo` name and version (MCP), else the session meta's `client`, else the kind
+    /// of frontend (`cli`); for a program's own session, its process name or `User-Agent`.
     pub client: String,
     /// The workspace its first session was made in.
     pub workspace: String,
@@ -71,8 +72,9 @@ pub struct Frontend {
     /// Over TCP: the name of the bearer token it presented (`listen.tokens`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
-    /// The processes that started the connection's process (the bridge), nearest first:
-    /// the frontend itself (Claude Code, Codex, an editor) and what started it.
+    /// Its processes, nearest first: those that started the connection's process (the
+    /// bridge: the frontend itself, Claude Code, Codex, an editor, and what started it), or
+    /// for a program's own session that process itself and what started it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub started_by: Vec<FrontendProcess>,
     /// Its live sessions.

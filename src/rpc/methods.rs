@@ -709,9 +709,7 @@ fn session_methods(api: &mut Api) -> anyhow::Result<()> {
             let s = crate::session::create(&host.session_scope(), p).await?;
             peer.created(&s);
             host.frontends().saw(&s);
-            if let Some(f) = frontend {
-                host.frontends().keep(host.sessions(), f).await;
-            }
+            host.frontends().keep(host.sessions(), frontend).await;
             session_event(&host, SessionEvent::Start, &s.id, &s.workspace);
             Ok(s)
         },

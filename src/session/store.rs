@@ -122,7 +122,15 @@ pub struct Sessions {
     sealable: Option<(Arc<SledStore>, PathBuf)>,
     /// Each session's recent calls, in memory.
     history: super::History,
+    /// The ephemeral sessions the last daemon left, as they were, by id, with when they
+    /// were reaped: a frontend that makes its session again under the same id (a bridge
+    /// after a restart) gets back what `session.update` had changed ([`Sessions::take_left`]).
+    left: Mutex<std::collections::HashMap<String, (Session, u64)>>,
 }
+
+/// How long a reaped ephemeral session can be taken up again: a bridge is back within
+/// seconds; an HTTP client with its `Mcp-Session-Id` at its next request.
+const LEFT_FOR_MS: u64 = 3600 * 1000;
 
 impl Sessions {
     /// Opens (creating if needed) the sled store in `dir`.
@@ -151,6 +159,7 @@ impl Sessions {
             flusher: Some(flusher),
             sealable: None,
             history: super::History::default(),
+            left: Mutex::default(),
         })
     }
 
@@ -292,7 +301,8 @@ impl Sessions {
 
     /// Deletes every ephemeral session; returns how many. Run at start, before anything is
     /// served: the connections those sessions were made for ended with the last daemon
-    /// (a facade ends when its daemon goes), so whatever is left is an orphan.
+    /// (a facade ends when its daemon goes), so whatever is left is an orphan, kept in
+    /// memory for a while in case its frontend makes it again ([`Sessions::take_left`]).
     pub async fn reap_ephemeral(&self) -> Result<usize> {
         let orphans = self
             .blocking(|store| {
@@ -300,12 +310,7 @@ impl Sessions {
                 let mut after: Option<String> = None;
                 loop {
                     let page = store.list(1000, after.as_deref())?;
-                    orphans.extend(
-                        page.sessions
-                            .into_iter()
-                            .filter(|s| s.ephemeral)
-                            .map(|s| s.id),
-                    );
+                    orphans.extend(page.sessions.into_iter().filter(|s| s.ephemeral));
                     match page.next {
                         Some(next) => after = Some(next),
                         None => return Ok(orphans),
@@ -317,14 +322,26 @@ impl Sessions {
             return Ok(0);
         }
         let n = orphans.len();
+        let ids: Vec<String> = orphans.iter().map(|s| s.id.clone()).collect();
         self.write(move |store| {
-            for id in &orphans {
+            for id in &ids {
                 store.delete(id)?;
             }
             Ok(((), true))
         })
         .await?;
+        let now = crate::now_ms();
+        crate::lock(&self.left).extend(orphans.into_iter().map(|s| (s.id.clone(), (s, now))));
         Ok(n)
+    }
+
+    /// The ephemeral session `id` as the last daemon left it, reaped less than
+    /// [`LEFT_FOR_MS`] ago; at most once.
+    pub fn take_left(&self, id: &str) -> Option<Session> {
+        let mut left = crate::lock(&self.left);
+        let since = crate::now_ms().saturating_sub(LEFT_FOR_MS);
+        left.retain(|_, (_, reaped)| *reaped >= since);
+        left.remove(id).map(|(s, _)| s)
     }
 }
 

@@ -14,12 +14,13 @@ use crate::error::{Error, Result};
 use crate::now_ms;
 use crate::protocol::ApprovalMode;
 use crate::protocol::SessionSandbox;
-use crate::protocol::META_TOKEN;
 use crate::protocol::{
     Session, SessionCreateParams, SessionRefreshResult, SessionResumeResult, SessionToolsParams,
     SessionToolsResult, SessionUpdateParams,
 };
+use crate::protocol::{META_FRONTEND_ID, META_TOKEN};
 use crate::registry::{Entry, Registry, Snapshot};
+use serde_json::{Map, Value};
 
 /// What the session operations need of the host: the store, the live registry and the
 /// defaults a new session starts from. (Borrowed, so `session` never depends on the host.)
@@ -165,20 +166,16 @@ pub async fn create(host: &Scope<'_>, p: SessionCreateParams) -> Result<Session>
     }
     let snapshot = host.registry().snapshot();
     let now = now_ms();
-    let workspace = workspace_of(host, p.workspace)?;
+    let workspace = workspace_of(host, p.workspace.clone())?;
+    let (meta, approval) = taken_up(host, &p);
     let session = Session {
         id: p.id.unwrap_or_else(new_id),
         created_at: now,
         updated_at: now,
         tool_names: snapshot.visible_names_in(Path::new(&workspace)),
         workspace,
-        approval: p.approval.unwrap_or(host.default_approval),
-        meta: p
-            .meta
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|(_, v)| !v.is_null())
-            .collect(),
+        approval: approval.unwrap_or(host.default_approval),
+        meta: meta.into_iter().filter(|(_, v)| !v.is_null()).collect(),
         sandbox: p.sandbox,
         tools_etag: snapshot.etag().to_owned(),
         loaded_tools: Vec::new(),
@@ -187,6 +184,32 @@ pub async fn create(host: &Scope<'_>, p: SessionCreateParams) -> Result<Session>
     };
     check_meta_size(&session.meta)?;
     host.sessions().create(session).await
+}
+
+/// The meta and approval of a session about to be made: those of `p`, unless it makes again
+/// an ephemeral session the last daemon left (a bridge's after a restart): then that
+/// session's, as `session.update` had left them, with the keys only the daemon sets
+/// (`frontend_id`, `tcp_token`) as `p` has them now.
+fn taken_up(
+    host: &Scope<'_>,
+    p: &SessionCreateParams,
+) -> (Map<String, Value>, Option<ApprovalMode>) {
+    let fresh = p.meta.clone().unwrap_or_default();
+    let left =
+        p.id.as_deref()
+            .filter(|_| p.ephemeral)
+            .and_then(|id| host.sessions().take_left(id));
+    let Some(left) = left else {
+        return (fresh, p.approval);
+    };
+    let mut meta = left.meta;
+    for key in [META_FRONTEND_ID, META_TOKEN] {
+        match fresh.get(key) {
+            Some(v) => meta.insert(key.to_owned(), v.clone()),
+            None => meta.remove(key),
+        };
+    }
+    (meta, Some(left.approval))
 }
 
 pub async fn update(host: &Scope<'_>, p: SessionUpdateParams) -> Result<Session> {

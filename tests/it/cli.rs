@@ -65,7 +65,7 @@ async fn session_update_resume_and_tools() {
     assert_eq!(updated.code, 0, "{}", updated.stderr);
     let s = updated.json();
     assert_eq!(
-        (&s["id"], &s["meta"], &s["approval"]),
+        (&s["id"], &common::own_meta(&s), &s["approval"]),
         (&json!("s1"), &json!({"model": "m"}), &json!("strict"))
     );
 

@@ -487,16 +487,7 @@ async fn listen_hears_a_new_tool_and_only_what_it_asked_for() {
     let d = start().await;
     let mut mcp = RawStdio::open(&d).await;
     let listen = with_meta(json!({"notifications": {"toolsListChanged": true}}));
-    mcp.send(
-        json!({"jsonrpc": "2.0", "id": 7, "method": "subscriptions/listen", "params": listen}),
-    )
-    .await;
-    let ack = mcp.next().await;
-
-    assert_eq!(
-        ack["method"], "notifications/subscriptions/acknowledged",
-        "{ack}"
-    );
+    let ack = mcp.listen(7, listen).await;
     assert_eq!(ack["params"]["notifications"]["toolsListChanged"], true);
     assert_eq!(
         ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],

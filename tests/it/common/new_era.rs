@@ -108,6 +108,21 @@ impl RawStdio {
         }
     }
 
+    /// Sends `subscriptions/listen` `id` with `params` and returns its acknowledgement
+    /// (which must come first).
+    pub async fn listen(&mut self, id: u64, params: Value) -> Value {
+        self.send(
+            json!({"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen", "params": params}),
+        )
+        .await;
+        let ack = self.next().await;
+        assert_eq!(
+            ack["method"], "notifications/subscriptions/acknowledged",
+            "{ack}"
+        );
+        ack
+    }
+
     /// Sends a request under an id of its own and returns its answer; nothing but
     /// notifications may come first (a new-era peer is never sent a request).
     pub async fn rpc(&mut self, method: &str, params: Value) -> Value {
