@@ -4,7 +4,8 @@
 //! `/proc/self/pagemap` (gigabytes, reported as 0 bytes long), to a FIFO that never gets a
 //! writer, to a device. So the file is opened once, without blocking and without handing
 //! us a terminal; what was opened is then checked on the descriptor itself (`fstat`: only a
-//! regular file is read) and read from that same descriptor, at most `cap + 1` bytes. There
+//! regular file on a real file system is read, not a kernel file of `/proc` or `/sys`) and
+//! read from that same descriptor, at most `cap + 1` bytes. There
 //! is no check-then-open window for a rename to slip through, and no file can make a read
 //! hang or grow without bound.
 //!
@@ -150,7 +151,10 @@ fn read_node(node: Node, cap: u64) -> Result<Vec<u8>, ReadError> {
         Node::Dir => return Err(ReadError::Dir),
         Node::Special(kind) => return Err(ReadError::NotRegular(kind)),
     };
-    // The size is only a hint (procfs files say 0), so the read itself is bounded too.
+    if let Some(fs) = kernel_file_system(&file) {
+        return Err(ReadError::NotRegular(fs));
+    }
+    // The size is only a hint (a FUSE file may say 0), so the read itself is bounded too.
     if file.metadata()?.len() > cap {
         return Err(ReadError::TooLarge(cap));
     }
@@ -160,6 +164,28 @@ fn read_node(node: Node, cap: u64) -> Result<Vec<u8>, ReadError> {
         return Err(ReadError::TooLarge(cap));
     }
     Ok(bytes)
+}
+
+/// The kernel file system `file` is on, when it is one whose files are the kernel's views
+/// (`/proc`, `/sys`, …), named as [`ReadError::NotRegular`] shows it. Such a file is never
+/// a configuration: it claims 0 bytes and may stream without end (`/proc/self/pagemap`,
+/// gigabytes) or block forever (`/proc/kmsg` once drained), so it is refused before a read.
+fn kernel_file_system(file: &File) -> Option<&'static str> {
+    use nix::sys::statfs::*;
+    let kind = fstatfs(file).ok()?.filesystem_type();
+    [
+        (PROC_SUPER_MAGIC, "a kernel file of /proc"),
+        (SYSFS_MAGIC, "a kernel file of /sys"),
+        (DEBUGFS_MAGIC, "a kernel file of debugfs"),
+        (TRACEFS_MAGIC, "a kernel file of tracefs"),
+        (SECURITYFS_MAGIC, "a kernel file of securityfs"),
+        (CGROUP_SUPER_MAGIC, "a kernel file of cgroupfs"),
+        (CGROUP2_SUPER_MAGIC, "a kernel file of cgroupfs"),
+        (BPF_FS_MAGIC, "a kernel file of bpffs"),
+    ]
+    .into_iter()
+    .find(|(magic, _)| *magic == kind)
+    .map(|(_, name)| name)
 }
 
 #[cfg(test)]
@@ -182,12 +208,21 @@ mod tests {
     }
 
     #[test]
-    fn procfs_files_are_capped_although_they_claim_zero_bytes() {
-        // smaps: one paragraph per mapping, far more than 1 KiB; its size says 0.
-        let e = read_path(Path::new("/proc/self/smaps"), 1024).unwrap_err();
-        assert!(matches!(e, ReadError::TooLarge(1024)), "{e}");
-        // pagemap (8 bytes per page of the address space) is refused one way or the other.
-        assert!(read_path(Path::new("/proc/self/pagemap"), 4096).is_err());
+    fn kernel_files_are_refused_before_a_read() {
+        // smaps (far more than its claimed 0 bytes) and pagemap (8 bytes per page of the
+        // address space) would fill any cap; a small one is refused all the same.
+        for kernel in [
+            "/proc/self/smaps",
+            "/proc/self/pagemap",
+            "/proc/self/stat",
+            "/sys/kernel/uevent_seqnum",
+        ] {
+            let e = read_path(Path::new(kernel), 1 << 30).unwrap_err();
+            assert!(
+                matches!(e, ReadError::NotRegular(n) if n.starts_with("a kernel file")),
+                "{kernel}: {e}"
+            );
+        }
     }
 
     #[test]

@@ -88,15 +88,35 @@ struct NotificationParams {
     result: Box<RawValue>,
 }
 
+/// How long [`Connection::open`] waits for room in a full listen backlog.
+const BACKLOG_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl Connection {
+    /// Connects to the daemon's socket. While its listen backlog is full (a burst of
+    /// clients beyond it: the kernel answers `EAGAIN` at once) it tries again, for at most
+    /// [`BACKLOG_WAIT`]: the caller sees a delay, not an error.
     pub async fn open(socket: &Path) -> Result<Connection, ClientError> {
-        let stream = UnixStream::connect(socket)
-            .await
-            .map_err(|e| ClientError::NoDaemon {
-                path: socket.to_path_buf(),
-                reason: e.to_string(),
-            })?;
-        Ok(Connection::from_stream(stream))
+        let deadline = tokio::time::Instant::now() + BACKLOG_WAIT;
+        let mut pause = std::time::Duration::from_millis(5);
+        loop {
+            match UnixStream::connect(socket).await {
+                Ok(stream) => return Ok(Connection::from_stream(stream)),
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        && tokio::time::Instant::now() < deadline =>
+                {
+                    // The kernel tells no one when the backlog has room again.
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(std::time::Duration::from_millis(200));
+                }
+                Err(e) => {
+                    return Err(ClientError::NoDaemon {
+                        path: socket.to_path_buf(),
+                        reason: e.to_string(),
+                    })
+                }
+            }
+        }
     }
 
     /// A connection over an already connected stream (the daemon's in-process MCP facade

@@ -554,10 +554,12 @@ pub struct Listen {
     /// record, its sessions' meta and the audit log.
     #[schemars(extend("propertyNames" = {"pattern": "^[A-Za-z0-9_.-]{1,64}$"}))]
     pub tokens: BTreeMap<String, PathBuf>,
-    /// Open connections on the Unix socket at most; more are closed at accept.
+    /// Open connections on the Unix socket at most; a new one past this pushes out the one
+    /// silent longest and waits for its slot (proto-docs/transport.md).
     #[schemars(range(min = 1))]
     pub max_unix_connections: usize,
-    /// Open TCP connections at most, authenticated or not; more are closed at accept.
+    /// Open TCP connections at most, authenticated or not; a new one past this pushes out
+    /// the one silent longest and waits for its slot.
     #[schemars(range(min = 1))]
     pub max_tcp_connections: usize,
     /// TCP connections that have not yet passed the bearer check, at most; a new one past

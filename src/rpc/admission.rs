@@ -4,10 +4,17 @@
 //! Each listener has its own budget of open connections, so a flood on one (TCP, reachable
 //! by anyone who can connect) cannot take the slots of the other (the local Unix socket).
 //! A new connection must begin in time: send its first byte (Unix) or pass the bearer check
-//! (TCP) within `listen.handshake_timeout_ms`. On TCP, connections that have not yet
-//! authenticated also share a much smaller budget, in which a new connection pushes out the
-//! oldest waiting one rather than being refused: an attacker holding idle connections then
-//! cannot keep a client that authenticates at once from getting in.
+//! (TCP) within `listen.handshake_timeout_ms`.
+//!
+//! A connection is *silent* until it has made its first request (Unix: a complete frame;
+//! TCP: one that passed the bearer check). Silent connections are what an attacker can
+//! hold at no cost, so they give way: when a listener's slots are all taken, a newcomer
+//! pushes out the connection silent longest (past [`SILENT_GRACE`]) and waits for its slot,
+//! rather than being refused; on TCP, silent connections also share a much smaller budget,
+//! in which a new one pushes out the oldest. A client that speaks at once therefore gets
+//! in however many idle connections others hold. Accepted connections waiting for a slot
+//! are at most [`LINE`]; past that the accept loop waits, and new clients wait in the
+//! kernel's listen backlog (a delay, not a refusal).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -24,11 +31,27 @@ use crate::lock;
 /// Processes the host started may hold one in this many of a listener's slots.
 pub(super) const STARTED_SHARE: usize = 8;
 
+/// How long a connection may be silent before a newcomer may push it out: an honest
+/// client's first request is read well within it, even in a burst.
+const SILENT_GRACE: Duration = Duration::from_secs(1);
+
+/// Accepted connections that may wait for a slot at once (each holds a descriptor).
+const LINE: usize = 256;
+
+/// How often a connection waiting for a slot pushes out another silent one.
+const RETRY: Duration = Duration::from_millis(100);
+
 /// The open connections of one listener, at most `max`.
 pub(super) struct Budget {
     slots: Arc<Semaphore>,
     /// The part of `slots` processes the host started may hold ([`Ticket::admit_peer`]).
     started: Arc<Semaphore>,
+    /// Accepted connections waiting for a slot ([`LINE`]).
+    line: Arc<Semaphore>,
+    /// This listener's connections that have not yet spoken.
+    silent: Arc<Silent>,
+    /// How long a connection that has not spoken may stay.
+    silent_for: Duration,
     max: usize,
     listener: &'static str,
     handshake: Duration,
@@ -37,39 +60,73 @@ pub(super) struct Budget {
 }
 
 impl Budget {
+    /// `max` connections; at most `max_silent` of them silent at once (TCP's
+    /// `listen.max_tcp_unauthenticated`; `usize::MAX` on the Unix socket), each for at most
+    /// `silent_for`.
     pub(super) fn new(
         listener: &'static str,
         max: usize,
+        max_silent: usize,
         handshake: Duration,
+        silent_for: Duration,
         open: Arc<AtomicUsize>,
-    ) -> Budget {
-        Budget {
+    ) -> Arc<Budget> {
+        Arc::new(Budget {
             slots: Arc::new(Semaphore::new(max)),
             started: Arc::new(Semaphore::new((max / STARTED_SHARE).max(1))),
+            line: Arc::new(Semaphore::new(LINE)),
+            silent: Silent::new(max_silent),
+            silent_for,
             max,
             listener,
             handshake,
             open,
-        }
+        })
     }
 
-    /// A slot for a new connection, or `None` (and a warning) when all are taken: the
-    /// connection is closed at once rather than queued.
-    pub(super) fn admit(&self) -> Option<Ticket> {
-        let Ok(slot) = self.slots.clone().try_acquire_owned() else {
-            tracing::warn!(
-                "{} {} connections are open; refusing a new one",
-                self.max,
-                self.listener
-            );
-            return None;
+    /// A place in the line of accepted connections, waited for before the next accept.
+    pub(super) async fn place(&self) -> Option<OwnedSemaphorePermit> {
+        self.line.clone().acquire_owned().await.ok()
+    }
+
+    /// A slot for a connection accepted with `place`: at once while one is free; else the
+    /// connection silent longest is pushed out (one per [`RETRY`]) and this one waits for
+    /// a slot, at most its handshake time, after which it is closed (`None`).
+    pub(super) async fn admit(&self, place: OwnedSemaphorePermit) -> Option<Ticket> {
+        let slot = match self.slots.clone().try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                let wait = async {
+                    loop {
+                        self.silent.push_out_oldest(SILENT_GRACE);
+                        match tokio::time::timeout(RETRY, self.slots.clone().acquire_owned()).await
+                        {
+                            Ok(slot) => return slot.ok(),
+                            Err(_) => continue,
+                        }
+                    }
+                };
+                match tokio::time::timeout(self.handshake, wait).await {
+                    Ok(Some(slot)) => slot,
+                    _ => {
+                        tracing::warn!(
+                            "{} {} connections are open and none gave way; closing a new one",
+                            self.max,
+                            self.listener
+                        );
+                        return None;
+                    }
+                }
+            }
         };
+        drop(place);
         self.open.fetch_add(1, Ordering::Relaxed);
         Some(Ticket(Arc::new(Slot {
             _slot: slot,
             started: self.started.clone(),
             started_slot: std::sync::OnceLock::new(),
             handshake: self.handshake,
+            silent: self.silent.enter(self.silent_for),
             open: self.open.clone(),
         })))
     }
@@ -86,6 +143,8 @@ struct Slot {
     /// Held while the peer is a process the host started.
     started_slot: std::sync::OnceLock<OwnedSemaphorePermit>,
     handshake: Duration,
+    /// Its place among the silent connections, until it speaks.
+    silent: Pending,
     open: Arc<AtomicUsize>,
 }
 
@@ -93,6 +152,16 @@ impl Ticket {
     /// How long the connection may take to begin.
     pub(super) fn handshake(&self) -> Duration {
         self.0.handshake
+    }
+
+    /// The connection made its first request: it no longer gives way to newcomers.
+    pub(super) fn spoke(&self) {
+        self.0.silent.spoke();
+    }
+
+    /// Its place among the silent connections (TCP's bearer check marks it).
+    pub(super) fn silent(&self) -> Pending {
+        self.0.silent.clone()
     }
 
     /// Whether the connection may stay, now that its peer is known: a process the host
@@ -131,82 +200,95 @@ impl Drop for Slot {
     }
 }
 
-/// TCP connections that have not yet passed the bearer check, at most `max`, oldest first.
-pub(super) struct Unauthenticated {
-    waiting: Mutex<VecDeque<(u64, CancellationToken)>>,
+/// A listener's connections that have not yet spoken, at most `max`, oldest first.
+struct Silent {
+    waiting: Mutex<VecDeque<(u64, Instant, CancellationToken)>>,
     max: usize,
     next: AtomicU64,
 }
 
-impl Unauthenticated {
-    pub(super) fn new(max: usize) -> Arc<Unauthenticated> {
-        Arc::new(Unauthenticated {
+impl Silent {
+    fn new(max: usize) -> Arc<Silent> {
+        Arc::new(Silent {
             waiting: Mutex::new(VecDeque::new()),
             max,
             next: AtomicU64::new(0),
         })
     }
 
-    /// Enters a new connection, pushing out the oldest waiting one when the budget is full.
-    pub(super) fn admit(self: &Arc<Self>, within: Duration) -> Pending {
+    /// Enters a new connection, pushing out the oldest silent one when the budget is full.
+    fn enter(self: &Arc<Self>, within: Duration) -> Pending {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let pushed_out = CancellationToken::new();
         let mut waiting = lock(&self.waiting);
         if waiting.len() >= self.max {
-            if let Some((_, oldest)) = waiting.pop_front() {
-                tracing::debug!(
-                    "{} tcp connections are waiting to authenticate; closing the oldest",
-                    self.max
-                );
+            if let Some((_, _, oldest)) = waiting.pop_front() {
+                tracing::debug!("{} connections are silent; closing the oldest", self.max);
                 oldest.cancel();
             }
         }
-        waiting.push_back((id, pushed_out.clone()));
+        waiting.push_back((id, Instant::now(), pushed_out.clone()));
         Pending(Arc::new(Waiting {
             pool: self.clone(),
             id,
             pushed_out,
-            authenticated: CancellationToken::new(),
+            spoke: CancellationToken::new(),
             deadline: Instant::now() + within,
         }))
     }
 
+    /// Pushes out the connection silent longest, if it has been for `at_least`.
+    fn push_out_oldest(&self, at_least: Duration) {
+        let mut waiting = lock(&self.waiting);
+        if waiting
+            .front()
+            .is_some_and(|(_, since, _)| since.elapsed() >= at_least)
+        {
+            if let Some((_, _, oldest)) = waiting.pop_front() {
+                tracing::debug!(
+                    "a new connection waits for a slot; closing the one silent longest"
+                );
+                oldest.cancel();
+            }
+        }
+    }
+
     fn leave(&self, id: u64) {
-        lock(&self.waiting).retain(|(i, _)| *i != id);
+        lock(&self.waiting).retain(|(i, _, _)| *i != id);
     }
 }
 
-/// A TCP connection's place among the unauthenticated ones, until it authenticates.
+/// A connection's place among the silent ones, until it speaks.
 #[derive(Clone)]
 pub(super) struct Pending(Arc<Waiting>);
 
 struct Waiting {
-    pool: Arc<Unauthenticated>,
+    pool: Arc<Silent>,
     id: u64,
     pushed_out: CancellationToken,
-    authenticated: CancellationToken,
+    spoke: CancellationToken,
     deadline: Instant,
 }
 
 impl Pending {
-    /// A request passed the bearer check: the connection leaves the unauthenticated budget
-    /// and its deadline no longer applies.
-    pub(super) fn authenticated(&self) {
-        if !self.0.authenticated.is_cancelled() {
-            self.0.authenticated.cancel();
+    /// The connection made its first request (on TCP: one that passed the bearer check):
+    /// it leaves the silent ones and its deadline no longer applies.
+    pub(super) fn spoke(&self) {
+        if !self.0.spoke.is_cancelled() {
+            self.0.spoke.cancel();
             self.0.pool.leave(self.0.id);
         }
     }
 
     /// Resolves when the connection must be closed: pushed out by newer ones, or its
-    /// deadline passed before it authenticated. Never resolves once it has authenticated.
+    /// deadline passed before it spoke. Never resolves once it has spoken.
     pub(super) async fn refused(&self) {
         let w = &self.0;
         tokio::select! {
-            _ = w.authenticated.cancelled() => std::future::pending().await,
+            _ = w.spoke.cancelled() => std::future::pending().await,
             _ = w.pushed_out.cancelled() => {}
             _ = tokio::time::sleep_until(w.deadline) => {
-                if w.authenticated.is_cancelled() {
+                if w.spoke.is_cancelled() {
                     std::future::pending::<()>().await;
                 }
             }

@@ -264,6 +264,8 @@ pub(super) enum Source {
         /// lines is closed (its start plus the frame timeout). Idle time after a message is
         /// a client's right; before one, whitespace would hold a slot forever.
         quiet_until: Option<Instant>,
+        /// The connection's slot, told when the first message arrives.
+        ticket: Option<super::admission::Ticket>,
     },
     Ws {
         rx: SplitStream<WsServer>,
@@ -286,6 +288,7 @@ impl Source {
                 share,
                 refused,
                 quiet_until,
+                ticket,
             } => loop {
                 if let Some(deadline) = refused.take() {
                     // Its refusal is answered; the rest of the line is read and dropped.
@@ -337,6 +340,9 @@ impl Source {
                 share.release();
                 if let Some(frame) = frame {
                     *quiet_until = None;
+                    if let Some(t) = ticket {
+                        t.spoke();
+                    }
                     return frame;
                 }
             },

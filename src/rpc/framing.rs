@@ -39,9 +39,7 @@ pub(super) async fn serve_unix(stream: UnixStream, shared: Arc<Shared>, ticket: 
     }
     match first {
         b'{' | b'[' | b' ' | b'\t' | b'\r' | b'\n' => {
-            // The ticket (the slot) is held until the connection ends.
-            let _ticket = ticket;
-            serve_newline(stream, shared, caller).await
+            serve_newline(stream, shared, ticket, caller).await
         }
         _ => serve_http(stream, shared, ticket, None, caller).await,
     }
@@ -69,8 +67,13 @@ async fn first_byte(stream: &UnixStream) -> Option<u8> {
     }
 }
 
-/// Newline-delimited JSON-RPC.
-async fn serve_newline(stream: UnixStream, shared: Arc<Shared>, caller: Option<Arc<Caller>>) {
+/// Newline-delimited JSON-RPC. The `ticket` (the slot) is held until the connection ends.
+async fn serve_newline(
+    stream: UnixStream,
+    shared: Arc<Shared>,
+    ticket: Option<Ticket>,
+    caller: Option<Arc<Caller>>,
+) {
     let _open = shared.host.metrics().connection(Framing::newline);
     let (rd, wr) = stream.into_split();
     let source = Source::Lines {
@@ -81,6 +84,7 @@ async fn serve_newline(stream: UnixStream, shared: Arc<Shared>, caller: Option<A
         share: shared.frame_budget.share(),
         refused: None,
         quiet_until: Some(tokio::time::Instant::now() + shared.frame_timeout),
+        ticket,
     };
     run_messages(shared, source, Wire::Lines(wr), caller).await;
 }

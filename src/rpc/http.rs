@@ -77,7 +77,7 @@ impl Bearer {
     /// Counts the connection as authenticated: it presented the token or, for the
     /// operator's page, a page token or login code (`rpc/ui.rs`).
     pub(super) fn let_in(&self) {
-        self.pending.authenticated();
+        self.pending.spoke();
     }
 }
 
@@ -150,6 +150,11 @@ impl hyper::service::Service<HttpRequest<Incoming>> for HttpService {
 
     fn call(&self, req: HttpRequest<Incoming>) -> Self::Future {
         self.clock.head_read();
+        // A request counts as the connection's first word where no token is asked for;
+        // on TCP only one that passes the bearer check does (`Bearer::let_in`).
+        if let (Some(ticket), None) = (&self.ticket, &self.bearer) {
+            ticket.spoke();
+        }
         Answering {
             response: self.route(req),
             clock: self.clock.clone(),

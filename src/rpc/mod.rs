@@ -177,58 +177,77 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
         unix, owned, tcp, ..
     } = listeners;
     {
+        // A Unix connection that has not spoken goes by the time the framing's own limits
+        // (first byte, then a first frame) would close it anyway.
         let budget = admission::Budget::new(
             "unix",
             cfg.listen.max_unix_connections,
+            usize::MAX,
             handshake,
+            handshake + shared.frame_timeout,
             open.clone(),
         );
         let (shared, accept) = (shared.clone(), accept.clone());
         tokio::spawn(async move {
             loop {
-                let stream = tokio::select! {
-                    r = unix.accept() => match r {
-                        Ok((s, _)) => s,
-                        Err(e) => { tracing::warn!(%e, "accept failed"); tokio::time::sleep(Duration::from_millis(50)).await; continue }
-                    },
-                    _ = accept.cancelled() => break,
+                let Some((stream, place)) = next(&budget, &accept, || unix.accept()).await else {
+                    break;
                 };
-                let Some(ticket) = budget.admit() else {
-                    continue;
-                };
-                tokio::spawn(framing::serve_unix(stream, shared.clone(), Some(ticket)));
+                let (budget, shared) = (budget.clone(), shared.clone());
+                tokio::spawn(async move {
+                    let Some(ticket) = budget.admit(place).await else {
+                        return;
+                    };
+                    let silent = ticket.silent();
+                    tokio::select! {
+                        _ = framing::serve_unix(stream, shared, Some(ticket)) => {}
+                        _ = silent.refused() => {
+                            tracing::debug!("a unix connection that had not spoken gave way to a new one");
+                        }
+                    }
+                });
             }
         });
     }
     if let Some((tcp, tokens)) = tcp {
-        let budget = admission::Budget::new("tcp", cfg.listen.max_tcp_connections, handshake, open);
-        let unauthenticated = admission::Unauthenticated::new(cfg.listen.max_tcp_unauthenticated);
+        let budget = admission::Budget::new(
+            "tcp",
+            cfg.listen.max_tcp_connections,
+            cfg.listen.max_tcp_unauthenticated,
+            handshake,
+            handshake,
+            open,
+        );
         let (shared, accept) = (shared.clone(), accept.clone());
         tokio::spawn(async move {
             loop {
-                let stream = tokio::select! {
-                    r = tcp.accept() => match r {
-                        Ok((s, _)) => s,
-                        Err(e) => { tracing::warn!(%e, "tcp accept failed"); tokio::time::sleep(Duration::from_millis(50)).await; continue }
-                    },
-                    _ = accept.cancelled() => break,
+                let Some((stream, place)) = next(&budget, &accept, || tcp.accept()).await else {
+                    break;
                 };
                 let _ = stream.set_nodelay(true);
-                let Some(ticket) = budget.admit() else {
-                    continue;
-                };
-                let pending = unauthenticated.admit(handshake);
-                let bearer = http::Bearer::new(tokens.clone(), pending.clone());
-                let shared = shared.clone();
+                let (budget, tokens, shared) = (budget.clone(), tokens.clone(), shared.clone());
                 tokio::spawn(async move {
-                    // A process on this host is held to the same peer rule as on the Unix
-                    // socket (`peer.rs`): a token a sandboxed call read gives it nothing.
-                    let caller = Caller::of_tcp(&stream).await;
-                    if !ticket.admit_peer(&shared.host, caller.as_deref()) {
+                    let Some(ticket) = budget.admit(place).await else {
                         return;
-                    }
-                    let serve =
-                        http::serve_http(stream, shared, Some(ticket), Some(bearer), caller);
+                    };
+                    let pending = ticket.silent();
+                    let bearer = http::Bearer::new(tokens, pending.clone());
+                    let serve = async move {
+                        // The peer is looked up (a scan of /proc) once the connection sends
+                        // something, so thousands of idle ones cost nothing; and while they
+                        // wait, newer ones can push them out.
+                        if stream.readable().await.is_err() {
+                            return;
+                        }
+                        // A process on this host is held to the same peer rule as on the
+                        // Unix socket (`peer.rs`): a token a sandboxed call read gives it
+                        // nothing.
+                        let caller = Caller::of_tcp(&stream).await;
+                        if !ticket.admit_peer(&shared.host, caller.as_deref()) {
+                            return;
+                        }
+                        http::serve_http(stream, shared, Some(ticket), Some(bearer), caller).await
+                    };
                     tokio::select! {
                         _ = serve => {}
                         _ = pending.refused() => {
@@ -244,6 +263,35 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
         accept,
         socket_to_remove: owned,
     })
+}
+
+/// The next accepted connection of a listener and its place in the budget's line (waited
+/// for first, so past the line new clients wait in the kernel's backlog); `None` once the
+/// server stops accepting. A failed accept (no descriptor left) is retried shortly.
+async fn next<S, Addr, A>(
+    budget: &admission::Budget,
+    stop: &tokio_util::sync::CancellationToken,
+    accept: impl Fn() -> A,
+) -> Option<(S, tokio::sync::OwnedSemaphorePermit)>
+where
+    A: std::future::Future<Output = std::io::Result<(S, Addr)>>,
+{
+    let place = tokio::select! {
+        place = budget.place() => place?,
+        _ = stop.cancelled() => return None,
+    };
+    loop {
+        tokio::select! {
+            r = accept() => match r {
+                Ok((stream, _)) => return Some((stream, place)),
+                Err(e) => {
+                    tracing::warn!(%e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            _ = stop.cancelled() => return None,
+        }
+    }
 }
 
 /// Opens a connection to this server without a socket file: one end of a socket pair,

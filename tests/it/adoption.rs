@@ -766,3 +766,53 @@ async fn import_refuses_fifos_devices_huge_and_deep_files_and_keeps_the_rest() {
         assert!(all.contains(good), "{good}: {all}");
     }
 }
+
+/// Kernel files linked as a frontend's file: they claim 0 bytes, and `/proc/self/pagemap`
+/// streams for gigabytes while `/proc/kmsg` (readable by root) blocks once drained. Each is
+/// refused at once, by what it is, and the other frontends are imported.
+#[tokio::test]
+async fn import_refuses_kernel_files_that_claim_no_size_without_reading_them() {
+    let f = Frontends::new();
+    let links = [
+        (f.claude(), "/proc/self/pagemap"),
+        (f.cursor(), "/proc/kmsg"),
+        (f.desktop(), "/proc/self/smaps"),
+        (f.gemini(), "/sys/kernel/uevent_seqnum"),
+    ];
+    for (file, kernel) in &links {
+        std::fs::remove_file(file).unwrap();
+        std::os::unix::fs::symlink(kernel, file).unwrap();
+    }
+    let start = std::time::Instant::now();
+    // The timeout only turns a hang into a failure.
+    let (code, out, err) =
+        tokio::time::timeout(std::time::Duration::from_secs(60), f.import(&[], &[]))
+            .await
+            .expect("import hung on a kernel file");
+    let all = format!("{out}{err}");
+    assert_eq!(code, 1, "{all}");
+    for (file, kernel) in &links {
+        let line = all
+            .lines()
+            .find(|l| l.contains(&*file.display().to_string()))
+            .unwrap_or_else(|| panic!("{} ({kernel}) not named: {all}", file.display()));
+        let fs = if kernel.starts_with("/sys") {
+            "/sys"
+        } else {
+            "/proc"
+        };
+        assert!(
+            line.contains(&format!("is not a regular file (a kernel file of {fs})")),
+            "{kernel}: {line}\n{all}"
+        );
+    }
+    for good in ["time", "lint", "notes", "docs"] {
+        assert!(all.contains(good), "{good}: {all}");
+    }
+    // Refused before a read: no 64 MiB of pagemap read first.
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+}

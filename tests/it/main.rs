@@ -25,6 +25,7 @@ mod config_protect;
 mod conformance;
 mod conformance_auth;
 mod conformance_server;
+mod connection_slots;
 mod content_blocks;
 mod custom_tools;
 mod daemon;

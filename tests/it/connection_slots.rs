@@ -1,0 +1,150 @@
+//! Connection slots at full size (issue 49 item 6): idle connections by the thousand on
+//! the Unix socket never keep the CLI or a frontend out, and a burst of connects beyond the
+//! slots is served as they free up, with a delay and no refusal.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Raises this process's soft `RLIMIT_NOFILE` to the hard limit (the daemon does the same
+/// for itself at start) and checks `need` descriptors fit.
+fn descriptors_for(need: u64) {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        lim.rlim_cur = lim.rlim_max;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+    }
+    assert!(
+        lim.rlim_cur >= need,
+        "the test needs {need} descriptors; the hard limit is {} (ulimit -Hn)",
+        lim.rlim_cur
+    );
+}
+
+/// `toolhost tools` through the socket, timed from its start to its answer.
+async fn cli_answers_in(d: &common::Daemon) -> Duration {
+    let start = Instant::now();
+    let out = common::toolhost(d.dir.path())
+        .arg("--socket")
+        .arg(d.socket())
+        .arg("tools")
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    start.elapsed()
+}
+
+/// A frontend on the socket (a newline client): connect, `host.health`, timed.
+async fn frontend_answers_in(d: &common::Daemon) -> Duration {
+    let start = Instant::now();
+    let mut c = common::RawLines::connect(&d.socket()).await;
+    let r = c.call("host.health", json!({})).await;
+    assert!(r.get("result").is_some(), "{r}");
+    start.elapsed()
+}
+
+const IDLE: usize = 4096;
+/// What thousands of idle connections may add to a new client's wait: a newcomer pushes
+/// out one that has been silent for a second.
+const PROMPT: Duration = Duration::from_secs(2);
+
+#[tokio::test]
+async fn four_thousand_idle_connections_on_the_socket_never_keep_the_cli_or_a_frontend_out() {
+    descriptors_for(IDLE as u64 + 512);
+    // The default budget (4,096 on the socket): the idle ones alone fill it.
+    let d = common::Daemon::start().await;
+    let sock = d.socket();
+    // What a client takes with no one else there (a debug build starting, under a loaded
+    // machine): the idle connections may add at most PROMPT to it.
+    let (cli_alone, frontend_alone) = (cli_answers_in(&d).await, frontend_answers_in(&d).await);
+    // A client that spoke first keeps its slot however idle it is afterwards.
+    let mut talker = common::RawLines::connect(&sock).await;
+    assert!(talker
+        .call("host.health", json!({}))
+        .await
+        .get("result")
+        .is_some());
+
+    // 4,096 idle connections: most send blank lines, some nothing.
+    let mut idle = Vec::with_capacity(IDLE);
+    for i in 0..IDLE {
+        let mut s = tokio::net::UnixStream::connect(&sock).await.unwrap();
+        if i % 10 != 0 {
+            let _ = s.write_all(b"\n \t\n").await;
+        }
+        idle.push(s);
+    }
+    let cli = cli_answers_in(&d).await;
+    assert!(
+        cli < cli_alone + PROMPT,
+        "the CLI took {cli:?} behind idle connections, {cli_alone:?} alone"
+    );
+    let frontend = frontend_answers_in(&d).await;
+    assert!(
+        frontend < frontend_alone + PROMPT,
+        "a frontend took {frontend:?}, {frontend_alone:?} alone"
+    );
+    // The oldest idle ones gave way: they read the end of their connection.
+    let mut closed = 0;
+    for s in idle.iter_mut().take(2) {
+        let mut b = [0u8; 1];
+        if let Ok(Ok(0)) = tokio::time::timeout(Duration::from_secs(5), s.read(&mut b)).await {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 2, "the oldest idle connections did not give way");
+    // The client that had spoken was never pushed out.
+    assert!(talker
+        .call("host.health", json!({}))
+        .await
+        .get("result")
+        .is_some());
+}
+
+#[tokio::test]
+async fn a_burst_of_connects_beyond_the_slots_is_served_with_a_delay_not_refused() {
+    const BURST: usize = 2000;
+    descriptors_for(BURST as u64 + 512);
+    let d =
+        common::Daemon::start_with(Some(json!({"listen": {"max_unix_connections": 100}}))).await;
+    let sock = d.socket();
+    // 2,000 clients connect at once (past the 100 slots and the accept loop's line, into
+    // the kernel's backlog): each asks once, reads its answer and leaves.
+    let start = Instant::now();
+    let clients: Vec<_> = (0..BURST)
+        .map(|_| {
+            let sock = sock.clone();
+            tokio::spawn(async move {
+                let c = toolhost::client::Client::connect(&sock)
+                    .await
+                    .map_err(|e| format!("connect: {e}"))?;
+                c.health().await.map_err(|e| format!("health: {e}"))?;
+                Ok::<_, String>(())
+            })
+        })
+        .collect();
+    let mut failed = Vec::new();
+    for c in clients {
+        if let Err(e) = c.await.unwrap() {
+            failed.push(e);
+        }
+    }
+    let took = start.elapsed();
+    assert!(
+        failed.is_empty(),
+        "{} of {BURST} clients failed, e.g. {:?}",
+        failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+    eprintln!("{BURST} clients through 100 slots in {took:?}");
+    assert!(took < Duration::from_secs(60), "{took:?}");
+}
