@@ -1,5 +1,6 @@
 //! A real HAProxy (Debian's `haproxy`, installed by tests/run.sh) in front of daemons'
-//! TCP listeners: `mode http`, round robin with no affinity, every answer naming the
+//! TCP listeners: `mode http`, round robin with no affinity (a request a dead backend
+//! refuses is sent to the next), every answer naming the
 //! backend that gave it (`X-Served-By`), and the bearer token added on the way in (the
 //! gateway holds it, as a deployment's would). Killed with its process group when dropped.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
@@ -26,7 +27,7 @@ impl Haproxy {
         Haproxy::run(|addr| {
             format!(
                 "global\n  maxconn 512\n\
-                 defaults\n  mode http\n  timeout connect 5s\n  timeout client 120s\n  timeout server 120s\n  option http-server-close\n\
+                 defaults\n  mode http\n  timeout connect 5s\n  timeout client 120s\n  timeout server 120s\n  option http-server-close\n  option redispatch\n  retries 2\n\
                  frontend mcp\n  bind {addr}\n  http-request set-header Authorization \"Bearer {token}\"\n  default_backend members\n\
                  backend members\n  balance roundrobin\n  http-response set-header X-Served-By %[srv_name]\n{servers}"
             )

@@ -1,0 +1,209 @@
+//! Fleet mode's gateway (issue 45): daemons on one PostgreSQL behind a real HAProxy, round
+//! robin with no affinity. A 2026-07-28 client's MRTR retry (`input_required` → retry with
+//! `requestState`) that lands on another member than the one holding its call is handed to
+//! the holder (its `internal_url` is in the members table, the state is sealed with the
+//! fleet's key from the database) and answered there; if the holder is gone, the retry is
+//! refused with a clear error, and the call never runs twice.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+
+use crate::common::haproxy::Haproxy;
+use crate::common::postgres::Postgres;
+use crate::common::{self, http, new_era, Daemon};
+use serde_json::{json, Value};
+
+const KEY: &str = "fleet-key-for-the-gateway-tests-0123456789";
+const TOKEN: &str = "gateway-token-9a8b7c6d5e";
+
+/// A member named `name` on `pg`, listening on TCP (its `internal_url` is that address),
+/// with the custom tool `ask`: it notes each start in `runs` (one line: the member's name),
+/// asks one elicitation question, and returns the answer and the member it ran on.
+pub async fn member(pg: &Postgres, name: &str, runs: &Path) -> Daemon {
+    let mut d = Daemon::unstarted();
+    let token = d.dir.path().join("token");
+    std::fs::write(&token, TOKEN).unwrap();
+    let tools = d.dir.path().join("tools");
+    let question = json!({"input_request": {"id": "name", "kind": "elicitation",
+        "params": {"message": "your name?",
+                   "requestedSchema": {"type": "object", "properties": {}}}}});
+    common::write_tool(
+        &tools,
+        "ask",
+        json!({"name": "ask", "description": "asks a name", "command": ["./run.sh"],
+               "approval": "read_only", "asks": true, "timeout_ms": 60000}),
+        &format!(
+            "read args\necho {name} >> {runs}\necho '{question}'\nread answer\n\
+             printf '{{\"result\": {{\"ran_on\": \"{name}\", \"answer\": %s}}}}\\n' \"$answer\"",
+            runs = runs.display()
+        ),
+    );
+    let cfg = json!({
+        "store": {"kind": "postgres", "url": pg.url(), "pool": 2},
+        "fleet": {"key": KEY, "heartbeat_ms": 200, "lost_after_ms": 3000},
+        "listen": {"tcp": "127.0.0.1:0", "token_file": token},
+        "custom_tools": {"paths": [tools]},
+    });
+    std::fs::write(d.config_path(), cfg.to_string()).unwrap();
+    d.spawn(&[]).await;
+    d
+}
+
+/// `tools/call` params of a new-era client that answers elicitation; `retry` merged in.
+fn call(name: &str, retry: Value) -> Value {
+    let mut params = json!({"name": name, "arguments": {},
+        "_meta": new_era::meta("fleet-gateway-test", json!({"elicitation": {}}))});
+    for (k, v) in retry.as_object().unwrap() {
+        params[k] = v.clone();
+    }
+    params
+}
+
+/// One new-era `tools/call` POST through the gateway: the answer's JSON-RPC message and the
+/// member (HAProxy's server name) the request landed on.
+pub async fn post(gw: &Haproxy, params: Value) -> (Value, String) {
+    let tcp = tokio::net::TcpStream::connect(&gw.addr).await.unwrap();
+    let name = params["name"].as_str().unwrap_or_default().to_owned();
+    let headers = [
+        ("Accept", "application/json, text/event-stream"),
+        ("Content-Type", "application/json"),
+        ("MCP-Protocol-Version", new_era::NEW),
+        ("Mcp-Method", "tools/call"),
+        ("Mcp-Name", name.as_str()),
+    ];
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params});
+    let answer = http::exchange(tcp, "POST", "/mcp", &headers, &body.to_string()).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let message = answer
+        .body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .chain(std::iter::once(answer.body.as_str()))
+        .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
+        .find(|m| m["id"] == 7)
+        .unwrap_or_else(|| panic!("no answer: {}", answer.body));
+    (message, answer.header("x-served-by").unwrap_or_default())
+}
+
+/// The `requestState` of an `input_required` answer asking one question, and that
+/// question's key.
+fn state_of(answer: &Value) -> (String, String) {
+    assert_eq!(answer["result"]["resultType"], "input_required", "{answer}");
+    let requests = answer["result"]["inputRequests"].as_object().unwrap();
+    assert_eq!(requests.len(), 1, "{answer}");
+    let key = requests.keys().next().unwrap().clone();
+    let state = answer["result"]["requestState"].as_str().unwrap();
+    (state.to_owned(), key)
+}
+
+fn runs(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn an_mrtr_retry_on_another_replica_is_handed_to_the_one_holding_the_call() {
+    let pg = Postgres::start();
+    let shared = tempfile::tempdir().unwrap();
+    let ran = shared.path().join("runs");
+    let mut members = Vec::new();
+    for name in ["a", "b", "c"] {
+        members.push(member(&pg, name, &ran).await);
+    }
+    let mut addrs = Vec::new();
+    for m in &members {
+        addrs.push(m.tcp_addr().await);
+    }
+    let gw = Haproxy::start(&addrs, TOKEN).await;
+    let names = ["a", "b", "c"];
+
+    // Three calls in a row, each retried: round robin puts every retry on another member
+    // than its first request's.
+    for round in 0..3 {
+        let (first, asked_on) = post(&gw, call("ask", json!({}))).await;
+        let (state, key) = state_of(&first);
+        let answer = json!({key: {"action": "accept", "content": {"who": format!("ada-{round}")}}});
+        let (done, retried_on) = post(
+            &gw,
+            call(
+                "ask",
+                json!({"inputResponses": answer, "requestState": state}),
+            ),
+        )
+        .await;
+        assert_ne!(
+            asked_on, retried_on,
+            "round {round}: the gateway's round robin"
+        );
+        let holder = names[asked_on[1..].parse::<usize>().unwrap()];
+        assert_eq!(done["result"]["isError"], false, "round {round}: {done}");
+        let result = &done["result"]["structuredContent"];
+        let result = if result.is_null() {
+            serde_json::from_str::<Value>(done["result"]["content"][0]["text"].as_str().unwrap())
+                .unwrap()
+        } else {
+            result.clone()
+        };
+        assert_eq!(result["ran_on"], holder, "round {round}: {done}");
+        assert_eq!(
+            result["answer"]["input_response"]["result"]["content"]["who"],
+            format!("ada-{round}"),
+            "round {round}: {done}"
+        );
+        // The same state again, wherever it lands: refused, nothing runs again.
+        let (again, _) = post(
+            &gw,
+            call(
+                "ask",
+                json!({"inputResponses": answer, "requestState": state}),
+            ),
+        )
+        .await;
+        assert_eq!(again["error"]["code"], -32602, "{again}");
+    }
+    assert_eq!(runs(&ran).len(), 3, "each call ran once: {:?}", runs(&ran));
+}
+
+#[tokio::test]
+async fn an_mrtr_retry_whose_holder_is_gone_is_refused_and_never_runs_twice() {
+    let pg = Postgres::start();
+    let shared = tempfile::tempdir().unwrap();
+    let ran = shared.path().join("runs");
+    let mut members = vec![member(&pg, "a", &ran).await, member(&pg, "b", &ran).await];
+    let addrs = vec![members[0].tcp_addr().await, members[1].tcp_addr().await];
+    let gw = Haproxy::start(&addrs, TOKEN).await;
+
+    // The first request lands on one member, which holds the call; that one is killed.
+    let (first, asked_on) = post(&gw, call("ask", json!({}))).await;
+    let holder = asked_on[1..].parse::<usize>().unwrap();
+    let other = format!("m{}", 1 - holder);
+    let (state, key) = state_of(&first);
+    assert_eq!(runs(&ran), [["a", "b"][holder]]);
+    members[holder].kill9().await;
+    let answer = json!({key: {"action": "accept", "content": {"who": "ada"}}});
+    let retry = call(
+        "ask",
+        json!({"inputResponses": answer, "requestState": state}),
+    );
+    // Still in the table (its heartbeat not yet old), but unreachable.
+    let (refused, on) = post(&gw, retry.clone()).await;
+    assert_eq!(on, other);
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert!(
+        message.contains("held by another member") && message.contains("cannot be reached"),
+        "{refused}"
+    );
+    // Once a is lost by the database's clock the refusal says so.
+    common::eventually(20, "a refusal naming the lost member", || async {
+        let (r, _) = post(&gw, retry.clone()).await;
+        r["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("is lost"))
+    })
+    .await;
+    assert_eq!(runs(&ran), [["a", "b"][holder]], "the call never ran again");
+}
