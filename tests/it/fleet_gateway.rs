@@ -11,18 +11,15 @@ use std::path::Path;
 use crate::common::haproxy::Haproxy;
 use crate::common::postgres::Postgres;
 use crate::common::{self, http, new_era, Daemon};
+use crate::fleet_sessions::{fleet_config, mcp, TOKEN};
 use serde_json::{json, Value};
-
-const KEY: &str = "fleet-key-for-the-gateway-tests-0123456789";
-const TOKEN: &str = "gateway-token-9a8b7c6d5e";
 
 /// A member named `name` on `pg`, listening on TCP (its `internal_url` is that address),
 /// with the custom tool `ask`: it notes each start in `runs` (one line: the member's name),
 /// asks one elicitation question, and returns the answer and the member it ran on.
 pub async fn member(pg: &Postgres, name: &str, runs: &Path) -> Daemon {
     let mut d = Daemon::unstarted();
-    let token = d.dir.path().join("token");
-    std::fs::write(&token, TOKEN).unwrap();
+    let mut cfg = fleet_config(pg, d.dir.path());
     let tools = d.dir.path().join("tools");
     let question = json!({"input_request": {"id": "name", "kind": "elicitation",
         "params": {"message": "your name?",
@@ -38,12 +35,7 @@ pub async fn member(pg: &Postgres, name: &str, runs: &Path) -> Daemon {
             runs = runs.display()
         ),
     );
-    let cfg = json!({
-        "store": {"kind": "postgres", "url": pg.url(), "pool": 2},
-        "fleet": {"key": KEY, "heartbeat_ms": 200, "lost_after_ms": 3000},
-        "listen": {"tcp": "127.0.0.1:0", "token_file": token},
-        "custom_tools": {"paths": [tools]},
-    });
+    cfg["custom_tools"] = json!({"paths": [tools]});
     std::fs::write(d.config_path(), cfg.to_string()).unwrap();
     d.spawn(&[]).await;
     d
@@ -64,7 +56,9 @@ fn call(name: &str, retry: Value) -> Value {
 pub async fn post(gw: &Haproxy, params: Value) -> (Value, String) {
     let tcp = tokio::net::TcpStream::connect(&gw.addr).await.unwrap();
     let name = params["name"].as_str().unwrap_or_default().to_owned();
+    let bearer = format!("Bearer {TOKEN}");
     let headers = [
+        ("Authorization", bearer.as_str()),
         ("Accept", "application/json, text/event-stream"),
         ("Content-Type", "application/json"),
         ("MCP-Protocol-Version", new_era::NEW),
@@ -206,4 +200,69 @@ async fn an_mrtr_retry_whose_holder_is_gone_is_refused_and_never_runs_twice() {
     })
     .await;
     assert_eq!(runs(&ran), [["a", "b"][holder]], "the call never ran again");
+}
+
+#[tokio::test]
+async fn the_shipped_haproxy_config_keeps_a_session_on_one_member_and_spreads_the_rest() {
+    let pg = Postgres::start();
+    let shared = tempfile::tempdir().unwrap();
+    let ran = shared.path().join("runs");
+    let mut members = Vec::new();
+    for name in ["a", "b", "c"] {
+        members.push(member(&pg, name, &ran).await);
+    }
+    let mut addrs = Vec::new();
+    for m in &members {
+        addrs.push(m.tcp_addr().await);
+    }
+    let gw = Haproxy::deployed(&addrs.try_into().unwrap()).await;
+
+    // A 2025-11-25 client: every request after `initialize` carries its Mcp-Session-Id,
+    // and HAProxy keeps them on one member.
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "through-deployed-haproxy", "version": "1"}}});
+    let (answer, _, _) = mcp(&gw, None, init).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let session = answer.header("mcp-session-id").unwrap();
+    let mut served = Vec::new();
+    for n in 0..6 {
+        let call = json!({"jsonrpc": "2.0", "id": 10 + n, "method": "tools/list"});
+        let (answer, reply, by) = mcp(&gw, Some(&session), call).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        assert!(reply["result"]["tools"].is_array(), "{reply}");
+        served.push(by);
+    }
+    assert!(served.iter().all(|s| *s == served[0]), "{served:?}");
+
+    // 2026-07-28 requests carry none: spread over the members (HAProxy's fallback of a
+    // hash balance with no header), and an MRTR retry on another member than its call's is
+    // handed over: each call answered by the member it ran on.
+    let mut landed = std::collections::BTreeSet::new();
+    let mut handed_over = 0;
+    for round in 0..6 {
+        let (first, asked_on) = post(&gw, call("ask", json!({}))).await;
+        let (state, key) = state_of(&first);
+        let answer = json!({key: {"action": "accept", "content": {"who": round}}});
+        let (done, retried_on) = post(
+            &gw,
+            call(
+                "ask",
+                json!({"inputResponses": answer, "requestState": state}),
+            ),
+        )
+        .await;
+        assert_eq!(done["result"]["isError"], false, "{done}");
+        let text = done["result"]["content"][0]["text"].as_str().unwrap();
+        let result: Value = serde_json::from_str(text).unwrap();
+        let holder = ["a", "b", "c"][asked_on[1..].parse::<usize>().unwrap()];
+        assert_eq!(result["ran_on"], holder, "{done}");
+        handed_over += usize::from(asked_on != retried_on);
+        landed.extend([asked_on, retried_on]);
+    }
+    assert!(
+        landed.len() >= 2 && handed_over > 0,
+        "{landed:?}, {handed_over} handed over"
+    );
+    assert_eq!(runs(&ran).len(), 6, "{:?}", runs(&ran));
 }
