@@ -11,7 +11,7 @@ use std::path::Path;
 use crate::common::haproxy::Haproxy;
 use crate::common::postgres::Postgres;
 use crate::common::{self, http, new_era, Daemon};
-use crate::fleet_sessions::{fleet_config, mcp, TOKEN};
+use crate::fleet_sessions::{fleet_config, mcp, reply_in, TOKEN};
 use serde_json::{json, Value};
 
 /// A member named `name` on `pg`, listening on TCP (its `internal_url` is that address),
@@ -68,14 +68,7 @@ pub async fn post(gw: &Haproxy, params: Value) -> (Value, String) {
     let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params});
     let answer = http::exchange(tcp, "POST", "/mcp", &headers, &body.to_string()).await;
     assert_eq!(answer.status, 200, "{}", answer.body);
-    let message = answer
-        .body
-        .lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .chain(std::iter::once(answer.body.as_str()))
-        .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
-        .find(|m| m["id"] == 7)
-        .unwrap_or_else(|| panic!("no answer: {}", answer.body));
+    let message = reply_in(&answer.body).unwrap_or_else(|| panic!("no answer: {}", answer.body));
     (message, answer.header("x-served-by").unwrap_or_default())
 }
 
@@ -90,6 +83,45 @@ fn state_of(answer: &Value) -> (String, String) {
     (state.to_owned(), key)
 }
 
+/// A call of `ask` through the gateway, answered `who` in its retry.
+struct Asked {
+    /// The member the call landed on (HAProxy's name: m0, m1, m2 for a, b, c).
+    on: String,
+    retried_on: String,
+    /// The retry's params (its `requestState` is used up).
+    retry: Value,
+}
+
+/// Calls `ask`, retries with `who` as the answer, and checks the call ended with that
+/// answer on the member it first landed on (wherever the retry landed).
+async fn ask_and_answer(gw: &Haproxy, who: &str) -> Asked {
+    let (first, on) = post(gw, call("ask", json!({}))).await;
+    let (state, key) = state_of(&first);
+    let answer = json!({key: {"action": "accept", "content": {"who": who}}});
+    let retry = call(
+        "ask",
+        json!({"inputResponses": answer, "requestState": state}),
+    );
+    let (done, retried_on) = post(gw, retry.clone()).await;
+    assert_eq!(done["result"]["isError"], false, "{done}");
+    let text = done["result"]["content"][0]["text"].as_str().unwrap();
+    let result: Value = serde_json::from_str(text).unwrap();
+    let holder = ["a", "b", "c"][on[1..].parse::<usize>().unwrap()];
+    assert_eq!(
+        result["ran_on"], holder,
+        "asked on {on}, retried on {retried_on}: {done}"
+    );
+    assert_eq!(
+        result["answer"]["input_response"]["result"]["content"]["who"], who,
+        "{done}"
+    );
+    Asked {
+        on,
+        retried_on,
+        retry,
+    }
+}
+
 fn runs(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
@@ -98,64 +130,32 @@ fn runs(path: &Path) -> Vec<String> {
         .collect()
 }
 
+/// Members a, b and c (see [`member`]) and their TCP addresses.
+async fn three_members(pg: &Postgres, runs: &Path) -> (Vec<Daemon>, [String; 3]) {
+    let mut members = Vec::new();
+    let mut addrs = Vec::new();
+    for name in ["a", "b", "c"] {
+        let m = member(pg, name, runs).await;
+        addrs.push(m.tcp_addr().await);
+        members.push(m);
+    }
+    (members, addrs.try_into().unwrap())
+}
+
 #[tokio::test]
 async fn an_mrtr_retry_on_another_replica_is_handed_to_the_one_holding_the_call() {
-    let pg = Postgres::start();
-    let shared = tempfile::tempdir().unwrap();
+    let (pg, shared) = (Postgres::start(), tempfile::tempdir().unwrap());
     let ran = shared.path().join("runs");
-    let mut members = Vec::new();
-    for name in ["a", "b", "c"] {
-        members.push(member(&pg, name, &ran).await);
-    }
-    let mut addrs = Vec::new();
-    for m in &members {
-        addrs.push(m.tcp_addr().await);
-    }
+    let (_members, addrs) = three_members(&pg, &ran).await;
     let gw = Haproxy::start(&addrs, TOKEN).await;
-    let names = ["a", "b", "c"];
 
     // Three calls in a row, each retried: round robin puts every retry on another member
     // than its first request's.
     for round in 0..3 {
-        let (first, asked_on) = post(&gw, call("ask", json!({}))).await;
-        let (state, key) = state_of(&first);
-        let answer = json!({key: {"action": "accept", "content": {"who": format!("ada-{round}")}}});
-        let (done, retried_on) = post(
-            &gw,
-            call(
-                "ask",
-                json!({"inputResponses": answer, "requestState": state}),
-            ),
-        )
-        .await;
-        assert_ne!(
-            asked_on, retried_on,
-            "round {round}: the gateway's round robin"
-        );
-        let holder = names[asked_on[1..].parse::<usize>().unwrap()];
-        assert_eq!(done["result"]["isError"], false, "round {round}: {done}");
-        let result = &done["result"]["structuredContent"];
-        let result = if result.is_null() {
-            serde_json::from_str::<Value>(done["result"]["content"][0]["text"].as_str().unwrap())
-                .unwrap()
-        } else {
-            result.clone()
-        };
-        assert_eq!(result["ran_on"], holder, "round {round}: {done}");
-        assert_eq!(
-            result["answer"]["input_response"]["result"]["content"]["who"],
-            format!("ada-{round}"),
-            "round {round}: {done}"
-        );
+        let asked = ask_and_answer(&gw, &format!("ada-{round}")).await;
+        assert_ne!(asked.on, asked.retried_on, "round {round}: round robin");
         // The same state again, wherever it lands: refused, nothing runs again.
-        let (again, _) = post(
-            &gw,
-            call(
-                "ask",
-                json!({"inputResponses": answer, "requestState": state}),
-            ),
-        )
-        .await;
+        let (again, _) = post(&gw, asked.retry).await;
         assert_eq!(again["error"]["code"], -32602, "{again}");
     }
     assert_eq!(runs(&ran).len(), 3, "each call ran once: {:?}", runs(&ran));
@@ -166,8 +166,8 @@ async fn an_mrtr_retry_whose_holder_is_gone_is_refused_and_never_runs_twice() {
     let pg = Postgres::start();
     let shared = tempfile::tempdir().unwrap();
     let ran = shared.path().join("runs");
-    let mut members = vec![member(&pg, "a", &ran).await, member(&pg, "b", &ran).await];
-    let addrs = vec![members[0].tcp_addr().await, members[1].tcp_addr().await];
+    let mut members = [member(&pg, "a", &ran).await, member(&pg, "b", &ran).await];
+    let addrs = [members[0].tcp_addr().await, members[1].tcp_addr().await];
     let gw = Haproxy::start(&addrs, TOKEN).await;
 
     // The first request lands on one member, which holds the call; that one is killed.
@@ -204,18 +204,10 @@ async fn an_mrtr_retry_whose_holder_is_gone_is_refused_and_never_runs_twice() {
 
 #[tokio::test]
 async fn the_shipped_haproxy_config_keeps_a_session_on_one_member_and_spreads_the_rest() {
-    let pg = Postgres::start();
-    let shared = tempfile::tempdir().unwrap();
+    let (pg, shared) = (Postgres::start(), tempfile::tempdir().unwrap());
     let ran = shared.path().join("runs");
-    let mut members = Vec::new();
-    for name in ["a", "b", "c"] {
-        members.push(member(&pg, name, &ran).await);
-    }
-    let mut addrs = Vec::new();
-    for m in &members {
-        addrs.push(m.tcp_addr().await);
-    }
-    let gw = Haproxy::deployed(&addrs.try_into().unwrap()).await;
+    let (_members, addrs) = three_members(&pg, &ran).await;
+    let gw = Haproxy::deployed(&addrs).await;
 
     // A 2025-11-25 client: every request after `initialize` carries its Mcp-Session-Id,
     // and HAProxy keeps them on one member.
@@ -241,24 +233,9 @@ async fn the_shipped_haproxy_config_keeps_a_session_on_one_member_and_spreads_th
     let mut landed = std::collections::BTreeSet::new();
     let mut handed_over = 0;
     for round in 0..6 {
-        let (first, asked_on) = post(&gw, call("ask", json!({}))).await;
-        let (state, key) = state_of(&first);
-        let answer = json!({key: {"action": "accept", "content": {"who": round}}});
-        let (done, retried_on) = post(
-            &gw,
-            call(
-                "ask",
-                json!({"inputResponses": answer, "requestState": state}),
-            ),
-        )
-        .await;
-        assert_eq!(done["result"]["isError"], false, "{done}");
-        let text = done["result"]["content"][0]["text"].as_str().unwrap();
-        let result: Value = serde_json::from_str(text).unwrap();
-        let holder = ["a", "b", "c"][asked_on[1..].parse::<usize>().unwrap()];
-        assert_eq!(result["ran_on"], holder, "{done}");
-        handed_over += usize::from(asked_on != retried_on);
-        landed.extend([asked_on, retried_on]);
+        let asked = ask_and_answer(&gw, &format!("ada-{round}")).await;
+        handed_over += usize::from(asked.on != asked.retried_on);
+        landed.extend([asked.on, asked.retried_on]);
     }
     assert!(
         landed.len() >= 2 && handed_over > 0,

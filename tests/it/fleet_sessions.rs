@@ -86,6 +86,15 @@ async fn a_session_made_on_one_member_is_served_by_another() {
     }
 }
 
+/// The JSON-RPC answer in a `/mcp` answer's body: the body itself, or the event carrying it.
+pub fn reply_in(body: &str) -> Option<Value> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .chain(std::iter::once(body))
+        .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
+        .find(|m| m.get("id").is_some() && m.get("method").is_none())
+}
+
 /// One POST to `/mcp` through the gateway; the answer's JSON-RPC message (the body, or
 /// the event that carries it) and the member that served it.
 pub async fn mcp(
@@ -105,14 +114,7 @@ pub async fn mcp(
         headers.push(("Mcp-Session-Id", s));
     }
     let answer = http::exchange(tcp, "POST", "/mcp", &headers, &body.to_string()).await;
-    let message = answer
-        .body
-        .lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .chain(std::iter::once(answer.body.as_str()))
-        .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
-        .find(|m| m.get("id").is_some() && m.get("method").is_none())
-        .unwrap_or(Value::Null);
+    let message = reply_in(&answer.body).unwrap_or(Value::Null);
     let served_by = answer.header("x-served-by").unwrap_or_default();
     (answer, message, served_by)
 }
