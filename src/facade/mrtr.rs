@@ -481,6 +481,33 @@ mod tests {
     }
 
     #[test]
+    fn a_fleet_state_names_its_holder_to_every_member_sharing_the_key() {
+        let key = [7u8; RequestStateCodec::MIN_KEY_LENGTH];
+        let (a, b) = (
+            HeldCalls::for_member("m-a", &key),
+            HeldCalls::for_member("m-b", &key),
+        );
+        let sealed = Sealed {
+            handle: "h".into(),
+            call: "c".into(),
+            binding: "b".into(),
+            asked: vec![],
+            member: Some("m-a".into()),
+        };
+        let state = a
+            .codec()
+            .unwrap()
+            .seal_json_with(&sealed, &SealOptions::new().ttl(HOLD_LIMIT))
+            .unwrap();
+        assert_eq!(b.holder(&state).as_deref(), Some("m-a"));
+        // Its own state is served where it lands; another fleet's key opens nothing.
+        assert_eq!(a.holder(&state), None);
+        let other = HeldCalls::for_member("m-b", &[8u8; RequestStateCodec::MIN_KEY_LENGTH]);
+        assert_eq!(other.holder(&state), None);
+        assert_eq!(b.holder(&format!("{state}x")), None);
+    }
+
+    #[test]
     fn a_state_opens_only_untouched_under_its_own_key_and_before_its_expiry() {
         let held = HeldCalls::default();
         let sealed = Sealed {
