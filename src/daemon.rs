@@ -200,7 +200,12 @@ async fn start(
     let processes = Processes::new(reload::child_env(&loaded.config));
     // The socket first: a second daemon must fail on the live socket, not on the store lock.
     let listeners = Listeners::bind(opts.socket.as_deref(), &loaded.config).await?;
-    let fleet = crate::fleet::Fleet::open(&loaded.config, vec![listeners.describe()]).await;
+    let fleet = crate::fleet::Fleet::open(
+        &loaded.config,
+        vec![listeners.describe()],
+        listeners.tcp_addr(),
+    )
+    .await;
     let host = match fleet.and_then(|f| Host::new(dirs, loaded, processes, f)) {
         Ok(h) => h,
         Err(e) => {

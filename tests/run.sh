@@ -45,6 +45,11 @@ if [ ${#apt_packages[@]} -gt 0 ]; then
 fi
 # The pinned Python MCP SDK for the facade tests (tests/.venv).
 tests/facade_py/install.sh
+# The pinned Kubernetes schema checker for the manifests in deploy/ (tests/it/fleet_deploy.rs),
+# into the same venv; its schemas ship in the package (no download at test time).
+if ! tests/.venv/bin/python -c 'import kubernetes_validate' >/dev/null 2>&1; then
+  tests/.venv/bin/pip install --quiet --disable-pip-version-check -r tests/deploy_requirements.txt
+fi
 # cargo-deb for tests/it/deb.rs (builds the .deb from the debug binary and reads it back),
 # once: about a minute to compile on 2 cores.
 if ! command -v cargo-deb >/dev/null 2>&1 && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo-deb" ]; then

@@ -19,6 +19,8 @@ use hyper::body::Bytes;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::sync::OnceCell;
 
+use super::handoff::{Handoff, HANDED_OVER};
+use super::mrtr::HeldCalls;
 use super::persisted::Persisted;
 use super::sessions::{Sessions, SSE_RETRY};
 use super::{Changes, Connect, Facade, Link};
@@ -62,6 +64,10 @@ pub struct Endpoint {
     service: StreamableHttpService<Facade, Sessions>,
     sessions: Arc<Sessions>,
     shared: Arc<SharedClient>,
+    /// In fleet mode: hands MRTR retries to the member holding their call.
+    handoff: Option<Arc<Handoff>>,
+    /// The largest request body read before rmcp sees it (`limits.max_request_bytes`).
+    max_body: usize,
 }
 
 impl Endpoint {
@@ -72,7 +78,18 @@ impl Endpoint {
         let shutdown = answered_then_stopped(&host);
         let persisted = Persisted::new(host.clone());
         let sessions = Arc::new(Sessions::new(host.clone(), persisted.clone()));
-        let shared = Arc::new(SharedClient::new(host, connect, persisted.clone()));
+        let held = Arc::new(match host.fleet() {
+            Some(fleet) => HeldCalls::for_member(fleet.member(), fleet.request_state_key()),
+            None => HeldCalls::default(),
+        });
+        let handoff = host.fleet().and_then(|fleet| {
+            Handoff::new(fleet.clone(), held.clone())
+                .map_err(|e| tracing::error!(%e, "cannot hand MRTR retries to other members"))
+                .ok()
+                .map(Arc::new)
+        });
+        let max_body = host.config().limits.max_request_bytes;
+        let shared = Arc::new(SharedClient::new(host, connect, persisted.clone(), held));
         // The Host header is not checked: the Unix socket is reachable only through the
         // file system, and TCP requires the bearer token (which a rebinding page cannot
         // know); the Origin check still refuses foreign browser pages.
@@ -102,6 +119,8 @@ impl Endpoint {
             service,
             sessions,
             shared,
+            handoff,
+            max_body,
         }
     }
 
@@ -159,6 +178,41 @@ impl Endpoint {
             }
             _ => {}
         }
+        // In fleet mode a new-era POST is read first: a retry of a call another member
+        // holds goes there.
+        if let Some(handoff) = &self.handoff {
+            if req.method() == http::Method::POST
+                && names_new_era(req.headers())
+                && !req.headers().contains_key(HANDED_OVER)
+            {
+                let (head, body) = req.into_parts();
+                let Some(body) = read_body(body, self.max_body).await else {
+                    return plain(
+                        http::StatusCode::PAYLOAD_TOO_LARGE,
+                        "the request is larger than limits.max_request_bytes, or it broke off",
+                    );
+                };
+                if let Some(member) = handoff.holder(&body) {
+                    return handoff.hand_over(&member, &head, body).await;
+                }
+                let req = http::Request::from_parts(head, Full::new(body));
+                return self.serve(req, session, connection).await;
+            }
+        }
+        self.serve(req, session, connection).await
+    }
+
+    /// [`Endpoint::handle`] once the request is known to be served here.
+    async fn serve<B>(
+        &self,
+        req: http::Request<B>,
+        session: Option<String>,
+        connection: &Connection,
+    ) -> http::Response<BoxBody<Bytes, Infallible>>
+    where
+        B: hyper::body::Body + Send + 'static,
+        B::Error: std::fmt::Display,
+    {
         let delete = req.method() == http::Method::DELETE;
         let mut res = if req.method() == http::Method::POST && names_new_era(req.headers()) {
             self.answer_new_era(req).await
@@ -304,6 +358,30 @@ impl Drop for Connection {
     }
 }
 
+/// A request's body, read whole up to `limit` bytes; `None` past it, or when it broke off.
+async fn read_body<B>(body: B, limit: usize) -> Option<Bytes>
+where
+    B: hyper::body::Body,
+{
+    use hyper::body::Buf as _;
+    let mut body = std::pin::pin!(body);
+    let mut read = Vec::new();
+    while let Some(frame) = body.frame().await {
+        if let Ok(mut data) = frame.ok()?.into_data() {
+            if read.len() + data.remaining() > limit {
+                return None;
+            }
+            while data.has_remaining() {
+                let chunk = data.chunk();
+                let n = chunk.len();
+                read.extend_from_slice(chunk);
+                data.advance(n);
+            }
+        }
+    }
+    Some(Bytes::from(read))
+}
+
 /// Whether the request's `MCP-Protocol-Version` header names 2026-07-28 or later.
 fn names_new_era(headers: &http::HeaderMap) -> bool {
     headers
@@ -398,7 +476,12 @@ impl SharedClient {
         self.host.shutdown_token().is_cancelled()
     }
 
-    fn new(host: Host, connect: Connect, persisted: Arc<Persisted>) -> SharedClient {
+    fn new(
+        host: Host,
+        connect: Connect,
+        persisted: Arc<Persisted>,
+        held: Arc<HeldCalls>,
+    ) -> SharedClient {
         SharedClient {
             host,
             connect,
@@ -406,7 +489,7 @@ impl SharedClient {
             client: OnceCell::new(),
             sessions: tokio::sync::Mutex::default(),
             changes: Changes::new(),
-            held: Arc::default(),
+            held,
         }
     }
 

@@ -19,6 +19,7 @@ mod changes;
 mod convert;
 pub(crate) mod era;
 mod events;
+mod handoff;
 mod http;
 mod inputs;
 mod listen;

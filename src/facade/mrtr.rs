@@ -12,7 +12,9 @@
 //!
 //! The `requestState` is a handle to the held call, sealed with an HMAC (rmcp's
 //! `RequestStateCodec`) under a key drawn at random when the process starts (the daemon's
-//! for `/mcp`, the `toolhost mcp` process's for stdio). It binds the held call, the ids of
+//! for `/mcp`, the `toolhost mcp` process's for stdio), or, in fleet mode, the fleet's key
+//! from the database, and it names the member holding the call: a retry that lands on
+//! another member is handed to that one ([`super::handoff`]). It binds the held call, the ids of
 //! the questions it asked, the tool name, arguments and profile of the original request,
 //! and an expiry; it is good for one retry. A tampered, replayed, expired or unknown state,
 //! or a retry of another tool or with other arguments, is refused with `-32602` and
@@ -63,6 +65,8 @@ pub enum Round {
 #[derive(Default)]
 pub struct HeldCalls {
     codec: OnceLock<RequestStateCodec>,
+    /// The fleet member this is, in fleet mode: its states name it.
+    member: Option<String>,
     held: Mutex<HashMap<String, Held>>,
 }
 
@@ -92,6 +96,9 @@ struct Sealed {
     binding: String,
     /// The request ids of the questions asked.
     asked: Vec<String>,
+    /// The fleet member holding the call (none outside fleet mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    member: Option<String>,
 }
 
 /// A held call taken back for a retry: the answers it got, and what it still asks.
@@ -104,6 +111,33 @@ struct Resumed {
 }
 
 impl HeldCalls {
+    /// The held calls of fleet member `member`, sealed with the fleet's `key`, so that
+    /// every member opens every member's states. An unusable key (the database's row was
+    /// changed by hand) leaves this member's own key drawn at random: its retries then
+    /// work only where they land on it, and the log says why.
+    pub fn for_member(member: &str, key: &[u8]) -> HeldCalls {
+        let held = HeldCalls {
+            member: Some(member.to_owned()),
+            ..HeldCalls::default()
+        };
+        match RequestStateCodec::try_new(key.to_vec()) {
+            Ok(codec) => {
+                let _ = held.codec.set(codec);
+            }
+            Err(e) => {
+                tracing::error!(%e, "the fleet's requestState key is unusable: sealing with this member's own");
+            }
+        }
+        held
+    }
+
+    /// The other member that holds the call of `state`, if it names one; `None` for a
+    /// state of this member's, or one that does not open (refused where it is served).
+    pub fn holder(&self, state: &str) -> Option<String> {
+        let sealed: Sealed = self.codec().ok()?.open_json(state).ok()?;
+        sealed.member.filter(|m| Some(m) != self.member.as_ref())
+    }
+
     /// The sealing key, drawn from the OS on first use.
     fn codec(&self) -> Result<&RequestStateCodec, ErrorData> {
         if let Some(codec) = self.codec.get() {
@@ -134,6 +168,7 @@ impl HeldCalls {
             call: call_id.clone(),
             binding: binding.clone(),
             asked: asked.keys().cloned().collect(),
+            member: self.member.clone(),
         };
         let state = self
             .codec()?
@@ -172,6 +207,13 @@ impl HeldCalls {
             tracing::debug!(%e, "refused a requestState");
             refused("requestState is not one this server issued, or it expired")
         })?;
+        if sealed.member != self.member {
+            return Err(refused(&format!(
+                "requestState belongs to a call held by fleet member {}, and it was not \
+                 handed over there: start the call again",
+                sealed.member.as_deref().unwrap_or("(none)")
+            )));
+        }
         if sealed.binding != binding {
             return Err(refused(
                 "requestState belongs to a call of another tool or with other arguments: \
@@ -439,6 +481,33 @@ mod tests {
     }
 
     #[test]
+    fn a_fleet_state_names_its_holder_to_every_member_sharing_the_key() {
+        let key = [7u8; RequestStateCodec::MIN_KEY_LENGTH];
+        let (a, b) = (
+            HeldCalls::for_member("m-a", &key),
+            HeldCalls::for_member("m-b", &key),
+        );
+        let sealed = Sealed {
+            handle: "h".into(),
+            call: "c".into(),
+            binding: "b".into(),
+            asked: vec![],
+            member: Some("m-a".into()),
+        };
+        let state = a
+            .codec()
+            .unwrap()
+            .seal_json_with(&sealed, &SealOptions::new().ttl(HOLD_LIMIT))
+            .unwrap();
+        assert_eq!(b.holder(&state).as_deref(), Some("m-a"));
+        // Its own state is served where it lands; another fleet's key opens nothing.
+        assert_eq!(a.holder(&state), None);
+        let other = HeldCalls::for_member("m-b", &[8u8; RequestStateCodec::MIN_KEY_LENGTH]);
+        assert_eq!(other.holder(&state), None);
+        assert_eq!(b.holder(&format!("{state}x")), None);
+    }
+
+    #[test]
     fn a_state_opens_only_untouched_under_its_own_key_and_before_its_expiry() {
         let held = HeldCalls::default();
         let sealed = Sealed {
@@ -446,6 +515,7 @@ mod tests {
             call: "c".into(),
             binding: "b".into(),
             asked: vec!["in-1".into()],
+            member: None,
         };
         let codec = held.codec().unwrap();
         let state = codec

@@ -171,6 +171,34 @@ pub(super) async fn list(fleet: &Fleet) -> Result<Vec<FleetMember>, String> {
         .collect())
 }
 
+/// Member `id`'s `internal_url` while it is live (by the database's clock).
+pub(super) async fn reach(fleet: &Fleet, id: &str) -> Result<String, String> {
+    let client = fleet.client().await?;
+    let lost_after = fleet.0.cfg.lost_after_ms as f64 / 1000.0;
+    let row = tokio::time::timeout(
+        DB_TIMEOUT,
+        client.query_opt(
+            "SELECT internal_url, heartbeat < now() - make_interval(secs => $2)
+               FROM toolhost_members WHERE id = $1",
+            &[&id, &lost_after],
+        ),
+    )
+    .await
+    .map_err(|_| "looking the member up timed out".to_owned())?
+    .map_err(|e| fleet.failed(pg_error(&e)))?;
+    let Some(row) = row else {
+        return Err(format!("member {id} is gone (it stopped or was removed)"));
+    };
+    if row.get::<_, bool>(1) {
+        return Err(format!(
+            "member {id} is lost (no heartbeat for over {} ms)",
+            fleet.0.cfg.lost_after_ms
+        ));
+    }
+    row.get::<_, Option<String>>(0)
+        .ok_or_else(|| format!("member {id} has no internal_url to be reached at"))
+}
+
 /// Removes this member's row at a clean shutdown (its waiting calls were withdrawn first).
 pub(super) async fn leave(fleet: &Fleet) -> Result<(), String> {
     let client = fleet.client().await?;

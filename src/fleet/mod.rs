@@ -63,6 +63,9 @@ struct Inner {
     /// For the LISTEN connection.
     pg: tokio_postgres::Config,
     schema_version: i32,
+    /// Seals MRTR `requestState`s: the same for every member (see
+    /// [`schema::request_state_key`]).
+    request_state_key: Vec<u8>,
     /// The last failure while the database is unreachable.
     down: Mutex<Option<String>>,
     outbox: mpsc::UnboundedSender<outbox::Op>,
@@ -148,14 +151,26 @@ impl Fleet {
     /// Joins the fleet `config` names (`None` for a sled store): connects, migrates the
     /// schema, checks the fleet's key and registers this member. Each failure names the
     /// host and the step, never the password.
-    pub async fn open(config: &Config, listeners: Vec<String>) -> anyhow::Result<Option<Fleet>> {
+    /// `tcp` is the daemon's bound TCP listener: without `fleet.internal_url`, other
+    /// members reach this one there (unless it is bound to every interface, which names
+    /// no address to reach).
+    pub async fn open(
+        config: &Config,
+        listeners: Vec<String>,
+        tcp: Option<std::net::SocketAddr>,
+    ) -> anyhow::Result<Option<Fleet>> {
         let config::Store::Postgres { url, pool } = &config.store else {
             return Ok(None);
         };
-        let cfg = config
+        let mut cfg = config
             .fleet
             .clone()
             .context("a postgres store needs the `fleet` section")?;
+        if cfg.internal_url.is_none() {
+            cfg.internal_url = tcp
+                .filter(|a| !a.ip().is_unspecified())
+                .map(|a| format!("http://{a}"));
+        }
         let mut pg: tokio_postgres::Config = url.parse().map_err(|e| {
             anyhow::anyhow!(
                 "store.url {} cannot be parsed: {e}",
@@ -176,6 +191,9 @@ impl Fleet {
         let schema_version = schema::migrate(&mut client, &sha256_hex(&cfg.key))
             .await
             .with_context(|| format!("fleet store at {at}"))?;
+        let request_state_key = schema::request_state_key(&client)
+            .await
+            .with_context(|| format!("fleet store at {at}"))?;
         let member = format!("m-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
         members::register(&client, &member, &cfg, &listeners)
             .await
@@ -191,6 +209,7 @@ impl Fleet {
             pool_size,
             pg,
             schema_version,
+            request_state_key,
             down: Mutex::new(None),
             outbox: tx,
             outbox_rx: Mutex::new(Some(rx)),
@@ -202,6 +221,18 @@ impl Fleet {
 
     pub fn member(&self) -> &str {
         &self.0.member
+    }
+
+    /// The fleet's key for sealing MRTR `requestState`s.
+    pub fn request_state_key(&self) -> &[u8] {
+        &self.0.request_state_key
+    }
+
+    /// Where member `id` takes requests handed over by other members: its `internal_url`
+    /// while it is live; `Err` says why not (gone, lost, no address, or the database
+    /// cannot say).
+    pub async fn reach(&self, id: &str) -> Result<String, String> {
+        members::reach(self, id).await
     }
 
     /// The session store of this fleet (sessions, `/mcp` sessions, frontend identities,

@@ -83,3 +83,27 @@ pub async fn migrate(client: &mut Client, key_sha256: &str) -> anyhow::Result<i3
     tx.commit().await.context("committing the migration")?;
     Ok(LATEST.max(current))
 }
+
+/// The key that seals MRTR `requestState`s (src/facade/mrtr.rs), one for the whole fleet so
+/// a retry that lands on another member opens there: drawn by the first member, kept in
+/// `toolhost_records` (kind `fleet`), read by every later one.
+pub async fn request_state_key(client: &Client) -> anyhow::Result<Vec<u8>> {
+    let mut key = [0u8; 32];
+    getrandom::fill(&mut key).map_err(|e| anyhow::anyhow!("drawing the requestState key: {e}"))?;
+    client
+        .execute(
+            "INSERT INTO toolhost_records (kind, key, value) VALUES ('fleet', 'request_state_key', $1)
+             ON CONFLICT (kind, key) DO NOTHING",
+            &[&key.as_slice()],
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("storing the requestState key: {}", pg_error(&e)))?;
+    let row = client
+        .query_one(
+            "SELECT value FROM toolhost_records WHERE kind = 'fleet' AND key = 'request_state_key'",
+            &[],
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("reading the requestState key: {}", pg_error(&e)))?;
+    Ok(row.get(0))
+}

@@ -137,6 +137,11 @@ impl Listeners {
         })
     }
 
+    /// The address the TCP listener is bound to, if there is one.
+    pub fn tcp_addr(&self) -> Option<std::net::SocketAddr> {
+        self.tcp.as_ref().and_then(|(l, _)| l.local_addr().ok())
+    }
+
     pub fn describe(&self) -> String {
         match &self.tcp {
             Some((l, _)) => format!(

@@ -66,14 +66,23 @@ fn baseline(name: &str) -> PathBuf {
 /// custom tools from their folder, the skills of tests/fixtures/conformance/skills (for the
 /// `sep-2640-*` scenarios); returns once both are listed.
 async fn host() -> Daemon {
+    host_with(|_| json!({})).await
+}
+
+/// [`host`] with `extra(dir)` added to its config (`dir` is the daemon's own).
+async fn host_with(extra: impl FnOnce(&std::path::Path) -> Value) -> Daemon {
     let tools = tests_dir().join("fixtures/conformance/tools");
     let skills = tests_dir().join("fixtures/conformance/skills");
-    let d = Daemon::start_in(|_| {
-        json!({
+    let d = Daemon::start_in(|dir| {
+        let mut cfg = json!({
             "mcp_servers": {"conformance": {"command": FIXTURE, "prefix": false}},
             "custom_tools": {"paths": [tools]},
             "skills": {"paths": [skills]},
-        })
+        });
+        for (k, v) in extra(dir).as_object().unwrap() {
+            cfg[k] = v.clone();
+        }
+        cfg
     })
     .await;
     eventually(20, "the fixtures to be listed", || async {
@@ -197,6 +206,7 @@ fn every_baseline_entry_is_a_required_scenario_with_a_reason() {
         ("server-2025-11-25", "2025-11-25"),
         ("server-2026-07-28", "2026-07-28"),
         ("fixture-alone-2026-07-28", "2026-07-28"),
+        ("fleet-2026-07-28", "2026-07-28"),
     ];
     for (file, revision) in baselines {
         let required = required_server_scenarios(revision);
@@ -232,6 +242,29 @@ async fn the_2025_11_25_server_scenarios_pass_through_the_host() {
 #[tokio::test]
 async fn the_2026_07_28_server_scenarios_pass_through_the_host() {
     through_the_host("2026-07-28").await;
+}
+
+/// Fleet mode as a gateway (issue 45): three members on one PostgreSQL behind a real
+/// HAProxy, round robin with no affinity; the 2026-07-28 scenarios pass against the
+/// HAProxy as they do against one daemon, but for the two SHOULD checks that hang on one
+/// member's copy of the stdio fixture (tests/conformance/fleet-2026-07-28.yaml says why).
+/// Every request may land on another member: an MRTR retry is handed to the member
+/// holding its call.
+#[tokio::test]
+async fn the_2026_07_28_server_scenarios_pass_through_haproxy_in_front_of_three_members() {
+    let pg = crate::common::postgres::Postgres::start();
+    let mut members = Vec::new();
+    for _ in 0..3 {
+        members.push(host_with(|dir| crate::fleet_sessions::fleet_config(&pg, dir)).await);
+    }
+    let mut addrs = Vec::new();
+    for m in &members {
+        addrs.push(m.tcp_addr().await);
+    }
+    let gw = crate::common::haproxy::Haproxy::start(&addrs, crate::fleet_sessions::TOKEN).await;
+    let port = gw.addr.rsplit(':').next().unwrap();
+    let url = format!("http://localhost:{port}/mcp");
+    requirement_set(&url, "2026-07-28", "fleet-2026-07-28").await;
 }
 
 /// The skills extension's server scenarios (SEP-2640; `extension`, so in no requirement

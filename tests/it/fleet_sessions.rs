@@ -10,20 +10,23 @@ use crate::common::{eventually, http, Daemon};
 use serde_json::{json, Value};
 
 const KEY: &str = "fleet-key-for-the-tests-0123456789abcdef";
-const TOKEN: &str = "gateway-token-5f4e3d2c1b";
+/// The members' bearer token (HAProxy::start adds it; a client of deploy/haproxy.cfg sends it).
+pub const TOKEN: &str = "gateway-token-5f4e3d2c1b";
 
-async fn member(pg: &Postgres) -> Daemon {
-    let mut d = Daemon::unstarted();
-    let token = d.dir.path().join("token");
+/// The config that makes a daemon whose directory is `dir` a member of the fleet on `pg`,
+/// listening on TCP with [`TOKEN`] (written to `dir/token`).
+pub fn fleet_config(pg: &Postgres, dir: &std::path::Path) -> Value {
+    let token = dir.join("token");
     std::fs::write(&token, TOKEN).unwrap();
-    let cfg = json!({
+    json!({
         "store": {"kind": "postgres", "url": pg.url(), "pool": 2},
         "fleet": {"key": KEY, "heartbeat_ms": 200, "lost_after_ms": 3000},
         "listen": {"tcp": "127.0.0.1:0", "token_file": token},
-    });
-    std::fs::write(d.config_path(), cfg.to_string()).unwrap();
-    d.spawn(&[]).await;
-    d
+    })
+}
+
+async fn member(pg: &Postgres) -> Daemon {
+    Daemon::start_in(|dir| fleet_config(pg, dir)).await
 }
 
 #[tokio::test]
@@ -83,27 +86,35 @@ async fn a_session_made_on_one_member_is_served_by_another() {
     }
 }
 
+/// The JSON-RPC answer in a `/mcp` answer's body: the body itself, or the event carrying it.
+pub fn reply_in(body: &str) -> Option<Value> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .chain(std::iter::once(body))
+        .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
+        .find(|m| m.get("id").is_some() && m.get("method").is_none())
+}
+
 /// One POST to `/mcp` through the gateway; the answer's JSON-RPC message (the body, or
 /// the event that carries it) and the member that served it.
-async fn mcp(gw: &Haproxy, session: Option<&str>, body: Value) -> (http::Answer, Value, String) {
+pub async fn mcp(
+    gw: &Haproxy,
+    session: Option<&str>,
+    body: Value,
+) -> (http::Answer, Value, String) {
     let tcp = tokio::net::TcpStream::connect(&gw.addr).await.unwrap();
+    let bearer = format!("Bearer {TOKEN}");
     let mut headers = vec![
         ("Accept", "application/json, text/event-stream"),
         ("Content-Type", "application/json"),
         ("MCP-Protocol-Version", "2025-11-25"),
+        ("Authorization", &bearer),
     ];
     if let Some(s) = session {
         headers.push(("Mcp-Session-Id", s));
     }
     let answer = http::exchange(tcp, "POST", "/mcp", &headers, &body.to_string()).await;
-    let message = answer
-        .body
-        .lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .chain(std::iter::once(answer.body.as_str()))
-        .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
-        .find(|m| m.get("id").is_some() && m.get("method").is_none())
-        .unwrap_or(Value::Null);
+    let message = reply_in(&answer.body).unwrap_or(Value::Null);
     let served_by = answer.header("x-served-by").unwrap_or_default();
     (answer, message, served_by)
 }

@@ -40,6 +40,8 @@ mod facade_mrtr;
 mod file_tools_hardening;
 mod first_hour;
 mod fleet;
+mod fleet_deploy;
+mod fleet_gateway;
 mod fleet_sessions;
 mod frontend_openings;
 mod guards;
