@@ -12,6 +12,10 @@ use std::time::Duration;
 use common::{eventually, Daemon};
 use serde_json::{json, Value};
 
+/// The daemon's test-only switch that holds a workspace tool's run between its check and
+/// its exec (`custom::tool::EXEC_GATE_VAR`).
+const EXEC_GATE: &str = "TOOLHOST_TEST_EXEC_GATE";
+
 fn tests_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests")
 }
@@ -562,4 +566,79 @@ async fn a_workspace_modules_packages_from_the_workspace_never_run() {
         .await;
     assert_ne!(r["result"]["result"]["ok"], true, "{r}");
     assert!(!root_mark.exists() && !inner_mark.exists());
+}
+
+/// A workspace program tool runs the bytes that were approved, whatever is swapped in its
+/// folder between the daemon's check and the exec: its program (`run.sh`, run directly) or
+/// the script an interpreter is given (`["sh", "body.sh"]`, read by `sh` after the exec).
+/// The daemon holds the run at that point ([`EXEC_GATE`]) while the test swaps the file.
+#[tokio::test]
+async fn a_program_tool_swapped_between_check_and_exec_runs_the_approved_bytes() {
+    let mut d = Daemon::unstarted();
+    let gate = d.dir.path().join("gate");
+    let pinned = d.dir.path().join("gate.pinned");
+    let ws = d.workspace();
+    let pwned = ws.join("pwned");
+    let root = ws.join(".toolhost/tools");
+    let direct = common::write_tool(
+        &root,
+        "direct",
+        json!({"name": "direct", "description": "runs its program",
+               "command": ["./run.sh"], "approval": "read_only"}),
+        "echo approved-direct",
+    );
+    let interpreted = common::write_tool(
+        &root,
+        "interpreted",
+        json!({"name": "interpreted", "description": "runs its script",
+               "command": ["sh", "body.sh"], "approval": "read_only"}),
+        "exit 9",
+    );
+    std::fs::write(interpreted.join("body.sh"), "echo approved-interpreted\n").unwrap();
+    d.spawn(&[(EXEC_GATE, gate.to_str().unwrap())]).await;
+    eventually(20, "both tools waiting for trust", || async {
+        d.trust_waiting().await.len() == 2
+    })
+    .await;
+    d.approve_tool("direct").await;
+    d.approve_tool("interpreted").await;
+    let s = d.session(json!({})).await;
+    eventually(20, "both tools listed", || async {
+        let list = d.call("list_tools", json!({"session_id": &s})).await["result"].clone();
+        let names = common::tool_names(&list);
+        names.contains(&"direct") && names.contains(&"interpreted")
+    })
+    .await;
+    let swapped = format!("#!/bin/sh\necho swapped; touch {}\n", pwned.display());
+    for (name, file) in [
+        ("direct", direct.join("run.sh")),
+        ("interpreted", interpreted.join("body.sh")),
+    ] {
+        let _ = std::fs::remove_file(&gate);
+        let _ = std::fs::remove_file(&pinned);
+        let call = d.call(
+            "invoke",
+            json!({"name": name, "arguments": {}, "session_id": &s}),
+        );
+        tokio::pin!(call);
+        tokio::select! {
+            r = &mut call => panic!("{name}: the call ended before it was held: {r}"),
+            () = eventually(20, "the run held after its check", || async { pinned.exists() }) => {}
+        }
+        let next = file.with_extension("next");
+        std::fs::write(&next, &swapped).unwrap();
+        std::fs::set_permissions(&next, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        std::fs::rename(&next, &file).unwrap();
+        std::fs::write(&gate, "").unwrap();
+        let r = call.await;
+        let r = &r["result"]["result"];
+        assert_eq!(r["output"], format!("approved-{name}\n"), "{name}: {r}");
+        assert!(!pwned.exists(), "{name}: the swapped file ran");
+    }
+    // The swaps are changes: both tools wait for approval again (approved one by one).
+    eventually(20, "both changed tools waiting again", || async {
+        d.trust_waiting().await.len() == 2
+    })
+    .await;
 }
