@@ -610,6 +610,24 @@ pub fn grant_key(name: &str, from_workspace: bool) -> String {
     }
 }
 
+/// The test-only switch (like `TOOLHOST_TEST_MODULE_IDLE_MS`): a path. A workspace tool
+/// pinned to its approved copy then creates `PATH.pinned` and waits (at most 10 s) for
+/// `PATH` to exist before its program starts, so a test can swap the folder in between.
+pub const EXEC_GATE_VAR: &str = "TOOLHOST_TEST_EXEC_GATE";
+
+async fn test_gate() {
+    let Some(gate) = std::env::var_os(EXEC_GATE_VAR).map(PathBuf::from) else {
+        return;
+    };
+    let mut waiting = gate.clone().into_os_string();
+    waiting.push(".pinned");
+    let _ = std::fs::write(&waiting, "");
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while !gate.exists() && std::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -659,23 +677,5 @@ mod tests {
             Some(Answer::Result(m)) => assert_eq!(Value::Object(m), json!({"n": 1})),
             other => panic!("{other:?}"),
         }
-    }
-}
-
-/// The test-only switch (like `TOOLHOST_TEST_MODULE_IDLE_MS`): a path. A workspace tool
-/// pinned to its approved copy then creates `PATH.pinned` and waits (at most 10 s) for
-/// `PATH` to exist before its program starts, so a test can swap the folder in between.
-pub const EXEC_GATE_VAR: &str = "TOOLHOST_TEST_EXEC_GATE";
-
-async fn test_gate() {
-    let Some(gate) = std::env::var_os(EXEC_GATE_VAR).map(PathBuf::from) else {
-        return;
-    };
-    let mut waiting = gate.clone().into_os_string();
-    waiting.push(".pinned");
-    let _ = std::fs::write(&waiting, "");
-    let until = std::time::Instant::now() + Duration::from_secs(10);
-    while !gate.exists() && std::time::Instant::now() < until {
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
