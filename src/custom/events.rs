@@ -137,7 +137,6 @@ async fn run_event(
     });
     spec.timeout = Some(limit);
     if tool.workspace_digest().is_some() {
-        tool.check_unchanged().await.map_err(|e| e.message)?;
         let call = CallSandbox::resolve(sandbox, None, None);
         let plan = crate::sandbox::plan(&call, workspace, &tool.sandbox_extras(sandbox))
             .map_err(|r| r.message)?;
@@ -145,6 +144,11 @@ async fn run_event(
             spec.confine = Some(c);
         }
     }
+    // Kept for the run (a workspace tool's approved copy, when it runs unconfined).
+    let _copy = tool
+        .pin_to_approved(&mut spec)
+        .await
+        .map_err(|e| e.message)?;
     let outcome = runner::run(
         processes,
         spec,

@@ -35,6 +35,8 @@ const MAX_LINE: usize = 16 * 1024 * 1024;
 const STDERR_TAIL_LINES: usize = 20;
 /// After the program exits, how long children may hold its pipes before the group goes.
 const EXIT_GRACE: Duration = Duration::from_millis(200);
+/// The tool's folder, as its program sees it.
+const TOOL_DIR_VAR: &str = "TOOLHOST_TOOL_DIR";
 
 /// Provider credentials of the live config, swapped by each reload and read at call time.
 pub type Providers = Arc<ArcSwap<BTreeMap<String, Provider>>>;
@@ -94,24 +96,59 @@ impl CustomTool {
         }
     }
 
-    /// Refuses to run a workspace tool whose folder no longer matches what was listed (and
-    /// approved): the watcher's rescan quarantines it, and until then no changed program
-    /// runs under an old approval.
-    pub async fn check_unchanged(&self) -> Result<(), ToolError> {
+    /// Makes `spec` (its sandbox set) run a workspace tool from the bytes that were approved:
+    /// its folder is copied to a private folder while it is hashed, the copy is kept only
+    /// if its digest is the approved one, and the program, the arguments naming files of the
+    /// folder and `TOOLHOST_TOOL_DIR` name the copy's. A file swapped in the folder after
+    /// this (before the exec, or before an interpreter reads its script) is never run; a
+    /// changed folder is refused (the watcher's rescan quarantines it). The copy lies in the
+    /// confined run's temp dir, or in the returned one, which the caller keeps for the run.
+    /// A tool of the user's own folders runs in place (`None`).
+    pub async fn pin_to_approved(
+        &self,
+        spec: &mut Spec,
+    ) -> Result<Option<tempfile::TempDir>, ToolError> {
         let Some(pinned) = self.workspace_digest().map(str::to_owned) else {
-            return Ok(());
+            return Ok(None);
         };
-        let dir = self.dir.clone();
-        let now = tokio::task::spawn_blocking(move || crate::trust::folder_digest(&dir))
-            .await
-            .map_err(|e| ToolError::failed(format!("could not check the tool's folder: {e}")))?;
-        match now {
-            Ok(d) if d == pinned => Ok(()),
-            _ => Err(ToolError::failed(format!(
+        let failed =
+            |e: String| ToolError::failed(format!("could not copy the tool's folder: {e}"));
+        let (root, own) = match &spec.confine {
+            Some(c) => (c.tmpdir().to_path_buf(), None),
+            None => {
+                let own = sandbox::call_dir().map_err(|e| failed(e.to_string()))?;
+                (own.path().to_path_buf(), Some(own))
+            }
+        };
+        let copy = root.join("approved-tool");
+        let (dir, into) = (self.dir.clone(), copy.clone());
+        let copied =
+            tokio::task::spawn_blocking(move || crate::trust::folder_digest_copying(&dir, &into))
+                .await
+                .map_err(|e| failed(e.to_string()))?;
+        if copied.as_deref() != Ok(pinned.as_str()) {
+            return Err(ToolError::failed(format!(
                 "Tool '{}' is a workspace tool whose files changed since it was approved; it is quarantined until `toolhost tools approve {}`",
                 self.spec.name, self.spec.name
-            ))),
+            )));
         }
+        let in_copy =
+            |p: &std::path::Path| p.strip_prefix(&self.dir).ok().map(|rel| copy.join(rel));
+        if let Some(p) = in_copy(&spec.program) {
+            spec.program = p;
+        }
+        for arg in &mut spec.args {
+            if let Some(p) = in_copy(std::path::Path::new(arg.as_os_str())) {
+                *arg = p.into_os_string();
+            }
+        }
+        for (name, value) in &mut spec.env {
+            if name == TOOL_DIR_VAR {
+                *value = copy.clone().into_os_string();
+            }
+        }
+        test_gate().await;
+        Ok(own)
     }
 
     /// The process spec shared by calls and session events.
@@ -119,7 +156,7 @@ impl CustomTool {
         let cwd_default = self.dir.clone();
         let mut spec = Spec::new(self.manifest.program(&self.dir), cwd_default);
         spec.args = self.manifest.args(&self.dir);
-        spec.env = vec![("TOOLHOST_TOOL_DIR".into(), self.dir.clone().into())];
+        spec.env = vec![(TOOL_DIR_VAR.into(), self.dir.clone().into())];
         spec.env.extend(ctx_env);
         spec.env.extend(self.provider_env());
         spec.stdin = Some(stdin);
@@ -150,7 +187,6 @@ impl CustomTool {
     }
 
     async fn run(&self, args: Map<String, Value>, ctx: CallContext) -> ToolResult {
-        self.check_unchanged().await?;
         let own = self.manifest.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
         let timeout = ctx.own_timeout(own);
         let mut stdin = Value::Object(args).to_string().into_bytes();
@@ -179,6 +215,7 @@ impl CustomTool {
             spec.confine = Some(c.clone());
         }
         let program = spec.program.clone();
+        let _copy = self.pin_to_approved(&mut spec).await?;
         let mut lines = LineSink::new(&ctx.updates);
         if self.manifest.asks {
             lines = lines.asking(ctx.inputs.clone());
@@ -570,6 +607,24 @@ pub fn grant_key(name: &str, from_workspace: bool) -> String {
         format!("workspace:{name}")
     } else {
         name.to_owned()
+    }
+}
+
+/// The test-only switch (like `TOOLHOST_TEST_MODULE_IDLE_MS`): a path. A workspace tool
+/// pinned to its approved copy then creates `PATH.pinned` and waits (at most 10 s) for
+/// `PATH` to exist before its program starts, so a test can swap the folder in between.
+pub const EXEC_GATE_VAR: &str = "TOOLHOST_TEST_EXEC_GATE";
+
+async fn test_gate() {
+    let Some(gate) = std::env::var_os(EXEC_GATE_VAR).map(PathBuf::from) else {
+        return;
+    };
+    let mut waiting = gate.clone().into_os_string();
+    waiting.push(".pinned");
+    let _ = std::fs::write(&waiting, "");
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while !gate.exists() && std::time::Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

@@ -319,7 +319,14 @@ impl Processes {
         let start = match procfs::stat(pgid) {
             // The leader, running or a zombie its parent has not reaped yet.
             Some(s) if s.pgrp == pgid && s.ppid == parent => s.starttime,
-            Some(_) => return None,
+            Some(_) => {
+                tracing::warn!(
+                    pgid,
+                    parent,
+                    "refused to adopt a process group that is not the child's"
+                );
+                return None;
+            }
             // The leader is gone: the group is `parent`'s only while one of its members
             // still descends from `parent`. A pgid merely named in a line (a module host
             // that prints a forged `{"id", "pgid"}`) never makes us signal another group.

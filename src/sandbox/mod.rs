@@ -148,6 +148,14 @@ fn call_dir_prefix() -> String {
     format!("{CALL_DIR}{pid}.{start}-")
 }
 
+/// A new private temp dir of one run outside the sandbox, named like a confined run's (so
+/// the next start sweeps it if this daemon is killed before removing it).
+pub fn call_dir() -> std::io::Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix(&call_dir_prefix())
+        .tempdir()
+}
+
 /// Removes the temp dirs of confined runs whose daemon is gone, in `$TMPDIR` and in
 /// `/tmp` (a daemon may have run with either): ours (by owner), real directories (not
 /// symlinks), named by a process that no longer runs with that start time. Blocking; run

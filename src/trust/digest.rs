@@ -2,7 +2,7 @@
 //! could run or read from its folder is covered, so any change to one waits again.
 
 use std::fs::File;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
@@ -30,16 +30,21 @@ pub fn folder_digest_keeping(
     dir: &Path,
     keep: Option<&Path>,
 ) -> Result<(String, Option<Vec<u8>>), String> {
-    let mut walk = Walk {
-        hash: Sha256::new(),
-        entries: 0,
-        bytes: 0,
-        keep: keep.map(Path::to_path_buf),
-        kept: None,
-    };
+    let mut walk = Walk::new(keep.map(Path::to_path_buf), None);
     walk.folder(dir, Path::new(""), 0)?;
     let kept = walk.kept.take();
     Ok((hex::encode(&walk.hash.finalize()[..16]), kept))
+}
+
+/// [`folder_digest`], writing what it hashes to `into` (a new, private folder) as it goes:
+/// the copy holds exactly the bytes of the digest, so a program run from it runs what was
+/// approved, whatever is swapped in the original folder after the check. Files keep their
+/// owner's permission bits; symlinks are copied as links.
+pub fn folder_digest_copying(dir: &Path, into: &Path) -> Result<String, String> {
+    let mut walk = Walk::new(None, Some(into.to_path_buf()));
+    std::fs::create_dir(into).map_err(|e| format!("{}: {e}", into.display()))?;
+    walk.folder(dir, Path::new(""), 0)?;
+    Ok(hex::encode(&walk.hash.finalize()[..16]))
 }
 
 /// SHA-256 of one regular file (not followed if a symlink, not waited on if a FIFO), as a
@@ -47,14 +52,8 @@ pub fn folder_digest_keeping(
 /// the bytes it is parsed from).
 #[cfg(test)]
 fn file_digest(path: &Path) -> Result<String, String> {
-    let mut walk = Walk {
-        hash: Sha256::new(),
-        entries: 0,
-        bytes: 0,
-        keep: None,
-        kept: None,
-    };
-    walk.file(path, false)?;
+    let mut walk = Walk::new(None, None);
+    walk.file(path, false, None)?;
     Ok(hex::encode(&walk.hash.finalize()[..16]))
 }
 
@@ -74,9 +73,22 @@ struct Walk {
     /// The file whose hashed bytes are kept, relative to the folder.
     keep: Option<std::path::PathBuf>,
     kept: Option<Vec<u8>>,
+    /// Where every entry is copied as it is hashed ([`folder_digest_copying`]).
+    copy: Option<std::path::PathBuf>,
 }
 
 impl Walk {
+    fn new(keep: Option<std::path::PathBuf>, copy: Option<std::path::PathBuf>) -> Walk {
+        Walk {
+            hash: Sha256::new(),
+            entries: 0,
+            bytes: 0,
+            keep,
+            kept: None,
+            copy,
+        }
+    }
+
     fn folder(&mut self, dir: &Path, rel: &Path, depth: usize) -> Result<(), String> {
         if depth > MAX_DEPTH {
             return Err(format!(
@@ -103,18 +115,26 @@ impl Walk {
             self.hash.update(rel.as_os_str().as_encoded_bytes());
             self.hash.update([0]);
             let kind = meta.file_type();
+            let copy = self.copy.as_ref().map(|c| c.join(&rel));
+            let copy_failed = |e: std::io::Error| format!("cannot copy {}: {e}", path.display());
             if kind.is_dir() {
                 self.hash.update(b"d\0");
+                if let Some(c) = &copy {
+                    std::fs::create_dir(c).map_err(copy_failed)?;
+                }
                 self.folder(&path, &rel, depth + 1)?;
             } else if kind.is_symlink() {
                 let target =
                     std::fs::read_link(&path).map_err(|e| format!("{}: {e}", path.display()))?;
                 self.hash.update(b"l\0");
                 self.hash.update(target.as_os_str().as_encoded_bytes());
+                if let Some(c) = &copy {
+                    std::os::unix::fs::symlink(&target, c).map_err(copy_failed)?;
+                }
             } else if kind.is_file() {
                 self.hash.update(b"f\0");
                 let keep = self.keep.as_deref() == Some(rel.as_path());
-                self.file(&path, keep)
+                self.file(&path, keep, copy.as_deref())
                     .map_err(|e| format!("{}: {e}", path.display()))?;
             } else {
                 // FIFOs, sockets, devices: their presence is pinned, never their content.
@@ -128,7 +148,9 @@ impl Walk {
     /// Hashes one regular file, opened once without following a symlink and without
     /// blocking (a file swapped for a FIFO after the listing is refused, not waited on).
     /// The error does not name the file (the caller does).
-    fn file(&mut self, path: &Path, keep: bool) -> Result<(), String> {
+    /// `copy`: a new file the bytes hashed are written to, with the file's owner's
+    /// permission bits.
+    fn file(&mut self, path: &Path, keep: bool, copy: Option<&Path>) -> Result<(), String> {
         let fail = |e: std::io::Error| e.to_string();
         let file = File::options()
             .read(true)
@@ -147,6 +169,17 @@ impl Walk {
             ));
         }
         self.hash.update(meta.len().to_le_bytes());
+        let mut copy = match copy {
+            Some(c) => Some(
+                File::options()
+                    .write(true)
+                    .create_new(true)
+                    .mode(std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o700)
+                    .open(c)
+                    .map_err(fail)?,
+            ),
+            None => None,
+        };
         let mut buf = vec![0u8; 64 * 1024];
         let mut left = meta.len();
         let mut reader = file.take(meta.len());
@@ -157,6 +190,9 @@ impl Walk {
                 break;
             }
             self.hash.update(&buf[..n]);
+            if let Some(c) = copy.as_mut() {
+                c.write_all(&buf[..n]).map_err(fail)?;
+            }
             if let Some(k) = kept.as_mut() {
                 k.extend_from_slice(&buf[..n]);
             }

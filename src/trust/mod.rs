@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-pub use digest::{bytes_digest, folder_digest, folder_digest_keeping};
+pub use digest::{bytes_digest, folder_digest, folder_digest_copying, folder_digest_keeping};
 
 use crate::atomic_file::{write_atomic, Durability};
 use crate::lock;

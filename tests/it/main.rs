@@ -67,6 +67,7 @@ mod mcp_sse;
 mod module_domains;
 mod module_failures;
 mod module_graph;
+mod module_harden;
 mod module_packages;
 mod module_retry;
 mod modules;

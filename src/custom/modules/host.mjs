@@ -51,16 +51,19 @@ const gatedRoots = new Set();
  * at the next scan, where the change makes its module wait for approval again). */
 let changedRefusals = 0;
 
-/** Whether `file` lies in a gated workspace, outside its `node_modules` (packages are not
- * part of a module's approval). */
+/** Whether `file` lies in a gated workspace, its `node_modules` included: a package the
+ * workspace brings is code no approval covers. */
 function gated(file) {
   for (const root of gatedRoots) {
     const rel = path.relative(root, file);
-    if (rel !== "" && !rel.startsWith("..") && !path.isAbsolute(rel)) {
-      return !rel.split(path.sep).includes("node_modules");
-    }
+    if (rel !== "" && !rel.startsWith("..") && !path.isAbsolute(rel)) return true;
   }
   return false;
+}
+
+/** Whether `file` is in a `node_modules` folder. */
+function inPackage(file) {
+  return file.split(path.sep).includes("node_modules");
 }
 
 /** The same bound the daemon reads module files with (discover.rs `MAX_MODULE_BYTES`). */
@@ -89,6 +92,9 @@ function approvedSource(url) {
   const file = fileURLToPath(url);
   const want = approvedFiles.get(file);
   if (want === undefined && !gated(file)) return undefined;
+  if (want === undefined && inPackage(file)) {
+    throw new Error(`${file} is a package of the workspace, which no approval covers; it was not run (install the packages a workspace module needs in a folder of config custom_tools.node_modules)`);
+  }
   if (want === undefined) {
     throw new Error(`${file} is not part of any approved module of this workspace (only the module's own folder is approved with it); it was not run`);
   }
@@ -345,6 +351,21 @@ ChildProcess.prototype.spawn = function (options) {
   }
   return result;
 };
+
+/** A synchronous child (`spawnSync`, `execSync`, `execFileSync`: all go through this one
+ * binding) blocks this host until it ends, so nothing here can end it when its call is
+ * cancelled or times out: the daemon kills this host's group then. The child is kept in
+ * that group (a `detached` asked for is dropped), so it and its own children die with it. */
+const spawnSyncBinding = process.binding("spawn_sync");
+const startSync = spawnSyncBinding.spawn;
+Object.defineProperty(spawnSyncBinding, "spawn", {
+  value(options) {
+    if (options !== null && typeof options === "object") options.detached = false;
+    return startSync.call(this, options);
+  },
+  writable: false,
+  configurable: false,
+});
 
 function signalNumber(name) {
   return { SIGHUP: 1, SIGINT: 2, SIGKILL: 9, SIGTERM: 15 }[name];

@@ -74,6 +74,10 @@ struct Inner {
     /// The domain's sandbox config and the place workspace-write may write: the sandbox
     /// the whole host runs in.
     sandbox: Mutex<Option<(SandboxConfig, PathBuf)>>,
+    /// A host of modules a workspace brought: it may not make Unix sockets, so the daemon's
+    /// socket is out of its reach (Landlock cannot refuse a pathname socket's connect), and
+    /// neither it nor its children can talk their way out of its sandbox.
+    no_unix_sockets: bool,
     /// Config `custom_tools.module_max_memory_mb` in KiB (0: no bound).
     max_memory_kib: AtomicU64,
     /// Kept running however long it idles (its modules listen for session events, which
@@ -169,18 +173,21 @@ pub struct Health {
 }
 
 impl ModuleHost {
-    /// `dir` is a private folder of the daemon's (the data dir's `modules/`).
+    /// `dir` is a private folder of the daemon's (the data dir's `modules/`);
+    /// `no_unix_sockets` for a host of a workspace's modules (see [`Inner`]).
     pub fn new(
         processes: Processes,
         tracker: TaskTracker,
         shutdown: CancellationToken,
         dir: PathBuf,
+        no_unix_sockets: bool,
     ) -> Self {
         ModuleHost(Arc::new(Inner {
             processes,
             tracker,
             shutdown,
             dir,
+            no_unix_sockets,
             node: Mutex::new(None),
             sandbox: Mutex::new(None),
             max_memory_kib: AtomicU64::new(0),
@@ -257,6 +264,10 @@ impl ModuleHost {
         config.hidden = readable_script_dir(&config.hidden, &self.0.dir);
         let call = sandbox::CallSandbox::resolve(&config, None, None);
         match sandbox::plan(&call, &workspace, &sandbox::Extras::default()) {
+            Ok(Plan::Confined(c)) if self.0.no_unix_sockets => c
+                .without_unix_sockets()
+                .map(Some)
+                .map_err(|e| format!("could not set up the module host's sandbox: {e}")),
             Ok(Plan::Confined(c)) => Ok(Some(c)),
             Ok(Plan::Off { .. }) => Ok(None),
             Ok(Plan::Unenforced { reason, .. }) => {

@@ -223,6 +223,7 @@ impl Modules {
             self.0.tracker.clone(),
             self.0.shutdown.clone(),
             self.0.dir.clone(),
+            matches!(domain, Domain::Workspace(_)),
         );
         host.set_node(lock(&self.0.node).clone());
         host.set_max_memory_mb(self.0.max_memory_mb.load(Ordering::Relaxed));
