@@ -218,7 +218,11 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
                     continue;
                 };
                 let pending = unauthenticated.admit(handshake);
-                let bearer = http::Bearer::new(tokens.clone(), pending.clone());
+                let bearer = http::Bearer::new(
+                    tokens.clone(),
+                    shared.host.fleet().cloned(),
+                    pending.clone(),
+                );
                 let shared = shared.clone();
                 tokio::spawn(async move {
                     // A process on this host is held to the same peer rule as on the Unix

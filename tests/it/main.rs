@@ -40,6 +40,7 @@ mod file_tools_hardening;
 mod first_hour;
 mod fleet;
 mod fleet_sessions;
+mod fleet_trust;
 mod frontend_openings;
 mod guards;
 mod hardening3_budget;
