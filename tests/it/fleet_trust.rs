@@ -26,7 +26,7 @@ async fn member_with_weather(pg: &Postgres) -> (Daemon, PathBuf) {
     let d = Daemon::start_in(|dir| {
         file = write_catalog(dir, "fx", &weather("Get the weather for a city."));
         let mut cfg = config(pg, "auto");
-        cfg["mcp_servers"] = json!({"fx": server(&file, json!({"trust": "quarantine_new"}))});
+        cfg["mcp_servers"] = json!({"fx": server(&file, json!({"trust": "quarantine_new", "include_tools": ["weather", "add_tool"]}))});
         cfg
     })
     .await;
