@@ -55,46 +55,51 @@ impl Shared for PgStore {
     }
 
     fn pin(&self, new: &[(String, Pin)]) -> Result<(), String> {
-        let new = encoded(new)?;
-        let member = self.member().to_owned();
-        self.run(move |mut c| async move {
-            let tx = c.transaction().await?;
-            for (name, pin) in &new {
-                tx.execute(
-                    "INSERT INTO toolhost_pins (name, pin, member) VALUES ($1, $2::text::jsonb, $3)
-                     ON CONFLICT (name) DO UPDATE
-                        SET pin = excluded.pin, member = excluded.member, pinned = now()",
-                    &[name, pin, &member],
-                )
-                .await?;
-                tx.execute("DELETE FROM toolhost_pin_marks WHERE name = $1", &[name])
-                    .await?;
-            }
-            tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &member])
-                .await?;
-            tx.commit().await
-        })
-        .map_err(|e| e.to_string())
+        write(
+            self,
+            "INSERT INTO toolhost_pins (name, pin, member) VALUES ($1, $2::text::jsonb, $3)
+             ON CONFLICT (name) DO UPDATE
+                SET pin = excluded.pin, member = excluded.member, pinned = now()",
+            true,
+            new,
+        )
     }
 
     fn mark(&self, seen: &[(String, Pin)]) -> Result<(), String> {
-        let seen = encoded(seen)?;
-        let member = self.member().to_owned();
-        self.run(move |mut c| async move {
+        write(
+            self,
+            "INSERT INTO toolhost_pin_marks (name, seen, member) VALUES ($1, $2::text::jsonb, $3)
+             ON CONFLICT (name) DO UPDATE
+                SET seen = excluded.seen, member = excluded.member, marked = now()",
+            false,
+            seen,
+        )
+    }
+}
+
+/// Writes each of `pins` with `upsert` (`$1` name, `$2` pin, `$3` this member), ending
+/// their marks when `unmark`, and tells the other members, in one transaction.
+fn write(
+    store: &PgStore,
+    upsert: &'static str,
+    unmark: bool,
+    pins: &[(String, Pin)],
+) -> Result<(), String> {
+    let pins = encoded(pins)?;
+    let member = store.member().to_owned();
+    store
+        .run(move |mut c| async move {
             let tx = c.transaction().await?;
-            for (name, pin) in &seen {
-                tx.execute(
-                    "INSERT INTO toolhost_pin_marks (name, seen, member) VALUES ($1, $2::text::jsonb, $3)
-                     ON CONFLICT (name) DO UPDATE
-                        SET seen = excluded.seen, member = excluded.member, marked = now()",
-                    &[name, pin, &member],
-                )
-                .await?;
+            for (name, pin) in &pins {
+                tx.execute(upsert, &[name, pin, &member]).await?;
+                if unmark {
+                    tx.execute("DELETE FROM toolhost_pin_marks WHERE name = $1", &[name])
+                        .await?;
+                }
             }
             tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &member])
                 .await?;
             tx.commit().await
         })
         .map_err(|e| e.to_string())
-    }
 }

@@ -44,6 +44,14 @@ pub(super) async fn reload(fleet: &Fleet) -> Result<(), String> {
     Ok(())
 }
 
+/// Tells every member (at the commit of `tx`) that the tokens changed.
+async fn notify(tx: &tokio_postgres::Transaction<'_>) -> Result<(), String> {
+    tx.execute("SELECT pg_notify($1, '')", &[&CHANNEL])
+        .await
+        .map_err(|e| pg_error(&e))?;
+    Ok(())
+}
+
 pub(super) async fn create(fleet: &Fleet, user: &str) -> Result<FleetTokenCreated, String> {
     if !valid_user(user) {
         return Err(format!(
@@ -64,9 +72,7 @@ pub(super) async fn create(fleet: &Fleet, user: &str) -> Result<FleetTokenCreate
     )
     .await
     .map_err(|e| pg_error(&e))?;
-    tx.execute("SELECT pg_notify($1, '')", &[&CHANNEL])
-        .await
-        .map_err(|e| pg_error(&e))?;
+    notify(&tx).await?;
     tx.commit().await.map_err(|e| pg_error(&e))?;
     reload(fleet).await?;
     Ok(FleetTokenCreated {
@@ -98,9 +104,7 @@ pub(super) async fn revoke(fleet: &Fleet, id: &str) -> Result<FleetTokenRevokeRe
         )
         .await
         .map_err(|e| pg_error(&e))?;
-        tx.execute("SELECT pg_notify($1, '')", &[&CHANNEL])
-            .await
-            .map_err(|e| pg_error(&e))?;
+        notify(&tx).await?;
     }
     tx.commit().await.map_err(|e| pg_error(&e))?;
     reload(fleet).await?;

@@ -685,14 +685,18 @@ fn give_back(set: &RuleSet, taken: &[Taken]) {
     }
 }
 
-/// The refusal of a call that would take `day`'s count over `rule`'s daily limit.
-fn daily_refused(rule: &Rule, d: &Daily, scope: &str, day: Day, cost: u64) -> Refused {
-    let next = day
-        .date
+/// When `day` ends in `d`'s time zone, ms since the epoch: when its count starts again.
+fn next_midnight(d: &Daily, day: Day) -> Option<u64> {
+    day.date
         .tomorrow()
         .ok()
         .and_then(|t| t.to_zoned(d.tz.clone()).ok())
-        .map(|z| u64::try_from(z.timestamp().as_millisecond()).unwrap_or(0));
+        .map(|z| u64::try_from(z.timestamp().as_millisecond()).unwrap_or(0))
+}
+
+/// The refusal of a call that would take `day`'s count over `rule`'s daily limit.
+fn daily_refused(rule: &Rule, d: &Daily, scope: &str, day: Day, cost: u64) -> Refused {
+    let next = next_midnight(d, day);
     Refused {
         refusal: GuardRefusal {
             rule: rule.name.clone(),
@@ -767,13 +771,7 @@ fn scope_status(
     let daily = rule.daily.as_ref().map(|d| {
         let today = jiff::Timestamp::now().to_zoned(d.tz.clone()).date();
         let day = Day::current(st.day, today);
-        let next = day
-            .date
-            .tomorrow()
-            .ok()
-            .and_then(|t| t.to_zoned(d.tz.clone()).ok())
-            .map(|z| u64::try_from(z.timestamp().as_millisecond()).unwrap_or(0));
-        counter(day.used as f64, d.limit, next)
+        counter(day.used as f64, d.limit, next_midnight(d, day))
     });
     let concurrency = rule.concurrency.map(|(max, _)| {
         let running = st.slots.as_ref().map_or(0, |(m, s)| {
