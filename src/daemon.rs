@@ -321,6 +321,12 @@ pub async fn run(
                     })
                     .collect()
             }),
+            pins_changed: {
+                let h = host.clone();
+                std::sync::Arc::new(move || {
+                    h.registry().refresh_pins();
+                })
+            },
         });
     }
     host.tracker().spawn(crate::outputs::prune_periodically(

@@ -145,12 +145,21 @@ impl Host {
         }
         std::fs::create_dir_all(&dirs.data_dir)
             .with_context(|| format!("cannot create data dir {}", dirs.data_dir.display()))?;
-        let sessions = match &fleet {
-            Some(f) => Sessions::with_store(f.session_store()?)?,
-            None => Sessions::open(&dirs.data_dir.join("sessions"))?,
+        let (sessions, pins) = match &fleet {
+            Some(f) => {
+                let (sessions, pins) = f.stores()?;
+                (
+                    Sessions::with_store(sessions)?,
+                    crate::catalog::Pins::shared(pins),
+                )
+            }
+            None => (
+                Sessions::open(&dirs.data_dir.join("sessions"))?,
+                crate::catalog::Pins::open(&dirs.data_dir.join("pins.json")),
+            ),
         };
         let registry = Registry::new();
-        registry.set_pins(crate::catalog::Pins::open(&dirs.data_dir.join("pins.json")));
+        registry.set_pins(pins);
         let trust = crate::trust::Trust::open(&dirs.data_dir.join("trust.json"));
         registry.set_catalog_policy(crate::catalog::Policy::from_config(&loaded.config));
         let tracker = TaskTracker::new();

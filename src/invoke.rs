@@ -701,6 +701,14 @@ async fn guard(
     if admitted.counted_daily().is_empty() {
         return Ok(admitted);
     }
+    if let Some(fleet) = host.fleet() {
+        // The budget is the fleet's: charged there, atomically, before the call runs.
+        let charges = g.daily_charges(&admitted);
+        return match fleet.charge(&charges).await {
+            Ok(charged) => g.settle(admitted, charged),
+            Err(e) => Err(g.unpersisted(admitted, &e)),
+        };
+    }
     let counted = admitted.counted_daily().to_vec();
     let writer = g.clone();
     let stored = host

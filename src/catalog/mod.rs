@@ -200,7 +200,18 @@ pub fn verdict(
             .unwrap_or_default()
     };
     match pins.matches(name, hash) {
-        Some(true) => Verdict::Accept,
+        // Pinned with this definition, but a member of the fleet sees another one: held
+        // back everywhere until a definition is approved.
+        Some(true) => match pins.marked(name) {
+            Some(seen) if seen.hash != hash => {
+                let parts = pins
+                    .get(name)
+                    .map(|p| pins::changed_parts(&p.definition, &seen.definition))
+                    .unwrap_or_default();
+                quarantine(QuarantineReason::Changed, parts)
+            }
+            _ => Verdict::Accept,
+        },
         _ if !flags.is_empty() => quarantine(QuarantineReason::Flagged, changed()),
         Some(false) if trust == Trust::Auto => Verdict::Pin,
         Some(false) => quarantine(QuarantineReason::Changed, changed()),
@@ -396,7 +407,8 @@ mod tests {
                 hash: pins::hash_of(&t),
                 definition: t,
             },
-        )]);
+        )])
+        .unwrap();
         assert_eq!(v(Trust::Pin, "one"), "accept");
         assert_eq!(v(Trust::Pin, "two"), "Changed [\"description\"]");
         assert_eq!(v(Trust::Auto, "two"), "pin");

@@ -11,6 +11,12 @@
 //! ([`crate::catalog::verdict`]), and `host.health` names the file. The damage ends when the
 //! file reads again (checked at every registry rebuild: a reload, an approval) or when the
 //! operator resets the store ([`Pins::reset`]), which moves the damaged file aside.
+//!
+//! In fleet mode the pins are the fleet's ([`Shared`], src/fleet/pins.rs): approved on one
+//! member, trusted on all; and a definition one member sees differ from its pin is *marked*
+//! for the whole fleet, so every member quarantines the tool until someone approves a
+//! definition. The table here is then a copy of the database's, read again whenever a member
+//! changes it (LISTEN/NOTIFY, [`Pins::reload`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -33,15 +39,37 @@ pub struct Pin {
     pub definition: McpTool,
 }
 
-/// The pin table; every method is short and never blocks on anything but its own file.
+/// The fleet's pins and marks, when the daemon is a member of one (src/fleet/).
+pub trait Shared: Send + Sync {
+    /// Every pin and every mark in the fleet.
+    fn load(&self) -> Result<Table, String>;
+    /// Pins `new` for the fleet (ending their marks) and tells the other members.
+    fn pin(&self, new: &[(String, Pin)]) -> Result<(), String>;
+    /// Marks `seen` (a changed definition, by tool name) for the fleet and tells the other
+    /// members: each quarantines the tool until a definition is approved.
+    fn mark(&self, seen: &[(String, Pin)]) -> Result<(), String>;
+}
+
+/// The pins and the marks ([`Shared`]), by tool name.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Table {
+    pub pins: BTreeMap<String, Pin>,
+    pub marks: BTreeMap<String, Pin>,
+}
+
+/// The pin table; every method is short and never blocks on anything but its own file (or,
+/// in fleet mode, the database, within its timeout).
 pub struct Pins {
     path: Option<PathBuf>,
+    shared: Option<std::sync::Arc<dyn Shared>>,
     state: Mutex<State>,
 }
 
 #[derive(Default)]
 struct State {
     pins: BTreeMap<String, Pin>,
+    /// Changed definitions some member of the fleet saw (fleet mode only).
+    marks: BTreeMap<String, Pin>,
     /// Why the file could not be read, naming it; `Some` while the store is damaged.
     damage: Option<String>,
 }
@@ -51,7 +79,76 @@ impl Pins {
     pub fn in_memory() -> Pins {
         Pins {
             path: None,
+            shared: None,
             state: Mutex::default(),
+        }
+    }
+
+    /// The fleet's pins (fleet mode). A table that cannot be read at start is damage, as a
+    /// file's is: nothing is approved against pins this member cannot see.
+    pub fn shared(shared: std::sync::Arc<dyn Shared>) -> Pins {
+        let state = match shared.load() {
+            Ok(t) => State {
+                pins: t.pins,
+                marks: t.marks,
+                damage: None,
+            },
+            Err(e) => State {
+                damage: Some(shared_damage(&e)),
+                ..State::default()
+            },
+        };
+        Pins {
+            path: None,
+            shared: Some(shared),
+            state: Mutex::new(state),
+        }
+    }
+
+    /// Reads the fleet's table again (another member pinned or marked a tool); `true` when
+    /// it changed. A failure leaves the copy as it is (the database may be away for a while).
+    pub fn reload(&self) -> bool {
+        let Some(shared) = &self.shared else {
+            return false;
+        };
+        let table = match shared.load() {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the fleet's pins; keeping the last copy");
+                return false;
+            }
+        };
+        let mut state = crate::lock(&self.state);
+        let changed =
+            state.damage.is_some() || state.pins != table.pins || state.marks != table.marks;
+        *state = State {
+            pins: table.pins,
+            marks: table.marks,
+            damage: None,
+        };
+        changed
+    }
+
+    /// The changed definition of `name` a member of the fleet saw, while it is marked.
+    pub fn marked(&self, name: &str) -> Option<Pin> {
+        crate::lock(&self.state).marks.get(name).cloned()
+    }
+
+    /// Marks changed definitions for the fleet (fleet mode; nothing otherwise). Only what is
+    /// not marked already with the same definition is written.
+    pub fn mark(&self, seen: Vec<(String, Pin)>) {
+        let Some(shared) = &self.shared else { return };
+        let mut state = crate::lock(&self.state);
+        let new: Vec<(String, Pin)> = seen
+            .into_iter()
+            .filter(|(name, pin)| state.marks.get(name).is_none_or(|m| m.hash != pin.hash))
+            .collect();
+        if new.is_empty() {
+            return;
+        }
+        match shared.mark(&new) {
+            Ok(()) => state.marks.extend(new),
+            Err(e) => tracing::warn!(error = %e, "cannot mark changed definitions for the fleet"),
         }
     }
 
@@ -59,17 +156,21 @@ impl Pins {
     /// keep the daemon from starting: it is left where it is and the store is damaged.
     pub fn open(path: &Path) -> Pins {
         let state = match load(path) {
-            Ok(pins) => State { pins, damage: None },
+            Ok(pins) => State {
+                pins,
+                ..State::default()
+            },
             Err(damage) => {
                 tracing::error!(file = %path.display(), "{damage}; pinned tools are quarantined until it is repaired or reset");
                 State {
-                    pins: BTreeMap::new(),
                     damage: Some(damage),
+                    ..State::default()
                 }
             }
         };
         Pins {
             path: Some(path.to_path_buf()),
+            shared: None,
             state: Mutex::new(state),
         }
     }
@@ -93,6 +194,9 @@ impl Pins {
 
     /// Reads a damaged file again, so a repaired one is taken up; `true` when it was.
     pub fn recheck(&self) -> bool {
+        if self.shared.is_some() {
+            return self.damage().is_some() && self.reload();
+        }
         let Some(path) = &self.path else { return false };
         let mut state = crate::lock(&self.state);
         if state.damage.is_none() {
@@ -101,7 +205,10 @@ impl Pins {
         match load(path) {
             Ok(pins) => {
                 tracing::info!(file = %path.display(), "pin file readable again");
-                *state = State { pins, damage: None };
+                *state = State {
+                    pins,
+                    ..State::default()
+                };
                 true
             }
             Err(damage) => {
@@ -111,26 +218,39 @@ impl Pins {
         }
     }
 
-    /// Pins many definitions at once (one file write). Nothing is pinned while the store is
-    /// damaged: the damaged file stays as it is for the operator.
-    pub fn set_all(&self, new: Vec<(String, Pin)>) {
+    /// Pins many definitions at once (one file write, or one transaction for the fleet,
+    /// which ends their marks). Nothing is pinned while the store is damaged: the damaged
+    /// file stays as it is for the operator.
+    pub fn set_all(&self, new: Vec<(String, Pin)>) -> Result<(), String> {
         if new.is_empty() {
-            return;
+            return Ok(());
         }
         let mut state = crate::lock(&self.state);
+        if let Some(shared) = &self.shared {
+            if let Some(damage) = &state.damage {
+                return Err(damage.clone());
+            }
+            shared.pin(&new)?;
+            for (name, pin) in new {
+                state.marks.remove(&name);
+                state.pins.insert(name, pin);
+            }
+            return Ok(());
+        }
         if state.damage.is_none() {
             // Deleted while the daemon ran: the pins in memory still judge, but the file
             // is not quietly written afresh; the operator is told, as at a start.
             state.damage = self.path.as_deref().and_then(deleted);
         }
-        if state.damage.is_some() {
+        if let Some(damage) = &state.damage {
             tracing::warn!("pin store damaged; not pinning {} definitions", new.len());
-            return;
+            return Err(damage.clone());
         }
         for (name, pin) in new {
             state.pins.insert(name, pin);
         }
         self.save(&state.pins);
+        Ok(())
     }
 
     /// Ends damage on the operator's word: the damaged file is moved aside (returned, for the
@@ -141,6 +261,13 @@ impl Pins {
         let mut state = crate::lock(&self.state);
         if state.damage.is_none() {
             return Err("the pin store is not damaged; nothing to reset".to_owned());
+        }
+        if self.shared.is_some() {
+            // The fleet's table is read again instead: it has no file to move aside.
+            return match self.reload() {
+                true => Err("the fleet's pins are readable again; nothing to reset".to_owned()),
+                false => Err("the fleet's pins are in its database, which cannot be read now; nothing to reset".to_owned()),
+            };
         }
         let Some(path) = &self.path else {
             return Err("the pin store has no file".to_owned());
@@ -180,6 +307,11 @@ impl Pins {
             }
         }
     }
+}
+
+/// The damage of a fleet's pin table that cannot be read.
+fn shared_damage(e: &str) -> String {
+    format!("fleet's pin table cannot be read ({e})")
 }
 
 /// Beside `pins.json`: a pin table was written here, so a `pins.json` that is missing was
@@ -351,7 +483,7 @@ mod tests {
             hash: hash_of(&t),
             definition: t,
         };
-        pins.set_all(vec![("t".into(), pin.clone())]);
+        assert!(pins.set_all(vec![("t".into(), pin.clone())]).is_err());
         assert_eq!(pins.get("t"), None);
         assert_eq!(std::fs::read(&path).unwrap(), b"{\"t\": {\"hash\"");
         // Repaired by hand: taken up on the next check.
@@ -367,7 +499,7 @@ mod tests {
         let aside = pins.reset().unwrap();
         assert!(aside.is_dir());
         assert_eq!(pins.damage(), None);
-        pins.set_all(vec![("t".into(), pin)]);
+        pins.set_all(vec![("t".into(), pin)]).unwrap();
         assert!(Pins::open(&path).get("t").is_some());
     }
 
@@ -383,10 +515,10 @@ mod tests {
         // A first start: no file, no damage.
         let pins = Pins::open(&path);
         assert_eq!(pins.damage(), None);
-        pins.set_all(vec![("t".into(), pin.clone())]);
+        pins.set_all(vec![("t".into(), pin.clone())]).unwrap();
         // Deleted while running: the next pinning is refused and says so.
         std::fs::remove_file(&path).unwrap();
-        pins.set_all(vec![("u".into(), pin.clone())]);
+        assert!(pins.set_all(vec![("u".into(), pin.clone())]).is_err());
         assert!(pins.damage().unwrap().contains("was deleted"));
         assert!(!path.exists(), "the deleted file was written afresh");
         // And at the next start.
@@ -396,7 +528,7 @@ mod tests {
         let aside = again.reset().unwrap();
         assert!(aside.exists());
         assert_eq!(again.damage(), None);
-        again.set_all(vec![("t".into(), pin)]);
+        again.set_all(vec![("t".into(), pin)]).unwrap();
         assert!(Pins::open(&path).get("t").is_some());
     }
 
@@ -412,7 +544,8 @@ mod tests {
                 hash: hash_of(&t),
                 definition: t.clone(),
             },
-        )]);
+        )])
+        .unwrap();
         let again = Pins::open(&path);
         assert_eq!(again.matches("t", &hash_of(&t)), Some(true));
         assert_eq!(again.get("t").unwrap().definition, t);

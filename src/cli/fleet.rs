@@ -1,14 +1,43 @@
-//! `toolhost fleet`: the fleet's members as the database knows them (proto-docs/fleet.md).
+//! `toolhost fleet`: the fleet's members as the database knows them; `toolhost fleet token
+//! create|revoke|list`: the users' bearer tokens (proto-docs/fleet.md).
 
 use std::process::ExitCode;
 
 use super::render::{emit, print_table, say};
 use super::Globals;
 use crate::client::ClientError;
-use crate::protocol::FleetMemberState;
+use crate::protocol::{FleetMemberState, FleetTokenCreateParams, FleetTokenRevokeParams};
 
-pub async fn run(g: &Globals) -> Result<ExitCode, ClientError> {
+#[derive(clap::Subcommand, Debug)]
+pub enum FleetCommand {
+    /// Every member and the database's health (the default).
+    Status,
+    /// The users' bearer tokens.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum TokenCommand {
+    /// A new token for a user, valid on every member at once (printed this once).
+    Create {
+        #[arg(long)]
+        user: String,
+    },
+    /// Revoke a token (by the id `list` shows): every member refuses it from now on.
+    Revoke { id: String },
+    /// Every token made, revoked ones too (never the token itself).
+    List,
+}
+
+pub async fn run(g: &Globals, command: Option<FleetCommand>) -> Result<ExitCode, ClientError> {
     let client = g.connect().await?;
+    match command {
+        None | Some(FleetCommand::Status) => {}
+        Some(FleetCommand::Token { command }) => return token(g, &client, command).await,
+    }
     let status = client.fleet_status().await?;
     let healthy = status.database.reachable
         && status
@@ -69,4 +98,59 @@ pub async fn run(g: &Globals) -> Result<ExitCode, ClientError> {
     }
     print_table(&rows);
     Ok(super::success_if(healthy))
+}
+
+async fn token(
+    g: &Globals,
+    client: &crate::client::Client,
+    command: TokenCommand,
+) -> Result<ExitCode, ClientError> {
+    match command {
+        TokenCommand::Create { user } => {
+            let t = client
+                .fleet_token_create(&FleetTokenCreateParams { user })
+                .await?;
+            if g.out.json {
+                emit(g.out, &t);
+            } else {
+                say!("{} (user {}, id {})", t.token, t.user, t.id);
+            }
+        }
+        TokenCommand::Revoke { id } => {
+            let r = client
+                .fleet_token_revoke(&FleetTokenRevokeParams { id })
+                .await?;
+            if g.out.json {
+                emit(g.out, &r);
+            } else if r.revoked {
+                say!("{}: revoked on every member", r.id);
+            } else {
+                say!("{}: revoked already", r.id);
+            }
+        }
+        TokenCommand::List => {
+            let r = client.fleet_token_list().await?;
+            if g.out.json {
+                emit(g.out, &r);
+                return Ok(ExitCode::SUCCESS);
+            }
+            let mut rows = vec![["ID", "USER", "MADE ON", "STATE"]
+                .map(str::to_owned)
+                .to_vec()];
+            for t in &r.tokens {
+                rows.push(vec![
+                    t.id.clone(),
+                    t.user.clone(),
+                    t.created_on.clone(),
+                    if t.revoked_ms.is_some() {
+                        "revoked".into()
+                    } else {
+                        "live".into()
+                    },
+                ]);
+            }
+            print_table(&rows);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

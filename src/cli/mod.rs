@@ -123,8 +123,12 @@ enum Command {
         command: Option<guards::GuardsCommand>,
     },
     /// Fleet mode: every member of the fleet, live or lost, and the shared database's
-    /// health (exit 1 while it is unreachable or a member is lost).
-    Fleet,
+    /// health (exit 1 while it is unreachable or a member is lost); `fleet token …`: the
+    /// users' bearer tokens.
+    Fleet {
+        #[command(subcommand)]
+        command: Option<fleet::FleetCommand>,
+    },
     /// Show the daemon's health.
     Health,
     /// Send a raw JSON-RPC call and print its result.
@@ -346,7 +350,7 @@ async fn run(cli: Cli) -> ExitCode {
         Command::Undo(args) => undo::undo(&g, args).await,
         Command::Checkpoints(args) => undo::checkpoints(&g, args).await,
         Command::Guards { command } => guards::run(&g, command).await,
-        Command::Fleet => fleet::run(&g).await,
+        Command::Fleet { command } => fleet::run(&g, command).await,
         Command::Config { command } => config::run(&g, command).await,
         Command::Session { command } => session::run(&g, command).await,
         Command::Mcp { command, flags } => mcp::run(&g, command, flags).await,

@@ -331,6 +331,27 @@ impl Client {
         self.call(method::FLEET_STATUS, &EmptyParams {}).await
     }
 
+    /// Fleet mode: a new bearer token for a user.
+    pub async fn fleet_token_create(
+        &self,
+        params: &FleetTokenCreateParams,
+    ) -> Result<FleetTokenCreated, ClientError> {
+        self.call(method::FLEET_TOKEN_CREATE, params).await
+    }
+
+    /// Fleet mode: revokes a user's token on every member.
+    pub async fn fleet_token_revoke(
+        &self,
+        params: &FleetTokenRevokeParams,
+    ) -> Result<FleetTokenRevokeResult, ClientError> {
+        self.call(method::FLEET_TOKEN_REVOKE, params).await
+    }
+
+    /// Fleet mode: every user token made.
+    pub async fn fleet_token_list(&self) -> Result<FleetTokenListResult, ClientError> {
+        self.call(method::FLEET_TOKEN_LIST, &EmptyParams {}).await
+    }
+
     /// The guards' rules and counters.
     pub async fn guards_status(&self) -> Result<GuardsStatusResult, ClientError> {
         self.call(method::GUARDS_STATUS, &EmptyParams {}).await

@@ -11,11 +11,16 @@
 //! The crates: `tokio-postgres` and its pool `deadpool-postgres`; LISTEN runs on one
 //! connection of its own (a pooled connection drops notifications).
 
+mod budgets;
 mod members;
 mod outbox;
+mod pins;
 mod queue;
 mod schema;
 mod store;
+mod tokens;
+
+pub use tokens::caller_name;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -46,6 +51,9 @@ pub struct Context {
     pub shutdown: CancellationToken,
     /// The member's MCP servers and their states, for each heartbeat.
     pub servers: Arc<dyn Fn() -> Vec<FleetServer> + Send + Sync>,
+    /// Has the catalog read the fleet's pins again (another member changed them); blocks
+    /// on the database, so it is called on a blocking thread.
+    pub pins_changed: Arc<dyn Fn() + Send + Sync>,
 }
 
 /// This daemon's membership of a fleet; cheap to clone.
@@ -72,6 +80,8 @@ struct Inner {
     outbox_rx: Mutex<Option<mpsc::UnboundedReceiver<outbox::Op>>>,
     queued: AtomicUsize,
     dropped: AtomicU64,
+    /// The users' live tokens (SHA-256 → user), this member's copy ([`tokens`]).
+    users: arc_swap::ArcSwap<tokens::Users>,
     /// Numbers this member's audit records (with the member id, their key in the table,
     /// so a batch written twice after a lost acknowledgement is stored once).
     audit_seq: AtomicU64,
@@ -201,7 +211,7 @@ impl Fleet {
         drop(client);
         tracing::info!(%member, store = %at, schema_version, "joined the fleet");
         let (tx, rx) = mpsc::unbounded_channel();
-        Ok(Some(Fleet(Arc::new(Inner {
+        let fleet = Some(Fleet(Arc::new(Inner {
             member,
             cfg,
             listeners,
@@ -216,7 +226,14 @@ impl Fleet {
             queued: AtomicUsize::new(0),
             dropped: AtomicU64::new(0),
             audit_seq: AtomicU64::new(0),
-        }))))
+            users: arc_swap::ArcSwap::default(),
+        })));
+        if let Some(f) = &fleet {
+            tokens::reload(f).await.map_err(|e| {
+                anyhow::anyhow!("fleet store at {at}: reading the users' tokens: {e}")
+            })?;
+        }
+        Ok(fleet)
     }
 
     pub fn member(&self) -> &str {
@@ -235,10 +252,17 @@ impl Fleet {
         members::reach(self, id).await
     }
 
-    /// The session store of this fleet (sessions, `/mcp` sessions, frontend identities,
-    /// guard counters in the database), for the host's `Sessions`.
-    pub fn session_store(&self) -> anyhow::Result<Arc<dyn crate::session::SessionStore>> {
-        Ok(Arc::new(store::PgStore::open(self)?))
+    /// The stores of this fleet, one connection pool for both: the session store
+    /// (sessions, `/mcp` sessions, frontend identities, guard counters), for the host's
+    /// `Sessions`, and the catalog's pins, for the registry.
+    pub fn stores(
+        &self,
+    ) -> anyhow::Result<(
+        Arc<dyn crate::session::SessionStore>,
+        Arc<dyn crate::catalog::pins::Shared>,
+    )> {
+        let store = Arc::new(store::PgStore::open(self)?);
+        Ok((store.clone(), store))
     }
 
     /// Hands the daemon's approval queue and audit log their shared side.
@@ -296,6 +320,69 @@ impl Fleet {
         if lock(&self.0.down).take().is_some() {
             tracing::info!("fleet store reachable again");
         }
+    }
+
+    /// Charges a call's daily counts against the fleet's counters, all or none, in one
+    /// transaction of one atomic statement each: `Ok(Ok(used))`, each counter's fleet-wide
+    /// count after the charge, or `Ok(Err((n, used)))` when charge `n` would take its
+    /// counter (now at `used`) over its limit. So a budget of N calls allows exactly N,
+    /// whichever members they come to.
+    pub async fn charge(
+        &self,
+        charges: &[crate::guards::DailyCharge],
+    ) -> Result<Result<Vec<u64>, (usize, u64)>, String> {
+        self.bounded(budgets::charge(self, charges)).await
+    }
+
+    /// The user whose live token `token` is (a TCP request's bearer), by this member's
+    /// copy of the fleet's tokens.
+    pub fn user_of(&self, token: &str) -> Option<String> {
+        self.0.users.load().get(&sha256_hex(token)).cloned()
+    }
+
+    /// `fleet.token_create`: a new token for `user`, valid on every member at once.
+    pub async fn token_create(
+        &self,
+        user: &str,
+    ) -> Result<crate::protocol::FleetTokenCreated, String> {
+        self.bounded(tokens::create(self, user)).await
+    }
+
+    /// `fleet.token_revoke`: refused by every member from now on.
+    pub async fn token_revoke(
+        &self,
+        id: &str,
+    ) -> Result<crate::protocol::FleetTokenRevokeResult, String> {
+        self.bounded(tokens::revoke(self, id)).await
+    }
+
+    /// `fleet.token_list`: every token made, revoked ones too (never the token itself).
+    pub async fn token_list(&self) -> Result<Vec<crate::protocol::FleetToken>, String> {
+        self.bounded(tokens::list(self)).await
+    }
+
+    /// Reads the users' tokens again (a member changed them).
+    async fn reload_users(&self) {
+        if let Err(e) = self.bounded(tokens::reload(self)).await {
+            tracing::warn!(error = %e, "cannot read the users' tokens; keeping the last copy");
+        }
+    }
+
+    /// `f` within [`DB_TIMEOUT`], its failure noted as the database being unreachable.
+    async fn bounded<T>(
+        &self,
+        f: impl std::future::Future<Output = Result<T, String>>,
+    ) -> Result<T, String> {
+        let r = tokio::time::timeout(DB_TIMEOUT, f)
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer within {} ms", DB_TIMEOUT.as_millis())));
+        match &r {
+            Ok(_) => self.reached(),
+            Err(e) => {
+                self.failed(e.clone());
+            }
+        }
+        r
     }
 
     /// The store's health, for `host.health`.

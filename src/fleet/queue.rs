@@ -10,6 +10,8 @@ use futures::StreamExt;
 use tokio_postgres::AsyncMessage;
 
 use super::members::CHANNEL;
+use super::pins::CHANNEL as PINS;
+use super::tokens::CHANNEL as TOKENS;
 use super::{outbox::Op, pg_error, Fleet, DB_TIMEOUT};
 use crate::approvals::{Approvals, Claim, Shared};
 use crate::protocol::{ApprovalOutcome, ApprovalVerdictRecord, DecidedApproval, PendingApproval};
@@ -36,33 +38,12 @@ impl Shared for SharedQueue {
         verdict: &ApprovalVerdictRecord,
     ) -> BoxFuture<'static, Result<Claim, String>> {
         let (fleet, id, verdict) = (self.0.clone(), id.to_owned(), verdict.clone());
-        Box::pin(async move {
-            let r = match tokio::time::timeout(DB_TIMEOUT, claim(&fleet, &id, &verdict)).await {
-                Ok(r) => r,
-                Err(_) => Err("the decision timed out".to_owned()),
-            };
-            match &r {
-                Ok(_) => fleet.reached(),
-                Err(e) => {
-                    fleet.failed(e.clone());
-                }
-            }
-            r
-        })
+        Box::pin(async move { fleet.bounded(claim(&fleet, &id, &verdict)).await })
     }
 
     fn list(&self) -> BoxFuture<'static, Result<Vec<PendingApproval>, String>> {
         let fleet = self.0.clone();
-        Box::pin(async move {
-            let r = match tokio::time::timeout(DB_TIMEOUT, list(&fleet)).await {
-                Ok(r) => r,
-                Err(_) => Err("listing the approvals timed out".to_owned()),
-            };
-            if let Err(e) = &r {
-                fleet.failed(e.clone());
-            }
-            r
-        })
+        Box::pin(async move { fleet.bounded(list(&fleet)).await })
     }
 }
 
@@ -184,12 +165,18 @@ async fn catch_up(fleet: &Fleet, approvals: &Approvals, ids: Vec<String>) -> Res
     Ok(())
 }
 
-/// Keeps one connection LISTENing on the queue's channel; on each notification for one of
-/// this member's waiting calls, reads the decision and applies it. After every (re)connect
-/// it reads the decisions of all its waiting calls, so none made while it was away is
+/// Keeps one connection LISTENing on the queue's, the pins' and the tokens' channels. On
+/// each notification for one of this member's waiting calls, reads the decision and applies
+/// it; on each change of the pins by another member, has the catalog read them again; on
+/// each change of the tokens, reads them again. After every (re)connect it catches up on all, so nothing changed while it was away is
 /// missed. Ends at shutdown.
 pub(super) async fn listen_loop(fleet: Fleet, cx: super::Context) {
-    let (shutdown, approvals) = (cx.shutdown, cx.approvals);
+    let (shutdown, approvals) = (cx.shutdown.clone(), cx.approvals.clone());
+    let pins_changed = || {
+        let refresh = cx.pins_changed.clone();
+        // The catalog reads the database synchronously: off the event loop.
+        drop(tokio::task::spawn_blocking(move || refresh()));
+    };
     loop {
         let connected = tokio::select! {
             c = tokio::time::timeout(DB_TIMEOUT, fleet.0.pg.connect(tokio_postgres::NoTls)) => c,
@@ -208,16 +195,17 @@ pub(super) async fn listen_loop(fleet: Fleet, cx: super::Context) {
                 continue;
             }
         };
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, String)>();
         let driver = tokio::spawn(async move {
             let mut messages = futures::stream::poll_fn(move |cx| conn.poll_message(cx));
             while let Some(Ok(m)) = messages.next().await {
                 if let AsyncMessage::Notification(n) = m {
-                    let _ = tx.send(n.payload().to_owned());
+                    let _ = tx.send((n.channel().to_owned(), n.payload().to_owned()));
                 }
             }
         });
-        if let Err(e) = client.batch_execute(&format!("LISTEN {CHANNEL}")).await {
+        let listen = format!("LISTEN {CHANNEL}; LISTEN {PINS}; LISTEN {TOKENS}");
+        if let Err(e) = client.batch_execute(&listen).await {
             fleet.failed(format!("LISTEN: {}", pg_error(&e)));
             driver.abort();
             retry_pause(&shutdown).await;
@@ -226,10 +214,18 @@ pub(super) async fn listen_loop(fleet: Fleet, cx: super::Context) {
         if let Err(e) = catch_up(&fleet, &approvals, approvals.local_ids()).await {
             fleet.failed(e);
         }
+        pins_changed();
+        fleet.reload_users().await;
         loop {
             tokio::select! {
-                id = rx.recv() => match id {
-                    Some(id) if approvals.is_local(&id) => {
+                note = rx.recv() => match note {
+                    Some((channel, _)) if channel == TOKENS => fleet.reload_users().await,
+                    Some((channel, from)) if channel == PINS => {
+                        if from != fleet.0.member {
+                            pins_changed();
+                        }
+                    }
+                    Some((_, id)) if approvals.is_local(&id) => {
                         if let Err(e) = catch_up(&fleet, &approvals, vec![id]).await {
                             fleet.failed(e);
                         }

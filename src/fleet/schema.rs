@@ -10,6 +10,7 @@ use super::pg_error;
 const MIGRATIONS: &[(i32, &str)] = &[
     (1, include_str!("migrations/0001_fleet.sql")),
     (2, include_str!("migrations/0002_sessions.sql")),
+    (3, include_str!("migrations/0003_trust.sql")),
 ];
 
 /// The newest schema this binary knows.

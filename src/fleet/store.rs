@@ -1,6 +1,6 @@
 //! The session store in PostgreSQL: what sled keeps for one daemon (sessions with their
 //! meta and tool views, `/mcp` sessions, frontend identities, the guards' counters) in
-//! tables every member shares (schema 2), so a session made on one member is served by
+//! tables every member shares (schemas 2 and 3), so a session made on one member is served by
 //! another — the gateway's replicas need no affinity.
 //!
 //! [`SessionStore`] is synchronous (the group committer calls it from blocking threads,
@@ -52,7 +52,7 @@ impl PgStore {
 
     /// Runs `f` with a pooled client on the store's runtime and waits for its answer
     /// (within [`DB_TIMEOUT`]); a failure marks the database unreachable (`host.health`).
-    fn run<T, F, Fut>(&self, f: F) -> Result<T>
+    pub(super) fn run<T, F, Fut>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(Object) -> Fut + Send + 'static,
@@ -84,6 +84,11 @@ impl PgStore {
             ))),
             Err(_) => Err(Error::Server("fleet store: its runtime stopped".into())),
         }
+    }
+
+    /// This member's id.
+    pub(super) fn member(&self) -> &str {
+        &self.fleet.0.member
     }
 
     /// Reads the count again, in the background.
@@ -268,31 +273,55 @@ impl SessionStore for PgStore {
         Ok(())
     }
 
+    /// The daily budgets' rows ([`super::budgets`]), as the guards store a day's count.
     fn counters(&self) -> Result<Vec<Counter>> {
         self.run(|c| async move {
             let rows = c
-                .query("SELECT key, value FROM toolhost_counters ORDER BY key", &[])
+                .query("SELECT key, day, used FROM toolhost_budgets ORDER BY key", &[])
                 .await?;
-            Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+            Ok(rows
+                .iter()
+                .map(|r| {
+                    let day = serde_json::json!({"day": r.get::<_, String>(1), "used": r.get::<_, i64>(2)});
+                    (r.get(0), day.to_string().into_bytes())
+                })
+                .collect())
         })
     }
 
+    /// Sets (a day's count, as the guards encode it) or removes (a reset) budget rows.
     fn set_counters(&self, writes: &[CounterWrite]) -> Result<()> {
-        let writes = writes.to_vec();
+        let mut rows = Vec::with_capacity(writes.len());
+        for (key, value) in writes {
+            let day = match value {
+                Some(v) => {
+                    let d: serde_json::Value = serde_json::from_slice(v)
+                        .map_err(|e| Error::Server(format!("unreadable guard counter: {e}")))?;
+                    let day = d.get("day").and_then(serde_json::Value::as_str);
+                    let used = d.get("used").and_then(serde_json::Value::as_i64);
+                    match (day, used) {
+                        (Some(day), Some(used)) => Some((day.to_owned(), used)),
+                        _ => return Err(Error::Server("unreadable guard counter".into())),
+                    }
+                }
+                None => None,
+            };
+            rows.push((key.clone(), day));
+        }
         self.run(move |mut c| async move {
             let tx = c.transaction().await?;
-            for (key, value) in &writes {
-                match value {
-                    Some(v) => {
+            for (key, day) in &rows {
+                match day {
+                    Some((day, used)) => {
                         tx.execute(
-                            "INSERT INTO toolhost_counters (key, value) VALUES ($1, $2)
-                             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                            &[key, v],
+                            "INSERT INTO toolhost_budgets (key, day, used) VALUES ($1, $2, $3)
+                             ON CONFLICT (key) DO UPDATE SET day = excluded.day, used = excluded.used",
+                            &[key, day, used],
                         )
                         .await?
                     }
                     None => {
-                        tx.execute("DELETE FROM toolhost_counters WHERE key = $1", &[key])
+                        tx.execute("DELETE FROM toolhost_budgets WHERE key = $1", &[key])
                             .await?
                     }
                 };

@@ -36,7 +36,7 @@ use crate::protocol::{
 use crate::session::{Counter, CounterWrite};
 use counters::{Bucket, Day, ScopeState};
 pub use rules::Target;
-use rules::{Rule, RuleSet};
+use rules::{Daily, Rule, RuleSet};
 
 pub use crate::config::GuardSource;
 
@@ -352,29 +352,8 @@ impl Guards {
             let zoned = jiff::Timestamp::now().to_zoned(d.tz.clone());
             let mut day = Day::current(st.day, zoned.date());
             let cost = d.cost.get(call.target.tool).copied().unwrap_or(1);
-            let next = day
-                .date
-                .tomorrow()
-                .ok()
-                .and_then(|t| t.to_zoned(d.tz.clone()).ok())
-                .map(|z| u64::try_from(z.timestamp().as_millisecond()).unwrap_or(0));
             if day.used.saturating_add(cost) > d.limit {
-                return Err(refused(
-                    GuardLimit::Daily,
-                    day.used.saturating_add(cost),
-                    d.limit,
-                    next,
-                    format!(
-                        "Daily budget: guard '{}' allows {} {} a day ({}); {} are used and this call would cost {}, so it was not run. The budget starts again at midnight ({}).",
-                        rule.name,
-                        d.limit,
-                        if d.cost.is_empty() { "calls" } else { "cost units" },
-                        scope,
-                        day.used,
-                        cost,
-                        d.tz_name
-                    ),
-                ));
+                return Err(daily_refused(rule, d, &scope, day, cost));
             }
             day.used += cost;
             st.day = Some(day);
@@ -471,6 +450,80 @@ impl Guards {
             })
             .collect();
         write(&writes)
+    }
+
+    /// Fleet mode: the `daily` counts `adm` took, to charge against the fleet's counters
+    /// ([`crate::fleet::Fleet::charge`]) before the call runs.
+    pub fn daily_charges(&self, adm: &Admission) -> Vec<DailyCharge> {
+        adm.taken
+            .iter()
+            .filter_map(|t| {
+                let Taken::Daily(i, scope, cost) = t else {
+                    return None;
+                };
+                let rule = &adm.set.rules[*i];
+                let day = lock(&rule.state.scopes)
+                    .map
+                    .get(scope)
+                    .and_then(|s| s.day)?;
+                Some(DailyCharge {
+                    key: daily_key(&rule.name, scope),
+                    day: day.date.to_string(),
+                    cost: *cost,
+                    limit: rule.daily.as_ref().map_or(0, |d| d.limit),
+                })
+            })
+            .collect()
+    }
+
+    /// Fleet mode: the fleet's answer to [`Guards::daily_charges`]: `Ok` with each counter's
+    /// fleet-wide count (this member's counts catch up with it), or `Err((n, used))` when
+    /// charge `n` would have gone over its limit (then nothing was charged, and the call is
+    /// refused like one counted here).
+    pub fn settle(
+        &self,
+        adm: Admission,
+        charged: Result<Vec<u64>, (usize, u64)>,
+    ) -> Result<Admission, Refused> {
+        let daily = adm.taken.iter().filter_map(|t| match t {
+            Taken::Daily(i, scope, cost) => Some((&adm.set.rules[*i], scope, *cost)),
+            _ => None,
+        });
+        match charged {
+            Ok(used) => {
+                for ((rule, scope, _), used) in daily.zip(used) {
+                    if let Some(d) = lock(&rule.state.scopes)
+                        .map
+                        .get_mut(scope)
+                        .and_then(|s| s.day.as_mut())
+                    {
+                        d.used = d.used.max(used);
+                    }
+                }
+                Ok(adm)
+            }
+            Err((n, used)) => {
+                let refused = daily.clone().nth(n).and_then(|(rule, scope, cost)| {
+                    let d = rule.daily.as_ref()?;
+                    let day = lock(&rule.state.scopes)
+                        .map
+                        .get(scope)
+                        .and_then(|s| s.day)?;
+                    rule.state.refusals.fetch_add(1, Ordering::Relaxed);
+                    Some(daily_refused(rule, d, scope, Day { used, ..day }, cost))
+                });
+                match refused {
+                    Some(r) => {
+                        give_back(&adm.set, &adm.taken);
+                        Err(r)
+                    }
+                    None => {
+                        Err(self
+                            .unpersisted(adm, "the fleet refused a charge it was not asked for"))
+                    }
+                }
+            }
+        }
     }
 
     /// A refusal of a call whose `daily` count could not be stored: it fails closed.
@@ -632,6 +685,50 @@ fn give_back(set: &RuleSet, taken: &[Taken]) {
     }
 }
 
+/// When `day` ends in `d`'s time zone, ms since the epoch: when its count starts again.
+fn next_midnight(d: &Daily, day: Day) -> Option<u64> {
+    day.date
+        .tomorrow()
+        .ok()
+        .and_then(|t| t.to_zoned(d.tz.clone()).ok())
+        .map(|z| u64::try_from(z.timestamp().as_millisecond()).unwrap_or(0))
+}
+
+/// The refusal of a call that would take `day`'s count over `rule`'s daily limit.
+fn daily_refused(rule: &Rule, d: &Daily, scope: &str, day: Day, cost: u64) -> Refused {
+    let next = next_midnight(d, day);
+    Refused {
+        refusal: GuardRefusal {
+            rule: rule.name.clone(),
+            limit: GuardLimit::Daily,
+            scope: scope.to_owned(),
+            count: day.used.saturating_add(cost),
+            allowed: d.limit,
+            resets_at_ms: next,
+        },
+        message: format!(
+            "Daily budget: guard '{}' allows {} {} a day ({}); {} are used and this call would cost {}, so it was not run. The budget starts again at midnight ({}).",
+            rule.name,
+            d.limit,
+            if d.cost.is_empty() { "calls" } else { "cost units" },
+            scope,
+            day.used,
+            cost,
+            d.tz_name
+        ),
+    }
+}
+
+/// One `daily` count a call took, as the fleet charges it (fleet mode): the counter's key,
+/// the day counted (`YYYY-MM-DD` in the rule's time zone), the cost and the limit.
+#[derive(Debug, Clone)]
+pub struct DailyCharge {
+    pub key: Vec<u8>,
+    pub day: String,
+    pub cost: u64,
+    pub limit: u64,
+}
+
 /// Drops `rule`'s idle scopes and sets the size of the next sweep.
 fn sweep(scopes: &mut Scopes, rule: &Rule, now: Instant) {
     let today = rule
@@ -674,13 +771,7 @@ fn scope_status(
     let daily = rule.daily.as_ref().map(|d| {
         let today = jiff::Timestamp::now().to_zoned(d.tz.clone()).date();
         let day = Day::current(st.day, today);
-        let next = day
-            .date
-            .tomorrow()
-            .ok()
-            .and_then(|t| t.to_zoned(d.tz.clone()).ok())
-            .map(|z| u64::try_from(z.timestamp().as_millisecond()).unwrap_or(0));
-        counter(day.used as f64, d.limit, next)
+        counter(day.used as f64, d.limit, next_midnight(d, day))
     });
     let concurrency = rule.concurrency.map(|(max, _)| {
         let running = st.slots.as_ref().map_or(0, |(m, s)| {

@@ -71,3 +71,53 @@ pub struct FleetHealth {
     /// The schema version in use.
     pub schema_version: i32,
 }
+
+/// `fleet.token_create`: a bearer token for a user of the fleet.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FleetTokenCreateParams {
+    /// The user the token stands for (letters, digits, `.`, `_`, `-`, `@`; 1–64).
+    pub user: String,
+}
+
+/// `fleet.token_create`: the token, shown this once (the database keeps its SHA-256 only).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FleetTokenCreated {
+    /// `tok-` and 12 hex digits: what `fleet.token_revoke` names.
+    pub id: String,
+    pub user: String,
+    /// The bearer token itself.
+    pub token: String,
+}
+
+/// `fleet.token_revoke`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FleetTokenRevokeParams {
+    /// The token's id (`fleet.token_list`).
+    pub id: String,
+}
+
+/// `fleet.token_revoke`: whether this call revoked it (false: revoked already).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FleetTokenRevokeResult {
+    pub id: String,
+    pub revoked: bool,
+}
+
+/// One user token as `fleet.token_list` shows it (never the token).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FleetToken {
+    pub id: String,
+    pub user: String,
+    /// When it was made, ms since the epoch, and on which member.
+    pub created_ms: u64,
+    pub created_on: String,
+    /// When it was revoked, if it was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked_ms: Option<u64>,
+}
+
+/// `fleet.token_list`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct FleetTokenListResult {
+    pub tokens: Vec<FleetToken>,
+}

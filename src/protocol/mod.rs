@@ -151,6 +151,9 @@ pub mod method {
     pub const APPROVALS_LIST: &str = "approvals.list";
     pub const APPROVALS_DECIDE: &str = "approvals.decide";
     pub const FLEET_STATUS: &str = "fleet.status";
+    pub const FLEET_TOKEN_CREATE: &str = "fleet.token_create";
+    pub const FLEET_TOKEN_REVOKE: &str = "fleet.token_revoke";
+    pub const FLEET_TOKEN_LIST: &str = "fleet.token_list";
     pub const SUBSCRIBE_APPROVALS: &str = "subscribe_approvals";
     pub const UNSUBSCRIBE_APPROVALS: &str = "unsubscribe_approvals";
     pub const APPROVAL_EVENT: &str = "approval_event";

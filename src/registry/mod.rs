@@ -210,10 +210,21 @@ impl Registry {
         sources
             .catalog
             .pins
-            .set_all(vec![(name.to_owned(), entry.pin())]);
+            .set_all(vec![(name.to_owned(), entry.pin())])
+            .map_err(|e| format!("tool '{name}' was not approved: {e}"))?;
         drop(snapshot);
         self.rebuild(sources);
         Ok(self.snapshot().revision())
+    }
+
+    /// Reads the fleet's pins again (another member approved or marked a tool) and, when
+    /// they changed, judges every tool by them (one swap, with its `tools_changed`).
+    pub fn refresh_pins(&self) -> Option<ToolsChanged> {
+        let sources = crate::lock(&self.0.sources);
+        if !sources.catalog.pins.reload() {
+            return None;
+        }
+        self.rebuild(sources)
     }
 
     /// Why the pin file cannot be read, while it cannot (for `host.health`).

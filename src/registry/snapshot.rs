@@ -241,6 +241,8 @@ impl Snapshot {
         let (winners, collisions) = claim_names(sources, &catalog.policy);
         let mut quarantined = IndexMap::new();
         let mut new_pins = Vec::new();
+        // Changed definitions this member sees: held back by the whole fleet (fleet mode).
+        let mut marks = Vec::new();
         // Listed in source order (built-ins, custom, MCP servers by name), each tool only
         // where it won its name.
         for list in sources.values() {
@@ -275,6 +277,9 @@ impl Snapshot {
                         Verdict::Pin => new_pins.push((name.clone(), entry.pin())),
                         Verdict::Quarantine(q) => {
                             tracing::warn!(tool = %name, reason = ?q.reason, "tool quarantined");
+                            if catalog.pins.matches(&name, &entry.pin_hash) == Some(false) {
+                                marks.push((name.clone(), entry.pin()));
+                            }
                             quarantined.insert(name, (entry, q));
                             continue;
                         }
@@ -283,7 +288,10 @@ impl Snapshot {
                 tools.insert(name, entry);
             }
         }
-        catalog.pins.set_all(new_pins);
+        if let Err(e) = catalog.pins.set_all(new_pins) {
+            tracing::warn!(error = %e, "new definitions not pinned");
+        }
+        catalog.pins.mark(marks);
         let candidates: Vec<catalog::Candidate<'_>> = tools
             .values()
             .filter(|e| !e.hidden())

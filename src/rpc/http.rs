@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use subtle::ConstantTimeEq;
+
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use http_body_util::BodyExt;
@@ -39,12 +41,22 @@ pub type Tokens = Arc<[(Arc<str>, Arc<str>)]>;
 /// that have not yet done so (`admission`).
 pub(super) struct Bearer {
     tokens: Tokens,
+    /// In fleet mode, the users' tokens too ([`crate::fleet::Fleet::user_of`]).
+    fleet: Option<crate::fleet::Fleet>,
     pending: Pending,
 }
 
 impl Bearer {
-    pub(super) fn new(tokens: Tokens, pending: Pending) -> Bearer {
-        Bearer { tokens, pending }
+    pub(super) fn new(
+        tokens: Tokens,
+        fleet: Option<crate::fleet::Fleet>,
+        pending: Pending,
+    ) -> Bearer {
+        Bearer {
+            tokens,
+            fleet,
+            pending,
+        }
     }
 
     /// The name of the token `req` carries; the first request that carries one
@@ -63,15 +75,20 @@ impl Bearer {
     }
 
     /// The name of the token `req` carries. Every token is compared (in constant time),
-    /// so the time taken says nothing of which one came close.
+    /// so the time taken says nothing of which one came close; a user's token of the fleet
+    /// is found by its SHA-256 and named `user:<user>`.
     fn token_of<B>(&self, req: &HttpRequest<B>) -> Option<Arc<str>> {
+        let given = bearer_of(req)?;
         let mut found = None;
         for (name, token) in self.tokens.iter() {
-            if bearer_matches(req, token) {
+            if given.as_bytes().ct_eq(token.as_bytes()).into() {
                 found = Some(name.clone());
             }
         }
-        found
+        found.or_else(|| {
+            let user = self.fleet.as_ref()?.user_of(given)?;
+            Some(crate::fleet::caller_name(&user).into())
+        })
     }
 
     /// Counts the connection as authenticated: it presented the token or, for the
@@ -379,22 +396,17 @@ fn json(status: u16, body: String) -> HttpResponse {
 
 /// Constant-time check of `Authorization: Bearer <token>` (the scheme is case-insensitive,
 /// RFC 9110 §11.1).
-fn bearer_matches<B>(req: &HttpRequest<B>, token: &str) -> bool {
-    use subtle::ConstantTimeEq;
-    let Some(value) = req
+/// The bearer token `req` carries (`Authorization: Bearer …`).
+fn bearer_of<B>(req: &HttpRequest<B>) -> Option<&str> {
+    let value = req
         .headers()
-        .get(hyper::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-    else {
-        return false;
-    };
-    let Some((scheme, given)) = value.split_once(' ') else {
-        return false;
-    };
-    if !scheme.eq_ignore_ascii_case("bearer") {
-        return false;
-    }
-    given.trim().as_bytes().ct_eq(token.as_bytes()).into()
+        .get(hyper::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let (scheme, given) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(given.trim())
 }
 
 #[cfg(test)]
@@ -416,7 +428,7 @@ mod tests {
             "BEARER s3cret",
             "Bearer  s3cret",
         ] {
-            assert!(bearer_matches(&req(ok), "s3cret"), "{ok}");
+            assert_eq!(bearer_of(&req(ok)), Some("s3cret"), "{ok}");
         }
         for bad in [
             "Bearer s3cre",
@@ -425,7 +437,7 @@ mod tests {
             "Bearer s3cretX",
             "",
         ] {
-            assert!(!bearer_matches(&req(bad), "s3cret"), "{bad}");
+            assert_ne!(bearer_of(&req(bad)), Some("s3cret"), "{bad}");
         }
     }
 }

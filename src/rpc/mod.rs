@@ -231,7 +231,8 @@ pub fn start(host: Host, listeners: Listeners) -> anyhow::Result<RunningServer> 
                         return;
                     };
                     let pending = ticket.silent();
-                    let bearer = http::Bearer::new(tokens, pending.clone());
+                    let bearer =
+                        http::Bearer::new(tokens, shared.host.fleet().cloned(), pending.clone());
                     let serve = async move {
                         // The peer is looked up (a scan of /proc) once the connection sends
                         // something, so thousands of idle ones cost nothing; and while they

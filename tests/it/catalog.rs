@@ -132,14 +132,14 @@ fn service_catalog(i: usize) -> Value {
     Value::Array(tools)
 }
 
-fn write_catalog(dir: &Path, server: &str, tools: &Value) -> std::path::PathBuf {
+pub(crate) fn write_catalog(dir: &Path, server: &str, tools: &Value) -> std::path::PathBuf {
     let path = dir.join(format!("{server}.catalog.json"));
     std::fs::write(&path, serde_json::to_vec(tools).unwrap()).unwrap();
     path
 }
 
 /// A fixture server block serving the tools of `catalog` besides its own.
-fn server(catalog: &Path, extra: Value) -> Value {
+pub(crate) fn server(catalog: &Path, extra: Value) -> Value {
     let mut block = json!({"command": FIXTURE, "env": {"FIXTURE_CATALOG_FILE": catalog}});
     if let (Some(b), Value::Object(e)) = (block.as_object_mut(), extra) {
         b.extend(e);
@@ -147,7 +147,7 @@ fn server(catalog: &Path, extra: Value) -> Value {
     block
 }
 
-async fn wait_ready(d: &Daemon, servers: &[&str]) {
+pub(crate) async fn wait_ready(d: &Daemon, servers: &[&str]) {
     for s in servers {
         let mut st = Value::Null;
         for _ in 0..800 {
@@ -189,7 +189,10 @@ async fn next_change(sub: &mut Subscription<ToolsChanged>) -> ToolsChanged {
 }
 
 /// Waits for the tools_changed that mentions `name` (other changes may come first).
-async fn change_naming(sub: &mut Subscription<ToolsChanged>, name: &str) -> ToolsChanged {
+pub(crate) async fn change_naming(
+    sub: &mut Subscription<ToolsChanged>,
+    name: &str,
+) -> ToolsChanged {
     loop {
         let n = next_change(sub).await;
         if n.added

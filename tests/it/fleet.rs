@@ -12,9 +12,9 @@ use crate::common::postgres::Postgres;
 use crate::common::{eventually, toolhost, Daemon};
 use serde_json::{json, Value};
 
-const KEY: &str = "fleet-key-for-the-tests-0123456789abcdef";
+pub(crate) const KEY: &str = "fleet-key-for-the-tests-0123456789abcdef";
 
-fn config(pg: &Postgres, mode: &str) -> Value {
+pub(crate) fn config(pg: &Postgres, mode: &str) -> Value {
     json!({
         "store": {"kind": "postgres", "url": pg.url(), "pool": 2},
         "fleet": {"key": KEY, "heartbeat_ms": 200, "lost_after_ms": 1500},
@@ -27,7 +27,7 @@ async fn member(pg: &Postgres, mode: &str) -> Daemon {
 }
 
 /// This daemon's member id.
-async fn member_id(d: &Daemon) -> String {
+pub(crate) async fn member_id(d: &Daemon) -> String {
     let s = d.call("fleet.status", json!({})).await;
     s["result"]["member"]
         .as_str()
@@ -261,7 +261,7 @@ async fn the_database_going_away_degrades_a_member_and_it_recovers_losing_nothin
 }
 
 /// Starts a daemon with `cfg` that must refuse to start; its stderr.
-async fn refused(cfg: Value) -> String {
+pub(crate) async fn refused(cfg: Value) -> String {
     let mut d = Daemon::unstarted();
     std::fs::write(d.config_path(), serde_json::to_string(&cfg).unwrap()).unwrap();
     let out = tokio::time::timeout(Duration::from_secs(30), d.command().output())
@@ -300,7 +300,7 @@ async fn bad_starts_are_refused_with_the_step_and_never_the_password() {
     pg.sql("INSERT INTO toolhost_schema (version) VALUES (999)");
     let err = refused(config(&pg, "auto")).await;
     assert!(
-        err.contains("schema is version 999") && err.contains("up to 2"),
+        err.contains("schema is version 999") && err.contains("up to 3"),
         "{err}"
     );
     drop(a);

@@ -43,6 +43,7 @@ mod fleet;
 mod fleet_deploy;
 mod fleet_gateway;
 mod fleet_sessions;
+mod fleet_trust;
 mod frontend_openings;
 mod guards;
 mod hardening3_budget;

@@ -281,7 +281,7 @@ async fn truncated_store_refuses_to_start_and_recover_keeps_readable_sessions() 
             let id = s["id"].as_str().unwrap();
             let i: usize = id[1..].parse().unwrap();
             assert_eq!(
-                s["meta"],
+                common::own_meta(s),
                 json!({"n": i, "pad": "x".repeat(PAD)}),
                 "{pct}%: {id}"
             );
@@ -407,7 +407,7 @@ async fn acknowledged_writes_survive_kill_9_rounds() {
                         else {
                             return;
                         };
-                        assert_eq!(r["result"]["meta"], meta, "{r}");
+                        assert_eq!(common::own_meta(&r["result"]), meta, "{r}");
                         let _ = tx.send((id, meta, true));
                     }
                 }
@@ -431,7 +431,7 @@ async fn acknowledged_writes_survive_kill_9_rounds() {
         d.spawn(&[]).await;
         for (id, (meta, maybe)) in &expected {
             let r = d.call("session.get", json!({"id": id})).await;
-            let got = &r["result"]["meta"];
+            let got = &common::own_meta(&r["result"]);
             assert!(
                 got == meta || Some(got) == maybe.as_ref(),
                 "round {round}: {id}: {r}, expected {meta}"

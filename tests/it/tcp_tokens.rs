@@ -10,7 +10,7 @@ use common::{eventually, Daemon};
 use serde_json::{json, Value};
 
 /// One JSON-RPC call over TCP with `token`: the HTTP status and the reply.
-async fn tcp_call(addr: &str, token: &str, method: &str, params: Value) -> (u16, Value) {
+pub(crate) async fn tcp_call(addr: &str, token: &str, method: &str, params: Value) -> (u16, Value) {
     let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
     let (status, text) = common::http_on(
