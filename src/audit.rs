@@ -435,6 +435,7 @@ mod tests {
             peer_process: Some("curl".into()),
             client: None,
             frontend: None,
+            workspace: None,
             tool: "bash".into(),
             source: "builtin".into(),
             server: None,

@@ -63,10 +63,11 @@ impl Frontends {
         }
         let meta = p.meta.get_or_insert_default();
         // A caller that names no kind of frontend (a program on the socket or over TCP
-        // making its own session) is its own frontend: named by its meta `client`, else
-        // its process or its `User-Agent`.
+        // making its own session) is its own frontend: named by its meta `client` (or
+        // `clientInfo.name`), else its process or its `User-Agent`.
         let own = !meta.contains_key("frontend");
-        let client = match (own, meta.get("client").and_then(Value::as_str)) {
+        let client = match (own, crate::audit::client_name(meta)) {
+            (true, Some(name)) => name,
             (true, None) => caller
                 .as_ref()
                 .and_then(|c| c.process.clone().or_else(|| c.agent.clone()))

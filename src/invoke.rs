@@ -180,6 +180,7 @@ async fn run_call(
     let mut facts = Facts {
         client,
         frontend,
+        workspace: Some(workspace.display().to_string()),
         token: session_token,
         checkpoints: crate::checkpoint::enabled_for(&config, profile.as_deref(), &session_meta),
         parent,
@@ -243,6 +244,8 @@ struct Facts {
     client: Option<String>,
     /// The session's frontend id.
     frontend: Option<String>,
+    /// The workspace the call ran in (its session's, else the daemon's).
+    workspace: Option<String>,
     /// The name of the bearer token its session was made with (`/mcp` over TCP, whose
     /// calls come through the daemon's own connection).
     token: Option<String>,
@@ -266,6 +269,7 @@ impl Default for Facts {
             output_bytes: 0,
             client: None,
             frontend: None,
+            workspace: None,
             token: None,
             guard: None,
             checkpoints: false,
@@ -314,6 +318,7 @@ fn record_finished(
             .client
             .or_else(|| caller.as_ref().and_then(|c| c.agent.clone())),
         frontend: facts.frontend,
+        workspace: facts.workspace,
         tool: params.name.clone(),
         source: facts.source.as_str().to_owned(),
         server: facts.server,

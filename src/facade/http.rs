@@ -276,13 +276,14 @@ impl Endpoint {
     }
 }
 
+/// An answer of the `/mcp` service.
+type McpResponse = http::Response<BoxBody<Bytes, Infallible>>;
+
 /// Keeps a stream whose head went out early alive until rmcp's `answer` comes, then relays
 /// it: an SSE body frame by frame, anything else (a JSON answer) as one `message` event.
 /// Ends, dropping `answer` (which cancels the call), as soon as the client is gone.
 async fn relay_when_answered(
-    mut answer: std::pin::Pin<
-        Box<dyn std::future::Future<Output = http::Response<BoxBody<Bytes, Infallible>>> + Send>,
-    >,
+    mut answer: std::pin::Pin<Box<dyn std::future::Future<Output = McpResponse> + Send>>,
     tx: tokio::sync::mpsc::Sender<Bytes>,
 ) {
     let mut tick = tokio::time::interval(SSE_KEEP_ALIVE);

@@ -40,6 +40,9 @@ pub struct AuditRecord {
     /// The frontend of the call's session (its session meta `frontend_id`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frontend: Option<String>,
+    /// The workspace the call ran in: its session's project, else the daemon's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
     pub tool: String,
     /// `builtin`, `custom`, `mcp`, or `unknown` for a tool that does not exist.
     pub source: String,

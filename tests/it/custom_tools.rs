@@ -408,13 +408,19 @@ async fn the_program_gets_the_session_workspace_and_meta_read_at_call_time() {
         )
         .await;
     assert!(r.get("result").is_some(), "{r}");
+    // The session's meta as the program sees it, its frontend (the daemon's word) checked apart.
     let call = || async {
-        d.call(
-            "invoke",
-            json!({"name": "envdump", "arguments": {"x": 1}, "session_id": "s1", "call_id": "c-1"}),
-        )
-        .await["result"]["result"]
-            .clone()
+        let mut r = d
+            .call(
+                "invoke",
+                json!({"name": "envdump", "arguments": {"x": 1}, "session_id": "s1", "call_id": "c-1"}),
+            )
+            .await["result"]["result"]
+            .clone();
+        let meta = &mut r["env"]["TOOLHOST_SESSION_META"];
+        let session = json!({"meta": meta.clone()});
+        *meta = common::own_meta(&session);
+        r
     };
     let tool_dir = tools(&d).join("envdump");
     let expected = |meta: Value| {

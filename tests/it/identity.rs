@@ -1080,7 +1080,9 @@ async fn a_socket_session_belongs_to_its_own_frontend() {
         std::fs::read_to_string(&audit).is_ok_and(|t| {
             t.lines().any(|l| {
                 let line: Value = serde_json::from_str(l).unwrap_or_default();
-                line["session"] == first["id"] && line["frontend"] == id.as_str()
+                line["session"] == first["id"]
+                    && line["frontend"] == id.as_str()
+                    && line["workspace"] == ws
             })
         })
     })
@@ -1104,4 +1106,16 @@ async fn a_rootless_bridges_sandbox_is_its_projects() {
         !elsewhere.exists(),
         "the sandbox let it write in the daemon's workspace"
     );
+    // Its audit line is the project's too.
+    let audit = d.data_dir().join("audit.jsonl");
+    let project = dir.canonicalize().unwrap().display().to_string();
+    common::eventually(10, "the call's audit line", || async {
+        std::fs::read_to_string(&audit).is_ok_and(|t| {
+            t.lines().any(|l| {
+                let line: Value = serde_json::from_str(l).unwrap_or_default();
+                line["tool"] == "bash" && line["workspace"] == project.as_str()
+            })
+        })
+    })
+    .await;
 }

@@ -294,9 +294,17 @@ async fn every_answer_validates_against_the_openrpc_document() {
     seen.insert("tools.pins_reset".into());
     // Fleet mode needs PostgreSQL (tests/it/fleet.rs checks that answer); out of it, the
     // method says so as invalid params.
-    let fleet = d.call("fleet.status", json!({})).await;
-    assert_eq!(fleet["error"]["code"], -32602, "{fleet}");
-    seen.insert("fleet.status".into());
+    // (tests/it/fleet_trust.rs checks the token methods' answers).
+    for (method, params) in [
+        ("fleet.status", json!({})),
+        ("fleet.token_list", json!({})),
+        ("fleet.token_create", json!({"user": "alice"})),
+        ("fleet.token_revoke", json!({"id": "t1"})),
+    ] {
+        let fleet = d.call(method, params).await;
+        assert_eq!(fleet["error"]["code"], -32602, "{method}: {fleet}");
+        seen.insert(method.into());
+    }
     call_checked(&d, &doc, &mut seen, "session.delete", json!({"id": id})).await;
     // After the tool calls above, which the audit log holds (or will: it writes in batches).
     call_checked(&d, &doc, &mut seen, "audit.recent", json!({"limit": 5})).await;

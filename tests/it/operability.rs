@@ -280,6 +280,8 @@ fn stable(mut r: Value) -> Value {
         "duration_ms",
         "output_bytes",
         "peer_pid",
+        "frontend",
+        "workspace",
     ] {
         r.as_object_mut().unwrap().remove(k);
     }
@@ -341,6 +343,16 @@ async fn audit_log_tells_two_frontends_apart_and_keeps_no_arguments() {
         .as_u64()
         .is_some_and(|p| p != u64::from(std::process::id())));
     assert!(lines.iter().all(|l| l["output_bytes"].as_u64() > Some(0)));
+    // Two frontends, each named by its id, both in the daemon's workspace.
+    let frontend = |l: &Value| l["frontend"].as_str().unwrap_or_default().to_owned();
+    assert!(frontend(&lines[0]).starts_with("f_"), "{}", lines[0]);
+    assert!(frontend(&lines[1]).starts_with("f_"), "{}", lines[1]);
+    assert_ne!(frontend(&lines[0]), frontend(&lines[1]));
+    let ws = d.workspace().canonicalize().unwrap().display().to_string();
+    assert!(
+        lines.iter().all(|l| l["workspace"] == ws.as_str()),
+        "{lines:?}"
+    );
     let expected = |session: &str, client: &str, process: &str, a: &Value| {
         json!({
             "session": session, "peer_uid": uid, "peer_process": process, "client": client,
