@@ -389,35 +389,10 @@ async fn closing_a_new_era_calls_stream_cancels_the_program_and_its_inner_call()
     // The progress notification: the program runs, on this stream.
     let (_, first) = stream.event().await.expect("an event");
     assert!(first.contains("waiting"), "{first}");
-    eventually(20, "the inner sleep in flight", || async {
-        let s = d.call("host.status", json!({})).await;
-        s["result"]["calls"]
-            .as_array()
-            .is_some_and(|c| c.iter().any(|c| c["tool"] == "mcp_fx_sleep"))
-    })
-    .await;
+    inner_sleep_in_flight(&d).await;
     // The client goes away: its connection closes with the stream.
     drop(stream);
-    eventually(30, "the program and its inner call cancelled", || async {
-        let records = audit(&d);
-        let program = records.iter().find(|a| a["tool"] == "run_code");
-        let inner = records.iter().find(|a| a["tool"] == "mcp_fx_sleep");
-        program.is_some_and(|p| p["error_kind"] == "cancelled")
-            && inner.is_some_and(|i| i["error_kind"] == "cancelled")
-    })
-    .await;
-    let records = audit(&d);
-    let program = records.iter().find(|a| a["tool"] == "run_code").unwrap();
-    let inner = records
-        .iter()
-        .find(|a| a["tool"] == "mcp_fx_sleep")
-        .unwrap();
-    assert_eq!(inner["parent"], program["call_id"], "{inner}");
-    eventually(10, "no call left in flight", || async {
-        let s = d.call("host.status", json!({})).await;
-        s["result"]["calls"].as_array().is_some_and(Vec::is_empty)
-    })
-    .await;
+    program_and_inner_call_cancelled(&d).await;
 }
 
 /// The same, for a program that sends nothing before its inner call, and a client that gives
@@ -442,6 +417,13 @@ async fn a_new_era_client_giving_up_before_any_event_cancels_the_program() {
     tokio::io::AsyncWriteExt::write_all(&mut io, request.as_bytes())
         .await
         .unwrap();
+    inner_sleep_in_flight(&d).await;
+    // Gone before any byte of the answer was read.
+    drop(io);
+    program_and_inner_call_cancelled(&d).await;
+}
+
+async fn inner_sleep_in_flight(d: &Daemon) {
     eventually(20, "the inner sleep in flight", || async {
         let s = d.call("host.status", json!({})).await;
         s["result"]["calls"]
@@ -449,16 +431,26 @@ async fn a_new_era_client_giving_up_before_any_event_cancels_the_program() {
             .is_some_and(|c| c.iter().any(|c| c["tool"] == "mcp_fx_sleep"))
     })
     .await;
-    // Gone before any byte of the answer was read.
-    drop(io);
+}
+
+/// The code call and the sleep it made both end `cancelled` (the sleep as its child), and
+/// nothing is left in flight.
+async fn program_and_inner_call_cancelled(d: &Daemon) {
     eventually(30, "the program and its inner call cancelled", || async {
-        let records = audit(&d);
+        let records = audit(d);
         let program = records.iter().find(|a| a["tool"] == "run_code");
         let inner = records.iter().find(|a| a["tool"] == "mcp_fx_sleep");
         program.is_some_and(|p| p["error_kind"] == "cancelled")
             && inner.is_some_and(|i| i["error_kind"] == "cancelled")
     })
     .await;
+    let records = audit(d);
+    let program = records.iter().find(|a| a["tool"] == "run_code").unwrap();
+    let inner = records
+        .iter()
+        .find(|a| a["tool"] == "mcp_fx_sleep")
+        .unwrap();
+    assert_eq!(inner["parent"], program["call_id"], "{inner}");
     eventually(10, "no call left in flight", || async {
         let s = d.call("host.status", json!({})).await;
         s["result"]["calls"].as_array().is_some_and(Vec::is_empty)

@@ -751,3 +751,72 @@ async fn the_page_names_a_socket_sessions_frontend() {
     assert_eq!(id, format!("frontend {frontend}"));
     b.close().await.unwrap();
 }
+
+/// The trust card's buttons, at the driver's 1400 px: "Approve" admits one waiting item (its
+/// tool is listed, its card goes), "Trust this folder" admits a whole workspace (the folder
+/// is trusted, the emptied card takes no column).
+#[tokio::test]
+async fn the_trust_cards_buttons_approve_an_item_and_trust_a_folder() {
+    let (d, addr) = tcp_daemon(json!({})).await;
+    let tool = d.workspace().join(".toolhost/tools/greeter");
+    std::fs::create_dir_all(&tool).unwrap();
+    std::fs::write(tool.join("run.sh"), "#!/bin/sh\necho hi\n").unwrap();
+    std::fs::set_permissions(
+        tool.join("run.sh"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    write_atomic(
+        &tool.join("tool.json"),
+        &json!({"name": "greeter", "description": "- greets", "command": ["./run.sh"], "approval": "read_only"}),
+    );
+    let other = d.subdir("cloned");
+    let skill = other.join(".toolhost/skills/demo");
+    std::fs::create_dir_all(&skill).unwrap();
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: demo\ndescription: A demo.\n---\nDo it.\n",
+    )
+    .unwrap();
+    d.session(json!({"workspace": other})).await;
+    eventually(20, "both items waiting", || async {
+        d.trust_waiting().await == [".toolhost/skills/demo", ".toolhost/tools/greeter"]
+    })
+    .await;
+
+    let driver = Driver::start().await;
+    let b = driver.browser().await;
+    log_in(&b, &addr).await;
+    let card = |path: &Path| format!(r#"#trust-list [data-trust="{}"]"#, path.display());
+    click(&b, &format!("{} button.primary", card(&tool))).await;
+    eventually(20, "the tool approved and listed", || async {
+        let listed = d.call("list_tools", json!({})).await;
+        d.trust_waiting().await == [".toolhost/skills/demo"]
+            && listed["result"]["meta"].get("greeter").is_some()
+    })
+    .await;
+    let gone = |css: String| {
+        let b = b.clone();
+        async move { b.find(Locator::Css(&css)).await.is_err() }
+    };
+    eventually(20, "the approved item's card gone", || gone(card(&tool))).await;
+
+    click(&b, &format!("{} button:not(.primary)", card(&skill))).await;
+    eventually(20, "the folder trusted", || async {
+        let t = d.call("trust.list", json!({})).await;
+        let folder = other.canonicalize().unwrap().display().to_string();
+        d.trust_waiting().await.is_empty()
+            && t["result"]["folders"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|f| *f == folder.as_str()))
+    })
+    .await;
+    eventually(20, "the emptied trust card hidden", || async {
+        b.execute("return document.getElementById('trust').hidden", vec![])
+            .await
+            .unwrap()
+            == json!(true)
+    })
+    .await;
+    b.close().await.unwrap();
+}
