@@ -77,6 +77,11 @@ impl Caller {
     /// `None`: it has only the bearer token. Reads /proc (on a blocking thread).
     pub async fn of_tcp(stream: &tokio::net::TcpStream) -> Option<Arc<Caller>> {
         use crate::procfs;
+        // One scan at a time: each reads every socket and process of the machine, so
+        // thousands of connections that each sent a byte would otherwise take every core
+        // at once (and the CLI on the Unix socket would wait behind them).
+        static SCANS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+        let _scan = SCANS.acquire().await.ok()?;
         let (local, peer) = (stream.local_addr().ok()?, stream.peer_addr().ok()?);
         tokio::task::spawn_blocking(move || {
             let (uid, inode) = procfs::tcp_socket(peer, local)?;
