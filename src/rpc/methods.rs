@@ -620,12 +620,9 @@ fn catalog_methods(api: &mut Api) -> anyhow::Result<()> {
         |host, p: ToolNameParams| async move {
             let pinned = host.registry().approve(&p.name);
             if pinned.is_err() {
-                let trust = host.trust().clone();
                 let name = p.name.clone();
-                let admitted = tokio::task::spawn_blocking(move || trust.approve_tool_named(&name))
-                    .await
-                    .map_err(|e| Error::Server(e.to_string()))?
-                    .map_err(Error::InvalidParams)?;
+                let admitted =
+                    trust::off_runtime(&host, move |t| t.approve_tool_named(&name)).await?;
                 if !admitted.is_empty() {
                     trust::rescan(&host).await;
                     return Ok(ToolsApproveResult {
@@ -659,15 +656,13 @@ fn catalog_methods(api: &mut Api) -> anyhow::Result<()> {
         method::TOOLS_DIFF,
         "A tool's pinned definition against its current one (as a unified diff too), its quarantine if any, and for a workspace tool or module waiting for trust its files against the approved ones (as trust.diff; not for a process the host started).",
         |host, p: ToolNameParams, peer| async move {
-            let trust = host.trust().clone();
             let name = p.name.clone();
             let files = match peer.host_started() {
                 true => None,
-                false => tokio::task::spawn_blocking(move || trust.diff_tool_named(&name))
-                    .await
-                    .map_err(|e| Error::Server(e.to_string()))?
-                    .transpose()
-                    .map_err(Error::InvalidParams)?,
+                false => {
+                    trust::off_runtime(&host, move |t| t.diff_tool_named(&name).transpose())
+                        .await?
+                }
             };
             match host.registry().pin_diff(&p.name) {
                 Some(d) => Ok(ToolsDiffResult { files, ..d }),

@@ -23,7 +23,9 @@ const MAX_TEXT_TOTAL: u64 = 4 * 1024 * 1024;
 /// waits has already met.
 const MAX_ENTRIES: usize = 4096;
 const MAX_DEPTH: usize = 16;
-const MAX_FILE: u64 = 64 * 1024 * 1024;
+/// Bytes read an item, as the digest allows (a file swapped for a bigger one after the
+/// digest is refused here too, never read whole).
+const MAX_BYTES: u64 = 64 * 1024 * 1024;
 
 /// One entry of an item, as kept.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -143,6 +145,7 @@ fn diff_of(path: &str, old: Option<&Kept>, new: Option<&Kept>) -> String {
 struct Walk {
     files: Files,
     entries: usize,
+    bytes: u64,
     text_bytes: u64,
     skip_node_modules: bool,
 }
@@ -215,8 +218,12 @@ impl Walk {
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(path)?;
         let size = file.metadata()?.len();
-        if size > MAX_FILE {
-            return Err(std::io::Error::other("too large to keep"));
+        self.bytes += size;
+        if self.bytes > MAX_BYTES {
+            return Err(std::io::Error::other(format!(
+                "the item holds more than {} MiB",
+                MAX_BYTES / 1024 / 1024
+            )));
         }
         let mut bytes = Vec::new();
         file.take(size).read_to_end(&mut bytes)?;
@@ -279,6 +286,16 @@ mod tests {
             "{}",
             c[1].diff
         );
+    }
+
+    #[test]
+    fn an_item_over_the_digests_bytes_is_refused_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("tool.json"), "{}").unwrap();
+        let big = std::fs::File::create(dir.path().join("blob")).unwrap();
+        big.set_len(MAX_BYTES + 1).unwrap();
+        let e = read(TrustKind::Tool, dir.path()).unwrap_err();
+        assert!(e.contains("more than 64 MiB"), "{e}");
     }
 
     #[test]

@@ -19,11 +19,8 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
         method::TRUST_APPROVE,
         "Approves the waiting item at path (or every waiting item beneath it) with the content it waits with; a later change waits again. The sources rescan before the answer.",
         |host, p: TrustApproveParams| async move {
-            let (trust, path) = (host.trust().clone(), p.path.clone());
-            let admitted = tokio::task::spawn_blocking(move || trust.approve(Path::new(&path)))
-                .await
-                .map_err(|e| Error::Server(e.to_string()))?
-                .map_err(Error::InvalidParams)?;
+            let path = p.path.clone();
+            let admitted = off_runtime(&host, move |t| t.approve(Path::new(&path))).await?;
             tracing::info!(path = %p.path, items = admitted.len(), "workspace items approved");
             rescan(&host).await;
             Ok(TrustDecisionResult {
@@ -36,11 +33,7 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
         method::TRUST_DIFF,
         "What changed in the item waiting at path since it was approved, file by file with unified diffs (never approved, or its files not kept: every file as added). Nothing is loaded or run.",
         |host, p: TrustDiffParams| async move {
-            let trust = host.trust().clone();
-            tokio::task::spawn_blocking(move || trust.diff(Path::new(&p.path)))
-                .await
-                .map_err(|e| Error::Server(e.to_string()))?
-                .map_err(Error::InvalidParams)
+            off_runtime(&host, move |t| t.diff(Path::new(&p.path))).await
         },
     )?;
     api.method(
@@ -60,6 +53,19 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
         },
     )?;
     Ok(())
+}
+
+/// Runs `f` on the gate off the async runtime (approving and diffing read the items'
+/// files); its refusal is the caller's invalid params.
+pub(super) async fn off_runtime<R: Send + 'static>(
+    host: &Host,
+    f: impl FnOnce(&crate::trust::Trust) -> Result<R, String> + Send + 'static,
+) -> Result<R, Error> {
+    let trust = host.trust().clone();
+    tokio::task::spawn_blocking(move || f(&trust))
+        .await
+        .map_err(|e| Error::Server(e.to_string()))?
+        .map_err(Error::InvalidParams)
 }
 
 /// Every source that asks the gate scans again (one apply), so a decision shows in the
