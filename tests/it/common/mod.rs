@@ -502,6 +502,9 @@ pub struct RawLines {
     lines: tokio::io::Lines<BufReader<tokio::net::unix::OwnedReadHalf>>,
     pub writer: tokio::net::unix::OwnedWriteHalf,
     next_id: u64,
+    /// Messages that arrived while `call` waited for its answer, in order: a call's
+    /// `invoke_event` can come before the answer to a request sent on its connection.
+    backlog: std::collections::VecDeque<Value>,
 }
 
 impl RawLines {
@@ -512,6 +515,7 @@ impl RawLines {
             lines: BufReader::new(r).lines(),
             writer: w,
             next_id: 1,
+            backlog: Default::default(),
         }
     }
 
@@ -520,8 +524,15 @@ impl RawLines {
         self.writer.write_all(b"\n").await.unwrap();
     }
 
-    /// Next message, or panic after 30 s.
+    /// Next message (one `call` passed over first), or panic after 30 s.
     pub async fn recv(&mut self) -> Value {
+        if let Some(m) = self.backlog.pop_front() {
+            return m;
+        }
+        self.read().await
+    }
+
+    async fn read(&mut self) -> Value {
         let line = tokio::time::timeout(Duration::from_secs(30), self.lines.next_line())
             .await
             .expect("a message within 30 s")
@@ -562,10 +573,11 @@ impl RawLines {
         )
         .await;
         loop {
-            let m = self.recv().await;
+            let m = self.read().await;
             if m.get("id") == Some(&json!(id)) {
                 return m;
             }
+            self.backlog.push_back(m);
         }
     }
 
