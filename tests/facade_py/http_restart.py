@@ -22,31 +22,7 @@ import httpx2
 from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
 import mcp_types as types
-
-
-def text(result) -> str:
-    """The first block's text (a call's output; its facts follow as a JSON block)."""
-    first = result.content[0] if result.content else None
-    return first.text if isinstance(first, types.TextContent) else ""
-
-
-async def wait_gone(p: int) -> None:
-    with anyio.fail_after(30):
-        while True:
-            try:
-                if os.waitpid(p, os.WNOHANG)[0] == p:
-                    return
-                own = True
-            except ChildProcessError:
-                own = False
-            try:
-                with open(f"/proc/{p}/stat") as f:
-                    zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
-                if zombie and not own and len(os.listdir(f"/proc/{p}/task")) <= 1:
-                    return
-            except FileNotFoundError:
-                return
-            await anyio.sleep(0.05)
+from restarts import text, wait_gone
 
 
 async def wait_ready(socket_path: str) -> None:
