@@ -253,5 +253,13 @@ mod tests {
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
         let e = read_file(&p).unwrap_err();
         assert!(e.contains("chmod 600"), "{e}");
+        // Another user's file is not read, whatever its mode (the suite runs as root).
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        nix::unistd::chown(&p, Some(nix::unistd::Uid::from_raw(65534)), None).unwrap();
+        let e = read_file(&p).unwrap_err();
+        assert!(
+            e.contains("belongs to uid 65534, not to the daemon's user"),
+            "{e}"
+        );
     }
 }

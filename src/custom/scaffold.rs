@@ -69,6 +69,33 @@ impl Done {
     }
 }
 
+/// Why the Node that would run a new TypeScript module cannot (none found, or one older than
+/// type stripping), said at once rather than when the module first fails to load.
+fn typescript_note(config_path: &Path) -> Option<String> {
+    use crate::process::node;
+    let configured = crate::config::load(config_path)
+        .ok()
+        .and_then(|l| l.config.custom_tools.node);
+    let named = if configured.is_some() {
+        "custom_tools.node"
+    } else {
+        "node on PATH"
+    };
+    let found = match node::find_node(configured) {
+        Ok(found) => found,
+        Err(e) => return Some(e),
+    };
+    let version = node::version(&found)?;
+    (!node::strips_types(&version)).then(|| {
+        format!(
+            "{} ({named}) is Node {version}, which cannot run TypeScript modules (type \
+             stripping needs Node 22.6 or newer): set config custom_tools.node to a newer \
+             Node, or write the module in JavaScript (--lang node)",
+            found.display()
+        )
+    })
+}
+
 /// Runs `toolhost tool …`; `config_path` is the config whose `custom_tools` are searched.
 /// Whether a running daemon searches the folders is the CLI's to say (cli/tool.rs).
 pub fn cli(command: ToolCommand, config_path: &Path) -> Done {
@@ -101,6 +128,11 @@ pub fn cli(command: ToolCommand, config_path: &Path) -> Done {
             match made {
                 Ok(dir) => {
                     println!("created {}", dir.display());
+                    if lang == Lang::Ts {
+                        if let Some(note) = typescript_note(config_path) {
+                            eprintln!("note: {note}");
+                        }
+                    }
                     Done::new(ExitCode::SUCCESS, vec![folder], Some(name))
                 }
                 Err(e) => {

@@ -27,3 +27,41 @@ pub fn find_node(configured: Option<PathBuf>) -> Result<PathBuf, String> {
             "no Node.js found: JS/TS tool modules need node; put it on PATH or set config custom_tools.node".to_owned()
         })
 }
+
+/// What `node --version` says, without its `v` (`"20.20.2"`), or `None` when it cannot be run.
+pub fn version(node: &Path) -> Option<String> {
+    let out = std::process::Command::new(node)
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8(out.stdout).ok()?;
+    let v = text.trim().trim_start_matches('v');
+    (out.status.success() && !v.is_empty()).then(|| v.to_owned())
+}
+
+/// Whether Node `version` runs TypeScript modules at all: type stripping came in 22.6 (behind
+/// a flag the module host adds up to 22.17 and 23.5).
+pub fn strips_types(version: &str) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    major > 22 || (major == 22 && minor >= 6)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn type_stripping_starts_at_22_6() {
+        for (v, strips) in [
+            ("20.20.2", false),
+            ("22.5.1", false),
+            ("22.6.0", true),
+            ("23.0.0", true),
+            ("24.1.0", true),
+            ("", false),
+        ] {
+            assert_eq!(super::strips_types(v), strips, "{v}");
+        }
+    }
+}

@@ -672,7 +672,10 @@ async fn five_frontends_import_as_one_entry_per_server_served_without_a_restart(
 #[tokio::test]
 async fn the_secrets_file_is_reloaded_and_must_be_private() {
     use std::os::unix::fs::PermissionsExt;
-    let d = Daemon::start_with(Some(json!({}))).await;
+    let mut d = Daemon::unstarted();
+    std::fs::write(d.config_path(), "{}").unwrap();
+    // A value only the daemon's own environment has still reaches a server.
+    d.spawn(&[("ENV_ONLY_T41", "from-env")]).await;
     let secrets = d.dir.path().join("secrets.env");
     let private = |text: &str| {
         write(&secrets, text);
@@ -682,10 +685,27 @@ async fn the_secrets_file_is_reloaded_and_must_be_private() {
     let server = json!({"command": FIXTURE, "env": {"FIXTURE_WHEREAMI": "1", "FIXTURE_LABEL": "${LABEL_T41}"}});
     // The test polls one call until a reload applies: the built-in loop breaker is off.
     let no_loop = json!([{"name": "default-loop", "enabled": false}]);
+    let from_env = json!({"command": FIXTURE, "env": {"FIXTURE_WHEREAMI": "1", "FIXTURE_LABEL": "${ENV_ONLY_T41}"}});
     common::write_atomic(
         &d.config_path(),
-        &json!({"mcp_servers": {"fx": server}, "guards": no_loop}),
+        &json!({"mcp_servers": {"fx": server, "fy": from_env}, "guards": no_loop}),
     );
+    let label_of = |server: &'static str| {
+        let d = &d;
+        async move {
+            let r = d.invoke(&format!("mcp_{server}_whereami"), json!({})).await;
+            r["output"]
+                .as_str()
+                .and_then(|o| serde_json::from_str::<Value>(o).ok())
+                .map(|me| me["label"].clone())
+        }
+    };
+    eventually(
+        30,
+        "fy to run with the daemon's environment's value",
+        || async { label_of("fy").await == Some(json!("from-env")) },
+    )
+    .await;
     let label = || async {
         let r = d.invoke("mcp_fx_whereami", json!({})).await;
         r["output"]

@@ -670,6 +670,7 @@ async fn tool_new_lang_ts_writes_a_seed_shaped_module_that_tool_check_loads() {
         out.contains(&format!("created {}", file.display())),
         "{out}"
     );
+    assert!(!out.contains("note:"), "{out}");
     let text = std::fs::read_to_string(&file).unwrap();
     assert!(text.contains("import type { CustomToolFactory }"), "{text}");
     assert!(text.contains("pi.zod.object"), "{text}");
@@ -692,6 +693,17 @@ async fn tool_new_lang_ts_writes_a_seed_shaped_module_that_tool_check_loads() {
         "{out}"
     );
     assert!(out.contains("ok      greet"), "{out}");
+
+    // On a Node without type stripping (Debian's, older than 22.6) it says so at once.
+    std::fs::write(&cfg, config(json!({"node": "/usr/bin/node"})).to_string()).unwrap();
+    let (code, out) = run(&["tool", "new", "later", "--lang", "ts"]).await;
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("note: /usr/bin/node (custom_tools.node) is Node ")
+            && out.contains("cannot run TypeScript modules")
+            && out.contains("--lang node"),
+        "{out}"
+    );
 }
 
 #[tokio::test]
