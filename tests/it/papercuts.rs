@@ -259,3 +259,78 @@ async fn an_unreachable_http_servers_error_is_one_readable_line() {
     );
     assert!(!status.stdout.contains("rmcp::"), "{}", status.stdout);
 }
+
+/// `toolhost health` names each cause of `degraded` on a line of its own — here a name clash
+/// between two servers and a skill that cannot be read — and `toolhost status` shows a call
+/// waiting for approval and a scoped server's instance in a session's workspace.
+#[tokio::test]
+async fn health_names_each_cause_and_status_shows_waiting_calls_and_instances() {
+    let d = Daemon::start_in(|dir| {
+        let skills = dir.join("skills");
+        common::skills::write_skill(&skills, "broken", "name: [unclosed\n", "", &[]);
+        let echo = json!({"command": common::FIXTURE, "prefix": false, "include_tools": ["echo"]});
+        json!({
+            "approval": {"mode": "strict", "wait_s": 60},
+            "skills": {"paths": [skills]},
+            "mcp_servers": {
+                "zeta": echo,
+                "alpha": echo,
+                "sc": {"command": common::FIXTURE, "scope": "per_workspace",
+                       "env": {"FIXTURE_WHEREAMI": "1"},
+                       "approval": {"whereami": "read_only"}},
+            },
+        })
+    })
+    .await;
+    eventually(20, "the clash and the skill error in health", || async {
+        let h = d.health().await;
+        h["clashes"].as_array().is_some_and(|c| !c.is_empty())
+            && h["skill_errors"].as_array().is_some_and(|e| !e.is_empty())
+    })
+    .await;
+    let h = d.health().await;
+    let skill_error = h["skill_errors"][0].as_str().unwrap().to_owned();
+    let health = cli(&d, &["health"]).await;
+    assert_eq!(health.code, 1, "degraded: {}", health.stdout);
+    let lines: Vec<&str> = health.stdout.lines().collect();
+    for want in [
+        "  name clash: echo kept from mcp:zeta, dropped from mcp:alpha".to_owned(),
+        format!("  skill skipped: {skill_error}"),
+    ] {
+        assert!(lines.contains(&want.as_str()), "{want}\n{}", health.stdout);
+    }
+
+    // A session in another workspace starts its own instance of the scoped server.
+    let ws = d.subdir("project");
+    let session = d.session(json!({"workspace": &ws})).await;
+    let r = d
+        .call(
+            "invoke",
+            json!({"name": "mcp_sc_whereami", "arguments": {}, "session_id": session}),
+        )
+        .await;
+    assert_eq!(r["result"]["result"]["ok"], true, "{r}");
+    // A strict call that waits for a decision.
+    let _waiting = crate::approvals::caller(&d, "held-1", "touch held", None, json!([])).await;
+    eventually(10, "the call in the queue", || async {
+        d.call("approvals.list", json!({})).await["result"]["pending"]
+            .as_array()
+            .is_some_and(|p| p.len() == 1)
+    })
+    .await;
+    let status = cli(&d, &["status"]).await;
+    assert!(
+        status.stdout.contains("\npending approvals (1)\n") && status.stdout.contains("touch held"),
+        "{}",
+        status.stdout
+    );
+    assert!(
+        status
+            .stdout
+            .lines()
+            .any(|l| l.contains("instance in") && l.contains(&ws.display().to_string())),
+        "{}",
+        status.stdout
+    );
+    assert!(!d.workspace().join("held").exists());
+}
