@@ -841,3 +841,43 @@ async fn import_refuses_kernel_files_that_claim_no_size_without_reading_them() {
         start.elapsed()
     );
 }
+
+/// A project's own `.cursor/mcp.json` (committed beside the code) is imported and rewritten
+/// like the user's: its server lands in config.json, the file names `toolhost` by name (so
+/// it works on a teammate's machine) and the original is kept as a backup.
+#[tokio::test]
+async fn a_projects_cursor_file_is_imported_and_rewritten_portably() {
+    let root = tempfile::tempdir().unwrap();
+    let project = root.path().join("project");
+    let file = project.join(".cursor/mcp.json");
+    write(
+        &file,
+        &json!({"mcpServers": {"proj-cursor": {"command": "proj-cursor-mcp", "args": ["--x"]}}})
+            .to_string(),
+    );
+    let original = std::fs::read_to_string(&file).unwrap();
+    let bin = root.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::os::unix::fs::symlink(BIN, bin.join("toolhost")).unwrap();
+    let path = format!("{}:/usr/bin:/bin", bin.display());
+    let (code, out, err) = run(
+        root.path(),
+        &project,
+        &[("PATH", path.as_str())],
+        &["import", "--apply", "--rewrite"],
+    )
+    .await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    let cfg = read_json(&root.path().join("xdg/toolhost/config.json"));
+    assert_eq!(
+        cfg["mcp_servers"]["proj-cursor"],
+        json!({"command": "proj-cursor-mcp", "args": ["--x"]}),
+        "{cfg}"
+    );
+    assert_eq!(
+        read_json(&file)["mcpServers"],
+        json!({"toolhost": {"command": "toolhost", "args": ["mcp"]}})
+    );
+    let backup = PathBuf::from(format!("{}.toolhost-backup", file.display()));
+    assert_eq!(std::fs::read_to_string(backup).unwrap(), original);
+}

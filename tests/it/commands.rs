@@ -420,6 +420,14 @@ async fn the_frontends_own_command_folders_are_served_with_their_source() {
         "prompt = \"Lint the code.\"\n",
     );
     write_command(&ws, ".toolhost/commands/review.md", "Our review.\n");
+    // The same name in the workspace's and the user's Claude Code folders: the workspace's
+    // (row 3 of the order in proto-docs/commands.md) wins over the user's (row 6).
+    write_command(
+        &ws,
+        ".claude/commands/deploy.md",
+        "Deploy from the project.\n",
+    );
+    write_command(&home, ".claude/commands/deploy.md", "Deploy from home.\n");
     let codex = home.join(".codex");
     d.spawn(&[("CODEX_HOME", codex.to_str().unwrap())]).await;
     // The workspace's folders wait for the user's trust like toolhost's own (trust_gate.rs).
@@ -447,7 +455,33 @@ async fn the_frontends_own_command_folders_are_served_with_their_source() {
     assert_eq!(source("lint"), Some(json!("workspace_gemini")));
     assert_eq!(source("explain"), Some(json!("user_codex")));
     assert_eq!(source("git commit"), Some(json!("user_gemini")));
+    assert_eq!(source("deploy"), Some(json!("workspace_claude")));
+    let described = |name: &str| {
+        list["commands"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .map(|c| c["description"].clone())
+    };
+    // Gemini's TOML `description`, Claude's front matter.
+    assert_eq!(
+        described("git commit"),
+        Some(json!("Writes a commit message."))
+    );
     let health = d.health().await;
+    let deploy_clash = format!(
+        "command 'deploy' is defined twice: {} is used, {} is ignored",
+        ws.join(".claude/commands/deploy.md").display(),
+        home.join(".claude/commands/deploy.md").display()
+    );
+    assert!(
+        health["command_errors"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(deploy_clash)),
+        "{health}"
+    );
     let clash = format!(
         "command 'review' is defined twice: {} is used, {} is ignored",
         ws.join(".toolhost/commands/review.md").display(),
@@ -483,4 +517,24 @@ async fn the_frontends_own_command_folders_are_served_with_their_source() {
             .any(|c| c["name"] == "later" && c["source"] == "user_codex")
     })
     .await;
+    // Edited and removed, as they are hot reloaded.
+    write_command(
+        &home,
+        ".gemini/commands/git/commit.toml",
+        "description = \"Writes a better commit message.\"\nprompt = \"Commit {{args}}.\"\n",
+    );
+    std::fs::remove_file(home.join(".codex/prompts/explain.md")).unwrap();
+    eventually(10, "the edit and the removal to be taken up", || async {
+        let list = result(&d, "list_commands", json!({})).await;
+        let all = list["commands"].as_array().unwrap();
+        !all.iter().any(|c| c["name"] == "explain")
+            && all.iter().any(|c| {
+                c["name"] == "git commit" && c["description"] == "Writes a better commit message."
+            })
+    })
+    .await;
+    assert_eq!(
+        expand(&d, "git commit", json!({"args": "x"})).await,
+        "Commit x."
+    );
 }
