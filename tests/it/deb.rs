@@ -122,6 +122,29 @@ fn cargo_deb_packages_the_binary_the_units_and_the_example_config() {
         depends.contains("adduser") && depends.contains("libc6"),
         "{depends}"
     );
-    // The postinst that creates the service's user.
+    // The postinst that creates the service's user and installs the module host's own
+    // packages (zod, TypeBox) for every user when npm is there.
     assert!(info.contains(" postinst "), "{info}");
+    let control = tmp.path().join("control");
+    let extracted = Command::new("dpkg-deb")
+        .arg("-e")
+        .arg(&deb)
+        .arg(&control)
+        .output()
+        .unwrap();
+    assert!(extracted.status.success(), "{extracted:?}");
+    let postinst = std::fs::read_to_string(control.join("postinst")).unwrap();
+    assert!(
+        postinst.contains("/usr/bin/toolhost modules setup --system"),
+        "{postinst}"
+    );
+    let checked = Command::new("sh")
+        .arg("-n")
+        .arg(control.join("postinst"))
+        .output()
+        .unwrap();
+    assert!(
+        checked.status.success(),
+        "postinst is valid sh: {checked:?}"
+    );
 }
