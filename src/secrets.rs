@@ -62,8 +62,16 @@ pub const FILE_NAME: &str = "secrets.env";
 /// The largest secrets file read.
 const MAX_FILE_BYTES: u64 = 256 * 1024;
 
-/// The secrets file that goes with the config file at `config`.
+/// The environment variable naming a secrets file kept elsewhere (a private mount, a
+/// systemd credentials directory) instead of beside config.json.
+pub const FILE_ENV: &str = "TOOLHOST_SECRETS_FILE";
+
+/// The secrets file that goes with the config file at `config`: `$TOOLHOST_SECRETS_FILE`
+/// when set, else [`FILE_NAME`] beside it. The daemon, its watcher and `import` all ask here.
 pub fn file_for(config: &std::path::Path) -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os(FILE_ENV).filter(|p| !p.is_empty()) {
+        return std::path::PathBuf::from(p);
+    }
     match config.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.join(FILE_NAME),
         _ => std::path::PathBuf::from(FILE_NAME),

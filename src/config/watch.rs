@@ -226,7 +226,8 @@ pub(crate) fn watch_with(
     })
 }
 
-/// Watches `dir` for events on `file` and on the secrets file beside it.
+/// Watches `dir` for events on `file` and on its secrets file ([`crate::secrets::file_for`]:
+/// beside it, or in a folder of its own, watched too).
 fn arm_file(
     dir: &Path,
     file: &std::ffi::OsStr,
@@ -234,12 +235,23 @@ fn arm_file(
     debounce: Duration,
 ) -> anyhow::Result<Armed> {
     let wanted = file.to_os_string();
+    let secrets = crate::secrets::file_for(&dir.join(file));
+    let secrets_dir = secrets
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty() && *d != dir)
+        .map(Path::to_path_buf);
+    // Beside config.json, its name is enough (the one folder watched); elsewhere, its path.
+    let beside = secrets_dir
+        .is_none()
+        .then(|| secrets.file_name().map(std::ffi::OsStr::to_os_string))
+        .flatten();
     let mut debouncer = signal_on_change(
         debounce,
         move |ev| {
             ev.paths.iter().any(|p| {
                 p.file_name() == Some(wanted.as_os_str())
-                    || p.file_name() == Some(crate::secrets::FILE_NAME.as_ref())
+                    || *p == secrets
+                    || (beside.is_some() && p.file_name() == beside.as_deref())
             })
         },
         tx,
@@ -249,6 +261,11 @@ fn arm_file(
     debouncer
         .watch(dir, RecursiveMode::NonRecursive)
         .with_context(|| format!("cannot watch {} for config changes", dir.display()))?;
+    if let Some(d) = &secrets_dir {
+        debouncer
+            .watch(d, RecursiveMode::NonRecursive)
+            .with_context(|| format!("cannot watch {} for secrets changes", d.display()))?;
+    }
     Ok(Armed {
         _debouncer: debouncer,
     })

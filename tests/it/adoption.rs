@@ -881,3 +881,58 @@ async fn a_projects_cursor_file_is_imported_and_rewritten_portably() {
     let backup = PathBuf::from(format!("{}.toolhost-backup", file.display()));
     assert_eq!(std::fs::read_to_string(backup).unwrap(), original);
 }
+
+/// A secrets file kept elsewhere (`TOOLHOST_SECRETS_FILE`, e.g. on a private mount): read
+/// instead of the one beside config.json, its folder watched, a change taken up without a
+/// restart, and its mode checked the same way.
+#[tokio::test]
+async fn a_secrets_file_kept_elsewhere_is_read_watched_and_checked() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut d = Daemon::unstarted();
+    let elsewhere = d.dir.path().join("private/vault.env");
+    std::fs::create_dir_all(elsewhere.parent().unwrap()).unwrap();
+    let private = |text: &str| {
+        write(&elsewhere, text);
+        std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o600)).unwrap();
+    };
+    private("LABEL_T41V=vault-one\n");
+    // The usual place holds another value, which must not be used.
+    let beside = d.config_path().with_file_name("secrets.env");
+    write(&beside, "LABEL_T41V=beside\n");
+    std::fs::set_permissions(&beside, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let server = json!({"command": FIXTURE, "env": {"FIXTURE_WHEREAMI": "1", "FIXTURE_LABEL": "${LABEL_T41V}"}});
+    let no_loop = json!([{"name": "default-loop", "enabled": false}]);
+    std::fs::write(
+        d.config_path(),
+        json!({"mcp_servers": {"fx": server}, "guards": no_loop}).to_string(),
+    )
+    .unwrap();
+    d.spawn(&[("TOOLHOST_SECRETS_FILE", elsewhere.to_str().unwrap())])
+        .await;
+    let label = || async {
+        let r = d.invoke("mcp_fx_whereami", json!({})).await;
+        r["output"]
+            .as_str()
+            .and_then(|o| serde_json::from_str::<Value>(o).ok())
+            .map(|me| me["label"].clone())
+    };
+    eventually(30, "fx to run with the vault's value", || async {
+        label().await == Some(json!("vault-one"))
+    })
+    .await;
+    private("LABEL_T41V=vault-two\n");
+    eventually(30, "fx to run with the vault's new value", || async {
+        label().await == Some(json!("vault-two"))
+    })
+    .await;
+    std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o640)).unwrap();
+    write(&elsewhere, "LABEL_T41V=vault-three\n");
+    eventually(30, "the reload to be refused", || async {
+        let s = d.call("config.status", json!({})).await;
+        s["result"]["last_error"].as_str().is_some_and(|e| {
+            e.contains("can be read by others") && e.contains(elsewhere.to_str().unwrap())
+        })
+    })
+    .await;
+    assert_eq!(label().await, Some(json!("vault-two")));
+}
