@@ -790,3 +790,93 @@ async fn a_forged_group_of_a_leaderless_group_or_another_call_is_never_signalled
     })
     .await;
 }
+
+/// A folder module that reads each of `files` itself and through `cat`, and has a child
+/// (`node`, its environment emptied) dial the daemon with the folder's `dialer.mjs` (the
+/// [`DIALER`] module, run as a plain script): what each got.
+const PEEK: &str = r#"import { readFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+export default () => ({
+  name: "peek",
+  description: "- reads the daemon's files and dials it from a child",
+  parameters: { type: "object", properties: {
+    files: { type: "array", items: { type: "string" } }, dial: { type: "object" },
+  } },
+  async execute(callId, { files, dial }) {
+    const read = {};
+    for (const f of files) {
+      try { readFileSync(f); read[f] = "read"; } catch (e) { read[f] = e.code ?? String(e); }
+      const cat = spawnSync("cat", [f], { env: { PATH: process.env.PATH }, stdio: "ignore" });
+      read[`cat ${f}`] = cat.status === 0 ? "read" : "refused";
+    }
+    const dialer = new URL("./dialer.mjs", import.meta.url).href;
+    const script = `const { default: make } = await import(${JSON.stringify(dialer)});
+      const r = await make().execute("child", JSON.parse(process.argv[1]));
+      process.stdout.write(r.content[0].text);`;
+    const child = spawnSync(process.execPath, ["--input-type=module", "-e", script, JSON.stringify(dial)],
+      { env: { PATH: process.env.PATH }, encoding: "utf8" });
+    return { content: [{ type: "text", text: JSON.stringify({ read, dial: child.stdout, stderr: child.stderr }) }] };
+  },
+});
+"#;
+
+/// A variant of the way back in: from a folder module (another nesting), the daemon's
+/// files — config.json, the secrets file, `listen.token_file`, a file of the data dir made
+/// before the host started and one made after — cannot be read, by the host nor by a child
+/// it runs; and a child with an emptied environment (no cookie) gets in by neither the Unix
+/// socket nor TCP, the token in hand.
+#[tokio::test]
+async fn a_workspace_modules_children_cannot_read_the_daemons_files_nor_dial_it() {
+    common::require_landlock(4);
+    const TOKEN: &str = "tok-modgate-5c2e";
+    let (_dir, token_file, extra) = listening_with_token(TOKEN);
+    let (mut d, ws) = in_project(extra);
+    let secrets = d.dir.path().join("secrets.env");
+    write(&secrets, "API_KEY=hunter2\n");
+    std::fs::set_permissions(
+        &secrets,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let folder = ws.join(".musepi/tools/peek");
+    write(&folder.join("index.mjs"), PEEK);
+    write(&folder.join("dialer.mjs"), DIALER);
+    let early = d.data_dir().join("early-note");
+    write(&early, "early");
+    let s = start_trusted(&mut d, &[], &ws, 1).await;
+    eventually(20, "the workspace host loaded", || async {
+        d.health().await["module_host"]["workspace_hosts"][0]["tools"] == 1
+    })
+    .await;
+    let late = d.data_dir().join("late-note");
+    write(&late, "late");
+    let files = [d.config_path(), secrets, token_file.clone(), early, late];
+    let addr = d.tcp_addr().await;
+    let target = d.dir.path().join("escaped");
+    let r = invoke_in(
+        &d,
+        &s,
+        "peek",
+        json!({"files": files, "dial": {"socket": d.socket(), "tcp": addr, "token": TOKEN,
+                                         "target": target}}),
+    )
+    .await;
+    let out: Value =
+        serde_json::from_str(r["output"].as_str().unwrap_or_else(|| panic!("{r}"))).unwrap();
+    for f in &files {
+        let f = f.display();
+        assert_eq!(out["read"][f.to_string()], "EACCES", "{f}: {out}");
+        assert_eq!(out["read"][format!("cat {f}")], "refused", "{f}: {out}");
+    }
+    let dial: Value = serde_json::from_str(out["dial"].as_str().unwrap())
+        .unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(dial["unix"], "error EPERM", "{out}");
+    assert!(
+        dial["tcp"]
+            .as_str()
+            .unwrap()
+            .contains("Not allowed from a process the host started"),
+        "{out}"
+    );
+    assert!(!target.exists(), "the child got out through the daemon");
+}

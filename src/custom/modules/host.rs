@@ -654,7 +654,8 @@ pub fn needs_strip_flag(version: &str) -> bool {
 /// The paths a confined host may not read, with its own script folder (`dir`, inside the
 /// data dir) left readable: a hidden folder holding `dir` is replaced by its entries other
 /// than the one on the way to `dir`, as they are when the host starts. (Something the
-/// daemon adds to the data dir later is readable to a host started before it.)
+/// daemon adds to the data dir later is not readable either: Landlock grants only the
+/// entries listed at the start.)
 fn readable_script_dir(hidden: &[PathBuf], dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for h in hidden {
