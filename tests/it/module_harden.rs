@@ -880,3 +880,109 @@ async fn a_workspace_modules_children_cannot_read_the_daemons_files_nor_dial_it(
     );
     assert!(!target.exists(), "the child got out through the daemon");
 }
+
+/// A module that imports the package `planted2` when called.
+const LATE_IMPORT: &str = r#"export default () => ({
+  name: "late",
+  description: "- imports a package when called",
+  parameters: { type: "object", properties: { load: { type: "boolean" } } },
+  async execute(id, { load }) {
+    if (!load) return { content: [{ type: "text", text: "loaded" }] };
+    const { default: p } = await import("planted2");
+    return { content: [{ type: "text", text: p.word }] };
+  },
+});
+"#;
+
+/// Code the workspace leads to through a symlink out of it is refused like the workspace's
+/// own packages: a `node_modules` at its root that is a symlink to a folder outside, a
+/// helpers folder of an `index.*` module that is one (the digest leaves symlinked folders
+/// out), and a package put in a module's folder after its approval (no change to the
+/// digest) as a symlink out. Each is named; none runs.
+#[tokio::test]
+async fn code_reached_through_a_symlink_out_of_the_workspace_never_runs() {
+    let (mut d, ws) = in_project(json!({}));
+    let outside = d.subdir("elsewhere");
+    // Where the workspace's host may write, so code that ran leaves its mark.
+    let marks = [
+        ws.join("root-ran"),
+        ws.join("vendor-ran"),
+        ws.join("late-ran"),
+    ];
+    planted_package(&outside.join("node_modules/planted"), &marks[0]);
+    std::os::unix::fs::symlink(outside.join("node_modules"), ws.join("node_modules")).unwrap();
+    write(
+        &ws.join(".claude/tools/linked.mjs"),
+        &USES_PLANTED.replace("NAME", "linked"),
+    );
+    write(
+        &outside.join("vendor/helper.mjs"),
+        &format!(
+            "import {{ writeFileSync }} from \"node:fs\";\nwriteFileSync({:?}, \"ran\");\nexport const word = \"vendored\";\n",
+            marks[1].display().to_string()
+        ),
+    );
+    let kit = ws.join(".codex/tools/kit");
+    write(
+        &kit.join("index.mjs"),
+        r#"import { word } from "./vendor/helper.mjs";
+export default () => ({
+  name: "kit",
+  description: "- uses a helper",
+  parameters: { type: "object", properties: {} },
+  async execute() { return { content: [{ type: "text", text: word }] }; },
+});
+"#,
+    );
+    std::os::unix::fs::symlink(outside.join("vendor"), kit.join("vendor")).unwrap();
+    let late = ws.join(".musepi/tools/late");
+    write(&late.join("index.mjs"), LATE_IMPORT);
+    let s = start_trusted(&mut d, &[], &ws, 3).await;
+    eventually(30, "both importers named in module_errors", || async {
+        let errors = d.health().await["module_errors"].to_string();
+        errors.contains("linked.mjs") && errors.contains("kit")
+    })
+    .await;
+    let errors = d.health().await["module_errors"].to_string();
+    let root_way = ws.join("node_modules/planted").display().to_string();
+    let vendor_way = kit.join("vendor/helper.mjs").display().to_string();
+    assert!(
+        errors.contains(&format!(
+            "{root_way} is a package of the workspace (a symlink to"
+        )),
+        "{errors}"
+    );
+    assert!(
+        errors.contains(&format!(
+            "{vendor_way} leads out of the workspace (a symlink to"
+        )),
+        "{errors}"
+    );
+    assert_eq!(
+        invoke_in(&d, &s, "late", json!({})).await["output"],
+        "loaded"
+    );
+    // After the approval: a package in the module's own folder, a symlink out.
+    let elsewhere = outside.join("late_modules");
+    planted_package(&elsewhere.join("planted2"), &marks[2]);
+    std::os::unix::fs::symlink(&elsewhere, late.join("node_modules")).unwrap();
+    let r = d
+        .call(
+            "invoke",
+            json!({"name": "late", "arguments": {"load": true}, "session_id": &s}),
+        )
+        .await;
+    let r = &r["result"]["result"];
+    assert_eq!(r["ok"], false, "{r}");
+    let way = late.join("node_modules/planted2").display().to_string();
+    assert!(
+        r["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&format!("{way} is a package of the workspace")),
+        "{r}"
+    );
+    for mark in &marks {
+        assert!(!mark.exists(), "{} ran", mark.display());
+    }
+}
