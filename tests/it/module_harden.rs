@@ -391,19 +391,28 @@ async fn a_helper_swapped_for_a_fifo_or_a_huge_file_is_refused_without_wedging_t
     }
 }
 
-/// A module whose call runs a synchronous child (`spawnSync`, `detached` asked for, the
-/// environment emptied) that starts a grandchild and waits; the child writes its pid and
-/// its grandchild's to `marks`.
-const BLOCKER: &str = r#"import { execFileSync, spawnSync } from "node:child_process";
+/// A module whose call runs a synchronous child (`spawnSync`, `execFileSync` or `execSync`'s
+/// shell; `detached` asked for, the environment emptied) that starts a grandchild and
+/// waits; each writes its pid to `marks` (`child`, `grand`). With `escape`, the grandchildren
+/// leave the way a careless program does: one in a session of its own (`setsid`, pid in
+/// `session`) and a double-forked one, its parent gone (`orphan`).
+const BLOCKER: &str = r#"import { execFileSync, execSync, spawnSync } from "node:child_process";
 export default () => ({
   name: "blocker",
   description: "- blocks on a synchronous child",
-  parameters: { type: "object", properties: { marks: { type: "string" }, how: { type: "string" } } },
-  async execute(callId, { marks, how }) {
+  parameters: { type: "object", properties: {
+    marks: { type: "string" }, how: { type: "string" }, escape: { type: "boolean" },
+  } },
+  async execute(callId, { marks, how, escape }) {
     if (how === "none") return { content: [{ type: "text", text: "returned" }] };
-    const script = `echo $$ > ${marks}/child.tmp && mv ${marks}/child.tmp ${marks}/child; sleep 300 & echo $! > ${marks}/grand.tmp && mv ${marks}/grand.tmp ${marks}/grand; wait`;
+    const mark = (name) => `echo $$ > ${marks}/${name}.tmp && mv ${marks}/${name}.tmp ${marks}/${name}`;
+    const script = escape
+      ? `${mark("child")}; setsid sh -c '${mark("session")}; exec sleep 300' &
+         ( sh -c '${mark("orphan")}; exec sleep 300' & ); wait`
+      : `${mark("child")}; sh -c '${mark("grand")}; exec sleep 300' & wait`;
     const options = { detached: true, env: { PATH: process.env.PATH }, stdio: "ignore" };
     if (how === "exec") execFileSync("sh", ["-c", script], options);
+    else if (how === "shell") execSync(script, options);
     else spawnSync("sh", ["-c", script], options);
     return { content: [{ type: "text", text: "returned" }] };
   },
@@ -985,4 +994,62 @@ export default () => ({
     for mark in &marks {
         assert!(!mark.exists(), "{} ran", mark.display());
     }
+}
+
+/// A call cancelled while a synchronous child of its module runs (`execSync`, `spawnSync`)
+/// leaves nothing behind: the child, a grandchild that made a session of its own and a
+/// double-forked one are gone with the call, and the next call gets a working host.
+#[tokio::test]
+async fn a_cancelled_calls_synchronous_child_and_its_escaped_grandchildren_are_gone() {
+    let (d, ws, s) =
+        with_workspace_module(json!({}), &[], ".claude/tools/blocker/index.mjs", BLOCKER).await;
+    for how in ["shell", "spawn"] {
+        let marks = ws.join(format!("marks-{how}"));
+        std::fs::create_dir_all(&marks).unwrap();
+        let call_id = format!("sync-{how}");
+        let call = d.call(
+            "invoke",
+            json!({"name": "blocker", "arguments": {"marks": &marks, "how": how, "escape": true},
+                   "session_id": &s, "call_id": &call_id}),
+        );
+        tokio::pin!(call);
+        let pids = tokio::select! {
+            r = &mut call => panic!("{how}: the call ended before its children ran: {r}"),
+            pids = async {
+                let mut pids = Vec::new();
+                for name in ["child", "session", "orphan"] {
+                    pids.push(pid_in(&marks.join(name)).await);
+                }
+                pids
+            } => pids,
+        };
+        let host = host_pid(&d).await.as_i64().unwrap() as i32;
+        assert_eq!(
+            pgrp(pids[0]),
+            host,
+            "{how}: the child left the host's group"
+        );
+        assert_eq!(
+            pgrp(pids[1]),
+            pids[1],
+            "{how}: the grandchild made no session"
+        );
+        let (cancel, r) = tokio::join!(d.call("cancel", json!({"call_id": &call_id})), call);
+        assert!(cancel.get("result").is_some(), "{how}: {cancel}");
+        assert_eq!(
+            r["result"]["result"]["error_kind"], "cancelled",
+            "{how}: {r}"
+        );
+        eventually(20, "the child and both grandchildren gone", || async {
+            pids.iter().all(|p| !common::alive(*p))
+        })
+        .await;
+        eventually(20, "a new host with the module loaded", || async {
+            let h = &d.health().await["module_host"]["workspace_hosts"][0];
+            h["pid"].as_i64().is_some_and(|p| p != i64::from(host)) && h["tools"] == 1
+        })
+        .await;
+    }
+    let again = invoke_in(&d, &s, "blocker", json!({"marks": "", "how": "none"})).await;
+    assert_eq!(again["output"], "returned", "{again}");
 }
