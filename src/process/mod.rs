@@ -311,37 +311,38 @@ impl Processes {
     /// group spawned here — in the ledger, the watchdog's list and the escapee tracker, so a
     /// daemon killed with -9 has it swept — and the guard kills it. `parent` is the child
     /// of ours that started it. `None` when the group is gone already, `pgid` now names
-    /// another process, or the group is not `parent`'s (its leader is not `parent`'s child,
-    /// or, the leader gone, none of its members descends from `parent`). A leader that
-    /// already ended leaves its group keyed by start time 0 (the sweep then takes any of
-    /// our processes still in it).
+    /// another process, or the group is not `parent`'s: its leader is not `parent`'s child,
+    /// or, the leader gone, a live member does not descend from `parent` (a process of
+    /// `parent`'s that joined a foreign group with `setpgid` does not make it `parent`'s). A
+    /// leader that already ended leaves its group keyed by start time 0 (the sweep then
+    /// takes any of our processes still in it).
     pub fn adopt_group(&self, pgid: i32, parent: i32) -> Option<GroupGuard> {
+        let refuse = || {
+            tracing::warn!(
+                pgid,
+                parent,
+                "refused to adopt a process group that is not the child's"
+            );
+            None
+        };
+        // 0, 1 and negative numbers name no group of a child (`killpg` would read them as
+        // our own group, init, or a single process).
+        if pgid <= 1 {
+            return refuse();
+        }
         let start = match procfs::stat(pgid) {
             // The leader, running or a zombie its parent has not reaped yet.
             Some(s) if s.pgrp == pgid && s.ppid == parent => s.starttime,
-            Some(_) => {
-                tracing::warn!(
-                    pgid,
-                    parent,
-                    "refused to adopt a process group that is not the child's"
-                );
-                return None;
-            }
-            // The leader is gone: the group is `parent`'s only while one of its members
-            // still descends from `parent`. A pgid merely named in a line (a module host
-            // that prints a forged `{"id", "pgid"}`) never makes us signal another group.
+            Some(_) => return refuse(),
+            // The leader is gone: the group is `parent`'s only while all of its members
+            // descend from `parent`. A pgid merely named in a line (a module host that
+            // prints a forged `{"id", "pgid"}`) never makes us signal another group.
             None if group_alive(Pid::from_raw(pgid)) => {
                 let all = procfs::all();
-                if !procfs::descendants_in(&all, &[parent])
-                    .iter()
-                    .any(|s| s.pgrp == pgid)
-                {
-                    tracing::warn!(
-                        pgid,
-                        parent,
-                        "refused to adopt a process group that is not the child's"
-                    );
-                    return None;
+                let theirs = procfs::descendants_in(&all, &[parent]);
+                let mut members = all.iter().filter(|s| s.pgrp == pgid && !s.is_zombie());
+                if !members.all(|m| theirs.iter().any(|d| d.pid == m.pid)) {
+                    return refuse();
                 }
                 0
             }

@@ -41,6 +41,27 @@ fn write(path: &Path, text: &str) {
     std::fs::rename(&tmp, path).unwrap();
 }
 
+/// A daemon not started yet with `config(extra)`, and its workspace folder `project`.
+fn in_project(extra: Value) -> (Daemon, PathBuf) {
+    let d = Daemon::unstarted();
+    std::fs::write(d.config_path(), config(extra).to_string()).unwrap();
+    let ws = d.subdir("project");
+    (d, ws)
+}
+
+/// Starts `d` with `env`, opens a session in `ws`, waits for its `waiting` items to wait
+/// for trust and trusts the folder; the session.
+async fn start_trusted(d: &mut Daemon, env: &[(&str, &str)], ws: &Path, waiting: usize) -> String {
+    d.spawn(env).await;
+    let s = d.session(json!({"workspace": ws})).await;
+    eventually(20, "the workspace's items waiting for trust", || async {
+        d.trust_waiting().await.len() == waiting
+    })
+    .await;
+    d.trust(&[ws.as_os_str()]).await;
+    s
+}
+
 /// A daemon with `config(extra)` and the module `rel` (in workspace `ws` of the daemon's
 /// temp dir) of `source`, the workspace trusted and the module's tools listed; the daemon,
 /// the workspace and a session in it.
@@ -50,17 +71,9 @@ async fn with_workspace_module(
     rel: &str,
     source: &str,
 ) -> (Daemon, PathBuf, String) {
-    let mut d = Daemon::unstarted();
-    std::fs::write(d.config_path(), config(extra).to_string()).unwrap();
-    let ws = d.subdir("project");
+    let (mut d, ws) = in_project(extra);
     write(&ws.join(rel), source);
-    d.spawn(env).await;
-    let s = d.session(json!({"workspace": &ws})).await;
-    eventually(20, "the module waiting for trust", || async {
-        d.trust_waiting().await == [rel]
-    })
-    .await;
-    d.trust(&[ws.as_os_str()]).await;
+    let s = start_trusted(&mut d, env, &ws, 1).await;
     eventually(20, "the workspace host loaded", || async {
         let h = d.health().await;
         h["module_host"]["workspace_hosts"]
@@ -88,10 +101,10 @@ fn pgrp(pid: i32) -> i32 {
     after.split_whitespace().nth(2).unwrap().parse().unwrap()
 }
 
-/// A module whose call prints `{"id", "pgid"}` lines for its own request (the id read off
-/// what the daemon wrote to its host) naming the groups it is given, and starts one child
-/// of its own (`sleep`, its pid in the output) before it answers.
-const FORGER: &str = r#"
+/// The start of a module that prints lines of its own on the host's stdout (`write`), for
+/// the request of a call (`requestOf(callId)`, the id read off what the daemon wrote to its
+/// host).
+const HEARS_REQUESTS: &str = r#"
 import { spawn } from "node:child_process";
 let heard = "";
 process.stdin.on("data", (d) => { heard += String(d); });
@@ -106,6 +119,12 @@ function requestOf(callId) {
   }
   throw new Error("the call's request was not heard");
 }
+"#;
+
+/// A module whose call prints `{"id", "pgid"}` lines for its own request naming the groups
+/// it is given, and starts one child of its own (`sleep`, its pid in the output) before it
+/// answers.
+const FORGER: &str = r#"
 export default () => ({
   name: "forger",
   description: "- forges process groups",
@@ -128,8 +147,9 @@ export default () => ({
 /// group the host made for it, is ended with the call as before.
 #[tokio::test]
 async fn a_forged_group_line_never_gets_a_foreign_group_signalled() {
+    let source = format!("{HEARS_REQUESTS}{FORGER}");
     let (d, _ws, s) =
-        with_workspace_module(json!({}), &[], ".claude/tools/forger.mjs", FORGER).await;
+        with_workspace_module(json!({}), &[], ".claude/tools/forger.mjs", &source).await;
     let mut foreign = std::process::Command::new("sleep")
         .arg("300")
         .process_group(0)
@@ -228,6 +248,19 @@ export default () => ({
 });
 "#;
 
+/// A `listen.token_file` holding `token`, in a folder of its own (kept while the returned
+/// dir lives), and the config of a TCP listener using it, with the network allowed.
+fn listening_with_token(token: &str) -> (tempfile::TempDir, PathBuf, Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("listen.token");
+    std::fs::write(&token_file, token).unwrap();
+    let extra = json!({
+        "listen": {"tcp": "127.0.0.1:0", "token_file": &token_file},
+        "sandbox": {"network": "allow"},
+    });
+    (dir, token_file, extra)
+}
+
 /// A workspace module's host has no way back into the daemon: it cannot even make a Unix
 /// socket (so the daemon's socket is out of reach), and over TCP, with the token in hand
 /// and the network allowed, it is a process the host started and is refused any right
@@ -236,13 +269,7 @@ export default () => ({
 async fn a_workspace_modules_host_cannot_get_into_the_daemon_by_socket_or_tcp() {
     common::require_landlock(4);
     const TOKEN: &str = "tok-modharden-91ab";
-    let dir = tempfile::tempdir().unwrap();
-    let token_file = dir.path().join("listen.token");
-    std::fs::write(&token_file, TOKEN).unwrap();
-    let extra = json!({
-        "listen": {"tcp": "127.0.0.1:0", "token_file": token_file},
-        "sandbox": {"network": "allow"},
-    });
+    let (_dir, _, extra) = listening_with_token(TOKEN);
     let (d, ws, s) = with_workspace_module(extra, &[], ".codex/tools/dialer.mjs", DIALER).await;
     let addr = d.tcp_addr().await;
     let target = d.dir.path().join("escaped");
@@ -327,9 +354,7 @@ export default () => ({
 #[tokio::test]
 async fn a_helper_swapped_for_a_fifo_or_a_huge_file_is_refused_without_wedging_the_host() {
     for kind in ["fifo", "huge"] {
-        let mut d = Daemon::unstarted();
-        std::fs::write(d.config_path(), config(json!({})).to_string()).unwrap();
-        let ws = d.subdir("project");
+        let (mut d, ws) = in_project(json!({}));
         let dir = ws.join(".claude/tools/swapper");
         write(&dir.join("index.mjs"), SWAPPER);
         write(
@@ -337,13 +362,7 @@ async fn a_helper_swapped_for_a_fifo_or_a_huge_file_is_refused_without_wedging_t
             "export const word = \"approved\";\n",
         );
         write(&ws.join(".claude/tools/steady.mjs"), STEADY);
-        d.spawn(&[]).await;
-        let s = d.session(json!({"workspace": &ws})).await;
-        eventually(20, "both modules waiting for trust", || async {
-            d.trust_waiting().await.len() == 2
-        })
-        .await;
-        d.trust(&[ws.as_os_str()]).await;
+        let s = start_trusted(&mut d, &[], &ws, 2).await;
         eventually(20, "both modules loaded", || async {
             d.health().await["module_host"]["workspace_hosts"][0]["tools"] == 2
         })
@@ -372,19 +391,28 @@ async fn a_helper_swapped_for_a_fifo_or_a_huge_file_is_refused_without_wedging_t
     }
 }
 
-/// A module whose call runs a synchronous child (`spawnSync`, `detached` asked for, the
-/// environment emptied) that starts a grandchild and waits; the child writes its pid and
-/// its grandchild's to `marks`.
-const BLOCKER: &str = r#"import { execFileSync, spawnSync } from "node:child_process";
+/// A module whose call runs a synchronous child (`spawnSync`, `execFileSync` or `execSync`'s
+/// shell; `detached` asked for, the environment emptied) that starts a grandchild and
+/// waits; each writes its pid to `marks` (`child`, `grand`). With `escape`, the grandchildren
+/// leave the way a careless program does: one in a session of its own (`setsid`, pid in
+/// `session`) and a double-forked one, its parent gone (`orphan`).
+const BLOCKER: &str = r#"import { execFileSync, execSync, spawnSync } from "node:child_process";
 export default () => ({
   name: "blocker",
   description: "- blocks on a synchronous child",
-  parameters: { type: "object", properties: { marks: { type: "string" }, how: { type: "string" } } },
-  async execute(callId, { marks, how }) {
+  parameters: { type: "object", properties: {
+    marks: { type: "string" }, how: { type: "string" }, escape: { type: "boolean" },
+  } },
+  async execute(callId, { marks, how, escape }) {
     if (how === "none") return { content: [{ type: "text", text: "returned" }] };
-    const script = `echo $$ > ${marks}/child.tmp && mv ${marks}/child.tmp ${marks}/child; sleep 300 & echo $! > ${marks}/grand.tmp && mv ${marks}/grand.tmp ${marks}/grand; wait`;
+    const mark = (name) => `echo $$ > ${marks}/${name}.tmp && mv ${marks}/${name}.tmp ${marks}/${name}`;
+    const script = escape
+      ? `${mark("child")}; setsid sh -c '${mark("session")}; exec sleep 300' &
+         ( sh -c '${mark("orphan")}; exec sleep 300' & ); wait`
+      : `${mark("child")}; sh -c '${mark("grand")}; exec sleep 300' & wait`;
     const options = { detached: true, env: { PATH: process.env.PATH }, stdio: "ignore" };
     if (how === "exec") execFileSync("sh", ["-c", script], options);
+    else if (how === "shell") execSync(script, options);
     else spawnSync("sh", ["-c", script], options);
     return { content: [{ type: "text", text: "returned" }] };
   },
@@ -491,9 +519,7 @@ export default () => ({
 /// `pi.zod` still comes from config `custom_tools.node_modules`.
 #[tokio::test]
 async fn a_workspace_modules_packages_from_the_workspace_never_run() {
-    let mut d = Daemon::unstarted();
-    std::fs::write(d.config_path(), config(json!({})).to_string()).unwrap();
-    let ws = d.subdir("project");
+    let (mut d, ws) = in_project(json!({}));
     let (root_mark, inner_mark) = (ws.join("root-ran"), ws.join("inner-ran"));
     planted_package(&ws.join("node_modules/planted"), &root_mark);
     write(
@@ -516,13 +542,7 @@ async fn a_workspace_modules_packages_from_the_workspace_never_run() {
 });
 "#,
     );
-    d.spawn(&[]).await;
-    let s = d.session(json!({"workspace": &ws})).await;
-    eventually(20, "the modules waiting for trust", || async {
-        d.trust_waiting().await.len() == 3
-    })
-    .await;
-    d.trust(&[ws.as_os_str()]).await;
+    let s = start_trusted(&mut d, &[], &ws, 3).await;
     eventually(30, "both importers named in module_errors", || async {
         let h = d.health().await;
         let errors = h["module_errors"].to_string();
@@ -641,4 +661,400 @@ async fn a_program_tool_swapped_between_check_and_exec_runs_the_approved_bytes()
         d.trust_waiting().await.len() == 2
     })
     .await;
+}
+
+/// A folder module that, as it is imported (outside any call, so in the host's own group and
+/// session), has a child of the host move itself into the group `FOREIGN` (a group the
+/// test started, whose leader is gone). Called with `hold`, it starts a child (its pid in
+/// `marks/held`) and answers once `marks/release` exists; with `forge`, it prints
+/// `{"id", "pgid"}` lines naming each of `groups` for every request id up to its own
+/// (another call's, its own, ids of no request of this host) and answers with its own
+/// child's pid and the mover's.
+const GRABBER: &str = r#"
+import { existsSync, renameSync, writeFileSync } from "node:fs";
+const until = (file) => new Promise((r) => {
+  const t = setInterval(() => { if (existsSync(file)) { clearInterval(t); r(); } }, 20);
+});
+const spawned = (child) => new Promise((r) => child.on("spawn", r));
+const mover = spawn("perl", ["-e", 'setpgrp(0, FOREIGN) or die "setpgrp: $!"; $| = 1; print "joined\n"; sleep 300'],
+  { stdio: ["ignore", "pipe", "inherit"] });
+const joined = new Promise((resolve, reject) => {
+  mover.stdout.on("data", (d) => { if (String(d).includes("joined")) resolve(); });
+  mover.on("exit", (code) => reject(new Error(`perl ended with ${code}`)));
+});
+joined.catch(() => {});
+export default () => ({
+  name: "grabber",
+  description: "- holds a child, or forges groups",
+  parameters: { type: "object", properties: {
+    how: { type: "string" }, marks: { type: "string" }, groups: { type: "array", items: { type: "integer" } },
+  } },
+  async execute(callId, { how, marks, groups }) {
+    await new Promise((r) => setImmediate(r));
+    const id = requestOf(callId);
+    if (how === "hold") {
+      const child = spawn("sleep", ["300"], { stdio: "ignore" });
+      await spawned(child);
+      writeFileSync(`${marks}/held.tmp`, String(child.pid));
+      renameSync(`${marks}/held.tmp`, `${marks}/held`);
+      await until(`${marks}/release`);
+      return { content: [{ type: "text", text: String(child.pid) }] };
+    }
+    await joined;
+    const own = spawn("sleep", ["300"], { stdio: "ignore" });
+    await spawned(own);
+    for (let other = 1; other <= id + 2; other++) {
+      for (const pgid of groups) write(JSON.stringify({ id: other, pgid }) + "\n");
+    }
+    return { content: [{ type: "text", text: JSON.stringify({ own: own.pid, mover: mover.pid }) }] };
+  },
+});
+"#;
+
+/// Variants of the forged line: a group whose leader is gone but which a process of the
+/// host joined (`setpgid`, from a child the module started as it was imported), so one of
+/// its members descends from the host; and the group of another call of the same host.
+/// Each is named for that other call, for the forging call itself and for ids the host
+/// does not have open. The daemon signals neither: the test's group and the other call's
+/// child outlive the forging call, and the other call's child still ends with its call.
+#[tokio::test]
+async fn a_forged_group_of_a_leaderless_group_or_another_call_is_never_signalled() {
+    common::require_program("perl");
+    // A group of the test's: its leader exits at once, its member sleeps on.
+    let mut leader = std::process::Command::new("sh");
+    leader
+        .args(["-c", "sleep 300 >/dev/null 2>&1 & echo $!"])
+        .process_group(0);
+    let out = leader.output().unwrap();
+    let member: i32 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let foreign = pgrp(member);
+    let source = format!("{HEARS_REQUESTS}{GRABBER}").replace("FOREIGN", &foreign.to_string());
+    let (d, ws, s) =
+        with_workspace_module(json!({}), &[], ".codex/tools/grabber/index.mjs", &source).await;
+    let kill_foreign = || {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(foreign),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    };
+    let marks = ws.join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    let hold = d.call(
+        "invoke",
+        json!({"name": "grabber", "arguments": {"how": "hold", "marks": &marks},
+               "session_id": &s}),
+    );
+    tokio::pin!(hold);
+    let held_file = marks.join("held");
+    let held = tokio::select! {
+        r = &mut hold => panic!("the holding call ended early: {r}"),
+        pid = pid_in(&held_file) => pid,
+    };
+    let r = tokio::select! {
+        r = &mut hold => panic!("the holding call ended early: {r}"),
+        r = invoke_in(&d, &s, "grabber",
+            json!({"how": "forge", "groups": [foreign, held]})) => r,
+    };
+    let text = r["output"].as_str().unwrap_or_else(|| {
+        kill_foreign();
+        panic!("{r}\n{}", d.log())
+    });
+    let pids: Value = serde_json::from_str(text).unwrap();
+    let own = pids["own"].as_i64().unwrap() as i32;
+    let mover = pids["mover"].as_i64().unwrap() as i32;
+    assert_eq!(
+        pgrp(mover),
+        foreign,
+        "the host's child did not join the group"
+    );
+    // The forging call's own child ends with it: by then every group the daemon took from
+    // its lines has had its signal (a margin for one on its way, as above).
+    eventually(10, "the forging call's own child ended", || async {
+        !common::alive(own)
+    })
+    .await;
+    eventually(10, "the lines for no open request dropped", || async {
+        d.log()
+            .contains("a line for a request this host does not have open was ignored")
+    })
+    .await;
+    std::thread::sleep(Duration::from_millis(300));
+    let (member_alive, held_alive) = (common::alive(member), common::alive(held));
+    kill_foreign();
+    assert!(
+        member_alive && held_alive,
+        "signalled: the test's leaderless group {}, the other call's child {}",
+        !member_alive,
+        !held_alive
+    );
+    // Each forged group was looked at and refused (the holding call's task adopts its
+    // lines on its own time).
+    eventually(10, "the forged groups refused", || async {
+        let log = d.log();
+        log.contains("refused to adopt a process group that is not the child's")
+            && log.contains("refused to adopt a process group a call of the host named already")
+    })
+    .await;
+    // The holding call's child is still its call's: it ends when that call does.
+    std::fs::write(marks.join("release"), "").unwrap();
+    let r = hold.await;
+    assert_eq!(r["result"]["result"]["output"], held.to_string(), "{r}");
+    eventually(10, "the holding call's child ended with it", || async {
+        !common::alive(held)
+    })
+    .await;
+}
+
+/// A folder module that reads each of `files` itself and through `cat`, and has a child
+/// (`node`, its environment emptied) dial the daemon with the folder's `dialer.mjs` (the
+/// [`DIALER`] module, run as a plain script): what each got.
+const PEEK: &str = r#"import { readFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+export default () => ({
+  name: "peek",
+  description: "- reads the daemon's files and dials it from a child",
+  parameters: { type: "object", properties: {
+    files: { type: "array", items: { type: "string" } }, dial: { type: "object" },
+  } },
+  async execute(callId, { files, dial }) {
+    const read = {};
+    for (const f of files) {
+      try { readFileSync(f); read[f] = "read"; } catch (e) { read[f] = e.code ?? String(e); }
+      const cat = spawnSync("cat", [f], { env: { PATH: process.env.PATH }, stdio: "ignore" });
+      read[`cat ${f}`] = cat.status === 0 ? "read" : "refused";
+    }
+    const dialer = new URL("./dialer.mjs", import.meta.url).href;
+    const script = `const { default: make } = await import(${JSON.stringify(dialer)});
+      const r = await make().execute("child", JSON.parse(process.argv[1]));
+      process.stdout.write(r.content[0].text);`;
+    const child = spawnSync(process.execPath, ["--input-type=module", "-e", script, JSON.stringify(dial)],
+      { env: { PATH: process.env.PATH }, encoding: "utf8" });
+    return { content: [{ type: "text", text: JSON.stringify({ read, dial: child.stdout, stderr: child.stderr }) }] };
+  },
+});
+"#;
+
+/// A variant of the way back in: from a folder module (another nesting), the daemon's
+/// files — config.json, the secrets file, `listen.token_file`, a file of the data dir made
+/// before the host started and one made after — cannot be read, by the host nor by a child
+/// it runs; and a child with an emptied environment (no cookie) gets in by neither the Unix
+/// socket nor TCP, the token in hand.
+#[tokio::test]
+async fn a_workspace_modules_children_cannot_read_the_daemons_files_nor_dial_it() {
+    common::require_landlock(4);
+    const TOKEN: &str = "tok-modgate-5c2e";
+    let (_dir, token_file, extra) = listening_with_token(TOKEN);
+    let (mut d, ws) = in_project(extra);
+    let secrets = d.dir.path().join("secrets.env");
+    write(&secrets, "API_KEY=hunter2\n");
+    std::fs::set_permissions(
+        &secrets,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let folder = ws.join(".musepi/tools/peek");
+    write(&folder.join("index.mjs"), PEEK);
+    write(&folder.join("dialer.mjs"), DIALER);
+    let early = d.data_dir().join("early-note");
+    write(&early, "early");
+    let s = start_trusted(&mut d, &[], &ws, 1).await;
+    eventually(20, "the workspace host loaded", || async {
+        d.health().await["module_host"]["workspace_hosts"][0]["tools"] == 1
+    })
+    .await;
+    let late = d.data_dir().join("late-note");
+    write(&late, "late");
+    let files = [d.config_path(), secrets, token_file.clone(), early, late];
+    let addr = d.tcp_addr().await;
+    let target = d.dir.path().join("escaped");
+    let r = invoke_in(
+        &d,
+        &s,
+        "peek",
+        json!({"files": files, "dial": {"socket": d.socket(), "tcp": addr, "token": TOKEN,
+                                         "target": target}}),
+    )
+    .await;
+    let out: Value =
+        serde_json::from_str(r["output"].as_str().unwrap_or_else(|| panic!("{r}"))).unwrap();
+    for f in &files {
+        let f = f.display();
+        assert_eq!(out["read"][f.to_string()], "EACCES", "{f}: {out}");
+        assert_eq!(out["read"][format!("cat {f}")], "refused", "{f}: {out}");
+    }
+    let dial: Value = serde_json::from_str(out["dial"].as_str().unwrap())
+        .unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(dial["unix"], "error EPERM", "{out}");
+    assert!(
+        dial["tcp"]
+            .as_str()
+            .unwrap()
+            .contains("Not allowed from a process the host started"),
+        "{out}"
+    );
+    assert!(!target.exists(), "the child got out through the daemon");
+}
+
+/// A module that imports the package `planted2` when called.
+const LATE_IMPORT: &str = r#"export default () => ({
+  name: "late",
+  description: "- imports a package when called",
+  parameters: { type: "object", properties: { load: { type: "boolean" } } },
+  async execute(id, { load }) {
+    if (!load) return { content: [{ type: "text", text: "loaded" }] };
+    const { default: p } = await import("planted2");
+    return { content: [{ type: "text", text: p.word }] };
+  },
+});
+"#;
+
+/// Code the workspace leads to through a symlink out of it is refused like the workspace's
+/// own packages: a `node_modules` at its root that is a symlink to a folder outside, a
+/// helpers folder of an `index.*` module that is one (the digest leaves symlinked folders
+/// out), and a package put in a module's folder after its approval (no change to the
+/// digest) as a symlink out. Each is named; none runs.
+#[tokio::test]
+async fn code_reached_through_a_symlink_out_of_the_workspace_never_runs() {
+    let (mut d, ws) = in_project(json!({}));
+    let outside = d.subdir("elsewhere");
+    // Where the workspace's host may write, so code that ran leaves its mark.
+    let marks = [
+        ws.join("root-ran"),
+        ws.join("vendor-ran"),
+        ws.join("late-ran"),
+    ];
+    planted_package(&outside.join("node_modules/planted"), &marks[0]);
+    std::os::unix::fs::symlink(outside.join("node_modules"), ws.join("node_modules")).unwrap();
+    write(
+        &ws.join(".claude/tools/linked.mjs"),
+        &USES_PLANTED.replace("NAME", "linked"),
+    );
+    write(
+        &outside.join("vendor/helper.mjs"),
+        &format!(
+            "import {{ writeFileSync }} from \"node:fs\";\nwriteFileSync({:?}, \"ran\");\nexport const word = \"vendored\";\n",
+            marks[1].display().to_string()
+        ),
+    );
+    let kit = ws.join(".codex/tools/kit");
+    write(
+        &kit.join("index.mjs"),
+        r#"import { word } from "./vendor/helper.mjs";
+export default () => ({
+  name: "kit",
+  description: "- uses a helper",
+  parameters: { type: "object", properties: {} },
+  async execute() { return { content: [{ type: "text", text: word }] }; },
+});
+"#,
+    );
+    std::os::unix::fs::symlink(outside.join("vendor"), kit.join("vendor")).unwrap();
+    let late = ws.join(".musepi/tools/late");
+    write(&late.join("index.mjs"), LATE_IMPORT);
+    let s = start_trusted(&mut d, &[], &ws, 3).await;
+    eventually(30, "both importers named in module_errors", || async {
+        let errors = d.health().await["module_errors"].to_string();
+        errors.contains("linked.mjs") && errors.contains("kit")
+    })
+    .await;
+    let errors = d.health().await["module_errors"].to_string();
+    let root_way = ws.join("node_modules/planted").display().to_string();
+    let vendor_way = kit.join("vendor/helper.mjs").display().to_string();
+    assert!(
+        errors.contains(&format!(
+            "{root_way} is a package of the workspace (a symlink to"
+        )),
+        "{errors}"
+    );
+    assert!(
+        errors.contains(&format!(
+            "{vendor_way} leads out of the workspace (a symlink to"
+        )),
+        "{errors}"
+    );
+    assert_eq!(
+        invoke_in(&d, &s, "late", json!({})).await["output"],
+        "loaded"
+    );
+    // After the approval: a package in the module's own folder, a symlink out.
+    let elsewhere = outside.join("late_modules");
+    planted_package(&elsewhere.join("planted2"), &marks[2]);
+    std::os::unix::fs::symlink(&elsewhere, late.join("node_modules")).unwrap();
+    let r = d
+        .call(
+            "invoke",
+            json!({"name": "late", "arguments": {"load": true}, "session_id": &s}),
+        )
+        .await;
+    let r = &r["result"]["result"];
+    assert_eq!(r["ok"], false, "{r}");
+    let way = late.join("node_modules/planted2").display().to_string();
+    assert!(
+        r["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&format!("{way} is a package of the workspace")),
+        "{r}"
+    );
+    for mark in &marks {
+        assert!(!mark.exists(), "{} ran", mark.display());
+    }
+}
+
+/// A call cancelled while a synchronous child of its module runs (`execSync`, `spawnSync`)
+/// leaves nothing behind: the child, a grandchild that made a session of its own and a
+/// double-forked one are gone with the call, and the next call gets a working host.
+#[tokio::test]
+async fn a_cancelled_calls_synchronous_child_and_its_escaped_grandchildren_are_gone() {
+    let (d, ws, s) =
+        with_workspace_module(json!({}), &[], ".claude/tools/blocker/index.mjs", BLOCKER).await;
+    for how in ["shell", "spawn"] {
+        let marks = ws.join(format!("marks-{how}"));
+        std::fs::create_dir_all(&marks).unwrap();
+        let call_id = format!("sync-{how}");
+        let call = d.call(
+            "invoke",
+            json!({"name": "blocker", "arguments": {"marks": &marks, "how": how, "escape": true},
+                   "session_id": &s, "call_id": &call_id}),
+        );
+        tokio::pin!(call);
+        let pids = tokio::select! {
+            r = &mut call => panic!("{how}: the call ended before its children ran: {r}"),
+            pids = async {
+                let mut pids = Vec::new();
+                for name in ["child", "session", "orphan"] {
+                    pids.push(pid_in(&marks.join(name)).await);
+                }
+                pids
+            } => pids,
+        };
+        let host = host_pid(&d).await.as_i64().unwrap() as i32;
+        assert_eq!(
+            pgrp(pids[0]),
+            host,
+            "{how}: the child left the host's group"
+        );
+        assert_eq!(
+            pgrp(pids[1]),
+            pids[1],
+            "{how}: the grandchild made no session"
+        );
+        let (cancel, r) = tokio::join!(d.call("cancel", json!({"call_id": &call_id})), call);
+        assert!(cancel.get("result").is_some(), "{how}: {cancel}");
+        assert_eq!(
+            r["result"]["result"]["error_kind"], "cancelled",
+            "{how}: {r}"
+        );
+        eventually(20, "the child and both grandchildren gone", || async {
+            pids.iter().all(|p| !common::alive(*p))
+        })
+        .await;
+        eventually(20, "a new host with the module loaded", || async {
+            let h = &d.health().await["module_host"]["workspace_hosts"][0];
+            h["pid"].as_i64().is_some_and(|p| p != i64::from(host)) && h["tools"] == 1
+        })
+        .await;
+    }
+    let again = invoke_in(&d, &s, "blocker", json!({"marks": "", "how": "none"})).await;
+    assert_eq!(again["output"], "returned", "{again}");
 }

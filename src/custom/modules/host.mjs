@@ -6,7 +6,7 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 import { ChildProcess, spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { closeSync, constants, fstatSync, openSync, readFileSync } from "node:fs";
+import { closeSync, constants, existsSync, fstatSync, openSync, readFileSync } from "node:fs";
 import * as nodeModule from "node:module";
 import path from "node:path";
 import { createInterface } from "node:readline";
@@ -106,12 +106,59 @@ function approvedSource(url) {
   return source;
 }
 
+/** Whether `dir` is a gated workspace or lies in one. */
+function inWorkspace(dir) {
+  return gatedRoots.has(dir) || gated(dir);
+}
+
+/** Refuses what a file of a gated workspace (`parent`) reaches through that workspace but
+ * Node, following a symlink, loads from outside it (`target`, a real path): a symlinked
+ * folder of helpers, a `node_modules` or a package in one that is a symlink out. The load
+ * hook would take such a file for the user's; no approval covers it. Where the way stays in
+ * the workspace, the load hook decides. */
+function refuseLeavingTheWorkspace(specifier, parent, target) {
+  if (approvedFiles.has(target) || gated(target)) return;
+  let way;
+  if (specifier.startsWith("#")) {
+    way = parent; // mapped by the `imports` of the package.json the workspace holds
+  } else if (specifier.startsWith("file:")) {
+    way = fileURLToPath(specifier);
+  } else if (/^(\.{1,2}(\/|$)|\/)/.test(specifier)) {
+    way = path.resolve(path.dirname(parent), specifier);
+  } else {
+    // A package: Node takes the first `node_modules/<name>` from the parent's folder up.
+    const parts = specifier.split("/");
+    const name = parts[0].startsWith("@") ? parts.slice(0, 2).join("/") : parts[0];
+    for (let dir = path.dirname(parent); inWorkspace(dir); dir = path.dirname(dir)) {
+      const candidate = path.join(dir, "node_modules", name);
+      if (existsSync(candidate)) {
+        way = candidate;
+        break;
+      }
+      if (path.dirname(dir) === dir) break;
+    }
+  }
+  if (way === undefined || !inWorkspace(way)) return;
+  if (inPackage(way)) {
+    throw new Error(`${way} is a package of the workspace (a symlink to ${target} outside it), which no approval covers; it was not run (install the packages a workspace module needs in a folder of config custom_tools.node_modules)`);
+  }
+  throw new Error(`${way} leads out of the workspace (a symlink to ${target}), which no approval covers; it was not run`);
+}
+
 /** `module.registerHooks` (Node 22.15+, 23.5+) runs in this thread and covers `import` and
  * `require` alike; without it a workspace module cannot be held to its approved bytes, so
  * none is imported. */
 const HOOKS = typeof nodeModule.registerHooks === "function";
 if (HOOKS) {
   nodeModule.registerHooks({
+    resolve(specifier, context, nextResolve) {
+      const resolved = nextResolve(specifier, context);
+      const parent = context.parentURL?.startsWith("file:") ? fileURLToPath(context.parentURL) : undefined;
+      if (parent !== undefined && resolved.url?.startsWith("file:") && (approvedFiles.has(parent) || gated(parent))) {
+        refuseLeavingTheWorkspace(specifier, parent, fileURLToPath(resolved.url));
+      }
+      return resolved;
+    },
     load(url, context, nextLoad) {
       const source = approvedSource(url);
       if (source === undefined) return nextLoad(url, context);

@@ -121,6 +121,11 @@ pub struct Live {
     pub pid: u32,
     writer: mpsc::UnboundedSender<Vec<u8>>,
     pending: Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<Value>>>>,
+    /// The process groups named in `{"id", "pgid"}` lines, by the open request that named
+    /// each first: a second line naming one is refused, so one call cannot have the daemon
+    /// end another call's children. Lines are read in order, and the host names a child's
+    /// group as it spawns it, before module code can learn its pid.
+    groups: Arc<Mutex<HashMap<i64, u64>>>,
     /// Cancelled to stop this process (and only this one).
     kill: CancellationToken,
     /// When a request was last sent or answered (the idle clock).
@@ -480,6 +485,7 @@ impl ModuleHost {
                     pid,
                     writer,
                     pending: Arc::default(),
+                    groups: Arc::default(),
                     kill: CancellationToken::new(),
                     last_used: Arc::new(Mutex::new(Instant::now())),
                     stopped: Arc::default(),
@@ -525,6 +531,7 @@ impl ModuleHost {
     /// the backoff.
     async fn ended(&self, live: &Live, exit: String, ran: Duration) {
         lock(&live.pending).clear();
+        lock(&live.groups).clear();
         let stopped = lock(&live.stopped).clone();
         let delay = {
             let mut st = lock(&self.0.state);
@@ -647,7 +654,8 @@ pub fn needs_strip_flag(version: &str) -> bool {
 /// The paths a confined host may not read, with its own script folder (`dir`, inside the
 /// data dir) left readable: a hidden folder holding `dir` is replaced by its entries other
 /// than the one on the way to `dir`, as they are when the host starts. (Something the
-/// daemon adds to the data dir later is readable to a host started before it.)
+/// daemon adds to the data dir later is not readable either: Landlock grants only the
+/// entries listed at the start.)
 fn readable_script_dir(hidden: &[PathBuf], dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for h in hidden {
@@ -713,7 +721,8 @@ async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> Option<Valu
 }
 
 /// Hands each line with an `id` to that request of this host's; a line naming a request
-/// the host does not have open (another host's, or one that ended) is dropped and logged.
+/// the host does not have open (another host's, or one that ended), or a process group a
+/// line named already (see [`Live::groups`]), is dropped and logged.
 async fn route<R: tokio::io::AsyncBufRead + Unpin>(mut reader: R, live: Live) {
     const FINAL: [&str; 5] = ["result", "error", "tools", "done", "ack"];
     while let Some(line) = read_line(&mut reader).await {
@@ -728,17 +737,37 @@ async fn route<R: tokio::io::AsyncBufRead + Unpin>(mut reader: R, live: Live) {
             p.get(&id).cloned()
         };
         drop(p);
-        match tx {
-            Some(tx) => {
-                live.touch();
-                let _ = tx.send(line);
-            }
-            None => tracing::warn!(
+        let Some(tx) = tx else {
+            tracing::warn!(
                 pid = live.pid,
                 id,
                 "module host: a line for a request this host does not have open was ignored"
-            ),
+            );
+            continue;
+        };
+        if last {
+            lock(&live.groups).retain(|_, by| *by != id);
+        } else if let Some(pgid) = line.get("pgid").and_then(Value::as_i64) {
+            let named = match lock(&live.groups).entry(pgid) {
+                std::collections::hash_map::Entry::Occupied(first) => Some(*first.get()),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(id);
+                    None
+                }
+            };
+            if let Some(first) = named {
+                tracing::warn!(
+                    pid = live.pid,
+                    id,
+                    pgid,
+                    first,
+                    "module host: refused to adopt a process group a call of the host named already"
+                );
+                continue;
+            }
         }
+        live.touch();
+        let _ = tx.send(line);
     }
 }
 
