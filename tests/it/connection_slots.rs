@@ -57,6 +57,8 @@ const IDLE: usize = 4096;
 /// out one that has been silent for a second (2.6 s seen on 2 cores under a load of 10).
 /// Half the handshake time, after which a newcomer that found no slot would be closed.
 const PROMPT: Duration = Duration::from_secs(5);
+/// What peer lookups of thousands of TCP connections may add to the CLI's wait.
+const LOOKUPS: Duration = Duration::from_secs(1);
 
 #[tokio::test]
 async fn four_thousand_idle_connections_on_the_socket_never_keep_the_cli_or_a_frontend_out() {
@@ -148,4 +150,40 @@ async fn a_burst_of_connects_beyond_the_slots_is_served_with_a_delay_not_refused
     );
     eprintln!("{BURST} clients through 100 slots in {took:?}");
     assert!(took < Duration::from_secs(60), "{took:?}");
+}
+
+#[tokio::test]
+async fn four_thousand_idle_tcp_connections_that_each_sent_a_byte_never_keep_the_cli_out() {
+    descriptors_for(IDLE as u64 + 512);
+    let mut d = common::Daemon::unstarted();
+    std::fs::write(
+        d.config_path(),
+        json!({"listen": {"tcp": "127.0.0.1:0"}}).to_string(),
+    )
+    .unwrap();
+    d.spawn(&[("TOOLHOST_TOKEN", "s3cret")]).await;
+    let addr = d.tcp_addr().await;
+    let handshake = Duration::from_secs(10);
+    let cli_alone = cli_answers_in(&d).await;
+
+    // 4,096 TCP connections, each sends one byte (so the daemon looks up its peer in the
+    // kernel's tables) and then nothing.
+    let mut idle = Vec::with_capacity(IDLE);
+    for _ in 0..IDLE {
+        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let _ = s.write_all(b"G").await;
+        idle.push(s);
+    }
+    let cli = cli_answers_in(&d).await;
+    eprintln!(
+        "the CLI answered in {cli:?} behind {IDLE} idle TCP connections, {cli_alone:?} alone"
+    );
+    assert!(
+        cli < cli_alone + LOOKUPS,
+        "the CLI took {cli:?} behind idle TCP connections, {cli_alone:?} alone"
+    );
+    assert!(cli < handshake, "{cli:?}");
+    let frontend = frontend_answers_in(&d).await;
+    assert!(frontend < handshake, "a frontend took {frontend:?}");
+    drop(idle);
 }
