@@ -816,3 +816,49 @@ async fn import_refuses_kernel_files_that_claim_no_size_without_reading_them() {
         start.elapsed()
     );
 }
+
+/// A variant: the project's own files (VS Code's, `.mcp.json`) and Codex's TOML lead to
+/// kernel files through a chain of links and through `/proc/self/root` (the pagemap of the
+/// reading thread, our own memory, our map). Each is refused by name at once, unread, and
+/// the user-scope frontends are still imported.
+#[tokio::test]
+async fn import_refuses_a_pagemap_behind_a_chain_of_links_and_the_root_link() {
+    let f = Frontends::new();
+    let hop = f.project().join("settings-link.json");
+    std::os::unix::fs::symlink("/proc/self/root/proc/thread-self/pagemap", &hop).unwrap();
+    let links = [
+        (f.vscode(), hop.display().to_string()),
+        (f.mcp_json(), "/proc/self/mem".to_owned()),
+        (f.codex(), "/proc/self/root/proc/self/maps".to_owned()),
+    ];
+    for (file, target) in &links {
+        std::fs::remove_file(file).unwrap();
+        std::os::unix::fs::symlink(target, file).unwrap();
+    }
+    let start = std::time::Instant::now();
+    // The timeout only turns a hang into a failure.
+    let (code, out, err) =
+        tokio::time::timeout(std::time::Duration::from_secs(60), f.import(&[], &[]))
+            .await
+            .expect("import hung on a kernel file");
+    let all = format!("{out}{err}");
+    assert_eq!(code, 1, "{all}");
+    for (file, target) in &links {
+        let line = all
+            .lines()
+            .find(|l| l.contains(&*file.display().to_string()))
+            .unwrap_or_else(|| panic!("{} ({target}) not named: {all}", file.display()));
+        assert!(
+            line.contains("is not a regular file (a kernel file of /proc)"),
+            "{target}: {line}\n{all}"
+        );
+    }
+    for good in ["proj", "github", "legacy", "everything"] {
+        assert!(all.contains(good), "{good}: {all}");
+    }
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+}
