@@ -206,14 +206,7 @@ async fn three_thousand_plain_connects_at_once_each_get_their_answer_through_fif
 #[tokio::test]
 async fn four_thousand_idle_tcp_connections_that_each_sent_a_byte_never_keep_the_cli_out() {
     descriptors_for(IDLE as u64 + 512);
-    let mut d = common::Daemon::unstarted();
-    std::fs::write(
-        d.config_path(),
-        json!({"listen": {"tcp": "127.0.0.1:0"}}).to_string(),
-    )
-    .unwrap();
-    d.spawn(&[("TOOLHOST_TOKEN", "s3cret")]).await;
-    let addr = d.tcp_addr().await;
+    let (d, addr) = common::Daemon::start_on_tcp("s3cret").await;
     let handshake = Duration::from_secs(10);
     let cli_alone = cli_answers_in(&d).await;
 
