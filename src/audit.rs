@@ -57,49 +57,34 @@ impl Caller {
     /// The peer of a Unix socket connection.
     pub fn of_unix(stream: &tokio::net::UnixStream) -> Option<Arc<Caller>> {
         let cred = stream.peer_cred().ok()?;
-        let pid = cred.pid();
+        Some(Caller::of_process(cred.uid(), cred.pid()))
+    }
+
+    /// The caller that is process `pid` (when known) of user `uid`, named by its `comm`.
+    fn of_process(uid: u32, pid: Option<i32>) -> Arc<Caller> {
         let process = pid
             .and_then(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).ok())
             .map(|s| s.trim_end().to_owned());
-        Some(Arc::new(Caller {
-            uid: Some(cred.uid()),
+        Arc::new(Caller {
+            uid: Some(uid),
             pid,
             process,
             agent: None,
             token: None,
-        }))
+        })
     }
 
     /// The peer of a TCP connection, when it is a process on this host: the kernel's
     /// socket tables give the peer's socket inode and uid, and the process holding that
     /// socket is the pid (`None` when it cannot be found: then it is vouched for by no
     /// one, and `rpc/peer.rs` gives it the least rights). A peer on another machine is
-    /// `None`: it has only the bearer token. Reads /proc (on a blocking thread).
+    /// `None`: it has only the bearer token. Looked up by [`tcp_lookups`], which serves
+    /// every connection waiting at the moment with one scan of /proc.
     pub async fn of_tcp(stream: &tokio::net::TcpStream) -> Option<Arc<Caller>> {
-        use crate::procfs;
-        // One scan at a time: each reads every socket and process of the machine, so
-        // thousands of connections that each sent a byte would otherwise take every core
-        // at once (and the CLI on the Unix socket would wait behind them).
-        static SCANS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
-        let _scan = SCANS.acquire().await.ok()?;
-        let (local, peer) = (stream.local_addr().ok()?, stream.peer_addr().ok()?);
-        tokio::task::spawn_blocking(move || {
-            let (uid, inode) = procfs::tcp_socket(peer, local)?;
-            let pid = procfs::socket_holder(inode, uid);
-            let process = pid
-                .and_then(|p| std::fs::read_to_string(format!("/proc/{p}/comm")).ok())
-                .map(|s| s.trim_end().to_owned());
-            Some(Arc::new(Caller {
-                uid: Some(uid),
-                pid,
-                process,
-                agent: None,
-                token: None,
-            }))
-        })
-        .await
-        .ok()
-        .flatten()
+        let ends = (stream.peer_addr().ok()?, stream.local_addr().ok()?);
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        tcp_lookups()?.send(TcpLookup { ends, answer }).ok()?;
+        answered.await.ok().flatten()
     }
 
     /// The caller of one HTTP request on a connection whose peer is `peer`: named by its
@@ -134,6 +119,53 @@ impl Caller {
             }),
         }
     }
+}
+
+/// A TCP connection's peer to look up: its ends (the peer's end first, as the peer's
+/// socket has them), and where the answer goes.
+struct TcpLookup {
+    ends: (std::net::SocketAddr, std::net::SocketAddr),
+    answer: tokio::sync::oneshot::Sender<Option<Arc<Caller>>>,
+}
+
+/// The thread that looks TCP peers up, started at the first lookup; `None` when the system
+/// refused a thread (then no TCP peer is known and each gets the least rights). It takes
+/// every lookup waiting at the moment, drops those whose connection has gone, and serves
+/// the rest with one read of the socket tables and one pass over the processes'
+/// descriptors: thousands of connections that each sent a byte cost a few scans, not one
+/// each (4,096 scans, even one at a time, kept a core busy and the CLI on the Unix socket
+/// waiting for seconds).
+fn tcp_lookups() -> Option<&'static std::sync::mpsc::Sender<TcpLookup>> {
+    static LOOKUPS: std::sync::OnceLock<Option<std::sync::mpsc::Sender<TcpLookup>>> =
+        std::sync::OnceLock::new();
+    LOOKUPS
+        .get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel::<TcpLookup>();
+            let serve = move || {
+                while let Ok(first) = rx.recv() {
+                    let batch: Vec<TcpLookup> = std::iter::once(first)
+                        .chain(rx.try_iter())
+                        .filter(|l| !l.answer.is_closed())
+                        .collect();
+                    let ends: Vec<_> = batch.iter().map(|l| l.ends).collect();
+                    let sockets = crate::procfs::tcp_sockets(&ends);
+                    let holders = crate::procfs::socket_holders(sockets.iter().flatten().copied());
+                    for (lookup, socket) in batch.into_iter().zip(sockets) {
+                        let caller = socket.map(|(uid, inode)| {
+                            Caller::of_process(uid, holders.get(&inode).copied())
+                        });
+                        let _ = lookup.answer.send(caller);
+                    }
+                }
+            };
+            std::thread::Builder::new()
+                .name("toolhost-tcp-peers".into())
+                .spawn(serve)
+                .map_err(|e| tracing::error!("cannot start the TCP peer lookup thread: {e}"))
+                .ok()
+                .map(|_| tx)
+        })
+        .as_ref()
 }
 
 /// The name of the bearer token an HTTP request to `/mcp` carried (TCP), in the request's

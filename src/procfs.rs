@@ -1,6 +1,7 @@
 //! The little of /proc we need: a process's state, parent, group and start time, its
 //! environment (for our cookies), and signalling exactly the process we looked at.
 
+use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 
@@ -124,26 +125,45 @@ pub fn descendants_in(all: &[Stat], roots: &[i32]) -> Vec<Stat> {
     found
 }
 
-/// The owner's uid and the inode of the TCP socket on this host whose own end is `local` and whose other end
-/// is `remote`, from the kernel's tables (`/proc/net/tcp`, `/proc/net/tcp6`); `None` when
-/// no socket of this network namespace has those ends (the peer is another machine).
-/// An IPv4 peer of an IPv6 listener shows as `::ffff:a.b.c.d` on one side only, so both
-/// sides are compared in their canonical form.
-pub fn tcp_socket(local: std::net::SocketAddr, remote: std::net::SocketAddr) -> Option<(u32, u64)> {
-    let want = (canonical(local), canonical(remote));
-    ["/proc/net/tcp", "/proc/net/tcp6"]
-        .iter()
-        .find_map(|table| {
-            let text = std::fs::read_to_string(table).ok()?;
-            text.lines().skip(1).find_map(|line| {
-                let f: Vec<&str> = line.split_whitespace().collect();
+/// For each pair of ends (its own end, its other end), the owner's uid and the inode of
+/// the TCP socket on this host that has them, from the kernel's tables (`/proc/net/tcp`,
+/// `/proc/net/tcp6`, each read once for all pairs); `None` where no socket of this network
+/// namespace has those ends (the peer is another machine). An IPv4 peer of an IPv6
+/// listener shows as `::ffff:a.b.c.d` on one side only, so both sides are compared in
+/// their canonical form.
+pub fn tcp_sockets(
+    ends: &[(std::net::SocketAddr, std::net::SocketAddr)],
+) -> Vec<Option<(u32, u64)>> {
+    let mut found = vec![None; ends.len()];
+    let mut wanted: HashMap<_, Vec<usize>> = HashMap::new();
+    for (i, (local, remote)) in ends.iter().enumerate() {
+        wanted
+            .entry((canonical(*local), canonical(*remote)))
+            .or_default()
+            .push(i);
+    }
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        if wanted.is_empty() {
+            break;
+        }
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().take(10).collect();
+            let socket = || -> Option<_> {
                 let ends = (parse_tcp_addr(f.get(1)?)?, parse_tcp_addr(f.get(2)?)?);
-                if ends != want {
-                    return None;
-                }
-                Some((f.get(7)?.parse().ok()?, f.get(9)?.parse().ok()?))
-            })
-        })
+                Some((ends, f.get(7)?.parse().ok()?, f.get(9)?.parse().ok()?))
+            };
+            let Some((ends, uid, inode)) = socket() else {
+                continue;
+            };
+            for i in wanted.remove(&ends).unwrap_or_default() {
+                found[i] = Some((uid, inode));
+            }
+        }
+    }
+    found
 }
 
 fn canonical(a: std::net::SocketAddr) -> std::net::SocketAddr {
@@ -168,23 +188,44 @@ fn parse_tcp_addr(field: &str) -> Option<std::net::SocketAddr> {
     Some(canonical(std::net::SocketAddr::new(ip, port)))
 }
 
-/// A process of user `uid` (the socket's owner, from the same table) that has the socket
-/// `inode` open, ourselves excepted; `None` when none is found (or its descriptors cannot
-/// be read). Only that user's processes are looked through.
-pub fn socket_holder(inode: u64, uid: u32) -> Option<i32> {
-    let me = std::process::id() as i32;
-    let link = format!("socket:[{inode}]");
-    let of_uid = |pid: i32| std::fs::metadata(format!("/proc/{pid}")).is_ok_and(|m| m.uid() == uid);
-    pids()
+/// For each TCP socket (its owner's uid and its inode, as [`tcp_sockets`] gives them), a
+/// process of that user that has it open, ourselves excepted; a socket whose holder is not
+/// found (or whose descriptors cannot be read) is absent. One pass over the descriptor
+/// tables of those users' processes serves every socket, and it ends once all are found.
+pub fn socket_holders(sockets: impl IntoIterator<Item = (u32, u64)>) -> HashMap<u64, i32> {
+    let wanted: HashMap<u64, u32> = sockets
         .into_iter()
-        .filter(|&p| p != me && of_uid(p))
-        .find(|pid| {
-            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
-                fds.flatten().any(|fd| {
-                    std::fs::read_link(fd.path()).is_ok_and(|t| t.as_os_str() == link.as_str())
-                })
-            })
-        })
+        .map(|(uid, inode)| (inode, uid))
+        .collect();
+    let uids: std::collections::HashSet<u32> = wanted.values().copied().collect();
+    let mut holders = HashMap::new();
+    let me = std::process::id() as i32;
+    for pid in pids() {
+        if holders.len() == wanted.len() {
+            break;
+        }
+        let Ok(uid) = std::fs::metadata(format!("/proc/{pid}")).map(|m| m.uid()) else {
+            continue;
+        };
+        if pid == me || !uids.contains(&uid) {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            let Ok(target) = std::fs::read_link(fd.path()) else {
+                continue;
+            };
+            let inode = target
+                .to_str()
+                .and_then(|t| t.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok());
+            if let Some(inode) = inode.filter(|i| wanted.get(i) == Some(&uid)) {
+                holders.entry(inode).or_insert(pid);
+            }
+        }
+    }
+    holders
 }
 
 /// This boot's id: pids and start times only mean something within one boot.
@@ -248,6 +289,26 @@ mod tests {
             })
         );
         assert_eq!(parse_stat(1, "1 (x) S"), None);
+    }
+
+    #[test]
+    fn one_read_of_the_tables_finds_every_wanted_socket() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let b = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let ends = |s: &std::net::TcpStream| (s.local_addr().unwrap(), s.peer_addr().unwrap());
+        let elsewhere = (ends(&a).0, "192.0.2.1:9".parse().unwrap());
+        let found = tcp_sockets(&[ends(&a), elsewhere, ends(&b), ends(&a)]);
+        let uid = nix::unistd::geteuid().as_raw();
+        assert!(
+            matches!(found[0], Some((u, inode)) if u == uid && inode > 0),
+            "{found:?}"
+        );
+        assert_eq!(found[1], None);
+        assert!(found[2].is_some() && found[2] != found[0], "{found:?}");
+        assert_eq!(found[3], found[0]);
+        // Our own sockets are never ours to be the peer of.
+        assert!(socket_holders(found.into_iter().flatten()).is_empty());
     }
 
     #[test]

@@ -792,21 +792,13 @@ async fn import_refuses_fifos_devices_huge_and_deep_files_and_keeps_the_rest() {
     }
 }
 
-/// Kernel files linked as a frontend's file: they claim 0 bytes, and `/proc/self/pagemap`
-/// streams for gigabytes while `/proc/kmsg` (readable by root) blocks once drained. Each is
-/// refused at once, by what it is, and the other frontends are imported.
-#[tokio::test]
-async fn import_refuses_kernel_files_that_claim_no_size_without_reading_them() {
-    let f = Frontends::new();
-    let links = [
-        (f.claude(), "/proc/self/pagemap"),
-        (f.cursor(), "/proc/kmsg"),
-        (f.desktop(), "/proc/self/smaps"),
-        (f.gemini(), "/sys/kernel/uevent_seqnum"),
-    ];
-    for (file, kernel) in &links {
+/// Links each frontend file to its target, runs `toolhost import` and checks each is
+/// refused at once, unread, as a kernel file of `fs` (`/proc`, `/sys`), named by its path.
+/// Returns what import printed.
+async fn import_refusing_kernel_links(f: &Frontends, links: &[(PathBuf, String, &str)]) -> String {
+    for (file, target, _) in links {
         std::fs::remove_file(file).unwrap();
-        std::os::unix::fs::symlink(kernel, file).unwrap();
+        std::os::unix::fs::symlink(target, file).unwrap();
     }
     let start = std::time::Instant::now();
     // The timeout only turns a hang into a failure.
@@ -816,23 +808,15 @@ async fn import_refuses_kernel_files_that_claim_no_size_without_reading_them() {
             .expect("import hung on a kernel file");
     let all = format!("{out}{err}");
     assert_eq!(code, 1, "{all}");
-    for (file, kernel) in &links {
+    for (file, target, fs) in links {
         let line = all
             .lines()
             .find(|l| l.contains(&*file.display().to_string()))
-            .unwrap_or_else(|| panic!("{} ({kernel}) not named: {all}", file.display()));
-        let fs = if kernel.starts_with("/sys") {
-            "/sys"
-        } else {
-            "/proc"
-        };
+            .unwrap_or_else(|| panic!("{} ({target}) not named: {all}", file.display()));
         assert!(
             line.contains(&format!("is not a regular file (a kernel file of {fs})")),
-            "{kernel}: {line}\n{all}"
+            "{target}: {line}\n{all}"
         );
-    }
-    for good in ["time", "lint", "notes", "docs"] {
-        assert!(all.contains(good), "{good}: {all}");
     }
     // Refused before a read: no 64 MiB of pagemap read first.
     assert!(
@@ -840,6 +824,51 @@ async fn import_refuses_kernel_files_that_claim_no_size_without_reading_them() {
         "{:?}",
         start.elapsed()
     );
+    all
+}
+
+/// Kernel files linked as a frontend's file: they claim 0 bytes, and `/proc/self/pagemap`
+/// streams for gigabytes while `/proc/kmsg` (readable by root) blocks once drained. Each is
+/// refused at once, by what it is, and the other frontends are imported.
+#[tokio::test]
+async fn import_refuses_kernel_files_that_claim_no_size_without_reading_them() {
+    let f = Frontends::new();
+    let all = import_refusing_kernel_links(
+        &f,
+        &[
+            (f.claude(), "/proc/self/pagemap".into(), "/proc"),
+            (f.cursor(), "/proc/kmsg".into(), "/proc"),
+            (f.desktop(), "/proc/self/smaps".into(), "/proc"),
+            (f.gemini(), "/sys/kernel/uevent_seqnum".into(), "/sys"),
+        ],
+    )
+    .await;
+    for good in ["time", "lint", "notes", "docs"] {
+        assert!(all.contains(good), "{good}: {all}");
+    }
+}
+
+/// A variant: the project's own files (VS Code's, `.mcp.json`) and Codex's TOML lead to
+/// kernel files through a chain of links and through `/proc/self/root` (the pagemap of the
+/// reading thread, our own memory, our map). Each is refused by name at once, unread, and
+/// the user-scope frontends are still imported.
+#[tokio::test]
+async fn import_refuses_a_pagemap_behind_a_chain_of_links_and_the_root_link() {
+    let f = Frontends::new();
+    let hop = f.project().join("settings-link.json");
+    std::os::unix::fs::symlink("/proc/self/root/proc/thread-self/pagemap", &hop).unwrap();
+    let all = import_refusing_kernel_links(
+        &f,
+        &[
+            (f.vscode(), hop.display().to_string(), "/proc"),
+            (f.mcp_json(), "/proc/self/mem".into(), "/proc"),
+            (f.codex(), "/proc/self/root/proc/self/maps".into(), "/proc"),
+        ],
+    )
+    .await;
+    for good in ["proj", "github", "legacy", "everything"] {
+        assert!(all.contains(good), "{good}: {all}");
+    }
 }
 
 /// A project's own `.cursor/mcp.json` (committed beside the code) is imported and rewritten

@@ -57,6 +57,8 @@ const IDLE: usize = 4096;
 /// out one that has been silent for a second (2.6 s seen on 2 cores under a load of 10).
 /// Half the handshake time, after which a newcomer that found no slot would be closed.
 const PROMPT: Duration = Duration::from_secs(5);
+/// What peer lookups of thousands of TCP connections may add to the CLI's wait.
+const LOOKUPS: Duration = Duration::from_secs(1);
 
 #[tokio::test]
 async fn four_thousand_idle_connections_on_the_socket_never_keep_the_cli_or_a_frontend_out() {
@@ -111,6 +113,30 @@ async fn four_thousand_idle_connections_on_the_socket_never_keep_the_cli_or_a_fr
         .is_some());
 }
 
+/// Starts `n` clients at once, each running `client`, and waits for all: every one must
+/// succeed. Returns how long they took together.
+async fn all_answered<F, Fut>(n: usize, client: F) -> Duration
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>> + Send + 'static,
+{
+    let start = Instant::now();
+    let clients: Vec<_> = (0..n).map(|_| tokio::spawn(client())).collect();
+    let mut failed = Vec::new();
+    for c in clients {
+        if let Err(e) = c.await.unwrap() {
+            failed.push(e);
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {n} clients failed, e.g. {:?}",
+        failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+    start.elapsed()
+}
+
 #[tokio::test]
 async fn a_burst_of_connects_beyond_the_slots_is_served_with_a_delay_not_refused() {
     const BURST: usize = 2000;
@@ -120,32 +146,88 @@ async fn a_burst_of_connects_beyond_the_slots_is_served_with_a_delay_not_refused
     let sock = d.socket();
     // 2,000 clients connect at once (past the 100 slots and the accept loop's line, into
     // the kernel's backlog): each asks once, reads its answer and leaves.
-    let start = Instant::now();
-    let clients: Vec<_> = (0..BURST)
-        .map(|_| {
-            let sock = sock.clone();
-            tokio::spawn(async move {
-                let c = toolhost::client::Client::connect(&sock)
-                    .await
-                    .map_err(|e| format!("connect: {e}"))?;
-                c.health().await.map_err(|e| format!("health: {e}"))?;
-                Ok::<_, String>(())
-            })
-        })
-        .collect();
-    let mut failed = Vec::new();
-    for c in clients {
-        if let Err(e) = c.await.unwrap() {
-            failed.push(e);
+    let took = all_answered(BURST, || {
+        let sock = sock.clone();
+        async move {
+            let c = toolhost::client::Client::connect(&sock)
+                .await
+                .map_err(|e| format!("connect: {e}"))?;
+            c.health().await.map_err(|e| format!("health: {e}"))?;
+            Ok(())
         }
-    }
-    let took = start.elapsed();
-    assert!(
-        failed.is_empty(),
-        "{} of {BURST} clients failed, e.g. {:?}",
-        failed.len(),
-        &failed[..failed.len().min(5)]
-    );
+    })
+    .await;
     eprintln!("{BURST} clients through 100 slots in {took:?}");
     assert!(took < Duration::from_secs(60), "{took:?}");
+}
+
+/// A variant with plain sockets, which do not try again: each of 3,000 clients makes one
+/// non-blocking connect (it fails with `EAGAIN` only past the listen backlog), writes its
+/// request at once (held in the socket until the daemon accepts it) and reads the answer.
+/// Past the 50 slots and the accept loop's line of 256, the rest wait in the backlog.
+#[tokio::test]
+async fn three_thousand_plain_connects_at_once_each_get_their_answer_through_fifty_slots() {
+    const BURST: usize = 3000;
+    descriptors_for(BURST as u64 + 512);
+    let d = common::Daemon::start_with(Some(json!({"listen": {"max_unix_connections": 50}}))).await;
+    let sock = d.socket();
+    let took = all_answered(BURST, || {
+        let sock = sock.clone();
+        async move {
+            let mut s = tokio::net::UnixStream::connect(&sock)
+                .await
+                .map_err(|e| format!("connect: {e}"))?;
+            let ask = json!({"jsonrpc": "2.0", "id": 1, "method": "host.health"});
+            s.write_all(format!("{ask}\n").as_bytes())
+                .await
+                .map_err(|e| format!("write: {e}"))?;
+            let mut answer = Vec::new();
+            while !answer.ends_with(b"\n") {
+                let mut chunk = [0u8; 4096];
+                match s.read(&mut chunk).await {
+                    Ok(0) => return Err(format!("closed after {answer:?}")),
+                    Ok(n) => answer.extend_from_slice(&chunk[..n]),
+                    Err(e) => return Err(format!("read: {e}")),
+                }
+            }
+            let answer: serde_json::Value =
+                serde_json::from_slice(&answer).map_err(|e| format!("answer: {e}"))?;
+            match answer["result"]["status"].as_str() {
+                Some(_) => Ok(()),
+                None => Err(format!("answer: {answer}")),
+            }
+        }
+    })
+    .await;
+    eprintln!("{BURST} plain clients through 50 slots in {took:?}");
+    assert!(took < Duration::from_secs(60), "{took:?}");
+}
+
+#[tokio::test]
+async fn four_thousand_idle_tcp_connections_that_each_sent_a_byte_never_keep_the_cli_out() {
+    descriptors_for(IDLE as u64 + 512);
+    let (d, addr) = common::Daemon::start_on_tcp("s3cret").await;
+    let handshake = Duration::from_secs(10);
+    let cli_alone = cli_answers_in(&d).await;
+
+    // 4,096 TCP connections, each sends one byte (so the daemon looks up its peer in the
+    // kernel's tables) and then nothing.
+    let mut idle = Vec::with_capacity(IDLE);
+    for _ in 0..IDLE {
+        let mut s = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let _ = s.write_all(b"G").await;
+        idle.push(s);
+    }
+    let cli = cli_answers_in(&d).await;
+    eprintln!(
+        "the CLI answered in {cli:?} behind {IDLE} idle TCP connections, {cli_alone:?} alone"
+    );
+    assert!(
+        cli < cli_alone + LOOKUPS,
+        "the CLI took {cli:?} behind idle TCP connections, {cli_alone:?} alone"
+    );
+    assert!(cli < handshake, "{cli:?}");
+    let frontend = frontend_answers_in(&d).await;
+    assert!(frontend < handshake, "a frontend took {frontend:?}");
+    drop(idle);
 }

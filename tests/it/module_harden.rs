@@ -588,17 +588,9 @@ async fn a_workspace_modules_packages_from_the_workspace_never_run() {
     assert!(!root_mark.exists() && !inner_mark.exists());
 }
 
-/// A workspace program tool runs the bytes that were approved, whatever is swapped in its
-/// folder between the daemon's check and the exec: its program (`run.sh`, run directly) or
-/// the script an interpreter is given (`["sh", "body.sh"]`, read by `sh` after the exec).
-/// The daemon holds the run at that point ([`EXEC_GATE`]) while the test swaps the file.
-#[tokio::test]
-async fn a_program_tool_swapped_between_check_and_exec_runs_the_approved_bytes() {
-    let mut d = Daemon::unstarted();
-    let gate = d.dir.path().join("gate");
-    let pinned = d.dir.path().join("gate.pinned");
-    let ws = d.workspace();
-    let pwned = ws.join("pwned");
+/// Two workspace program tools: `direct` runs its `run.sh`, `interpreted` has `sh` read
+/// its `body.sh`; each prints `approved-<name>`. Returns their folders.
+fn two_program_tools(ws: &Path) -> (PathBuf, PathBuf) {
     let root = ws.join(".toolhost/tools");
     let direct = common::write_tool(
         &root,
@@ -615,7 +607,11 @@ async fn a_program_tool_swapped_between_check_and_exec_runs_the_approved_bytes()
         "exit 9",
     );
     std::fs::write(interpreted.join("body.sh"), "echo approved-interpreted\n").unwrap();
-    d.spawn(&[(EXEC_GATE, gate.to_str().unwrap())]).await;
+    (direct, interpreted)
+}
+
+/// Approves both of [`two_program_tools`] once they wait; a session that lists them.
+async fn approve_both(d: &Daemon) -> String {
     eventually(20, "both tools waiting for trust", || async {
         d.trust_waiting().await.len() == 2
     })
@@ -629,6 +625,23 @@ async fn a_program_tool_swapped_between_check_and_exec_runs_the_approved_bytes()
         names.contains(&"direct") && names.contains(&"interpreted")
     })
     .await;
+    s
+}
+
+/// A workspace program tool runs the bytes that were approved, whatever is swapped in its
+/// folder between the daemon's check and the exec: its program (`run.sh`, run directly) or
+/// the script an interpreter is given (`["sh", "body.sh"]`, read by `sh` after the exec).
+/// The daemon holds the run at that point ([`EXEC_GATE`]) while the test swaps the file.
+#[tokio::test]
+async fn a_program_tool_swapped_between_check_and_exec_runs_the_approved_bytes() {
+    let mut d = Daemon::unstarted();
+    let gate = d.dir.path().join("gate");
+    let pinned = d.dir.path().join("gate.pinned");
+    let ws = d.workspace();
+    let pwned = ws.join("pwned");
+    let (direct, interpreted) = two_program_tools(&ws);
+    d.spawn(&[(EXEC_GATE, gate.to_str().unwrap())]).await;
+    let s = approve_both(&d).await;
     let swapped = format!("#!/bin/sh\necho swapped; touch {}\n", pwned.display());
     for (name, file) in [
         ("direct", direct.join("run.sh")),
@@ -1057,4 +1070,82 @@ async fn a_cancelled_calls_synchronous_child_and_its_escaped_grandchildren_are_g
     }
     let again = invoke_in(&d, &s, "blocker", json!({"marks": "", "how": "none"})).await;
     assert_eq!(again["output"], "returned", "{again}");
+}
+
+/// A variant with no hook in the daemon: a loop rewrites an approved program and an
+/// approved interpreter script in place (same file, truncated and written again), swapping
+/// the approved bytes and others as fast as it can, while calls race it. A call either runs
+/// the approved bytes or is refused (its copy did not hash to the approval, or the rescan
+/// had quarantined the tool at that moment); no other bytes ever run, not even a file
+/// caught half written (an exec by path after the check ran the emptied `body.sh`).
+#[tokio::test]
+async fn program_tools_rewritten_in_place_while_calls_race_never_run_the_new_bytes() {
+    let mut d = Daemon::unstarted();
+    let ws = d.workspace();
+    let pwned = ws.join("pwned");
+    let (direct, interpreted) = two_program_tools(&ws);
+    d.spawn(&[]).await;
+    approve_both(&d).await;
+
+    let scratch = d.dir.path();
+    let evil = format!("#!/bin/sh\necho swapped; touch {}\n", pwned.display());
+    std::fs::write(scratch.join("evil"), &evil).unwrap();
+    std::fs::copy(direct.join("run.sh"), scratch.join("good-run")).unwrap();
+    std::fs::copy(interpreted.join("body.sh"), scratch.join("good-body")).unwrap();
+    let stop = scratch.join("stop");
+    let mut swapper = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "cd {}; while [ ! -e {} ]; do cat {s}/evil > run.sh; cat {s}/evil > {b}; cat {s}/good-run > run.sh; cat {s}/good-body > {b}; done",
+            direct.display(),
+            stop.display(),
+            s = scratch.display(),
+            b = interpreted.join("body.sh").display(),
+        ))
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // 40 calls at once while the loop runs, each in its own session (the loop guard
+    // would refuse the 9th identical call of one). A call is refused when its copy does
+    // not hash to the approval, or once a rescan has seen a change and quarantined the tool.
+    let mut sessions = Vec::new();
+    for _ in 0..40 {
+        sessions.push(d.session(json!({})).await);
+    }
+    let calls = sessions.iter().enumerate().map(|(i, s)| {
+        let name = if i % 2 == 0 { "direct" } else { "interpreted" };
+        let call = d.call(
+            "invoke",
+            json!({"name": name, "arguments": {}, "session_id": s}),
+        );
+        async move { (name, call.await) }
+    });
+    let (mut ran, mut refused) = (0, 0);
+    for (name, r) in futures::future::join_all(calls).await {
+        match r["result"]["result"]["output"].as_str() {
+            Some(out) => {
+                assert_eq!(out, format!("approved-{name}\n"), "{name}: {r}");
+                ran += 1;
+            }
+            None => refused += 1,
+        }
+    }
+    std::fs::write(&stop, "").unwrap();
+    swapper.wait().await.unwrap();
+    eprintln!("racing a rewrite loop: {ran} calls ran the approved bytes, {refused} were refused");
+    assert!(!pwned.exists(), "the swapped bytes ran");
+    // The approved bytes are back (the loop ends on them): the tools answer again.
+    for name in ["direct", "interpreted"] {
+        eventually(20, "the tool answers with its approved bytes back", || async {
+            let r = d
+                .call(
+                    "invoke",
+                    json!({"name": name, "arguments": {}, "session_id": d.session(json!({})).await}),
+                )
+                .await;
+            r["result"]["result"]["output"] == format!("approved-{name}\n")
+        })
+        .await;
+    }
+    assert!(!pwned.exists(), "the swapped bytes ran");
 }

@@ -143,14 +143,7 @@ async fn metrics_count_calls_by_tool_source_and_outcome() {
 
 #[tokio::test]
 async fn metrics_on_tcp_need_the_bearer_token() {
-    let mut d = Daemon::unstarted();
-    std::fs::write(
-        d.config_path(),
-        json!({"listen": {"tcp": "127.0.0.1:0"}}).to_string(),
-    )
-    .unwrap();
-    d.spawn(&[("TOOLHOST_TOKEN", "s3cret")]).await;
-    let addr = d.tcp_addr().await;
+    let (_d, addr) = Daemon::start_on_tcp("s3cret").await;
     let get = |auth: &'static [(&'static str, &'static str)]| {
         let addr = addr.clone();
         async move {

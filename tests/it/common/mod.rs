@@ -169,6 +169,20 @@ impl Daemon {
         d
     }
 
+    /// Starts a daemon that also listens on TCP at a free loopback port with the bearer
+    /// token `token`; returns it and the address it bound.
+    pub async fn start_on_tcp(token: &str) -> (Daemon, String) {
+        let mut d = Self::unstarted();
+        std::fs::write(
+            d.config_path(),
+            json!({"listen": {"tcp": "127.0.0.1:0"}}).to_string(),
+        )
+        .unwrap();
+        d.spawn(&[("TOOLHOST_TOKEN", token)]).await;
+        let addr = d.tcp_addr().await;
+        (d, addr)
+    }
+
     /// Starts the binary on this daemon's dir; waits until the socket answers.
     pub async fn spawn(&mut self, extra_env: &[(&str, &str)]) {
         let child = self.spawn_raw(extra_env);
