@@ -80,6 +80,11 @@ impl Listed {
         format!("{}{path}", self.root())
     }
 
+    /// The URI the host serves the file at `path` in the skill's folder under.
+    pub fn served_file(&self, path: &str) -> String {
+        served(&self.server, &self.file_uri(path))
+    }
+
     /// Whether the server's URI `uri` is a file of this skill (its folder's).
     pub fn contains(&self, uri: &str) -> bool {
         uri.starts_with(self.root())
@@ -95,7 +100,7 @@ impl Listed {
         SkillEntry {
             name: self.name.clone(),
             description: self.skill.frontmatter.description.clone(),
-            path: served(&self.server, &self.skill.uri),
+            path: self.served_file(SKILL_MD),
             source: SkillSource::Mcp,
             server: Some(self.server.clone()),
             etag: rmcp::model::sha256_digest(&listed),

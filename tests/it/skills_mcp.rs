@@ -381,6 +381,25 @@ async fn an_upstream_servers_skills_are_served_verified() {
     );
     fails(&d, "get_skill", in_session, -32602).await;
     fails(&d, "read_resource", in_profile, -32002).await;
+    // Its files are resources under the host's URIs; the server's own are not relayed
+    // (unverified bytes), though it lists them.
+    let resources = result(&d, "list_resources", json!({})).await;
+    let listed: Vec<(&str, &str)> = resources["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["uri"].as_str().unwrap(), r["server"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            ("skill://review/SKILL.md", "toolhost"),
+            (md_uri, "up"),
+            (py_uri, "up")
+        ]
+    );
+    let raw = json!({"uri": "skill://pdf-tools/SKILL.md"});
+    fails(&d, "read_resource", raw, -32002).await;
 
     let mut mcp = RawStdio::open(&d).await;
     let with = json!({"extensions": {"io.modelcontextprotocol/skills": {}}});

@@ -18,6 +18,7 @@ use super::{forward, Api, Error};
 use crate::host::Host;
 use crate::mcp::skills::Listed;
 use crate::protocol::*;
+use crate::skills::skill::SKILL_FILE;
 use crate::skills::{catalog, uri, Catalog, Skill};
 
 /// A `list_skills` answer, written as the catalog serialised it.
@@ -145,15 +146,39 @@ fn resource_result(resource: &str, rel: &str, bytes: Vec<u8>) -> ReadResourceRes
 pub(super) async fn resources(
     host: &Host,
     session_id: Option<&str>,
-    serves: impl Fn(&str, &str) -> bool,
+    serves: impl Fn(&str, &str) -> bool + Sync,
 ) -> Result<Vec<ResourceEntry>, Error> {
     let catalog = catalog_for(host, session_id).await?;
-    Ok(catalog
-        .skills()
-        .iter()
-        .flat_map(|s| uri::resources(s))
-        .filter(|r| serves(&r.uri, &r.server))
-        .collect())
+    let own = catalog.skills().iter().flat_map(|s| uri::resources(s));
+    let mut resources: Vec<ResourceEntry> = own.filter(|r| serves(&r.uri, &r.server)).collect();
+    let theirs = host.mcp().skills(&serves);
+    let theirs = theirs.iter().filter(|s| catalog.get(&s.name).is_none());
+    resources.extend(theirs.flat_map(upstream_resources));
+    Ok(resources)
+}
+
+/// The files of an MCP server's skill as resources under the URIs the host serves them
+/// at, `SKILL.md` first, as the host's own skills are listed.
+fn upstream_resources(s: &Listed) -> Vec<ResourceEntry> {
+    let mut files = s.files();
+    files.sort_by_key(|f| f.path != SKILL_FILE);
+    let entry = |f: SkillFile| {
+        let is_main = f.path == SKILL_FILE;
+        ResourceEntry {
+            uri: s.served_file(&f.path),
+            name: match is_main {
+                true => s.name.clone(),
+                false => format!("{}/{}", s.name, f.path),
+            },
+            title: None,
+            description: is_main.then(|| s.skill.frontmatter.description.clone()),
+            mime_type: uri::mime_type(&f.path).map(str::to_owned),
+            size: Some(f.size),
+            annotations: None,
+            server: s.server.clone(),
+        }
+    };
+    files.into_iter().map(entry).collect()
 }
 
 /// `(text, None)` for UTF-8, else `(None, base64)`.

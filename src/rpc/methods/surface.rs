@@ -60,7 +60,7 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
     )?;
     api.method(
         method::LIST_RESOURCES,
-        "The host's skills (skill://<name>/<file>, server \"toolhost\"), then the resources of every MCP server, by their own URIs (a URI listed twice is the first's).",
+        "The host's skills (skill://<name>/<file>, server \"toolhost\"), the MCP servers' skills (skill://mcp_<server>/…, verified when read), then the resources of every MCP server, by their own URIs (a URI listed twice is the first's).",
         |host, p: SurfaceListParams| async move {
             let session = p.session_id.clone();
             let view = View::of(&host, p.profile, p.session_id).await?;
