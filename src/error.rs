@@ -19,6 +19,10 @@ pub enum Error {
     /// `-32002`: no MCP server lists or matches this resource URI (MCP's own code).
     #[error("resource not found: {0}")]
     ResourceNotFound(String),
+    /// `-32009`: a file of an MCP server's skill failed its verification (size, digest,
+    /// front matter) and is not served.
+    #[error("{0}")]
+    SkillRefused(String),
     /// An MCP server answered a relayed request (prompt, resource, completion) with an
     /// error: its code and message, named after the server, and its data where the
     /// caller needs it (`-32021`'s `requiredCapabilities`).

@@ -5,7 +5,9 @@
 //! whether or not the client declared it too. rmcp routes the two methods to
 //! [`rmcp::ServerHandler`] once `get_info` declares the extension, and checks every entry
 //! it returns against the extension's rules. A skill's files are its `skill://`
-//! resources, read with `resources/read` like any other.
+//! resources, read with `resources/read` like any other. An MCP server's skill is served
+//! under the URI the host gives it (`skill://mcp_<server>/…`, its entry's `path`), with
+//! its front matter as its server listed it, so its `name` stays the last segment.
 
 use rmcp::model::{
     GetSkillRequestParams, GetSkillResult, ListSkillsResult, PaginatedRequestParams, Skill,
@@ -13,52 +15,64 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
+use serde_json::Value;
 
 use super::{era, host_error, surface::page, Facade};
-use crate::protocol::{self, method};
+use crate::protocol::{self, method, SkillSource};
 use crate::skills::{skill::SKILL_FILE, uri};
 
 /// One skill as the extension lists it: the front matter verbatim, and every file as a
 /// `skill://` URI with its digest and size (a file without a digest, over the read cap,
 /// cannot be read through `resources/read` either and is left out).
 fn skill(entry: &protocol::SkillEntry, files: &[protocol::SkillFile]) -> Skill {
-    let mut frontmatter = SkillFrontmatter::new(&entry.name, &entry.description);
     let mut extra = entry.frontmatter.clone().unwrap_or_default();
-    extra.remove("name");
+    let listed_name = extra.remove("name");
+    let name = match (entry.source, &listed_name) {
+        (SkillSource::Mcp, Some(Value::String(name))) => name,
+        _ => &entry.name,
+    };
+    let mut frontmatter = SkillFrontmatter::new(name, &entry.description);
     extra.remove("description");
     frontmatter.extra = extra;
+    let uri_of = |path: &str| match entry.source {
+        SkillSource::Mcp => format!("{}{path}", entry.path.trim_end_matches(SKILL_FILE)),
+        _ => uri::of(&entry.name, path),
+    };
     let files = files.iter().filter_map(|f| {
         let digest = f.digest.as_ref()?;
-        Some(SkillResource::new(
-            uri::of(&entry.name, &f.path),
-            digest,
-            f.size,
-        ))
+        Some(SkillResource::new(uri_of(&f.path), digest, f.size))
     });
     Skill::new(
-        uri::of(&entry.name, SKILL_FILE),
+        uri_of(SKILL_FILE),
         frontmatter,
         SkillResources::Files(files.collect()),
     )
 }
 
 impl Facade {
-    pub(super) async fn skills_page(
+    /// Every skill this connection's session is served, with its manifest.
+    async fn skill_entries(
         &self,
-        request: Option<PaginatedRequestParams>,
         ctx: &RequestContext<RoleServer>,
-    ) -> Result<ListSkillsResult, ErrorData> {
+    ) -> Result<protocol::ListSkillsResult, ErrorData> {
         self.ready(ctx, false).await?;
         let params = protocol::ListSkillsParams {
             session_id: self.session_id(),
             manifest: true,
         };
-        let list: protocol::ListSkillsResult = self
-            .client()
+        self.client()
             .await?
             .call(method::LIST_SKILLS, &params)
             .await
-            .map_err(host_error)?;
+            .map_err(host_error)
+    }
+
+    pub(super) async fn skills_page(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<ListSkillsResult, ErrorData> {
+        let list = self.skill_entries(ctx).await?;
         let skills: Vec<Skill> = list
             .skills
             .iter()
@@ -80,7 +94,20 @@ impl Facade {
         let unknown = || ErrorData::invalid_params(format!("no skill at {}", request.uri), None);
         let name = match uri::parse(&request.uri) {
             Some((name, path)) if path == SKILL_FILE => name.to_owned(),
-            _ => return Err(unknown()),
+            // An MCP server's skill: by the URI the listing gives it.
+            Some(_) => {
+                let listed = self.skill_entries(ctx).await?;
+                let found = listed
+                    .skills
+                    .iter()
+                    .find(|s| s.source == SkillSource::Mcp && s.path == request.uri);
+                let found = found.ok_or_else(unknown)?;
+                let files = found.manifest.as_deref().unwrap_or_default();
+                let mut result = GetSkillResult::new(skill(found, files));
+                era::stamp_cached(ctx, &mut result, era::LIST_TTL_MS, self.shaped());
+                return Ok(result);
+            }
+            None => return Err(unknown()),
         };
         let params = protocol::SkillNameParams {
             name,

@@ -44,6 +44,7 @@ pub enum Listing {
     Prompts,
     Resources,
     ResourceTemplates,
+    Skills,
 }
 
 impl Listing {
@@ -53,6 +54,7 @@ impl Listing {
             Listing::Prompts => "prompts/list",
             Listing::Resources => "resources/list",
             Listing::ResourceTemplates => "resources/templates/list",
+            Listing::Skills => "skills/list",
         }
     }
     fn items(self) -> &'static str {
@@ -61,6 +63,7 @@ impl Listing {
             Listing::Prompts => "prompts",
             Listing::Resources => "resources",
             Listing::ResourceTemplates => "resource templates",
+            Listing::Skills => "skills",
         }
     }
 }

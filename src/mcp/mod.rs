@@ -23,6 +23,7 @@ pub mod naming;
 mod origin;
 mod relay;
 mod server;
+pub mod skills;
 mod sse;
 mod stdio;
 pub mod surface;

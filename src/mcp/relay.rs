@@ -308,7 +308,10 @@ impl McpManager {
 
     /// A server that owns `name`'s entries, and its live connection, for one request: a
     /// parked server is started for it, within the server's `timeout_ms`.
-    async fn owner(&self, name: &str) -> Result<(Arc<Server>, Peer<RoleClient>, InUse), Error> {
+    pub(super) async fn owner(
+        &self,
+        name: &str,
+    ) -> Result<(Arc<Server>, Peer<RoleClient>, InUse), Error> {
         let server = self.known(name)?;
         let timeout = timeout_of(&server);
         let (in_use, link) = tokio::time::timeout(timeout, server.begin_use())
@@ -456,7 +459,7 @@ fn timeout_of(server: &Server) -> Duration {
 }
 
 /// Runs one request to `server` under its `timeout_ms`, its failure as a method error.
-async fn relay<T>(
+pub(super) async fn relay<T>(
     server: &Server,
     request: impl std::future::Future<Output = Result<T, ServiceError>>,
 ) -> Result<T, Error> {

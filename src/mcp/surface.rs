@@ -29,6 +29,7 @@ use tokio::sync::broadcast;
 
 use super::listing::{self, Bounds, ListError, Listing};
 use super::naming::public_name;
+use super::skills::{self, Listed};
 use crate::lock;
 use crate::protocol::{
     NameClash, PromptArgument, PromptEntry, PromptsChanged, ResourceClash, ResourceEntry,
@@ -45,6 +46,8 @@ pub struct ServerSurface {
     pub prompts: Vec<(PromptEntry, String)>,
     pub resources: Vec<ResourceEntry>,
     pub templates: Vec<ResourceTemplateEntry>,
+    /// Its skills (the skills extension, listed with the resources: [`super::skills`]).
+    pub skills: Vec<Listed>,
     /// The server declared `resources.subscribe`.
     pub subscribe: bool,
 }
@@ -78,12 +81,13 @@ pub async fn list(
         };
     }
     if kinds.contains(&Kind::Resources) {
-        (into.resources, into.templates) = match resources {
+        (into.resources, into.templates, into.skills) = match resources {
             Some(_) => (
                 list_resources(server, peer, bounds).await?,
                 list_templates(server, peer, bounds).await?,
+                skills::list(server, prefixed, peer, bounds).await?,
             ),
-            None => (Vec::new(), Vec::new()),
+            None => (Vec::new(), Vec::new(), Vec::new()),
         };
     }
     Ok(into)
@@ -174,6 +178,8 @@ pub struct Catalog {
     pub resources: IndexMap<String, ResourceEntry>,
     /// By template; `server` is the owner.
     pub templates: IndexMap<String, ResourceTemplateEntry>,
+    /// The servers' skills by catalog name (`mcp_<server>_<name>`; the first wins).
+    pub skills: IndexMap<String, Listed>,
     /// The URIs and templates each server lists but does not serve.
     pub clashes: HashMap<String, Vec<ResourceClash>>,
     /// Prompt names a later prompt (of another server, or the same) also came out as.
@@ -207,7 +213,13 @@ impl Catalog {
                         });
                 }
             };
-            for r in &s.resources {
+            for k in &s.skills {
+                c.skills.entry(k.name.clone()).or_insert_with(|| k.clone());
+            }
+            // A file of the server's skills is served verified, under the host's URI
+            // for it (`skills.rs`), never relayed as it came.
+            let of_a_skill = |uri: &str| s.skills.iter().any(|k| k.contains(uri));
+            for r in s.resources.iter().filter(|r| !of_a_skill(&r.uri)) {
                 let kept = c
                     .resources
                     .entry(r.uri.clone())
@@ -245,6 +257,7 @@ impl Catalog {
     fn same_resources(&self, other: &Catalog) -> bool {
         self.resources.values().eq(other.resources.values())
             && self.templates.values().eq(other.templates.values())
+            && self.skills.values().eq(other.skills.values())
     }
 }
 

@@ -82,6 +82,9 @@ pub mod codes {
     pub const PEER_NOT_ALLOWED: i32 = -32008;
     /// `read_resource` of a URI no server lists or matches: MCP's resource-not-found.
     pub const RESOURCE_NOT_FOUND: i32 = -32002;
+    /// A file of an MCP server's skill that does not match what its server listed (size,
+    /// digest, front matter): refused, never served.
+    pub const SKILL_REFUSED: i32 = -32009;
 }
 
 /// Method and notification names: one spelling for the server, the client and the docs.

@@ -23,6 +23,8 @@ pub enum SkillSource {
     UserAgents,
     /// `~/.claude/skills`.
     UserClaude,
+    /// An MCP server that serves the skills extension (its name is in `server`).
+    Mcp,
 }
 
 impl SkillSource {
@@ -40,11 +42,16 @@ impl SkillSource {
 /// One skill as listed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SkillEntry {
+    /// A skill of an MCP server is named like its tools: `mcp_<server>_<name>`.
     pub name: String,
     pub description: String,
-    /// The skill's folder.
+    /// The skill's folder; for a skill of an MCP server, the `skill://mcp_<server>/…/SKILL.md`
+    /// URI the host serves its instructions under.
     pub path: String,
     pub source: SkillSource,
+    /// The MCP server the skill comes from (`source: mcp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
     /// `sha256:` of its `SKILL.md` and file list; changes with any edit.
     pub etag: String,
     /// The front matter as written, every field (YAML as JSON): `get_skill`, and

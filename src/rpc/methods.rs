@@ -53,6 +53,7 @@ fn rpc_error(e: Error) -> ErrorObjectOwned {
         Error::InvalidParams(_) | Error::UnknownServer(_) => codes::INVALID_PARAMS,
         Error::Server(_) => codes::SERVER_ERROR,
         Error::ResourceNotFound(_) => codes::RESOURCE_NOT_FOUND,
+        Error::SkillRefused(_) => codes::SKILL_REFUSED,
         Error::Upstream { code, .. } => *code,
     };
     let data = match &e {

@@ -298,6 +298,7 @@ pub fn entry(s: &Skill) -> SkillEntry {
         description: s.description.clone(),
         path: s.dir.display().to_string(),
         source: s.source,
+        server: None,
         etag: s.etag.clone(),
         frontmatter: None,
         manifest: None,

@@ -1,7 +1,9 @@
 //! The skills methods (proto-docs/skills.md): every answer reads a catalog in force,
 //! built when the folders last changed — the daemon workspace's, or the one of the
 //! session's workspace named by `session_id`; only file reads (and a manifest's first
-//! digests) touch the disk. Skills as MCP resources (`skill://`) are read here too
+//! digests) touch the disk. The skills of MCP servers (`mcp::skills`) follow the host's
+//! own, in the caller's view like their other prompts and resources; their files are read
+//! from their servers, verified. Skills as MCP resources (`skill://`) are read here too
 //! ([`read_resource`], for `surface.rs`).
 
 use std::path::Path;
@@ -11,13 +13,50 @@ use base64::Engine as _;
 use serde::Serialize;
 use serde_json::value::RawValue;
 
+use super::surface::View;
 use super::{forward, Api, Error};
 use crate::host::Host;
+use crate::mcp::skills::Listed;
 use crate::protocol::*;
+use crate::skills::skill::SKILL_FILE;
 use crate::skills::{catalog, uri, Catalog, Skill};
 
 /// A `list_skills` answer, written as the catalog serialised it.
 struct Serialised(Arc<Catalog>, fn(&Catalog) -> &RawValue);
+
+/// A `list_skills` answer: the host's own as serialised, or with the MCP servers' after.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Listing {
+    Own(Serialised),
+    With(ListSkillsResult),
+}
+
+/// The MCP servers' skills the caller is served whose names none of `own` has.
+async fn upstream(
+    host: &Host,
+    session_id: Option<&str>,
+    own: &Catalog,
+) -> Result<Vec<Listed>, Error> {
+    let view = View::of(host, None, session_id.map(str::to_owned)).await?;
+    let mut skills = host.mcp().skills(&view.serves());
+    skills.retain(|s| own.get(&s.name).is_none());
+    Ok(skills)
+}
+
+/// An MCP server's skill by name, unless the caller's catalog has one of that name.
+async fn upstream_named(
+    host: &Host,
+    session_id: Option<&str>,
+    own: &Catalog,
+    name: &str,
+) -> Result<Listed, Error> {
+    let mut skills = upstream(host, session_id, own).await?;
+    skills.retain(|s| s.name == name);
+    skills
+        .pop()
+        .ok_or_else(|| Error::InvalidParams(format!("no skill named '{name}'")))
+}
 
 impl Serialize for Serialised {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -66,11 +105,15 @@ pub(super) async fn read_resource(
     host: &Host,
     resource: &str,
     session_id: Option<&str>,
-    serves: impl Fn(&str, &str) -> bool,
+    serves: impl Fn(&str, &str) -> bool + Sync,
 ) -> Result<Option<ReadResourceResult>, Error> {
     let Some((name, rel)) = uri::parse(resource) else {
         return Ok(None);
     };
+    if let Some((skill, own)) = host.mcp().skill_of_uri(resource, &serves) {
+        let bytes = host.mcp().read_skill(&skill, &own).await?;
+        return Ok(Some(resource_result(resource, &rel, bytes)));
+    }
     let catalog = catalog_for(host, session_id).await?;
     let Some(s) = catalog.get(name).filter(|_| serves(resource, uri::SERVER)) else {
         return Ok(None);
@@ -81,32 +124,61 @@ pub(super) async fn read_resource(
         false => Err(Error::InvalidParams(format!("no file {rel}"))),
     }
     .map_err(|e| Error::ResourceNotFound(format!("resource {resource}: {e}")))?;
+    Ok(Some(resource_result(resource, &rel, bytes)))
+}
+
+/// A skill's file `rel`, read, as `resource`.
+fn resource_result(resource: &str, rel: &str, bytes: Vec<u8>) -> ReadResourceResult {
     let (text, blob) = text_or_base64(bytes);
-    Ok(Some(ReadResourceResult {
+    ReadResourceResult {
         contents: vec![ResourceContents {
             uri: resource.to_owned(),
-            mime_type: uri::mime_type(&rel).map(str::to_owned),
+            mime_type: uri::mime_type(rel).map(str::to_owned),
             text,
             blob,
             meta: None,
         }],
         input_required: None,
-    }))
+    }
 }
 
 /// The skills of the caller's catalog as resources, for `list_resources`.
 pub(super) async fn resources(
     host: &Host,
     session_id: Option<&str>,
-    serves: impl Fn(&str, &str) -> bool,
+    serves: impl Fn(&str, &str) -> bool + Sync,
 ) -> Result<Vec<ResourceEntry>, Error> {
     let catalog = catalog_for(host, session_id).await?;
-    Ok(catalog
-        .skills()
-        .iter()
-        .flat_map(|s| uri::resources(s))
-        .filter(|r| serves(&r.uri, &r.server))
-        .collect())
+    let own = catalog.skills().iter().flat_map(|s| uri::resources(s));
+    let mut resources: Vec<ResourceEntry> = own.filter(|r| serves(&r.uri, &r.server)).collect();
+    let theirs = host.mcp().skills(&serves);
+    let theirs = theirs.iter().filter(|s| catalog.get(&s.name).is_none());
+    resources.extend(theirs.flat_map(upstream_resources));
+    Ok(resources)
+}
+
+/// The files of an MCP server's skill as resources under the URIs the host serves them
+/// at, `SKILL.md` first, as the host's own skills are listed.
+fn upstream_resources(s: &Listed) -> Vec<ResourceEntry> {
+    let mut files = s.files();
+    files.sort_by_key(|f| f.path != SKILL_FILE);
+    let entry = |f: SkillFile| {
+        let is_main = f.path == SKILL_FILE;
+        ResourceEntry {
+            uri: s.served_file(&f.path),
+            name: match is_main {
+                true => s.name.clone(),
+                false => format!("{}/{}", s.name, f.path),
+            },
+            title: None,
+            description: is_main.then(|| s.skill.frontmatter.description.clone()),
+            mime_type: uri::mime_type(&f.path).map(str::to_owned),
+            size: Some(f.size),
+            annotations: None,
+            server: s.server.clone(),
+        }
+    };
+    files.into_iter().map(entry).collect()
 }
 
 /// `(text, None)` for UTF-8, else `(None, base64)`.
@@ -125,26 +197,54 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
         method::LIST_SKILLS,
         "The skills found, in search order: name, description, folder, where it was found, etag; with `manifest`, each one's front matter and files with their digests too.",
         |host, p: ListSkillsParams| async move {
-            let catalog = catalog_for(&host, p.session_id.as_deref()).await?;
-            if !p.manifest {
-                return Ok(Serialised(catalog, Catalog::list_json));
-            }
-            let catalog = match catalog.has_manifest_json() {
-                true => catalog,
-                false => blocking(move || {
-                    catalog.manifest_json();
-                    catalog
-                })
-                .await?,
+            let session = p.session_id.as_deref();
+            let catalog = catalog_for(&host, session).await?;
+            let upstream = upstream(&host, session, &catalog).await?;
+            let own = if !p.manifest {
+                Serialised(catalog, Catalog::list_json)
+            } else {
+                let catalog = match catalog.has_manifest_json() {
+                    true => catalog,
+                    false => blocking(move || {
+                        catalog.manifest_json();
+                        catalog
+                    })
+                    .await?,
+                };
+                Serialised(catalog, Catalog::manifest_json)
             };
-            Ok(Serialised(catalog, Catalog::manifest_json))
+            if upstream.is_empty() {
+                return Ok(Listing::Own(own));
+            }
+            let mut list: ListSkillsResult =
+                serde_json::from_str((own.1)(&own.0).get()).map_err(Error::server)?;
+            let mut etags = list.etag.clone();
+            for s in &upstream {
+                let entry = s.entry(p.manifest);
+                etags.push_str(&entry.etag);
+                list.skills.push(entry);
+            }
+            list.etag = crate::skills::skill::sha256(etags.as_bytes());
+            Ok(Listing::With(list))
         },
     )?;
     api.method(
         method::GET_SKILL,
         "One skill: its SKILL.md text, its front matter and the list of its files (with `manifest`, each with its digest).",
         |host, p: SkillNameParams| async move {
-            let s = skill(&*catalog_for(&host, p.session_id.as_deref()).await?, &p.name)?;
+            let session = p.session_id.as_deref();
+            let catalog = catalog_for(&host, session).await?;
+            if catalog.get(&p.name).is_none() {
+                let s = upstream_named(&host, session, &catalog, &p.name).await?;
+                let text = host.mcp().read_skill(&s, &s.skill.uri).await?;
+                return Ok(GetSkillResult {
+                    skill: s.entry(false),
+                    // Verified: its front matter parsed, so it is UTF-8.
+                    text: String::from_utf8_lossy(&text).into_owned(),
+                    files: s.files(),
+                });
+            }
+            let s = skill(&catalog, &p.name)?;
             let s = match !p.manifest || s.has_manifest() {
                 true => s,
                 false => blocking(move || {
@@ -170,8 +270,15 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
         method::READ_SKILL_FILE,
         "One file of a skill, by its path inside the skill's folder (never outside it; at most 1 MiB); text, or base64 when it is not UTF-8.",
         |host, p: ReadSkillFileParams| async move {
-            let s = skill(&*catalog_for(&host, p.session_id.as_deref()).await?, &p.name)?;
-            let bytes = read(s, p.path.clone()).await?;
+            let session = p.session_id.as_deref();
+            let catalog = catalog_for(&host, session).await?;
+            let bytes = match catalog.get(&p.name) {
+                Some(s) => read(s.clone(), p.path.clone()).await?,
+                None => {
+                    let s = upstream_named(&host, session, &catalog, &p.name).await?;
+                    host.mcp().read_skill(&s, &s.file_uri(&p.path)).await?
+                }
+            };
             let size = bytes.len() as u64;
             let (text, base64) = text_or_base64(bytes);
             Ok(ReadSkillFileResult {

