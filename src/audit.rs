@@ -31,7 +31,7 @@ const QUEUE: usize = 20_000;
 const BATCH: std::time::Duration = std::time::Duration::from_millis(25);
 
 /// Who is on the other end of a connection, as the kernel says (`SO_PEERCRED`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Caller {
     /// The peer's user; `None` for a TCP client that is no process of this machine (known
     /// by its token only).
@@ -59,9 +59,12 @@ pub struct Presented {
     pub roles: Vec<String>,
 }
 
+/// What a fleet user's caller name starts with.
+const USER: &str = "user:";
+
 /// The caller name of a fleet user's token (`listen.tokens` names the others).
 pub fn user_token_name(user: &str) -> String {
-    format!("user:{user}")
+    format!("{USER}{user}")
 }
 
 impl Caller {
@@ -73,7 +76,7 @@ impl Caller {
 
     /// The fleet user whose token the caller came in with.
     pub fn user(&self) -> Option<&str> {
-        self.token.as_deref()?.strip_prefix("user:")
+        self.token.as_deref()?.strip_prefix(USER)
     }
 
     /// The peer of a Unix socket connection.
@@ -87,9 +90,7 @@ impl Caller {
             uid: Some(cred.uid()),
             pid,
             process,
-            agent: None,
-            token: None,
-            roles: Vec::new(),
+            ..Caller::default()
         }))
     }
 
@@ -116,9 +117,7 @@ impl Caller {
                 uid: Some(uid),
                 pid,
                 process,
-                agent: None,
-                token: None,
-                roles: Vec::new(),
+                ..Caller::default()
             }))
         })
         .await
@@ -139,14 +138,7 @@ impl Caller {
         };
         let base = match peer {
             Some(c) => c.clone(),
-            None if token.is_some() => Caller {
-                uid: None,
-                pid: None,
-                process: None,
-                agent: None,
-                token: None,
-                roles: Vec::new(),
-            },
+            None if token.is_some() => Caller::default(),
             None => return None,
         };
         Some(Arc::new(Caller {
@@ -182,12 +174,10 @@ impl Caller {
             })),
             None => token.map(|token| {
                 Arc::new(Caller {
-                    uid: None,
-                    pid: None,
-                    process: None,
                     agent,
                     token: Some(token),
                     roles,
+                    ..Caller::default()
                 })
             }),
         }
