@@ -76,6 +76,35 @@ pub trait Shared: Send + Sync {
     ) -> BoxFuture<'static, Result<Claim, String>>;
     /// Every entry waiting in the fleet, oldest first.
     fn list(&self) -> BoxFuture<'static, Result<Vec<PendingApproval>, String>>;
+    /// Who may decide, when the fleet limits it to a role (`fleet.approver_role`).
+    fn deciders(&self) -> Option<&Deciders>;
+}
+
+/// Who may decide the queue's calls when a role is required (proto-docs/fleet.md, "Who
+/// decides"): a fleet user whose token carries `role`, and the operator — a caller with
+/// no user's token (the daemon's socket, an operator token, the page logged in with
+/// either or with a login code) — unless `operator` is false.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deciders {
+    pub role: String,
+    pub operator: bool,
+}
+
+impl Deciders {
+    /// Whether `peer` may decide; else why not, in words for the one refused.
+    pub fn admits(&self, peer: Option<&Caller>) -> Result<(), String> {
+        let role = &self.role;
+        match peer.and_then(|c| c.user().map(|u| (u, &c.roles))) {
+            Some((_, roles)) if roles.contains(role) => Ok(()),
+            Some((user, _)) => Err(format!(
+                "user {user} may not decide approvals: this fleet lets only tokens with the role \"{role}\" decide (fleet.approver_role), and this token of {user} has no such role; ask an approver, or have an operator make a token with `toolhost fleet token create --user {user} --role {role}`"
+            )),
+            None if self.operator => Ok(()),
+            None => Err(format!(
+                "only tokens with the role \"{role}\" decide approvals in this fleet (fleet.approver_role), and fleet.operator_approves is false: decide with a user's token that carries it"
+            )),
+        }
+    }
 }
 
 /// What a [`Shared::claim`] found.
@@ -335,12 +364,16 @@ impl Approvals {
                     .into(),
             ));
         }
+        if let Some(rule) = self.shared.get().and_then(|s| s.deciders()) {
+            rule.admits(peer).map_err(Error::InvalidParams)?;
+        }
         Ok(ApprovalDecider {
             via: p.via,
             uid: peer.and_then(|c| c.uid),
             pid: peer.and_then(|c| c.pid),
             process: peer.and_then(|c| c.process.clone()),
             member: self.shared.get().map(|s| s.member().to_owned()),
+            user: peer.and_then(Caller::user).map(str::to_owned),
         })
     }
 
@@ -573,7 +606,10 @@ pub async fn settle(
     ctx: &CallContext,
     ask: Ask<'_>,
 ) -> (Result<(), ToolError>, Option<ApprovalVerdictRecord>) {
-    let asks_caller = ctx.inputs.accepts(InputKind::Elicitation);
+    // Where a role decides, only the queue does: the caller's own frontend could approve
+    // its own call.
+    let role_decides = queue.shared.get().is_some_and(|s| s.deciders().is_some());
+    let asks_caller = ctx.inputs.accepts(InputKind::Elicitation) && !role_decides;
     let wait = Duration::from_secs(ask.wait_s);
     let ticket = (ask.wait_s > 0)
         .then(|| {
@@ -597,6 +633,7 @@ pub async fn settle(
         pid: None,
         process: None,
         member: None,
+        user: None,
     };
     let Some(mut ticket) = ticket else {
         if !asks_caller {

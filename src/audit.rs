@@ -31,7 +31,7 @@ const QUEUE: usize = 20_000;
 const BATCH: std::time::Duration = std::time::Duration::from_millis(25);
 
 /// Who is on the other end of a connection, as the kernel says (`SO_PEERCRED`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Caller {
     /// The peer's user; `None` for a TCP client that is no process of this machine (known
     /// by its token only).
@@ -42,9 +42,29 @@ pub struct Caller {
     /// The `User-Agent` an HTTP or WebSocket client sent: its name when a session does not
     /// give one.
     pub agent: Option<String>,
-    /// The name of the bearer token the request carried (TCP, `listen.tokens`): who the
-    /// caller is over TCP, as the uid is on the Unix socket.
+    /// The name of the bearer token the request carried (TCP, `listen.tokens`; a fleet
+    /// user's token is `user:<user>`): who the caller is over TCP, as the uid is on the
+    /// Unix socket.
     pub token: Option<String>,
+    /// The roles a fleet user's token carries (`fleet.approver_role`); none otherwise.
+    pub roles: Vec<String>,
+}
+
+/// The token a request carried, as [`Caller`] names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Presented {
+    /// Its name: of `listen.tokens`, or `user:<user>` ([`user_token_name`]).
+    pub name: Arc<str>,
+    /// A fleet user's token's roles.
+    pub roles: Vec<String>,
+}
+
+/// What a fleet user's caller name starts with.
+const USER: &str = "user:";
+
+/// The caller name of a fleet user's token (`listen.tokens` names the others).
+pub fn user_token_name(user: &str) -> String {
+    format!("{USER}{user}")
 }
 
 impl Caller {
@@ -52,6 +72,11 @@ impl Caller {
     /// word the host takes for what the facade learned of its own callers.
     pub fn is_daemon(&self) -> bool {
         self.pid.and_then(|p| u32::try_from(p).ok()) == Some(std::process::id())
+    }
+
+    /// The fleet user whose token the caller came in with.
+    pub fn user(&self) -> Option<&str> {
+        self.token.as_deref()?.strip_prefix(USER)
     }
 
     /// The peer of a Unix socket connection.
@@ -69,8 +94,7 @@ impl Caller {
             uid: Some(uid),
             pid,
             process,
-            agent: None,
-            token: None,
+            ..Caller::default()
         })
     }
 
@@ -87,34 +111,59 @@ impl Caller {
         answered.await.ok().flatten()
     }
 
+    /// The caller of a request of the operator's page (`frontend`) on a connection whose
+    /// peer is `peer`, made as the holder of the token its login presented.
+    pub fn of_page(
+        peer: Option<&Caller>,
+        login: Option<Presented>,
+        frontend: &str,
+    ) -> Option<Arc<Caller>> {
+        let (token, roles) = match login {
+            Some(t) => (Some(t.name.to_string()), t.roles),
+            None => (None, Vec::new()),
+        };
+        let base = match peer {
+            Some(c) => c.clone(),
+            None if token.is_some() => Caller::default(),
+            None => return None,
+        };
+        Some(Arc::new(Caller {
+            agent: Some(frontend.to_owned()),
+            token,
+            roles,
+            ..base
+        }))
+    }
+
     /// The caller of one HTTP request on a connection whose peer is `peer`: named by its
     /// `User-Agent` (when it sent one) and by the name of the bearer token it carried
     /// (TCP). A request from another machine has a caller only when it carried a token.
     pub fn of_request<B>(
         peer: Option<&Arc<Caller>>,
         req: &http::Request<B>,
-        token: Option<&str>,
+        token: Option<&Presented>,
     ) -> Option<Arc<Caller>> {
         let agent = req
             .headers()
             .get(http::header::USER_AGENT)
             .and_then(|v| v.to_str().ok())
             .map(|s| s.chars().take(200).collect::<String>());
-        let token = token.map(str::to_owned);
+        let roles = token.map(|t| t.roles.clone()).unwrap_or_default();
+        let token = token.map(|t| t.name.to_string());
         match peer {
             Some(c) if agent.is_none() && token.is_none() => Some(c.clone()),
             Some(c) => Some(Arc::new(Caller {
                 agent: agent.or_else(|| c.agent.clone()),
                 token,
+                roles,
                 ..Caller::clone(c)
             })),
             None => token.map(|token| {
                 Arc::new(Caller {
-                    uid: None,
-                    pid: None,
-                    process: None,
                     agent,
                     token: Some(token),
+                    roles,
+                    ..Caller::default()
                 })
             }),
         }

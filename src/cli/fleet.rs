@@ -25,6 +25,10 @@ pub enum TokenCommand {
     Create {
         #[arg(long)]
         user: String,
+        /// A role the token carries (e.g. `approver` for `fleet.approver_role`); repeat
+        /// for more.
+        #[arg(long = "role")]
+        roles: Vec<String>,
     },
     /// Revoke a token (by the id `list` shows): every member refuses it from now on.
     Revoke { id: String },
@@ -106,14 +110,17 @@ async fn token(
     command: TokenCommand,
 ) -> Result<ExitCode, ClientError> {
     match command {
-        TokenCommand::Create { user } => {
+        TokenCommand::Create { user, roles } => {
             let t = client
-                .fleet_token_create(&FleetTokenCreateParams { user })
+                .fleet_token_create(&FleetTokenCreateParams { user, roles })
                 .await?;
             if g.out.json {
                 emit(g.out, &t);
-            } else {
+            } else if t.roles.is_empty() {
                 say!("{} (user {}, id {})", t.token, t.user, t.id);
+            } else {
+                let roles = t.roles.join(",");
+                say!("{} (user {}, roles {roles}, id {})", t.token, t.user, t.id);
             }
         }
         TokenCommand::Revoke { id } => {
@@ -134,13 +141,18 @@ async fn token(
                 emit(g.out, &r);
                 return Ok(ExitCode::SUCCESS);
             }
-            let mut rows = vec![["ID", "USER", "MADE ON", "STATE"]
+            let mut rows = vec![["ID", "USER", "ROLES", "MADE ON", "STATE"]
                 .map(str::to_owned)
                 .to_vec()];
             for t in &r.tokens {
                 rows.push(vec![
                     t.id.clone(),
                     t.user.clone(),
+                    if t.roles.is_empty() {
+                        "-".into()
+                    } else {
+                        t.roles.join(",")
+                    },
                     t.created_on.clone(),
                     if t.revoked_ms.is_some() {
                         "revoked".into()

@@ -149,6 +149,16 @@ pub struct Fleet {
     #[serde(default = "default_lost_after_ms")]
     #[schemars(range(min = 500, max = 86_400_000))]
     pub lost_after_ms: u64,
+    /// Only a user whose token carries this role (`toolhost fleet token create --role`)
+    /// decides approvals, and a call's own frontend is no longer asked; unset: whoever
+    /// may call `approvals.decide`.
+    #[serde(default)]
+    #[schemars(length(min = 1, max = 64), regex(pattern = r"^[A-Za-z0-9._@-]+$"))]
+    pub approver_role: Option<String>,
+    /// With `approver_role`: the operator (the daemon's socket, an operator token of
+    /// `listen`, a page logged in with either or a login code) decides too.
+    #[serde(default = "yes")]
+    pub operator_approves: bool,
 }
 
 fn default_heartbeat_ms() -> u64 {
@@ -166,6 +176,8 @@ impl std::fmt::Debug for Fleet {
             .field("internal_url", &self.internal_url)
             .field("heartbeat_ms", &self.heartbeat_ms)
             .field("lost_after_ms", &self.lost_after_ms)
+            .field("approver_role", &self.approver_role)
+            .field("operator_approves", &self.operator_approves)
             .finish()
     }
 }

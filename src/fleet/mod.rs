@@ -20,7 +20,7 @@ mod schema;
 mod store;
 mod tokens;
 
-pub use tokens::caller_name;
+pub use tokens::User;
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -33,7 +33,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::approvals::Approvals;
+use crate::approvals::{Approvals, Deciders};
 use crate::audit::AuditLog;
 use crate::config::{self, Config};
 use crate::lock;
@@ -63,6 +63,8 @@ pub struct Fleet(Arc<Inner>);
 struct Inner {
     member: String,
     cfg: config::Fleet,
+    /// `fleet.approver_role`, as the approval queue applies it.
+    deciders: Option<Deciders>,
     /// Where this member listens (its row says so).
     listeners: Vec<String>,
     pool: Pool,
@@ -80,7 +82,7 @@ struct Inner {
     outbox_rx: Mutex<Option<mpsc::UnboundedReceiver<outbox::Op>>>,
     queued: AtomicUsize,
     dropped: AtomicU64,
-    /// The users' live tokens (SHA-256 → user), this member's copy ([`tokens`]).
+    /// The users' live tokens (SHA-256 → user and roles), this member's copy ([`tokens`]).
     users: arc_swap::ArcSwap<tokens::Users>,
     /// Numbers this member's audit records (with the member id, their key in the table,
     /// so a batch written twice after a lost acknowledgement is stored once).
@@ -211,8 +213,13 @@ impl Fleet {
         drop(client);
         tracing::info!(%member, store = %at, schema_version, "joined the fleet");
         let (tx, rx) = mpsc::unbounded_channel();
+        let deciders = cfg.approver_role.clone().map(|role| Deciders {
+            role,
+            operator: cfg.operator_approves,
+        });
         let fleet = Some(Fleet(Arc::new(Inner {
             member,
+            deciders,
             cfg,
             listeners,
             pool,
@@ -334,18 +341,20 @@ impl Fleet {
         self.bounded(budgets::charge(self, charges)).await
     }
 
-    /// The user whose live token `token` is (a TCP request's bearer), by this member's
-    /// copy of the fleet's tokens.
-    pub fn user_of(&self, token: &str) -> Option<String> {
+    /// The user (and the token's roles) whose live token `token` is (a TCP request's
+    /// bearer), by this member's copy of the fleet's tokens.
+    pub fn user_of(&self, token: &str) -> Option<Arc<User>> {
         self.0.users.load().get(&sha256_hex(token)).cloned()
     }
 
-    /// `fleet.token_create`: a new token for `user`, valid on every member at once.
+    /// `fleet.token_create`: a new token for `user` carrying `roles`, valid on every
+    /// member at once.
     pub async fn token_create(
         &self,
         user: &str,
+        roles: &[String],
     ) -> Result<crate::protocol::FleetTokenCreated, String> {
-        self.bounded(tokens::create(self, user)).await
+        self.bounded(tokens::create(self, user, roles)).await
     }
 
     /// `fleet.token_revoke`: refused by every member from now on.

@@ -13,7 +13,7 @@ use super::members::CHANNEL;
 use super::pins::CHANNEL as PINS;
 use super::tokens::CHANNEL as TOKENS;
 use super::{outbox::Op, pg_error, Fleet, DB_TIMEOUT};
-use crate::approvals::{Approvals, Claim, Shared};
+use crate::approvals::{Approvals, Claim, Deciders, Shared};
 use crate::protocol::{ApprovalOutcome, ApprovalVerdictRecord, DecidedApproval, PendingApproval};
 
 /// The queue's view of the fleet.
@@ -44,6 +44,10 @@ impl Shared for SharedQueue {
     fn list(&self) -> BoxFuture<'static, Result<Vec<PendingApproval>, String>> {
         let fleet = self.0.clone();
         Box::pin(async move { fleet.bounded(list(&fleet)).await })
+    }
+
+    fn deciders(&self) -> Option<&Deciders> {
+        self.0 .0.deciders.as_ref()
     }
 }
 

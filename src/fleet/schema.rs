@@ -11,6 +11,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (1, include_str!("migrations/0001_fleet.sql")),
     (2, include_str!("migrations/0002_sessions.sql")),
     (3, include_str!("migrations/0003_trust.sql")),
+    (4, include_str!("migrations/0004_roles.sql")),
 ];
 
 /// The newest schema this binary knows.

@@ -14,17 +14,20 @@ use crate::protocol::{FleetToken, FleetTokenCreated, FleetTokenRevokeResult};
 /// The NOTIFY channel of the tokens (no payload).
 pub(super) const CHANNEL: &str = "toolhost_tokens";
 
-/// The live tokens: SHA-256 → user.
-pub(super) type Users = HashMap<String, String>;
+/// The live tokens: SHA-256 → whose it is.
+pub(super) type Users = HashMap<String, Arc<User>>;
 
-/// The caller name of a user's token (`listen.tokens` names the others).
-pub fn caller_name(user: &str) -> String {
-    format!("user:{user}")
+/// Whom a live token stands for: the user, and the roles the token carries (schema 4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    pub name: String,
+    pub roles: Vec<String>,
 }
 
-fn valid_user(user: &str) -> bool {
-    (1..=64).contains(&user.len())
-        && user
+/// A user's or a role's name: 1 to 64 of letters, digits, `.`, `_`, `-`, `@`.
+fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'))
 }
@@ -34,12 +37,21 @@ pub(super) async fn reload(fleet: &Fleet) -> Result<(), String> {
     let client = fleet.client().await?;
     let rows = client
         .query(
-            "SELECT sha256, user_name FROM toolhost_tokens WHERE revoked IS NULL",
+            "SELECT sha256, user_name, roles FROM toolhost_tokens WHERE revoked IS NULL",
             &[],
         )
         .await
         .map_err(|e| pg_error(&e))?;
-    let users: Users = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+    let users: Users = rows
+        .iter()
+        .map(|r| {
+            let user = User {
+                name: r.get(1),
+                roles: r.get(2),
+            };
+            (r.get(0), Arc::new(user))
+        })
+        .collect();
     fleet.0.users.store(Arc::new(users));
     Ok(())
 }
@@ -52,12 +64,23 @@ async fn notify(tx: &tokio_postgres::Transaction<'_>) -> Result<(), String> {
     Ok(())
 }
 
-pub(super) async fn create(fleet: &Fleet, user: &str) -> Result<FleetTokenCreated, String> {
-    if !valid_user(user) {
-        return Err(format!(
-            "invalid user {user:?}: 1 to 64 of letters, digits, '.', '_', '-', '@'"
-        ));
+pub(super) async fn create(
+    fleet: &Fleet,
+    user: &str,
+    roles: &[String],
+) -> Result<FleetTokenCreated, String> {
+    let invalid = |what: &str, name: &str| {
+        format!("invalid {what} {name:?}: 1 to 64 of letters, digits, '.', '_', '-', '@'")
+    };
+    if !valid_name(user) {
+        return Err(invalid("user", user));
     }
+    if let Some(bad) = roles.iter().find(|r| !valid_name(r)) {
+        return Err(invalid("role", bad));
+    }
+    let mut roles = roles.to_vec();
+    roles.sort();
+    roles.dedup();
     let id = format!("tok-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let token = format!(
         "thu_{}{}",
@@ -67,8 +90,9 @@ pub(super) async fn create(fleet: &Fleet, user: &str) -> Result<FleetTokenCreate
     let mut client = fleet.client().await?;
     let tx = client.transaction().await.map_err(|e| pg_error(&e))?;
     tx.execute(
-        "INSERT INTO toolhost_tokens (id, user_name, sha256, created_on) VALUES ($1, $2, $3, $4)",
-        &[&id, &user, &sha256_hex(&token), &fleet.0.member],
+        "INSERT INTO toolhost_tokens (id, user_name, sha256, created_on, roles)
+         VALUES ($1, $2, $3, $4, $5)",
+        &[&id, &user, &sha256_hex(&token), &fleet.0.member, &roles],
     )
     .await
     .map_err(|e| pg_error(&e))?;
@@ -78,6 +102,7 @@ pub(super) async fn create(fleet: &Fleet, user: &str) -> Result<FleetTokenCreate
     Ok(FleetTokenCreated {
         id,
         user: user.to_owned(),
+        roles,
         token,
     })
 }
@@ -119,7 +144,7 @@ pub(super) async fn list(fleet: &Fleet) -> Result<Vec<FleetToken>, String> {
     let rows = client
         .query(
             "SELECT id, user_name, (extract(epoch FROM created) * 1000)::bigint, created_on,
-                    (extract(epoch FROM revoked) * 1000)::bigint
+                    (extract(epoch FROM revoked) * 1000)::bigint, roles
                FROM toolhost_tokens ORDER BY created, id",
             &[],
         )
@@ -134,6 +159,7 @@ pub(super) async fn list(fleet: &Fleet) -> Result<Vec<FleetToken>, String> {
             created_ms: ms(r.get(2)),
             created_on: r.get(3),
             revoked_ms: r.get::<_, Option<i64>>(4).map(ms),
+            roles: r.get(5),
         })
         .collect())
 }

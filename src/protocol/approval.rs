@@ -183,15 +183,22 @@ pub struct ApprovalDecider {
     /// Fleet mode: the member the decision was made on (proto-docs/fleet.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub member: Option<String>,
+    /// Fleet mode: the user whose token the decider came in with (proto-docs/fleet.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 impl ApprovalDecider {
-    /// `uid 1000 pid 4242 (toolhost) via cli`, or `the caller`.
+    /// `uid 1000 pid 4242 (toolhost) via cli`, `user bob via socket on m-…`, or `the
+    /// caller`.
     pub fn describe(&self) -> String {
         if self.via == DecidedVia::Caller {
             return "the caller".into();
         }
         let mut who = String::new();
+        if let Some(user) = &self.user {
+            who.push_str(&format!("user {user} "));
+        }
         if let Some(uid) = self.uid {
             who.push_str(&format!("uid {uid} "));
         }

@@ -77,6 +77,10 @@ pub struct FleetHealth {
 pub struct FleetTokenCreateParams {
     /// The user the token stands for (letters, digits, `.`, `_`, `-`, `@`; 1–64).
     pub user: String,
+    /// The roles the token carries (names like a user's), e.g. `approver` for
+    /// `fleet.approver_role`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<String>,
 }
 
 /// `fleet.token_create`: the token, shown this once (the database keeps its SHA-256 only).
@@ -85,6 +89,9 @@ pub struct FleetTokenCreated {
     /// `tok-` and 12 hex digits: what `fleet.token_revoke` names.
     pub id: String,
     pub user: String,
+    /// Its roles, sorted.
+    #[serde(default)]
+    pub roles: Vec<String>,
     /// The bearer token itself.
     pub token: String,
 }
@@ -114,6 +121,9 @@ pub struct FleetToken {
     /// When it was revoked, if it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revoked_ms: Option<u64>,
+    /// The roles it carries.
+    #[serde(default)]
+    pub roles: Vec<String>,
 }
 
 /// `fleet.token_list`.

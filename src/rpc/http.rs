@@ -22,7 +22,7 @@ use super::frame_budget::Share;
 use super::head_timeout::{HeadClock, HeadTimeout};
 use super::websocket::upgrade;
 use super::Shared;
-use crate::audit::Caller;
+use crate::audit::{Caller, Presented};
 use crate::metrics::Framing;
 use crate::protocol::codes;
 
@@ -59,9 +59,9 @@ impl Bearer {
         }
     }
 
-    /// The name of the token `req` carries; the first request that carries one
-    /// authenticates the connection.
-    fn admits<B>(&self, req: &HttpRequest<B>) -> Option<Arc<str>> {
+    /// The token `req` carries; the first request that carries one authenticates the
+    /// connection.
+    fn admits<B>(&self, req: &HttpRequest<B>) -> Option<Presented> {
         let name = self.token_of(req);
         if name.is_some() {
             self.let_in();
@@ -69,15 +69,10 @@ impl Bearer {
         name
     }
 
-    /// Whether `req` carries a token (the connection's standing unchanged).
-    pub(super) fn holds_token<B>(&self, req: &HttpRequest<B>) -> bool {
-        self.token_of(req).is_some()
-    }
-
-    /// The name of the token `req` carries. Every token is compared (in constant time),
-    /// so the time taken says nothing of which one came close; a user's token of the fleet
-    /// is found by its SHA-256 and named `user:<user>`.
-    fn token_of<B>(&self, req: &HttpRequest<B>) -> Option<Arc<str>> {
+    /// The token `req` carries. Every token is compared (in constant time), so the time
+    /// taken says nothing of which one came close; a user's token of the fleet is found
+    /// by its SHA-256 and named `user:<user>`, with its roles.
+    pub(super) fn token_of<B>(&self, req: &HttpRequest<B>) -> Option<Presented> {
         let given = bearer_of(req)?;
         let mut found = None;
         for (name, token) in self.tokens.iter() {
@@ -85,9 +80,16 @@ impl Bearer {
                 found = Some(name.clone());
             }
         }
-        found.or_else(|| {
-            let user = self.fleet.as_ref()?.user_of(given)?;
-            Some(crate::fleet::caller_name(&user).into())
+        if let Some(name) = found {
+            return Some(Presented {
+                name,
+                roles: Vec::new(),
+            });
+        }
+        let user = self.fleet.as_ref()?.user_of(given)?;
+        Some(Presented {
+            name: crate::audit::user_token_name(&user.name).into(),
+            roles: user.roles.clone(),
         })
     }
 
@@ -235,9 +237,9 @@ impl HttpService {
                 ));
             }
             let mut req = req;
-            if let Some(name) = token {
+            if let Some(t) = token {
                 req.extensions_mut()
-                    .insert(crate::audit::TokenName(name.to_string()));
+                    .insert(crate::audit::TokenName(t.name.to_string()));
             }
             let (mcp, connection) = (self.shared.mcp.clone(), self.connection.clone());
             return async move { Ok(mcp.handle(req, &connection).await.map(HttpBody::new)) }
@@ -256,7 +258,7 @@ impl HttpService {
         if req.method() == hyper::Method::GET && req.uri().path() == "/metrics" {
             return ready(super::ops::metrics_response(&self.shared.host));
         }
-        let caller = Caller::of_request(self.caller.as_ref(), &req, token.as_deref());
+        let caller = Caller::of_request(self.caller.as_ref(), &req, token.as_ref());
         if jsonrpsee::server::ws::is_upgrade_request(&req) {
             let response = upgrade(req, self.shared.clone(), caller, self.ticket.clone());
             if response.status() == hyper::StatusCode::SWITCHING_PROTOCOLS {

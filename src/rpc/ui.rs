@@ -90,39 +90,38 @@ pub(super) fn serve(
     if !known {
         return answer(plain(404, "no such page\n"));
     }
-    let page = header(&req, PAGE_HEADER);
-    if !page.is_some_and(|token| shared.ui.page_ok(token)) {
+    let Some(login) = header(&req, PAGE_HEADER).and_then(|token| shared.ui.page(token)) else {
         return answer(plain(401, "missing or stale page token: log in again\n"));
-    }
+    };
     if let Some(bearer) = bearer {
         bearer.let_in();
     }
     if route.0 == hyper::Method::GET {
         return answer(events(shared.host.clone()));
     }
-    // What the page does (a restore, an approval) is the page's, whichever browser shows it.
-    let caller = caller.map(|c| {
-        Arc::new(Caller {
-            agent: Some(PAGE_FRONTEND.to_owned()),
-            ..Caller::clone(&c)
-        })
-    });
+    // What the page does (a restore, an approval) is the page's, whichever browser shows
+    // it, done as the holder of the token it logged in with (a fleet user and its roles).
+    let caller = Caller::of_page(caller.as_deref(), login, PAGE_FRONTEND);
     post(req, shared, caller).map(Ok).boxed()
 }
 
 /// `POST /ui/login`: a fresh page token for whoever may have one.
 fn login(req: &HttpRequest<Incoming>, shared: &Shared, bearer: Option<&Bearer>) -> HttpResponse {
+    let mut presented = None;
     if let Some(bearer) = bearer {
         let code = header(req, LOGIN_HEADER).is_some_and(|c| shared.ui.redeem(c));
-        if !code && !bearer.holds_token(req) {
+        // A login code comes from the operator (`toolhost ui`); a token names its holder.
+        let token = bearer.token_of(req);
+        if !code && token.is_none() {
             return plain(
                 401,
                 "give the TCP token or a login code from `toolhost ui`\n",
             );
         }
         bearer.let_in();
+        presented = token.filter(|_| !code);
     }
-    let body = serde_json::json!({ "page_token": shared.ui.new_page() }).to_string();
+    let body = serde_json::json!({ "page_token": shared.ui.new_page(presented) }).to_string();
     let mut r = HttpResponse::new(HttpBody::from(body));
     r.headers_mut().insert(
         hyper::header::CONTENT_TYPE,

@@ -16,6 +16,7 @@ use std::net::SocketAddr;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::audit::Presented;
 use crate::lock;
 
 /// One of the page's files.
@@ -66,8 +67,10 @@ const MAX_PAGES: usize = 64;
 /// the host: `ui.login` (a socket method) mints codes and `rpc/ui.rs` redeems them.
 #[derive(Default)]
 pub struct Access {
-    codes: Mutex<HashMap<String, Instant>>,
-    pages: Mutex<HashMap<String, Instant>>,
+    codes: Mutex<HashMap<String, (Instant, ())>>,
+    /// Each page token with the bearer token its login presented (none: a login code, or
+    /// the Unix socket): the page acts as that token's holder.
+    pages: Mutex<HashMap<String, (Instant, Option<Presented>)>>,
     /// The bound TCP listener (its real port when config said `:0`), set at start.
     tcp: OnceLock<SocketAddr>,
 }
@@ -88,6 +91,7 @@ impl Access {
         remember(
             &mut lock(&self.codes),
             code.clone(),
+            (),
             CODE_LIFETIME,
             MAX_CODES,
         );
@@ -98,44 +102,53 @@ impl Access {
     pub fn redeem(&self, code: &str) -> bool {
         lock(&self.codes)
             .remove(code)
-            .is_some_and(|expires| Instant::now() < expires)
+            .is_some_and(|(expires, ())| Instant::now() < expires)
     }
 
-    /// A fresh page token.
-    pub fn new_page(&self) -> String {
+    /// A fresh page token for a login that presented `bearer`.
+    pub fn new_page(&self, bearer: Option<Presented>) -> String {
         let token = secret();
         remember(
             &mut lock(&self.pages),
             token.clone(),
+            bearer,
             PAGE_LIFETIME,
             MAX_PAGES,
         );
         token
     }
 
-    /// Whether `token` is a live page token.
-    pub fn page_ok(&self, token: &str) -> bool {
+    /// `None` when `token` is no live page token; else the bearer token its login
+    /// presented, if any.
+    pub fn page(&self, token: &str) -> Option<Option<Presented>> {
         lock(&self.pages)
             .get(token)
-            .is_some_and(|expires| Instant::now() < *expires)
+            .filter(|(expires, _)| Instant::now() < *expires)
+            .map(|(_, bearer)| bearer.clone())
     }
 }
 
 /// Adds `key` to `table` until `lifetime` from now, first dropping the expired entries
 /// and, when still full, the one that expires first.
-fn remember(table: &mut HashMap<String, Instant>, key: String, lifetime: Duration, max: usize) {
+fn remember<V>(
+    table: &mut HashMap<String, (Instant, V)>,
+    key: String,
+    value: V,
+    lifetime: Duration,
+    max: usize,
+) {
     let now = Instant::now();
-    table.retain(|_, expires| *expires > now);
+    table.retain(|_, (expires, _)| *expires > now);
     if table.len() >= max {
         if let Some(oldest) = table
             .iter()
-            .min_by_key(|(_, expires)| **expires)
+            .min_by_key(|(_, (expires, _))| *expires)
             .map(|(k, _)| k.clone())
         {
             table.remove(&oldest);
         }
     }
-    table.insert(key, now + lifetime);
+    table.insert(key, (now + lifetime, value));
 }
 
 /// 244 random bits from the OS generator (two v4 UUIDs), as 64 hex digits.
@@ -200,13 +213,13 @@ mod tests {
         assert!(!access.redeem("nope"));
         assert!(access.redeem(&code));
         assert!(!access.redeem(&code));
-        let first = access.new_page();
-        assert!(access.page_ok(&first));
+        let first = access.new_page(None);
+        assert_eq!(access.page(&first), Some(None));
         for _ in 0..MAX_PAGES {
-            access.new_page();
+            access.new_page(None);
         }
         assert!(
-            !access.page_ok(&first),
+            access.page(&first).is_none(),
             "the oldest page token is pushed out"
         );
         assert_eq!(lock(&access.pages).len(), MAX_PAGES);

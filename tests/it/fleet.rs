@@ -36,7 +36,7 @@ pub(crate) async fn member_id(d: &Daemon) -> String {
 }
 
 /// The id of the approval entry of `call_id`, once `d` lists it (fleet-wide).
-async fn entry_on(d: &Daemon, call_id: &str) -> String {
+pub(crate) async fn entry_on(d: &Daemon, call_id: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let r = d.call("approvals.list", json!({})).await;
@@ -300,7 +300,7 @@ async fn bad_starts_are_refused_with_the_step_and_never_the_password() {
     pg.sql("INSERT INTO toolhost_schema (version) VALUES (999)");
     let err = refused(config(&pg, "auto")).await;
     assert!(
-        err.contains("schema is version 999") && err.contains("up to 3"),
+        err.contains("schema is version 999") && err.contains("up to 4"),
         "{err}"
     );
     drop(a);

@@ -3,14 +3,16 @@
 //! `requestState`) that lands on another member than the one holding its call is handed to
 //! the holder (its `internal_url` is in the members table, the state is sealed with the
 //! fleet's key from the database) and answered there; if the holder is gone, the retry is
-//! refused with a clear error, and the call never runs twice.
+//! refused with a clear error, and the call never runs twice. A member killed with `kill -9`
+//! under load: the others keep answering, it shows lost, its waiting approval is withdrawn,
+//! and no call is answered (or audited) twice.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
 
 use crate::common::haproxy::Haproxy;
 use crate::common::postgres::Postgres;
-use crate::common::{self, http, new_era, Daemon};
+use crate::common::{self, eventually, http, new_era, Daemon};
 use crate::fleet_sessions::{fleet_config, mcp, reply_in, TOKEN};
 use serde_json::{json, Value};
 
@@ -242,4 +244,168 @@ async fn the_shipped_haproxy_config_keeps_a_session_on_one_member_and_spreads_th
         "{landed:?}, {handed_over} handed over"
     );
     assert_eq!(runs(&ran).len(), 6, "{:?}", runs(&ran));
+}
+
+/// One JSON-RPC `invoke` of `read_file f.txt` as `call_id` through the gateway: whether it
+/// answered `ok`, and the member (HAProxy's server name) that answered.
+async fn read_through(gw: &Haproxy, call_id: &str) -> (bool, String) {
+    let tcp = tokio::net::TcpStream::connect(&gw.addr).await.unwrap();
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "invoke",
+        "params": {"name": "read_file", "arguments": {"path": "f.txt"}, "call_id": call_id}});
+    let answer = http::exchange(
+        tcp,
+        "POST",
+        "/",
+        &[("Content-Type", "application/json")],
+        &body.to_string(),
+    )
+    .await;
+    let ok = serde_json::from_str::<Value>(&answer.body)
+        .is_ok_and(|v| v["result"]["result"]["ok"] == true);
+    (ok, answer.header("x-served-by").unwrap_or_default())
+}
+
+#[tokio::test]
+async fn a_replica_killed_during_load_leaves_the_others_answering_and_no_call_answered_twice() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    let pg = Postgres::start();
+    let mut members = Vec::new();
+    let mut addrs = Vec::new();
+    for _ in 0..3 {
+        let m = Daemon::start_in(|dir| {
+            let mut cfg = crate::fleet_sessions::fleet_config(&pg, dir);
+            cfg["approval"] = json!({"mode": "strict", "wait_s": 60});
+            // The clients repeat one call hundreds of times: the built-in loop breaker
+            // stays, but wide.
+            cfg["guards"] =
+                json!([{"name": "default-loop", "loop": {"calls": 1_000_000, "window_s": 60}}]);
+            cfg
+        })
+        .await;
+        std::fs::write(m.workspace().join("f.txt"), "hello").unwrap();
+        addrs.push(m.tcp_addr().await);
+        members.push(m);
+    }
+    let mut ids = Vec::new();
+    for m in &members {
+        ids.push(crate::fleet::member_id(m).await);
+    }
+    let gw = Arc::new(Haproxy::start(&addrs, TOKEN).await);
+    // A call of A's waits for approval, seen fleet-wide.
+    let _held =
+        crate::approvals::caller(&members[0], "held-on-a", "touch never", None, json!([])).await;
+    let held = crate::fleet::entry_on(&members[1], "held-on-a").await;
+
+    // Four clients call through the gateway, each call with its own id, until stopped.
+    let (stop, answered) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let log: Arc<Mutex<Vec<(String, bool, String)>>> = Arc::default();
+    let mut clients = Vec::new();
+    for c in 0..4 {
+        let (gw, stop, answered, log) = (gw.clone(), stop.clone(), answered.clone(), log.clone());
+        clients.push(tokio::spawn(async move {
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                let id = format!("load-{c}-{n}");
+                let (ok, by) = read_through(&gw, &id).await;
+                answered.fetch_add(usize::from(ok), Ordering::Relaxed);
+                log.lock().unwrap().push((id, ok, by));
+            }
+        }));
+    }
+    eventually(30, "calls answered by all three", || async {
+        let log = log.lock().unwrap();
+        ["m0", "m1", "m2"]
+            .iter()
+            .all(|m| log.iter().any(|(_, ok, by)| *ok && by == m))
+    })
+    .await;
+    members[0].kill9().await;
+    let at_kill = log.lock().unwrap().len();
+
+    // The others keep answering (a request refused by the dead member is sent on to the
+    // next), A shows lost and its waiting call is withdrawn.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (n, ok, summary) = {
+            let log = log.lock().unwrap();
+            let after = &log[at_kill..];
+            let mut summary = std::collections::BTreeMap::new();
+            for (_, ok, by) in after {
+                *summary.entry((by.clone(), *ok)).or_insert(0) += 1;
+            }
+            (
+                after.len(),
+                after.iter().filter(|(_, ok, _)| *ok).count(),
+                summary,
+            )
+        };
+        if ok >= 60 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "after the kill: {n} calls, {ok} ok: {summary:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    eventually(20, "A lost and its approval withdrawn", || async {
+        let s = members[1].call("fleet.status", json!({})).await;
+        let lost = s["result"]["members"].as_array().is_some_and(|m| {
+            m.iter()
+                .any(|m| m["id"] == ids[0].as_str() && m["state"] == "lost")
+        });
+        lost && pg
+            .sql(&format!(
+                "SELECT verdict->>'outcome' FROM toolhost_approvals WHERE id = '{held}'"
+            ))
+            .trim()
+            == "withdrawn"
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    for c in clients {
+        c.await.unwrap();
+    }
+    let log = log.lock().unwrap().clone();
+    let late: Vec<_> = log[at_kill..].iter().filter(|(_, ok, _)| *ok).collect();
+    assert!(
+        late.iter().all(|(_, _, by)| by != "m0"),
+        "an answer from the killed member after the kill"
+    );
+    let failed = log.iter().filter(|(_, ok, _)| !ok).count();
+    eprintln!(
+        "{} calls, {} answered, {failed} failed (in flight on the killed member)",
+        log.len(),
+        answered.load(Ordering::Relaxed)
+    );
+    // At most the call each client had in flight on A when it died.
+    assert!(failed <= 4, "more failures than calls in flight: {failed}");
+
+    // No call was answered twice: each call id is in the audit table at most once, and
+    // every call the survivors answered is there once, with the member that answered.
+    let twice = pg.sql("SELECT call_id FROM toolhost_audit WHERE call_id LIKE 'load-%' GROUP BY call_id HAVING count(*) > 1");
+    assert!(twice.trim().is_empty(), "audited twice: {twice}");
+    let expected: Vec<String> = {
+        let mut v: Vec<String> = late
+            .iter()
+            .map(|(id, _, by)| format!("{id}|{}", ids[by[1..].parse::<usize>().unwrap()]))
+            .collect();
+        v.sort();
+        v
+    };
+    eventually(20, "the survivors' calls in the audit table", || async {
+        let rows = pg.sql(&format!(
+            "SELECT call_id || '|' || member FROM toolhost_audit WHERE call_id LIKE 'load-%' AND member <> '{}' ORDER BY 1",
+            ids[0]
+        ));
+        let rows: Vec<&str> = rows.lines().collect();
+        expected.iter().all(|e| rows.contains(&e.as_str()))
+    })
+    .await;
 }

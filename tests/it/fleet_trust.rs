@@ -6,10 +6,12 @@
 
 use std::path::PathBuf;
 
+use crate::approvals::{caller, outcome};
 use crate::catalog::{change_naming, server, wait_ready, write_catalog};
+use crate::common::http_on;
 use crate::common::postgres::Postgres;
 use crate::common::{eventually, toolhost, Daemon};
-use crate::fleet::config;
+use crate::fleet::{config, entry_on, member_id};
 use crate::tcp_tokens::tcp_call;
 use serde_json::{json, Value};
 
@@ -147,10 +149,14 @@ async fn a_daily_budget_of_n_calls_allows_exactly_n_across_three_members() {
 
 /// A member listening on TCP too (the operator's token `listen.token_file`).
 async fn tcp_member(pg: &Postgres) -> Daemon {
+    tcp_member_with(config(pg, "auto")).await
+}
+
+/// A member of config `cfg` listening on TCP too, as [`tcp_member`].
+async fn tcp_member_with(mut cfg: Value) -> Daemon {
     let mut d = Daemon::unstarted();
     let token = d.dir.path().join("token");
     std::fs::write(&token, "operator-token-0a1b2c3d").unwrap();
-    let mut cfg = config(pg, "auto");
     cfg["listen"] = json!({"tcp": "127.0.0.1:0", "token_file": token});
     std::fs::write(d.config_path(), cfg.to_string()).unwrap();
     d.spawn(&[]).await;
@@ -290,4 +296,165 @@ async fn a_users_token_works_on_every_member_names_the_user_and_a_revoke_refuses
         .0,
         200
     );
+}
+
+/// `toolhost fleet token create --user USER ARGS…` on `d`: the token.
+async fn token_for(d: &Daemon, user: &str, args: &[&str]) -> String {
+    let mut all = vec!["token", "create", "--user", user];
+    all.extend_from_slice(args);
+    let (code, out, err) = fleet_cli(d, &all).await;
+    assert_eq!(code, 0, "{out}{err}");
+    out.split_whitespace().next().unwrap().to_owned()
+}
+
+/// `approvals.decide` allow_once of `id` over TCP with `token`.
+async fn allow_with(addr: &str, token: &str, id: &str) -> Value {
+    tcp_call(
+        addr,
+        token,
+        "approvals.decide",
+        json!({"id": id, "decision": "allow_once"}),
+    )
+    .await
+    .1
+}
+
+#[tokio::test]
+async fn only_a_token_with_the_approver_role_decides_and_the_audit_names_the_user_and_member() {
+    let pg = Postgres::start();
+    let mut cfg = config(&pg, "strict");
+    cfg["fleet"]["approver_role"] = json!("approver");
+    let (a, b, c) = (
+        tcp_member_with(cfg.clone()).await,
+        tcp_member_with(cfg.clone()).await,
+        tcp_member_with(cfg).await,
+    );
+    let (ma, mc) = (member_id(&a).await, member_id(&c).await);
+    let (addr_b, addr_c) = (b.tcp_addr().await, c.tcp_addr().await);
+    let alice = token_for(&a, "alice", &[]).await;
+    let bob = token_for(&a, "bob", &["--role", "approver", "--role", "oncall"]).await;
+    let (_, out, _) = fleet_cli(&a, &["token", "list"]).await;
+    assert!(out.contains("approver,oncall"), "{out}");
+    // Both tokens reach B and C (the NOTIFY).
+    for (addr, token) in [(&addr_b, &alice), (&addr_c, &bob)] {
+        eventually(10, "the token known on the member", || async {
+            tcp_call(addr, token, "host.health", json!({})).await.0 == 200
+        })
+        .await;
+    }
+
+    // A call held on A: alice (no role) is refused on B, by RPC and by the page she logs
+    // into with her token; bob (approver) allows it on C and it runs on A.
+    let mut call = caller(&a, "held1", "touch ran-on-a", None, json!([])).await;
+    let id = entry_on(&b, "held1").await;
+    let refused = allow_with(&addr_b, &alice, &id).await;
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("user alice may not decide approvals")
+            && message.contains("\"approver\"")
+            && message.contains("--role approver"),
+        "{refused}"
+    );
+    let mut tcp = tokio::net::TcpStream::connect(&addr_b).await.unwrap();
+    let bearer = format!("Bearer {alice}");
+    let (status, body) = http_on(
+        &mut tcp,
+        "POST",
+        "/ui/login",
+        "",
+        &[("Authorization", &bearer)],
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let page: Value = serde_json::from_str(&body).unwrap();
+    let decide = json!({"jsonrpc": "2.0", "id": 1, "method": "approvals.decide",
+                        "params": {"id": id, "decision": "allow_once", "via": "ui"}});
+    let mut tcp = tokio::net::TcpStream::connect(&addr_b).await.unwrap();
+    let (_, body) = http_on(
+        &mut tcp,
+        "POST",
+        "/ui/rpc",
+        &decide.to_string(),
+        &[("X-Toolhost-Page", page["page_token"].as_str().unwrap())],
+    )
+    .await;
+    assert!(
+        body.contains("user alice may not decide approvals"),
+        "{body}"
+    );
+    assert!(!a.workspace().join("ran-on-a").exists());
+
+    let allowed = allow_with(&addr_c, &bob, &id).await;
+    assert_eq!(allowed["result"]["outcome"], "allow_once", "{allowed}");
+    assert_eq!(allowed["result"]["by"]["user"], "bob", "{allowed}");
+    assert_eq!(allowed["result"]["by"]["member"], mc.as_str(), "{allowed}");
+    assert_eq!(outcome(&mut call).await["ok"], true);
+    assert!(a.workspace().join("ran-on-a").exists());
+
+    // The operator on a member's own socket still decides (fleet.operator_approves): a
+    // strict session's call held on A, allowed with C's CLI.
+    let session = a.session(json!({"approval": "strict"})).await;
+    let mut call = caller(&a, "held2", "touch by-operator", Some(&session), json!([])).await;
+    let id2 = entry_on(&c, "held2").await;
+    let out = toolhost(c.dir.path())
+        .arg("--socket")
+        .arg(c.socket())
+        .args(["approvals", "allow", &id2])
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(outcome(&mut call).await["ok"], true);
+    assert!(a.workspace().join("by-operator").exists());
+
+    // The audit line says who decided, as which user, and where.
+    eventually(
+        10,
+        "the decided calls in the fleet's audit table",
+        || async {
+            pg.sql("SELECT count(*) FROM toolhost_audit WHERE call_id IN ('held1', 'held2')")
+                .trim()
+                == "2"
+        },
+    )
+    .await;
+    let rows = pg.sql(
+        "SELECT call_id, member, record->'approval_decision'->'by'->>'user',
+                record->'approval_decision'->'by'->>'member', record->'approval_decision'->'by'->>'via'
+           FROM toolhost_audit WHERE call_id IN ('held1', 'held2') ORDER BY call_id",
+    );
+    assert_eq!(
+        rows.lines().collect::<Vec<_>>(),
+        vec![
+            format!("held1|{ma}|bob|{mc}|socket"),
+            format!("held2|{ma}||{mc}|cli"),
+        ],
+        "{rows}"
+    );
+}
+
+#[tokio::test]
+async fn without_operator_approves_only_the_role_decides() {
+    let pg = Postgres::start();
+    let mut cfg = config(&pg, "strict");
+    cfg["fleet"]["approver_role"] = json!("approver");
+    cfg["fleet"]["operator_approves"] = json!(false);
+    let a = tcp_member_with(cfg).await;
+    let addr = a.tcp_addr().await;
+    let mut call = caller(&a, "op1", "touch ran", None, json!([])).await;
+    let id = entry_on(&a, "op1").await;
+    let r = a
+        .call(
+            "approvals.decide",
+            json!({"id": id, "decision": "allow_once"}),
+        )
+        .await;
+    let message = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("fleet.operator_approves is false"), "{r}");
+    let r = allow_with(&addr, "operator-token-0a1b2c3d", &id).await;
+    assert!(r["error"]["message"].as_str().is_some(), "{r}");
+    let carol = token_for(&a, "carol", &["--role", "approver"]).await;
+    let r = allow_with(&addr, &carol, &id).await;
+    assert_eq!(r["result"]["by"]["user"], "carol", "{r}");
+    assert_eq!(outcome(&mut call).await["ok"], true);
 }

@@ -9,9 +9,7 @@ use crate::protocol::*;
 /// to a caller who came in with a user's token (a user does not mint or revoke tokens).
 fn token_admin(host: &crate::host::Host) -> Result<&crate::fleet::Fleet, Error> {
     let fleet = host.fleet().ok_or_else(not_fleet)?;
-    let by_user = crate::audit::current_caller()
-        .and_then(|c| c.token.clone())
-        .is_some_and(|t| t.starts_with("user:"));
+    let by_user = crate::audit::current_caller().is_some_and(|c| c.user().is_some());
     if by_user {
         return Err(Error::InvalidParams(
             "a user's token cannot manage the fleet's tokens: use the daemon's socket or an operator token".into(),
@@ -32,7 +30,7 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
         "Fleet mode: a new bearer token for `user`, valid at once on every member's TCP listener (the caller is then `user:<user>`: in its frontend identity and every audit line). The token is shown this once; the database keeps its SHA-256.",
         |host, p: FleetTokenCreateParams| async move {
             token_admin(&host)?
-                .token_create(&p.user)
+                .token_create(&p.user, &p.roles)
                 .await
                 .map_err(Error::InvalidParams)
         },

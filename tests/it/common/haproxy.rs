@@ -97,6 +97,13 @@ impl Haproxy {
     }
 }
 
+impl Haproxy {
+    /// Its process id (a benchmark reads its CPU time).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+}
+
 /// A free `127.0.0.1:PORT`.
 fn free_addr() -> String {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
