@@ -667,6 +667,27 @@ async fn five_frontends_import_as_one_entry_per_server_served_without_a_restart(
     assert!(e.contains("this daemon's own listener"), "{r}");
 }
 
+/// The `label` the fixture server `server` (started with `FIXTURE_WHEREAMI`) says it has.
+async fn label_of(d: &Daemon, server: &str) -> Option<Value> {
+    let r = d.invoke(&format!("mcp_{server}_whereami"), json!({})).await;
+    r["output"]
+        .as_str()
+        .and_then(|o| serde_json::from_str::<Value>(o).ok())
+        .map(|me| me["label"].clone())
+}
+
+/// Waits for a reload refused because the secrets file at `path` can be read by others.
+async fn refused_as_readable(d: &Daemon, path: &Path) {
+    let path = path.display().to_string();
+    eventually(30, "the reload to be refused", || async {
+        let s = d.call("config.status", json!({})).await;
+        s["result"]["last_error"].as_str().is_some_and(|e| {
+            e.contains("can be read by others") && e.contains("chmod 600") && e.contains(&path)
+        })
+    })
+    .await;
+}
+
 /// The secrets file is read with config.json: a value added or changed there reaches the
 /// servers at once, no restart; one others can read is refused and named.
 #[tokio::test]
@@ -674,8 +695,10 @@ async fn the_secrets_file_is_reloaded_and_must_be_private() {
     use std::os::unix::fs::PermissionsExt;
     let mut d = Daemon::unstarted();
     std::fs::write(d.config_path(), "{}").unwrap();
-    // A value only the daemon's own environment has still reaches a server.
-    d.spawn(&[("ENV_ONLY_T41", "from-env")]).await;
+    // A value only the daemon's own environment has still reaches a server; a name the
+    // file sets too takes the file's value (LABEL_T41 below).
+    d.spawn(&[("ENV_ONLY_T41", "from-env"), ("LABEL_T41", "from-env")])
+        .await;
     let secrets = d.dir.path().join("secrets.env");
     let private = |text: &str| {
         write(&secrets, text);
@@ -690,29 +713,13 @@ async fn the_secrets_file_is_reloaded_and_must_be_private() {
         &d.config_path(),
         &json!({"mcp_servers": {"fx": server, "fy": from_env}, "guards": no_loop}),
     );
-    let label_of = |server: &'static str| {
-        let d = &d;
-        async move {
-            let r = d.invoke(&format!("mcp_{server}_whereami"), json!({})).await;
-            r["output"]
-                .as_str()
-                .and_then(|o| serde_json::from_str::<Value>(o).ok())
-                .map(|me| me["label"].clone())
-        }
-    };
     eventually(
         30,
         "fy to run with the daemon's environment's value",
-        || async { label_of("fy").await == Some(json!("from-env")) },
+        || async { label_of(&d, "fy").await == Some(json!("from-env")) },
     )
     .await;
-    let label = || async {
-        let r = d.invoke("mcp_fx_whereami", json!({})).await;
-        r["output"]
-            .as_str()
-            .and_then(|o| serde_json::from_str::<Value>(o).ok())
-            .map(|me| me["label"].clone())
-    };
+    let label = || label_of(&d, "fx");
     eventually(30, "fx to run with the file's value", || async {
         label().await == Some(json!("one"))
     })
@@ -725,13 +732,7 @@ async fn the_secrets_file_is_reloaded_and_must_be_private() {
 
     std::fs::set_permissions(&secrets, std::fs::Permissions::from_mode(0o644)).unwrap();
     write(&secrets, "LABEL_T41=three\n");
-    eventually(30, "the reload to be refused", || async {
-        let s = d.call("config.status", json!({})).await;
-        s["result"]["last_error"]
-            .as_str()
-            .is_some_and(|e| e.contains("can be read by others") && e.contains("chmod 600"))
-    })
-    .await;
+    refused_as_readable(&d, &secrets).await;
     assert_eq!(
         label().await,
         Some(json!("two")),
@@ -938,13 +939,7 @@ async fn a_secrets_file_kept_elsewhere_is_read_watched_and_checked() {
     .unwrap();
     d.spawn(&[("TOOLHOST_SECRETS_FILE", elsewhere.to_str().unwrap())])
         .await;
-    let label = || async {
-        let r = d.invoke("mcp_fx_whereami", json!({})).await;
-        r["output"]
-            .as_str()
-            .and_then(|o| serde_json::from_str::<Value>(o).ok())
-            .map(|me| me["label"].clone())
-    };
+    let label = || label_of(&d, "fx");
     eventually(30, "fx to run with the vault's value", || async {
         label().await == Some(json!("vault-one"))
     })
@@ -956,12 +951,6 @@ async fn a_secrets_file_kept_elsewhere_is_read_watched_and_checked() {
     .await;
     std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o640)).unwrap();
     write(&elsewhere, "LABEL_T41V=vault-three\n");
-    eventually(30, "the reload to be refused", || async {
-        let s = d.call("config.status", json!({})).await;
-        s["result"]["last_error"].as_str().is_some_and(|e| {
-            e.contains("can be read by others") && e.contains(elsewhere.to_str().unwrap())
-        })
-    })
-    .await;
+    refused_as_readable(&d, &elsewhere).await;
     assert_eq!(label().await, Some(json!("vault-two")));
 }

@@ -441,6 +441,13 @@ async fn a_changed_definition_is_quarantined_until_approved() {
     let health = d.call("host.health", json!({})).await["result"].clone();
     assert_eq!(health["status"], "degraded");
     assert_eq!(health["quarantined"], json!([name]));
+    let (code, out) = cli(&d, &["health"]);
+    assert_eq!(code, 1, "degraded: {out}");
+    assert!(
+        out.lines()
+            .any(|l| l == format!("  quarantined tools (see `toolhost tools diff NAME`): {name}")),
+        "{out}"
+    );
     let diff = d.call("tools.diff", json!({"name": name})).await["result"].clone();
     assert_eq!(
         diff["pinned"]["description"],

@@ -439,14 +439,15 @@ async fn the_frontends_own_command_folders_are_served_with_their_source() {
     .await;
 
     let list = result(&d, "list_commands", json!({})).await;
-    let source = |name: &str| {
+    let field = |name: &str, key: &str| {
         list["commands"]
             .as_array()
             .unwrap()
             .iter()
             .find(|c| c["name"] == name)
-            .map(|c| c["source"].clone())
+            .map(|c| c[key].clone())
     };
+    let source = |name: &str| field(name, "source");
     assert_eq!(source("review"), Some(json!("workspace")), "{list}");
     assert_eq!(
         source("frontend component"),
@@ -456,17 +457,9 @@ async fn the_frontends_own_command_folders_are_served_with_their_source() {
     assert_eq!(source("explain"), Some(json!("user_codex")));
     assert_eq!(source("git commit"), Some(json!("user_gemini")));
     assert_eq!(source("deploy"), Some(json!("workspace_claude")));
-    let described = |name: &str| {
-        list["commands"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["name"] == name)
-            .map(|c| c["description"].clone())
-    };
-    // Gemini's TOML `description`, Claude's front matter.
+    // Gemini's TOML `description`.
     assert_eq!(
-        described("git commit"),
+        field("git commit", "description"),
         Some(json!("Writes a commit message."))
     );
     let health = d.health().await;
