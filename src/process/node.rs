@@ -41,12 +41,22 @@ pub fn version(node: &Path) -> Option<String> {
     (out.status.success() && !v.is_empty()).then(|| v.to_owned())
 }
 
-/// Whether Node `version` runs TypeScript modules at all: type stripping came in 22.6 (behind
-/// a flag the module host adds up to 22.17 and 23.5).
-pub fn strips_types(version: &str) -> bool {
+/// `(major, minor)` of a Node version such as `"22.6.0"` (0 for what is not a number).
+fn major_minor(version: &str) -> (u32, u32) {
     let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
+/// Whether Node `version` runs TypeScript modules at all: type stripping came in 22.6 (behind
+/// a flag the module host adds, [`needs_strip_flag`]).
+pub fn strips_types(version: &str) -> bool {
+    let (major, minor) = major_minor(version);
     major > 22 || (major == 22 && minor >= 6)
+}
+
+/// Whether Node `version` strips TypeScript only behind `--experimental-strip-types`.
+pub fn needs_strip_flag(version: &str) -> bool {
+    matches!(major_minor(version), (22, 6..=17) | (23, 0..=5))
 }
 
 #[cfg(test)]
@@ -63,5 +73,18 @@ mod tests {
         ] {
             assert_eq!(super::strips_types(v), strips, "{v}");
         }
+    }
+
+    #[test]
+    fn the_strip_flag_is_passed_only_where_node_needs_it() {
+        use super::needs_strip_flag;
+        assert!(!needs_strip_flag("20.20.2"));
+        assert!(!needs_strip_flag("22.5.1"));
+        assert!(needs_strip_flag("22.6.0"));
+        assert!(needs_strip_flag("22.17.1"));
+        assert!(!needs_strip_flag("22.18.0"));
+        assert!(needs_strip_flag("23.5.0"));
+        assert!(!needs_strip_flag("23.6.0"));
+        assert!(!needs_strip_flag("24.1.0"));
     }
 }

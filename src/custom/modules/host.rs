@@ -466,7 +466,7 @@ impl ModuleHost {
                 })?;
             let version = hello["node"].as_str().unwrap_or_default().to_owned();
             let typescript = hello["typescript"].as_bool().unwrap_or(false);
-            if !typescript && flags.is_empty() && needs_strip_flag(&version) {
+            if !typescript && flags.is_empty() && crate::process::node::needs_strip_flag(&version) {
                 // 22.6 to 22.17 (and 23.0 to 23.5) strip types only when asked.
                 group.terminate(STOP_GRACE).await;
                 flags.push("--experimental-strip-types");
@@ -644,13 +644,6 @@ fn write(live: &Live, message: &Value) {
     let _ = live.writer.send(line);
 }
 
-/// Whether Node `version` strips TypeScript only behind `--experimental-strip-types`.
-pub fn needs_strip_flag(version: &str) -> bool {
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
-    matches!((major, minor), (22, 6..=17) | (23, 0..=5))
-}
-
 /// The paths a confined host may not read, with its own script folder (`dir`, inside the
 /// data dir) left readable: a hidden folder holding `dir` is replaced by its entries other
 /// than the one on the way to `dir`, as they are when the host starts. (Something the
@@ -792,18 +785,6 @@ async fn log_stderr(stderr: tokio::process::ChildStderr) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_strip_flag_is_passed_only_where_node_needs_it() {
-        assert!(!needs_strip_flag("20.20.2"));
-        assert!(!needs_strip_flag("22.5.1"));
-        assert!(needs_strip_flag("22.6.0"));
-        assert!(needs_strip_flag("22.17.1"));
-        assert!(!needs_strip_flag("22.18.0"));
-        assert!(needs_strip_flag("23.5.0"));
-        assert!(!needs_strip_flag("23.6.0"));
-        assert!(!needs_strip_flag("24.1.0"));
-    }
 
     #[test]
     fn restarts_back_off_up_to_a_limit() {
