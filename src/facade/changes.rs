@@ -37,17 +37,17 @@ impl Changes {
         }
     }
 
-    /// Subscribes `client` to the host's three list changes, fanned out from now on.
+    /// Subscribes `client` to the host's three list changes, fanned out from now on. The
+    /// three requests are in flight at once: a bridge's start waits one round trip, not three.
     pub(super) async fn follow(&self, client: &Client) -> Result<(), ClientError> {
-        fan_out(client.subscribe_tools_changed().await?, self.tools.clone());
-        fan_out(
-            client.subscribe_prompts_changed().await?,
-            self.prompts.clone(),
-        );
-        fan_out(
-            client.subscribe_resources_changed().await?,
-            self.resources.clone(),
-        );
+        let (tools, prompts, resources) = tokio::try_join!(
+            client.subscribe_tools_changed(),
+            client.subscribe_prompts_changed(),
+            client.subscribe_resources_changed(),
+        )?;
+        fan_out(tools, self.tools.clone());
+        fan_out(prompts, self.prompts.clone());
+        fan_out(resources, self.resources.clone());
         Ok(())
     }
 

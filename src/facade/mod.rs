@@ -231,11 +231,21 @@ impl Drop for State {
             t.abort();
         }
         // An HTTP session ends here (rmcp drops its handler); stdio ends through `end`.
-        if let (Some(delete), Ok(runtime)) = (
+        // Its end is the end of a piece of work ([`crate::trim`]): an `/mcp` session's
+        // state is freed after the HTTP connections that carried it have closed (on a
+        // DELETE, an eviction or its idle end), so their marks alone trimmed before this
+        // memory was free, and it stayed with the allocator.
+        match (
             self.delete_owned_session(),
             tokio::runtime::Handle::try_current(),
         ) {
-            runtime.spawn(delete);
+            (Some(delete), Ok(runtime)) => {
+                runtime.spawn(async move {
+                    delete.await;
+                    crate::trim::worked();
+                });
+            }
+            _ => crate::trim::worked(),
         }
     }
 }

@@ -150,11 +150,10 @@ impl Upstream {
         let client = Client::connect_first(&self.sockets)
             .await
             .map_err(|e| e.to_string())?;
-        client.health().await.map_err(|e| e.to_string())?;
-        self.changes
-            .follow(&client)
-            .await
-            .map_err(|e| e.to_string())?;
+        // Health and the subscriptions together: one round trip before the bridge serves.
+        let (health, followed) = tokio::join!(client.health(), self.changes.follow(&client));
+        health.map_err(|e| e.to_string())?;
+        followed.map_err(|e| e.to_string())?;
         Ok(Arc::new(client))
     }
 }
