@@ -330,6 +330,14 @@ async fn a_full_outbox_drops_and_counts_writes_logs_once_and_the_member_serves_o
     assert_eq!(full(&a.log()), 1, "{}", a.log());
 }
 
+/// The machine's clock (and the database's, and this test's members' without a skew).
+fn now_ms() -> i64 {
+    let since_epoch = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    i64::try_from(since_epoch.as_millis()).unwrap()
+}
+
 /// libfaketime's preload library (Debian's `libfaketime`, installed by tests/run.sh).
 fn faketime_lib() -> String {
     let lib = std::fs::read_dir("/usr/lib")
@@ -365,7 +373,9 @@ async fn members_whose_clocks_are_minutes_off_are_judged_by_the_databases_clock(
     let mut cfg = config(&pg, "auto");
     cfg["fleet"]["lost_after_ms"] = json!(lost_after);
     let normal = Daemon::start_with(Some(cfg.clone())).await;
-    let behind = skewed_member(&cfg, "-10m").await;
+    let mut strict = cfg.clone();
+    strict["approval"]["mode"] = json!("strict");
+    let behind = skewed_member(&strict, "-10m").await;
     let mut ahead = skewed_member(&cfg, "+10m").await;
     let ids = [
         member_id(&normal).await,
@@ -410,6 +420,23 @@ async fn members_whose_clocks_are_minutes_off_are_judged_by_the_databases_clock(
         }
     }
     eprintln!("{looks} looks at fleet.status over {:?}", watch.elapsed());
+
+    // A call waiting on the member behind shows on the others as just begun with its
+    // full wait left, on each lister's own clock (the one ahead: 10 minutes ahead).
+    let _waiting = caller(&behind, "skew-wait", "touch never", None, json!([])).await;
+    entry_on(&normal, "skew-wait").await;
+    for (d, ahead_ms) in [(&normal, 0), (&ahead, 600_000)] {
+        let r = d.call("approvals.list", json!({})).await;
+        let e = r["result"]["pending"]
+            .as_array()
+            .and_then(|p| p.iter().find(|e| e["call_id"] == "skew-wait"))
+            .unwrap_or_else(|| panic!("{r}"));
+        let since = e["since_ms"].as_i64().unwrap();
+        let waiting_ms = now_ms() + ahead_ms - since;
+        assert!(waiting_ms.abs() < 30_000, "waiting {waiting_ms} ms: {r}");
+        let wait = e["deadline_ms"].as_i64().unwrap() - since;
+        assert_eq!(wait, 60_000, "{r}");
+    }
 
     // The one ahead, killed, is lost on time (its last heartbeat is not in the future).
     ahead.kill9().await;
