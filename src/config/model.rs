@@ -149,6 +149,12 @@ pub struct Fleet {
     #[serde(default = "default_lost_after_ms")]
     #[schemars(range(min = 500, max = 86_400_000))]
     pub lost_after_ms: u64,
+    /// Writes (audit records, approval entries) waiting for the database at most while it
+    /// is away; each one more is dropped and counted (`host.health`), and the member goes
+    /// on serving calls.
+    #[serde(default = "default_max_queued")]
+    #[schemars(range(min = 1, max = 10_000_000))]
+    pub max_queued: usize,
     /// Only a user whose token carries this role (`toolhost fleet token create --role`)
     /// decides approvals, and a call's own frontend is no longer asked; unset: whoever
     /// may call `approvals.decide`.
@@ -169,6 +175,10 @@ fn default_lost_after_ms() -> u64 {
     10_000
 }
 
+fn default_max_queued() -> usize {
+    100_000
+}
+
 impl std::fmt::Debug for Fleet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Fleet")
@@ -176,6 +186,7 @@ impl std::fmt::Debug for Fleet {
             .field("internal_url", &self.internal_url)
             .field("heartbeat_ms", &self.heartbeat_ms)
             .field("lost_after_ms", &self.lost_after_ms)
+            .field("max_queued", &self.max_queued)
             .field("approver_role", &self.approver_role)
             .field("operator_approves", &self.operator_approves)
             .finish()
