@@ -403,6 +403,10 @@ pub struct ConfigStatusResult {
     /// reload is off (SIGHUP and `config.reload` still work).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watching: Option<String>,
+    /// `facade.tool_manifest`: MCP frontends are offered SEP-2636 tool manifests (what
+    /// `toolhost mcp` asks before it declares them).
+    #[serde(default)]
+    pub tool_manifest: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
