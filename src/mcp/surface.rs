@@ -266,6 +266,8 @@ impl Catalog {
 pub enum Event {
     Prompts(PromptsChanged),
     Resources(ResourcesChanged),
+    /// The servers' skills changed (a server's listing, or a server coming or going).
+    Skills,
     /// `server` sent `notifications/resources/updated` for `uri`.
     Updated {
         server: String,
@@ -369,6 +371,9 @@ impl Hub {
         }
         if !new.same_resources(&old) {
             let _ = self.events.send(Event::Resources(new.resources_changed()));
+        }
+        if !new.skills.values().eq(old.skills.values()) {
+            let _ = self.events.send(Event::Skills);
         }
         self.catalog.store(Arc::new(new));
     }

@@ -481,3 +481,48 @@ async fn an_upstream_servers_skills_are_served_verified() {
         before
     );
 }
+
+/// A daemon whose MCP server `up` is `toolhost mcp` of `upstream`, a daemon serving skills
+/// (its facade declares the skills extension).
+async fn downstream_of(upstream: &Daemon) -> Daemon {
+    let socket = upstream.socket().display().to_string();
+    let d = Daemon::start_with(Some(json!({
+        "mcp_servers": {"up": {"command": BIN, "args": ["mcp", "--socket", socket]}}
+    })))
+    .await;
+    crate::catalog::wait_ready(&d, &["up"]).await;
+    d
+}
+
+/// An MCP server's skills list changing is a `skills_changed` like a local change: the
+/// etag and count of the daemon's listing, its server's new skill in it (issue 47).
+#[tokio::test]
+async fn an_upstream_skills_change_is_announced_as_skills_changed() {
+    let up = start().await;
+    let d = downstream_of(&up).await;
+    let sorted = |list: &Value| {
+        let mut names = skill_names(list);
+        names.sort();
+        names
+    };
+    common::eventually(20, "the upstream's skills listed", || async {
+        sorted(&result(&d, "list_skills", json!({})).await) == ["mcp_up_pdf", "mcp_up_review"]
+    })
+    .await;
+    let mut changed = d.subscribed("subscribe_skills_changed").await;
+    write_skill(
+        &up.dir.path().join("skills"),
+        "deploy",
+        &front("deploy", "Deploys."),
+        "Run make deploy.\n",
+        &[],
+    );
+    let note = changed.notification("skills_changed").await;
+    let list = result(&d, "list_skills", json!({})).await;
+    assert_eq!(
+        sorted(&list),
+        ["mcp_up_deploy", "mcp_up_pdf", "mcp_up_review"]
+    );
+    assert_eq!(note["etag"], list["etag"], "{note}");
+    assert_eq!(note["count"], 3, "{note}");
+}
