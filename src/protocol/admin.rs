@@ -49,7 +49,8 @@ pub struct HealthResult {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub session_event_errors: Vec<String>,
     /// Skills skipped, or files left out of one: `<file>: <field>: <reason>`; and names
-    /// defined twice, with both paths (proto-docs/skills.md).
+    /// defined twice (two folders, MCP servers, or a folder and a server): which one is
+    /// used and why (proto-docs/skills.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skill_errors: Vec<String>,
     /// Command files skipped: `<file>: <field>: <reason>`; and names defined twice, with
