@@ -10,7 +10,7 @@ use tokio::io::AsyncWriteExt;
 
 use crate::catalog::{server, wait_ready, write_catalog};
 use crate::common::new_era::{self, RawStdio};
-use crate::common::{http_request_with, Daemon};
+use crate::common::Daemon;
 
 /// One fixture server `a` with `alpha` and `echo`, `echo` deferred.
 async fn start(manifest: bool) -> Daemon {
@@ -189,14 +189,7 @@ async fn switched_off_there_is_no_manifest() {
         let (r, _) = mcp.request(id, method, params).await;
         assert_eq!(r["error"]["code"], -32601, "{method}: {r}");
     }
-    let mut modern = RawStdio::open(&d).await;
-    let (r, _) = modern
-        .request(
-            1,
-            "server/discover",
-            json!({"_meta": new_era::meta("manifest-client", json!({}))}),
-        )
-        .await;
+    let r = discover(&mut RawStdio::open(&d).await).await;
     assert_eq!(
         r["result"]["capabilities"]["tools"].get("manifest"),
         None,
@@ -204,24 +197,21 @@ async fn switched_off_there_is_no_manifest() {
     );
 }
 
-/// One new-era POST to `/mcp`; the JSON-RPC answer (JSON, or SSE's last answer).
+/// One new-era POST to `/mcp` of client `manifest-http`; the JSON-RPC answer.
 async fn post(d: &Daemon, id: u64, method: &str, mut params: Value) -> Value {
     params["_meta"] = new_era::meta("manifest-http", json!({}));
     let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-    let headers = [
-        ("Accept", "application/json, text/event-stream"),
-        ("MCP-Protocol-Version", new_era::NEW),
-        ("Mcp-Method", method),
-    ];
-    let (_, text) =
-        http_request_with(&d.socket(), "POST", "/mcp", &body.to_string(), &headers).await;
-    serde_json::from_str(&text).unwrap_or_else(|_| {
-        text.lines()
-            .filter_map(|l| l.strip_prefix("data:"))
-            .filter_map(|l| serde_json::from_str::<Value>(l.trim()).ok())
-            .rfind(|v| v.get("result").is_some() || v.get("error").is_some())
-            .unwrap_or_else(|| panic!("no answer in {text}"))
-    })
+    crate::facade_era::post(d, &crate::facade_era::new_era_headers(method, None), body)
+        .await
+        .1
+}
+
+/// `server/discover` on stdio; its answer.
+async fn discover(mcp: &mut RawStdio) -> Value {
+    let meta = new_era::meta("manifest-client", json!({}));
+    mcp.request(1, "server/discover", json!({"_meta": meta}))
+        .await
+        .0
 }
 
 /// The 2026-07-28 era: `server/discover` declares it on stdio and on `/mcp`, where the
@@ -230,13 +220,7 @@ async fn post(d: &Daemon, id: u64, method: &str, mut params: Value) -> Value {
 async fn the_new_era_discovers_and_uses_manifests_on_both_doors() {
     let d = start(true).await;
     let mut mcp = RawStdio::open(&d).await;
-    let (r, _) = mcp
-        .request(
-            1,
-            "server/discover",
-            json!({"_meta": new_era::meta("manifest-client", json!({}))}),
-        )
-        .await;
+    let r = discover(&mut mcp).await;
     assert_eq!(
         r["result"]["capabilities"]["tools"]["manifest"], true,
         "{r}"
