@@ -503,10 +503,14 @@ pub struct CheckpointSwitch {
     pub enabled: bool,
 }
 
-/// Bounds on the sessions of `/mcp`, so abandoned clients cannot pile up.
+/// The MCP facade (`toolhost mcp`, `/mcp`): bounds on the sessions of `/mcp`, so abandoned
+/// clients cannot pile up, and the draft extensions it offers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default)]
 pub struct FacadeConfig {
+    /// Offer SEP-2636 tool manifests (`tools/manifest`, `tools/describe`, capability
+    /// `tools.manifest`; a draft, so off unless asked for). proto-docs/mcp-facade.md.
+    pub tool_manifest: bool,
     /// MCP sessions open at most; past it, a new session evicts the longest idle one.
     #[schemars(range(min = 1))]
     pub max_sessions: usize,
@@ -519,6 +523,7 @@ pub struct FacadeConfig {
 impl Default for FacadeConfig {
     fn default() -> Self {
         FacadeConfig {
+            tool_manifest: false,
             max_sessions: 256,
             session_idle_ms: 600_000,
         }
