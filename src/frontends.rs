@@ -119,6 +119,7 @@ impl Frontends {
             sessions: Vec::new(),
             last_seen_ms: 0,
             first_seen_ms: crate::now_ms(),
+            found_tools: Vec::new(),
         });
         f.started_by = started_by;
         f.last_seen_ms = crate::now_ms();
@@ -197,6 +198,27 @@ impl Frontends {
         } else {
             without.remove(&s.id);
         }
+    }
+
+    /// The deferred tools frontend `id` found (`tools.describe`).
+    pub fn found(&self, id: &str) -> Vec<String> {
+        lock(&self.known)
+            .get(id)
+            .map(|f| f.found_tools.clone())
+            .unwrap_or_default()
+    }
+
+    /// Records `tools` as found by frontend `id`; returns the frontend to keep
+    /// ([`Frontends::keep`]) when that changed it.
+    pub fn find(&self, id: &str, tools: &[String]) -> Option<Frontend> {
+        let mut known = lock(&self.known);
+        let f = known.get_mut(id)?;
+        let before = f.found_tools.len();
+        crate::catalog::merge_loaded(&mut f.found_tools, tools);
+        (f.found_tools.len() > before).then(|| Frontend {
+            sessions: Vec::new(),
+            ..f.clone()
+        })
     }
 
     /// After session `id` ended.

@@ -54,6 +54,7 @@ pub fn status(host: &Host) -> ConfigStatusResult {
             .map(|p| p.display().to_string())
             .collect(),
         watching: s.watching.now().map(|d| d.display().to_string()),
+        tool_manifest: host.config().facade.tool_manifest,
     }
 }
 

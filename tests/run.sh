@@ -24,7 +24,8 @@ rm -rf "$own_packages"
 # nodejs, older than 22.6: tests/it/modules.rs), setpriv (util-linux) and PostgreSQL's
 # server programs (tests/it/fleet.rs starts throw-away clusters of its own from
 # /usr/lib/postgresql/*/bin, never the packaged one), and HAProxy (tests/it/fleet_sessions.rs
-# runs its own, in front of two daemons, from a config in a temp dir). A test whose
+# runs its own, in front of two daemons, from a config in a temp dir), and libfaketime
+# (tests/it/fleet.rs starts members whose clocks are minutes off with its LD_PRELOAD). A test whose
 # prerequisite is missing fails; it never passes as skipped.
 apt_packages=()
 command -v chromium >/dev/null 2>&1 || apt_packages+=(chromium)
@@ -36,6 +37,7 @@ command -v systemd-socket-activate >/dev/null 2>&1 || apt_packages+=(systemd)
 command -v setpriv >/dev/null 2>&1 || apt_packages+=(util-linux)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || apt_packages+=(postgresql)
 command -v haproxy >/dev/null 2>&1 || apt_packages+=(haproxy)
+ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || apt_packages+=(libfaketime)
 if [ ${#apt_packages[@]} -gt 0 ]; then
   sudo_if_needed=""
   [ "$(id -u)" -eq 0 ] || sudo_if_needed="sudo"

@@ -291,7 +291,8 @@ pub fn param_names(schema: &Value) -> Vec<&str> {
         .unwrap_or_default()
 }
 
-/// Remembers tools loaded through a search in the session, keeping the existing order.
+/// Adds `found` to `loaded` (tools a session loaded through a search, or a frontend was
+/// given in full), keeping the existing order, each name once.
 pub fn merge_loaded(loaded: &mut Vec<String>, found: &[String]) {
     let have: HashSet<String> = loaded.iter().cloned().collect();
     loaded.extend(found.iter().filter(|n| !have.contains(*n)).cloned());

@@ -186,6 +186,14 @@ impl Client {
         self.call(method::LIST_TOOLS, params).await
     }
 
+    /// Records that the session's frontend was given these tools in full (SEP-2636).
+    pub async fn tools_describe(
+        &self,
+        params: &ToolsDescribeParams,
+    ) -> Result<ToolsDescribeResult, ClientError> {
+        self.call(method::TOOLS_DESCRIBE, params).await
+    }
+
     /// One tool call; waits at least as long as the call's own deadline.
     pub async fn invoke(&self, params: &InvokeParams) -> Result<InvokeResult, ClientError> {
         self.call_within(method::INVOKE, params, self.invoke_wait(params))

@@ -149,6 +149,12 @@ pub struct Fleet {
     #[serde(default = "default_lost_after_ms")]
     #[schemars(range(min = 500, max = 86_400_000))]
     pub lost_after_ms: u64,
+    /// Writes (audit records, approval entries) waiting for the database at most while it
+    /// is away; each one more is dropped and counted (`host.health`), and the member goes
+    /// on serving calls.
+    #[serde(default = "default_max_queued")]
+    #[schemars(range(min = 1, max = 10_000_000))]
+    pub max_queued: usize,
     /// Only a user whose token carries this role (`toolhost fleet token create --role`)
     /// decides approvals, and a call's own frontend is no longer asked; unset: whoever
     /// may call `approvals.decide`.
@@ -169,6 +175,10 @@ fn default_lost_after_ms() -> u64 {
     10_000
 }
 
+fn default_max_queued() -> usize {
+    100_000
+}
+
 impl std::fmt::Debug for Fleet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Fleet")
@@ -176,6 +186,7 @@ impl std::fmt::Debug for Fleet {
             .field("internal_url", &self.internal_url)
             .field("heartbeat_ms", &self.heartbeat_ms)
             .field("lost_after_ms", &self.lost_after_ms)
+            .field("max_queued", &self.max_queued)
             .field("approver_role", &self.approver_role)
             .field("operator_approves", &self.operator_approves)
             .finish()
@@ -492,10 +503,14 @@ pub struct CheckpointSwitch {
     pub enabled: bool,
 }
 
-/// Bounds on the sessions of `/mcp`, so abandoned clients cannot pile up.
+/// The MCP facade (`toolhost mcp`, `/mcp`): bounds on the sessions of `/mcp`, so abandoned
+/// clients cannot pile up, and the draft extensions it offers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default)]
 pub struct FacadeConfig {
+    /// Offer SEP-2636 tool manifests (`tools/manifest`, `tools/describe`, capability
+    /// `tools.manifest`; a draft, so off unless asked for). proto-docs/mcp-facade.md.
+    pub tool_manifest: bool,
     /// MCP sessions open at most; past it, a new session evicts the longest idle one.
     #[schemars(range(min = 1))]
     pub max_sessions: usize,
@@ -508,6 +523,7 @@ pub struct FacadeConfig {
 impl Default for FacadeConfig {
     fn default() -> Self {
         FacadeConfig {
+            tool_manifest: false,
             max_sessions: 256,
             session_idle_ms: 600_000,
         }

@@ -215,7 +215,16 @@ impl Endpoint {
     {
         let delete = req.method() == http::Method::DELETE;
         let mut res = if req.method() == http::Method::POST && names_new_era(req.headers()) {
-            self.answer_new_era(req).await
+            let discover = req
+                .headers()
+                .get("mcp-method")
+                .is_some_and(|m| m == "server/discover");
+            let res = self.answer_new_era(req).await;
+            if discover && self.shared.offers_manifest() {
+                declared_discover(res).await
+            } else {
+                res
+            }
         } else {
             self.service.handle(req).await
         };
@@ -274,6 +283,16 @@ impl Endpoint {
         );
         res
     }
+}
+
+/// `server/discover`'s answer with tool manifests declared (`manifest.rs`); a quick answer,
+/// so read whole.
+async fn declared_discover(res: McpResponse) -> McpResponse {
+    let (mut head, body) = res.into_parts();
+    let Ok(body) = body.collect().await.map(|b| b.to_bytes());
+    let body = super::manifest::declared_body(&body).map_or(body, Bytes::from);
+    head.headers.remove(http::header::CONTENT_LENGTH);
+    http::Response::from_parts(head, BoxBody::new(Full::new(body)))
 }
 
 /// An answer of the `/mcp` service.
@@ -506,6 +525,11 @@ impl SharedClient {
             })
             .await
             .cloned()
+    }
+
+    /// `facade.tool_manifest` (`manifest.rs`).
+    pub(super) fn offers_manifest(&self) -> bool {
+        self.host.config().facade.tool_manifest
     }
 
     /// The `/mcp` sessions kept for a restart.

@@ -23,6 +23,7 @@ mod handoff;
 mod http;
 mod inputs;
 mod listen;
+mod manifest;
 mod mrtr;
 mod persisted;
 mod sessions;
@@ -37,11 +38,12 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
-    ContentBlock, ErrorCode, GetPromptRequestParams, GetPromptResponse, Implementation,
-    InitializeRequestParams, InitializeResult, ListPromptsResult, ListResourceTemplatesResult,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressToken,
-    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
-    SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
+    ContentBlock, CustomRequest, CustomResult, ErrorCode, GetPromptRequestParams,
+    GetPromptResponse, Implementation, InitializeRequestParams, InitializeResult,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ProgressToken, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig, SubscribeRequestParams, SubscriptionFilter,
+    UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
 use rmcp::transport::streamable_http_server::SessionRestoreMarker;
@@ -163,6 +165,9 @@ struct State {
     mcp_session: OnceLock<String>,
     /// Taken up after a daemon restart: the client hears that its lists may have changed.
     taken_up: AtomicBool,
+    /// Whether this connection's `initialize` found tool manifests offered
+    /// (`manifest.rs`; a bridge's stdio transport declares them by it).
+    manifest_offered: Arc<AtomicBool>,
     /// The host session this connection created for itself (not a `--session` one): it
     /// is deleted when the connection ends, so the store does not fill with the sessions
     /// of every MCP connection there ever was.
@@ -668,6 +673,43 @@ impl Facade {
 /// result (a tool that asks two at once gets both answered in one round).
 const GATHER: Duration = Duration::from_millis(20);
 
+impl Facade {
+    /// The live tools as this connection's session is served them (with the deferred
+    /// tools its frontend found), or a sessionless one its profile; every deferred tool
+    /// too when `include_deferred`.
+    async fn live_tools(
+        &self,
+        include_deferred: bool,
+    ) -> Result<Vec<rmcp::model::Tool>, ErrorData> {
+        let client = self.client().await?;
+        // Its meta's code-mode switch, its workspace's tools, `run_code` declaring those.
+        let mut params = ListToolsParams {
+            format: ToolFormat::Mcp,
+            profile: self.state.profile.get().cloned(),
+            session_id: self.session_id(),
+            live: true,
+            include_deferred,
+            ..Default::default()
+        };
+        let mut listed = client.list_tools(&params).await;
+        // A session the daemon lost (restarted, not yet made again): the profile's list.
+        if matches!(&listed, Err(e) if e.code() == Some(i64::from(crate::protocol::codes::SESSION_NOT_FOUND)))
+        {
+            params.session_id = None;
+            listed = client.list_tools(&params).await;
+        }
+        let list = listed.map_err(host_error)?;
+        Ok(list
+            .tools
+            .iter()
+            .filter_map(|t| match t {
+                ToolEntry::Mcp(t) => convert::tool(t, list.meta.get(&t.name)),
+                ToolEntry::Openai(_) => None,
+            })
+            .collect())
+    }
+}
+
 /// Where following a call's stream ended.
 enum Followed {
     /// The call ended with this result.
@@ -751,6 +793,7 @@ impl ServerHandler for Facade {
                 }
             }
         }
+        self.offers_manifest().await;
         *lock(&self.state.tools_changed) = Some(self.changes().tools());
         self.state.following.subscribe(self.changes());
         if request.capabilities.roots.is_none() {
@@ -819,45 +862,21 @@ impl ServerHandler for Facade {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         self.ready(&context, false).await?;
-        let client = self.client().await?;
-        // The live list as this connection's session is served it (its meta's code-mode
-        // switch, its workspace's tools, `run_code` declaring those); a sessionless one
-        // lists by profile.
-        let mut params = ListToolsParams {
-            format: ToolFormat::Mcp,
-            profile: self.state.profile.get().cloned(),
-            session_id: self.session_id(),
-            live: true,
-            ..Default::default()
-        };
-        let mut listed = client.list_tools(&params).await;
-        // A session the daemon lost (restarted, not yet made again): the profile's list.
-        if matches!(&listed, Err(e) if e.code() == Some(i64::from(crate::protocol::codes::SESSION_NOT_FOUND)))
-        {
-            params.session_id = None;
-            listed = client.list_tools(&params).await;
-        }
-        let list = listed.map_err(host_error)?;
-        let start = match request.and_then(|r| r.cursor) {
-            None => 0,
-            Some(c) => c
-                .parse::<usize>()
-                .ok()
-                .filter(|&i| i <= list.tools.len())
-                .ok_or_else(|| ErrorData::invalid_params(format!("invalid cursor {c:?}"), None))?,
-        };
-        let end = start.saturating_add(self.page_size).min(list.tools.len());
-        let page = list.tools[start..end]
-            .iter()
-            .filter_map(|t| match t {
-                ToolEntry::Mcp(t) => convert::tool(t, list.meta.get(&t.name)),
-                ToolEntry::Openai(_) => None,
-            })
-            .collect();
+        let tools = self.live_tools(false).await?;
+        let (page, next) = surface::page(&tools, request.and_then(|r| r.cursor), self.page_size)?;
         let mut result = ListToolsResult::with_all_items(page);
-        result.next_cursor = (end < list.tools.len()).then(|| end.to_string());
+        result.next_cursor = next;
         era::stamp_cached(&context, &mut result, era::LIST_TTL_MS, self.shaped());
         Ok(result)
+    }
+
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        self.custom_request(&request.method, request.params, &context)
+            .await
     }
 
     async fn list_prompts(

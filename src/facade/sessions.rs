@@ -426,7 +426,12 @@ impl SessionManager for Sessions {
         if let ClientJsonRpcMessage::Request(r) = &mut message {
             r.request.extensions_mut().insert(McpSessionId(id.clone()));
         }
-        Ok(s.local.initialize_session(id, message).await?)
+        let answer = s.local.initialize_session(id, message).await?;
+        Ok(if self.host.config().facade.tool_manifest {
+            super::manifest::declared_message(answer)
+        } else {
+            answer
+        })
     }
 
     async fn has_session(&self, id: &SessionId) -> Result<bool, Self::Error> {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use rmcp::ServiceExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use super::manifest::Declaring;
 use super::upstream::Upstream;
 use super::{Changes, Facade, Link, Workspace};
 use crate::client::ClientError;
@@ -48,10 +49,17 @@ pub async fn run_stdio(
         workspace,
     );
     let state = facade.state.clone();
+    // Before `server/discover` can come, which declares them.
+    facade.offers_manifest().await;
+    let (reader, writer) = streams();
+    let transport = Declaring {
+        inner: rmcp::transport::async_rw::AsyncRwTransport::new_server(reader, writer),
+        offered: state.manifest_offered.clone(),
+    };
     // Through every restart of the daemon, for as long as the client is there.
     let kept = tokio::spawn(upstream.keep(state.clone()));
     let served = tokio::select! {
-        served = facade.serve(streams()) => Some(served),
+        served = facade.serve(transport) => Some(served),
         () = stop.first() => None,
     };
     match served {

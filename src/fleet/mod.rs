@@ -22,7 +22,7 @@ mod tokens;
 
 pub use tokens::User;
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -82,6 +82,8 @@ struct Inner {
     outbox_rx: Mutex<Option<mpsc::UnboundedReceiver<outbox::Op>>>,
     queued: AtomicUsize,
     dropped: AtomicU64,
+    /// Writes are being dropped (the outbox is full): the first drop of a run logs.
+    dropping: AtomicBool,
     /// The users' live tokens (SHA-256 → user and roles), this member's copy ([`tokens`]).
     users: arc_swap::ArcSwap<tokens::Users>,
     /// Numbers this member's audit records (with the member id, their key in the table,
@@ -108,6 +110,20 @@ fn pool_error(e: &deadpool_postgres::PoolError) -> String {
     match e {
         deadpool_postgres::PoolError::Backend(e) => pg_error(e),
         other => other.to_string(),
+    }
+}
+
+/// Whether the server refused the login (SQLSTATE class 28: a wrong password, an unknown
+/// user, no `pg_hba.conf` entry) or asked for a password the URL does not give: the step
+/// that failed is authentication, not reaching the server.
+fn refused_login(e: &deadpool_postgres::PoolError) -> bool {
+    let deadpool_postgres::PoolError::Backend(e) = e else {
+        return false;
+    };
+    match e.as_db_error() {
+        Some(db) => db.code().code().starts_with("28"),
+        // The driver's own refusal to answer a password challenge it has nothing for.
+        None => pg_error(e).contains("password missing"),
     }
 }
 
@@ -196,7 +212,12 @@ impl Fleet {
         let pool = new_pool(&pg, pool_size)?;
         let mut client = pool.get().await.map_err(|e| {
             anyhow::anyhow!(
-                "fleet store: cannot connect to PostgreSQL at {at}: {}",
+                "fleet store: cannot connect to PostgreSQL at {at}: {}{}",
+                if refused_login(&e) {
+                    "authentication failed (the user or the password of store.url): "
+                } else {
+                    ""
+                },
                 pool_error(&e)
             )
         })?;
@@ -232,6 +253,7 @@ impl Fleet {
             outbox_rx: Mutex::new(Some(rx)),
             queued: AtomicUsize::new(0),
             dropped: AtomicU64::new(0),
+            dropping: AtomicBool::new(false),
             audit_seq: AtomicU64::new(0),
             users: arc_swap::ArcSwap::default(),
         })));

@@ -1,8 +1,8 @@
 //! The member's writes that can wait, in order: approval entries as they begin to wait,
 //! endings taken on this member, audit records. One task writes them in batches (one
 //! transaction, statements pipelined); while the database is away they stay queued
-//! (bounded by [`MAX_QUEUED`]) and are written when it returns, so nothing acknowledged
-//! to this member's callers is lost while the daemon runs.
+//! (at most `fleet.max_queued`) and are written when it returns, so nothing acknowledged
+//! to this member's callers is lost while the daemon runs within that bound.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -14,8 +14,6 @@ use tokio::sync::{mpsc, oneshot};
 use super::{pg_error, Fleet};
 use crate::protocol::{AuditRecord, DecidedApproval, PendingApproval};
 
-/// Writes waiting at most; one more is dropped and counted (`host.health`).
-const MAX_QUEUED: usize = 100_000;
 /// Writes in one transaction at most.
 const BATCH: usize = 500;
 /// The pause before writing again after a failure.
@@ -30,17 +28,31 @@ pub(super) enum Op {
 }
 
 impl Fleet {
-    /// Queues a write; dropped (and counted) when [`MAX_QUEUED`] wait already.
+    /// Queues a write; dropped (and counted) when `fleet.max_queued` wait already.
     pub(super) fn queue(&self, op: Op) {
         let inner = &self.0;
-        if inner.queued.load(Ordering::Relaxed) >= MAX_QUEUED {
-            inner.dropped.fetch_add(1, Ordering::Relaxed);
+        if inner.queued.load(Ordering::Relaxed) >= inner.cfg.max_queued {
+            self.drop_write();
             return;
         }
         inner.queued.fetch_add(1, Ordering::Relaxed);
         if inner.outbox.send(op).is_err() {
             inner.queued.fetch_sub(1, Ordering::Relaxed);
-            inner.dropped.fetch_add(1, Ordering::Relaxed);
+            self.drop_write();
+        }
+    }
+
+    /// Counts a dropped write; the first of a run of drops is logged (one line, not one
+    /// per drop: a full outbox drops every call's record until the database returns).
+    fn drop_write(&self) {
+        let inner = &self.0;
+        inner.dropped.fetch_add(1, Ordering::Relaxed);
+        if !inner.dropping.swap(true, Ordering::Relaxed) {
+            tracing::error!(
+                max_queued = inner.cfg.max_queued,
+                "fleet store outbox full: dropping writes (audit records, approval entries) \
+                 until the database takes the backlog; `host.health` counts them"
+            );
         }
     }
 }
@@ -86,6 +98,12 @@ pub(super) async fn write_loop(fleet: Fleet, mut rx: mpsc::UnboundedReceiver<Op>
                 queue.drain(..n);
                 fleet.0.queued.fetch_sub(n, Ordering::Relaxed);
                 fleet.reached();
+                if fleet.0.dropping.swap(false, Ordering::Relaxed) {
+                    tracing::warn!(
+                        dropped = fleet.0.dropped.load(Ordering::Relaxed),
+                        "fleet store outbox has room again"
+                    );
+                }
             }
             Err(e) => {
                 fleet.failed(e);

@@ -122,19 +122,34 @@ async fn claim(fleet: &Fleet, id: &str, verdict: &ApprovalVerdictRecord) -> Resu
     .map(Claim::Lost)
 }
 
-/// Every entry waiting fleet-wide, oldest first.
+/// Every entry waiting fleet-wide, oldest first. Another member's entry carries that
+/// member's clock, which may be minutes off: its times are moved onto this member's clock
+/// by the row's age on the database's, so no call shows as waiting for minutes (or as not
+/// begun yet) because of a skewed clock.
 async fn list(fleet: &Fleet) -> Result<Vec<PendingApproval>, String> {
     let client = fleet.client().await?;
     let rows = client
         .query(
-            "SELECT entry::text FROM toolhost_approvals WHERE state = 'pending' ORDER BY created, id",
+            "SELECT entry::text, member,
+                    greatest((extract(epoch FROM now() - created) * 1000)::bigint, 0)
+               FROM toolhost_approvals WHERE state = 'pending' ORDER BY created, id",
             &[],
         )
         .await
         .map_err(|e| pg_error(&e))?;
+    let now = crate::now_ms();
     Ok(rows
         .iter()
-        .filter_map(|r| serde_json::from_str(r.get(0)).ok())
+        .filter_map(|r| {
+            let mut e: PendingApproval = serde_json::from_str(r.get(0)).ok()?;
+            if r.get::<_, &str>(1) != fleet.0.member {
+                let age = u64::try_from(r.get::<_, i64>(2)).unwrap_or(0);
+                let wait = e.deadline_ms.saturating_sub(e.since_ms);
+                e.since_ms = now.saturating_sub(age);
+                e.deadline_ms = e.since_ms.saturating_add(wait);
+            }
+            Some(e)
+        })
         .collect())
 }
 

@@ -184,6 +184,9 @@ pub struct Catalog {
     pub clashes: HashMap<String, Vec<ResourceClash>>,
     /// Prompt names a later prompt (of another server, or the same) also came out as.
     pub prompt_clashes: Vec<NameClash>,
+    /// Skill names a later skill also came out as (`"prefix": false` servers), which one
+    /// is used and why, as `host.health` says it of the host's own skills.
+    pub skill_clashes: Vec<String>,
 }
 
 impl Catalog {
@@ -214,7 +217,18 @@ impl Catalog {
                 }
             };
             for k in &s.skills {
-                c.skills.entry(k.name.clone()).or_insert_with(|| k.clone());
+                match c.skills.entry(k.name.clone()) {
+                    indexmap::map::Entry::Vacant(v) => {
+                        v.insert(k.clone());
+                    }
+                    indexmap::map::Entry::Occupied(o) => c.skill_clashes.push(format!(
+                        "skill '{}' is defined twice: MCP server '{}' ({}) is used, MCP server '{name}' ({}) is ignored (the first server in config order wins)",
+                        k.name,
+                        o.get().server,
+                        o.get().skill.uri,
+                        k.skill.uri
+                    )),
+                }
             }
             // A file of the server's skills is served verified, under the host's URI
             // for it (`skills.rs`), never relayed as it came.
@@ -266,6 +280,8 @@ impl Catalog {
 pub enum Event {
     Prompts(PromptsChanged),
     Resources(ResourcesChanged),
+    /// The servers' skills changed (a server's listing, or a server coming or going).
+    Skills,
     /// `server` sent `notifications/resources/updated` for `uri`.
     Updated {
         server: String,
@@ -369,6 +385,9 @@ impl Hub {
         }
         if !new.same_resources(&old) {
             let _ = self.events.send(Event::Resources(new.resources_changed()));
+        }
+        if !new.skills.values().eq(old.skills.values()) {
+            let _ = self.events.send(Event::Skills);
         }
         self.catalog.store(Arc::new(new));
     }

@@ -49,7 +49,8 @@ pub struct HealthResult {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub session_event_errors: Vec<String>,
     /// Skills skipped, or files left out of one: `<file>: <field>: <reason>`; and names
-    /// defined twice, with both paths (proto-docs/skills.md).
+    /// defined twice (two folders, MCP servers, or a folder and a server): which one is
+    /// used and why (proto-docs/skills.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skill_errors: Vec<String>,
     /// Command files skipped: `<file>: <field>: <reason>`; and names defined twice, with
@@ -403,6 +404,10 @@ pub struct ConfigStatusResult {
     /// reload is off (SIGHUP and `config.reload` still work).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub watching: Option<String>,
+    /// `facade.tool_manifest`: MCP frontends are offered SEP-2636 tool manifests (what
+    /// `toolhost mcp` asks before it declares them).
+    #[serde(default)]
+    pub tool_manifest: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -129,6 +129,7 @@ pub mod method {
     pub const UNSUBSCRIBE_COMMANDS_CHANGED: &str = "unsubscribe_commands_changed";
     pub const COMMANDS_CHANGED: &str = "commands_changed";
     pub const TOOLS_SEARCH: &str = "tools.search";
+    pub const TOOLS_DESCRIBE: &str = "tools.describe";
     pub const TOOLS_APPROVE: &str = "tools.approve";
     pub const TOOLS_DIFF: &str = "tools.diff";
     pub const TOOLS_PINS_RESET: &str = "tools.pins_reset";

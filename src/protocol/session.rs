@@ -84,6 +84,10 @@ pub struct Frontend {
     /// Milliseconds since the Unix epoch of its first session (kept across restarts).
     #[serde(default)]
     pub first_seen_ms: u64,
+    /// Deferred tools it was given in full (`tools.describe`): listed to each of its
+    /// sessions, across its reconnects and the daemon's restarts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub found_tools: Vec<String>,
 }
 
 /// One process of a [`Frontend`]'s chain.

@@ -196,6 +196,24 @@ pub struct ToolsSearchResult {
     pub meta: BTreeMap<String, ToolMeta>,
 }
 
+/// `tools.describe`: a frontend was given these tools' full definitions (an MCP client's
+/// SEP-2636 `tools/describe`, proto-docs/mcp-facade.md#tool-manifests).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsDescribeParams {
+    /// The session whose frontend asked.
+    pub session_id: String,
+    /// Tool names the session is served.
+    pub names: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ToolsDescribeResult {
+    /// The deferred tools among `names`: found by the session's frontend, so every session
+    /// of it lists them from now on (`list_tools` with `live`).
+    pub found: Vec<String>,
+}
+
 /// Params of methods about one tool.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -568,12 +568,22 @@ async fn list_tools(host: &Host, p: ListToolsParams) -> Result<ListAnswer, Error
             .filter(|(_, e)| crate::session::lists(&asked, e))
             .map(|(n, _)| n)
             .collect(),
-        // The live list as the session is served it (an MCP connection's).
-        Some(_) if p.live => snapshot
-            .listed(p.include_hidden, p.include_deferred)
-            .filter(|(_, e)| lists(e))
-            .map(|(n, _)| n)
-            .collect(),
+        // The live list as the session is served it (an MCP connection's), with the
+        // deferred tools its frontend found (`tools.describe`).
+        Some(session) if p.live => {
+            let found = session
+                .frontend_id()
+                .map(|f| host.frontends().found(f))
+                .unwrap_or_default();
+            snapshot
+                .listed(p.include_hidden, true)
+                .filter(|(n, _)| {
+                    p.include_deferred || !snapshot.is_deferred(n) || found.iter().any(|f| f == n)
+                })
+                .filter(|(_, e)| lists(e))
+                .map(|(n, _)| n)
+                .collect()
+        }
         Some(session) => {
             let own = own.as_ref().unwrap_or(&asked);
             // The view, then the tools this session loaded through tool_search.
@@ -613,6 +623,44 @@ fn catalog_methods(api: &mut Api) -> anyhow::Result<()> {
                 crate::session::remember_loaded(host.sessions(), id, found).await?;
             }
             Ok(result)
+        },
+    )?;
+    api.method_checked(
+        method::TOOLS_DESCRIBE,
+        "Records that a session's frontend was given these tools' full definitions (an MCP client's tools/describe): the deferred ones among them are listed to every session of that frontend from then on (list_tools with live). A name the session is not served is invalid.",
+        |host, p: ToolsDescribeParams, _| async move {
+            let session = host.sessions().get(&p.session_id).await?;
+            let snapshot = host.registry().snapshot();
+            let config = host.config();
+            let view = config.session_view(session.profile.as_deref(), &session.meta);
+            let unknown: Vec<&str> = p
+                .names
+                .iter()
+                .filter(|n| {
+                    snapshot
+                        .get(n)
+                        .is_none_or(|e| !crate::session::serves(&view, e))
+                })
+                .map(String::as_str)
+                .collect();
+            if !unknown.is_empty() {
+                return Err(Error::InvalidParams(format!(
+                    "no such tool for this session: {}",
+                    unknown.join(", ")
+                )));
+            }
+            let found: Vec<String> = p
+                .names
+                .into_iter()
+                .filter(|n| snapshot.is_deferred(n))
+                .collect();
+            if let Some(f) = session
+                .frontend_id()
+                .and_then(|id| host.frontends().find(id, &found))
+            {
+                host.frontends().keep(host.sessions(), f).await;
+            }
+            Ok(ToolsDescribeResult { found })
         },
     )?;
     api.method(

@@ -91,7 +91,12 @@ pub(super) fn health(host: &Host) -> HealthResult {
         .into_iter()
         .chain(modules.problems)
         .collect();
-    let skill_errors = host.skills().problems();
+    let skill_errors: Vec<String> = host
+        .skills()
+        .problems()
+        .into_iter()
+        .chain(mcp_skill_clashes(host))
+        .collect();
     let command_errors: Vec<String> = host.commands().catalog().problems().collect();
     let quarantined: Vec<String> = snapshot
         .quarantined_tools()
@@ -201,4 +206,28 @@ pub(super) fn health(host: &Host) -> HealthResult {
         guard_errors,
         fleet,
     }
+}
+
+/// The MCP servers' skills that share a name: with one another (the first server in config
+/// order is used) or with one of the host's own (the host's is used: its skills are listed
+/// first), in the words of a clash of two skill folders.
+fn mcp_skill_clashes(host: &Host) -> Vec<String> {
+    let surface = host.mcp().surface();
+    let own = host.skills().catalog();
+    let shadowed = surface.skills.values().filter_map(|s| {
+        let mine = own.get(&s.name)?;
+        Some(format!(
+            "skill '{}' is defined twice: {} is used, MCP server '{}' ({}) is ignored (the host's own skills come before its MCP servers')",
+            s.name,
+            mine.dir.display(),
+            s.server,
+            s.skill.uri
+        ))
+    });
+    surface
+        .skill_clashes
+        .iter()
+        .cloned()
+        .chain(shadowed)
+        .collect()
 }

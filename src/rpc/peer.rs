@@ -39,7 +39,7 @@ use crate::procfs;
 use crate::protocol::{
     codes, method, ApprovalMode, InvokeParams, ListToolsParams, Network, SandboxPolicy, Session,
     SessionCreateParams, SessionIdParams, SessionSandbox, SessionToolsParams, SessionUpdateParams,
-    SubscribeInvokeParams, ToolNameParams, ToolsSearchParams,
+    SubscribeInvokeParams, ToolNameParams, ToolsDescribeParams, ToolsSearchParams,
 };
 
 /// One connection's peer, as every method it calls sees it.
@@ -472,6 +472,12 @@ impl Admit for ToolNameParams {
 impl Admit for ToolsSearchParams {
     fn admit(&mut self, l: &Limited, started: &StartedSessions) -> Result<(), ErrorObjectOwned> {
         l.own_if_named(started, self.session_id.as_ref())
+    }
+}
+
+impl Admit for ToolsDescribeParams {
+    fn admit(&mut self, l: &Limited, started: &StartedSessions) -> Result<(), ErrorObjectOwned> {
+        l.own(started, &self.session_id).map(drop)
     }
 }
 

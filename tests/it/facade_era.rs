@@ -262,7 +262,7 @@ async fn stdio_tolerates_initialize_after_discover() {
 
 /// One POST to `/mcp` over the Unix socket: (status, the JSON-RPC answer, the head's
 /// `Mcp-Session-Id` if any).
-async fn post(d: &Daemon, headers: &[(&str, &str)], body: Value) -> (u16, Value) {
+pub(crate) async fn post(d: &Daemon, headers: &[(&str, &str)], body: Value) -> (u16, Value) {
     let mut all = vec![("Accept", "application/json, text/event-stream")];
     all.extend_from_slice(headers);
     let (status, text) =
@@ -279,7 +279,10 @@ async fn post(d: &Daemon, headers: &[(&str, &str)], body: Value) -> (u16, Value)
 }
 
 /// The headers a new-era client sends with `method` (and `name`).
-fn new_era_headers<'a>(method: &'a str, name: Option<&'a str>) -> Vec<(&'a str, &'a str)> {
+pub(crate) fn new_era_headers<'a>(
+    method: &'a str,
+    name: Option<&'a str>,
+) -> Vec<(&'a str, &'a str)> {
     let mut h = vec![
         ("MCP-Protocol-Version", new_era::NEW),
         ("Mcp-Method", method),

@@ -95,6 +95,7 @@ mod skills_mcp;
 mod store_recovery;
 mod surface;
 mod tcp_tokens;
+mod tool_manifest;
 mod trust_gate;
 mod trust_swap;
 mod ui;

@@ -284,6 +284,14 @@ async fn every_answer_validates_against_the_openrpc_document() {
         &d,
         &doc,
         &mut seen,
+        "tools.describe",
+        json!({"session_id": id, "names": ["mcp_fx_echo"]}),
+    )
+    .await;
+    call_checked(
+        &d,
+        &doc,
+        &mut seen,
         "tools.diff",
         json!({"name": "mcp_fx_echo"}),
     )

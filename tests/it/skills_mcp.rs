@@ -481,3 +481,79 @@ async fn an_upstream_servers_skills_are_served_verified() {
         before
     );
 }
+
+/// A daemon whose MCP server `up` is `toolhost mcp` of `upstream`, a daemon serving skills
+/// (its facade declares the skills extension).
+async fn downstream_of(upstream: &Daemon) -> Daemon {
+    let socket = upstream.socket().display().to_string();
+    let d = Daemon::start_with(Some(json!({
+        "mcp_servers": {"up": {"command": BIN, "args": ["mcp", "--socket", socket]}}
+    })))
+    .await;
+    crate::catalog::wait_ready(&d, &["up"]).await;
+    d
+}
+
+/// An MCP server's skills list changing is a `skills_changed` like a local change: the
+/// etag and count of the daemon's listing, its server's new skill in it (issue 47).
+#[tokio::test]
+async fn an_upstream_skills_change_is_announced_as_skills_changed() {
+    let up = start().await;
+    let d = downstream_of(&up).await;
+    let sorted = |list: &Value| {
+        let mut names = skill_names(list);
+        names.sort();
+        names
+    };
+    common::eventually(20, "the upstream's skills listed", || async {
+        sorted(&result(&d, "list_skills", json!({})).await) == ["mcp_up_pdf", "mcp_up_review"]
+    })
+    .await;
+    let mut changed = d.subscribed("subscribe_skills_changed").await;
+    write_skill(
+        &up.dir.path().join("skills"),
+        "deploy",
+        &front("deploy", "Deploys."),
+        "Run make deploy.\n",
+        &[],
+    );
+    let note = changed.notification("skills_changed").await;
+    let list = result(&d, "list_skills", json!({})).await;
+    assert_eq!(
+        sorted(&list),
+        ["mcp_up_deploy", "mcp_up_pdf", "mcp_up_review"]
+    );
+    assert_eq!(note["etag"], list["etag"], "{note}");
+    assert_eq!(note["count"], 3, "{note}");
+}
+
+/// Two MCP servers without a name prefix serve the same skills, and the host has one of
+/// them itself: `host.health` says which is used and why, as for two skill folders (the
+/// first server in config order; the host's own before any server's) (issue 47).
+#[tokio::test]
+async fn upstream_skill_clashes_are_told_in_health() {
+    let up = start().await;
+    let socket = up.socket().display().to_string();
+    let d = Daemon::start_in(|dir| {
+        let skills = dir.join("skills");
+        write_skill(&skills, "review", &front("review", "Mine."), "Mine.\n", &[]);
+        let server = json!({"command": BIN, "args": ["mcp", "--socket", socket], "prefix": false});
+        json!({"skills": {"paths": [skills]}, "mcp_servers": {"one": server, "two": server}})
+    })
+    .await;
+    crate::catalog::wait_ready(&d, &["one", "two"]).await;
+    let mine = d.dir.path().join("skills/review");
+    let want = [
+        "skill 'pdf' is defined twice: MCP server 'one' (skill://pdf/SKILL.md) is used, MCP server 'two' (skill://pdf/SKILL.md) is ignored (the first server in config order wins)".to_owned(),
+        format!("skill 'review' is defined twice: {} is used, MCP server 'one' (skill://review/SKILL.md) is ignored (the host's own skills come before its MCP servers')", mine.display()),
+    ];
+    common::eventually(20, "the clashes in host.health", || async {
+        let health = result(&d, "host.health", json!({})).await;
+        let errors = health["skill_errors"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        want.iter().all(|w| errors.contains(&json!(w)))
+    })
+    .await;
+}

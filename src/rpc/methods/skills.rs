@@ -14,10 +14,12 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 
 use super::surface::View;
-use super::{forward, Api, Error};
+use super::{Api, Error, Sink};
 use crate::host::Host;
 use crate::mcp::skills::Listed;
+use crate::mcp::surface::Event;
 use crate::protocol::*;
+use crate::rpc::subscription;
 use crate::skills::skill::SKILL_FILE;
 use crate::skills::{catalog, uri, Catalog, Skill};
 
@@ -56,6 +58,49 @@ async fn upstream_named(
     skills
         .pop()
         .ok_or_else(|| Error::InvalidParams(format!("no skill named '{name}'")))
+}
+
+/// The etag of a listing of the host's own skills (etag `own`) followed by `upstream`.
+fn with_upstream_etag(own: &str, upstream: &[Listed]) -> String {
+    if upstream.is_empty() {
+        return own.to_owned();
+    }
+    let mut etags = own.to_owned();
+    for s in upstream {
+        etags.push_str(&s.entry(false).etag);
+    }
+    crate::skills::skill::sha256(etags.as_bytes())
+}
+
+/// `skills_changed`: a change of the host's own skills, or of an MCP server's, with the
+/// etag and count of the daemon workspace's `list_skills` (its MCP servers' skills too).
+fn skills_changes(host: &Host) -> subscription::Stream {
+    let mut own = host.skills().subscribe();
+    let mut servers = host.mcp().surface_events();
+    let host = host.clone();
+    subscription::stream(move |sink: Sink| async move {
+        let now = |workspaces: Vec<String>| {
+            let catalog = host.skills().catalog();
+            let config = host.config();
+            let view = config.view(None);
+            let mut upstream = host
+                .mcp()
+                .skills(&|name, server| view.allows_item(name, Some(server)));
+            upstream.retain(|s| catalog.get(&s.name).is_none());
+            SkillsChanged {
+                etag: with_upstream_etag(catalog.etag(), &upstream),
+                count: catalog.len() + upstream.len(),
+                workspaces,
+            }
+        };
+        tokio::join!(
+            subscription::relay(&mut own, &sink, "skills", |c| Some(now(c.workspaces))),
+            subscription::relay(&mut servers, &sink, "MCP surface", |e| match e {
+                Event::Skills => Some(now(Vec::new())),
+                _ => None,
+            }),
+        );
+    })
 }
 
 impl Serialize for Serialised {
@@ -218,13 +263,9 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
             }
             let mut list: ListSkillsResult =
                 serde_json::from_str((own.1)(&own.0).get()).map_err(Error::server)?;
-            let mut etags = list.etag.clone();
-            for s in &upstream {
-                let entry = s.entry(p.manifest);
-                etags.push_str(&entry.etag);
-                list.skills.push(entry);
-            }
-            list.etag = crate::skills::skill::sha256(etags.as_bytes());
+            list.etag = with_upstream_etag(&list.etag, &upstream);
+            list.skills
+                .extend(upstream.iter().map(|s| s.entry(p.manifest)));
             Ok(Listing::With(list))
         },
     )?;
@@ -299,7 +340,7 @@ pub(super) fn register(api: &mut Api) -> anyhow::Result<()> {
         "A notification whenever a skill is added, edited or removed. WebSocket and newline framing only.",
         |host, _: EmptyParams| async move {
             // Subscribed before the reply goes out: no change after it is missed.
-            Ok(forward(host.skills().subscribe(), method::SKILLS_CHANGED))
+            Ok(skills_changes(&host))
         },
     )
 }

@@ -1,7 +1,8 @@
 //! A throw-away PostgreSQL for the fleet tests: Debian's server binaries
 //! (`/usr/lib/postgresql/<N>/bin`, installed by tests/run.sh), a cluster in a temp dir,
 //! listening only on a Unix socket in that dir (no TCP port to collide on), trusted, with
-//! fsync off for speed (see below). `initdb` refuses root, so as root the cluster runs as the
+//! fsync off for speed (see below); or ([`Postgres::start_with_passwords`]) also on a free
+//! loopback port where every login needs its password (SCRAM). `initdb` refuses root, so as root the cluster runs as the
 //! `postgres` user the package creates. Stopped (immediately) when dropped.
 //!
 //! Durability is off only where a crash of the server (not of the machine) cannot lose a
@@ -16,8 +17,12 @@ use std::process::Command;
 pub struct Postgres {
     pub dir: tempfile::TempDir,
     bin: PathBuf,
-    /// The port names the socket file (`.s.PGSQL.<port>`); nothing listens on TCP.
+    /// The port names the socket file (`.s.PGSQL.<port>`); nothing listens on TCP unless
+    /// `tcp`.
     pub port: u16,
+    /// Listens on 127.0.0.1:`port` too, with `scram-sha-256` for every TCP login (the
+    /// socket stays trusted, for [`Postgres::sql`]).
+    tcp: bool,
 }
 
 /// The newest installed server's binaries.
@@ -40,11 +45,25 @@ fn is_root() -> bool {
 impl Postgres {
     /// Creates and starts a cluster (about 2 s).
     pub fn start() -> Postgres {
+        Self::create(20_000 + (std::process::id() % 20_000) as u16, false)
+    }
+
+    /// A cluster that also listens on a free loopback port, where a login needs its
+    /// password ([`Postgres::add_login`], [`Postgres::tcp_url`]).
+    pub fn start_with_passwords() -> Postgres {
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = free.local_addr().unwrap().port();
+        drop(free);
+        Self::create(port, true)
+    }
+
+    fn create(port: u16, tcp: bool) -> Postgres {
         let dir = tempfile::tempdir().unwrap();
         let pg = Postgres {
             bin: bin_dir(),
-            port: 20_000 + (std::process::id() % 20_000) as u16,
+            port,
             dir,
+            tcp,
         };
         std::fs::create_dir_all(pg.sock()).unwrap();
         if is_root() {
@@ -63,7 +82,12 @@ impl Postgres {
                 &pg.data().display().to_string(),
                 "-U",
                 "toolhost",
-                "--auth=trust",
+                "--auth-local=trust",
+                if tcp {
+                    "--auth-host=scram-sha-256"
+                } else {
+                    "--auth-host=trust"
+                },
                 "--no-sync",
                 "-E",
                 "UTF8",
@@ -108,7 +132,8 @@ impl Postgres {
     /// Starts the server (again).
     pub fn up(&self) {
         let options = format!(
-            "-c listen_addresses='' -p {} -k {} -c fsync=off -c full_page_writes=off",
+            "-c listen_addresses='{}' -p {} -k {} -c fsync=off -c full_page_writes=off",
+            if self.tcp { "127.0.0.1" } else { "" },
             self.port,
             self.sock().display()
         );
@@ -146,6 +171,21 @@ impl Postgres {
         format!(
             "host={} port={} user=toolhost dbname=postgres",
             self.sock().display(),
+            self.port
+        )
+    }
+
+    /// A role `user` that logs in with `password`, owning a database of the same name.
+    pub fn add_login(&self, user: &str, password: &str) {
+        self.sql(&format!("CREATE ROLE {user} LOGIN PASSWORD '{password}'"));
+        self.sql(&format!("CREATE DATABASE {user} OWNER {user}"));
+    }
+
+    /// The connection string of `user`'s database over TCP, without a password.
+    pub fn tcp_url(&self, user: &str) -> String {
+        assert!(self.tcp, "a cluster of start_with_passwords");
+        format!(
+            "host=127.0.0.1 port={} user={user} dbname={user}",
             self.port
         )
     }
