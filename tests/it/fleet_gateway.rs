@@ -401,7 +401,10 @@ async fn a_replica_killed_during_load_leaves_the_others_answering_and_no_call_an
         after_death.is_empty(),
         "calls started after A was reaped failed: {after_death:?}"
     );
-    assert!(failed <= 8, "more failures than calls A can have taken: {failed}");
+    assert!(
+        failed <= 8,
+        "more failures than calls A can have taken: {failed}"
+    );
 
     // No call was answered twice: each call id is in the audit table at most once, and
     // every call the survivors answered is there once, with the member that answered.
