@@ -474,16 +474,24 @@ impl Workspace {
         caller: Caller,
         concurrent: Option<Vec<String>>,
     ) -> Option<Record> {
-        self.loaded(state, config).await?;
+        let tl = self.loaded(state, config).await?;
+        let rules = rules(config, &self.store, &self.root);
+        let start = tree::start(&rules, tl.watch.as_mut());
+        if start.plan.is_quiet() {
+            // The watcher saw nothing since the last scan: nothing to list, read or write,
+            // so no hop to a blocking thread either.
+            tl.tree.quiet(&start);
+            return None;
+        }
         let mut tl = state.timeline.take()?;
         let store = self.store.clone();
         let root = self.root.clone();
         let config = config.clone();
         let done = tokio::task::spawn_blocking(move || {
-            let rules = rules(&config, &store, &root);
             let result = tree::scan(
                 &root,
                 &mut tl.tree,
+                start,
                 &rules,
                 &store.objects,
                 tl.watch.as_mut(),
@@ -560,7 +568,7 @@ fn load(store: &Store, root: &Path, config: &Config) -> Result<Timeline, ScanErr
     }
     store.create(root)?;
     let loaded = store.load()?;
-    let mut watch = match watch::Watch::new(root, &store.dir.join("sync")) {
+    let mut watch = match watch::Watch::new(root) {
         Ok(w) => Some(w),
         Err(e) => {
             tracing::warn!(workspace = %root.display(), "no change watcher, each checkpoint walks the workspace: {e}");
@@ -576,10 +584,13 @@ fn load(store: &Store, root: &Path, config: &Config) -> Result<Timeline, ScanErr
         + 1;
     let Some(base) = loaded.base else {
         let mut tree = Tree::default();
+        let rules = rules(config, store, root);
+        let start = tree::start(&rules, watch.as_mut());
         tree::scan(
             root,
             &mut tree,
-            &rules(config, store, root),
+            start,
+            &rules,
             &store.objects,
             watch.as_mut(),
         )?;

@@ -238,7 +238,7 @@ impl Tree {
     }
 }
 
-fn now_ns() -> i64 {
+pub fn now_ns() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
@@ -267,7 +267,7 @@ pub fn under<'a, V>(
 }
 
 /// `dir`'s child `name`.
-fn child(dir: &RelPath, name: &[u8]) -> RelPath {
+pub fn child(dir: &RelPath, name: &[u8]) -> RelPath {
     let mut p = dir.0.clone();
     if !p.is_empty() {
         p.push(b'/');
@@ -290,22 +290,45 @@ pub fn parent(path: &RelPath) -> RelPath {
     }
 }
 
-/// Scans `root` into `tree` and returns what changed. With a watcher that saw every event
-/// since the last scan, only the directories it marked are listed again; otherwise (no
-/// watcher, lost events, first scan) the whole tree is walked. Either way a file whose
-/// stat still matches its row is not read again.
-pub fn scan(
-    root: &Path,
-    tree: &mut Tree,
-    rules: &Rules,
-    objects: &Objects,
-    mut watch: Option<&mut Watch>,
-) -> Result<Vec<Changed>, ScanError> {
-    let scanned_ns = now_ns();
-    let plan = match watch.as_deref_mut() {
+/// A scan's start: when it began, and what the watcher says it must list.
+pub struct Start {
+    ns: i64,
+    pub plan: Plan,
+}
+
+/// Starts a scan: with a watcher, takes what it saw up to now (cheap, no walk).
+pub fn start(rules: &Rules, watch: Option<&mut Watch>) -> Start {
+    let ns = now_ns();
+    let plan = match watch {
         Some(w) => w.plan((rules.exclude.clone(), rules.max_file_bytes)),
         None => Plan::Full,
     };
+    Start { ns, plan }
+}
+
+impl Tree {
+    /// A started scan that has nothing to list ([`Plan::is_quiet`]) is done: nothing changed.
+    pub fn quiet(&mut self, start: &Start) {
+        self.scanned_ns = start.ns;
+    }
+}
+
+/// Scans `root` into `tree` from `start` and returns what changed. With a watcher that saw
+/// every event since the last scan, only the directories it marked are listed again;
+/// otherwise (no watcher, lost events, first scan) the whole tree is walked. Either way a
+/// file whose stat still matches its row is not read again.
+pub fn scan(
+    root: &Path,
+    tree: &mut Tree,
+    start: Start,
+    rules: &Rules,
+    objects: &Objects,
+    watch: Option<&mut Watch>,
+) -> Result<Vec<Changed>, ScanError> {
+    let Start {
+        ns: scanned_ns,
+        plan,
+    } = start;
     let mut overrides = ignore::overrides::OverrideBuilder::new(root);
     for glob in &rules.exclude {
         overrides
@@ -321,11 +344,9 @@ pub fn scan(
         overrides,
         old: &tree.rows,
         old_ns: tree.scanned_ns,
-        scanned_ns,
         objects,
         updates: BTreeMap::new(),
         found: 0,
-        recheck: Vec::new(),
         watch,
     };
     match plan {
@@ -338,7 +359,7 @@ pub fn scan(
             if let Some(w) = walker.watch.as_deref_mut() {
                 w.ready = w.broken.is_none();
             }
-            let rows = walker.finish();
+            let rows = walker.updates;
             let rows: BTreeMap<RelPath, Row> = rows
                 .into_iter()
                 .filter_map(|(p, r)| r.map(|r| (p, r)))
@@ -350,7 +371,7 @@ pub fn scan(
         }
         Plan::Dirty { dirty, lost } => {
             walker.dirty(dirty, lost)?;
-            let updates = walker.finish();
+            let updates = walker.updates;
             let mut changes = Vec::new();
             for (path, row) in updates {
                 let before = tree.rows.get(&path).map(|r| r.item.clone());
@@ -379,14 +400,11 @@ struct Walker<'a, 'w> {
     overrides: ignore::overrides::Override,
     old: &'a BTreeMap<RelPath, Row>,
     old_ns: i64,
-    scanned_ns: i64,
     objects: &'a Objects,
     /// New rows, and `None` for paths gone.
     updates: BTreeMap<RelPath, Option<Row>>,
     /// Rows found so far (for `max_files`).
     found: usize,
-    /// Directories of files changed so recently that the next scan must look again.
-    recheck: Vec<RelPath>,
     watch: Option<&'w mut Watch>,
 }
 
@@ -394,17 +412,6 @@ struct Walker<'a, 'w> {
 type Listing = Vec<(Vec<u8>, bool, Metadata)>;
 
 impl Walker<'_, '_> {
-    /// The rows found (`None`: gone); the directories of files changed too recently to
-    /// trust their stat are marked for the watcher's next scan.
-    fn finish(self) -> BTreeMap<RelPath, Option<Row>> {
-        if let Some(w) = self.watch {
-            for d in &self.recheck {
-                w.recheck(d);
-            }
-        }
-        self.updates
-    }
-
     fn abs(&self, rel: &RelPath) -> PathBuf {
         if rel.0.is_empty() {
             self.root.to_path_buf()
@@ -505,12 +512,6 @@ impl Walker<'_, '_> {
         let abs = self.abs(&rel);
         match record(&abs, meta, self.rules, self.objects) {
             Ok(row) => {
-                if row
-                    .stat
-                    .is_none_or(|s| s.mtime_ns >= self.scanned_ns - RACY_NS)
-                {
-                    self.recheck.push(parent(&rel));
-                }
                 self.updates.insert(rel, Some(row));
             }
             // It vanished between the listing and the read: it is not there.

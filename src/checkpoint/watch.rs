@@ -1,65 +1,150 @@
 //! The change watcher that spares a checkpointed call a walk of its whole workspace.
 //!
-//! One inotify instance per workspace (through `notify`, whose thread blocks in the kernel
-//! between events: an idle watch costs no wake-up), with one non-recursive watch on each
-//! directory a scan walked — never on `.gitignore`d ones (notify's recursive mode would
-//! watch `target/` too). Events only mark their directory dirty; the next scan lists the
-//! dirty directories again and nothing else (`tree::scan`).
+//! One inotify instance per workspace, read directly (no watcher thread, no marker file):
+//! one non-recursive watch on each directory a scan walked — never on `.gitignore`d ones —
+//! for changes only (reads, ours included, make no event). Events only mark their
+//! directory dirty; the next scan lists the dirty directories again and nothing else
+//! (`tree::scan`).
 //!
 //! It stays exact:
-//! - before a scan takes the dirty set, it creates a marker file in a directory of the
-//!   store watched by the same instance and waits for that event: inotify queues events
-//!   in order, so every change made before the scan started has been seen by then;
-//! - a directory renamed away or deleted loses its watches (notify drops them), so it is
-//!   dropped from the known set and its parent lists it again as new;
-//! - an overflowed queue (`IN_Q_OVERFLOW`), a watcher error, a marker that does not
-//!   arrive, or a change of the scan's rules make the next scan a full walk; a watch that
-//!   cannot be added (the user's inotify watch limit) turns the watcher off for good.
+//! - the kernel queues an event inside the system call that made the change, before that
+//!   call returns, and in order: a scan that first reads the queue dry ([`Watch::plan`],
+//!   on the scanning thread) has seen every change made before it started. Between scans
+//!   a task of the runtime reads the queue whenever it becomes readable, so a burst of
+//!   changes between calls does not overflow it;
+//! - a directory renamed away or deleted loses its watch, so it is dropped from the known
+//!   set and its parent lists it again as new;
+//! - an overflowed queue (`IN_Q_OVERFLOW`), a queue that cannot be read, or a change of the
+//!   scan's rules make the next scan a full walk; a watch that cannot be added (the user's
+//!   inotify watch limit) turns the watcher off for good.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use notify::event::{AccessKind, AccessMode, ModifyKind};
-use notify::{EventKind, RecursiveMode, Watcher};
+use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
 
-use super::tree::RelPath;
+use super::tree::{child, parent, RelPath};
 
-/// How long a scan waits for its marker's event before walking the whole tree instead.
-const SYNC_WAIT: Duration = Duration::from_secs(2);
+/// What a watch reports: changes to the directory's entries, and the directory itself going.
+const MASK: WatchMask = WatchMask::MODIFY
+    .union(WatchMask::ATTRIB)
+    .union(WatchMask::CLOSE_WRITE)
+    .union(WatchMask::CREATE)
+    .union(WatchMask::DELETE)
+    .union(WatchMask::MOVED_FROM)
+    .union(WatchMask::MOVED_TO)
+    .union(WatchMask::DELETE_SELF)
+    .union(WatchMask::MOVE_SELF)
+    .union(WatchMask::ONLYDIR)
+    .union(WatchMask::DONT_FOLLOW)
+    .union(WatchMask::EXCL_UNLINK);
 
-/// What the watcher's thread has seen since the last scan took it.
+/// What the queue held since the last scan took it.
 #[derive(Default)]
 struct Seen {
-    /// Directories (absolute) something changed in.
-    dirty: BTreeSet<PathBuf>,
+    /// Directories something changed in.
+    dirty: BTreeSet<RelPath>,
     /// Paths renamed away or deleted: any watch at or beneath them is gone.
-    lost: Vec<PathBuf>,
-    /// Events were lost (queue overflow, a watcher error): only a full walk is exact.
+    lost: Vec<RelPath>,
+    /// Events were lost (queue overflow, a read error): only a full walk is exact.
     overflow: bool,
-    /// The highest marker whose event arrived.
-    synced: u64,
 }
 
-#[derive(Default)]
-struct Shared {
-    seen: Mutex<Seen>,
-    arrived: Condvar,
+/// The inotify instance, the directory of each of its watches, and what it reported.
+struct Queue {
+    inotify: Inotify,
+    dirs: HashMap<WatchDescriptor, RelPath>,
+    seen: Seen,
+}
+
+impl Queue {
+    /// Reads every event queued so far.
+    fn drain(&mut self) {
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            match self.inotify.read_events(&mut buf) {
+                Ok(events) => {
+                    for ev in events {
+                        note(&mut self.dirs, &mut self.seen, ev.wd, ev.mask, ev.name);
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.seen.overflow = true;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Marks what one event says changed.
+fn note(
+    dirs: &mut HashMap<WatchDescriptor, RelPath>,
+    seen: &mut Seen,
+    wd: WatchDescriptor,
+    mask: EventMask,
+    name: Option<&std::ffi::OsStr>,
+) {
+    if mask.contains(EventMask::Q_OVERFLOW) {
+        seen.overflow = true;
+        return;
+    }
+    // A watch already removed (ours, or gone with its directory).
+    let Some(dir) = dirs.get(&wd).cloned() else {
+        return;
+    };
+    if mask.contains(EventMask::IGNORED) {
+        dirs.remove(&wd);
+    }
+    match name {
+        Some(name) => {
+            if mask.intersects(EventMask::DELETE | EventMask::MOVED_FROM) {
+                seen.lost.push(child(&dir, name.as_bytes()));
+            }
+            seen.dirty.insert(dir);
+        }
+        // The directory itself went (deleted, renamed, its watch dropped): its parent says
+        // what is there now.
+        None if mask
+            .intersects(EventMask::DELETE_SELF | EventMask::MOVE_SELF | EventMask::IGNORED) =>
+        {
+            seen.dirty.insert(parent(&dir));
+            seen.lost.push(dir);
+        }
+        None => {}
+    }
 }
 
 /// The identity of a watched directory: a directory replaced by another of the same name
 /// is a new one (its watch went with the old inode).
 pub type DirId = (u64, u64);
 
+/// The queue as the runtime's reactor holds it: its descriptor stays open while this lives.
+struct Readable {
+    queue: Arc<Mutex<Queue>>,
+    fd: RawFd,
+}
+
+impl AsRawFd for Readable {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd
+    }
+}
+
 /// A workspace's watcher and the directories it watches.
 pub struct Watch {
     root: PathBuf,
-    watcher: notify::RecommendedWatcher,
-    shared: Arc<Shared>,
-    marker_dir: PathBuf,
-    next_marker: u64,
+    queue: Arc<Mutex<Queue>>,
+    /// Reads the queue between scans; stopped with the watch.
+    reader: Option<tokio::task::JoinHandle<()>>,
+    /// The watch of each directory watched.
+    watches: HashMap<RelPath, WatchDescriptor>,
     /// The directories watched, relative to the root ("" for the root).
     pub(super) dirs: BTreeMap<RelPath, DirId>,
     /// The parsed `.gitignore` of each known directory that has one.
@@ -83,61 +168,63 @@ pub enum Plan {
     },
 }
 
+impl Plan {
+    /// Nothing changed since the last scan: nothing to list or read.
+    pub fn is_quiet(&self) -> bool {
+        matches!(self, Plan::Dirty { dirty, lost } if dirty.is_empty() && lost.is_empty())
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        if let Some(r) = &self.reader {
+            r.abort();
+        }
+    }
+}
+
 impl Watch {
-    /// Starts a watcher for `root`, its markers in `marker_dir` (a directory of the store).
-    pub fn new(root: &Path, marker_dir: &Path) -> Result<Watch, String> {
-        std::fs::create_dir_all(marker_dir).map_err(|e| e.to_string())?;
-        let shared = Arc::new(Shared::default());
-        let (seen, markers) = (shared.clone(), marker_dir.to_path_buf());
-        let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-            let mut s = seen.seen.lock().unwrap_or_else(|e| e.into_inner());
-            match res {
-                Err(_) => s.overflow = true,
-                Ok(ev) => {
-                    if ev.need_rescan() {
-                        s.overflow = true;
-                    }
-                    // Reads (ours included) change nothing.
-                    let read = matches!(
-                        ev.kind,
-                        EventKind::Access(AccessKind::Open(_))
-                            | EventKind::Access(AccessKind::Close(AccessMode::Read))
-                    );
-                    let gone = matches!(
-                        ev.kind,
-                        EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_))
-                    );
-                    for p in &ev.paths {
-                        let Some(parent) = p.parent() else { continue };
-                        if parent == markers {
-                            if let Some(n) = p.file_name().and_then(|n| n.to_str()?.parse().ok()) {
-                                s.synced = s.synced.max(n);
-                            }
-                            continue;
-                        }
-                        if read {
-                            continue;
-                        }
-                        if gone {
-                            s.lost.push(p.clone());
-                        }
-                        s.dirty.insert(parent.to_path_buf());
-                    }
+    /// Starts a watcher for `root` (inotify's queue read between scans by a task of the
+    /// current runtime, when there is one).
+    pub fn new(root: &Path) -> io::Result<Watch> {
+        let inotify = Inotify::init()?;
+        let fd = inotify.as_raw_fd();
+        let queue = Arc::new(Mutex::new(Queue {
+            inotify,
+            dirs: HashMap::new(),
+            seen: Seen::default(),
+        }));
+        let reader = match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                let _entered = rt.enter();
+                let readable = Readable {
+                    queue: queue.clone(),
+                    fd,
+                };
+                // SAFETY: `fd` is the descriptor of the inotify instance `readable.queue`
+                // owns, never replaced, so it stays open and the same for as long as the
+                // `AsyncFd` (which owns `readable`) lives.
+                let ready = unsafe {
+                    tokio::io::unix::AsyncFd::register_with_interest(
+                        readable,
+                        tokio::io::Interest::READABLE,
+                    )
                 }
+                .map_err(io::Error::from)?;
+                Some(rt.spawn(async move {
+                    while let Ok(mut guard) = ready.readable().await {
+                        lock(&ready.get_ref().queue).drain();
+                        guard.clear_ready();
+                    }
+                }))
             }
-            drop(s);
-            seen.arrived.notify_all();
-        })
-        .map_err(|e| e.to_string())?;
-        watcher
-            .watch(marker_dir, RecursiveMode::NonRecursive)
-            .map_err(|e| e.to_string())?;
+            Err(_) => None,
+        };
         Ok(Watch {
             root: root.to_path_buf(),
-            watcher,
-            shared,
-            marker_dir: marker_dir.to_path_buf(),
-            next_marker: 0,
+            queue,
+            reader,
+            watches: HashMap::new(),
             dirs: BTreeMap::new(),
             gitignores: HashMap::new(),
             rules_seen: None,
@@ -151,33 +238,19 @@ impl Watch {
         self.ready && self.broken.is_none()
     }
 
-    /// Waits until every event queued before now has been seen; false when it timed out.
-    fn sync(&mut self) -> bool {
-        self.next_marker += 1;
-        let n = self.next_marker;
-        let marker = self.marker_dir.join(n.to_string());
-        if std::fs::write(&marker, b"").is_err() {
-            return false;
-        }
-        let _ = std::fs::remove_file(&marker);
-        let seen = self.shared.seen.lock().unwrap_or_else(|e| e.into_inner());
-        let (seen, _) = self
-            .shared
-            .arrived
-            .wait_timeout_while(seen, SYNC_WAIT, |s| s.synced < n)
-            .unwrap_or_else(|e| e.into_inner());
-        seen.synced >= n
-    }
-
-    /// What the next scan must do under `rules` (`exclude`, `max_file_bytes`); takes what
-    /// was seen. A full walk is planned when anything could have been missed.
+    /// What the next scan must do under `rules` (`exclude`, `max_file_bytes`): reads the
+    /// queue dry and takes what it held. A full walk is planned when anything could have
+    /// been missed.
     pub fn plan(&mut self, rules: (Vec<String>, u64)) -> Plan {
         if self.broken.is_some() {
             return Plan::Full;
         }
-        let synced = self.sync();
-        let seen = std::mem::take(&mut *self.shared.seen.lock().unwrap_or_else(|e| e.into_inner()));
-        if !synced || seen.overflow || !self.ready || self.rules_seen.as_ref() != Some(&rules) {
+        let seen = {
+            let mut q = lock(&self.queue);
+            q.drain();
+            std::mem::take(&mut q.seen)
+        };
+        if seen.overflow || !self.ready || self.rules_seen.as_ref() != Some(&rules) {
             if seen.overflow {
                 tracing::debug!(root = %self.root.display(), "checkpoint watcher lost events: a full walk");
             }
@@ -185,23 +258,10 @@ impl Watch {
             self.rules_seen = Some(rules);
             return Plan::Full;
         }
-        let rel = |p: &Path| {
-            p.strip_prefix(&self.root)
-                .ok()
-                .map(|r| RelPath(r.as_os_str().as_bytes().to_vec()))
-        };
         Plan::Dirty {
-            dirty: seen.dirty.iter().filter_map(|p| rel(p)).collect(),
-            lost: seen.lost.iter().filter_map(|p| rel(p)).collect(),
+            dirty: seen.dirty,
+            lost: seen.lost,
         }
-    }
-
-    /// Marks a directory to be listed again by the next scan (a file in it changed so
-    /// close to this scan that a later change could keep its stat).
-    pub fn recheck(&self, dir: &RelPath) {
-        let abs = self.abs(dir);
-        let mut s = self.shared.seen.lock().unwrap_or_else(|e| e.into_inner());
-        s.dirty.insert(abs);
     }
 
     fn abs(&self, rel: &RelPath) -> PathBuf {
@@ -218,18 +278,23 @@ impl Watch {
             return;
         }
         let abs = self.abs(dir);
-        match self.watcher.watch(&abs, RecursiveMode::NonRecursive) {
-            Ok(()) => {
+        let mut q = lock(&self.queue);
+        match q.inotify.watches().add(&abs, MASK) {
+            Ok(wd) => {
+                // The same inode under a new name (a rename the scan has not seen yet)
+                // gets the same watch: it is this directory's now.
+                q.dirs.insert(wd.clone(), dir.clone());
+                drop(q);
+                self.watches.insert(dir.clone(), wd);
                 self.dirs.insert(dir.clone(), id);
             }
-            Err(e) if matches!(e.kind, notify::ErrorKind::MaxFilesWatch) => {
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
+                drop(q);
                 let why = "the inotify watch limit was reached (fs.inotify.max_user_watches): every checkpoint walks the workspace".to_owned();
                 tracing::warn!(root = %self.root.display(), "{why}");
                 self.broken = Some(why);
                 self.ready = false;
-                for d in std::mem::take(&mut self.dirs).into_keys() {
-                    let _ = self.watcher.unwatch(&self.abs(&d));
-                }
+                self.drop_under(&RelPath(Vec::new()));
             }
             // It went away between the parent's listing and now: the parent's event says so.
             Err(e) => tracing::debug!(dir = %abs.display(), "checkpoint watch: {e}"),
@@ -241,10 +306,22 @@ impl Watch {
         let gone: Vec<RelPath> = super::tree::under(&self.dirs, dir, true)
             .map(|(d, _)| d.clone())
             .collect();
+        let mut q = lock(&self.queue);
         for d in gone {
             self.dirs.remove(&d);
             self.gitignores.remove(&d);
-            let _ = self.watcher.unwatch(&self.abs(&d));
+            let Some(wd) = self.watches.remove(&d) else {
+                continue;
+            };
+            // Unless the watch has moved on to a directory of another name.
+            if q.dirs.get(&wd) == Some(&d) {
+                q.dirs.remove(&wd);
+                let _ = q.inotify.watches().remove(wd);
+            }
         }
     }
+}
+
+fn lock(queue: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
+    queue.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -256,3 +256,101 @@ async fn events_dropped_by_the_kernel_force_a_full_walk() {
         ["added src/noise/n.rs"]
     );
 }
+
+/// Everything under `dir` with its size and modification time (directories included).
+fn listing(dir: &std::path::Path) -> Vec<(std::path::PathBuf, u64, std::time::SystemTime)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let m = e.metadata().unwrap();
+            if m.is_dir() {
+                stack.push(e.path());
+            }
+            out.push((e.path(), m.len(), m.modified().unwrap()));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A call that changes nothing writes nothing: no entry, and not a byte or a timestamp of
+/// the store changes (no marker file either: the scan reads inotify's queue itself).
+#[tokio::test]
+async fn an_unchanged_call_writes_nothing_to_the_store() {
+    let d = armed().await;
+    bash(&d, "change", "echo 1 >> src/a/one.rs").await;
+    let entries = timeline(&d).await["entries"].as_array().unwrap().len();
+    let store = d.data_dir().join("checkpoints");
+    let before = listing(&store);
+    for i in 0..5 {
+        bash(&d, &format!("same-{i}"), "true").await;
+    }
+    assert_eq!(listing(&store), before, "the store changed");
+    let t = timeline(&d).await;
+    assert_eq!(t["entries"].as_array().unwrap().len(), entries, "{t}");
+    assert_eq!(t["watched"], true, "{t}");
+}
+
+/// Bytes the daemon has read so far (`rchar`: files and sockets, not its children's).
+fn read_by(pid: i32) -> u64 {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
+    io.lines()
+        .find_map(|l| l.strip_prefix("rchar: "))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// A file a call changed is read once, by that call's scan: the next call, which changes
+/// nothing, does not read it again, however soon it comes (a later change to it would be
+/// an event).
+#[tokio::test]
+async fn a_file_just_changed_is_not_read_again_by_the_next_call() {
+    let d = armed().await;
+    let big = 4 << 20;
+    bash(
+        &d,
+        "write",
+        &format!("head -c {big} /dev/zero | tr '\\0' x > src/a/big.txt"),
+    )
+    .await;
+    assert_eq!(files_of(&d, "write").await, ["added src/a/big.txt"]);
+    let read = read_by(d.pid());
+    bash(&d, "next", "true").await;
+    let again = read_by(d.pid()) - read;
+    assert!(again < big / 4, "the next call read {again} bytes");
+    // A change to it made right after is still seen.
+    bash(&d, "edit", "echo y > src/a/big.txt").await;
+    assert_eq!(files_of(&d, "edit").await, ["modified src/a/big.txt"]);
+}
+
+/// A change another process makes just before a call (its write returned before the call
+/// was sent) is an `outside` entry every time, never the call's.
+#[tokio::test]
+async fn a_change_made_just_before_a_call_is_outside_every_time() {
+    let d = armed().await;
+    let ws = d.workspace();
+    for i in 0..10 {
+        std::fs::create_dir_all(ws.join(format!("docs/d{i}"))).unwrap();
+        std::fs::write(ws.join(format!("docs/d{i}/x.md")), "x\n").unwrap();
+        std::fs::write(ws.join("src/b/two.rs"), format!("editor {i}\n")).unwrap();
+        let id = format!("call-{i}");
+        bash(&d, &id, &format!("echo {i} >> src/a/one.rs")).await;
+        let t = timeline(&d).await;
+        let entries = t["entries"].as_array().unwrap();
+        assert_eq!(entries[0]["call_id"], id.as_str(), "{t}");
+        assert_eq!(changes(&entries[0]), ["modified src/a/one.rs"], "{t}");
+        assert_eq!(entries[1]["kind"], "outside", "{t}");
+        assert_eq!(
+            changes(&entries[1]),
+            [
+                format!("added docs/d{i}/x.md"),
+                "modified src/b/two.rs".to_owned()
+            ],
+            "{t}"
+        );
+    }
+}
