@@ -191,7 +191,7 @@ async fn calls_made_at_once_arrive_whole_however_long_their_lines() {
     let code = r#"
         const big = "x".repeat(300000);
         const done = await Promise.all([0, 1, 2, 3, 4, 5, 6, 7].map(async (i) => {
-            if (i % 2) return (await tools.read_file({path: "small"})).content;
+            if (i % 2) return (await tools.read_file({path: "small"})).path;
             await tools.write_file({path: `big${i}`, content: big + i});
             return i;
         }));
@@ -199,7 +199,7 @@ async fn calls_made_at_once_arrive_whole_however_long_their_lines() {
     "#;
     let o = outcome(&d, code).await;
     assert_eq!(o["ok"], true, "{o}");
-    assert_eq!(o["result"], "0,s,2,s,4,s,6,s", "{o}");
+    assert_eq!(o["result"], "0,small,2,small,4,small,6,small", "{o}");
     for i in [0, 2, 4, 6] {
         let written = std::fs::read_to_string(d.workspace().join(format!("big{i}"))).unwrap();
         assert_eq!(written.len(), 300_001);
