@@ -35,6 +35,16 @@ pub fn percentiles(mut v: Vec<f64>) -> String {
 /// `config` as its config.json; returns it, a client and the time from spawn to the first
 /// answer (polled every 2 ms, so start-up figures are not rounded up).
 pub async fn start(dir: &Path, config: &Value) -> (Child, Client, Duration) {
+    start_with_log(dir, config, None).await
+}
+
+/// [`start`]; with `Some(filter)`, `RUST_LOG` is `filter` and the daemon's log (stderr) is
+/// piped (`Child::stderr`), for a benchmark that reads figures the daemon logs.
+pub async fn start_with_log(
+    dir: &Path,
+    config: &Value,
+    log: Option<&str>,
+) -> (Child, Client, Duration) {
     for d in ["ws", "data", "xdg", "home"] {
         std::fs::create_dir_all(dir.join(d)).unwrap();
     }
@@ -59,9 +69,13 @@ pub async fn start(dir: &Path, config: &Value) -> (Child, Client, Duration) {
         .arg(dir.join("data"))
         .env("XDG_CONFIG_HOME", dir.join("xdg"))
         .env("HOME", dir.join("home"))
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", log.unwrap_or("warn"))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
+        .stderr(match log {
+            Some(_) => Stdio::piped(),
+            None => Stdio::inherit(),
+        })
         .kill_on_drop(true)
         .spawn()
         .unwrap();

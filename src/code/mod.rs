@@ -160,6 +160,7 @@ impl CodeTool {
         let Some(runners) = &self.runners else {
             return Err(ToolError::failed("code_api runs no program"));
         };
+        let start = std::time::Instant::now();
         let mut process = runners
             .take(&run, ctx)
             .await
@@ -168,10 +169,9 @@ impl CodeTool {
             .send_program(code, &run.tools, &ctx.workspace, &run.settings)
             .await;
         if let Err(e) = started {
+            runners.retire(process);
             return Err(ToolError::new(ErrorKind::Unavailable, e));
         }
-        // The spare for the next run starts now, while this one runs.
-        runners.prepare(&run);
         let allowed: std::collections::HashSet<&str> =
             run.tools.iter().map(String::as_str).collect();
         let calls = Mutex::new(0u64);
@@ -232,9 +232,19 @@ impl CodeTool {
             }
         };
         let done = process.serve(inner, progress, stop).await;
-        process.kill();
+        runners.retire(process);
         let done = match done {
-            Ok(done) => done,
+            Ok(done) => {
+                // The overhead figure of issue 44 (the codemode bench reads it).
+                let ms = |t: std::time::Instant| t.duration_since(start).as_secs_f64() * 1000.0;
+                tracing::debug!(
+                    call_id = %ctx.call_id,
+                    first_call_ms = done.first_call.map(ms),
+                    done_ms = ms(std::time::Instant::now()),
+                    "code run timings"
+                );
+                done
+            }
             Err(runner::Ended::Failed(why)) => return Err(ToolError::failed(why)),
             Err(runner::Ended::Stopped(e)) => return Err(e),
         };

@@ -15,8 +15,9 @@ use std::sync::{Arc, Mutex};
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, ChildStdin, ChildStdout};
+use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
 use crate::config::SandboxConfig;
 use crate::process::{GroupGuard, Processes};
@@ -27,6 +28,9 @@ use crate::sandbox::{self, CallSandbox, Confinement, Plan};
 const SCRIPT: &str = include_str!("runner.mjs");
 /// How long a fresh runner has to say it is ready.
 const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// The longest line the runner may send: output, result and JSON escaping of both, with
+/// room for the envelope.
+const MAX_LINE: usize = 4 * 1024 * 1024;
 /// Bytes of the runner's stderr kept, to say why it died.
 const STDERR_TAIL: usize = 4096;
 
@@ -44,8 +48,10 @@ pub struct RunnerKey {
 pub struct Runners {
     processes: Processes,
     spare: Arc<Mutex<Option<Process>>>,
-    /// One spare start at a time.
+    /// One spare start at a time, held while it starts.
     starting: Arc<tokio::sync::Mutex<()>>,
+    /// The key of the spare starting, if one is.
+    starting_key: Arc<Mutex<Option<RunnerKey>>>,
 }
 
 impl Runners {
@@ -54,12 +60,12 @@ impl Runners {
             processes,
             spare: Arc::default(),
             starting: Arc::default(),
+            starting_key: Arc::default(),
         }
     }
 
-    /// Starts a spare for `run`'s key in the background, unless one is there.
-    pub fn prepare(&self, run: &super::Run) {
-        let key = run.key.clone();
+    /// Starts a spare for `key` in the background, unless one is there.
+    fn prepare(&self, key: RunnerKey) {
         if crate::lock(&self.spare)
             .as_ref()
             .is_some_and(|p| p.key == key)
@@ -78,22 +84,32 @@ impl Runners {
             {
                 return;
             }
-            match Process::spawn(&me.processes, key).await {
+            *crate::lock(&me.starting_key) = Some(key.clone());
+            let started = Process::spawn(&me.processes, key).await;
+            *crate::lock(&me.starting_key) = None;
+            match started {
                 Ok(p) => *crate::lock(&me.spare) = Some(p),
                 Err(e) => tracing::warn!("code mode: could not start a spare runner: {e}"),
             }
         });
     }
 
-    /// A ready process for `run`: the spare when it fits, else a new one.
+    /// A ready process for `run`: the spare when it fits; else the spare starting for its
+    /// key (further along than a new process would be); else a new one.
     pub async fn take(
         &self,
         run: &super::Run,
         ctx: &crate::registry::CallContext,
     ) -> Result<Process, String> {
-        let spare = crate::lock(&self.spare).take();
-        if let Some(mut p) = spare {
-            if p.key == run.key && p.alive() {
+        if let Some(p) = self.spare_for(&run.key) {
+            return Ok(p);
+        }
+        if crate::lock(&self.starting_key).as_ref() == Some(&run.key) {
+            tokio::select! {
+                _ = self.starting.lock() => {}
+                _ = ctx.cancel.cancelled() => return Err("cancelled before the program started".into()),
+            }
+            if let Some(p) = self.spare_for(&run.key) {
                 return Ok(p);
             }
         }
@@ -101,6 +117,28 @@ impl Runners {
             p = Process::spawn(&self.processes, run.key.clone()) => p,
             _ = ctx.cancel.cancelled() => Err("cancelled before the program started".into()),
         }
+    }
+
+    /// Ends a run's `process`, then starts the spare for the next run, in the background:
+    /// the process is killed and reaped (so its group's guard finds nothing left to sweep),
+    /// and only then a Node starts. Not while the program runs, nor in its answer's way: a
+    /// Node starting takes a core for ~200 ms, which the program, its calls and the answer
+    /// would wait for on a busy machine.
+    pub fn retire(&self, mut process: Process) {
+        process.kill();
+        let me = self.clone();
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(super::KILL_WAIT, process.child.wait()).await;
+            let key = process.key.clone();
+            drop(process);
+            me.prepare(key);
+        });
+    }
+
+    /// The spare, if it is there, alive and started for `key`.
+    fn spare_for(&self, key: &RunnerKey) -> Option<Process> {
+        let mut p = crate::lock(&self.spare).take()?;
+        (p.key == *key && p.alive()).then_some(p)
     }
 }
 
@@ -111,7 +149,9 @@ pub struct Process {
     /// Kills the process group when dropped.
     _group: GroupGuard,
     stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
+    /// Its lines; a frame's buffer outlives a `next` dropped midway (`serve` selects on it
+    /// beside the calls), so a line arriving in parts is never cut.
+    stdout: FramedRead<ChildStdout, LinesCodec>,
     stderr: Arc<Mutex<Vec<u8>>>,
     /// The sandbox's temp dir lives as long as the process.
     _confinement: Option<Confinement>,
@@ -139,6 +179,8 @@ pub struct Done {
     pub error: Option<String>,
     /// Tool calls it made.
     pub calls: u64,
+    /// When its first call's line arrived (the overhead figure: `CodeTool::run`'s log).
+    pub first_call: Option<std::time::Instant>,
 }
 
 impl Process {
@@ -213,11 +255,11 @@ impl Process {
             child,
             _group: group,
             stdin,
-            stdout: BufReader::new(stdout),
+            stdout: FramedRead::new(stdout, LinesCodec::new_with_max_length(MAX_LINE)),
             stderr: tail,
             _confinement: confinement,
         };
-        let ready = tokio::time::timeout(READY_TIMEOUT, p.read(1 << 16)).await;
+        let ready = tokio::time::timeout(READY_TIMEOUT, p.read()).await;
         match ready {
             Ok(Ok(Some(v))) if v["op"] == "ready" => Ok(p),
             Ok(Ok(_)) | Ok(Err(_)) => Err(format!(
@@ -258,22 +300,17 @@ impl Process {
     }
 
     /// The next line as JSON (`None` at the end); an unreadable line is an error.
-    async fn read(&mut self, max: usize) -> Result<Option<Value>, String> {
-        let mut line = Vec::new();
-        let len = crate::bounded_lines::read_line_bounded(&mut self.stdout, max, &mut line)
-            .await
-            .map_err(|e| e.to_string())?;
-        if len == 0 {
-            return Ok(None);
+    async fn read(&mut self) -> Result<Option<Value>, String> {
+        match self.stdout.next().await {
+            None => Ok(None),
+            Some(Ok(line)) => serde_json::from_str(&line)
+                .map(Some)
+                .map_err(|_| "the code runner sent an unreadable line".to_owned()),
+            Some(Err(LinesCodecError::MaxLineLengthExceeded)) => Err(format!(
+                "the program sent more than {MAX_LINE} bytes at once (output and result are bounded by code_mode.max_output_bytes)"
+            )),
+            Some(Err(LinesCodecError::Io(e))) => Err(e.to_string()),
         }
-        if len > max {
-            return Err(format!(
-                "the program sent more than {max} bytes at once (output and result are bounded by code_mode.max_output_bytes)"
-            ));
-        }
-        serde_json::from_slice(&line)
-            .map(Some)
-            .map_err(|_| "the code runner sent an unreadable line".to_owned())
     }
 
     /// Serves the program's calls (through `call`, all at once as it makes them) and
@@ -291,9 +328,9 @@ impl Process {
         Fut: std::future::Future<Output = Value>,
         S: std::future::Future,
     {
-        let max_line = self.key_max_line();
         let mut running = FuturesUnordered::new();
         let mut calls = 0u64;
+        let mut first_call = None;
         tokio::pin!(stop);
         loop {
             tokio::select! {
@@ -307,12 +344,13 @@ impl Process {
                     // A runner that stopped reading ends below, when its stdout closes.
                     let _ = self.send(&reply).await;
                 }
-                line = self.read(max_line) => {
+                line = self.read() => {
                     let Some(msg) = line.map_err(Ended::Failed)? else {
                         return Err(Ended::Failed(self.died().await));
                     };
                     match msg["op"].as_str() {
                         Some("call") => {
+                            first_call.get_or_insert_with(std::time::Instant::now);
                             calls += 1;
                             let id = msg["id"].as_u64().unwrap_or(0);
                             let tool = msg["tool"].as_str().unwrap_or_default().to_owned();
@@ -323,17 +361,12 @@ impl Process {
                             total: msg["total"].as_f64(),
                             message: msg["message"].as_str().map(str::to_owned),
                         }),
-                        Some("done") => return Ok(done(msg, calls)),
+                        Some("done") => return Ok(done(msg, calls, first_call)),
                         _ => {}
                     }
                 }
             }
         }
-    }
-
-    fn key_max_line(&self) -> usize {
-        // Output, result and JSON escaping of both, with room for the envelope.
-        4 * 1024 * 1024
     }
 
     /// Why the process ended without finishing its program.
@@ -375,7 +408,7 @@ impl Process {
 }
 
 /// The `done` line as a [`Done`].
-fn done(msg: Value, calls: u64) -> Done {
+fn done(msg: Value, calls: u64, first_call: Option<std::time::Instant>) -> Done {
     let error = (msg["ok"] != true).then(|| {
         msg["error"]
             .as_str()
@@ -388,6 +421,7 @@ fn done(msg: Value, calls: u64) -> Done {
         result: msg.get("result").filter(|v| !v.is_null()).cloned(),
         error,
         calls,
+        first_call,
     }
 }
 
