@@ -23,11 +23,12 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
 
 use super::tree::{child, parent, RelPath};
+use crate::lock;
 
 /// What a watch reports: changes to the directory's entries, and the directory itself going.
 const MASK: WatchMask = WatchMask::MODIFY
@@ -320,8 +321,4 @@ impl Watch {
             }
         }
     }
-}
-
-fn lock(queue: &Mutex<Queue>) -> MutexGuard<'_, Queue> {
-    queue.lock().unwrap_or_else(|e| e.into_inner())
 }
