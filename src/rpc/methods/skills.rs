@@ -41,9 +41,20 @@ async fn upstream(
     own: &Catalog,
 ) -> Result<Vec<Listed>, Error> {
     let view = View::of(host, None, session_id.map(str::to_owned)).await?;
-    let mut skills = host.mcp().skills(&view.serves());
+    let serves = view.serves();
+    Ok(unshadowed(host, &serves, own))
+}
+
+/// The MCP servers' skills `serves` lets through whose names none of `own` has (the host's
+/// own skill wins a name).
+fn unshadowed(
+    host: &Host,
+    serves: &(dyn Fn(&str, &str) -> bool + Sync),
+    own: &Catalog,
+) -> Vec<Listed> {
+    let mut skills = host.mcp().skills(serves);
     skills.retain(|s| own.get(&s.name).is_none());
-    Ok(skills)
+    skills
 }
 
 /// An MCP server's skill by name, unless the caller's catalog has one of that name.
@@ -83,10 +94,11 @@ fn skills_changes(host: &Host) -> subscription::Stream {
             let catalog = host.skills().catalog();
             let config = host.config();
             let view = config.view(None);
-            let mut upstream = host
-                .mcp()
-                .skills(&|name, server| view.allows_item(name, Some(server)));
-            upstream.retain(|s| catalog.get(&s.name).is_none());
+            let upstream = unshadowed(
+                &host,
+                &|name, server| view.allows_item(name, Some(server)),
+                &catalog,
+            );
             SkillsChanged {
                 etag: with_upstream_etag(catalog.etag(), &upstream),
                 count: catalog.len() + upstream.len(),
