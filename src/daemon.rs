@@ -99,6 +99,8 @@ fn workspace_warning(dirs: &Dirs) -> Option<String> {
     })
 }
 
+pub use crate::trim::exec_without_thread_cache;
+
 /// Process-wide set-up, first thing in `main`, before any thread or file exists.
 ///
 /// - fds 0–2 are opened on /dev/null when closed, so no socket, store file or epoll fd

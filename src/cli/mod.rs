@@ -224,6 +224,11 @@ impl Globals {
     }
 }
 
+/// Whether this command line runs the daemon (`toolhost serve`).
+pub fn is_daemon() -> bool {
+    Cli::try_parse().is_ok_and(|cli| matches!(cli.command, Command::Serve { .. }))
+}
+
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let daemon = matches!(cli.command, Command::Serve { .. });

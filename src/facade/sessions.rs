@@ -79,10 +79,47 @@ struct Session {
 #[derive(Debug, Clone)]
 pub struct McpSessionId(pub SessionId);
 
-#[derive(Default)]
+/// The last [`EVICTED_REMEMBERED`] evicted sessions, as keyed 64-bit hashes of their ids in
+/// two tables sized once: a thousand ids kept as strings were a thousand small allocations
+/// made during a burst of sessions, each pinning a page of the heap after the burst
+/// (`benches/idle.rs sessions`). Two ids sharing a hash (odds 2^-54 per lookup) only
+/// change which 404 a client reads.
 struct Evicted {
-    order: VecDeque<SessionId>,
-    ids: HashSet<SessionId>,
+    keys: std::hash::RandomState,
+    order: VecDeque<u64>,
+    ids: HashSet<u64>,
+}
+
+impl Default for Evicted {
+    fn default() -> Evicted {
+        Evicted {
+            keys: std::hash::RandomState::new(),
+            order: VecDeque::with_capacity(EVICTED_REMEMBERED + 1),
+            ids: HashSet::with_capacity(EVICTED_REMEMBERED + 1),
+        }
+    }
+}
+
+impl Evicted {
+    fn key(&self, id: &str) -> u64 {
+        std::hash::BuildHasher::hash_one(&self.keys, id)
+    }
+
+    fn contains(&self, id: &str) -> bool {
+        self.ids.contains(&self.key(id))
+    }
+
+    fn remember(&mut self, id: &str) {
+        let key = self.key(id);
+        if self.ids.insert(key) {
+            self.order.push_back(key);
+        }
+        while self.order.len() > EVICTED_REMEMBERED {
+            if let Some(old) = self.order.pop_front() {
+                self.ids.remove(&old);
+            }
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -202,7 +239,7 @@ impl Sessions {
 
     /// Whether `id` was closed to make room for newer sessions.
     pub fn was_evicted(&self, id: &str) -> bool {
-        lock(&self.evicted).ids.contains(id)
+        lock(&self.evicted).contains(id)
     }
 
     fn session(&self, id: &SessionId) -> Result<Arc<Session>, SessionsError> {
@@ -238,14 +275,7 @@ impl Sessions {
                 .collect();
             let mut evicted = lock(&self.evicted);
             for v in &victims {
-                if evicted.ids.insert(v.id.clone()) {
-                    evicted.order.push_back(v.id.clone());
-                }
-                while evicted.order.len() > EVICTED_REMEMBERED {
-                    if let Some(old) = evicted.order.pop_front() {
-                        evicted.ids.remove(&old);
-                    }
-                }
+                evicted.remember(&v.id);
             }
             victims
         };

@@ -113,9 +113,71 @@ impl Committer {
     }
 }
 
+/// Work for the store's thread.
+type Job = Box<dyn FnOnce(&dyn SessionStore) + Send>;
+
+/// The one thread that runs the store's work, in order. Why one: sled keeps the pages it
+/// rewrites on each write (its cache) — long-lived allocations made during a burst. Run on
+/// the blocking pool, they were made by whichever thread took the job, spread over up to
+/// 16 malloc arenas among everything else those threads did, and each of them pinned its
+/// arena's pages after the burst (`benches/idle.rs sessions`). Made on one thread, they
+/// stay in one arena. A store operation is short; the flushes run on their own thread.
+struct Worker {
+    jobs: Option<std::sync::mpsc::Sender<Job>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Worker {
+    fn start(store: Arc<dyn SessionStore>) -> anyhow::Result<Worker> {
+        let (jobs, queue) = std::sync::mpsc::channel::<Job>();
+        let thread = std::thread::Builder::new()
+            .name("session-store".into())
+            .spawn(move || {
+                for job in queue {
+                    // A panicking job drops its answer's sender: its caller gets an error,
+                    // and the store's thread goes on.
+                    let run = std::panic::AssertUnwindSafe(|| job(store.as_ref()));
+                    let _ = std::panic::catch_unwind(run);
+                }
+            })
+            .map_err(|e| anyhow::anyhow!("cannot start the session store thread: {e}"))?;
+        Ok(Worker {
+            jobs: Some(jobs),
+            thread: Some(thread),
+        })
+    }
+
+    /// Runs `f` on the store's thread and waits for its result.
+    async fn run<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn SessionStore) -> Result<T> + Send + 'static,
+    {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let job: Job = Box::new(move |store| {
+            let _ = tx.send(f(store));
+        });
+        self.jobs
+            .as_ref()
+            .and_then(|jobs| jobs.send(job).ok())
+            .ok_or_else(|| Error::Server("the session store is closed".into()))?;
+        rx.await
+            .map_err(|_| Error::Server("session store task failed".into()))?
+    }
+
+    /// Finishes the queued work and stops the thread.
+    fn stop(&mut self) {
+        self.jobs = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
 /// The session service the RPC layer and the invoke pipeline use.
 pub struct Sessions {
     store: Arc<dyn SessionStore>,
+    worker: Worker,
     committer: Arc<Committer>,
     flusher: Option<JoinHandle<()>>,
     /// The sled store and its dir, to leave a clean-shutdown record on drop.
@@ -154,6 +216,7 @@ impl Sessions {
             .spawn(move || c.run(s.as_ref()))
             .map_err(|e| anyhow::anyhow!("cannot start the session flusher thread: {e}"))?;
         Ok(Sessions {
+            worker: Worker::start(store.clone())?,
             store,
             committer,
             flusher: Some(flusher),
@@ -163,19 +226,16 @@ impl Sessions {
         })
     }
 
-    /// Runs `f` on a blocking thread.
+    /// Runs `f` on the store's thread.
     async fn blocking<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
         F: FnOnce(&dyn SessionStore) -> Result<T> + Send + 'static,
     {
-        let store = self.store.clone();
-        tokio::task::spawn_blocking(move || f(store.as_ref()))
-            .await
-            .map_err(|e| Error::Server(format!("session store task failed: {e}")))?
+        self.worker.run(f).await
     }
 
-    /// Runs a write on a blocking thread, then waits until it is durable. `f` returns its
+    /// Runs a write on the store's thread, then waits until it is durable. `f` returns its
     /// result and whether it wrote anything.
     async fn write<T, F>(&self, f: F) -> Result<T>
     where
@@ -260,7 +320,7 @@ impl Sessions {
 
     /// Sets or removes guards' counters and waits until the change is durable, so a call
     /// counted against a `daily` limit stays counted after a crash. `f` is handed the
-    /// store's setter on a blocking thread, so it can read the values to write at the
+    /// store's setter on the store's thread, so it can read the values to write at the
     /// moment they are written (under a lock of its own).
     pub async fn write_counters<F>(&self, f: F) -> Result<()>
     where
@@ -346,9 +406,10 @@ impl Sessions {
 }
 
 impl Drop for Sessions {
-    /// Stops the flusher after a last flush of anything still pending; when everything
-    /// written is on disk, records the clean shutdown (see `SledStore::seal`).
+    /// Finishes the queued work, then stops the flusher after a last flush of anything
+    /// still pending; when everything written is on disk, records the clean shutdown (see `SledStore::seal`).
     fn drop(&mut self) {
+        self.worker.stop();
         self.committer.lock().shutdown = true;
         self.committer.wake.notify_one();
         let joined = self.flusher.take().is_none_or(|h| h.join().is_ok());

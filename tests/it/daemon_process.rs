@@ -147,3 +147,57 @@ async fn stop_cleanly(d: &Daemon, mut child: tokio::process::Child) {
     assert_eq!(status.code(), Some(0), "{status:?}");
     assert!(!d.socket().exists(), "the socket file was left behind");
 }
+
+/// The daemon runs without glibc's per-thread malloc cache (it starts itself again with the
+/// tunable set: src/trim.rs), in the same process, and the programs it runs get the
+/// environment it was given: no tunable when it had none, the launcher's own otherwise.
+#[tokio::test]
+async fn the_daemon_runs_without_the_malloc_thread_cache_and_its_programs_get_its_environment() {
+    let seen = |r: &serde_json::Value| r["stdout"].as_str().unwrap_or_default().to_owned();
+    let tunables = "echo \"[${GLIBC_TUNABLES-none}]\"; env | grep -c TOOLHOST_LAUNCHER || true";
+    for (given, daemon_runs_with, programs_get) in [
+        (
+            None,
+            &["GLIBC_TUNABLES=glibc.malloc.tcache_count=0"][..],
+            "[none]\n0\n",
+        ),
+        (
+            Some("glibc.malloc.arena_max=4"),
+            &[
+                "GLIBC_TUNABLES=glibc.malloc.arena_max=4",
+                "glibc.malloc.tcache_count=0",
+            ],
+            "[glibc.malloc.arena_max=4]\n0\n",
+        ),
+    ] {
+        let mut d = Daemon::unstarted();
+        // Programs get what a user passes through (the allow-list has neither).
+        let passed = json!({"env_passthrough": ["GLIBC_TUNABLES", "TOOLHOST_LAUNCHER_*"]});
+        std::fs::write(d.config_path(), passed.to_string()).unwrap();
+        let mut cmd = d.command();
+        match given {
+            Some(v) => cmd.env("GLIBC_TUNABLES", v),
+            None => cmd.env_remove("GLIBC_TUNABLES"),
+        };
+        cmd.stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true);
+        let child = cmd.spawn().unwrap();
+        let pid = child.id().unwrap();
+        d.child = Some(child);
+        d.wait_ready().await;
+        // The same process (a launcher's pid, a supervisor's, stays right).
+        let r = d.invoke("bash", json!({"command": "echo $PPID"})).await;
+        assert_eq!(seen(&r).trim(), pid.to_string(), "{r}");
+        // The environment the daemon was started with (glibc cuts its copy of
+        // GLIBC_TUNABLES at each `:` as it reads it).
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+        let environ = String::from_utf8_lossy(&environ);
+        let pieces: Vec<&str> = environ.split(['\0', ':']).collect();
+        for piece in daemon_runs_with {
+            assert!(pieces.contains(piece), "{piece} not in {pieces:?}");
+        }
+        let r = d.invoke("bash", json!({"command": tunables})).await;
+        assert_eq!(seen(&r), programs_get, "{r}");
+    }
+}
