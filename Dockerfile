@@ -47,7 +47,8 @@ ENV HOME=/var/lib/toolhost \
     TINI_SUBREAPER=1 \
     TOOLHOST_SOCKET=/run/toolhost/toolhost.sock \
     TOOLHOST_CONFIG=/etc/toolhost/config.json \
-    RUST_LOG=info,rmcp=warn
+    RUST_LOG=info,rmcp=warn \
+    GLIBC_TUNABLES=glibc.malloc.tcache_count=0
 VOLUME ["/run/toolhost", "/var/lib/toolhost"]
 WORKDIR /workspace
 HEALTHCHECK --interval=30s --timeout=5s CMD ["toolhost", "health"]
