@@ -175,7 +175,7 @@ async fn bench() {
         "toolhost sharing benchmark ({cpus} CPUs shared by the load, the host and the servers; \
          load average {})\nbinary: {}",
         load,
-        daemon::BIN
+        daemon::bin()
     );
     let started = Instant::now();
     if selection.has("frontends") {
