@@ -770,30 +770,38 @@ impl ServerHandler for Facade {
             .get::<sessions::McpSessionId>()
             .map(|m| m.0.to_string());
         let restoring = context.extensions.get::<SessionRestoreMarker>().is_some();
-        match (&self.link, kept_as) {
-            (Link::Shared(shared), Some(id)) if restoring => {
-                self.take_up(shared, &id, http::token_of(&context)).await?
-            }
-            (link, kept_as) => {
-                if let Some(profile) = self.profile.clone().or_else(|| http::profile_of(&context)) {
-                    let _ = self.state.profile.set(profile);
+        let opened = async {
+            match (&self.link, kept_as) {
+                (Link::Shared(shared), Some(id)) if restoring => {
+                    self.take_up(shared, &id, http::token_of(&context)).await?
                 }
-                *lock(&self.state.pending) =
-                    Some(era::Peer::initialized(&request, http::token_of(&context)));
-                match (self.open_pending().await, link) {
-                    // A bridge answers without its daemon: the session is opened once one answers.
-                    (Err(e), Link::Bridge(..)) => {
-                        tracing::warn!(message = %e.message, "initialized without a daemon")
+                (link, kept_as) => {
+                    if let Some(profile) =
+                        self.profile.clone().or_else(|| http::profile_of(&context))
+                    {
+                        let _ = self.state.profile.set(profile);
                     }
-                    (Err(e), Link::Shared(_)) => return Err(e),
-                    (Ok(()), _) => {}
-                }
-                if let (Link::Shared(shared), Some(id)) = (link, kept_as) {
-                    self.keep(shared, &id, &request).await;
+                    *lock(&self.state.pending) =
+                        Some(era::Peer::initialized(&request, http::token_of(&context)));
+                    match (self.open_pending().await, link) {
+                        // A bridge answers without its daemon: the session is opened once one answers.
+                        (Err(e), Link::Bridge(..)) => {
+                            tracing::warn!(message = %e.message, "initialized without a daemon")
+                        }
+                        (Err(e), Link::Shared(_)) => return Err(e),
+                        (Ok(()), _) => {}
+                    }
+                    if let (Link::Shared(shared), Some(id)) = (link, kept_as) {
+                        self.keep(shared, &id, &request).await;
+                    }
                 }
             }
-        }
-        self.offers_manifest().await;
+            Ok(())
+        };
+        // A bridge asks its daemon for the switch beside opening the session: their round
+        // trips overlap instead of following each other.
+        let (opened, _) = tokio::join!(opened, self.offers_manifest());
+        opened?;
         *lock(&self.state.tools_changed) = Some(self.changes().tools());
         self.state.following.subscribe(self.changes());
         if request.capabilities.roots.is_none() {

@@ -49,8 +49,12 @@ pub async fn run_stdio(
         workspace,
     );
     let state = facade.state.clone();
-    // Before `server/discover` can come, which declares them.
-    facade.offers_manifest().await;
+    // Before `server/discover` can come, which declares them: as the daemon said at the
+    // connect above (no round trip of its own).
+    state.manifest_offered.store(
+        upstream.tool_manifest(),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     let (reader, writer) = streams();
     let transport = Declaring {
         inner: rmcp::transport::async_rw::AsyncRwTransport::new_server(reader, writer),

@@ -38,6 +38,8 @@ pub(super) struct Upstream {
     reached: AtomicBool,
     /// How long a request waits for a daemon that went away.
     reconnect_wait: Duration,
+    /// The daemon's `facade.tool_manifest` as `config.status` said at the last connect.
+    tool_manifest: AtomicBool,
 }
 
 impl Upstream {
@@ -56,6 +58,7 @@ impl Upstream {
             why: Mutex::new(String::new()),
             reached: AtomicBool::new(false),
             reconnect_wait: reconnect_wait.unwrap_or(RECONNECT_WAIT),
+            tool_manifest: AtomicBool::new(false),
         });
         match up.connect().await {
             Ok(c) => up.publish(c),
@@ -85,6 +88,11 @@ impl Upstream {
             Ok(Ok(Some(c))) => Ok(c),
             _ => Err(self.unreachable()),
         }
+    }
+
+    /// Whether the daemon offered tool manifests when the bridge last connected.
+    pub(super) fn tool_manifest(&self) -> bool {
+        self.tool_manifest.load(Ordering::Relaxed)
     }
 
     /// The live client now, if there is one.
@@ -145,15 +153,26 @@ impl Upstream {
         self.live.send_replace(Some(client));
     }
 
-    /// A client of a live daemon (one that answers `host.health`), following its changes.
+    /// A client of a live daemon (one that answers `host.health`), following its changes,
+    /// with its [`Upstream::tool_manifest`] switch.
     async fn connect(&self) -> Result<Arc<Client>, String> {
         let client = Client::connect_first(&self.sockets)
             .await
             .map_err(|e| e.to_string())?;
-        // Health and the subscriptions together: one round trip before the bridge serves.
-        let (health, followed) = tokio::join!(client.health(), self.changes.follow(&client));
+        // Health, the subscriptions and the switch together: one round trip before the
+        // bridge serves.
+        let (health, followed, config) = tokio::join!(
+            client.health(),
+            self.changes.follow(&client),
+            client.config_status()
+        );
         health.map_err(|e| e.to_string())?;
         followed.map_err(|e| e.to_string())?;
+        // Without an answer the last one stands, as it did before.
+        if let Ok(config) = config {
+            self.tool_manifest
+                .store(config.tool_manifest, Ordering::Relaxed);
+        }
         Ok(Arc::new(client))
     }
 }
