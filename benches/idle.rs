@@ -254,6 +254,36 @@ fn anon_mib(pid: i32) -> f64 {
     procs::Mem::mib(procs::mem(pid).anon)
 }
 
+/// What a memory section reads after its load: the RSS 5 s and 60 s later, and whether
+/// the target (within 5 MB of `idle`) is met; the heap's change against idle is printed.
+struct Settled {
+    after_5: f64,
+    after_60: f64,
+    met: &'static str,
+}
+
+async fn settle(pid: i32, idle: f64, anon_idle: f64) -> Settled {
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after_5 = rss_mib(pid);
+    tokio::time::sleep(Duration::from_secs(55)).await;
+    let after_60 = rss_mib(pid);
+    let anon_60 = anon_mib(pid);
+    println!(
+        "  anonymous (heap) idle {anon_idle:.1} MiB, 60 s after {anon_60:.1} MiB ({:+.1} MiB)",
+        anon_60 - anon_idle
+    );
+    let met = if after_60 - idle <= 5.0 {
+        "(met)"
+    } else {
+        "(MISSED)"
+    };
+    Settled {
+        after_5,
+        after_60,
+        met,
+    }
+}
+
 async fn memory() {
     let calls: usize = std::env::var("TOOLHOST_BENCH_BIG")
         .ok()
@@ -283,20 +313,11 @@ async fn memory() {
     futures::future::join_all((0..8).map(|_| worker())).await;
     let took = started.elapsed();
     let loaded = rss_mib(pid);
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let after_5 = rss_mib(pid);
-    tokio::time::sleep(Duration::from_secs(55)).await;
-    let after_60 = rss_mib(pid);
-    let anon_60 = anon_mib(pid);
-    let met = if after_60 - idle <= 5.0 {
-        "(met)"
-    } else {
-        "(MISSED)"
-    };
-    println!(
-        "  anonymous (heap) idle {anon_idle:.1} MiB, 60 s after {anon_60:.1} MiB ({:+.1} MiB)",
-        anon_60 - anon_idle
-    );
+    let Settled {
+        after_5,
+        after_60,
+        met,
+    } = settle(pid, idle, anon_idle).await;
     println!(
         "  RSS idle {idle:.1} MiB; right after ({:.1} s) {loaded:.1} MiB; 5 s later \
          {after_5:.1} MiB; 60 s later {after_60:.1} MiB, {:+.1} MiB against idle {met}",
@@ -445,20 +466,11 @@ async fn sessions() {
     }
     let took = started.elapsed();
     let deleted = rss_mib(pid);
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let after_5 = rss_mib(pid);
-    tokio::time::sleep(Duration::from_secs(55)).await;
-    let after_60 = rss_mib(pid);
-    let anon_60 = anon_mib(pid);
-    let met = if after_60 - idle <= 5.0 {
-        "(met)"
-    } else {
-        "(MISSED)"
-    };
-    println!(
-        "  anonymous (heap) idle {anon_idle:.1} MiB, 60 s after {anon_60:.1} MiB ({:+.1} MiB)",
-        anon_60 - anon_idle
-    );
+    let Settled {
+        after_5,
+        after_60,
+        met,
+    } = settle(pid, idle, anon_idle).await;
     println!(
         "  RSS idle {idle:.1} MiB; peak {peak:.1} MiB; all {count} open {opened:.1} MiB; \
          {gone} deleted (the rest were evicted) in {:.1} s: {deleted:.1} MiB; 5 s later {after_5:.1} MiB; \
@@ -557,20 +569,11 @@ async fn workspaces() {
     let took = started.elapsed();
     let done = rss_mib(pid);
     peak = peak.max(done);
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let after_5 = rss_mib(pid);
-    tokio::time::sleep(Duration::from_secs(55)).await;
-    let after_60 = rss_mib(pid);
-    let anon_60 = anon_mib(pid);
-    let met = if after_60 - idle <= 5.0 {
-        "(met)"
-    } else {
-        "(MISSED)"
-    };
-    println!(
-        "  anonymous (heap) idle {anon_idle:.1} MiB, 60 s after {anon_60:.1} MiB ({:+.1} MiB)",
-        anon_60 - anon_idle
-    );
+    let Settled {
+        after_5,
+        after_60,
+        met,
+    } = settle(pid, idle, anon_idle).await;
     println!(
         "  RSS idle {idle:.1} MiB; peak {peak:.1} MiB; {count} sessions made, used and deleted \
          in {:.1} s: {done:.1} MiB; 5 s later {after_5:.1} MiB; 60 s later {after_60:.1} MiB, \
