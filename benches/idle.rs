@@ -15,6 +15,11 @@
 //! - `sessions`: the daemon's RSS idle, after `TOOLHOST_BENCH_SESSIONS` (default 2,000)
 //!   `/mcp` sessions opened 8 at a time (initialize, a `tools/list`) and abandoned, after
 //!   each is deleted, and a minute later. Target: within 5 MB of idle a minute later.
+//! - `workspaces`: the daemon's RSS idle, after `TOOLHOST_BENCH_WORKSPACES` (default 1,000)
+//!   sessions, 8 at a time, each in a project of its own (a custom tool, a skill and a
+//!   command; the projects' folder trusted as a whole), made as a frontend makes them
+//!   (`session.create` with the project as `workspace`), each calling its project's tool,
+//!   then deleted; and 5 s and 60 s later. Target: within 5 MB of idle a minute later.
 //! - `startup`: spawn to the first answer of a daemon with 10 configured servers (they start
 //!   in the background), and `toolhost mcp` spawn to its first `tools/list` answer, right
 //!   after that start and against the same daemon warm. Targets: ≤ 30 ms and ≤ 10 ms.
@@ -40,7 +45,7 @@ mod sections;
 #[path = "support/threads.rs"]
 mod threads;
 
-const SECTIONS: &[&str] = &["wakeups", "memory", "sessions", "startup"];
+const SECTIONS: &[&str] = &["wakeups", "memory", "sessions", "workspaces", "startup"];
 const FIXTURE: &str = env!("CARGO_BIN_EXE_toolhost-fixture-mcp");
 /// How long the daemon is watched in each state.
 const WINDOW: Duration = Duration::from_secs(10);
@@ -71,6 +76,9 @@ async fn bench() {
     }
     if selection.has("sessions") {
         sessions().await;
+    }
+    if selection.has("workspaces") {
+        workspaces().await;
     }
     if selection.has("startup") {
         startup().await;
@@ -246,6 +254,36 @@ fn anon_mib(pid: i32) -> f64 {
     procs::Mem::mib(procs::mem(pid).anon)
 }
 
+/// What a memory section reads after its load: the RSS 5 s and 60 s later, and whether
+/// the target (within 5 MB of `idle`) is met; the heap's change against idle is printed.
+struct Settled {
+    after_5: f64,
+    after_60: f64,
+    met: &'static str,
+}
+
+async fn settle(pid: i32, idle: f64, anon_idle: f64) -> Settled {
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after_5 = rss_mib(pid);
+    tokio::time::sleep(Duration::from_secs(55)).await;
+    let after_60 = rss_mib(pid);
+    let anon_60 = anon_mib(pid);
+    println!(
+        "  anonymous (heap) idle {anon_idle:.1} MiB, 60 s after {anon_60:.1} MiB ({:+.1} MiB)",
+        anon_60 - anon_idle
+    );
+    let met = if after_60 - idle <= 5.0 {
+        "(met)"
+    } else {
+        "(MISSED)"
+    };
+    Settled {
+        after_5,
+        after_60,
+        met,
+    }
+}
+
 async fn memory() {
     let calls: usize = std::env::var("TOOLHOST_BENCH_BIG")
         .ok()
@@ -275,20 +313,11 @@ async fn memory() {
     futures::future::join_all((0..8).map(|_| worker())).await;
     let took = started.elapsed();
     let loaded = rss_mib(pid);
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let after_5 = rss_mib(pid);
-    tokio::time::sleep(Duration::from_secs(55)).await;
-    let after_60 = rss_mib(pid);
-    let anon_60 = anon_mib(pid);
-    let met = if after_60 - idle <= 5.0 {
-        "(met)"
-    } else {
-        "(MISSED)"
-    };
-    println!(
-        "  anonymous (heap) idle {anon_idle:.1} MiB, 60 s after {anon_60:.1} MiB ({:+.1} MiB)",
-        anon_60 - anon_idle
-    );
+    let Settled {
+        after_5,
+        after_60,
+        met,
+    } = settle(pid, idle, anon_idle).await;
     println!(
         "  RSS idle {idle:.1} MiB; right after ({:.1} s) {loaded:.1} MiB; 5 s later \
          {after_5:.1} MiB; 60 s later {after_60:.1} MiB, {:+.1} MiB against idle {met}",
@@ -437,26 +466,127 @@ async fn sessions() {
     }
     let took = started.elapsed();
     let deleted = rss_mib(pid);
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let after_5 = rss_mib(pid);
-    tokio::time::sleep(Duration::from_secs(55)).await;
-    let after_60 = rss_mib(pid);
-    let anon_60 = anon_mib(pid);
-    let met = if after_60 - idle <= 5.0 {
-        "(met)"
-    } else {
-        "(MISSED)"
-    };
-    println!(
-        "  anonymous (heap) idle {anon_idle:.1} MiB, 60 s after {anon_60:.1} MiB ({:+.1} MiB)",
-        anon_60 - anon_idle
-    );
+    let Settled {
+        after_5,
+        after_60,
+        met,
+    } = settle(pid, idle, anon_idle).await;
     println!(
         "  RSS idle {idle:.1} MiB; peak {peak:.1} MiB; all {count} open {opened:.1} MiB; \
          {gone} deleted (the rest were evicted) in {:.1} s: {deleted:.1} MiB; 5 s later {after_5:.1} MiB; \
          60 s later {after_60:.1} MiB, {:+.1} MiB against idle {met}",
         took.as_secs_f64(),
         after_60 - idle
+    );
+    drop(client);
+    daemon::stop(child).await;
+}
+
+/// Writes project `n` under `projects`: what a real project holds for the host (a custom
+/// tool `p<n>_hello`, a skill and a command); returns its folder.
+fn project(projects: &Path, n: usize) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let root = projects.join(format!("p{n}"));
+    let tool = root.join(format!(".toolhost/tools/p{n}_hello"));
+    std::fs::create_dir_all(&tool).unwrap();
+    let run = tool.join("run.sh");
+    std::fs::write(&run, "#!/bin/sh\necho hello\n").unwrap();
+    std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let manifest = json!({
+        "name": format!("p{n}_hello"),
+        "description": "Says hello from this project.",
+        "command": ["./run.sh"],
+        "approval": "read_only",
+    });
+    std::fs::write(tool.join("tool.json"), manifest.to_string()).unwrap();
+    let skill = root.join(".toolhost/skills/deploy");
+    std::fs::create_dir_all(&skill).unwrap();
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: deploy\ndescription: Deploys this project.\n---\nRun make deploy.\n",
+    )
+    .unwrap();
+    let commands = root.join(".toolhost/commands");
+    std::fs::create_dir_all(&commands).unwrap();
+    std::fs::write(commands.join("release.md"), "Release {{version}}.\n").unwrap();
+    root
+}
+
+/// One session in project `n` as a frontend makes it, a call of the project's tool in it,
+/// then its end.
+async fn session_in(client: &Client, projects: &Path, n: usize) {
+    let workspace = projects.join(format!("p{n}")).display().to_string();
+    let s: Value = client
+        .call("session.create", &json!({"workspace": workspace}))
+        .await
+        .unwrap();
+    let id = s["id"].as_str().unwrap().to_owned();
+    let mut call = InvokeParams::new(format!("p{n}_hello"), Default::default());
+    call.session_id = Some(id.clone());
+    let r = client.invoke(&call).await.unwrap();
+    assert!(r.result.ok, "p{n}_hello failed");
+    let _: Value = client
+        .call("session.delete", &json!({"id": id}))
+        .await
+        .unwrap();
+}
+
+async fn workspaces() {
+    let count: usize = std::env::var("TOOLHOST_BENCH_WORKSPACES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000);
+    println!(
+        "\n== memory after {count} sessions in {count} workspaces (a tool, a skill, a command \
+         each; a call each; then deleted), 8 at a time \
+         (target: RSS within 5 MB of idle a minute later)"
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let projects = tmp.path().join("projects");
+    for n in 0..count + 8 {
+        project(&projects, n);
+    }
+    let projects = projects.canonicalize().unwrap();
+    let (child, client) = start(tmp.path(), 0).await;
+    let pid = child.id().unwrap() as i32;
+    let _: Value = client
+        .call("trust.folder", &json!({"folder": projects}))
+        .await
+        .unwrap();
+    // Warm-up in projects of their own, as the other sections do with their first calls.
+    futures::future::join_all((count..count + 8).map(|n| session_in(&client, &projects, n))).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let idle = rss_mib(pid);
+    let anon_idle = anon_mib(pid);
+    let started = Instant::now();
+    let mut peak = idle;
+    for chunk in (0..count).collect::<Vec<_>>().chunks(8) {
+        futures::future::join_all(chunk.iter().map(|&n| session_in(&client, &projects, n))).await;
+        if chunk[0] % 200 == 0 {
+            peak = peak.max(rss_mib(pid));
+        }
+    }
+    let took = started.elapsed();
+    let done = rss_mib(pid);
+    peak = peak.max(done);
+    let Settled {
+        after_5,
+        after_60,
+        met,
+    } = settle(pid, idle, anon_idle).await;
+    println!(
+        "  RSS idle {idle:.1} MiB; peak {peak:.1} MiB; {count} sessions made, used and deleted \
+         in {:.1} s: {done:.1} MiB; 5 s later {after_5:.1} MiB; 60 s later {after_60:.1} MiB, \
+         {:+.1} MiB against idle {met}",
+        took.as_secs_f64(),
+        after_60 - idle
+    );
+    let status: Value = client.call("config.status", &json!({})).await.unwrap();
+    let tools: Value = client.call("list_tools", &json!({})).await.unwrap();
+    let listed = tools["tools"].as_array().map_or(0, Vec::len);
+    println!(
+        "  after: {listed} tools listed, {} custom tool folders searched",
+        status["custom_tool_folders"].as_array().map_or(0, Vec::len)
     );
     drop(client);
     daemon::stop(child).await;

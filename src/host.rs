@@ -77,6 +77,8 @@ struct Inner {
     /// The workspace-trust gate every file-defined source of a workspace passes.
     trust: crate::trust::Trust,
     sessions: Sessions,
+    /// Which workspace each live session is in (`reload::place_sessions` keeps it).
+    session_workspaces: Mutex<crate::session::SessionWorkspaces>,
     calls: Arc<CallTable>,
     /// Calls waiting for an operator's approval.
     approvals: Arc<crate::approvals::Approvals>,
@@ -220,6 +222,7 @@ impl Host {
             apply,
             builtins,
             sessions,
+            session_workspaces: Mutex::default(),
             calls: Arc::default(),
             approvals: Arc::default(),
             frontends: Default::default(),
@@ -307,6 +310,10 @@ impl Host {
     }
     pub fn commands(&self) -> &crate::commands::Commands {
         &self.0.commands
+    }
+    /// Which workspace each live session is in; changed only by `reload::place_sessions`.
+    pub fn session_workspaces(&self) -> &Mutex<crate::session::SessionWorkspaces> {
+        &self.0.session_workspaces
     }
     pub fn sessions(&self) -> &Sessions {
         &self.0.sessions

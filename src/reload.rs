@@ -2,12 +2,14 @@
 //! end in [`reload`], which reads config.json and applies it to the host as a diff: load →
 //! [`ConfigDiff`](config::ConfigDiff) → every [`Source`] configures from it → one apply (one
 //! registry swap, at most one `tools_changed`). Starting the sources ([`start`]), a trust
-//! decision ([`rescan`]) and a session's workspace ([`add_session_workspaces`]) are applies
-//! of every source too; a folder signal is an apply of its source's (`source::watch`).
+//! decision ([`rescan`]) and a workspace gaining its first session or losing its last
+//! ([`place_sessions`]) are applies of every source too; a folder signal is an apply of its
+//! source's (`source::watch`).
 //!
 //! Architecture Invariant: an invalid config never replaces a valid one, a config file that
 //! disappears keeps the last good config, and unchanged MCP servers are never touched.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::config::{self, ConfigErrorKind};
@@ -17,6 +19,7 @@ use crate::mcp::McpManager;
 use crate::now_ms;
 use crate::protocol::{ConfigReloadResult, ConfigStatusResult};
 use crate::registry::SourceKey;
+use crate::session::Holder;
 use crate::source::{Apply, Configure, Contribution, Source, Start};
 
 /// How long a reload waits for new or restarted MCP servers before applying the rest of
@@ -119,7 +122,13 @@ fn did_you_mean(name: &str, known: &[&str]) -> String {
 /// workspaces of the sessions kept in the store bring their projects' items back.
 pub async fn start(host: &Host) {
     let cfg = host.config();
-    let workspaces = crate::session::workspaces(host.sessions()).await;
+    let stored = crate::session::workspaces(host.sessions()).await;
+    let applying = host.apply().begin().await;
+    let placed = stored
+        .into_iter()
+        .map(|(id, w)| (Holder::Session(id), Some(w)))
+        .collect();
+    let workspaces = crate::lock(host.session_workspaces()).set(placed).learn;
     let cx = Start {
         config: &cfg,
         config_path: host.config_path(),
@@ -128,7 +137,6 @@ pub async fn start(host: &Host) {
         tracker: host.tracker(),
         shutdown: host.shutdown_token(),
     };
-    let applying = host.apply().begin().await;
     let mut all = Contribution::default();
     for source in host.sources() {
         all.extend(source.start(&cx, host.apply()).await);
@@ -149,15 +157,27 @@ pub async fn rescan(host: &Host) {
         .await;
 }
 
-/// Every source learns these session workspaces (a session created in a project brings
-/// its tools, skills and commands), in one apply: done before the session is answered, so
-/// its view and the caller's next listings show what is there.
-pub async fn add_session_workspaces(host: &Host, workspaces: &[std::path::PathBuf]) {
+/// Puts sessions (or a `session.create` under way) in their workspaces, `None` for one
+/// that ended ([`SessionWorkspaces::set`](crate::session::SessionWorkspaces::set)): every
+/// source forgets the workspaces that lost their last session (their tools, skills,
+/// commands and watches go) and learns those that gained their first (their items come),
+/// in one apply. Done before the session is answered, so its view and the caller's next
+/// listings show what is there. Under the apply's lock, so the sources learn and forget
+/// in the order the sessions came and went.
+pub async fn place_sessions(host: &Host, changes: Vec<(Holder, Option<PathBuf>)>) {
     host.apply()
         .run(async {
+            let moved = crate::lock(host.session_workspaces()).set(changes);
             let mut all = Contribution::default();
-            for source in host.sources() {
-                all.extend(source.add_workspaces(workspaces).await);
+            if !moved.forget.is_empty() {
+                for source in host.sources() {
+                    all.extend(source.forget_workspaces(&moved.forget).await);
+                }
+            }
+            if !moved.learn.is_empty() {
+                for source in host.sources() {
+                    all.extend(source.add_workspaces(&moved.learn).await);
+                }
             }
             all
         })

@@ -39,7 +39,7 @@ use crate::protocol::{
     CommandSource, CommandsChanged, GetCommandResult, PromptArgument, PromptEntry, PromptMessage,
     TrustKind,
 };
-use crate::source::watch::{learn_workspaces, Watch};
+use crate::source::watch::{Watch, Workspaces};
 use crate::source::{Contribution, Folders};
 use crate::trust::Trust;
 
@@ -322,13 +322,14 @@ impl Folders for Commands {
     }
 
     /// Adds session workspaces (a session created with one, or kept in the store): their
-    /// command folders are searched after the others. Scans when one is new.
-    async fn learn_workspaces(&self, workspaces: &[PathBuf]) -> Contribution {
+    /// command folders are searched after the others; or removes them (their last session
+    /// ended). Scans when that changed what is searched.
+    async fn change_workspaces(&self, change: Workspaces<'_>) -> Contribution {
         {
             let mut current = lock(&self.0.roots);
             let before = current.all();
             // A workspace whose folder is searched already changes nothing.
-            if !learn_workspaces(&mut current.sessions, workspaces) || current.all() == before {
+            if !change.apply(&mut current.sessions) || current.all() == before {
                 return Contribution::default();
             }
         }

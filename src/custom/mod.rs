@@ -490,12 +490,12 @@ impl Folders for CustomTools {
     }
 
     /// Searches the `.toolhost/tools/` of these session workspaces too (a session created
-    /// in a project brings that project's tools, under the [`trust`] rule). Workspaces
-    /// already searched change nothing.
-    async fn learn_workspaces(&self, workspaces: &[PathBuf]) -> Contribution {
+    /// in a project brings that project's tools, under the [`trust`] rule), or no longer
+    /// (their tools and watches go). Workspaces already searched change nothing.
+    async fn change_workspaces(&self, change: watch::Workspaces<'_>) -> Contribution {
         {
             let mut st = lock(&self.0.state);
-            if !watch::learn_workspaces(&mut st.session_workspaces, workspaces) {
+            if !change.apply(&mut st.session_workspaces) {
                 return Contribution::default();
             }
             let discover = st.module_settings.as_ref().is_some_and(|(c, _)| c.discover);

@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use futures::future::BoxFuture;
@@ -42,6 +43,7 @@ use crate::host::Host;
 use crate::protocol::*;
 use crate::registry::UpdateSink;
 use crate::reload;
+use crate::session::Holder;
 
 mod surface;
 mod ui;
@@ -733,11 +735,12 @@ fn catalog_methods(api: &mut Api) -> anyhow::Result<()> {
 }
 
 /// A session's workspace brings its `.toolhost/tools/` (custom/mod.rs), its skill folders
-/// (skills/mod.rs) and its `.toolhost/commands/` (commands/mod.rs): scanned before the
-/// session is answered, so its view and the caller's next `list_tools`, `list_skills` and
-/// `list_commands` show what is there.
-async fn discover_in(host: &Host, workspace: &str) {
-    crate::reload::add_session_workspaces(host, &[std::path::PathBuf::from(workspace)]).await;
+/// (skills/mod.rs) and its `.toolhost/commands/` (commands/mod.rs) while a session is in it:
+/// scanned before the session is answered, so its view and the caller's next `list_tools`,
+/// `list_skills` and `list_commands` show what is there; gone with its last session.
+async fn place_session(host: &Host, id: &str, workspace: Option<&str>) {
+    let placed = (Holder::Session(id.to_owned()), workspace.map(PathBuf::from));
+    reload::place_sessions(host, vec![placed]).await;
 }
 
 fn session_methods(api: &mut Api) -> anyhow::Result<()> {
@@ -745,12 +748,27 @@ fn session_methods(api: &mut Api) -> anyhow::Result<()> {
         method::SESSION_CREATE,
         "Creates a session; records the tools visible now as its view.",
         |host, mut p: SessionCreateParams, peer| async move {
-            // The project's tools are searched first, so the view records those approved.
             let workspace =
                 crate::session::workspace_of(&host.session_scope(), p.workspace.clone())?;
             let frontend = host.frontends().identify(&mut p, &workspace);
-            discover_in(&host, &workspace).await;
-            let s = crate::session::create(&host.session_scope(), p).await?;
+            // The project's tools are searched first, so the view records those approved;
+            // the creation holds the workspace until the session (if made) takes it over.
+            let creating = crate::lock(host.session_workspaces()).creating();
+            let held = vec![(creating.clone(), Some(PathBuf::from(&workspace)))];
+            reload::place_sessions(&host, held).await;
+            let made = crate::session::create(&host.session_scope(), p).await;
+            let mut handed = vec![(creating, None)];
+            if let Ok(s) = &made {
+                handed.insert(
+                    0,
+                    (
+                        Holder::Session(s.id.clone()),
+                        Some(s.workspace.clone().into()),
+                    ),
+                );
+            }
+            reload::place_sessions(&host, handed).await;
+            let s = made?;
             peer.created(&s);
             host.frontends().saw(&s);
             host.frontends().keep(host.sessions(), frontend).await;
@@ -778,7 +796,7 @@ fn session_methods(api: &mut Api) -> anyhow::Result<()> {
         |host, p: SessionUpdateParams, _| async move {
             let s = crate::session::update(&host.session_scope(), p).await?;
             host.frontends().saw(&s);
-            discover_in(&host, &s.workspace).await;
+            place_session(&host, &s.id, Some(&s.workspace)).await;
             Ok(s)
         },
     )?;
@@ -829,6 +847,7 @@ pub(super) async fn delete_session(host: &Host, id: &str) -> Result<bool, Error>
     host.frontends().ended(id);
     host.approvals().forget_session(id);
     host.mcp().session_ended(id);
+    place_session(host, id, None).await;
     if deleted {
         let ws = workspace.unwrap_or_else(|| host.workspace().display().to_string());
         session_event(host, SessionEvent::Delete, id, &ws);

@@ -9,6 +9,7 @@ mod recover;
 mod sled_store;
 mod store;
 mod views;
+mod workspaces;
 
 pub use backend::{Counter, CounterWrite, Page, Record, RecordKind, RecordWrite, SessionStore};
 pub use history::{CallRecord, History};
@@ -19,3 +20,4 @@ pub use views::{
     create, lists, refresh_tools, remember_loaded, resume, serves, tools, update, workspace_of,
     workspaces, Scope,
 };
+pub use workspaces::{Holder, SessionWorkspaces};

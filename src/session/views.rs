@@ -71,28 +71,25 @@ pub fn workspace_of(host: &Scope<'_>, requested: Option<String>) -> Result<Strin
     Ok(path.display().to_string())
 }
 
-/// The distinct workspaces of the stored sessions, the oldest session's first: the
-/// daemon searches each for a project's custom tools. An unreadable page ends the list
-/// (what was read still counts; the store reports its damage elsewhere).
-pub async fn workspaces(sessions: &super::Sessions) -> Vec<std::path::PathBuf> {
+/// The stored sessions with their workspaces, the oldest first: the daemon searches each
+/// workspace for a project's tools, skills and commands while a session is in it. An
+/// unreadable page ends the list (what was read still counts; the store reports its damage
+/// elsewhere).
+pub async fn workspaces(sessions: &super::Sessions) -> Vec<(String, std::path::PathBuf)> {
     let mut all = Vec::new();
     let mut after: Option<String> = None;
     loop {
         let Ok((page, next)) = sessions.list(1000, after.as_deref()).await else {
             break;
         };
-        all.extend(page.into_iter().map(|s| s.workspace));
+        all.extend(page.into_iter().map(|s| (s.id, s.workspace.into())));
         match next {
             Some(n) => after = Some(n),
             None => break,
         }
     }
-    let mut seen = HashSet::new();
-    all.into_iter()
-        .rev()
-        .filter(|w| seen.insert(w.clone()))
-        .map(std::path::PathBuf::from)
-        .collect()
+    all.reverse();
+    all
 }
 
 /// Largest `meta` a session may carry, serialised: meta is runtime state for frontends

@@ -35,7 +35,7 @@ use crate::config::Config;
 use crate::lock;
 use crate::protocol::{SkillSource, SkillsChanged, TrustKind};
 use crate::registry::{SourceKey, Tool};
-use crate::source::watch::{learn_workspaces, Watch};
+use crate::source::watch::{Watch, Workspaces};
 use crate::source::{Contribution, Folders};
 use crate::trust::Trust;
 
@@ -353,15 +353,15 @@ impl Folders for Skills {
     }
 
     /// Searches the skill folders of these session workspaces too, for the sessions in
-    /// them (custom tools learn of the same workspaces at the same points). Workspaces
-    /// already known change nothing.
-    async fn learn_workspaces(&self, workspaces: &[PathBuf]) -> Contribution {
+    /// them, or no longer (custom tools learn and forget the same workspaces at the same
+    /// points). Workspaces already known change nothing.
+    async fn change_workspaces(&self, change: Workspaces<'_>) -> Contribution {
         {
             let mut search = lock(&self.0.search);
             let Some(search) = search.as_mut() else {
                 return Contribution::default();
             };
-            if !learn_workspaces(&mut search.session_workspaces, workspaces) {
+            if !change.apply(&mut search.session_workspaces) {
                 return Contribution::default();
             }
         }

@@ -2,7 +2,7 @@
 //! custom tools (programs and JS/TS modules), skills, commands and MCP servers. Each is one
 //! [`Source`]: it starts once, configures from a reloaded config and its
 //! [`ConfigDiff`](crate::config::ConfigDiff), rescans on a folder signal, learns session
-//! workspaces, and *returns* what changed as a [`Contribution`] instead of applying it.
+//! workspaces and forgets them when their last session ends, and *returns* what changed as a [`Contribution`] instead of applying it.
 //!
 //! Everything a source contributes goes through [`Apply`]: one lock, one registry swap per
 //! apply, then what the sources publish besides tools (a skill or command catalog, with its
@@ -90,6 +90,12 @@ pub trait Source: Send + Sync {
     async fn add_workspaces(&self, _workspaces: &[PathBuf]) -> Contribution {
         Contribution::default()
     }
+
+    /// Forgets session workspaces (the last session in each ended): their items and
+    /// watches go.
+    async fn forget_workspaces(&self, _workspaces: &[PathBuf]) -> Contribution {
+        Contribution::default()
+    }
 }
 
 /// A source whose items are files in folders it watches (custom tools and modules, skills,
@@ -112,8 +118,9 @@ pub trait Folders: Clone + Send + Sync + 'static {
     ) -> Contribution;
     /// Scans the folders again, for one swap.
     async fn scan(&self) -> Contribution;
-    /// Searches these session workspaces' folders too; scans when one is new.
-    async fn learn_workspaces(&self, workspaces: &[PathBuf]) -> Contribution;
+    /// Searches these session workspaces' folders too, or no longer; scans when that
+    /// changed what is searched.
+    async fn change_workspaces(&self, change: watch::Workspaces<'_>) -> Contribution;
 }
 
 #[async_trait::async_trait]
@@ -124,7 +131,8 @@ impl<T: Folders> Source for T {
         let mut out = self
             .configure_with(cx.config, cx.config_path, cx.workspace)
             .await;
-        out.extend(self.learn_workspaces(cx.session_workspaces).await);
+        let learn = watch::Workspaces::Learn(cx.session_workspaces);
+        out.extend(self.change_workspaces(learn).await);
         watch::follow(
             &self.watched(),
             T::WHAT,
@@ -148,7 +156,13 @@ impl<T: Folders> Source for T {
     }
 
     async fn add_workspaces(&self, workspaces: &[PathBuf]) -> Contribution {
-        self.learn_workspaces(workspaces).await
+        self.change_workspaces(watch::Workspaces::Learn(workspaces))
+            .await
+    }
+
+    async fn forget_workspaces(&self, workspaces: &[PathBuf]) -> Contribution {
+        self.change_workspaces(watch::Workspaces::Forget(workspaces))
+            .await
     }
 }
 

@@ -104,17 +104,33 @@ fn nearest_existing(path: &Path) -> Option<PathBuf> {
         .map(Path::to_path_buf)
 }
 
-/// Appends to `known` each of `workspaces` it does not hold yet, in order; true when one
-/// was new, so the caller rescans. Custom tools, skills and commands each learn of session
-/// workspaces this way, and a workspace learnt twice costs no rescan.
-pub fn learn_workspaces(known: &mut Vec<PathBuf>, workspaces: &[PathBuf]) -> bool {
-    let before = known.len();
-    for w in workspaces {
-        if !known.contains(w) {
-            known.push(w.clone());
+/// Session workspaces a folder source learns of (a session was made in one) or forgets
+/// (the last session in it ended). Custom tools, skills and commands each keep their list
+/// of session workspaces this way.
+#[derive(Debug, Clone, Copy)]
+pub enum Workspaces<'a> {
+    Learn(&'a [PathBuf]),
+    Forget(&'a [PathBuf]),
+}
+
+impl Workspaces<'_> {
+    /// Applies the change to `known`, keeping its order (a new workspace goes last); true
+    /// when it changed, so the caller rescans: a workspace learnt twice, or one never
+    /// learnt forgotten, costs no rescan.
+    pub fn apply(self, known: &mut Vec<PathBuf>) -> bool {
+        let before = known.len();
+        match self {
+            Workspaces::Learn(workspaces) => {
+                for w in workspaces {
+                    if !known.contains(w) {
+                        known.push(w.clone());
+                    }
+                }
+            }
+            Workspaces::Forget(workspaces) => known.retain(|w| !workspaces.contains(w)),
         }
+        known.len() != before
     }
-    known.len() != before
 }
 
 /// Watches `folders` (kept in `slot`, so roots can be changed later) and, after each
@@ -170,14 +186,26 @@ mod tests {
             PathBuf::from("/c"),
         );
         let mut known = vec![a.clone()];
-        assert!(learn_workspaces(
-            &mut known,
-            &[b.clone(), a.clone(), b.clone()]
-        ));
+        assert!(Workspaces::Learn(&[b.clone(), a.clone(), b.clone()]).apply(&mut known));
         assert_eq!(known, [a.clone(), b.clone()]);
-        assert!(!learn_workspaces(&mut known, &[b.clone(), a.clone()]));
-        assert!(!learn_workspaces(&mut known, &[]));
-        assert!(learn_workspaces(&mut known, std::slice::from_ref(&c)));
+        assert!(!Workspaces::Learn(&[b.clone(), a.clone()]).apply(&mut known));
+        assert!(!Workspaces::Learn(&[]).apply(&mut known));
+        assert!(Workspaces::Learn(std::slice::from_ref(&c)).apply(&mut known));
         assert_eq!(known, [a, b, c]);
+    }
+
+    #[test]
+    fn forgetting_workspaces_keeps_the_others_order_and_reports_only_known_ones() {
+        let (a, b, c) = (
+            PathBuf::from("/a"),
+            PathBuf::from("/b"),
+            PathBuf::from("/c"),
+        );
+        let mut known = vec![a.clone(), b.clone(), c.clone()];
+        assert!(Workspaces::Forget(std::slice::from_ref(&b)).apply(&mut known));
+        assert_eq!(known, [a.clone(), c.clone()]);
+        assert!(!Workspaces::Forget(std::slice::from_ref(&b)).apply(&mut known));
+        assert!(Workspaces::Learn(std::slice::from_ref(&b)).apply(&mut known));
+        assert_eq!(known, [a, c, b]);
     }
 }

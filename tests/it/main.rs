@@ -89,6 +89,7 @@ mod restart_storm;
 mod rights;
 mod rpc_edges;
 mod sandbox;
+mod session_workspaces;
 mod sessions;
 mod skills;
 mod skills_mcp;
