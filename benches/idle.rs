@@ -262,6 +262,14 @@ struct Settled {
     met: &'static str,
 }
 
+/// A section's size: the environment variable `name` when set to a number, else `default`.
+fn knob(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
 async fn settle(pid: i32, idle: f64, anon_idle: f64) -> Settled {
     tokio::time::sleep(Duration::from_secs(5)).await;
     let after_5 = rss_mib(pid);
@@ -285,10 +293,7 @@ async fn settle(pid: i32, idle: f64, anon_idle: f64) -> Settled {
 }
 
 async fn memory() {
-    let calls: usize = std::env::var("TOOLHOST_BENCH_BIG")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(10_000);
+    let calls = knob("TOOLHOST_BENCH_BIG", 10_000);
     println!(
         "\n== memory after load: {calls} calls with 1 MB outputs, 8 at a time \
          (target: RSS within 5 MB of idle a minute later)"
@@ -423,10 +428,7 @@ async fn abandoned_session(socket: &Path) -> String {
 }
 
 async fn sessions() {
-    let count: usize = std::env::var("TOOLHOST_BENCH_SESSIONS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2_000);
+    let count = knob("TOOLHOST_BENCH_SESSIONS", 2_000);
     println!(
         "\n== memory after {count} abandoned /mcp sessions are deleted, 8 opened at a time \
          (target: RSS within 5 MB of idle a minute later)"
@@ -532,10 +534,7 @@ async fn session_in(client: &Client, projects: &Path, n: usize) {
 }
 
 async fn workspaces() {
-    let count: usize = std::env::var("TOOLHOST_BENCH_WORKSPACES")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1_000);
+    let count = knob("TOOLHOST_BENCH_WORKSPACES", 1_000);
     println!(
         "\n== memory after {count} sessions in {count} workspaces (a tool, a skill, a command \
          each; a call each; then deleted), 8 at a time \
