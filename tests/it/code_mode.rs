@@ -336,15 +336,43 @@ fn child_of(pid: i32, d: &Daemon) -> bool {
 #[tokio::test]
 async fn cancelling_the_code_call_cancels_its_inner_call_and_kills_the_program() {
     let d = start(json!({})).await;
-    // After a first run the spare is the only runner; the next program runs in it.
-    assert_eq!(outcome(&d, "return 1;").await["result"], 1);
     let mine = || {
         runners()
             .into_iter()
             .filter(|p| child_of(*p, &d))
             .collect::<Vec<i32>>()
     };
-    eventually(10, "a spare runner", || async { mine().len() == 1 }).await;
+    let inner_in_flight = || async {
+        let s = d.call("host.status", json!({})).await;
+        s["result"]["calls"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["tool"] == "mcp_fx_sleep"))
+    };
+    // A first run, seen while it runs: its runner is the only one (no spare before a run).
+    let first = {
+        let mut caller: RawLines = d.raw_lines().await;
+        let r = caller
+            .call(
+                "subscribe_invoke",
+                json!({"name": "run_code", "call_id": "first",
+                       "arguments": {"code": "await tools.mcp_fx_sleep({ms: 300}); return 1;"}}),
+            )
+            .await;
+        assert!(r.get("result").is_some(), "{r}");
+        eventually(10, "the first program's inner call", inner_in_flight).await;
+        let first = mine();
+        assert_eq!(first.len(), 1, "{first:?}");
+        let done = caller.invoke_event("result").await;
+        assert_eq!(done["result"]["ok"], true, "{done}");
+        first[0]
+    };
+    // After it the spare is the only runner (not the first run's, which may still be
+    // dying when its answer arrives); the next program runs in it.
+    eventually(10, "a spare runner", || async {
+        let now = mine();
+        now.len() == 1 && now[0] != first
+    })
+    .await;
     let mut caller: RawLines = d.raw_lines().await;
     let r = caller
         .call(
@@ -355,13 +383,7 @@ async fn cancelling_the_code_call_cancels_its_inner_call_and_kills_the_program()
         .await;
     assert!(r.get("result").is_some(), "{r}");
     // The inner call is in flight.
-    eventually(10, "the inner sleep to be in flight", || async {
-        let s = d.call("host.status", json!({})).await;
-        s["result"]["calls"]
-            .as_array()
-            .is_some_and(|c| c.iter().any(|c| c["tool"] == "mcp_fx_sleep"))
-    })
-    .await;
+    eventually(10, "the inner sleep to be in flight", inner_in_flight).await;
     // The program runs alone: the next run's spare starts when it ends (a Node starting
     // beside it would take a core from it and its calls).
     let running = mine();
@@ -388,16 +410,13 @@ async fn cancelling_the_code_call_cancels_its_inner_call_and_kills_the_program()
         },
     )
     .await;
+    let inner_of_long = |a: &&Value| a["tool"] == "mcp_fx_sleep" && a["parent"] == "long";
     eventually(10, "the inner call's audit line", || async {
-        audit(&d).iter().any(|a| a["tool"] == "mcp_fx_sleep")
+        audit(&d).iter().any(|a| inner_of_long(&a))
     })
     .await;
     let records = audit(&d);
-    let inner = records
-        .iter()
-        .find(|a| a["tool"] == "mcp_fx_sleep")
-        .unwrap();
-    assert_eq!(inner["parent"], "long", "{inner}");
+    let inner = records.iter().find(inner_of_long).unwrap();
     assert_eq!(inner["error_kind"], "cancelled", "{inner}");
 }
 
