@@ -127,6 +127,7 @@ pub fn exec_without_thread_cache() {
         if let Some(theirs) = std::env::var_os(LAUNCHERS) {
             // The second start: the programs the daemon runs inherit what it was given.
             std::env::remove_var(LAUNCHERS);
+            keep_process_name();
             if theirs.is_empty() {
                 std::env::remove_var(TUNABLES);
             } else {
@@ -157,6 +158,29 @@ pub fn exec_without_thread_cache() {
             .env(TUNABLES, ours)
             .env(LAUNCHERS, theirs)
             .exec();
+    }
+}
+
+/// Names the process after its binary again: executed as `/proc/self/exe`, the kernel
+/// named it `exe`, which is what `ps`, `top`, `pgrep toolhost` and `systemctl status` would
+/// show.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn keep_process_name() {
+    let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
+        return;
+    };
+    let exe = exe.to_string_lossy();
+    // A binary replaced on disk since (an upgrade) reads "… (deleted)".
+    let exe = exe.strip_suffix(" (deleted)").unwrap_or(&exe);
+    let name = exe.rsplit('/').next().unwrap_or(exe);
+    // The kernel keeps 15 bytes; a name with a NUL in it cannot be set.
+    let name: Vec<u8> = name.bytes().take(15).collect();
+    let Ok(name) = std::ffi::CString::new(name) else {
+        return;
+    };
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes, which `name` is.
+    unsafe {
+        libc::prctl(libc::PR_SET_NAME, name.as_ptr());
     }
 }
 

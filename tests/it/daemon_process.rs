@@ -199,5 +199,14 @@ async fn the_daemon_runs_without_the_malloc_thread_cache_and_its_programs_get_it
         }
         let r = d.invoke("bash", json!({"command": tunables})).await;
         assert_eq!(seen(&r), programs_get, "{r}");
+        // Named after its binary, as `ps`, `pgrep` and `systemctl status` show it (executed
+        // again as /proc/self/exe, the kernel would have named it "exe").
+        let binary = std::path::Path::new(BIN);
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
+        assert_eq!(
+            comm.trim(),
+            binary.file_name().unwrap().to_string_lossy(),
+            "{given:?}"
+        );
     }
 }
