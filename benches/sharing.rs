@@ -12,7 +12,8 @@
 //!   relay's (benches/support/naive_relay.mjs) and a bare Rust relay's
 //!   (benches/support/bare_relay.rs: the floor of any relay on tokio and serde_json) in the
 //!   same run, and each one's thread wake-ups per call (a relay's kernel work follows them);
-//!   sequential p50 through the host, through the naive relay and direct.
+//!   sequential p50 through the host, the naive relay, the bare relay and direct, interleaved,
+//!   each on one newline-framed connection (the host's `invoke`, the others' `tools/call`).
 //! - `idle`: the daemon with 10 servers, all running, against 8 of them `"start": "lazy"`.
 //! - `process`: `bash true` and a trivial custom tool through the host against the same
 //!   program spawned and waited for by this process.
@@ -622,15 +623,29 @@ async fn relay() {
         .unwrap()
         .into_split();
     let mut through_relay = LineConn::new(r, w);
+    let (r, w) = tokio::net::UnixStream::connect(&bare_socket)
+        .await
+        .unwrap()
+        .into_split();
+    let mut through_bare = LineConn::new(r, w);
+    // The host on the same newline framing as the relays and the direct server: the line
+    // protocol's `invoke`, one connection, no client library in the way.
+    let (r, w) = tokio::net::UnixStream::connect(&socket)
+        .await
+        .unwrap()
+        .into_split();
+    let mut through_host = LineConn::new(r, w);
+    let invoke_line = serde_json::to_value(&invoke).unwrap();
 
     // Sequential, interleaved in rounds so machine noise hits all three alike.
     let n = samples();
-    let (mut lat_host, mut lat_relay, mut lat_direct) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut lat_host, mut lat_relay, mut lat_bare, mut lat_direct) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 0..(n + 20) / 10 {
         for _ in 0..10 {
             let t = Instant::now();
-            let r = host.invoke(&invoke).await.unwrap();
-            assert!(r.result.ok, "{r:?}");
+            let r = through_host.call("invoke", &invoke_line).await;
+            assert_eq!(r["result"]["result"]["ok"], true, "{r}");
             let host_ms = ms(t.elapsed());
             let t = Instant::now();
             assert!(echo_ok(
@@ -638,11 +653,17 @@ async fn relay() {
             ));
             let relay_ms = ms(t.elapsed());
             let t = Instant::now();
+            assert!(echo_ok(
+                &through_bare.call("tools/call", &echo_call()).await
+            ));
+            let bare_ms = ms(t.elapsed());
+            let t = Instant::now();
             assert!(echo_ok(&direct.call("tools/call", &echo_call()).await));
             let direct_ms = ms(t.elapsed());
             if round >= 2 {
                 lat_host.push(host_ms);
                 lat_relay.push(relay_ms);
+                lat_bare.push(bare_ms);
                 lat_direct.push(direct_ms);
             }
         }
@@ -691,16 +712,18 @@ async fn relay() {
     let bare_us = bare_cpu / calls * 1e6;
     println!("\n== relay cost: server-everything `echo`, newline JSON-RPC over a Unix socket");
     println!(
-        "  sequential p50: host {:.3} ms, naive relay {:.3} ms, direct {:.3} ms (n={})",
+        "  sequential p50: host {:.3} ms, naive relay {:.3} ms, bare Rust relay {:.3} ms, direct {:.3} ms (n={})",
         median(&lat_host),
         median(&lat_relay),
+        median(&lat_bare),
         median(&lat_direct),
         lat_host.len()
     );
     let seq_ratio = median(&lat_host) / median(&lat_direct);
     println!(
-        "  host / direct sequential p50: {seq_ratio:.2}×   target ≤ 1.5× {}",
-        met(seq_ratio <= 1.5)
+        "  host / direct sequential p50: {seq_ratio:.2}×   target ≤ 1.5× {}   (bare Rust relay / direct: {:.2}×, the floor of any relay's extra hop)",
+        met(seq_ratio <= 1.5),
+        median(&lat_bare) / median(&lat_direct)
     );
     println!(
         "  {CLIENTS} clients × {per_client} calls: host {:.0} calls/s, own CPU {host_us:.0} µs per call; \
