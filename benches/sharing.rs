@@ -669,42 +669,38 @@ async fn relay() {
         }
     }
 
-    // 8 clients, each on its own connection, the same number of calls through each relay.
+    // 8 clients, each on its own connection, the same number of calls through each relay,
+    // in interleaved rounds so the machine's load drifts over all three alike. A warm-up
+    // first (the naive relay's JIT).
     const CLIENTS: usize = 8;
-    let per_client = (n * 2).max(100);
-    let cpu = procs::cpu_secs(daemon_pid);
-    let woke = wakeups(daemon_pid);
-    let t = Instant::now();
-    let tasks: Vec<_> = (0..CLIENTS)
-        .map(|_| {
-            let socket = socket.clone();
-            let invoke = invoke.clone();
-            tokio::spawn(async move {
-                let c = Client::connect(&socket).await.unwrap();
-                for _ in 0..per_client {
-                    assert!(c.invoke(&invoke).await.unwrap().result.ok);
-                }
-            })
-        })
-        .collect();
-    for t in tasks {
-        t.await.unwrap();
+    const ROUNDS: usize = 5;
+    let per_round = (n * 2).max(100).div_ceil(ROUNDS);
+    let per_client = per_round * ROUNDS;
+    let host_call = Line::new("invoke", invoke_line.clone(), |v| {
+        v["result"]["result"]["ok"] == true
+    });
+    let echo = Line::new("tools/call", echo_call(), echo_ok);
+    let targets = [
+        (&socket, daemon_pid, &host_call),
+        (&relay_socket, naive_pid, &echo),
+        (&bare_socket, bare_pid, &echo),
+    ];
+    let mut phases = [Phase::default(); 3];
+    for (socket, _, line) in &targets {
+        line_phase(socket, CLIENTS, 100, line).await;
     }
-    let host_secs = t.elapsed().as_secs_f64();
-    let host_cpu = procs::cpu_secs(daemon_pid) - cpu;
-    let host_woke = wakeups(daemon_pid) - woke;
-
-    // The two relays: a warm-up first (the naive relay's JIT), then the measured phase.
-    mcp_phase(&relay_socket, CLIENTS, 100).await;
-    let cpu = procs::cpu_secs(naive_pid);
-    let relay_secs = mcp_phase(&relay_socket, CLIENTS, per_client).await;
-    let relay_cpu = procs::cpu_secs(naive_pid) - cpu;
-    mcp_phase(&bare_socket, CLIENTS, 100).await;
-    let cpu = procs::cpu_secs(bare_pid);
-    let woke = wakeups(bare_pid);
-    let bare_secs = mcp_phase(&bare_socket, CLIENTS, per_client).await;
-    let bare_cpu = procs::cpu_secs(bare_pid) - cpu;
-    let bare_woke = wakeups(bare_pid) - woke;
+    for _ in 0..ROUNDS {
+        for (phase, (socket, pid, line)) in phases.iter_mut().zip(targets.iter()) {
+            let (cpu, woke) = (procs::cpu_secs(*pid), wakeups(*pid));
+            phase.secs += line_phase(socket, CLIENTS, per_round, line).await;
+            phase.cpu += procs::cpu_secs(*pid) - cpu;
+            phase.woke += wakeups(*pid) - woke;
+        }
+    }
+    let [through_host, through_naive, through_bare] = phases;
+    let (host_secs, host_cpu, host_woke) = (through_host.secs, through_host.cpu, through_host.woke);
+    let (relay_secs, relay_cpu) = (through_naive.secs, through_naive.cpu);
+    let (bare_secs, bare_cpu, bare_woke) = (through_bare.secs, through_bare.cpu, through_bare.woke);
 
     let calls = (CLIENTS * per_client) as f64;
     let host_us = host_cpu / calls * 1e6;
@@ -786,13 +782,35 @@ async fn start_relay(mut command: Command) -> (Child, i32) {
     (relay, pid)
 }
 
-/// `clients` connections to a relay's socket, each making `per_client` `echo` calls one after
+/// One request a load phase repeats, and how to tell its answer went well.
+struct Line {
+    method: &'static str,
+    params: Value,
+    ok: fn(&Value) -> bool,
+}
+
+impl Line {
+    fn new(method: &'static str, params: Value, ok: fn(&Value) -> bool) -> Self {
+        Line { method, params, ok }
+    }
+}
+
+/// What one relay took over the rounds of a load phase.
+#[derive(Default, Clone, Copy)]
+struct Phase {
+    secs: f64,
+    cpu: f64,
+    woke: u64,
+}
+
+/// `clients` connections to a socket, each making `per_client` `line` requests one after
 /// another; the phase's wall time in seconds.
-async fn mcp_phase(socket: &Path, clients: usize, per_client: usize) -> f64 {
+async fn line_phase(socket: &Path, clients: usize, per_client: usize, line: &Line) -> f64 {
     let t = Instant::now();
     let tasks: Vec<_> = (0..clients)
         .map(|_| {
             let socket = socket.to_owned();
+            let (method, params, ok) = (line.method, line.params.clone(), line.ok);
             tokio::spawn(async move {
                 let (r, w) = tokio::net::UnixStream::connect(&socket)
                     .await
@@ -800,7 +818,8 @@ async fn mcp_phase(socket: &Path, clients: usize, per_client: usize) -> f64 {
                     .into_split();
                 let mut c = LineConn::new(r, w);
                 for _ in 0..per_client {
-                    assert!(echo_ok(&c.call("tools/call", &echo_call()).await));
+                    let answer = c.call(method, &params).await;
+                    assert!(ok(&answer), "{answer}");
                 }
             })
         })
