@@ -173,6 +173,7 @@ pub async fn place_sessions(host: &Host, changes: Vec<(Holder, Option<PathBuf>)>
                 for source in host.sources() {
                     all.extend(source.forget_workspaces(&moved.forget).await);
                 }
+                host.checkpoints().close(&moved.forget);
             }
             if !moved.learn.is_empty() {
                 for source in host.sources() {

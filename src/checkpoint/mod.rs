@@ -175,6 +175,31 @@ impl Checkpoints {
         Ok(ws)
     }
 
+    /// Closes the timelines of `roots`, projects whose last session went: their scans, base
+    /// and change watcher (inotify watches) are dropped; the store stays on disk and the
+    /// next call there opens it again. A workspace some call still holds stays open: only
+    /// the `open` map hands workspaces out, so under its lock a workspace referenced by
+    /// nothing else is one no call has or can get.
+    pub fn close(&self, roots: &[PathBuf]) {
+        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        for root in roots {
+            let Some(ws) = open.get(root).cloned() else {
+                continue;
+            };
+            let keys: Vec<PathBuf> = open
+                .iter()
+                .filter(|(_, w)| Arc::ptr_eq(w, &ws))
+                .map(|(k, _)| k.clone())
+                .collect();
+            // The map's entries and `ws` above: nobody else.
+            if Arc::strong_count(&ws) == keys.len() + 1 {
+                for k in keys {
+                    open.remove(&k);
+                }
+            }
+        }
+    }
+
     /// The root of every workspace with a store.
     fn recorded(&self) -> Vec<PathBuf> {
         use std::os::unix::ffi::OsStringExt;
