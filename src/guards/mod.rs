@@ -588,6 +588,22 @@ impl Guards {
         Some((cleared.len(), keys))
     }
 
+    /// Drops the counters of `sessions` (they ended: no call counts in their scopes again)
+    /// and what the rules remembered of `tools` (they left the registry).
+    pub fn forget(&self, sessions: &[String], tools: &[String]) {
+        let set = self.set.load_full();
+        set.forget(tools);
+        if sessions.is_empty() {
+            return;
+        }
+        for rule in set.rules.iter().filter(|r| r.scope == GuardScope::Session) {
+            let mut scopes = lock(&rule.state.scopes);
+            for id in sessions {
+                scopes.map.remove(&session_scope(id));
+            }
+        }
+    }
+
     /// `guards.status`.
     pub fn status(&self) -> GuardsStatusResult {
         let set = self.set.load_full();
@@ -871,12 +887,17 @@ pub fn scope_name(s: GuardScope) -> &'static str {
     }
 }
 
+/// The counter key of session `id`'s calls under a `session` rule.
+fn session_scope(id: &str) -> String {
+    format!("session:{id}")
+}
+
 /// The counter key of `call` under a rule of `scope` (a call without a session counts as
 /// its frontend's under a `session` rule).
 fn scope_key(scope: GuardScope, call: &Call) -> String {
     match (scope, call.session) {
         (GuardScope::Host, _) => "host".to_owned(),
-        (GuardScope::Session, Some(s)) => format!("session:{s}"),
+        (GuardScope::Session, Some(s)) => session_scope(s),
         (GuardScope::Session | GuardScope::Frontend, _) => format!("frontend:{}", call.frontend),
         (GuardScope::Workspace, _) => format!("workspace:{}", call.workspace.display()),
     }
