@@ -801,12 +801,23 @@ fn arm_sweeper(set: &Arc<ArcSwap<RuleSet>>, armed: &Arc<AtomicBool>) {
             let Some(rules) = set.upgrade() else { return };
             let rules = rules.load_full();
             let now = Instant::now();
+            let mut dropped = false;
             let next = rules
                 .rules
                 .iter()
-                .filter_map(|r| sweep(&mut lock(&r.state.scopes), r, now))
+                .filter_map(|r| {
+                    let mut scopes = lock(&r.state.scopes);
+                    let before = scopes.map.len();
+                    let next = sweep(&mut scopes, r, now);
+                    dropped |= scopes.map.len() < before;
+                    next
+                })
                 .min();
             drop(rules);
+            if dropped {
+                // What they held is freed after the work that made them: give it back.
+                crate::trim::worked();
+            }
             match next {
                 Some(d) => tokio::time::sleep(d.max(SWEEP_EVERY)).await,
                 None => {
