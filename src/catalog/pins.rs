@@ -159,7 +159,8 @@ impl Pins {
         };
         let mut state = crate::lock(&self.state);
         let same_pins = state.pins.len() == table.pins.len()
-            && (state.pins.iter().zip(&table.pins)).all(|((n, k), (m, p))| n == m && k.hash == p.hash);
+            && (state.pins.iter().zip(&table.pins))
+                .all(|((n, k), (m, p))| n == m && k.hash == p.hash);
         let changed = state.damage.is_some() || !same_pins || state.marks != table.marks;
         *state = State {
             pins: kept(table.pins),

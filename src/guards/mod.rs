@@ -762,7 +762,10 @@ fn sweep(scopes: &mut Scopes, rule: &Rule, now: Instant) -> Option<Duration> {
     let today = rule.daily.as_ref().map(|d| {
         let date = jiff::Timestamp::now().to_zoned(d.tz.clone()).date();
         let ends = next_midnight(d, Day { date, used: 0 }).unwrap_or(0);
-        (date, Duration::from_millis(ends.saturating_sub(crate::now_ms())))
+        (
+            date,
+            Duration::from_millis(ends.saturating_sub(crate::now_ms())),
+        )
     });
     let window = rule.loop_.as_ref().map(|l| l.window);
     let bucket = rule.bucket();
@@ -1188,7 +1191,10 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         assert_eq!(held(), 0, "scopes left after their window");
-        assert!(!g.sweeping.load(Ordering::Acquire), "the sweeper outlived the scopes");
+        assert!(
+            !g.sweeping.load(Ordering::Acquire),
+            "the sweeper outlived the scopes"
+        );
         // A new scope arms it again.
         assert!(g.check(&call("x", &a, "again")).is_ok());
         assert!(g.sweeping.load(Ordering::Acquire));
