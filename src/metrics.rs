@@ -15,6 +15,7 @@
 
 use std::collections::HashSet;
 use std::hash::Hash;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
@@ -166,6 +167,9 @@ pub struct Metrics {
     connections: Family<FramingLabels, Counter>,
     reloads: Family<ResultLabels, Counter>,
     audit_dropped: Counter,
+    /// Whether a scraper has read the series (`GET /metrics`): a series of a tool that left
+    /// is then kept for its last showing.
+    scraped: AtomicBool,
 }
 
 impl Default for Metrics {
@@ -177,6 +181,7 @@ impl Default for Metrics {
             connections: Family::default(),
             reloads: Family::default(),
             audit_dropped: Counter::default(),
+            scraped: AtomicBool::new(false),
         }
     }
 }
@@ -257,6 +262,7 @@ impl Metrics {
     /// and servers that `s` no longer knows are dropped after this last showing.
     pub fn render(&self, s: &Scrape) -> String {
         let out = self.encode(s);
+        self.scraped.store(true, Ordering::Relaxed);
         self.calls.retain(|l| match l.source {
             Source::unknown => true,
             Source::mcp => s.knows_server(&l.server),
@@ -264,6 +270,18 @@ impl Metrics {
         });
         self.latency.retain(|l| s.knows_server(&l.server));
         out
+    }
+
+    /// `tools` left the registry: their series go now when no scraper has read any (none is
+    /// owed a last showing; else [`Metrics::render`] drops them after it), so a daemon
+    /// without a scraper keeps no series per tool ever called.
+    pub fn forget_tools(&self, tools: &[String]) {
+        if tools.is_empty() || self.scraped.load(Ordering::Relaxed) {
+            return;
+        }
+        self.calls.retain(|l| {
+            !matches!(l.source, Source::builtin | Source::custom) || !tools.contains(&l.tool)
+        });
     }
 
     /// The exposition as [`Metrics::render`] writes it, without dropping any series: the

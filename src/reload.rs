@@ -164,8 +164,20 @@ pub async fn rescan(host: &Host) {
 /// in one apply. Done before the session is answered, so its view and the caller's next
 /// listings show what is there. Under the apply's lock, so the sources learn and forget
 /// in the order the sessions came and went.
+///
+/// What was kept for a session that ended or a tool that went goes with it: the guards'
+/// counters of the session and what they remembered of the tools, the call counts of the
+/// tools (unless a scraper has them to read once more).
 pub async fn place_sessions(host: &Host, changes: Vec<(Holder, Option<PathBuf>)>) {
-    host.apply()
+    let ended: Vec<String> = changes
+        .iter()
+        .filter_map(|(holder, to)| match (holder, to) {
+            (Holder::Session(id), None) => Some(id.clone()),
+            _ => None,
+        })
+        .collect();
+    let removed = host
+        .apply()
         .run(async {
             let moved = crate::lock(host.session_workspaces()).set(changes);
             let mut all = Contribution::default();
@@ -182,7 +194,11 @@ pub async fn place_sessions(host: &Host, changes: Vec<(Holder, Option<PathBuf>)>
             }
             all
         })
-        .await;
+        .await
+        .map(|note| note.removed)
+        .unwrap_or_default();
+    host.guards().forget(&ended, &removed);
+    host.metrics().forget_tools(&removed);
 }
 
 /// Reloads when the watched file's content differs from the last file read.

@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -50,6 +51,44 @@ pub trait Shared: Send + Sync {
     fn mark(&self, seen: &[(String, Pin)]) -> Result<(), String>;
 }
 
+/// A pin as held in memory: its definition as the compact JSON it is written as, parsed
+/// only when a changed definition is judged or shown. The pins of every tool ever seen
+/// stay (a tool that comes back changed is still caught), and a parsed definition held
+/// for each cost ≈ 1 KB of heap per tool (1,000 projects' tools, `benches/idle.rs
+/// workspaces`); its text is a third of that, and the file is written from it as is.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Kept {
+    hash: String,
+    definition: Box<RawValue>,
+}
+
+impl Kept {
+    fn of(pin: &Pin) -> Result<Kept, String> {
+        Ok(Kept {
+            hash: pin.hash.clone(),
+            definition: serde_json::value::to_raw_value(&pin.definition)
+                .map_err(|e| format!("cannot encode the definition: {e}"))?,
+        })
+    }
+
+    /// The pin, its definition parsed (written by [`Kept::of`] or read from a file whose
+    /// pins parsed at load, so it parses).
+    fn pin(&self) -> Option<Pin> {
+        let definition = serde_json::from_str(self.definition.get()).ok()?;
+        Some(Pin {
+            hash: self.hash.clone(),
+            definition,
+        })
+    }
+}
+
+/// The pins in memory, from a table of parsed ones.
+fn kept(pins: BTreeMap<String, Pin>) -> BTreeMap<String, Kept> {
+    pins.into_iter()
+        .filter_map(|(name, pin)| Some((name, Kept::of(&pin).ok()?)))
+        .collect()
+}
+
 /// The pins and the marks ([`Shared`]), by tool name.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Table {
@@ -67,7 +106,7 @@ pub struct Pins {
 
 #[derive(Default)]
 struct State {
-    pins: BTreeMap<String, Pin>,
+    pins: BTreeMap<String, Kept>,
     /// Changed definitions some member of the fleet saw (fleet mode only).
     marks: BTreeMap<String, Pin>,
     /// Why the file could not be read, naming it; `Some` while the store is damaged.
@@ -89,7 +128,7 @@ impl Pins {
     pub fn shared(shared: std::sync::Arc<dyn Shared>) -> Pins {
         let state = match shared.load() {
             Ok(t) => State {
-                pins: t.pins,
+                pins: kept(t.pins),
                 marks: t.marks,
                 damage: None,
             },
@@ -119,10 +158,12 @@ impl Pins {
             }
         };
         let mut state = crate::lock(&self.state);
-        let changed =
-            state.damage.is_some() || state.pins != table.pins || state.marks != table.marks;
+        let same_pins = state.pins.len() == table.pins.len()
+            && (state.pins.iter().zip(&table.pins))
+                .all(|((n, k), (m, p))| n == m && k.hash == p.hash);
+        let changed = state.damage.is_some() || !same_pins || state.marks != table.marks;
         *state = State {
-            pins: table.pins,
+            pins: kept(table.pins),
             marks: table.marks,
             damage: None,
         };
@@ -157,7 +198,7 @@ impl Pins {
     pub fn open(path: &Path) -> Pins {
         let state = match load(path) {
             Ok(pins) => State {
-                pins,
+                pins: kept(pins),
                 ..State::default()
             },
             Err(damage) => {
@@ -176,7 +217,7 @@ impl Pins {
     }
 
     pub fn get(&self, name: &str) -> Option<Pin> {
-        crate::lock(&self.state).pins.get(name).cloned()
+        crate::lock(&self.state).pins.get(name).and_then(Kept::pin)
     }
 
     /// Whether `name` is pinned with exactly `hash`.
@@ -206,7 +247,7 @@ impl Pins {
             Ok(pins) => {
                 tracing::info!(file = %path.display(), "pin file readable again");
                 *state = State {
-                    pins,
+                    pins: kept(pins),
                     ..State::default()
                 };
                 true
@@ -225,13 +266,17 @@ impl Pins {
         if new.is_empty() {
             return Ok(());
         }
+        let kept = new
+            .iter()
+            .map(|(name, pin)| Ok((name.clone(), Kept::of(pin)?)))
+            .collect::<Result<Vec<_>, String>>()?;
         let mut state = crate::lock(&self.state);
         if let Some(shared) = &self.shared {
             if let Some(damage) = &state.damage {
                 return Err(damage.clone());
             }
             shared.pin(&new)?;
-            for (name, pin) in new {
+            for (name, pin) in kept {
                 state.marks.remove(&name);
                 state.pins.insert(name, pin);
             }
@@ -246,9 +291,7 @@ impl Pins {
             tracing::warn!("pin store damaged; not pinning {} definitions", new.len());
             return Err(damage.clone());
         }
-        for (name, pin) in new {
-            state.pins.insert(name, pin);
-        }
+        state.pins.extend(kept);
         self.save(&state.pins);
         Ok(())
     }
@@ -287,7 +330,7 @@ impl Pins {
         Ok(aside)
     }
 
-    fn save(&self, pins: &BTreeMap<String, Pin>) {
+    fn save(&self, pins: &BTreeMap<String, Kept>) {
         let Some(path) = &self.path else { return };
         let bytes = match serde_json::to_vec(pins) {
             Ok(b) => b,

@@ -60,6 +60,14 @@ impl Bucket {
             .then(|| Duration::from_secs_f64((1.0 - b.tokens.fract()).min(1.0) / per_sec));
         (used, next)
     }
+
+    /// How long until the bucket is full again (zero when it is).
+    fn full_in(&self, now: Instant, cap: f64, per_sec: f64) -> Duration {
+        match self.used(now, cap, per_sec).0 {
+            used if used < 1e-9 => Duration::ZERO,
+            used => Duration::from_secs_f64(used / per_sec),
+        }
+    }
 }
 
 /// One calendar day's count of cost units.
@@ -178,8 +186,14 @@ impl Repeats {
             .unwrap_or((0, None))
     }
 
-    fn idle(&self, now: Instant, window: Duration) -> bool {
-        self.most(now, window).0 == 0
+    /// How long until no time of any call is left in `window` (zero when none is).
+    fn quiet_in(&self, now: Instant, window: Duration) -> Duration {
+        self.calls
+            .iter()
+            .filter_map(|(_, times)| times.back())
+            .map(|t| (*t + window).saturating_duration_since(now))
+            .max()
+            .unwrap_or_default()
     }
 }
 
@@ -193,31 +207,38 @@ pub(super) struct ScopeState {
     pub repeats: Repeats,
 }
 
+/// How long a scope that holds a `concurrency` slot waits for its next look: the slot
+/// goes with its call, which nothing here hears of.
+const BUSY_LOOK: Duration = Duration::from_secs(30);
+
 impl ScopeState {
-    /// Whether dropping the scope would lose nothing: no call holds a slot, the bucket is
-    /// full again, no repeat is in the window, no count of `today` or later.
-    pub(super) fn idle(
+    /// How long until dropping the scope would lose nothing (`None`: nothing now): no call
+    /// holds a slot, the bucket is full again, no repeat is in the window, no count of
+    /// `today` or later. `today` comes with the time left until it ends.
+    pub(super) fn idle_in(
         &self,
         now: Instant,
         rate: Option<(f64, f64)>,
         window: Option<Duration>,
-        today: Option<Date>,
-    ) -> bool {
+        today: Option<(Date, Duration)>,
+    ) -> Option<Duration> {
         let bucket = match (&self.bucket, rate) {
-            (Some(b), Some((cap, per_sec))) => b.used(now, cap, per_sec).0 < 1e-9,
-            _ => true,
+            (Some(b), Some((cap, per_sec))) => b.full_in(now, cap, per_sec),
+            _ => Duration::ZERO,
         };
-        let slots = self
-            .slots
-            .as_ref()
-            .is_none_or(|(max, s)| s.available_permits() >= *max as usize);
-        let repeats = window.is_none_or(|w| self.repeats.idle(now, w));
+        let slots = match &self.slots {
+            Some((max, s)) if s.available_permits() < *max as usize => BUSY_LOOK,
+            _ => Duration::ZERO,
+        };
+        let repeats = window.map_or(Duration::ZERO, |w| self.repeats.quiet_in(now, w));
         let day = match (self.day, today) {
-            (Some(d), Some(t)) => d.date < t,
-            (Some(_), None) => false,
-            (None, _) => true,
+            (Some(d), Some((t, _))) if d.date < t => Duration::ZERO,
+            (Some(_), Some((_, left))) => left,
+            // A count without a daily limit to end it (none now): kept, looked at daily.
+            (Some(_), None) => Duration::from_secs(24 * 3600),
+            (None, _) => Duration::ZERO,
         };
-        bucket && slots && repeats && day
+        Some(bucket.max(slots).max(repeats).max(day)).filter(|d| !d.is_zero())
     }
 }
 

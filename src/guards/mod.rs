@@ -9,9 +9,11 @@
 //! limit is persisted in the session store before the call runs ([`Guards::persist`]), so a
 //! restart — even a `kill -9` — keeps it.
 //!
-//! Memory: scopes are created as calls come and dropped once idle (a sweep whenever a
-//! rule's scopes have doubled since the last one), so 10,000 sessions that come and go
-//! leave nothing behind; a scope's loop memory is bounded (`counters::Repeats`).
+//! Memory: scopes are created as calls come and dropped once idle: by a sweeper that runs
+//! while any scope is held and wakes when the first of them becomes idle (its window over,
+//! its bucket full, its day past), and by a sweep whenever a rule's scopes have doubled
+//! since the last one; so 10,000 sessions that come and go leave nothing behind, even
+//! after the burst. A scope's loop memory is bounded (`counters::Repeats`).
 
 mod counters;
 mod rules;
@@ -19,7 +21,7 @@ mod rules;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -128,7 +130,9 @@ impl Admission {
 
 /// The guards of one daemon.
 pub struct Guards {
-    set: ArcSwap<RuleSet>,
+    set: Arc<ArcSwap<RuleSet>>,
+    /// Whether the sweeper runs ([`arm_sweeper`]).
+    sweeping: Arc<AtomicBool>,
     states: Mutex<HashMap<String, Arc<RuleState>>>,
     /// Stored `daily` counters that could not be read, by rule ("" when the store itself
     /// could not be read: every `daily` rule).
@@ -155,13 +159,18 @@ impl Guards {
     /// could not be read).
     pub fn new(rules: &[GuardRule], stored: Result<Vec<Counter>, String>) -> Guards {
         let guards = Guards {
-            set: ArcSwap::from_pointee(RuleSet::new(&[], &mut |_| Arc::default())),
+            set: Arc::new(ArcSwap::from_pointee(RuleSet::new(&[], &mut |_| {
+                Arc::default()
+            }))),
+            sweeping: Arc::default(),
             states: Mutex::new(HashMap::new()),
             damage: Mutex::new(BTreeMap::new()),
             persist: Mutex::new(()),
         };
         guards.load(stored);
         guards.configure(rules);
+        // Counts of past days read from the store go at the first sweep.
+        arm_sweeper(&guards.set, &guards.sweeping);
         guards
     }
 
@@ -287,9 +296,11 @@ impl Guards {
             }
         }
         let mut scopes = lock(&rule.state.scopes);
-        if !scopes.map.contains_key(&scope) && scopes.map.len() >= scopes.sweep_at.max(SWEEP_FLOOR)
-        {
-            sweep(&mut scopes, rule, now);
+        if !scopes.map.contains_key(&scope) {
+            if scopes.map.len() >= scopes.sweep_at.max(SWEEP_FLOOR) {
+                sweep(&mut scopes, rule, now);
+            }
+            arm_sweeper(&self.set, &self.sweeping);
         }
         let st = scopes.map.entry(scope.clone()).or_default();
         let at_ms = |t: Instant| {
@@ -577,6 +588,22 @@ impl Guards {
         Some((cleared.len(), keys))
     }
 
+    /// Drops the counters of `sessions` (they ended: no call counts in their scopes again)
+    /// and what the rules remembered of `tools` (they left the registry).
+    pub fn forget(&self, sessions: &[String], tools: &[String]) {
+        let set = self.set.load_full();
+        set.forget(tools);
+        if sessions.is_empty() {
+            return;
+        }
+        for rule in set.rules.iter().filter(|r| r.scope == GuardScope::Session) {
+            let mut scopes = lock(&rule.state.scopes);
+            for id in sessions {
+                scopes.map.remove(&session_scope(id));
+            }
+        }
+    }
+
     /// `guards.status`.
     pub fn status(&self) -> GuardsStatusResult {
         let set = self.set.load_full();
@@ -729,18 +756,90 @@ pub struct DailyCharge {
     pub limit: u64,
 }
 
-/// Drops `rule`'s idle scopes and sets the size of the next sweep.
-fn sweep(scopes: &mut Scopes, rule: &Rule, now: Instant) {
-    let today = rule
-        .daily
-        .as_ref()
-        .map(|d| jiff::Timestamp::now().to_zoned(d.tz.clone()).date());
+/// Drops `rule`'s idle scopes and sets the size of the next sweep; returns how long until
+/// the first scope left becomes idle (`None`: none is left).
+fn sweep(scopes: &mut Scopes, rule: &Rule, now: Instant) -> Option<Duration> {
+    let today = rule.daily.as_ref().map(|d| {
+        let date = jiff::Timestamp::now().to_zoned(d.tz.clone()).date();
+        let ends = next_midnight(d, Day { date, used: 0 }).unwrap_or(0);
+        (
+            date,
+            Duration::from_millis(ends.saturating_sub(crate::now_ms())),
+        )
+    });
     let window = rule.loop_.as_ref().map(|l| l.window);
     let bucket = rule.bucket();
-    scopes
-        .map
-        .retain(|_, st| !st.idle(now, bucket, window, today));
+    let mut first: Option<Duration> = None;
+    scopes.map.retain(|_, st| {
+        let idle_in = st.idle_in(now, bucket, window, today);
+        if let Some(d) = idle_in {
+            first = Some(first.map_or(d, |f| f.min(d)));
+        }
+        idle_in.is_some()
+    });
     scopes.sweep_at = (scopes.map.len() * 2).max(SWEEP_FLOOR);
+    first
+}
+
+/// The sweeper's shortest sleep: scopes of a burst go a second at a time at most.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// Sweeps the idle scopes of every rule in force as they become idle, from the first new
+/// scope until no rule holds one: so scopes go with their window (not only when later
+/// ones come), and an idle daemon keeps no guard timer. At most one runs (`armed`); none
+/// without a tokio runtime (unit tests), where the sweeps of [`Guards::check`] remain.
+fn arm_sweeper(set: &Arc<ArcSwap<RuleSet>>, armed: &Arc<AtomicBool>) {
+    if armed.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        armed.store(false, Ordering::Release);
+        return;
+    };
+    let set = Arc::downgrade(set);
+    let armed = armed.clone();
+    runtime.spawn(async move {
+        loop {
+            // Gone with the guards.
+            let Some(rules) = set.upgrade() else { return };
+            let rules = rules.load_full();
+            let now = Instant::now();
+            let mut dropped = false;
+            let next = rules
+                .rules
+                .iter()
+                .filter_map(|r| {
+                    let mut scopes = lock(&r.state.scopes);
+                    let before = scopes.map.len();
+                    let next = sweep(&mut scopes, r, now);
+                    dropped |= scopes.map.len() < before;
+                    next
+                })
+                .min();
+            drop(rules);
+            if dropped {
+                // What they held is freed after the work that made them: give it back.
+                crate::trim::worked();
+            }
+            match next {
+                Some(d) => tokio::time::sleep(d.max(SWEEP_EVERY)).await,
+                None => {
+                    // Disarmed, then one more look: a scope made meanwhile saw the sweeper
+                    // armed and started none.
+                    armed.store(false, Ordering::Release);
+                    let Some(rules) = set.upgrade() else { return };
+                    let held = rules
+                        .load()
+                        .rules
+                        .iter()
+                        .any(|r| !lock(&r.state.scopes).map.is_empty());
+                    if !held || armed.swap(true, Ordering::AcqRel) {
+                        return;
+                    }
+                }
+            }
+        }
+    });
 }
 
 fn scope_status(
@@ -802,12 +901,17 @@ pub fn scope_name(s: GuardScope) -> &'static str {
     }
 }
 
+/// The counter key of session `id`'s calls under a `session` rule.
+fn session_scope(id: &str) -> String {
+    format!("session:{id}")
+}
+
 /// The counter key of `call` under a rule of `scope` (a call without a session counts as
 /// its frontend's under a `session` rule).
 fn scope_key(scope: GuardScope, call: &Call) -> String {
     match (scope, call.session) {
         (GuardScope::Host, _) => "host".to_owned(),
-        (GuardScope::Session, Some(s)) => format!("session:{s}"),
+        (GuardScope::Session, Some(s)) => session_scope(s),
         (GuardScope::Session | GuardScope::Frontend, _) => format!("frontend:{}", call.frontend),
         (GuardScope::Workspace, _) => format!("workspace:{}", call.workspace.display()),
     }
@@ -1052,6 +1156,48 @@ mod tests {
         let set = g.set.load_full();
         let r = set.rules.iter().find(|r| r.name == "r").unwrap();
         assert!(lock(&r.state.scopes).map.len() <= 2 * SWEEP_FLOOR, "swept");
+    }
+
+    /// After a burst of sessions nothing new comes to sweep their scopes: they go when
+    /// their window is over, and the sweeper ends with them.
+    #[tokio::test]
+    async fn scopes_go_with_their_window_after_a_burst() {
+        let g = Guards::new(
+            &rules(json!([
+                {"name": super::rules::DEFAULT_LOOP, "loop": {"calls": 2, "window_s": 1}},
+                {"name": "r", "scope": "workspace", "rate": {"calls": 1000, "per_s": 1}}
+            ])),
+            Ok(Vec::new()),
+        );
+        let a = obj(json!({}));
+        for i in 0..300 {
+            let s = format!("s{i}");
+            assert!(g.check(&call("x", &a, &s)).is_ok());
+        }
+        // Within the window the loop is still refused.
+        assert!(g.check(&call("x", &a, "s0")).is_ok());
+        assert!(g.check(&call("x", &a, "s0")).is_err());
+        let held = || {
+            g.set
+                .load()
+                .rules
+                .iter()
+                .map(|r| lock(&r.state.scopes).map.len())
+                .sum::<usize>()
+        };
+        assert!(held() > SWEEP_FLOOR, "{}", held());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while (held() > 0 || g.sweeping.load(Ordering::Acquire)) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(held(), 0, "scopes left after their window");
+        assert!(
+            !g.sweeping.load(Ordering::Acquire),
+            "the sweeper outlived the scopes"
+        );
+        // A new scope arms it again.
+        assert!(g.check(&call("x", &a, "again")).is_ok());
+        assert!(g.sweeping.load(Ordering::Acquire));
     }
 
     #[test]

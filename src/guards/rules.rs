@@ -154,6 +154,17 @@ impl RuleSet {
         }
     }
 
+    /// Forgets what `tools` matched (they left the registry).
+    pub fn forget(&self, tools: &[String]) {
+        if tools.is_empty() {
+            return;
+        }
+        let mut memory = self.matched.write().unwrap_or_else(|e| e.into_inner());
+        for t in tools {
+            memory.remove(t);
+        }
+    }
+
     /// The indexes of the rules `t` matches (remembered per tool).
     pub fn matching(&self, t: &Target) -> Arc<[usize]> {
         let same = |m: &Matched| {

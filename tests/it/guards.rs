@@ -478,3 +478,26 @@ async fn damaged_daily_counters_fail_closed_with_a_health_error_until_reset() {
     assert_eq!(read(&d, None, "a.txt").await["ok"], true);
     assert_eq!(d.health().await["status"], "ok");
 }
+
+/// A scope's counters go once its window is over, with no later call to sweep them
+/// (issue 48: after a burst of sessions in many workspaces nothing came to).
+#[tokio::test]
+async fn a_scope_goes_when_its_window_is_over_without_another_call() {
+    let d = Daemon::start_with(Some(with_rule(json!({
+        "name": "ws",
+        "scope": "workspace",
+        "loop": {"calls": 5, "window_s": 1}
+    }))))
+    .await;
+    std::fs::write(d.workspace().join("a.txt"), "hello").unwrap();
+    assert_eq!(read(&d, None, "a.txt").await["ok"], true);
+    let listed = rule_status(&d, "ws").await;
+    assert_eq!(listed["scopes"].as_array().unwrap().len(), 1, "{listed}");
+    common::eventually(20, "the scope to go after its window", || async {
+        rule_status(&d, "ws").await["scopes"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    })
+    .await;
+}

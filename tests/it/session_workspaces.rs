@@ -241,3 +241,41 @@ async fn a_projects_checkpoint_timeline_closes_with_its_last_session_and_its_ent
         "{list}"
     );
 }
+
+/// What the daemon kept for a project's session and tool goes with them (issue 48): the
+/// loop breaker's counters of the session, and the tool's call counts when no scraper has
+/// read any (none is owed their last showing).
+#[tokio::test]
+async fn a_sessions_counters_and_its_project_tools_series_go_with_them() {
+    let d = Daemon::start().await;
+    let w = project(&d, "w");
+    d.trust(&[d.dir.path().as_os_str()]).await;
+    let s = d.session(json!({"workspace": w})).await;
+    let r = d
+        .call(
+            "invoke",
+            json!({"name": "w_hello", "arguments": {}, "session_id": s}),
+        )
+        .await;
+    assert_eq!(r["result"]["result"]["ok"], true, "{r}");
+    let scopes = || async {
+        let status = result(&d, "guards.status", json!({})).await;
+        status["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r["scopes"].as_array().unwrap().clone())
+            .map(|sc| sc["scope"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert!(scopes().await.contains(&format!("session:{s}")));
+    delete(&d, &s).await;
+    let left = scopes().await;
+    assert!(!left.contains(&format!("session:{s}")), "{left:?}");
+    let (status, text) = d.http("GET", "/metrics", "").await;
+    assert_eq!(status, 200, "{text}");
+    // The call is counted by source; its tool's series went with the tool.
+    let latency = "toolhost_call_duration_seconds_count{source=\"custom\",server=\"\"} 1";
+    assert!(text.lines().any(|l| l == latency), "{text}");
+    assert!(!text.contains("w_hello"), "{text}");
+}
