@@ -526,7 +526,7 @@ async fn session_in(client: &Client, projects: &Path, n: usize) {
     let mut call = InvokeParams::new(format!("p{n}_hello"), Default::default());
     call.session_id = Some(id.clone());
     let r = client.invoke(&call).await.unwrap();
-    assert!(r.result.ok, "p{n}_hello failed");
+    assert!(r.result.ok, "p{n}_hello failed: {:?}", r.result);
     let _: Value = client
         .call("session.delete", &json!({"id": id}))
         .await

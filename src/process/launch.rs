@@ -189,6 +189,24 @@ struct ChildArgs {
     error: AtomicI32,
 }
 
+/// The waits before each new try of an exec the kernel refused with `ETXTBSY` ("text file
+/// busy": the program is open for writing somewhere). A program the host just wrote — a
+/// workspace tool's approved copy — is briefly open for writing in another child: a
+/// `CLONE_VFORK` parent resumes when its child's exec has replaced the memory, a moment
+/// before the kernel closes that child's close-on-exec descriptors, which include the write
+/// end of a copy another thread was writing as it cloned. A quarter second in all; a program
+/// someone really keeps open for writing still fails, with the kernel's reason.
+const TEXT_BUSY_WAITS: [std::time::Duration; 8] = [
+    std::time::Duration::from_millis(1),
+    std::time::Duration::from_millis(2),
+    std::time::Duration::from_millis(4),
+    std::time::Duration::from_millis(8),
+    std::time::Duration::from_millis(16),
+    std::time::Duration::from_millis(32),
+    std::time::Duration::from_millis(64),
+    std::time::Duration::from_millis(128),
+];
+
 /// Starts `p` as the leader of a new process group, child of the calling thread (call it on
 /// the spawner thread). Returns once the program was exec'd, or with why it could not be.
 pub(super) fn start(p: &Program) -> io::Result<(Leader, Pipes)> {
@@ -231,14 +249,24 @@ pub(super) fn start(p: &Program) -> io::Result<(Leader, Pipes)> {
         confine: p.confine.clone(),
         error: AtomicI32::new(0),
     };
-    let pid = clone_and_exec(&args)?;
-    // The child's ends are its own now (or it failed): close ours.
-    drop((stdin.0, out_w, err_w));
-    let failed = args.error.load(Ordering::SeqCst);
-    if failed != 0 {
+    let mut busy_waits = TEXT_BUSY_WAITS.iter();
+    let pid = loop {
+        let pid = clone_and_exec(&args)?;
+        let failed = args.error.load(Ordering::SeqCst);
+        if failed == 0 {
+            break pid;
+        }
         let _ = reap(pid, true);
-        return Err(io::Error::from_raw_os_error(failed));
-    }
+        match busy_waits.next() {
+            Some(wait) if failed == libc::ETXTBSY => {
+                std::thread::sleep(*wait);
+                args.error.store(0, Ordering::SeqCst);
+            }
+            _ => return Err(io::Error::from_raw_os_error(failed)),
+        }
+    };
+    // The child's ends are its own now: close ours.
+    drop((stdin.0, out_w, err_w));
     let leader = Leader {
         pid,
         status: None,
@@ -538,5 +566,41 @@ mod tests {
         let (out, exit) = stdout_of(&p).await;
         assert!(exit.success());
         assert_eq!(out, "arg yes none\n");
+    }
+
+    /// A program open for writing elsewhere for a moment (as a copy the host just wrote can
+    /// be, in another child between its exec and the close of its descriptors) starts once
+    /// it is closed; one kept open fails with the kernel's reason.
+    #[tokio::test]
+    async fn a_program_briefly_open_for_writing_starts_once_it_is_closed() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("fresh.sh");
+        std::fs::write(&script, "#!/bin/sh\necho started\n").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let p = program(script.to_str().unwrap(), &[]);
+
+        let writer = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&script)
+            .unwrap();
+        let (held, released) = std::sync::mpsc::channel();
+        let closer = std::thread::spawn(move || {
+            held.send(()).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            drop(writer);
+        });
+        released.recv().unwrap();
+        let (out, exit) = stdout_of(&p).await;
+        closer.join().unwrap();
+        assert!(exit.success());
+        assert_eq!(out, "started\n");
+
+        let _kept = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&script)
+            .unwrap();
+        let busy = start(&p).map(|_| ()).unwrap_err();
+        assert_eq!(busy.raw_os_error(), Some(libc::ETXTBSY), "{busy}");
     }
 }
