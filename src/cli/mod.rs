@@ -224,13 +224,26 @@ impl Globals {
     }
 }
 
-/// Whether this command line runs the daemon (`toolhost serve`).
-pub fn is_daemon() -> bool {
-    Cli::try_parse().is_ok_and(|cli| matches!(cli.command, Command::Serve { .. }))
+/// The command line, parsed once, first thing: the daemon may execute itself again before
+/// the process is prepared (see `main.rs`); a bad one is reported by [`main`].
+pub struct Args(Result<Cli, clap::Error>);
+
+/// Parses the command line (without exiting on an error: [`main`] reports it).
+pub fn parse() -> Args {
+    Args(Cli::try_parse())
 }
 
-pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+impl Args {
+    /// Whether this command line runs the daemon (`toolhost serve`).
+    pub fn is_daemon(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_ok_and(|cli| matches!(cli.command, Command::Serve { .. }))
+    }
+}
+
+pub fn main(args: Args) -> ExitCode {
+    let cli = args.0.unwrap_or_else(|e| e.exit());
     let daemon = matches!(cli.command, Command::Serve { .. });
     if daemon {
         crate::logging::init(true, cli.log_format);
