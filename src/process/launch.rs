@@ -552,15 +552,21 @@ mod tests {
         assert_eq!(start(&p).unwrap_err().kind(), io::ErrorKind::InvalidInput);
     }
 
+    /// Writes an executable file `name` in `dir` holding `text`.
+    fn executable(dir: &Path, name: &str, text: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
     /// A script without `#!` runs with `/bin/sh`, as `execvp` (and so std) runs it; its
     /// arguments and the environment given (and only that) reach it.
     #[tokio::test]
     async fn a_script_without_an_interpreter_line_runs_with_sh() {
-        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
-        let script = dir.path().join("plain");
-        std::fs::write(&script, "echo \"$1 $GIVEN ${HOME:-none}\"\n").unwrap();
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let script = executable(dir.path(), "plain", "echo \"$1 $GIVEN ${HOME:-none}\"\n");
         let mut p = program(script.to_str().unwrap(), &["arg"]);
         p.env.push(("GIVEN".into(), "yes".into()));
         let (out, exit) = stdout_of(&p).await;
@@ -573,11 +579,8 @@ mod tests {
     /// it is closed; one kept open fails with the kernel's reason.
     #[tokio::test]
     async fn a_program_briefly_open_for_writing_starts_once_it_is_closed() {
-        use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
-        let script = dir.path().join("fresh.sh");
-        std::fs::write(&script, "#!/bin/sh\necho started\n").unwrap();
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let script = executable(dir.path(), "fresh.sh", "#!/bin/sh\necho started\n");
         let p = program(script.to_str().unwrap(), &[]);
 
         let writer = std::fs::OpenOptions::new()
