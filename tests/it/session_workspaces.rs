@@ -188,57 +188,56 @@ async fn a_connections_ephemeral_session_takes_its_workspace_along_when_it_ends(
     assert!(!watches_any_of(&d, &w));
 }
 
+/// `write_file` of `notes.txt` in session `session`, as call `call_id`.
+async fn write_notes(d: &Daemon, session: &str, call_id: &str, content: &str) {
+    let wrote = d
+        .call(
+            "invoke",
+            json!({"name": "write_file", "session_id": session, "call_id": call_id,
+                   "arguments": {"path": "notes.txt", "content": content}}),
+        )
+        .await;
+    assert_eq!(wrote["result"]["result"]["ok"], true, "{wrote}");
+}
+
+/// The call ids of the checkpoint entries of workspace `w`.
+async fn entry_calls(d: &Daemon, w: &Path) -> Vec<String> {
+    let list = result(d, "checkpoint.list", json!({"workspace": w})).await;
+    list["entries"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{list}"))
+        .iter()
+        .filter_map(|e| e["call_id"].as_str().map(str::to_owned))
+        .collect()
+}
+
 #[tokio::test]
 async fn a_projects_checkpoint_timeline_closes_with_its_last_session_and_its_entries_stay() {
     let d = Daemon::start_with(Some(json!({"checkpoint": {"enabled": true}}))).await;
     let w = project(&d, "w");
     d.trust(&[d.dir.path().as_os_str()]).await;
     let a = d.session(json!({"workspace": w})).await;
-    let wrote = d
-        .call(
-            "invoke",
-            json!({"name": "write_file", "session_id": a, "call_id": "first-write",
-                   "arguments": {"path": "notes.txt", "content": "one\n"}}),
-        )
-        .await;
-    assert_eq!(wrote["result"]["result"]["ok"], true, "{wrote}");
+    write_notes(&d, &a, "first-write", "one\n").await;
     assert_eq!(
         std::fs::read_to_string(w.join("notes.txt")).unwrap(),
         "one\n"
     );
     // The write opened the project's timeline; its change watcher watches the project.
-    let watched_with_session = watches_any_of(&d, &w);
+    assert!(watches_any_of(&d, &w), "the project was never watched");
 
     delete(&d, &a).await;
     // Its timeline closed with the session: no watch on the project is left...
     assert!(!watches_any_of(&d, &w), "the daemon still watches {w:?}");
-    assert!(watched_with_session, "the project was never watched");
     // ...and what it recorded is still there for the next session in it.
     let b = d.session(json!({"workspace": w})).await;
-    let list = result(&d, "checkpoint.list", json!({"workspace": w})).await;
-    let entries = list["entries"].as_array().unwrap();
+    let recorded = entry_calls(&d, &w).await;
+    assert!(recorded.contains(&"first-write".to_owned()), "{recorded:?}");
+    write_notes(&d, &b, "second-write", "two\n").await;
+    let recorded = entry_calls(&d, &w).await;
     assert!(
-        entries.iter().any(|e| e["call_id"] == "first-write"),
-        "{list}"
-    );
-    let wrote = d
-        .call(
-            "invoke",
-            json!({"name": "write_file", "session_id": b, "call_id": "second-write",
-                   "arguments": {"path": "notes.txt", "content": "two\n"}}),
-        )
-        .await;
-    assert_eq!(wrote["result"]["result"]["ok"], true, "{wrote}");
-    let list = result(&d, "checkpoint.list", json!({"workspace": w})).await;
-    let ids: Vec<&Value> = list["entries"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| &e["call_id"])
-        .collect();
-    assert!(
-        ids.contains(&&json!("first-write")) && ids.contains(&&json!("second-write")),
-        "{list}"
+        recorded.contains(&"first-write".to_owned())
+            && recorded.contains(&"second-write".to_owned()),
+        "{recorded:?}"
     );
 }
 
