@@ -143,12 +143,26 @@ impl super::Processes {
             (super::GROUP_VAR.into(), cookie.clone().into()),
         ]);
         program.env = self.state.env.load().environment(own);
-        self.start_owned(cookie, move || {
-            let (leader, pipes) = start(&program)?;
-            let pid = leader.id();
-            Ok(((leader, pipes), Some(pid)))
-        })
-        .await
+        let program = std::sync::Arc::new(program);
+        // A refused exec is tried again from here, not on the spawner thread, which every
+        // start of the daemon waits for.
+        let mut busy_waits = TEXT_BUSY_WAITS.iter();
+        loop {
+            let p = program.clone();
+            let started = self
+                .start_owned(cookie.clone(), move || {
+                    let (leader, pipes) = start(&p)?;
+                    let pid = leader.id();
+                    Ok(((leader, pipes), Some(pid)))
+                })
+                .await;
+            match (started, busy_waits.next()) {
+                (Err(e), Some(wait)) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                    tokio::time::sleep(*wait).await;
+                }
+                (started, _) => return started,
+            }
+        }
     }
 }
 
@@ -249,24 +263,14 @@ pub(super) fn start(p: &Program) -> io::Result<(Leader, Pipes)> {
         confine: p.confine.clone(),
         error: AtomicI32::new(0),
     };
-    let mut busy_waits = TEXT_BUSY_WAITS.iter();
-    let pid = loop {
-        let pid = clone_and_exec(&args)?;
-        let failed = args.error.load(Ordering::SeqCst);
-        if failed == 0 {
-            break pid;
-        }
-        let _ = reap(pid, true);
-        match busy_waits.next() {
-            Some(wait) if failed == libc::ETXTBSY => {
-                std::thread::sleep(*wait);
-                args.error.store(0, Ordering::SeqCst);
-            }
-            _ => return Err(io::Error::from_raw_os_error(failed)),
-        }
-    };
-    // The child's ends are its own now: close ours.
+    let pid = clone_and_exec(&args)?;
+    // The child's ends are its own now (or it failed): close ours.
     drop((stdin.0, out_w, err_w));
+    let failed = args.error.load(Ordering::SeqCst);
+    if failed != 0 {
+        let _ = reap(pid, true);
+        return Err(io::Error::from_raw_os_error(failed));
+    }
     let leader = Leader {
         pid,
         status: None,
@@ -581,7 +585,8 @@ mod tests {
     async fn a_program_briefly_open_for_writing_starts_once_it_is_closed() {
         let dir = tempfile::tempdir().unwrap();
         let script = executable(dir.path(), "fresh.sh", "#!/bin/sh\necho started\n");
-        let p = program(script.to_str().unwrap(), &[]);
+        let processes = super::super::Processes::default();
+        let p = || program(script.to_str().unwrap(), &[]);
 
         let writer = std::fs::OpenOptions::new()
             .append(true)
@@ -594,16 +599,18 @@ mod tests {
             drop(writer);
         });
         released.recv().unwrap();
-        let (out, exit) = stdout_of(&p).await;
+        let ((mut leader, mut pipes), _group) = processes.launch(p()).await.unwrap();
         closer.join().unwrap();
-        assert!(exit.success());
+        let mut out = String::new();
+        pipes.stdout.read_to_string(&mut out).await.unwrap();
+        assert!(leader.wait().await.unwrap().success());
         assert_eq!(out, "started\n");
 
         let _kept = std::fs::OpenOptions::new()
             .append(true)
             .open(&script)
             .unwrap();
-        let busy = start(&p).map(|_| ()).unwrap_err();
+        let busy = processes.launch(p()).await.map(|_| ()).unwrap_err();
         assert_eq!(busy.raw_os_error(), Some(libc::ETXTBSY), "{busy}");
     }
 }
