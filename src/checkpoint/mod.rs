@@ -47,8 +47,11 @@ const DEFAULT_LIMIT: usize = 50;
 pub struct Checkpoints {
     /// `<data_dir>/checkpoints`.
     dir: PathBuf,
-    open: Mutex<HashMap<PathBuf, Arc<Workspace>>>,
+    open: Arc<Mutex<Open>>,
 }
+
+/// The open workspaces, by root and by each directory they were asked for by.
+type Open = HashMap<PathBuf, Arc<Workspace>>;
 
 /// Who made a call, for its entry.
 #[derive(Clone, Debug, Default)]
@@ -87,6 +90,33 @@ struct Timeline {
     lost: u64,
     /// The change watcher feeding the scans (`None`: it could not start; every scan walks).
     watch: Option<watch::Watch>,
+}
+
+/// Closes those of `roots` no call holds; returns the others. Only the `open` map hands
+/// workspaces out, so under its lock a workspace referenced by nothing else is one no
+/// call has or can get.
+fn close_unheld(open: &Mutex<Open>, roots: &[PathBuf]) -> Vec<PathBuf> {
+    let mut open = open.lock().unwrap_or_else(|e| e.into_inner());
+    let mut held = Vec::new();
+    for root in roots {
+        let Some(ws) = open.get(root).cloned() else {
+            continue;
+        };
+        let keys: Vec<PathBuf> = open
+            .iter()
+            .filter(|(_, w)| Arc::ptr_eq(w, &ws))
+            .map(|(k, _)| k.clone())
+            .collect();
+        // The map's entries and `ws` above: nobody else.
+        if Arc::strong_count(&ws) == keys.len() + 1 {
+            for k in keys {
+                open.remove(&k);
+            }
+        } else {
+            held.push(root.clone());
+        }
+    }
+    held
 }
 
 /// What the scans of one workspace obey, from config.
@@ -133,7 +163,7 @@ impl Checkpoints {
     pub fn new(data_dir: &Path) -> Checkpoints {
         Checkpoints {
             dir: data_dir.join("checkpoints"),
-            open: Mutex::new(HashMap::new()),
+            open: Arc::default(),
         }
     }
 
@@ -177,27 +207,28 @@ impl Checkpoints {
 
     /// Closes the timelines of `roots`, projects whose last session went: their scans, base
     /// and change watcher (inotify watches) are dropped; the store stays on disk and the
-    /// next call there opens it again. A workspace some call still holds stays open: only
-    /// the `open` map hands workspaces out, so under its lock a workspace referenced by
-    /// nothing else is one no call has or can get.
+    /// next call there opens it again. A workspace some call still holds (the end of a
+    /// call's entry) is closed once it is let go, looked at every 50 ms for 10 s.
     pub fn close(&self, roots: &[PathBuf]) {
-        let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
-        for root in roots {
-            let Some(ws) = open.get(root).cloned() else {
-                continue;
-            };
-            let keys: Vec<PathBuf> = open
-                .iter()
-                .filter(|(_, w)| Arc::ptr_eq(w, &ws))
-                .map(|(k, _)| k.clone())
-                .collect();
-            // The map's entries and `ws` above: nobody else.
-            if Arc::strong_count(&ws) == keys.len() + 1 {
-                for k in keys {
-                    open.remove(&k);
+        let held = close_unheld(&self.open, roots);
+        if held.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let open = Arc::downgrade(&self.open);
+        runtime.spawn(async move {
+            let mut held = held;
+            for _ in 0..200 {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                let Some(open) = open.upgrade() else { return };
+                held = close_unheld(&open, &held);
+                if held.is_empty() {
+                    return;
                 }
             }
-        }
+        });
     }
 
     /// The root of every workspace with a store.
